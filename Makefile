@@ -1,0 +1,121 @@
+# vspec - build, test, bench, demo.
+#
+#   make            build everything into build/
+#   make test       build and run every test, once normally and once under ASan+UBSan
+#   make bench      CPU cost curve and decode throughput (not a test)
+#   make demo       install deps, build, generate images with the shipped model
+#   make deps       install the Debian packages the project needs (idempotent)
+#
+# Layout of the outputs:
+#   build/libvspec.a                 core/ + kernels/cpu/ (engine, loaders, registry, ops)
+#   build/plugins/<kind>_<name>.so   plugins/<kind>/<name>.c or plugins/<kind>/<name>/*.c
+#   build/vspec-bench                bench/
+#   build/tests/test_*               tests/test_*.c (cmocka)
+#   build/asan/...                   the same, built with -fsanitize=address,undefined
+
+BUILD ?= build
+SAN ?= 0
+CC ?= cc
+PYTHON ?= /usr/bin/python3
+
+BLIS_INC := /usr/include/x86_64-linux-gnu/blis-pthread
+BLIS_LIB := /usr/lib/x86_64-linux-gnu/blis-pthread
+
+OPT ?= -O2
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter \
+               -Wshadow -Wstrict-prototypes -Wmissing-prototypes -fno-strict-aliasing
+CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
+LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -ldl -lpthread -lm
+
+ifeq ($(SAN),1)
+BUILD := build/asan
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT := -O1
+endif
+
+CFLAGS := $(CFLAGS_BASE) $(SANFLAGS)
+LDFLAGS := $(SANFLAGS)
+PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
+PLUGIN_LDFLAGS := -shared $(SANFLAGS)
+
+# ---- sources -------------------------------------------------------------------------
+LIB_SRC := $(wildcard core/*.c kernels/cpu/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB := $(BUILD)/libvspec.a
+
+# single-file plugins: plugins/<kind>/<name>.c ; multi-file: plugins/<kind>/<name>/*.c
+PLUGIN_FILES := $(wildcard plugins/*/*.c)
+PLUGIN_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard plugins/*/*/*.c))))
+plugin_so = $(BUILD)/plugins/$(word 2,$(subst /, ,$(1)))_$(basename $(notdir $(1))).so
+PLUGINS := $(foreach f,$(PLUGIN_FILES),$(call plugin_so,$(f))) \
+           $(foreach d,$(PLUGIN_DIRS),$(call plugin_so,$(d)))
+
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH := $(BUILD)/vspec-bench
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/obj/%.o)
+# test plugins: built by tests/plugins/plugins.mk
+include tests/plugins/plugins.mk
+
+HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/cpu/*.h tests/support/*.h)
+
+.PHONY: all test check bench demo deps clean train
+all: $(LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS)
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Plugins compile against include/ only: they must not need the host's internals.
+define PLUGIN_FILE_RULE
+$(call plugin_so,$(1)): $(1) $(wildcard include/vspec/*.h) $(wildcard kernels/*.h)
+	@mkdir -p $$(dir $$@)
+	$$(CC) -Iinclude -Ikernels $$(PLUGIN_CFLAGS) $$< -o $$@ $$(PLUGIN_LDFLAGS) -lm
+endef
+$(foreach f,$(PLUGIN_FILES),$(eval $(call PLUGIN_FILE_RULE,$(f))))
+
+define PLUGIN_DIR_RULE
+$(call plugin_so,$(1)): $(wildcard $(1)/*.c $(1)/*.h) $(wildcard include/vspec/*.h) $(wildcard kernels/*.h)
+	@mkdir -p $$(dir $$@)
+	$$(CC) -Iinclude -Ikernels $$(PLUGIN_CFLAGS) $(wildcard $(1)/*.c) -o $$@ $$(PLUGIN_LDFLAGS) -lm
+endef
+$(foreach d,$(PLUGIN_DIRS),$(eval $(call PLUGIN_DIR_RULE,$(d))))
+
+$(BENCH): $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
+
+# Runs every test binary from the repository root; VSPEC_BUILD tells tests where the
+# plugins are. A failing test fails the target but the rest still run.
+check: all $(TESTS)
+	@fail=0; for t in $(TESTS); do \
+	  echo "== $$t"; \
+	  VSPEC_BUILD=$(BUILD) ./$$t || { echo "FAILED: $$t"; fail=1; }; \
+	done; exit $$fail
+
+test:
+	$(MAKE) check
+	$(MAKE) check SAN=1
+
+bench: all
+	./$(BENCH) costcurve --model tests/golden/micro_c2i --label micro
+	./$(BENCH) costcurve --random gpt-b --label "random GPT-B shape"
+
+demo: deps all
+	./$(BENCH) demo
+
+deps:
+	./tools/install_deps.sh
+
+clean:
+	rm -rf build

@@ -1,0 +1,369 @@
+/*
+ * vspec/plugin.h - the vspec plugin ABI, version 1.
+ *
+ * A plugin is a shared object that exports one symbol, `vspec_plugin_entry`, returning a
+ * pointer to a const vspec_plugin_desc. The descriptor names the plugin and points at a
+ * vtable for its kind: a model backend, an acceptance rule or a scheduler. The host hands
+ * the plugin a services table (vspec_host) with logging, allocation, the device's ops
+ * table, RNG, parameter parsing and safetensors access, so a plugin needs nothing but
+ * this directory to build:
+ *
+ *     cc -shared -fPIC -fvisibility=hidden -I include my_rule.c -o accept_myrule.so
+ *
+ * Compatibility rules (see DESIGN.md, "Plugin ABI rules"):
+ *  - The first seven fields of vspec_plugin_desc never change.
+ *  - The host refuses a plugin whose abi_major differs from its own, or whose abi_minor is
+ *    newer than its own, or whose descriptor/vtable struct_size is smaller than the host
+ *    needs. The refusal message names both versions.
+ *  - Every vtable, every struct crossing the boundary and the host table start with a
+ *    uint32_t struct_size and only grow at the end. Check struct_size (or use
+ *    VSPEC_HAS_FIELD) before touching a field added in a later minor version.
+ *  - Whoever allocates frees. Errors are negative vspec_status codes plus a message the
+ *    callee writes into a caller-provided buffer (err, errlen).
+ *  - No protobuf-c types and no device handles owned by a plugin cross the boundary.
+ *
+ * Threading: a plugin declares VSPEC_PLUGIN_THREAD_SAFE when different objects it created
+ * (models, sessions, rules) may be used from different threads at the same time. One
+ * object is never used by two threads at once.
+ */
+#ifndef VSPEC_PLUGIN_H
+#define VSPEC_PLUGIN_H
+
+#include <stdarg.h>
+
+#include "vspec/ops.h"
+#include "vspec/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ABI version of this header. A plugin records the values it was built with. */
+#ifndef VSPEC_ABI_MAJOR
+#define VSPEC_ABI_MAJOR 1
+#endif
+#ifndef VSPEC_ABI_MINOR
+#define VSPEC_ABI_MINOR 0
+#endif
+
+/* True when a struct that starts with uint32_t struct_size includes `field`. */
+#define VSPEC_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+#if defined(__GNUC__)
+#define VSPEC_PLUGIN_EXPORT __attribute__((visibility("default")))
+#define VSPEC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define VSPEC_PLUGIN_EXPORT
+#define VSPEC_PRINTF(a, b)
+#endif
+
+/* The exported entry symbol. */
+#define VSPEC_PLUGIN_ENTRY_SYMBOL "vspec_plugin_entry"
+
+typedef enum vspec_plugin_kind {
+  VSPEC_PLUGIN_BACKEND = 1,
+  VSPEC_PLUGIN_ACCEPT = 2,
+  VSPEC_PLUGIN_SCHED = 3
+} vspec_plugin_kind;
+
+/* Descriptor flags. */
+#define VSPEC_PLUGIN_THREAD_SAFE 0x1u     /* distinct objects usable from distinct threads */
+#define VSPEC_PLUGIN_MAY_UNLOAD 0x2u      /* the host may dlclose an unused old generation */
+#define VSPEC_PLUGIN_HAS_DEVICE_CODE 0x4u /* holds GPU code: never dlclose'd */
+
+/* ---- tensors (safetensors files opened by the host) -------------------------------- */
+
+typedef enum vspec_dtype {
+  VSPEC_DTYPE_F32 = 1,
+  VSPEC_DTYPE_F16 = 2,
+  VSPEC_DTYPE_BF16 = 3,
+  VSPEC_DTYPE_I32 = 4,
+  VSPEC_DTYPE_I64 = 5,
+  VSPEC_DTYPE_U8 = 6,
+  VSPEC_DTYPE_I8 = 7,
+  VSPEC_DTYPE_U16 = 8,
+  VSPEC_DTYPE_I16 = 9,
+  VSPEC_DTYPE_BOOL = 10,
+  VSPEC_DTYPE_F64 = 11
+} vspec_dtype;
+
+#define VSPEC_MAX_DIMS 8
+
+typedef struct vspec_tensor_file vspec_tensor_file; /* opaque, owned by the host */
+
+typedef struct vspec_tensor {
+  uint32_t struct_size;
+  const char *name;
+  uint32_t dtype; /* vspec_dtype */
+  int32_t ndim;
+  int64_t shape[VSPEC_MAX_DIMS];
+  int64_t numel;
+  const void *data; /* raw little-endian bytes inside the mapped file */
+  size_t nbytes;
+} vspec_tensor;
+
+/* ---- host services ------------------------------------------------------------------ */
+
+typedef struct vspec_host {
+  uint32_t struct_size;
+  uint32_t abi_major, abi_minor; /* the host's ABI version */
+
+  /* logging; `who` is the plugin name */
+  void (*log)(int level, const char *who, const char *fmt, ...) VSPEC_PRINTF(3, 4);
+
+  /* host heap (accounted); free(NULL) is a no-op */
+  void *(*alloc)(size_t bytes);
+  void *(*calloc)(size_t n, size_t size);
+  void *(*realloc)(void *ptr, size_t bytes);
+  void (*free)(void *ptr);
+
+  /* compute: the ops table of the device the plugin's objects live on */
+  const vspec_ops *ops;
+
+  /* RNG (Philox4x32-10): draws are a pure function of (seed, stream, counter) */
+  void (*rng_init)(vspec_rng *rng, uint64_t seed, uint64_t stream);
+  double (*rng_uniform)(vspec_rng *rng); /* [0, 1), 53 random bits */
+  float (*rng_normal)(vspec_rng *rng);   /* standard normal */
+
+  /* parameters: each getter writes a message naming the key and the allowed range on
+   * error; an absent key yields the default */
+  int (*param_double)(const vspec_params *p, const char *key, double def, double lo, double hi,
+                      double *out, char *err, size_t errlen);
+  int (*param_int)(const vspec_params *p, const char *key, long def, long lo, long hi, long *out,
+                   char *err, size_t errlen);
+  /* choices is NULL-terminated; *out is the index of the chosen value */
+  int (*param_choice)(const vspec_params *p, const char *key, const char *const *choices, int def,
+                      int *out, char *err, size_t errlen);
+  const char *(*param_string)(const vspec_params *p, const char *key); /* NULL if absent */
+  /* fails naming the first key that is not in the NULL-terminated `known` list */
+  int (*param_check_known)(const vspec_params *p, const char *const *known, char *err,
+                           size_t errlen);
+
+  /* safetensors: mmap, validated header, zero copy where possible */
+  int (*tensors_open)(const char *path, vspec_tensor_file **out, char *err, size_t errlen);
+  void (*tensors_close)(vspec_tensor_file *f);
+  /* metadata value from the header's __metadata__, else from config.json beside the file;
+   * NULL if absent */
+  const char *(*tensors_meta)(const vspec_tensor_file *f, const char *key);
+  int (*tensors_find)(const vspec_tensor_file *f, const char *name, vspec_tensor *out);
+  /* Tensor `name` as float32 device memory owned by the file (valid until tensors_close).
+   * ndim/shape give the expected shape; a shape entry < 0 matches any size. Errors name
+   * the file and the tensor. */
+  int (*tensors_get_f32)(vspec_tensor_file *f, vspec_dev *dev, const char *name, int ndim,
+                         const int64_t *shape, const float **out, char *err, size_t errlen);
+} vspec_host;
+
+/* ---- backend plugins ------------------------------------------------------------------ */
+
+typedef struct vspec_model vspec_model;     /* a loaded model, owned by the plugin */
+typedef struct vspec_session vspec_session; /* one job's decoding state, owned by the plugin */
+
+typedef enum vspec_token_kind {
+  VSPEC_TOKENS_DISCRETE = 1,  /* VQ codes */
+  VSPEC_TOKENS_CONTINUOUS = 2 /* diffusion-head latents */
+} vspec_token_kind;
+
+typedef struct vspec_model_info {
+  uint32_t struct_size;
+  uint32_t token_kind;  /* vspec_token_kind */
+  int32_t grid_h, grid_w; /* token grid; tokens are in raster order */
+  int32_t vocab;        /* discrete: number of codes (logit width) */
+  int32_t token_dim;    /* discrete: codebook embedding width; continuous: latent width */
+  int32_t feature_dim;  /* width of the features forward() returns */
+  int32_t n_cond;       /* condition positions before the first image token */
+  int32_t num_classes;  /* class-conditional: number of real classes; 0 otherwise */
+  int32_t caption_len, caption_dim; /* text-conditional: caption tensor shape; 0 otherwise */
+  int32_t image_h, image_w;         /* decoded image size, 0 if no decoder is loaded */
+  int32_t max_nodes;                /* largest node batch one forward accepts */
+  const float *codebook; /* host [vocab, token_dim] raw codebook rows, or NULL */
+  const char *arch;      /* e.g. "llamagen-c2i" */
+} vspec_model_info;
+
+typedef struct vspec_session_config {
+  uint32_t struct_size;
+  int32_t class_label;          /* class-conditional models */
+  const float *caption;         /* text models: host [caption_len, caption_dim], left padded */
+  const uint8_t *caption_mask;  /* text models: host [caption_len], nonzero = valid slot */
+  int32_t rows;                 /* 1 = conditional only, 2 = [cond ; uncond] for CFG */
+  int32_t max_nodes;            /* largest forward batch the session will run */
+} vspec_session_config;
+
+/* A batch of tree nodes for one forward. Node i sits at sequence position
+ * committed_length + depth(i), where depth is 0 for a node whose parent is -1 (the last
+ * committed position). Node i attends to every committed position, to its ancestors in
+ * the batch and to itself. Parents precede children: parents[i] < i. */
+typedef struct vspec_forward_batch {
+  uint32_t struct_size;
+  int32_t n_nodes;
+  const int32_t *tokens;  /* [n_nodes] token fed at each node */
+  const int32_t *parents; /* [n_nodes] parent index in this batch, or -1 */
+  const float *features;  /* feature-conditioned drafters (EAGLE): [n_nodes, rows, in_dim]
+                             host input features; NULL for plain language models */
+} vspec_forward_batch;
+
+/* Outputs are caller-provided host buffers; either may be NULL when not needed. */
+typedef struct vspec_forward_out {
+  uint32_t struct_size;
+  float *logits;   /* [n_nodes, rows, vocab]: logits of the token after each node, per row */
+  float *features; /* [n_nodes, rows, feature_dim] */
+} vspec_forward_out;
+
+typedef struct vspec_backend_vtable {
+  uint32_t struct_size;
+  /* Loads weights from `path` (a file, or a directory the plugin understands). */
+  int (*load)(const vspec_host *host, vspec_dev *dev, const char *path, const vspec_params *params,
+              vspec_model **out, char *err, size_t errlen);
+  void (*unload)(vspec_model *model);
+  int (*info)(const vspec_model *model, vspec_model_info *out);
+
+  int (*session_open)(vspec_model *model, vspec_dev *dev, const vspec_session_config *cfg,
+                      vspec_session **out, char *err, size_t errlen);
+  void (*session_close)(vspec_session *s);
+  /* Runs the condition positions; out holds one node: the prediction of image token 0. */
+  int (*prefill)(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen);
+  /* Runs a tree of nodes after the committed prefix (see vspec_forward_batch). The nodes'
+   * keys and values are kept until the next forward or commit. */
+  int (*forward)(vspec_session *s, const vspec_forward_batch *batch, vspec_forward_out *out,
+                 char *err, size_t errlen);
+  /* Appends nodes of the last forward to the committed prefix: path[0] has parent -1 and
+   * path[j] is the parent of path[j+1]. Their cache entries are compacted in place. */
+  int (*commit)(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen);
+  /* Number of committed positions (condition positions included). */
+  int32_t (*committed)(const vspec_session *s);
+
+  /* Decodes a full token grid (grid_h*grid_w raster-order codes) to 8-bit RGB, row-major
+   * [image_h, image_w, 3], into a caller buffer. */
+  int (*decode)(vspec_model *model, vspec_dev *dev, const int32_t *tokens, uint8_t *rgb,
+                char *err, size_t errlen);
+} vspec_backend_vtable;
+
+/* ---- acceptance-rule plugins ---------------------------------------------------------- */
+
+typedef struct vspec_rule vspec_rule; /* a configured rule, owned by the plugin */
+
+/* One candidate at one tree node. Distributions are normalised over `vocab`. */
+typedef struct vspec_accept_input {
+  uint32_t struct_size;
+  int32_t vocab;
+  int32_t token;         /* the drafted token x */
+  int32_t depth;         /* 1 = first drafted token after the root */
+  int32_t max_depth;     /* draft depth of this round */
+  int32_t sibling;       /* 0-based rank among the siblings tried at this node */
+  float p_x;             /* draft probability of x as proposed (1 for deterministic drafts) */
+  const float *p;        /* draft distribution x was drawn from (earlier siblings removed),
+                            or NULL for deterministic (one-hot) drafts */
+  const float *q;        /* current target residual at this node */
+  const int32_t *neighbours; /* codebook neighbours of x, closest first, x excluded */
+  int32_t n_neighbours;
+} vspec_accept_input;
+
+typedef struct vspec_accept_vtable {
+  uint32_t struct_size;
+  int (*create)(const vspec_host *host, const vspec_params *params, vspec_rule **out, char *err,
+                size_t errlen);
+  void (*destroy)(vspec_rule *rule);
+  /* Probability of accepting x, in [0, 1]. */
+  double (*accept_prob)(vspec_rule *rule, const vspec_accept_input *in);
+  /* After x was rejected: overwrite q_out [vocab] with the (unnormalised, nonnegative)
+   * distribution to continue from. The engine normalises it; if its mass is zero the
+   * engine applies its documented fallback. */
+  int (*residual)(vspec_rule *rule, const vspec_accept_input *in, float *q_out);
+} vspec_accept_vtable;
+
+/* ---- scheduler plugins ----------------------------------------------------------------- */
+
+typedef struct vspec_sched vspec_sched; /* a configured scheduler, owned by the plugin */
+
+typedef enum vspec_draft_shape {
+  VSPEC_DRAFT_NONE = 0,    /* plain autoregressive step */
+  VSPEC_DRAFT_CHAIN = 1,   /* separate draft model, one path */
+  VSPEC_DRAFT_STATIC = 2,  /* EAGLE-1 static tree */
+  VSPEC_DRAFT_DYNAMIC = 3  /* EAGLE-2 dynamic tree */
+} vspec_draft_shape;
+
+typedef struct vspec_round_state {
+  uint32_t struct_size;
+  int32_t round;            /* 0-based round index */
+  int32_t tokens_done;      /* tokens emitted so far (verified + unverified) */
+  int32_t tokens_total;     /* tokens of the whole image */
+  int32_t unverified;       /* tokens accepted without verification, not yet checked */
+  int32_t last_skipped;     /* 1 if the previous round skipped verification */
+  int32_t max_nodes;        /* largest tree the target may verify in one forward */
+} vspec_round_state;
+
+typedef struct vspec_round_plan {
+  uint32_t struct_size;
+  uint32_t shape;           /* vspec_draft_shape */
+  int32_t depth;            /* chain length / tree depth */
+  int32_t top_k;            /* dynamic tree branching */
+  int32_t total_tokens;     /* dynamic tree size (nodes after the root) */
+} vspec_round_plan;
+
+/* A drafted tree, as the scheduler sees it when deciding whether to verify. */
+typedef struct vspec_tree_view {
+  uint32_t struct_size;
+  int32_t n_nodes;          /* node 0 is the root (the last emitted token) */
+  const int32_t *tokens;
+  const int32_t *parents;   /* parents[0] = -1 */
+  const int32_t *depth;
+  const float *score;       /* draft log-probability of the path to each node */
+  const float *codebook;    /* [vocab, token_dim] raw codebook, or NULL */
+  int32_t token_dim;
+} vspec_tree_view;
+
+typedef struct vspec_skip_decision {
+  uint32_t struct_size;
+  int32_t skip;             /* 1 = accept a path without calling the target */
+  int32_t leaf;             /* node whose root-to-node path is accepted (skip only) */
+  int32_t length;           /* number of drafted tokens of that path to accept */
+} vspec_skip_decision;
+
+typedef struct vspec_sched_vtable {
+  uint32_t struct_size;
+  int (*create)(const vspec_host *host, const vspec_params *params, vspec_sched **out, char *err,
+                size_t errlen);
+  void (*destroy)(vspec_sched *sched);
+  /* Before drafting: the shape of this round's draft. */
+  int (*plan)(vspec_sched *sched, const vspec_round_state *state, vspec_round_plan *out);
+  /* After drafting: verify (skip = 0) or accept a path unverified. NULL = always verify. */
+  int (*decide)(vspec_sched *sched, const vspec_round_state *state, const vspec_tree_view *tree,
+                vspec_rng *rng, vspec_skip_decision *out);
+} vspec_sched_vtable;
+
+/* ---- the descriptor ------------------------------------------------------------------- */
+
+typedef struct vspec_plugin_desc {
+  /* frozen head: never reordered, never removed */
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  uint32_t struct_size; /* sizeof(vspec_plugin_desc) as the plugin was built */
+  uint32_t kind;        /* vspec_plugin_kind */
+  const char *name;     /* [a-z0-9_]+, unique per kind */
+  const char *version;  /* the plugin's own version string */
+  uint64_t flags;       /* VSPEC_PLUGIN_* */
+  /* ABI 1.0 */
+  const char *description;
+  const void *vtable; /* vspec_backend_vtable / vspec_accept_vtable / vspec_sched_vtable */
+  /* Called once after loading, before any other call. May be NULL. */
+  int (*init)(const vspec_host *host, char *err, size_t errlen);
+  /* Called once before the generation is closed; every object it created is gone. */
+  void (*shutdown)(void);
+} vspec_plugin_desc;
+
+typedef const vspec_plugin_desc *(*vspec_plugin_entry_fn)(void);
+
+/* Declares the entry symbol. Use once per plugin:
+ *   VSPEC_PLUGIN_DEFINE(my_desc)  where my_desc is a static const vspec_plugin_desc. */
+#define VSPEC_PLUGIN_DEFINE(desc)                                   \
+  VSPEC_PLUGIN_EXPORT const vspec_plugin_desc *vspec_plugin_entry(void); \
+  VSPEC_PLUGIN_EXPORT const vspec_plugin_desc *vspec_plugin_entry(void) { return &(desc); }
+
+/* Initialiser for the frozen head of a descriptor built against this header. */
+#define VSPEC_PLUGIN_HEAD(kind, name, version, flags) \
+  VSPEC_ABI_MAJOR, VSPEC_ABI_MINOR, (uint32_t)sizeof(vspec_plugin_desc), (kind), (name), (version), (flags)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VSPEC_PLUGIN_H */

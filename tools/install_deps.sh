@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs every Debian package vspec needs to build, test, run and train.
+# Idempotent and non-interactive; uses sudo when not run as root.
+set -eu
+
+PKGS="build-essential pkg-config
+  libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsodium-dev
+  libpng-dev zlib1g-dev libblis-pthread-dev liblapacke-dev
+  libjansson-dev libinih-dev libcmocka-dev
+  python3 python3-numpy python3-torch dataset-fashion-mnist"
+
+if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+
+if [ -z "$missing" ]; then
+  echo "deps: all packages present"
+  exit 0
+fi
+echo "deps: installing$missing"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
