@@ -1,0 +1,107 @@
+/*
+ * kernels/common/vs_math.h - per-element math shared by the CPU kernels and (later) the
+ * CUDA kernels.
+ *
+ * Everything is `static inline` and marked VS_HD so that one definition serves host C and
+ * CUDA device code: the two backends must agree on formulas (and, where the hardware
+ * allows, on bits), and keeping a single copy is how that is guaranteed. Only C11 / CUDA
+ * C++ common ground is used here: no hex-float literals, no C-only constructs, no type
+ * punning through unions (memcpy is allowed in device code and is what compilers turn
+ * into a register move).
+ */
+#ifndef VS_MATH_H
+#define VS_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define VS_HD __host__ __device__
+#else
+#define VS_HD
+#endif
+
+/* ---- bit casts ------------------------------------------------------------------------- */
+
+VS_HD static inline uint32_t vs_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+VS_HD static inline float vs_bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* ---- activations (models.md §1.4, §2.2, §5 item 10) -------------------------------------- */
+
+/* x * sigmoid(x), written as x / (1 + e^-x) like PyTorch's CPU kernel. For very negative x,
+ * e^-x overflows to +inf and the quotient is a correctly signed zero, so no clamp is needed. */
+VS_HD static inline float vs_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* tanh-approximated GELU (PyTorch approximate='tanh', LlamaGen's caption MLP):
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+VS_HD static inline float vs_gelu_tanh(float x) {
+  const float k_beta = 0.7978845608028654f; /* sqrt(2/pi) */
+  const float k_kappa = 0.044715f;
+  float inner = k_beta * (x + k_kappa * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+/* ---- rotary embedding frequencies (models.md §1.6) ------------------------------------- */
+
+/* theta_k = base^(-4k/head_dim), evaluated the way precompute_freqs_cis_2d does in float32:
+ * 1 / (base ** (float(2k) / half)) with half = head_dim/2. Doing each step in float rather
+ * than evaluating the closed form in double keeps the table within an ulp or so of the
+ * reference checkpoints' training-time table. */
+VS_HD static inline float vs_rope_theta(int k, int head_dim, float base) {
+  float half = (float)(head_dim / 2);
+  float e = (float)(2 * k) / half;
+  return 1.0f / powf(base, e);
+}
+
+/* ---- half-precision conversions ---------------------------------------------------------- */
+
+/* bf16 is the top half of a float32, so widening is a shift. */
+VS_HD static inline float vs_bf16_to_f32(uint16_t b) { return vs_bits_f32((uint32_t)b << 16); }
+
+/* float32 -> bf16 with round-to-nearest-even. NaNs stay NaN (quiet bit forced, because
+ * truncating a signalling NaN whose payload lives in the low bits would yield an inf).
+ * Overflow rounds to inf, as RNE requires. */
+VS_HD static inline uint16_t vs_f32_to_bf16(float f) {
+  uint32_t u = vs_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return (uint16_t)(u >> 16);
+}
+
+/* IEEE binary16 -> float32, exact for every input: subnormals are renormalised, inf and
+ * NaN (payload included) are carried over. */
+VS_HD static inline float vs_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1fu) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + (127u - 15u)) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    /* subnormal: value = mant * 2^-24; shift the leading one up to the implicit bit */
+    uint32_t e = 127u - 15u + 1u;
+    while ((mant & 0x400u) == 0) {
+      mant <<= 1;
+      e--;
+    }
+    bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
+  }
+  return vs_bits_f32(bits);
+}
+
+#endif /* VS_MATH_H */

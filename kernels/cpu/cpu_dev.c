@@ -1,0 +1,107 @@
+/*
+ * kernels/cpu/cpu_dev.c - CPU device context: memory, copies, scratch arena.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_dev.h"
+
+static void *aligned_zalloc(size_t bytes) {
+  /* aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
+   * distinct pointer so that callers can treat NULL as failure only. */
+  size_t rounded = vs_align_up(bytes ? bytes : 1);
+  if (rounded < bytes) return NULL; /* overflow */
+  void *p = aligned_alloc(VS_CPU_ALIGN, rounded);
+  if (p) memset(p, 0, rounded);
+  return p;
+}
+
+void *vs_cpu_alloc(vspec_dev *dev, size_t bytes) { return aligned_zalloc(bytes); }
+
+void vs_cpu_free(vspec_dev *dev, void *ptr) { free(ptr); }
+
+int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes) {
+  if (bytes == 0) return VSPEC_OK;
+  if (!dst || !src_host) return VSPEC_EINVAL;
+  memcpy(dst, src_host, bytes);
+  return VSPEC_OK;
+}
+
+int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes) {
+  if (bytes == 0) return VSPEC_OK;
+  if (!dst_host || !src) return VSPEC_EINVAL;
+  memcpy(dst_host, src, bytes);
+  return VSPEC_OK;
+}
+
+int vs_cpu_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
+  if (bytes == 0) return VSPEC_OK;
+  if (!dst || !src) return VSPEC_EINVAL;
+  memmove(dst, src, bytes);
+  return VSPEC_OK;
+}
+
+int vs_cpu_reserve_scratch(vspec_dev *dev, size_t bytes) {
+  if (!dev) return VSPEC_EINVAL;
+  if (bytes <= dev->scratch_bytes) return VSPEC_OK;
+  /* Scratch never carries data from one op to the next, so no copy: free first, which
+   * also keeps the peak footprint at the new size. */
+  size_t rounded = vs_align_up(bytes);
+  if (rounded < bytes) return VSPEC_ENOMEM;
+  void *p = aligned_alloc(VS_CPU_ALIGN, rounded);
+  if (!p) return VSPEC_ENOMEM;
+  free(dev->scratch);
+  dev->scratch = p;
+  dev->scratch_bytes = rounded;
+  return VSPEC_OK;
+}
+
+void *vs_scratch(vspec_dev *dev, size_t bytes) {
+  if (bytes > dev->scratch_bytes && vs_cpu_reserve_scratch(dev, bytes) != VSPEC_OK) {
+    fprintf(stderr, "vspec: cpu op needs %zu bytes of scratch and growing the arena failed\n",
+            bytes);
+    abort();
+  }
+  return dev->scratch;
+}
+
+size_t vs_scratch_size(const vspec_dev *dev) { return dev->scratch_bytes; }
+
+static void set_err(char *err, size_t errlen, const char *msg) {
+  if (err && errlen) snprintf(err, errlen, "%s", msg);
+}
+
+int vs_dev_create(const vspec_ops *ops, int threads, vspec_dev **out, char *err, size_t errlen) {
+  if (out) *out = NULL;
+  if (!ops || !out || threads < 0) {
+    set_err(err, errlen, "vs_dev_create: bad argument");
+    return VSPEC_EINVAL;
+  }
+  if (ops->device != VSPEC_DEVICE_CPU) {
+    set_err(err, errlen, "vs_dev_create: only the CPU device is built in");
+    return VSPEC_ENOTSUP;
+  }
+  vspec_dev *dev = calloc(1, sizeof *dev);
+  if (!dev) {
+    set_err(err, errlen, "vs_dev_create: out of memory");
+    return VSPEC_ENOMEM;
+  }
+  dev->ops = ops;
+  dev->threads = threads;
+  if (vs_cpu_reserve_scratch(dev, VS_CPU_SCRATCH_DEFAULT) != VSPEC_OK) {
+    free(dev);
+    set_err(err, errlen, "vs_dev_create: cannot allocate the scratch arena");
+    return VSPEC_ENOMEM;
+  }
+  *out = dev;
+  return VSPEC_OK;
+}
+
+void vs_dev_destroy(vspec_dev *dev) {
+  if (!dev) return;
+  free(dev->scratch);
+  free(dev);
+}
+
+const vspec_ops *vs_dev_ops(const vspec_dev *dev) { return dev ? dev->ops : NULL; }

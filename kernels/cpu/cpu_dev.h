@@ -1,0 +1,99 @@
+/*
+ * kernels/cpu/cpu_dev.h - the CPU device context and the internal op entry points.
+ *
+ * Internal to the compute layer: plugins only ever see `vspec_dev` as an opaque pointer.
+ */
+#ifndef VS_CPU_DEV_H
+#define VS_CPU_DEV_H
+
+#include <stddef.h>
+
+#include "kernels/vs_kernels.h"
+
+/* Scratch a fresh device starts with. Big enough for every op at LlamaGen/MAR sizes
+ * (attention score tiles, the conv im2col tile, sampling index arrays) so that the
+ * engine never has to call reserve_scratch for the shipped models. */
+#define VS_CPU_SCRATCH_DEFAULT ((size_t)16 << 20)
+
+/* Alignment of alloc() and of the scratch base: one cache line, and enough for AVX-512. */
+#define VS_CPU_ALIGN ((size_t)64)
+
+struct vspec_dev {
+  const vspec_ops *ops;
+  int threads;          /* BLIS threads for large products (0 = BLIS default) */
+  void *scratch;        /* VS_CPU_ALIGN-aligned, contents undefined between ops */
+  size_t scratch_bytes;
+};
+
+/* Returns the scratch base with at least `bytes` available. Ops size their tiles from
+ * vs_scratch_size() first, so this only grows the arena when a single minimal tile (one
+ * row of attention scores, one output row of im2col, ...) does not fit - a shape far
+ * beyond the shipped models. Growing is a malloc on the hot path, which the ops contract
+ * wants to avoid, hence it is the last resort; when even that fails there is no way to
+ * report an error through a void op, so the process aborts with a message. */
+void *vs_scratch(vspec_dev *dev, size_t bytes);
+size_t vs_scratch_size(const vspec_dev *dev);
+
+/* Rounds up to the scratch alignment, for carving several arrays out of one scratch. */
+static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(VS_CPU_ALIGN - 1); }
+
+/* ---- op implementations (one file per concept) --------------------------------------- */
+
+/* cpu_dev.c */
+void *vs_cpu_alloc(vspec_dev *dev, size_t bytes);
+void vs_cpu_free(vspec_dev *dev, void *ptr);
+int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes);
+int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes);
+int vs_cpu_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes);
+int vs_cpu_reserve_scratch(vspec_dev *dev, size_t bytes);
+
+/* cpu_gemm.c */
+void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
+                   const float *bias, float *y);
+/* The one matrix product of the CPU ops (BLIS, row-major, BLAS argument meanings). Picks
+ * the thread count per call: dev->threads for large products, 1 for small ones. */
+void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
+              const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+/* cpu_norm.c */
+void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
+                    float *y);
+void vs_cpu_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups, float eps,
+                      const float *gamma, const float *beta, float *y);
+
+/* cpu_elementwise.c */
+void vs_cpu_silu(vspec_dev *dev, float *x, size_t n);
+void vs_cpu_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y);
+void vs_cpu_gelu_tanh(vspec_dev *dev, float *x, size_t n);
+void vs_cpu_add(vspec_dev *dev, float *y, const float *x, size_t n);
+void vs_cpu_cfg_combine(vspec_dev *dev, const float *cond, const float *uncond, size_t n,
+                        float scale, float *out);
+
+/* cpu_rope.c */
+void vs_cpu_rope2d_table(int n_cond, int grid, int head_dim, float base, float *table);
+void vs_cpu_rope_apply(vspec_dev *dev, float *x, int rows, int row_stride, int n_heads,
+                       int head_dim, const int32_t *pos, const float *table);
+
+/* cpu_attention.c */
+void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int n_heads,
+                      int n_kv_heads, int head_dim, const float *k, const float *v,
+                      int slot_stride, int n_kv, const uint8_t *mask, float *out);
+
+/* cpu_sampling.c */
+void vs_cpu_softmax(vspec_dev *dev, float *x, int rows, int n);
+void vs_cpu_log_softmax(vspec_dev *dev, float *x, int rows, int n);
+int vs_cpu_logits_to_probs(vspec_dev *dev, const float *logits, int n, float temperature,
+                           int top_k, float top_p, float *probs);
+int vs_cpu_sample(vspec_dev *dev, const float *probs, int n, double u);
+int vs_cpu_argmax(vspec_dev *dev, const float *x, int n);
+
+/* cpu_conv.c */
+void vs_cpu_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,
+                   const float *bias, int cout, int kh, int kw, int stride, int pad_top,
+                   int pad_left, int pad_bottom, int pad_right, float *y);
+void vs_cpu_upsample_nearest2x(vspec_dev *dev, const float *x, int channels, int h, int w,
+                               float *y);
+
+#endif /* VS_CPU_DEV_H */

@@ -1,0 +1,57 @@
+/*
+ * kernels/cpu/cpu_norm.c - RMSNorm (models.md §1.4) and GroupNorm (models.md §2.2).
+ */
+#include <math.h>
+
+#include "kernels/cpu/cpu_dev.h"
+
+void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
+                    float *y) {
+  if (dim <= 0) return;
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * dim;
+    float *yr = y + (size_t)r * dim;
+    /* double accumulation: the mean of squares over a few thousand channels loses
+     * several bits in a float running sum, and this scale multiplies every activation */
+    double ss = 0.0;
+    for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
+    float mean = (float)(ss / dim);
+    /* LlamaGen: x * rsqrt(mean + eps) in fp32, then (cast and) times the weight */
+    float inv = (float)(1.0 / sqrt((double)(mean + eps)));
+    for (int i = 0; i < dim; i++) yr[i] = (xr[i] * inv) * w[i];
+  }
+}
+
+/* gamma/beta may be NULL (no affine), which GroupNorm(affine=False) would need. A channel
+ * count that is not a multiple of `groups` is a caller error; PyTorch rejects it. */
+void vs_cpu_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups, float eps,
+                      const float *gamma, const float *beta, float *y) {
+  if (groups <= 0 || channels <= 0 || hw <= 0) return;
+  int cpg = channels / groups;
+  size_t count = (size_t)cpg * hw;
+  for (int g = 0; g < groups; g++) {
+    const float *xg = x + (size_t)g * count;
+    float *yg = y + (size_t)g * count;
+    /* two passes in double: the group holds up to C/32 * H * W ~ 260k values at the VQ
+     * decoder's largest level, where the one-pass E[x^2]-E[x]^2 form cancels badly */
+    double sum = 0.0;
+    for (size_t i = 0; i < count; i++) sum += xg[i];
+    double mean = sum / (double)count;
+    double sq = 0.0;
+    for (size_t i = 0; i < count; i++) {
+      double d = (double)xg[i] - mean;
+      sq += d * d;
+    }
+    double rstd = 1.0 / sqrt(sq / (double)count + (double)eps);
+    for (int c = 0; c < cpg; c++) {
+      int ch = g * cpg + c;
+      double scale = rstd * (gamma ? gamma[ch] : 1.0f);
+      double shift = beta ? beta[ch] : 0.0f;
+      const float *xc = xg + (size_t)c * hw;
+      float *yc = yg + (size_t)c * hw;
+      /* centre in double: folding the mean into a float bias (x*s + b, as PyTorch's
+       * kernel does) cancels catastrophically when |mean| >> std */
+      for (int i = 0; i < hw; i++) yc[i] = (float)(((double)xc[i] - mean) * scale + shift);
+    }
+  }
+}

@@ -1,0 +1,174 @@
+/* tests/test_ops_attention.c - masked multi-head attention with GQA (models.md §1.4). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "tests/support/kernels_testutil.h"
+
+typedef struct {
+  int n_q, q_stride, n_heads, n_kv_heads, hd, slot_stride, n_kv;
+} shape;
+
+static void ref_attention(const shape *s, const float *q, const float *k, const float *v,
+                          const uint8_t *mask, double *out) {
+  int group = s->n_heads / s->n_kv_heads;
+  double *w = vt_malloc((size_t)s->n_kv * sizeof(double));
+  for (int i = 0; i < s->n_q; i++) {
+    for (int h = 0; h < s->n_heads; h++) {
+      int g = h / group;
+      const float *qi = q + (size_t)i * s->q_stride + (size_t)h * s->hd;
+      double *o = out + ((size_t)i * s->n_heads + h) * s->hd;
+      double mx = -INFINITY;
+      int any = 0;
+      for (int j = 0; j < s->n_kv; j++) {
+        if (mask && !mask[(size_t)i * s->n_kv + j]) continue;
+        const float *kj = k + ((size_t)g * s->slot_stride + j) * s->hd;
+        double d = 0;
+        for (int t = 0; t < s->hd; t++) d += (double)qi[t] * kj[t];
+        w[j] = d / sqrt((double)s->hd);
+        if (!any || w[j] > mx) mx = w[j];
+        any = 1;
+      }
+      for (int t = 0; t < s->hd; t++) o[t] = 0;
+      if (!any) continue;
+      double z = 0;
+      for (int j = 0; j < s->n_kv; j++) {
+        if (mask && !mask[(size_t)i * s->n_kv + j]) continue;
+        w[j] = exp(w[j] - mx);
+        z += w[j];
+      }
+      for (int j = 0; j < s->n_kv; j++) {
+        if (mask && !mask[(size_t)i * s->n_kv + j]) continue;
+        const float *vj = v + ((size_t)g * s->slot_stride + j) * s->hd;
+        for (int t = 0; t < s->hd; t++) o[t] += w[j] / z * vj[t];
+      }
+    }
+  }
+  free(w);
+}
+
+enum { MASK_NONE, MASK_RANDOM, MASK_CAUSAL };
+
+static void check(const shape *s, int mask_kind, uint64_t seed) {
+  vspec_dev *dev = vt_dev(1);
+  vspec_rng rng;
+  vs_rng_init(&rng, seed, 0);
+  size_t nq = (size_t)s->n_q * s->q_stride;
+  size_t nk = (size_t)s->n_kv_heads * s->slot_stride * s->hd;
+  size_t no = (size_t)s->n_q * s->n_heads * s->hd;
+  float *q = vt_malloc(nq * sizeof(float)), *k = vt_malloc(nk * sizeof(float));
+  float *v = vt_malloc(nk * sizeof(float)), *out = vt_malloc(no * sizeof(float));
+  double *ref = vt_malloc(no * sizeof(double));
+  vt_fill(&rng, q, nq, -2, 2);
+  vt_fill(&rng, k, nk, -2, 2);
+  vt_fill(&rng, v, nk, -1, 1);
+  uint8_t *mask = NULL;
+  if (mask_kind != MASK_NONE) {
+    mask = vt_malloc((size_t)s->n_q * s->n_kv);
+    for (int i = 0; i < s->n_q; i++)
+      for (int j = 0; j < s->n_kv; j++)
+        mask[(size_t)i * s->n_kv + j] = mask_kind == MASK_CAUSAL
+                                            ? (j <= s->n_kv - s->n_q + i)
+                                            : (vs_rng_uniform(&rng) < 0.6);
+    if (mask_kind == MASK_RANDOM && s->n_q > 2) /* one fully masked row */
+      memset(mask + (size_t)1 * s->n_kv, 0, s->n_kv);
+  }
+  for (size_t i = 0; i < no; i++) out[i] = NAN; /* out is output only */
+  ref_attention(s, q, k, v, mask, ref);
+  vs_dev_ops(dev)->attention(dev, q, s->n_q, s->q_stride, s->n_heads, s->n_kv_heads, s->hd, k, v,
+                             s->slot_stride, s->n_kv, mask, out);
+  char what[96];
+  snprintf(what, sizeof what, "attention nq %d H %d Hkv %d hd %d nkv %d mask %d", s->n_q,
+           s->n_heads, s->n_kv_heads, s->hd, s->n_kv, mask_kind);
+  vt_assert_close_scaled(out, ref, no, 1e-5, what);
+  if (mask_kind == MASK_RANDOM && s->n_q > 2)
+    for (int t = 0; t < s->n_heads * s->hd; t++)
+      assert_true(out[(size_t)1 * s->n_heads * s->hd + t] == 0.0f);
+  free(q);
+  free(k);
+  free(v);
+  free(out);
+  free(ref);
+  free(mask);
+  vs_dev_destroy(dev);
+}
+
+static void test_mha(void **state) {
+  shape a = {1, 64, 4, 4, 16, 40, 33}; /* one decode query */
+  for (int m = 0; m < 3; m++) check(&a, m, 1);
+  shape b = {17, 4 * 16 + 3, 4, 4, 16, 40, 40}; /* padded q rows */
+  for (int m = 0; m < 3; m++) check(&b, m, 2);
+  shape c = {5, 2 * 64, 2, 2, 64, 264, 201};
+  for (int m = 0; m < 3; m++) check(&c, m, 3);
+}
+
+static void test_gqa(void **state) {
+  shape a = {6, 4 * 8, 4, 2, 8, 30, 25};
+  for (int m = 0; m < 3; m++) check(&a, m, 4);
+  shape b = {6, 4 * 8, 4, 1, 8, 30, 25};
+  for (int m = 0; m < 3; m++) check(&b, m, 5);
+  shape c = {9, 6 * 12 + 1, 6, 3, 12, 16, 16};
+  for (int m = 0; m < 3; m++) check(&c, m, 6);
+}
+
+/* more score rows than the default 16 MiB scratch holds: the query loop must tile */
+static void test_chunked(void **state) {
+  shape a = {1100, 8, 1, 1, 8, 4096, 4096};
+  check(&a, MASK_RANDOM, 7);
+}
+
+/* fully masked rows are zero even when the masked slots hold inf/NaN garbage */
+static void test_fully_masked(void **state) {
+  vspec_dev *dev = vt_dev(1);
+  float q[2 * 8], k[4 * 8], v[4 * 8], out[2 * 8];
+  for (int i = 0; i < 16; i++) q[i] = 1.0f;
+  for (int i = 0; i < 32; i++) {
+    k[i] = INFINITY;
+    v[i] = NAN;
+  }
+  uint8_t mask[2 * 4] = {0};
+  vs_dev_ops(dev)->attention(dev, q, 2, 8, 2, 1, 4, k, v, 4, 4, mask, out);
+  for (int i = 0; i < 16; i++) assert_true(out[i] == 0.0f);
+  /* n_kv = 0: nothing to attend */
+  for (int i = 0; i < 16; i++) out[i] = NAN;
+  vs_dev_ops(dev)->attention(dev, q, 2, 8, 2, 1, 4, k, v, 4, 0, NULL, out);
+  for (int i = 0; i < 16; i++) assert_true(out[i] == 0.0f);
+  vs_dev_destroy(dev);
+}
+
+/* a masked slot whose key is huge must not take part in the softmax's max shift */
+static void test_masked_huge_key(void **state) {
+  vspec_dev *dev = vt_dev(1);
+  float q[4] = {1, 1, 1, 1}, k[2 * 4] = {0.5f, 0, 0, 0, INFINITY, 1e30f, 1e30f, 1e30f};
+  float v[2 * 4] = {1, 2, 3, 4, 100, 100, 100, 100}, out[4];
+  uint8_t mask[2] = {1, 0};
+  vs_dev_ops(dev)->attention(dev, q, 1, 4, 1, 1, 4, k, v, 2, 2, mask, out);
+  for (int t = 0; t < 4; t++) assert_true(out[t] == v[t]);
+  vs_dev_destroy(dev);
+}
+
+/* LlamaGen's condition tokens have zero q and k (§1.6): scores are 0, so the output is the
+ * plain average of the visible values */
+static void test_zero_query_averages(void **state) {
+  vspec_dev *dev = vt_dev(1);
+  float q[4] = {0}, k[3 * 4] = {0}, v[3 * 4], out[4];
+  for (int i = 0; i < 12; i++) v[i] = (float)i;
+  uint8_t mask[3] = {1, 0, 1};
+  vs_dev_ops(dev)->attention(dev, q, 1, 4, 1, 1, 4, k, v, 3, 3, mask, out);
+  for (int t = 0; t < 4; t++) assert_true(fabsf(out[t] - (v[t] + v[8 + t]) / 2) < 1e-6f);
+  vs_dev_destroy(dev);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mha),          cmocka_unit_test(test_gqa),
+      cmocka_unit_test(test_chunked),      cmocka_unit_test(test_fully_masked),
+      cmocka_unit_test(test_masked_huge_key),
+      cmocka_unit_test(test_zero_query_averages),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

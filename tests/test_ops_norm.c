@@ -1,0 +1,118 @@
+/* tests/test_ops_norm.c - RMSNorm (models.md §1.4) and GroupNorm (models.md §2.2). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "tests/support/kernels_testutil.h"
+
+static void ref_rmsnorm(const float *x, const float *w, int rows, int dim, double eps,
+                        double *y) {
+  for (int r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int i = 0; i < dim; i++) ss += (double)x[r * dim + i] * x[r * dim + i];
+    double inv = 1.0 / sqrt(ss / dim + eps);
+    for (int i = 0; i < dim; i++) y[r * dim + i] = x[r * dim + i] * inv * w[i];
+  }
+}
+
+static void test_rmsnorm(void **state) {
+  vspec_dev *dev = vt_dev(1);
+  vspec_rng rng;
+  vs_rng_init(&rng, 21, 0);
+  const int dims[] = {1, 8, 64, 768, 1280};
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+    int rows = 5, dim = dims[d];
+    size_t n = (size_t)rows * dim;
+    float *x = vt_malloc(n * sizeof(float)), *y = vt_malloc(n * sizeof(float));
+    float *w = vt_malloc(dim * sizeof(float));
+    double *ref = vt_malloc(n * sizeof(double));
+    vt_fill(&rng, x, n, -3, 3);
+    vt_fill(&rng, w, dim, 0.5f, 1.5f);
+    for (int i = 0; i < dim; i++) x[i] *= 1e-3f; /* a row where eps matters */
+    ref_rmsnorm(x, w, rows, dim, 1e-5, ref);
+    vs_dev_ops(dev)->rmsnorm(dev, x, w, rows, dim, 1e-5f, y);
+    vt_assert_close(y, ref, n, 1e-5, 1e-6, "rmsnorm");
+    /* in place */
+    vs_dev_ops(dev)->rmsnorm(dev, x, w, rows, dim, 1e-5f, x);
+    assert_memory_equal(x, y, n * sizeof(float));
+    free(x);
+    free(y);
+    free(w);
+    free(ref);
+  }
+  /* a zero row stays zero (eps keeps the scale finite) */
+  float z[4] = {0, 0, 0, 0}, w1[4] = {1, 1, 1, 1};
+  vs_dev_ops(dev)->rmsnorm(dev, z, w1, 1, 4, 1e-5f, z);
+  for (int i = 0; i < 4; i++) assert_true(z[i] == 0.0f);
+  vs_dev_destroy(dev);
+}
+
+static void ref_groupnorm(const float *x, int channels, int hw, int groups, double eps,
+                          const float *gamma, const float *beta, double *y) {
+  int cpg = channels / groups;
+  for (int g = 0; g < groups; g++) {
+    double mean = 0, var = 0;
+    size_t cnt = (size_t)cpg * hw;
+    const float *xg = x + (size_t)g * cnt;
+    for (size_t i = 0; i < cnt; i++) mean += xg[i];
+    mean /= cnt;
+    for (size_t i = 0; i < cnt; i++) var += (xg[i] - mean) * (xg[i] - mean);
+    var /= cnt; /* biased */
+    for (int c = g * cpg; c < (g + 1) * cpg; c++)
+      for (int i = 0; i < hw; i++) {
+        double v = (x[(size_t)c * hw + i] - mean) / sqrt(var + eps);
+        y[(size_t)c * hw + i] = v * (gamma ? gamma[c] : 1.0) + (beta ? beta[c] : 0.0);
+      }
+  }
+}
+
+static void check_groupnorm(vspec_dev *dev, int channels, int hw, int groups, float offset,
+                            int affine, vspec_rng *rng) {
+  size_t n = (size_t)channels * hw;
+  float *x = vt_malloc(n * sizeof(float)), *y = vt_malloc(n * sizeof(float));
+  float *gamma = vt_malloc(channels * sizeof(float)), *beta = vt_malloc(channels * sizeof(float));
+  double *ref = vt_malloc(n * sizeof(double));
+  vt_fill(rng, x, n, -2, 2);
+  for (size_t i = 0; i < n; i++) x[i] += offset; /* a large mean tests the variance pass */
+  /* make group statistics differ per group */
+  for (int c = 0; c < channels; c++)
+    for (int i = 0; i < hw; i++) x[(size_t)c * hw + i] *= 1.0f + (float)(c / (channels / groups));
+  vt_fill(rng, gamma, channels, 0.5f, 2);
+  vt_fill(rng, beta, channels, -1, 1);
+  ref_groupnorm(x, channels, hw, groups, 1e-6, affine ? gamma : NULL, affine ? beta : NULL, ref);
+  vs_dev_ops(dev)->groupnorm(dev, x, channels, hw, groups, 1e-6f, affine ? gamma : NULL,
+                             affine ? beta : NULL, y);
+  vt_assert_close(y, ref, n, 1e-5, 1e-6, "groupnorm");
+  vs_dev_ops(dev)->groupnorm(dev, x, channels, hw, groups, 1e-6f, affine ? gamma : NULL,
+                             affine ? beta : NULL, x);
+  assert_memory_equal(x, y, n * sizeof(float));
+  free(x);
+  free(y);
+  free(gamma);
+  free(beta);
+  free(ref);
+}
+
+static void test_groupnorm(void **state) {
+  vspec_dev *dev = vt_dev(1);
+  vspec_rng rng;
+  vs_rng_init(&rng, 22, 0);
+  check_groupnorm(dev, 64, 16, 32, 0.0f, 1, &rng);
+  check_groupnorm(dev, 128, 64 * 64, 32, 0.0f, 1, &rng);
+  check_groupnorm(dev, 6, 7, 3, 0.0f, 0, &rng);
+  check_groupnorm(dev, 32, 100, 32, 0.0f, 1, &rng); /* one channel per group */
+  check_groupnorm(dev, 64, 1024, 32, 300.0f, 1, &rng);
+  vs_dev_destroy(dev);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rmsnorm),
+      cmocka_unit_test(test_groupnorm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
