@@ -21,17 +21,19 @@ PYTHON ?= /usr/bin/python3
 BLIS_INC := /usr/include/x86_64-linux-gnu/blis-pthread
 BLIS_LIB := /usr/lib/x86_64-linux-gnu/blis-pthread
 
-OPT ?= -O2
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter \
-               -Wshadow -Wstrict-prototypes -Wmissing-prototypes -fno-strict-aliasing
-CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
-LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -ldl -lpthread -lm
-
 ifeq ($(SAN),1)
 BUILD := build/asan
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 OPT := -O1
+else
+OPT ?= -O2
 endif
+
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter \
+               -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-format-truncation \
+               -fno-strict-aliasing
+CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
+LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -ldl -lpthread -lm
 
 CFLAGS := $(CFLAGS_BASE) $(SANFLAGS)
 LDFLAGS := $(SANFLAGS)
@@ -60,7 +62,8 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/obj/%.o)
 # test plugins: built by tests/plugins/plugins.mk
 include tests/plugins/plugins.mk
 
-HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/cpu/*.h tests/support/*.h)
+HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/cpu/*.h \
+                     bench/*.h tests/support/*.h)
 
 .PHONY: all test check bench demo deps clean train
 all: $(LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS)
@@ -75,14 +78,14 @@ $(LIB): $(LIB_OBJ)
 
 # Plugins compile against include/ only: they must not need the host's internals.
 define PLUGIN_FILE_RULE
-$(call plugin_so,$(1)): $(1) $(wildcard include/vspec/*.h) $(wildcard kernels/*.h)
+$(call plugin_so,$(1)): $(1) $(wildcard include/vspec/*.h kernels/common/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) -Iinclude -Ikernels $$(PLUGIN_CFLAGS) $$< -o $$@ $$(PLUGIN_LDFLAGS) -lm
 endef
 $(foreach f,$(PLUGIN_FILES),$(eval $(call PLUGIN_FILE_RULE,$(f))))
 
 define PLUGIN_DIR_RULE
-$(call plugin_so,$(1)): $(wildcard $(1)/*.c $(1)/*.h) $(wildcard include/vspec/*.h) $(wildcard kernels/*.h)
+$(call plugin_so,$(1)): $(wildcard $(1)/*.c $(1)/*.h) $(wildcard include/vspec/*.h kernels/common/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) -Iinclude -Ikernels $$(PLUGIN_CFLAGS) $(wildcard $(1)/*.c) -o $$@ $$(PLUGIN_LDFLAGS) -lm
 endef

@@ -697,15 +697,22 @@ int vs_st_find(const vspec_tensor_file *f, const char *name, vspec_tensor *out) 
   const vs_st_entry *e = vs_st_lookup(f, name);
   if (!e) return VSPEC_ENOENT;
   if (out) {
-    memset(out, 0, sizeof *out);
-    out->struct_size = (uint32_t)sizeof *out;
-    out->name = e->name;
-    out->dtype = e->dtype;
-    out->ndim = e->ndim;
-    memcpy(out->shape, e->shape, sizeof out->shape);
-    out->numel = e->numel;
-    out->data = f->data + e->begin;
-    out->nbytes = (size_t)(e->end - e->begin);
+    /* ABI rule for out-structs: the caller sets struct_size, the callee writes no more
+     * than that (a caller built against an older header has a smaller struct). */
+    vspec_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = e->name;
+    t.dtype = e->dtype;
+    t.ndim = e->ndim;
+    memcpy(t.shape, e->shape, sizeof t.shape);
+    t.numel = e->numel;
+    t.data = f->data + e->begin;
+    t.nbytes = (size_t)(e->end - e->begin);
+    size_t n = out->struct_size >= sizeof(uint32_t) && out->struct_size < sizeof t
+                   ? out->struct_size
+                   : sizeof t;
+    t.struct_size = (uint32_t)n;
+    memcpy(out, &t, n);
   }
   return 0;
 }

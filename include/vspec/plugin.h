@@ -17,7 +17,9 @@
  *    needs. The refusal message names both versions.
  *  - Every vtable, every struct crossing the boundary and the host table start with a
  *    uint32_t struct_size and only grow at the end. Check struct_size (or use
- *    VSPEC_HAS_FIELD) before touching a field added in a later minor version.
+ *    VSPEC_HAS_FIELD) before touching a field added in a later minor version. For a
+ *    struct the callee fills in (vspec_tensor, vspec_model_info, ...), the caller sets
+ *    struct_size to sizeof its own struct and the callee writes no more than that.
  *  - Whoever allocates frees. Errors are negative vspec_status codes plus a message the
  *    callee writes into a caller-provided buffer (err, errlen).
  *  - No protobuf-c types and no device handles owned by a plugin cross the boundary.
@@ -45,6 +47,9 @@ extern "C" {
 #ifndef VSPEC_ABI_MINOR
 #define VSPEC_ABI_MINOR 0
 #endif
+
+#define VSPEC_STR_(x) #x
+#define VSPEC_STR(x) VSPEC_STR_(x)
 
 /* True when a struct that starts with uint32_t struct_size includes `field`. */
 #define VSPEC_HAS_FIELD(ptr, type, field) \
@@ -178,6 +183,8 @@ typedef struct vspec_model_info {
   int32_t max_nodes;                /* largest node batch one forward accepts */
   const float *codebook; /* host [vocab, token_dim] raw codebook rows, or NULL */
   const char *arch;      /* e.g. "llamagen-c2i" */
+  int64_t params;        /* parameters of the sequence model */
+  int64_t stream_bytes;  /* weight bytes a one-token forward reads (the decode bound) */
 } vspec_model_info;
 
 typedef struct vspec_session_config {
@@ -189,17 +196,23 @@ typedef struct vspec_session_config {
   int32_t max_nodes;            /* largest forward batch the session will run */
 } vspec_session_config;
 
-/* A batch of tree nodes for one forward. Node i sits at sequence position
- * committed_length + depth(i), where depth is 0 for a node whose parent is -1 (the last
- * committed position). Node i attends to every committed position, to its ancestors in
- * the batch and to itself. Parents precede children: parents[i] < i. */
+/* A batch of tree nodes for one forward.
+ *
+ * The session keeps the *pending* nodes: every node forwarded since the last commit, in
+ * order. With append = 0 the pending nodes are dropped first and batch node i becomes
+ * pending node i; with append = 1 batch node i becomes pending node n_pending + i, so a
+ * drafter can grow a tree one level per forward. parents[i] is the index of a pending node
+ * (an earlier one, or one earlier in this batch) or -1 for the last committed position.
+ * A pending node sits at sequence position committed + depth, depth 0 for parent -1, and
+ * attends to every committed position, its pending ancestors and itself. */
 typedef struct vspec_forward_batch {
   uint32_t struct_size;
   int32_t n_nodes;
   const int32_t *tokens;  /* [n_nodes] token fed at each node */
-  const int32_t *parents; /* [n_nodes] parent index in this batch, or -1 */
+  const int32_t *parents; /* [n_nodes] pending-node index of the parent, or -1 */
   const float *features;  /* feature-conditioned drafters (EAGLE): [n_nodes, rows, in_dim]
                              host input features; NULL for plain language models */
+  int32_t append;         /* 0: replace the pending nodes; 1: add to them */
 } vspec_forward_batch;
 
 /* Outputs are caller-provided host buffers; either may be NULL when not needed. */
@@ -222,12 +235,14 @@ typedef struct vspec_backend_vtable {
   void (*session_close)(vspec_session *s);
   /* Runs the condition positions; out holds one node: the prediction of image token 0. */
   int (*prefill)(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen);
-  /* Runs a tree of nodes after the committed prefix (see vspec_forward_batch). The nodes'
-   * keys and values are kept until the next forward or commit. */
+  /* Runs a batch of tree nodes after the committed prefix (see vspec_forward_batch); out
+   * holds the batch's nodes only. The pending nodes' keys and values are kept until the next
+   * commit or non-appending forward. */
   int (*forward)(vspec_session *s, const vspec_forward_batch *batch, vspec_forward_out *out,
                  char *err, size_t errlen);
-  /* Appends nodes of the last forward to the committed prefix: path[0] has parent -1 and
-   * path[j] is the parent of path[j+1]. Their cache entries are compacted in place. */
+  /* Appends pending nodes to the committed prefix: path[0] has parent -1 and path[j] is the
+   * parent of path[j+1]. Their cache entries are compacted in place; every pending node is
+   * dropped. */
   int (*commit)(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen);
   /* Number of committed positions (condition positions included). */
   int32_t (*committed)(const vspec_session *s);

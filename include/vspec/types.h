@@ -49,7 +49,7 @@ typedef enum vspec_log_level {
 /* Counter-based RNG state (Philox4x32-10). A stream is identified by (seed, stream id);
  * draws are a pure function of (seed, stream, counter), so the same job seed gives the
  * same image whatever the thread count. Treat the fields as opaque; use the host's RNG
- * services or vspec/philox.h. */
+ * services (kernels/common/vs_philox.h implements them). */
 typedef struct vspec_rng {
   uint32_t key[2];     /* from the seed */
   uint32_t ctr[4];     /* ctr[0..1] draw counter, ctr[2..3] stream id */

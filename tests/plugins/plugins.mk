@@ -1,1 +1,20 @@
-TEST_PLUGINS :=
+# Test plugins for tests/test_registry.c, built into $(BUILD)/tests/plugins/.
+# They compile with -Iinclude only: a plugin must build against include/vspec/ alone.
+TEST_PLUGIN_DIR := $(BUILD)/tests/plugins
+TEST_PLUGINS := $(TEST_PLUGIN_DIR)/testrule_v1.so $(TEST_PLUGIN_DIR)/testrule_v2.so \
+                $(TEST_PLUGIN_DIR)/testrule_abi2.so $(TEST_PLUGIN_DIR)/nosym.so
+
+TEST_PLUGIN_CC = $(CC) -Iinclude $(PLUGIN_CFLAGS) $(1) $< -o $@ $(PLUGIN_LDFLAGS)
+
+$(TEST_PLUGIN_DIR)/testrule_v1.so: tests/plugins/testrule.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,-DTEST_VALUE=1)
+$(TEST_PLUGIN_DIR)/testrule_v2.so: tests/plugins/testrule.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,-DTEST_VALUE=2)
+$(TEST_PLUGIN_DIR)/testrule_abi2.so: tests/plugins/testrule.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,-DTEST_VALUE=1 -DVSPEC_ABI_MAJOR=2)
+$(TEST_PLUGIN_DIR)/nosym.so: tests/plugins/nosym.c
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,)

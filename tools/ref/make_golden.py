@@ -39,7 +39,7 @@ C2I_CFG = R.GPTConfig(dim=64, n_layer=2, n_head=4, vocab_size=64, block_size=16,
                       class_dropout_prob=0.1, cls_token_num=1, multiple_of=32, model_type="c2i")
 T2I_CFG = R.GPTConfig(dim=64, n_layer=2, n_head=4, vocab_size=64, block_size=16, caption_dim=16,
                       cls_token_num=120, multiple_of=32, model_type="t2i")
-HD100_CFG = R.GPTConfig(dim=400, n_layer=1, n_head=4, vocab_size=64, block_size=16,
+HD100_CFG = R.GPTConfig(dim=200, n_layer=1, n_head=2, vocab_size=64, block_size=16,
                         num_classes=10, cls_token_num=1, multiple_of=32, model_type="c2i")
 VQ_KW = dict(ch=32, ch_mult=[1, 2], z_channels=32, codebook_size=64, codebook_embed_dim=8,
              num_res_blocks=2)
@@ -108,10 +108,11 @@ def init_vq(model: R.VQModel, seed: int):
                 p.copy_(torch.randn(p.shape, generator=g) * gain / fan_in ** 0.5)
 
 
-def round_weights_(model):
+def round_weights_(model, dtype=None):
     """Round weights through the storage dtype so the in-memory seed searches see exactly the
     values the committed file will hold (no-op for f32)."""
-    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[WEIGHTS_DTYPE]
+    tdt = {"f32": torch.float32, "f16": torch.float16,
+           "bf16": torch.bfloat16}[dtype or WEIGHTS_DTYPE]
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
             if t.is_floating_point():
@@ -131,9 +132,9 @@ def save_checkpoint(model, path):
     torch.save({"model": model.state_dict(), "steps": 0}, path)
 
 
-def convert(pt, out, *flags):
+def convert(pt, out, *flags, dtype=None):
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    convert_llamagen.main([pt, out, "--verify", "--dtype", WEIGHTS_DTYPE, *flags])
+    convert_llamagen.main([pt, out, "--verify", "--dtype", dtype or WEIGHTS_DTYPE, *flags])
 
 
 def load_gpt(path):
@@ -403,7 +404,7 @@ def vq_goldens(tmp, codes, seed_base=2000):
     for seed in range(seed_base, seed_base + 200):
         m = R.VQModel(**VQ_KW)
         init_vq(m, seed)
-        round_weights_(m)
+        round_weights_(m, "bf16")
         md = R.VQModel(**VQ_KW)
         md.load_state_dict(m.state_dict())
         md = md.double().eval()
@@ -416,7 +417,8 @@ def vq_goldens(tmp, codes, seed_base=2000):
     pt = os.path.join(tmp, "micro_vq.pt")
     save_checkpoint(m, pt)
     path = os.path.join(GOLDEN, "micro_c2i", "vq.safetensors")
-    convert(pt, path, "--ch-mult", "[1,2]", "--image-size", str(GRID * 2))
+    # bf16 storage: the C loader's bf16 -> f32 path runs on real goldens.
+    convert(pt, path, "--ch-mult", "[1,2]", "--image-size", str(GRID * 2), dtype="bf16")
     model = load_vq(path)
     with torch.no_grad():
         img = model.decode_code(codes.view(1, -1), (GRID, GRID))[0]
@@ -472,11 +474,12 @@ def gpt_hd100_goldens(tmp, seed=4000):
     assert cfg.head_dim == 100 and cfg.head_dim // 4 == 25
     m = R.GPT(cfg)
     init_gpt(m, seed)
-    round_weights_(m)
+    round_weights_(m, "f16")
     pt = os.path.join(tmp, "micro_hd100_gpt.pt")
     save_checkpoint(m, pt)
     path = os.path.join(GOLDEN, "micro_hd100", "gpt.safetensors")
-    convert(pt, path, "--n-head", "4", "--grid", "4", "--multiple-of", "32")
+    # f16 storage: the C loader's f16 -> f32 path runs on real goldens.
+    convert(pt, path, "--n-head", "2", "--grid", "4", "--multiple-of", "32", dtype="f16")
     model, cfg2 = load_gpt(path)
     same_cfg(cfg, cfg2)
     g = torch.Generator().manual_seed(seed + 1)

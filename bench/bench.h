@@ -1,0 +1,34 @@
+/*
+ * bench/bench.h - vspec-bench: in-process generation, benchmarks and evaluation.
+ */
+#ifndef VS_BENCH_H
+#define VS_BENCH_H
+
+#include "core/engine.h"
+#include "core/host.h"
+#include "core/registry.h"
+#include "kernels/vs_kernels.h"
+
+/* What every subcommand needs: a device, the host services and the plugin registry. */
+typedef struct vs_bench_env {
+  vspec_dev *dev;
+  vspec_host host;
+  vs_registry *reg;
+  char plugin_dir[1024];
+} vs_bench_env;
+
+int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_dir, int threads,
+                      char *err, size_t errlen);
+void vs_bench_env_close(vs_bench_env *env);
+double vs_bench_now(void);
+
+/* Subcommands; argv[0] is the subcommand name. Return a process exit code. */
+int vs_bench_cmd_generate(int argc, char **argv);
+int vs_bench_cmd_costcurve(int argc, char **argv);
+int vs_bench_cmd_demo(int argc, char **argv);
+
+/* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`. */
+int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,
+                              int grid, int num_classes, uint64_t seed, char *err, size_t errlen);
+
+#endif /* VS_BENCH_H */

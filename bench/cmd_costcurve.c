@@ -1,0 +1,278 @@
+/*
+ * vspec-bench costcurve: how the cost of one target forward grows with the number of
+ * tree nodes it verifies, and how close batch-1 decoding gets to the memory-bandwidth
+ * bound. Tree sizes for speculative decoding follow from this curve (DESIGN.md,
+ * "Performance notes").
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "core/cli_args.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vspec-bench costcurve (--model DIR | --random gpt-b|micro) [options]\n"
+          "\n"
+          "  --model DIR        model directory whose target GPT is measured\n"
+          "  --random SHAPE     a random-weight GPT: gpt-b (12 layers, width 768, vocab 16384,\n"
+          "                     16x16 grid) or micro (2 layers, width 64, vocab 64, 4x4 grid)\n"
+          "  --label TEXT       name printed in the table\n"
+          "  --sizes LIST       node counts (default 1,2,4,8,16,32,64)\n"
+          "  --min-time S       seconds measured per point (default 0.5)\n"
+          "  --threads N        compute threads (default: all cores)\n"
+          "  --plugins DIR      plugin directory\n");
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* ---- memory bandwidth ------------------------------------------------------------ */
+
+typedef struct bw_arg {
+  const float *p;
+  size_t n;
+  float sum;
+} bw_arg;
+
+static void *bw_read(void *arg) {
+  bw_arg *a = arg;
+  float acc[16] = {0};
+  for (size_t i = 0; i + 16 <= a->n; i += 16)
+    for (int j = 0; j < 16; j++) acc[j] += a->p[i + j];
+  float s = 0;
+  for (int j = 0; j < 16; j++) s += acc[j];
+  a->sum = s;
+  return NULL;
+}
+
+/* Read bandwidth in bytes/s over a buffer far larger than the caches; best of 3. */
+static double measure_read_bandwidth(int threads) {
+  size_t n = (size_t)256 << 20; /* floats: 1 GiB */
+  float *buf = malloc(n * sizeof(float));
+  if (!buf) return 0;
+  for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
+  double best = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    pthread_t tid[64];
+    bw_arg args[64];
+    double t0 = vs_bench_now();
+    for (int t = 0; t < threads; t++) {
+      args[t] = (bw_arg){buf + n / threads * t, n / threads, 0};
+      pthread_create(&tid[t], NULL, bw_read, &args[t]);
+    }
+    float total = 0;
+    for (int t = 0; t < threads; t++) {
+      pthread_join(tid[t], NULL);
+      total += args[t].sum;
+    }
+    double dt = vs_bench_now() - t0;
+    double bw = (double)n * sizeof(float) / dt;
+    if (bw > best && total != -1.0f) best = bw;
+  }
+  free(buf);
+  return best;
+}
+
+/* ---- forward latency ------------------------------------------------------------- */
+
+/* Median latency of an n-node forward (binary tree) after a half-image prefix. */
+static int time_forward(vs_bench_env *env, const vs_backend_model *t, int rows, int n,
+                        double min_time, double *median_ms, char *err, size_t errlen) {
+  const int cap = 64;
+  vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 0, .rows = rows,
+                              .max_nodes = cap};
+  vspec_session *s;
+  int rc = t->vt->session_open(t->model, env->dev, &cfg, &s, err, errlen);
+  if (rc) return rc;
+  int V = t->info.vocab, N = t->info.grid_h * t->info.grid_w;
+  float *logits = malloc((size_t)cap * rows * V * sizeof(float));
+  int32_t tokens[64], parents[64], path[64];
+  vspec_forward_out out = {.struct_size = sizeof out, .logits = logits};
+  rc = t->vt->prefill(s, &out, err, errlen);
+  /* Commit half of the image as a chain so attention sees a realistic prefix. */
+  int prefix = N / 2, done = 0;
+  while (!rc && done < prefix) {
+    int m = prefix - done < cap ? prefix - done : cap;
+    for (int i = 0; i < m; i++) {
+      tokens[i] = (done + i) % V;
+      parents[i] = i - 1;
+      path[i] = i;
+    }
+    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = m, .tokens = tokens,
+                             .parents = parents};
+    rc = t->vt->forward(s, &b, &out, err, errlen);
+    if (!rc) rc = t->vt->commit(s, path, m, err, errlen);
+    done += m;
+  }
+  for (int i = 0; i < n; i++) {
+    tokens[i] = (7 * i) % V;
+    parents[i] = i == 0 ? -1 : (i - 1) / 2;
+  }
+  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = n, .tokens = tokens,
+                           .parents = parents};
+  double samples[256];
+  int k = 0;
+  if (!rc) rc = t->vt->forward(s, &b, &out, err, errlen); /* warm-up */
+  double start = vs_bench_now();
+  while (!rc && k < 256 && (k < 3 || vs_bench_now() - start < min_time)) {
+    double t0 = vs_bench_now();
+    rc = t->vt->forward(s, &b, &out, err, errlen);
+    samples[k++] = vs_bench_now() - t0;
+  }
+  if (!rc) {
+    qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
+    *median_ms = 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
+  }
+  free(logits);
+  t->vt->session_close(s);
+  return rc;
+}
+
+static int parse_sizes(const char *text, int *sizes, int max) {
+  int n = 0;
+  const char *p = text;
+  while (*p && n < max) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 64) return -1;
+    sizes[n++] = (int)v;
+    p = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return -1;
+  }
+  return n;
+}
+
+int vs_bench_cmd_costcurve(int argc, char **argv) {
+  const char *model_dir = NULL, *random = NULL, *label = NULL, *plugin_dir = NULL;
+  const char *sizes_text = "1,2,4,8,16,32,64";
+  double min_time = 0.5;
+  long threads = 0;
+  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_THREADS, O_PLUGINS };
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},      {"random", required_argument, 0, O_RANDOM},
+      {"label", required_argument, 0, O_LABEL},  {"sizes", required_argument, 0, O_SIZES},
+      {"min-time", required_argument, 0, O_MIN}, {"threads", required_argument, 0, O_THREADS},
+      {"plugins", required_argument, 0, O_PLUGINS}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+    int ok = 1;
+    switch (c) {
+      case 'm': model_dir = optarg; break;
+      case O_RANDOM: random = optarg; break;
+      case O_LABEL: label = optarg; break;
+      case O_SIZES: sizes_text = optarg; break;
+      case O_MIN: ok = vs_cli_double("--min-time", optarg, 0.01, 600, &min_time); break;
+      case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
+      case O_PLUGINS: plugin_dir = optarg; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (!ok) return 2;
+  }
+  if (!model_dir == !random) {
+    fprintf(stderr, "vspec-bench costcurve: give exactly one of --model and --random\n");
+    return 2;
+  }
+  int sizes[16];
+  int n_sizes = parse_sizes(sizes_text, sizes, 16);
+  if (n_sizes <= 0) {
+    fprintf(stderr, "vspec-bench costcurve: --sizes '%s' must be a list of 1..64\n", sizes_text);
+    return 2;
+  }
+  char err[VSPEC_ERRLEN];
+  vs_bench_env env;
+  if (vs_bench_env_open(&env, argv[0], plugin_dir, (int)threads, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+    return 1;
+  }
+  int status = 1;
+  vs_models *models = NULL;
+  vs_backend_model rnd = {0};
+  const vs_backend_model *t = NULL;
+  char tmp_path[256] = "";
+  if (random) {
+    int layers, dim, heads, vocab, grid;
+    if (strcmp(random, "gpt-b") == 0) {
+      layers = 12, dim = 768, heads = 12, vocab = 16384, grid = 16;
+    } else if (strcmp(random, "micro") == 0) {
+      layers = 2, dim = 64, heads = 4, vocab = 64, grid = 4;
+    } else {
+      fprintf(stderr, "vspec-bench costcurve: --random '%s': use gpt-b or micro\n", random);
+      status = 2;
+      goto done;
+    }
+    const char *td = getenv("TMPDIR");
+    snprintf(tmp_path, sizeof tmp_path, "%s/vspec-random-%s-%ld.safetensors",
+             td && *td ? td : "/tmp", random, (long)getpid());
+    fprintf(stderr, "writing a random-weight %s checkpoint to %s ...\n", random, tmp_path);
+    if (vs_bench_write_random_gpt(tmp_path, layers, dim, heads, vocab, grid, 1000, 1, err,
+                                  sizeof err) ||
+        vs_backend_model_load(env.reg, &env.host, env.dev, "llamagen", tmp_path, "max_nodes=64",
+                              &rnd, err, sizeof err)) {
+      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+      goto done;
+    }
+    t = &rnd;
+  } else {
+    if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_TARGET, &models, err,
+                       sizeof err)) {
+      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+      goto done;
+    }
+    t = &models->target;
+  }
+  int d = t->info.feature_dim, V = t->info.vocab;
+  printf("\ncost curve: %s (width %d, vocab %d, grid %dx%d)\n", label ? label : (random ? random : model_dir),
+         d, V, t->info.grid_h, t->info.grid_w);
+  printf("median forward latency over a half-image prefix; nodes form a binary tree\n\n");
+  printf("| nodes | 1 row: ms | ms/node | x 1 node | 2 rows (CFG): ms | ms/node | x 1 node |\n");
+  printf("|------:|----------:|--------:|---------:|-----------------:|--------:|---------:|\n");
+  double base[3] = {0, 0, 0};
+  for (int i = 0; i < n_sizes; i++) {
+    double ms[3];
+    for (int rows = 1; rows <= 2; rows++)
+      if (time_forward(&env, t, rows, sizes[i], min_time, &ms[rows], err, sizeof err)) {
+        fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+        goto done;
+      }
+    if (i == 0) base[1] = ms[1], base[2] = ms[2];
+    printf("| %5d | %9.3f | %7.3f | %8.2f | %16.3f | %7.3f | %8.2f |\n", sizes[i], ms[1],
+           ms[1] / sizes[i], ms[1] / base[1], ms[2], ms[2] / sizes[i], ms[2] / base[2]);
+    fflush(stdout);
+  }
+  /* Batch-1 decode reads every weight once per token except the embedding tables (one
+   * row each), so weight bytes / bandwidth bounds its speed from above. */
+  double one_ms[3];
+  for (int rows = 1; rows <= 2; rows++)
+    if (time_forward(&env, t, rows, 1, min_time, &one_ms[rows], err, sizeof err)) {
+      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+      goto done;
+    }
+  int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int bw_threads = threads > 0 ? (int)threads : ncpu;
+  double bw = measure_read_bandwidth(bw_threads);
+  printf("\nbatch-1 decode: %.1f tokens/s (1 row), %.1f tokens/s (2 rows, CFG)\n", 1e3 / one_ms[1],
+         1e3 / one_ms[2]);
+  printf("memory read bandwidth: %.2f GB/s (%d threads)\n", bw / 1e9, bw_threads);
+  double bytes = (double)t->info.stream_bytes;
+  printf("weights read per token: %.1f MB (%.2f M parameters in all)\n", bytes / 1e6,
+         (double)t->info.params / 1e6);
+  printf("bandwidth bound: %.1f tokens/s; measured 1-row decode reaches %.0f%% of it\n",
+         bw / bytes, 100.0 * (1e3 / one_ms[1]) / (bw / bytes));
+  status = 0;
+done:
+  vs_backend_model_unload(&rnd);
+  vs_models_close(models);
+  if (*tmp_path) unlink(tmp_path);
+  vs_bench_env_close(&env);
+  return status;
+}

@@ -1,0 +1,162 @@
+/*
+ * vspec-bench generate: one image, in-process, written as PNG.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "core/cli_args.h"
+#include "core/png_write.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vspec-bench generate [options]\n"
+          "\n"
+          "  --model DIR         model directory (default models/fmnist)\n"
+          "  --class C           class label (default 0)\n"
+          "  --seed S            job seed (default 0); the same seed gives the same bytes\n"
+          "  --method M          decoding method: ar (default ar)\n"
+          "  --out FILE          output PNG (default out.png)\n"
+          "  --temperature T     sampling temperature, 0 = greedy (default: the model's)\n"
+          "  --top-k K           top-k filter, 0 = off (default: the model's)\n"
+          "  --top-p P           top-p filter, 1 = off (default: the model's)\n"
+          "  --cfg S             classifier-free guidance scale, <= 1 = off (default: the model's)\n"
+          "  --cfg-interval I    guide only decode steps <= I, -1 = always (default: the model's)\n"
+          "  --upscale K         enlarge the PNG K times, nearest neighbour (default 1)\n"
+          "  --threads N         compute threads (default: all cores)\n"
+          "  --plugins DIR       plugin directory (default: plugins/ next to this program)\n"
+          "  --json              print the job's metrics as JSON on stdout\n");
+}
+
+int vs_bench_cmd_generate(int argc, char **argv) {
+  const char *model_dir = "models/fmnist", *method = "ar", *out_path = "out.png";
+  const char *plugin_dir = NULL;
+  long class_label = 0, threads = 0, upscale = 1;
+  unsigned long long seed = 0;
+  int json = 0;
+  /* NAN / INT_MIN mean "use the model's default". */
+  double temperature = NAN, top_p = NAN, cfg = NAN;
+  long top_k = -1, cfg_interval = -2;
+  enum { O_TEMP = 256, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_UP, O_THREADS, O_PLUGINS, O_JSON };
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},   {"class", required_argument, 0, 'c'},
+      {"seed", required_argument, 0, 's'},    {"method", required_argument, 0, 'M'},
+      {"out", required_argument, 0, 'o'},     {"temperature", required_argument, 0, O_TEMP},
+      {"top-k", required_argument, 0, O_TOPK}, {"top-p", required_argument, 0, O_TOPP},
+      {"cfg", required_argument, 0, O_CFG},   {"cfg-interval", required_argument, 0, O_CFGI},
+      {"upscale", required_argument, 0, O_UP}, {"threads", required_argument, 0, O_THREADS},
+      {"plugins", required_argument, 0, O_PLUGINS}, {"json", no_argument, 0, O_JSON},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "m:c:s:M:o:h", opts, NULL)) != -1) {
+    int ok = 1;
+    switch (c) {
+      case 'm': model_dir = optarg; break;
+      case 'c': ok = vs_cli_long("--class", optarg, 0, 1 << 30, &class_label); break;
+      case 's': ok = vs_cli_u64("--seed", optarg, &seed); break;
+      case 'M': method = optarg; break;
+      case 'o': out_path = optarg; break;
+      case O_TEMP: ok = vs_cli_double("--temperature", optarg, 0, 100, &temperature); break;
+      case O_TOPK: ok = vs_cli_long("--top-k", optarg, 0, 1 << 30, &top_k); break;
+      case O_TOPP: ok = vs_cli_double("--top-p", optarg, 1e-9, 1, &top_p); break;
+      case O_CFG: ok = vs_cli_double("--cfg", optarg, 0, 100, &cfg); break;
+      case O_CFGI: ok = vs_cli_long("--cfg-interval", optarg, -1, 1 << 30, &cfg_interval); break;
+      case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &upscale); break;
+      case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
+      case O_PLUGINS: plugin_dir = optarg; break;
+      case O_JSON: json = 1; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (!ok) return 2;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "vspec-bench generate: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+
+  char err[VSPEC_ERRLEN];
+  vs_bench_env env;
+  if (vs_bench_env_open(&env, argv[0], plugin_dir, (int)threads, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench generate: %s\n", err);
+    return 1;
+  }
+  int status = 1;
+  vs_models *models = NULL;
+  int32_t *tokens = NULL;
+  uint8_t *rgb = NULL, *big = NULL;
+  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_TARGET, &models, err,
+                     sizeof err)) {
+    fprintf(stderr, "vspec-bench generate: %s\n", err);
+    goto done;
+  }
+  const vs_backend_model *t = &models->target;
+  if (!t->info.image_h) {
+    fprintf(stderr, "vspec-bench generate: model '%s' has no image decoder (vq)\n", model_dir);
+    goto done;
+  }
+  vs_job job = {.method = method, .class_label = (int32_t)class_label, .seed = seed,
+                .sampling = models->defaults};
+  if (!isnan(temperature)) job.sampling.temperature = (float)temperature;
+  if (top_k >= 0) job.sampling.top_k = (int)top_k;
+  if (!isnan(top_p)) job.sampling.top_p = (float)top_p;
+  if (!isnan(cfg)) job.sampling.cfg_scale = (float)cfg;
+  if (cfg_interval >= -1) job.sampling.cfg_interval = (int)cfg_interval;
+
+  int n = t->info.grid_h * t->info.grid_w;
+  tokens = calloc((size_t)n, sizeof *tokens);
+  rgb = malloc((size_t)t->info.image_h * t->info.image_w * 3);
+  if (!tokens || !rgb) {
+    fprintf(stderr, "vspec-bench generate: out of memory\n");
+    goto done;
+  }
+  vs_metrics mt;
+  if (vs_generate(models, env.dev, &job, tokens, &mt, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench generate: %s\n", err);
+    goto done;
+  }
+  if (t->vt->decode(t->model, env.dev, tokens, rgb, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench generate: decode: %s\n", err);
+    goto done;
+  }
+  char desc[512];
+  vs_job_describe(&job, models->name, desc, sizeof desc);
+  vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench"}};
+  int w = t->info.image_w, h = t->info.image_h;
+  const uint8_t *pixels = rgb;
+  if (upscale > 1) {
+    if (vs_rgb_upscale(rgb, w, h, (int)upscale, &big)) {
+      fprintf(stderr, "vspec-bench generate: out of memory\n");
+      goto done;
+    }
+    pixels = big;
+    w *= (int)upscale;
+    h *= (int)upscale;
+  }
+  if (vs_png_write_file(out_path, pixels, w, h, text, 2, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench generate: %s\n", err);
+    goto done;
+  }
+  if (json) {
+    printf("{\"out\": \"%s\", \"tokens\": %lld, \"target_forwards\": %lld, \"tpf\": %.4f, "
+           "\"mal\": %.4f, \"wall_s\": %.6f}\n",
+           out_path, (long long)mt.tokens, (long long)mt.target_forwards, vs_metrics_tpf(&mt),
+           vs_metrics_mal(&mt), mt.wall_s);
+  } else {
+    fprintf(stderr, "wrote %s (%dx%d): %lld tokens, %lld target forwards, %.3f s [%s]\n",
+            out_path, w, h, (long long)mt.tokens, (long long)mt.target_forwards, mt.wall_s, desc);
+  }
+  status = 0;
+done:
+  free(tokens);
+  free(rgb);
+  free(big);
+  vs_models_close(models);
+  vs_bench_env_close(&env);
+  return status;
+}

@@ -1,0 +1,34 @@
+/*
+ * vspec-bench: generation, benchmarks and quality evaluation, all in-process.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/bench.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vspec-bench COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  generate    generate one image and write it as PNG\n"
+          "  costcurve   forward latency against batch size, decode throughput vs the\n"
+          "              memory-bandwidth bound\n"
+          "  demo        one image per class as a PNG grid\n"
+          "\n"
+          "Run 'vspec-bench COMMAND --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "generate") == 0) return vs_bench_cmd_generate(argc - 1, argv + 1);
+  if (strcmp(cmd, "costcurve") == 0) return vs_bench_cmd_costcurve(argc - 1, argv + 1);
+  if (strcmp(cmd, "demo") == 0) return vs_bench_cmd_demo(argc - 1, argv + 1);
+  fprintf(stderr, "vspec-bench: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,60 @@
+#include "core/host.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "kernels/common/vs_philox.h"
+#include "core/safetensors.h"
+
+static void vs__host_log(int level, const char *who, const char *fmt, ...) {
+  if (level > vs_log_get_level()) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  vs_log(level, who, "%s", line);
+}
+
+/* The RNG lives in static inline host/device functions (kernels/common/vs_philox.h);
+ * plugins reach it through these out-of-line copies. */
+static void vs__rng_init(vspec_rng *r, uint64_t seed, uint64_t stream) {
+  vs_rng_init(r, seed, stream);
+}
+static double vs__rng_uniform(vspec_rng *r) { return vs_rng_uniform(r); }
+static float vs__rng_normal(vspec_rng *r) { return (float)vs_rng_normal(r); }
+
+static void *vs__host_alloc(size_t n) { return malloc(n ? n : 1); }
+static void *vs__host_calloc(size_t n, size_t s) { return calloc(n ? n : 1, s ? s : 1); }
+static void *vs__host_realloc(void *p, size_t n) { return realloc(p, n ? n : 1); }
+static void vs__host_free(void *p) { free(p); }
+
+void vs_host_init(vspec_host *h, const vspec_ops *ops) {
+  *h = (vspec_host){
+      .struct_size = sizeof(vspec_host),
+      .abi_major = VSPEC_ABI_MAJOR,
+      .abi_minor = VSPEC_ABI_MINOR,
+      .log = vs__host_log,
+      .alloc = vs__host_alloc,
+      .calloc = vs__host_calloc,
+      .realloc = vs__host_realloc,
+      .free = vs__host_free,
+      .ops = ops,
+      .rng_init = vs__rng_init,
+      .rng_uniform = vs__rng_uniform,
+      .rng_normal = vs__rng_normal,
+      .param_double = vs_param_double,
+      .param_int = vs_param_int,
+      .param_choice = vs_param_choice,
+      .param_string = vs_param_string,
+      .param_check_known = vs_param_check_known,
+      .tensors_open = vs_st_open,
+      .tensors_close = vs_st_close,
+      .tensors_meta = vs_st_meta,
+      .tensors_find = vs_st_find,
+      .tensors_get_f32 = vs_st_get_f32,
+  };
+}

@@ -1,0 +1,58 @@
+/*
+ * core/models.h - a model directory: the target (GPT + decoder), optional drafters, and
+ * the sampling defaults that suit it.
+ *
+ * A model directory holds safetensors files and a manifest, vspec-model.json:
+ *   { "name": "fmnist",
+ *     "target": {"backend": "llamagen", "gpt": "target.safetensors", "vq": "vq.safetensors"},
+ *     "draft":  {"backend": "llamagen", "gpt": "draft.safetensors"},
+ *     "eagle":  {"backend": "eagle", "weights": "eagle.safetensors"},
+ *     "defaults": {"cfg_scale": 2.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+ *                  "cfg_interval": -1} }
+ * Without a manifest, gpt.safetensors (or target.safetensors) and vq.safetensors are
+ * used as the target with LlamaGen's sampling defaults.
+ */
+#ifndef VS_MODELS_H
+#define VS_MODELS_H
+
+#include "core/registry.h"
+
+typedef struct vs_sampling {
+  float temperature;  /* <= 0: greedy */
+  int top_k;          /* 0: off */
+  float top_p;        /* 1: off */
+  float cfg_scale;    /* <= 1: no CFG (one row) */
+  int cfg_interval;   /* -1: guide every step; else only decode steps <= cfg_interval */
+} vs_sampling;
+
+/* One loaded backend model and the plugin generation that serves it. */
+typedef struct vs_backend_model {
+  vs_plugin *plugin;
+  const vspec_backend_vtable *vt;
+  vspec_model *model;
+  vspec_model_info info;
+} vs_backend_model;
+
+typedef struct vs_models {
+  char dir[1024];
+  char name[64];
+  vs_backend_model target;
+  vs_backend_model draft; /* .model == NULL when absent */
+  vs_sampling defaults;
+} vs_models;
+
+/* Role selection for vs_models_open. */
+#define VS_ROLE_TARGET 0x1
+#define VS_ROLE_DRAFT 0x2
+
+int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, const char *dir,
+                   unsigned roles, vs_models **out, char *err, size_t errlen);
+void vs_models_close(vs_models *m);
+
+/* Loads one backend model through the registry (used by vs_models_open and tools). */
+int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *dev,
+                          const char *backend, const char *path, const char *params,
+                          vs_backend_model *out, char *err, size_t errlen);
+void vs_backend_model_unload(vs_backend_model *bm);
+
+#endif /* VS_MODELS_H */

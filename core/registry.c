@@ -1,0 +1,506 @@
+#include "core/registry.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+/* Minimum sizes this host needs: everything defined in ABI 1.0. */
+#define VS_DESC_MIN_SIZE (offsetof(vspec_plugin_desc, shutdown) + sizeof(void (*)(void)))
+
+struct vs_plugin {
+  atomic_int refs;
+  int kind;
+  unsigned generation;
+  char name[64];
+  char version[64];
+  char file[512]; /* the original file in plugin_dir, for messages */
+  void *handle;
+  const vspec_plugin_desc *desc;
+  const void *vtable;
+  struct vs_registry *reg; /* for the retired count; NULL after the registry closed */
+};
+
+typedef struct vs__entry {
+  int kind;
+  char name[64];
+  unsigned next_generation;
+  vs_plugin *current;
+  int retired_alive; /* generations of this entry no longer current but still referenced */
+} vs__entry;
+
+struct vs_registry {
+  pthread_mutex_t lock;
+  char dir[512];
+  char private_dir[256]; /* where generation copies are opened from */
+  const vspec_host *host;
+  vs__entry *entries;
+  int n_entries, cap_entries;
+  int refs; /* 1 for the registry itself + 1 per live generation: freed at 0 */
+};
+
+static const char *const vs__kind_names[] = {NULL, "backend", "accept", "sched"};
+
+const char *vs_plugin_kind_name(int kind) {
+  return (kind >= VSPEC_PLUGIN_BACKEND && kind <= VSPEC_PLUGIN_SCHED) ? vs__kind_names[kind]
+                                                                      : "unknown";
+}
+
+int vs_plugin_kind_parse(const char *name) {
+  for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_SCHED; k++)
+    if (name && strcmp(name, vs__kind_names[k]) == 0) return k;
+  return -1;
+}
+
+static int vs__name_ok(const char *name) {
+  if (!name || !*name || strlen(name) >= 64) return 0;
+  for (const char *c = name; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return 0;
+  return 1;
+}
+
+static size_t vs__vtable_min_size(int kind) {
+  switch (kind) {
+    case VSPEC_PLUGIN_BACKEND: return sizeof(vspec_backend_vtable);
+    case VSPEC_PLUGIN_ACCEPT: return sizeof(vspec_accept_vtable);
+    case VSPEC_PLUGIN_SCHED: return sizeof(vspec_sched_vtable);
+    default: return (size_t)-1;
+  }
+}
+
+int vs_plugin_check_desc(const vspec_plugin_desc *d, const char *file, int want_kind,
+                         const char *want_name, char *err, size_t errlen) {
+  if (!d) {
+    snprintf(err, errlen, "%s: %s() returned NULL", file, VSPEC_PLUGIN_ENTRY_SYMBOL);
+    return VSPEC_EABI;
+  }
+  /* The frozen head is safe to read from any plugin that claims to be a vspec plugin. */
+  if (d->abi_major != VSPEC_ABI_MAJOR || d->abi_minor > VSPEC_ABI_MINOR) {
+    snprintf(err, errlen,
+             "%s: plugin was built for vspec plugin ABI %u.%u, but this host implements ABI %d.%d "
+             "(the major version must match and the minor must not be newer); rebuild the "
+             "plugin against this host's include/vspec/",
+             file, d->abi_major, d->abi_minor, VSPEC_ABI_MAJOR, VSPEC_ABI_MINOR);
+    return VSPEC_EABI;
+  }
+  if (d->struct_size < VS_DESC_MIN_SIZE) {
+    snprintf(err, errlen,
+             "%s: plugin descriptor is %u bytes, ABI %d.%d needs at least %zu (plugin claims ABI "
+             "%u.%u)",
+             file, d->struct_size, VSPEC_ABI_MAJOR, VSPEC_ABI_MINOR, (size_t)VS_DESC_MIN_SIZE,
+             d->abi_major, d->abi_minor);
+    return VSPEC_EABI;
+  }
+  if (want_kind > 0 && (int)d->kind != want_kind) {
+    snprintf(err, errlen, "%s: plugin kind is '%s', expected '%s'", file,
+             vs_plugin_kind_name((int)d->kind), vs_plugin_kind_name(want_kind));
+    return VSPEC_EABI;
+  }
+  if (!vs__name_ok(d->name)) {
+    snprintf(err, errlen, "%s: plugin name is missing or not [a-z0-9_]{1,63}", file);
+    return VSPEC_EABI;
+  }
+  if (want_name && strcmp(d->name, want_name) != 0) {
+    snprintf(err, errlen, "%s: plugin calls itself '%s', expected '%s'", file, d->name, want_name);
+    return VSPEC_EABI;
+  }
+  if (!d->version || strlen(d->version) >= 64) {
+    snprintf(err, errlen, "%s: plugin '%s' has no version string", file, d->name);
+    return VSPEC_EABI;
+  }
+  if (!d->vtable) {
+    snprintf(err, errlen, "%s: plugin '%s' has no vtable", file, d->name);
+    return VSPEC_EABI;
+  }
+  uint32_t vsize = *(const uint32_t *)d->vtable;
+  size_t need = vs__vtable_min_size((int)d->kind);
+  if (vsize < need) {
+    snprintf(err, errlen,
+             "%s: plugin '%s' %s vtable is %u bytes, ABI %d.%d needs %zu (plugin claims ABI %u.%u)",
+             file, d->name, vs_plugin_kind_name((int)d->kind), vsize, VSPEC_ABI_MAJOR,
+             VSPEC_ABI_MINOR, need, d->abi_major, d->abi_minor);
+    return VSPEC_EABI;
+  }
+  return VSPEC_OK;
+}
+
+/* Copies src to dst (a fresh file); the copy is what gets dlopen'ed. */
+static int vs__copy_file(const char *src, const char *dst, char *err, size_t errlen) {
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    snprintf(err, errlen, "%s: cannot open plugin: %s", src, strerror(errno));
+    return errno == ENOENT ? VSPEC_ENOENT : VSPEC_EIO;
+  }
+  struct stat st;
+  if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "%s: not a regular file", src);
+    close(in);
+    return VSPEC_EIO;
+  }
+  int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+  if (out < 0) {
+    snprintf(err, errlen, "%s: cannot create generation copy: %s", dst, strerror(errno));
+    close(in);
+    return VSPEC_EIO;
+  }
+  char buf[1 << 16];
+  int rc = VSPEC_OK;
+  for (;;) {
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      rc = VSPEC_EIO;
+      break;
+    }
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(out, buf + off, (size_t)(n - off));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        rc = VSPEC_EIO;
+        break;
+      }
+      off += w;
+    }
+    if (rc) break;
+  }
+  if (rc) snprintf(err, errlen, "%s: copying to %s failed: %s", src, dst, strerror(errno));
+  close(in);
+  if (close(out) != 0 && !rc) {
+    snprintf(err, errlen, "%s: closing %s failed: %s", src, dst, strerror(errno));
+    rc = VSPEC_EIO;
+  }
+  return rc;
+}
+
+static void vs__registry_unref_locked(vs_registry *reg, int *free_it) {
+  *free_it = (--reg->refs == 0);
+}
+
+static void vs__registry_free(vs_registry *reg) {
+  rmdir(reg->private_dir);
+  pthread_mutex_destroy(&reg->lock);
+  free(reg->entries);
+  free(reg);
+}
+
+/* Opens one generation of `file` (a path inside plugin_dir). */
+static int vs__load_generation(vs_registry *reg, const char *file, int kind, const char *name,
+                               unsigned generation, vs_plugin **out, char *err, size_t errlen) {
+  char copy[sizeof reg->private_dir + 96];
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  snprintf(copy, sizeof copy, "%s/g%u-%.60s", reg->private_dir, generation, base);
+  unlink(copy); /* a leftover from a failed earlier attempt with the same number */
+  int rc = vs__copy_file(file, copy, err, errlen);
+  if (rc) return rc;
+
+  dlerror();
+  void *h = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
+  /* The mapping keeps the code alive; the name is not needed any more. */
+  unlink(copy);
+  if (!h) {
+    const char *why = dlerror();
+    snprintf(err, errlen, "%s: not a loadable shared object: %s", file, why ? why : "unknown error");
+    return VSPEC_EPLUGIN;
+  }
+  dlerror();
+  vspec_plugin_entry_fn entry;
+  *(void **)&entry = dlsym(h, VSPEC_PLUGIN_ENTRY_SYMBOL);
+  if (!entry) {
+    snprintf(err, errlen, "%s: no '%s' symbol: not a vspec plugin (build it with "
+             "VSPEC_PLUGIN_DEFINE from vspec/plugin.h)", file, VSPEC_PLUGIN_ENTRY_SYMBOL);
+    dlclose(h);
+    return VSPEC_EPLUGIN;
+  }
+  const vspec_plugin_desc *d = entry();
+  rc = vs_plugin_check_desc(d, file, kind, name, err, errlen);
+  if (rc) {
+    dlclose(h);
+    return rc;
+  }
+  if (d->init) {
+    char perr[VSPEC_ERRLEN] = "";
+    rc = d->init(reg->host, perr, sizeof perr);
+    if (rc) {
+      snprintf(err, errlen, "%s: plugin '%s' failed to initialise: %s", file, d->name,
+               *perr ? perr : "no message");
+      /* A failed init may have left state behind: only close what says it may unload. */
+      if ((d->flags & VSPEC_PLUGIN_MAY_UNLOAD) && !(d->flags & VSPEC_PLUGIN_HAS_DEVICE_CODE))
+        dlclose(h);
+      return VSPEC_EPLUGIN;
+    }
+  }
+  vs_plugin *p = calloc(1, sizeof *p);
+  if (!p) {
+    if (d->shutdown) d->shutdown();
+    dlclose(h);
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  atomic_init(&p->refs, 1);
+  p->kind = kind;
+  p->generation = generation;
+  /* Copies, so nothing points into a library that may be closed later. */
+  snprintf(p->name, sizeof p->name, "%s", d->name);
+  snprintf(p->version, sizeof p->version, "%s", d->version);
+  snprintf(p->file, sizeof p->file, "%s", file);
+  p->handle = h;
+  p->desc = d;
+  p->vtable = d->vtable;
+  p->reg = reg;
+  *out = p;
+  return VSPEC_OK;
+}
+
+int vs_registry_open(const char *plugin_dir, const vspec_host *host, vs_registry **out, char *err,
+                     size_t errlen) {
+  struct stat st;
+  if (!plugin_dir || stat(plugin_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "plugin directory '%s' does not exist or is not a directory",
+             plugin_dir ? plugin_dir : "(null)");
+    return VSPEC_ENOENT;
+  }
+  vs_registry *reg = calloc(1, sizeof *reg);
+  if (!reg) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  snprintf(reg->dir, sizeof reg->dir, "%s", plugin_dir);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(reg->private_dir, sizeof reg->private_dir, "%s/vspec-plugins-XXXXXX",
+           tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(reg->private_dir)) {
+    snprintf(err, errlen, "cannot create a private directory for plugin generations (%s): %s",
+             reg->private_dir, strerror(errno));
+    free(reg);
+    return VSPEC_EIO;
+  }
+  pthread_mutex_init(&reg->lock, NULL);
+  reg->host = host;
+  reg->refs = 1;
+  *out = reg;
+  return VSPEC_OK;
+}
+
+const char *vs_registry_dir(const vs_registry *reg) { return reg->dir; }
+
+static vs__entry *vs__find_entry(vs_registry *reg, int kind, const char *name) {
+  for (int i = 0; i < reg->n_entries; i++)
+    if (reg->entries[i].kind == kind && strcmp(reg->entries[i].name, name) == 0)
+      return &reg->entries[i];
+  return NULL;
+}
+
+static int vs__plugin_path(const vs_registry *reg, int kind, const char *name, char *path,
+                           size_t n, char *err, size_t errlen) {
+  if (kind < VSPEC_PLUGIN_BACKEND || kind > VSPEC_PLUGIN_SCHED) {
+    snprintf(err, errlen, "unknown plugin kind %d", kind);
+    return VSPEC_EINVAL;
+  }
+  if (!vs__name_ok(name)) {
+    snprintf(err, errlen, "plugin name '%.80s' is not valid: use [a-z0-9_], at most 63 characters",
+             name ? name : "(null)");
+    return VSPEC_EINVAL;
+  }
+  snprintf(path, n, "%s/%s_%s.so", reg->dir, vs_plugin_kind_name(kind), name);
+  return VSPEC_OK;
+}
+
+/* Loads (kind, name) as a new current generation. Caller holds reg->lock. */
+static int vs__load_locked(vs_registry *reg, int kind, const char *name, vs__entry **entry_out,
+                           char *err, size_t errlen) {
+  char path[1024];
+  int rc = vs__plugin_path(reg, kind, name, path, sizeof path, err, errlen);
+  if (rc) return rc;
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    snprintf(err, errlen, "%s plugin '%s' not found: no file %s", vs_plugin_kind_name(kind), name,
+             path);
+    return VSPEC_ENOENT;
+  }
+  vs__entry *e = vs__find_entry(reg, kind, name);
+  unsigned gen = e ? e->next_generation : 1;
+  vs_plugin *p;
+  rc = vs__load_generation(reg, path, kind, name, gen, &p, err, errlen);
+  if (rc) return rc;
+  if (!e) {
+    if (reg->n_entries == reg->cap_entries) {
+      int cap = reg->cap_entries ? 2 * reg->cap_entries : 8;
+      vs__entry *ne = realloc(reg->entries, (size_t)cap * sizeof *ne);
+      if (!ne) {
+        /* Undo the generation we just opened. */
+        if (p->desc->shutdown) p->desc->shutdown();
+        dlclose(p->handle);
+        free(p);
+        snprintf(err, errlen, "out of memory");
+        return VSPEC_ENOMEM;
+      }
+      reg->entries = ne;
+      reg->cap_entries = cap;
+    }
+    e = &reg->entries[reg->n_entries++];
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    snprintf(e->name, sizeof e->name, "%s", name);
+  }
+  e->next_generation = gen + 1;
+  reg->refs++; /* the generation points back at the registry */
+  vs_plugin *old = e->current;
+  e->current = p;
+  if (old) {
+    e->retired_alive++;
+    vs_log(VSPEC_LOG_INFO, "registry", "%s plugin '%s': generation %u replaces %u",
+           vs_plugin_kind_name(kind), name, gen, old->generation);
+  } else {
+    vs_log(VSPEC_LOG_INFO, "registry", "%s plugin '%s' %s loaded from %s (generation %u)",
+           vs_plugin_kind_name(kind), name, p->version, path, gen);
+  }
+  *entry_out = e;
+  /* Drop the registry's reference on the replaced generation outside the lock. */
+  if (old) {
+    pthread_mutex_unlock(&reg->lock);
+    vs_plugin_release(old);
+    pthread_mutex_lock(&reg->lock);
+    /* `e` may have moved if another thread grew the table meanwhile. */
+    *entry_out = vs__find_entry(reg, kind, name);
+  }
+  return VSPEC_OK;
+}
+
+int vs_registry_acquire(vs_registry *reg, int kind, const char *name, vs_plugin **out, char *err,
+                        size_t errlen) {
+  char path[1024];
+  int rc = vs__plugin_path(reg, kind, name, path, sizeof path, err, errlen);
+  if (rc) return rc;
+  pthread_mutex_lock(&reg->lock);
+  vs__entry *e = vs__find_entry(reg, kind, name);
+  if (!e) {
+    rc = vs__load_locked(reg, kind, name, &e, err, errlen);
+    if (rc) {
+      pthread_mutex_unlock(&reg->lock);
+      return rc;
+    }
+  }
+  vs_plugin *p = e->current;
+  atomic_fetch_add(&p->refs, 1);
+  pthread_mutex_unlock(&reg->lock);
+  *out = p;
+  return VSPEC_OK;
+}
+
+int vs_registry_reload(vs_registry *reg, int kind, const char *name, char *err, size_t errlen) {
+  pthread_mutex_lock(&reg->lock);
+  vs__entry *e;
+  int rc = vs__load_locked(reg, kind, name, &e, err, errlen);
+  pthread_mutex_unlock(&reg->lock);
+  return rc;
+}
+
+int vs_registry_scan(vs_registry *reg) {
+  DIR *d = opendir(reg->dir);
+  if (!d) return 1;
+  int failures = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    const char *n = de->d_name;
+    size_t len = strlen(n);
+    if (len < 4 || strcmp(n + len - 3, ".so") != 0) continue;
+    const char *us = strchr(n, '_');
+    if (!us) continue;
+    char kind_name[16], name[64];
+    size_t kl = (size_t)(us - n);
+    size_t nl = len - 3 - kl - 1;
+    if (kl >= sizeof kind_name || nl == 0 || nl >= sizeof name) continue;
+    memcpy(kind_name, n, kl);
+    kind_name[kl] = 0;
+    memcpy(name, us + 1, nl);
+    name[nl] = 0;
+    int kind = vs_plugin_kind_parse(kind_name);
+    if (kind < 0) continue;
+    char err[VSPEC_ERRLEN];
+    pthread_mutex_lock(&reg->lock);
+    vs__entry *e = vs__find_entry(reg, kind, name);
+    int rc = e ? 0 : vs__load_locked(reg, kind, name, &e, err, sizeof err);
+    pthread_mutex_unlock(&reg->lock);
+    if (rc) {
+      vs_log(VSPEC_LOG_WARN, "registry", "%s", err);
+      failures++;
+    }
+  }
+  closedir(d);
+  return failures;
+}
+
+int vs_registry_list(vs_registry *reg, vs_plugin_status *out, int max) {
+  pthread_mutex_lock(&reg->lock);
+  int n = reg->n_entries;
+  for (int i = 0; i < n && i < max; i++) {
+    vs__entry *e = &reg->entries[i];
+    vs_plugin_status *s = &out[i];
+    memset(s, 0, sizeof *s);
+    s->kind = e->kind;
+    snprintf(s->name, sizeof s->name, "%s", e->name);
+    snprintf(s->version, sizeof s->version, "%s", e->current ? e->current->version : "");
+    s->generation = e->current ? e->current->generation : 0;
+    s->users = e->current ? atomic_load(&e->current->refs) - 1 : 0;
+    s->retired_alive = e->retired_alive;
+  }
+  pthread_mutex_unlock(&reg->lock);
+  return n;
+}
+
+void vs_registry_close(vs_registry *reg) {
+  if (!reg) return;
+  pthread_mutex_lock(&reg->lock);
+  int n = reg->n_entries;
+  vs_plugin **cur = calloc((size_t)n + 1, sizeof *cur);
+  for (int i = 0; i < n; i++) {
+    if (cur) cur[i] = reg->entries[i].current;
+    reg->entries[i].current = NULL;
+  }
+  int free_it;
+  vs__registry_unref_locked(reg, &free_it);
+  pthread_mutex_unlock(&reg->lock);
+  /* Each release may free the registry when it drops the last generation. */
+  for (int i = 0; cur && i < n; i++)
+    if (cur[i]) vs_plugin_release(cur[i]);
+  free(cur);
+  if (free_it) vs__registry_free(reg);
+}
+
+void vs_plugin_retain(vs_plugin *p) { atomic_fetch_add(&p->refs, 1); }
+
+void vs_plugin_release(vs_plugin *p) {
+  if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+  vs_registry *reg = p->reg;
+  const vspec_plugin_desc *d = p->desc;
+  vs_log(VSPEC_LOG_INFO, "registry", "%s plugin '%s' generation %u released",
+         vs_plugin_kind_name(p->kind), p->name, p->generation);
+  if (d->shutdown) d->shutdown();
+  if ((d->flags & VSPEC_PLUGIN_MAY_UNLOAD) && !(d->flags & VSPEC_PLUGIN_HAS_DEVICE_CODE))
+    dlclose(p->handle);
+  int free_it = 0;
+  pthread_mutex_lock(&reg->lock);
+  vs__entry *e = vs__find_entry(reg, p->kind, p->name);
+  if (e && e->current != p && e->retired_alive > 0) e->retired_alive--;
+  vs__registry_unref_locked(reg, &free_it);
+  pthread_mutex_unlock(&reg->lock);
+  free(p);
+  if (free_it) vs__registry_free(reg);
+}
+
+const vspec_plugin_desc *vs_plugin_desc(const vs_plugin *p) { return p->desc; }
+const void *vs_plugin_vtable(const vs_plugin *p) { return p->vtable; }
+const char *vs_plugin_name(const vs_plugin *p) { return p->name; }
+const char *vs_plugin_version(const vs_plugin *p) { return p->version; }
+unsigned vs_plugin_generation(const vs_plugin *p) { return p->generation; }

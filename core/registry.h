@@ -1,0 +1,68 @@
+/*
+ * core/registry.h - the plugin registry: loading, ABI checks, generations, hot reload.
+ *
+ * Plugins live in one configured directory as <kind>_<name>.so (kind = backend, accept,
+ * sched). Each load is a *generation*: the file is first copied to a private directory
+ * under a unique name (so a rebuilt .so never replaces code that is running, and dlopen
+ * cannot hand back a stale mapping), opened with RTLD_NOW | RTLD_LOCAL, checked against
+ * the host ABI and initialised. Users hold generations by reference count; a reload makes
+ * a new generation current, and the old one is shut down and closed when its last user
+ * releases it. Plugins flagged HAS_DEVICE_CODE, or not flagged MAY_UNLOAD, are never
+ * dlclose'd (see DESIGN.md, "Hot swap").
+ */
+#ifndef VS_REGISTRY_H
+#define VS_REGISTRY_H
+
+#include "vspec/plugin.h"
+
+typedef struct vs_registry vs_registry;
+typedef struct vs_plugin vs_plugin; /* one generation of one plugin */
+
+/* `host` must outlive the registry and every generation it hands out. */
+int vs_registry_open(const char *plugin_dir, const vspec_host *host, vs_registry **out, char *err,
+                     size_t errlen);
+/* Drops the registry's own references. Generations still held by users stay valid until
+ * their last release. */
+void vs_registry_close(vs_registry *reg);
+const char *vs_registry_dir(const vs_registry *reg);
+
+/* Current generation of plugin (kind, name), loading it on first use. The caller owns one
+ * reference and must vs_plugin_release it. */
+int vs_registry_acquire(vs_registry *reg, int kind, const char *name, vs_plugin **out, char *err,
+                        size_t errlen);
+/* Loads a new generation from the plugin directory and makes it current. Users of the
+ * old generation are unaffected. On failure the current generation stays. */
+int vs_registry_reload(vs_registry *reg, int kind, const char *name, char *err, size_t errlen);
+/* Loads every <kind>_<name>.so of the directory that is not loaded yet; returns the number
+ * of failures (each logged). */
+int vs_registry_scan(vs_registry *reg);
+
+typedef struct vs_plugin_status {
+  int kind;
+  char name[64];
+  char version[64];
+  unsigned generation; /* current generation number, 1-based */
+  int users;           /* references held on the current generation, the registry's own excluded */
+  int retired_alive;   /* older generations still held by users */
+} vs_plugin_status;
+/* Fills up to `max` entries; returns the number of loaded plugins. */
+int vs_registry_list(vs_registry *reg, vs_plugin_status *out, int max);
+
+void vs_plugin_retain(vs_plugin *p);
+void vs_plugin_release(vs_plugin *p);
+const vspec_plugin_desc *vs_plugin_desc(const vs_plugin *p);
+const void *vs_plugin_vtable(const vs_plugin *p);
+const char *vs_plugin_name(const vs_plugin *p);
+const char *vs_plugin_version(const vs_plugin *p);
+unsigned vs_plugin_generation(const vs_plugin *p);
+
+/* Kind names as used in file names and messages: "backend", "accept", "sched". */
+const char *vs_plugin_kind_name(int kind);
+int vs_plugin_kind_parse(const char *name); /* -1 if unknown */
+
+/* ABI check of a descriptor, exposed for tests: 0 or VSPEC_EABI with a message naming
+ * the plugin's and the host's versions. */
+int vs_plugin_check_desc(const vspec_plugin_desc *desc, const char *file, int want_kind,
+                         const char *want_name, char *err, size_t errlen);
+
+#endif /* VS_REGISTRY_H */

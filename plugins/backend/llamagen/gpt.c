@@ -1,0 +1,568 @@
+/*
+ * The LlamaGen GPT: weights, sessions with a KV cache, tree forward and commit.
+ *
+ * Semantics follow models.md §1 (LlamaGen autoregressive/models/gpt.py):
+ *  - pre-norm blocks, RMSNorm eps from the checkpoint (1e-5), fused bias-free wqkv,
+ *    SwiGLU FFN (§1.4);
+ *  - 2-D RoPE on interleaved pairs, rows then columns, zero rotation (not identity) for
+ *    the condition positions, so their q and k vanish in every layer (§1.6);
+ *  - class embedding with the null class row num_classes for the unconditional CFG row,
+ *    or the t2i caption MLP with tanh-GELU and the learned uncond_embedding (§1.3);
+ *  - t2i emb mask: caption columns masked for every query, diagonal forced on (§1.7).
+ *
+ * Work buffers hold rows * nodes vectors ordered (row, node): each CFG row's nodes are
+ * contiguous, so one attention call per row covers all of its queries.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llamagen.h"
+
+#define LG_ERR(...) (snprintf(err, errlen, __VA_ARGS__), 0)
+
+static int lg__get(vspec_model *m, vspec_tensor_file *f, const char *name, int ndim,
+                   const int64_t *shape, const float **out, char *err, size_t errlen) {
+  return m->host->tensors_get_f32(f, m->load_dev, name, ndim, shape, out, err, errlen);
+}
+
+static int lg__dims(vspec_model *m, vspec_tensor_file *f, const char *name, vspec_tensor *t) {
+  memset(t, 0, sizeof *t);
+  t->struct_size = sizeof *t;
+  return m->host->tensors_find(f, name, t);
+}
+
+int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  lg_gpt *g = &m->gpt;
+  vspec_tensor t;
+  int rc;
+  memset(g, 0, sizeof *g);
+
+  /* Shapes the original code hard-codes or derives are read from the weights. */
+  if ((rc = lg__dims(m, f, "tok_embeddings.weight", &t)) || t.ndim != 2) {
+    snprintf(err, errlen, "%s: GPT tensor 'tok_embeddings.weight' %s",
+             "gpt", rc ? "not found" : "must be 2-D [vocab, dim]");
+    return rc ? rc : VSPEC_ESHAPE;
+  }
+  g->vocab = (int)t.shape[0];
+  g->dim = (int)t.shape[1];
+  for (g->n_layer = 0; g->n_layer < LG_MAX_LAYERS; g->n_layer++) {
+    char key[96];
+    snprintf(key, sizeof key, "layers.%d.attention.wqkv.weight", g->n_layer);
+    if (lg__dims(m, f, key, &t)) break;
+  }
+  if (g->n_layer == 0) {
+    snprintf(err, errlen, "GPT weights have no 'layers.0.attention.wqkv.weight'");
+    return VSPEC_ENOENT;
+  }
+
+  long v;
+  double dv;
+  if ((rc = lg_meta_int(m, f, "n_head", -1, &v, err, errlen))) return rc;
+  if (v <= 0) {
+    snprintf(err, errlen, "GPT metadata 'n_head' is missing: it cannot be derived from the "
+             "weights (convert with tools/convert_llamagen.py --preset or --n-head)");
+    return VSPEC_EINVAL;
+  }
+  g->n_head = (int)v;
+  if ((rc = lg_meta_int(m, f, "n_kv_head", g->n_head, &v, err, errlen))) return rc;
+  g->n_kv_head = (int)v;
+  if (g->dim % g->n_head || (g->dim / g->n_head) % 4 || g->n_kv_head <= 0 ||
+      g->n_head % g->n_kv_head) {
+    snprintf(err, errlen, "GPT shape: dim %d, n_head %d, n_kv_head %d: head_dim must be an "
+             "integer divisible by 4 (2-D RoPE) and n_head a multiple of n_kv_head",
+             g->dim, g->n_head, g->n_kv_head);
+    return VSPEC_EINVAL;
+  }
+  g->head_dim = g->dim / g->n_head;
+
+  const char *mt = H->tensors_meta(f, "model_type");
+  int has_caption = lg__dims(m, f, "cls_embedding.cap_proj.fc1.weight", &t) == 0;
+  if (mt && strcmp(mt, "t2i") != 0 && strcmp(mt, "c2i") != 0) {
+    snprintf(err, errlen, "GPT metadata 'model_type' = '%s': expected c2i or t2i", mt);
+    return VSPEC_EINVAL;
+  }
+  g->t2i = mt ? strcmp(mt, "t2i") == 0 : has_caption;
+
+  if ((rc = lg_meta_int(m, f, "block_size", -1, &v, err, errlen))) return rc;
+  if (v <= 0) {
+    snprintf(err, errlen, "GPT metadata 'block_size' (image tokens, G*G) is missing: it is not "
+             "recoverable from the weights (models.md §1.1)");
+    return VSPEC_EINVAL;
+  }
+  g->n_image = (int)v;
+  g->grid = (int)lround(sqrt((double)v));
+  if (g->grid * g->grid != g->n_image) {
+    snprintf(err, errlen, "GPT metadata 'block_size' = %d is not a square grid", g->n_image);
+    return VSPEC_EINVAL;
+  }
+  if ((rc = lg_meta_int(m, f, "cls_token_num", g->t2i ? 120 : 1, &v, err, errlen))) return rc;
+  g->n_cond = (int)v;
+  if ((rc = lg_meta_double(m, f, "rope_base", 10000.0, &dv, err, errlen))) return rc;
+  g->rope_base = (float)dv;
+  if ((rc = lg_meta_double(m, f, "norm_eps", 1e-5, &dv, err, errlen))) return rc;
+  g->norm_eps = (float)dv;
+
+  int d = g->dim, hd = g->head_dim;
+  int qkv_rows = (g->n_head + 2 * g->n_kv_head) * hd;
+  if ((rc = lg__dims(m, f, "layers.0.feed_forward.w1.weight", &t))) {
+    snprintf(err, errlen, "GPT tensor 'layers.0.feed_forward.w1.weight' not found");
+    return rc;
+  }
+  g->ffn_hidden = (int)t.shape[0];
+
+  for (int l = 0; l < g->n_layer; l++) {
+    lg_layer *L = &g->layers[l];
+    char key[128];
+#define LG_W(field, name, ...)                                                  \
+  do {                                                                          \
+    int64_t shp[] = {__VA_ARGS__};                                              \
+    snprintf(key, sizeof key, "layers.%d.%s", l, name);                         \
+    if ((rc = lg__get(m, f, key, (int)(sizeof shp / sizeof shp[0]), shp, &L->field, err, errlen))) \
+      return rc;                                                                \
+  } while (0)
+    LG_W(attention_norm, "attention_norm.weight", d);
+    LG_W(wqkv, "attention.wqkv.weight", qkv_rows, d);
+    LG_W(wo, "attention.wo.weight", d, g->n_head * hd);
+    LG_W(ffn_norm, "ffn_norm.weight", d);
+    LG_W(w1, "feed_forward.w1.weight", g->ffn_hidden, d);
+    LG_W(w3, "feed_forward.w3.weight", g->ffn_hidden, d);
+    LG_W(w2, "feed_forward.w2.weight", d, g->ffn_hidden);
+#undef LG_W
+  }
+  {
+    int64_t s_emb[] = {g->vocab, d}, s_norm[] = {d};
+    if ((rc = lg__get(m, f, "tok_embeddings.weight", 2, s_emb, &g->tok_embeddings, err, errlen)))
+      return rc;
+    if ((rc = lg__get(m, f, "norm.weight", 1, s_norm, &g->norm, err, errlen))) return rc;
+    if ((rc = lg__get(m, f, "output.weight", 2, s_emb, &g->output, err, errlen))) return rc;
+  }
+
+  if (!g->t2i) {
+    if ((rc = lg__dims(m, f, "cls_embedding.embedding_table.weight", &t)) || t.ndim != 2 ||
+        t.shape[1] != d) {
+      snprintf(err, errlen, "c2i GPT needs 'cls_embedding.embedding_table.weight' [classes, %d]",
+               d);
+      return rc ? rc : VSPEC_ESHAPE;
+    }
+    int table_rows = (int)t.shape[0];
+    /* The table has num_classes + (class_dropout_prob > 0) rows; the extra row is the
+     * null class used for the unconditional CFG row (models.md §1.3). */
+    if ((rc = lg_meta_int(m, f, "num_classes", table_rows - 1, &v, err, errlen))) return rc;
+    if (v != table_rows && v != table_rows - 1) {
+      snprintf(err, errlen, "c2i GPT: metadata num_classes = %ld but the class table has %d rows",
+               v, table_rows);
+      return VSPEC_ESHAPE;
+    }
+    g->num_classes = (int)v;
+    g->has_null_class = table_rows == g->num_classes + 1;
+    int64_t shp[] = {table_rows, d};
+    if ((rc = lg__get(m, f, "cls_embedding.embedding_table.weight", 2, shp, &g->class_table, err,
+                      errlen)))
+      return rc;
+    if (g->n_cond != 1) {
+      snprintf(err, errlen, "c2i GPT: cls_token_num = %d, LlamaGen c2i uses exactly 1", g->n_cond);
+      return VSPEC_EINVAL;
+    }
+  } else {
+    if ((rc = lg__dims(m, f, "cls_embedding.uncond_embedding", &t)) || t.ndim != 2) {
+      snprintf(err, errlen, "t2i GPT needs 'cls_embedding.uncond_embedding' [120, caption_dim]");
+      return rc ? rc : VSPEC_ESHAPE;
+    }
+    g->caption_len = (int)t.shape[0];
+    g->caption_dim = (int)t.shape[1];
+    if (g->caption_len != g->n_cond) {
+      snprintf(err, errlen, "t2i GPT: cls_token_num = %d but uncond_embedding has %d slots; "
+               "LlamaGen t2i needs them equal (models.md §1.8)", g->n_cond, g->caption_len);
+      return VSPEC_EINVAL;
+    }
+    int64_t s1[] = {d, g->caption_dim}, s2[] = {d, d}, s3[] = {g->caption_len, g->caption_dim};
+    if ((rc = lg__get(m, f, "cls_embedding.cap_proj.fc1.weight", 2, s1, &g->cap_fc1, err, errlen)))
+      return rc;
+    if ((rc = lg__get(m, f, "cls_embedding.cap_proj.fc2.weight", 2, s2, &g->cap_fc2, err, errlen)))
+      return rc;
+    if ((rc = lg__get(m, f, "cls_embedding.uncond_embedding", 2, s3, &g->uncond_caption, err,
+                      errlen)))
+      return rc;
+  }
+
+  /* RoPE table for every position a forward may use: condition + image positions. */
+  const vspec_ops *ops = H->ops;
+  size_t rows = (size_t)(g->n_cond + g->n_image);
+  size_t bytes = rows * (size_t)hd * sizeof(float);
+  float *host_table = H->alloc(bytes);
+  g->rope_table = ops->alloc(m->load_dev, bytes);
+  if (!host_table || !g->rope_table) {
+    H->free(host_table);
+    snprintf(err, errlen, "out of memory for the RoPE table");
+    return VSPEC_ENOMEM;
+  }
+  ops->rope2d_table(g->n_cond, g->grid, hd, g->rope_base, host_table);
+  ops->upload(m->load_dev, g->rope_table, host_table, bytes);
+  H->free(host_table);
+  return VSPEC_OK;
+}
+
+void lg_gpt_unload(vspec_model *m) {
+  if (m->gpt.rope_table) m->host->ops->free(m->load_dev, m->gpt.rope_table);
+  m->gpt.rope_table = NULL;
+}
+
+/* ---- sessions ---------------------------------------------------------------------- */
+
+static size_t lg__layer_cache_elems(const vspec_session *s) {
+  const lg_gpt *g = &s->m->gpt;
+  return (size_t)s->rows * g->n_kv_head * s->slots * g->head_dim;
+}
+
+/* Cache of (layer, row, kv head): [slots, head_dim]. */
+static float *lg__kv(const vspec_session *s, float *base, int layer, int row, int kvh) {
+  const lg_gpt *g = &s->m->gpt;
+  return base + (size_t)layer * lg__layer_cache_elems(s) +
+         ((size_t)row * g->n_kv_head + kvh) * s->slots * g->head_dim;
+}
+
+void lg_session_close(vspec_session *s) {
+  if (!s) return;
+  const vspec_ops *ops = s->ops;
+  vspec_dev *dev = s->dev;
+  float *bufs[] = {s->cond_embed, s->k_cache, s->v_cache, s->x,      s->h,
+                   s->qkv,        s->att,     s->ff1,     s->ff3,    s->logits};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) ops->free(dev, bufs[i]);
+  s->host->free(s->cond_valid);
+  s->host->free(s->mask);
+  s->host->free(s->pos);
+  s->host->free(s->pending_parents);
+  s->host->free(s->depth);
+  s->host->free(s);
+}
+
+/* Caption projection (CaptionEmbedder): fc1 -> tanh-GELU -> fc2, models.md §1.3. */
+static void lg__caption_embed(vspec_session *s, const float *caption_dev, float *out) {
+  const lg_gpt *g = &s->m->gpt;
+  const vspec_ops *ops = s->ops;
+  ops->linear(s->dev, caption_dev, g->caption_len, g->caption_dim, g->cap_fc1, g->dim, NULL, s->h);
+  ops->gelu_tanh(s->dev, s->h, (size_t)g->caption_len * g->dim);
+  ops->linear(s->dev, s->h, g->caption_len, g->dim, g->cap_fc2, g->dim, NULL, out);
+}
+
+int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
+                    vspec_session **out, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  const lg_gpt *g = &m->gpt;
+  if (!m->has_gpt) {
+    snprintf(err, errlen, "this llamagen model has no GPT loaded (decoder only)");
+    return VSPEC_ENOTSUP;
+  }
+  if (cfg->rows != 1 && cfg->rows != 2) {
+    snprintf(err, errlen, "session rows = %d: use 1 (conditional) or 2 (CFG: cond + uncond)",
+             cfg->rows);
+    return VSPEC_EINVAL;
+  }
+  if (!g->t2i) {
+    if (cfg->class_label < 0 || cfg->class_label >= g->num_classes) {
+      snprintf(err, errlen, "class label %d is out of range: this model has classes 0..%d",
+               cfg->class_label, g->num_classes - 1);
+      return VSPEC_ERANGE;
+    }
+    if (cfg->rows == 2 && !g->has_null_class) {
+      snprintf(err, errlen, "CFG needs the null class row, but this model's class table has none "
+               "(trained without class dropout)");
+      return VSPEC_ENOTSUP;
+    }
+  } else if (!cfg->caption) {
+    snprintf(err, errlen, "text-conditional model: the job must supply caption embeddings "
+             "[%d, %d]", g->caption_len, g->caption_dim);
+    return VSPEC_EINVAL;
+  }
+  int max_nodes = cfg->max_nodes > 0 ? cfg->max_nodes : 1;
+  if (max_nodes > m->max_nodes) {
+    snprintf(err, errlen, "session max_nodes %d exceeds the backend limit %d", max_nodes,
+             m->max_nodes);
+    return VSPEC_ERANGE;
+  }
+
+  vspec_session *s = H->calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  s->m = m;
+  s->host = H;
+  s->ops = H->ops;
+  s->dev = dev;
+  s->rows = cfg->rows;
+  s->class_label = cfg->class_label;
+  /* The prefill runs n_cond positions through the same buffers as a forward. */
+  s->max_nodes = max_nodes > g->n_cond ? max_nodes : g->n_cond;
+  /* Committed positions never exceed T + N; tree nodes sit after them. */
+  s->slots = (g->n_cond + g->n_image + max_nodes + 7) / 8 * 8;
+
+  const vspec_ops *ops = s->ops;
+  size_t M = (size_t)s->rows * s->max_nodes;
+  size_t qkv_w = (size_t)(g->n_head + 2 * g->n_kv_head) * g->head_dim;
+  size_t cache = (size_t)g->n_layer * lg__layer_cache_elems(s) * sizeof(float);
+  size_t h_rows = M > (size_t)g->caption_len ? M : (size_t)g->caption_len;
+  s->cond_embed = ops->alloc(dev, (size_t)s->rows * g->n_cond * g->dim * sizeof(float));
+  s->k_cache = ops->alloc(dev, cache);
+  s->v_cache = ops->alloc(dev, cache);
+  s->x = ops->alloc(dev, M * g->dim * sizeof(float));
+  s->h = ops->alloc(dev, h_rows * g->dim * sizeof(float));
+  s->qkv = ops->alloc(dev, M * qkv_w * sizeof(float));
+  s->att = ops->alloc(dev, M * g->n_head * g->head_dim * sizeof(float));
+  s->ff1 = ops->alloc(dev, M * g->ffn_hidden * sizeof(float));
+  s->ff3 = ops->alloc(dev, M * g->ffn_hidden * sizeof(float));
+  s->logits = ops->alloc(dev, M * g->vocab * sizeof(float));
+  s->cond_valid = H->calloc((size_t)g->n_cond, 1);
+  s->mask = H->calloc((size_t)s->max_nodes * s->slots, 1);
+  s->pos = H->calloc(M, sizeof(int32_t));
+  s->pending_parents = H->calloc((size_t)s->max_nodes, sizeof(int32_t));
+  s->depth = H->calloc((size_t)s->max_nodes, sizeof(int32_t));
+  if (!s->cond_embed || !s->k_cache || !s->v_cache || !s->x || !s->h || !s->qkv || !s->att ||
+      !s->ff1 || !s->ff3 || !s->logits || !s->cond_valid || !s->mask || !s->pos ||
+      !s->pending_parents || !s->depth) {
+    lg_session_close(s);
+    snprintf(err, errlen, "out of memory for a session (%zu MiB of KV cache)", 2 * cache >> 20);
+    return VSPEC_ENOMEM;
+  }
+
+  size_t row_bytes = (size_t)g->n_cond * g->dim * sizeof(float);
+  if (!g->t2i) {
+    for (int i = 0; i < g->n_cond; i++) s->cond_valid[i] = 1;
+    ops->copy(dev, s->cond_embed, g->class_table + (size_t)cfg->class_label * g->dim,
+              (size_t)g->dim * sizeof(float));
+    if (s->rows == 2)
+      ops->copy(dev, (char *)s->cond_embed + row_bytes,
+                g->class_table + (size_t)g->num_classes * g->dim, (size_t)g->dim * sizeof(float));
+  } else {
+    /* sample_t2i.py multiplies the caption features by their mask (pad slots = 0); doing
+     * it here too makes a caller's unzeroed padding harmless. Both CFG rows use the
+     * conditional prompt's mask (models.md §1.7). */
+    size_t n = (size_t)g->caption_len * g->caption_dim;
+    float *cap = H->alloc(n * sizeof(float));
+    float *cap_dev = ops->alloc(dev, n * sizeof(float));
+    if (!cap || !cap_dev) {
+      H->free(cap);
+      if (cap_dev) ops->free(dev, cap_dev);
+      lg_session_close(s);
+      snprintf(err, errlen, "out of memory");
+      return VSPEC_ENOMEM;
+    }
+    for (int t = 0; t < g->caption_len; t++) {
+      int valid = cfg->caption_mask ? cfg->caption_mask[t] != 0 : 1;
+      s->cond_valid[t] = (uint8_t)valid;
+      for (int c = 0; c < g->caption_dim; c++)
+        cap[(size_t)t * g->caption_dim + c] = valid ? cfg->caption[(size_t)t * g->caption_dim + c]
+                                                    : 0.0f;
+    }
+    ops->upload(dev, cap_dev, cap, n * sizeof(float));
+    lg__caption_embed(s, cap_dev, s->cond_embed);
+    if (s->rows == 2) {
+      /* The unconditional row feeds the learned uncond_embedding through the same MLP. */
+      lg__caption_embed(s, g->uncond_caption, (float *)((char *)s->cond_embed + row_bytes));
+    }
+    ops->free(dev, cap_dev);
+    H->free(cap);
+  }
+  *out = s;
+  return VSPEC_OK;
+}
+
+/* ---- the transformer stack ----------------------------------------------------------- */
+
+/* Runs all layers over n nodes whose embeddings are in s->x (row-major by (row, node)),
+ * positions in s->pos and the attention mask in s->mask ([n, first_slot + n]). Writes the
+ * nodes' keys and values at slots first_slot .. first_slot+n-1. */
+static void lg__run_layers(vspec_session *s, int n, int first_slot) {
+  const lg_gpt *g = &s->m->gpt;
+  const vspec_ops *ops = s->ops;
+  vspec_dev *dev = s->dev;
+  int R = s->rows, M = R * n, d = g->dim, hd = g->head_dim;
+  int H = g->n_head, Hkv = g->n_kv_head;
+  int qkv_w = (H + 2 * Hkv) * hd;
+  int L = first_slot;
+  for (int l = 0; l < g->n_layer; l++) {
+    const lg_layer *W = &g->layers[l];
+    ops->rmsnorm(dev, s->x, W->attention_norm, M, d, g->norm_eps, s->h);
+    ops->linear(dev, s->h, M, d, W->wqkv, qkv_w, NULL, s->qkv);
+    /* q and k rotate; condition positions have cos = sin = 0 and become zero. */
+    ops->rope_apply(dev, s->qkv, M, qkv_w, H, hd, s->pos, g->rope_table);
+    ops->rope_apply(dev, s->qkv + (size_t)H * hd, M, qkv_w, Hkv, hd, s->pos, g->rope_table);
+    for (int r = 0; r < R; r++) {
+      for (int kvh = 0; kvh < Hkv; kvh++) {
+        float *kc = lg__kv(s, s->k_cache, l, r, kvh);
+        float *vc = lg__kv(s, s->v_cache, l, r, kvh);
+        for (int i = 0; i < n; i++) {
+          const float *row = s->qkv + (size_t)(r * n + i) * qkv_w;
+          ops->copy(dev, kc + (size_t)(L + i) * hd, row + (size_t)(H + kvh) * hd,
+                    (size_t)hd * sizeof(float));
+          ops->copy(dev, vc + (size_t)(L + i) * hd, row + (size_t)(H + Hkv + kvh) * hd,
+                    (size_t)hd * sizeof(float));
+        }
+      }
+      ops->attention(dev, s->qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
+                     lg__kv(s, s->k_cache, l, r, 0), lg__kv(s, s->v_cache, l, r, 0), s->slots,
+                     L + n, s->mask, s->att + (size_t)r * n * H * hd);
+    }
+    ops->linear(dev, s->att, M, H * hd, W->wo, d, NULL, s->h);
+    ops->add(dev, s->x, s->h, (size_t)M * d);
+    ops->rmsnorm(dev, s->x, W->ffn_norm, M, d, g->norm_eps, s->h);
+    ops->linear(dev, s->h, M, d, W->w1, g->ffn_hidden, NULL, s->ff1);
+    ops->linear(dev, s->h, M, d, W->w3, g->ffn_hidden, NULL, s->ff3);
+    ops->swiglu(dev, s->ff1, s->ff3, (size_t)M * g->ffn_hidden, s->ff1);
+    ops->linear(dev, s->ff1, M, g->ffn_hidden, W->w2, d, NULL, s->h);
+    ops->add(dev, s->x, s->h, (size_t)M * d);
+  }
+}
+
+/* Final norm and output head for nodes [first, first + count) of every row; results go
+ * to `out` in the ABI's (node, row) order. */
+static void lg__head(vspec_session *s, int n, int first, int count, vspec_forward_out *out) {
+  const lg_gpt *g = &s->m->gpt;
+  const vspec_ops *ops = s->ops;
+  vspec_dev *dev = s->dev;
+  int R = s->rows, d = g->dim, V = g->vocab;
+  /* Gather the selected rows, (node, row) order, then one norm + one GEMM. */
+  for (int i = 0; i < count; i++)
+    for (int r = 0; r < R; r++)
+      ops->copy(dev, s->h + (size_t)(i * R + r) * d, s->x + (size_t)(r * n + first + i) * d,
+                (size_t)d * sizeof(float));
+  int rows = count * R;
+  ops->rmsnorm(dev, s->h, g->norm, rows, d, g->norm_eps, s->h);
+  if (out && out->features)
+    ops->download(dev, out->features, s->h, (size_t)rows * d * sizeof(float));
+  if (out && out->logits) {
+    ops->linear(dev, s->h, rows, d, g->output, V, NULL, s->logits);
+    ops->download(dev, out->logits, s->logits, (size_t)rows * V * sizeof(float));
+  }
+}
+
+int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen) {
+  const lg_gpt *g = &s->m->gpt;
+  if (s->prefilled) {
+    snprintf(err, errlen, "prefill called twice on one session");
+    return VSPEC_EINVAL;
+  }
+  int T = g->n_cond, R = s->rows, d = g->dim;
+  for (int r = 0; r < R; r++) {
+    s->ops->copy(s->dev, s->x + (size_t)r * T * d, s->cond_embed + (size_t)r * T * d,
+                 (size_t)T * d * sizeof(float));
+    for (int i = 0; i < T; i++) s->pos[r * T + i] = i;
+  }
+  /* Causal over the condition positions, caption columns masked by validity, the
+   * diagonal forced on (models.md §1.7: mask * (1 - I) + I). */
+  int kv = T;
+  for (int i = 0; i < T; i++)
+    for (int j = 0; j < kv; j++)
+      s->mask[(size_t)i * kv + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
+  s->committed = 0;
+  lg__run_layers(s, T, 0);
+  s->committed = T;
+  s->prefilled = 1;
+  s->n_pending = 0;
+  /* Logits at the last condition position predict image token 0 (models.md §1.10). */
+  lg__head(s, T, T - 1, 1, out);
+  return VSPEC_OK;
+}
+
+int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
+               size_t errlen) {
+  const lg_gpt *g = &s->m->gpt;
+  int n = b->n_nodes, L = s->committed, R = s->rows, d = g->dim;
+  if (!s->prefilled) {
+    snprintf(err, errlen, "forward before prefill");
+    return VSPEC_EINVAL;
+  }
+  /* New nodes follow the pending ones when appending (see vspec_forward_batch). */
+  int base = b->append ? s->n_pending : 0;
+  if (n < 1 || base + n > s->max_nodes) {
+    snprintf(err, errlen, "forward of %d nodes after %d pending: this session holds at most %d "
+             "pending nodes", n, base, s->max_nodes);
+    return VSPEC_ERANGE;
+  }
+  int max_pos = g->n_cond + g->n_image - 1;
+  for (int i = 0; i < n; i++) {
+    int p = b->parents[i];
+    if (p < -1 || p >= base + i) {
+      snprintf(err, errlen, "node %d has parent %d: parents must be earlier pending nodes or -1",
+               i, p);
+      return VSPEC_EINVAL;
+    }
+    if (b->tokens[i] < 0 || b->tokens[i] >= g->vocab) {
+      snprintf(err, errlen, "node %d has token %d outside the vocabulary 0..%d", i, b->tokens[i],
+               g->vocab - 1);
+      return VSPEC_ERANGE;
+    }
+    int depth = p < 0 ? 0 : s->depth[p] + 1;
+    /* Position T+N-1 (the last image token) is the last one the RoPE table covers; the
+     * reference never feeds it, but a caller that does gets a valid answer. */
+    if (L + depth > max_pos) {
+      snprintf(err, errlen, "node %d would sit at position %d, past the last image position %d", i,
+               L + depth, max_pos);
+      return VSPEC_ERANGE;
+    }
+    s->depth[base + i] = depth;
+    s->pending_parents[base + i] = p;
+  }
+  s->n_pending = base + n;
+  int kv = L + base + n;
+  /* Committed positions are visible (caption slots only if valid); pending slots only along
+   * the node's ancestor chain, itself included. */
+  for (int i = 0; i < n; i++) {
+    uint8_t *row = s->mask + (size_t)i * kv;
+    for (int j = 0; j < L; j++) row[j] = (uint8_t)(j >= g->n_cond || s->cond_valid[j]);
+    memset(row + L, 0, (size_t)(base + n));
+    for (int a = base + i; a >= 0; a = s->pending_parents[a]) row[L + a] = 1;
+  }
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < n; i++) {
+      s->ops->copy(s->dev, s->x + (size_t)(r * n + i) * d,
+                   g->tok_embeddings + (size_t)b->tokens[i] * d, (size_t)d * sizeof(float));
+      s->pos[r * n + i] = L + s->depth[base + i];
+    }
+  lg__run_layers(s, n, L + base);
+  lg__head(s, n, 0, n, out);
+  return VSPEC_OK;
+}
+
+int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen) {
+  const lg_gpt *g = &s->m->gpt;
+  int L = s->committed;
+  if (n < 0 || n > s->n_pending) {
+    snprintf(err, errlen, "commit of %d nodes, but only %d are pending", n, s->n_pending);
+    return VSPEC_EINVAL;
+  }
+  for (int j = 0; j < n; j++) {
+    int node = path[j];
+    int want_parent = j == 0 ? -1 : path[j - 1];
+    if (node < 0 || node >= s->n_pending || s->pending_parents[node] != want_parent) {
+      snprintf(err, errlen, "commit path entry %d (node %d) is not a child of %d among the "
+               "pending nodes", j, node, want_parent);
+      return VSPEC_EINVAL;
+    }
+  }
+  if (L + n > g->n_cond + g->n_image) {
+    snprintf(err, errlen, "commit would pass the end of the image");
+    return VSPEC_ERANGE;
+  }
+  /* Compaction: parents precede children, so path[j] >= j and copying upwards never
+   * overwrites a later source. */
+  int hd = g->head_dim;
+  for (int l = 0; l < g->n_layer; l++)
+    for (int r = 0; r < s->rows; r++)
+      for (int kvh = 0; kvh < g->n_kv_head; kvh++) {
+        float *kc = lg__kv(s, s->k_cache, l, r, kvh), *vc = lg__kv(s, s->v_cache, l, r, kvh);
+        for (int j = 0; j < n; j++) {
+          if (path[j] == j) continue;
+          s->ops->copy(s->dev, kc + (size_t)(L + j) * hd, kc + (size_t)(L + path[j]) * hd,
+                       (size_t)hd * sizeof(float));
+          s->ops->copy(s->dev, vc + (size_t)(L + j) * hd, vc + (size_t)(L + path[j]) * hd,
+                       (size_t)hd * sizeof(float));
+        }
+      }
+  s->committed = L + n;
+  s->n_pending = 0;
+  return VSPEC_OK;
+}

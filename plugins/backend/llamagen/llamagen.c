@@ -1,0 +1,213 @@
+/*
+ * The `llamagen` backend plugin: LlamaGen GPT (c2i and t2i) + VQ decoder.
+ *
+ * load(path, params):
+ *   path          the GPT safetensors file (tools/convert_llamagen.py output), or "-" for
+ *                 a decoder-only model
+ *   vq=FILE       the VQ tokenizer safetensors, needed for decode()
+ *   max_nodes=N   the largest tree one forward may verify (default 256)
+ * The same plugin serves the target and a small standalone draft GPT.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llamagen.h"
+
+#define LG_DEFAULT_MAX_NODES 256
+
+
+int lg_meta_int(vspec_model *m, vspec_tensor_file *f, const char *key, long def, long *out,
+                char *err, size_t errlen) {
+  const char *v = m->host->tensors_meta(f, key);
+  if (!v || !*v || strcmp(v, "none") == 0 || strcmp(v, "None") == 0 || strcmp(v, "null") == 0) {
+    *out = def;
+    return VSPEC_OK;
+  }
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (end == v || *end || errno) {
+    snprintf(err, errlen, "metadata '%s' = '%s' is not an integer", key, v);
+    return VSPEC_EFORMAT;
+  }
+  *out = x;
+  return VSPEC_OK;
+}
+
+int lg_meta_double(vspec_model *m, vspec_tensor_file *f, const char *key, double def, double *out,
+                   char *err, size_t errlen) {
+  const char *v = m->host->tensors_meta(f, key);
+  if (!v || !*v || strcmp(v, "none") == 0 || strcmp(v, "None") == 0) {
+    *out = def;
+    return VSPEC_OK;
+  }
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (end == v || *end || errno) {
+    snprintf(err, errlen, "metadata '%s' = '%s' is not a number", key, v);
+    return VSPEC_EFORMAT;
+  }
+  *out = x;
+  return VSPEC_OK;
+}
+
+static void lg_unload(vspec_model *m) {
+  if (!m) return;
+  lg_gpt_unload(m);
+  lg_vq_unload(m);
+  if (m->gpt_file) m->host->tensors_close(m->gpt_file);
+  if (m->vq_file) m->host->tensors_close(m->vq_file);
+  m->host->free(m);
+}
+
+static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
+                   const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
+  static const char *const known[] = {"vq", "max_nodes", NULL};
+  int rc = host->param_check_known(params, known, err, errlen);
+  if (rc) return rc;
+  long max_nodes;
+  if ((rc = host->param_int(params, "max_nodes", LG_DEFAULT_MAX_NODES, 1, 4096, &max_nodes, err,
+                            errlen)))
+    return rc;
+  const char *vq_path = host->param_string(params, "vq");
+  int want_gpt = path && *path && strcmp(path, "-") != 0;
+  if (!want_gpt && !vq_path) {
+    snprintf(err, errlen, "llamagen: nothing to load: give a GPT file and/or vq=FILE");
+    return VSPEC_EINVAL;
+  }
+  vspec_model *m = host->calloc(1, sizeof *m);
+  if (!m) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  m->host = host;
+  m->load_dev = dev;
+  m->max_nodes = (int)max_nodes;
+  char inner[VSPEC_ERRLEN];
+  if (want_gpt) {
+    if ((rc = host->tensors_open(path, &m->gpt_file, err, errlen))) goto fail;
+    if ((rc = lg_gpt_load(m, m->gpt_file, inner, sizeof inner))) {
+      snprintf(err, errlen, "%s: %s", path, inner);
+      goto fail;
+    }
+    m->has_gpt = 1;
+  }
+  if (vq_path) {
+    if ((rc = host->tensors_open(vq_path, &m->vq_file, err, errlen))) goto fail;
+    if ((rc = lg_vq_load(m, m->vq_file, inner, sizeof inner))) {
+      snprintf(err, errlen, "%s: %s", vq_path, inner);
+      goto fail;
+    }
+    m->has_vq = 1;
+    if (m->has_gpt && m->vq.codebook_size != m->gpt.vocab) {
+      snprintf(err, errlen, "GPT vocabulary %d does not match the VQ codebook size %d (%s, %s)",
+               m->gpt.vocab, m->vq.codebook_size, path, vq_path);
+      rc = VSPEC_ESHAPE;
+      goto fail;
+    }
+    if (!m->has_gpt) {
+      long img, ds;
+      if ((rc = lg_meta_int(m, m->vq_file, "image_size", 0, &img, err, errlen))) goto fail;
+      ds = 1;
+      for (int s = 0; s < m->vq.n_stages; s++) ds <<= m->vq.stages[s].has_upsample;
+      m->gpt.grid = img > 0 ? (int)(img / ds) : 0;
+      if (m->gpt.grid <= 0) {
+        snprintf(err, errlen, "%s: a decoder-only model needs metadata image_size", vq_path);
+        rc = VSPEC_EINVAL;
+        goto fail;
+      }
+      m->gpt.n_image = m->gpt.grid * m->gpt.grid;
+    }
+  }
+  snprintf(m->arch, sizeof m->arch, "llamagen-%s", !m->has_gpt ? "vq" : m->gpt.t2i ? "t2i" : "c2i");
+  *out = m;
+  return VSPEC_OK;
+fail:
+  lg_unload(m);
+  return rc;
+}
+
+static int lg_info(const vspec_model *m, vspec_model_info *out) {
+  vspec_model_info i;
+  memset(&i, 0, sizeof i);
+  i.struct_size = sizeof i;
+  i.token_kind = VSPEC_TOKENS_DISCRETE;
+  i.grid_h = i.grid_w = m->gpt.grid;
+  i.vocab = m->has_gpt ? m->gpt.vocab : m->vq.codebook_size;
+  i.token_dim = m->has_vq ? m->vq.embed_dim : 0;
+  i.feature_dim = m->gpt.dim;
+  i.n_cond = m->gpt.n_cond;
+  i.num_classes = m->gpt.t2i ? 0 : m->gpt.num_classes;
+  i.caption_len = m->gpt.caption_len;
+  i.caption_dim = m->gpt.caption_dim;
+  if (m->has_vq) {
+    int side = m->gpt.grid;
+    for (int s = 0; s < m->vq.n_stages; s++) side <<= m->vq.stages[s].has_upsample;
+    i.image_h = i.image_w = side;
+    i.codebook = m->vq.codebook_raw;
+  }
+  i.max_nodes = m->max_nodes;
+  i.arch = m->arch;
+  if (m->has_gpt) {
+    /* models.md §1.5: per layer 4d^2 + 3dF + 2d (MHA; wqkv generalised for GQA). */
+    const lg_gpt *g = &m->gpt;
+    int64_t d = g->dim, hd = g->head_dim, F = g->ffn_hidden;
+    int64_t layer = (g->n_head + 2 * g->n_kv_head) * hd * d + d * g->n_head * hd + 3 * d * F + 2 * d;
+    int64_t cond = g->t2i ? (int64_t)g->caption_dim * d + d * d
+                          : (int64_t)(g->num_classes + g->has_null_class) * d;
+    i.params = g->n_layer * layer + 2 * (int64_t)g->vocab * d + d + cond;
+    /* Embedding tables contribute one row per token; everything else is read in full. */
+    i.stream_bytes = (int64_t)sizeof(float) * (g->n_layer * layer + (int64_t)g->vocab * d + d);
+  }
+  /* Copy no more than the caller's struct holds. */
+  size_t n = out->struct_size && out->struct_size < sizeof i ? out->struct_size : sizeof i;
+  memcpy(out, &i, n);
+  out->struct_size = (uint32_t)n;
+  return VSPEC_OK;
+}
+
+static int32_t lg_committed(const vspec_session *s) { return s->committed; }
+
+static int lg_decode(vspec_model *m, vspec_dev *dev, const int32_t *tokens, uint8_t *rgb,
+                     char *err, size_t errlen) {
+  return lg_vq_decode(m, dev, tokens, rgb, err, errlen);
+}
+
+static int lg_init(const vspec_host *host, char *err, size_t errlen) {
+  if (host->struct_size < sizeof(vspec_host)) {
+    snprintf(err, errlen, "host services table too small (%u < %zu bytes)", host->struct_size,
+             sizeof(vspec_host));
+    return VSPEC_EABI;
+  }
+
+  return VSPEC_OK;
+}
+
+static const vspec_backend_vtable lg_vtable = {
+    .struct_size = sizeof(vspec_backend_vtable),
+    .load = lg_load,
+    .unload = lg_unload,
+    .info = lg_info,
+    .session_open = lg_session_open,
+    .session_close = lg_session_close,
+    .prefill = lg_prefill,
+    .forward = lg_forward,
+    .commit = lg_commit,
+    .committed = lg_committed,
+    .decode = lg_decode,
+};
+
+static const vspec_plugin_desc lg_desc = {
+    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_BACKEND, "llamagen", "1.0.0",
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+    .description = "LlamaGen GPT (c2i/t2i) with KV-cached tree forward, and the LlamaGen VQ "
+                   "decoder",
+    .vtable = &lg_vtable,
+    .init = lg_init,
+    .shutdown = NULL,
+};
+
+VSPEC_PLUGIN_DEFINE(lg_desc)

@@ -1,0 +1,132 @@
+/*
+ * plugins/backend/llamagen/llamagen.h - internal types of the LlamaGen backend plugin.
+ *
+ * The GPT follows FoundationVision/LlamaGen autoregressive/models/gpt.py and the VQ
+ * decoder tokenizer/tokenizer_image/vq_model.py, as restated in
+ * ../shared/reference/models.md (cited below as "models.md §x").
+ */
+#ifndef LLAMAGEN_H
+#define LLAMAGEN_H
+
+#include "vspec/plugin.h"
+
+#define LG_MAX_LAYERS 128
+#define LG_MAX_STAGES 8
+#define LG_MAX_RES 8
+
+typedef struct lg_layer {
+  const float *attention_norm, *wqkv, *wo, *ffn_norm, *w1, *w3, *w2;
+} lg_layer;
+
+typedef struct lg_gpt {
+  int t2i;                 /* model_type */
+  int dim, n_layer, n_head, n_kv_head, head_dim, ffn_hidden, vocab;
+  int grid, n_image;       /* G, N = G*G */
+  int n_cond;              /* T = cls_token_num */
+  int num_classes;         /* c2i: real classes; the null class is row num_classes */
+  int has_null_class;
+  int caption_len, caption_dim;
+  float rope_base, norm_eps;
+  const float *class_table;          /* c2i [num_classes(+1), dim] */
+  const float *cap_fc1, *cap_fc2;    /* t2i [dim, caption_dim], [dim, dim] */
+  const float *uncond_caption;       /* t2i [caption_len, caption_dim] */
+  const float *tok_embeddings;       /* [vocab, dim] */
+  const float *norm, *output;        /* [dim], [vocab, dim] */
+  lg_layer layers[LG_MAX_LAYERS];
+  float *rope_table;                 /* device [(T + N), head_dim/2, 2] */
+} lg_gpt;
+
+typedef struct lg_conv { const float *w, *b; int cout, cin, k; } lg_conv;
+typedef struct lg_norm { const float *g, *b; int c; } lg_norm;
+typedef struct lg_res {
+  lg_norm norm1, norm2;
+  lg_conv conv1, conv2, nin; /* nin.w == NULL when cin == cout */
+} lg_res;
+typedef struct lg_attn {
+  lg_norm norm;
+  lg_conv q, k, v, proj;
+} lg_attn;
+typedef struct lg_stage {
+  int n_res;
+  lg_res res[LG_MAX_RES];
+  int n_attn;
+  lg_attn attn[LG_MAX_RES];
+  int has_upsample;
+  lg_conv upsample;
+} lg_stage;
+
+typedef struct lg_vq {
+  int codebook_size, embed_dim;
+  float *codebook_norm; /* device [codebook_size, embed_dim], L2-normalised rows */
+  float *codebook_raw;  /* host copy of the stored rows (for LANTERN neighbour tables) */
+  lg_conv post_quant, conv_in, conv_out;
+  lg_res mid_res[2];
+  lg_attn mid_attn;
+  int n_stages;
+  lg_stage stages[LG_MAX_STAGES];
+  lg_norm norm_out;
+  int max_channels;
+} lg_vq;
+
+struct vspec_model {
+  const vspec_host *host;
+  vspec_dev *load_dev;
+  vspec_tensor_file *gpt_file, *vq_file;
+  int has_gpt, has_vq;
+  lg_gpt gpt;
+  lg_vq vq;
+  int max_nodes;
+  char arch[32];
+};
+
+struct vspec_session {
+  vspec_model *m;
+  const vspec_host *host;
+  const vspec_ops *ops;
+  vspec_dev *dev;
+  int rows;            /* 1 or 2 (CFG) */
+  int max_nodes;       /* forward batch capacity (>= n_cond for prefill) */
+  int slots;           /* KV slots per (layer, row, kv head) */
+  int committed;       /* L: positions in the cache */
+  int prefilled;
+  int32_t class_label;
+  float *cond_embed;   /* device [rows, n_cond, dim]: condition embeddings */
+  uint8_t *cond_valid; /* host [n_cond]: t2i caption validity (1 for c2i) */
+  float *k_cache, *v_cache; /* device [n_layer][rows][n_kv_head][slots][head_dim] */
+  /* per-forward work buffers, [rows * max_nodes, ...], row-major by (row, node) */
+  float *x, *h, *qkv, *att, *ff1, *ff3, *logits;
+  uint8_t *mask;       /* host [max_nodes, slots] */
+  int32_t *pos;        /* host [rows * max_nodes] */
+  /* pending nodes: forwarded since the last commit, kept at slots committed + index */
+  int32_t n_pending;
+  int32_t *pending_parents; /* host [max_nodes] */
+  int32_t *depth;           /* host [max_nodes] */
+};
+
+/* gpt.c */
+int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);
+void lg_gpt_unload(vspec_model *m);
+int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
+                    vspec_session **out, char *err, size_t errlen);
+void lg_session_close(vspec_session *s);
+int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen);
+int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
+               size_t errlen);
+int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen);
+
+/* vq_decoder.c */
+int lg_vq_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);
+void lg_vq_unload(vspec_model *m);
+int lg_vq_decode(vspec_model *m, vspec_dev *dev, const int32_t *tokens, uint8_t *rgb, char *err,
+                 size_t errlen);
+/* Raw decoder output [3, H, W] before clamping (for golden tests through the backend). */
+int lg_vq_decode_raw(vspec_model *m, vspec_dev *dev, const int32_t *tokens, float *out_host,
+                     char *err, size_t errlen);
+
+/* shared helpers (llamagen.c) */
+int lg_meta_int(vspec_model *m, vspec_tensor_file *f, const char *key, long def, long *out,
+                char *err, size_t errlen);
+int lg_meta_double(vspec_model *m, vspec_tensor_file *f, const char *key, double def, double *out,
+                   char *err, size_t errlen);
+
+#endif /* LLAMAGEN_H */
