@@ -78,7 +78,7 @@ $(LIB): $(LIB_OBJ)
 
 # Plugins compile against include/ only: they must not need the host's internals.
 define PLUGIN_FILE_RULE
-$(call plugin_so,$(1)): $(1) $(wildcard include/vspec/*.h kernels/common/*.h)
+$(call plugin_so,$(1)): $(1) $(wildcard $(dir $(1))*.h include/vspec/*.h kernels/common/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) -Iinclude -Ikernels $$(PLUGIN_CFLAGS) $$< -o $$@ $$(PLUGIN_LDFLAGS) -lm
 endef

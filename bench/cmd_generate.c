@@ -90,7 +90,7 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   vs_models *models = NULL;
   int32_t *tokens = NULL;
   uint8_t *rgb = NULL, *big = NULL;
-  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_TARGET, &models, err,
+  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
                      sizeof err)) {
     fprintf(stderr, "vspec-bench generate: %s\n", err);
     goto done;

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/method.h"
+#include "core/speculative.h"
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
 
@@ -15,6 +17,34 @@ double vs_metrics_tpf(const vs_metrics *m) {
 
 double vs_metrics_mal(const vs_metrics *m) {
   return m->rounds ? (double)m->tokens / (double)m->rounds : 0.0;
+}
+
+double vs_metrics_accept_rate(const vs_metrics *m) {
+  return m->drafted ? (double)m->accepted / (double)m->drafted : 0.0;
+}
+
+double vs_metrics_accept_at(const vs_metrics *m, int depth) {
+  if (depth < 1 || depth > VS_MAX_DEPTH || !m->reached[depth]) return 0.0;
+  return (double)m->accepted_at[depth] / (double)m->reached[depth];
+}
+
+void vs_metrics_add(vs_metrics *a, const vs_metrics *b) {
+  a->tokens += b->tokens;
+  a->target_forwards += b->target_forwards;
+  a->rounds += b->rounds;
+  a->drafted += b->drafted;
+  a->accepted += b->accepted;
+  a->siblings_tried += b->siblings_tried;
+  a->draft_forwards += b->draft_forwards;
+  a->tree_nodes += b->tree_nodes;
+  a->residual_fallbacks += b->residual_fallbacks;
+  for (int d = 0; d <= VS_MAX_DEPTH; d++) {
+    a->reached[d] += b->reached[d];
+    a->accepted_at[d] += b->accepted_at[d];
+  }
+  a->wall_s += b->wall_s;
+  a->draft_s += b->draft_s;
+  a->verify_s += b->verify_s;
 }
 
 static double vs__now(void) {
@@ -61,12 +91,11 @@ size_t vs_job_describe(const vs_job *job, const char *model_name, char *buf, siz
   return n < 0 ? 0 : (size_t)n;
 }
 
-/* Turns the rows of one node's logits into the processed distribution `probs`:
- * CFG-combined when guided, then LlamaGen's temperature / top-k / top-p (§1.10). */
-static void vs__distribution(const vspec_ops *ops, vspec_dev *dev, const float *logits, int rows,
-                             int vocab, int guided, const vs_sampling *s, float *scratch,
-                             float *probs) {
+void vs_node_distribution(const vspec_ops *ops, vspec_dev *dev, const float *logits, int rows,
+                          int vocab, int predicted_index, const vs_sampling *s, float *scratch,
+                          float *probs) {
   const float *l = logits;
+  int guided = predicted_index == 0 || !(s->cfg_interval > -1 && predicted_index - 1 > s->cfg_interval);
   if (rows == 2 && guided) {
     ops->cfg_combine(dev, logits, logits + vocab, (size_t)vocab, s->cfg_scale, scratch);
     l = scratch;
@@ -109,8 +138,7 @@ static int vs__generate_ar(vs_models *models, vspec_dev *dev, const vs_job *job,
   vspec_forward_out out = {.struct_size = sizeof out, .logits = logits, .features = NULL};
   if ((rc = t->vt->prefill(sess, &out, inner, sizeof inner))) goto backend_fail;
   mt->target_forwards++;
-  /* The prefill is always guided when CFG is on. */
-  vs__distribution(ops, dev, logits, rows, V, 1, s, mixed, probs);
+  vs_node_distribution(ops, dev, logits, rows, V, 0, s, mixed, probs);
   tokens[0] = ops->sample(dev, probs, V, vs_rng_uniform(&rng));
   mt->tokens++;
   mt->rounds++;
@@ -121,8 +149,7 @@ static int vs__generate_ar(vs_models *models, vspec_dev *dev, const vs_job *job,
     if ((rc = t->vt->forward(sess, &b, &out, inner, sizeof inner))) goto backend_fail;
     if ((rc = t->vt->commit(sess, &node0, 1, inner, sizeof inner))) goto backend_fail;
     mt->target_forwards++;
-    int guided = !(s->cfg_interval > -1 && i > s->cfg_interval);
-    vs__distribution(ops, dev, logits, rows, V, guided, s, mixed, probs);
+    vs_node_distribution(ops, dev, logits, rows, V, i + 1, s, mixed, probs);
     tokens[i + 1] = ops->sample(dev, probs, V, vs_rng_uniform(&rng));
     mt->tokens++;
     mt->rounds++;
@@ -152,14 +179,13 @@ int vs_generate(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *t
   }
   int rc = vs_sampling_validate(&job->sampling, models->target.info.vocab, err, errlen);
   if (rc) return rc;
-  const char *method = job->method ? job->method : "ar";
+  vs_method m;
+  if ((rc = vs_method_parse(job->method ? job->method : "ar", &m, err, errlen))) return rc;
   double t0 = vs__now();
-  if (strcmp(method, "ar") == 0) {
+  if (m.kind == VS_METHOD_AR)
     rc = vs__generate_ar(models, dev, job, tokens, &mt, err, errlen);
-  } else {
-    snprintf(err, errlen, "unknown method '%s' (available: ar)", method);
-    return VSPEC_EINVAL;
-  }
+  else
+    rc = vs_generate_sd(models, dev, job, &m, tokens, &mt, err, errlen);
   mt.wall_s = vs__now() - t0;
   if (metrics) *metrics = mt;
   return rc;

@@ -4,6 +4,9 @@
  * The engine owns the round loop and everything methods share: sampling with LlamaGen's
  * logit processing, CFG combination, the per-job RNG streams and the metrics. Methods:
  *   "ar"   vanilla autoregressive decoding, LlamaGen's generate() (models.md §1.10)
+ *   "sd:"  speculative decoding: a drafter proposes a token tree, one target forward
+ *          verifies it, an acceptance-rule plugin decides (core/speculative.c,
+ *          docs/SPECULATIVE.md)
  */
 #ifndef VS_ENGINE_H
 #define VS_ENGINE_H
@@ -18,21 +21,37 @@ enum {
   VS_STREAM_SCHED = 4          /* scheduler decisions */
 };
 
+#define VS_MAX_DEPTH 32 /* deepest draft the engine walks */
+
 typedef struct vs_metrics {
   int64_t tokens;          /* image tokens emitted */
   int64_t target_forwards; /* target passes, prefill included */
-  int64_t rounds;          /* verification rounds (AR: one per token) */
-  int64_t drafted;         /* draft tokens on walked paths */
+  int64_t rounds;          /* verification rounds, prefill included (AR: one per token) */
+  int64_t drafted;         /* depths the walk examined: one drafted token per depth on the
+                              walked path, whatever the number of siblings tried there */
   int64_t accepted;        /* of which accepted */
+  int64_t siblings_tried;  /* candidates tested, all siblings counted */
+  int64_t draft_forwards;  /* drafter passes */
+  int64_t tree_nodes;      /* nodes verified by the target, roots included */
+  int64_t residual_fallbacks; /* rejections whose residual had no mass (docs/SPECULATIVE.md) */
+  int64_t reached[VS_MAX_DEPTH + 1];  /* walks that examined depth d (1-based) */
+  int64_t accepted_at[VS_MAX_DEPTH + 1];
   double wall_s;           /* wall-clock time of the job */
+  double draft_s, verify_s; /* time in drafting and in target forwards */
 } vs_metrics;
+
+/* Acceptance rate = accepted / drafted, overall and at depth d (DESIGN.md "Metrics"). */
+double vs_metrics_accept_rate(const vs_metrics *m);
+double vs_metrics_accept_at(const vs_metrics *m, int depth);
+/* Adds b's counters to a (for totals over many images). */
+void vs_metrics_add(vs_metrics *a, const vs_metrics *b);
 
 /* TPF and MAL as defined in DESIGN.md "Metrics". */
 double vs_metrics_tpf(const vs_metrics *m);
 double vs_metrics_mal(const vs_metrics *m);
 
 typedef struct vs_job {
-  const char *method;          /* "ar" */
+  const char *method;          /* "ar" or "sd:RULE[:PARAMS][@SCHED[:PARAMS]]" (core/method.h) */
   int32_t class_label;         /* class-conditional models */
   const float *caption;        /* text models: [caption_len, caption_dim] */
   const uint8_t *caption_mask; /* text models: [caption_len] */
@@ -43,6 +62,15 @@ typedef struct vs_job {
 /* Generates one image's tokens (raster order) into tokens[grid_h * grid_w]. */
 int vs_generate(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *tokens,
                 vs_metrics *metrics, char *err, size_t errlen);
+
+/* The processed distribution of one node's logits ([rows, vocab]) when predicting image
+ * token `predicted_index`: CFG per LlamaGen's schedule (rows == 2; guided unless
+ * cfg_interval > -1 and predicted_index - 1 > cfg_interval, the prediction of token 0 always
+ * guided), then temperature / top-k / top-p (models.md §1.10). The target and every
+ * drafter use it, so both follow the same rules (algorithms.md §1.1). */
+void vs_node_distribution(const vspec_ops *ops, vspec_dev *dev, const float *logits, int rows,
+                          int vocab, int predicted_index, const vs_sampling *s, float *scratch,
+                          float *probs);
 
 /* Checks sampling parameters; the message names the offending one and its range. */
 int vs_sampling_validate(const vs_sampling *s, int vocab, char *err, size_t errlen);

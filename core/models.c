@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/neighbours.h"
 #include "core/params.h"
 
 #define VS_MANIFEST "vspec-model.json"
@@ -128,6 +129,8 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
     return VSPEC_ENOMEM;
   }
   snprintf(m->dir, sizeof m->dir, "%s", dir);
+  m->reg = reg;
+  m->host = host;
   const char *base = strrchr(dir, '/');
   snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
   /* LlamaGen sample_c2i.py defaults, with top_k off: our vocabularies are small. */
@@ -170,6 +173,10 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
     if ((roles & VS_ROLE_DRAFT) && dr &&
         (rc = vs__load_role(reg, host, dev, dir, manifest, "draft", dr, &m->draft, err, errlen)))
       goto fail;
+    json_t *ea = json_object_get(root, "eagle");
+    if ((roles & VS_ROLE_EAGLE) && ea &&
+        (rc = vs__load_role(reg, host, dev, dir, manifest, "eagle", ea, &m->eagle, err, errlen)))
+      goto fail;
   } else if (roles & VS_ROLE_TARGET) {
     char gpt[2048], vq[2048], params[2100] = "";
     snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", dir);
@@ -186,6 +193,16 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
                                     errlen)))
       goto fail;
   }
+  if (m->target.model && m->target.info.codebook && m->target.info.token_dim > 0) {
+    m->neighbours = vs_neighbours_build(m->target.info.codebook, m->target.info.vocab,
+                                        m->target.info.token_dim, VS_NEIGHBOURS_K,
+                                        &m->neighbours_k);
+    if (!m->neighbours) {
+      snprintf(err, errlen, "out of memory for the codebook neighbour table");
+      rc = VSPEC_ENOMEM;
+      goto fail;
+    }
+  }
   json_decref(root);
   *out = m;
   return VSPEC_OK;
@@ -197,6 +214,8 @@ fail:
 
 void vs_models_close(vs_models *m) {
   if (!m) return;
+  free(m->neighbours);
+  vs_backend_model_unload(&m->eagle);
   vs_backend_model_unload(&m->draft);
   vs_backend_model_unload(&m->target);
   free(m);

@@ -36,14 +36,25 @@ typedef struct vs_backend_model {
 typedef struct vs_models {
   char dir[1024];
   char name[64];
+  vs_registry *reg;       /* where the models' backends came from; rules and schedulers too */
+  const vspec_host *host;
   vs_backend_model target;
-  vs_backend_model draft; /* .model == NULL when absent */
+  vs_backend_model draft; /* a small draft GPT; .model == NULL when absent */
+  vs_backend_model eagle; /* an EAGLE head over the target's features; .model == NULL when absent */
   vs_sampling defaults;
+  /* Codebook neighbours of the target's tokens for LANTERN-style rules (core/neighbours.h);
+   * NULL when the target has no codebook. */
+  int32_t *neighbours;
+  int neighbours_k;
 } vs_models;
 
 /* Role selection for vs_models_open. */
 #define VS_ROLE_TARGET 0x1
 #define VS_ROLE_DRAFT 0x2
+#define VS_ROLE_EAGLE 0x4
+#define VS_ROLE_ALL 0x7
+/* Neighbours kept per code: LANTERN's default search size k = 1000 (algorithms.md §3.1). */
+#define VS_NEIGHBOURS_K 1000
 
 int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, const char *dir,
                    unsigned roles, vs_models **out, char *err, size_t errlen);

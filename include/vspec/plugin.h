@@ -185,6 +185,8 @@ typedef struct vspec_model_info {
   const char *arch;      /* e.g. "llamagen-c2i" */
   int64_t params;        /* parameters of the sequence model */
   int64_t stream_bytes;  /* weight bytes a one-token forward reads (the decode bound) */
+  int32_t feature_in_dim; /* feature-conditioned drafters (EAGLE): width of the target
+                             features each node takes; 0 for plain language models */
 } vspec_model_info;
 
 typedef struct vspec_session_config {
@@ -257,20 +259,29 @@ typedef struct vspec_backend_vtable {
 
 typedef struct vspec_rule vspec_rule; /* a configured rule, owned by the plugin */
 
-/* One candidate at one tree node. Distributions are normalised over `vocab`. */
+/* One candidate at one tree node. Distributions are normalised over `vocab` and are the
+ * processed ones (CFG, temperature, top-k, top-p applied), as acceptance uses them.
+ * Notation of ../shared/reference/algorithms.md: q = target, p = draft. */
 typedef struct vspec_accept_input {
   uint32_t struct_size;
   int32_t vocab;
   int32_t token;         /* the drafted token x */
   int32_t depth;         /* 1 = first drafted token after the root */
-  int32_t max_depth;     /* draft depth of this round */
+  int32_t max_depth;     /* draft depth of this round (L) */
   int32_t sibling;       /* 0-based rank among the siblings tried at this node */
-  float p_x;             /* draft probability of x as proposed (1 for deterministic drafts) */
-  const float *p;        /* draft distribution x was drawn from (earlier siblings removed),
-                            or NULL for deterministic (one-hot) drafts */
+  float p_x;             /* probability with which x was proposed: p(x) for a chain, the
+                            conditional without-replacement probability for a sampled tree,
+                            1 for deterministic (top-k) drafts */
+  const float *p;        /* the distribution x was drawn from (earlier siblings removed and
+                            renormalised), or NULL for deterministic drafts (one-hot at x) */
   const float *q;        /* current target residual at this node */
-  const int32_t *neighbours; /* codebook neighbours of x, closest first, x excluded */
-  int32_t n_neighbours;
+  /* Codebook neighbours (for LANTERN-style rules): row y of the table lists y's nearest
+   * codes by L2 distance of the raw codebook rows, closest first, y itself excluded.
+   * NULL / 0 when the model has no codebook. */
+  const int32_t *neighbours;     /* row of x: neighbour_table + x * table_k */
+  int32_t n_neighbours;          /* = table_k */
+  const int32_t *neighbour_table; /* [vocab, table_k] */
+  int32_t table_k;
 } vspec_accept_input;
 
 typedef struct vspec_accept_vtable {
@@ -282,8 +293,11 @@ typedef struct vspec_accept_vtable {
   double (*accept_prob)(vspec_rule *rule, const vspec_accept_input *in);
   /* After x was rejected: overwrite q_out [vocab] with the (unnormalised, nonnegative)
    * distribution to continue from. The engine normalises it; if its mass is zero the
-   * engine applies its documented fallback. */
+   * engine applies its documented fallback (docs/SPECULATIVE.md). */
   int (*residual)(vspec_rule *rule, const vspec_accept_input *in, float *q_out);
+  /* Greedy decoding (temperature 0): nonzero if x is accepted. NULL means the exact rule,
+   * x == argmax q (first maximum). */
+  int (*greedy_accept)(vspec_rule *rule, const vspec_accept_input *in);
 } vspec_accept_vtable;
 
 /* ---- scheduler plugins ----------------------------------------------------------------- */
@@ -296,6 +310,12 @@ typedef enum vspec_draft_shape {
   VSPEC_DRAFT_STATIC = 2,  /* EAGLE-1 static tree */
   VSPEC_DRAFT_DYNAMIC = 3  /* EAGLE-2 dynamic tree */
 } vspec_draft_shape;
+
+typedef enum vspec_drafter_kind {
+  VSPEC_DRAFTER_AUTO = 0,  /* the feature head if the model has one, else the draft model */
+  VSPEC_DRAFTER_MODEL = 1, /* a separate small draft model (the model directory's "draft") */
+  VSPEC_DRAFTER_HEAD = 2   /* an EAGLE-style head over target features ("eagle") */
+} vspec_drafter_kind;
 
 typedef struct vspec_round_state {
   uint32_t struct_size;
@@ -310,9 +330,15 @@ typedef struct vspec_round_state {
 typedef struct vspec_round_plan {
   uint32_t struct_size;
   uint32_t shape;           /* vspec_draft_shape */
-  int32_t depth;            /* chain length / tree depth */
+  int32_t depth;            /* chain length / dynamic tree expansion steps */
   int32_t top_k;            /* dynamic tree branching */
   int32_t total_tokens;     /* dynamic tree size (nodes after the root) */
+  /* Static tree shape, without the root: node i hangs below static_parents[i] (-1 = the
+   * root, otherwise an earlier node); siblings are ranked in index order. Owned by the
+   * scheduler, valid until its next plan() call. */
+  int32_t n_static;
+  const int32_t *static_parents;
+  uint32_t drafter;         /* vspec_drafter_kind; read once, at the first round of a job */
 } vspec_round_plan;
 
 /* A drafted tree, as the scheduler sees it when deciding whether to verify. */

@@ -1,0 +1,62 @@
+/*
+ * core/drafter.h - the draft side of speculative decoding.
+ *
+ * A drafter wraps a backend model that proposes tokens: a small standalone draft GPT, or
+ * an EAGLE-style head that reads the target's features. It keeps its own session in step
+ * with the target:
+ *   - each round starts at the root (the last emitted token) and first feeds the tokens
+ *     emitted last round that it has not consumed yet (the catch-up chain), each with the
+ *     target feature that precedes it, in the same forward as the root;
+ *   - tree nodes are then expanded level by level (appending forwards);
+ *   - at the end of the round only the catch-up chain and the root are committed: accepted
+ *     draft tokens are fed again next round with the target's own features, as EAGLE does
+ *     (algorithms.md §1.3-1.4). For a plain draft GPT this costs one slightly wider forward
+ *     and keeps one code path.
+ * Draft distributions are the drafter's logits with the same CFG scale and schedule and the
+ * same temperature / top-k / top-p as the target (LANTERN's convention, algorithms.md §1.1).
+ */
+#ifndef VS_DRAFTER_H
+#define VS_DRAFTER_H
+
+#include "core/engine.h"
+#include "core/tree.h"
+
+typedef struct vs_drafter vs_drafter;
+
+typedef struct vs_drafter_config {
+  const vs_backend_model *model;
+  vspec_dev *dev;
+  const vs_job *job;
+  int rows;          /* CFG rows, as the target */
+  int max_nodes;     /* catch-up + root + expanded nodes per round */
+  int max_tree_nodes; /* largest tree (or dynamic-tree candidate pool) the engine drafts */
+  int n_image;       /* tokens in the grid */
+  int target_feature_dim;
+} vs_drafter_config;
+
+int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, size_t errlen);
+void vs_drafter_close(vs_drafter *d);
+int vs_drafter_uses_features(const vs_drafter *d);
+/* After the target's prefill: the first root (image token 0) and the target feature at the
+ * last condition position ([rows, dim]). */
+int vs_drafter_start(vs_drafter *d, int32_t root_token, const float *root_feature, char *err,
+                     size_t errlen);
+/* Feeds the catch-up chain and the root (image index root_index); fills the root's draft
+ * distribution in `tree`. */
+int vs_drafter_begin(vs_drafter *d, vs_tree *tree, int32_t root_index, char *err, size_t errlen);
+/* Forwards tree nodes (all of one level, parents already forwarded) and fills their draft
+ * distributions. */
+int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
+                      int32_t root_index, char *err, size_t errlen);
+/* Ends the round: `accepted` are the drafted tokens accepted after the root, `features`
+ * the target features at the root and at each accepted node ([n + 1, rows, dim]; NULL for
+ * a plain draft model), `next_root` the token sampled after them. */
+int vs_drafter_end(vs_drafter *d, const int32_t *accepted, int n, const float *features,
+                   int32_t next_root, char *err, size_t errlen);
+/* Ends a round the drafter sat out (an AR step): the root joins the catch-up chain;
+ * `root_feature` is the target feature at the root ([rows, dim]; NULL for a plain model). */
+int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root, char *err,
+                    size_t errlen);
+int64_t vs_drafter_forwards(const vs_drafter *d);
+
+#endif /* VS_DRAFTER_H */

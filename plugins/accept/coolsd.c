@@ -1,0 +1,101 @@
+/*
+ * `coolsd`: Cool-SD's annealed relaxation (arXiv 2601.09212; algorithms.md §5).
+ *
+ * Draft position i (1-based depth, L = the round's draft depth) is accepted with
+ * f_i = min(1, omega_i q / p). The schedule decays with depth, relaxing early positions
+ * and tightening late ones:
+ *   exp     omega_i = delta exp(-nu i) / mean_j exp(-nu j)
+ *   linear  omega_i = delta w_i / mean_j w_j,  w_i = max(0, 1 + nu ((L + 1)/2 - i))
+ * Both are normalised so that the mean of omega_i over the L draft positions equals delta.
+ * This normalisation is ours: the paper's constant mu is not public (the note in
+ * algorithms.md §5.1 reads it as "the mean equals the budget"); the linear form is ours too.
+ *
+ * Parameters
+ *   delta=1.1          total relaxation budget (mean omega), (0, 100]
+ *   nu=0.7             decay rate, [0, 10]
+ *   schedule=exp       exp | linear
+ *   resample=optimal   optimal: G* = norm(q - min(p, omega_i q)) (§5.2); rule: vanilla
+ *                      residual norm(max(0, q - p))
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "omega.h"
+
+enum { CS_EXP = 0, CS_LINEAR = 1 };
+#define CS_MAX_DEPTH 64
+
+struct vspec_rule {
+  const vspec_host *host;
+  double delta, nu;
+  int schedule, resample;
+};
+
+static int cs_create(const vspec_host *host, const vspec_params *params, vspec_rule **out,
+                     char *err, size_t errlen) {
+  static const char *const known[] = {"delta", "nu", "schedule", "resample", NULL};
+  static const char *const schedule[] = {"exp", "linear", NULL};
+  static const char *const resample[] = {"rule", "optimal", NULL};
+  double delta, nu;
+  int sc, rs, rc;
+  if ((rc = host->param_check_known(params, known, err, errlen)) ||
+      (rc = host->param_double(params, "delta", 1.1, 1e-6, 100.0, &delta, err, errlen)) ||
+      (rc = host->param_double(params, "nu", 0.7, 0.0, 10.0, &nu, err, errlen)) ||
+      (rc = host->param_choice(params, "schedule", schedule, CS_EXP, &sc, err, errlen)) ||
+      (rc = host->param_choice(params, "resample", resample, VS_OMEGA_OPTIMAL, &rs, err,
+                               errlen)))
+    return rc;
+  vspec_rule *r = host->alloc(sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  *r = (vspec_rule){.host = host, .delta = delta, .nu = nu, .schedule = sc, .resample = rs};
+  *out = r;
+  return VSPEC_OK;
+}
+
+static void cs_destroy(vspec_rule *r) { r->host->free(r); }
+
+/* omega at depth i of a round with draft depth L. */
+static double cs_omega(const vspec_rule *r, int i, int L) {
+  if (L < 1) L = 1;
+  if (L > CS_MAX_DEPTH) L = CS_MAX_DEPTH;
+  if (i < 1) i = 1;
+  if (i > L) i = L;
+  double sum = 0.0, wi = 0.0;
+  for (int j = 1; j <= L; j++) {
+    double w = r->schedule == CS_EXP ? exp(-r->nu * j) : 1.0 + r->nu * ((L + 1) / 2.0 - j);
+    if (w < 0.0) w = 0.0;
+    sum += w;
+    if (j == i) wi = w;
+  }
+  return sum > 0.0 ? r->delta * wi * L / sum : r->delta;
+}
+
+static double cs_accept(vspec_rule *r, const vspec_accept_input *in) {
+  return vs_omega_accept(in, cs_omega(r, in->depth, in->max_depth));
+}
+
+static int cs_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
+  vs_omega_residual(in, cs_omega(r, in->depth, in->max_depth), r->resample, q_out);
+  return VSPEC_OK;
+}
+
+static const vspec_accept_vtable cs_vtable = {
+    .struct_size = sizeof(vspec_accept_vtable),
+    .create = cs_create,
+    .destroy = cs_destroy,
+    .accept_prob = cs_accept,
+    .residual = cs_residual,
+    .greedy_accept = NULL,
+};
+
+static const vspec_plugin_desc cs_desc = {
+    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "coolsd", "1.0.0",
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+    .description = "Cool-SD: annealed relaxation omega_i decaying with draft depth, mean delta",
+    .vtable = &cs_vtable,
+};
+
+VSPEC_PLUGIN_DEFINE(cs_desc)

@@ -1,0 +1,71 @@
+/*
+ * `exact`: speculative sampling that leaves the target distribution unchanged
+ * (Leviathan et al.; algorithms.md §2.2, §2.4, §10 item 1).
+ *
+ * Accept x with min(1, q(x) / p(x)). After a rejection continue from norm(max(0, q - p)),
+ * p being the distribution x was drawn from (earlier siblings removed). For deterministic
+ * top-k drafts p is one-hot at x, so the residual is q with x removed (EAGLE-2's rule).
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "vspec/plugin.h"
+
+struct vspec_rule {
+  const vspec_host *host;
+};
+
+static int ex_create(const vspec_host *host, const vspec_params *params, vspec_rule **out,
+                     char *err, size_t errlen) {
+  static const char *const known[] = {NULL};
+  int rc = host->param_check_known(params, known, err, errlen);
+  if (rc) return rc;
+  vspec_rule *r = host->alloc(sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  r->host = host;
+  *out = r;
+  return VSPEC_OK;
+}
+
+static void ex_destroy(vspec_rule *r) { r->host->free(r); }
+
+static double ex_accept(vspec_rule *r, const vspec_accept_input *in) {
+  (void)r;
+  double a = (double)in->q[in->token] / (double)in->p_x;
+  return a < 1.0 ? a : 1.0;
+}
+
+static int ex_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
+  (void)r;
+  if (in->p) {
+    for (int y = 0; y < in->vocab; y++) {
+      float d = in->q[y] - in->p[y];
+      q_out[y] = d > 0.0f ? d : 0.0f;
+    }
+  } else {
+    for (int y = 0; y < in->vocab; y++) q_out[y] = in->q[y];
+    q_out[in->token] = 0.0f;
+  }
+  return VSPEC_OK;
+}
+
+static const vspec_accept_vtable ex_vtable = {
+    .struct_size = sizeof(vspec_accept_vtable),
+    .create = ex_create,
+    .destroy = ex_destroy,
+    .accept_prob = ex_accept,
+    .residual = ex_residual,
+    .greedy_accept = NULL,
+};
+
+static const vspec_plugin_desc ex_desc = {
+    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "exact", "1.0.0",
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+    .description = "exact speculative sampling: min(1, q/p), residual norm(max(0, q - p))",
+    .vtable = &ex_vtable,
+};
+
+VSPEC_PLUGIN_DEFINE(ex_desc)

@@ -1,0 +1,138 @@
+/*
+ * `lantern`: relaxed acceptance over the latent proximity set (LANTERN, ICLR'25;
+ * algorithms.md §3).
+ *
+ * Accept x with min(1, q(A(x)) / p(x)), where A(x) is x plus the longest prefix of its k
+ * nearest codebook neighbours whose target mass stays within delta (the TV budget). q is
+ * the current residual at the node, as in the reference code.
+ *
+ * Parameters
+ *   k=1000          neighbours searched (clamped to the engine's neighbour table)
+ *   delta=0.1       total-variation budget, [0, 1]
+ *   resample=rule   after a rejection:
+ *                     rule    remove x and A(x) from max(0, q - p) (q itself for top-k drafts)
+ *                     optimal Cool-SD's G* = norm([q - p f]+), f(y) = min(1, q(A(y))/p(y))
+ *                             at every y (algorithms.md §5.2)
+ *   reject=set      which neighbours `rule` removes: set = A(x) (the paper's set);
+ *                   reference = the first k+1 neighbours whenever A(x) has any, as the
+ *                   reference code does (algorithms.md §3.3, §3.6 item 1)
+ */
+#include <stdio.h>
+
+#include "proximity.h"
+
+enum { LT_RULE = 0, LT_OPTIMAL = 1 };
+enum { LT_SET = 0, LT_REFERENCE = 1 };
+
+struct vspec_rule {
+  const vspec_host *host;
+  int k;
+  double delta;
+  int resample, reject;
+};
+
+static int lt_create(const vspec_host *host, const vspec_params *params, vspec_rule **out,
+                     char *err, size_t errlen) {
+  static const char *const known[] = {"k", "delta", "resample", "reject", NULL};
+  static const char *const resample[] = {"rule", "optimal", NULL};
+  static const char *const reject[] = {"set", "reference", NULL};
+  long k;
+  double delta;
+  int rs, rj, rc;
+  if ((rc = host->param_check_known(params, known, err, errlen)) ||
+      (rc = host->param_int(params, "k", 1000, 1, 1 << 20, &k, err, errlen)) ||
+      (rc = host->param_double(params, "delta", 0.1, 0.0, 1.0, &delta, err, errlen)) ||
+      (rc = host->param_choice(params, "resample", resample, LT_RULE, &rs, err, errlen)) ||
+      (rc = host->param_choice(params, "reject", reject, LT_SET, &rj, err, errlen)))
+    return rc;
+  vspec_rule *r = host->alloc(sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  *r = (vspec_rule){.host = host, .k = (int)k, .delta = delta, .resample = rs, .reject = rj};
+  *out = r;
+  return VSPEC_OK;
+}
+
+static void lt_destroy(vspec_rule *r) { r->host->free(r); }
+
+static double lt_pool(const vspec_rule *r, const vspec_accept_input *in, int32_t y, int *m) {
+  const int32_t *row = in->neighbour_table ? in->neighbour_table + (size_t)y * in->table_k : NULL;
+  if (!row) {
+    if (m) *m = 0;
+    return in->q[y];
+  }
+  return vs_proximity_pool(in->q, row, in->table_k, vs_proximity_k(in, r->k), y, r->delta, m);
+}
+
+static double lt_accept(vspec_rule *r, const vspec_accept_input *in) {
+  double a = lt_pool(r, in, in->token, NULL) / (double)in->p_x;
+  return a < 1.0 ? a : 1.0;
+}
+
+static int lt_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
+  int V = in->vocab;
+  if (r->resample == LT_OPTIMAL) {
+    /* q - p f = q - min(p, q(A(y))) per y; for top-k drafts only x carries draft mass and
+     * q(A(x)) >= q(x), so x is removed. */
+    if (!in->p) {
+      for (int y = 0; y < V; y++) q_out[y] = in->q[y];
+      q_out[in->token] = 0.0f;
+      return VSPEC_OK;
+    }
+    for (int y = 0; y < V; y++) {
+      if (in->p[y] <= 0.0f) {
+        q_out[y] = in->q[y];
+        continue;
+      }
+      double pool = lt_pool(r, in, y, NULL);
+      double take = in->p[y] < pool ? in->p[y] : pool;
+      double d = (double)in->q[y] - take;
+      q_out[y] = d > 0.0 ? (float)d : 0.0f;
+    }
+    return VSPEC_OK;
+  }
+  for (int y = 0; y < V; y++) {
+    float d = in->p ? in->q[y] - in->p[y] : in->q[y];
+    q_out[y] = d > 0.0f ? d : 0.0f;
+  }
+  q_out[in->token] = 0.0f;
+  int m;
+  lt_pool(r, in, in->token, &m);
+  int zero = m;
+  if (r->reject == LT_REFERENCE && m >= 1) {
+    int kk = vs_proximity_k(in, r->k);
+    zero = kk + 1 < in->n_neighbours ? kk + 1 : in->n_neighbours;
+  }
+  for (int i = 0; i < zero; i++) q_out[in->neighbours[i]] = 0.0f;
+  return VSPEC_OK;
+}
+
+/* Greedy LANTERN (algorithms.md §3.4): x is accepted if its pooled probability beats every
+ * other token's own probability. */
+static int lt_greedy(vspec_rule *r, const vspec_accept_input *in) {
+  double pool = lt_pool(r, in, in->token, NULL);
+  for (int y = 0; y < in->vocab; y++)
+    if (y != in->token && in->q[y] > pool) return 0;
+  return 1;
+}
+
+static const vspec_accept_vtable lt_vtable = {
+    .struct_size = sizeof(vspec_accept_vtable),
+    .create = lt_create,
+    .destroy = lt_destroy,
+    .accept_prob = lt_accept,
+    .residual = lt_residual,
+    .greedy_accept = lt_greedy,
+};
+
+static const vspec_plugin_desc lt_desc = {
+    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "lantern", "1.0.0",
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+    .description = "LANTERN: pool the target mass of x's codebook neighbours within a TV "
+                   "budget delta",
+    .vtable = &lt_vtable,
+};
+
+VSPEC_PLUGIN_DEFINE(lt_desc)
