@@ -18,3 +18,8 @@ $(TEST_PLUGIN_DIR)/testrule_abi2.so: tests/plugins/testrule.c $(wildcard include
 $(TEST_PLUGIN_DIR)/nosym.so: tests/plugins/nosym.c
 	@mkdir -p $(dir $@)
 	$(call TEST_PLUGIN_CC,)
+
+TEST_PLUGINS += $(TEST_PLUGIN_DIR)/backend_table.so
+$(TEST_PLUGIN_DIR)/backend_table.so: tests/plugins/backend_table.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,)
