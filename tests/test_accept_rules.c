@@ -1,0 +1,256 @@
+/*
+ * Acceptance-rule plugins: the math of each rule on small hand-made distributions, and
+ * parameter validation. The values are worked out by hand from the formulas in
+ * ../shared/reference/algorithms.md (§2 exact, §3 LANTERN, §4 LANTERN++, §5 Cool-SD).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/host.h"
+#include "core/params.h"
+#include "core/registry.h"
+#include "kernels/vs_kernels.h"
+
+static vspec_host host;
+static vs_registry *reg;
+
+typedef struct rule {
+  vs_plugin *plugin;
+  const vspec_accept_vtable *vt;
+  vspec_rule *r;
+} rule;
+
+static rule make(const char *name, const char *params) {
+  rule x;
+  char err[VSPEC_ERRLEN];
+  if (vs_registry_acquire(reg, VSPEC_PLUGIN_ACCEPT, name, &x.plugin, err, sizeof err))
+    fail_msg("%s", err);
+  x.vt = vs_plugin_vtable(x.plugin);
+  vspec_params *p;
+  assert_int_equal(vs_params_parse(params, &p, err, sizeof err), 0);
+  if (x.vt->create(&host, p, &x.r, err, sizeof err)) fail_msg("%s(%s): %s", name, params, err);
+  vs_params_free(p);
+  return x;
+}
+
+static void drop(rule *x) {
+  x->vt->destroy(x->r);
+  vs_plugin_release(x->plugin);
+}
+
+static int create_error(const char *name, const char *params, char *err, size_t n) {
+  vs_plugin *pl;
+  assert_int_equal(vs_registry_acquire(reg, VSPEC_PLUGIN_ACCEPT, name, &pl, err, n), 0);
+  const vspec_accept_vtable *vt = vs_plugin_vtable(pl);
+  vspec_params *p;
+  assert_int_equal(vs_params_parse(params, &p, err, n), 0);
+  vspec_rule *r = NULL;
+  int rc = vt->create(&host, p, &r, err, n);
+  if (!rc) vt->destroy(r);
+  vs_params_free(p);
+  vs_plugin_release(pl);
+  return rc;
+}
+
+/* Vocabulary of 6; neighbour table: each code's neighbours in the order listed. */
+static const int32_t nbr[6 * 3] = {
+    1, 2, 3, /* 0 */
+    0, 2, 4, /* 1 */
+    1, 0, 5, /* 2 */
+    4, 0, 1, /* 3 */
+    3, 5, 1, /* 4 */
+    4, 2, 3, /* 5 */
+};
+static const float q[6] = {0.30f, 0.05f, 0.10f, 0.25f, 0.20f, 0.10f};
+static const float p[6] = {0.10f, 0.40f, 0.10f, 0.10f, 0.20f, 0.10f};
+
+static vspec_accept_input input(int32_t x, const float *pp, float px, int depth, int max_depth) {
+  vspec_accept_input in = {.struct_size = sizeof in, .vocab = 6, .token = x, .depth = depth,
+                           .max_depth = max_depth, .p_x = px, .p = pp, .q = q,
+                           .neighbours = nbr + x * 3, .n_neighbours = 3,
+                           .neighbour_table = nbr, .table_k = 3};
+  return in;
+}
+
+static void expect_vec(const float *got, const double *want, int n, const char *what) {
+  for (int i = 0; i < n; i++)
+    if (fabs(got[i] - want[i]) > 1e-6)
+      fail_msg("%s[%d] = %.7f, expected %.7f", what, i, got[i], want[i]);
+}
+
+static void test_exact(void **state) {
+  (void)state;
+  rule r = make("exact", "");
+  vspec_accept_input in = input(1, p, p[1], 1, 1);
+  /* min(1, q/p) = 0.05 / 0.4 */
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 0.125, 1e-7);
+  in = input(0, p, p[0], 1, 1);
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 1.0, 1e-7);
+  float out[6];
+  in = input(1, p, p[1], 1, 1);
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  double want[6] = {0.20, 0.0, 0.0, 0.15, 0.0, 0.0}; /* max(0, q - p) */
+  expect_vec(out, want, 6, "exact residual");
+  /* deterministic draft: p is one-hot, accept q(x), residual q without x */
+  in = input(3, NULL, 1.0f, 1, 1);
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 0.25, 1e-7);
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  double want2[6] = {0.30, 0.05, 0.10, 0.0, 0.20, 0.10};
+  expect_vec(out, want2, 6, "exact one-hot residual");
+  drop(&r);
+}
+
+static void test_lantern(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  /* x = 1: neighbours 0 (0.30), 2 (0.10), 4 (0.20). delta 0.35: S_1 = 0.30 <= 0.35,
+   * S_2 = 0.40 > 0.35, so A = {1, 0}, pooled 0.35; with p(x) = 0.4: accept 0.875. */
+  rule r = make("lantern", "k=3,delta=0.35");
+  vspec_accept_input in = input(1, p, p[1], 1, 1);
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 0.35 / 0.40, 1e-6);
+  float out[6];
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  /* rule: max(0, q - p) with x and A(x) = {0} removed */
+  double want[6] = {0.0, 0.0, 0.0, 0.15, 0.0, 0.0};
+  expect_vec(out, want, 6, "lantern set residual");
+  /* delta = 0.25 is below q(0): nothing pooled */
+  drop(&r);
+  r = make("lantern", "k=3,delta=0.25");
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 0.05 / 0.40, 1e-6);
+  drop(&r);
+  /* k limits the search: k = 1 and delta 1 pools only neighbour 0 */
+  r = make("lantern", "k=1,delta=1");
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 0.35 / 0.40, 1e-6);
+  drop(&r);
+  /* reference variant: zeroes the first k+1 neighbours when A(x) has any */
+  r = make("lantern", "k=1,delta=1,reject=reference");
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  double want_ref[6] = {0.0, 0.0, 0.0, 0.15, 0.0, 0.0}; /* 0 and 2 zeroed; 2 was 0 anyway */
+  expect_vec(out, want_ref, 6, "lantern reference residual");
+  drop(&r);
+  /* optimal residual: q - min(p, q(A(y))) per y, delta = 0.35 */
+  r = make("lantern", "k=3,delta=0.35,resample=optimal");
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  /* pools: y0: nbrs 1(.05),2(.10),3(.25) -> .05+.10=.15 <= .35, +.25 > .35 -> .45; min(p=.1,.45)=.1 -> .2
+   * y1: .35 -> min(.4,.35) = .35 -> q - .35 < 0 -> 0
+   * y2: nbrs 1(.05),0(.30) -> .35 ok, 5(.10) -> .45 no: pool .10+.35 = .45; min(.1, .45) -> 0
+   * y3: nbrs 4(.20),0(.30) -> .20 ok, .50 no: pool .45; min(.1,.45) = .1 -> .15
+   * y4: nbrs 3(.25),5(.10) -> .35 ok, 1 -> .40 no: pool .55; min(.2,.55) = .2 -> 0
+   * y5: nbrs 4(.20),2(.10) -> .30 ok, 3 -> .55 no: pool .40; min(.1,.4) = .1 -> 0 */
+  double want_opt[6] = {0.20, 0.0, 0.0, 0.15, 0.0, 0.0};
+  expect_vec(out, want_opt, 6, "lantern optimal residual");
+  drop(&r);
+  /* greedy: x = 4 pooled with 3 and 5 (delta 0.35) = 0.55 beats max other q (0.30) */
+  r = make("lantern", "k=3,delta=0.35");
+  in = input(4, NULL, 1.0f, 1, 1);
+  assert_true(r.vt->greedy_accept(r.r, &in));
+  in = input(2, NULL, 1.0f, 1, 1); /* 0.10 + 0.05 (nbr 1); +0.30 exceeds */
+  assert_false(r.vt->greedy_accept(r.r, &in));
+  drop(&r);
+  assert_int_equal(create_error("lantern", "delta=1.5", err, sizeof err), VSPEC_ERANGE);
+  assert_non_null(strstr(err, "'delta'"));
+  assert_non_null(strstr(err, "[0, 1]"));
+  assert_int_equal(create_error("lantern", "k=0", err, sizeof err), VSPEC_ERANGE);
+  assert_non_null(strstr(err, "'k'"));
+  assert_int_equal(create_error("lantern", "resample=best", err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "rule|optimal"));
+}
+
+static void test_lanternpp(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  /* x = 3 (q 0.25), lambda 2: budget 0.25; neighbours 4 (0.20) ok, 0 (0.30) -> 0.50 no.
+   * pooled 0.45 <= 2 x 0.25; accept min(1, 0.45 / 0.1) = 1 */
+  rule r = make("lanternpp", "lambda=2,k=3");
+  vspec_accept_input in = input(3, p, p[3], 1, 1);
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 1.0, 1e-7);
+  /* x = 1 (q 0.05), lambda 2: budget 0.05 < q(0): nothing pooled: 0.05 / 0.4 */
+  in = input(1, p, p[1], 1, 1);
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 0.125, 1e-6);
+  /* lambda 10 at x = 1: budget 0.45: 0 (.30), 2 (.10) -> .40 ok, 4 -> .60 no: pooled .45 */
+  drop(&r);
+  r = make("lanternpp", "lambda=10,k=3");
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 1.0, 1e-7); /* 0.45 / 0.40, capped at 1 */
+  /* rule residual: p' zero at the first k+1 neighbours (not renormalised), q - p' */
+  float out[6];
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  double want[6] = {0.30, 0.0, 0.10, 0.15, 0.20, 0.0};
+  expect_vec(out, want, 6, "lanternpp rule residual");
+  drop(&r);
+  assert_int_equal(create_error("lanternpp", "lambda=0.5", err, sizeof err), VSPEC_ERANGE);
+  assert_non_null(strstr(err, "'lambda'"));
+}
+
+static void test_uniform_rsd(void **state) {
+  (void)state;
+  rule r = make("uniform_rsd", "omega=2,resample=rule");
+  vspec_accept_input in = input(1, p, p[1], 1, 1);
+  assert_float_equal(r.vt->accept_prob(r.r, &in), 0.25, 1e-6); /* 2 x 0.05 / 0.4 */
+  drop(&r);
+  /* omega 0.5 < 1: optimal residual max(q - p, (1 - omega) q) */
+  r = make("uniform_rsd", "omega=0.5,resample=optimal");
+  float out[6];
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  double want[6];
+  for (int y = 0; y < 6; y++) want[y] = fmax(q[y] - p[y], 0.5 * q[y]);
+  expect_vec(out, want, 6, "uniform_rsd optimal residual");
+  drop(&r);
+  r = make("uniform_rsd", "omega=0.5,resample=rule");
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  for (int y = 0; y < 6; y++) want[y] = fmax(q[y] - p[y], 0.0);
+  expect_vec(out, want, 6, "uniform_rsd rule residual");
+  drop(&r);
+}
+
+static void test_coolsd_schedule(void **state) {
+  (void)state;
+  /* algorithms.md §5.1 examples (exp schedule, nu 0.7, mean omega = delta):
+   * L=5, delta=1.1 -> [2.855, 1.418, 0.704, 0.350, 0.174]; L=4 -> [2.358, 1.171, 0.582, 0.289] */
+  const double w5[5] = {2.855, 1.418, 0.704, 0.350, 0.174}, w4[4] = {2.358, 1.171, 0.582, 0.289};
+  rule r = make("coolsd", "delta=1.1");
+  /* With a one-hot draft and q(x) = 0.10, acceptance = min(1, omega x 0.10). */
+  for (int i = 1; i <= 5; i++) {
+    vspec_accept_input in = input(2, NULL, 1.0f, i, 5);
+    assert_float_equal(r.vt->accept_prob(r.r, &in), fmin(1.0, w5[i - 1] * 0.10), 2e-3 * 0.1);
+  }
+  for (int i = 1; i <= 4; i++) {
+    vspec_accept_input in = input(2, NULL, 1.0f, i, 4);
+    assert_float_equal(r.vt->accept_prob(r.r, &in), fmin(1.0, w4[i - 1] * 0.10), 2e-3 * 0.1);
+  }
+  drop(&r);
+  /* linear schedule: mean of omega_i over the draft depth equals delta */
+  r = make("coolsd", "delta=1.5,schedule=linear,nu=0.3");
+  double sum = 0.0;
+  for (int i = 1; i <= 4; i++) {
+    vspec_accept_input in = input(2, NULL, 1.0f, i, 4);
+    sum += r.vt->accept_prob(r.r, &in) / 0.10; /* omega x 0.1 < 1 here */
+  }
+  assert_float_equal(sum / 4, 1.5, 1e-6);
+  drop(&r);
+}
+
+int main(void) {
+  char err[VSPEC_ERRLEN], dir[1024];
+  const char *b = getenv("VSPEC_BUILD");
+  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
+  vs_host_init(&host, vs_cpu_ops());
+  if (vs_registry_open(dir, &host, &reg, err, sizeof err)) {
+    fprintf(stderr, "setup: %s\n", err);
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_exact),          cmocka_unit_test(test_lantern),
+      cmocka_unit_test(test_lanternpp),      cmocka_unit_test(test_uniform_rsd),
+      cmocka_unit_test(test_coolsd_schedule),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  vs_registry_close(reg);
+  return rc;
+}
