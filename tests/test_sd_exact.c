@@ -1,7 +1,8 @@
 /*
  * Exactness of speculative decoding: with the `exact` rule the sampled sequences follow the
  * target's distribution, for chain drafting with a separate draft model, for a sampled
- * EAGLE-1-style static tree and for a deterministic top-k EAGLE-2-style dynamic tree.
+ * EAGLE-1-style static tree and for a deterministic top-k EAGLE-2-style dynamic tree, and
+ * with a feature-conditioned (EAGLE) drafter.
  *
  * The model is a micro table model (tests/support/table_model.h): random logits for every
  * prefix, CFG on (two rows), temperature 1, so the exact joint distribution is enumerated.
@@ -105,6 +106,9 @@ static const char *const exact_methods[] = {
     "sd:exact@standard:shape=chain,depth=3,drafter=model",
     "sd:exact@standard:shape=static,tree=0/1/2/0.0/0.1/1.0/0.0.0,drafter=model",
     "sd:exact@standard:shape=dynamic,top_k=3,depth=3,total_tokens=8,drafter=model",
+    /* an EAGLE-style feature head: the table head fails the job if the catch-up chain or
+     * the tree feeds it a misaligned feature */
+    "sd:exact@standard:shape=static,tree=0/1/0.0/0.0.0,drafter=head",
 };
 static const char *const wrong_method =
     "sd:uniform_rsd:omega=1.5,resample=rule@standard:shape=chain,depth=3,drafter=model";

@@ -7,6 +7,13 @@
  * File (safetensors): logits F32 [n_prefixes, rows, vocab], prefixes of length 0..L-1 in
  * order of length then base-vocab value; optional codebook F32 [vocab, dim];
  * metadata: vocab, length (L), rows.
+ *
+ * Features: a node's output feature is the length of its prefix (itself included), so
+ * the target's feature at image index j is j + 1. With parameter mode=head the table acts
+ * as an EAGLE-style feature head: it takes one input feature per node and checks that the
+ * engine fed it exactly the feature an EAGLE head must see at that position (the target's
+ * feature at the previous index for committed rows, its own output at the parent for tree
+ * nodes, both equal to the node's position), failing the forward otherwise.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +26,7 @@
 
 struct vspec_model {
   const vspec_host *host;
+  int head;
   vspec_tensor_file *f;
   int vocab, len, rows, dim;
   const float *logits, *codebook;
@@ -48,9 +56,13 @@ static void tb_unload(vspec_model *m) {
 
 static int tb_load(const vspec_host *h, vspec_dev *dev, const char *path, const vspec_params *p,
                    vspec_model **out, char *err, size_t errlen) {
-  (void)p;
+  static const char *const modes[] = {"model", "head", NULL};
+  int mode = 0;
+  int rc0 = h->param_choice(p, "mode", modes, 0, &mode, err, errlen);
+  if (rc0) return rc0;
   vspec_model *m = h->calloc(1, sizeof *m);
   m->host = h;
+  m->head = mode == 1;
   int rc = h->tensors_open(path, &m->f, err, errlen);
   if (rc) {
     tb_unload(m);
@@ -97,6 +109,7 @@ static int tb_info(const vspec_model *m, vspec_model_info *o) {
   i.vocab = m->vocab;
   i.token_dim = m->dim;
   i.feature_dim = 1;
+  i.feature_in_dim = m->head ? 1 : 0;
   i.n_cond = 1;
   i.num_classes = 1;
   i.max_nodes = TB_MAX_PENDING;
@@ -174,6 +187,16 @@ static int tb_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forw
     int k = s->committed + depth;
     for (int a = base + i; a >= 0; a = s->ppar[a]) pre[--k] = s->ptok[a];
     size_t V = (size_t)s->m->vocab;
+    if (s->m->head) {
+      /* Position of this node = index of the token it embeds. */
+      int pos = s->committed + depth - 1;
+      for (int r = 0; r < s->rows; r++)
+        if (!b->features || b->features[(size_t)i * s->rows + r] != (float)pos) {
+          snprintf(err, errlen, "table head: node %d (position %d) got feature %g, expected %d",
+                   i, pos, b->features ? b->features[(size_t)i * s->rows + r] : -1.0, pos);
+          return VSPEC_EINVAL;
+        }
+    }
     tb_lookup(s, pre, s->committed + depth, o && o->logits ? o->logits + (size_t)i * s->rows * V : NULL,
               o && o->features ? o->features + (size_t)i * s->rows : NULL);
   }

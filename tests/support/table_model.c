@@ -110,7 +110,8 @@ void vs_table_model_write(const vs_table_model *m, const char *dir, const vs_sam
   fprintf(f,
           "{\"name\": \"table\", \"target\": {\"backend\": \"table\", \"gpt\": "
           "\"target.safetensors\"}, \"draft\": {\"backend\": \"table\", \"gpt\": "
-          "\"draft.safetensors\"}, \"defaults\": {\"temperature\": %g, \"top_k\": %d, "
+          "\"draft.safetensors\"}, \"eagle\": {\"backend\": \"table\", \"gpt\": "
+          "\"draft.safetensors\", \"mode\": \"head\"}, \"defaults\": {\"temperature\": %g, \"top_k\": %d, "
           "\"top_p\": %g, \"cfg_scale\": %g, \"cfg_interval\": %d}}\n",
           s->temperature, s->top_k, s->top_p, s->cfg_scale, s->cfg_interval);
   fclose(f);

@@ -211,31 +211,17 @@ void lg_gpt_unload(vspec_model *m) {
 
 /* ---- sessions ---------------------------------------------------------------------- */
 
-static size_t lg__layer_cache_elems(const vspec_session *s) {
-  const lg_gpt *g = &s->m->gpt;
-  return (size_t)s->rows * g->n_kv_head * s->slots * g->head_dim;
-}
-
-/* Cache of (layer, row, kv head): [slots, head_dim]. */
-static float *lg__kv(const vspec_session *s, float *base, int layer, int row, int kvh) {
-  const lg_gpt *g = &s->m->gpt;
-  return base + (size_t)layer * lg__layer_cache_elems(s) +
-         ((size_t)row * g->n_kv_head + kvh) * s->slots * g->head_dim;
-}
-
 void lg_session_close(vspec_session *s) {
   if (!s) return;
   const vspec_ops *ops = s->ops;
   vspec_dev *dev = s->dev;
-  float *bufs[] = {s->cond_embed, s->k_cache, s->v_cache, s->x,      s->h,
-                   s->qkv,        s->att,     s->ff1,     s->ff3,    s->logits};
+  float *bufs[] = {s->cond_embed, s->x, s->h, s->qkv, s->att, s->ff1, s->ff3, s->logits};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) ops->free(dev, bufs[i]);
+  vs_kv_tree_free(&s->kv, s->host);
   s->host->free(s->cond_valid);
   s->host->free(s->mask);
   s->host->free(s->pos);
-  s->host->free(s->pending_parents);
-  s->host->free(s->depth);
   s->host->free(s);
 }
 
@@ -297,17 +283,17 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
   s->class_label = cfg->class_label;
   /* The prefill runs n_cond positions through the same buffers as a forward. */
   s->max_nodes = max_nodes > g->n_cond ? max_nodes : g->n_cond;
-  /* Committed positions never exceed T + N; tree nodes sit after them. */
-  s->slots = (g->n_cond + g->n_image + max_nodes + 7) / 8 * 8;
+  /* Committed positions never exceed T + N; pending nodes sit after them. */
+  int slots = (g->n_cond + g->n_image + max_nodes + 7) / 8 * 8;
+  int kv_rc = vs_kv_tree_init(&s->kv, H, dev, g->n_layer, s->rows, g->n_kv_head, g->head_dim,
+                              slots, max_nodes);
 
   const vspec_ops *ops = s->ops;
   size_t M = (size_t)s->rows * s->max_nodes;
   size_t qkv_w = (size_t)(g->n_head + 2 * g->n_kv_head) * g->head_dim;
-  size_t cache = (size_t)g->n_layer * lg__layer_cache_elems(s) * sizeof(float);
+  size_t cache = (size_t)g->n_layer * vs_kv_layer_elems(&s->kv) * sizeof(float);
   size_t h_rows = M > (size_t)g->caption_len ? M : (size_t)g->caption_len;
   s->cond_embed = ops->alloc(dev, (size_t)s->rows * g->n_cond * g->dim * sizeof(float));
-  s->k_cache = ops->alloc(dev, cache);
-  s->v_cache = ops->alloc(dev, cache);
   s->x = ops->alloc(dev, M * g->dim * sizeof(float));
   s->h = ops->alloc(dev, h_rows * g->dim * sizeof(float));
   s->qkv = ops->alloc(dev, M * qkv_w * sizeof(float));
@@ -316,13 +302,10 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
   s->ff3 = ops->alloc(dev, M * g->ffn_hidden * sizeof(float));
   s->logits = ops->alloc(dev, M * g->vocab * sizeof(float));
   s->cond_valid = H->calloc((size_t)g->n_cond, 1);
-  s->mask = H->calloc((size_t)s->max_nodes * s->slots, 1);
+  s->mask = H->calloc((size_t)s->max_nodes * slots, 1);
   s->pos = H->calloc(M, sizeof(int32_t));
-  s->pending_parents = H->calloc((size_t)s->max_nodes, sizeof(int32_t));
-  s->depth = H->calloc((size_t)s->max_nodes, sizeof(int32_t));
-  if (!s->cond_embed || !s->k_cache || !s->v_cache || !s->x || !s->h || !s->qkv || !s->att ||
-      !s->ff1 || !s->ff3 || !s->logits || !s->cond_valid || !s->mask || !s->pos ||
-      !s->pending_parents || !s->depth) {
+  if (kv_rc || !s->cond_embed || !s->x || !s->h || !s->qkv || !s->att || !s->ff1 || !s->ff3 ||
+      !s->logits || !s->cond_valid || !s->mask || !s->pos) {
     lg_session_close(s);
     snprintf(err, errlen, "out of memory for a session (%zu MiB of KV cache)", 2 * cache >> 20);
     return VSPEC_ENOMEM;
@@ -390,22 +373,11 @@ static void lg__run_layers(vspec_session *s, int n, int first_slot) {
     /* q and k rotate; condition positions have cos = sin = 0 and become zero. */
     ops->rope_apply(dev, s->qkv, M, qkv_w, H, hd, s->pos, g->rope_table);
     ops->rope_apply(dev, s->qkv + (size_t)H * hd, M, qkv_w, Hkv, hd, s->pos, g->rope_table);
-    for (int r = 0; r < R; r++) {
-      for (int kvh = 0; kvh < Hkv; kvh++) {
-        float *kc = lg__kv(s, s->k_cache, l, r, kvh);
-        float *vc = lg__kv(s, s->v_cache, l, r, kvh);
-        for (int i = 0; i < n; i++) {
-          const float *row = s->qkv + (size_t)(r * n + i) * qkv_w;
-          ops->copy(dev, kc + (size_t)(L + i) * hd, row + (size_t)(H + kvh) * hd,
-                    (size_t)hd * sizeof(float));
-          ops->copy(dev, vc + (size_t)(L + i) * hd, row + (size_t)(H + Hkv + kvh) * hd,
-                    (size_t)hd * sizeof(float));
-        }
-      }
+    vs_kv_store(&s->kv, l, n, L, s->qkv, qkv_w, H * hd, (H + Hkv) * hd);
+    for (int r = 0; r < R; r++)
       ops->attention(dev, s->qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
-                     lg__kv(s, s->k_cache, l, r, 0), lg__kv(s, s->v_cache, l, r, 0), s->slots,
-                     L + n, s->mask, s->att + (size_t)r * n * H * hd);
-    }
+                     vs_kv_at(&s->kv, s->kv.k, l, r, 0), vs_kv_at(&s->kv, s->kv.v, l, r, 0),
+                     s->kv.slots, L + n, s->mask, s->att + (size_t)r * n * H * hd);
     ops->linear(dev, s->att, M, H * hd, W->wo, d, NULL, s->h);
     ops->add(dev, s->x, s->h, (size_t)M * d);
     ops->rmsnorm(dev, s->x, W->ffn_norm, M, d, g->norm_eps, s->h);
@@ -457,11 +429,11 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
   for (int i = 0; i < T; i++)
     for (int j = 0; j < kv; j++)
       s->mask[(size_t)i * kv + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
-  s->committed = 0;
+  s->kv.committed = 0;
   lg__run_layers(s, T, 0);
-  s->committed = T;
+  s->kv.committed = T;
+  s->kv.n_pending = 0;
   s->prefilled = 1;
-  s->n_pending = 0;
   /* Logits at the last condition position predict image token 0 (models.md §1.10). */
   lg__head(s, T, T - 1, 1, out);
   return VSPEC_OK;
@@ -470,57 +442,24 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen) {
   const lg_gpt *g = &s->m->gpt;
-  int n = b->n_nodes, L = s->committed, R = s->rows, d = g->dim;
+  int n = b->n_nodes, R = s->rows, d = g->dim;
   if (!s->prefilled) {
     snprintf(err, errlen, "forward before prefill");
     return VSPEC_EINVAL;
   }
-  /* New nodes follow the pending ones when appending (see vspec_forward_batch). */
-  int base = b->append ? s->n_pending : 0;
-  if (n < 1 || base + n > s->max_nodes) {
-    snprintf(err, errlen, "forward of %d nodes after %d pending: this session holds at most %d "
-             "pending nodes", n, base, s->max_nodes);
-    return VSPEC_ERANGE;
-  }
-  int max_pos = g->n_cond + g->n_image - 1;
-  for (int i = 0; i < n; i++) {
-    int p = b->parents[i];
-    if (p < -1 || p >= base + i) {
-      snprintf(err, errlen, "node %d has parent %d: parents must be earlier pending nodes or -1",
-               i, p);
-      return VSPEC_EINVAL;
-    }
-    if (b->tokens[i] < 0 || b->tokens[i] >= g->vocab) {
-      snprintf(err, errlen, "node %d has token %d outside the vocabulary 0..%d", i, b->tokens[i],
-               g->vocab - 1);
-      return VSPEC_ERANGE;
-    }
-    int depth = p < 0 ? 0 : s->depth[p] + 1;
-    /* Position T+N-1 (the last image token) is the last one the RoPE table covers; the
-     * reference never feeds it, but a caller that does gets a valid answer. */
-    if (L + depth > max_pos) {
-      snprintf(err, errlen, "node %d would sit at position %d, past the last image position %d", i,
-               L + depth, max_pos);
-      return VSPEC_ERANGE;
-    }
-    s->depth[base + i] = depth;
-    s->pending_parents[base + i] = p;
-  }
-  s->n_pending = base + n;
-  int kv = L + base + n;
-  /* Committed positions are visible (caption slots only if valid); pending slots only along
-   * the node's ancestor chain, itself included. */
-  for (int i = 0; i < n; i++) {
-    uint8_t *row = s->mask + (size_t)i * kv;
-    for (int j = 0; j < L; j++) row[j] = (uint8_t)(j >= g->n_cond || s->cond_valid[j]);
-    memset(row + L, 0, (size_t)(base + n));
-    for (int a = base + i; a >= 0; a = s->pending_parents[a]) row[L + a] = 1;
-  }
+  /* Position T+N-1 (the last image token) is the last one the RoPE table covers; the
+   * reference never feeds it, but a caller that does gets a valid answer. */
+  int base, rc = vs_kv_tree_add(&s->kv, b, g->vocab, g->n_cond + g->n_image - 1, &base, err,
+                                errlen);
+  if (rc) return rc;
+  int L = s->kv.committed;
+  /* Caption slots are visible only where the caption is valid (models.md §1.7). */
+  vs_kv_tree_mask(&s->kv, base, n, s->cond_valid, g->n_cond, s->mask);
   for (int r = 0; r < R; r++)
     for (int i = 0; i < n; i++) {
       s->ops->copy(s->dev, s->x + (size_t)(r * n + i) * d,
                    g->tok_embeddings + (size_t)b->tokens[i] * d, (size_t)d * sizeof(float));
-      s->pos[r * n + i] = L + s->depth[base + i];
+      s->pos[r * n + i] = L + s->kv.depth[base + i];
     }
   lg__run_layers(s, n, L + base);
   lg__head(s, n, 0, n, out);
@@ -529,40 +468,5 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
 
 int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen) {
   const lg_gpt *g = &s->m->gpt;
-  int L = s->committed;
-  if (n < 0 || n > s->n_pending) {
-    snprintf(err, errlen, "commit of %d nodes, but only %d are pending", n, s->n_pending);
-    return VSPEC_EINVAL;
-  }
-  for (int j = 0; j < n; j++) {
-    int node = path[j];
-    int want_parent = j == 0 ? -1 : path[j - 1];
-    if (node < 0 || node >= s->n_pending || s->pending_parents[node] != want_parent) {
-      snprintf(err, errlen, "commit path entry %d (node %d) is not a child of %d among the "
-               "pending nodes", j, node, want_parent);
-      return VSPEC_EINVAL;
-    }
-  }
-  if (L + n > g->n_cond + g->n_image) {
-    snprintf(err, errlen, "commit would pass the end of the image");
-    return VSPEC_ERANGE;
-  }
-  /* Compaction: parents precede children, so path[j] >= j and copying upwards never
-   * overwrites a later source. */
-  int hd = g->head_dim;
-  for (int l = 0; l < g->n_layer; l++)
-    for (int r = 0; r < s->rows; r++)
-      for (int kvh = 0; kvh < g->n_kv_head; kvh++) {
-        float *kc = lg__kv(s, s->k_cache, l, r, kvh), *vc = lg__kv(s, s->v_cache, l, r, kvh);
-        for (int j = 0; j < n; j++) {
-          if (path[j] == j) continue;
-          s->ops->copy(s->dev, kc + (size_t)(L + j) * hd, kc + (size_t)(L + path[j]) * hd,
-                       (size_t)hd * sizeof(float));
-          s->ops->copy(s->dev, vc + (size_t)(L + j) * hd, vc + (size_t)(L + path[j]) * hd,
-                       (size_t)hd * sizeof(float));
-        }
-      }
-  s->committed = L + n;
-  s->n_pending = 0;
-  return VSPEC_OK;
+  return vs_kv_tree_commit(&s->kv, path, n, g->n_cond + g->n_image, err, errlen);
 }

@@ -169,7 +169,7 @@ static int lg_info(const vspec_model *m, vspec_model_info *out) {
   return VSPEC_OK;
 }
 
-static int32_t lg_committed(const vspec_session *s) { return s->committed; }
+static int32_t lg_committed(const vspec_session *s) { return s->kv.committed; }
 
 static int lg_decode(vspec_model *m, vspec_dev *dev, const int32_t *tokens, uint8_t *rgb,
                      char *err, size_t errlen) {

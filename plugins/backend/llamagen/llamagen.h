@@ -8,6 +8,7 @@
 #ifndef LLAMAGEN_H
 #define LLAMAGEN_H
 
+#include "../kv_tree.h"
 #include "vspec/plugin.h"
 
 #define LG_MAX_LAYERS 128
@@ -86,21 +87,15 @@ struct vspec_session {
   vspec_dev *dev;
   int rows;            /* 1 or 2 (CFG) */
   int max_nodes;       /* forward batch capacity (>= n_cond for prefill) */
-  int slots;           /* KV slots per (layer, row, kv head) */
-  int committed;       /* L: positions in the cache */
   int prefilled;
   int32_t class_label;
   float *cond_embed;   /* device [rows, n_cond, dim]: condition embeddings */
   uint8_t *cond_valid; /* host [n_cond]: t2i caption validity (1 for c2i) */
-  float *k_cache, *v_cache; /* device [n_layer][rows][n_kv_head][slots][head_dim] */
+  vs_kv_tree kv;       /* committed + pending nodes (plugins/backend/kv_tree.h) */
   /* per-forward work buffers, [rows * max_nodes, ...], row-major by (row, node) */
   float *x, *h, *qkv, *att, *ff1, *ff3, *logits;
-  uint8_t *mask;       /* host [max_nodes, slots] */
+  uint8_t *mask;       /* host [max_nodes, kv.slots] */
   int32_t *pos;        /* host [rows * max_nodes] */
-  /* pending nodes: forwarded since the last commit, kept at slots committed + index */
-  int32_t n_pending;
-  int32_t *pending_parents; /* host [max_nodes] */
-  int32_t *depth;           /* host [max_nodes] */
 };
 
 /* gpt.c */

@@ -1,0 +1,424 @@
+/*
+ * The `eagle` backend: an EAGLE-1 draft head over a LlamaGen target's features
+ * (algorithms.md §1.3; parameter names of LANTERN's LlamaGen drafter,
+ * models/drafters/cnets_llamagen.py).
+ *
+ * Row p of the drafter sequence embeds image token p and reads the target feature that
+ * precedes it (the final-RMSNorm output at the previous position, the lm_head input):
+ *   h_p   = fc(concat(E[x_p], f_{p-1}))                      fc: Linear(2d -> d) with bias
+ *   h_p  += o_proj(attention(h_p))     layer 0 has no input RMSNorm
+ *   h_p  += mlp(post_attention_layernorm(h_p))               SwiGLU: gate, up, down
+ *   f^_p  = h_p (no final norm);  logits_p = output(f^_p), the target's lm_head
+ * Further layers, if a checkpoint has them, use an input_layernorm. Attention uses the
+ * LlamaGen 2-D RoPE table with cls_token_num = the target's minus one (0 for c2i), so row p
+ * rotates like image token p. E and lm_head are the target's tok_embeddings and output,
+ * read from the target file (parameter target=FILE).
+ *
+ * load(path, params): path = the head's safetensors; target=FILE (required); max_nodes=N.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kv_tree.h"
+#include "vspec/plugin.h"
+
+#define EG_MAX_LAYERS 8
+#define EG_DEFAULT_MAX_NODES 256
+
+typedef struct eg_layer {
+  const float *input_norm; /* NULL for layer 0 */
+  float *wqkv;             /* device [3d, d]: q_proj, k_proj, v_proj stacked */
+  const float *wo, *post_norm, *gate, *up, *down;
+} eg_layer;
+
+struct vspec_model {
+  const vspec_host *host;
+  vspec_dev *dev;
+  vspec_tensor_file *f, *target;
+  int dim, n_head, head_dim, ffn, vocab, n_layer, grid, n_image, n_cond, max_nodes;
+  float norm_eps, rope_base;
+  const float *fc_w, *fc_b, *embed, *output;
+  eg_layer layers[EG_MAX_LAYERS];
+  float *rope; /* device [(n_cond + n_image), head_dim/2, 2] */
+};
+
+struct vspec_session {
+  vspec_model *m;
+  const vspec_host *host;
+  const vspec_ops *ops;
+  vspec_dev *dev;
+  int rows, max_nodes, prefilled;
+  vs_kv_tree kv;
+  float *cat, *x, *h, *qkv, *att, *ff1, *ff3, *logits; /* [rows * max_nodes, ...] */
+  uint8_t *mask;
+  int32_t *pos;
+};
+
+static int eg_meta_num(const vspec_host *H, vspec_tensor_file *f, const char *key, double def,
+                       double *out, char *err, size_t errlen) {
+  const char *v = H->tensors_meta(f, key);
+  if (!v || !*v) {
+    *out = def;
+    return def == def ? VSPEC_OK : VSPEC_EINVAL; /* NaN default = required */
+  }
+  char *end;
+  errno = 0;
+  *out = strtod(v, &end);
+  if (end == v || *end || errno) {
+    snprintf(err, errlen, "metadata '%s' = '%s' is not a number", key, v);
+    return VSPEC_EFORMAT;
+  }
+  return VSPEC_OK;
+}
+
+static void eg_unload(vspec_model *m) {
+  if (!m) return;
+  const vspec_ops *ops = m->host->ops;
+  for (int l = 0; l < m->n_layer; l++)
+    if (m->layers[l].wqkv) ops->free(m->dev, m->layers[l].wqkv);
+  if (m->rope) ops->free(m->dev, m->rope);
+  if (m->f) m->host->tensors_close(m->f);
+  if (m->target) m->host->tensors_close(m->target);
+  m->host->free(m);
+}
+
+#define EG_GET(file, name, out, ...)                                                        \
+  do {                                                                                      \
+    int64_t shp_[] = {__VA_ARGS__};                                                         \
+    if ((rc = H->tensors_get_f32(file, dev, name, (int)(sizeof shp_ / sizeof shp_[0]), shp_, \
+                                 out, err, errlen)))                                        \
+      goto fail;                                                                            \
+  } while (0)
+
+static int eg_load(const vspec_host *H, vspec_dev *dev, const char *path,
+                   const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
+  static const char *const known[] = {"target", "max_nodes", NULL};
+  int rc = H->param_check_known(params, known, err, errlen);
+  if (rc) return rc;
+  long max_nodes;
+  if ((rc = H->param_int(params, "max_nodes", EG_DEFAULT_MAX_NODES, 1, 4096, &max_nodes, err,
+                         errlen)))
+    return rc;
+  const char *target = H->param_string(params, "target");
+  if (!target) {
+    snprintf(err, errlen, "eagle: parameter target=FILE (the target GPT whose embeddings and "
+             "lm_head the head uses) is required");
+    return VSPEC_EINVAL;
+  }
+  vspec_model *m = H->calloc(1, sizeof *m);
+  if (!m) return VSPEC_ENOMEM;
+  m->host = H;
+  m->dev = dev;
+  m->max_nodes = (int)max_nodes;
+  const vspec_ops *ops = H->ops;
+  if ((rc = H->tensors_open(path, &m->f, err, errlen))) goto fail;
+  if ((rc = H->tensors_open(target, &m->target, err, errlen))) goto fail;
+  vspec_tensor t = {.struct_size = sizeof t};
+  if ((rc = H->tensors_find(m->f, "fc.weight", &t)) || t.ndim != 2 || t.shape[1] != 2 * t.shape[0]) {
+    snprintf(err, errlen, "%s: the head needs 'fc.weight' [d, 2d]", path);
+    rc = rc ? rc : VSPEC_ESHAPE;
+    goto fail;
+  }
+  m->dim = (int)t.shape[0];
+  vspec_tensor e = {.struct_size = sizeof e};
+  if ((rc = H->tensors_find(m->target, "tok_embeddings.weight", &e)) || e.ndim != 2 ||
+      e.shape[1] != m->dim) {
+    snprintf(err, errlen, "%s: target 'tok_embeddings.weight' missing or not [vocab, %d]", target,
+             m->dim);
+    rc = rc ? rc : VSPEC_ESHAPE;
+    goto fail;
+  }
+  m->vocab = (int)e.shape[0];
+  double v;
+  if ((rc = eg_meta_num(H, m->f, "n_head", NAN, &v, err, errlen))) {
+    if (rc == VSPEC_EINVAL) snprintf(err, errlen, "%s: metadata 'n_head' is required", path);
+    goto fail;
+  }
+  m->n_head = (int)v;
+  if (m->n_head <= 0 || m->dim % m->n_head || (m->dim / m->n_head) % 4) {
+    snprintf(err, errlen, "%s: dim %d and n_head %d: head_dim must be divisible by 4", path,
+             m->dim, m->n_head);
+    rc = VSPEC_EINVAL;
+    goto fail;
+  }
+  m->head_dim = m->dim / m->n_head;
+  if ((rc = eg_meta_num(H, m->f, "norm_eps", 1e-6, &v, err, errlen))) goto fail;
+  m->norm_eps = (float)v;
+  if ((rc = eg_meta_num(H, m->f, "rope_base", 10000, &v, err, errlen))) goto fail;
+  m->rope_base = (float)v;
+  if ((rc = eg_meta_num(H, m->f, "block_size", NAN, &v, err, errlen))) {
+    if (rc == VSPEC_EINVAL) snprintf(err, errlen, "%s: metadata 'block_size' is required", path);
+    goto fail;
+  }
+  m->n_image = (int)v;
+  m->grid = (int)lround(sqrt(v));
+  if (m->grid * m->grid != m->n_image) {
+    snprintf(err, errlen, "%s: block_size %d is not a square grid", path, m->n_image);
+    rc = VSPEC_EINVAL;
+    goto fail;
+  }
+  if ((rc = eg_meta_num(H, m->f, "cls_token_num", 0, &v, err, errlen))) goto fail;
+  m->n_cond = (int)v;
+  int d = m->dim;
+  EG_GET(m->f, "fc.weight", &m->fc_w, d, 2 * d);
+  EG_GET(m->f, "fc.bias", &m->fc_b, d);
+  EG_GET(m->target, "tok_embeddings.weight", &m->embed, m->vocab, d);
+  EG_GET(m->target, "output.weight", &m->output, m->vocab, d);
+  for (m->n_layer = 0; m->n_layer < EG_MAX_LAYERS; m->n_layer++) {
+    char key[128];
+    snprintf(key, sizeof key, "layers.%d.self_attn.q_proj.weight", m->n_layer);
+    vspec_tensor q = {.struct_size = sizeof q};
+    if (H->tensors_find(m->f, key, &q)) break;
+    eg_layer *L = &m->layers[m->n_layer];
+    int l = m->n_layer;
+    vspec_tensor g = {.struct_size = sizeof g};
+    snprintf(key, sizeof key, "layers.%d.mlp.gate_proj.weight", l);
+    if ((rc = H->tensors_find(m->f, key, &g)) || g.ndim != 2) {
+      snprintf(err, errlen, "%s: '%s' missing", path, key);
+      rc = rc ? rc : VSPEC_ESHAPE;
+      goto fail;
+    }
+    if (l == 0) m->ffn = (int)g.shape[0];
+    const float *wq, *wk, *wv;
+#define EG_L(field, name, ...)                                         \
+  do {                                                                 \
+    snprintf(key, sizeof key, "layers.%d.%s", l, name);                \
+    EG_GET(m->f, key, field, __VA_ARGS__);                             \
+  } while (0)
+    EG_L(&wq, "self_attn.q_proj.weight", d, d);
+    EG_L(&wk, "self_attn.k_proj.weight", d, d);
+    EG_L(&wv, "self_attn.v_proj.weight", d, d);
+    EG_L(&L->wo, "self_attn.o_proj.weight", d, d);
+    EG_L(&L->post_norm, "post_attention_layernorm.weight", d);
+    EG_L(&L->gate, "mlp.gate_proj.weight", m->ffn, d);
+    EG_L(&L->up, "mlp.up_proj.weight", m->ffn, d);
+    EG_L(&L->down, "mlp.down_proj.weight", d, m->ffn);
+    /* EAGLE skips the first layer's input norm (the fc output goes in directly). */
+    if (l > 0) EG_L(&L->input_norm, "input_layernorm.weight", d);
+#undef EG_L
+    /* One fused projection, as the attention path expects [q | k | v] per row. */
+    size_t blk = (size_t)d * d * sizeof(float);
+    L->wqkv = ops->alloc(dev, 3 * blk);
+    if (!L->wqkv) {
+      rc = VSPEC_ENOMEM;
+      snprintf(err, errlen, "out of memory");
+      goto fail;
+    }
+    ops->copy(dev, L->wqkv, wq, blk);
+    ops->copy(dev, (char *)L->wqkv + blk, wk, blk);
+    ops->copy(dev, (char *)L->wqkv + 2 * blk, wv, blk);
+  }
+  if (m->n_layer == 0) {
+    snprintf(err, errlen, "%s: no 'layers.0.self_attn.q_proj.weight'", path);
+    rc = VSPEC_ENOENT;
+    goto fail;
+  }
+  {
+    size_t rows = (size_t)(m->n_cond + m->n_image);
+    size_t bytes = rows * (size_t)m->head_dim * sizeof(float);
+    float *table = H->alloc(bytes);
+    m->rope = ops->alloc(dev, bytes);
+    if (!table || !m->rope) {
+      H->free(table);
+      rc = VSPEC_ENOMEM;
+      snprintf(err, errlen, "out of memory");
+      goto fail;
+    }
+    ops->rope2d_table(m->n_cond, m->grid, m->head_dim, m->rope_base, table);
+    ops->upload(dev, m->rope, table, bytes);
+    H->free(table);
+  }
+  *out = m;
+  return VSPEC_OK;
+fail:
+  eg_unload(m);
+  return rc;
+}
+
+static int eg_info(const vspec_model *m, vspec_model_info *o) {
+  vspec_model_info i;
+  memset(&i, 0, sizeof i);
+  i.struct_size = sizeof i;
+  i.token_kind = VSPEC_TOKENS_DISCRETE;
+  i.grid_h = i.grid_w = m->grid;
+  i.vocab = m->vocab;
+  i.feature_dim = m->dim;
+  i.feature_in_dim = m->dim;
+  i.max_nodes = m->max_nodes;
+  i.arch = "eagle-llamagen";
+  int64_t d = m->dim;
+  i.params = 2 * d * d + d + m->n_layer * (4 * d * d + 3 * d * m->ffn + 2 * d);
+  i.stream_bytes = (int64_t)sizeof(float) * (i.params + (int64_t)m->vocab * d);
+  size_t n = o->struct_size && o->struct_size < sizeof i ? o->struct_size : sizeof i;
+  memcpy(o, &i, n);
+  o->struct_size = (uint32_t)n;
+  return VSPEC_OK;
+}
+
+static void eg_close(vspec_session *s) {
+  if (!s) return;
+  float *bufs[] = {s->cat, s->x, s->h, s->qkv, s->att, s->ff1, s->ff3, s->logits};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) s->ops->free(s->dev, bufs[i]);
+  vs_kv_tree_free(&s->kv, s->host);
+  s->host->free(s->mask);
+  s->host->free(s->pos);
+  s->host->free(s);
+}
+
+static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
+                   vspec_session **out, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  if (cfg->rows != 1 && cfg->rows != 2) {
+    snprintf(err, errlen, "session rows = %d: use 1 or 2", cfg->rows);
+    return VSPEC_EINVAL;
+  }
+  int max_nodes = cfg->max_nodes > 0 ? cfg->max_nodes : 1;
+  if (max_nodes > m->max_nodes) {
+    snprintf(err, errlen, "session max_nodes %d exceeds the backend limit %d", max_nodes,
+             m->max_nodes);
+    return VSPEC_ERANGE;
+  }
+  vspec_session *s = H->calloc(1, sizeof *s);
+  if (!s) return VSPEC_ENOMEM;
+  s->m = m;
+  s->host = H;
+  s->ops = H->ops;
+  s->dev = dev;
+  s->rows = cfg->rows;
+  s->max_nodes = max_nodes;
+  int slots = (m->n_image + max_nodes + 7) / 8 * 8;
+  int rc = vs_kv_tree_init(&s->kv, H, dev, m->n_layer, s->rows, m->n_head, m->head_dim, slots,
+                           max_nodes);
+  size_t M = (size_t)s->rows * max_nodes, d = (size_t)m->dim;
+  s->cat = s->ops->alloc(dev, M * 2 * d * sizeof(float));
+  s->x = s->ops->alloc(dev, M * d * sizeof(float));
+  s->h = s->ops->alloc(dev, M * d * sizeof(float));
+  s->qkv = s->ops->alloc(dev, M * 3 * d * sizeof(float));
+  s->att = s->ops->alloc(dev, M * d * sizeof(float));
+  s->ff1 = s->ops->alloc(dev, M * (size_t)m->ffn * sizeof(float));
+  s->ff3 = s->ops->alloc(dev, M * (size_t)m->ffn * sizeof(float));
+  s->logits = s->ops->alloc(dev, M * (size_t)m->vocab * sizeof(float));
+  s->mask = H->calloc((size_t)max_nodes * slots, 1);
+  s->pos = H->calloc(M, sizeof(int32_t));
+  if (rc || !s->cat || !s->x || !s->h || !s->qkv || !s->att || !s->ff1 || !s->ff3 ||
+      !s->logits || !s->mask || !s->pos) {
+    eg_close(s);
+    snprintf(err, errlen, "out of memory for a draft-head session");
+    return VSPEC_ENOMEM;
+  }
+  *out = s;
+  return VSPEC_OK;
+}
+
+/* A feature head has no condition positions: its first row already needs a token and the
+ * target feature before it, so prefill only marks the session ready. */
+static int eg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  s->prefilled = 1;
+  if (out && out->logits) memset(out->logits, 0, (size_t)s->rows * s->m->vocab * sizeof(float));
+  if (out && out->features) memset(out->features, 0, (size_t)s->rows * s->m->dim * sizeof(float));
+  return VSPEC_OK;
+}
+
+static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
+                      char *err, size_t errlen) {
+  const vspec_model *m = s->m;
+  const vspec_ops *ops = s->ops;
+  vspec_dev *dev = s->dev;
+  if (!s->prefilled) {
+    snprintf(err, errlen, "forward before prefill");
+    return VSPEC_EINVAL;
+  }
+  if (!b->features) {
+    snprintf(err, errlen, "the draft head needs the target features of every node");
+    return VSPEC_EINVAL;
+  }
+  int n = b->n_nodes, R = s->rows, d = m->dim, H = m->n_head, hd = m->head_dim;
+  int base, rc = vs_kv_tree_add(&s->kv, b, m->vocab, m->n_cond + m->n_image - 1, &base, err,
+                                errlen);
+  if (rc) return rc;
+  int L = s->kv.committed, M = R * n;
+  vs_kv_tree_mask(&s->kv, base, n, NULL, 0, s->mask);
+  /* Input: concat(E[x], f) per (row, node); the ABI's features are (node, row) ordered. */
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < n; i++) {
+      float *row = s->cat + (size_t)(r * n + i) * 2 * d;
+      ops->copy(dev, row, m->embed + (size_t)b->tokens[i] * d, (size_t)d * sizeof(float));
+      ops->upload(dev, row + d, b->features + ((size_t)i * R + r) * d, (size_t)d * sizeof(float));
+      s->pos[r * n + i] = m->n_cond + L + s->kv.depth[base + i];
+    }
+  ops->linear(dev, s->cat, M, 2 * d, m->fc_w, d, m->fc_b, s->x);
+  for (int l = 0; l < m->n_layer; l++) {
+    const eg_layer *W = &m->layers[l];
+    const float *a = s->x;
+    if (W->input_norm) {
+      ops->rmsnorm(dev, s->x, W->input_norm, M, d, m->norm_eps, s->h);
+      a = s->h;
+    }
+    ops->linear(dev, a, M, d, W->wqkv, 3 * d, NULL, s->qkv);
+    ops->rope_apply(dev, s->qkv, M, 3 * d, H, hd, s->pos, m->rope);
+    ops->rope_apply(dev, s->qkv + d, M, 3 * d, H, hd, s->pos, m->rope);
+    vs_kv_store(&s->kv, l, n, L + base, s->qkv, 3 * d, d, 2 * d);
+    for (int r = 0; r < R; r++)
+      ops->attention(dev, s->qkv + (size_t)r * n * 3 * d, n, 3 * d, H, H, hd,
+                     vs_kv_at(&s->kv, s->kv.k, l, r, 0), vs_kv_at(&s->kv, s->kv.v, l, r, 0),
+                     s->kv.slots, L + base + n, s->mask, s->att + (size_t)r * n * d);
+    ops->linear(dev, s->att, M, d, W->wo, d, NULL, s->h);
+    ops->add(dev, s->x, s->h, (size_t)M * d);
+    ops->rmsnorm(dev, s->x, W->post_norm, M, d, m->norm_eps, s->h);
+    ops->linear(dev, s->h, M, d, W->gate, m->ffn, NULL, s->ff1);
+    ops->linear(dev, s->h, M, d, W->up, m->ffn, NULL, s->ff3);
+    ops->swiglu(dev, s->ff1, s->ff3, (size_t)M * m->ffn, s->ff1);
+    ops->linear(dev, s->ff1, M, m->ffn, W->down, d, NULL, s->h);
+    ops->add(dev, s->x, s->h, (size_t)M * d);
+  }
+  /* (row, node) -> the ABI's (node, row) order. */
+  if (out && out->features)
+    for (int i = 0; i < n; i++)
+      for (int r = 0; r < R; r++)
+        ops->download(dev, out->features + ((size_t)i * R + r) * d, s->x + (size_t)(r * n + i) * d,
+                      (size_t)d * sizeof(float));
+  if (out && out->logits) {
+    ops->linear(dev, s->x, M, d, m->output, m->vocab, NULL, s->logits);
+    for (int i = 0; i < n; i++)
+      for (int r = 0; r < R; r++)
+        ops->download(dev, out->logits + ((size_t)i * R + r) * m->vocab,
+                      s->logits + (size_t)(r * n + i) * m->vocab, (size_t)m->vocab * sizeof(float));
+  }
+  return VSPEC_OK;
+}
+
+static int eg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen) {
+  return vs_kv_tree_commit(&s->kv, path, n, s->m->n_image, err, errlen);
+}
+
+static int32_t eg_committed(const vspec_session *s) { return s->kv.committed; }
+
+static int eg_decode(vspec_model *m, vspec_dev *dev, const int32_t *tokens, uint8_t *rgb,
+                     char *err, size_t errlen) {
+  (void)m, (void)dev, (void)tokens, (void)rgb;
+  snprintf(err, errlen, "the eagle draft head has no image decoder");
+  return VSPEC_ENOTSUP;
+}
+
+static const vspec_backend_vtable eg_vtable = {
+    .struct_size = sizeof(vspec_backend_vtable),
+    .load = eg_load, .unload = eg_unload, .info = eg_info,
+    .session_open = eg_open, .session_close = eg_close,
+    .prefill = eg_prefill, .forward = eg_forward, .commit = eg_commit,
+    .committed = eg_committed, .decode = eg_decode,
+};
+
+static const vspec_plugin_desc eg_desc = {
+    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_BACKEND, "eagle", "1.0.0",
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+    .description = "EAGLE-1 draft head over LlamaGen target features (LANTERN's names)",
+    .vtable = &eg_vtable,
+};
+
+VSPEC_PLUGIN_DEFINE(eg_desc)
