@@ -27,6 +27,13 @@ int vs_bench_cmd_generate(int argc, char **argv);
 int vs_bench_cmd_costcurve(int argc, char **argv);
 int vs_bench_cmd_demo(int argc, char **argv);
 
+int vs_bench_cmd_eval(int argc, char **argv);
+
+/* Median latency (ms) of one forward of an n-node binary tree (n <= 64) after a committed
+ * half-image prefix, with `rows` CFG rows; measured for at least min_time seconds. */
+int vs_bench_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+                          double min_time, double *median_ms, char *err, size_t errlen);
+
 /* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`. */
 int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,
                               int grid, int num_classes, uint64_t seed, char *err, size_t errlen);

@@ -251,3 +251,7 @@ int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root,
   d->root_token = next_root;
   return VSPEC_OK;
 }
+
+const float *vs_drafter_node_feature(const vs_drafter *d, int32_t node) {
+  return d->node_feats + (size_t)node * d->rows * d->fdim_out;
+}

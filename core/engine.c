@@ -45,6 +45,9 @@ void vs_metrics_add(vs_metrics *a, const vs_metrics *b) {
   a->wall_s += b->wall_s;
   a->draft_s += b->draft_s;
   a->verify_s += b->verify_s;
+  a->accept_s += b->accept_s;
+  a->skipped_rounds += b->skipped_rounds;
+  a->unverified_tokens += b->unverified_tokens;
 }
 
 static double vs__now(void) {
@@ -103,6 +106,16 @@ void vs_node_distribution(const vspec_ops *ops, vspec_dev *dev, const float *log
   ops->logits_to_probs(dev, l, vocab, s->temperature, s->top_k, s->top_p, probs);
 }
 
+/* Token map and round callback of an AR step that emitted token n-1. */
+static void vs__ar_report(const vs_job *job, const vs_backend_model *t, vspec_session *sess,
+                          const int32_t *tokens, int n, const vs_metrics *mt) {
+  if (job->status) job->status[n - 1] = VS_TOKEN_TARGET;
+  if (!job->on_round) return;
+  vs_round_info info = {.round = mt->rounds - 1, .n_tokens = n, .tokens = tokens,
+                        .status = job->status, .target = t, .session = sess, .metrics = mt};
+  job->on_round(job->user, &info);
+}
+
 static int vs__generate_ar(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *tokens,
                            vs_metrics *mt, char *err, size_t errlen) {
   const vs_backend_model *t = &models->target;
@@ -142,6 +155,7 @@ static int vs__generate_ar(vs_models *models, vspec_dev *dev, const vs_job *job,
   tokens[0] = ops->sample(dev, probs, V, vs_rng_uniform(&rng));
   mt->tokens++;
   mt->rounds++;
+  vs__ar_report(job, t, sess, tokens, 1, mt);
   const int32_t parent = -1, node0 = 0;
   for (int i = 0; i + 1 < N; i++) {
     vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tokens[i],
@@ -153,6 +167,7 @@ static int vs__generate_ar(vs_models *models, vspec_dev *dev, const vs_job *job,
     tokens[i + 1] = ops->sample(dev, probs, V, vs_rng_uniform(&rng));
     mt->tokens++;
     mt->rounds++;
+    vs__ar_report(job, t, sess, tokens, i + 2, mt);
   }
   goto done;
 backend_fail:

@@ -38,6 +38,9 @@ typedef struct vs_metrics {
   int64_t accepted_at[VS_MAX_DEPTH + 1];
   double wall_s;           /* wall-clock time of the job */
   double draft_s, verify_s; /* time in drafting and in target forwards */
+  double accept_s;          /* time in the verification walk (rules, residuals, sampling) */
+  int64_t skipped_rounds;   /* rounds that accepted a path without verification (VVS) */
+  int64_t unverified_tokens; /* tokens those rounds emitted */
 } vs_metrics;
 
 /* Acceptance rate = accepted / drafted, overall and at depth d (DESIGN.md "Metrics"). */
@@ -50,6 +53,35 @@ void vs_metrics_add(vs_metrics *a, const vs_metrics *b);
 double vs_metrics_tpf(const vs_metrics *m);
 double vs_metrics_mal(const vs_metrics *m);
 
+/* What each emitted token went through (the token map of DESIGN.md). */
+enum {
+  VS_TOKEN_NONE = 0,       /* not generated yet */
+  VS_TOKEN_TARGET = 1,     /* sampled from the target's distribution (AR, bonus, residual) */
+  VS_TOKEN_ACCEPTED = 2,   /* drafted and accepted by the acceptance rule */
+  VS_TOKEN_UNVERIFIED = 3  /* drafted and accepted without verification (VVS); it went
+                              through the target later (post-verification) but was never
+                              judged by an acceptance test */
+};
+
+struct vs_tree;
+
+/* Passed to a job's round callback after every round. */
+typedef struct vs_round_info {
+  int64_t round;           /* 0-based, skipped rounds included; 0 is the prefill */
+  int skipped;             /* 1: this round accepted a path without calling the target */
+  int n_tokens;            /* tokens emitted so far */
+  const int32_t *tokens;   /* [n_tokens] */
+  const uint8_t *status;   /* [n_tokens] VS_TOKEN_*, or NULL when the job has no map */
+  int prepended;           /* unverified tokens fed before the tree (post-verification) */
+  int accepted_len;        /* drafted tokens accepted this round (verified or not) */
+  const struct vs_tree *tree;             /* the drafted tree (root = node 0), or NULL */
+  const vs_backend_model *target;         /* introspection, e.g. for tests */
+  vspec_session *session;                 /* the target's session, between rounds */
+  const vs_metrics *metrics;              /* the job's metrics so far */
+} vs_round_info;
+
+typedef void (*vs_round_fn)(void *user, const vs_round_info *info);
+
 typedef struct vs_job {
   const char *method;          /* "ar" or "sd:RULE[:PARAMS][@SCHED[:PARAMS]]" (core/method.h) */
   int32_t class_label;         /* class-conditional models */
@@ -57,6 +89,9 @@ typedef struct vs_job {
   const uint8_t *caption_mask; /* text models: [caption_len] */
   uint64_t seed;
   vs_sampling sampling;
+  uint8_t *status;             /* optional out: [grid] VS_TOKEN_* per emitted token */
+  vs_round_fn on_round;        /* optional: called after every round */
+  void *user;
 } vs_job;
 
 /* Generates one image's tokens (raster order) into tokens[grid_h * grid_w]. */

@@ -63,6 +63,15 @@ typedef struct vs__sd {
   float *feats;    /* [cap, rows, d] (feature drafters) */
   float *path_feats; /* [VS_MAX_DEPTH + 2, rows, d]: features at the accepted path */
   int fdim;
+  size_t logits_off; /* tree node 0's index in the last target batch (after prepended tokens) */
+  /* verification skipping (VVS) */
+  int32_t *unv;      /* tokens accepted unverified, to feed before the next tree */
+  int n_unv;
+  float *fcache;     /* [N + 1, rows, d]: slot j holds the target feature preceding token j */
+  int n_fcache;      /* slots 0 .. n_fcache-1 are filled (verified positions) */
+  int32_t *view_tokens, *view_depth; /* tree view scratch */
+  float *view_score;
+  vspec_rng rng_sched;
   /* drafting */
   vs_drafter *drafter;
   vs_tree tree, pool;
@@ -324,8 +333,8 @@ static int vs__walk(vs__sd *c, int32_t root_index, int32_t *path, int *n_path, i
   for (;;) {
     const vs_tree_node *tn = &t->nodes[node];
     /* Target distribution after `node`: it predicts image token root_index + depth + 1. */
-    vs_node_distribution(c->ops, c->dev, c->logits + (size_t)node * c->rows * V, c->rows, V,
-                         root_index + tn->depth + 1, c->s, c->mixed, c->q);
+    vs_node_distribution(c->ops, c->dev, c->logits + (c->logits_off + (size_t)node) * c->rows * V,
+                         c->rows, V, root_index + tn->depth + 1, c->s, c->mixed, c->q);
     if (tn->first_child < 0) {
       /* Bonus token (or the plain AR step of a round without drafts). */
       *next = c->greedy ? vs__argmax(c->q, V)
@@ -410,6 +419,93 @@ static int vs__walk(vs__sd *c, int32_t root_index, int32_t *path, int *n_path, i
   return VSPEC_OK;
 }
 
+/* ---- verification skipping (VVS) ---------------------------------------------------- */
+
+static void vs__report(vs__sd *c, int64_t round, int skipped, const int32_t *tokens, int n,
+                       int prepended, int accepted_len, const vs_tree *tree) {
+  if (!c->job->on_round) return;
+  vs_round_info info = {.round = round, .skipped = skipped, .n_tokens = n, .tokens = tokens,
+                        .status = c->job->status, .prepended = prepended,
+                        .accepted_len = accepted_len, .tree = tree, .target = c->t,
+                        .session = c->sess, .metrics = c->mt};
+  c->job->on_round(c->job->user, &info);
+}
+
+/* Asks the scheduler whether to verify this round's tree and checks its answer. */
+static int vs__decide(vs__sd *c, const vspec_round_state *st, int remaining,
+                      vspec_skip_decision *dec, char *err, size_t errlen) {
+  vs_tree *t = &c->tree;
+  for (int i = 0; i < t->n; i++) {
+    c->view_tokens[i] = t->nodes[i].token;
+    c->view_depth[i] = t->nodes[i].depth;
+    c->view_score[i] = t->nodes[i].logp;
+  }
+  vs_tree_parents(t, c->parents);
+  vspec_tree_view view = {.struct_size = sizeof view, .n_nodes = t->n, .tokens = c->view_tokens,
+                          .parents = c->parents, .depth = c->view_depth, .score = c->view_score,
+                          .codebook = c->t->info.codebook, .token_dim = c->t->info.token_dim};
+  int rc = c->sched_vt->decide(c->sched, st, &view, &c->rng_sched, dec);
+  if (rc) {
+    snprintf(err, errlen, "scheduler failed to decide whether to verify (%d)", rc);
+    return rc;
+  }
+  if (!dec->skip) return VSPEC_OK;
+  if (dec->leaf < 1 || dec->leaf >= t->n || dec->length < 1 ||
+      dec->length > t->nodes[dec->leaf].depth || dec->length > remaining ||
+      dec->features > VSPEC_FEATURES_BLEND || dec->extra_staleness < 0) {
+    snprintf(err, errlen, "scheduler chose an invalid unverified path (node %d, %d tokens)",
+             dec->leaf, dec->length);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
+/* Accepts the first `length` drafted tokens of the path to `leaf` without calling the
+ * target (VVS §4.1-4.3): the root and all but the last of them wait for the next target
+ * forward; the last becomes the new root; the drafter continues with reused features. */
+static int vs__skip(vs__sd *c, const vspec_skip_decision *dec, int32_t root_index,
+                    int32_t *tokens, int *emitted, int *gamma_out, char *err, size_t errlen) {
+  vs_tree *t = &c->tree;
+  int32_t pathn[VS_MAX_DEPTH + 2];
+  int depth = t->nodes[dec->leaf].depth, gamma = dec->length;
+  for (int32_t a = dec->leaf; a >= 0; a = t->nodes[a].parent) pathn[t->nodes[a].depth] = a;
+  (void)depth;
+  /* Tokens for the next target forward: the root and the accepted drafts before the last. */
+  c->unv[c->n_unv++] = tokens[root_index];
+  for (int j = 1; j < gamma; j++) c->unv[c->n_unv++] = t->nodes[pathn[j]].token;
+  int32_t acc[VS_MAX_DEPTH + 1];
+  for (int j = 1; j <= gamma; j++) {
+    acc[j - 1] = t->nodes[pathn[j]].token;
+    if (c->job->status) c->job->status[*emitted] = VS_TOKEN_UNVERIFIED;
+    tokens[(*emitted)++] = acc[j - 1];
+  }
+  c->mt->tokens = *emitted;
+  c->mt->skipped_rounds++;
+  c->mt->unverified_tokens += gamma;
+  *gamma_out = gamma;
+  if (*emitted >= c->N) return VSPEC_OK;
+  /* Features for the gamma inputs (accepted drafts 1..gamma-1 and the new root): the most
+   * recent cached target features, as many as tokens (§4.3), or the drafter's own. */
+  float *pf = NULL;
+  if (vs_drafter_uses_features(c->drafter)) {
+    size_t fs = (size_t)c->rows * c->fdim;
+    pf = c->path_feats;
+    for (int j = 0; j < gamma; j++) {
+      int slot = c->n_fcache - dec->extra_staleness - gamma + j;
+      if (slot < 0) slot = 0;
+      if (slot > c->n_fcache - 1) slot = c->n_fcache - 1;
+      const float *stale = c->fcache + (size_t)slot * fs;
+      const float *own = vs_drafter_node_feature(c->drafter, pathn[j]);
+      float *dst = pf + (size_t)j * fs;
+      for (size_t k = 0; k < fs; k++)
+        dst[k] = dec->features == VSPEC_FEATURES_STALE ? stale[k]
+                 : dec->features == VSPEC_FEATURES_DRAFT ? own[k]
+                                                          : 0.5f * (stale[k] + own[k]);
+    }
+  }
+  return vs_drafter_end(c->drafter, acc, gamma - 1, pf, acc[gamma - 1], err, errlen);
+}
+
 /* ---- the round loop ------------------------------------------------------------------ */
 
 static int vs__plugin_create(vs__sd *c, const vs_method *m, char *err, size_t errlen) {
@@ -450,6 +546,11 @@ static void vs__sd_free(vs__sd *c) {
   free(c->logits);
   free(c->feats);
   free(c->path_feats);
+  free(c->unv);
+  free(c->fcache);
+  free(c->view_tokens);
+  free(c->view_depth);
+  free(c->view_score);
   free(c->parents);
   free(c->order);
   free(c->pool_cu);
@@ -537,6 +638,11 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   c.logits = malloc((size_t)cap * c.rows * V * sizeof(float));
   c.feats = malloc((size_t)cap * c.rows * c.fdim * sizeof(float));
   c.path_feats = malloc((size_t)(VS_MAX_DEPTH + 2) * c.rows * c.fdim * sizeof(float));
+  c.unv = malloc((size_t)c.N * sizeof(int32_t));
+  c.fcache = malloc((size_t)(c.N + 1) * c.rows * c.fdim * sizeof(float));
+  c.view_tokens = malloc((size_t)cap * sizeof(int32_t));
+  c.view_depth = malloc((size_t)cap * sizeof(int32_t));
+  c.view_score = malloc((size_t)cap * sizeof(float));
   c.parents = malloc(VS_SD_MAX_POOL * sizeof(int32_t));
   c.order = malloc(VS_SD_MAX_POOL * sizeof(int32_t));
   c.pool_cu = malloc((VS_SD_MAX_POOL > V ? VS_SD_MAX_POOL : V) * sizeof(float));
@@ -545,7 +651,8 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   c.q_tmp = malloc(V * sizeof(float));
   c.p_work = malloc(V * sizeof(float));
   c.mixed = malloc(V * sizeof(float));
-  if (!c.logits || !c.feats || !c.path_feats || !c.parents || !c.order || !c.pool_cu || !c.q || !c.q_res ||
+  if (!c.logits || !c.feats || !c.path_feats || !c.unv || !c.fcache || !c.view_tokens ||
+      !c.view_depth || !c.view_score || !c.parents || !c.order || !c.pool_cu || !c.q || !c.q_res ||
       !c.q_tmp || !c.p_work || !c.mixed || vs_tree_init(&c.tree, cap, c.V) ||
       vs_tree_init(&c.pool, VS_SD_MAX_POOL, c.V)) {
     snprintf(err, errlen, "out of memory");
@@ -555,6 +662,7 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   vs_rng_init(&c.rng_target, job->seed, VS_STREAM_TARGET_SAMPLE);
   vs_rng_init(&c.rng_draft, job->seed, VS_STREAM_DRAFT_SAMPLE);
   vs_rng_init(&c.rng_accept, job->seed, VS_STREAM_ACCEPT);
+  vs_rng_init(&c.rng_sched, job->seed, VS_STREAM_SCHED);
 
   /* Round 0: the target's prefill gives image token 0 (an AR step). */
   double t0 = vs__now();
@@ -572,6 +680,12 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
                        : c.ops->sample(dev, c.q, c.V, vs_rng_uniform(&c.rng_target));
   int emitted = 1;
   mt->tokens = 1;
+  if (job->status) job->status[0] = VS_TOKEN_TARGET;
+  size_t fs = (size_t)c.rows * c.fdim;
+  memcpy(c.fcache, c.feats, fs * sizeof(float));
+  c.n_fcache = 1;
+  int64_t round = 0;
+  vs__report(&c, round++, 0, tokens, emitted, 0, 0, NULL);
 
   /* Drafter capacity: the catch-up chain (accepted tokens), the root and the nodes one
    * round expands, which the plan bounds. */
@@ -584,13 +698,17 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   if ((rc = vs_drafter_start(c.drafter, tokens[0], c.feats, err, errlen))) goto done;
 
   int32_t path[VS_MAX_DEPTH + 2];
+  int last_skipped = 0;
   while (emitted < c.N) {
     int32_t root_index = emitted - 1;
     int remaining = c.N - emitted;
     /* Accepted drafts plus the token sampled after them must fit the image. */
     int depth_limit = remaining - 1 < VS_MAX_DEPTH ? remaining - 1 : VS_MAX_DEPTH;
-    st.round = (int32_t)mt->rounds;
+    st.round = (int32_t)round;
     st.tokens_done = emitted;
+    st.unverified = c.n_unv;
+    st.last_skipped = last_skipped;
+    st.verified_rounds = (int32_t)mt->rounds;
     if ((rc = c.sched_vt->plan(c.sched, &st, &plan))) {
       snprintf(err, errlen, "scheduler '%s' failed to plan round %d", m->sched, st.round);
       goto done;
@@ -603,9 +721,9 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
       rc = VSPEC_ERANGE;
       goto done;
     }
-    if (need < 1 || need > cap) {
-      snprintf(err, errlen, "scheduler '%s' planned a tree of %d nodes: allowed 1..%d", m->sched,
-               need, cap);
+    if (need < 1 || need + c.n_unv > cap) {
+      snprintf(err, errlen, "scheduler '%s' planned a tree of %d nodes (+%d unverified): allowed "
+               "1..%d", m->sched, need, c.n_unv, cap);
       rc = VSPEC_ERANGE;
       goto done;
     }
@@ -631,14 +749,36 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
       }
       if (rc) goto done;
     }
-    double tv = vs__now();
-    mt->draft_s += tv - td;
+    mt->draft_s += vs__now() - td;
 
-    vs_tree_parents(&c.tree, c.parents);
-    int32_t *tree_tokens = c.order;
-    for (int i = 0; i < c.tree.n; i++) tree_tokens[i] = c.tree.nodes[i].token;
-    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = c.tree.n, .tokens = tree_tokens,
-                             .parents = c.parents};
+    /* Verify, or accept a path without the target (VVS). */
+    vspec_skip_decision dec = {.struct_size = sizeof dec};
+    if (drafted && c.tree.n > 1 && c.sched_vt->decide &&
+        (rc = vs__decide(&c, &st, remaining, &dec, err, errlen)))
+      goto done;
+    if (dec.skip) {
+      int gamma;
+      if ((rc = vs__skip(&c, &dec, root_index, tokens, &emitted, &gamma, err, errlen))) goto done;
+      last_skipped = 1;
+      vs__report(&c, round++, 1, tokens, emitted, 0, gamma, &c.tree);
+      continue;
+    }
+
+    /* One target forward: the unverified tokens of skipped rounds first (post-verification:
+     * their KV entries and features are filled, they are not judged again), then the tree. */
+    double tv = vs__now();
+    int u = c.n_unv, nb = u + c.tree.n;
+    int32_t *bt = c.order, *bp = c.parents;
+    for (int i = 0; i < u; i++) {
+      bt[i] = c.unv[i];
+      bp[i] = i - 1;
+    }
+    vs_tree_parents(&c.tree, bp + u);
+    for (int i = 0; i < c.tree.n; i++) {
+      bt[u + i] = c.tree.nodes[i].token;
+      bp[u + i] = i == 0 ? u - 1 : bp[u + i] + u;
+    }
+    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp};
     out.features = vs_drafter_uses_features(c.drafter) ? c.feats : NULL;
     if ((rc = c.t->vt->forward(c.sess, &b, &out, inner, sizeof inner))) {
       snprintf(err, errlen, "target forward: %s", inner);
@@ -648,34 +788,53 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
     mt->target_forwards++;
     mt->rounds++;
     mt->tree_nodes += c.tree.n;
+    c.logits_off = (size_t)u;
 
     int n_path;
     int32_t next;
+    double tw = vs__now();
     if ((rc = vs__walk(&c, root_index, path, &n_path, &next, err, errlen))) goto done;
-    if ((rc = c.t->vt->commit(c.sess, path, n_path, inner, sizeof inner))) {
+    mt->accept_s += vs__now() - tw;
+    int32_t commit[VS_SD_MAX_NODES];
+    for (int i = 0; i < u; i++) commit[i] = i;
+    for (int j = 0; j < n_path; j++) commit[u + j] = u + path[j];
+    if ((rc = c.t->vt->commit(c.sess, commit, u + n_path, inner, sizeof inner))) {
       snprintf(err, errlen, "target commit: %s", inner);
       goto done;
+    }
+    c.n_unv = 0;
+    last_skipped = 0;
+    if (vs_drafter_uses_features(c.drafter)) {
+      /* Cache every verified feature: prepended token j sits at index root_index - u + j,
+       * path node j at root_index + j; slot = index + 1. */
+      for (int i = 0; i < u + n_path; i++)
+        memcpy(c.fcache + (size_t)(root_index - u + i + 1) * fs, c.feats + (size_t)commit[i] * fs,
+               fs * sizeof(float));
+      c.n_fcache = root_index + n_path + 1;
     }
     int32_t acc_tokens[VS_MAX_DEPTH + 1];
     for (int j = 1; j < n_path; j++) {
       acc_tokens[j - 1] = c.tree.nodes[path[j]].token;
+      if (job->status) job->status[emitted] = VS_TOKEN_ACCEPTED;
       tokens[emitted++] = acc_tokens[j - 1];
     }
+    if (job->status) job->status[emitted] = VS_TOKEN_TARGET;
     tokens[emitted++] = next;
     mt->tokens = emitted;
+    vs__report(&c, round++, 0, tokens, emitted, u, n_path - 1, &c.tree);
     if (emitted >= c.N) break;
     /* The drafter needs the target features at the root and every accepted node. */
     float *pf = NULL;
     if (vs_drafter_uses_features(c.drafter)) {
-      size_t fs = (size_t)c.rows * c.fdim;
       pf = c.path_feats;
       for (int j = 0; j < n_path; j++)
-        memcpy(pf + j * fs, c.feats + (size_t)path[j] * fs, fs * sizeof(float));
+        memcpy(pf + j * fs, c.feats + ((size_t)u + path[j]) * fs, fs * sizeof(float));
     }
     rc = drafted ? vs_drafter_end(c.drafter, acc_tokens, n_path - 1, pf, next, err, errlen)
                  : vs_drafter_skip(c.drafter, pf, next, err, errlen);
     if (rc) goto done;
   }
+  mt->tokens = emitted;
   mt->draft_forwards = vs_drafter_forwards(c.drafter);
 done:
   vs__sd_free(&c);

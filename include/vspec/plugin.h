@@ -319,12 +319,14 @@ typedef enum vspec_drafter_kind {
 
 typedef struct vspec_round_state {
   uint32_t struct_size;
-  int32_t round;            /* 0-based round index */
+  int32_t round;            /* 0-based round index, skipped rounds included */
   int32_t tokens_done;      /* tokens emitted so far (verified + unverified) */
   int32_t tokens_total;     /* tokens of the whole image */
-  int32_t unverified;       /* tokens accepted without verification, not yet checked */
+  int32_t unverified;       /* tokens accepted without verification, not yet through the
+                               target */
   int32_t last_skipped;     /* 1 if the previous round skipped verification */
   int32_t max_nodes;        /* largest tree the target may verify in one forward */
+  int32_t verified_rounds;  /* rounds that called the target so far, prefill included */
 } vspec_round_state;
 
 typedef struct vspec_round_plan {
@@ -353,11 +355,21 @@ typedef struct vspec_tree_view {
   int32_t token_dim;
 } vspec_tree_view;
 
+/* Where the drafter's input features come from for tokens accepted without verification
+ * (VVS §4.3). */
+typedef enum vspec_feature_source {
+  VSPEC_FEATURES_STALE = 0, /* the most recent cached target features, as many as tokens */
+  VSPEC_FEATURES_DRAFT = 1, /* the drafter's own predicted features along the path */
+  VSPEC_FEATURES_BLEND = 2  /* the mean of the two */
+} vspec_feature_source;
+
 typedef struct vspec_skip_decision {
   uint32_t struct_size;
   int32_t skip;             /* 1 = accept a path without calling the target */
   int32_t leaf;             /* node whose root-to-node path is accepted (skip only) */
-  int32_t length;           /* number of drafted tokens of that path to accept */
+  int32_t length;           /* number of drafted tokens of that path to accept (>= 1) */
+  uint32_t features;        /* vspec_feature_source for the accepted tokens */
+  int32_t extra_staleness;  /* stale features: skip this many more recent ones (ablation) */
 } vspec_skip_decision;
 
 typedef struct vspec_sched_vtable {

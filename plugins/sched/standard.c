@@ -1,179 +1,32 @@
 /*
  * `standard` scheduler: the same draft shape every round, always verified.
  *
- * Parameters
- *   shape=dynamic     chain | static | dynamic (algorithms.md §2)
- *   depth=4           chain length, or dynamic-tree expansion steps (LANTERN: 4)
- *   top_k=10          dynamic tree branching (LANTERN: 10)
- *   total_tokens=58   dynamic tree size without the root (LANTERN's total_token = 59
- *                     counts the root, §2.3)
- *   tree=NAME|PATHS   static tree: a name (see below) or rank paths such as
- *                     "0/1/0.0/0.1/0.0.0", children of a node listed without gaps
- *   drafter=auto      auto | model | head: the separate draft model or the EAGLE head
- *
- * Static trees by name:
- *   mc_sim_7b_63   EAGLE-1's default, 25 nodes, depth 5 (algorithms.md §2.1)
- *   fmnist         our default for 8x8 token images, 15 nodes, depth 4: four candidates for
- *                  the first token, where a drafter is least sure, and a narrowing spine
- *                  below, because acceptance on the small Fashion-MNIST models falls off
- *                  after depth 3 and every extra node costs target compute on a CPU
- *   chainN         a single path of N nodes
+ * Parameters: the shape parameters of plugins/sched/shape.h (shape, depth, top_k,
+ * total_tokens, tree, drafter).
  */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "vspec/plugin.h"
-
-#define ST_MAX_STATIC 127
-
-enum { ST_CHAIN = 0, ST_STATIC = 1, ST_DYNAMIC = 2 };
+#include "shape.h"
 
 struct vspec_sched {
   const vspec_host *host;
-  int shape, depth, top_k, total_tokens, drafter;
-  int n_static;
-  int32_t static_parents[ST_MAX_STATIC];
+  vs_shape shape;
 };
-
-static const char *const st_named[][2] = {
-    {"mc_sim_7b_63",
-     "0/1/2/3/0.0/0.1/0.2/1.0/1.1/2.0/2.1/3.0/0.0.0/0.0.1/0.0.2/0.1.0/0.1.1/0.2.0/0.2.1/1.0.0/"
-     "0.0.0.0/0.0.0.1/0.0.0.2/0.0.0.0.0/0.0.0.0.1"},
-    {"fmnist", "0/1/2/3/0.0/0.1/0.2/1.0/1.1/2.0/0.0.0/0.0.1/0.1.0/1.0.0/0.0.0.0"},
-};
-
-/* Parses rank paths "0/1/0.0" into parent indices; paths may come in any order but every
- * prefix and every lower-ranked sibling must be present. */
-static int st_parse_tree(vspec_sched *s, const char *spec, char *err, size_t errlen) {
-  for (size_t i = 0; i < sizeof st_named / sizeof st_named[0]; i++)
-    if (strcmp(spec, st_named[i][0]) == 0) spec = st_named[i][1];
-  if (strncmp(spec, "chain", 5) == 0) {
-    int n = atoi(spec + 5);
-    if (n < 1 || n > 32) {
-      snprintf(err, errlen, "parameter 'tree' = '%s': chainN needs N in 1..32", spec);
-      return VSPEC_ERANGE;
-    }
-    for (int i = 0; i < n; i++) s->static_parents[i] = i - 1;
-    s->n_static = n;
-    return VSPEC_OK;
-  }
-  /* Paths as rank lists. */
-  int ranks[ST_MAX_STATIC][8], len[ST_MAX_STATIC], n = 0;
-  const char *p = spec;
-  while (*p) {
-    if (n == ST_MAX_STATIC) {
-      snprintf(err, errlen, "parameter 'tree': more than %d nodes", ST_MAX_STATIC);
-      return VSPEC_ERANGE;
-    }
-    len[n] = 0;
-    for (;;) {
-      char *end;
-      long r = strtol(p, &end, 10);
-      if (end == p || r < 0 || r > 63 || len[n] == 8) {
-        snprintf(err, errlen, "parameter 'tree' = '%s' is not a list of rank paths such as "
-                 "0/1/0.0 (ranks 0..63, depth <= 8) or a known name (mc_sim_7b_63, fmnist, "
-                 "chainN)", spec);
-        return VSPEC_EINVAL;
-      }
-      ranks[n][len[n]++] = (int)r;
-      p = end;
-      if (*p == '.') {
-        p++;
-        continue;
-      }
-      break;
-    }
-    n++;
-    if (*p == '/') p++;
-    else if (*p) {
-      snprintf(err, errlen, "parameter 'tree' = '%s': unexpected '%c'", spec, *p);
-      return VSPEC_EINVAL;
-    }
-  }
-  /* Order by (depth, lexicographic) so parents come first and siblings by rank. */
-  int order[ST_MAX_STATIC];
-  for (int i = 0; i < n; i++) order[i] = i;
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0; j--) {
-      int a = order[j - 1], b = order[j], swap = len[a] > len[b];
-      if (len[a] == len[b])
-        for (int k = 0; k < len[a]; k++)
-          if (ranks[a][k] != ranks[b][k]) {
-            swap = ranks[a][k] > ranks[b][k];
-            break;
-          }
-      if (!swap) break;
-      order[j - 1] = b;
-      order[j] = a;
-    }
-  for (int i = 0; i < n; i++) {
-    int a = order[i];
-    s->static_parents[i] = -2;
-    /* the parent is the path without its last rank */
-    if (len[a] == 1) s->static_parents[i] = -1;
-    for (int j = 0; j < i && s->static_parents[i] == -2; j++) {
-      int b = order[j];
-      if (len[b] == len[a] - 1 && memcmp(ranks[b], ranks[a], (size_t)len[b] * sizeof(int)) == 0)
-        s->static_parents[i] = j;
-    }
-    if (s->static_parents[i] == -2) {
-      snprintf(err, errlen, "parameter 'tree': a path's parent path is missing");
-      return VSPEC_EINVAL;
-    }
-    /* sibling ranks must be 0, 1, 2, ... : a gap would make the walk's conditional draft
-     * probabilities wrong */
-    int siblings = 0;
-    for (int j = 0; j < i; j++) siblings += s->static_parents[j] == s->static_parents[i];
-    if (ranks[a][len[a] - 1] != siblings) {
-      snprintf(err, errlen, "parameter 'tree': sibling ranks must have no gaps (0, 1, 2, ...)");
-      return VSPEC_EINVAL;
-    }
-    for (int j = 0; j < i; j++)
-      if (len[order[j]] == len[a] && memcmp(ranks[order[j]], ranks[a], (size_t)len[a] * sizeof(int)) == 0) {
-        snprintf(err, errlen, "parameter 'tree': a path is listed twice");
-        return VSPEC_EINVAL;
-      }
-  }
-  s->n_static = n;
-  return n > 0 ? VSPEC_OK : VSPEC_EINVAL;
-}
 
 static int st_create(const vspec_host *host, const vspec_params *params, vspec_sched **out,
                      char *err, size_t errlen) {
-  static const char *const known[] = {"shape", "depth", "top_k", "total_tokens", "tree",
-                                      "drafter", NULL};
-  static const char *const shapes[] = {"chain", "static", "dynamic", NULL};
-  static const char *const drafters[] = {"auto", "model", "head", NULL};
+  static const char *const known[] = {VS_SHAPE_KEYS, "size", NULL};
+  int rc = host->param_check_known(params, known, err, errlen);
+  if (rc) return rc;
   vspec_sched *s = host->calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
   s->host = host;
-  long depth, top_k, total;
-  int rc;
-  if ((rc = host->param_check_known(params, known, err, errlen)) ||
-      (rc = host->param_choice(params, "shape", shapes, ST_DYNAMIC, &s->shape, err, errlen)) ||
-      (rc = host->param_int(params, "depth", 4, 1, 32, &depth, err, errlen)) ||
-      (rc = host->param_int(params, "top_k", 10, 1, 32, &top_k, err, errlen)) ||
-      (rc = host->param_int(params, "total_tokens", 58, 1, 127, &total, err, errlen)) ||
-      (rc = host->param_choice(params, "drafter", drafters, 0, &s->drafter, err, errlen))) {
+  if ((rc = vs_shape_parse(host, params, &s->shape, err, errlen))) {
     host->free(s);
     return rc;
-  }
-  s->depth = (int)depth;
-  s->top_k = (int)top_k;
-  s->total_tokens = (int)total;
-  const char *tree = host->param_string(params, "tree");
-  if (s->shape == ST_STATIC && (rc = st_parse_tree(s, tree ? tree : "fmnist", err, errlen))) {
-    host->free(s);
-    return rc;
-  }
-  if (s->shape != ST_STATIC && tree) {
-    snprintf(err, errlen, "parameter 'tree' applies to shape=static only");
-    host->free(s);
-    return VSPEC_EINVAL;
   }
   *out = s;
   return VSPEC_OK;
@@ -183,14 +36,7 @@ static void st_destroy(vspec_sched *s) { s->host->free(s); }
 
 static int st_plan(vspec_sched *s, const vspec_round_state *state, vspec_round_plan *plan) {
   (void)state;
-  static const uint32_t shape[] = {VSPEC_DRAFT_CHAIN, VSPEC_DRAFT_STATIC, VSPEC_DRAFT_DYNAMIC};
-  plan->shape = shape[s->shape];
-  plan->depth = s->depth;
-  plan->top_k = s->top_k;
-  plan->total_tokens = s->total_tokens;
-  plan->n_static = s->n_static;
-  plan->static_parents = s->static_parents;
-  plan->drafter = (uint32_t)s->drafter;
+  vs_shape_plan(&s->shape, plan);
   return VSPEC_OK;
 }
 
