@@ -94,9 +94,13 @@ $(foreach d,$(PLUGIN_DIRS),$(eval $(call PLUGIN_DIR_RULE,$(d))))
 $(BENCH): $(BENCH_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+# The library goes last on the link line so that extra objects added below can use it.
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
+	$(CC) $(LDFLAGS) $(filter-out $(LIB),$^) $(LIB) -o $@ $(LDLIBS) -lcmocka
+
+# test_plot exercises bench/ code, which is not part of libvspec.
+$(BUILD)/tests/test_plot: $(BUILD)/obj/bench/plot.o $(BUILD)/obj/bench/bitmap_font.o
 
 # Runs every test binary from the repository root; VSPEC_BUILD tells tests where the
 # plugins are. A failing test fails the target but the rest still run.
