@@ -13,6 +13,7 @@
 #   build/tests/test_*               tests/test_*.c (cmocka)
 #   build/asan/...                   the same, built with -fsanitize=address,undefined
 
+.DEFAULT_GOAL := all
 BUILD ?= build
 SAN ?= 0
 CC ?= cc
