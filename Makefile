@@ -34,7 +34,12 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unuse
                -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-format-truncation \
                -fno-strict-aliasing
 CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
-LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -ldl -lpthread -lm
+# LAPACK (dsyevd, for FID): Debian's reference LAPACK, linked statically from
+# liblapacke-dev / liblapack-dev so that neither the liblapack.so.3 nor the libblas.so.3
+# alternative (which may be OpenBLAS, or a second BLIS) gets loaded; its BLAS calls resolve
+# to the BLIS above, hence -lblis again after it. libgfortran.so.5 is its Fortran runtime.
+LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -ldl -lpthread -lm \
+          -l:liblapacke.a -l:liblapack_pic.a -lblis -l:libgfortran.so.5
 
 CFLAGS := $(CFLAGS_BASE) $(SANFLAGS)
 LDFLAGS := $(SANFLAGS)

@@ -26,6 +26,7 @@ double vs_bench_now(void);
 int vs_bench_cmd_generate(int argc, char **argv);
 int vs_bench_cmd_costcurve(int argc, char **argv);
 int vs_bench_cmd_demo(int argc, char **argv);
+int vs_bench_cmd_quality(int argc, char **argv);
 
 int vs_bench_cmd_eval(int argc, char **argv);
 
