@@ -112,7 +112,9 @@ int vs_autotune_resolve(vs_bench_env *env, vs_models *models, const vs_method *m
     if (rounds <= 0) continue;
     double tpr = (double)(total.tokens - n_img) / rounds;
     double nodes = (double)(total.tree_nodes - n_img) / rounds;
-    double target_ms = at_cost(curve, nodes), draft_ms = 1e3 * total.draft_s / rounds;
+    /* The verification walk (rules, residuals) is part of a round's cost too. */
+    double target_ms = at_cost(curve, nodes),
+           draft_ms = 1e3 * (total.draft_s + total.accept_s) / rounds;
     double score = tpr / (target_ms + draft_ms);
     su += (size_t)snprintf(summary + su, su < sizeof summary ? sizeof summary - su : 0,
                            "%s%s %.2f tok/round %.1f ms", su ? "; " : "", cands[c], tpr,
@@ -133,7 +135,7 @@ int vs_autotune_resolve(vs_bench_env *env, vs_models *models, const vs_method *m
   snprintf(spec, spec_len, "sd:%s%s%s@%s:%s%s%s", m->rule, *m->rule_params ? ":" : "",
            m->rule_params, m->sched, base, *base ? "," : "", cands[best_i]);
   snprintf(note, note_len,
-           "size=auto chose %s: %.2f tokens/round in %.1f ms (target %.1f + draft %.1f), "
+           "size=auto chose %s: %.2f tokens/round in %.1f ms (target %.1f + draft and walk %.1f), "
            "%.0f tokens/s expected; candidates: %s",
            cands[best_i], tpr_best, target_best + draft_best, target_best, draft_best, 1e3 * best,
            summary);

@@ -6,9 +6,9 @@
  *   - the target's cost curve (median forward latency against tree nodes, CFG rows as the
  *     job uses them) is measured on this device;
  *   - each candidate size is run on a few calibration images (seeds of their own) to
- *     measure its acceptance: tokens per round, and its drafting time per round;
+ *     measure its acceptance: tokens per round, and its drafting and walk time per round;
  *   - the candidate with the most expected tokens per second,
- *       tokens_per_round / (target_forward_ms(nodes) + drafting_ms_per_round),
+ *       tokens_per_round / (target_forward_ms(nodes) + drafting_and_walk_ms_per_round),
  *     wins. Candidates: chain depth 1..8; dynamic trees total_tokens 2..58 (depth from the
  *     parameters, 4 by default); static trees chain1..chain4, fmnist, mc_sim_7b_63.
  * The resolved method (size=auto replaced by the chosen parameter) and a note with the

@@ -678,3 +678,23 @@ void vs_quality_close(vs_quality *q) {
   free(q->in_buf);
   free(q);
 }
+
+int vs_quality_check_golden(const char *classifier, const char *golden, vspec_dev *dev,
+                            vs_quality_info *info, char *err, size_t errlen) {
+  vs_quality q;
+  memset(&q, 0, sizeof q);
+  q.dev = dev;
+  int rc = vs_classifier_open(classifier, dev, &q.clf, err, errlen);
+  if (rc) return rc;
+  q.d = vs_classifier_feature_dim(q.clf);
+  q.ncls = vs_classifier_num_classes(q.clf);
+  vs_fmnist test;
+  rc = vs_fmnist_load(NULL, "t10k", 64, &test, err, errlen);
+  if (!rc) {
+    rc = vs_qe_golden(&q, golden, &test, err, errlen);
+    vs_fmnist_free(&test);
+  }
+  vs_classifier_close(q.clf);
+  if (info) *info = q.info;
+  return rc;
+}

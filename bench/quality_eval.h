@@ -126,4 +126,9 @@ const vs_quality_info *vs_quality_get_info(const vs_quality *q);
 
 void vs_quality_close(vs_quality *q);
 
+/* Only the check of a classifier against its golden file (the first test images' inputs,
+ * features and logits from PyTorch); fills info's golden_* fields. */
+int vs_quality_check_golden(const char *classifier, const char *golden, vspec_dev *dev,
+                            vs_quality_info *info, char *err, size_t errlen);
+
 #endif /* VS_BENCH_QUALITY_EVAL_H */

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
           "  costcurve   forward latency against batch size, decode throughput vs the\n"
           "              memory-bandwidth bound\n"
           "  demo        one image per class as a PNG grid\n"
+          "  eval        speed and quality of decoding methods, side by side\n"
           "  quality     real-data reference values of the quality metrics: classifier\n"
           "              accuracy, FID floor, precision/recall of real vs real\n"
           "\n"
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "generate") == 0) return vs_bench_cmd_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "costcurve") == 0) return vs_bench_cmd_costcurve(argc - 1, argv + 1);
   if (strcmp(cmd, "demo") == 0) return vs_bench_cmd_demo(argc - 1, argv + 1);
+  if (strcmp(cmd, "eval") == 0) return vs_bench_cmd_eval(argc - 1, argv + 1);
   if (strcmp(cmd, "quality") == 0) return vs_bench_cmd_quality(argc - 1, argv + 1);
   fprintf(stderr, "vspec-bench: unknown command '%s'\n\n", cmd);
   usage(stderr);

@@ -22,7 +22,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "bench/fmnist_data.c"
+#include "bench/fmnist_data.h"
+#include "vspec/types.h"
 
 static char g_dir[64];
 

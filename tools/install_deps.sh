@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential pkg-config
   libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsodium-dev
-  libpng-dev zlib1g-dev libblis-pthread-dev liblapacke-dev
+  libpng-dev zlib1g-dev libblis-pthread-dev liblapacke-dev liblapack-dev
   libjansson-dev libinih-dev libcmocka-dev
   python3 python3-numpy python3-torch dataset-fashion-mnist"
 
