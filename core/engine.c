@@ -158,6 +158,11 @@ static int vs__generate_ar(vs_models *models, vspec_dev *dev, const vs_job *job,
   vs__ar_report(job, t, sess, tokens, 1, mt);
   const int32_t parent = -1, node0 = 0;
   for (int i = 0; i + 1 < N; i++) {
+    if (job->cancel && atomic_load(job->cancel)) {
+      snprintf(err, errlen, "job cancelled");
+      rc = VSPEC_ECANCELED;
+      goto done;
+    }
     vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tokens[i],
                              .parents = &parent, .features = NULL};
     if ((rc = t->vt->forward(sess, &b, &out, inner, sizeof inner))) goto backend_fail;

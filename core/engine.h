@@ -11,6 +11,8 @@
 #ifndef VS_ENGINE_H
 #define VS_ENGINE_H
 
+#include <stdatomic.h>
+
 #include "core/models.h"
 
 /* RNG stream ids (one purpose each, so methods never share draws by accident). */
@@ -92,6 +94,9 @@ typedef struct vs_job {
   uint8_t *status;             /* optional out: [grid] VS_TOKEN_* per emitted token */
   vs_round_fn on_round;        /* optional: called after every round */
   void *user;
+  atomic_int *cancel;          /* optional: set nonzero (from any thread) to stop the job at
+                                  the next round boundary; vs_generate then returns
+                                  VSPEC_ECANCELED */
 } vs_job;
 
 /* Generates one image's tokens (raster order) into tokens[grid_h * grid_w]. */

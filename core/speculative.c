@@ -700,6 +700,11 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   int32_t path[VS_MAX_DEPTH + 2];
   int last_skipped = 0;
   while (emitted < c.N) {
+    if (job->cancel && atomic_load(job->cancel)) {
+      snprintf(err, errlen, "job cancelled");
+      rc = VSPEC_ECANCELED;
+      goto done;
+    }
     int32_t root_index = emitted - 1;
     int remaining = c.N - emitted;
     /* Accepted drafts plus the token sampled after them must fit the image. */

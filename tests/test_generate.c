@@ -91,6 +91,29 @@ static void test_bad_sampling_refused(void **state) {
   vs_dev_destroy(dev);
 }
 
+static void cancel_after_3(void *user, const vs_round_info *info) {
+  if (info->n_tokens >= 3) atomic_store((atomic_int *)user, 1);
+}
+
+static void test_cancel(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vspec_dev *dev;
+  vs_models *models;
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  assert_int_equal(vs_models_open(reg, &host, dev, "tests/golden/micro_c2i", VS_ROLE_TARGET,
+                                  &models, err, sizeof err), 0);
+  atomic_int cancel = 0;
+  int32_t tokens[16];
+  vs_job job = {.method = "ar", .class_label = 2, .seed = 1, .sampling = models->defaults,
+                .on_round = cancel_after_3, .user = &cancel, .cancel = &cancel};
+  vs_metrics mt;
+  assert_int_equal(vs_generate(models, dev, &job, tokens, &mt, err, sizeof err), VSPEC_ECANCELED);
+  assert_non_null(strstr(err, "cancelled"));
+  vs_models_close(models);
+  vs_dev_destroy(dev);
+}
+
 static void test_missing_model_dir(void **state) {
   (void)state;
   char err[VSPEC_ERRLEN];
@@ -115,6 +138,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_seed_same_bytes),
       cmocka_unit_test(test_bad_sampling_refused),
+      cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_missing_model_dir),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
