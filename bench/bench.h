@@ -26,6 +26,7 @@ double vs_bench_now(void);
 int vs_bench_cmd_generate(int argc, char **argv);
 int vs_bench_cmd_costcurve(int argc, char **argv);
 int vs_bench_cmd_demo(int argc, char **argv);
+int vs_bench_cmd_linear(int argc, char **argv);
 
 /* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`. */
 int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
           "  costcurve   forward latency against batch size, decode throughput vs the\n"
           "              memory-bandwidth bound\n"
           "  demo        one image per class as a PNG grid\n"
+          "  linear      GPT-B linear layers: skinny kernel vs BLIS by row count\n"
           "\n"
           "Run 'vspec-bench COMMAND --help' for the options of a command.\n");
 }
@@ -28,6 +29,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "generate") == 0) return vs_bench_cmd_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "costcurve") == 0) return vs_bench_cmd_costcurve(argc - 1, argv + 1);
   if (strcmp(cmd, "demo") == 0) return vs_bench_cmd_demo(argc - 1, argv + 1);
+  if (strcmp(cmd, "linear") == 0) return vs_bench_cmd_linear(argc - 1, argv + 1);
   fprintf(stderr, "vspec-bench: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;
