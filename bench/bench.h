@@ -34,6 +34,7 @@ int vs_bench_cmd_eval(int argc, char **argv);
  * half-image prefix, with `rows` CFG rows; measured for at least min_time seconds. */
 int vs_bench_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                           double min_time, double *median_ms, char *err, size_t errlen);
+int vs_bench_cmd_linear(int argc, char **argv);
 
 /* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`. */
 int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
           "  eval        speed and quality of decoding methods, side by side\n"
           "  quality     real-data reference values of the quality metrics: classifier\n"
           "              accuracy, FID floor, precision/recall of real vs real\n"
+          "  linear      GPT-B linear layers: skinny kernel vs BLIS by row count\n"
           "\n"
           "Run 'vspec-bench COMMAND --help' for the options of a command.\n");
 }
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "demo") == 0) return vs_bench_cmd_demo(argc - 1, argv + 1);
   if (strcmp(cmd, "eval") == 0) return vs_bench_cmd_eval(argc - 1, argv + 1);
   if (strcmp(cmd, "quality") == 0) return vs_bench_cmd_quality(argc - 1, argv + 1);
+  if (strcmp(cmd, "linear") == 0) return vs_bench_cmd_linear(argc - 1, argv + 1);
   fprintf(stderr, "vspec-bench: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;

@@ -4,8 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_threads.h"
 
 static void *aligned_zalloc(size_t bytes) {
   /* aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
@@ -72,6 +75,25 @@ static void set_err(char *err, size_t errlen, const char *msg) {
   if (err && errlen) snprintf(err, errlen, "%s", msg);
 }
 
+/* threads = 0: one compute thread per online core (what "all cores" means to the CLIs). */
+static int online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : (n > 256 ? 256 : (int)n);
+}
+
+/* The best instruction set of this CPU, capped by VSPEC_CPU_ISA=scalar|avx2|avx512: a way
+ * to measure or reproduce the AVX2 and portable paths on an AVX-512 machine without a
+ * rebuild. An unknown or unsupported value is ignored. */
+static int default_isa(void) {
+  int isa = vs_isa_best();
+  const char *env = getenv("VSPEC_CPU_ISA");
+  if (env && *env) {
+    for (int i = VS_ISA_SCALAR; i <= VS_ISA_AVX512; i++)
+      if (strcmp(env, vs_isa_name(i)) == 0 && i < isa) isa = i;
+  }
+  return isa;
+}
+
 int vs_dev_create(const vspec_ops *ops, int threads, vspec_dev **out, char *err, size_t errlen) {
   if (out) *out = NULL;
   if (!ops || !out || threads < 0) {
@@ -88,10 +110,19 @@ int vs_dev_create(const vspec_ops *ops, int threads, vspec_dev **out, char *err,
     return VSPEC_ENOMEM;
   }
   dev->ops = ops;
-  dev->threads = threads;
+  dev->threads = threads ? threads : online_cores();
+  dev->blis_threads = threads;
+  dev->isa = default_isa();
+  dev->skinny_max_m = vs_skinny_max_m(dev->isa, vs_blis_tuned());
   if (vs_cpu_reserve_scratch(dev, VS_CPU_SCRATCH_DEFAULT) != VSPEC_OK) {
     free(dev);
     set_err(err, errlen, "vs_dev_create: cannot allocate the scratch arena");
+    return VSPEC_ENOMEM;
+  }
+  if (dev->threads > 1 && !(dev->pool = vs_pool_create(dev->threads))) {
+    free(dev->scratch);
+    free(dev);
+    set_err(err, errlen, "vs_dev_create: cannot start the compute threads");
     return VSPEC_ENOMEM;
   }
   *out = dev;
@@ -100,6 +131,7 @@ int vs_dev_create(const vspec_ops *ops, int threads, vspec_dev **out, char *err,
 
 void vs_dev_destroy(vspec_dev *dev) {
   if (!dev) return;
+  vs_pool_destroy(dev->pool);
   free(dev->scratch);
   free(dev);
 }

@@ -18,9 +18,18 @@
 /* Alignment of alloc() and of the scratch base: one cache line, and enough for AVX-512. */
 #define VS_CPU_ALIGN ((size_t)64)
 
+struct vs_pool;
+
 struct vspec_dev {
   const vspec_ops *ops;
-  int threads;          /* BLIS threads for large products (0 = BLIS default) */
+  int threads;          /* compute threads, >= 1 (vs_dev_create resolves 0 to online cores) */
+  int blis_threads;     /* threads for large BLIS products: the count asked for, where 0
+                         * keeps BLIS's own default (BLIS_NUM_THREADS, else 1) as before the
+                         * pool existed - BLIS starts and spins its threads per call, which
+                         * a default should not impose on a shared machine */
+  struct vs_pool *pool; /* threads - 1 persistent helpers (cpu_threads.h) */
+  int isa;              /* VS_ISA_* of the hand-written kernels (cpu_linear_skinny.h) */
+  int skinny_max_m;     /* products A B^T with at most this many rows skip BLIS */
   void *scratch;        /* VS_CPU_ALIGN-aligned, contents undefined between ops */
   size_t scratch_bytes;
 };
@@ -52,8 +61,12 @@ void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, 
                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
                    const float *bias, float *y);
-/* The one matrix product of the CPU ops (BLIS, row-major, BLAS argument meanings). Picks
- * the thread count per call: dev->threads for large products, 1 for small ones. */
+/* Nonzero when BLIS runs kernels tuned for this CPU, zero when its CPU detection fell
+ * back to the portable reference kernels (BLIS 0.9 on CPUs newer than it knows). */
+int vs_blis_tuned(void);
+/* The one matrix product of the CPU ops (row-major, BLAS argument meanings): a few rows
+ * times a transposed matrix go to the skinny kernel (cpu_linear_skinny.h), the rest to
+ * BLIS with dev->blis_threads threads for large products and 1 for small ones. */
 void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 

@@ -12,6 +12,9 @@
  *    (2-core, shared) machine, H=12 hd=64 n_kv=264 attention took 0.29 ms with one
  *    thread and 45 ms with two.
  *
+ * Few-row products A B^T (decode-time linear layers, m <= vs_skinny_max_m) bypass BLIS for
+ * the kernel in cpu_linear_skinny.c, which streams B once instead of packing it.
+ *
  * Determinism across thread counts: BLIS parallelises the m and n loops of gemm (the
  * jc/ic/jr/ir loops) and never the k (pc) loop, so every element of C is reduced by one
  * thread in the same order whatever the thread count; results are bit-identical for 1 or
@@ -33,20 +36,29 @@
 #endif
 
 #include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_linear_skinny.h"
 
 /* Below this many multiply-adds a product runs on one thread: thread start-up and the
  * join barrier cost tens of microseconds per call, more than such a product takes. */
 #define VS_GEMM_MT_MIN_MACS ((double)(1 << 20))
 
+int vs_blis_tuned(void) { return bli_arch_query_id() != BLIS_ARCH_GENERIC; }
+
 void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
   if (m <= 0 || n <= 0) return;
+  /* A few rows times a transposed (weight-layout) matrix: the linear layers of decoding,
+   * and the Q K^T of attention. BLIS would pack all of b for a handful of rows. */
+  if (!trans_a && trans_b && m <= dev->skinny_max_m) {
+    vs_skinny_nt(dev, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
+    return;
+  }
   rntm_t rntm = BLIS_RNTM_INITIALIZER;
   rntm_t *rp = &rntm;
   if ((double)m * n * (k > 0 ? k : 1) < VS_GEMM_MT_MIN_MACS)
     bli_rntm_set_num_threads(1, &rntm);
-  else if (dev->threads > 0)
-    bli_rntm_set_num_threads(dev->threads, &rntm);
+  else if (dev->blis_threads > 0)
+    bli_rntm_set_num_threads(dev->blis_threads, &rntm);
   else
     rp = NULL; /* threads = 0: BLIS's own default (BLIS_NUM_THREADS etc.) */
   /* Row-major storage is a row stride of ld and a column stride of 1; m, n, k describe
@@ -65,6 +77,10 @@ void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, 
 void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
                    const float *bias, float *y) {
   if (m <= 0 || n_out <= 0) return;
+  if (m <= dev->skinny_max_m) {
+    vs_skinny_nt(dev, m, n_out, n_in, 1.0f, x, n_in, w, n_in, bias, 0.0f, y, n_out);
+    return;
+  }
   float beta = 0.0f;
   if (bias) {
     /* seed y with the bias and accumulate onto it: one pass over y instead of two */

@@ -1,0 +1,447 @@
+/*
+ * kernels/cpu/cpu_linear_skinny.c - c = alpha * a b^T (+ bias) (+ beta c) for few rows of a.
+ *
+ * Blocking. The kernel walks the rows of b (the weight rows, output columns) in blocks of
+ * RB = 4 and, for each block, the rows of a (activations) in blocks of MB; a micro-kernel
+ * holds RB x MB vector accumulators and streams the k dimension through them, so every
+ * weight element comes from memory once and is used m times from L1 (the 4 weight rows of
+ * a block are at most 4 x 8 KiB at the GPT-B shapes; the activations, m x K, sit in L2).
+ * The accumulators are reduced horizontally once at the end.
+ *
+ * Summation order. Lane l of the accumulator of element (i, j) sums
+ * a[i, p] b[j, p] for p = l, l + W, l + 2W, ... in that order (fused multiply-adds, W the
+ * vector width; the k tail enters as masked lanes of one more step), then the W lanes are
+ * added in a fixed tree. Edge blocks (fewer than RB or MB rows) run the same code with
+ * smaller constants, so this order does not depend on where the element sits, on m, or
+ * on how the columns are split among threads.
+ *
+ * Instruction sets: AVX-512 and AVX2 variants are compiled with GCC target attributes and
+ * picked at run time (cpu_dev.c stores the choice in the device), so the same binary runs
+ * on any x86-64; the portable C variant is the fallback and the reference for the others'
+ * structure.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_threads.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define VS_SKINNY_X86 1
+#include <immintrin.h>
+#else
+#define VS_SKINNY_X86 0
+#endif
+
+/* Thresholds: the largest m that takes the skinny kernel rather than BLIS, per instruction
+ * set and per kind of BLIS. Chosen from `vspec-bench linear --threads 1 --cpu-time --isa X`
+ * (the 61 linear products of a GPT-B forward, 390 MB of distinct weights; single-thread
+ * CPU time, because wall time on the shared 2-vCPU development VM - AMD EPYC Zen 5, load
+ * 4-7 from other jobs during these runs - swung by 2x). Milliseconds, skinny / BLIS:
+ *
+ *   BLIS as Debian's BLIS 0.9 runs here: it does not know Zen 5 (AMD family 0x1a) and
+ *   falls back to its 'generic' reference kernels (vs_blis_tuned() == 0):
+ *        m      1      2      4      8      16      32      64     128     256
+ *   avx512  13.6   14.3   15.8   20.2    29.0    46.7    81.4     152     304
+ *   avx2    16.2   18.4   20.2   31.2    45.5    81.2     155     296     719
+ *   BLIS    59.8   58.1   57.7   81.4     131     226     402     763    1780
+ *   scalar 14.6 / 66.3 (m 1), 40.3 / 78.8 (2), 76.4 / 81.3 (4), 111 / 89.1 (6),
+ *          80.8 / 79.9 (8), 143 / 160 (16): a tie from m = 4 on.
+ *   So with AVX2 or AVX-512 the kernel wins at every m measured (2x to 6x) and takes every
+ *   m; the scalar loop takes m <= 4.
+ *
+ *   BLIS with tuned kernels: the same runs with BLIS's CPU detection overridden (a
+ *   bli_cpuid_query_id returning SKX or ZEN3, linked against Debian's static libblis.a):
+ *        m      1      2      4      8      16      32      64     128     256
+ *   avx512  14.8   15.0   17.1   20.9    29.7    53.7    80.0     148     285
+ *   skx     94.9   91.6   96.2   95.9     115     131     151     215     341
+ *   avx512  15.5   15.8   17.2   20.5    29.3    47.2    77.7     142     281
+ *   zen3    17.6   17.9   20.2   26.2    43.5    74.9     132     253     498
+ *   avx2    16.1   16.6   19.3   27.4    44.2    79.8     158     371     722
+ *   zen3    16.7   17.1   19.2   24.5    41.0    68.3     152     290     591
+ *   scalar vs BLIS penryn: 18.1 / 59.7 (m 1), 36.2 / 55.8 (4), 77.4 / 75.6 (8).
+ *   BLIS's AVX2 "sup" kernels for unpacked small products match the AVX2 kernel up to
+ *   m = 4 and beat it by 7-20% above; nothing in BLIS 0.9 beats the AVX-512 kernel up to
+ *   m = 256 (its AVX-512 configuration has no sup kernels and packs W on every call). */
+/*
+ * Effect on a whole forward, `vspec-bench costcurve --random gpt-b --min-time 0.3`, median
+ * of 3 runs interleaved with the BLIS-only build, load ~3.2, ms for 1 row / 2 CFG rows:
+ *   nodes        1            2            8            16            64
+ *   before  57.2 / 64.7  54.4 / 59.1  83.5 / 161   130 / 220     398 / 755
+ *   after   14.7 / 20.3  18.8 / 20.0  25.7 / 38.2  36.5 / 59.8   104 / 191  (--threads 1)
+ */
+#define VS_SKINNY_MAX_M_AVX512 256
+#define VS_SKINNY_MAX_M_AVX2 4
+#define VS_SKINNY_MAX_M_SCALAR 4
+#define VS_SKINNY_MAX_M_UNLIMITED (1 << 30)
+
+/* Activation bytes per pass over the weights (see skinny_task): half the 1 MiB L2 of the
+ * development machine's cores, leaving room for the weight block and c. 170 rows at
+ * K = 768, 64 at K = 2048; GPT-B decoding never needs more than one pass. */
+#define VS_SKINNY_ROWS_BYTES ((size_t)512 << 10)
+
+/* Weight rows per micro-kernel block, and the column alignment of the per-task chunks:
+ * a multiple of the block and of a 64-byte line of c, so threads never share a line. */
+#define VS_SKINNY_RB 4
+#define VS_SKINNY_CHUNK_ALIGN 16
+#define VS_SKINNY_TASKS_PER_THREAD 8
+
+/* Below this much work a product runs on the calling thread: waking a helper costs in
+ * the order of 10 us, about what streaming 512 KiB of weights or 1M multiply-adds take on
+ * one core. Attention's per-head Q K^T (64-wide rows) stays single-threaded this way. */
+#define VS_SKINNY_MT_MIN_WEIGHTS ((double)(128 << 10))
+#define VS_SKINNY_MT_MIN_MACS ((double)(1 << 20))
+
+typedef struct skinny_job {
+  const float *a, *b, *bias;
+  float *c;
+  int m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  int isa;
+  int chunk;     /* columns per task */
+  int row_chunk; /* rows of a per pass over the weights */
+} skinny_job;
+
+/* Final value of element (i, j) from its dot product s. */
+static inline void skinny_store(const skinny_job *jb, float s, int i, int j) {
+  float v = jb->alpha * s;
+  if (jb->bias) v += jb->bias[j];
+  float *cp = jb->c + (size_t)i * jb->ldc + j;
+  if (jb->beta != 0.0f) v += jb->beta * *cp;
+  *cp = v;
+}
+
+/* ---- portable C ------------------------------------------------------------------------ */
+
+/* Eight partial sums per element, the same shape as the vector kernels (and a shape
+ * compilers can vectorise without reassociating anything). */
+static void skinny_cols_scalar(const skinny_job *jb, int j0, int j1) {
+  int k = jb->k;
+  for (int j = j0; j < j1; j++) {
+    const float *w = jb->b + (size_t)j * jb->ldb;
+    for (int i = 0; i < jb->m; i++) {
+      const float *x = jb->a + (size_t)i * jb->lda;
+      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int p = 0;
+      for (; p + 8 <= k; p += 8)
+        for (int t = 0; t < 8; t++) l[t] += w[p + t] * x[p + t];
+      for (int t = 0; p + t < k; t++) l[t] += w[p + t] * x[p + t];
+      float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+      skinny_store(jb, s, i, j);
+    }
+  }
+}
+
+#if VS_SKINNY_X86
+
+#define VS_ALWAYS_INLINE static inline __attribute__((always_inline))
+#define VS_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
+#define VS_TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+/* A micro-kernel: c[i .. i+mb, j .. j+rb) for one (rb, mb). Each (rb, mb) is its own
+ * non-inlined function (generated below) so that the register allocator sees only that
+ * kernel's k loop: inlined into one big driver, GCC ran out of general registers for the
+ * row pointers and reloaded them from the stack inside the loop. */
+typedef void (*skinny_mk)(const skinny_job *jb, int i, int j);
+
+/* The micro-kernels of one instruction set, indexed by mb - 1: 1-row (right edge) and
+ * RB-row blocks, and RB-row blocks that also prefetch the next block's weight rows. */
+typedef struct skinny_kernels {
+  const skinny_mk *rows1, *rows4, *rows4_pf;
+  int mb; /* activation rows per block */
+} skinny_kernels;
+
+/* Final values of c[i, j .. j+n) (n = 4, or 1 at the right edge) from their dot products
+ * in s. Lane-wise the same operations as skinny_store, so edge and interior elements
+ * agree. */
+VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j, const int n) {
+  float *cp = jb->c + (size_t)i * jb->ldc + j;
+  __m128 v = _mm_mul_ps(_mm_set1_ps(jb->alpha), s);
+  if (jb->bias) v = _mm_add_ps(v, n == 4 ? _mm_loadu_ps(jb->bias + j) : _mm_load_ss(jb->bias + j));
+  if (jb->beta != 0.0f)
+    v = _mm_add_ps(v, _mm_mul_ps(_mm_set1_ps(jb->beta), n == 4 ? _mm_loadu_ps(cp) : _mm_load_ss(cp)));
+  if (n == 4)
+    _mm_storeu_ps(cp, v);
+  else
+    _mm_store_ss(cp, v);
+}
+
+/* Walks weight rows [j0, j1) in blocks of RB (edge: single rows) and, per block, all
+ * activation rows in blocks of ks->mb (edge: the rest).
+ *
+ * The first activation block of a weight block is the one that pulls the weights in from
+ * memory; it also prefetches the next weight block, one line per weight row and k step,
+ * so that those lines arrive while the remaining activation blocks compute from L1.
+ * Measured with `vspec-bench linear --threads 1 --cpu-time` (AVX-512, 4 runs each,
+ * loaded machine): m = 8 went from 32-35 to 22-26 ms, m = 16 from 39-51 to 31-32 ms,
+ * m = 32 from 55-68 to 48-49 ms; m = 1 unchanged (the hardware prefetcher already keeps up
+ * with a pure stream). */
+static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
+  const int m = jb->m, mb = ks->mb;
+  for (int j = j0; j < j1;) {
+    if (j1 - j >= VS_SKINNY_RB) {
+      for (int i = 0; i < m; i += mb)
+        (i == 0 ? ks->rows4_pf : ks->rows4)[(m - i < mb ? m - i : mb) - 1](jb, i, j);
+      j += VS_SKINNY_RB;
+    } else {
+      for (int i = 0; i < m; i += mb) ks->rows1[(m - i < mb ? m - i : mb) - 1](jb, i, j);
+      j++;
+    }
+  }
+}
+
+/* One k step of the rb x mb micro-kernel: rb weight vectors, then per activation row one
+ * vector and rb fused multiply-adds; with pf, a prefetch of the same offset in each row of
+ * the next weight block. LOAD is a plain or a masked load. The unroll pragmas
+ * turn the loops over the compile-time rb/mb into straight code, so acc lives in
+ * registers (checked in the generated assembly: no spills in the k loop). */
+#define VS_SKINNY_STEP(VEC, FMADD, LOAD)                                                \
+  do {                                                                                  \
+    VEC w_[VS_SKINNY_RB];                                                               \
+    if (pf) _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)                        \
+      _mm_prefetch((const char *)(b + (r + VS_SKINNY_RB) * ldb + p), _MM_HINT_T0);     \
+    _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) w_[r] = LOAD(b + r * ldb + p); \
+    _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {                              \
+      VEC x_ = LOAD(a + q * lda + p);                                                   \
+      _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) acc[r][q] =                  \
+          FMADD(w_[r], x_, acc[r][q]);                                                  \
+    }                                                                                   \
+  } while (0)
+
+/* ---- AVX-512 ------------------------------------------------------------------------- */
+
+/* Activation rows per block: 4 x 4 accumulators + 4 weight vectors + 1 activation vector
+ * = 21 of 32 registers. 4 x 6 (29 registers) measured the same within the noise of the
+ * shared development machine, 4 x 8 slower (it runs out of general registers for the row
+ * pointers); 4 divides the row counts trees and CFG produce (2, 4, 8, ...). */
+#define VS512_MB 4
+
+/* The dot products of four accumulators, [sum a0, sum a1, sum a2, sum a3], each by the
+ * halving tree h[l] = a[l] + a[l+8], g[l] = h[l] + h[l+4], f[l] = g[l] + g[l+2], f0 + f1.
+ * Reducing four at once shares the shuffles; a single accumulator goes through the same
+ * code (passed four times) so that its tree is the same. */
+VS_ALWAYS_INLINE VS_TARGET_AVX512 __m128 vs512_reduce4(__m512 a0, __m512 a1, __m512 a2,
+                                                       __m512 a3) {
+  /* 128-bit blocks [a0 h(0..3), a0 h(4..7), a1 h(0..3), a1 h(4..7)] and likewise a2, a3 */
+  __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+  __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+  /* blocks [g of a0, g of a1, g of a2, g of a3] */
+  __m512 g = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+  /* lanes 0, 1 of each block: f0, f1; then lane 0: f0 + f1 */
+  __m512 f = _mm512_add_ps(g, _mm512_permute_ps(g, _MM_SHUFFLE(1, 0, 3, 2)));
+  __m512 t = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
+}
+
+#define VS512_LOAD(ptr) _mm512_loadu_ps(ptr)
+#define VS512_LOADM(ptr) _mm512_maskz_loadu_ps(tail, ptr)
+
+VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, const int rb,
+                                                 const int mb, const int pf) {
+  const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
+  const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
+  const int k = jb->k;
+  __m512 acc[VS_SKINNY_RB][VS512_MB];
+  _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)
+  _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] = _mm512_setzero_ps();
+  int p = 0;
+  for (; p + 16 <= k; p += 16) VS_SKINNY_STEP(__m512, _mm512_fmadd_ps, VS512_LOAD);
+  if (p < k) {
+    /* Masked-off lanes load as 0 (and fault-free past the end of a row): 0 * 0 + acc. */
+    const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1u);
+    VS_SKINNY_STEP(__m512, _mm512_fmadd_ps, VS512_LOADM);
+  }
+  /* rb is 4 or 1; for 1 the index expressions keep to acc[0] */
+  _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++)
+      skinny_store4(jb,
+                    vs512_reduce4(acc[0][q], acc[rb > 1 ? 1 : 0][q], acc[rb > 2 ? 2 : 0][q],
+                                  acc[rb > 3 ? 3 : 0][q]),
+                    i + q, j, rb);
+}
+
+#define VS512_DEF(NAME, RB, MB, PF)                                                    \
+  __attribute__((noinline)) VS_TARGET_AVX512 static void NAME(const skinny_job *jb, int i, \
+                                                              int j) {                  \
+    mk_avx512(jb, i, j, RB, MB, PF);                                                    \
+  }
+VS512_DEF(mk512_1x1, 1, 1, 0) VS512_DEF(mk512_1x2, 1, 2, 0)
+VS512_DEF(mk512_1x3, 1, 3, 0) VS512_DEF(mk512_1x4, 1, 4, 0)
+VS512_DEF(mk512_4x1, 4, 1, 0) VS512_DEF(mk512_4x2, 4, 2, 0)
+VS512_DEF(mk512_4x3, 4, 3, 0) VS512_DEF(mk512_4x4, 4, 4, 0)
+VS512_DEF(mk512_4x1_pf, 4, 1, 1) VS512_DEF(mk512_4x2_pf, 4, 2, 1)
+VS512_DEF(mk512_4x3_pf, 4, 3, 1) VS512_DEF(mk512_4x4_pf, 4, 4, 1)
+
+static const skinny_mk mk512_rows1[VS512_MB] = {mk512_1x1, mk512_1x2, mk512_1x3, mk512_1x4};
+static const skinny_mk mk512_rows4[VS512_MB] = {mk512_4x1, mk512_4x2, mk512_4x3, mk512_4x4};
+static const skinny_mk mk512_rows4_pf[VS512_MB] = {mk512_4x1_pf, mk512_4x2_pf, mk512_4x3_pf,
+                                                   mk512_4x4_pf};
+static const skinny_kernels vs512_kernels = {mk512_rows1, mk512_rows4, mk512_rows4_pf, VS512_MB};
+
+/* ---- AVX2 ------------------------------------------------------------------------------ */
+
+/* 16 ymm registers: 4 x 2 accumulators + 4 weight vectors + 1 activation vector = 13.
+ * 4 x 3 would need 17 and spill. */
+#define VS256_MB 2
+
+/* _mm256_maskload_ps takes a lane mask of int32 sign bits: a window into this table. */
+static const int32_t vs256_tail_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                            0,  0,  0,  0,  0,  0,  0,  0};
+
+#define VS256_LOAD(ptr) _mm256_loadu_ps(ptr)
+#define VS256_LOADM(ptr) _mm256_maskload_ps(ptr, tail)
+
+/* [sum a0, sum a1, sum a2, sum a3] by the tree h[l] = a[l] + a[l+4], g[l] = h[l] + h[l+2],
+ * g0 + g1 (see vs512_reduce4). */
+VS_ALWAYS_INLINE VS_TARGET_AVX2 __m128 vs256_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  /* 128-bit halves [h of a0, h of a1] and [h of a2, h of a3] */
+  __m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20), _mm256_permute2f128_ps(a0, a1, 0x31));
+  __m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20), _mm256_permute2f128_ps(a2, a3, 0x31));
+  /* low half [g of a0 (2), g of a2 (2)], high half [g of a1, g of a3] */
+  __m256 g = _mm256_add_ps(_mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+  /* low half [sum a0, sum a2, ...], high half [sum a1, sum a3, ...] */
+  __m256 f = _mm256_hadd_ps(g, g);
+  return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+}
+
+VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, const int rb,
+                                             const int mb, const int pf) {
+  const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
+  const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
+  const int k = jb->k;
+  __m256 acc[VS_SKINNY_RB][VS256_MB];
+  _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)
+  _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] = _mm256_setzero_ps();
+  int p = 0;
+  for (; p + 8 <= k; p += 8) VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOAD);
+  if (p < k) {
+    const __m256i tail = _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p)));
+    VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOADM);
+  }
+  _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++)
+      skinny_store4(jb,
+                    vs256_reduce4(acc[0][q], acc[rb > 1 ? 1 : 0][q], acc[rb > 2 ? 2 : 0][q],
+                                  acc[rb > 3 ? 3 : 0][q]),
+                    i + q, j, rb);
+}
+
+#define VS256_DEF(NAME, RB, MB, PF)                                                    \
+  __attribute__((noinline)) VS_TARGET_AVX2 static void NAME(const skinny_job *jb, int i,   \
+                                                            int j) {                    \
+    mk_avx2(jb, i, j, RB, MB, PF);                                                      \
+  }
+VS256_DEF(mk256_1x1, 1, 1, 0) VS256_DEF(mk256_1x2, 1, 2, 0)
+VS256_DEF(mk256_4x1, 4, 1, 0) VS256_DEF(mk256_4x2, 4, 2, 0)
+VS256_DEF(mk256_4x1_pf, 4, 1, 1) VS256_DEF(mk256_4x2_pf, 4, 2, 1)
+
+static const skinny_mk mk256_rows1[VS256_MB] = {mk256_1x1, mk256_1x2};
+static const skinny_mk mk256_rows4[VS256_MB] = {mk256_4x1, mk256_4x2};
+static const skinny_mk mk256_rows4_pf[VS256_MB] = {mk256_4x1_pf, mk256_4x2_pf};
+static const skinny_kernels vs256_kernels = {mk256_rows1, mk256_rows4, mk256_rows4_pf, VS256_MB};
+
+#endif /* VS_SKINNY_X86 */
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+int vs_isa_supported(int isa) {
+  switch (isa) {
+    case VS_ISA_SCALAR: return 1;
+#if VS_SKINNY_X86
+    case VS_ISA_AVX2:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case VS_ISA_AVX512:
+      /* libgcc's check includes the OS's XCR0 state for the zmm registers */
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("fma");
+#endif
+    default: return 0;
+  }
+}
+
+int vs_isa_best(void) {
+  if (vs_isa_supported(VS_ISA_AVX512)) return VS_ISA_AVX512;
+  if (vs_isa_supported(VS_ISA_AVX2)) return VS_ISA_AVX2;
+  return VS_ISA_SCALAR;
+}
+
+const char *vs_isa_name(int isa) {
+  switch (isa) {
+    case VS_ISA_SCALAR: return "scalar";
+    case VS_ISA_AVX2: return "avx2";
+    case VS_ISA_AVX512: return "avx512";
+    default: return "?";
+  }
+}
+
+int vs_cpu_set_isa(vspec_dev *dev, int isa) {
+  if (!dev || isa < VS_ISA_SCALAR || isa > VS_ISA_AVX512) return VSPEC_EINVAL;
+  if (!vs_isa_supported(isa)) return VSPEC_ENOTSUP;
+  dev->isa = isa;
+  dev->skinny_max_m = vs_skinny_max_m(isa, vs_blis_tuned());
+  return VSPEC_OK;
+}
+
+int vs_skinny_max_m(int isa, int blis_tuned) {
+  switch (isa) {
+    case VS_ISA_AVX512: return blis_tuned ? VS_SKINNY_MAX_M_AVX512 : VS_SKINNY_MAX_M_UNLIMITED;
+    case VS_ISA_AVX2: return blis_tuned ? VS_SKINNY_MAX_M_AVX2 : VS_SKINNY_MAX_M_UNLIMITED;
+    default: return VS_SKINNY_MAX_M_SCALAR;
+  }
+}
+
+static void skinny_cols(const skinny_job *jb, int j0, int j1) {
+  switch (jb->isa) {
+#if VS_SKINNY_X86
+    case VS_ISA_AVX512: skinny_cols_tab(jb, j0, j1, &vs512_kernels); break;
+    case VS_ISA_AVX2: skinny_cols_tab(jb, j0, j1, &vs256_kernels); break;
+#endif
+    default: skinny_cols_scalar(jb, j0, j1); break;
+  }
+}
+
+static void skinny_task(void *ctx, int task) {
+  const skinny_job *jb = ctx;
+  int j0 = task * jb->chunk;
+  if (j0 >= jb->n) return;
+  int j1 = jb->n - j0 > jb->chunk ? j0 + jb->chunk : jb->n;
+  if (jb->m <= jb->row_chunk) {
+    skinny_cols(jb, j0, j1);
+    return;
+  }
+  /* Many rows: a slice of rows at a time, so that the activations stay in L2 while the
+   * weights stream past (each slice streams them once more). */
+  for (int i0 = 0; i0 < jb->m; i0 += jb->row_chunk) {
+    skinny_job sub = *jb;
+    sub.a += (size_t)i0 * jb->lda;
+    sub.c += (size_t)i0 * jb->ldc;
+    sub.m = jb->m - i0 < jb->row_chunk ? jb->m - i0 : jb->row_chunk;
+    skinny_cols(&sub, j0, j1);
+  }
+}
+
+void vs_skinny_nt(vspec_dev *dev, int m, int n, int k, float alpha, const float *a, int lda,
+                  const float *b, int ldb, const float *bias, float beta, float *c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k < 0) k = 0;
+  skinny_job jb = {.a = a, .b = b, .bias = bias, .c = c, .m = m, .n = n, .k = k, .lda = lda,
+                   .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta, .isa = dev->isa,
+                   .chunk = n};
+  jb.row_chunk = (int)(VS_SKINNY_ROWS_BYTES / ((size_t)k * sizeof(float) + 1)) / 8 * 8;
+  if (jb.row_chunk < 8) jb.row_chunk = 8;
+  int tasks = 1, threads = vs_pool_threads(dev->pool);
+  if (threads > 1 &&
+      ((double)n * k >= VS_SKINNY_MT_MIN_WEIGHTS || (double)m * n * k >= VS_SKINNY_MT_MIN_MACS)) {
+    /* Contiguous column chunks, a multiple of VS_SKINNY_CHUNK_ALIGN, about
+     * VS_SKINNY_TASKS_PER_THREAD per thread so that a thread slowed down by another
+     * process on its core leaves its later chunks to the others. */
+    int want = threads * VS_SKINNY_TASKS_PER_THREAD;
+    int chunk = (n + want - 1) / want;
+    chunk = (chunk + VS_SKINNY_CHUNK_ALIGN - 1) / VS_SKINNY_CHUNK_ALIGN * VS_SKINNY_CHUNK_ALIGN;
+    jb.chunk = chunk;
+    tasks = (n + chunk - 1) / chunk;
+  }
+  vs_pool_run(dev->pool, tasks, skinny_task, &jb);
+}
