@@ -126,8 +126,9 @@ int vs_drafter_start(vs_drafter *d, int32_t root_token, const float *root_featur
 }
 
 /* Processed distribution of forward output row-block i into the tree node's slot. */
-static void vs__fill_dist(vs_drafter *d, vs_tree *tree, int32_t node, int i, int32_t root_index) {
+static int vs__fill_dist(vs_drafter *d, vs_tree *tree, int32_t node, int i, int32_t root_index) {
   float *p = vs_tree_new_dist(tree, node);
+  if (!p) return VSPEC_ERANGE;
   /* Node at depth k predicts image token root_index + k + 1. */
   vs_node_distribution(d->ops, d->dev, d->logits + (size_t)i * d->rows * d->vocab, d->rows,
                        d->vocab, root_index + tree->nodes[node].depth + 1, &d->job->sampling,
@@ -136,6 +137,7 @@ static void vs__fill_dist(vs_drafter *d, vs_tree *tree, int32_t node, int i, int
     memcpy(d->node_feats + (size_t)node * d->rows * d->fdim_out,
            d->out_feats + (size_t)i * d->rows * d->fdim_out,
            (size_t)d->rows * d->fdim_out * sizeof(float));
+  return VSPEC_OK;
 }
 
 static int vs__forward(vs_drafter *d, int n, int append, char *err, size_t errlen) {
@@ -171,7 +173,10 @@ int vs_drafter_begin(vs_drafter *d, vs_tree *tree, int32_t root_index, char *err
   if (rc) return rc;
   d->n_head_slots = n;
   tree->nodes[0].draft_slot = n - 1;
-  vs__fill_dist(d, tree, 0, n - 1, root_index);
+  if (vs__fill_dist(d, tree, 0, n - 1, root_index)) {
+    snprintf(err, errlen, "drafter: the tree has no room for the root's distribution");
+    return VSPEC_ERANGE;
+  }
   return VSPEC_OK;
 }
 
@@ -200,7 +205,10 @@ int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
   if (rc) return rc;
   for (int i = 0; i < n; i++) {
     tree->nodes[nodes[i]].draft_slot = base + i;
-    vs__fill_dist(d, tree, nodes[i], i, root_index);
+    if (vs__fill_dist(d, tree, nodes[i], i, root_index)) {
+      snprintf(err, errlen, "drafter: more expanded nodes than the tree can hold");
+      return VSPEC_ERANGE;
+    }
   }
   d->n_head_slots = base + n;
   return VSPEC_OK;

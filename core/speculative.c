@@ -653,8 +653,10 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   c.mixed = malloc(V * sizeof(float));
   if (!c.logits || !c.feats || !c.path_feats || !c.unv || !c.fcache || !c.view_tokens ||
       !c.view_depth || !c.view_score || !c.parents || !c.order || !c.pool_cu || !c.q || !c.q_res ||
-      !c.q_tmp || !c.p_work || !c.mixed || vs_tree_init(&c.tree, cap, c.V) ||
-      vs_tree_init(&c.pool, VS_SD_MAX_POOL, c.V)) {
+      !c.q_tmp || !c.p_work || !c.mixed || vs_tree_init(&c.tree, cap, cap, c.V) ||
+      /* the dynamic tree's candidate pool: only frontier nodes are expanded */
+      (plan.shape == VSPEC_DRAFT_DYNAMIC &&
+       vs_tree_init(&c.pool, VS_SD_MAX_POOL, 1 + plan.depth * plan.top_k, c.V))) {
     snprintf(err, errlen, "out of memory");
     rc = VSPEC_ENOMEM;
     goto done;

@@ -3,15 +3,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-int vs_tree_init(vs_tree *t, int cap, int vocab) {
+int vs_tree_init(vs_tree *t, int cap, int cap_dists, int vocab) {
   memset(t, 0, sizeof *t);
   t->nodes = calloc((size_t)cap, sizeof *t->nodes);
-  t->dists = malloc((size_t)cap * vocab * sizeof(float));
+  t->dists = malloc((size_t)cap_dists * vocab * sizeof(float));
   if (!t->nodes || !t->dists) {
     vs_tree_free(t);
     return -1;
   }
   t->cap = cap;
+  t->cap_dists = cap_dists;
   t->vocab = vocab;
   return 0;
 }
@@ -51,7 +52,10 @@ int32_t vs_tree_add(vs_tree *t, int32_t parent, int32_t token, float p_cond, flo
 }
 
 float *vs_tree_new_dist(vs_tree *t, int32_t node) {
-  if (t->nodes[node].dist < 0) t->nodes[node].dist = t->n_dists++;
+  if (t->nodes[node].dist < 0) {
+    if (t->n_dists >= t->cap_dists) return NULL;
+    t->nodes[node].dist = t->n_dists++;
+  }
   return t->dists + (size_t)t->nodes[node].dist * t->vocab;
 }
 

@@ -28,19 +28,22 @@ typedef struct vs_tree_node {
 
 typedef struct vs_tree {
   int32_t n, cap, vocab;
+  int32_t cap_dists;    /* expansion distributions the tree can hold */
   vs_tree_node *nodes;
   float *dists;         /* [cap, vocab] processed draft distributions of expanded nodes */
   int32_t n_dists;
   int deterministic;    /* drafts are top-k choices: the walk treats p as one-hot (p := 1) */
 } vs_tree;
 
-int vs_tree_init(vs_tree *t, int cap, int vocab);
+/* cap nodes, of which at most cap_dists can be expanded (hold a draft distribution). */
+int vs_tree_init(vs_tree *t, int cap, int cap_dists, int vocab);
 void vs_tree_free(vs_tree *t);
 void vs_tree_reset(vs_tree *t, int32_t root_token);
 /* Appends a child of `parent` after its existing children; returns its index or -1 when the
  * tree is full. */
 int32_t vs_tree_add(vs_tree *t, int32_t parent, int32_t token, float p_cond, float logp);
-/* Gives node i an expansion distribution slot and returns it ([vocab] floats). */
+/* Gives node i an expansion distribution slot and returns it ([vocab] floats), or NULL
+ * when all cap_dists slots are taken. */
 float *vs_tree_new_dist(vs_tree *t, int32_t node);
 static inline const float *vs_tree_dist(const vs_tree *t, int32_t node) {
   return t->nodes[node].dist >= 0 ? t->dists + (size_t)t->nodes[node].dist * t->vocab : 0;
