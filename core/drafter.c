@@ -68,6 +68,12 @@ int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, s
   d->fdim_in = bm->info.feature_in_dim;
   d->fdim_out = bm->info.feature_dim;
   d->uses_features = d->fdim_in > 0;
+  if (d->uses_features && d->fdim_out != d->fdim_in) {
+    snprintf(err, errlen, "draft head outputs %d-wide features but takes %d: a tree node's "
+             "input is its parent's output, so the widths must match", d->fdim_out, d->fdim_in);
+    vs_drafter_close(d);
+    return VSPEC_ESHAPE;
+  }
   if (d->uses_features && d->fdim_in != cfg->target_feature_dim) {
     snprintf(err, errlen, "draft head takes %d-wide features, the target gives %d",
              d->fdim_in, cfg->target_feature_dim);
@@ -130,9 +136,12 @@ static int vs__fill_dist(vs_drafter *d, vs_tree *tree, int32_t node, int i, int3
   float *p = vs_tree_new_dist(tree, node);
   if (!p) return VSPEC_ERANGE;
   /* Node at depth k predicts image token root_index + k + 1. */
+  /* At temperature 0 the tree is ranked by the drafter's softmax (EAGLE's top-k), not its
+   * one-hot argmax, which would leave one child per node. */
+  vs_sampling s = d->job->sampling;
+  if (!(s.temperature > 0.0f)) s.temperature = 1.0f;
   vs_node_distribution(d->ops, d->dev, d->logits + (size_t)i * d->rows * d->vocab, d->rows,
-                       d->vocab, root_index + tree->nodes[node].depth + 1, &d->job->sampling,
-                       d->scratch, p);
+                       d->vocab, root_index + tree->nodes[node].depth + 1, &s, d->scratch, p);
   if (d->uses_features)
     memcpy(d->node_feats + (size_t)node * d->rows * d->fdim_out,
            d->out_feats + (size_t)i * d->rows * d->fdim_out,
@@ -185,6 +194,10 @@ int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
   if (n <= 0) return VSPEC_OK;
   size_t fin = (size_t)d->rows * d->fdim_in, fout = (size_t)d->rows * d->fdim_out;
   int base = d->n_head_slots;
+  if (base + n > d->max_nodes) {
+    snprintf(err, errlen, "drafter: %d pending nodes exceed %d", base + n, d->max_nodes);
+    return VSPEC_ERANGE;
+  }
   for (int i = 0; i < n; i++) {
     const vs_tree_node *t = &tree->nodes[nodes[i]];
     if (t->parent < 0 || tree->nodes[t->parent].draft_slot < 0 || nodes[i] >= d->node_feats_cap) {
@@ -196,10 +209,6 @@ int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
     /* A tree node's input feature is the drafter's own output at its parent (EAGLE). */
     if (d->uses_features)
       memcpy(d->in_feats + i * fin, d->node_feats + (size_t)t->parent * fout, fin * sizeof(float));
-  }
-  if (base + n > d->max_nodes) {
-    snprintf(err, errlen, "drafter: %d pending nodes exceed %d", base + n, d->max_nodes);
-    return VSPEC_ERANGE;
   }
   int rc = vs__forward(d, n, 1, err, errlen);
   if (rc) return rc;
@@ -216,6 +225,10 @@ int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
 
 int vs_drafter_end(vs_drafter *d, const int32_t *accepted, int n, const float *features,
                    int32_t next_root, char *err, size_t errlen) {
+  if (n + 1 > d->max_nodes) {
+    snprintf(err, errlen, "drafter: %d accepted tokens exceed its capacity", n);
+    return VSPEC_ERANGE;
+  }
   /* Commit what was fed with exact inputs this round: the catch-up chain and the root. */
   int head = d->n_chain + 1;
   int32_t *path = d->parents; /* free until the next forward */
@@ -225,10 +238,6 @@ int vs_drafter_end(vs_drafter *d, const int32_t *accepted, int n, const float *f
   if (rc) {
     snprintf(err, errlen, "drafter commit: %s", inner);
     return rc;
-  }
-  if (n + 1 > d->max_nodes) {
-    snprintf(err, errlen, "drafter: %d accepted tokens exceed its capacity", n);
-    return VSPEC_ERANGE;
   }
   size_t fsz = (size_t)d->rows * d->fdim_in;
   /* Accepted token j is fed after the target feature of the node before it. */
@@ -245,11 +254,25 @@ int vs_drafter_end(vs_drafter *d, const int32_t *accepted, int n, const float *f
 
 int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root, char *err,
                     size_t errlen) {
-  if (d->n_chain + 1 >= d->max_nodes) {
-    snprintf(err, errlen, "drafter: catch-up chain exceeds %d nodes", d->max_nodes);
-    return VSPEC_ERANGE;
-  }
   size_t fsz = (size_t)d->rows * d->fdim_in;
+  if (d->n_chain + 2 > d->max_nodes) {
+    /* A long run of rounds without drafting: feed and commit the chain now rather than
+     * letting it outgrow one forward. */
+    for (int i = 0; i < d->n_chain; i++) {
+      d->tokens[i] = d->chain_tokens[i];
+      d->parents[i] = i - 1;
+      if (d->uses_features) memcpy(d->in_feats + i * fsz, d->chain_feats + i * fsz, fsz * sizeof(float));
+    }
+    int rc = vs__forward(d, d->n_chain, 0, err, errlen);
+    if (rc) return rc;
+    for (int i = 0; i < d->n_chain; i++) d->parents[i] = i;
+    char inner[VSPEC_ERRLEN] = "";
+    if ((rc = d->bm->vt->commit(d->sess, d->parents, d->n_chain, inner, sizeof inner))) {
+      snprintf(err, errlen, "drafter commit: %s", inner);
+      return rc;
+    }
+    d->n_chain = 0;
+  }
   d->chain_tokens[d->n_chain] = d->root_token;
   if (d->uses_features) {
     memcpy(d->chain_feats + d->n_chain * fsz, d->root_feat, fsz * sizeof(float));

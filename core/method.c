@@ -6,12 +6,17 @@
 
 #include "vspec/types.h"
 
-static void vs__trim_copy(char *dst, size_t n, const char *src, size_t len) {
+/* Copies src[0..len) without surrounding blanks; fails (-1) rather than truncate. */
+static int vs__trim_copy(char *dst, size_t n, const char *src, size_t len) {
   while (len && isspace((unsigned char)*src)) src++, len--;
   while (len && isspace((unsigned char)src[len - 1])) len--;
-  if (len >= n) len = n - 1;
+  if (len >= n) {
+    dst[0] = 0;
+    return -1;
+  }
   memcpy(dst, src, len);
   dst[len] = 0;
+  return 0;
 }
 
 /* "NAME[:PARAMS]" */
@@ -19,9 +24,13 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
                            size_t pn, const char *what, char *err, size_t errlen) {
   const char *colon = memchr(s, ':', len);
   size_t name_len = colon ? (size_t)(colon - s) : len;
-  vs__trim_copy(name, nn, s, name_len);
-  if (colon) vs__trim_copy(params, pn, colon + 1, len - name_len - 1);
-  else params[0] = 0;
+  if (vs__trim_copy(name, nn, s, name_len) ||
+      (colon && vs__trim_copy(params, pn, colon + 1, len - name_len - 1))) {
+    snprintf(err, errlen, "method: %s name or parameters too long (at most %zu characters)",
+             what, pn - 1);
+    return VSPEC_EINVAL;
+  }
+  if (!colon) params[0] = 0;
   if (!*name) {
     snprintf(err, errlen, "method: missing %s name", what);
     return VSPEC_EINVAL;
@@ -37,7 +46,10 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
 int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   char t[1100];
-  vs__trim_copy(t, sizeof t, text, strlen(text));
+  if (vs__trim_copy(t, sizeof t, text, strlen(text))) {
+    snprintf(err, errlen, "method is too long (at most %zu characters)", sizeof t - 1);
+    return VSPEC_EINVAL;
+  }
   if (strcmp(t, "ar") == 0) {
     out->kind = VS_METHOD_AR;
     snprintf(out->text, sizeof out->text, "ar");
@@ -73,7 +85,11 @@ int vs_method_split(const char *text, vs_method *out, int max, char *err, size_t
     const char *semi = strchr(s, ';');
     size_t len = semi ? (size_t)(semi - s) : strlen(s);
     char one[1100];
-    vs__trim_copy(one, sizeof one, s, len);
+    if (vs__trim_copy(one, sizeof one, s, len)) {
+      snprintf(err, errlen, "method %d is too long (at most %zu characters)", n + 1,
+               sizeof one - 1);
+      return VSPEC_EINVAL;
+    }
     if (*one) {
       if (n == max) {
         snprintf(err, errlen, "too many methods (at most %d)", max);

@@ -76,6 +76,7 @@ typedef struct vs__sd {
   vs_drafter *drafter;
   vs_tree tree, pool;
   int32_t *parents, *order;
+  int32_t *feat_node; /* [cap] drafter node (pool index for dynamic trees) of each tree node */
   float *pool_cu;
   /* walk buffers [V] */
   float *q, *q_res, *q_tmp, *p_work, *mixed;
@@ -176,7 +177,6 @@ static int vs__draft_static(vs__sd *c, const vspec_round_plan *plan, int depth_l
   /* Level by level: sample the children of every expanded node at this level, then
    * expand (one drafter forward) the new nodes that have children of their own. */
   vs__sample_children(c, 0, nkids_root);
-  int filled = 0; /* static nodes of level d map onto the tree children in rank order */
   for (int d = 1; d <= depth_limit; d++) {
     /* Assign tree nodes to the static nodes of depth d. */
     for (int i = 0; i < n; i++) {
@@ -191,7 +191,6 @@ static int vs__draft_static(vs__sd *c, const vspec_round_plan *plan, int depth_l
       int32_t ch = t->nodes[tp].first_child;
       while (ch >= 0 && rank--) ch = t->nodes[ch].next_sibling;
       map[i] = ch;
-      filled++;
     }
     int32_t expand[VS_SD_MAX_NODES];
     int ne = 0;
@@ -203,7 +202,6 @@ static int vs__draft_static(vs__sd *c, const vspec_round_plan *plan, int depth_l
     for (int i = 0; i < n; i++)
       if (sdepth[i] == d && map[i] >= 0 && nkids[i] > 0) vs__sample_children(c, map[i], nkids[i]);
   }
-  (void)filled;
   return VSPEC_OK;
 }
 
@@ -290,7 +288,7 @@ static int vs__draft_dynamic(vs__sd *c, const vspec_round_plan *plan, int depth_
   for (int i = 0; i < pool->n; i++) c->pool_cu[i] = pool->nodes[i].logp;
   qsort_r(c->order, (size_t)n_cand, sizeof(int32_t), vs__cmp_pool, c->pool_cu);
   int keep = n_cand < total ? n_cand : total;
-  if (keep > t->cap - 1) keep = t->cap - 1;
+  if (keep > t->cap - 1 - c->n_unv) keep = t->cap - 1 - c->n_unv; /* room for the unverified prefix */
   qsort(c->order, (size_t)keep, sizeof(int32_t), vs__cmp_index);
   /* Rebuild as the verified tree: creation order puts parents first and siblings in
    * descending draft probability. */
@@ -303,6 +301,7 @@ static int vs__draft_dynamic(vs__sd *c, const vspec_round_plan *plan, int depth_
     int32_t tp = remap[pn->parent];
     if (tp < 0) continue; /* cannot happen (ancestor-closed), kept for safety */
     remap[c->order[j]] = vs_tree_add(t, tp, pn->token, 1.0f, pn->logp);
+    if (remap[c->order[j]] >= 0) c->feat_node[remap[c->order[j]]] = c->order[j];
   }
   return VSPEC_OK;
 }
@@ -345,6 +344,13 @@ static int vs__walk(vs__sd *c, int32_t root_index, int32_t *path, int *n_path, i
     if (depth <= VS_MAX_DEPTH) c->mt->reached[depth]++;
     c->mt->drafted++;
     memcpy(c->q_res, c->q, (size_t)V * sizeof(float));
+    if (c->greedy && c->rule_vt->greedy_accept) {
+      /* greedy relaxed rules judge against the target's softmax, not its one-hot argmax */
+      vs_sampling s1 = *c->s;
+      s1.temperature = 1.0f;
+      vs_node_distribution(c->ops, c->dev, c->logits + (c->logits_off + (size_t)node) * c->rows * V,
+                           c->rows, V, root_index + tn->depth + 1, &s1, c->mixed, c->q_res);
+    }
     const float *pdist = vs_tree_dist(t, node);
     int sampled = !t->deterministic && pdist;
     if (sampled) memcpy(c->p_work, pdist, (size_t)V * sizeof(float));
@@ -491,11 +497,15 @@ static int vs__skip(vs__sd *c, const vspec_skip_decision *dec, int32_t root_inde
     size_t fs = (size_t)c->rows * c->fdim;
     pf = c->path_feats;
     for (int j = 0; j < gamma; j++) {
+      /* When fewer cached features exist than tokens, the most recent one is repeated
+       * (as the reference code does). */
       int slot = c->n_fcache - dec->extra_staleness - gamma + j;
+      int first = c->n_fcache - dec->extra_staleness - gamma;
+      if (first < 0) slot = j < c->n_fcache ? j : c->n_fcache - 1;
       if (slot < 0) slot = 0;
       if (slot > c->n_fcache - 1) slot = c->n_fcache - 1;
       const float *stale = c->fcache + (size_t)slot * fs;
-      const float *own = vs_drafter_node_feature(c->drafter, pathn[j]);
+      const float *own = vs_drafter_node_feature(c->drafter, c->feat_node[pathn[j]]);
       float *dst = pf + (size_t)j * fs;
       for (size_t k = 0; k < fs; k++)
         dst[k] = dec->features == VSPEC_FEATURES_STALE ? stale[k]
@@ -553,6 +563,7 @@ static void vs__sd_free(vs__sd *c) {
   free(c->view_score);
   free(c->parents);
   free(c->order);
+  free(c->feat_node);
   free(c->pool_cu);
   free(c->q);
   free(c->q_res);
@@ -619,8 +630,11 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
     rc = VSPEC_EINVAL;
     goto done;
   }
-  if (dm->info.vocab != c.V) {
-    snprintf(err, errlen, "drafter vocabulary %d differs from the target's %d", dm->info.vocab, c.V);
+  if (dm->info.vocab != c.V || dm->info.grid_h != c.t->info.grid_h ||
+      dm->info.grid_w != c.t->info.grid_w) {
+    snprintf(err, errlen, "the drafter (vocabulary %d, grid %dx%d) does not match the target "
+             "(vocabulary %d, grid %dx%d)", dm->info.vocab, dm->info.grid_h, dm->info.grid_w, c.V,
+             c.t->info.grid_h, c.t->info.grid_w);
     rc = VSPEC_ESHAPE;
     goto done;
   }
@@ -645,6 +659,7 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   c.view_score = malloc((size_t)cap * sizeof(float));
   c.parents = malloc(VS_SD_MAX_POOL * sizeof(int32_t));
   c.order = malloc(VS_SD_MAX_POOL * sizeof(int32_t));
+  c.feat_node = malloc((size_t)cap * sizeof(int32_t));
   c.pool_cu = malloc((VS_SD_MAX_POOL > V ? VS_SD_MAX_POOL : V) * sizeof(float));
   c.q = malloc(V * sizeof(float));
   c.q_res = malloc(V * sizeof(float));
@@ -652,7 +667,7 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
   c.p_work = malloc(V * sizeof(float));
   c.mixed = malloc(V * sizeof(float));
   if (!c.logits || !c.feats || !c.path_feats || !c.unv || !c.fcache || !c.view_tokens ||
-      !c.view_depth || !c.view_score || !c.parents || !c.order || !c.pool_cu || !c.q || !c.q_res ||
+      !c.view_depth || !c.view_score || !c.parents || !c.order || !c.feat_node || !c.pool_cu || !c.q || !c.q_res ||
       !c.q_tmp || !c.p_work || !c.mixed || vs_tree_init(&c.tree, cap, cap, c.V) ||
       /* the dynamic tree's candidate pool: only frontier nodes are expanded */
       (plan.shape == VSPEC_DRAFT_DYNAMIC &&
@@ -720,12 +735,29 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
       snprintf(err, errlen, "scheduler '%s' failed to plan round %d", m->sched, st.round);
       goto done;
     }
+    if (plan.shape > VSPEC_DRAFT_DYNAMIC || plan.depth < 0 || plan.depth > VS_MAX_DEPTH ||
+        (plan.shape == VSPEC_DRAFT_DYNAMIC &&
+         (plan.top_k < 1 || plan.top_k > 64 || plan.total_tokens < 1)) ||
+        (plan.shape == VSPEC_DRAFT_STATIC && plan.n_static > 0 && !plan.static_parents)) {
+      snprintf(err, errlen, "scheduler '%s' returned an invalid plan", m->sched);
+      rc = VSPEC_EINVAL;
+      goto done;
+    }
     int need = vs__plan_nodes(&plan);
     if (vs__plan_expansions(&plan) > expand_max || (plan.shape == VSPEC_DRAFT_DYNAMIC &&
         1 + plan.top_k + plan.depth * plan.top_k * plan.top_k > VS_SD_MAX_POOL)) {
-      snprintf(err, errlen, "scheduler '%s' planned more drafting than its first round allowed "
-               "for", m->sched);
+      snprintf(err, errlen, "scheduler '%s' planned more drafting than the job allows (the first "
+               "round's plan sizes the drafter; dynamic pools hold %d nodes)", m->sched,
+               VS_SD_MAX_POOL);
       rc = VSPEC_ERANGE;
+      goto done;
+    }
+    if (plan.shape == VSPEC_DRAFT_DYNAMIC && need + c.n_unv > cap && c.n_unv < cap - 1)
+      need = cap - c.n_unv; /* the dynamic tree is trimmed to fit */
+    if (plan.shape == VSPEC_DRAFT_DYNAMIC && !c.pool.nodes &&
+        vs_tree_init(&c.pool, VS_SD_MAX_POOL, 1 + expand_max, c.V)) {
+      snprintf(err, errlen, "out of memory");
+      rc = VSPEC_ENOMEM;
       goto done;
     }
     if (need < 1 || need + c.n_unv > cap) {
@@ -735,6 +767,7 @@ int vs_generate_sd(vs_models *models, vspec_dev *dev, const vs_job *job, const v
       goto done;
     }
     vs_tree_reset(&c.tree, tokens[root_index]);
+    for (int i = 0; i < cap; i++) c.feat_node[i] = i;
     double td = vs__now();
     int drafted = depth_limit > 0 && plan.shape != VSPEC_DRAFT_NONE;
     if (drafted) {

@@ -230,16 +230,26 @@ static void test_vvs_feature_modes(void **state) {
    * the head, which shows the engine really feeds what the decision asks for */
   const char *ok = "sd:exact@vvs:skip=uniform,interval=2,warmup=0,features=draft,drafter=head,"
                    "shape=static,tree=0/1/0.0/0.0.0";
+  /* dynamic trees are drafted into a candidate pool and rebuilt: the head's own features
+   * must follow the rebuilt tree's nodes */
+  const char *ok_dynamic = "sd:exact@vvs:skip=uniform,interval=2,warmup=0,features=draft,"
+                           "drafter=head,shape=dynamic,depth=3,top_k=3";
+  /* a tree as large as a forward allows still leaves room for the unverified prefix */
+  const char *big = "sd:exact@vvs:skip=uniform,interval=2,warmup=0,drafter=model,"
+                    "shape=dynamic,depth=4,top_k=5,total_tokens=127";
   const char *stale = "sd:exact@vvs:skip=uniform,interval=2,warmup=0,features=stale,drafter=head,"
                       "shape=static,tree=0/1/0.0/0.0.0";
   int32_t tokens[6];
   vs_metrics mt;
   int skipped = 0;
-  for (int seed = 0; seed < 20; seed++) {
-    vs_job job = {.method = ok, .seed = (uint64_t)seed, .sampling = s};
-    if (vs_generate(models, dev, &job, tokens, &mt, err, sizeof err)) fail_msg("%s", err);
-    skipped += (int)mt.skipped_rounds;
-  }
+  const char *runs[] = {ok, ok_dynamic, big};
+  for (int r = 0; r < 3; r++)
+    for (int seed = 0; seed < 20; seed++) {
+      vs_job job = {.method = runs[r], .seed = (uint64_t)seed, .sampling = s};
+      if (vs_generate(models, dev, &job, tokens, &mt, err, sizeof err))
+        fail_msg("%s: %s", runs[r], err);
+      skipped += (int)mt.skipped_rounds;
+    }
   assert_true(skipped > 0);
   int refused = 0;
   for (int seed = 0; seed < 20; seed++) {

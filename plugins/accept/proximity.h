@@ -7,6 +7,9 @@
  * m* the largest m <= k whose S_m stays within the budget. LANTERN's budget is the TV
  * distance delta; LANTERN++ caps the pooled mass at lambda * q(x), i.e. the budget is
  * (lambda - 1) q(x) (§4.2). Because S_m is monotone, A(x) is a prefix of the list.
+ * Neighbours with zero target mass (filtered out by top-k / top-p) still count towards m*,
+ * as in the reference code: so the reference-style rejections that fire when m* >= 1 can
+ * fire although nothing was pooled.
  */
 #ifndef VSPEC_ACCEPT_PROXIMITY_H
 #define VSPEC_ACCEPT_PROXIMITY_H

@@ -12,7 +12,9 @@
  *                     ones, §4.4); dynamic: skip when the candidate paths are similar:
  *                     mean over path pairs of sum_l w_l cos(E[a_l], E[b_l]) >= threshold,
  *                     w_l = alpha^l / sum_k alpha^k over the shared positions l, E the VQ
- *                     codebook, paths down-sampled with stride 2 (Algorithm 1, Eq. 2)
+ *                     codebook, paths down-sampled with stride 2 (Algorithm 1, Eq. 2); a
+ *                     tree with a single candidate path (after down-sampling) counts as
+ *                     fully similar
  *   interval=3        uniform skipping period, 2..100
  *   threshold=0.7     dynamic skipping similarity threshold, [0, 1]
  *   alpha=0.9         position decay of the similarity weights, (0, 1]
@@ -154,7 +156,6 @@ static int vv_decide(vspec_sched *s, const vspec_round_state *state, const vspec
     s->since_skip++;
     return VSPEC_OK;
   }
-  s->since_skip = 0;
   int leaf = leaves[0];
   if (s->select == 0) {
     int k = (int)(s->host->rng_uniform(rng) * n_leaves);
@@ -172,9 +173,10 @@ static int vv_decide(vspec_sched *s, const vspec_round_state *state, const vspec
   if (gamma > ls) gamma = ls;
   if (gamma > state->tokens_total - state->tokens_done) gamma = state->tokens_total - state->tokens_done;
   if (gamma < 1) {
-    s->since_skip = 1;
+    s->since_skip++;
     return VSPEC_OK; /* nothing to accept: verify after all */
   }
+  s->since_skip = 0;
   out->skip = 1;
   out->leaf = leaf;
   out->length = gamma;

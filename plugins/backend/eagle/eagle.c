@@ -339,8 +339,9 @@ static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forw
     return VSPEC_EINVAL;
   }
   int n = b->n_nodes, R = s->rows, d = m->dim, H = m->n_head, hd = m->head_dim;
-  int base, rc = vs_kv_tree_add(&s->kv, b, m->vocab, m->n_cond + m->n_image - 1, &base, err,
-                                errlen);
+  /* The head's committed rows are image tokens only (its condition rows, if any, are
+   * RoPE-table offsets), so positions run 0 .. n_image - 1. */
+  int base, rc = vs_kv_tree_add(&s->kv, b, m->vocab, m->n_image - 1, &base, err, errlen);
   if (rc) return rc;
   int L = s->kv.committed, M = R * n;
   vs_kv_tree_mask(&s->kv, base, n, NULL, 0, s->mask);

@@ -1,0 +1,54 @@
+/* Method specifications: parsing, canonical text and clear errors. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "core/method.h"
+#include "vspec/types.h"
+
+static void test_parse(void **state) {
+  (void)state;
+  vs_method m;
+  char err[256];
+  assert_int_equal(vs_method_parse(" ar ", &m, err, sizeof err), 0);
+  assert_int_equal(m.kind, VS_METHOD_AR);
+  assert_int_equal(vs_method_parse("sd:lantern:k=100,delta=0.2", &m, err, sizeof err), 0);
+  assert_int_equal(m.kind, VS_METHOD_SD);
+  assert_string_equal(m.rule, "lantern");
+  assert_string_equal(m.rule_params, "k=100,delta=0.2");
+  assert_string_equal(m.sched, "standard");
+  assert_string_equal(m.text, "sd:lantern:k=100,delta=0.2@standard");
+  assert_int_equal(vs_method_parse("sd:exact@vvs:skip=uniform", &m, err, sizeof err), 0);
+  assert_string_equal(m.sched, "vvs");
+  assert_string_equal(m.sched_params, "skip=uniform");
+  vs_method many[4];
+  assert_int_equal(vs_method_split("ar; sd:exact ;;sd:coolsd:delta=2", many, 4, err, sizeof err), 3);
+  assert_string_equal(many[2].rule_params, "delta=2");
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  vs_method m, many[2];
+  char err[256];
+  assert_int_equal(vs_method_parse("warp", &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "'warp'"));
+  assert_int_equal(vs_method_parse("sd:", &m, err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(vs_method_parse("sd:Exact", &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "Exact"));
+  /* never silently truncated: a too-long parameter list is an error */
+  char longm[1000] = "sd:exact@standard:";
+  while (strlen(longm) < 600) strcat(longm, "depth=1,");
+  strcat(longm, "depth=12");
+  assert_int_equal(vs_method_parse(longm, &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "too long"));
+  assert_int_equal(vs_method_split("ar;ar;ar", many, 2, err, sizeof err), VSPEC_ERANGE);
+  assert_int_equal(vs_method_split(" ; ", many, 2, err, sizeof err), VSPEC_EINVAL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_parse), cmocka_unit_test(test_errors)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,83 @@
+/*
+ * Greedy speculative decoding (temperature 0): trees keep their width (ranked by the
+ * drafter's softmax, not its one-hot argmax), exact verification reproduces greedy AR token
+ * for token, and relaxed rules judge against the target's softmax (algorithms.md §2.5, §3.4),
+ * so they accept more than the exact rule.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine.h"
+#include "core/host.h"
+#include "core/tree.h"
+#include "kernels/vs_kernels.h"
+#include "tests/support/table_model.h"
+
+static int widest;
+
+static void note_width(void *user, const vs_round_info *in) {
+  (void)user;
+  if (!in->tree) return;
+  for (int i = 0; i < in->tree->n; i++)
+    if (in->tree->nodes[i].n_children > widest) widest = in->tree->nodes[i].n_children;
+}
+
+static void test_greedy(void **state) {
+  (void)state;
+  char plugins[256], mdir[256], err[VSPEC_ERRLEN];
+  vs_table_plugin_dir(plugins);
+  snprintf(mdir, sizeof mdir, "/tmp/vspec-greedy-XXXXXX");
+  assert_non_null(mkdtemp(mdir));
+  vs_table_model tm;
+  vs_sampling s = {.temperature = 0.0f, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1};
+  vs_table_model_make(&tm, 6, 6, 51, 0.6, 0.8);
+  vs_table_model_write(&tm, mdir, &s);
+  vspec_host host;
+  vspec_dev *dev;
+  vs_registry *reg;
+  vs_models *models;
+  vs_host_init(&host, vs_cpu_ops());
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  assert_int_equal(vs_registry_open(plugins, &host, &reg, err, sizeof err), 0);
+  if (vs_models_open(reg, &host, dev, mdir, VS_ROLE_ALL, &models, err, sizeof err))
+    fail_msg("%s", err);
+  double tpf_exact = 0, tpf_lantern = 0;
+  for (int seed = 0; seed < 40; seed++) {
+    int32_t ar[6], sd[6], relaxed[6];
+    vs_metrics m1, m2, m3;
+    vs_job job = {.method = "ar", .seed = (uint64_t)seed, .class_label = 0, .sampling = s};
+    assert_int_equal(vs_generate(models, dev, &job, ar, &m1, err, sizeof err), 0);
+    job.method = "sd:exact@standard:shape=dynamic,top_k=4,depth=3,total_tokens=12,drafter=model";
+    job.on_round = note_width;
+    if (vs_generate(models, dev, &job, sd, &m2, err, sizeof err)) fail_msg("%s", err);
+    /* greedy exact SD is greedy AR */
+    assert_memory_equal(ar, sd, sizeof ar);
+    job.method = "sd:lantern:k=5,delta=0.9@standard:shape=dynamic,top_k=4,depth=3,"
+                 "total_tokens=12,drafter=model";
+    if (vs_generate(models, dev, &job, relaxed, &m3, err, sizeof err)) fail_msg("%s", err);
+    tpf_exact += vs_metrics_tpf(&m2);
+    tpf_lantern += vs_metrics_tpf(&m3);
+  }
+  printf("  greedy TPF: exact %.3f, lantern delta 0.9 %.3f; widest node %d children\n",
+         tpf_exact / 40, tpf_lantern / 40, widest);
+  assert_true(widest > 1);
+  assert_true(tpf_lantern > tpf_exact + 0.05);
+  vs_models_close(models);
+  vs_registry_close(reg);
+  vs_dev_destroy(dev);
+  vs_table_model_free(&tm);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", plugins, mdir);
+  assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_greedy)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
