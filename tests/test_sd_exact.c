@@ -29,71 +29,44 @@
 #define P_MIN 1e-3
 
 typedef struct world {
-  char plugins[256], model_dir[256];
-  vs_table_model tm;
-  vs_sampling s;
-  vspec_host host;
-  vs_registry *reg;
-  vspec_dev *dev;
-  vs_models *models;
+  vs_table_world tw;
   double *joint;
-  int64_t cells;
 } world;
 
 static void world_open(world *w, int vocab, int len, uint64_t seed) {
-  memset(w, 0, sizeof *w);
-  char err[VSPEC_ERRLEN];
-  vs_table_plugin_dir(w->plugins);
-  snprintf(w->model_dir, sizeof w->model_dir, "/tmp/vspec-sd-model-XXXXXX");
-  assert_non_null(mkdtemp(w->model_dir));
-  w->s = (vs_sampling){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f,
-                       .cfg_interval = -1};
-  vs_table_model_make(&w->tm, vocab, len, seed, 1.2, 1.0);
-  vs_table_model_write(&w->tm, w->model_dir, &w->s);
-  vs_host_init(&w->host, vs_cpu_ops());
-  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &w->dev, err, sizeof err), 0);
-  assert_int_equal(vs_registry_open(w->plugins, &w->host, &w->reg, err, sizeof err), 0);
-  if (vs_models_open(w->reg, &w->host, w->dev, w->model_dir, VS_ROLE_ALL, &w->models, err,
-                     sizeof err))
-    fail_msg("%s", err);
-  w->cells = 1;
-  for (int l = 0; l < len; l++) w->cells *= vocab;
-  w->joint = malloc((size_t)w->cells * sizeof(double));
-  vs_table_joint(&w->tm, &w->s, w->joint);
+  vs_sampling s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f,
+                   .cfg_interval = -1};
+  vs_table_world_open(&w->tw, vocab, len, seed, 1.2, 1.0, &s);
+  w->joint = malloc((size_t)w->tw.cells * sizeof(double));
+  vs_table_joint(&w->tw.tm, &w->tw.s, w->joint);
 }
 
 static void world_close(world *w) {
-  vs_models_close(w->models);
-  vs_registry_close(w->reg);
-  vs_dev_destroy(w->dev);
-  vs_table_model_free(&w->tm);
   free(w->joint);
-  char cmd[700];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", w->plugins, w->model_dir);
-  assert_int_equal(system(cmd), 0);
+  vs_table_world_close(&w->tw);
 }
 
 /* Samples `n` sequences with `method`; returns the chi-square p-value against the target. */
 static double sample_pvalue(world *w, const char *method, int n, double *tpf) {
-  int64_t *counts = calloc((size_t)w->cells, sizeof *counts);
+  int64_t *counts = calloc((size_t)w->tw.cells, sizeof *counts);
   int32_t tokens[16];
   char err[VSPEC_ERRLEN];
   vs_metrics total;
   memset(&total, 0, sizeof total);
   for (int i = 0; i < n; i++) {
     vs_job job = {.method = method, .class_label = 0, .seed = 1000003ull * 17 + (uint64_t)i,
-                  .sampling = w->s};
+                  .sampling = w->tw.s};
     vs_metrics mt;
-    if (vs_generate(w->models, w->dev, &job, tokens, &mt, err, sizeof err))
+    if (vs_generate(w->tw.models, w->tw.dev, &job, tokens, &mt, err, sizeof err))
       fail_msg("%s: %s", method, err);
     vs_metrics_add(&total, &mt);
     int64_t code = 0;
-    for (int l = 0; l < w->tm.len; l++) code = code * w->tm.vocab + tokens[l];
+    for (int l = 0; l < w->tw.tm.len; l++) code = code * w->tw.tm.vocab + tokens[l];
     counts[code]++;
   }
   double stat;
   int dof;
-  double p = vs_chi2_test(counts, w->joint, (int)w->cells, n, 5.0, &stat, &dof);
+  double p = vs_chi2_test(counts, w->joint, (int)w->tw.cells, n, 5.0, &stat, &dof);
   *tpf = vs_metrics_tpf(&total);
   printf("  %-70s chi2 %9.1f dof %4d p %.4g  TPF %.3f  accept %.3f\n", method, stat, dof, p,
          *tpf, vs_metrics_accept_rate(&total));

@@ -30,23 +30,12 @@ static void note_width(void *user, const vs_round_info *in) {
 
 static void test_greedy(void **state) {
   (void)state;
-  char plugins[256], mdir[256], err[VSPEC_ERRLEN];
-  vs_table_plugin_dir(plugins);
-  snprintf(mdir, sizeof mdir, "/tmp/vspec-greedy-XXXXXX");
-  assert_non_null(mkdtemp(mdir));
-  vs_table_model tm;
+  char err[VSPEC_ERRLEN];
+  vs_table_world w;
   vs_sampling s = {.temperature = 0.0f, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1};
-  vs_table_model_make(&tm, 6, 6, 51, 0.6, 0.8);
-  vs_table_model_write(&tm, mdir, &s);
-  vspec_host host;
-  vspec_dev *dev;
-  vs_registry *reg;
-  vs_models *models;
-  vs_host_init(&host, vs_cpu_ops());
-  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
-  assert_int_equal(vs_registry_open(plugins, &host, &reg, err, sizeof err), 0);
-  if (vs_models_open(reg, &host, dev, mdir, VS_ROLE_ALL, &models, err, sizeof err))
-    fail_msg("%s", err);
+  vs_table_world_open(&w, 6, 6, 51, 0.6, 0.8, &s);
+  vs_models *models = w.models;
+  vspec_dev *dev = w.dev;
   double tpf_exact = 0, tpf_lantern = 0;
   for (int seed = 0; seed < 40; seed++) {
     int32_t ar[6], sd[6], relaxed[6];
@@ -68,13 +57,7 @@ static void test_greedy(void **state) {
          tpf_exact / 40, tpf_lantern / 40, widest);
   assert_true(widest > 1);
   assert_true(tpf_lantern > tpf_exact + 0.05);
-  vs_models_close(models);
-  vs_registry_close(reg);
-  vs_dev_destroy(dev);
-  vs_table_model_free(&tm);
-  char cmd[700];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", plugins, mdir);
-  assert_int_equal(system(cmd), 0);
+  vs_table_world_close(&w);
 }
 
 int main(void) {

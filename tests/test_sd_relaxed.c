@@ -36,46 +36,15 @@
 
 #define SAMPLES 200000
 
-typedef struct world {
-  char plugins[256], model_dir[256];
-  vs_table_model tm;
-  vs_sampling s;
-  vspec_host host;
-  vs_registry *reg;
-  vspec_dev *dev;
-  vs_models *models;
-  int64_t cells;
-} world;
+typedef vs_table_world world;
 
 static void world_open(world *w, int vocab, int len, uint64_t seed, double noise) {
-  memset(w, 0, sizeof *w);
-  char err[VSPEC_ERRLEN];
-  vs_table_plugin_dir(w->plugins);
-  snprintf(w->model_dir, sizeof w->model_dir, "/tmp/vspec-sd-model-XXXXXX");
-  assert_non_null(mkdtemp(w->model_dir));
-  w->s = (vs_sampling){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f,
-                       .cfg_interval = -1};
-  vs_table_model_make(&w->tm, vocab, len, seed, 1.2, noise);
-  vs_table_model_write(&w->tm, w->model_dir, &w->s);
-  vs_host_init(&w->host, vs_cpu_ops());
-  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &w->dev, err, sizeof err), 0);
-  assert_int_equal(vs_registry_open(w->plugins, &w->host, &w->reg, err, sizeof err), 0);
-  if (vs_models_open(w->reg, &w->host, w->dev, w->model_dir, VS_ROLE_ALL, &w->models, err,
-                     sizeof err))
-    fail_msg("%s", err);
-  w->cells = 1;
-  for (int l = 0; l < len; l++) w->cells *= vocab;
+  vs_sampling s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f,
+                   .cfg_interval = -1};
+  vs_table_world_open(w, vocab, len, seed, 1.2, noise, &s);
 }
 
-static void world_close(world *w) {
-  vs_models_close(w->models);
-  vs_registry_close(w->reg);
-  vs_dev_destroy(w->dev);
-  vs_table_model_free(&w->tm);
-  char cmd[700];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", w->plugins, w->model_dir);
-  assert_int_equal(system(cmd), 0);
-}
+static void world_close(world *w) { vs_table_world_close(w); }
 
 /* Empirical joint of `n` sequences; returns the summed metrics. */
 static vs_metrics sample_joint(world *w, const char *method, int n, double *joint) {

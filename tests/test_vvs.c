@@ -212,19 +212,11 @@ static void test_vvs_on_llamagen(void **state) {
  * the output stays a valid sequence. */
 static void test_vvs_feature_modes(void **state) {
   (void)state;
-  char plugins[256], mdir[256], err[VSPEC_ERRLEN];
-  vs_table_plugin_dir(plugins);
-  snprintf(mdir, sizeof mdir, "/tmp/vspec-vvs-table-XXXXXX");
-  assert_non_null(mkdtemp(mdir));
-  vs_table_model tm;
+  char err[VSPEC_ERRLEN];
+  vs_table_world w;
   vs_sampling s = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1};
-  vs_table_model_make(&tm, 5, 6, 41, 1.2, 0.5);
-  vs_table_model_write(&tm, mdir, &s);
-  vs_registry *reg;
-  vs_models *models;
-  assert_int_equal(vs_registry_open(plugins, &host, &reg, err, sizeof err), 0);
-  if (vs_models_open(reg, &host, dev, mdir, VS_ROLE_ALL, &models, err, sizeof err))
-    fail_msg("%s", err);
+  vs_table_world_open(&w, 5, 6, 41, 1.2, 0.5, &s);
+  vs_models *models = w.models;
   /* stale features break the table head's alignment check by design (they are stale), so
    * only the head's own features (draft) can pass it; stale and blend must be refused by
    * the head, which shows the engine really feeds what the decision asks for */
@@ -257,12 +249,7 @@ static void test_vvs_feature_modes(void **state) {
     refused += vs_generate(models, dev, &job, tokens, &mt, err, sizeof err) != 0;
   }
   assert_true(refused > 0);
-  vs_models_close(models);
-  vs_registry_close(reg);
-  vs_table_model_free(&tm);
-  char cmd[700];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", plugins, mdir);
-  assert_int_equal(system(cmd), 0);
+  vs_table_world_close(&w);
 }
 
 static void test_vvs_parameters(void **state) {

@@ -57,49 +57,25 @@ static int lt_create(const vspec_host *host, const vspec_params *params, vspec_r
 
 static void lt_destroy(vspec_rule *r) { r->host->free(r); }
 
-static double lt_pool(const vspec_rule *r, const vspec_accept_input *in, int32_t y, int *m) {
-  const int32_t *row = in->neighbour_table ? in->neighbour_table + (size_t)y * in->table_k : NULL;
-  if (!row) {
-    if (m) *m = 0;
-    return in->q[y];
-  }
-  return vs_proximity_pool(in->q, row, in->table_k, vs_proximity_k(in, r->k), y, r->delta, m);
-}
+static vs_budget lt_budget(const vspec_rule *r) { return (vs_budget){r->delta, 0.0}; }
 
 static double lt_accept(vspec_rule *r, const vspec_accept_input *in) {
-  double a = lt_pool(r, in, in->token, NULL) / (double)in->p_x;
+  double a = vs_proximity_pool_of(in, r->k, lt_budget(r), in->token, NULL) / (double)in->p_x;
   return a < 1.0 ? a : 1.0;
 }
 
 static int lt_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
-  int V = in->vocab;
   if (r->resample == LT_OPTIMAL) {
-    /* q - p f = q - min(p, q(A(y))) per y; for top-k drafts only x carries draft mass and
-     * q(A(x)) >= q(x), so x is removed. */
-    if (!in->p) {
-      for (int y = 0; y < V; y++) q_out[y] = in->q[y];
-      q_out[in->token] = 0.0f;
-      return VSPEC_OK;
-    }
-    for (int y = 0; y < V; y++) {
-      if (in->p[y] <= 0.0f) {
-        q_out[y] = in->q[y];
-        continue;
-      }
-      double pool = lt_pool(r, in, y, NULL);
-      double take = in->p[y] < pool ? in->p[y] : pool;
-      double d = (double)in->q[y] - take;
-      q_out[y] = d > 0.0 ? (float)d : 0.0f;
-    }
+    vs_proximity_optimal_residual(in, r->k, lt_budget(r), q_out);
     return VSPEC_OK;
   }
-  for (int y = 0; y < V; y++) {
+  for (int y = 0; y < in->vocab; y++) {
     float d = in->p ? in->q[y] - in->p[y] : in->q[y];
     q_out[y] = d > 0.0f ? d : 0.0f;
   }
   q_out[in->token] = 0.0f;
   int m;
-  lt_pool(r, in, in->token, &m);
+  vs_proximity_pool_of(in, r->k, lt_budget(r), in->token, &m);
   int zero = m;
   if (r->reject == LT_REFERENCE && m >= 1) {
     int kk = vs_proximity_k(in, r->k);
@@ -109,13 +85,8 @@ static int lt_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out
   return VSPEC_OK;
 }
 
-/* Greedy LANTERN (algorithms.md §3.4): x is accepted if its pooled probability beats every
- * other token's own probability. */
 static int lt_greedy(vspec_rule *r, const vspec_accept_input *in) {
-  double pool = lt_pool(r, in, in->token, NULL);
-  for (int y = 0; y < in->vocab; y++)
-    if (y != in->token && in->q[y] > pool) return 0;
-  return 1;
+  return vs_proximity_greedy(in, r->k, lt_budget(r));
 }
 
 static const vspec_accept_vtable lt_vtable = {

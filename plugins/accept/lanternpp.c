@@ -49,45 +49,22 @@ static int lp_create(const vspec_host *host, const vspec_params *params, vspec_r
 
 static void lp_destroy(vspec_rule *r) { r->host->free(r); }
 
-static double lp_pool(const vspec_rule *r, const vspec_accept_input *in, int32_t y, int *m) {
-  if (!in->neighbour_table) {
-    if (m) *m = 0;
-    return in->q[y];
-  }
-  const int32_t *row = in->neighbour_table + (size_t)y * in->table_k;
-  return vs_proximity_pool(in->q, row, in->table_k, vs_proximity_k(in, r->k), y,
-                           (r->lambda - 1.0) * (double)in->q[y], m);
-}
+static vs_budget lp_budget(const vspec_rule *r) { return (vs_budget){0.0, r->lambda - 1.0}; }
 
 static double lp_accept(vspec_rule *r, const vspec_accept_input *in) {
-  double a = lp_pool(r, in, in->token, NULL) / (double)in->p_x;
+  double a = vs_proximity_pool_of(in, r->k, lp_budget(r), in->token, NULL) / (double)in->p_x;
   return a < 1.0 ? a : 1.0;
 }
 
 static int lp_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
-  int V = in->vocab;
-  if (!in->p) {
-    /* One-hot draft: both residuals reduce to removing x. */
-    for (int y = 0; y < V; y++) q_out[y] = in->q[y];
-    q_out[in->token] = 0.0f;
-    return VSPEC_OK;
-  }
-  if (r->resample == LP_OPTIMAL) {
-    for (int y = 0; y < V; y++) {
-      if (in->p[y] <= 0.0f) {
-        q_out[y] = in->q[y];
-        continue;
-      }
-      double pool = lp_pool(r, in, y, NULL);
-      double take = in->p[y] < pool ? in->p[y] : pool;
-      double d = (double)in->q[y] - take;
-      q_out[y] = d > 0.0 ? (float)d : 0.0f;
-    }
+  if (r->resample == LP_OPTIMAL || !in->p) {
+    /* (for a one-hot draft both residuals reduce to removing x) */
+    vs_proximity_optimal_residual(in, r->k, lp_budget(r), q_out);
     return VSPEC_OK;
   }
   int m;
-  lp_pool(r, in, in->token, &m);
-  for (int y = 0; y < V; y++) {
+  vs_proximity_pool_of(in, r->k, lp_budget(r), in->token, &m);
+  for (int y = 0; y < in->vocab; y++) {
     float d = in->q[y] - in->p[y];
     q_out[y] = d > 0.0f ? d : 0.0f;
   }
@@ -101,10 +78,7 @@ static int lp_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out
 }
 
 static int lp_greedy(vspec_rule *r, const vspec_accept_input *in) {
-  double pool = lp_pool(r, in, in->token, NULL);
-  for (int y = 0; y < in->vocab; y++)
-    if (y != in->token && in->q[y] > pool) return 0;
-  return 1;
+  return vs_proximity_greedy(in, r->k, lp_budget(r));
 }
 
 static const vspec_accept_vtable lp_vtable = {

@@ -36,4 +36,50 @@ static inline int vs_proximity_k(const vspec_accept_input *in, int k) {
   return in->neighbours && in->n_neighbours > 0 ? (k < in->n_neighbours ? k : in->n_neighbours) : 0;
 }
 
+/* A budget of the form abs + rel * q(y): LANTERN uses (delta, 0), LANTERN++ (0, lambda-1). */
+typedef struct vs_budget {
+  double abs, rel;
+} vs_budget;
+
+/* q(A(y)) under the current residual; *m_out = m* (may be NULL). */
+static inline double vs_proximity_pool_of(const vspec_accept_input *in, int k, vs_budget b,
+                                          int32_t y, int *m_out) {
+  if (!in->neighbour_table) {
+    if (m_out) *m_out = 0;
+    return in->q[y];
+  }
+  const int32_t *row = in->neighbour_table + (size_t)y * in->table_k;
+  return vs_proximity_pool(in->q, row, in->table_k, vs_proximity_k(in, k), y,
+                           b.abs + b.rel * (double)in->q[y], m_out);
+}
+
+/* Cool-SD's optimal resampling G* = [q - p f]+ with f(y) = min(1, q(A(y)) / p(y)) at every y,
+ * i.e. q - min(p, q(A(y))) (algorithms.md §5.2). For a one-hot draft only x carries draft
+ * mass and q(A(x)) >= q(x), so x is removed. */
+static inline void vs_proximity_optimal_residual(const vspec_accept_input *in, int k, vs_budget b,
+                                                 float *q_out) {
+  int V = in->vocab;
+  for (int y = 0; y < V; y++) q_out[y] = in->q[y];
+  if (!in->p) {
+    q_out[in->token] = 0.0f;
+    return;
+  }
+  for (int y = 0; y < V; y++) {
+    if (in->p[y] <= 0.0f) continue;
+    double pool = vs_proximity_pool_of(in, k, b, y, NULL);
+    double take = in->p[y] < pool ? in->p[y] : pool;
+    double d = (double)in->q[y] - take;
+    q_out[y] = d > 0.0 ? (float)d : 0.0f;
+  }
+}
+
+/* Greedy acceptance (algorithms.md §3.4): x wins if its pooled probability is at least every
+ * other token's own probability. */
+static inline int vs_proximity_greedy(const vspec_accept_input *in, int k, vs_budget b) {
+  double pool = vs_proximity_pool_of(in, k, b, in->token, NULL);
+  for (int y = 0; y < in->vocab; y++)
+    if (y != in->token && in->q[y] > pool) return 0;
+  return 1;
+}
+
 #endif /* VSPEC_ACCEPT_PROXIMITY_H */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "kernels/common/vs_philox.h"
+#include "kernels/vs_kernels.h"
 
 static double vs__normal(vspec_rng *r) { return vs_rng_normal(r); }
 
@@ -181,4 +182,36 @@ void vs_table_plugin_dir(char *dir) {
   vs__link_all(from, dir, ".so");
   snprintf(from, sizeof from, "%s/tests/plugins", b ? b : "build");
   vs__link_all(from, dir, "backend_table.so");
+}
+
+void vs_table_world_open(vs_table_world *w, int vocab, int len, uint64_t seed, double scale,
+                         double draft_noise, const vs_sampling *s) {
+  memset(w, 0, sizeof *w);
+  char err[VSPEC_ERRLEN];
+  vs_table_plugin_dir(w->plugins);
+  snprintf(w->model_dir, sizeof w->model_dir, "/tmp/vspec-sd-model-XXXXXX");
+  if (!mkdtemp(w->model_dir)) abort();
+  w->s = *s;
+  vs_table_model_make(&w->tm, vocab, len, seed, scale, draft_noise);
+  vs_table_model_write(&w->tm, w->model_dir, &w->s);
+  vs_host_init(&w->host, vs_cpu_ops());
+  if (vs_dev_create(vs_cpu_ops(), 1, &w->dev, err, sizeof err) ||
+      vs_registry_open(w->plugins, &w->host, &w->reg, err, sizeof err) ||
+      vs_models_open(w->reg, &w->host, w->dev, w->model_dir, VS_ROLE_ALL, &w->models, err,
+                     sizeof err)) {
+    fprintf(stderr, "table world: %s\n", err);
+    abort();
+  }
+  w->cells = 1;
+  for (int l = 0; l < len; l++) w->cells *= vocab;
+}
+
+void vs_table_world_close(vs_table_world *w) {
+  vs_models_close(w->models);
+  vs_registry_close(w->reg);
+  vs_dev_destroy(w->dev);
+  vs_table_model_free(&w->tm);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", w->plugins, w->model_dir);
+  if (system(cmd) != 0) fprintf(stderr, "table world: could not remove %s\n", w->model_dir);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/engine.h"
+#include "core/host.h"
 
 typedef struct vs_table_model {
   int vocab, len, rows;
@@ -36,5 +37,23 @@ void vs_table_joint(const vs_table_model *m, const vs_sampling *s, double *joint
 /* A plugin directory (a fresh temp dir) holding the engine's plugins and the table backend;
  * returns the path in dir (at least 256 bytes). */
 void vs_table_plugin_dir(char *dir);
+
+/* Everything a statistical test needs: a fresh plugin directory, a model directory with
+ * random target and draft tables, the engine's device, host, registry and models. */
+typedef struct vs_table_world {
+  char plugins[256], model_dir[256];
+  vs_table_model tm;
+  vs_sampling s;
+  vspec_host host;
+  vs_registry *reg;
+  vspec_dev *dev;
+  vs_models *models;
+  int64_t cells; /* vocab^len */
+} vs_table_world;
+
+/* Aborts the test (cmocka fail) on any error. */
+void vs_table_world_open(vs_table_world *w, int vocab, int len, uint64_t seed, double scale,
+                         double draft_noise, const vs_sampling *s);
+void vs_table_world_close(vs_table_world *w);
 
 #endif /* VS_TEST_TABLE_MODEL_H */
