@@ -20,7 +20,8 @@ static void usage(FILE *f) {
           "\n"
           "  --model DIR        model directory whose target GPT is measured\n"
           "  --random SHAPE     a random-weight GPT: gpt-b (12 layers, width 768, vocab 16384,\n"
-          "                     16x16 grid) or micro (2 layers, width 64, vocab 64, 4x4 grid)\n"
+          "                     16x16 grid), micro (2 layers, width 64, vocab 64, 4x4 grid) or\n"
+          "                     LAYERSxDIMxHEADSxVOCABxGRID\n"
           "  --label TEXT       name printed in the table\n"
           "  --sizes LIST       node counts (default 1,2,4,8,16,32,64)\n"
           "  --min-time S       seconds measured per point (default 0.5)\n"
@@ -170,8 +171,13 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
       layers = 12, dim = 768, heads = 12, vocab = 16384, grid = 16;
     } else if (strcmp(random, "micro") == 0) {
       layers = 2, dim = 64, heads = 4, vocab = 64, grid = 4;
+    } else if (sscanf(random, "%dx%dx%dx%dx%d", &layers, &dim, &heads, &vocab, &grid) == 5 &&
+               layers > 0 && layers <= 128 && dim > 0 && heads > 0 && dim % heads == 0 &&
+               (dim / heads) % 4 == 0 && vocab > 1 && grid > 0 && grid <= 64) {
+      /* a custom shape: LAYERSxDIMxHEADSxVOCABxGRID */
     } else {
-      fprintf(stderr, "vspec-bench costcurve: --random '%s': use gpt-b or micro\n", random);
+      fprintf(stderr, "vspec-bench costcurve: --random '%s': use gpt-b, micro or "
+              "LAYERSxDIMxHEADSxVOCABxGRID (e.g. 8x256x4x1024x8)\n", random);
       status = 2;
       goto done;
     }
