@@ -101,7 +101,8 @@ static int vs_clf_check_keys(const json_t *o, const char *const *allowed, const 
   const char *key;
   const json_t *v;
   json_object_foreach((json_t *)o, key, v) {
-    int ok = strcmp(key, "op") == 0 || strcmp(key, "name") == 0;
+    /* "note" and "name" are documentation the exporter may add. */
+    int ok = strcmp(key, "op") == 0 || strcmp(key, "name") == 0 || strcmp(key, "note") == 0;
     for (int i = 0; !ok && allowed[i]; i++) ok = strcmp(key, allowed[i]) == 0;
     /* groups = 1 and dilation = 1 are the defaults and harmless to state */
     if (!ok && (strcmp(key, "groups") == 0 || strcmp(key, "dilation") == 0)) {
