@@ -94,6 +94,8 @@ HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h 
                      bench/*.h tests/support/*.h)
 
 .PHONY: all test check bench demo deps clean train
+# Objects reached through pattern chains are kept: no rebuild of every test on each run.
+.SECONDARY:
 all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)

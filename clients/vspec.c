@@ -416,7 +416,7 @@ static int cmd_generate(int argc, char **argv) {
       if (now - last > limit) {
         vs_progress_line_end(&pl);
         if (!job)
-          fprintf(stderr, "vspec: no answer from %s within %.0f s: is vspecd running there?\n",
+          fprintf(stderr, "vspec: no answer from %s within %.1f s: is vspecd running there?\n",
                   net.server, limit);
         else
           fprintf(stderr, "vspec: the daemon said nothing about job %llu for %.0f s\n",
@@ -598,7 +598,7 @@ static int vs__call(const vs_net_opts *net, int admin, Vspec__Request *rq, vs_co
   int rc = vs_conn_call(conn, rq, (int)(net->timeout_s * 1000), e, err, sizeof err);
   if (rc <= 0) {
     if (rc == 0)
-      fprintf(stderr, "vspec: no answer from %s within %.0f s: is vspecd running there?\n",
+      fprintf(stderr, "vspec: no answer from %s within %.1f s: is vspecd running there?\n",
               conn->endpoint, net->timeout_s);
     else
       fprintf(stderr, "vspec: %s\n", err);

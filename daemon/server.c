@@ -426,12 +426,12 @@ static void vs__pump(vs_server *s, vs_djob *j) {
   pthread_mutex_lock(&j->mu);
   int finished = j->sh.finished;
   pthread_mutex_unlock(&j->mu);
-  if (finished) {
-    vs__finish(s, j);
+  if (!c || c->gone) {
+    if (finished) vs__finish(s, j);
     return;
   }
-  if (!c || c->gone) return;
-
+  /* The last state goes out before the terminal event (credit permitting), so a client that
+   * follows the deltas ends up with the complete map. */
   if (j->progress && j->lp.credit > 0) {
     int n = j->tokens_total;
     uint32_t *pos = NULL, *stv = NULL;
@@ -512,6 +512,10 @@ static void vs__pump(vs_server *s, vs_djob *j) {
     free(stv);
   }
 
+  if (finished) {
+    vs__finish(s, j);
+    return;
+  }
   if (j->lp.credit > 0 && !c->gone) {
     pthread_mutex_lock(&j->mu);
     uint8_t *png = j->sh.preview_png;
@@ -618,14 +622,14 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
   }
   vs_client *c = vs__client_find(s, sock, env);
   if (c && c->n_jobs >= s->cfg.per_client) {
-    snprintf(err, sizeof err, "busy: this client already has %d jobs (queue.per_client = %d)",
+    snprintf(err, sizeof err, "this client already has %d jobs (queue.per_client = %d)",
              c->n_jobs, s->cfg.per_client);
     s->totals.rejected_busy++;
     vs__reply_error(s, sock, env, rid, VSPEC__ERROR_CODE__ERR_BUSY, err, s->cfg.busy_retry_ms);
     return;
   }
   if (!c && s->n_clients >= s->cfg.max_clients) {
-    snprintf(err, sizeof err, "busy: %d clients have jobs (limits.max_clients)", s->n_clients);
+    snprintf(err, sizeof err, "%d clients have jobs (limits.max_clients)", s->n_clients);
     s->totals.rejected_busy++;
     vs__reply_error(s, sock, env, rid, VSPEC__ERROR_CODE__ERR_BUSY, err, s->cfg.busy_retry_ms);
     return;
@@ -641,7 +645,7 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
   j->client_key = vs_wire_envelope_hash(env) ^ (uint64_t)sock;
   int rc = vs_job_queue_push(s->queue, j);
   if (rc) {
-    snprintf(err, sizeof err, "busy: the queue is full (%d jobs waiting, queue.size = %d)",
+    snprintf(err, sizeof err, "the queue is full (%d jobs waiting, queue.size = %d)",
              vs_job_queue_waiting(s->queue), s->cfg.queue_size);
     s->totals.rejected_busy++;
     vs__reply_error(s, sock, env, rid, VSPEC__ERROR_CODE__ERR_BUSY, err, s->cfg.busy_retry_ms);
