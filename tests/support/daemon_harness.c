@@ -113,6 +113,10 @@ void vs_fixture_make(vs_fixture *f) {
 
 void vs_fixture_remove(vs_fixture *f) {
   if (!*f->dir) return;
+  if (getenv("VSPEC_TEST_KEEP")) { /* for post-mortems: logs and sockets stay */
+    fprintf(stderr, "kept %s\n", f->dir);
+    return;
+  }
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", f->dir);
