@@ -4,6 +4,8 @@
 #   make test       build and run every test, once normally and once under ASan+UBSan
 #   make bench      CPU cost curve and decode throughput (not a test)
 #   make demo       install deps, build, generate images with the shipped model
+#                   (DAEMON=1: through vspecd and the vspec CLI)
+#   make bench-daemon  the daemon's latency, preview and throughput figures
 #   make deps       install the Debian packages the project needs (idempotent)
 #
 # Layout of the outputs:
@@ -93,7 +95,7 @@ include tests/plugins/plugins.mk
 HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/cpu/*.h \
                      bench/*.h tests/support/*.h)
 
-.PHONY: all test check bench demo deps clean train
+.PHONY: all test check bench bench-daemon demo deps clean train
 # Objects reached through pattern chains are kept: no rebuild of every test on each run.
 .SECONDARY:
 all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE)
@@ -179,8 +181,20 @@ bench: all
 	./$(BENCH) costcurve --model tests/golden/micro_c2i --label micro
 	./$(BENCH) costcurve --random gpt-b --label "random GPT-B shape"
 
+# make demo DAEMON=1: the same through vspecd and the vspec CLI (tools/demo_daemon.sh).
 demo: deps all
+ifeq ($(DAEMON),1)
+	./tools/demo_daemon.sh $(BUILD)
+else
 	./$(BENCH) demo
+endif
+
+# The daemon's cost over in-process generation: latency, previews, throughput (vspecd-bench
+# starts its own daemon). On the micro test model unless models/fmnist exists, and on a
+# synthetic heavier model.
+bench-daemon: all
+	./$(DAEMON_BENCH)
+	./$(DAEMON_BENCH) --synthetic 8,256,8 --images 10
 
 deps:
 	./tools/install_deps.sh

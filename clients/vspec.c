@@ -704,8 +704,10 @@ static int cmd_status(int argc, char **argv) {
       vs__json_str(stdout, m->name);
       printf(", \"dir\": ");
       vs__json_str(stdout, m->dir);
-      printf(", \"generation\": %u, \"jobs\": %d, \"retired_alive\": %d, \"loaded\": %s}",
-             m->generation, m->jobs, m->retired_alive, m->has_grid_h ? "true" : "false");
+      printf(", \"generation\": %u, \"jobs\": %d, \"retired_alive\": %d, \"loaded\": %s, "
+             "\"num_classes\": %u, \"grid_h\": %u, \"grid_w\": %u}",
+             m->generation, m->jobs, m->retired_alive, m->has_grid_h ? "true" : "false",
+             m->num_classes, m->grid_h, m->grid_w);
     }
     printf("], \"plugins\": [");
     for (size_t i = 0; i < s->n_plugins; i++) {

@@ -31,6 +31,7 @@ void vs_config_defaults(vs_daemon_config *c) {
   snprintf(c->method, sizeof c->method, "ar");
   c->preview_every_tokens = 0;
   c->credit = 8;
+  c->progress_interval_ms = 20;
   c->max_message_bytes = 16l << 20;
   c->max_request_bytes = 64l << 10;
   c->unpack_budget_bytes = 256l << 10;
@@ -185,6 +186,8 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
     if (!strcmp(k, "preview_every_tokens"))
       return vs__int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
     if (!strcmp(k, "credit")) return vs__int(key, v, 1, 1024, &c->credit, err, errlen);
+    if (!strcmp(k, "progress_interval_ms"))
+      return vs__int(key, v, 0, 60000, &c->progress_interval_ms, err, errlen);
   } else if (!strcmp(s, "limits")) {
     if (!strcmp(k, "max_message_bytes"))
       return vs__long(key, v, 1024, 1l << 30, &c->max_message_bytes, err, errlen);

@@ -46,6 +46,7 @@ typedef struct vs_daemon_config {
   char method[512];           /* when a submit names no method */
   int preview_every_tokens;   /* 0 = tokens_total / 8, at least 1 */
   int credit;                 /* when a submit names no credit */
+  int progress_interval_ms;   /* when a submit names none: progress events at most this often */
   /* [limits] */
   long max_message_bytes;     /* ZMQ_MAXMSGSIZE of both ROUTERs (per frame) */
   long max_request_bytes;     /* the protobuf frame of a request */

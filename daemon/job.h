@@ -75,6 +75,7 @@ struct vs_djob {
   int preview_kind;       /* Vspec__PreviewKind */
   int preview_every_tokens, preview_every_rounds;
   int progress;           /* stream progress events */
+  double progress_interval; /* seconds between progress events, 0 = every round */
   int priority;
   uint64_t client_key;    /* fairness between clients (hash of the routing envelope) */
   int tokens_total;       /* grid of the model at submission */
@@ -136,6 +137,7 @@ struct vs_djob {
     uint64_t request_id;
     int queued_reported;      /* last queue position sent */
     double last_event;
+    double last_progress;     /* when the last progress event went out */
   } lp;
 };
 

@@ -432,7 +432,20 @@ static void vs__pump(vs_server *s, vs_djob *j) {
   }
   /* The last state goes out before the terminal event (credit permitting), so a client that
    * follows the deltas ends up with the complete map. */
-  if (j->progress && j->lp.credit > 0) {
+  double now = vs__now();
+  int progress_due = finished || j->progress_interval <= 0 ||
+                     now - j->lp.last_progress >= j->progress_interval;
+  if (j->progress && j->lp.credit > 0 && !progress_due) {
+    /* Too soon after the last one: the tick sends the newest state when it is due. */
+    pthread_mutex_lock(&j->mu);
+    int dirty = j->sh.dirty;
+    pthread_mutex_unlock(&j->mu);
+    if (dirty) {
+      j->lp.retry = 1;
+      vs__start_tick(s);
+    }
+  }
+  if (j->progress && j->lp.credit > 0 && progress_due) {
     int n = j->tokens_total;
     uint32_t *pos = NULL, *stv = NULL;
     int32_t *tok = NULL;
@@ -491,6 +504,7 @@ static void vs__pump(vs_server *s, vs_djob *j) {
       int rc = vs__job_send(s, j, &ev, NULL, 0);
       if (rc == 0) {
         j->lp.credit--;
+        j->lp.last_progress = now;
         for (int k = 0; k < nd; k++) {
           j->lp.sent_tokens[pos[k]] = tok[k];
           j->lp.sent_status[pos[k]] = (uint8_t)stv[k];

@@ -209,6 +209,8 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   if (s->has_deadline_ms && (int64_t)s->deadline_ms > cfg->max_deadline_ms)
     VS_FAIL(INVALID, "deadline_ms: %u is over the limit of %ld", s->deadline_ms,
             cfg->max_deadline_ms);
+  if (s->has_progress_interval_ms && s->progress_interval_ms > 60000)
+    VS_FAIL(INVALID, "progress_interval_ms: %u is over 60000", s->progress_interval_ms);
   int priority = s->has_priority ? s->priority : 0;
   if (priority < -10 || priority > 10)
     VS_FAIL(INVALID, "priority: %d is out of range: allowed -10..10", priority);
@@ -245,6 +247,9 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
     j->preview_every_tokens = cfg->preview_every_tokens < total ? cfg->preview_every_tokens : total;
   j->preview_every_rounds = s->has_preview_every_rounds ? (int)s->preview_every_rounds : 0;
   j->progress = s->has_progress ? s->progress : 1;
+  j->progress_interval =
+      (s->has_progress_interval_ms ? (double)s->progress_interval_ms : cfg->progress_interval_ms) /
+      1000.0;
   j->priority = priority;
   j->submitted_at = vs__now();
   j->deadline = s->has_deadline_ms && s->deadline_ms ? j->submitted_at + s->deadline_ms / 1000.0 : 0;

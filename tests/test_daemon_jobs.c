@@ -103,6 +103,8 @@ static void run_and_compare(const char *model, const char *method, const char *d
   s.seed = seed;
   s.has_credit = 1;
   s.credit = 64; /* enough for every round: nothing coalesces away */
+  s.has_progress_interval_ms = 1;
+  s.progress_interval_ms = 0;
   uint64_t rid = vs_client_submit(&c, &s), job = 0;
   int32_t map[16];
   uint8_t status[16];
@@ -292,6 +294,8 @@ static uint64_t submit_slow(vs_conn *c, int ms, int depth, int preview, int cred
     s.has_credit = 1;
     s.credit = (uint32_t)credit;
   }
+  s.has_progress_interval_ms = 1; /* every round */
+  s.progress_interval_ms = 0;
   if (deadline_ms) {
     s.has_deadline_ms = 1;
     s.deadline_ms = deadline_ms;
