@@ -54,11 +54,16 @@ static double median(double *v, int n) {
   return m;
 }
 
-static double mean(const double *v, int n) {
-  double s = 0;
-  for (int i = 0; i < n; i++) s += v[i];
-  return n ? s / n : 0;
+static double pct(double *v, int n, double q) {
+  double *c = malloc((size_t)n * sizeof *c);
+  memcpy(c, v, (size_t)n * sizeof *c);
+  qsort(c, (size_t)n, sizeof *c, cmp_d);
+  int i = (int)(q * (n - 1) + 0.5);
+  double x = c[i];
+  free(c);
+  return x;
 }
+
 
 static int start_daemon(vs__bd *b, int workers) {
   char path[1200], w[16], t[16], model[1200];
@@ -120,6 +125,8 @@ typedef struct vs__jobres {
   int previews;
 } vs__jobres;
 
+static int no_progress; /* --no-progress: jobs without progress events */
+
 static Vspec__Submit make_submit(uint64_t seed, int cls, const char *method, int preview) {
   Vspec__Submit s = VSPEC__SUBMIT__INIT;
   s.has_seed = 1;
@@ -129,6 +136,10 @@ static Vspec__Submit make_submit(uint64_t seed, int cls, const char *method, int
   s.method = (char *)method;
   s.has_credit = 1;
   s.credit = 8;
+  if (no_progress) {
+    s.has_progress = 1;
+    s.progress = 0;
+  }
   if (preview) {
     s.has_preview = 1;
     s.preview = preview;
@@ -222,7 +233,8 @@ static void usage(FILE *f) {
           "  --images N         images per latency/preview measurement (default 20)\n"
           "  --threads T        compute threads, in-process and per daemon worker (default 1)\n"
           "  --workers W        daemon workers for the throughput runs (default: online cores)\n"
-          "  --jobs K           jobs per throughput level (default 16)\n");
+          "  --jobs K           jobs per throughput level (default 16)\n"
+          "  --no-progress      submit jobs without progress events\n");
 }
 
 int main(int argc, char **argv) {
@@ -231,12 +243,13 @@ int main(int argc, char **argv) {
   b.threads = 1;
   long images = 20, workers = sysconf(_SC_NPROCESSORS_ONLN), jobs = 16, threads = 1;
   const char *model_dir = NULL, *method = "ar", *synthetic = NULL;
-  enum { O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS };
+  enum { O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS, O_NOPROG };
   static const struct option opts[] = {
       {"model-dir", required_argument, 0, O_MODEL}, {"synthetic", required_argument, 0, O_SYN},
       {"method", required_argument, 0, O_METHOD},   {"images", required_argument, 0, O_IMAGES},
       {"threads", required_argument, 0, O_THREADS}, {"workers", required_argument, 0, O_WORKERS},
-      {"jobs", required_argument, 0, O_JOBS},       {"help", no_argument, 0, 'h'},
+      {"jobs", required_argument, 0, O_JOBS},       {"no-progress", no_argument, 0, O_NOPROG},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -249,6 +262,7 @@ int main(int argc, char **argv) {
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 1, 256, &threads); break;
       case O_WORKERS: ok = vs_cli_long("--workers", optarg, 1, 256, &workers); break;
       case O_JOBS: ok = vs_cli_long("--jobs", optarg, 1, 100000, &jobs); break;
+      case O_NOPROG: no_progress = 1; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -316,6 +330,8 @@ int main(int argc, char **argv) {
   uint8_t *rgb = malloc((size_t)t->info.image_h * t->info.image_w * 3);
   double *inproc = calloc((size_t)images, sizeof(double));
   double *daemon = calloc((size_t)images, sizeof(double));
+  double *service = calloc((size_t)images, sizeof(double));
+  double *paired = calloc((size_t)images, sizeof(double));
   vs__jobres *res = calloc((size_t)(images > jobs ? images : jobs) * 3, sizeof *res);
   vs_conn conn;
   int have_conn = 0;
@@ -355,17 +371,24 @@ int main(int argc, char **argv) {
     vs__jobres r;
     if (run_jobs(&conn, 1, 1, (uint64_t)i, 1, method, 0, &r) < 0) goto done;
     daemon[i] = r.latency;
+    /* what the service adds around the worker's own generate + decode + PNG */
+    service[i] = r.latency - r.generate_s - r.decode_s;
+    paired[i] = daemon[i] - inproc[i];
   }
-  double mi = median(inproc, (int)images), md = median(daemon, (int)images);
-  printf("### 1. end-to-end latency of one image (%ld images, interleaved)\n\n", images);
-  printf("| path | median | mean |\n|---|---|---|\n");
-  printf("| in-process (generate + decode + PNG) | %.3f ms | %.3f ms |\n", mi * 1e3,
-         mean(inproc, (int)images) * 1e3);
-  printf("| through vspecd (submit -> result, progress streamed) | %.3f ms | %.3f ms |\n",
-         md * 1e3, mean(daemon, (int)images) * 1e3);
-  printf("\noverhead of the daemon: %+.3f ms per image, %+.1f %% (median)\n\n", (md - mi) * 1e3,
-         (md / mi - 1) * 100);
-
+  int ni = (int)images;
+  double mi = median(inproc, ni), md = median(daemon, ni), ms = median(service, ni);
+  printf("### 1. end-to-end latency of one image (%d images, interleaved)\n\n", ni);
+  printf("| path | median | p10 | p90 |\n|---|---|---|---|\n");
+  printf("| in-process (generate + decode + PNG) | %.3f ms | %.3f ms | %.3f ms |\n", mi * 1e3,
+         pct(inproc, ni, 0.1) * 1e3, pct(inproc, ni, 0.9) * 1e3);
+  printf("| through vspecd (submit -> result, progress streamed) | %.3f ms | %.3f ms | %.3f ms "
+         "|\n", md * 1e3, pct(daemon, ni, 0.1) * 1e3, pct(daemon, ni, 0.9) * 1e3);
+  printf("| of which the service itself (end to end - worker's generate, decode, PNG) | %.3f ms "
+         "| %.3f ms | %.3f ms |\n", ms * 1e3, pct(service, ni, 0.1) * 1e3,
+         pct(service, ni, 0.9) * 1e3);
+  printf("\noverhead of the daemon: %+.1f %% (medians), %+.3f ms median of paired differences; "
+         "the service's own time is %.1f %% of the in-process latency\n\n",
+         (md / mi - 1) * 100, median(paired, ni) * 1e3, ms / mi * 100);
   printf("### 2. cost of previews at the default cadence (every %d tokens)\n\n",
          N / 8 > 0 ? N / 8 : 1);
   printf("| previews | previews/image | rendering time / generation time | median latency |\n"
@@ -413,6 +436,8 @@ done:
   free(rgb);
   free(inproc);
   free(daemon);
+  free(service);
+  free(paired);
   free(res);
   vs_models_close(models);
   vs_bench_env_close(&env);
