@@ -675,6 +675,8 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
       vs_djob_release(j);
       return;
     }
+    /* A worker has it already: it stops at the first round and nobody hears of it. */
+    j->lp.terminal_sent = 1;
     vs_djob_cancel(j, VS_CANCEL_GONE);
     vs_djob_release(j);
     return;
@@ -695,9 +697,12 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
   ev.accepted = &a;
   char who[40];
   snprintf(who, sizeof who, "job %llu", (unsigned long long)j->id);
+  char where[48];
+  if (pos < 0) snprintf(where, sizeof where, "running");
+  else snprintf(where, sizeof where, "queue position %d", pos);
   vs_log(VSPEC_LOG_INFO, who, "accepted from %s: model %s, method %s, class %d, seed %llu, "
-         "preview %d, queue position %d%s%s", c->text, j->model, j->method, j->class_label,
-         (unsigned long long)j->seed, j->preview_kind, pos, *j->tag ? ", tag " : "", j->tag);
+         "preview %d, %s%s%s", c->text, j->model, j->method, j->class_label,
+         (unsigned long long)j->seed, j->preview_kind, where, *j->tag ? ", tag " : "", j->tag);
   vs__job_send(s, j, &ev, NULL, 0);
   j->lp.queued_reported = pos;
   vs__start_tick(s);
@@ -1405,6 +1410,21 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
                   cfg->plugin_dir);
   if ((rc = vs_model_table_open(s->reg, &s->host, s->load_dev, cfg, &s->models, err, errlen)))
     goto fail;
+  {
+    /* The default model may not exist yet (models/fmnist is trained separately): then jobs
+     * that name no model go to the first model that did load. */
+    vs_model_status ms[VS_CONF_MAX_MODELS];
+    int nm = vs_model_table_status(s->models, ms, VS_CONF_MAX_MODELS), def_ok = 0, first = -1;
+    for (int i = 0; i < nm; i++) {
+      if (ms[i].loaded && first < 0) first = i;
+      if (ms[i].loaded && !strcmp(ms[i].name, s->cfg.default_model)) def_ok = 1;
+    }
+    if (!def_ok && first >= 0) {
+      vs_log(VSPEC_LOG_WARN, "server", "default model '%s' is not available: using '%s'",
+             s->cfg.default_model, ms[first].name);
+      snprintf(s->cfg.default_model, sizeof s->cfg.default_model, "%s", ms[first].name);
+    }
+  }
   s->submit = (vs_submit_ctx){.cfg = &s->cfg, .models = s->models, .reg = s->reg,
                               .host = &s->host};
   if ((rc = vs_job_queue_open(cfg->queue_size, cfg->workers, &s->queue))) {
