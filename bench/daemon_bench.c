@@ -112,11 +112,21 @@ static int start_daemon(vs__bd *b, int workers) {
   return 0;
 }
 
+static void dump_log(const vs__bd *b) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "tail -n 30 '%s' >&2", b->log);
+  if (system(cmd)) fprintf(stderr, "(no daemon log)\n");
+}
+
 static void stop_daemon(vs__bd *b) {
   if (b->pid <= 0) return;
   kill(b->pid, SIGTERM);
   int st;
-  waitpid(b->pid, &st, 0);
+  for (int i = 0; i < 3000 && waitpid(b->pid, &st, WNOHANG) == 0; i++) usleep(10000);
+  if (kill(b->pid, 0) == 0) {
+    kill(b->pid, SIGKILL);
+    waitpid(b->pid, &st, 0);
+  }
   b->pid = 0;
 }
 
@@ -182,7 +192,11 @@ static double run_jobs(vs_conn *c, int total, int inflight, uint64_t seed0, int 
     }
     vs_conn_event e;
     int rc = vs_conn_recv(c, 60000, &e, err, sizeof err);
-    if (rc <= 0) goto fail;
+    if (rc == 0 && now_s() - t0 < 60) continue; /* a signal woke the poll */
+    if (rc <= 0) {
+      if (rc == 0) snprintf(err, sizeof err, "no event for 60 s");
+      goto fail;
+    }
     Vspec__Event *ev = e.ev;
     int k = -1;
     for (int i = 0; i < inflight; i++)
@@ -430,6 +444,7 @@ int main(int argc, char **argv) {
   }
   status = 0;
 done:
+  if (status) dump_log(&b);
   if (have_conn) vs_conn_close(&conn);
   stop_daemon(&b);
   free(tokens);

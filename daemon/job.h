@@ -89,7 +89,9 @@ struct vs_djob {
   vs_djob *qnext;           /* queue links; guarded by the queue's lock */
   uint64_t qorder;          /* arrival order in the queue */
   int in_mail;              /* in the server's mailbox; guarded by the mailbox lock */
-  vs_djob *mail_next;
+  vs_djob *mail_next;       /* guarded by the mailbox lock: a worker may post the job again
+                               while the loop works through the list it took */
+  vs_djob *taken_next;      /* the loop's copy of that list (loop thread only) */
 
   /* ---- worker -> loop, guarded by mu ---- */
   pthread_mutex_t mu;

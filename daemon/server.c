@@ -1140,11 +1140,14 @@ static void vs__drain_mail(vs_server *s) {
   pthread_mutex_lock(&s->mail_mu);
   vs_djob *list = s->mail;
   s->mail = NULL;
-  for (vs_djob *j = list; j; j = j->mail_next) j->in_mail = 0;
+  for (vs_djob *j = list; j; j = j->mail_next) {
+    j->in_mail = 0;
+    j->taken_next = j->mail_next;
+  }
   pthread_mutex_unlock(&s->mail_mu);
   while (list) {
     vs_djob *j = list;
-    list = j->mail_next;
+    list = j->taken_next;
     if (!j->lp.terminal_sent) {
       if (!j->lp.client) {
         /* Client gone while it ran: now that it has stopped, forget it. */
