@@ -33,6 +33,7 @@ typedef struct vs__bjob {
   int backend;
   unsigned tried;
   int cancel_on_accept; /* its client vanished before the daemon accepted it */
+  int redispatch;       /* its daemon died before accepting it: send it elsewhere */
   /* the submit, kept until a daemon accepts it (a busy daemon means: try the next) */
   uint8_t *body;
   size_t body_len;
@@ -384,11 +385,18 @@ static void vs__backend_dead(vs__broker *b, int i) {
       *p = j->next;
       vs__bjob_free(j);
     } else {
+      j->redispatch = 1; /* below: dispatching may free j and change the list */
       p = &j->next;
-      vs__dispatch(b, j, 0); /* may free j: p already points past it */
     }
   }
   be->inflight = 0;
+  for (;;) {
+    vs__bjob *j = b->jobs;
+    while (j && !j->redispatch) j = j->next;
+    if (!j) break;
+    j->redispatch = 0;
+    vs__dispatch(b, j, 0);
+  }
 }
 
 static void vs__own_reply(vs__broker *b, int i, const Vspec__Event *ev) {
