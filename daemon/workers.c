@@ -264,6 +264,8 @@ finish:
   snprintf(j->sh.describe, sizeof j->sh.describe, "%s", desc);
   j->sh.stats = st;
   pthread_mutex_unlock(&j->mu);
+  /* The loop can send the result while this thread cleans up. */
+  pool->cfg.post(j, pool->cfg.post_user);
   if (rc)
     vs_log(rc == VSPEC_ECANCELED ? VSPEC_LOG_INFO : VSPEC_LOG_WARN, who, "failed: %s", err);
   else
@@ -288,9 +290,8 @@ static void *vs__worker_main(void *arg) {
   for (;;) {
     vs_djob *j = vs_job_queue_pop(w->pool->cfg.queue);
     if (!j) break;
-    vs__run_job(w, j);
+    vs__run_job(w, j); /* posts the finished job to the loop */
     vs_job_queue_done(w->pool->cfg.queue, j);
-    w->pool->cfg.post(j, w->pool->cfg.post_user);
     vs_djob_release(j);
   }
   return NULL;
