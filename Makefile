@@ -4,12 +4,16 @@
 #   make test       build and run every test, once normally and once under ASan+UBSan
 #   make bench      CPU cost curve and decode throughput (not a test)
 #   make demo       install deps, build, generate images with the shipped model
+#                   (DAEMON=1: through vspecd and the vspec CLI)
+#   make bench-daemon  the daemon's latency, preview and throughput figures
 #   make deps       install the Debian packages the project needs (idempotent)
 #
 # Layout of the outputs:
 #   build/libvspec.a                 core/ + kernels/cpu/ (engine, loaders, registry, ops)
 #   build/plugins/<kind>_<name>.so   plugins/<kind>/<name>.c or plugins/<kind>/<name>/*.c
 #   build/vspec-bench                bench/
+#   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI); build/vspec-broker
+#   build/gen/proto/vspec.pb-c.[ch]  generated from proto/vspec.proto by protoc-c (never committed)
 #   build/tests/test_*               tests/test_*.c (cmocka)
 #   build/asan/...                   the same, built with -fsanitize=address,undefined
 
@@ -59,9 +63,27 @@ PLUGINS := $(foreach f,$(PLUGIN_FILES),$(call plugin_so,$(f))) \
            $(foreach d,$(PLUGIN_DIRS),$(call plugin_so,$(d)))
 
 # bench/ minus its main() is a library of its own: the eval / quality code is tested too.
-BENCH_SRC := $(filter-out bench/vspec_bench.c,$(wildcard bench/*.c))
+BENCH_SRC := $(filter-out bench/vspec_bench.c bench/daemon_bench.c,$(wildcard bench/*.c))
 BENCH_LIB := $(BUILD)/libvspecbench.a
 BENCH := $(BUILD)/vspec-bench
+
+# ---- the service: wire protocol, daemon, broker, CLI -------------------------------------
+GEN_DIR := $(BUILD)/gen
+PROTO_C := $(GEN_DIR)/proto/vspec.pb-c.c
+PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
+SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium
+SVC_HEADERS := $(wildcard proto/*.h daemon/*.h clients/*.h) $(PROTO_H)
+WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
+DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c
+DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c)))
+CLIENT_MAINS := clients/vspec.c
+CLIENT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(CLIENT_MAINS),$(wildcard clients/*.c)))
+SVC_LIB := $(BUILD)/libvspecsvc.a
+VSPECD := $(BUILD)/vspecd
+VSPEC_CLI := $(BUILD)/vspec
+BROKER := $(BUILD)/vspec-broker
+DAEMON_BENCH := $(BUILD)/vspecd-bench
+SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(DAEMON_BENCH)
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -73,12 +95,45 @@ include tests/plugins/plugins.mk
 HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/cpu/*.h \
                      bench/*.h tests/support/*.h)
 
-.PHONY: all test check bench demo deps clean train
-all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS)
+.PHONY: all test check bench bench-daemon demo deps clean train
+# Objects reached through pattern chains are kept: no rebuild of every test on each run.
+.SECONDARY:
+all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# Generated protobuf-c code: regenerated at build time, never committed (systems.md §3).
+$(PROTO_C): proto/vspec.proto
+	@mkdir -p $(GEN_DIR)
+	protoc-c --c_out=$(GEN_DIR) $<
+$(PROTO_H): $(PROTO_C)
+$(BUILD)/obj/gen/%.o: $(GEN_DIR)/%.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) -c $< -o $@
+# Everything that includes the generated header (the service and the tests).
+define SVC_OBJ_RULE
+$(BUILD)/obj/$(1)/%.o: $(1)/%.c $$(HEADERS) $$(SVC_HEADERS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CPPFLAGS) -I$$(GEN_DIR) $$(CFLAGS) -c $$< -o $$@
+endef
+$(foreach d,proto daemon clients tests,$(eval $(call SVC_OBJ_RULE,$(d))))
+
+$(SVC_LIB): $(DAEMON_OBJ) $(CLIENT_OBJ) $(WIRE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(VSPECD): $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(BROKER): $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(VSPEC_CLI): $(BUILD)/obj/clients/vspec.o $(SVC_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(DAEMON_BENCH): $(BUILD)/obj/bench/daemon_bench.o $(SVC_LIB) $(BENCH_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(BUILD)/obj/bench/daemon_bench.o: bench/daemon_bench.c $(HEADERS) $(SVC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -106,9 +161,9 @@ $(BENCH_LIB): $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
 $(BENCH): $(BUILD)/obj/bench/vspec_bench.o $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(BENCH_LIB) $(LIB)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS) -lcmocka
 
 # Runs every test binary from the repository root; VSPEC_BUILD tells tests where the
 # plugins are. A failing test fails the target but the rest still run.
@@ -126,8 +181,20 @@ bench: all
 	./$(BENCH) costcurve --model tests/golden/micro_c2i --label micro
 	./$(BENCH) costcurve --random gpt-b --label "random GPT-B shape"
 
+# make demo DAEMON=1: the same through vspecd and the vspec CLI (tools/demo_daemon.sh).
 demo: deps all
+ifeq ($(DAEMON),1)
+	./tools/demo_daemon.sh $(BUILD)
+else
 	./$(BENCH) demo
+endif
+
+# The daemon's cost over in-process generation: latency, previews, throughput (vspecd-bench
+# starts its own daemon). On the micro test model unless models/fmnist exists, and on a
+# synthetic heavier model.
+bench-daemon: all
+	./$(DAEMON_BENCH)
+	./$(DAEMON_BENCH) --synthetic 8,256,8 --images 10
 
 deps:
 	./tools/install_deps.sh

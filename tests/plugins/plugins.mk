@@ -23,3 +23,9 @@ TEST_PLUGINS += $(TEST_PLUGIN_DIR)/backend_table.so
 $(TEST_PLUGIN_DIR)/backend_table.so: tests/plugins/backend_table.c $(wildcard include/vspec/*.h)
 	@mkdir -p $(dir $@)
 	$(call TEST_PLUGIN_CC,)
+
+# The daemon tests' slow scheduler (installed as sched_slow.so).
+TEST_PLUGINS += $(TEST_PLUGIN_DIR)/slowsched.so
+$(TEST_PLUGIN_DIR)/slowsched.so: tests/plugins/slowsched.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,)

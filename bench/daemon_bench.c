@@ -1,0 +1,463 @@
+/*
+ * vspecd-bench: what the daemon costs on top of the engine.
+ *
+ *   1. latency of one image end to end through vspecd (submit -> result, progress streamed
+ *      and acknowledged as the CLI does) against the same image in-process (generate +
+ *      decode + PNG, what vspec-bench generate does), interleaved, same seeds, same threads;
+ *   2. the cost of previews at the default cadence (an eighth of the image): the time the
+ *      workers spent rendering them over the generation time, for lut and decode previews;
+ *   3. throughput with 1, 2, 4 and 8 jobs in flight.
+ *
+ * It starts its own vspecd (next to this program) on private ipc endpoints, so nothing else
+ * is needed; numbers are printed as a markdown table.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "clients/conn.h"
+#include "core/cli_args.h"
+#include "core/png_write.h"
+
+typedef struct vs__bd {
+  char tmp[128];
+  char exe_dir[1024];
+  char plugins[1100];
+  char model_dir[1100];
+  char job_ep[300], admin_ep[300], log[300];
+  pid_t pid;
+  int threads;
+} vs__bd;
+
+static double now_s(void) { return vs_bench_now(); }
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  double *c = malloc((size_t)n * sizeof *c);
+  memcpy(c, v, (size_t)n * sizeof *c);
+  qsort(c, (size_t)n, sizeof *c, cmp_d);
+  double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  free(c);
+  return m;
+}
+
+static double pct(double *v, int n, double q) {
+  double *c = malloc((size_t)n * sizeof *c);
+  memcpy(c, v, (size_t)n * sizeof *c);
+  qsort(c, (size_t)n, sizeof *c, cmp_d);
+  int i = (int)(q * (n - 1) + 0.5);
+  double x = c[i];
+  free(c);
+  return x;
+}
+
+
+static int start_daemon(vs__bd *b, int workers) {
+  char path[1200], w[16], t[16], model[1200];
+  snprintf(path, sizeof path, "%s/vspecd", b->exe_dir);
+  snprintf(w, sizeof w, "%d", workers);
+  snprintf(t, sizeof t, "%d", b->threads);
+  snprintf(model, sizeof model, "bench=%s", b->model_dir);
+  snprintf(b->job_ep, sizeof b->job_ep, "ipc://%s/job.sock", b->tmp);
+  snprintf(b->admin_ep, sizeof b->admin_ep, "ipc://%s/admin.sock", b->tmp);
+  snprintf(b->log, sizeof b->log, "%s/vspecd.log", b->tmp);
+  fflush(NULL);
+  b->pid = fork();
+  if (b->pid < 0) return -1;
+  if (b->pid == 0) {
+    FILE *f = freopen(b->log, "a", stderr);
+    (void)f;
+    const char *argv[] = {path, "--endpoint", b->job_ep, "--admin", b->admin_ep, "--plugins",
+                          b->plugins, "--model", model, "--set", "models.fmnist=",
+                          "--default-model", "bench", "--workers", w, "--threads", t,
+                          "--log-level", "warn", NULL};
+    execv(path, (char *const *)argv);
+    _exit(127);
+  }
+  vs_conn c;
+  char err[512];
+  if (vs_conn_open(&c, b->admin_ep, NULL, err, sizeof err)) return -1;
+  double end = now_s() + 60;
+  for (;;) {
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__Ping p = VSPEC__PING__INIT;
+    r.body_case = VSPEC__REQUEST__BODY_PING;
+    r.ping = &p;
+    vs_conn_event e;
+    if (vs_conn_call(&c, &r, 200, &e, err, sizeof err) == 1) {
+      vs_conn_event_free(&e);
+      break;
+    }
+    int st;
+    if (waitpid(b->pid, &st, WNOHANG) == b->pid || now_s() > end) {
+      fprintf(stderr, "vspecd-bench: the daemon did not start (see %s)\n", b->log);
+      vs_conn_close(&c);
+      return -1;
+    }
+  }
+  vs_conn_close(&c);
+  return 0;
+}
+
+static void dump_log(const vs__bd *b) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "tail -n 30 '%s' >&2", b->log);
+  if (system(cmd)) fprintf(stderr, "(no daemon log)\n");
+}
+
+static void stop_daemon(vs__bd *b) {
+  if (b->pid <= 0) return;
+  kill(b->pid, SIGTERM);
+  int st;
+  for (int i = 0; i < 3000 && waitpid(b->pid, &st, WNOHANG) == 0; i++) usleep(10000);
+  if (kill(b->pid, 0) == 0) {
+    kill(b->pid, SIGKILL);
+    waitpid(b->pid, &st, 0);
+  }
+  b->pid = 0;
+}
+
+typedef struct vs__jobres {
+  double latency, generate_s, preview_s, decode_s;
+  int previews;
+} vs__jobres;
+
+static int no_progress; /* --no-progress: jobs without progress events */
+
+static Vspec__Submit make_submit(uint64_t seed, int cls, const char *method, int preview) {
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.has_seed = 1;
+  s.seed = seed;
+  s.has_class_label = 1;
+  s.class_label = cls;
+  s.method = (char *)method;
+  s.has_credit = 1;
+  s.credit = 8;
+  if (no_progress) {
+    s.has_progress = 1;
+    s.progress = 0;
+  }
+  if (preview) {
+    s.has_preview = 1;
+    s.preview = preview;
+  }
+  return s;
+}
+
+static void grant(vs_conn *c, uint64_t job) {
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Credit cc = VSPEC__CREDIT__INIT;
+  cc.job_id = job;
+  cc.grant = 1;
+  r.body_case = VSPEC__REQUEST__BODY_CREDIT;
+  r.credit = &cc;
+  char err[256];
+  vs_conn_send(c, &r, NULL, 0, err, sizeof err);
+}
+
+/* Runs jobs with `inflight` in flight until `total` are done; fills res[] in completion order.
+ * Returns the wall time, or < 0 on failure. */
+static double run_jobs(vs_conn *c, int total, int inflight, uint64_t seed0, int cls,
+                       const char *method, int preview, vs__jobres *res) {
+  typedef struct { uint64_t rid, job; double t0; } slot;
+  slot *s = calloc((size_t)inflight, sizeof *s);
+  int submitted = 0, done = 0;
+  double t0 = now_s();
+  char err[512];
+  while (done < total) {
+    for (int i = 0; i < inflight && submitted < total; i++) {
+      if (s[i].rid) continue;
+      Vspec__Submit sub = make_submit(seed0 + (uint64_t)submitted, cls, method, preview);
+      Vspec__Request r = VSPEC__REQUEST__INIT;
+      r.body_case = VSPEC__REQUEST__BODY_SUBMIT;
+      r.submit = &sub;
+      s[i].t0 = now_s();
+      if (vs_conn_send(c, &r, NULL, 0, err, sizeof err)) goto fail;
+      s[i].rid = r.request_id;
+      s[i].job = 0;
+      submitted++;
+    }
+    vs_conn_event e;
+    int rc = vs_conn_recv(c, 60000, &e, err, sizeof err);
+    if (rc == 0 && now_s() - t0 < 60) continue; /* a signal woke the poll */
+    if (rc <= 0) {
+      if (rc == 0) snprintf(err, sizeof err, "no event for 60 s");
+      goto fail;
+    }
+    Vspec__Event *ev = e.ev;
+    int k = -1;
+    for (int i = 0; i < inflight; i++)
+      if (s[i].rid && ((ev->has_job_id && s[i].job == ev->job_id) ||
+                       (ev->has_request_id && ev->request_id == s[i].rid && !s[i].job)))
+        k = i;
+    if (k >= 0) {
+      switch (ev->body_case) {
+        case VSPEC__EVENT__BODY_ACCEPTED: s[k].job = ev->job_id; break;
+        case VSPEC__EVENT__BODY_PROGRESS:
+        case VSPEC__EVENT__BODY_PREVIEW: grant(c, s[k].job); break;
+        case VSPEC__EVENT__BODY_RESULT: {
+          vs__jobres *r = &res[done++];
+          r->latency = now_s() - s[k].t0;
+          r->generate_s = ev->result->stats->generate_s;
+          r->preview_s = ev->result->stats->preview_s;
+          r->decode_s = ev->result->stats->decode_s;
+          r->previews = (int)ev->result->stats->previews;
+          s[k].rid = 0;
+          break;
+        }
+        case VSPEC__EVENT__BODY_ERROR:
+          fprintf(stderr, "vspecd-bench: job failed: %s\n", ev->error->message);
+          vs_conn_event_free(&e);
+          goto fail;
+        default: break;
+      }
+    }
+    vs_conn_event_free(&e);
+  }
+  free(s);
+  return now_s() - t0;
+fail:
+  free(s);
+  fprintf(stderr, "vspecd-bench: %s\n", err);
+  return -1;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vspecd-bench [options]\n"
+          "\n"
+          "  --model-dir DIR    model (default models/fmnist if present, else\n"
+          "                     tests/golden/micro_c2i)\n"
+          "  --synthetic L,D,G  a random-weight GPT with L layers, width D and a GxG grid over the\n"
+          "                     micro model's VQ decoder, for a heavier per-image cost\n"
+          "  --method M         decoding method (default ar)\n"
+          "  --images N         images per latency/preview measurement (default 20)\n"
+          "  --threads T        compute threads, in-process and per daemon worker (default 1)\n"
+          "  --workers W        daemon workers for the throughput runs (default: online cores)\n"
+          "  --jobs K           jobs per throughput level (default 16)\n"
+          "  --no-progress      submit jobs without progress events\n");
+}
+
+int main(int argc, char **argv) {
+  vs__bd b;
+  memset(&b, 0, sizeof b);
+  b.threads = 1;
+  long images = 20, workers = sysconf(_SC_NPROCESSORS_ONLN), jobs = 16, threads = 1;
+  const char *model_dir = NULL, *method = "ar", *synthetic = NULL;
+  enum { O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS, O_NOPROG };
+  static const struct option opts[] = {
+      {"model-dir", required_argument, 0, O_MODEL}, {"synthetic", required_argument, 0, O_SYN},
+      {"method", required_argument, 0, O_METHOD},   {"images", required_argument, 0, O_IMAGES},
+      {"threads", required_argument, 0, O_THREADS}, {"workers", required_argument, 0, O_WORKERS},
+      {"jobs", required_argument, 0, O_JOBS},       {"no-progress", no_argument, 0, O_NOPROG},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int ok = 1;
+    switch (c) {
+      case O_MODEL: model_dir = optarg; break;
+      case O_SYN: synthetic = optarg; break;
+      case O_METHOD: method = optarg; break;
+      case O_IMAGES: ok = vs_cli_long("--images", optarg, 2, 100000, &images); break;
+      case O_THREADS: ok = vs_cli_long("--threads", optarg, 1, 256, &threads); break;
+      case O_WORKERS: ok = vs_cli_long("--workers", optarg, 1, 256, &workers); break;
+      case O_JOBS: ok = vs_cli_long("--jobs", optarg, 1, 100000, &jobs); break;
+      case O_NOPROG: no_progress = 1; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (!ok) return 2;
+  }
+  b.threads = (int)threads;
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return 1;
+  exe[n] = 0;
+  snprintf(b.exe_dir, sizeof b.exe_dir, "%s", dirname(exe));
+  snprintf(b.plugins, sizeof b.plugins, "%s/plugins", b.exe_dir);
+  snprintf(b.tmp, sizeof b.tmp, "/tmp/vspecd-bench-XXXXXX");
+  if (!mkdtemp(b.tmp)) return 1;
+  char err[VSPEC_ERRLEN], cwd[900];
+  if (!getcwd(cwd, sizeof cwd)) return 1;
+  struct stat sb;
+  const char *label;
+  int status = 1;
+  if (synthetic) {
+    int L, D, G;
+    if (sscanf(synthetic, "%d,%d,%d", &L, &D, &G) != 3 || L < 1 || D < 16 || G < 2 || G > 64) {
+      fprintf(stderr, "--synthetic: expected L,D,G\n");
+      return 2;
+    }
+    snprintf(b.model_dir, sizeof b.model_dir, "%s/synthetic", b.tmp);
+    mkdir(b.model_dir, 0755);
+    char gpt[1200], vq[1200], src[1200];
+    snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", b.model_dir);
+    snprintf(vq, sizeof vq, "%s/vq.safetensors", b.model_dir);
+    snprintf(src, sizeof src, "%s/tests/golden/micro_c2i/vq.safetensors", cwd);
+    if (vs_bench_write_random_gpt(gpt, L, D, D / 64 > 0 ? D / 64 : 1, 64, G, 10, 1, err,
+                                  sizeof err) || symlink(src, vq)) {
+      fprintf(stderr, "vspecd-bench: %s\n", err);
+      return 1;
+    }
+    static char lab[128];
+    snprintf(lab, sizeof lab, "synthetic GPT (random weights, %d layers, width %d, %dx%d tokens, "
+             "micro VQ decoder)", L, D, G, G);
+    label = lab;
+  } else {
+    if (!model_dir) model_dir = stat("models/fmnist", &sb) == 0 ? "models/fmnist"
+                                                                : "tests/golden/micro_c2i";
+    snprintf(b.model_dir, sizeof b.model_dir, "%s%s%s", model_dir[0] == '/' ? "" : cwd,
+             model_dir[0] == '/' ? "" : "/", model_dir);
+    label = model_dir;
+  }
+
+  /* in-process side */
+  vs_bench_env env;
+  if (vs_bench_env_open(&env, argv[0], b.plugins, b.threads, err, sizeof err)) {
+    fprintf(stderr, "vspecd-bench: %s\n", err);
+    return 1;
+  }
+  vs_models *models = NULL;
+  if (vs_models_open(env.reg, &env.host, env.dev, b.model_dir, VS_ROLE_ALL, &models, err,
+                     sizeof err)) {
+    fprintf(stderr, "vspecd-bench: %s\n", err);
+    vs_bench_env_close(&env);
+    return 1;
+  }
+  const vs_backend_model *t = &models->target;
+  int N = t->info.grid_h * t->info.grid_w;
+  int32_t *tokens = calloc((size_t)N, sizeof *tokens);
+  uint8_t *rgb = malloc((size_t)t->info.image_h * t->info.image_w * 3);
+  double *inproc = calloc((size_t)images, sizeof(double));
+  double *daemon = calloc((size_t)images, sizeof(double));
+  double *service = calloc((size_t)images, sizeof(double));
+  double *paired = calloc((size_t)images, sizeof(double));
+  vs__jobres *res = calloc((size_t)(images > jobs ? images : jobs) * 3, sizeof *res);
+  vs_conn conn;
+  int have_conn = 0;
+  if (start_daemon(&b, 1) || vs_conn_open(&conn, b.job_ep, NULL, err, sizeof err)) goto done;
+  have_conn = 1;
+
+  printf("## vspecd benchmark\n\nmodel: %s; method %s; %d token(s) per image, %dx%d pixels; "
+         "%d compute thread(s); daemon on ipc\n\n", label, method, N, t->info.image_w,
+         t->info.image_h, b.threads);
+  /* warm-up: page in weights, let both sides allocate */
+  for (int i = 0; i < 2; i++) {
+    vs__jobres r;
+    if (run_jobs(&conn, 1, 1, 1000 + (uint64_t)i, 1, method, 0, &r) < 0) goto done;
+  }
+  for (int i = 0; i < images; i++) {
+    /* A: in-process, exactly as vspec-bench generate */
+    double t0 = now_s();
+    vs_job job = {.method = method, .class_label = 1, .seed = (uint64_t)i,
+                  .sampling = models->defaults};
+    vs_metrics mt;
+    if (vs_generate(models, env.dev, &job, tokens, &mt, err, sizeof err) ||
+        t->vt->decode(t->model, env.dev, tokens, rgb, err, sizeof err)) {
+      fprintf(stderr, "vspecd-bench: %s\n", err);
+      goto done;
+    }
+    char desc[512];
+    vs_job_describe(&job, models->name, desc, sizeof desc);
+    vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench"}};
+    uint8_t *png;
+    size_t len;
+    if (vs_png_encode(rgb, t->info.image_w, t->info.image_h, text, 2, &png, &len, err,
+                      sizeof err))
+      goto done;
+    free(png);
+    inproc[i] = now_s() - t0;
+    /* B: the same image through the daemon */
+    vs__jobres r;
+    if (run_jobs(&conn, 1, 1, (uint64_t)i, 1, method, 0, &r) < 0) goto done;
+    daemon[i] = r.latency;
+    /* what the service adds around the worker's own generate + decode + PNG */
+    service[i] = r.latency - r.generate_s - r.decode_s;
+    paired[i] = daemon[i] - inproc[i];
+  }
+  int ni = (int)images;
+  double mi = median(inproc, ni), md = median(daemon, ni), ms = median(service, ni);
+  printf("### 1. end-to-end latency of one image (%d images, interleaved)\n\n", ni);
+  printf("| path | median | p10 | p90 |\n|---|---|---|---|\n");
+  printf("| in-process (generate + decode + PNG) | %.3f ms | %.3f ms | %.3f ms |\n", mi * 1e3,
+         pct(inproc, ni, 0.1) * 1e3, pct(inproc, ni, 0.9) * 1e3);
+  printf("| through vspecd (submit -> result, progress streamed) | %.3f ms | %.3f ms | %.3f ms "
+         "|\n", md * 1e3, pct(daemon, ni, 0.1) * 1e3, pct(daemon, ni, 0.9) * 1e3);
+  printf("| of which the service itself (end to end - worker's generate, decode, PNG) | %.3f ms "
+         "| %.3f ms | %.3f ms |\n", ms * 1e3, pct(service, ni, 0.1) * 1e3,
+         pct(service, ni, 0.9) * 1e3);
+  printf("\noverhead of the daemon: %+.1f %% (medians), %+.3f ms median of paired differences; "
+         "the service's own time is %.1f %% of the in-process latency\n\n",
+         (md / mi - 1) * 100, median(paired, ni) * 1e3, ms / mi * 100);
+  printf("### 2. cost of previews at the default cadence (every %d tokens)\n\n",
+         N / 8 > 0 ? N / 8 : 1);
+  printf("| previews | previews/image | rendering time / generation time | median latency |\n"
+         "|---|---|---|---|\n");
+  const int kinds[] = {0, VSPEC__PREVIEW_KIND__PREVIEW_LUT, VSPEC__PREVIEW_KIND__PREVIEW_DECODE};
+  const char *names[] = {"none", "lut", "decode"};
+  double lat[3][1024];
+  double frac[3] = {0}, cnt[3] = {0};
+  int m = images < 1024 ? (int)images : 1024;
+  for (int i = 0; i < m; i++)
+    for (int k = 0; k < 3; k++) {
+      vs__jobres r;
+      if (run_jobs(&conn, 1, 1, (uint64_t)i, 1, method, kinds[k], &r) < 0) goto done;
+      lat[k][i] = r.latency;
+      frac[k] += r.generate_s > 0 ? r.preview_s / r.generate_s : 0;
+      cnt[k] += r.previews;
+    }
+  for (int k = 0; k < 3; k++)
+    printf("| %s | %.1f | %.2f %% | %.3f ms |\n", names[k], cnt[k] / m, frac[k] / m * 100,
+           median(lat[k], m) * 1e3);
+  vs_conn_close(&conn);
+  have_conn = 0;
+  stop_daemon(&b);
+
+  printf("\n### 3. throughput (%ld worker(s) x %d thread(s), %ld jobs per level)\n\n", workers,
+         b.threads, jobs);
+  if (start_daemon(&b, (int)workers) || vs_conn_open(&conn, b.job_ep, NULL, err, sizeof err))
+    goto done;
+  have_conn = 1;
+  printf("| jobs in flight | images/s | median latency |\n|---|---|---|\n");
+  int levels[] = {1, 2, 4, 8};
+  for (int l = 0; l < 4; l++) {
+    double wall = run_jobs(&conn, (int)jobs, levels[l], 500, 1, method, 0, res);
+    if (wall < 0) goto done;
+    double *lv = malloc((size_t)jobs * sizeof *lv);
+    for (int i = 0; i < jobs; i++) lv[i] = res[i].latency;
+    printf("| %d | %.2f | %.3f ms |\n", levels[l], jobs / wall, median(lv, (int)jobs) * 1e3);
+    free(lv);
+  }
+  status = 0;
+done:
+  if (status) dump_log(&b);
+  if (have_conn) vs_conn_close(&conn);
+  stop_daemon(&b);
+  free(tokens);
+  free(rgb);
+  free(inproc);
+  free(daemon);
+  free(service);
+  free(paired);
+  free(res);
+  vs_models_close(models);
+  vs_bench_env_close(&env);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", b.tmp);
+  if (system(cmd)) status = 1;
+  return status;
+}

@@ -1,0 +1,320 @@
+#include "daemon/config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/method.h"
+#include "vspec/types.h"
+
+void vs_config_defaults(vs_daemon_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->node, sizeof c->node, "vspecd");
+  c->node_id = 0;
+  snprintf(c->endpoint, sizeof c->endpoint, "tcp://127.0.0.1:5555");
+  snprintf(c->admin_endpoint, sizeof c->admin_endpoint, "ipc:///tmp/vspecd-admin.sock");
+  c->log_level = VSPEC_LOG_INFO;
+  c->workers = 1;
+  c->threads = 0;
+  c->queue_size = 64;
+  c->per_client = 16;
+  c->busy_retry_ms = 1000;
+  snprintf(c->plugin_dir, sizeof c->plugin_dir, "build/plugins");
+  snprintf(c->models[0].name, sizeof c->models[0].name, "fmnist");
+  snprintf(c->models[0].dir, sizeof c->models[0].dir, "models/fmnist");
+  c->n_models = 1;
+  snprintf(c->default_model, sizeof c->default_model, "fmnist");
+  snprintf(c->method, sizeof c->method, "ar");
+  c->preview_every_tokens = 0;
+  c->credit = 8;
+  c->progress_interval_ms = 20;
+  c->max_message_bytes = 16l << 20;
+  c->max_request_bytes = 64l << 10;
+  c->unpack_budget_bytes = 256l << 10;
+  c->max_deadline_ms = 3600l * 1000;
+  c->max_credit = 64;
+  c->max_clients = 1024;
+  c->heartbeat_ivl_ms = 1000;
+  c->heartbeat_timeout_ms = 5000;
+  c->drain = VS_DRAIN_FINISH;
+  c->drain_timeout_ms = 30000;
+  c->linger_ms = 1000;
+  c->curve = 0;
+}
+
+static int vs__long(const char *key, const char *v, long lo, long hi, long *out, char *err,
+                    size_t errlen) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (end == v || *end || errno || x < lo || x > hi) {
+    snprintf(err, errlen, "%s = '%s' is not an integer in [%ld, %ld]", key, v, lo, hi);
+    return VSPEC_ERANGE;
+  }
+  *out = x;
+  return VSPEC_OK;
+}
+
+static int vs__int(const char *key, const char *v, long lo, long hi, int *out, char *err,
+                   size_t errlen) {
+  long x;
+  int rc = vs__long(key, v, lo, hi, &x, err, errlen);
+  if (!rc) *out = (int)x;
+  return rc;
+}
+
+static int vs__bool(const char *key, const char *v, int *out, char *err, size_t errlen) {
+  if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1")) {
+    *out = 1;
+  } else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") || !strcmp(v, "0")) {
+    *out = 0;
+  } else {
+    snprintf(err, errlen, "%s = '%s' is not a boolean (true/false)", key, v);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
+static int vs__str(const char *key, const char *v, char *dst, size_t cap, char *err,
+                   size_t errlen) {
+  if (strlen(v) >= cap) {
+    snprintf(err, errlen, "%s is longer than %zu characters", key, cap - 1);
+    return VSPEC_ERANGE;
+  }
+  snprintf(dst, cap, "%s", v);
+  return VSPEC_OK;
+}
+
+static int vs__endpoint(const char *key, const char *v, char *dst, size_t cap, char *err,
+                        size_t errlen) {
+  if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9)) {
+    snprintf(err, errlen, "%s = '%s' is not a ZeroMQ endpoint (tcp://, ipc://)", key, v);
+    return VSPEC_EINVAL;
+  }
+  return vs__str(key, v, dst, cap, err, errlen);
+}
+
+static int vs__name_ok(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_' || *s == '-' || *s == '.'))
+      return 0;
+  return 1;
+}
+
+int vs_config_model(const vs_daemon_config *c, const char *name) {
+  for (int i = 0; i < c->n_models; i++)
+    if (!strcmp(c->models[i].name, name)) return i;
+  return -1;
+}
+
+int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char *v, char *err,
+                  size_t errlen) {
+  char key[160];
+  snprintf(key, sizeof key, "%s.%s", s, k);
+  if (!strcmp(s, "server")) {
+    if (!strcmp(k, "node")) {
+      if (!vs__name_ok(v)) {
+        snprintf(err, errlen, "%s = '%s': use letters, digits, '-', '_', '.'", key, v);
+        return VSPEC_EINVAL;
+      }
+      return vs__str(key, v, c->node, sizeof c->node, err, errlen);
+    }
+    if (!strcmp(k, "node_id")) {
+      int x;
+      int rc = vs__int(key, v, 0, 65535, &x, err, errlen);
+      if (!rc) c->node_id = (unsigned)x;
+      return rc;
+    }
+    if (!strcmp(k, "endpoint"))
+      return vs__endpoint(key, v, c->endpoint, sizeof c->endpoint, err, errlen);
+    if (!strcmp(k, "admin_endpoint"))
+      return vs__endpoint(key, v, c->admin_endpoint, sizeof c->admin_endpoint, err, errlen);
+    if (!strcmp(k, "log_level")) {
+      int l = vs_log_parse_level(v);
+      if (l < 0) {
+        snprintf(err, errlen, "%s = '%s' is not one of error, warn, info, debug", key, v);
+        return VSPEC_EINVAL;
+      }
+      c->log_level = l;
+      return VSPEC_OK;
+    }
+  } else if (!strcmp(s, "workers")) {
+    if (!strcmp(k, "count")) return vs__int(key, v, 1, 256, &c->workers, err, errlen);
+    if (!strcmp(k, "threads")) return vs__int(key, v, 0, 1024, &c->threads, err, errlen);
+  } else if (!strcmp(s, "queue")) {
+    if (!strcmp(k, "size")) return vs__int(key, v, 1, 1 << 20, &c->queue_size, err, errlen);
+    if (!strcmp(k, "per_client")) return vs__int(key, v, 1, 1 << 20, &c->per_client, err, errlen);
+    if (!strcmp(k, "busy_retry_ms"))
+      return vs__int(key, v, 1, 3600000, &c->busy_retry_ms, err, errlen);
+  } else if (!strcmp(s, "plugins")) {
+    if (!strcmp(k, "dir")) return vs__str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
+  } else if (!strcmp(s, "models")) {
+    if (!strcmp(k, "default"))
+      return vs__str(key, v, c->default_model, sizeof c->default_model, err, errlen);
+    if (!vs__name_ok(k) || strlen(k) >= sizeof c->models[0].name) {
+      snprintf(err, errlen, "model name '%s': use up to 63 letters, digits, '-', '_', '.'", k);
+      return VSPEC_EINVAL;
+    }
+    int i = vs_config_model(c, k);
+    if (i < 0) {
+      if (c->n_models == VS_CONF_MAX_MODELS) {
+        snprintf(err, errlen, "more than %d models", VS_CONF_MAX_MODELS);
+        return VSPEC_ERANGE;
+      }
+      i = c->n_models++;
+      snprintf(c->models[i].name, sizeof c->models[i].name, "%s", k);
+    }
+    /* An empty directory removes a model (e.g. the built-in fmnist entry). */
+    if (!*v) {
+      c->models[i] = c->models[--c->n_models];
+      return VSPEC_OK;
+    }
+    return vs__str(key, v, c->models[i].dir, sizeof c->models[i].dir, err, errlen);
+  } else if (!strcmp(s, "defaults")) {
+    if (!strcmp(k, "method")) {
+      vs_method m;
+      int rc = vs_method_parse(v, &m, err, errlen);
+      if (rc) return rc;
+      return vs__str(key, v, c->method, sizeof c->method, err, errlen);
+    }
+    if (!strcmp(k, "preview_every_tokens"))
+      return vs__int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
+    if (!strcmp(k, "credit")) return vs__int(key, v, 1, 1024, &c->credit, err, errlen);
+    if (!strcmp(k, "progress_interval_ms"))
+      return vs__int(key, v, 0, 60000, &c->progress_interval_ms, err, errlen);
+  } else if (!strcmp(s, "limits")) {
+    if (!strcmp(k, "max_message_bytes"))
+      return vs__long(key, v, 1024, 1l << 30, &c->max_message_bytes, err, errlen);
+    if (!strcmp(k, "max_request_bytes"))
+      return vs__long(key, v, 256, 1l << 30, &c->max_request_bytes, err, errlen);
+    if (!strcmp(k, "unpack_budget_bytes"))
+      return vs__long(key, v, 4096, 1l << 30, &c->unpack_budget_bytes, err, errlen);
+    if (!strcmp(k, "max_deadline_ms"))
+      return vs__long(key, v, 1, 7l * 24 * 3600 * 1000, &c->max_deadline_ms, err, errlen);
+    if (!strcmp(k, "max_credit")) return vs__int(key, v, 1, 1024, &c->max_credit, err, errlen);
+    if (!strcmp(k, "max_clients"))
+      return vs__int(key, v, 1, 1 << 20, &c->max_clients, err, errlen);
+    if (!strcmp(k, "heartbeat_ivl_ms"))
+      return vs__int(key, v, 10, 3600000, &c->heartbeat_ivl_ms, err, errlen);
+    if (!strcmp(k, "heartbeat_timeout_ms"))
+      return vs__int(key, v, 10, 3600000, &c->heartbeat_timeout_ms, err, errlen);
+  } else if (!strcmp(s, "shutdown")) {
+    if (!strcmp(k, "drain")) {
+      if (!strcmp(v, "finish")) c->drain = VS_DRAIN_FINISH;
+      else if (!strcmp(v, "cancel")) c->drain = VS_DRAIN_CANCEL;
+      else {
+        snprintf(err, errlen, "%s = '%s' is not 'finish' or 'cancel'", key, v);
+        return VSPEC_EINVAL;
+      }
+      return VSPEC_OK;
+    }
+    if (!strcmp(k, "timeout_ms"))
+      return vs__int(key, v, 0, 24 * 3600 * 1000, &c->drain_timeout_ms, err, errlen);
+    if (!strcmp(k, "linger_ms")) return vs__int(key, v, 0, 600000, &c->linger_ms, err, errlen);
+  } else if (!strcmp(s, "curve")) {
+    if (!strcmp(k, "enabled")) return vs__bool(key, v, &c->curve, err, errlen);
+    if (!strcmp(k, "secret_key_file"))
+      return vs__str(key, v, c->curve_secret_file, sizeof c->curve_secret_file, err, errlen);
+    if (!strcmp(k, "allowed_clients"))
+      return vs__str(key, v, c->curve_allow_file, sizeof c->curve_allow_file, err, errlen);
+  } else {
+    snprintf(err, errlen, "unknown section [%s] (known: server, workers, queue, plugins, models, "
+             "defaults, limits, shutdown, curve)", s);
+    return VSPEC_EINVAL;
+  }
+  snprintf(err, errlen, "unknown key '%s' in section [%s]", k, s);
+  return VSPEC_EINVAL;
+}
+
+typedef struct vs__ini_ctx {
+  vs_daemon_config *c;
+  const char *path;
+  char *err;
+  size_t errlen;
+  int rc;
+} vs__ini_ctx;
+
+static int vs__ini_handler(void *user, const char *section, const char *name, const char *value) {
+  vs__ini_ctx *x = user;
+  if (x->rc) return 0;
+  char inner[VSPEC_ERRLEN];
+  int rc = vs_config_set(x->c, section, name, value, inner, sizeof inner);
+  if (rc) {
+    x->rc = rc;
+    snprintf(x->err, x->errlen, "%s: %s", x->path, inner);
+    return 0;
+  }
+  return 1;
+}
+
+int vs_config_load(vs_daemon_config *c, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "cannot open config %s: %s", path, strerror(errno));
+    return VSPEC_ENOENT;
+  }
+  vs__ini_ctx x = {.c = c, .path = path, .err = err, .errlen = errlen};
+  int line = ini_parse_file(f, vs__ini_handler, &x);
+  fclose(f);
+  if (x.rc) {
+    /* inih reports the first failing line. */
+    size_t n = strlen(err);
+    if (line > 0 && n + 16 < errlen) snprintf(err + n, errlen - n, " (line %d)", line);
+    return x.rc;
+  }
+  if (line != 0) {
+    snprintf(err, errlen, "%s: syntax error on line %d", path, line);
+    return VSPEC_EFORMAT;
+  }
+  return VSPEC_OK;
+}
+
+int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t errlen) {
+  const char *dot = strchr(arg, '.'), *eq = strchr(arg, '=');
+  if (!dot || !eq || dot > eq || dot == arg || eq == dot + 1) {
+    snprintf(err, errlen, "--set '%s': expected section.key=value", arg);
+    return VSPEC_EINVAL;
+  }
+  char s[64], k[128];
+  if ((size_t)(dot - arg) >= sizeof s || (size_t)(eq - dot - 1) >= sizeof k) {
+    snprintf(err, errlen, "--set '%s': section or key too long", arg);
+    return VSPEC_EINVAL;
+  }
+  memcpy(s, arg, (size_t)(dot - arg));
+  s[dot - arg] = 0;
+  memcpy(k, dot + 1, (size_t)(eq - dot - 1));
+  k[eq - dot - 1] = 0;
+  return vs_config_set(c, s, k, eq + 1, err, errlen);
+}
+
+int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
+  if (c->n_models == 0) {
+    snprintf(err, errlen, "no models configured ([models] NAME = DIR)");
+    return VSPEC_EINVAL;
+  }
+  if (vs_config_model(c, c->default_model) < 0) {
+    snprintf(err, errlen, "the default model '%s' is not in [models]", c->default_model);
+    return VSPEC_EINVAL;
+  }
+  if (!strcmp(c->endpoint, c->admin_endpoint)) {
+    snprintf(err, errlen, "the admin endpoint must differ from the job endpoint (%s)",
+             c->endpoint);
+    return VSPEC_EINVAL;
+  }
+  if (c->curve && (!*c->curve_secret_file || !*c->curve_allow_file)) {
+    snprintf(err, errlen, "[curve] enabled needs secret_key_file and allowed_clients");
+    return VSPEC_EINVAL;
+  }
+  if (c->max_request_bytes > c->max_message_bytes) {
+    snprintf(err, errlen, "limits.max_request_bytes (%ld) is over limits.max_message_bytes (%ld)",
+             c->max_request_bytes, c->max_message_bytes);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}

@@ -1,0 +1,83 @@
+/*
+ * daemon/config.h - vspecd's configuration: etc/vspecd.conf (INI) plus command-line
+ * overrides.
+ *
+ * Every key has a default, so vspecd runs without a file. Unknown sections and keys are
+ * errors (a typo must not silently fall back to a default). Relative paths are relative to
+ * the working directory (the systemd unit sets WorkingDirectory=). `--set section.key=value`
+ * on the command line goes through the same parser as the file.
+ */
+#ifndef VS_DAEMON_CONFIG_H
+#define VS_DAEMON_CONFIG_H
+
+#include <stddef.h>
+
+#define VS_CONF_MAX_MODELS 16
+#define VS_CONF_PATH 1024
+
+typedef struct vs_model_conf {
+  char name[64];
+  char dir[VS_CONF_PATH];
+} vs_model_conf;
+
+enum { VS_DRAIN_FINISH = 0, VS_DRAIN_CANCEL = 1 };
+
+typedef struct vs_daemon_config {
+  /* [server] */
+  char node[64];              /* name in logs, Accepted and Result events */
+  unsigned node_id;           /* high bits of job ids, so daemons behind one broker differ */
+  char endpoint[256];         /* the job endpoint (ROUTER) */
+  char admin_endpoint[256];   /* the admin endpoint: ipc or loopback */
+  int log_level;              /* VSPEC_LOG_* */
+  /* [workers] */
+  int workers;                /* worker threads, each with its own device context */
+  int threads;                /* compute threads per worker; 0 = cores / workers */
+  /* [queue] */
+  int queue_size;             /* jobs waiting (running ones not counted) */
+  int per_client;             /* jobs (waiting + running) one client may have */
+  int busy_retry_ms;          /* retry hint in a "busy" error */
+  /* [plugins] */
+  char plugin_dir[VS_CONF_PATH];
+  /* [models] */
+  vs_model_conf models[VS_CONF_MAX_MODELS];
+  int n_models;
+  char default_model[64];
+  /* [defaults] */
+  char method[512];           /* when a submit names no method */
+  int preview_every_tokens;   /* 0 = tokens_total / 8, at least 1 */
+  int credit;                 /* when a submit names no credit */
+  int progress_interval_ms;   /* when a submit names none: progress events at most this often */
+  /* [limits] */
+  long max_message_bytes;     /* ZMQ_MAXMSGSIZE of both ROUTERs (per frame) */
+  long max_request_bytes;     /* the protobuf frame of a request */
+  long unpack_budget_bytes;   /* what unpacking one request may allocate */
+  long max_deadline_ms;
+  int max_credit;
+  int max_clients;
+  int heartbeat_ivl_ms;       /* ZMTP heartbeats and idle-client probes */
+  int heartbeat_timeout_ms;
+  /* [shutdown] */
+  int drain;                  /* VS_DRAIN_FINISH or VS_DRAIN_CANCEL for running jobs */
+  int drain_timeout_ms;       /* then running jobs are cancelled anyway */
+  int linger_ms;              /* ZMQ_LINGER at exit: how long final events may take to flush */
+  /* [curve] */
+  int curve;                  /* CURVE on the job endpoint */
+  char curve_secret_file[VS_CONF_PATH]; /* the server's secret key, Z85 */
+  char curve_allow_file[VS_CONF_PATH];  /* allowed client public keys, Z85, one per line */
+} vs_daemon_config;
+
+void vs_config_defaults(vs_daemon_config *c);
+/* Reads an INI file over the current values. Returns 0 or a negative status; the message
+ * names the file, line, section and key. */
+int vs_config_load(vs_daemon_config *c, const char *path, char *err, size_t errlen);
+/* Sets one key ("server", "endpoint", "tcp://...") - the file parser and --set use it. */
+int vs_config_set(vs_daemon_config *c, const char *section, const char *key, const char *value,
+                  char *err, size_t errlen);
+/* "section.key=value" */
+int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t errlen);
+/* Cross-key checks after everything is read (a default model that exists, CURVE files). */
+int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen);
+/* Index of model `name` or -1. */
+int vs_config_model(const vs_daemon_config *c, const char *name);
+
+#endif /* VS_DAEMON_CONFIG_H */

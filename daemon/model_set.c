@@ -1,0 +1,235 @@
+#include "daemon/model_set.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+
+struct vs_model_table {
+  pthread_mutex_t mu;
+  vs_registry *reg;
+  const vspec_host *host;
+  vspec_dev *load_dev;
+  pthread_mutex_t load_mu; /* one load at a time: the load device is single-threaded */
+  int n;
+  struct {
+    char name[64];
+    char dir[VS_CONF_PATH];
+    char error[256];
+    vs_model_set *cur;
+    unsigned last_generation;
+    int retired_alive;
+  } e[VS_CONF_MAX_MODELS];
+  int closing;
+  int sets_alive; /* the table is freed with its last set */
+};
+
+static double vs__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void vs__table_free(vs_model_table *t) {
+  pthread_mutex_destroy(&t->mu);
+  pthread_mutex_destroy(&t->load_mu);
+  free(t);
+}
+
+static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_model_set **out,
+                        char *err, size_t errlen) {
+  double t0 = vs__now();
+  vs_model_set *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  snprintf(s->name, sizeof s->name, "%s", t->e[idx].name);
+  snprintf(s->dir, sizeof s->dir, "%s", t->e[idx].dir);
+  s->generation = generation;
+  s->table = t;
+  atomic_init(&s->refs, 1);
+  pthread_mutex_lock(&t->load_mu);
+  int rc = vs_models_open(t->reg, t->host, t->load_dev, s->dir, VS_ROLE_ALL, &s->models, err,
+                          errlen);
+  if (!rc && s->models->target.info.image_h) {
+    char inner[VSPEC_ERRLEN];
+    if (vs_preview_lut_build(&s->models->target, t->load_dev, &s->lut, inner, sizeof inner))
+      vs_log(VSPEC_LOG_WARN, "models", "%s: no lut/decode previews: %s", s->name, inner);
+  }
+  pthread_mutex_unlock(&t->load_mu);
+  if (rc) {
+    free(s);
+    return rc;
+  }
+  s->load_s = vs__now() - t0;
+  const vspec_model_info *in = &s->models->target.info;
+  vs_log(VSPEC_LOG_INFO, "models",
+         "%s generation %u from %s: %s, grid %dx%d, vocab %d, image %dx%d, draft %s, eagle %s, "
+         "neutral code %d (%.2f s)",
+         s->name, generation, s->dir, in->arch ? in->arch : "?", in->grid_h, in->grid_w,
+         in->vocab, in->image_w, in->image_h, s->models->draft.model ? "yes" : "no",
+         s->models->eagle.model ? "yes" : "no", s->lut.rgb ? s->lut.neutral : -1, s->load_s);
+  pthread_mutex_lock(&t->mu);
+  t->sets_alive++;
+  pthread_mutex_unlock(&t->mu);
+  *out = s;
+  return VSPEC_OK;
+}
+
+int vs_model_table_open(vs_registry *reg, const vspec_host *host, vspec_dev *load_dev,
+                        const vs_daemon_config *cfg, vs_model_table **out, char *err,
+                        size_t errlen) {
+  vs_model_table *t = calloc(1, sizeof *t);
+  if (!t) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_mutex_init(&t->load_mu, NULL);
+  t->reg = reg;
+  t->host = host;
+  t->load_dev = load_dev;
+  t->n = cfg->n_models;
+  int loaded = 0;
+  for (int i = 0; i < t->n; i++) {
+    snprintf(t->e[i].name, sizeof t->e[i].name, "%s", cfg->models[i].name);
+    snprintf(t->e[i].dir, sizeof t->e[i].dir, "%s", cfg->models[i].dir);
+    char inner[VSPEC_ERRLEN];
+    /* A model that does not load is reported (status, submit errors) but does not stop the
+     * daemon: the default fmnist model may simply not be trained yet. */
+    if (vs__set_open(t, i, 1, &t->e[i].cur, inner, sizeof inner)) {
+      snprintf(t->e[i].error, sizeof t->e[i].error, "%s", inner);
+      vs_log(VSPEC_LOG_WARN, "models", "%s: not available: %s", t->e[i].name, inner);
+    } else {
+      t->e[i].last_generation = 1;
+      loaded++;
+    }
+  }
+  if (!loaded) {
+    snprintf(err, errlen, "none of the %d configured models could be loaded (%s: %s)", t->n,
+             t->e[0].name, t->e[0].error);
+    vs_model_table_close(t);
+    return VSPEC_ENOENT;
+  }
+  *out = t;
+  return VSPEC_OK;
+}
+
+static void vs__set_close(vs_model_set *s) {
+  vs_model_table *t = s->table;
+  vs_log(VSPEC_LOG_INFO, "models", "%s generation %u closed", s->name, s->generation);
+  vs_models_close(s->models);
+  vs_preview_lut_free(&s->lut);
+  pthread_mutex_lock(&t->mu);
+  for (int i = 0; i < t->n; i++)
+    if (s->retired && !strcmp(t->e[i].name, s->name)) {
+      t->e[i].retired_alive--;
+      break;
+    }
+  int last = --t->sets_alive == 0 && t->closing;
+  pthread_mutex_unlock(&t->mu);
+  free(s);
+  if (last) vs__table_free(t);
+}
+
+void vs_model_set_release(vs_model_set *s) {
+  if (s && atomic_fetch_sub(&s->refs, 1) == 1) vs__set_close(s);
+}
+
+void vs_model_table_close(vs_model_table *t) {
+  if (!t) return;
+  vs_model_set *drop[VS_CONF_MAX_MODELS];
+  int n = 0;
+  pthread_mutex_lock(&t->mu);
+  t->closing = 1;
+  for (int i = 0; i < t->n; i++) {
+    if (t->e[i].cur) drop[n++] = t->e[i].cur;
+    t->e[i].cur = NULL;
+  }
+  int none = t->sets_alive == 0;
+  pthread_mutex_unlock(&t->mu);
+  for (int i = 0; i < n; i++) vs_model_set_release(drop[i]);
+  if (none) vs__table_free(t);
+}
+
+vs_model_set *vs_model_table_acquire(vs_model_table *t, const char *name, char *err,
+                                     size_t errlen) {
+  pthread_mutex_lock(&t->mu);
+  for (int i = 0; i < t->n; i++) {
+    if (strcmp(t->e[i].name, name)) continue;
+    vs_model_set *s = t->e[i].cur;
+    if (s) atomic_fetch_add(&s->refs, 1);
+    else snprintf(err, errlen, "model '%s' is configured but failed to load: %s", name,
+                  t->e[i].error);
+    pthread_mutex_unlock(&t->mu);
+    return s;
+  }
+  size_t o = (size_t)snprintf(err, errlen, "unknown model '%s'; this daemon serves:", name);
+  for (int i = 0; i < t->n && o < errlen; i++)
+    if (t->e[i].cur) o += (size_t)snprintf(err + o, errlen - o, " %s", t->e[i].name);
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+static int vs__uses_backend(const vs_model_set *s, const char *backend) {
+  const vs_backend_model *b[] = {&s->models->target, &s->models->draft, &s->models->eagle};
+  for (int i = 0; i < 3; i++)
+    if (b[i]->model && !strcmp(vs_plugin_name(b[i]->plugin), backend)) return 1;
+  return 0;
+}
+
+int vs_model_table_reload_backend(vs_model_table *t, const char *backend, char names[][64],
+                                  int max, char *err, size_t errlen) {
+  int count = 0;
+  for (int i = 0; i < t->n; i++) {
+    pthread_mutex_lock(&t->mu);
+    vs_model_set *old = t->e[i].cur;
+    int use = old ? vs__uses_backend(old, backend) : 0;
+    unsigned gen = t->e[i].last_generation + 1;
+    pthread_mutex_unlock(&t->mu);
+    if (!use) continue;
+    vs_model_set *s;
+    int rc = vs__set_open(t, i, gen, &s, err, errlen);
+    if (rc) return rc; /* the old set stays current */
+    pthread_mutex_lock(&t->mu);
+    old = t->e[i].cur;
+    t->e[i].cur = s;
+    t->e[i].last_generation = gen;
+    if (old) {
+      old->retired = 1;
+      t->e[i].retired_alive++;
+    }
+    pthread_mutex_unlock(&t->mu);
+    vs_model_set_release(old);
+    if (count < max) snprintf(names[count], 64, "%s", t->e[i].name);
+    count++;
+  }
+  return count;
+}
+
+int vs_model_table_status(vs_model_table *t, vs_model_status *out, int max) {
+  pthread_mutex_lock(&t->mu);
+  int n = t->n < max ? t->n : max;
+  for (int i = 0; i < n; i++) {
+    vs_model_status *o = &out[i];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", t->e[i].name);
+    snprintf(o->dir, sizeof o->dir, "%s", t->e[i].dir);
+    snprintf(o->error, sizeof o->error, "%s", t->e[i].error);
+    o->retired_alive = t->e[i].retired_alive;
+    vs_model_set *s = t->e[i].cur;
+    if (s) {
+      o->loaded = 1;
+      o->generation = s->generation;
+      o->jobs = atomic_load(&s->refs) - 1;
+      o->info = s->models->target.info;
+      o->has_draft = s->models->draft.model != NULL;
+      o->has_eagle = s->models->eagle.model != NULL;
+    }
+  }
+  pthread_mutex_unlock(&t->mu);
+  return n;
+}

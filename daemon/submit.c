@@ -1,0 +1,264 @@
+#include "daemon/submit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/engine.h"
+#include "core/method.h"
+#include "core/params.h"
+
+static int vs__plugin_name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 63) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_')) return 0;
+  return 1;
+}
+
+/* Printable ASCII without the characters the method syntax uses as separators. */
+static int vs__params_text_ok(const char *s) {
+  for (; *s; s++)
+    if (*s < 0x21 || *s > 0x7e || *s == '@' || *s == ';' || *s == ':') return 0;
+  return 1;
+}
+
+static int vs__printable(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f) return 0;
+  return 1;
+}
+
+/* Creates and destroys one instance of plugin (kind, name) with `params`. */
+static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, const char *params,
+                          char *err, size_t errlen) {
+  vs_plugin *p = NULL;
+  char inner[VSPEC_ERRLEN] = "";
+  int rc = vs_registry_acquire(c->reg, kind, name, &p, inner, sizeof inner);
+  if (rc) {
+    snprintf(err, errlen, "%s '%s' is not available: %s",
+             kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule" : "scheduler", name, inner);
+    return rc;
+  }
+  vspec_params *pp = NULL;
+  rc = vs_params_parse(params, &pp, inner, sizeof inner);
+  if (!rc) {
+    if (kind == VSPEC_PLUGIN_ACCEPT) {
+      const vspec_accept_vtable *vt = vs_plugin_vtable(p);
+      vspec_rule *r = NULL;
+      rc = vt->create(c->host, pp, &r, inner, sizeof inner);
+      if (!rc) vt->destroy(r);
+    } else {
+      const vspec_sched_vtable *vt = vs_plugin_vtable(p);
+      vspec_sched *s = NULL;
+      rc = vt->create(c->host, pp, &s, inner, sizeof inner);
+      if (!rc) vt->destroy(s);
+    }
+  }
+  vs_params_free(pp);
+  vs_plugin_release(p);
+  if (rc)
+    snprintf(err, errlen, "%s '%s': %s", kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule" :
+             "scheduler", name, inner);
+  return rc;
+}
+
+static double vs__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define VS_FAIL(c_, ...)                     \
+  do {                                       \
+    *code = (c_);                            \
+    snprintf(err, errlen, __VA_ARGS__);      \
+    goto fail;                               \
+  } while (0)
+
+vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const vs_wire_msg *m,
+                         uint64_t id, int *code, char *err, size_t errlen) {
+  const Vspec__Submit *s = r->submit;
+  const vs_daemon_config *cfg = c->cfg;
+  const int INVALID = VSPEC__ERROR_CODE__ERR_INVALID;
+  vs_djob *j = NULL;
+  vs_model_set *set = NULL;
+  char inner[VSPEC_ERRLEN];
+
+  const char *model = s->model && *s->model ? s->model : cfg->default_model;
+  if (strlen(model) > 63) VS_FAIL(INVALID, "model: name longer than 63 characters");
+  set = vs_model_table_acquire(c->models, model, inner, sizeof inner);
+  if (!set) VS_FAIL(INVALID, "model: %s", inner);
+  const vspec_model_info *in = &set->models->target.info;
+  int has_draft = set->models->draft.model != NULL, has_eagle = set->models->eagle.model != NULL;
+
+  /* ---- the method ---- */
+  char method[1100], rule[64] = "", sched[64] = "";
+  const char *draft = s->draft && *s->draft ? s->draft : NULL;
+  if (draft && strcmp(draft, "auto") && strcmp(draft, "model") && strcmp(draft, "head"))
+    VS_FAIL(INVALID, "draft: '%.40s' is not auto, model or head", draft);
+  if (s->method && *s->method) {
+    if (s->accept || s->sched || s->accept_params || s->sched_params || draft)
+      VS_FAIL(INVALID, "method: give either a complete method or accept/sched/draft, not both");
+    if (strlen(s->method) > 1000) VS_FAIL(INVALID, "method: longer than 1000 characters");
+    snprintf(method, sizeof method, "%s", s->method);
+  } else if (s->accept && *s->accept) {
+    const char *sn = s->sched && *s->sched ? s->sched : "standard";
+    const char *ap = s->accept_params ? s->accept_params : "";
+    const char *sp = s->sched_params ? s->sched_params : "";
+    if (!vs__plugin_name_ok(s->accept))
+      VS_FAIL(INVALID, "accept: '%.64s' is not a plugin name ([a-z0-9_], 1-63)", s->accept);
+    if (!vs__plugin_name_ok(sn))
+      VS_FAIL(INVALID, "sched: '%.64s' is not a plugin name ([a-z0-9_], 1-63)", sn);
+    if (strlen(ap) > 400 || !vs__params_text_ok(ap))
+      VS_FAIL(INVALID, "accept_params: use key=value[,key=value] (at most 400 characters)");
+    if (strlen(sp) > 400 || !vs__params_text_ok(sp))
+      VS_FAIL(INVALID, "sched_params: use key=value[,key=value] (at most 400 characters)");
+    char spx[512];
+    int has_drafter = strstr(sp, "drafter=") != NULL;
+    snprintf(spx, sizeof spx, "%s%s%s%s", sp, draft && !has_drafter && *sp ? "," : "",
+             draft && !has_drafter ? "drafter=" : "", draft && !has_drafter ? draft : "");
+    snprintf(method, sizeof method, "sd:%s%s%s@%s%s%s", s->accept, *ap ? ":" : "", ap, sn,
+             *spx ? ":" : "", spx);
+  } else if (s->sched || s->sched_params || s->accept_params || draft) {
+    VS_FAIL(INVALID, "sched/draft/params given without an acceptance rule (accept)");
+  } else {
+    snprintf(method, sizeof method, "%s", cfg->method);
+  }
+  vs_method me;
+  if (vs_method_parse(method, &me, inner, sizeof inner)) VS_FAIL(INVALID, "method: %s", inner);
+  if (me.kind == VS_METHOD_SD) {
+    if (!vs__plugin_name_ok(me.rule) || !vs__plugin_name_ok(me.sched))
+      VS_FAIL(INVALID, "method: plugin names are [a-z0-9_]");
+    if (!has_draft && !has_eagle)
+      VS_FAIL(INVALID, "method %s: model '%s' has no drafter (no draft model, no eagle head); "
+              "use ar", me.text, model);
+    if ((draft && !strcmp(draft, "model") && !has_draft) ||
+        (strstr(me.sched_params, "drafter=model") && !has_draft))
+      VS_FAIL(INVALID, "draft: model '%s' has no draft model", model);
+    if ((draft && !strcmp(draft, "head") && !has_eagle) ||
+        (strstr(me.sched_params, "drafter=head") && !has_eagle))
+      VS_FAIL(INVALID, "draft: model '%s' has no eagle head", model);
+    if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me.rule, me.rule_params, inner, sizeof inner) ||
+        vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me.sched, me.sched_params, inner, sizeof inner))
+      VS_FAIL(INVALID, "%s", inner);
+    snprintf(rule, sizeof rule, "%s", me.rule);
+    snprintf(sched, sizeof sched, "%s", me.sched);
+  }
+
+  /* ---- condition ---- */
+  int32_t class_label = s->has_class_label ? s->class_label : 0;
+  const float *caption = NULL;
+  const uint8_t *mask = NULL;
+  if (in->num_classes > 0) {
+    if (class_label < 0 || class_label >= in->num_classes)
+      VS_FAIL(INVALID, "class_label: %d is out of range: model '%s' has classes 0..%d",
+              class_label, model, in->num_classes - 1);
+    if (s->has_caption_len || s->has_caption_dim)
+      VS_FAIL(INVALID, "caption: model '%s' is class-conditional", model);
+  }
+  if (in->caption_len > 0) {
+    if (!s->has_caption_len || !s->has_caption_dim || (int)s->caption_len != in->caption_len ||
+        (int)s->caption_dim != in->caption_dim)
+      VS_FAIL(INVALID, "caption: model '%s' needs caption_len %d and caption_dim %d", model,
+              in->caption_len, in->caption_dim);
+    int bi = vs_wire_find_blob(r->blobs, r->n_blobs, VSPEC__BLOB_KIND__BLOB_CAPTION_F32LE);
+    size_t want = (size_t)in->caption_len * in->caption_dim * sizeof(float);
+    if (bi < 0) VS_FAIL(INVALID, "caption: no caption blob frame (float32 [%d, %d])",
+                        in->caption_len, in->caption_dim);
+    if (zmq_msg_size((zmq_msg_t *)&m->blobs[bi]) != want)
+      VS_FAIL(INVALID, "caption: blob has %zu bytes, the model needs %zu",
+              zmq_msg_size((zmq_msg_t *)&m->blobs[bi]), want);
+    caption = zmq_msg_data((zmq_msg_t *)&m->blobs[bi]);
+    int mi = vs_wire_find_blob(r->blobs, r->n_blobs, VSPEC__BLOB_KIND__BLOB_CAPTION_MASK_U8);
+    if (mi >= 0) {
+      if (zmq_msg_size((zmq_msg_t *)&m->blobs[mi]) != (size_t)in->caption_len)
+        VS_FAIL(INVALID, "caption mask: blob has %zu bytes, the model needs %d",
+                zmq_msg_size((zmq_msg_t *)&m->blobs[mi]), in->caption_len);
+      mask = zmq_msg_data((zmq_msg_t *)&m->blobs[mi]);
+    }
+  }
+
+  /* ---- sampling: merged with the model's defaults and checked as the engine will ---- */
+  vs_sampling smp = set->models->defaults;
+  unsigned set_mask = 0;
+  if (s->has_temperature) smp.temperature = s->temperature, set_mask |= VS_SET_TEMPERATURE;
+  if (s->has_top_k) smp.top_k = s->top_k, set_mask |= VS_SET_TOP_K;
+  if (s->has_top_p) smp.top_p = s->top_p, set_mask |= VS_SET_TOP_P;
+  if (s->has_cfg_scale) smp.cfg_scale = s->cfg_scale, set_mask |= VS_SET_CFG;
+  if (s->has_cfg_interval) smp.cfg_interval = s->cfg_interval, set_mask |= VS_SET_CFG_INTERVAL;
+  if (vs_sampling_validate(&smp, in->vocab, inner, sizeof inner)) VS_FAIL(INVALID, "%s", inner);
+
+  /* ---- delivery ---- */
+  int kind = s->has_preview ? (int)s->preview : VSPEC__PREVIEW_KIND__PREVIEW_NONE;
+  if (kind < VSPEC__PREVIEW_KIND__PREVIEW_NONE || kind > VSPEC__PREVIEW_KIND__PREVIEW_DECODE)
+    VS_FAIL(INVALID, "preview: kind %d is not none(0), tokens(1), lut(2) or decode(3)", kind);
+  if (kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && !set->lut.rgb)
+    VS_FAIL(INVALID, "preview: model '%s' has no image decoder for lut/decode previews", model);
+  int total = in->grid_h * in->grid_w;
+  if (s->has_preview_every_tokens && (int64_t)s->preview_every_tokens > total)
+    VS_FAIL(INVALID, "preview_every_tokens: %u is more than the %d tokens of an image",
+            s->preview_every_tokens, total);
+  if (s->has_preview_every_rounds && s->preview_every_rounds > 1000000)
+    VS_FAIL(INVALID, "preview_every_rounds: %u is over 1000000", s->preview_every_rounds);
+  int credit = s->has_credit ? (int)s->credit : cfg->credit;
+  if (s->has_credit && (s->credit < 1 || (int64_t)s->credit > cfg->max_credit))
+    VS_FAIL(INVALID, "credit: %u is out of range: allowed 1..%d", s->credit, cfg->max_credit);
+  if (s->has_deadline_ms && (int64_t)s->deadline_ms > cfg->max_deadline_ms)
+    VS_FAIL(INVALID, "deadline_ms: %u is over the limit of %ld", s->deadline_ms,
+            cfg->max_deadline_ms);
+  if (s->has_progress_interval_ms && s->progress_interval_ms > 60000)
+    VS_FAIL(INVALID, "progress_interval_ms: %u is over 60000", s->progress_interval_ms);
+  int priority = s->has_priority ? s->priority : 0;
+  if (priority < -10 || priority > 10)
+    VS_FAIL(INVALID, "priority: %d is out of range: allowed -10..10", priority);
+  if (s->tag && (strlen(s->tag) > 63 || !vs__printable(s->tag)))
+    VS_FAIL(INVALID, "tag: at most 63 printable characters");
+
+  j = vs_djob_new(id, total);
+  if (!j) VS_FAIL(VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
+  snprintf(j->model, sizeof j->model, "%s", model);
+  snprintf(j->method, sizeof j->method, "%s", me.text);
+  snprintf(j->rule_name, sizeof j->rule_name, "%s", rule);
+  snprintf(j->sched_name, sizeof j->sched_name, "%s", sched);
+  snprintf(j->tag, sizeof j->tag, "%s", s->tag ? s->tag : "");
+  j->class_label = class_label;
+  if (caption) {
+    size_t cb = (size_t)in->caption_len * in->caption_dim * sizeof(float);
+    j->caption = malloc(cb);
+    j->caption_mask = malloc((size_t)in->caption_len);
+    if (!j->caption || !j->caption_mask) VS_FAIL(VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
+    memcpy(j->caption, caption, cb);
+    for (size_t i = 0; i < cb / sizeof(float); i++)
+      if (!isfinite(j->caption[i])) VS_FAIL(INVALID, "caption: value %zu is not finite", i);
+    if (mask) memcpy(j->caption_mask, mask, (size_t)in->caption_len);
+    else memset(j->caption_mask, 1, (size_t)in->caption_len);
+    j->caption_len = in->caption_len;
+    j->caption_dim = in->caption_dim;
+  }
+  j->seed = s->has_seed ? s->seed : 0;
+  j->sampling = smp;
+  j->sampling_set = set_mask;
+  j->preview_kind = kind;
+  j->preview_every_tokens = s->has_preview_every_tokens ? (int)s->preview_every_tokens : 0;
+  if (!j->preview_every_tokens && cfg->preview_every_tokens)
+    j->preview_every_tokens = cfg->preview_every_tokens < total ? cfg->preview_every_tokens : total;
+  j->preview_every_rounds = s->has_preview_every_rounds ? (int)s->preview_every_rounds : 0;
+  j->progress = s->has_progress ? s->progress : 1;
+  j->progress_interval =
+      (s->has_progress_interval_ms ? (double)s->progress_interval_ms : cfg->progress_interval_ms) /
+      1000.0;
+  j->priority = priority;
+  j->submitted_at = vs__now();
+  j->deadline = s->has_deadline_ms && s->deadline_ms ? j->submitted_at + s->deadline_ms / 1000.0 : 0;
+  j->lp.credit = credit;
+  j->lp.request_id = r->has_request_id ? r->request_id : 0;
+  vs_model_set_release(set);
+  return j;
+fail:
+  vs_model_set_release(set);
+  if (j) vs_djob_release(j);
+  return NULL;
+}

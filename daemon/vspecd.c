@@ -1,0 +1,138 @@
+/*
+ * vspecd - the vspec job daemon.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "daemon/config.h"
+#include "daemon/server.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vspecd [options]\n"
+          "\n"
+          "Serves image-generation jobs over ZeroMQ (proto/vspec.proto). Configuration comes\n"
+          "from the built-in defaults, then the file given with -c, then the options below.\n"
+          "SIGTERM or SIGINT drains: no new jobs, waiting jobs refused, running jobs finished\n"
+          "(or cancelled, per [shutdown] drain), then a clean exit; a second signal cancels.\n"
+          "\n"
+          "  -c, --config FILE        INI configuration (see etc/vspecd.conf)\n"
+          "      --set S.K=V          set key K of section S, e.g. --set queue.size=8\n"
+          "      --endpoint EP        job endpoint (server.endpoint, default tcp://127.0.0.1:5555)\n"
+          "      --admin EP           admin endpoint (server.admin_endpoint,\n"
+          "                           default ipc:///tmp/vspecd-admin.sock)\n"
+          "      --workers N          worker threads (workers.count, default 1)\n"
+          "      --threads N          compute threads per worker (workers.threads, 0 = auto)\n"
+          "      --plugins DIR        plugin directory (plugins.dir, default build/plugins)\n"
+          "      --model NAME=DIR     serve the model directory DIR as NAME ([models])\n"
+          "      --default-model NAME the model of jobs that name none (models.default)\n"
+          "      --node NAME          this daemon's name in events and logs (server.node)\n"
+          "      --node-id N          job-id prefix, distinct per daemon behind a broker\n"
+          "      --log-level L        error, warn, info (default) or debug\n"
+          "      --check              check the configuration and exit\n"
+          "  -h, --help               this text\n"
+          "\n"
+          "exit status: 0 clean shutdown, 1 runtime failure, 2 bad configuration or usage\n");
+}
+
+int main(int argc, char **argv) {
+  vs_daemon_config cfg;
+  vs_config_defaults(&cfg);
+  enum { O_SET = 256, O_EP, O_ADMIN, O_WORKERS, O_THREADS, O_PLUGINS, O_MODEL, O_DEFMODEL,
+         O_NODE, O_NODEID, O_LOG, O_CHECK };
+  static const struct option opts[] = {
+      {"config", required_argument, 0, 'c'},    {"set", required_argument, 0, O_SET},
+      {"endpoint", required_argument, 0, O_EP}, {"admin", required_argument, 0, O_ADMIN},
+      {"workers", required_argument, 0, O_WORKERS}, {"threads", required_argument, 0, O_THREADS},
+      {"plugins", required_argument, 0, O_PLUGINS}, {"model", required_argument, 0, O_MODEL},
+      {"default-model", required_argument, 0, O_DEFMODEL},
+      {"node", required_argument, 0, O_NODE},   {"node-id", required_argument, 0, O_NODEID},
+      {"log-level", required_argument, 0, O_LOG}, {"check", no_argument, 0, O_CHECK},
+      {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+  /* Two passes: the file first, then every override in command-line order. */
+  const char *config = NULL;
+  int check = 0, c;
+  while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+    if (c == 'c') config = optarg;
+    else if (c == 'h') {
+      usage(stdout);
+      return 0;
+    } else if (c == O_CHECK) check = 1;
+    else if (c == '?') {
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "vspecd: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  char err[1024];
+  if (config && vs_config_load(&cfg, config, err, sizeof err)) {
+    fprintf(stderr, "vspecd: %s\n", err);
+    return 2;
+  }
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+    int rc = 0;
+    const char *s = NULL, *k = NULL;
+    switch (c) {
+      case O_SET: rc = vs_config_set_arg(&cfg, optarg, err, sizeof err); break;
+      case O_EP: s = "server", k = "endpoint"; break;
+      case O_ADMIN: s = "server", k = "admin_endpoint"; break;
+      case O_WORKERS: s = "workers", k = "count"; break;
+      case O_THREADS: s = "workers", k = "threads"; break;
+      case O_PLUGINS: s = "plugins", k = "dir"; break;
+      case O_DEFMODEL: s = "models", k = "default"; break;
+      case O_NODE: s = "server", k = "node"; break;
+      case O_NODEID: s = "server", k = "node_id"; break;
+      case O_LOG: s = "server", k = "log_level"; break;
+      case O_MODEL: {
+        char name[128];
+        const char *eq = strchr(optarg, '=');
+        if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof name) {
+          snprintf(err, sizeof err, "--model '%s': expected NAME=DIR", optarg);
+          rc = -1;
+          break;
+        }
+        memcpy(name, optarg, (size_t)(eq - optarg));
+        name[eq - optarg] = 0;
+        rc = vs_config_set(&cfg, "models", name, eq + 1, err, sizeof err);
+        break;
+      }
+      default: break;
+    }
+    if (!rc && s) rc = vs_config_set(&cfg, s, k, optarg, err, sizeof err);
+    if (rc) {
+      fprintf(stderr, "vspecd: %s\n", err);
+      return 2;
+    }
+  }
+  if (vs_config_check(&cfg, err, sizeof err)) {
+    fprintf(stderr, "vspecd: %s\n", err);
+    return 2;
+  }
+  if (check) {
+    printf("vspecd: configuration OK (%d model(s), %d worker(s), jobs on %s, admin on %s)\n",
+           cfg.n_models, cfg.workers, cfg.endpoint, cfg.admin_endpoint);
+    return 0;
+  }
+  vs_log_set_level(cfg.log_level);
+  /* libzmq sends with MSG_NOSIGNAL, but a plugin writing to a closed pipe must not kill us. */
+  signal(SIGPIPE, SIG_IGN);
+  vs_server *srv;
+  if (vs_server_open(&cfg, &srv, err, sizeof err)) {
+    vs_log(VSPEC_LOG_ERROR, "vspecd", "%s", err);
+    return 1;
+  }
+  vs_log(VSPEC_LOG_INFO, "vspecd", "ready (pid %ld)", (long)getpid());
+  int rc = vs_server_run(srv);
+  vs_server_close(srv);
+  vs_log(VSPEC_LOG_INFO, "vspecd", "exit %d", rc);
+  return rc;
+}

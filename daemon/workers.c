@@ -1,0 +1,363 @@
+#include "daemon/workers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/log.h"
+#include "core/method.h"
+#include "core/png_write.h"
+#include "kernels/vs_kernels.h"
+#include "proto/vspec.pb-c.h"
+
+typedef struct vs_worker {
+  int index;
+  pthread_t thread;
+  int started;
+  vspec_dev *dev;
+  struct vs_workers *pool;
+  _Atomic uint64_t job_id;
+  atomic_int tokens_done, tokens_total;
+  _Atomic uint64_t jobs_done;
+} vs_worker;
+
+struct vs_workers {
+  vs_workers_config cfg;
+  int n;
+  vs_worker *w;
+};
+
+/* What the round callback needs. */
+typedef struct vs__run {
+  vs_worker *w;
+  vs_djob *j;
+  vs_model_set *set;
+  int total;
+  double t0;
+  int last_preview_tokens;
+  int64_t last_preview_round;
+  int every_tokens, every_rounds;
+  uint8_t *rgb;    /* [image_h, image_w, 3] preview scratch */
+  int32_t *grid;   /* partial grid for decode previews */
+  double preview_s;
+  int previews;
+} vs__run;
+
+static double vs__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void vs__preview(vs__run *r, const vs_round_info *info) {
+  vs_djob *j = r->j;
+  const vs_backend_model *t = &r->set->models->target;
+  const vspec_model_info *in = &t->info;
+  double t0 = vs__now();
+  char err[VSPEC_ERRLEN];
+  if (j->preview_kind == VSPEC__PREVIEW_KIND__PREVIEW_LUT) {
+    vs_preview_render_lut(&r->set->lut, in, info->tokens, info->n_tokens, r->rgb);
+  } else if (vs_preview_render_decode(&r->set->lut, t, r->w->dev, info->tokens, info->n_tokens,
+                                      r->grid, r->rgb, err, sizeof err)) {
+    vs_log(VSPEC_LOG_WARN, "worker", "job %llu: preview decode failed: %s",
+           (unsigned long long)j->id, err);
+    return;
+  }
+  uint8_t *png = NULL;
+  size_t len = 0;
+  if (vs_png_encode(r->rgb, in->image_w, in->image_h, NULL, 0, &png, &len, err, sizeof err)) {
+    vs_log(VSPEC_LOG_WARN, "worker", "job %llu: preview PNG: %s", (unsigned long long)j->id, err);
+    return;
+  }
+  pthread_mutex_lock(&j->mu);
+  free(j->sh.preview_png); /* newest wins: the client had not taken the previous one */
+  j->sh.preview_png = png;
+  j->sh.preview_len = len;
+  j->sh.preview_round = info->round;
+  j->sh.preview_tokens = info->n_tokens;
+  j->sh.preview_w = in->image_w;
+  j->sh.preview_h = in->image_h;
+  pthread_mutex_unlock(&j->mu);
+  r->preview_s += vs__now() - t0;
+  r->previews++;
+}
+
+static void vs__on_round(void *user, const vs_round_info *info) {
+  vs__run *r = user;
+  vs_djob *j = r->j;
+  int n = info->n_tokens < r->total ? info->n_tokens : r->total;
+  pthread_mutex_lock(&j->mu);
+  memcpy(j->sh.tokens, info->tokens, (size_t)n * sizeof(int32_t));
+  if (info->status) memcpy(j->sh.status, info->status, (size_t)n);
+  if (j->sh.dirty) j->sh.coalesced++;
+  j->sh.dirty = 1;
+  j->sh.n_tokens = n;
+  j->sh.round = info->round;
+  j->sh.tpf = vs_metrics_tpf(info->metrics);
+  j->sh.mal = vs_metrics_mal(info->metrics);
+  j->sh.accept_rate = vs_metrics_accept_rate(info->metrics);
+  j->sh.elapsed_s = vs__now() - r->t0;
+  pthread_mutex_unlock(&j->mu);
+  atomic_store(&r->w->tokens_done, n);
+  if (j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r->rgb && n < r->total) {
+    int due = r->every_rounds > 0 ? info->round - r->last_preview_round >= r->every_rounds
+                                   : n - r->last_preview_tokens >= r->every_tokens;
+    if (due) {
+      vs__preview(r, info);
+      r->last_preview_tokens = n;
+      r->last_preview_round = info->round;
+    }
+  }
+  r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
+}
+
+/* "name version (generation g)" of the current generation of a plugin. */
+static void vs__plugin_version(vs_registry *reg, int kind, const char *name, vs_plugin **held,
+                               char *out, size_t cap) {
+  char err[VSPEC_ERRLEN];
+  *held = NULL;
+  if (vs_registry_acquire(reg, kind, name, held, err, sizeof err)) {
+    snprintf(out, cap, "%s (not loaded)", name);
+    return;
+  }
+  snprintf(out, cap, "%s %s (generation %u)", name, vs_plugin_version(*held),
+           vs_plugin_generation(*held));
+}
+
+static void vs__run_job(vs_worker *w, vs_djob *j) {
+  vs_workers *pool = w->pool;
+  double started = vs__now();
+  vs__run r = {.w = w, .j = j, .t0 = started};
+  vs_djob_stats st;
+  memset(&st, 0, sizeof st);
+  st.queue_s = started - j->submitted_at;
+  int rc = VSPEC_OK;
+  char err[VSPEC_ERRLEN] = "";
+  int32_t *tokens = NULL;
+  uint8_t *status = NULL, *rgb = NULL, *png = NULL;
+  size_t png_len = 0;
+  char desc[512] = "";
+  vs_plugin *rule_p = NULL, *sched_p = NULL;
+  vs_metrics mt;
+  memset(&mt, 0, sizeof mt);
+
+  pthread_mutex_lock(&j->mu);
+  j->sh.started = 1;
+  j->sh.started_at = started;
+  pthread_mutex_unlock(&j->mu);
+  atomic_store(&w->job_id, j->id);
+  atomic_store(&w->tokens_done, 0);
+  atomic_store(&w->tokens_total, j->tokens_total);
+  char who[40];
+  snprintf(who, sizeof who, "job %llu", (unsigned long long)j->id);
+  vs_log(VSPEC_LOG_INFO, who, "started on worker %d after %.3f s in the queue", w->index,
+         st.queue_s);
+
+  if (atomic_load(&j->cancel)) {
+    rc = VSPEC_ECANCELED;
+    snprintf(err, sizeof err, "job cancelled before it started");
+    goto finish;
+  }
+  r.set = vs_model_table_acquire(pool->cfg.models, j->model, err, sizeof err);
+  if (!r.set) {
+    rc = VSPEC_ENOENT;
+    goto finish;
+  }
+  st.model_generation = r.set->generation;
+  const vs_backend_model *t = &r.set->models->target;
+  r.total = t->info.grid_h * t->info.grid_w;
+  if (r.total != j->tokens_total) {
+    rc = VSPEC_EINVAL;
+    snprintf(err, sizeof err, "model '%s' was reloaded with a %dx%d grid after this job was "
+             "accepted; submit again", j->model, t->info.grid_h, t->info.grid_w);
+    goto finish;
+  }
+  vs_job job = {.method = j->method, .class_label = j->class_label, .caption = j->caption,
+                .caption_mask = j->caption_mask, .seed = j->seed,
+                .sampling = r.set->models->defaults, .on_round = vs__on_round, .user = &r,
+                .cancel = &j->cancel};
+  if (j->sampling_set & VS_SET_TEMPERATURE) job.sampling.temperature = j->sampling.temperature;
+  if (j->sampling_set & VS_SET_TOP_K) job.sampling.top_k = j->sampling.top_k;
+  if (j->sampling_set & VS_SET_TOP_P) job.sampling.top_p = j->sampling.top_p;
+  if (j->sampling_set & VS_SET_CFG) job.sampling.cfg_scale = j->sampling.cfg_scale;
+  if (j->sampling_set & VS_SET_CFG_INTERVAL) job.sampling.cfg_interval = j->sampling.cfg_interval;
+  tokens = calloc((size_t)r.total, sizeof *tokens);
+  status = calloc((size_t)r.total, 1);
+  size_t px = (size_t)t->info.image_h * t->info.image_w;
+  if (px) rgb = malloc(px * 3);
+  if (j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r.set->lut.rgb && px) {
+    r.rgb = malloc(px * 3);
+    r.grid = malloc((size_t)r.total * sizeof *r.grid);
+  }
+  if (!tokens || !status || (px && !rgb)) {
+    rc = VSPEC_ENOMEM;
+    snprintf(err, sizeof err, "out of memory");
+    goto finish;
+  }
+  job.status = status;
+  r.every_tokens = j->preview_every_tokens > 0 ? j->preview_every_tokens : r.total / 8;
+  if (r.every_tokens < 1) r.every_tokens = 1;
+  r.every_rounds = j->preview_every_rounds;
+  if (*j->rule_name) {
+    vs__plugin_version(pool->cfg.reg, VSPEC_PLUGIN_ACCEPT, j->rule_name, &rule_p,
+                       st.rule_version, sizeof st.rule_version);
+    vs__plugin_version(pool->cfg.reg, VSPEC_PLUGIN_SCHED, j->sched_name, &sched_p,
+                       st.sched_version, sizeof st.sched_version);
+  }
+  rc = vs_generate(r.set->models, w->dev, &job, tokens, &mt, err, sizeof err);
+  st.generate_s = vs__now() - started;
+  vs_job_describe(&job, r.set->models->name, desc, sizeof desc);
+  if (!rc && !px) {
+    rc = VSPEC_ENOTSUP;
+    snprintf(err, sizeof err, "model '%s' has no image decoder", j->model);
+  }
+  if (!rc) {
+    double d0 = vs__now();
+    char inner[VSPEC_ERRLEN] = "";
+    rc = t->vt->decode(t->model, w->dev, tokens, rgb, inner, sizeof inner);
+    if (rc) {
+      snprintf(err, sizeof err, "decode: %s", inner);
+    } else {
+      vs_png_text text[] = {{"vspec", desc}, {"Software", "vspecd"}};
+      rc = vs_png_encode(rgb, t->info.image_w, t->info.image_h, text, 2, &png, &png_len, err,
+                         sizeof err);
+    }
+    st.decode_s = vs__now() - d0;
+  }
+
+finish:
+  st.tokens = mt.tokens;
+  st.target_forwards = mt.target_forwards;
+  st.rounds = mt.rounds;
+  st.drafted = mt.drafted;
+  st.accepted = mt.accepted;
+  st.skipped_rounds = mt.skipped_rounds;
+  st.unverified = mt.unverified_tokens;
+  st.tpf = vs_metrics_tpf(&mt);
+  st.mal = vs_metrics_mal(&mt);
+  st.accept_rate = vs_metrics_accept_rate(&mt);
+  st.preview_s = r.preview_s;
+  st.previews = r.previews;
+  vs_plugin_release(rule_p);
+  vs_plugin_release(sched_p);
+  pthread_mutex_lock(&j->mu);
+  j->sh.finished = 1;
+  j->sh.rc = rc;
+  snprintf(j->sh.error, sizeof j->sh.error, "%s", err);
+  j->sh.png = png;
+  j->sh.png_len = png_len;
+  if (tokens && r.total == j->tokens_total) {
+    memcpy(j->sh.tokens, tokens, (size_t)r.total * sizeof *tokens);
+    memcpy(j->sh.status, status, (size_t)r.total);
+    j->sh.n_tokens = (int)mt.tokens < r.total ? (int)mt.tokens : r.total;
+  }
+  if (r.set) {
+    const vspec_model_info *in = &r.set->models->target.info;
+    j->sh.width = in->image_w;
+    j->sh.height = in->image_h;
+    j->sh.grid_h = in->grid_h;
+    j->sh.grid_w = in->grid_w;
+  }
+  snprintf(j->sh.describe, sizeof j->sh.describe, "%s", desc);
+  j->sh.stats = st;
+  pthread_mutex_unlock(&j->mu);
+  /* The loop can send the result while this thread cleans up. */
+  pool->cfg.post(j, pool->cfg.post_user);
+  if (rc)
+    vs_log(rc == VSPEC_ECANCELED ? VSPEC_LOG_INFO : VSPEC_LOG_WARN, who, "failed: %s", err);
+  else
+    vs_log(VSPEC_LOG_INFO, who,
+           "done on worker %d: %lld tokens, %lld target forwards, TPF %.3f, MAL %.3f, "
+           "%.3f s (+%.3f s decode, %d previews %.3f s)",
+           w->index, (long long)mt.tokens,
+           (long long)mt.target_forwards, st.tpf, st.mal, st.generate_s, st.decode_s,
+           st.previews, st.preview_s);
+  free(tokens);
+  free(status);
+  free(rgb);
+  free(r.rgb);
+  free(r.grid);
+  vs_model_set_release(r.set);
+  atomic_store(&w->job_id, 0);
+  atomic_fetch_add(&w->jobs_done, 1);
+}
+
+static void *vs__worker_main(void *arg) {
+  vs_worker *w = arg;
+  for (;;) {
+    vs_djob *j = vs_job_queue_pop(w->pool->cfg.queue);
+    if (!j) break;
+    vs__run_job(w, j); /* posts the finished job to the loop */
+    vs_job_queue_done(w->pool->cfg.queue, j);
+    vs_djob_release(j);
+  }
+  return NULL;
+}
+
+int vs_workers_start(const vs_workers_config *cfg, vs_workers **out, char *err, size_t errlen) {
+  vs_workers *p = calloc(1, sizeof *p);
+  if (!p) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  p->cfg = *cfg;
+  p->n = cfg->count;
+  p->w = calloc((size_t)p->n, sizeof *p->w);
+  if (!p->w) {
+    free(p);
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  int threads = cfg->threads;
+  if (threads <= 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cores > 0 ? (int)(cores / p->n) : 1;
+    if (threads < 1) threads = 1;
+  }
+  int rc = VSPEC_OK;
+  for (int i = 0; i < p->n && !rc; i++) {
+    vs_worker *w = &p->w[i];
+    w->index = i;
+    w->pool = p;
+    rc = vs_dev_create(vs_cpu_ops(), threads, &w->dev, err, errlen);
+    if (rc) break;
+    if (pthread_create(&w->thread, NULL, vs__worker_main, w)) {
+      snprintf(err, errlen, "cannot start worker thread %d", i);
+      rc = VSPEC_ENOMEM;
+      break;
+    }
+    w->started = 1;
+  }
+  if (rc) {
+    vs_job_queue_stop(cfg->queue);
+    vs_workers_join(p);
+    return rc;
+  }
+  vs_log(VSPEC_LOG_INFO, "workers", "%d worker(s), %d compute thread(s) each", p->n, threads);
+  *out = p;
+  return VSPEC_OK;
+}
+
+void vs_workers_join(vs_workers *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n; i++) {
+    if (p->w[i].started) pthread_join(p->w[i].thread, NULL);
+    if (p->w[i].dev) vs_dev_destroy(p->w[i].dev);
+  }
+  free(p->w);
+  free(p);
+}
+
+int vs_workers_status(vs_workers *p, vs_worker_status *out, int max) {
+  int n = p->n < max ? p->n : max;
+  for (int i = 0; i < n; i++) {
+    out[i].job_id = atomic_load(&p->w[i].job_id);
+    out[i].tokens_done = atomic_load(&p->w[i].tokens_done);
+    out[i].tokens_total = atomic_load(&p->w[i].tokens_total);
+    out[i].jobs_done = atomic_load(&p->w[i].jobs_done);
+  }
+  return n;
+}

@@ -1,0 +1,185 @@
+#include "daemon/zap.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "core/log.h"
+#include "proto/curve_keys.h"
+#include "vspec/types.h"
+
+#define VS_ZAP_MAX 4096
+
+typedef struct vs__entry {
+  uint8_t key[32];
+  char name[64];
+} vs__entry;
+
+struct vs_zap {
+  void *sock;
+  pthread_t thread;
+  atomic_int stop;
+  vs__entry *allow;
+  int n;
+};
+
+static int vs__load(vs_zap *z, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "cannot open allow-list %s: %s", path, strerror(errno));
+    return VSPEC_ENOENT;
+  }
+  z->allow = calloc(VS_ZAP_MAX, sizeof *z->allow);
+  if (!z->allow) {
+    fclose(f);
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  char line[512];
+  int lineno = 0, rc = VSPEC_OK;
+  while (fgets(line, sizeof line, f)) {
+    lineno++;
+    char *p = line;
+    while (*p && isspace((unsigned char)*p)) p++;
+    if (*p == '#' || !*p) continue;
+    size_t n = 0;
+    while (p[n] && !isspace((unsigned char)p[n])) n++;
+    if (n != 40 || !vs_curve_is_z85(p, 40)) {
+      snprintf(err, errlen, "%s:%d: expected a 40-character Z85 public key", path, lineno);
+      rc = VSPEC_EFORMAT;
+      break;
+    }
+    if (z->n == VS_ZAP_MAX) {
+      snprintf(err, errlen, "%s: more than %d keys", path, VS_ZAP_MAX);
+      rc = VSPEC_ERANGE;
+      break;
+    }
+    char text[41];
+    memcpy(text, p, 40);
+    text[40] = 0;
+    vs__entry *e = &z->allow[z->n];
+    zmq_z85_decode(e->key, text);
+    char *name = p + n;
+    while (*name && isspace((unsigned char)*name)) name++;
+    size_t nl = strcspn(name, " \t\r\n#");
+    if (nl) snprintf(e->name, sizeof e->name, "%.*s", (int)(nl < 63 ? nl : 63), name);
+    else snprintf(e->name, sizeof e->name, "%.8s", text);
+    z->n++;
+  }
+  fclose(f);
+  return rc;
+}
+
+static const char *vs__lookup(const vs_zap *z, const uint8_t *key, size_t len) {
+  if (len != 32) return NULL;
+  for (int i = 0; i < z->n; i++)
+    if (!memcmp(z->allow[i].key, key, 32)) return z->allow[i].name;
+  return NULL;
+}
+
+static void *vs__zap_main(void *arg) {
+  vs_zap *z = arg;
+  while (!atomic_load(&z->stop)) {
+    zmq_pollitem_t it = {.socket = z->sock, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, 100) <= 0) continue;
+    /* version, request id, domain, address, identity, mechanism, credentials... */
+    zmq_msg_t part[8];
+    int n = 0, more = 1;
+    while (more) {
+      zmq_msg_t tmp;
+      zmq_msg_init(&tmp);
+      if (zmq_msg_recv(&tmp, z->sock, 0) < 0) {
+        zmq_msg_close(&tmp);
+        break;
+      }
+      more = zmq_msg_more(&tmp);
+      if (n < 8) {
+        zmq_msg_init(&part[n]);
+        zmq_msg_move(&part[n], &tmp);
+        n++;
+      }
+      zmq_msg_close(&tmp);
+    }
+    const char *status = "400", *text = "malformed ZAP request", *user = "";
+    if (n >= 6) {
+      size_t mlen = zmq_msg_size(&part[5]);
+      const char *mech = zmq_msg_data(&part[5]);
+      if (mlen == 5 && !memcmp(mech, "CURVE", 5) && n >= 7) {
+        const char *name = vs__lookup(z, zmq_msg_data(&part[6]), zmq_msg_size(&part[6]));
+        if (name) {
+          status = "200";
+          text = "OK";
+          user = name;
+        } else {
+          text = "client key not on the allow-list";
+          char addr[64];
+          size_t al = zmq_msg_size(&part[3]);
+          snprintf(addr, sizeof addr, "%.*s", (int)(al < 63 ? al : 63),
+                   (const char *)zmq_msg_data(&part[3]));
+          vs_log(VSPEC_LOG_WARN, "zap", "refused a CURVE client from %s: key not allowed", addr);
+        }
+      } else {
+        text = "only CURVE is accepted";
+      }
+    }
+    /* Reply: version, request id (echoed), status code, text, user id, metadata. */
+    zmq_send(z->sock, "1.0", 3, ZMQ_SNDMORE);
+    if (n >= 2) zmq_send(z->sock, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
+    else zmq_send(z->sock, "", 0, ZMQ_SNDMORE);
+    zmq_send(z->sock, status, 3, ZMQ_SNDMORE);
+    zmq_send(z->sock, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(z->sock, user, strlen(user), ZMQ_SNDMORE);
+    zmq_send(z->sock, "", 0, 0);
+    for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+  }
+  return NULL;
+}
+
+int vs_zap_start(void *zctx, const char *allow_file, vs_zap **out, char *err, size_t errlen) {
+  vs_zap *z = calloc(1, sizeof *z);
+  if (!z) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  atomic_init(&z->stop, 0);
+  int rc = vs__load(z, allow_file, err, errlen);
+  if (rc) goto fail;
+  z->sock = zmq_socket(zctx, ZMQ_REP);
+  int linger = 0;
+  if (!z->sock || zmq_setsockopt(z->sock, ZMQ_LINGER, &linger, sizeof linger) ||
+      zmq_bind(z->sock, "inproc://zeromq.zap.01")) {
+    snprintf(err, errlen, "cannot bind the ZAP handler: %s", zmq_strerror(errno));
+    rc = VSPEC_EIO;
+    goto fail;
+  }
+  /* The socket moves to the thread; pthread_create is the memory barrier libzmq asks for. */
+  if (pthread_create(&z->thread, NULL, vs__zap_main, z)) {
+    snprintf(err, errlen, "cannot start the ZAP thread");
+    rc = VSPEC_ENOMEM;
+    goto fail;
+  }
+  vs_log(VSPEC_LOG_INFO, "zap", "CURVE allow-list %s: %d client key(s)", allow_file, z->n);
+  *out = z;
+  return VSPEC_OK;
+fail:
+  if (z->sock) zmq_close(z->sock);
+  free(z->allow);
+  free(z);
+  return rc;
+}
+
+void vs_zap_stop(vs_zap *z) {
+  if (!z) return;
+  atomic_store(&z->stop, 1);
+  pthread_join(z->thread, NULL);
+  zmq_close(z->sock);
+  free(z->allow);
+  free(z);
+}
+
+int vs_zap_count(const vs_zap *z) { return z ? z->n : 0; }

@@ -1,0 +1,25 @@
+/*
+ * daemon/zap.h - ZAP (RFC 27) handler: CURVE clients are let in only when their public key is
+ * on the allow-list.
+ *
+ * libzmq asks the handler bound at inproc://zeromq.zap.01 about every new CURVE connection;
+ * the handler must be bound before the server socket accepts connections, and there is one
+ * per ZeroMQ context. It runs on its own small thread with a REP socket, so an allow-list
+ * check never waits behind the job loop.
+ *
+ * Allow-list file: one client per line, "Z85-PUBLIC-KEY [name]"; '#' starts a comment. The
+ * name (default: the key's first 8 characters) becomes the connection's user id and shows in
+ * the daemon's log.
+ */
+#ifndef VS_ZAP_H
+#define VS_ZAP_H
+
+#include <stddef.h>
+
+typedef struct vs_zap vs_zap;
+
+int vs_zap_start(void *zctx, const char *allow_file, vs_zap **out, char *err, size_t errlen);
+void vs_zap_stop(vs_zap *z);
+int vs_zap_count(const vs_zap *z); /* keys on the list */
+
+#endif /* VS_ZAP_H */

@@ -1,0 +1,590 @@
+/*
+ * vspecd end to end, one daemon on its own ipc endpoints: submit, stream and receive the
+ * result with a raw client and with the CLI (the image equals the in-process engine's),
+ * previews in order with growing coverage, credit, cancel (own job, queued job, operator),
+ * deadlines, a full queue, a client that vanishes mid-job.
+ *
+ * Long jobs come from the test scheduler sched_slow (tests/plugins/slowsched.c), which
+ * sleeps in every round, on the "self" model (the micro model drafting for itself).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/engine.h"
+#include "core/host.h"
+#include "kernels/vs_kernels.h"
+#include "tests/support/daemon_harness.h"
+
+static vs_fixture fx;
+static vs_daemon dm;
+
+static int group_setup(void **state) {
+  (void)state;
+  vs_fixture_make(&fx);
+  const char *extra[] = {"--workers", "1", "--set", "queue.size=2", "--set", "queue.per_client=8",
+                         "--set", "limits.heartbeat_ivl_ms=200", NULL};
+  vs_daemon_start(&dm, &fx, "jobs", extra);
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  int rc = vs_daemon_stop(&dm, SIGTERM, 30000);
+  if (rc != 0) vs_daemon_dump_log(&dm);
+  vs_fixture_remove(&fx);
+  /* A daemon that leaked (LeakSanitizer) or crashed exits non-zero. */
+  assert_int_equal(rc, 0);
+  return 0;
+}
+
+/* Waits until the daemon has no job running or waiting. */
+static void wait_idle(void) {
+  double end = vs_harness_now() + 20;
+  for (;;) {
+    vs_conn_event e;
+    vs_client_status(dm.admin_ep, &e);
+    int idle = e.ev->status->running == 0 && e.ev->status->queued == 0;
+    vs_conn_event_free(&e);
+    if (idle) return;
+    if (vs_harness_now() > end) fail_msg("daemon not idle after 20 s");
+    vs_harness_sleep_ms(20);
+  }
+}
+
+static void in_process_tokens(const char *model_dir, const char *method, int class_label,
+                              uint64_t seed, int32_t *tokens) {
+  char plugins[600], err[VSPEC_ERRLEN];
+  snprintf(plugins, sizeof plugins, "%s/plugins", vs_harness_build());
+  vspec_host host;
+  vs_host_init(&host, vs_cpu_ops());
+  vspec_dev *dev;
+  vs_registry *reg;
+  vs_models *models;
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  assert_int_equal(vs_registry_open(plugins, &host, &reg, err, sizeof err), 0);
+  if (vs_models_open(reg, &host, dev, model_dir, VS_ROLE_ALL, &models, err, sizeof err))
+    fail_msg("%s", err);
+  vs_job job = {.method = method, .class_label = class_label, .seed = seed,
+                .sampling = models->defaults};
+  vs_metrics mt;
+  if (vs_generate(models, dev, &job, tokens, &mt, err, sizeof err)) fail_msg("%s", err);
+  vs_models_close(models);
+  vs_registry_close(reg);
+  vs_dev_destroy(dev);
+}
+
+static int is_png(const void *p, size_t n) {
+  return n > 24 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8);
+}
+
+static uint32_t png_width(const uint8_t *p) {
+  return (uint32_t)p[16] << 24 | (uint32_t)p[17] << 16 | (uint32_t)p[18] << 8 | p[19];
+}
+
+/* Submits, follows the stream, checks the map the deltas build against the result. */
+static void run_and_compare(const char *model, const char *method, const char *dir,
+                            uint64_t seed) {
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = (char *)model;
+  s.method = (char *)method;
+  s.has_class_label = 1;
+  s.class_label = 3;
+  s.has_seed = 1;
+  s.seed = seed;
+  s.has_credit = 1;
+  s.credit = 64; /* enough for every round: nothing coalesces away */
+  s.has_progress_interval_ms = 1;
+  s.progress_interval_ms = 0;
+  uint64_t rid = vs_client_submit(&c, &s), job = 0;
+  int32_t map[16];
+  uint8_t status[16];
+  memset(map, -1, sizeof map);
+  memset(status, 0, sizeof status);
+  int accepted = 0, progress = 0;
+  uint32_t last_done = 0;
+  for (;;) {
+    vs_conn_event e;
+    vs_client_next(&c, 20000, &e);
+    Vspec__Event *ev = e.ev;
+    if (!job && ev->has_request_id && ev->request_id == rid) job = ev->job_id;
+    if (!ev->has_job_id || ev->job_id != job) {
+      if (ev->body_case == VSPEC__EVENT__BODY_ERROR) fail_msg("refused: %s", ev->error->message);
+      vs_conn_event_free(&e);
+      continue;
+    }
+    if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED) {
+      assert_int_equal(ev->seq, 0);
+      assert_string_equal(ev->accepted->node, "jobs");
+      assert_int_equal(ev->accepted->tokens_total, 16);
+      accepted = 1;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_PROGRESS) {
+      const Vspec__Progress *p = ev->progress;
+      assert_true(accepted);
+      if (p->round >= 0) {
+        assert_true(p->tokens_done >= last_done);
+        last_done = p->tokens_done;
+        assert_int_equal(p->n_positions, p->n_tokens);
+        assert_int_equal(p->n_positions, p->n_status);
+        for (size_t i = 0; i < p->n_positions; i++) {
+          assert_true(p->positions[i] < 16);
+          map[p->positions[i]] = p->tokens[i];
+          status[p->positions[i]] = (uint8_t)p->status[i];
+        }
+        progress++;
+      }
+    } else if (ev->body_case == VSPEC__EVENT__BODY_RESULT) {
+      const Vspec__Result *r = ev->result;
+      size_t len, tl, sl;
+      const uint8_t *png = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_PNG, &len);
+      const uint8_t *tok = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_TOKENS_I32LE, &tl);
+      const uint8_t *st = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_STATUS_U8, &sl);
+      assert_non_null(png);
+      assert_true(is_png(png, len));
+      assert_int_equal(png_width(png), 8);
+      assert_int_equal(r->width, 8);
+      assert_int_equal(tl, 64);
+      assert_int_equal(sl, 16);
+      int32_t want[16];
+      char path[300];
+      snprintf(path, sizeof path, "%s", dir);
+      in_process_tokens(path, method, 3, seed, want);
+      for (int i = 0; i < 16; i++) {
+        int32_t got = (int32_t)((uint32_t)tok[4 * i] | (uint32_t)tok[4 * i + 1] << 8 |
+                                (uint32_t)tok[4 * i + 2] << 16 | (uint32_t)tok[4 * i + 3] << 24);
+        assert_int_equal(got, want[i]);
+        /* the streamed deltas rebuilt the same map */
+        assert_int_equal(map[i], want[i]);
+        assert_int_equal(status[i], st[i]);
+        assert_true(st[i] != 0);
+      }
+      assert_true(progress >= 1);
+      assert_int_equal(r->stats->tokens, 16);
+      printf("  %s on %s: %d progress events, TPF %.2f, MAL %.2f\n", method, model, progress,
+             r->stats->tpf, r->stats->mal);
+      vs_conn_event_free(&e);
+      break;
+    } else {
+      fail_msg("unexpected event %d (%s)", ev->body_case,
+               ev->body_case == VSPEC__EVENT__BODY_ERROR ? ev->error->message : "");
+    }
+    vs_conn_event_free(&e);
+  }
+  /* exactly one terminal event: nothing more for this job */
+  vs_conn_event e;
+  char err[256];
+  int rc = vs_conn_recv(&c, 300, &e, err, sizeof err);
+  if (rc == 1) {
+    assert_true(!e.ev->has_job_id || e.ev->job_id != job ||
+                e.ev->body_case == VSPEC__EVENT__BODY_HEARTBEAT);
+    vs_conn_event_free(&e);
+  }
+  vs_conn_close(&c);
+}
+
+static void test_raw_client_result_matches_engine(void **state) {
+  (void)state;
+  run_and_compare("micro", "ar", fx.micro_model, 7);
+  run_and_compare("self", "sd:exact@standard:shape=chain,depth=3,drafter=model", fx.self_model,
+                  11);
+}
+
+static void test_cli_generate(void **state) {
+  (void)state;
+  char out1[300], out2[300], prev[300], buf[8192];
+  snprintf(out1, sizeof out1, "%s/a.png", fx.dir);
+  snprintf(out2, sizeof out2, "%s/b.png", fx.dir);
+  snprintf(prev, sizeof prev, "%s/previews", fx.dir);
+  const char *a1[] = {"generate", "--server", dm.job_ep, "--model", "micro", "--class", "3",
+                      "--seed", "7", "--out", out1, "--json", NULL};
+  assert_int_equal(vs_run_tool("vspec", a1, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "\"event\": \"result\""));
+  /* the JSON result carries the grid; seed 7 is the raw-client test's job */
+  int32_t want[16];
+  in_process_tokens(fx.micro_model, "ar", 3, 7, want);
+  char grid[256];
+  int o = snprintf(grid, sizeof grid, "\"grid\": [");
+  for (int i = 0; i < 16; i++) o += snprintf(grid + o, sizeof grid - o, "%s%d", i ? ", " : "", want[i]);
+  assert_non_null(strstr(buf, grid));
+  const char *a2[] = {"generate", "--server", dm.job_ep, "--model", "micro", "--class", "3",
+                      "--seed", "7", "--out", out2, "--quiet", NULL};
+  assert_int_equal(vs_run_tool("vspec", a2, NULL, 0), 0);
+  /* same seed, same bytes */
+  FILE *f1 = fopen(out1, "rb"), *f2 = fopen(out2, "rb");
+  assert_non_null(f1);
+  assert_non_null(f2);
+  uint8_t b1[4096], b2[4096];
+  size_t n1 = fread(b1, 1, sizeof b1, f1), n2 = fread(b2, 1, sizeof b2, f2);
+  fclose(f1);
+  fclose(f2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(b1, b2, n1);
+  assert_true(is_png(b1, n1));
+  /* speculative decoding through the CLI's parts: --accept --param --sched --draft, previews */
+  const char *a3[] = {"generate", "--server", dm.job_ep, "--model", "self", "--class", "1",
+                      "--accept", "testrule", "--param", "scale=5", "--sched", "slow",
+                      "--sched-param", "ms=2", "--draft", "model", "--seed", "1", "--out", out2,
+                      "--previews", prev, "--preview-every", "2", "--json", NULL};
+  assert_int_equal(vs_run_tool("vspec", a3, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "sd:testrule:scale=5@slow:ms=2,drafter=model"));
+  assert_non_null(strstr(buf, "\"event\": \"preview\""));
+  struct stat sb;
+  char p0[400];
+  snprintf(p0, sizeof p0, "%s/preview-000.png", prev);
+  assert_int_equal(stat(p0, &sb), 0);
+
+  /* usability: --help everywhere, exit codes scripts can use */
+  const char *cmds[][3] = {{"--help"}, {"generate", "--help"}, {"status", "--help"},
+                           {"plugins", "--help"}, {"cancel", "--help"}, {"ping", "--help"},
+                           {"keygen", "--help"}};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    assert_int_equal(vs_run_tool("vspec", cmds[i], buf, sizeof buf), 0);
+    assert_non_null(strstr(buf, "usage: vspec"));
+  }
+  const char *bad[] = {"generate", "--class", "x", NULL};
+  assert_int_equal(vs_run_tool("vspec", bad, NULL, 0), 2);
+  const char *unknown_model[] = {"generate", "--server", dm.job_ep, "--model", "nope", "--out",
+                                 out2, "--quiet", NULL};
+  assert_int_equal(vs_run_tool("vspec", unknown_model, NULL, 0), 4);
+  const char *bad_class[] = {"generate", "--server", dm.job_ep, "--model", "micro", "--class",
+                             "10", "--out", out2, "--quiet", NULL};
+  assert_int_equal(vs_run_tool("vspec", bad_class, NULL, 0), 4);
+  char nowhere[300];
+  snprintf(nowhere, sizeof nowhere, "ipc://%s/nobody.sock", fx.dir);
+  const char *unreachable[] = {"generate", "--server", nowhere, "--timeout", "0.5", "--out",
+                               out2, "--quiet", NULL};
+  assert_int_equal(vs_run_tool("vspec", unreachable, NULL, 0), 3);
+  const char *st[] = {"status", "--admin", dm.admin_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", st, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "jobs: 0 waiting"));
+  assert_non_null(strstr(buf, "testrule"));
+  const char *pl[] = {"plugins", "list", "--admin", dm.admin_ep, "--json", NULL};
+  assert_int_equal(vs_run_tool("vspec", pl, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "\"name\": \"slow\""));
+}
+
+/* Submits a slow speculative job on "self" (ms per round, chain of `depth`). */
+static uint64_t submit_slow(vs_conn *c, int ms, int depth, int preview, int credit,
+                            uint32_t deadline_ms) {
+  char sp[64];
+  snprintf(sp, sizeof sp, "ms=%d,depth=%d", ms, depth);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "self";
+  s.accept = "exact";
+  s.sched = "slow";
+  s.sched_params = sp;
+  s.has_seed = 1;
+  s.seed = 5;
+  if (preview) {
+    s.has_preview = 1;
+    s.preview = preview;
+    s.has_preview_every_tokens = 1;
+    s.preview_every_tokens = 1;
+  }
+  if (credit) {
+    s.has_credit = 1;
+    s.credit = (uint32_t)credit;
+  }
+  s.has_progress_interval_ms = 1; /* every round */
+  s.progress_interval_ms = 0;
+  if (deadline_ms) {
+    s.has_deadline_ms = 1;
+    s.deadline_ms = deadline_ms;
+  }
+  return vs_client_submit(c, &s);
+}
+
+/* The job id of request rid (reads up to its Accepted event). */
+static uint64_t accepted_job(vs_conn *c, uint64_t rid) {
+  for (;;) {
+    vs_conn_event e;
+    vs_client_next(c, 20000, &e);
+    if (e.ev->has_request_id && e.ev->request_id == rid) {
+      if (e.ev->body_case != VSPEC__EVENT__BODY_ACCEPTED)
+        fail_msg("not accepted: %s", e.ev->body_case == VSPEC__EVENT__BODY_ERROR
+                                         ? e.ev->error->message : "?");
+      uint64_t id = e.ev->job_id;
+      vs_conn_event_free(&e);
+      return id;
+    }
+    vs_conn_event_free(&e);
+  }
+}
+
+static void test_previews_in_order(void **state) {
+  (void)state;
+  int kinds[] = {VSPEC__PREVIEW_KIND__PREVIEW_LUT, VSPEC__PREVIEW_KIND__PREVIEW_DECODE};
+  for (int k = 0; k < 2; k++) {
+    vs_conn c;
+    vs_client_open(&c, dm.job_ep);
+    uint64_t rid = submit_slow(&c, 10, 1, kinds[k], 64, 0), job = 0;
+    int previews = 0;
+    uint32_t last = 0;
+    uint64_t last_seq = 0;
+    for (;;) {
+      vs_conn_event e;
+      vs_client_next(&c, 20000, &e);
+      Vspec__Event *ev = e.ev;
+      if (!job && ev->has_request_id && ev->request_id == rid) job = ev->job_id;
+      if (!ev->has_job_id || ev->job_id != job) {
+        vs_conn_event_free(&e);
+        continue;
+      }
+      assert_true(ev->seq == 0 || ev->seq > last_seq);
+      last_seq = ev->seq;
+      if (ev->body_case == VSPEC__EVENT__BODY_PREVIEW) {
+        const Vspec__Preview *p = ev->preview;
+        size_t len;
+        const uint8_t *png = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_PNG, &len);
+        assert_non_null(png);
+        assert_true(is_png(png, len));
+        assert_int_equal(png_width(png), 8);
+        assert_int_equal(p->kind, kinds[k]);
+        /* coverage grows, and a preview is never of the finished image */
+        assert_true(p->tokens_done > last);
+        assert_true(p->tokens_done < p->tokens_total);
+        last = p->tokens_done;
+        previews++;
+      }
+      int end = ev->body_case == VSPEC__EVENT__BODY_RESULT;
+      if (ev->body_case == VSPEC__EVENT__BODY_ERROR) fail_msg("%s", ev->error->message);
+      vs_conn_event_free(&e);
+      if (end) break;
+    }
+    printf("  preview kind %d: %d previews\n", kinds[k], previews);
+    assert_true(previews >= 4);
+    vs_conn_close(&c);
+  }
+}
+
+static void test_credit_bounds_events(void **state) {
+  (void)state;
+  /* Credit 2 and none returned: at most 2 progress/preview events, then the result. */
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  uint64_t rid = submit_slow(&c, 5, 1, VSPEC__PREVIEW_KIND__PREVIEW_LUT, 2, 0), job = 0;
+  vs_conn_event e;
+  int before = vs_client_until_end(&c, rid, &job, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_RESULT);
+  vs_conn_event_free(&e);
+  assert_true(before <= 3); /* accepted + 2 */
+  /* Returning credit as events are handled gets the stream going again. */
+  rid = submit_slow(&c, 5, 1, 0, 1, 0);
+  job = 0;
+  int progress = 0;
+  for (;;) {
+    vs_client_next(&c, 20000, &e);
+    if (!job && e.ev->has_request_id && e.ev->request_id == rid) job = e.ev->job_id;
+    int end = e.ev->body_case == VSPEC__EVENT__BODY_RESULT;
+    if (e.ev->body_case == VSPEC__EVENT__BODY_PROGRESS) {
+      progress++;
+      vs_client_credit(&c, job, 1);
+    }
+    vs_conn_event_free(&e);
+    if (end) break;
+  }
+  assert_true(progress >= 4);
+  vs_conn_close(&c);
+}
+
+static void test_cancel(void **state) {
+  (void)state;
+  wait_idle();
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  /* a running job, cancelled by its client after its first progress event */
+  uint64_t rid = submit_slow(&c, 80, 1, 0, 64, 0);
+  uint64_t job = accepted_job(&c, rid);
+  /* a second one waits in the queue (one worker), cancelled there */
+  uint64_t rid2 = submit_slow(&c, 80, 1, 0, 64, 0);
+  uint64_t job2 = accepted_job(&c, rid2);
+  vs_conn_event e;
+  for (;;) {
+    vs_client_next(&c, 20000, &e);
+    int p = e.ev->has_job_id && e.ev->job_id == job &&
+            e.ev->body_case == VSPEC__EVENT__BODY_PROGRESS && e.ev->progress->round >= 0;
+    vs_conn_event_free(&e);
+    if (p) break;
+  }
+  double t0 = vs_harness_now();
+  vs_client_cancel(&c, job2);
+  vs_client_cancel(&c, job);
+  int ended = 0, ended2 = 0;
+  while (!ended || !ended2) {
+    vs_client_next(&c, 20000, &e);
+    Vspec__Event *ev = e.ev;
+    if (ev->body_case == VSPEC__EVENT__BODY_ERROR && ev->has_job_id) {
+      assert_int_equal(ev->error->code, VSPEC__ERROR_CODE__ERR_CANCELLED);
+      assert_non_null(strstr(ev->error->message, "cancelled by its client"));
+      if (ev->job_id == job) ended++;
+      if (ev->job_id == job2) ended2++;
+    }
+    assert_true(ev->body_case != VSPEC__EVENT__BODY_RESULT);
+    vs_conn_event_free(&e);
+  }
+  /* stopped at a round boundary, long before its 16 rounds of 80 ms */
+  assert_true(vs_harness_now() - t0 < 0.8);
+  /* cancelling again: no such job any more */
+  vs_client_cancel(&c, job);
+  vs_client_next(&c, 5000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_NOT_FOUND);
+  vs_conn_event_free(&e);
+
+  /* an operator cancels through the admin endpoint with the CLI */
+  rid = submit_slow(&c, 40, 1, 0, 64, 0);
+  job = accepted_job(&c, rid);
+  char id[32];
+  snprintf(id, sizeof id, "%llu", (unsigned long long)job);
+  const char *args[] = {"cancel", id, "--admin", dm.admin_ep, NULL};
+  char out[512];
+  assert_int_equal(vs_run_tool("vspec", args, out, sizeof out), 0);
+  assert_non_null(strstr(out, "being cancelled"));
+  for (;;) {
+    vs_client_next(&c, 20000, &e);
+    int end = e.ev->has_job_id && e.ev->job_id == job &&
+              e.ev->body_case == VSPEC__EVENT__BODY_ERROR;
+    if (end) {
+      assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_CANCELLED);
+      assert_non_null(strstr(e.ev->error->message, "operator"));
+    }
+    vs_conn_event_free(&e);
+    if (end) break;
+  }
+  const char *none[] = {"cancel", "999999", "--admin", dm.admin_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", none, NULL, 0), 4);
+  /* a client cannot cancel someone else's job on the job endpoint */
+  rid = submit_slow(&c, 20, 1, 0, 64, 0);
+  job = accepted_job(&c, rid);
+  vs_conn other;
+  vs_client_open(&other, dm.job_ep);
+  vs_client_cancel(&other, job);
+  vs_client_next(&other, 5000, &e);
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_NOT_FOUND);
+  vs_conn_event_free(&e);
+  vs_conn_close(&other);
+  uint64_t j2 = job;
+  vs_client_until_end(&c, 0, &j2, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_RESULT);
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
+static void test_deadline(void **state) {
+  (void)state;
+  wait_idle();
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  uint64_t rid = submit_slow(&c, 40, 1, 0, 64, 150), job = 0;
+  vs_conn_event e;
+  vs_client_until_end(&c, rid, &job, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_DEADLINE);
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
+static void test_queue_full(void **state) {
+  (void)state;
+  wait_idle();
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  /* one running, two waiting (queue.size = 2), the fourth is refused */
+  uint64_t jobs[3];
+  for (int i = 0; i < 3; i++) jobs[i] = accepted_job(&c, submit_slow(&c, 40, 1, 0, 64, 0));
+  uint64_t rid = submit_slow(&c, 40, 1, 0, 64, 0);
+  vs_conn_event e;
+  for (;;) {
+    vs_client_next(&c, 20000, &e);
+    if (e.ev->has_request_id && e.ev->request_id == rid) break;
+    vs_conn_event_free(&e);
+  }
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_BUSY);
+  assert_true(e.ev->error->has_retry_after_ms && e.ev->error->retry_after_ms > 0);
+  assert_non_null(strstr(e.ev->error->message, "queue is full"));
+  vs_conn_event_free(&e);
+  /* the CLI maps it to exit status 5 */
+  char out[300];
+  snprintf(out, sizeof out, "%s/busy.png", fx.dir);
+  const char *args[] = {"generate", "--server", dm.job_ep, "--model", "micro", "--out", out,
+                        "--quiet", NULL};
+  assert_int_equal(vs_run_tool("vspec", args, NULL, 0), 5);
+  for (int i = 0; i < 3; i++) vs_client_cancel(&c, jobs[i]);
+  int ended = 0;
+  while (ended < 3) {
+    vs_client_next(&c, 20000, &e);
+    if (e.ev->body_case == VSPEC__EVENT__BODY_ERROR && e.ev->has_job_id) ended++;
+    vs_conn_event_free(&e);
+  }
+  vs_conn_close(&c);
+  vs_client_status(dm.admin_ep, &e);
+  assert_true(e.ev->status->totals->rejected_busy >= 2);
+  vs_conn_event_free(&e);
+}
+
+static void test_client_gone_mid_job(void **state) {
+  (void)state;
+  wait_idle();
+  vs_conn_event e;
+  vs_client_status(dm.admin_ep, &e);
+  uint64_t lost0 = e.ev->status->totals->clients_lost;
+  uint64_t cancelled0 = e.ev->status->totals->cancelled;
+  vs_conn_event_free(&e);
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  /* 16 rounds of 100 ms: 1.6 s if nobody stops it; a second job waits behind it */
+  uint64_t job = accepted_job(&c, submit_slow(&c, 100, 1, VSPEC__PREVIEW_KIND__PREVIEW_LUT, 4, 0));
+  accepted_job(&c, submit_slow(&c, 100, 1, 0, 4, 0));
+  for (;;) {
+    vs_client_next(&c, 20000, &e);
+    int p = e.ev->has_job_id && e.ev->job_id == job &&
+            e.ev->body_case == VSPEC__EVENT__BODY_PROGRESS && e.ev->progress->round >= 0;
+    vs_conn_event_free(&e);
+    if (p) break;
+  }
+  double t0 = vs_harness_now();
+  int linger = 0;
+  zmq_setsockopt(c.sock, ZMQ_LINGER, &linger, sizeof linger);
+  vs_conn_close(&c); /* the client vanishes without a word */
+  for (;;) {
+    vs_client_status(dm.admin_ep, &e);
+    const Vspec__StatusReply *s = e.ev->status;
+    int done = s->running == 0 && s->queued == 0 && s->clients == 0;
+    uint64_t lost = s->totals->clients_lost, cancelled = s->totals->cancelled;
+    vs_conn_event_free(&e);
+    if (done) {
+      assert_int_equal(lost, lost0 + 1);
+      assert_true(cancelled >= cancelled0 + 2);
+      break;
+    }
+    if (vs_harness_now() - t0 > 10) fail_msg("the lost client's jobs are still there");
+    vs_harness_sleep_ms(20);
+  }
+  /* well before the running job's natural end plus the queued one's */
+  printf("  jobs of the lost client gone after %.3f s\n", vs_harness_now() - t0);
+  assert_true(vs_harness_now() - t0 < 1.5);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_raw_client_result_matches_engine),
+      cmocka_unit_test(test_cli_generate),
+      cmocka_unit_test(test_previews_in_order),
+      cmocka_unit_test(test_credit_bounds_events),
+      cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_deadline),
+      cmocka_unit_test(test_queue_full),
+      cmocka_unit_test(test_client_gone_mid_job),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,365 @@
+/*
+ * The daemon's parts without a daemon: configuration parsing and its error messages, the job
+ * queue's order (priority, fairness between clients, arrival), capacity and removal, the wire
+ * framing over a real ROUTER/DEALER pair (envelopes, delimiters, limits, blobs), the bounded
+ * unpacking allocator, CURVE key files, and the preview colour table.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/host.h"
+#include "daemon/config.h"
+#include "daemon/job_queue.h"
+#include "daemon/preview.h"
+#include "kernels/vs_kernels.h"
+#include "proto/curve_keys.h"
+#include "proto/wire.h"
+#include "tests/support/daemon_harness.h"
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_config(void **state) {
+  (void)state;
+  vs_daemon_config c;
+  char err[1024], path[64] = "/tmp/vspec-conf-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  vs_config_defaults(&c);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_string_equal(c.endpoint, "tcp://127.0.0.1:5555");
+  write_text(path,
+             "# comment\n[server]\nendpoint = ipc:///tmp/x.sock\nnode = gpu-1\nlog_level = debug\n"
+             "[workers]\ncount = 3\n[queue]\nsize = 7\n[models]\ndefault = micro\n"
+             "micro = tests/golden/micro_c2i\nfmnist =\n[defaults]\nmethod = sd:lantern:delta=0.2\n"
+             "[shutdown]\ndrain = cancel\n[curve]\nenabled = no\n");
+  assert_int_equal(vs_config_load(&c, path, err, sizeof err), 0);
+  assert_string_equal(c.endpoint, "ipc:///tmp/x.sock");
+  assert_string_equal(c.node, "gpu-1");
+  assert_int_equal(c.log_level, 3);
+  assert_int_equal(c.workers, 3);
+  assert_int_equal(c.queue_size, 7);
+  assert_int_equal(c.n_models, 1);
+  assert_string_equal(c.models[0].name, "micro");
+  assert_string_equal(c.method, "sd:lantern:delta=0.2");
+  assert_int_equal(c.drain, VS_DRAIN_CANCEL);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  /* --set goes through the same parser */
+  assert_int_equal(vs_config_set_arg(&c, "queue.size=9", err, sizeof err), 0);
+  assert_int_equal(c.queue_size, 9);
+  assert_int_not_equal(vs_config_set_arg(&c, "queue.size", err, sizeof err), 0);
+  assert_non_null(strstr(err, "section.key=value"));
+  /* errors name the file, the key and what is allowed */
+  const char *bad[][2] = {{"[workers]\ncount = 0\n", "workers.count"},
+                          {"[workers]\ncount = many\n", "not an integer"},
+                          {"[server]\nendpoint = http://x\n", "not a ZeroMQ endpoint"},
+                          {"[server]\nlog_level = loud\n", "log_level"},
+                          {"[nosuch]\nx = 1\n", "unknown section"},
+                          {"[queue]\nsizes = 1\n", "unknown key 'sizes'"},
+                          {"[defaults]\nmethod = sd:\n", "acceptance rule"},
+                          {"[shutdown]\ndrain = maybe\n", "finish"},
+                          {"[curve]\nenabled = perhaps\n", "boolean"},
+                          {"not an ini line\n", "line 1"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    vs_config_defaults(&c);
+    write_text(path, bad[i][0]);
+    assert_int_not_equal(vs_config_load(&c, path, err, sizeof err), 0);
+    if (!strstr(err, bad[i][1])) fail_msg("case %zu: '%s' lacks '%s'", i, err, bad[i][1]);
+    assert_non_null(strstr(err, path));
+  }
+  /* cross-key checks */
+  vs_config_defaults(&c);
+  assert_int_equal(vs_config_set(&c, "models", "default", "nope", err, sizeof err), 0);
+  assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_non_null(strstr(err, "nope"));
+  vs_config_defaults(&c);
+  vs_config_set(&c, "curve", "enabled", "true", err, sizeof err);
+  assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_non_null(strstr(err, "secret_key_file"));
+  vs_config_defaults(&c);
+  vs_config_set(&c, "server", "admin_endpoint", c.endpoint, err, sizeof err);
+  assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
+  unlink(path);
+  assert_int_not_equal(vs_config_load(&c, path, err, sizeof err), 0);
+  /* the shipped example configuration is valid */
+  vs_config_defaults(&c);
+  if (vs_config_load(&c, "etc/vspecd.conf", err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+}
+
+static vs_djob *job(uint64_t id, int priority, uint64_t client) {
+  vs_djob *j = vs_djob_new(id, 4);
+  assert_non_null(j);
+  j->priority = priority;
+  j->client_key = client;
+  return j;
+}
+
+static void test_job_queue(void **state) {
+  (void)state;
+  vs_job_queue *q;
+  assert_int_equal(vs_job_queue_open(4, 2, &q), 0);
+  /* client A floods, client B comes later, one urgent job */
+  vs_djob *a1 = job(1, 0, 0xA), *a2 = job(2, 0, 0xA), *a3 = job(3, 0, 0xA), *b1 = job(4, 0, 0xB);
+  vs_djob *urgent = job(5, 5, 0xA), *extra = job(6, 0, 0xC);
+  assert_int_equal(vs_job_queue_push(q, a1), 0);
+  assert_int_equal(vs_job_queue_push(q, a2), 0);
+  assert_int_equal(vs_job_queue_push(q, a3), 0);
+  assert_int_equal(vs_job_queue_push(q, b1), 0);
+  assert_int_equal(vs_job_queue_push(q, extra), VSPEC_EBUSY); /* bounded: 4 waiting */
+  assert_int_equal(vs_job_queue_waiting(q), 4);
+  assert_int_equal(vs_job_queue_position(q, a1), 0);
+  assert_int_equal(vs_job_queue_position(q, b1), 3);
+  /* first come first served while nobody runs */
+  vs_djob *p = vs_job_queue_pop(q);
+  assert_ptr_equal(p, a1);
+  assert_int_equal(p->state, VS_JOB_RUNNING);
+  /* A has a job running now: B's job goes before A's next ones */
+  assert_int_equal(vs_job_queue_position(q, b1), 0);
+  assert_int_equal(vs_job_queue_push(q, urgent), 0);
+  vs_djob *p2 = vs_job_queue_pop(q);
+  assert_ptr_equal(p2, urgent); /* priority beats fairness */
+  vs_job_queue_done(q, p);
+  vs_job_queue_done(q, p2);
+  assert_int_equal(p->state, VS_JOB_DONE);
+  vs_djob_release(p);
+  vs_djob_release(p2);
+  /* removal of a waiting job; a popped job cannot be removed */
+  assert_int_equal(vs_job_queue_remove(q, a3), 1);
+  assert_int_equal(vs_job_queue_position(q, a3), -1);
+  vs_djob *p3 = vs_job_queue_pop(q);
+  assert_ptr_equal(p3, a2);
+  assert_int_equal(vs_job_queue_remove(q, a2), 0);
+  assert_int_equal(vs_job_queue_running(q), 1);
+  vs_job_queue_done(q, p3);
+  vs_djob_release(p3);
+  vs_djob *all[4];
+  assert_int_equal(vs_job_queue_take_all(q, all, 4), 1);
+  assert_ptr_equal(all[0], b1);
+  vs_djob_release(all[0]);
+  vs_job_queue_stop(q);
+  assert_null(vs_job_queue_pop(q));
+  assert_int_equal(vs_job_queue_push(q, extra), VSPEC_ECANCELED);
+  vs_job_queue_close(q);
+  vs_djob *mine[] = {a1, a2, a3, b1, urgent, extra};
+  for (int i = 0; i < 6; i++) vs_djob_release(mine[i]);
+}
+
+static void free2(void *data, void *hint) {
+  (void)hint;
+  free(data);
+}
+
+static void test_wire_framing(void **state) {
+  (void)state;
+  void *ctx = zmq_ctx_new();
+  void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
+  assert_int_equal(zmq_bind(router, "inproc://wire-test"), 0);
+  assert_int_equal(zmq_connect(dealer, "inproc://wire-test"), 0);
+  char err[512];
+  /* a request with a caption blob, DEALER -> ROUTER */
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Ping p = VSPEC__PING__INIT;
+  r.body_case = VSPEC__REQUEST__BODY_PING;
+  r.ping = &p;
+  r.has_request_id = 1;
+  r.request_id = 42;
+  float caption[6] = {1, 2, 3, 4, 5, 6};
+  vs_wire_blob b = {.kind = VSPEC__BLOB_KIND__BLOB_CAPTION_F32LE, .data = caption,
+                    .size = sizeof caption};
+  assert_int_equal(vs_wire_send_request(dealer, NULL, &r, &b, 1, 0), 0);
+  zmq_pollitem_t it = {.socket = router, .events = ZMQ_POLLIN};
+  assert_int_equal(zmq_poll(&it, 1, 2000), 1);
+  vs_wire_msg m;
+  assert_int_equal(vs_wire_recv(router, 1, &m, 1024, 1024, err, sizeof err), 1);
+  assert_int_equal(m.env.n, 1); /* the ROUTER's routing id */
+  assert_int_equal(m.n_blobs, 1);
+  vs_wire_alloc a;
+  vs_wire_alloc_init(&a, 65536);
+  int code;
+  Vspec__Request *got = vs_wire_unpack_request(&m, &a, &code, err, sizeof err);
+  assert_non_null(got);
+  assert_int_equal(got->request_id, 42);
+  assert_int_equal(got->blobs[0]->size, sizeof caption);
+  assert_int_equal(vs_wire_find_blob(got->blobs, got->n_blobs, VSPEC__BLOB_KIND__BLOB_CAPTION_F32LE), 0);
+  assert_true(a.used > 0);
+  vs_wire_request_free(got, &a);
+  assert_int_equal(a.used, 0); /* every byte given back */
+  /* an event back with the same envelope */
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Pong pong = VSPEC__PONG__INIT;
+  pong.node = "unit";
+  ev.body_case = VSPEC__EVENT__BODY_PONG;
+  ev.pong = &pong;
+  uint8_t *png = malloc(10);
+  memcpy(png, "\x89PNG-ish\0", 10);
+  vs_wire_blob pb = {.kind = VSPEC__BLOB_KIND__BLOB_PNG, .data = png, .size = 10,
+                     .free_fn = free2};
+  assert_int_equal(vs_wire_send_event(router, &m.env, &ev, &pb, 1, ZMQ_DONTWAIT), 0);
+  vs_wire_msg_close(&m);
+  vs_conn c = {.sock = dealer, .max_blob = 1 << 20};
+  vs_conn_event e;
+  assert_int_equal(vs_conn_recv(&c, 2000, &e, err, sizeof err), 1);
+  assert_string_equal(e.ev->pong->node, "unit");
+  size_t len;
+  assert_non_null(vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_PNG, &len));
+  assert_int_equal(len, 10);
+  vs_conn_event_free(&e);
+  /* an unknown peer: ROUTER_MANDATORY turns the silent drop into EHOSTUNREACH */
+  int one = 1;
+  zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+  vs_wire_envelope ghost = {.n = 1, .len = {5}, .id = {"ghost"}};
+  assert_int_equal(vs_wire_send_event(router, &ghost, &ev, NULL, 0, ZMQ_DONTWAIT), -EHOSTUNREACH);
+  /* limits: a body over max_body, a blob over max_blob, too deep an envelope */
+  uint8_t big[2048] = {0};
+  zmq_send(dealer, "", 0, ZMQ_SNDMORE);
+  zmq_send(dealer, big, sizeof big, 0);
+  assert_int_equal(zmq_poll(&it, 1, 2000), 1);
+  assert_int_equal(vs_wire_recv(router, 1, &m, 1024, 1024, err, sizeof err), VSPEC_ERANGE);
+  assert_non_null(strstr(err, "over the limit of 1024"));
+  assert_int_equal(m.env.n, 1); /* still routable for the error reply */
+  zmq_send(dealer, "", 0, ZMQ_SNDMORE);
+  zmq_send(dealer, "x", 1, ZMQ_SNDMORE);
+  zmq_send(dealer, big, sizeof big, 0);
+  assert_int_equal(zmq_poll(&it, 1, 2000), 1);
+  assert_int_equal(vs_wire_recv(router, 1, &m, 1024, 1024, err, sizeof err), VSPEC_ERANGE);
+  for (int i = 0; i < 5; i++) zmq_send(dealer, "hop", 3, ZMQ_SNDMORE);
+  zmq_send(dealer, "", 0, ZMQ_SNDMORE);
+  zmq_send(dealer, "x", 1, 0);
+  assert_int_equal(zmq_poll(&it, 1, 2000), 1);
+  assert_int_equal(vs_wire_recv(router, 1, &m, 1024, 1024, err, sizeof err), VSPEC_EFORMAT);
+  /* after all that, the next message still reads cleanly */
+  assert_int_equal(vs_wire_send_request(dealer, NULL, &r, NULL, 0, 0), 0);
+  assert_int_equal(zmq_poll(&it, 1, 2000), 1);
+  assert_int_equal(vs_wire_recv(router, 1, &m, 1024, 1024, err, sizeof err), 1);
+  vs_wire_msg_close(&m);
+  assert_int_equal(vs_wire_recv(router, 1, &m, 1024, 1024, err, sizeof err), 0);
+  /* the allocator's budget */
+  vs_wire_alloc small;
+  vs_wire_alloc_init(&small, 16);
+  assert_null(small.base.alloc(&small, 17));
+  assert_int_equal(small.refused, 1);
+  void *x = small.base.alloc(&small, 16);
+  assert_non_null(x);
+  assert_null(small.base.alloc(&small, 1));
+  small.base.free(&small, x);
+  assert_int_equal(small.used, 0);
+  assert_string_equal(vs_wire_error_name(VSPEC__ERROR_CODE__ERR_BUSY), "busy");
+  zmq_close(dealer);
+  zmq_close(router);
+  zmq_ctx_term(ctx);
+}
+
+static void test_curve_key_files(void **state) {
+  (void)state;
+  char dir[64] = "/tmp/vspec-keys-XXXXXX", prefix[128], path[160], key[41], pub[41], err[512];
+  assert_non_null(mkdtemp(dir));
+  snprintf(prefix, sizeof prefix, "%s/node", dir);
+  assert_int_equal(vs_curve_keygen(prefix, pub, err, sizeof err), 0);
+  snprintf(path, sizeof path, "%s.key", prefix);
+  assert_int_equal(vs_curve_read_key(path, "public", key, err, sizeof err), 0);
+  assert_string_equal(key, pub);
+  assert_int_equal(vs_curve_read_key(path, "secret", key, err, sizeof err), 0);
+  assert_string_not_equal(key, pub);
+  char derived[41];
+  assert_int_equal(zmq_curve_public(derived, key), 0);
+  assert_string_equal(derived, pub);
+  snprintf(path, sizeof path, "%s.pub", prefix);
+  assert_int_not_equal(vs_curve_read_key(path, "secret", key, err, sizeof err), 0);
+  assert_int_equal(vs_curve_key_arg(pub, "public", key, err, sizeof err), 0);
+  assert_int_equal(vs_curve_key_arg(path, "public", key, err, sizeof err), 0);
+  assert_string_equal(key, pub);
+  assert_int_not_equal(vs_curve_key_arg("short", "public", key, err, sizeof err), 0);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_preview_lut(void **state) {
+  (void)state;
+  char plugins[600], err[VSPEC_ERRLEN];
+  snprintf(plugins, sizeof plugins, "%s/plugins", vs_harness_build());
+  vspec_host host;
+  vs_host_init(&host, vs_cpu_ops());
+  vspec_dev *dev;
+  vs_registry *reg;
+  vs_models *models;
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  assert_int_equal(vs_registry_open(plugins, &host, &reg, err, sizeof err), 0);
+  if (vs_models_open(reg, &host, dev, "tests/golden/micro_c2i", VS_ROLE_TARGET, &models, err,
+                     sizeof err))
+    fail_msg("%s", err);
+  const vs_backend_model *t = &models->target;
+  vs_preview_lut lut;
+  assert_int_equal(vs_preview_lut_build(t, dev, &lut, err, sizeof err), 0);
+  assert_int_equal(lut.vocab, 64);
+  /* the table is each code's mean colour: decode a uniform grid and compare */
+  int32_t grid[16];
+  uint8_t rgb[8 * 8 * 3], prev[8 * 8 * 3];
+  for (int c = 0; c < 64; c += 21) {
+    for (int i = 0; i < 16; i++) grid[i] = c;
+    assert_int_equal(t->vt->decode(t->model, dev, grid, rgb, err, sizeof err), 0);
+    for (int ch = 0; ch < 3; ch++) {
+      int s = 0;
+      for (int p = 0; p < 64; p++) s += rgb[p * 3 + ch];
+      assert_int_equal(lut.rgb[c * 3 + ch], (s + 32) / 64);
+    }
+  }
+  /* the neutral code is the one nearest the mean of all mean colours */
+  double mean[3] = {0};
+  for (int c = 0; c < 64; c++)
+    for (int ch = 0; ch < 3; ch++) mean[ch] += lut.rgb[c * 3 + ch] / 64.0;
+  double best = 1e9;
+  int want = -1;
+  for (int c = 0; c < 64; c++) {
+    double d = 0;
+    for (int ch = 0; ch < 3; ch++) d += (lut.rgb[c * 3 + ch] - mean[ch]) * (lut.rgb[c * 3 + ch] - mean[ch]);
+    if (d < best) best = d, want = c;
+  }
+  assert_int_equal(lut.neutral, want);
+  /* lut preview: generated cells take their code's colour (2x2 pixels per token here), the
+   * rest the neutral colour */
+  int32_t tokens[16];
+  for (int i = 0; i < 16; i++) tokens[i] = (i * 7) % 64;
+  vs_preview_render_lut(&lut, &t->info, tokens, 5, prev);
+  for (int y = 0; y < 8; y++)
+    for (int x = 0; x < 8; x++) {
+      int cell = (y / 2) * 4 + x / 2, code = cell < 5 ? tokens[cell] : lut.neutral;
+      assert_memory_equal(prev + (y * 8 + x) * 3, lut.rgb + code * 3, 3);
+    }
+  /* decode preview of a full grid is the image itself */
+  int32_t scratch[16];
+  assert_int_equal(vs_preview_render_decode(&lut, t, dev, tokens, 16, scratch, prev, err,
+                                            sizeof err), 0);
+  assert_int_equal(t->vt->decode(t->model, dev, tokens, rgb, err, sizeof err), 0);
+  assert_memory_equal(prev, rgb, sizeof rgb);
+  /* and of an empty one, the neutral code everywhere */
+  assert_int_equal(vs_preview_render_decode(&lut, t, dev, tokens, 0, scratch, prev, err,
+                                            sizeof err), 0);
+  for (int i = 0; i < 16; i++) assert_int_equal(scratch[i], lut.neutral);
+  vs_preview_lut_free(&lut);
+  vs_models_close(models);
+  vs_registry_close(reg);
+  vs_dev_destroy(dev);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_config),          cmocka_unit_test(test_job_queue),
+      cmocka_unit_test(test_wire_framing),    cmocka_unit_test(test_curve_key_files),
+      cmocka_unit_test(test_preview_lut),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

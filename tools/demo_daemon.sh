@@ -1,0 +1,37 @@
+#!/bin/sh
+# The demo through the daemon (make demo DAEMON=1): start vspecd on private ipc endpoints,
+# generate one image per class with the vspec CLI (live progress, previews written), show
+# `vspec status`, then stop the daemon with SIGTERM (it drains and exits 0).
+#   tools/demo_daemon.sh [BUILD_DIR] [MODEL_DIR]
+set -eu
+BUILD=${1:-build}
+MODEL=${2:-models/fmnist}
+if [ ! -d "$MODEL" ]; then
+  echo "demo: $MODEL is not there (not trained yet?): using tests/golden/micro_c2i"
+  MODEL=tests/golden/micro_c2i
+fi
+OUT=$BUILD/demo-daemon
+RUN=$(mktemp -d /tmp/vspec-demo-XXXXXX)
+JOB=ipc://$RUN/job.sock
+ADMIN=ipc://$RUN/admin.sock
+mkdir -p "$OUT"
+"$BUILD/vspecd" --endpoint "$JOB" --admin "$ADMIN" --plugins "$BUILD/plugins" \
+  --set models.fmnist= --model "demo=$MODEL" --default-model demo --log-level warn &
+PID=$!
+cleanup() { kill -TERM "$PID" 2>/dev/null || true; rm -rf "$RUN"; }
+trap cleanup EXIT INT TERM
+"$BUILD/vspec" ping --via-admin --admin "$ADMIN" --timeout 30 >/dev/null
+CLASSES=$("$BUILD/vspec" status --json --admin "$ADMIN" | sed -n 's/.*"num_classes": \([0-9]*\).*/\1/p')
+CLASSES=${CLASSES:-10}
+c=0
+while [ "$c" -lt "$CLASSES" ]; do
+  "$BUILD/vspec" generate --server "$JOB" --class "$c" --seed "$c" \
+    --out "$OUT/class-$c.png" --previews "$OUT/previews-$c"
+  c=$((c + 1))
+done
+"$BUILD/vspec" status --admin "$ADMIN"
+kill -TERM "$PID"
+wait "$PID"
+trap - EXIT INT TERM
+rm -rf "$RUN"
+echo "demo: $CLASSES images in $OUT/ (previews in $OUT/previews-*/), through vspecd"
