@@ -103,14 +103,14 @@ static void write_table(FILE *f, eval_method *em, int n, int images, double floo
     else
       fprintf(f, "n/a");
     if (em[i].has_quality)
-      fprintf(f, " | %.2f | %.3f | %.3f | %.3f |\n", em[i].q.fid, em[i].q.class_acc,
+      fprintf(f, " | %.4g | %.3f | %.3f | %.3f |\n", em[i].q.fid, em[i].q.class_acc,
               em[i].q.precision, em[i].q.recall);
     else
       fprintf(f, " | - | - | - | - |\n");
   }
   fprintf(f, "\n%d images per method.", images);
   if (isfinite(floor_fid))
-    fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.2f.",
+    fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g.",
             floor_fid);
   fprintf(f, "\n");
   for (int i = 0; i < n; i++)
