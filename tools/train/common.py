@@ -44,7 +44,11 @@ def setup_env():
     if _has_avx512():
         os.environ.setdefault("BLIS_ARCH_TYPE", "skx")
         os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    os.environ.setdefault("BLIS_NUM_THREADS", "2")
+    # VSPEC_TRAIN_THREADS=1: this stage runs beside another training stage, so it uses one
+    # thread everywhere (BLIS GEMMs included); otherwise BLIS uses 2 and ThreadTuner picks
+    # torch's thread count at run time.
+    one = os.environ.get("VSPEC_TRAIN_THREADS", "auto") == "1"
+    os.environ.setdefault("BLIS_NUM_THREADS", "1" if one else "2")
 
 
 def setup_torch(threads=2):
@@ -56,12 +60,16 @@ def setup_torch(threads=2):
 
 class ThreadTuner:
     """The 2 cores are shared: when another process occupies one core, 2 OpenMP threads can
-    be several times slower than 1 (barrier waits on the starved thread). Every `period`
-    steps try the other thread count for `trial` steps and keep whichever is faster."""
+    be several times slower than 1 (barrier waits on the starved thread). At step 6, every
+    `period_s` seconds and after a sudden slow step, try the other thread count for `trial`
+    steps and keep whichever is faster."""
 
-    def __init__(self, torch, period=150, trial=4, log=None, choices=(2, 1)):
-        self.torch, self.period, self.trial, self.log = torch, period, trial, log
+    def __init__(self, torch, period_s=120.0, trial=4, log=None, choices=(1, 2)):
+        self.torch, self.period_s, self.trial, self.log = torch, period_s, trial, log
+        if os.environ.get("VSPEC_TRAIN_THREADS", "auto") == "1":
+            choices = (1,)
         self.choices = choices
+        self.base_period_s, self.max_period_s = period_s, 8 * period_s
         self.nt = choices[0]
         torch.set_num_threads(self.nt)
         self.recent = []
@@ -71,10 +79,16 @@ class ThreadTuner:
 
     def before_step(self):
         self.n += 1
+        now = time.time()
+        if not hasattr(self, "last_trial_t"):
+            self.last_trial_t = now
         slow = (len(self.recent) >= 4 and self.n - getattr(self, "last_trial", 0) > 2 * self.trial
                 and self.recent[-1] > 2.5 * sorted(self.recent)[len(self.recent) // 2])
-        if self.trial_left == 0 and len(self.recent) >= 3 and (self.n % self.period == 0 or slow):
+        due = self.n == 6 or now - self.last_trial_t > self.period_s
+        if (len(self.choices) > 1 and self.trial_left == 0 and len(self.recent) >= 3
+                and (due or slow)):
             self.last_trial = self.n
+            self.last_trial_t = now
             self.trial_left = self.trial
             self.trial_times = []
             other = [c for c in self.choices if c != self.nt][0]
@@ -84,17 +98,27 @@ class ThreadTuner:
         if self.trial_left > 0:
             self.trial_times.append(dt)
             self.trial_left -= 1
+            t_cur = sorted(self.recent)[len(self.recent) // 2]
+            if self.trial_left > 0 and dt > 3 * t_cur:   # clearly worse: stop early
+                self.trial_left = 0
+                self.torch.set_num_threads(self.nt)
+                self.period_s = min(self.period_s * 2, self.max_period_s)
+                return
             if self.trial_left == 0:
                 other = self.torch.get_num_threads()
-                t_other = sorted(self.trial_times[1:])[len(self.trial_times[1:]) // 2]
-                t_cur = sorted(self.recent)[len(self.recent) // 2]
+                tt = self.trial_times[1:] or self.trial_times
+                t_other = sorted(tt)[len(tt) // 2]
                 if t_other < 0.9 * t_cur:
                     if self.log:
                         self.log(f"threads {self.nt} -> {other} ({t_cur:.2f}s -> {t_other:.2f}s/step)")
                     self.nt = other
-                    self.recent = self.trial_times[1:]
+                    self.recent = list(tt)
+                    self.period_s = self.base_period_s
                 else:
+                    if self.log and self.n < 20:
+                        self.log(f"threads: keeping {self.nt} ({t_cur:.2f}s vs {t_other:.2f}s/step)")
                     self.torch.set_num_threads(self.nt)
+                    self.period_s = min(self.period_s * 2, self.max_period_s)
             return
         self.recent = (self.recent + [dt])[-8:]
 

@@ -28,7 +28,6 @@ def parse():
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--bs", type=int, default=128)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work", default=os.path.join(common.WORK, "classifier"))
     p.add_argument("--outdir", default=common.MODELS)
     p.add_argument("--seed", type=int, default=0)
@@ -86,8 +85,7 @@ def main():
         sched.load_state_dict(ck["sched"])
         epoch, elapsed = ck["epoch"], ck["elapsed"]
         log(f"resumed after epoch {epoch}")
-    tuner = common.ThreadTuner(torch, log=log, choices=(args.threads, 3 - args.threads)
-                               if args.threads in (1, 2) else (args.threads,))
+    tuner = common.ThreadTuner(torch, log=log)
     t_start = time.time() - elapsed
     while epoch < args.epochs:
         rng = np.random.default_rng(args.seed + epoch)

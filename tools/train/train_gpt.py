@@ -4,7 +4,7 @@ and export it as safetensors with LlamaGen's parameter names.
 
 Training follows LlamaGen's train_c2i.py: input [class token][codes 0..62], logits at all
 64 positions predict codes 0..63, cross entropy, class dropout 0.1 (label -> null class 10)
-for CFG. AdamW(0.9, 0.95), weight decay 0.05, grad clip 1.0, warmup + cosine decay.
+for CFG. AdamW(0.9, 0.95), weight decay 0.05, grad clip 1.0, warmup-stable-decay schedule.
 Data: the 60k training images and their horizontal flips (120k sequences).
 Resumable: tools/train/work/<name>/ckpt.pt every few minutes.
 """
@@ -27,14 +27,16 @@ from models import GPT, count_params  # noqa: E402
 def parse():
     p = argparse.ArgumentParser()
     p.add_argument("--name", required=True, help="target or draft")
-    p.add_argument("--dim", type=int, default=384)
-    p.add_argument("--n-layer", type=int, default=6)
-    p.add_argument("--n-head", type=int, default=6)
-    p.add_argument("--steps", type=int, default=4000)
-    p.add_argument("--bs", type=int, default=64)
-    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--n-layer", type=int, default=8)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--steps", type=int, default=8000)
+    p.add_argument("--bs", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--min-lr-frac", type=float, default=0.05)
     p.add_argument("--warmup", type=int, default=300)
+    p.add_argument("--decay-frac", type=float, default=0.25,
+                   help="warmup-stable-decay: linear decay over the last fraction of steps")
     p.add_argument("--wd", type=float, default=0.05)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--class-dropout", type=float, default=0.1)
@@ -51,10 +53,15 @@ def parse():
 
 
 def lr_at(step, a):
+    """Warmup, constant, then linear decay to min_lr_frac over the last decay_frac of the
+    steps (so --steps can be changed on resume before the decay starts)."""
     if step < a.warmup:
         return a.lr * (step + 1) / a.warmup
-    t = min(1.0, (step - a.warmup) / max(1, a.steps - a.warmup))
-    return a.lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + np.cos(np.pi * t)))
+    d0 = a.steps * (1 - a.decay_frac)
+    if step < d0:
+        return a.lr
+    t = min(1.0, (step - d0) / max(1.0, a.steps - d0))
+    return a.lr * (1 - (1 - a.min_lr_frac) * t)
 
 
 @torch.no_grad()

@@ -26,14 +26,14 @@ from models import VQModel, count_params  # noqa: E402
 
 def parse():
     p = argparse.ArgumentParser()
-    p.add_argument("--ch", type=int, default=64)
+    p.add_argument("--ch", type=int, default=32)
     p.add_argument("--z-channels", type=int, default=64)
     p.add_argument("--codebook-size", type=int, default=1024)
     p.add_argument("--embed-dim", type=int, default=8)
     p.add_argument("--beta", type=float, default=0.25)
     p.add_argument("--entropy", type=float, default=0.0)
     p.add_argument("--bs", type=int, default=32)
-    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--steps", type=int, default=4000)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--restart-every", type=int, default=200)
     p.add_argument("--restart-until", type=float, default=0.8, help="fraction of steps")
