@@ -13,7 +13,37 @@ import struct
 import sys
 import time
 
-import numpy as np
+
+def _has_avx512():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False
+
+
+def setup_env():
+    """Must run before numpy/torch load libblas.so.3 (BLIS picks its kernels at load time;
+    numpy loads it too), so common.py calls it on import, before importing numpy.
+
+    Debian's torch and numpy use the system libblas.so.3; on this machine that is BLIS
+    (openmp), whose runtime detection falls back to the slow 'generic' kernels on this AMD
+    CPU: forcing the 'skx' (AVX-512) sub-configuration is ~4x faster per thread.
+    OPENBLAS_CORETYPE does the same if the alternative points to OpenBLAS. Training-only;
+    never used by tests."""
+    if _has_avx512():
+        os.environ.setdefault("BLIS_ARCH_TYPE", "skx")
+        os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    # BLIS GEMMs run single-threaded: BLIS fixes its thread count at load time, and with 2
+    # OpenMP threads a GEMM slowed down ~2.5x whenever another process held one of the two
+    # shared cores. VSPEC_TRAIN_THREADS=1 (a stage running beside another stage) also pins
+    # torch to one thread; otherwise ThreadTuner picks 1 or 2 torch threads at run time.
+    os.environ.setdefault("BLIS_NUM_THREADS", "1")
+
+
+setup_env()
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -25,30 +55,6 @@ WORK = os.path.join(HERE, "work")
 MODELS = os.path.join(ROOT, "models", "fmnist")
 CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
            "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
-
-
-def _has_avx512():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f" in f.read()
-    except OSError:
-        return False
-
-
-def setup_env():
-    """Call before importing torch. Debian's torch uses the system libblas.so.3; on this
-    machine that is BLIS (openmp), whose runtime detection falls back to the slow 'generic'
-    kernels on this AMD CPU: forcing the 'skx' (AVX-512) sub-configuration is ~4x faster
-    per thread. OPENBLAS_CORETYPE does the same if the alternative points to OpenBLAS.
-    Training-only; never used by tests."""
-    if _has_avx512():
-        os.environ.setdefault("BLIS_ARCH_TYPE", "skx")
-        os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    # VSPEC_TRAIN_THREADS=1: this stage runs beside another training stage, so it uses one
-    # thread everywhere (BLIS GEMMs included); otherwise BLIS uses 2 and ThreadTuner picks
-    # torch's thread count at run time.
-    one = os.environ.get("VSPEC_TRAIN_THREADS", "auto") == "1"
-    os.environ.setdefault("BLIS_NUM_THREADS", "1" if one else "2")
 
 
 def setup_torch(threads=2):

@@ -7,12 +7,14 @@
 # interrupted stage resumes from its checkpoint (tools/train/work/<stage>/ckpt.pt).
 # Logs: tools/train/work/logs/<stage>.log.  Start from scratch: rm -rf tools/train/work
 #
-# Order (independent stages run side by side, one thread each, on the 2 shared cores):
+# Order (independent stages run side by side on the 2 shared cores; "1" = one thread, "auto" =
+# run-time choice between 1 and 2 threads, see common.ThreadTuner):
 #   vq  ||  classifier
 #   tokenize
 #   target  ||  draft
 #   eagle
 #   eval  (cfg sweep -> defaults.cfg_scale in models/fmnist/vspec-model.json)
+#   card  (models/fmnist/MODEL_CARD.md from the results)
 set -eu
 
 cd "$(dirname "$0")/../.."
@@ -43,14 +45,15 @@ run_classifier() { stage classifier 1 tools/train/train_classifier.py; }
 run_tokenize() { stage tokenize auto tools/train/tokenize_codes.py; }
 run_target() {
 	stage target 1 tools/train/train_gpt.py --name target --dim 256 --n-layer 8 --n-head 4 \
-		--steps 8000 --bs 32 --lr 5e-4
+		--steps 7000 --bs 32 --lr 5e-4
 }
 run_draft() {
 	stage draft 1 tools/train/train_gpt.py --name draft --dim 128 --n-layer 4 --n-head 4 \
-		--steps 8000 --bs 32 --lr 1e-3
+		--steps 12000 --bs 32 --lr 1e-3
 }
-run_eagle() { stage eagle auto tools/train/train_eagle.py --steps 2000 --bs 32; }
+run_eagle() { stage eagle auto tools/train/train_eagle.py --steps 2500 --bs 32; }
 run_eval() { stage eval auto tools/train/eval_samples.py; }
+run_card() { stage card 1 tools/train/write_model_card.py; }
 
 { run_vq; } &
 a=$!
@@ -74,4 +77,6 @@ wait $b || r=1
 
 run_eagle
 run_eval
+rm -f "$W/done/card"
+run_card
 echo "[train_all] all stages done; exports in models/fmnist/"

@@ -25,7 +25,7 @@ from models import Classifier, FoldedClassifier, count_params  # noqa: E402
 
 def parse():
     p = argparse.ArgumentParser()
-    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--bs", type=int, default=128)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--work", default=os.path.join(common.WORK, "classifier"))

@@ -120,12 +120,13 @@ def main():
 
     opt = torch.optim.AdamW(head.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     ck_path = os.path.join(a.work, "ckpt.pt")
-    step, elapsed = 0, 0.0
+    step, elapsed, cpu_prev = 0, 0.0, 0.0
     ck = common.load_ckpt(ck_path)
     if ck is not None:
         head.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step, elapsed = ck["step"], ck["elapsed"]
+        cpu_prev = ck.get("cpu", 0.0)
         torch.manual_seed(a.seed + step)
         log(f"resumed at step {step}")
 
@@ -154,6 +155,7 @@ def main():
     tuner = common.ThreadTuner(torch, log=log)
     steps_per_epoch = len(codes) // a.bs
     t_start = time.time() - elapsed
+    cpu0 = time.process_time() - cpu_prev
     last_ck = time.time()
     hist = []
     head.train()
@@ -187,10 +189,12 @@ def main():
         if time.time() - last_ck > a.ckpt_minutes * 60 or step == a.steps:
             elapsed = time.time() - t_start
             common.atomic_torch_save({"model": head.state_dict(), "opt": opt.state_dict(),
-                                      "step": step, "elapsed": elapsed, "args": vars(a)}, ck_path)
+                                      "step": step, "elapsed": elapsed, "args": vars(a),
+                                      "cpu": time.process_time() - cpu0}, ck_path)
             last_ck = time.time()
 
     elapsed = time.time() - t_start
+    cpu = time.process_time() - cpu0
     vl_, pl_, agc, agu = evaluate()
     c = target.cfg
     meta = {
@@ -233,7 +237,7 @@ def main():
     log(f"final: smoothl1 {vl_:.4f} ce {pl_:.4f} agree cond {agc:.3f} uncond {agu:.3f}; "
         f"fp16 export agree cond {agc16:.3f} uncond {agu16:.3f}")
     common.write_json(os.path.join(a.work, "result.json"), {
-        "params": count_params(head), "steps": step, "batch": a.bs, "train_time_s": elapsed,
+        "params": count_params(head), "steps": step, "batch": a.bs, "train_time_s": elapsed, "cpu_time_s": cpu,
         "test_smoothl1": vl_, "test_ce": pl_, "agree_cond": agc, "agree_uncond": agu,
         "agree_cond_fp16": agc16, "agree_uncond_fp16": agu16, "args": vars(a)})
     log(f"done in {common.fmt_time(elapsed)} -> {a.out}")

@@ -119,17 +119,19 @@ def main():
         f"{a.steps} steps x bs {a.bs} = {a.steps * a.bs / len(codes):.2f} epochs of {len(codes)}")
 
     ck_path = os.path.join(a.work, "ckpt.pt")
-    step, elapsed = 0, 0.0
+    step, elapsed, cpu_prev = 0, 0.0, 0.0
     ck = common.load_ckpt(ck_path)
     if ck is not None:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step, elapsed = ck["step"], ck["elapsed"]
+        cpu_prev = ck.get("cpu", 0.0)
         torch.manual_seed(a.seed + step)
         log(f"resumed at step {step}")
     tuner = common.ThreadTuner(torch, log=log)
     steps_per_epoch = len(codes) // a.bs
     t_start = time.time() - elapsed
+    cpu0 = time.process_time() - cpu_prev
     last_ck = time.time()
     hist = []
     model.train()
@@ -162,10 +164,12 @@ def main():
         if time.time() - last_ck > a.ckpt_minutes * 60 or step == a.steps:
             elapsed = time.time() - t_start
             common.atomic_torch_save({"model": model.state_dict(), "opt": opt.state_dict(),
-                                      "step": step, "elapsed": elapsed, "args": vars(a)}, ck_path)
+                                      "step": step, "elapsed": elapsed, "args": vars(a),
+                                      "cpu": time.process_time() - cpu0}, ck_path)
             last_ck = time.time()
 
     elapsed = time.time() - t_start
+    cpu = time.process_time() - cpu0
     model.eval()
     vcodes_all = torch.from_numpy(te["codes"].astype(np.int64))
     vlabels_all = torch.from_numpy(te["labels"])
@@ -185,7 +189,7 @@ def main():
     log(f"fp16 export: test loss {vl16:.4f} (fp32 {vl:.4f})")
     common.write_json(os.path.join(a.work, "result.json"), {
         "params": count_params(model), "steps": step, "batch": a.bs,
-        "epochs": step * a.bs / len(codes), "train_time_s": elapsed, "test_loss": vl,
+        "epochs": step * a.bs / len(codes), "train_time_s": elapsed, "cpu_time_s": cpu, "test_loss": vl,
         "test_ppl": float(np.exp(vl)), "test_top1": vacc, "test_loss_uncond": vlu,
         "test_loss_fp16": vl16, "args": vars(a)})
     log(f"done in {common.fmt_time(elapsed)} -> {a.out}")

@@ -33,7 +33,7 @@ def parse():
     p.add_argument("--beta", type=float, default=0.25)
     p.add_argument("--entropy", type=float, default=0.0)
     p.add_argument("--bs", type=int, default=32)
-    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--steps", type=int, default=2500)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--restart-every", type=int, default=200)
     p.add_argument("--restart-until", type=float, default=0.8, help="fraction of steps")
