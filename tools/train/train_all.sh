@@ -45,13 +45,13 @@ run_classifier() { stage classifier 1 tools/train/train_classifier.py; }
 run_tokenize() { stage tokenize auto tools/train/tokenize_codes.py; }
 run_target() {
 	stage target 1 tools/train/train_gpt.py --name target --dim 256 --n-layer 8 --n-head 4 \
-		--steps 7000 --bs 32 --lr 5e-4
+		--steps 5500 --bs 32 --lr 5e-4
 }
 run_draft() {
 	stage draft 1 tools/train/train_gpt.py --name draft --dim 128 --n-layer 4 --n-head 4 \
-		--steps 12000 --bs 32 --lr 1e-3
+		--steps 9000 --bs 32 --lr 1e-3
 }
-run_eagle() { stage eagle auto tools/train/train_eagle.py --steps 2500 --bs 32; }
+run_eagle() { stage eagle auto tools/train/train_eagle.py --steps 2000 --bs 32; }
 run_eval() { stage eval auto tools/train/eval_samples.py; }
 run_card() { stage card 1 tools/train/write_model_card.py; }
 
