@@ -181,7 +181,8 @@ def main():
     spec = {"name": "fmnist",
             "target": {"backend": "llamagen", "gpt": "target.safetensors", "vq": "vq.safetensors"},
             "draft": {"backend": "llamagen", "gpt": "draft.safetensors"},
-            "eagle": {"backend": "eagle", "weights": "eagle.safetensors"},
+            "eagle": {"backend": "eagle", "weights": "eagle.safetensors",
+                      "target": "target.safetensors"},
             "classifier": "classifier.safetensors", "fid_ref": "fid_ref.safetensors",
             "defaults": {"cfg_scale": best, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
                          "cfg_interval": -1}}
