@@ -220,6 +220,10 @@ static int cmd_generate(int argc, char **argv) {
   vs_net_opts net;
   vs__net_defaults(&net);
   Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+  /* The CLI's default seed is 0 (the same command, the same image); a submit without a
+   * seed would get a random one from the daemon. */
+  sub.has_seed = 1;
+  sub.seed = 0;
   const char *out = "out.png", *previews = NULL;
   char accept_params[512] = "", sched_params[512] = "";
   int json = 0, quiet = 0, preview_kind = -1;

@@ -80,6 +80,10 @@ typedef struct vs_round_info {
   const vs_backend_model *target;         /* introspection, e.g. for tests */
   vspec_session *session;                 /* the target's session, between rounds */
   const vs_metrics *metrics;              /* the job's metrics so far */
+  /* The acceptance rule and scheduler generations this job runs with (speculative methods;
+   * NULL for ar): held by the engine for the whole job, so what a caller reports is what
+   * ran, whatever reloads happen meanwhile. */
+  const vs_plugin *rule_plugin, *sched_plugin;
 } vs_round_info;
 
 typedef void (*vs_round_fn)(void *user, const vs_round_info *info);

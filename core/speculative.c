@@ -433,7 +433,8 @@ static void vs__report(vs__sd *c, int64_t round, int skipped, const int32_t *tok
   vs_round_info info = {.round = round, .skipped = skipped, .n_tokens = n, .tokens = tokens,
                         .status = c->job->status, .prepended = prepended,
                         .accepted_len = accepted_len, .tree = tree, .target = c->t,
-                        .session = c->sess, .metrics = c->mt};
+                        .session = c->sess, .metrics = c->mt, .rule_plugin = c->rule_plugin,
+                        .sched_plugin = c->sched_plugin};
   c->job->on_round(c->job->user, &info);
 }
 

@@ -14,6 +14,10 @@
 #include "proto/wire.h"
 
 #define VS_OWN_REQUEST (1ull << 63) /* request ids of the broker's own status polls */
+/* Events a client has not taken yet (its queue is full) that the broker keeps for it: over
+ * this, or silent for 5 heartbeats, the client is treated as gone. The daemons' credit keeps
+ * the events of one job in flight small, so a reading client never gets near it. */
+#define VS_OUTBOX_PER_CLIENT 4096
 
 typedef struct vs__backend {
   char endpoint[256];
@@ -24,12 +28,17 @@ typedef struct vs__backend {
   int workers, queued, running, clients, queue_cap;
   uint64_t submitted, completed, failed, cancelled, busy, lost, malformed, tokens;
   char node[64];
+  int has_node_id; /* the daemon reported its [server] node_id (StatusReply.node_id) */
+  unsigned node_id;
+  int conflict; /* shares its node_id with a live daemon listed before it: gets no jobs */
 } vs__backend;
 
-/* A pending submit (job_id == 0) or a running job. */
+/* A pending submit (job_id == 0) or a running job. Jobs are keyed by (backend, job_id): two
+ * daemons that share a node_id hand out the same ids. */
 typedef struct vs__bjob {
   uint64_t job_id, request_id;
   vs_wire_envelope client;
+  char user_id[VS_WIRE_MAX_USER_ID + 1]; /* the client's CURVE identity ("" without CURVE) */
   int backend;
   unsigned tried;
   int cancel_on_accept; /* its client vanished before the daemon accepted it */
@@ -44,12 +53,30 @@ typedef struct vs__bjob {
   struct vs__bjob *next;
 } vs__bjob;
 
+/* Messages for a client whose queue was full: kept, in order, and retried from the poll loop
+ * (like the daemon's outbox), so no terminal event is lost to a slow reader. */
+typedef struct vs__outmsg {
+  vs_wire_msg msg;
+  struct vs__outmsg *next;
+} vs__outmsg;
+
+typedef struct vs__outq {
+  vs_wire_envelope client;
+  vs__outmsg *head, **tail;
+  int n;
+  double since; /* the first message was kept, or the client last took one */
+  struct vs__outq *next;
+} vs__outq;
+
 typedef struct vs__broker {
   const vs_broker_config *cfg;
   void *ctx, *front;
   vs__backend be[VS_BROKER_MAX_BACKENDS];
   int n;
   vs__bjob *jobs;
+  vs__outq *out;              /* clients with kept messages */
+  vs_wire_envelope *gone;     /* clients found gone, dealt with by vs__reap */
+  int n_gone, cap_gone;
   uint64_t own_seq, next_request;
   double started;
   uint64_t malformed, unavailable;
@@ -81,6 +108,170 @@ static void vs__unlink(vs__broker *b, vs__bjob *j) {
     }
 }
 
+static void vs__client_gone(vs__broker *b, const vs_wire_envelope *env);
+static void vs__check_node_ids(vs__broker *b);
+
+static void vs__inflight_done(vs__backend *be) {
+  /* Never below zero: a failover resets the count while answers may still be on the way. */
+  if (be->inflight > 0) be->inflight--;
+}
+
+static void vs__msg_move(vs_wire_msg *dst, vs_wire_msg *src) {
+  memset(dst, 0, sizeof *dst);
+  dst->env = src->env;
+  memcpy(dst->user_id, src->user_id, sizeof dst->user_id);
+  if (src->has_body) {
+    zmq_msg_init(&dst->body);
+    zmq_msg_move(&dst->body, &src->body);
+    zmq_msg_close(&src->body);
+    dst->has_body = 1;
+    src->has_body = 0;
+  }
+  for (int i = 0; i < src->n_blobs; i++) {
+    zmq_msg_init(&dst->blobs[i]);
+    zmq_msg_move(&dst->blobs[i], &src->blobs[i]);
+    zmq_msg_close(&src->blobs[i]);
+  }
+  dst->n_blobs = src->n_blobs;
+  src->n_blobs = 0;
+}
+
+static vs__outq *vs__outq_find(vs__broker *b, const vs_wire_envelope *env) {
+  for (vs__outq *q = b->out; q; q = q->next)
+    if (vs_wire_envelope_equal(&q->client, env)) return q;
+  return NULL;
+}
+
+/* Drops what is kept for a client (gone, or given up on). */
+static void vs__outq_drop(vs__broker *b, const vs_wire_envelope *env) {
+  for (vs__outq **p = &b->out; *p; p = &(*p)->next) {
+    vs__outq *q = *p;
+    if (!vs_wire_envelope_equal(&q->client, env)) continue;
+    *p = q->next;
+    while (q->head) {
+      vs__outmsg *o = q->head;
+      q->head = o->next;
+      vs_wire_msg_close(&o->msg);
+      free(o);
+    }
+    free(q);
+    return;
+  }
+}
+
+/* A client is found gone while the caller may be walking the job list: its jobs are cancelled
+ * later, by vs__reap from the main loop. */
+static void vs__mark_gone(vs__broker *b, const vs_wire_envelope *env) {
+  for (int k = 0; k < b->n_gone; k++)
+    if (vs_wire_envelope_equal(&b->gone[k], env)) return;
+  if (b->n_gone == b->cap_gone) {
+    int cap = b->cap_gone ? 2 * b->cap_gone : 8;
+    vs_wire_envelope *g = realloc(b->gone, (size_t)cap * sizeof *g);
+    if (!g) return; /* then ZMTP heartbeats or the next send find it again */
+    b->gone = g;
+    b->cap_gone = cap;
+  }
+  b->gone[b->n_gone++] = *env;
+}
+
+static void vs__reap(vs__broker *b) {
+  while (b->n_gone) {
+    vs_wire_envelope env = b->gone[--b->n_gone];
+    vs__client_gone(b, &env);
+  }
+}
+
+/* Sends a message to a client on the front, or keeps it for a retry when the client's queue
+ * is full; a client with kept messages gets everything after them in order. Takes the
+ * frames of m in every case (m is left empty). */
+static void vs__to_client(vs__broker *b, const vs_wire_envelope *env, vs_wire_msg *m) {
+  vs__outq *q = vs__outq_find(b, env);
+  if (!q) {
+    int rc = vs_wire_forward(b->front, env, m, ZMQ_DONTWAIT);
+    if (rc == -EHOSTUNREACH) vs__mark_gone(b, env);
+    if (rc != -EAGAIN || !m->has_body) { /* sent, gone, or failed after the head */
+      vs_wire_msg_close(m);
+      return;
+    }
+  } else if (q->n >= VS_OUTBOX_PER_CLIENT) {
+    char t[40];
+    vs_wire_envelope_text(env, t, sizeof t);
+    vs_log(VSPEC_LOG_INFO, "broker", "client %s does not take its events (%d kept): treated "
+           "as gone", t, q->n);
+    vs_wire_msg_close(m);
+    vs__mark_gone(b, env);
+    return;
+  }
+  vs__outmsg *o = calloc(1, sizeof *o);
+  if (!q && o) {
+    q = calloc(1, sizeof *q);
+    if (q) {
+      q->client = *env;
+      q->tail = &q->head;
+      q->since = vs__now();
+      q->next = b->out;
+      b->out = q;
+    }
+  }
+  if (!o || !q) {
+    free(o);
+    vs_wire_msg_close(m);
+    return;
+  }
+  vs__msg_move(&o->msg, m);
+  *q->tail = o;
+  q->tail = &o->next;
+  q->n++;
+}
+
+/* Packs an event of the broker's own into a message for vs__to_client. */
+static void vs__send_own(vs__broker *b, const vs_wire_envelope *env, Vspec__Event *ev) {
+  vs_wire_msg m;
+  memset(&m, 0, sizeof m);
+  ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
+  size_t len = vspec__event__get_packed_size(ev);
+  if (zmq_msg_init_size(&m.body, len)) return;
+  vspec__event__pack(ev, zmq_msg_data(&m.body));
+  m.has_body = 1;
+  vs__to_client(b, env, &m);
+}
+
+/* Retries what clients have not taken, in order per client; a client that takes nothing for
+ * 5 heartbeats (the front's ZMTP heartbeat timeout) is treated as gone. */
+static void vs__retry_out(vs__broker *b, double now) {
+  double timeout = 5.0 * b->cfg->heartbeat_ms / 1000.0;
+  vs__outq **p = &b->out;
+  while (*p) {
+    vs__outq *q = *p;
+    int rc = 0;
+    while (q->head) {
+      rc = vs_wire_forward(b->front, &q->client, &q->head->msg, ZMQ_DONTWAIT);
+      if (rc == -EAGAIN && q->head->msg.has_body) break;
+      vs__outmsg *o = q->head;
+      q->head = o->next;
+      vs_wire_msg_close(&o->msg);
+      free(o);
+      q->n--;
+      if (rc == -EHOSTUNREACH) break;
+      q->since = now;
+    }
+    if (rc == -EAGAIN && q->head && now - q->since > timeout) {
+      char t[40];
+      vs_wire_envelope_text(&q->client, t, sizeof t);
+      vs_log(VSPEC_LOG_INFO, "broker", "client %s took nothing for %.0f ms: treated as gone", t,
+             timeout * 1000);
+      rc = -EHOSTUNREACH;
+    }
+    if (rc == -EHOSTUNREACH) vs__mark_gone(b, &q->client);
+    if (!q->head) {
+      *p = q->next;
+      free(q);
+      continue;
+    }
+    p = &q->next; /* q->tail still points into the last message, which stayed */
+  }
+}
+
 static void vs__reply_error(vs__broker *b, const vs_wire_envelope *env, uint64_t job,
                             uint64_t rid, int code, const char *msg) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
@@ -101,7 +292,7 @@ static void vs__reply_error(vs__broker *b, const vs_wire_envelope *env, uint64_t
     ev.has_request_id = 1;
     ev.request_id = rid;
   }
-  vs_wire_send_event(b->front, env, &ev, NULL, 0, ZMQ_DONTWAIT);
+  vs__send_own(b, env, &ev);
 }
 
 /* Sends a kept submit to a daemon; 0 or -errno. */
@@ -131,7 +322,7 @@ static void vs__dispatch(vs__broker *b, vs__bjob *j, int last_code) {
   for (;;) {
     int best = -1;
     for (int i = 0; i < b->n; i++) {
-      if (!b->be[i].alive || (j->tried & (1u << i))) continue;
+      if (!b->be[i].alive || b->be[i].conflict || (j->tried & (1u << i))) continue;
       if (best < 0 || vs__load(&b->be[i]) < vs__load(&b->be[best])) best = i;
     }
     if (best < 0) {
@@ -156,26 +347,49 @@ static void vs__dispatch(vs__broker *b, vs__bjob *j, int last_code) {
   }
 }
 
-static vs__bjob *vs__find_job(vs__broker *b, uint64_t id) {
+/* The job `id` of daemon `backend` (-1: of any daemon). */
+static vs__bjob *vs__find_job(vs__broker *b, int backend, uint64_t id) {
   for (vs__bjob *j = b->jobs; j; j = j->next)
-    if (j->job_id == id) return j;
+    if (j->job_id == id && (backend < 0 || j->backend == backend)) return j;
   return NULL;
 }
 
-static vs__bjob *vs__find_pending(vs__broker *b, const vs_wire_envelope *env, uint64_t rid) {
+/* A client's job, for its cancel and credit requests: the job id, the routing envelope and
+ * (with CURVE) the key that submitted it must all match. */
+static vs__bjob *vs__find_client_job(vs__broker *b, const vs_wire_msg *m, uint64_t id) {
   for (vs__bjob *j = b->jobs; j; j = j->next)
-    if (!j->job_id && j->request_id == rid && vs_wire_envelope_equal(&j->client, env)) return j;
+    if (j->job_id == id && vs_wire_envelope_equal(&j->client, &m->env) &&
+        !strcmp(j->user_id, m->user_id))
+      return j;
   return NULL;
+}
+
+/* The submit (pending or accepted) a client sent with request id rid; one waiting on daemon
+ * i first, should a client reuse request ids. */
+static vs__bjob *vs__find_request(vs__broker *b, int i, const vs_wire_envelope *env,
+                                  uint64_t rid) {
+  vs__bjob *any = NULL;
+  for (vs__bjob *j = b->jobs; j; j = j->next) {
+    if (j->request_id != rid || !vs_wire_envelope_equal(&j->client, env)) continue;
+    if (!j->job_id && j->backend == i) return j;
+    if (!any) any = j;
+  }
+  return any;
+}
+
+/* Cancels job `id` on daemon i, asking with the client's envelope: to the daemon this is the
+ * job's owner. */
+static void vs__cancel_on(vs__broker *b, int i, const vs_wire_envelope *client, uint64_t id) {
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Cancel c = VSPEC__CANCEL__INIT;
+  c.job_id = id;
+  r.body_case = VSPEC__REQUEST__BODY_CANCEL;
+  r.cancel = &c;
+  vs_wire_send_request(b->be[i].sock, client, &r, NULL, 0, ZMQ_DONTWAIT);
 }
 
 static void vs__send_cancel(vs__broker *b, vs__bjob *j) {
-  Vspec__Request r = VSPEC__REQUEST__INIT;
-  Vspec__Cancel c = VSPEC__CANCEL__INIT;
-  c.job_id = j->job_id;
-  r.body_case = VSPEC__REQUEST__BODY_CANCEL;
-  r.cancel = &c;
-  /* With the client's envelope: to the daemon this is the job's owner asking. */
-  vs_wire_send_request(b->be[j->backend].sock, &j->client, &r, NULL, 0, ZMQ_DONTWAIT);
+  vs__cancel_on(b, j->backend, &j->client, j->job_id);
 }
 
 /* A client is gone (unroutable on the front): its jobs are cancelled on their daemons. */
@@ -183,6 +397,7 @@ static void vs__client_gone(vs__broker *b, const vs_wire_envelope *env) {
   char t[40];
   vs_wire_envelope_text(env, t, sizeof t);
   vs_log(VSPEC_LOG_INFO, "broker", "client %s is gone: cancelling its jobs", t);
+  vs__outq_drop(b, env);
   vs__bjob **p = &b->jobs;
   while (*p) {
     vs__bjob *j = *p;
@@ -192,7 +407,7 @@ static void vs__client_gone(vs__broker *b, const vs_wire_envelope *env) {
     }
     if (j->job_id) {
       vs__send_cancel(b, j);
-      b->be[j->backend].inflight--;
+      vs__inflight_done(&b->be[j->backend]);
       *p = j->next;
       vs__bjob_free(j);
     } else {
@@ -252,7 +467,7 @@ static void vs__status_reply(vs__broker *b, const vs_wire_envelope *env, uint64_
     ev.has_request_id = 1;
     ev.request_id = rid;
   }
-  vs_wire_send_event(b->front, env, &ev, NULL, 0, ZMQ_DONTWAIT);
+  vs__send_own(b, env, &ev);
 }
 
 static int vs__keep_submit(vs__bjob *j, const vs_wire_msg *m, Vspec__Request *r,
@@ -305,6 +520,7 @@ static void vs__from_client(vs__broker *b, vs_wire_msg *m) {
         break;
       }
       j->client = m->env;
+      memcpy(j->user_id, m->user_id, sizeof j->user_id);
       j->request_id = rid ? rid : forced;
       j->next = b->jobs;
       b->jobs = j;
@@ -315,8 +531,8 @@ static void vs__from_client(vs__broker *b, vs_wire_msg *m) {
     case VSPEC__REQUEST__BODY_CREDIT: {
       uint64_t id = r->body_case == VSPEC__REQUEST__BODY_CANCEL ? r->cancel->job_id
                                                                  : r->credit->job_id;
-      vs__bjob *j = vs__find_job(b, id);
-      if (!j || !vs_wire_envelope_equal(&j->client, &m->env)) {
+      vs__bjob *j = vs__find_client_job(b, m, id);
+      if (!j) {
         if (r->body_case == VSPEC__REQUEST__BODY_CANCEL) {
           snprintf(err, sizeof err, "no running or queued job %llu of this client",
                    (unsigned long long)id);
@@ -324,14 +540,17 @@ static void vs__from_client(vs__broker *b, vs_wire_msg *m) {
         }
         break;
       }
+      /* An unreachable daemon keeps the message (closed by the caller); it is failed over
+       * within three heartbeats and the job ends with "unavailable". */
       vs_wire_forward(b->be[j->backend].sock, &m->env, m, ZMQ_DONTWAIT);
       break;
     }
     case VSPEC__REQUEST__BODY_STATUS: vs__status_reply(b, &m->env, rid); break;
     case VSPEC__REQUEST__BODY_PLUGINS: {
-      /* Every daemon loads the same plugin directory: ask one. */
+      /* Every daemon loads the same plugin directory: ask one. A refused head leaves the
+       * message whole for the next daemon; a failure after it consumed the message. */
       int sent = 0;
-      for (int i = 0; i < b->n && !sent; i++)
+      for (int i = 0; i < b->n && !sent && m->has_body; i++)
         if (b->be[i].alive) sent = vs_wire_forward(b->be[i].sock, &m->env, m, ZMQ_DONTWAIT) == 0;
       if (!sent)
         vs__reply_error(b, &m->env, 0, rid, VSPEC__ERROR_CODE__ERR_UNAVAILABLE,
@@ -352,7 +571,7 @@ static void vs__from_client(vs__broker *b, vs_wire_msg *m) {
         ev.has_request_id = 1;
         ev.request_id = rid;
       }
-      vs_wire_send_event(b->front, &m->env, &ev, NULL, 0, ZMQ_DONTWAIT);
+      vs__send_own(b, &m->env, &ev);
       break;
     }
     default:
@@ -368,6 +587,7 @@ static void vs__backend_dead(vs__broker *b, int i) {
   vs_log(VSPEC_LOG_WARN, "broker", "daemon %s (%s) stopped answering: failing over",
          be->endpoint, be->node);
   be->alive = 0;
+  vs__check_node_ids(b);
   vs__bjob **p = &b->jobs;
   while (*p) {
     vs__bjob *j = *p;
@@ -399,10 +619,37 @@ static void vs__backend_dead(vs__broker *b, int i) {
   }
 }
 
+/* Daemons that share a node_id hand out the same job ids: of each such group of live
+ * daemons only the first listed gets jobs. */
+static void vs__check_node_ids(vs__broker *b) {
+  for (int i = 0; i < b->n; i++) {
+    vs__backend *be = &b->be[i];
+    int other = -1;
+    for (int k = 0; k < i && other < 0 && be->has_node_id; k++)
+      if (b->be[k].alive && b->be[k].has_node_id && b->be[k].node_id == be->node_id) other = k;
+    int conflict = be->alive && other >= 0;
+    if (conflict && !be->conflict)
+      vs_log(VSPEC_LOG_ERROR, "broker", "daemons %s (%s) and %s (%s) both have node_id %u, so "
+             "their job ids collide: %s gets no jobs while %s is alive. Give each daemon its "
+             "own [server] node_id (vspecd --node-id).", b->be[other].endpoint,
+             b->be[other].node, be->endpoint, be->node, be->node_id, be->endpoint,
+             b->be[other].endpoint);
+    else if (!conflict && be->conflict)
+      vs_log(VSPEC_LOG_INFO, "broker", "daemon %s no longer shares its node_id with a live "
+             "daemon: it gets jobs again", be->endpoint);
+    be->conflict = conflict;
+  }
+}
+
 static void vs__own_reply(vs__broker *b, int i, const Vspec__Event *ev) {
   vs__backend *be = &b->be[i];
   if (ev->body_case != VSPEC__EVENT__BODY_STATUS) return;
   const Vspec__StatusReply *s = ev->status;
+  if (s->has_node_id && (!be->has_node_id || be->node_id != s->node_id)) {
+    be->has_node_id = 1;
+    be->node_id = s->node_id;
+    vs__check_node_ids(b);
+  }
   be->workers = (int)s->n_workers;
   be->queued = (int)s->queued;
   be->running = (int)s->running;
@@ -427,6 +674,7 @@ static void vs__from_backend(vs__broker *b, int i, vs_wire_msg *m) {
   if (!be->alive) {
     vs_log(VSPEC_LOG_INFO, "broker", "daemon %s is alive", be->endpoint);
     be->alive = 1;
+    vs__check_node_ids(b);
   }
   vs_wire_alloc a;
   vs_wire_alloc_init(&a, 4 << 20);
@@ -444,13 +692,44 @@ static void vs__from_backend(vs__broker *b, int i, vs_wire_msg *m) {
   }
   uint64_t rid = ev->has_request_id ? ev->request_id : 0;
   uint64_t job = ev->has_job_id ? ev->job_id : 0;
+  int accepted = ev->body_case == VSPEC__EVENT__BODY_ACCEPTED;
   int forward = 1;
-  vs__bjob *p = NULL;
-  if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED ||
-      (ev->body_case == VSPEC__EVENT__BODY_ERROR && !job))
-    p = vs__find_pending(b, &m->env, rid);
-  if (p) {
-    if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED) {
+  if (accepted || (ev->body_case == VSPEC__EVENT__BODY_ERROR && !job)) {
+    /* The answer to a submit. It counts only from the daemon the submit waits on: after a
+     * failover the old daemon may still answer (a late Accepted or busy), and that must not
+     * bind the job to it or send the submit on once more. */
+    vs__bjob *p = vs__find_request(b, i, &m->env, rid);
+    int current = p && !p->job_id && p->backend == i;
+    int stale = !current && (accepted || (p && (p->tried & (1u << i))));
+    vs__bjob *dup = accepted && current ? vs__find_job(b, -1, job) : NULL;
+    if (stale) {
+      char t[40];
+      vs_wire_envelope_text(&m->env, t, sizeof t);
+      if (accepted) {
+        /* Nobody waits for this job any more (the submit went elsewhere or was given up):
+         * stop it. */
+        vs_log(VSPEC_LOG_INFO, "broker", "daemon %s accepted job %llu of client %s late (the "
+               "submit was failed over or given up): cancelling it there", be->endpoint,
+               (unsigned long long)job, t);
+        vs__cancel_on(b, i, &m->env, job);
+      } else {
+        vs_log(VSPEC_LOG_DEBUG, "broker", "daemon %s answered a submit of client %s late "
+               "(%s): ignored", be->endpoint, t, vs_wire_error_name(ev->error->code));
+      }
+      forward = 0;
+    } else if (dup) {
+      char msg[400];
+      snprintf(msg, sizeof msg, "job id %llu of daemon %s is already used by daemon %s: "
+               "daemons behind one broker need distinct [server] node_id", (unsigned long long)job,
+               be->node, b->be[dup->backend].node);
+      vs_log(VSPEC_LOG_ERROR, "broker", "%s; job refused", msg);
+      vs__cancel_on(b, i, &m->env, job);
+      vs__inflight_done(be);
+      vs__reply_error(b, &p->client, 0, p->request_id, VSPEC__ERROR_CODE__ERR_INTERNAL, msg);
+      vs__unlink(b, p);
+      vs__bjob_free(p);
+      forward = 0;
+    } else if (current && accepted) {
       p->job_id = job;
       free(p->body);
       p->body = NULL;
@@ -458,13 +737,13 @@ static void vs__from_backend(vs__broker *b, int i, vs_wire_msg *m) {
       p->n_blobs = 0;
       if (p->cancel_on_accept) {
         vs__send_cancel(b, p);
-        be->inflight--;
+        vs__inflight_done(be);
         vs__unlink(b, p);
         vs__bjob_free(p);
         forward = 0;
       }
-    } else {
-      be->inflight--;
+    } else if (current) {
+      vs__inflight_done(be);
       int c = ev->error->code;
       if ((c == VSPEC__ERROR_CODE__ERR_BUSY || c == VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN) &&
           !p->cancel_on_accept) {
@@ -475,14 +754,15 @@ static void vs__from_backend(vs__broker *b, int i, vs_wire_msg *m) {
         vs__bjob_free(p);
       }
     }
+    /* else: an error that answers no submit (a cancel of an unknown job): forwarded. */
   } else if (job) {
-    vs__bjob *j = vs__find_job(b, job);
+    vs__bjob *j = vs__find_job(b, i, job);
     /* Events of jobs the broker does not know (failed over already) are dropped, so a client
      * never sees anything after its job's terminal event. */
-    if (!j || j->backend != i) forward = 0;
+    if (!j) forward = 0;
     else if (ev->body_case == VSPEC__EVENT__BODY_RESULT ||
              ev->body_case == VSPEC__EVENT__BODY_ERROR) {
-      be->inflight--;
+      vs__inflight_done(be);
       vs__unlink(b, j);
       vs__bjob_free(j);
     }
@@ -490,8 +770,7 @@ static void vs__from_backend(vs__broker *b, int i, vs_wire_msg *m) {
   vs_wire_event_free(ev, &a);
   if (!forward) return;
   vs_wire_envelope env = m->env;
-  int rc = vs_wire_forward(b->front, &env, m, ZMQ_DONTWAIT);
-  if (rc == -EHOSTUNREACH) vs__client_gone(b, &env);
+  vs__to_client(b, &env, m);
 }
 
 static void vs__poll_backends(vs__broker *b, double now) {
@@ -610,7 +889,8 @@ int vs_broker_run(const vs_broker_config *cfg, char *err, size_t errlen) {
     it[0] = (zmq_pollitem_t){.socket = b->front, .events = ZMQ_POLLIN};
     for (int i = 0; i < b->n; i++)
       it[1 + i] = (zmq_pollitem_t){.socket = b->be[i].sock, .events = ZMQ_POLLIN};
-    int n = zmq_poll(it, 1 + b->n, 50);
+    /* Kept messages are retried at least every 10 ms. */
+    int n = zmq_poll(it, 1 + b->n, b->out ? 10 : 50);
     if (n < 0 && errno != EINTR) {
       snprintf(err, errlen, "poll: %s", zmq_strerror(errno));
       rc = VSPEC_EIO;
@@ -620,19 +900,20 @@ int vs_broker_run(const vs_broker_config *cfg, char *err, size_t errlen) {
       for (int k = 0; k < 256; k++) {
         vs_wire_msg m;
         char e2[VSPEC_ERRLEN];
-        int r = vs_wire_recv(b->be[i].sock, 1, &m, (size_t)cfg->max_message_bytes,
-                             (size_t)cfg->max_message_bytes, e2, sizeof e2);
+        int r = vs_wire_recv(b->be[i].sock, 1, &m, (size_t)cfg->max_event_bytes,
+                             (size_t)cfg->max_event_bytes, e2, sizeof e2);
         if (r == 0) break;
         if (r < 0) continue;
         vs__from_backend(b, i, &m);
         vs_wire_msg_close(&m);
+        vs__reap(b);
       }
     }
     for (int k = 0; k < 256; k++) {
       vs_wire_msg m;
       char e2[VSPEC_ERRLEN];
-      int r = vs_wire_recv(b->front, 1, &m, (size_t)cfg->max_request_bytes,
-                           (size_t)cfg->max_message_bytes, e2, sizeof e2);
+      int r = vs_wire_recv_request(b->front, 1, &m, (size_t)cfg->max_request_bytes,
+                                   (size_t)cfg->max_message_bytes, e2, sizeof e2);
       if (r == 0) break;
       if (r < 0) {
         b->malformed++;
@@ -644,11 +925,17 @@ int vs_broker_run(const vs_broker_config *cfg, char *err, size_t errlen) {
       }
       vs__from_client(b, &m);
       vs_wire_msg_close(&m);
+      vs__reap(b);
     }
-    vs__poll_backends(b, vs__now());
+    double now = vs__now();
+    if (b->out) vs__retry_out(b, now);
+    vs__poll_backends(b, now);
+    vs__reap(b);
   }
   vs_log(VSPEC_LOG_INFO, "broker", "stopping");
 done:
+  while (b->out) vs__outq_drop(b, &b->out->client);
+  free(b->gone);
   while (b->jobs) {
     vs__bjob *j = b->jobs;
     b->jobs = j->next;

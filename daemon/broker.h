@@ -11,8 +11,19 @@
  *
  * Routing: the broker reads only the small protobuf frame of each message (blobs are separate
  * frames and are passed through untouched) to learn job ids, so cancel and credit requests
- * reach the daemon that runs the job. Job ids must not collide: give each daemon its own
- * [server] node_id.
+ * reach the daemon that runs the job. Jobs are keyed by (daemon, job id), but a client names
+ * a job by its id alone, so ids must not collide: give each daemon its own [server]
+ * node_id. Daemons report theirs in status replies; of live daemons that share one, only the
+ * first listed gets jobs (logged as an error), and an Accepted whose job id is already taken
+ * is cancelled on its daemon and refused to the client.
+ *
+ * Answers to a submit count only from the daemon the submit waits on: after a failover the
+ * old daemon's late Accepted is cancelled there, its late busy ignored.
+ *
+ * Slow clients: an event the client's queue cannot take (EAGAIN) is kept, with everything
+ * after it for that client, and retried from the poll loop, so terminal events are never
+ * dropped; a client that takes nothing for 5 heartbeats (or lets 4096 events pile up) is
+ * treated as gone.
  *
  * Failures: a daemon that answers "busy" gets the submit retried on the next live daemon; a
  * daemon silent for 3 heartbeats is declared dead and each of its jobs ends with
@@ -31,8 +42,9 @@ typedef struct vs_broker_config {
   char backends[VS_BROKER_MAX_BACKENDS][256];
   int n_backends;
   int heartbeat_ms;   /* status poll of each backend; dead after 3 missed */
-  long max_message_bytes;
-  long max_request_bytes;
+  long max_message_bytes; /* front: ZMQ_MAXMSGSIZE and blob frames of client requests */
+  long max_request_bytes; /* front: the protobuf frame of a request */
+  long max_event_bytes;   /* frames of the daemons' events (PNG results): trusted peers */
   const char *curve_secret_file; /* CURVE on the front, with ... */
   const char *curve_allow_file;  /* ... this allow-list (daemon/zap.h) */
   const char *backend_server_key; /* CURVE towards the daemons (their public key) */

@@ -24,8 +24,9 @@ static void usage(FILE *f) {
           "  --backend EP             a vspecd job endpoint (repeat, up to 32); give each daemon\n"
           "                           its own --node-id so job ids do not collide\n"
           "  --heartbeat-ms N         status poll interval per daemon (default 1000)\n"
-          "  --max-message-bytes N    per-frame limit (default 16 MiB)\n"
-          "  --curve-secret FILE      CURVE on the front with this key file ...\n"
+          "  --max-message-bytes N    per-frame limit of client requests (default 256 KiB)\n"
+          "  --curve-secret FILE      CURVE on the front with this key file (needed beyond\n"
+          "                           localhost) ...\n"
           "  --curve-allow FILE       ... and this allow-list of client keys\n"
           "  --backend-server-key K   CURVE towards the daemons: their public key (or file)\n"
           "  --backend-key FILE       the broker's own key pair for that\n"
@@ -37,8 +38,9 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   static vs_broker_config cfg;
   cfg.heartbeat_ms = 1000;
-  cfg.max_message_bytes = 16l << 20;
+  cfg.max_message_bytes = 256l << 10; /* as vspecd's limits.max_message_bytes */
   cfg.max_request_bytes = 64l << 10;
+  cfg.max_event_bytes = 64l << 20;
   int level = VSPEC_LOG_INFO;
   enum { O_FRONT = 256, O_BACKEND, O_HB, O_MAXMSG, O_CSEC, O_CALLOW, O_BSKEY, O_BKEY, O_LOG };
   static const struct option opts[] = {
@@ -90,6 +92,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if (cfg.max_request_bytes > cfg.max_message_bytes) cfg.max_request_bytes = cfg.max_message_bytes;
   if (!!cfg.curve_secret_file != !!cfg.curve_allow_file) {
     fprintf(stderr, "vspec-broker: --curve-secret and --curve-allow go together\n");
     return 2;

@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
@@ -32,7 +33,10 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->preview_every_tokens = 0;
   c->credit = 8;
   c->progress_interval_ms = 20;
-  c->max_message_bytes = 16l << 20;
+  /* The shipped (class-conditional) models need only the 64 KiB protobuf frame; the rest is
+   * room for a small caption embedding. A bigger limit is more memory a peer can make the
+   * daemon hold (DESIGN.md, "Wire protocol rules"). */
+  c->max_message_bytes = 256l << 10;
   c->max_request_bytes = 64l << 10;
   c->unpack_budget_bytes = 256l << 10;
   c->max_deadline_ms = 3600l * 1000;
@@ -135,6 +139,8 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__endpoint(key, v, c->endpoint, sizeof c->endpoint, err, errlen);
     if (!strcmp(k, "admin_endpoint"))
       return vs__endpoint(key, v, c->admin_endpoint, sizeof c->admin_endpoint, err, errlen);
+    if (!strcmp(k, "admin_allow_remote"))
+      return vs__bool(key, v, &c->admin_allow_remote, err, errlen);
     if (!strcmp(k, "log_level")) {
       int l = vs_log_parse_level(v);
       if (l < 0) {
@@ -293,6 +299,32 @@ int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t er
   return vs_config_set(c, s, k, eq + 1, err, errlen);
 }
 
+/* Whether only this machine can reach an endpoint bound there, with file permissions doing
+ * the rest for ipc: an ipc socket file (not an abstract "@name", which has no permissions),
+ * inproc, or tcp on a loopback address. */
+static int vs__local_endpoint(const char *ep) {
+  if (!strncmp(ep, "inproc://", 9)) return 1;
+  if (!strncmp(ep, "ipc://", 6)) return ep[6] && ep[6] != '@';
+  if (strncmp(ep, "tcp://", 6)) return 0;
+  const char *host = ep + 6, *colon = strrchr(host, ':');
+  if (!colon || colon == host) return 0;
+  char h[128];
+  size_t n = (size_t)(colon - host);
+  if (host[0] == '[' && n >= 2 && host[n - 1] == ']') host++, n -= 2;
+  if (n >= sizeof h) return 0;
+  memcpy(h, host, n);
+  h[n] = 0;
+  if (!strcmp(h, "localhost")) return 1;
+  struct in_addr a4;
+  struct in6_addr a6;
+  if (inet_pton(AF_INET, h, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, h, &a6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&a6)) return 1;
+    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+  }
+  return 0; /* "*", 0.0.0.0, an interface name, another host */
+}
+
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (c->n_models == 0) {
     snprintf(err, errlen, "no models configured ([models] NAME = DIR)");
@@ -305,6 +337,13 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (!strcmp(c->endpoint, c->admin_endpoint)) {
     snprintf(err, errlen, "the admin endpoint must differ from the job endpoint (%s)",
              c->endpoint);
+    return VSPEC_EINVAL;
+  }
+  if (!c->admin_allow_remote && !vs__local_endpoint(c->admin_endpoint)) {
+    snprintf(err, errlen, "server.admin_endpoint = %s can be reached from other machines or "
+             "by any local user (admin requests reload plugins and cancel any job): use an ipc "
+             "socket file or a loopback tcp address, or set server.admin_allow_remote = true",
+             c->admin_endpoint);
     return VSPEC_EINVAL;
   }
   if (c->curve && (!*c->curve_secret_file || !*c->curve_allow_file)) {

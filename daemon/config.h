@@ -27,7 +27,8 @@ typedef struct vs_daemon_config {
   char node[64];              /* name in logs, Accepted and Result events */
   unsigned node_id;           /* high bits of job ids, so daemons behind one broker differ */
   char endpoint[256];         /* the job endpoint (ROUTER) */
-  char admin_endpoint[256];   /* the admin endpoint: ipc or loopback */
+  char admin_endpoint[256];   /* the admin endpoint: ipc (a file) or loopback tcp ... */
+  int admin_allow_remote;     /* ... unless this is set (any tcp address, abstract ipc) */
   int log_level;              /* VSPEC_LOG_* */
   /* [workers] */
   int workers;                /* worker threads, each with its own device context */
@@ -75,7 +76,8 @@ int vs_config_set(vs_daemon_config *c, const char *section, const char *key, con
                   char *err, size_t errlen);
 /* "section.key=value" */
 int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t errlen);
-/* Cross-key checks after everything is read (a default model that exists, CURVE files). */
+/* Cross-key checks after everything is read (a default model that exists, CURVE files, an
+ * admin endpoint that only this machine can reach unless admin_allow_remote). */
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen);
 /* Index of model `name` or -1. */
 int vs_config_model(const vs_daemon_config *c, const char *name);

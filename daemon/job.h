@@ -133,6 +133,7 @@ struct vs_djob {
     uint8_t *sent_status;
     int sent_n;
     int terminal_sent;
+    int accepted_pending;     /* the Accepted met a full queue: it goes out before anything */
     int in_outbox;            /* a terminal event waits for the client's queue to drain */
     vs_djob *outbox_next;
     double outbox_since;

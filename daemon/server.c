@@ -27,8 +27,13 @@ enum { VS_SOCK_JOB = 0, VS_SOCK_ADMIN = 1 };
 #define VS_BUCKETS 1024
 #define VS_TICK_MS 20
 
+/* A client is its routing envelope on one socket and, with CURVE, the key it authenticated
+ * with: a peer can choose its own routing id (ZMQ_ROUTING_ID) and so claim another's
+ * envelope once that one has disconnected, but it cannot present another's key. Without
+ * CURVE the envelope is all there is (DESIGN.md, "Security"). */
 typedef struct vs_client {
   vs_wire_envelope env;
+  char user_id[VS_WIRE_MAX_USER_ID + 1]; /* ZAP user id (CURVE public key), "" without */
   int sock;
   uint64_t key;
   struct vs_client *hnext;
@@ -36,7 +41,7 @@ typedef struct vs_client {
   int n_jobs;
   int gone;
   double last_sent;
-  char text[40]; /* short routing id for logs */
+  char text[112]; /* short routing id and allow-list name, for logs */
 } vs_client;
 
 typedef struct vs_totals {
@@ -107,21 +112,29 @@ static void vs__check_drained(vs_server *s);
 
 /* ---- clients ------------------------------------------------------------------------ */
 
-static vs_client *vs__client_find(vs_server *s, int sock, const vs_wire_envelope *env) {
-  uint64_t key = vs_wire_envelope_hash(env) ^ (uint64_t)sock;
+static vs_client *vs__client_find(vs_server *s, int sock, const vs_wire_msg *m) {
+  uint64_t key = vs_wire_envelope_hash(&m->env) ^ (uint64_t)sock;
   for (vs_client *c = s->clients[key % VS_BUCKETS]; c; c = c->hnext)
-    if (c->key == key && c->sock == sock && vs_wire_envelope_equal(&c->env, env)) return c;
+    if (c->key == key && c->sock == sock && vs_wire_envelope_equal(&c->env, &m->env) &&
+        !strcmp(c->user_id, m->user_id))
+      return c;
   return NULL;
 }
 
-static vs_client *vs__client_add(vs_server *s, int sock, const vs_wire_envelope *env) {
+static vs_client *vs__client_add(vs_server *s, int sock, const vs_wire_msg *m) {
   vs_client *c = calloc(1, sizeof *c);
   if (!c) return NULL;
-  c->env = *env;
+  c->env = m->env;
+  memcpy(c->user_id, m->user_id, sizeof c->user_id);
   c->sock = sock;
-  c->key = vs_wire_envelope_hash(env) ^ (uint64_t)sock;
+  c->key = vs_wire_envelope_hash(&m->env) ^ (uint64_t)sock;
   c->last_sent = vs__now();
-  vs_wire_envelope_text(env, c->text, sizeof c->text);
+  vs_wire_envelope_text(&m->env, c->text, sizeof c->text);
+  const char *name = *c->user_id ? vs_zap_name(s->zap, c->user_id) : NULL;
+  if (name) {
+    size_t n = strlen(c->text);
+    snprintf(c->text + n, sizeof c->text - n, " (%s)", name);
+  }
   vs_client **b = &s->clients[c->key % VS_BUCKETS];
   c->hnext = *b;
   *b = c;
@@ -250,6 +263,36 @@ static int vs__job_send(vs_server *s, vs_djob *j, Vspec__Event *ev, vs_wire_blob
   return rc;
 }
 
+/* ---- Accepted ----------------------------------------------------------------------------- */
+
+/* Sends a job's Accepted (its first event, seq 0). Returns 0 when that is done with (sent, or
+ * the client is gone), -EAGAIN when the client's queue is full: then j->lp.accepted_pending
+ * stays set, nothing else of the job goes out before it, and the timer retries it (from
+ * vs__pump, or with the terminal event from the outbox), so the client always learns its
+ * job's id. */
+static int vs__send_accepted(vs_server *s, vs_djob *j) {
+  if (!j->lp.accepted_pending) return 0;
+  int pos = vs_job_queue_position(s->queue, j);
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Accepted a = VSPEC__ACCEPTED__INIT;
+  a.has_queue_position = 1;
+  a.queue_position = pos > 0 ? (uint32_t)pos : 0;
+  a.model = j->model;
+  a.method = j->method;
+  a.node = s->cfg.node;
+  a.has_tokens_total = 1;
+  a.tokens_total = (uint32_t)j->tokens_total;
+  a.has_seed = 1;
+  a.seed = j->seed;
+  ev.body_case = VSPEC__EVENT__BODY_ACCEPTED;
+  ev.accepted = &a;
+  int rc = vs__job_send(s, j, &ev, NULL, 0);
+  if (rc == -EAGAIN) return rc;
+  j->lp.accepted_pending = 0;
+  j->lp.queued_reported = pos;
+  return 0;
+}
+
 /* ---- terminal events ---------------------------------------------------------------------- */
 
 static const char *vs__reason_text(int reason) {
@@ -271,6 +314,8 @@ static void vs__free_blob(void *data, void *hint) {
 /* Sends the Result or Error of a finished job. Returns 0 when the job is done with (sent, or
  * its client is gone), -EAGAIN when the client's queue is full (retry later). */
 static int vs__send_terminal(vs_server *s, vs_djob *j) {
+  /* The Accepted goes first: a client learns the job's id before it hears how it ended. */
+  if (vs__send_accepted(s, j) == -EAGAIN) return -EAGAIN;
   char who[40];
   snprintf(who, sizeof who, "job %llu", (unsigned long long)j->id);
   Vspec__Event ev = VSPEC__EVENT__INIT;
@@ -292,6 +337,8 @@ static int vs__send_terminal(vs_server *s, vs_djob *j) {
     res.grid_w = (uint32_t)j->sh.grid_w;
     res.describe = j->sh.describe;
     res.node = s->cfg.node;
+    res.has_seed = 1;
+    res.seed = j->seed;
     st.has_tokens = st.has_target_forwards = st.has_rounds = st.has_drafted = 1;
     st.has_accepted = st.has_tpf = st.has_mal = st.has_accept_rate = 1;
     st.has_generate_s = st.has_decode_s = st.has_queue_s = st.has_preview_s = 1;
@@ -428,6 +475,17 @@ static void vs__pump(vs_server *s, vs_djob *j) {
   pthread_mutex_unlock(&j->mu);
   if (!c || c->gone) {
     if (finished) vs__finish(s, j);
+    return;
+  }
+  /* Nothing goes out before the Accepted; a finished job's waits in the outbox with its
+   * terminal event, which sends both in order. */
+  if (vs__send_accepted(s, j) == -EAGAIN) {
+    if (finished) {
+      vs__finish(s, j);
+    } else {
+      j->lp.retry = 1;
+      vs__start_tick(s);
+    }
     return;
   }
   /* The last state goes out before the terminal event (credit permitting), so a client that
@@ -625,8 +683,9 @@ static uint64_t vs__new_id(vs_server *s) {
   return ((uint64_t)s->cfg.node_id << 40) | ++s->next_id;
 }
 
-static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *env,
-                              const Vspec__Request *r, const vs_wire_msg *m) {
+static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
+                              const vs_wire_msg *m) {
+  const vs_wire_envelope *env = &m->env;
   uint64_t rid = r->has_request_id ? r->request_id : 0;
   char err[VSPEC_ERRLEN];
   if (s->draining) {
@@ -634,7 +693,7 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
                     "the daemon is shutting down and accepts no new jobs", s->cfg.busy_retry_ms);
     return;
   }
-  vs_client *c = vs__client_find(s, sock, env);
+  vs_client *c = vs__client_find(s, sock, m);
   if (c && c->n_jobs >= s->cfg.per_client) {
     snprintf(err, sizeof err, "this client already has %d jobs (queue.per_client = %d)",
              c->n_jobs, s->cfg.per_client);
@@ -666,7 +725,7 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
     vs_djob_release(j);
     return;
   }
-  if (!c) c = vs__client_add(s, sock, env);
+  if (!c) c = vs__client_add(s, sock, m);
   if (!c) {
     /* Cannot track it: take it back out, as if the queue had been full. */
     if (vs_job_queue_remove(s->queue, j)) {
@@ -684,17 +743,6 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
   vs__job_link(s, j, c); /* the loop's reference */
   s->totals.submitted++;
   int pos = vs_job_queue_position(s->queue, j);
-  Vspec__Event ev = VSPEC__EVENT__INIT;
-  Vspec__Accepted a = VSPEC__ACCEPTED__INIT;
-  a.has_queue_position = 1;
-  a.queue_position = pos > 0 ? (uint32_t)pos : 0;
-  a.model = j->model;
-  a.method = j->method;
-  a.node = s->cfg.node;
-  a.has_tokens_total = 1;
-  a.tokens_total = (uint32_t)j->tokens_total;
-  ev.body_case = VSPEC__EVENT__BODY_ACCEPTED;
-  ev.accepted = &a;
   char who[40];
   snprintf(who, sizeof who, "job %llu", (unsigned long long)j->id);
   char where[48];
@@ -703,27 +751,36 @@ static void vs__handle_submit(vs_server *s, int sock, const vs_wire_envelope *en
   vs_log(VSPEC_LOG_INFO, who, "accepted from %s: model %s, method %s, class %d, seed %llu, "
          "preview %d, %s%s%s", c->text, j->model, j->method, j->class_label,
          (unsigned long long)j->seed, j->preview_kind, where, *j->tag ? ", tag " : "", j->tag);
-  vs__job_send(s, j, &ev, NULL, 0);
-  j->lp.queued_reported = pos;
+  j->lp.accepted_pending = 1;
+  if (vs__send_accepted(s, j) == -EAGAIN) {
+    vs_log(VSPEC_LOG_DEBUG, who, "client %s's queue is full: Accepted will be retried", c->text);
+    j->lp.retry = 1;
+  }
   vs__start_tick(s);
 }
 
-static vs_djob *vs__owned_job(vs_server *s, int sock, const vs_wire_envelope *env, uint64_t id,
+/* Whether the sender of m owns the job: the same socket, routing envelope and CURVE key. */
+static int vs__is_owner(const vs_djob *j, int sock, const vs_wire_msg *m) {
+  const vs_client *c = j->lp.client;
+  return c && c->sock == sock && vs_wire_envelope_equal(&c->env, &m->env) &&
+         !strcmp(c->user_id, m->user_id);
+}
+
+static vs_djob *vs__owned_job(vs_server *s, int sock, const vs_wire_msg *m, uint64_t id,
                               int any) {
   vs_djob *j = vs__job_find(s, id);
   if (!j || j->lp.terminal_sent) return NULL;
   if (any) return j;
-  vs_client *c = j->lp.client;
-  if (!c || c->sock != sock || !vs_wire_envelope_equal(&c->env, env)) return NULL;
-  return j;
+  return vs__is_owner(j, sock, m) ? j : NULL;
 }
 
-static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_envelope *env,
+static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_msg *m,
                               const Vspec__Request *r) {
+  const vs_wire_envelope *env = &m->env;
   uint64_t rid = r->has_request_id ? r->request_id : 0;
   uint64_t id = r->cancel->job_id;
   int admin = sock == VS_SOCK_ADMIN;
-  vs_djob *j = vs__owned_job(s, sock, env, id, admin);
+  vs_djob *j = vs__owned_job(s, sock, m, id, admin);
   char msg[160];
   if (!j) {
     snprintf(msg, sizeof msg, "no running or queued job %llu%s", (unsigned long long)id,
@@ -735,8 +792,7 @@ static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_envelope *en
   char who[40];
   snprintf(who, sizeof who, "job %llu", (unsigned long long)id);
   vs_log(VSPEC_LOG_INFO, who, "cancel requested (%s)", admin ? "admin" : "client");
-  int owner = j->lp.client && j->lp.client->sock == sock &&
-              vs_wire_envelope_equal(&j->lp.client->env, env);
+  int owner = vs__is_owner(j, sock, m);
   vs_djob_retain(j);
   if (vs_job_queue_remove(s->queue, j)) vs__finish_unstarted(s, j, reason);
   else vs_djob_cancel(j, reason);
@@ -758,9 +814,9 @@ static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_envelope *en
   }
 }
 
-static void vs__handle_credit(vs_server *s, int sock, const vs_wire_envelope *env,
+static void vs__handle_credit(vs_server *s, int sock, const vs_wire_msg *m,
                               const Vspec__Request *r) {
-  vs_djob *j = vs__owned_job(s, sock, env, r->credit->job_id, 0);
+  vs_djob *j = vs__owned_job(s, sock, m, r->credit->job_id, 0);
   if (!j) return; /* finished meanwhile: credit for a finished job is not an error */
   int64_t c = (int64_t)j->lp.credit + r->credit->grant;
   j->lp.credit = c > s->cfg.max_credit ? s->cfg.max_credit : (int)c;
@@ -799,6 +855,8 @@ static void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *en
   st.draining = s->draining != 0;
   st.clients = (uint32_t)s->n_clients;
   st.default_model = s->cfg.default_model;
+  st.has_node_id = 1;
+  st.node_id = s->cfg.node_id;
   int nw = vs_workers_status(s->workers, ws, 256);
   for (int i = 0; i < nw; i++) {
     vspec__worker_info__init(&wi[i]);
@@ -1058,9 +1116,9 @@ static void vs__handle(vs_server *s, int sock, vs_wire_msg *m) {
   }
   uint64_t rid = r->has_request_id ? r->request_id : 0;
   switch (r->body_case) {
-    case VSPEC__REQUEST__BODY_SUBMIT: vs__handle_submit(s, sock, &m->env, r, m); break;
-    case VSPEC__REQUEST__BODY_CANCEL: vs__handle_cancel(s, sock, &m->env, r); break;
-    case VSPEC__REQUEST__BODY_CREDIT: vs__handle_credit(s, sock, &m->env, r); break;
+    case VSPEC__REQUEST__BODY_SUBMIT: vs__handle_submit(s, sock, r, m); break;
+    case VSPEC__REQUEST__BODY_CANCEL: vs__handle_cancel(s, sock, m, r); break;
+    case VSPEC__REQUEST__BODY_CREDIT: vs__handle_credit(s, sock, m, r); break;
     case VSPEC__REQUEST__BODY_STATUS: vs__handle_status(s, sock, &m->env, rid); break;
     case VSPEC__REQUEST__BODY_PLUGINS: vs__handle_plugins(s, sock, &m->env, rid); break;
     case VSPEC__REQUEST__BODY_RELOAD:
@@ -1092,11 +1150,14 @@ static void vs__handle(vs_server *s, int sock, vs_wire_msg *m) {
 
 static int vs__on_read(vs_zwatch *w, void *user) {
   vs_server *s = user;
+  /* Drained and stopping (a request handled just now may have sent the last terminal
+   * event): the workers are joined, nothing more is read, whatever is still queued. */
+  if (s->stopping) return 0;
   int sock = w == &s->watch[VS_SOCK_ADMIN] ? VS_SOCK_ADMIN : VS_SOCK_JOB;
   vs_wire_msg m;
   char err[VSPEC_ERRLEN];
-  int rc = vs_wire_recv(s->sock[sock], 1, &m, (size_t)s->cfg.max_request_bytes,
-                        (size_t)s->cfg.max_message_bytes, err, sizeof err);
+  int rc = vs_wire_recv_request(s->sock[sock], 1, &m, (size_t)s->cfg.max_request_bytes,
+                                (size_t)s->cfg.max_message_bytes, err, sizeof err);
   if (rc == 0) return 0;
   if (rc < 0) {
     if (rc == VSPEC_EFORMAT || rc == VSPEC_ERANGE) {
@@ -1202,7 +1263,8 @@ static void vs__on_tick(uv_timer_t *h) {
     if (s->hard_cancel && !atomic_load(&j->cancel)) vs_djob_cancel(j, VS_CANCEL_DRAIN);
     if (j->lp.retry) vs__pump(s, j);
     /* Waiting jobs hear where they are in the queue when it changes. */
-    if (heartbeat && j->progress && j->lp.credit > 0 && j->lp.client && !j->lp.client->gone) {
+    if (heartbeat && j->progress && j->lp.credit > 0 && !j->lp.accepted_pending &&
+        j->lp.client && !j->lp.client->gone) {
       int pos = vs_job_queue_position(s->queue, j);
       if (pos >= 0 && pos != j->lp.queued_reported) {
         Vspec__Event ev = VSPEC__EVENT__INIT;
@@ -1379,13 +1441,24 @@ static int vs__setup_socket(vs_server *s, int which, const char *endpoint, int c
       return VSPEC_EIO;
     }
   }
-  if (zmq_bind(z, endpoint)) {
-    snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(errno));
+  /* An ipc admin socket is for this user (and its group) only, from the moment it exists:
+   * libzmq creates the socket file inside zmq_bind, on this thread, so a umask around it
+   * leaves no window with a wider mode (workers do not create files at this point). */
+  int admin_file = which == VS_SOCK_ADMIN && !strncmp(endpoint, "ipc://", 6) &&
+                   endpoint[6] != '@';
+  mode_t old_mask = admin_file ? umask(0117) : 0;
+  int bound = zmq_bind(z, endpoint);
+  int bind_errno = errno;
+  if (admin_file) umask(old_mask);
+  if (bound) {
+    snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(bind_errno));
     return VSPEC_EIO;
   }
-  /* An ipc admin socket is for this user (and its group) only. */
-  if (which == VS_SOCK_ADMIN && !strncmp(endpoint, "ipc://", 6) && endpoint[6] != '@')
-    chmod(endpoint + 6, 0660);
+  if (admin_file && chmod(endpoint + 6, 0660)) {
+    snprintf(err, errlen, "cannot make the admin socket %s mode 0660: %s", endpoint + 6,
+             strerror(errno));
+    return VSPEC_EIO;
+  }
   if (vs_zwatch_start(&s->loop, &s->watch[which], z, vs__on_read, s)) {
     snprintf(err, errlen, "cannot watch %s in the event loop", endpoint);
     return VSPEC_EIO;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "core/engine.h"
@@ -63,6 +64,22 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
     snprintf(err, errlen, "%s '%s': %s", kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule" :
              "scheduler", name, inner);
   return rc;
+}
+
+/* A seed for a submit that names none. Kept below 2^53 so that it survives a round trip
+ * through JSON numbers (the CLI's --json, scripts) unchanged. */
+static uint64_t vs__fresh_seed(uint64_t id) {
+  uint64_t x = 0;
+  if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
+    /* No entropy yet (early boot): the clock and the job id, mixed (splitmix64). */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (id * 0x9E3779B97F4A7C15ull);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+  }
+  return x & ((1ull << 53) - 1);
 }
 
 static double vs__now(void) {
@@ -238,7 +255,9 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
     j->caption_len = in->caption_len;
     j->caption_dim = in->caption_dim;
   }
-  j->seed = s->has_seed ? s->seed : 0;
+  /* proto2 presence: an unset seed is not seed 0 but a fresh one, reported back in Accepted
+   * and Result so the image can be made again. */
+  j->seed = s->has_seed ? s->seed : vs__fresh_seed(id);
   j->sampling = smp;
   j->sampling_set = set_mask;
   j->preview_kind = kind;

@@ -44,6 +44,7 @@ typedef struct vs__run {
   int32_t *grid;   /* partial grid for decode previews */
   double preview_s;
   int previews;
+  char rule_version[96], sched_version[96]; /* of the generations the engine runs with */
 } vs__run;
 
 static double vs__now(void) {
@@ -85,6 +86,12 @@ static void vs__preview(vs__run *r, const vs_round_info *info) {
   r->previews++;
 }
 
+/* "name version (generation g)" of one plugin generation. */
+static void vs__plugin_version(const vs_plugin *p, char *out, size_t cap) {
+  snprintf(out, cap, "%s %s (generation %u)", vs_plugin_name(p), vs_plugin_version(p),
+           vs_plugin_generation(p));
+}
+
 static void vs__on_round(void *user, const vs_round_info *info) {
   vs__run *r = user;
   vs_djob *j = r->j;
@@ -102,6 +109,11 @@ static void vs__on_round(void *user, const vs_round_info *info) {
   j->sh.elapsed_s = vs__now() - r->t0;
   pthread_mutex_unlock(&j->mu);
   atomic_store(&r->w->tokens_done, n);
+  /* The engine holds these generations for the whole job: what it reports is what ran. */
+  if (info->rule_plugin && !*r->rule_version)
+    vs__plugin_version(info->rule_plugin, r->rule_version, sizeof r->rule_version);
+  if (info->sched_plugin && !*r->sched_version)
+    vs__plugin_version(info->sched_plugin, r->sched_version, sizeof r->sched_version);
   if (j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r->rgb && n < r->total) {
     int due = r->every_rounds > 0 ? info->round - r->last_preview_round >= r->every_rounds
                                    : n - r->last_preview_tokens >= r->every_tokens;
@@ -112,19 +124,6 @@ static void vs__on_round(void *user, const vs_round_info *info) {
     }
   }
   r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
-}
-
-/* "name version (generation g)" of the current generation of a plugin. */
-static void vs__plugin_version(vs_registry *reg, int kind, const char *name, vs_plugin **held,
-                               char *out, size_t cap) {
-  char err[VSPEC_ERRLEN];
-  *held = NULL;
-  if (vs_registry_acquire(reg, kind, name, held, err, sizeof err)) {
-    snprintf(out, cap, "%s (not loaded)", name);
-    return;
-  }
-  snprintf(out, cap, "%s %s (generation %u)", name, vs_plugin_version(*held),
-           vs_plugin_generation(*held));
 }
 
 static void vs__run_job(vs_worker *w, vs_djob *j) {
@@ -140,7 +139,6 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   uint8_t *status = NULL, *rgb = NULL, *png = NULL;
   size_t png_len = 0;
   char desc[512] = "";
-  vs_plugin *rule_p = NULL, *sched_p = NULL;
   vs_metrics mt;
   memset(&mt, 0, sizeof mt);
 
@@ -188,11 +186,12 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   status = calloc((size_t)r.total, 1);
   size_t px = (size_t)t->info.image_h * t->info.image_w;
   if (px) rgb = malloc(px * 3);
-  if (j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r.set->lut.rgb && px) {
+  int previews = j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r.set->lut.rgb && px;
+  if (previews) {
     r.rgb = malloc(px * 3);
     r.grid = malloc((size_t)r.total * sizeof *r.grid);
   }
-  if (!tokens || !status || (px && !rgb)) {
+  if (!tokens || !status || (px && !rgb) || (previews && (!r.rgb || !r.grid))) {
     rc = VSPEC_ENOMEM;
     snprintf(err, sizeof err, "out of memory");
     goto finish;
@@ -201,12 +200,6 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   r.every_tokens = j->preview_every_tokens > 0 ? j->preview_every_tokens : r.total / 8;
   if (r.every_tokens < 1) r.every_tokens = 1;
   r.every_rounds = j->preview_every_rounds;
-  if (*j->rule_name) {
-    vs__plugin_version(pool->cfg.reg, VSPEC_PLUGIN_ACCEPT, j->rule_name, &rule_p,
-                       st.rule_version, sizeof st.rule_version);
-    vs__plugin_version(pool->cfg.reg, VSPEC_PLUGIN_SCHED, j->sched_name, &sched_p,
-                       st.sched_version, sizeof st.sched_version);
-  }
   rc = vs_generate(r.set->models, w->dev, &job, tokens, &mt, err, sizeof err);
   st.generate_s = vs__now() - started;
   vs_job_describe(&job, r.set->models->name, desc, sizeof desc);
@@ -241,8 +234,8 @@ finish:
   st.accept_rate = vs_metrics_accept_rate(&mt);
   st.preview_s = r.preview_s;
   st.previews = r.previews;
-  vs_plugin_release(rule_p);
-  vs_plugin_release(sched_p);
+  snprintf(st.rule_version, sizeof st.rule_version, "%s", r.rule_version);
+  snprintf(st.sched_version, sizeof st.sched_version, "%s", r.sched_version);
   pthread_mutex_lock(&j->mu);
   j->sh.finished = 1;
   j->sh.rc = rc;
@@ -264,7 +257,14 @@ finish:
   snprintf(j->sh.describe, sizeof j->sh.describe, "%s", desc);
   j->sh.stats = st;
   pthread_mutex_unlock(&j->mu);
-  /* The loop can send the result while this thread cleans up. */
+  /* Everything a status request shows is settled before the loop can send the result: the
+   * model set (and with it, possibly, a retired generation) is released, the worker is idle
+   * and the queue no longer counts the job. Only memory is freed after the post. */
+  vs_model_set_release(r.set);
+  r.set = NULL;
+  atomic_store(&w->job_id, 0);
+  atomic_fetch_add(&w->jobs_done, 1);
+  vs_job_queue_done(pool->cfg.queue, j);
   pool->cfg.post(j, pool->cfg.post_user);
   if (rc)
     vs_log(rc == VSPEC_ECANCELED ? VSPEC_LOG_INFO : VSPEC_LOG_WARN, who, "failed: %s", err);
@@ -280,9 +280,6 @@ finish:
   free(rgb);
   free(r.rgb);
   free(r.grid);
-  vs_model_set_release(r.set);
-  atomic_store(&w->job_id, 0);
-  atomic_fetch_add(&w->jobs_done, 1);
 }
 
 static void *vs__worker_main(void *arg) {
@@ -290,8 +287,7 @@ static void *vs__worker_main(void *arg) {
   for (;;) {
     vs_djob *j = vs_job_queue_pop(w->pool->cfg.queue);
     if (!j) break;
-    vs__run_job(w, j); /* posts the finished job to the loop */
-    vs_job_queue_done(w->pool->cfg.queue, j);
+    vs__run_job(w, j); /* marks the job done in the queue and posts it to the loop */
     vs_djob_release(j);
   }
   return NULL;
@@ -352,6 +348,7 @@ void vs_workers_join(vs_workers *p) {
 }
 
 int vs_workers_status(vs_workers *p, vs_worker_status *out, int max) {
+  if (!p) return 0; /* joined: the daemon is stopping */
   int n = p->n < max ? p->n : max;
   for (int i = 0; i < n; i++) {
     out[i].job_id = atomic_load(&p->w[i].job_id);

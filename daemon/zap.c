@@ -106,6 +106,7 @@ static void *vs__zap_main(void *arg) {
       zmq_msg_close(&tmp);
     }
     const char *status = "400", *text = "malformed ZAP request", *user = "";
+    char user_key[41];
     if (n >= 6) {
       size_t mlen = zmq_msg_size(&part[5]);
       const char *mech = zmq_msg_data(&part[5]);
@@ -114,7 +115,9 @@ static void *vs__zap_main(void *arg) {
         if (name) {
           status = "200";
           text = "OK";
-          user = name;
+          /* The key itself: names on the list need not be unique, keys are. */
+          zmq_z85_encode(user_key, zmq_msg_data(&part[6]), 32);
+          user = user_key;
         } else {
           text = "client key not on the allow-list";
           char addr[64];
@@ -183,3 +186,11 @@ void vs_zap_stop(vs_zap *z) {
 }
 
 int vs_zap_count(const vs_zap *z) { return z ? z->n : 0; }
+
+const char *vs_zap_name(const vs_zap *z, const char *user_id) {
+  uint8_t key[32];
+  if (!z || strlen(user_id) != 40 || !vs_curve_is_z85(user_id, 40) ||
+      !zmq_z85_decode(key, user_id))
+    return NULL;
+  return vs__lookup(z, key, 32);
+}

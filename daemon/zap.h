@@ -8,8 +8,9 @@
  * check never waits behind the job loop.
  *
  * Allow-list file: one client per line, "Z85-PUBLIC-KEY [name]"; '#' starts a comment. The
- * name (default: the key's first 8 characters) becomes the connection's user id and shows in
- * the daemon's log.
+ * connection's user id (zmq_msg_gets "User-Id") is the client's public key in Z85, so it
+ * names exactly one key whatever names the list gives (job ownership rests on it); the name
+ * (default: the key's first 8 characters) is for the log, through vs_zap_name.
  */
 #ifndef VS_ZAP_H
 #define VS_ZAP_H
@@ -21,5 +22,8 @@ typedef struct vs_zap vs_zap;
 int vs_zap_start(void *zctx, const char *allow_file, vs_zap **out, char *err, size_t errlen);
 void vs_zap_stop(vs_zap *z);
 int vs_zap_count(const vs_zap *z); /* keys on the list */
+/* The allow-list name of a user id (a Z85 public key), or NULL. The list does not change
+ * after vs_zap_start, so any thread may ask. */
+const char *vs_zap_name(const vs_zap *z, const char *user_id);
 
 #endif /* VS_ZAP_H */

@@ -15,7 +15,9 @@ static int vs__events(void *sock) {
 
 static void vs__drain(vs_zwatch *w) {
   int left = w->budget;
-  while (left > 0 && (vs__events(w->sock) & ZMQ_POLLIN)) {
+  /* on_read may close the watch (the daemon stops once drained): then stop reading, the
+   * user's state behind the socket may be gone. */
+  while (left > 0 && !w->closing && (vs__events(w->sock) & ZMQ_POLLIN)) {
     int n = w->on_read(w, w->user);
     if (n <= 0) break;
     left -= n;
@@ -35,6 +37,7 @@ static void vs__on_idle(uv_idle_t *h) { (void)h; }
 
 static void vs__on_prepare(uv_prepare_t *h) {
   vs_zwatch *w = h->data;
+  if (w->closing) return;
   if (vs__events(w->sock) & ZMQ_POLLIN) {
     if (!uv_is_active((uv_handle_t *)&w->idle)) uv_idle_start(&w->idle, vs__on_idle);
   } else if (uv_is_active((uv_handle_t *)&w->idle)) {
@@ -51,6 +54,7 @@ int vs_zwatch_start(uv_loop_t *loop, vs_zwatch *w, void *sock, vs_zwatch_read_fn
   w->user = user;
   w->on_read = on_read;
   w->on_closed = NULL;
+  w->closing = 0;
   if (w->budget <= 0) w->budget = 256;
   int rc = uv_poll_init(loop, &w->poll, fd);
   if (rc) return rc;
@@ -72,6 +76,7 @@ static void vs__closed(uv_handle_t *h) {
 
 void vs_zwatch_close(vs_zwatch *w, vs_zwatch_closed_fn on_closed) {
   w->on_closed = on_closed;
+  w->closing = 1;
   if (w->open_handles == 0) {
     if (on_closed) on_closed(w, w->user);
     return;
@@ -85,5 +90,5 @@ void vs_zwatch_close(vs_zwatch *w, vs_zwatch_closed_fn on_closed) {
 }
 
 void vs_zwatch_kick(vs_zwatch *w) {
-  if (w->open_handles) vs__drain(w);
+  if (w->open_handles && !w->closing) vs__drain(w);
 }

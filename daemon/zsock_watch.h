@@ -29,6 +29,7 @@ struct vs_zwatch {
   vs_zwatch_closed_fn on_closed;
   int budget; /* messages per loop iteration before others get a turn */
   int open_handles;
+  int closing; /* vs_zwatch_close was called: read nothing more, even inside a drain */
   uv_poll_t poll;
   uv_prepare_t prepare;
   uv_check_t check;
@@ -38,7 +39,8 @@ struct vs_zwatch {
 int vs_zwatch_start(uv_loop_t *loop, vs_zwatch *w, void *sock, vs_zwatch_read_fn on_read,
                     void *user);
 /* Stops watching and closes the libuv handles; on_closed runs once they are closed (then the
- * socket may be zmq_close'd and the memory of w reused). */
+ * socket may be zmq_close'd and the memory of w reused). May be called from on_read: the
+ * watch reads nothing after it. */
 void vs_zwatch_close(vs_zwatch *w, vs_zwatch_closed_fn on_closed);
 /* Reads now if there is input (after sending from outside the watch's callbacks). */
 void vs_zwatch_kick(vs_zwatch *w);

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -36,9 +38,11 @@ int vs_curve_read_key(const char *path, const char *which, char key[41], char *e
     int named = 0;
     for (int i = 0; i < 2; i++) {
       size_t l = strlen(names[i]);
+      /* The prefix first: p + l is inside the line only if the line starts with the name. */
+      if (strncmp(p, names[i], l)) continue;
       char *q = p + l;
       while (*q == ' ' || *q == '\t') q++;
-      if (!strncmp(p, names[i], l) && *q == '=') {
+      if (*q == '=') {
         if (strcmp(names[i], which)) named = -1;
         else {
           named = 1;
@@ -70,17 +74,31 @@ int vs_curve_key_arg(const char *text, const char *which, char key[41], char *er
   return vs_curve_read_key(text, which, key, err, errlen);
 }
 
+/* Writes a new file and renames it over `path`: open(O_CREAT) would keep the mode of a file
+ * that is there already (a secret key written into a 0644 file), and a reader never sees a
+ * half-written key. */
 static int vs__write(const char *path, int mode, const char *text, char *err, size_t errlen) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+  int fd = mkstemp(tmp); /* created 0600 */
   if (fd < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     return VSPEC_EIO;
   }
   size_t n = strlen(text);
-  int ok = write(fd, text, n) == (ssize_t)n;
+  int ok = fchmod(fd, (mode_t)mode) == 0;
+  ok = ok && write(fd, text, n) == (ssize_t)n;
+  ok = ok && fsync(fd) == 0;
+  int e = errno;
   ok = close(fd) == 0 && ok;
   if (!ok) {
-    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(e ? e : errno));
+    unlink(tmp);
+    return VSPEC_EIO;
+  }
+  if (rename(tmp, path)) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    unlink(tmp);
     return VSPEC_EIO;
   }
   return VSPEC_OK;

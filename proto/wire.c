@@ -41,8 +41,8 @@ void vs_wire_envelope_text(const vs_wire_envelope *e, char *buf, size_t buflen) 
 
 /* ---- receiving ------------------------------------------------------------------------ */
 
-int vs_wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size_t max_blob,
-                 char *err, size_t errlen) {
+static int vs__recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size_t max_blob,
+                    int max_blobs, char *err, size_t errlen) {
   memset(m, 0, sizeof *m);
   zmq_msg_t part;
   zmq_msg_init(&part);
@@ -57,6 +57,9 @@ int vs_wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size
    * is wrong we keep reading until the last part, so the next message starts clean. */
   enum { ENV, BODY, BLOBS } phase = envelope ? ENV : BODY;
   int bad = 0, first = 1, delimiter = 0;
+  /* Every frame of a message carries the connection's metadata; NULL without ZAP. */
+  const char *user = zmq_msg_gets(&part, "User-Id");
+  if (user) snprintf(m->user_id, sizeof m->user_id, "%s", user);
   for (;;) {
     size_t size = zmq_msg_size(&part);
     int more = zmq_msg_more(&part);
@@ -95,9 +98,9 @@ int vs_wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size
         phase = BLOBS;
       }
     } else {
-      if (m->n_blobs == VS_WIRE_MAX_BLOBS) {
+      if (m->n_blobs == max_blobs) {
         bad = VSPEC_ERANGE;
-        snprintf(err, errlen, "more than %d blob frames", VS_WIRE_MAX_BLOBS);
+        snprintf(err, errlen, "more than %d blob frames", max_blobs);
       } else if (size > max_blob) {
         bad = VSPEC_ERANGE;
         snprintf(err, errlen, "blob frame of %zu bytes is over the limit of %zu", size, max_blob);
@@ -137,6 +140,16 @@ int vs_wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size
     return bad;
   }
   return 1;
+}
+
+int vs_wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size_t max_blob,
+                 char *err, size_t errlen) {
+  return vs__recv(sock, envelope, m, max_body, max_blob, VS_WIRE_MAX_BLOBS, err, errlen);
+}
+
+int vs_wire_recv_request(void *sock, int envelope, vs_wire_msg *m, size_t max_body,
+                         size_t max_blob, char *err, size_t errlen) {
+  return vs__recv(sock, envelope, m, max_body, max_blob, VS_WIRE_REQUEST_BLOBS, err, errlen);
 }
 
 void vs_wire_msg_close(vs_wire_msg *m) {
@@ -402,10 +415,8 @@ int vs_wire_send_request(void *sock, const vs_wire_envelope *env, Vspec__Request
 
 int vs_wire_forward(void *sock, const vs_wire_envelope *env, vs_wire_msg *m, int flags) {
   int rc = vs__send_head(sock, env, flags);
-  if (rc) {
-    vs_wire_msg_close(m);
-    return rc;
-  }
+  /* Nothing queued: the message stays the caller's (another daemon, a retry later). */
+  if (rc) return rc;
   if (zmq_msg_send(&m->body, sock, (m->n_blobs ? ZMQ_SNDMORE : 0) | flags) < 0) {
     rc = -errno;
     vs_wire_msg_close(m);

@@ -19,6 +19,10 @@
 #define VS_WIRE_MAX_ENVELOPE 4 /* routing frames before the delimiter (stacked brokers) */
 #define VS_WIRE_MAX_ID 255     /* libzmq routing ids are 1..255 bytes */
 #define VS_WIRE_MAX_BLOBS 4    /* blob frames after the protobuf frame */
+/* A request carries at most a caption embedding and its mask: a message with more frames is
+ * refused as soon as the frame over the count is read (see vs_wire_recv_request). */
+#define VS_WIRE_REQUEST_BLOBS 2
+#define VS_WIRE_MAX_USER_ID 127 /* longest ZAP user id kept (ours are 40-character keys) */
 
 /* The routing frames a ROUTER (or a chain of them) put in front of a message; replies go
  * back with the same envelope. */
@@ -41,6 +45,11 @@ typedef struct vs_wire_msg {
   zmq_msg_t body;
   int n_blobs;
   zmq_msg_t blobs[VS_WIRE_MAX_BLOBS];
+  /* The connection's "User-Id" metadata (the ZAP handler's answer; daemon/zap.c makes it the
+   * client's CURVE public key), "" without authentication. Unlike the routing id, which a
+   * peer may choose itself (ZMQ_ROUTING_ID), it cannot be forged by a peer without the
+   * matching secret key. */
+  char user_id[VS_WIRE_MAX_USER_ID + 1];
 } vs_wire_msg;
 
 /* Receives one whole multipart message without blocking. `envelope` = 1 on a ROUTER (frames
@@ -52,9 +61,19 @@ typedef struct vs_wire_msg {
  *      m->env holds what envelope could be recovered (m->env.n == 0 if none) and err says
  *      what was wrong; nothing to close,
  *   another negative status on a socket error (errno in err).
- * `max_body` bounds the protobuf frame, `max_blob` each blob frame. */
+ * `max_body` bounds the protobuf frame, `max_blob` each blob frame; at most
+ * VS_WIRE_MAX_BLOBS blob frames.
+ *
+ * libzmq delivers a multipart message only once all of its frames are in, and
+ * ZMQ_MAXMSGSIZE bounds each frame, not their number: the frames of one message are in
+ * memory before any check here can run. What this can do is refuse such a message at the
+ * first frame over the count, release every frame as it is read, and never unpack it; the
+ * real bound on a stranger's memory use is CURVE (only allow-listed keys get to send). */
 int vs_wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size_t max_blob,
                  char *err, size_t errlen);
+/* The same for requests: at most VS_WIRE_REQUEST_BLOBS blob frames. */
+int vs_wire_recv_request(void *sock, int envelope, vs_wire_msg *m, size_t max_body,
+                         size_t max_blob, char *err, size_t errlen);
 void vs_wire_msg_close(vs_wire_msg *m);
 
 /* protobuf-c allocator with a byte budget: allocations past `cap` fail, so the unpacker
@@ -101,7 +120,13 @@ int vs_wire_send_event(void *sock, const vs_wire_envelope *env, Vspec__Event *ev
 int vs_wire_send_request(void *sock, const vs_wire_envelope *env, Vspec__Request *rq,
                          vs_wire_blob *blobs, int n_blobs, int flags);
 
-/* Raw forwarding (brokers): sends env, delimiter, then the given frames (moved, not copied). */
+/* Raw forwarding (brokers): sends env, delimiter, then the given frames (moved, not copied).
+ * Returns 0 or -errno. When the head (envelope and delimiter) is refused (-EAGAIN: the
+ * peer's queue is full or, with ZMQ_IMMEDIATE, nobody is connected; -EHOSTUNREACH: an
+ * unknown peer under ROUTER_MANDATORY) nothing was queued and *m is left as it was: the
+ * caller may send it elsewhere, keep it for a retry, or close it. When a later frame fails
+ * (not expected: libzmq takes the rest of a message whose first frame it took), the frames
+ * are released and m->has_body is 0. vs_wire_msg_close is safe on *m in every case. */
 int vs_wire_forward(void *sock, const vs_wire_envelope *env, vs_wire_msg *m, int flags);
 
 const char *vs_wire_error_name(int code); /* "busy", "invalid", ... */

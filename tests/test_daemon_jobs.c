@@ -198,6 +198,63 @@ static void test_raw_client_result_matches_engine(void **state) {
                   11);
 }
 
+/* A submit without a seed gets a fresh one, reported in Accepted and Result (and below 2^53,
+ * so JSON keeps it exact): the same seed makes the same image again. Unset class = class 0. */
+static void test_unset_seed(void **state) {
+  (void)state;
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  uint64_t seeds[2];
+  for (int k = 0; k < 2; k++) {
+    Vspec__Submit s = VSPEC__SUBMIT__INIT;
+    s.model = "micro";
+    s.method = "ar";
+    uint64_t rid = vs_client_submit(&c, &s), job = 0, accepted_seed = 0;
+    int accepted = 0;
+    for (;;) {
+      vs_conn_event e;
+      vs_client_next(&c, 20000, &e);
+      Vspec__Event *ev = e.ev;
+      if (!job && ev->has_request_id && ev->request_id == rid) job = ev->job_id;
+      if (ev->has_job_id && ev->job_id == job && ev->body_case == VSPEC__EVENT__BODY_ACCEPTED) {
+        assert_true(ev->accepted->has_seed);
+        accepted_seed = ev->accepted->seed;
+        assert_true(accepted_seed < (1ull << 53));
+        accepted = 1;
+      } else if (ev->has_job_id && ev->job_id == job &&
+                 ev->body_case == VSPEC__EVENT__BODY_RESULT) {
+        assert_true(accepted);
+        assert_true(ev->result->has_seed);
+        assert_int_equal(ev->result->seed, accepted_seed);
+        size_t tl;
+        const uint8_t *tok = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_TOKENS_I32LE, &tl);
+        assert_non_null(tok);
+        assert_int_equal(tl, 64);
+        int32_t want[16];
+        in_process_tokens(fx.micro_model, "ar", 0, accepted_seed, want);
+        for (int i = 0; i < 16; i++) {
+          int32_t got = (int32_t)((uint32_t)tok[4 * i] | (uint32_t)tok[4 * i + 1] << 8 |
+                                  (uint32_t)tok[4 * i + 2] << 16 | (uint32_t)tok[4 * i + 3] << 24);
+          assert_int_equal(got, want[i]);
+        }
+        vs_conn_event_free(&e);
+        break;
+      } else if (ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+        fail_msg("refused: %s", ev->error->message);
+      }
+      vs_conn_event_free(&e);
+    }
+    seeds[k] = accepted_seed;
+  }
+  assert_true(seeds[0] != seeds[1]);
+  vs_conn_close(&c);
+  /* the daemon reports its node_id (the high bits of its job ids) */
+  vs_conn_event e;
+  vs_client_status(dm.admin_ep, &e);
+  assert_true(e.ev->status->has_node_id);
+  vs_conn_event_free(&e);
+}
+
 static void test_cli_generate(void **state) {
   (void)state;
   char out1[300], out2[300], prev[300], buf[8192];
@@ -578,6 +635,7 @@ static void test_client_gone_mid_job(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_raw_client_result_matches_engine),
+      cmocka_unit_test(test_unset_seed),
       cmocka_unit_test(test_cli_generate),
       cmocka_unit_test(test_previews_in_order),
       cmocka_unit_test(test_credit_bounds_events),

@@ -1,6 +1,6 @@
 /*
  * Operating vspecd: hot-swapping plugins under load (two builds of the test rule that differ
- * observably, and the llamagen backend itself), SIGTERM drains (finish and cancel), CURVE
+ * observably, and the llamagen backend itself), SIGTERM drains (finish, cancel, and under a flood of requests), CURVE
  * with an allow-list, and two daemons behind vspec-broker on one front endpoint.
  */
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/support/daemon_harness.h"
 
@@ -299,6 +300,109 @@ static void test_sigterm_drain_cancel(void **state) {
   vs_conn_close(&c);
 }
 
+/* Packs a request for raw sends (delimiter, protobuf). */
+static size_t pack_rq(Vspec__Request *r, uint64_t rid, uint8_t *buf, size_t cap) {
+  r->version = 1;
+  r->has_request_id = 1;
+  r->request_id = rid;
+  size_t n = vspec__request__get_packed_size(r);
+  assert_true(n <= cap);
+  vspec__request__pack(r, buf);
+  return n;
+}
+
+/* Reads whatever is there without waiting; returns the number of messages. */
+static int drain_now(void *sock) {
+  int got = 0;
+  for (;;) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&m);
+      return got;
+    }
+    got += !zmq_msg_more(&m);
+    zmq_msg_close(&m);
+  }
+}
+
+/* One daemon drained under a flood of [Credit, Status] pairs: the Credit that reaches the
+ * job after its worker has finished (before the worker's wake-up is handled) sends the
+ * terminal event inside a read, so the daemon stops while more requests wait on the socket.
+ * Nothing read after that may be handled (a Status would look at workers already joined).
+ * Returns the daemon's exit status and, in *pairs, the number of pairs sent. */
+static int flood_round(fixture *f, const char *name, int *pairs) {
+  const char *extra[] = {"--workers", "1", NULL};
+  vs_daemon_start(&f->d[0], &f->fx, name, extra);
+  vs_daemon *d = &f->d[0];
+  /* No receive limit: the replies never fill this client's queue, so the result is not held
+   * in the daemon's outbox (which would end the drain from the timer instead). A deep send
+   * queue keeps the daemon's socket readable the whole time. */
+  vs_conn c = {.ctx = zmq_ctx_new(), .own_ctx = 1, .next_request_id = 1, .max_blob = 1 << 30};
+  c.sock = zmq_socket(c.ctx, ZMQ_DEALER);
+  int zero = 0, hwm = 20000;
+  assert_int_equal(zmq_setsockopt(c.sock, ZMQ_RCVHWM, &zero, sizeof zero), 0);
+  assert_int_equal(zmq_setsockopt(c.sock, ZMQ_SNDHWM, &hwm, sizeof hwm), 0);
+  assert_int_equal(zmq_setsockopt(c.sock, ZMQ_LINGER, &zero, sizeof zero), 0);
+  assert_int_equal(zmq_connect(c.sock, d->job_ep), 0);
+  uint64_t job = accepted(&c, submit(&c, "self", "exact", NULL, "slow", "ms=20,depth=1", 1));
+  running(&c, job);
+  kill(d->pid, SIGTERM);
+  uint8_t credit[64], status[64];
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Credit cr = VSPEC__CREDIT__INIT;
+  cr.job_id = job;
+  cr.grant = 1;
+  r.body_case = VSPEC__REQUEST__BODY_CREDIT;
+  r.credit = &cr;
+  size_t nc = pack_rq(&r, 1000, credit, sizeof credit);
+  Vspec__Request q = VSPEC__REQUEST__INIT;
+  Vspec__StatusRequest sr = VSPEC__STATUS_REQUEST__INIT;
+  q.body_case = VSPEC__REQUEST__BODY_STATUS;
+  q.status = &sr;
+  size_t ns = pack_rq(&q, 1001, status, sizeof status);
+  int st = -3, sent = 0;
+  double end = vs_harness_now() + 20;
+  while (vs_harness_now() < end) {
+    int full = 0;
+    for (int k = 0; k < 2000 && !full; k++) {
+      int is_status = k % 2;
+      /* Only a message's first frame can meet a full queue. */
+      if (zmq_send(c.sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) full = 1;
+      else zmq_send(c.sock, is_status ? status : credit, is_status ? ns : nc, 0);
+      sent += is_status && !full;
+    }
+    drain_now(c.sock);
+    int w;
+    pid_t pr = waitpid(d->pid, &w, WNOHANG);
+    if (pr == d->pid) {
+      st = WIFEXITED(w) ? WEXITSTATUS(w) : 128 + WTERMSIG(w);
+      break;
+    }
+    if (full) usleep(500); /* the daemon has plenty to read: leave it the CPU */
+  }
+  if (st == -3) st = vs_daemon_stop(d, SIGKILL, 5000);
+  d->pid = 0;
+  if (st != 0) vs_daemon_dump_log(d);
+  vs_conn_close(&c);
+  *pairs = sent;
+  return st;
+}
+
+/* Whether the drain ends inside a read depends on thread timing: a few rounds make it likely
+ * that at least one does (each takes about half a second). */
+static void test_sigterm_flood(void **state) {
+  fixture *f = *state;
+  for (int round = 0; round < 3; round++) {
+    char name[16];
+    snprintf(name, sizeof name, "flood%d", round);
+    int pairs = 0, st = flood_round(f, name, &pairs);
+    printf("  round %d: %d [Credit, Status] pairs sent while draining, exit %d\n", round, pairs,
+           st);
+    assert_int_equal(st, 0);
+  }
+}
+
 static void test_curve_allow_list(void **state) {
   fixture *f = *state;
   char server[300], allowed[300], stranger[300], list[300], out[512];
@@ -501,6 +605,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_finish, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_cancel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sigterm_flood, setup, teardown),
       cmocka_unit_test_setup_teardown(test_curve_allow_list, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_daemons_behind_broker, setup, teardown),
   };

@@ -2,7 +2,8 @@
  * The daemon's parts without a daemon: configuration parsing and its error messages, the job
  * queue's order (priority, fairness between clients, arrival), capacity and removal, the wire
  * framing over a real ROUTER/DEALER pair (envelopes, delimiters, limits, blobs), the bounded
- * unpacking allocator, CURVE key files, and the preview colour table.
+ * unpacking allocator, CURVE key files, the preview colour table, and a socket watch closed
+ * from its own read callback.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,12 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/host.h"
 #include "daemon/config.h"
 #include "daemon/job_queue.h"
 #include "daemon/preview.h"
+#include "daemon/zsock_watch.h"
 #include "kernels/vs_kernels.h"
 #include "proto/curve_keys.h"
 #include "proto/wire.h"
@@ -91,6 +94,25 @@ static void test_config(void **state) {
   vs_config_defaults(&c);
   vs_config_set(&c, "server", "admin_endpoint", c.endpoint, err, sizeof err);
   assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
+  /* the admin endpoint: only this machine, unless server.admin_allow_remote */
+  static const struct {
+    const char *ep;
+    int ok;
+  } admin[] = {{"tcp://127.0.0.1:5599", 1}, {"tcp://localhost:5599", 1}, {"tcp://[::1]:5599", 1},
+               {"ipc:///tmp/vspec-admin.sock", 1}, {"tcp://0.0.0.0:5599", 0},
+               {"tcp://*:5599", 0}, {"tcp://10.1.2.3:5599", 0}, {"tcp://eth0:5599", 0},
+               {"ipc://@vspec-admin", 0}};
+  for (size_t i = 0; i < sizeof admin / sizeof *admin; i++) {
+    for (int allow = 0; allow < 2; allow++) {
+      vs_config_defaults(&c);
+      vs_config_set(&c, "models", "m", "tests/golden/micro_c2i", err, sizeof err);
+      assert_int_equal(vs_config_set(&c, "server", "admin_endpoint", admin[i].ep, err, sizeof err), 0);
+      if (allow) vs_config_set(&c, "server", "admin_allow_remote", "true", err, sizeof err);
+      int rc = vs_config_check(&c, err, sizeof err);
+      if ((rc == 0) != (admin[i].ok || allow)) fail_msg("%s (allow %d): %d %s", admin[i].ep, allow, rc, err);
+      if (rc) assert_non_null(strstr(err, "admin_allow_remote"));
+    }
+  }
   unlink(path);
   assert_int_not_equal(vs_config_load(&c, path, err, sizeof err), 0);
   /* the shipped example configuration is valid */
@@ -240,6 +262,26 @@ static void test_wire_framing(void **state) {
   zmq_send(dealer, "x", 1, 0);
   assert_int_equal(zmq_poll(&it, 1, 2000), 1);
   assert_int_equal(vs_wire_recv(router, 1, &m, 1024, 1024, err, sizeof err), VSPEC_EFORMAT);
+  /* requests carry at most VS_WIRE_REQUEST_BLOBS blob frames */
+  for (int nb = VS_WIRE_REQUEST_BLOBS; nb <= VS_WIRE_REQUEST_BLOBS + 1; nb++) {
+    zmq_send(dealer, "", 0, ZMQ_SNDMORE);
+    zmq_send(dealer, "x", 1, ZMQ_SNDMORE);
+    for (int i = 0; i < nb; i++) zmq_send(dealer, "b", 1, i + 1 < nb ? ZMQ_SNDMORE : 0);
+    assert_int_equal(zmq_poll(&it, 1, 2000), 1);
+    int got_rc = vs_wire_recv_request(router, 1, &m, 1024, 1024, err, sizeof err);
+    if (nb == VS_WIRE_REQUEST_BLOBS) {
+      assert_int_equal(got_rc, 1);
+      assert_int_equal(m.n_blobs, nb);
+      /* a head the ROUTER refuses (unknown peer) leaves the message to the caller, whole */
+      assert_int_equal(vs_wire_forward(router, &ghost, &m, ZMQ_DONTWAIT), -EHOSTUNREACH);
+      assert_int_equal(m.has_body, 1);
+      assert_int_equal(m.n_blobs, nb);
+      vs_wire_msg_close(&m);
+    } else {
+      assert_int_equal(got_rc, VSPEC_ERANGE);
+      assert_non_null(strstr(err, "blob frames"));
+    }
+  }
   /* after all that, the next message still reads cleanly */
   assert_int_equal(vs_wire_send_request(dealer, NULL, &r, NULL, 0, 0), 0);
   assert_int_equal(zmq_poll(&it, 1, 2000), 1);
@@ -282,6 +324,20 @@ static void test_curve_key_files(void **state) {
   assert_int_equal(vs_curve_key_arg(path, "public", key, err, sizeof err), 0);
   assert_string_equal(key, pub);
   assert_int_not_equal(vs_curve_key_arg("short", "public", key, err, sizeof err), 0);
+  /* keygen over an existing world-readable file: the secret key still ends up 0600 */
+  snprintf(path, sizeof path, "%s.key", prefix);
+  assert_int_equal(chmod(path, 0644), 0);
+  assert_int_equal(vs_curve_keygen(prefix, pub, err, sizeof err), 0);
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  snprintf(path, sizeof path, "%s.pub", prefix);
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0644);
+  /* short lines and a name without '=' are no keys (and read nothing past the line) */
+  snprintf(path, sizeof path, "%s/odd.key", dir);
+  write_text(path, "p\npublic\nsecret\n  sec = x\n");
+  assert_int_not_equal(vs_curve_read_key(path, "public", key, err, sizeof err), 0);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
@@ -355,11 +411,57 @@ static void test_preview_lut(void **state) {
   vs_dev_destroy(dev);
 }
 
+/* A watch closed from its read callback (the daemon stops once drained, inside a read) reads
+ * nothing more, though messages are still waiting: the state behind it may be gone. */
+typedef struct zw_state {
+  int reads, closed;
+} zw_state;
+
+static void zw_closed(vs_zwatch *w, void *user) {
+  (void)w;
+  ((zw_state *)user)->closed++;
+}
+
+static int zw_read(vs_zwatch *w, void *user) {
+  zw_state *st = user;
+  char buf[16];
+  if (zmq_recv(w->sock, buf, sizeof buf, ZMQ_DONTWAIT) < 0) return 0;
+  if (++st->reads == 2) vs_zwatch_close(w, zw_closed);
+  return 1;
+}
+
+static void test_zwatch_close_in_read(void **state) {
+  (void)state;
+  void *ctx = zmq_ctx_new();
+  void *rx = zmq_socket(ctx, ZMQ_PULL), *tx = zmq_socket(ctx, ZMQ_PUSH);
+  assert_int_equal(zmq_bind(rx, "inproc://zwatch-test"), 0);
+  assert_int_equal(zmq_connect(tx, "inproc://zwatch-test"), 0);
+  for (int i = 0; i < 5; i++) assert_int_equal(zmq_send(tx, "x", 1, 0), 1);
+  zmq_pollitem_t it = {.socket = rx, .events = ZMQ_POLLIN};
+  assert_int_equal(zmq_poll(&it, 1, 2000), 1);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  vs_zwatch w;
+  memset(&w, 0, sizeof w);
+  zw_state st = {0, 0};
+  assert_int_equal(vs_zwatch_start(&loop, &w, rx, zw_read, &st), 0);
+  /* All five are there: one drain would read them all, but the close stops it at two. */
+  uv_run(&loop, UV_RUN_DEFAULT); /* ends once the watch's handles are closed */
+  assert_int_equal(st.reads, 2);
+  assert_int_equal(st.closed, 1);
+  vs_zwatch_kick(&w); /* after the close: reads nothing */
+  assert_int_equal(st.reads, 2);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  zmq_close(tx);
+  zmq_close(rx);
+  zmq_ctx_term(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config),          cmocka_unit_test(test_job_queue),
       cmocka_unit_test(test_wire_framing),    cmocka_unit_test(test_curve_key_files),
-      cmocka_unit_test(test_preview_lut),
+      cmocka_unit_test(test_preview_lut),     cmocka_unit_test(test_zwatch_close_in_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
