@@ -196,6 +196,11 @@ bench-daemon: all
 	./$(DAEMON_BENCH)
 	./$(DAEMON_BENCH) --synthetic 8,256,8 --images 10
 
+# Retrains the Fashion-MNIST model family into models/fmnist/ (hours on 2 cores; resumable,
+# logs in tools/train/work/logs/). Needs python3-torch (make deps installs it).
+train:
+	./tools/train/train_all.sh
+
 deps:
 	./tools/install_deps.sh
 

@@ -24,7 +24,7 @@ static void usage(FILE *f) {
           "  --backend EP             a vspecd job endpoint (repeat, up to 32); give each daemon\n"
           "                           its own --node-id so job ids do not collide\n"
           "  --heartbeat-ms N         status poll interval per daemon (default 1000)\n"
-          "  --max-message-bytes N    per-frame limit of client requests (default 256 KiB)\n"
+          "  --max-message-bytes N    per-frame limit of client requests (default 4 MiB)\n"
           "  --curve-secret FILE      CURVE on the front with this key file (needed beyond\n"
           "                           localhost) ...\n"
           "  --curve-allow FILE       ... and this allow-list of client keys\n"
@@ -38,7 +38,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   static vs_broker_config cfg;
   cfg.heartbeat_ms = 1000;
-  cfg.max_message_bytes = 256l << 10; /* as vspecd's limits.max_message_bytes */
+  cfg.max_message_bytes = 4l << 20;  /* as vspecd's limits.max_message_bytes */
   cfg.max_request_bytes = 64l << 10;
   cfg.max_event_bytes = 64l << 20;
   int level = VSPEC_LOG_INFO;

@@ -33,10 +33,10 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->preview_every_tokens = 0;
   c->credit = 8;
   c->progress_interval_ms = 20;
-  /* The shipped (class-conditional) models need only the 64 KiB protobuf frame; the rest is
-   * room for a small caption embedding. A bigger limit is more memory a peer can make the
-   * daemon hold (DESIGN.md, "Wire protocol rules"). */
-  c->max_message_bytes = 256l << 10;
+  /* Room for a LlamaGen t2i caption embedding (120 x 2048 fp32 = 0.94 MiB) in a blob frame;
+   * class-conditional jobs need only the 64 KiB protobuf frame. A bigger limit is more memory
+   * a peer can make the daemon hold (DESIGN.md, "Wire protocol rules"). */
+  c->max_message_bytes = 4l << 20;
   c->max_request_bytes = 64l << 10;
   c->unpack_budget_bytes = 256l << 10;
   c->max_deadline_ms = 3600l * 1000;
