@@ -108,6 +108,22 @@ static void write_table(FILE *f, eval_method *em, int n, int images, double floo
     else
       fprintf(f, " | - | - | - | - |\n");
   }
+  /* Where a method's time goes: the walk (rules, residuals, sampling; sorting and neighbour
+   * sums for LANTERN) must stay small next to the forwards (issue 4). VVS's skipped rounds
+   * and the tokens they emitted without a target check are counted here too. */
+  fprintf(f, "\n| method | drafting | target forwards | walk | other | skipped rounds | "
+             "unverified tokens |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  for (int i = 0; i < n; i++) {
+    const vs_metrics *t = &em[i].total;
+    double w = t->wall_s > 0 ? t->wall_s : 1;
+    double other = t->wall_s - t->draft_s - t->verify_s - t->accept_s;
+    fprintf(f, "| `%s` | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% |\n",
+            em[i].spec, 100 * t->draft_s / w, 100 * t->verify_s / w, 100 * t->accept_s / w,
+            100 * (other > 0 ? other : 0) / w,
+            t->rounds + t->skipped_rounds
+                ? 100.0 * t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0,
+            t->tokens ? 100.0 * t->unverified_tokens / t->tokens : 0.0);
+  }
   fprintf(f, "\n%d images per method.", images);
   if (isfinite(floor_fid))
     fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g.",
@@ -153,7 +169,22 @@ static int write_json(const char *path, const char *model, eval_method *em, int 
       fprintf(f, "%s", d > 1 ? ", " : "");
       json_num(f, vs_metrics_accept_at(t, d));
     }
-    fprintf(f, "], \"residual_fallbacks\": %lld,\n     \"wall_s\": ", (long long)t->residual_fallbacks);
+    fprintf(f, "], \"residual_fallbacks\": %lld,\n     \"skipped_rounds\": %lld, "
+               "\"unverified_tokens\": %lld, \"skipped_round_frac\": ",
+            (long long)t->residual_fallbacks, (long long)t->skipped_rounds,
+            (long long)t->unverified_tokens);
+    /* rounds counts verified rounds only (MAL's denominator); skipped ones come on top */
+    json_num(f, t->rounds + t->skipped_rounds
+                    ? (double)t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0);
+    fprintf(f, ", \"unverified_token_frac\": ");
+    json_num(f, t->tokens ? (double)t->unverified_tokens / t->tokens : 0.0);
+    fprintf(f, ",\n     \"draft_s\": ");
+    json_num(f, t->draft_s);
+    fprintf(f, ", \"verify_s\": ");
+    json_num(f, t->verify_s);
+    fprintf(f, ", \"walk_s\": ");
+    json_num(f, t->accept_s);
+    fprintf(f, ", \"wall_s\": ");
     json_num(f, t->wall_s);
     fprintf(f, ", \"speedup_vs_ar\": ");
     json_num(f, em[i].speedup_median);

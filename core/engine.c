@@ -165,11 +165,16 @@ static int vs__generate_ar(vs_models *models, vspec_dev *dev, const vs_job *job,
     }
     vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tokens[i],
                              .parents = &parent, .features = NULL};
+    /* The same time split as speculative decoding: forwards, then sampling ("walk"). */
+    double tf = vs__now();
     if ((rc = t->vt->forward(sess, &b, &out, inner, sizeof inner))) goto backend_fail;
     if ((rc = t->vt->commit(sess, &node0, 1, inner, sizeof inner))) goto backend_fail;
+    double ts = vs__now();
+    mt->verify_s += ts - tf;
     mt->target_forwards++;
     vs_node_distribution(ops, dev, logits, rows, V, i + 1, s, mixed, probs);
     tokens[i + 1] = ops->sample(dev, probs, V, vs_rng_uniform(&rng));
+    mt->accept_s += vs__now() - ts;
     mt->tokens++;
     mt->rounds++;
     vs__ar_report(job, t, sess, tokens, i + 2, mt);
