@@ -87,7 +87,13 @@ static void json_num(FILE *f, double v) {
   else fputs("null", f);
 }
 
-static void write_table(FILE *f, eval_method *em, int n, int images, double floor_fid) {
+/* The real-data floors: 10k training images, and as many as the table has images (FID is
+ * biased upwards at small n: compare a row with the floor at its own n). */
+typedef struct eval_floor {
+  double fid_10k, fid_at_n;
+} eval_floor;
+
+static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor floor) {
   fprintf(f, "| method | TPF | MAL | accept | accept by depth 1/2/3/4 | speed-up vs AR (median, total) "
              "| FID | class acc | precision | recall |\n");
   fprintf(f, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
@@ -125,16 +131,20 @@ static void write_table(FILE *f, eval_method *em, int n, int images, double floo
             t->tokens ? 100.0 * t->unverified_tokens / t->tokens : 0.0);
   }
   fprintf(f, "\n%d images per method.", images);
-  if (isfinite(floor_fid))
-    fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g.",
-            floor_fid);
+  if (isfinite(floor.fid_10k))
+    fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g",
+            floor.fid_10k);
+  if (isfinite(floor.fid_at_n))
+    fprintf(f, "; of the first %d training images (the floor at this table's size) = %.4g",
+            images, floor.fid_at_n);
+  if (isfinite(floor.fid_10k)) fprintf(f, ".");
   fprintf(f, "\n");
   for (int i = 0; i < n; i++)
     if (*em[i].note) fprintf(f, "- `%s`: %s\n", em[i].m.text, em[i].note);
 }
 
 static int write_json(const char *path, const char *model, eval_method *em, int n, int images,
-                      unsigned long long seed, int threads, double floor_fid, char *err,
+                      unsigned long long seed, int threads, eval_floor floor, char *err,
                       size_t errlen) {
   FILE *f = fopen(path, "w");
   if (!f) {
@@ -145,7 +155,9 @@ static int write_json(const char *path, const char *model, eval_method *em, int 
   json_str(f, model);
   fprintf(f, ",\n  \"images\": %d,\n  \"seed\": %llu,\n  \"device\": \"cpu\",\n  \"threads\": %d,\n"
              "  \"real_data_fid_floor\": ", images, seed, threads);
-  json_num(f, floor_fid);
+  json_num(f, floor.fid_10k);
+  fprintf(f, ",\n  \"real_data_fid_floor_at_n\": ");
+  json_num(f, floor.fid_at_n);
   fprintf(f, ",\n  \"methods\": [\n");
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
@@ -297,7 +309,8 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   vs_models *models = NULL;
   vs_quality *qual = NULL;
   int32_t *tokens = NULL;
-  double floor_fid = NAN, *ratios = NULL;
+  eval_floor floor = {NAN, NAN};
+  double *ratios = NULL;
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
                      sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
@@ -315,7 +328,11 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     fprintf(stderr, "vspec-bench eval: quality metrics: %s\n", err);
     goto done;
   }
-  if (qual) floor_fid = vs_quality_floor(qual);
+  if (qual) {
+    floor.fid_10k = vs_quality_floor(qual);
+    if (images >= 2 && vs_quality_floor_at(qual, (int)images, &floor.fid_at_n, err, sizeof err))
+      fprintf(stderr, "vspec-bench eval: (no floor at %ld images: %s)\n", images, err);
+  }
   tokens = malloc((size_t)(t->info.grid_h * t->info.grid_w) * sizeof *tokens);
   ratios = malloc((size_t)images * sizeof *ratios);
   int32_t *labels = malloc((size_t)images * sizeof *labels);
@@ -373,18 +390,18 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     }
   }
   printf("\n");
-  write_table(stdout, em, n, (int)images, floor_fid);
+  write_table(stdout, em, n, (int)images, floor);
   if (md_path) {
     FILE *f = fopen(md_path, "w");
     if (!f) {
       fprintf(stderr, "vspec-bench eval: %s: cannot write\n", md_path);
       goto done_labels;
     }
-    write_table(f, em, n, (int)images, floor_fid);
+    write_table(f, em, n, (int)images, floor);
     fclose(f);
   }
   if (json_path && write_json(json_path, models->name, em, n, (int)images, seed, (int)threads,
-                              floor_fid, err, sizeof err)) {
+                              floor, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
     goto done_labels;
   }

@@ -649,6 +649,20 @@ done:
 
 double vs_quality_floor(const vs_quality *q) { return q->info.floor_fid; }
 
+int vs_quality_floor_at(const vs_quality *q, int n, double *fid, char *err, size_t errlen) {
+  if (n < 2 || n > q->n_train)
+    return vs_qe_fail(err, errlen, VSPEC_EINVAL, "floor at %d images: between 2 and %d", n,
+                      q->n_train);
+  int d = q->d;
+  double *mu = malloc(sizeof(double) * (size_t)d), *cov = malloc(sizeof(double) * (size_t)d * d);
+  int rc = !mu || !cov ? vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory") : VSPEC_OK;
+  if (!rc) rc = vs_feature_stats(q->train_feat, n, d, mu, cov, err, errlen);
+  if (!rc) rc = vs_fid(mu, cov, q->ref_mu, q->ref_cov, d, fid, err, errlen);
+  free(mu);
+  free(cov);
+  return rc;
+}
+
 int vs_quality_floor_pr(vs_quality *q, double *precision, double *recall, char *err,
                         size_t errlen) {
   if (!q->floor_pr_done) {

@@ -116,6 +116,10 @@ int vs_quality_eval(vs_quality *q, const uint8_t *rgb_images, const int32_t *lab
 /* The real-data floor: FID of the first n_floor training images against the test
  * reference statistics. */
 double vs_quality_floor(const vs_quality *q);
+/* The floor at n images: FID of the first n training images (n <= the floor's image count)
+ * against the test statistics. FID is biased upwards at small n, so a table of n generated
+ * images is compared with this, not only with the 10k floor. */
+int vs_quality_floor_at(const vs_quality *q, int n, double *fid, char *err, size_t errlen);
 
 /* Precision/recall of the first n_floor training images against the test images (k-NN
  * radii of the training features are computed on the first call, ~2 s for 10k). */
