@@ -26,20 +26,35 @@ static vspec_host host;
 static vspec_dev *dev;
 static vs_registry *reg;
 
+/* A golden case: a model directory and the directory of its golden.safetensors. */
+typedef struct golden_case {
+  const char *model_dir, *golden_dir;
+} golden_case;
+
+static const golden_case micro_c2i = {"tests/golden/micro_c2i", "tests/golden/micro_c2i"};
+/* The trained shipped target (tools/ref/make_trained_golden.py). */
+static const golden_case fmnist = {"models/fmnist", "tests/golden/fmnist"};
+
 typedef struct golden {
   vs_models *models;
   vspec_tensor_file *g;
   const vs_backend_model *t;
 } golden;
 
-static void open_golden(golden *gd, const char *dir) {
+static void open_golden_case(golden *gd, const golden_case *gc) {
   char err[VSPEC_ERRLEN], path[512];
-  int rc = vs_models_open(reg, &host, dev, dir, VS_ROLE_TARGET, &gd->models, err, sizeof err);
+  int rc = vs_models_open(reg, &host, dev, gc->model_dir, VS_ROLE_TARGET, &gd->models, err,
+                          sizeof err);
   if (rc) fail_msg("%s", err);
-  snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+  snprintf(path, sizeof path, "%s/golden.safetensors", gc->golden_dir);
   rc = vs_st_open(path, &gd->g, err, sizeof err);
   if (rc) fail_msg("%s", err);
   gd->t = &gd->models->target;
+}
+
+static void open_golden(golden *gd, const char *dir) {
+  golden_case gc = {dir, dir};
+  open_golden_case(gd, &gc);
 }
 
 static void close_golden(golden *gd) {
@@ -101,15 +116,14 @@ static void forward_chain(golden *gd, vspec_session *s, const int32_t *tokens, i
 /* ---- c2i micro model ----------------------------------------------------------------- */
 
 static void test_c2i_prefill_and_decode(void **state) {
-  (void)state;
   golden gd;
-  open_golden(&gd, "tests/golden/micro_c2i");
+  open_golden_case(&gd, *state);
   int V = gd.t->info.vocab, d = gd.t->info.feature_dim;
   int cls = *(const int32_t *)tensor(&gd, "cond.class", VSPEC_DTYPE_I32, 1);
   vspec_session *s = open_session(&gd, cls, 2, 8);
-  float logits[8 * 2 * 64], features[8 * 2 * 64];
-  assert_int_equal(V, 64);
-  assert_int_equal(d, 64);
+  float *logits = malloc(sizeof(float) * 8 * 2 * V), *features = malloc(sizeof(float) * 8 * 2 * d);
+  assert_non_null(logits);
+  assert_non_null(features);
   vspec_forward_out o = {.struct_size = sizeof o, .logits = logits, .features = features};
   char err[VSPEC_ERRLEN];
   assert_int_equal(gd.t->vt->prefill(s, &o, err, sizeof err), 0);
@@ -139,19 +153,22 @@ static void test_c2i_prefill_and_decode(void **state) {
   forward_chain(&gd, s, tok, n, logits, features);
   expect_close("decode.logits as one chain", logits, want, (int64_t)n * 2 * V);
   gd.t->vt->session_close(s);
+  free(logits);
+  free(features);
   close_golden(&gd);
 }
 
 static void test_c2i_tree_forward_and_commit(void **state) {
-  (void)state;
   golden gd;
-  open_golden(&gd, "tests/golden/micro_c2i");
+  open_golden_case(&gd, *state);
   int V = gd.t->info.vocab, d = gd.t->info.feature_dim;
   int cls = *(const int32_t *)tensor(&gd, "cond.class", VSPEC_DTYPE_I32, 1);
   int prefix = *(const int32_t *)tensor(&gd, "tree.prefix", VSPEC_DTYPE_I32, 1);
   const int32_t *dec = tensor(&gd, "decode.tokens", VSPEC_DTYPE_I32, -1);
   vspec_session *s = open_session(&gd, cls, 2, 8);
-  float logits[8 * 2 * 64], features[8 * 2 * 64];
+  float *logits = malloc(sizeof(float) * 8 * 2 * V), *features = malloc(sizeof(float) * 8 * 2 * d);
+  assert_non_null(logits);
+  assert_non_null(features);
   vspec_forward_out o = {.struct_size = sizeof o, .logits = logits, .features = features};
   char err[VSPEC_ERRLEN];
   assert_int_equal(gd.t->vt->prefill(s, &o, err, sizeof err), 0);
@@ -180,6 +197,8 @@ static void test_c2i_tree_forward_and_commit(void **state) {
   expect_close("after.features", features,
                tensor(&gd, "after.features", VSPEC_DTYPE_F32, 2 * d), 2 * d);
   gd.t->vt->session_close(s);
+  free(logits);
+  free(features);
   close_golden(&gd);
 }
 
@@ -284,15 +303,16 @@ static void test_c2i_greedy_generation(void **state) {
 }
 
 static void test_vq_decode(void **state) {
-  (void)state;
   golden gd;
-  open_golden(&gd, "tests/golden/micro_c2i");
-  int H = gd.t->info.image_h, W = gd.t->info.image_w;
-  assert_int_equal(H, 8);
-  assert_int_equal(W, 8);
-  const int32_t *codes = tensor(&gd, "vq.codes", VSPEC_DTYPE_I32, 16);
+  open_golden_case(&gd, *state);
+  int H = gd.t->info.image_h, W = gd.t->info.image_w, V = gd.t->info.vocab;
+  int N = gd.t->info.grid_h * gd.t->info.grid_w;
+  const int32_t *codes = tensor(&gd, "vq.codes", VSPEC_DTYPE_I32, N);
   const uint8_t *want = tensor(&gd, "vq.pixels", VSPEC_DTYPE_U8, H * W * 3);
-  uint8_t rgb[8 * 8 * 3];
+  uint8_t *rgb = malloc((size_t)H * W * 3);
+  int32_t *bad = malloc(sizeof(int32_t) * N);
+  assert_non_null(rgb);
+  assert_non_null(bad);
   char err[VSPEC_ERRLEN];
   assert_int_equal(gd.t->vt->decode(gd.t->model, dev, codes, rgb, err, sizeof err), 0);
   /* Bytes are truncated from x*255+0.5: a float64 reference and fp32 code may straddle a
@@ -305,11 +325,12 @@ static void test_vq_decode(void **state) {
   }
   assert_true(exact >= H * W * 3 * 95 / 100);
   /* An out-of-range code is an error, not a crash. */
-  int32_t bad[16];
-  memcpy(bad, codes, sizeof bad);
-  bad[5] = 64;
+  memcpy(bad, codes, sizeof(int32_t) * N);
+  bad[5] = V;
   assert_int_equal(gd.t->vt->decode(gd.t->model, dev, bad, rgb, err, sizeof err), VSPEC_ERANGE);
   assert_non_null(strstr(err, "position 5"));
+  free(rgb);
+  free(bad);
   close_golden(&gd);
 }
 
@@ -423,15 +444,19 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_c2i_prefill_and_decode),
-      cmocka_unit_test(test_c2i_tree_forward_and_commit),
+      cmocka_unit_test_prestate(test_c2i_prefill_and_decode, (void *)&micro_c2i),
+      cmocka_unit_test_prestate(test_c2i_tree_forward_and_commit, (void *)&micro_c2i),
       cmocka_unit_test(test_c2i_tree_grown_by_appending),
       cmocka_unit_test(test_c2i_cfg_and_sampling),
       cmocka_unit_test(test_c2i_greedy_generation),
-      cmocka_unit_test(test_vq_decode),
+      cmocka_unit_test_prestate(test_vq_decode, (void *)&micro_c2i),
       cmocka_unit_test(test_session_errors),
       cmocka_unit_test(test_t2i_caption_path),
       cmocka_unit_test(test_head_dim_100),
+      /* The trained target and tokenizer shipped in models/fmnist (issue 3). */
+      cmocka_unit_test_prestate(test_c2i_prefill_and_decode, (void *)&fmnist),
+      cmocka_unit_test_prestate(test_c2i_tree_forward_and_commit, (void *)&fmnist),
+      cmocka_unit_test_prestate(test_vq_decode, (void *)&fmnist),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_registry_close(reg);

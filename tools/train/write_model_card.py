@@ -324,9 +324,12 @@ def main():
       "centre crop [2:30, 2:30].")
     A("- The EAGLE head reuses the target's `tok_embeddings.weight` and `output.weight`; its "
       "RMSNorm eps is 1e-6 (the target's is 1e-5).")
-    A("- Python reference for every model: tools/train/models.py (checked against LlamaGen's "
-      "own gpt.py / vq_model.py: max |diff| 2e-7 on logits, identical VQ codes and decodes), "
-      "sampler tools/train/sampling.py.")
+    A("- Python models used for training: tools/train/models.py, sampler "
+      "tools/train/sampling.py. The C engine is checked on these trained weights against the "
+      "independent float64 reference tools/ref/llamagen_ref.py (written from models.md): "
+      "`tools/ref/make_trained_golden.py` writes tests/golden/fmnist/golden.safetensors "
+      "(prefill, decode, tree forward + commit, VQ decode), checked by "
+      "tests/test_llamagen_golden.c within 1e-4 relative.")
     A("")
     os.makedirs(M, exist_ok=True)
     with open(os.path.join(M, "MODEL_CARD.md"), "w") as f:
