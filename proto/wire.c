@@ -57,10 +57,15 @@ static int vs__recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, s
    * is wrong we keep reading until the last part, so the next message starts clean. */
   enum { ENV, BODY, BLOBS } phase = envelope ? ENV : BODY;
   int bad = 0, first = 1, delimiter = 0;
-  /* Every frame of a message carries the connection's metadata; NULL without ZAP. */
-  const char *user = zmq_msg_gets(&part, "User-Id");
-  if (user) snprintf(m->user_id, sizeof m->user_id, "%s", user);
   for (;;) {
+    /* The connection's metadata (NULL without ZAP) comes with the frames the peer sent. Not
+     * always with the routing-id frame a ROUTER adds: libzmq (4.3.4) builds that one without
+     * metadata when the message was prefetched by a poll or ZMQ_EVENTS, as in vspecd's event
+     * loop and the broker's zmq_poll. So every frame is asked until one answers. */
+    if (!*m->user_id) {
+      const char *user = zmq_msg_gets(&part, "User-Id");
+      if (user) snprintf(m->user_id, sizeof m->user_id, "%s", user);
+    }
     size_t size = zmq_msg_size(&part);
     int more = zmq_msg_more(&part);
     if (bad) {

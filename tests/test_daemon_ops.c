@@ -1,7 +1,10 @@
 /*
  * Operating vspecd: hot-swapping plugins under load (two builds of the test rule that differ
  * observably, and the llamagen backend itself), SIGTERM drains (finish, cancel, and under a flood of requests), CURVE
- * with an allow-list, and two daemons behind vspec-broker on one front endpoint.
+ * with an allow-list, and two daemons behind vspec-broker on one front endpoint. Review fixes:
+ * CURVE job ownership (vspecd and the broker), the broker binding a submit's answer to its
+ * daemon (fake daemons in the test), events kept for a client that does not read (broker),
+ * and vspecd's Accepted retried when the client's queue is full.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "proto/curve_keys.h"
 #include "tests/support/daemon_harness.h"
 
 typedef struct fixture {
@@ -453,6 +457,198 @@ static void test_curve_allow_list(void **state) {
   stop_ok(d);
 }
 
+/* A raw CURVE client with its own key file and a chosen routing id (ZMQ_ROUTING_ID): a peer
+ * may pick any routing id, so it can take over another's envelope once that one has left. */
+static void curve_open(vs_conn *c, const char *ep, const char *server_pub, const char *key,
+                       const char *routing_id) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->endpoint, sizeof c->endpoint, "%s", ep);
+  c->ctx = zmq_ctx_new();
+  c->own_ctx = 1;
+  c->next_request_id = 1;
+  c->max_blob = (size_t)1 << 30;
+  c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+  assert_non_null(c->sock);
+  char server[41], pub[41], sec[41], err[512];
+  if (vs_curve_key_arg(server_pub, "public", server, err, sizeof err) ||
+      vs_curve_read_key(key, "public", pub, err, sizeof err) ||
+      vs_curve_read_key(key, "secret", sec, err, sizeof err))
+    fail_msg("%s", err);
+  int zero = 0;
+  assert_int_equal(zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero), 0);
+  assert_int_equal(zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, server, 40), 0);
+  assert_int_equal(zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40), 0);
+  assert_int_equal(zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 40), 0);
+  assert_int_equal(
+      zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, routing_id, strlen(routing_id)), 0);
+  assert_int_equal(zmq_connect(c->sock, ep), 0);
+  /* Connected when a ping comes back: the ROUTER refuses a routing id still in use, and the
+   * DEALER reconnects until the old peer's pipe is gone. */
+  double end = vs_harness_now() + 10;
+  for (;;) {
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__Ping pg = VSPEC__PING__INIT;
+    r.body_case = VSPEC__REQUEST__BODY_PING;
+    r.ping = &pg;
+    vs_conn_event e;
+    int rc = vs_conn_call(c, &r, 200, &e, err, sizeof err);
+    if (rc < 0) fail_msg("ping: %s", err);
+    if (rc == 1) {
+      vs_conn_event_free(&e);
+      return;
+    }
+    if (vs_harness_now() > end) fail_msg("no pong on %s as '%s'", ep, routing_id);
+  }
+}
+
+/* Sends a Cancel and returns the answer to it (an Error or Ack with its request id) or, if
+ * the job ends first, the job's terminal event. */
+static void cancel_answer(vs_conn *c, uint64_t job, vs_conn_event *e) {
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Cancel cc = VSPEC__CANCEL__INIT;
+  cc.job_id = job;
+  r.body_case = VSPEC__REQUEST__BODY_CANCEL;
+  r.cancel = &cc;
+  char err[512];
+  if (vs_conn_send(c, &r, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+  for (;;) {
+    vs_client_next(c, 10000, e);
+    Vspec__Event *ev = e->ev;
+    if (ev->has_request_id && ev->request_id == r.request_id) return;
+    if (ev->has_job_id && ev->job_id == job && (ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+                                                ev->body_case == VSPEC__EVENT__BODY_ERROR))
+      return;
+    vs_conn_event_free(e);
+  }
+}
+
+/* Key files for the ownership tests: a server key and two client keys, both on the
+ * allow-list under one name (names are for the log only). */
+typedef struct curve_keys {
+  char spub[320], skey[320], akey[320], bkey[320], list[300];
+} curve_keys;
+
+static void curve_keys_make(const fixture *f, curve_keys *k) {
+  char server[300], alice[300], bob[300], out[512], pub[2][64];
+  snprintf(server, sizeof server, "%s/server", f->fx.dir);
+  snprintf(alice, sizeof alice, "%s/alice", f->fx.dir);
+  snprintf(bob, sizeof bob, "%s/bob", f->fx.dir);
+  snprintf(k->list, sizeof k->list, "%s/clients.allow", f->fx.dir);
+  const char *k1[] = {"keygen", server, NULL};
+  assert_int_equal(vs_run_tool("vspec", k1, out, sizeof out), 0);
+  const char *k2[] = {"keygen", alice, NULL};
+  assert_int_equal(vs_run_tool("vspec", k2, out, sizeof out), 0);
+  snprintf(pub[0], sizeof pub[0], "%.40s", out);
+  const char *k3[] = {"keygen", bob, NULL};
+  assert_int_equal(vs_run_tool("vspec", k3, out, sizeof out), 0);
+  snprintf(pub[1], sizeof pub[1], "%.40s", out);
+  FILE *l = fopen(k->list, "w");
+  assert_non_null(l);
+  fprintf(l, "%s team\n%s team\n", pub[0], pub[1]);
+  fclose(l);
+  snprintf(k->spub, sizeof k->spub, "%s.pub", server);
+  snprintf(k->skey, sizeof k->skey, "%s.key", server);
+  snprintf(k->akey, sizeof k->akey, "%s.key", alice);
+  snprintf(k->bkey, sizeof k->bkey, "%s.key", bob);
+}
+
+/* With CURVE a client is its envelope and its key: alice submits a job and leaves; bob (an
+ * allowed key) connects with alice's routing id and can neither credit nor cancel the job;
+ * alice, back with her key, cancels it. No heartbeats or progress go out while alice is
+ * away, so her job is not dropped as its client's. */
+static void ownership_case(const char *ep, const curve_keys *k) {
+  vs_conn a;
+  curve_open(&a, ep, k->spub, k->akey, "owner");
+  /* about 16 rounds of 500 ms, cancelled long before; no progress events */
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "self";
+  s.accept = "exact";
+  s.sched = "slow";
+  s.sched_params = "ms=500,depth=1";
+  s.has_seed = 1;
+  s.seed = 1;
+  s.has_progress = 1;
+  s.progress = 0;
+  uint64_t job = accepted(&a, vs_client_submit(&a, &s));
+  vs_conn_close(&a);
+  /* bob, with alice's routing id */
+  vs_conn b;
+  curve_open(&b, ep, k->spub, k->bkey, "owner");
+  vs_client_credit(&b, job, 8);
+  vs_conn_event e;
+  cancel_answer(&b, job, &e);
+  if (e.ev->body_case != VSPEC__EVENT__BODY_ERROR || e.ev->has_job_id)
+    fail_msg("another key's cancel was not refused (event %d: %s)", (int)e.ev->body_case,
+             e.ev->body_case == VSPEC__EVENT__BODY_ERROR ? e.ev->error->message : "");
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_NOT_FOUND);
+  vs_conn_event_free(&e);
+  vs_conn_close(&b);
+  /* alice is back: her job still runs, and she may cancel it */
+  curve_open(&a, ep, k->spub, k->akey, "owner");
+  cancel_answer(&a, job, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_true(e.ev->has_job_id && e.ev->job_id == job);
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_CANCELLED);
+  vs_conn_event_free(&e);
+  vs_conn_close(&a);
+}
+
+static void test_curve_ownership(void **state) {
+  fixture *f = *state;
+  curve_keys k;
+  curve_keys_make(f, &k);
+  char sarg[400], larg[400];
+  snprintf(sarg, sizeof sarg, "curve.secret_key_file=%s", k.skey);
+  snprintf(larg, sizeof larg, "curve.allowed_clients=%s", k.list);
+  const char *extra[] = {"--workers", "1", "--set", "curve.enabled=true", "--set", sarg,
+                         "--set", larg, "--set", "limits.heartbeat_ivl_ms=60000", "--set",
+                         "limits.heartbeat_timeout_ms=300000", NULL};
+  vs_daemon_start(&f->d[0], &f->fx, "own", extra);
+  ownership_case(f->d[0].job_ep, &k);
+  stop_ok(&f->d[0]);
+}
+
+/* The same through vspec-broker with CURVE on its front (the daemon behind it is plain: the
+ * broker checks the key). */
+static void test_broker_curve_ownership(void **state) {
+  fixture *f = *state;
+  curve_keys k;
+  curve_keys_make(f, &k);
+  const char *extra[] = {"--workers", "1", "--set", "limits.heartbeat_ivl_ms=60000", "--set",
+                         "limits.heartbeat_timeout_ms=300000", NULL};
+  vs_daemon_start(&f->d[0], &f->fx, "d1", extra);
+  char front[300], log[300];
+  snprintf(front, sizeof front, "ipc://%s/front.sock", f->fx.dir);
+  snprintf(log, sizeof log, "%s/broker.log", f->fx.dir);
+  const char *args[] = {"--front", front, "--backend", f->d[0].job_ep, "--heartbeat-ms", "100",
+                        "--curve-secret", k.skey, "--curve-allow", k.list, NULL};
+  f->broker = vs_spawn_tool("vspec-broker", args, log);
+  /* up when a CURVE client gets a pong from it (curve_open), then the daemon: a few polls */
+  vs_conn probe;
+  curve_open(&probe, front, k.spub, k.akey, "probe");
+  double end = vs_harness_now() + 20;
+  for (;;) {
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__StatusRequest sr = VSPEC__STATUS_REQUEST__INIT;
+    r.body_case = VSPEC__REQUEST__BODY_STATUS;
+    r.status = &sr;
+    vs_conn_event e;
+    char err[512];
+    int rc = vs_conn_call(&probe, &r, 1000, &e, err, sizeof err);
+    int up = rc == 1 && strstr(e.ev->status->node, "1 of 1 daemons alive");
+    if (rc == 1) vs_conn_event_free(&e);
+    if (up) break;
+    if (vs_harness_now() > end) fail_msg("broker not ready");
+    vs_harness_sleep_ms(50);
+  }
+  vs_conn_close(&probe);
+  ownership_case(front, &k);
+  kill(f->broker, SIGTERM);
+  assert_int_equal(vs_wait_pid(f->broker, 10000), 0);
+  f->broker = 0;
+  stop_ok(&f->d[0]);
+}
+
 static void test_two_daemons_behind_broker(void **state) {
   fixture *f = *state;
   const char *e1[] = {"--workers", "1", "--node-id", "1", NULL};
@@ -527,6 +723,459 @@ static void test_two_daemons_behind_broker(void **state) {
   stop_ok(&f->d[1 - victim]);
 }
 
+
+/* Starts vspec-broker in front of the daemons d[0..n) and waits until it has seen them all. */
+static void broker_start(fixture *f, int n, const char *hb_ms, char *front, size_t cap) {
+  char log[300], want[64];
+  snprintf(front, cap, "ipc://%s/front.sock", f->fx.dir);
+  snprintf(log, sizeof log, "%s/broker.log", f->fx.dir);
+  const char *args[16] = {"--front", front, "--heartbeat-ms", hb_ms, "--log-level", "debug"};
+  int k = 6;
+  for (int i = 0; i < n; i++) {
+    args[k++] = "--backend";
+    args[k++] = f->d[i].job_ep;
+  }
+  args[k] = NULL;
+  f->broker = vs_spawn_tool("vspec-broker", args, log);
+  snprintf(want, sizeof want, "%d of %d daemons alive", n, n);
+  double end = vs_harness_now() + 20;
+  for (;;) {
+    char out[4096];
+    const char *st[] = {"status", "--server", front, "--timeout", "1", NULL};
+    if (vs_run_tool("vspec", st, out, sizeof out) == 0 && strstr(out, want)) break;
+    if (vs_harness_now() > end) fail_msg("broker not ready: %s", out);
+    vs_harness_sleep_ms(50);
+  }
+}
+
+/* ---- a fake daemon: a ROUTER in the test speaking the wire format to vspec-broker ---- */
+
+typedef struct fake_daemon {
+  void *sock;
+  char ep[300];
+  int answer_status;       /* answers the broker's status polls */
+  int n_frames;            /* the last submit's routing frames (broker, client envelope) */
+  zmq_msg_t frame[8];
+  uint64_t submit_rid;     /* request id of the last submit, 0 = none yet */
+  uint64_t cancelled[8];   /* job ids of the cancels received */
+  int n_cancelled;
+} fake_daemon;
+
+static void fake_open(fake_daemon *fd, void *ctx, const char *dir, const char *name) {
+  memset(fd, 0, sizeof *fd);
+  snprintf(fd->ep, sizeof fd->ep, "ipc://%s/%s.sock", dir, name);
+  fd->sock = zmq_socket(ctx, ZMQ_ROUTER);
+  int zero = 0;
+  assert_int_equal(zmq_setsockopt(fd->sock, ZMQ_LINGER, &zero, sizeof zero), 0);
+  assert_int_equal(zmq_bind(fd->sock, fd->ep), 0);
+  fd->answer_status = 1;
+}
+
+static void fake_close(fake_daemon *fd) {
+  for (int i = 0; i < fd->n_frames; i++) zmq_msg_close(&fd->frame[i]);
+  zmq_close(fd->sock);
+}
+
+/* Sends an event along the given routing frames (the broker's id, then the client's). */
+static void fake_send(fake_daemon *fd, zmq_msg_t *route, int n_route, Vspec__Event *ev) {
+  ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
+  uint8_t buf[1024];
+  size_t n = vspec__event__get_packed_size(ev);
+  assert_true(n <= sizeof buf);
+  vspec__event__pack(ev, buf);
+  for (int i = 0; i < n_route; i++)
+    assert_true(zmq_send(fd->sock, zmq_msg_data(&route[i]), zmq_msg_size(&route[i]),
+                         ZMQ_SNDMORE) >= 0);
+  assert_true(zmq_send(fd->sock, "", 0, ZMQ_SNDMORE) >= 0);
+  assert_true(zmq_send(fd->sock, buf, n, 0) >= 0);
+}
+
+/* An event for the client of the last submit (its request id, and the job's id if any). */
+static void fake_reply(fake_daemon *fd, Vspec__Event *ev, uint64_t job) {
+  assert_true(fd->submit_rid != 0);
+  ev->has_request_id = 1;
+  ev->request_id = fd->submit_rid;
+  if (job) {
+    ev->has_job_id = ev->has_seq = 1;
+    ev->job_id = job;
+  }
+  fake_send(fd, fd->frame, fd->n_frames, ev);
+}
+
+/* Handles one message if there is one: status polls are answered (if answer_status), a
+ * submit's routing frames are kept, cancels recorded. Returns whether there was one. */
+static int fake_serve(fake_daemon *fd) {
+  zmq_msg_t part[10];
+  int n = 0, more = 1;
+  while (more) {
+    zmq_msg_init(&part[n < 9 ? n : 9]);
+    if (zmq_msg_recv(&part[n < 9 ? n : 9], fd->sock, n ? 0 : ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&part[n < 9 ? n : 9]);
+      assert_int_equal(n, 0);
+      return 0;
+    }
+    more = zmq_msg_more(&part[n < 9 ? n : 9]);
+    n++;
+  }
+  assert_true(n >= 3 && n <= 9);
+  int delim = 1;
+  while (delim < n && zmq_msg_size(&part[delim])) delim++;
+  assert_int_equal(delim, n - 2); /* [broker] [client...] [""] [request] */
+  Vspec__Request *r = vspec__request__unpack(NULL, zmq_msg_size(&part[n - 1]),
+                                             zmq_msg_data(&part[n - 1]));
+  assert_non_null(r);
+  if (r->body_case == VSPEC__REQUEST__BODY_STATUS && fd->answer_status) {
+    Vspec__Event ev = VSPEC__EVENT__INIT;
+    Vspec__StatusReply st = VSPEC__STATUS_REPLY__INIT;
+    Vspec__WorkerInfo wi = VSPEC__WORKER_INFO__INIT, *wip = &wi;
+    st.node = "fake";
+    st.n_workers = 1;
+    st.workers = &wip;
+    ev.body_case = VSPEC__EVENT__BODY_STATUS;
+    ev.status = &st;
+    ev.has_request_id = 1;
+    ev.request_id = r->request_id;
+    fake_send(fd, part, delim, &ev);
+  } else if (r->body_case == VSPEC__REQUEST__BODY_SUBMIT) {
+    for (int i = 0; i < fd->n_frames; i++) zmq_msg_close(&fd->frame[i]);
+    fd->n_frames = delim;
+    for (int i = 0; i < delim; i++) {
+      zmq_msg_init(&fd->frame[i]);
+      zmq_msg_copy(&fd->frame[i], &part[i]);
+    }
+    fd->submit_rid = r->request_id;
+  } else if (r->body_case == VSPEC__REQUEST__BODY_CANCEL && fd->n_cancelled < 8) {
+    fd->cancelled[fd->n_cancelled++] = r->cancel->job_id;
+  }
+  vspec__request__free_unpacked(r, NULL);
+  for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+  return 1;
+}
+
+/* Serves both fakes for about ms milliseconds. */
+static void fakes_pump(fake_daemon *fd, int n, int ms) {
+  double end = vs_harness_now() + ms / 1000.0;
+  do {
+    zmq_pollitem_t it[2];
+    for (int i = 0; i < n; i++) it[i] = (zmq_pollitem_t){.socket = fd[i].sock, .events = ZMQ_POLLIN};
+    zmq_poll(it, n, 5);
+    for (int i = 0; i < n; i++)
+      while (fake_serve(&fd[i])) {
+      }
+  } while (vs_harness_now() < end);
+}
+
+/* Answers to a submit count only from the daemon the submit waits on. The broker sends a
+ * submit to fake daemon 1, which then falls silent: after 3 heartbeats the broker fails over
+ * and sends the submit to fake daemon 2. Daemon 1 answers late (busy, then Accepted): the
+ * busy is ignored, the job it accepted is cancelled there, and neither reaches the client,
+ * whose job is the one daemon 2 accepts and finishes. */
+static void test_broker_answer_from_its_daemon(void **state) {
+  fixture *f = *state;
+  void *ctx = zmq_ctx_new();
+  fake_daemon fd[2];
+  fake_open(&fd[0], ctx, f->fx.dir, "fake1");
+  fake_open(&fd[1], ctx, f->fx.dir, "fake2");
+  char front[300], log[300];
+  snprintf(front, sizeof front, "ipc://%s/front.sock", f->fx.dir);
+  snprintf(log, sizeof log, "%s/broker.log", f->fx.dir);
+  const char *args[] = {"--front", front, "--backend", fd[0].ep, "--backend", fd[1].ep,
+                        "--heartbeat-ms", "100", "--log-level", "debug", NULL};
+  f->broker = vs_spawn_tool("vspec-broker", args, log);
+  vs_conn c;
+  vs_client_open(&c, front);
+  /* ready: both fakes alive */
+  double end = vs_harness_now() + 20;
+  for (;;) {
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__StatusRequest sr = VSPEC__STATUS_REQUEST__INIT;
+    r.body_case = VSPEC__REQUEST__BODY_STATUS;
+    r.status = &sr;
+    char err[512];
+    if (vs_conn_send(&c, &r, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+    int up = 0;
+    while (!up && vs_harness_now() < end) {
+      fakes_pump(fd, 2, 20);
+      vs_conn_event e;
+      if (vs_conn_recv(&c, 0, &e, err, sizeof err) != 1) continue;
+      if (e.ev->body_case == VSPEC__EVENT__BODY_STATUS && e.ev->request_id == r.request_id)
+        up = 1 + (strstr(e.ev->status->node, "2 of 2 daemons alive") != NULL);
+      vs_conn_event_free(&e);
+    }
+    if (up == 2) break;
+    if (vs_harness_now() > end) fail_msg("broker not ready");
+  }
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "micro";
+  uint64_t rid = vs_client_submit(&c, &s);
+  /* equal load: the first daemon gets it */
+  for (end = vs_harness_now() + 10; !fd[0].submit_rid; fakes_pump(fd, 2, 5))
+    if (vs_harness_now() > end) fail_msg("the submit did not reach daemon 1");
+  assert_int_equal(fd[1].submit_rid, 0);
+  fd[0].answer_status = 0; /* silent: failed over within 3 heartbeats */
+  for (end = vs_harness_now() + 10; !fd[1].submit_rid; fakes_pump(fd, 2, 5))
+    if (vs_harness_now() > end) fail_msg("the submit was not failed over to daemon 2");
+  assert_int_equal(fd[1].submit_rid, fd[0].submit_rid);
+  /* daemon 1 answers late */
+  uint64_t late = (1ull << 40) | 7, job = (2ull << 40) | 7;
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Error busy = VSPEC__ERROR__INIT;
+  busy.code = VSPEC__ERROR_CODE__ERR_BUSY;
+  busy.message = "busy";
+  ev.body_case = VSPEC__EVENT__BODY_ERROR;
+  ev.error = &busy;
+  fake_reply(&fd[0], &ev, 0);
+  Vspec__Event ev2 = VSPEC__EVENT__INIT;
+  Vspec__Accepted acc = VSPEC__ACCEPTED__INIT;
+  acc.model = "micro";
+  ev2.body_case = VSPEC__EVENT__BODY_ACCEPTED;
+  ev2.accepted = &acc;
+  fake_reply(&fd[0], &ev2, late);
+  fd[0].answer_status = 1;
+  /* the broker has handled both when it cancels the late job on daemon 1 */
+  for (end = vs_harness_now() + 10; !fd[0].n_cancelled; fakes_pump(fd, 2, 5))
+    if (vs_harness_now() > end) fail_msg("the late Accepted was not cancelled on daemon 1");
+  assert_int_equal(fd[0].cancelled[0], late);
+  /* daemon 2 accepts and finishes the job */
+  Vspec__Event ev3 = VSPEC__EVENT__INIT;
+  ev3.body_case = VSPEC__EVENT__BODY_ACCEPTED;
+  ev3.accepted = &acc;
+  fake_reply(&fd[1], &ev3, job);
+  Vspec__Event ev4 = VSPEC__EVENT__INIT;
+  Vspec__Result res = VSPEC__RESULT__INIT;
+  ev4.body_case = VSPEC__EVENT__BODY_RESULT;
+  ev4.result = &res;
+  ev4.seq = 1;
+  fake_reply(&fd[1], &ev4, job);
+  int body[2] = {VSPEC__EVENT__BODY_ACCEPTED, VSPEC__EVENT__BODY_RESULT};
+  for (int k = 0; k < 2;) {
+    fakes_pump(fd, 2, 5);
+    vs_conn_event e;
+    char err[512];
+    int rc = vs_conn_recv(&c, 0, &e, err, sizeof err);
+    if (rc < 0) fail_msg("%s", err);
+    if (rc == 0) {
+      if (vs_harness_now() > end) fail_msg("no event %d from the broker", k);
+      continue;
+    }
+    Vspec__Event *got = e.ev;
+    if (got->body_case == VSPEC__EVENT__BODY_HEARTBEAT || got->body_case == VSPEC__EVENT__BODY_STATUS) {
+      vs_conn_event_free(&e);
+      continue;
+    }
+    if ((int)got->body_case != body[k] || got->job_id != job || got->request_id != rid)
+      fail_msg("event %d: body %d job %llx (%s), expected body %d of job %llx", k,
+               (int)got->body_case, (unsigned long long)got->job_id,
+               got->body_case == VSPEC__EVENT__BODY_ERROR ? got->error->message : "", body[k],
+               (unsigned long long)job);
+    vs_conn_event_free(&e);
+    k++;
+  }
+  vs_conn_close(&c);
+  kill(f->broker, SIGTERM);
+  int rc = vs_wait_pid(f->broker, 10000);
+  f->broker = 0;
+  assert_int_equal(rc, 0);
+  fake_close(&fd[0]);
+  fake_close(&fd[1]);
+  zmq_ctx_term(ctx);
+}
+
+/* A client that reads nothing for a while: a DEALER whose receive queue holds one message. */
+static void slow_client_open(vs_conn *c, const char *ep) {
+  memset(c, 0, sizeof *c);
+  c->ctx = zmq_ctx_new();
+  c->own_ctx = 1;
+  c->next_request_id = 1;
+  c->max_blob = (size_t)1 << 30;
+  snprintf(c->endpoint, sizeof c->endpoint, "%s", ep);
+  c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+  int one = 1, zero = 0;
+  assert_int_equal(zmq_setsockopt(c->sock, ZMQ_RCVHWM, &one, sizeof one), 0);
+  assert_int_equal(zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero), 0);
+  assert_int_equal(zmq_connect(c->sock, ep), 0);
+}
+
+/* Sends n Status requests (their answers fill the server's queue towards a client that does
+ * not read); returns the first request id (the others follow it). */
+static uint64_t status_flood(vs_conn *c, int n) {
+  uint64_t first = c->next_request_id;
+  for (int i = 0; i < n; i++) {
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__StatusRequest sr = VSPEC__STATUS_REQUEST__INIT;
+    r.body_case = VSPEC__REQUEST__BODY_STATUS;
+    r.status = &sr;
+    char err[512];
+    if (vs_conn_send(c, &r, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+  }
+  return first;
+}
+
+/* Waits until the daemon has finished n jobs (any outcome). */
+static void wait_done(const char *admin_ep, int n) {
+  double end = vs_harness_now() + 30;
+  for (;;) {
+    vs_conn_event e;
+    vs_client_status(admin_ep, &e);
+    uint64_t done = e.ev->status->totals->completed + e.ev->status->totals->failed +
+                    e.ev->status->totals->cancelled;
+    vs_conn_event_free(&e);
+    if (done >= (uint64_t)n) return;
+    if (vs_harness_now() > end) fail_msg("only %llu of %d jobs done", (unsigned long long)done, n);
+    vs_harness_sleep_ms(50);
+  }
+}
+
+/* vspecd itself: an Accepted that meets a full client queue is kept and retried, before
+ * anything else of its job. The client asks for many Status answers (those that do not fit
+ * are dropped: they are not job events), then submits and reads nothing until the jobs are
+ * done; each job's first event must then be its Accepted (seq 0), its last the Result. */
+static void test_accepted_retry(void **state) {
+  fixture *f = *state;
+  const char *extra[] = {"--workers", "1", "--set", "limits.heartbeat_ivl_ms=3000", "--set",
+                         "limits.heartbeat_timeout_ms=15000", NULL};
+  vs_daemon_start(&f->d[0], &f->fx, "acc", extra);
+  vs_conn c;
+  slow_client_open(&c, f->d[0].job_ep);
+  status_flood(&c, 3000);
+  enum { N = 4 };
+  uint64_t rid[N], job[N] = {0}, next_seq[N] = {0};
+  for (int i = 0; i < N; i++) {
+    Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+    sub.model = "micro";
+    sub.has_seed = 1;
+    sub.seed = (uint64_t)i;
+    rid[i] = vs_client_submit(&c, &sub);
+  }
+  wait_done(f->d[0].admin_ep, N);
+  int results = 0, answers = 0;
+  while (results < N) {
+    vs_conn_event e;
+    char err[512];
+    int rc = vs_conn_recv(&c, 10000, &e, err, sizeof err);
+    if (rc < 0) fail_msg("receive: %s", err);
+    if (rc == 0) fail_msg("%d of %d results arrived", results, N);
+    Vspec__Event *ev = e.ev;
+    if (ev->body_case == VSPEC__EVENT__BODY_STATUS ||
+        ev->body_case == VSPEC__EVENT__BODY_HEARTBEAT) {
+      answers += ev->body_case == VSPEC__EVENT__BODY_STATUS;
+      vs_conn_event_free(&e);
+      continue;
+    }
+    int k = -1;
+    for (int i = 0; i < N && k < 0; i++)
+      if (ev->has_request_id && ev->request_id == rid[i]) k = i;
+    if (k < 0) fail_msg("an event of no job of ours (body %d)", (int)ev->body_case);
+    if (!job[k] && ev->body_case != VSPEC__EVENT__BODY_ACCEPTED)
+      fail_msg("job %d: event %d (seq %llu) before its Accepted", k, (int)ev->body_case,
+               (unsigned long long)ev->seq);
+    if (ev->body_case == VSPEC__EVENT__BODY_ERROR) fail_msg("job %d: %s", k, ev->error->message);
+    if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED) job[k] = ev->job_id;
+    assert_true(ev->has_job_id && ev->job_id == job[k]);
+    assert_true(next_seq[k] != UINT64_MAX);
+    assert_int_equal(ev->seq, next_seq[k]);
+    next_seq[k]++;
+    if (ev->body_case == VSPEC__EVENT__BODY_RESULT) {
+      next_seq[k] = UINT64_MAX;
+      results++;
+    }
+    vs_conn_event_free(&e);
+  }
+  printf("  %d of 3000 status answers fitted; every job: Accepted first, Result last\n",
+         answers);
+  assert_true(answers < 3000); /* the queue was full when the Accepted went out */
+  vs_conn_close(&c);
+  stop_ok(&f->d[0]);
+}
+
+/* A client that stops reading (receive queue of one message): the broker's queue towards it
+ * is filled with the answers to many Status requests, then its jobs stream events and
+ * finish. What does not fit (the jobs' terminal events among it) is kept in order and sent
+ * once the client reads again: every answer and every job's events up to its Result arrive,
+ * each exactly once and in order. */
+static void test_broker_slow_client(void **state) {
+  fixture *f = *state;
+  const char *extra[] = {"--workers", "1", NULL};
+  vs_daemon_start(&f->d[0], &f->fx, "d1", extra);
+  char front[300];
+  /* 5 heartbeats of 3 s: the client may take nothing for 15 s before it counts as gone */
+  broker_start(f, 1, "3000", front, sizeof front);
+  vs_conn c;
+  slow_client_open(&c, front);
+  /* The broker's send queue holds 1000 messages (ZMQ_SNDHWM), the socket buffers some
+   * hundred more; the rest of the 3000 answers (under the 4096 kept for a client) are kept. */
+  enum { STATUS = 3000, N = 8 };
+  static uint8_t seen[STATUS + 1];
+  memset(seen, 0, sizeof seen);
+  uint64_t first_status = status_flood(&c, STATUS);
+  uint64_t rid[N], job[N] = {0};
+  for (int i = 0; i < N; i++) {
+    Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+    sub.model = "micro";
+    sub.has_seed = 1;
+    sub.seed = (uint64_t)i;
+    sub.has_preview = 1;
+    sub.preview = VSPEC__PREVIEW_KIND__PREVIEW_LUT;
+    sub.has_preview_every_tokens = 1;
+    sub.preview_every_tokens = 1;
+    sub.has_progress_interval_ms = 1;
+    sub.progress_interval_ms = 0;
+    sub.has_credit = 1;
+    sub.credit = 64;
+    rid[i] = vs_client_submit(&c, &sub);
+  }
+  /* not reading: wait until the daemon has finished every job */
+  wait_done(f->d[0].admin_ep, N);
+  /* now read everything */
+  int results = 0, events = 0, answers = 0;
+  uint64_t next_seq[N] = {0};
+  while (results < N || answers < STATUS) {
+    vs_conn_event e;
+    char err[512];
+    int rc = vs_conn_recv(&c, 10000, &e, err, sizeof err);
+    if (rc < 0) fail_msg("receive: %s", err);
+    if (rc == 0)
+      fail_msg("lost: %d of %d status answers and %d of %d results arrived", answers, STATUS,
+               results, N);
+    Vspec__Event *ev = e.ev;
+    if (ev->body_case == VSPEC__EVENT__BODY_HEARTBEAT) {
+      vs_conn_event_free(&e);
+      continue;
+    }
+    if (ev->body_case == VSPEC__EVENT__BODY_STATUS) {
+      uint64_t k = ev->request_id - first_status;
+      assert_true(ev->has_request_id && k < STATUS && !seen[k]);
+      seen[k] = 1;
+      answers++;
+      vs_conn_event_free(&e);
+      continue;
+    }
+    int k = -1;
+    for (int i = 0; i < N && k < 0; i++)
+      if ((job[i] && ev->has_job_id && ev->job_id == job[i]) ||
+          (!job[i] && ev->has_request_id && ev->request_id == rid[i]))
+        k = i;
+    if (k < 0) fail_msg("an event of no job of ours (body %d)", (int)ev->body_case);
+    if (ev->body_case == VSPEC__EVENT__BODY_ERROR) fail_msg("job %d: %s", k, ev->error->message);
+    assert_true(next_seq[k] != UINT64_MAX); /* nothing after the terminal event */
+    assert_int_equal(ev->seq, next_seq[k]);
+    next_seq[k]++;
+    events++;
+    if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED) job[k] = ev->job_id;
+    if (ev->body_case == VSPEC__EVENT__BODY_RESULT) {
+      next_seq[k] = UINT64_MAX;
+      results++;
+    }
+    vs_conn_event_free(&e);
+  }
+  printf("  %d status answers, %d jobs with %d events, all read after the pause\n", answers, N,
+         events);
+  vs_conn_close(&c);
+  kill(f->broker, SIGTERM);
+  assert_int_equal(vs_wait_pid(f->broker, 10000), 0);
+  f->broker = 0;
+  stop_ok(&f->d[0]);
+}
 
 /* Many short jobs in flight on two workers, every round streamed: the mailbox between the
  * workers and the loop is busiest here (a job posted again while the loop works through the
@@ -607,7 +1256,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sigterm_drain_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_flood, setup, teardown),
       cmocka_unit_test_setup_teardown(test_curve_allow_list, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_curve_ownership, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_broker_curve_ownership, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_daemons_behind_broker, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_broker_slow_client, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_accepted_retry, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_broker_answer_from_its_daemon, setup, teardown),
   };
+  /* VSPEC_TEST_FILTER=test_curve_* runs only the matching tests */
+  if (getenv("VSPEC_TEST_FILTER")) cmocka_set_test_filter(getenv("VSPEC_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
