@@ -5,8 +5,9 @@
 #                                          UniformRSD, Cool-SD, fixed trees and tree=auto
 #   tools/run_benchmarks.sh vvs [IMAGES]   VVS: uniform and dynamic skipping, ablations
 #
-# Results go to out/bench-<table>.{json,md,png}. IMAGES defaults to 1000. The machine is
-# shared: run one table at a time, nothing else heavy beside it.
+# Results go to out/bench-<table>.{json,md,png}. IMAGES defaults to 1000; one compute thread
+# (THREADS=N to change). Every ratio is measured interleaved within one run; on 2 cores the
+# two tables can run side by side, one core each, with nothing else heavy beside them.
 set -eu
 cd "$(dirname "$0")/.."
 table=${1:-sd}
@@ -14,40 +15,49 @@ images=${2:-1000}
 model=${MODEL:-models/fmnist}
 mkdir -p out
 
+# Trees. Fixed: the static `fmnist` tree (15 nodes, depth 4) with the EAGLE head, the tree
+# every rule is compared on. EAGLE-2's dynamic tree is measured at total_tokens=16: at
+# LANTERN's default size (58) a round costs about 4x more on this CPU (two CFG rows x 59
+# nodes per target forward), which no acceptance gain pays back. tree=auto: the size that
+# maximises expected tokens/s from the measured cost curve and acceptance per depth.
+H="drafter=head"
 case "$table" in
   sd)
     methods="ar"
     methods="$methods;sd:exact@standard:shape=chain,depth=3,drafter=model"
-    methods="$methods;sd:exact@standard:shape=static,drafter=head"
-    methods="$methods;sd:exact@standard:shape=dynamic,drafter=head"
-    methods="$methods;sd:lantern:k=100,delta=0.2@standard:shape=dynamic,drafter=head"
-    methods="$methods;sd:lanternpp:lambda=2@standard:shape=static,drafter=head"
-    methods="$methods;sd:uniform_rsd:omega=2@standard:shape=static,drafter=head"
-    methods="$methods;sd:coolsd:delta=1.1@standard:shape=static,drafter=head"
-    methods="$methods;sd:coolsd:delta=2@standard:shape=static,drafter=head"
-    # tree=auto: the size that maximises expected tokens/s on this CPU
-    methods="$methods;sd:exact@standard:shape=dynamic,drafter=head,size=auto"
-    methods="$methods;sd:lantern:k=100,delta=0.2@standard:shape=dynamic,drafter=head,size=auto"
-    methods="$methods;sd:coolsd:delta=2@standard:shape=static,drafter=head,size=auto"
+    methods="$methods;sd:exact@standard:shape=static,$H"
+    methods="$methods;sd:exact@standard:shape=dynamic,total_tokens=16,$H"
+    methods="$methods;sd:lantern:k=100,delta=0.2@standard:shape=static,$H"
+    methods="$methods;sd:lantern:k=100,delta=0.2@standard:shape=dynamic,total_tokens=16,$H"
+    methods="$methods;sd:lanternpp:lambda=2@standard:shape=static,$H"
+    methods="$methods;sd:uniform_rsd:omega=2@standard:shape=static,$H"
+    methods="$methods;sd:coolsd:delta=1.1@standard:shape=static,$H"
+    methods="$methods;sd:coolsd:delta=2@standard:shape=static,$H"
+    methods="$methods;sd:exact@standard:shape=static,$H,size=auto"
+    methods="$methods;sd:lantern:k=100,delta=0.2@standard:shape=static,$H,size=auto"
+    methods="$methods;sd:coolsd:delta=2@standard:shape=static,$H,size=auto"
     methods="$methods;sd:coolsd:delta=2@standard:shape=chain,drafter=model,size=auto"
     ;;
   vvs)
+    # LANTERN and VVS on the same fixed tree, so the forward counts compare like for like.
+    T="shape=static,$H"
     methods="ar"
     for d in 0.1 0.2; do
       lt="sd:lantern:k=100,delta=$d"
-      methods="$methods;$lt@standard:shape=dynamic,drafter=head"
+      methods="$methods;$lt@standard:$T"
       for i in 2 3 4; do
-        methods="$methods;$lt@vvs:skip=uniform,interval=$i,drafter=head"
+        methods="$methods;$lt@vvs:skip=uniform,interval=$i,$T"
       done
       for s in 0.70 0.75 0.80; do
-        methods="$methods;$lt@vvs:skip=dynamic,threshold=$s,drafter=head"
+        methods="$methods;$lt@vvs:skip=dynamic,threshold=$s,$T"
       done
     done
-    # VVS with Cool-SD (no paper has tried it)
-    methods="$methods;sd:coolsd:delta=2@vvs:skip=uniform,interval=3,drafter=head"
-    methods="$methods;sd:coolsd:delta=2@vvs:skip=dynamic,threshold=0.75,drafter=head"
+    # VVS with Cool-SD (no paper has tried it), against Cool-SD alone
+    methods="$methods;sd:coolsd:delta=2@standard:$T"
+    methods="$methods;sd:coolsd:delta=2@vvs:skip=uniform,interval=3,$T"
+    methods="$methods;sd:coolsd:delta=2@vvs:skip=dynamic,threshold=0.75,$T"
     # ablations (the paper's Table 2): selection x truncation, VVS-U interval 3, delta 0.1
-    ab="sd:lantern:k=100,delta=0.1@vvs:skip=uniform,interval=3,drafter=head"
+    ab="sd:lantern:k=100,delta=0.1@vvs:skip=uniform,interval=3,$T"
     methods="$methods;$ab,select=confidence"
     methods="$methods;$ab,truncate=off"
     methods="$methods;$ab,select=confidence,truncate=off"
@@ -64,4 +74,5 @@ esac
 
 make -s all
 ./build/vspec-bench eval --model "$model" --methods "$methods" --images "$images" --seed 0 \
+  --threads "${THREADS:-1}" \
   --json "out/bench-$table.json" --markdown "out/bench-$table.md" --plot "out/bench-$table.png"
