@@ -1002,6 +1002,18 @@ static void test_quality_end_to_end(void **state) {
   assert_int_equal(vs_fid(mr, cr, mt, ct, K_NET_FEAT, &floor_want, err, sizeof err), 0);
   assert_true(floor_want > 1e-6);
   assert_near(vs_quality_floor(q), floor_want, 1e-9 * floor_want, "floor");
+  /* the floor at n images: all of them is the floor; fewer is the first n, computed here */
+  double at;
+  assert_int_equal(vs_quality_floor_at(q, E_FLOOR, &at, err, sizeof err), 0);
+  assert_near(at, floor_want, 1e-9 * floor_want, "floor at every floor image");
+  double m20[K_NET_FEAT], c20[K_NET_FEAT * K_NET_FEAT], want20;
+  assert_int_equal(vs_feature_stats(rf, 20, K_NET_FEAT, m20, c20, err, sizeof err), 0);
+  assert_int_equal(vs_fid(m20, c20, mt, ct, K_NET_FEAT, &want20, err, sizeof err), 0);
+  assert_int_equal(vs_quality_floor_at(q, 20, &at, err, sizeof err), 0);
+  assert_near(at, want20, 1e-9 * want20, "floor at 20 images");
+  assert_true(fabs(want20 - floor_want) > 1e-9);
+  assert_int_equal(vs_quality_floor_at(q, E_FLOOR + 1, &at, err, sizeof err), VSPEC_EINVAL);
+  assert_err_has(err, "between 2 and", "30");
   int32_t pred[E_TEST], lab[E_TEST];
   int correct = 0;
   for (int i = 0; i < E_TEST; i++) {
