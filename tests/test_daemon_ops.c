@@ -998,6 +998,24 @@ static void slow_client_open(vs_conn *c, const char *ep) {
 
 /* Sends n Status requests (their answers fill the server's queue towards a client that does
  * not read); returns the first request id (the others follow it). */
+/* A micro-model job that streams as much as it can: a lut preview after every token, progress
+ * events unthrottled. */
+static uint64_t submit_chatty(vs_conn *c, uint64_t seed, uint32_t credit) {
+  Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+  sub.model = "micro";
+  sub.has_seed = 1;
+  sub.seed = seed;
+  sub.has_preview = 1;
+  sub.preview = VSPEC__PREVIEW_KIND__PREVIEW_LUT;
+  sub.has_preview_every_tokens = 1;
+  sub.preview_every_tokens = 1;
+  sub.has_progress_interval_ms = 1;
+  sub.progress_interval_ms = 0;
+  sub.has_credit = 1;
+  sub.credit = credit;
+  return vs_client_submit(c, &sub);
+}
+
 static uint64_t status_flood(vs_conn *c, int n) {
   uint64_t first = c->next_request_id;
   for (int i = 0; i < n; i++) {
@@ -1109,21 +1127,7 @@ static void test_broker_slow_client(void **state) {
   memset(seen, 0, sizeof seen);
   uint64_t first_status = status_flood(&c, STATUS);
   uint64_t rid[N], job[N] = {0};
-  for (int i = 0; i < N; i++) {
-    Vspec__Submit sub = VSPEC__SUBMIT__INIT;
-    sub.model = "micro";
-    sub.has_seed = 1;
-    sub.seed = (uint64_t)i;
-    sub.has_preview = 1;
-    sub.preview = VSPEC__PREVIEW_KIND__PREVIEW_LUT;
-    sub.has_preview_every_tokens = 1;
-    sub.preview_every_tokens = 1;
-    sub.has_progress_interval_ms = 1;
-    sub.progress_interval_ms = 0;
-    sub.has_credit = 1;
-    sub.credit = 64;
-    rid[i] = vs_client_submit(&c, &sub);
-  }
+  for (int i = 0; i < N; i++) rid[i] = submit_chatty(&c, (uint64_t)i, 64);
   /* not reading: wait until the daemon has finished every job */
   wait_done(f->d[0].admin_ep, N);
   /* now read everything */
@@ -1193,19 +1197,7 @@ static void test_many_concurrent_jobs(void **state) {
   while (done < TOTAL) {
     for (int i = 0; i < INFLIGHT && submitted < TOTAL; i++) {
       if (rid[i]) continue;
-      Vspec__Submit sub = VSPEC__SUBMIT__INIT;
-      sub.model = "micro";
-      sub.has_seed = 1;
-      sub.seed = (uint64_t)submitted;
-      sub.has_preview = 1;
-      sub.preview = VSPEC__PREVIEW_KIND__PREVIEW_LUT;
-      sub.has_preview_every_tokens = 1;
-      sub.preview_every_tokens = 1;
-      sub.has_progress_interval_ms = 1;
-      sub.progress_interval_ms = 0;
-      sub.has_credit = 1;
-      sub.credit = 4;
-      rid[i] = vs_client_submit(&c, &sub);
+      rid[i] = submit_chatty(&c, (uint64_t)submitted, 4);
       job[i] = 0;
       next_seq[i] = 0;
       submitted++;

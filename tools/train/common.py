@@ -192,6 +192,15 @@ def save_grid(path, grey, nrow=10, scale=3):
 
 # ---- checkpoints / logging ---------------------------------------------------------------
 
+def epoch_batch(n, bs, step, seed):
+    """Indices of training step `step`'s batch: epoch e is a permutation of range(n) seeded
+    by seed * 1000 + e, cut into n // bs batches. A function of the step alone, so a run
+    resumed from a checkpoint sees the same batches as an uninterrupted one."""
+    ep, k = divmod(step, n // bs)
+    perm = np.random.default_rng(seed * 1000 + ep).permutation(n)
+    return perm[k * bs:(k + 1) * bs]
+
+
 def atomic_torch_save(obj, path):
     import torch
     os.makedirs(os.path.dirname(path), exist_ok=True)

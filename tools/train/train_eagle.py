@@ -153,16 +153,13 @@ def main():
         return tot[0] / tot[2], tot[1] / tot[2], float(np.mean(agree_c)), float(np.mean(agree_u))
 
     tuner = common.ThreadTuner(torch, log=log)
-    steps_per_epoch = len(codes) // a.bs
     t_start = time.time() - elapsed
     cpu0 = time.process_time() - cpu_prev
     last_ck = time.time()
     hist = []
     head.train()
     while step < a.steps:
-        ep, k = divmod(step, steps_per_epoch)
-        perm = np.random.default_rng(a.seed * 1000 + ep).permutation(len(codes))
-        idx = torch.from_numpy(perm[k * a.bs:(k + 1) * a.bs])
+        idx = torch.from_numpy(common.epoch_batch(len(codes), a.bs, step, a.seed))
         tuner.before_step()
         t0 = time.time()
         feats, xx = target_rows(target, codes[idx], labels[idx])

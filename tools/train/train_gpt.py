@@ -129,16 +129,13 @@ def main():
         torch.manual_seed(a.seed + step)
         log(f"resumed at step {step}")
     tuner = common.ThreadTuner(torch, log=log)
-    steps_per_epoch = len(codes) // a.bs
     t_start = time.time() - elapsed
     cpu0 = time.process_time() - cpu_prev
     last_ck = time.time()
     hist = []
     model.train()
     while step < a.steps:
-        ep, k = divmod(step, steps_per_epoch)
-        perm = np.random.default_rng(a.seed * 1000 + ep).permutation(len(codes))
-        idx = torch.from_numpy(perm[k * a.bs:(k + 1) * a.bs])
+        idx = torch.from_numpy(common.epoch_batch(len(codes), a.bs, step, a.seed))
         tuner.before_step()
         t0 = time.time()
         x, c = codes[idx], labels[idx]
