@@ -53,20 +53,27 @@ void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, flo
     vs_skinny_nt(dev, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
     return;
   }
-  rntm_t rntm = BLIS_RNTM_INITIALIZER;
-  rntm_t *rp = &rntm;
+  /* threads = 0 keeps BLIS's own default (BLIS_NUM_THREADS etc.), which the global
+   * runtime object carries. */
+  rntm_t rntm;
+  bli_rntm_init_from_global(&rntm);
   if ((double)m * n * (k > 0 ? k : 1) < VS_GEMM_MT_MIN_MACS)
     bli_rntm_set_num_threads(1, &rntm);
   else if (dev->blis_threads > 0)
     bli_rntm_set_num_threads(dev->blis_threads, &rntm);
-  else
-    rp = NULL; /* threads = 0: BLIS's own default (BLIS_NUM_THREADS etc.) */
+  /* Never BLIS's small-matrix ("sup") path: (1) in BLIS 0.9.0 its kernels read past the
+   * end of the operands (a product with m = 16 whose B ends at an unmapped page faults,
+   * tests/test_ops_gemm_paths.c); (2) whether it is taken depends on per-CPU size
+   * thresholds and it rounds differently from the packed path, so the bits of a row would
+   * depend on the CPU and on how many rows were computed with it. The packed path gives
+   * every element the same reduction order whatever m, n and the thread count. */
+  bli_rntm_disable_l3_sup(&rntm);
   /* Row-major storage is a row stride of ld and a column stride of 1; m, n, k describe
    * op(A) and op(B) as in BLAS, BLIS infers the stored shapes from the trans flags. BLIS
    * does not write through a or b; its prototype just lacks const. */
   bli_sgemm_ex(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
                trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k, &alpha, (float *)a, lda, 1,
-               (float *)b, ldb, 1, &beta, c, ldc, 1, NULL, rp);
+               (float *)b, ldb, 1, &beta, c, ldc, 1, NULL, &rntm);
 }
 
 void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,

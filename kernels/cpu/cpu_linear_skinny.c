@@ -70,8 +70,16 @@
  *   before  57.2 / 64.7  54.4 / 59.1  83.5 / 161   130 / 220     398 / 755
  *   after   14.7 / 20.3  18.8 / 20.0  25.7 / 38.2  36.5 / 59.8   104 / 191  (--threads 1)
  */
+/*
+ * Since BLIS's small-matrix path is switched off (kernels/cpu/cpu_gemm.c: it reads past
+ * its operands), BLIS packs W on every call and the AVX2 kernel wins further: GPT-B layers,
+ * one thread, Intel Xeon (Sapphire Rapids, BLIS 'haswell' configuration), ms skinny / BLIS:
+ * m 4: 32.3 / 68.2, 8: 43.1 / 73.1, 16: 63.3 / 85.8, 24: 85.6 / 92.0, 32: 99.2 / 112,
+ * 48: 136 / 132, 64: 184 / 166, 256: 680 / 485 (`vspec-bench linear --isa avx2 --threads 1`).
+ * AVX-512 at 64 / 256: 108 / 162, 377 / 480.
+ */
 #define VS_SKINNY_MAX_M_AVX512 256
-#define VS_SKINNY_MAX_M_AVX2 4
+#define VS_SKINNY_MAX_M_AVX2 32
 #define VS_SKINNY_MAX_M_SCALAR 4
 #define VS_SKINNY_MAX_M_UNLIMITED (1 << 30)
 
