@@ -51,7 +51,7 @@ PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 PLUGIN_LDFLAGS := -shared $(SANFLAGS)
 
 # ---- sources -------------------------------------------------------------------------
-LIB_SRC := $(wildcard core/*.c kernels/cpu/*.c)
+LIB_SRC := $(wildcard core/*.c kernels/*.c kernels/host/*.c kernels/cpu/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libvspec.a
 
@@ -66,6 +66,43 @@ PLUGINS := $(foreach f,$(PLUGIN_FILES),$(call plugin_so,$(f))) \
 BENCH_SRC := $(filter-out bench/vspec_bench.c bench/daemon_bench.c,$(wildcard bench/*.c))
 BENCH_LIB := $(BUILD)/libvspecbench.a
 BENCH := $(BUILD)/vspec-bench
+
+# ---- the CUDA module (kernels/cuda/ -> $(BUILD)/lib/libvspec-cuda.so) --------------------
+# VSPEC_CUDA=auto builds it when nvcc is found, 1 insists, 0 skips it. Binaries never link
+# CUDA: kernels/device.c dlopens the module when a CUDA device is asked for, so a build or
+# a machine without CUDA runs everything else. The sanitizer build leaves it out (the CPU
+# code is what ASan checks here; the module runs only where there is a GPU).
+VSPEC_CUDA ?= auto
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(VSPEC_CUDA),auto)
+CUDA_ON := $(if $(NVCC),1,0)
+else
+CUDA_ON := $(VSPEC_CUDA)
+endif
+ifeq ($(SAN),1)
+CUDA_ON := 0
+endif
+ifeq ($(CUDA_ON),1)
+ifeq ($(NVCC),)
+$(error VSPEC_CUDA=1 but nvcc was not found (put it on PATH or set NVCC=...))
+endif
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_MODULE := $(BUILD)/lib/libvspec-cuda.so
+CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+# Host math the module shares with libvspec, compiled again position-independent.
+CUDA_HOST_OBJ := $(patsubst %.c,$(BUILD)/obj/pic/%.o,$(wildcard kernels/host/*.c))
+# sm_80 (A100), sm_89 (L4, RTX 40), sm_90 (H100/H200) and PTX for later GPUs. --fmad=false:
+# the shared per-element math (kernels/common/) must round as it does on the CPU.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS := -std=c++17 -O2 -g --fmad=false $(CUDA_ARCH) -Iinclude -I. \
+             -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation \
+             -Werror all-warnings
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker '$$ORIGIN' \
+               -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64 -lcublas -lcudart
+CUDA_TARGETS := $(if $(filter 1,$(CUDA_ON)),$(CUDA_MODULE))
 
 # ---- the service: wire protocol, daemon, broker, CLI -------------------------------------
 GEN_DIR := $(BUILD)/gen
@@ -92,13 +129,24 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/obj/%.o)
 # test plugins: built by tests/plugins/plugins.mk
 include tests/plugins/plugins.mk
 
-HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/cpu/*.h \
+HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/host/*.h kernels/cpu/*.h \
                      bench/*.h tests/support/*.h)
 
 .PHONY: all test check bench bench-daemon demo deps clean train
 # Objects reached through pattern chains are kept: no rebuild of every test on each run.
 .SECONDARY:
-all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE)
+all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE) $(CUDA_TARGETS)
+
+# The CUDA module (variables above).
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(BUILD)/obj/pic/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+$(CUDA_MODULE): $(CUDA_OBJ) $(CUDA_HOST_OBJ)
+	@mkdir -p $(dir $@)
+	$(NVCC) -shared $(CUDA_ARCH) $^ -o $@ -Xlinker --no-undefined $(CUDA_LDLIBS)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)

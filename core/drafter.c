@@ -4,12 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/vs_kernels.h"
 
 struct vs_drafter {
   const vs_backend_model *bm;
   vspec_dev *dev;
-  const vspec_ops *ops;
   const vs_job *job;
   vspec_session *sess;
   int rows, vocab, max_nodes, fdim_in, fdim_out;
@@ -29,7 +27,7 @@ struct vs_drafter {
   float *out_feats;     /* [max_nodes, rows, fdim_out] */
   float *node_feats;    /* per tree node: the drafter's output feature [cap, rows, fdim_out] */
   int node_feats_cap;
-  float *scratch;       /* [vocab] */
+  vs_sampler sampler;
 };
 
 int vs_drafter_uses_features(const vs_drafter *d) { return d->uses_features; }
@@ -47,7 +45,7 @@ void vs_drafter_close(vs_drafter *d) {
   free(d->logits);
   free(d->out_feats);
   free(d->node_feats);
-  free(d->scratch);
+  vs_sampler_free(&d->sampler);
   free(d);
 }
 
@@ -60,7 +58,6 @@ int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, s
   }
   d->bm = bm;
   d->dev = cfg->dev;
-  d->ops = vs_dev_ops(cfg->dev);
   d->job = cfg->job;
   d->rows = cfg->rows;
   d->vocab = bm->info.vocab;
@@ -91,9 +88,9 @@ int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, s
   d->out_feats = malloc(M * R * (size_t)d->fdim_out * sizeof(float));
   d->node_feats_cap = cfg->max_tree_nodes;
   d->node_feats = malloc((size_t)cfg->max_tree_nodes * R * (size_t)d->fdim_out * sizeof(float));
-  d->scratch = malloc((size_t)d->vocab * sizeof(float));
+  int sampler_rc = vs_sampler_init(&d->sampler, d->vocab);
   if (!d->chain_tokens || !d->chain_feats || !d->root_feat || !d->tokens || !d->parents ||
-      !d->in_feats || !d->logits || !d->out_feats || !d->node_feats || !d->scratch) {
+      !d->in_feats || !d->logits || !d->out_feats || !d->node_feats || sampler_rc) {
     vs_drafter_close(d);
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
@@ -140,8 +137,8 @@ static int vs__fill_dist(vs_drafter *d, vs_tree *tree, int32_t node, int i, int3
    * one-hot argmax, which would leave one child per node. */
   vs_sampling s = d->job->sampling;
   if (!(s.temperature > 0.0f)) s.temperature = 1.0f;
-  vs_node_distribution(d->ops, d->dev, d->logits + (size_t)i * d->rows * d->vocab, d->rows,
-                       d->vocab, root_index + tree->nodes[node].depth + 1, &s, d->scratch, p);
+  vs_node_distribution(&d->sampler, d->logits + (size_t)i * d->rows * d->vocab, d->rows,
+                       root_index + tree->nodes[node].depth + 1, &s, p);
   if (d->uses_features)
     memcpy(d->node_feats + (size_t)node * d->rows * d->fdim_out,
            d->out_feats + (size_t)i * d->rows * d->fdim_out,

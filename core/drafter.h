@@ -18,7 +18,8 @@
 #ifndef VS_DRAFTER_H
 #define VS_DRAFTER_H
 
-#include "core/engine.h"
+#include "core/job.h"
+#include "core/sampling.h"
 #include "core/tree.h"
 
 typedef struct vs_drafter vs_drafter;

@@ -8,6 +8,7 @@
 #include "core/params.h"
 #include "kernels/common/vs_philox.h"
 #include "core/safetensors.h"
+#include "kernels/vs_kernels.h"
 
 static void vs__host_log(int level, const char *who, const char *fmt, ...) {
   if (level > vs_log_get_level()) return;
@@ -56,5 +57,7 @@ void vs_host_init(vspec_host *h, const vspec_ops *ops) {
       .tensors_meta = vs_st_meta,
       .tensors_find = vs_st_find,
       .tensors_get_f32 = vs_st_get_f32,
+      .dev_ops = vs_dev_ops,
+      .dev_space = vs_dev_space,
   };
 }

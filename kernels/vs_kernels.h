@@ -1,24 +1,46 @@
 /*
  * kernels/vs_kernels.h - internal entry points of the compute layer (not part of the ABI).
  *
- * A device context (vspec_dev) belongs to one worker thread. The host creates one per
- * worker with vs_dev_create and hands its ops table to plugins through vspec_host.ops.
+ * A device context (vspec_dev) belongs to one worker thread. The host opens one per worker
+ * (vs_device_open, or vs_dev_create for the CPU) and hands plugins the ops table of the
+ * device they run on (vspec_host.dev_ops, which is vs_dev_ops). Each device has its own
+ * ops table: device pointers go only to the ops of their device, and data crosses to the
+ * host by an explicit download.
  */
 #ifndef VS_KERNELS_H
 #define VS_KERNELS_H
 
+#include "kernels/vs_device.h"
 #include "vspec/ops.h"
 
-/* The CPU ops table (CBLAS/BLIS + C loops). */
+/* The CPU ops table (BLIS + C loops). */
 const vspec_ops *vs_cpu_ops(void);
 
-/* Creates a device context for `ops` with `threads` compute threads (0 = one per online
- * core); the CPU device starts threads - 1 helper threads that live until
- * vs_dev_destroy. (The products the CPU device still hands to BLIS use `threads` BLIS
- * threads, or BLIS's own default for 0.) Returns 0 or a negative vspec_status with a
+/* Opens a device named by `spec`: "cpu", "cuda" (= cuda:0) or "cuda:N". opt may be NULL
+ * (defaults: all cores, no memory limit, the device's default precision); opt->index is
+ * replaced by the spec's. Errors name the problem: a build without CUDA, a module that
+ * cannot be loaded, no GPU, a device index that does not exist. */
+int vs_device_open(const char *spec, const vs_device_options *opt, vspec_dev **out, char *err,
+                   size_t errlen);
+/* Parses "cpu" / "cuda" / "cuda:N" into a kind and an index. */
+int vs_device_parse(const char *spec, uint32_t *kind, int *index, char *err, size_t errlen);
+
+/* Creates a CPU device context with `threads` compute threads (0 = one per online core);
+ * the CPU device starts threads - 1 helper threads that live until vs_dev_destroy. (The
+ * products the CPU device still hands to BLIS use `threads` BLIS threads, or BLIS's own
+ * default for 0.) `ops` must be vs_cpu_ops(). Returns 0 or a negative vspec_status with a
  * message. */
 int vs_dev_create(const vspec_ops *ops, int threads, vspec_dev **out, char *err, size_t errlen);
+/* Closes a device of any kind; NULL is a no-op. */
 void vs_dev_destroy(vspec_dev *dev);
 const vspec_ops *vs_dev_ops(const vspec_dev *dev);
+/* The first error a device met, if any (vs_device_class.check); the round loop calls it
+ * after every target forward so that a failed kernel fails the job with a message. */
+int vs_dev_check(vspec_dev *dev, char *err, size_t errlen);
+/* Name, memory and precision of a device. */
+int vs_dev_info(vspec_dev *dev, vs_device_info *out);
+/* Devices with the same memory space share pointers: what one allocated, the ops of the
+ * other may use (the CPU is space 0, cuda:N is 0x100 + N). */
+uint32_t vs_dev_space(const vspec_dev *dev);
 
 #endif /* VS_KERNELS_H */

@@ -17,7 +17,9 @@
  *    scratch arena, sized once at creation and grown outside the round loop by
  *    `reserve_scratch`.
  *
- * The table only grows at the end (check struct_size before using a newer entry).
+ * The table only grows at the end (check struct_size before using a newer entry; a plugin
+ * built against ABI 1.1 gets a 1.1 table, because the host refuses plugins newer than
+ * itself).
  */
 #ifndef VSPEC_OPS_H
 #define VSPEC_OPS_H
@@ -133,6 +135,14 @@ typedef struct vspec_ops {
                  int pad_bottom, int pad_right, float *y);
   /* Nearest-neighbour x2: y[c, 2h, 2w], y[c][i][j] = x[c][i/2][j/2]. */
   void (*upsample_nearest2x)(vspec_dev *dev, const float *x, int channels, int h, int w, float *y);
+
+  /* ---- ABI 1.1 ------------------------------------------------------------------------ */
+  /* Strided block copy on the device: for a < na and b < nb, the `width` bytes at
+   * src + a*src_a + b*src_b go to dst + a*dst_a + b*dst_b (strides in bytes). Blocks must
+   * not overlap. One call does what na*nb `copy` calls would (the KV-cache stores of a
+   * forward), which on a GPU is one launch instead of hundreds. */
+  int (*copy3d)(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
+                size_t src_a, size_t src_b, size_t width, int na, int nb);
 } vspec_ops;
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 /*
- * vspec/plugin.h - the vspec plugin ABI, version 1.
+ * vspec/plugin.h - the vspec plugin ABI, version 1.1.
  *
  * A plugin is a shared object that exports one symbol, `vspec_plugin_entry`, returning a
  * pointer to a const vspec_plugin_desc. The descriptor names the plugin and points at a
@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 0
+#define VSPEC_ABI_MINOR 1
 #endif
 
 #define VSPEC_STR_(x) #x
@@ -123,7 +123,8 @@ typedef struct vspec_host {
   void *(*realloc)(void *ptr, size_t bytes);
   void (*free)(void *ptr);
 
-  /* compute: the ops table of the device the plugin's objects live on */
+  /* compute: the CPU ops table. Since ABI 1.1 use dev_ops(dev) instead: each device has
+   * its own table, and device pointers go only to the ops of their device. */
   const vspec_ops *ops;
 
   /* RNG (Philox4x32-10): draws are a pure function of (seed, stream, counter) */
@@ -157,6 +158,15 @@ typedef struct vspec_host {
    * the file and the tensor. */
   int (*tensors_get_f32)(vspec_tensor_file *f, vspec_dev *dev, const char *name, int ndim,
                          const int64_t *shape, const float **out, char *err, size_t errlen);
+
+  /* ---- ABI 1.1 ---- */
+  /* The ops table of `dev` (CPU, CUDA, ...). A plugin built against 1.1 may call it
+   * unconditionally: the host refuses plugins newer than itself. */
+  const vspec_ops *(*dev_ops)(const vspec_dev *dev);
+  /* Devices with equal memory spaces share pointers: memory allocated with one device's
+   * ops is usable by the other's (all CPU devices are space 0; each GPU has its own). A
+   * model loaded on one device serves sessions only on devices of the same space. */
+  uint32_t (*dev_space)(const vspec_dev *dev);
 } vspec_host;
 
 /* ---- backend plugins ------------------------------------------------------------------ */
@@ -217,7 +227,10 @@ typedef struct vspec_forward_batch {
   int32_t append;         /* 0: replace the pending nodes; 1: add to them */
 } vspec_forward_batch;
 
-/* Outputs are caller-provided host buffers; either may be NULL when not needed. */
+/* Outputs are caller-provided host buffers; either may be NULL when not needed. A backend
+ * running on a device downloads them explicitly (vspec_ops.download): everything the
+ * engine reads (logits for sampling and acceptance, features for drafters) is host
+ * memory. */
 typedef struct vspec_forward_out {
   uint32_t struct_size;
   float *logits;   /* [n_nodes, rows, vocab]: logits of the token after each node, per row */

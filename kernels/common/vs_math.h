@@ -1,6 +1,6 @@
 /*
- * kernels/common/vs_math.h - per-element math shared by the CPU kernels and (later) the
- * CUDA kernels.
+ * kernels/common/vs_math.h - per-element math shared by the CPU kernels and the CUDA
+ * kernels (kernels/cuda/).
  *
  * Everything is `static inline` and marked VS_HD so that one definition serves host C and
  * CUDA device code: the two backends must agree on formulas (and, where the hardware
@@ -51,7 +51,36 @@ VS_HD static inline float vs_gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(inner));
 }
 
+/* LlamaGen's FeedForward (autoregressive/models/gpt.py): w2(silu(w1 f) * w3 f), gate = w1 f,
+ * up = w3 f. */
+VS_HD static inline float vs_swiglu(float gate, float up) { return vs_silu(gate) * up; }
+
+/* Classifier-free guidance on logits, LlamaGen autoregressive/models/generate.py:
+ * l_u + s (l_c - l_u). */
+VS_HD static inline float vs_cfg_mix(float cond, float uncond, float scale) {
+  return uncond + (cond - uncond) * scale;
+}
+
+/* ---- normalisation ------------------------------------------------------------------------ */
+
+/* RMSNorm's scale (LlamaGen autoregressive/models/gpt.py RMSNorm) from the double sum of squares of a row of `dim` values:
+ * x * rsqrt(mean(x^2) + eps) in fp32 (the mean rounded to float first, as the reference's
+ * float32 mean is), then times the weight (vs_rms_apply). */
+VS_HD static inline float vs_rms_inv(double sum_sq, int dim, float eps) {
+  float mean = (float)(sum_sq / dim);
+  return (float)(1.0 / sqrt((double)(mean + eps)));
+}
+VS_HD static inline float vs_rms_apply(float x, float inv, float w) { return (x * inv) * w; }
+
 /* ---- rotary embedding frequencies (models.md §1.6) ------------------------------------- */
+
+/* Rotation of one interleaved pair (x0, x1) by the table entry (c, s) = (cos, sin):
+ * torch.view_as_complex(x) * freqs_cis. */
+VS_HD static inline void vs_rope_rotate(float x0, float x1, float c, float s, float *y0,
+                                        float *y1) {
+  *y0 = x0 * c - x1 * s;
+  *y1 = x1 * c + x0 * s;
+}
 
 /* theta_k = base^(-4k/head_dim), evaluated the way precompute_freqs_cis_2d does in float32:
  * 1 / (base ** (float(2k) / half)) with half = head_dim/2. Doing each step in float rather

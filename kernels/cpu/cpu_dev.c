@@ -45,6 +45,17 @@ int vs_cpu_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
   return VSPEC_OK;
 }
 
+int vs_cpu_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
+                  size_t src_a, size_t src_b, size_t width, int na, int nb) {
+  if (width == 0 || na <= 0 || nb <= 0) return VSPEC_OK;
+  if (!dst || !src) return VSPEC_EINVAL;
+  for (int a = 0; a < na; a++)
+    for (int b = 0; b < nb; b++)
+      memcpy((char *)dst + a * dst_a + b * dst_b, (const char *)src + a * src_a + b * src_b,
+             width);
+  return VSPEC_OK;
+}
+
 int vs_cpu_reserve_scratch(vspec_dev *dev, size_t bytes) {
   if (!dev) return VSPEC_EINVAL;
   if (bytes <= dev->scratch_bytes) return VSPEC_OK;
@@ -94,46 +105,101 @@ static int default_isa(void) {
   return isa;
 }
 
-int vs_dev_create(const vspec_ops *ops, int threads, vspec_dev **out, char *err, size_t errlen) {
+static int cpu_count(char *err, size_t errlen) { return 1; }
+
+static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, size_t errlen) {
   if (out) *out = NULL;
-  if (!ops || !out || threads < 0) {
-    set_err(err, errlen, "vs_dev_create: bad argument");
+  if (!opt || !out || opt->threads < 0) {
+    set_err(err, errlen, "cpu device: bad argument");
     return VSPEC_EINVAL;
   }
-  if (ops->device != VSPEC_DEVICE_CPU) {
-    set_err(err, errlen, "vs_dev_create: only the CPU device is built in");
+  if (opt->index != 0) {
+    snprintf(err, errlen, "cpu device %d does not exist: the CPU is device 0", opt->index);
+    return VSPEC_ERANGE;
+  }
+  if (opt->precision == VS_PRECISION_BF16) {
+    set_err(err, errlen, "cpu device: bf16 weights are not supported on the CPU (fp32 only)");
     return VSPEC_ENOTSUP;
   }
   vspec_dev *dev = calloc(1, sizeof *dev);
   if (!dev) {
-    set_err(err, errlen, "vs_dev_create: out of memory");
+    set_err(err, errlen, "cpu device: out of memory");
     return VSPEC_ENOMEM;
   }
-  dev->ops = ops;
-  dev->threads = threads ? threads : online_cores();
-  dev->blis_threads = threads;
+  dev->head.ops = vs_cpu_ops();
+  dev->head.cls = vs_cpu_device_class();
+  dev->threads = opt->threads ? opt->threads : online_cores();
+  dev->blis_threads = opt->threads;
   dev->isa = default_isa();
   dev->skinny_max_m = vs_skinny_max_m(dev->isa, vs_blis_tuned());
   if (vs_cpu_reserve_scratch(dev, VS_CPU_SCRATCH_DEFAULT) != VSPEC_OK) {
     free(dev);
-    set_err(err, errlen, "vs_dev_create: cannot allocate the scratch arena");
+    set_err(err, errlen, "cpu device: cannot allocate the scratch arena");
     return VSPEC_ENOMEM;
   }
   if (dev->threads > 1 && !(dev->pool = vs_pool_create(dev->threads))) {
     free(dev->scratch);
     free(dev);
-    set_err(err, errlen, "vs_dev_create: cannot start the compute threads");
+    set_err(err, errlen, "cpu device: cannot start the compute threads");
     return VSPEC_ENOMEM;
   }
   *out = dev;
   return VSPEC_OK;
 }
 
-void vs_dev_destroy(vspec_dev *dev) {
+static void cpu_close(vspec_dev *dev) {
   if (!dev) return;
   vs_pool_destroy(dev->pool);
   free(dev->scratch);
   free(dev);
 }
 
-const vspec_ops *vs_dev_ops(const vspec_dev *dev) { return dev ? dev->ops : NULL; }
+static int cpu_info(vspec_dev *dev, vs_device_info *out) {
+  out->kind = VSPEC_DEVICE_CPU;
+  out->index = 0;
+  snprintf(out->name, sizeof out->name, "cpu (%s, %d thread%s)", vs_isa_name(dev->isa),
+           dev->threads, dev->threads == 1 ? "" : "s");
+  out->precision = VS_PRECISION_FP32;
+  return VSPEC_OK;
+}
+
+/* CPU ops that fail abort (vs_scratch) or return their error; nothing is left pending. */
+static int cpu_check(vspec_dev *dev, char *err, size_t errlen) { return VSPEC_OK; }
+
+static const vs_device_class cpu_class = {
+    .struct_size = sizeof(vs_device_class),
+    .version = VS_DEVICE_CLASS_VERSION,
+    .name = "cpu",
+    .kind = VSPEC_DEVICE_CPU,
+    .count = cpu_count,
+    .open = cpu_open,
+    .close = cpu_close,
+    .info = cpu_info,
+    .check = cpu_check,
+};
+
+const vs_device_class *vs_cpu_device_class(void) {
+  /* .ops is filled here rather than in the initialiser: vs_cpu_ops() is not a constant
+   * expression. The table is the same object every time, so the race is benign. */
+  static vs_device_class cls;
+  if (!cls.ops) {
+    cls = cpu_class;
+    cls.ops = vs_cpu_ops();
+  }
+  return &cls;
+}
+
+int vs_dev_create(const vspec_ops *ops, int threads, vspec_dev **out, char *err, size_t errlen) {
+  if (out) *out = NULL;
+  if (!ops || !out || threads < 0) {
+    set_err(err, errlen, "vs_dev_create: bad argument");
+    return VSPEC_EINVAL;
+  }
+  if (ops != vs_cpu_ops()) {
+    set_err(err, errlen, "vs_dev_create: only the CPU device is created this way; open other "
+            "devices with vs_device_open");
+    return VSPEC_ENOTSUP;
+  }
+  vs_device_options opt = {.threads = threads};
+  return cpu_open(&opt, out, err, errlen);
+}

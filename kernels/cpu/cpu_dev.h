@@ -21,7 +21,7 @@
 struct vs_pool;
 
 struct vspec_dev {
-  const vspec_ops *ops;
+  vs_dev_head head;     /* first: the host reads the class and ops table through it */
   int threads;          /* compute threads, >= 1 (vs_dev_create resolves 0 to online cores) */
   int blis_threads;     /* threads for large BLIS products: the count asked for, where 0
                          * keeps BLIS's own default (BLIS_NUM_THREADS, else 1) as before the
@@ -55,6 +55,8 @@ int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes)
 int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes);
 int vs_cpu_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes);
 int vs_cpu_reserve_scratch(vspec_dev *dev, size_t bytes);
+int vs_cpu_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
+                  size_t src_a, size_t src_b, size_t width, int na, int nb);
 
 /* cpu_gemm.c */
 void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,

@@ -6,6 +6,7 @@
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_dev.h"
+#include "kernels/host/host_math.h"
 
 void vs_cpu_silu(vspec_dev *dev, float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = vs_silu(x[i]);
@@ -13,7 +14,7 @@ void vs_cpu_silu(vspec_dev *dev, float *x, size_t n) {
 
 /* models.md §1.4: w2 (silu(w1 f) * (w3 f)); gate = w1 f, up = w3 f */
 void vs_cpu_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y) {
-  for (size_t i = 0; i < n; i++) y[i] = vs_silu(gate[i]) * up[i];
+  for (size_t i = 0; i < n; i++) y[i] = vs_swiglu(gate[i], up[i]);
 }
 
 void vs_cpu_gelu_tanh(vspec_dev *dev, float *x, size_t n) {
@@ -28,8 +29,5 @@ void vs_cpu_add(vspec_dev *dev, float *y, const float *x, size_t n) {
  * out may alias either. */
 void vs_cpu_cfg_combine(vspec_dev *dev, const float *cond, const float *uncond, size_t n,
                         float scale, float *out) {
-  for (size_t i = 0; i < n; i++) {
-    float u = uncond[i];
-    out[i] = u + (cond[i] - u) * scale;
-  }
+  vs_host_cfg_combine(cond, uncond, n, scale, out);
 }

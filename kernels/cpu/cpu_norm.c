@@ -3,6 +3,7 @@
  */
 #include <math.h>
 
+#include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_dev.h"
 
 void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
@@ -15,10 +16,8 @@ void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, in
      * several bits in a float running sum, and this scale multiplies every activation */
     double ss = 0.0;
     for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
-    float mean = (float)(ss / dim);
-    /* LlamaGen: x * rsqrt(mean + eps) in fp32, then (cast and) times the weight */
-    float inv = (float)(1.0 / sqrt((double)(mean + eps)));
-    for (int i = 0; i < dim; i++) yr[i] = (xr[i] * inv) * w[i];
+    float inv = vs_rms_inv(ss, dim, eps);
+    for (int i = 0; i < dim; i++) yr[i] = vs_rms_apply(xr[i], inv, w[i]);
   }
 }
 

@@ -39,6 +39,8 @@ static const vspec_ops cpu_ops = {
 
     .conv2d = vs_cpu_conv2d,
     .upsample_nearest2x = vs_cpu_upsample_nearest2x,
+
+    .copy3d = vs_cpu_copy3d,
 };
 
 const vspec_ops *vs_cpu_ops(void) { return &cpu_ops; }

@@ -40,7 +40,7 @@ static inline int vs_kv_tree_init(vs_kv_tree *t, const vspec_host *host, vspec_d
                                   int layers, int rows, int kv_heads, int head_dim, int slots,
                                   int max_pending) {
   memset(t, 0, sizeof *t);
-  t->ops = host->ops;
+  t->ops = host->dev_ops(dev);
   t->dev = dev;
   t->layers = layers;
   t->rows = rows;
@@ -121,18 +121,16 @@ static inline void vs_kv_tree_mask(const vs_kv_tree *t, int base, int n,
  * starts at src + (r * n + i) * stride; k at k_off, v at v_off, head after head. */
 static inline void vs_kv_store(vs_kv_tree *t, int layer, int n, int first_slot, const float *src,
                                int stride, int k_off, int v_off) {
-  int hd = t->head_dim;
-  for (int r = 0; r < t->rows; r++)
-    for (int h = 0; h < t->kv_heads; h++) {
-      float *kc = vs_kv_at(t, t->k, layer, r, h), *vc = vs_kv_at(t, t->v, layer, r, h);
-      for (int i = 0; i < n; i++) {
-        const float *row = src + (size_t)(r * n + i) * stride;
-        t->ops->copy(t->dev, kc + (size_t)(first_slot + i) * hd, row + k_off + (size_t)h * hd,
-                     (size_t)hd * sizeof(float));
-        t->ops->copy(t->dev, vc + (size_t)(first_slot + i) * hd, row + v_off + (size_t)h * hd,
-                     (size_t)hd * sizeof(float));
-      }
-    }
+  size_t hd = (size_t)t->head_dim, f = sizeof(float);
+  /* Per row: a = kv head, b = node. */
+  for (int r = 0; r < t->rows; r++) {
+    const float *rows = src + (size_t)r * n * stride;
+    float *kc = vs_kv_at(t, t->k, layer, r, 0), *vc = vs_kv_at(t, t->v, layer, r, 0);
+    t->ops->copy3d(t->dev, kc + (size_t)first_slot * hd, t->slots * hd * f, hd * f,
+                   rows + k_off, hd * f, (size_t)stride * f, hd * f, t->kv_heads, n);
+    t->ops->copy3d(t->dev, vc + (size_t)first_slot * hd, t->slots * hd * f, hd * f,
+                   rows + v_off, hd * f, (size_t)stride * f, hd * f, t->kv_heads, n);
+  }
 }
 
 /* Appends pending nodes `path` to the committed sequence, compacting their cache slots. */
@@ -157,19 +155,18 @@ static inline int vs_kv_tree_commit(vs_kv_tree *t, const int32_t *path, int n, i
   }
   /* Parents precede children, so path[j] >= j: copying upwards never overwrites a later
    * source. */
-  int hd = t->head_dim;
-  for (int l = 0; l < t->layers; l++)
-    for (int r = 0; r < t->rows; r++)
-      for (int h = 0; h < t->kv_heads; h++) {
-        float *kc = vs_kv_at(t, t->k, l, r, h), *vc = vs_kv_at(t, t->v, l, r, h);
-        for (int j = 0; j < n; j++) {
-          if (path[j] == j) continue;
-          t->ops->copy(t->dev, kc + (size_t)(L + j) * hd, kc + (size_t)(L + path[j]) * hd,
-                       (size_t)hd * sizeof(float));
-          t->ops->copy(t->dev, vc + (size_t)(L + j) * hd, vc + (size_t)(L + path[j]) * hd,
-                       (size_t)hd * sizeof(float));
-        }
-      }
+  /* One strided copy per moved node and cache: a = layer, b = (row, kv head). */
+  size_t hd = (size_t)t->head_dim, f = sizeof(float);
+  size_t layer_bytes = vs_kv_layer_elems(t) * f, head_bytes = (size_t)t->slots * hd * f;
+  int blocks = t->rows * t->kv_heads;
+  for (int j = 0; j < n; j++) {
+    if (path[j] == j) continue;
+    size_t to = (size_t)(L + j) * hd, from = (size_t)(L + path[j]) * hd;
+    t->ops->copy3d(t->dev, t->k + to, layer_bytes, head_bytes, t->k + from, layer_bytes,
+                   head_bytes, hd * f, t->layers, blocks);
+    t->ops->copy3d(t->dev, t->v + to, layer_bytes, head_bytes, t->v + from, layer_bytes,
+                   head_bytes, hd * f, t->layers, blocks);
+  }
   t->committed = L + n;
   t->n_pending = 0;
   return VSPEC_OK;

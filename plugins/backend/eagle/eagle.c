@@ -76,7 +76,7 @@ static int eg_meta_num(const vspec_host *H, vspec_tensor_file *f, const char *ke
 
 static void eg_unload(vspec_model *m) {
   if (!m) return;
-  const vspec_ops *ops = m->host->ops;
+  const vspec_ops *ops = m->host->dev_ops(m->dev);
   for (int l = 0; l < m->n_layer; l++)
     if (m->layers[l].wqkv) ops->free(m->dev, m->layers[l].wqkv);
   if (m->rope) ops->free(m->dev, m->rope);
@@ -113,7 +113,7 @@ static int eg_load(const vspec_host *H, vspec_dev *dev, const char *path,
   m->host = H;
   m->dev = dev;
   m->max_nodes = (int)max_nodes;
-  const vspec_ops *ops = H->ops;
+  const vspec_ops *ops = H->dev_ops(dev);
   if ((rc = H->tensors_open(path, &m->f, err, errlen))) goto fail;
   if ((rc = H->tensors_open(target, &m->target, err, errlen))) goto fail;
   vspec_tensor t = {.struct_size = sizeof t};
@@ -282,11 +282,16 @@ static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *c
              m->max_nodes);
     return VSPEC_ERANGE;
   }
+  if (H->dev_space(dev) != H->dev_space(m->dev)) {
+    snprintf(err, errlen, "eagle: the head was loaded on %s device memory and cannot run a "
+             "session on %s", H->dev_ops(m->dev)->name, H->dev_ops(dev)->name);
+    return VSPEC_EINVAL;
+  }
   vspec_session *s = H->calloc(1, sizeof *s);
   if (!s) return VSPEC_ENOMEM;
   s->m = m;
   s->host = H;
-  s->ops = H->ops;
+  s->ops = H->dev_ops(dev);
   s->dev = dev;
   s->rows = cfg->rows;
   s->max_nodes = max_nodes;

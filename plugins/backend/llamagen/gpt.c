@@ -188,7 +188,7 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
   }
 
   /* RoPE table for every position a forward may use: condition + image positions. */
-  const vspec_ops *ops = H->ops;
+  const vspec_ops *ops = H->dev_ops(m->load_dev);
   size_t rows = (size_t)(g->n_cond + g->n_image);
   size_t bytes = rows * (size_t)hd * sizeof(float);
   float *host_table = H->alloc(bytes);
@@ -205,7 +205,7 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
 }
 
 void lg_gpt_unload(vspec_model *m) {
-  if (m->gpt.rope_table) m->host->ops->free(m->load_dev, m->gpt.rope_table);
+  if (m->gpt.rope_table) m->host->dev_ops(m->load_dev)->free(m->load_dev, m->gpt.rope_table);
   m->gpt.rope_table = NULL;
 }
 
@@ -270,6 +270,12 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
     return VSPEC_ERANGE;
   }
 
+  if (H->dev_space(dev) != H->dev_space(m->load_dev)) {
+    snprintf(err, errlen, "the model was loaded on %s device memory and cannot run a session "
+             "on %s: load it on the device the job runs on", H->dev_ops(m->load_dev)->name,
+             H->dev_ops(dev)->name);
+    return VSPEC_EINVAL;
+  }
   vspec_session *s = H->calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, errlen, "out of memory");
@@ -277,7 +283,7 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
   }
   s->m = m;
   s->host = H;
-  s->ops = H->ops;
+  s->ops = H->dev_ops(dev);
   s->dev = dev;
   s->rows = cfg->rows;
   s->class_label = cfg->class_label;

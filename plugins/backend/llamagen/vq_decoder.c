@@ -126,7 +126,7 @@ int lg_vq_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
-  H->ops->download(m->load_dev, q->codebook_raw, cb, cb_bytes);
+  H->dev_ops(m->load_dev)->download(m->load_dev, q->codebook_raw, cb, cb_bytes);
 
   if ((rc = lg__conv(m, f, "post_quant_conv", &q->post_quant, err, errlen))) return rc;
   if ((rc = lg__conv(m, f, "decoder.conv_in", &q->conv_in, err, errlen))) return rc;
@@ -223,14 +223,14 @@ typedef struct lg__bufs {
 static void lg__conv_run(vspec_model *m, vspec_dev *dev, const lg_conv *c, const float *x, int h,
                          int w, float *y) {
   int pad = c->k / 2;
-  m->host->ops->conv2d(dev, x, c->cin, h, w, c->w, c->b, c->cout, c->k, c->k, 1, pad, pad, pad,
-                       pad, y);
+  m->host->dev_ops(dev)->conv2d(dev, x, c->cin, h, w, c->w, c->b, c->cout, c->k, c->k, 1, pad,
+                                pad, pad, pad, y);
 }
 
 /* x (in b->a, cin channels) -> ResnetBlock -> b->a (cout channels). */
 static void lg__res_run(vspec_model *m, vspec_dev *dev, const lg_res *r, lg__bufs *b, int h,
                         int w) {
-  const vspec_ops *ops = m->host->ops;
+  const vspec_ops *ops = m->host->dev_ops(dev);
   size_t hw = (size_t)h * w;
   ops->groupnorm(dev, b->a, r->conv1.cin, (int)hw, LG_GN_GROUPS, LG_GN_EPS, r->norm1.g, r->norm1.b,
                  b->t1);
@@ -252,7 +252,7 @@ static void lg__res_run(vspec_model *m, vspec_dev *dev, const lg_res *r, lg__buf
 /* Single-head attention over all h*w positions (AttnBlock, models.md §2.2). */
 static void lg__attn_run(vspec_model *m, vspec_dev *dev, const lg_attn *a, lg__bufs *b, int h,
                          int w) {
-  const vspec_ops *ops = m->host->ops;
+  const vspec_ops *ops = m->host->dev_ops(dev);
   int C = a->q.cin, n = h * w;
   ops->groupnorm(dev, b->a, C, n, LG_GN_GROUPS, LG_GN_EPS, a->norm.g, a->norm.b, b->t1);
   lg__conv_run(m, dev, &a->q, b->t1, h, w, b->q);
@@ -271,10 +271,15 @@ int lg_vq_decode_raw(vspec_model *m, vspec_dev *dev, const int32_t *tokens, floa
                      char *err, size_t errlen) {
   lg_vq *q = &m->vq;
   const vspec_host *H = m->host;
-  const vspec_ops *ops = H->ops;
+  const vspec_ops *ops = H->dev_ops(dev);
   if (!m->has_vq) {
     snprintf(err, errlen, "this llamagen model has no VQ decoder loaded");
     return VSPEC_ENOTSUP;
+  }
+  if (H->dev_space(dev) != H->dev_space(m->load_dev)) {
+    snprintf(err, errlen, "the VQ decoder was loaded on %s device memory and cannot decode on "
+             "%s", H->dev_ops(m->load_dev)->name, H->dev_ops(dev)->name);
+    return VSPEC_EINVAL;
   }
   int G = m->gpt.grid;
   for (int i = 0; i < G * G; i++)

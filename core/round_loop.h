@@ -1,0 +1,92 @@
+/*
+ * core/round_loop.h - the state of one job's round loop, shared by the files that make up
+ * a round (internal to core/).
+ *
+ * One round (DESIGN.md "Data flow of one job"):
+ *   scheduler.plan -> the drafter builds a token tree below the root (the last emitted
+ *   token; core/draft_tree.c) -> the scheduler may accept a path unverified (VVS,
+ *   core/verify_skip.c) -> one target forward over root + tree -> the walk accepts a path
+ *   with the acceptance-rule plugin and samples one more token (core/verify_walk.c) -> the
+ *   path is committed (KV compaction) -> the accepted tokens and the new token are emitted
+ *   (core/round_loop.c).
+ * Vanilla AR is the same loop with no draft: no rule, no scheduler, no drafter, a one-node
+ * tree whose walk samples the next token from the target.
+ */
+#ifndef VS_ROUND_LOOP_H
+#define VS_ROUND_LOOP_H
+
+#include "core/drafter.h"
+#include "core/engine.h"
+#include "core/method.h"
+#include "core/tree.h"
+
+/* Largest tree one target forward verifies, root included. */
+#define VS_SD_MAX_NODES 128
+/* Largest candidate pool of a dynamic tree (1 + top_k + depth * top_k^2). */
+#define VS_SD_MAX_POOL 1024
+
+typedef struct vs_rounds {
+  vs_models *models;
+  const vs_backend_model *t;
+  vspec_dev *dev;
+  const vs_job *job;
+  const vs_sampling *s;
+  int V, N, rows, greedy;
+  /* plugins (NULL for ar) */
+  vs_plugin *rule_plugin, *sched_plugin;
+  const vspec_accept_vtable *rule_vt;
+  const vspec_sched_vtable *sched_vt;
+  vspec_rule *rule;
+  vspec_sched *sched;
+  /* target */
+  vspec_session *sess;
+  float *logits;     /* host [cap, rows, V] */
+  float *feats;      /* host [cap, rows, d] (feature drafters) */
+  float *path_feats; /* host [VS_MAX_DEPTH + 2, rows, d]: features at the accepted path */
+  int fdim;
+  size_t logits_off; /* tree node 0's index in the last target batch (after prepended tokens) */
+  /* verification skipping (VVS) */
+  int32_t *unv;      /* tokens accepted unverified, to feed before the next tree */
+  int n_unv;
+  float *fcache;     /* [N + 1, rows, d]: slot j holds the target feature preceding token j */
+  int n_fcache;      /* slots 0 .. n_fcache-1 are filled (verified positions) */
+  int32_t *view_tokens, *view_depth; /* tree view scratch */
+  float *view_score;
+  vspec_rng rng_sched;
+  /* drafting (drafter NULL for ar) */
+  vs_drafter *drafter;
+  vs_tree tree, pool;
+  int32_t *parents, *order;
+  int32_t *feat_node; /* [cap] drafter node (pool index for dynamic trees) of each tree node */
+  float *pool_cu;
+  /* walk buffers [V] */
+  float *q, *q_res, *q_tmp, *p_work;
+  vs_sampler sampler;
+  vspec_rng rng_target, rng_draft, rng_accept;
+  vs_metrics *mt;
+} vs_rounds;
+
+/* Runs one job's rounds (ar or sd) into tokens[N]; mt accumulates the metrics. */
+int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, const vs_method *m,
+                      int32_t *tokens, vs_metrics *mt, char *err, size_t errlen);
+
+/* core/draft_tree.c: build this round's tree below the root (c->tree, reset to the root). */
+int vs_draft_chain(vs_rounds *c, int depth, int32_t root_index, char *err, size_t errlen);
+int vs_draft_static(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
+                    int32_t root_index, char *err, size_t errlen);
+int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
+                     int32_t root_index, char *err, size_t errlen);
+
+/* core/verify_walk.c: walks the verified tree; fills path (tree nodes, root first) and the
+ * next token. */
+int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path, int32_t *next,
+                   char *err, size_t errlen);
+
+/* core/verify_skip.c (VVS): asks the scheduler whether to verify this round's tree and
+ * checks its answer; on a skip, accepts the chosen path without calling the target. */
+int vs_skip_decide(vs_rounds *c, const vspec_round_state *st, int remaining,
+                   vspec_skip_decision *dec, char *err, size_t errlen);
+int vs_skip_accept(vs_rounds *c, const vspec_skip_decision *dec, int32_t root_index,
+                   int32_t *tokens, int *emitted, int *gamma_out, char *err, size_t errlen);
+
+#endif /* VS_ROUND_LOOP_H */

@@ -1,0 +1,135 @@
+/*
+ * kernels/cuda/cuda_dev.h - the CUDA device context and the internal op entry points of
+ * the CUDA module (libvspec-cuda.so; see kernels/vs_device.h for why it is a module).
+ *
+ * One context per worker thread, each with its own stream and cuBLAS handle; every op
+ * enqueues on that stream. Contexts of the same GPU share its memory (the memory space of
+ * vs_dev_space), its allocation table and its bf16 weight cache (cuda_memory.cu).
+ *
+ * Synchronisation rules (what makes memory written by one context safe for another):
+ *  - alloc zero-fills with a legacy-stream memset, which orders against every stream of
+ *    the process (contexts' streams are blocking streams);
+ *  - upload and download wait for their copy, so data uploaded at model load is on the GPU
+ *    before any other context can use it, and downloaded data is on the host on return;
+ *  - everything else is asynchronous on the context's stream.
+ * Ops that return void record the first failure in the context (vs_cuda_fail); the host
+ * reads it through the class's check() after every forward, so a failed launch or an
+ * out-of-memory fails the job with a message instead of crashing.
+ */
+#ifndef VS_CUDA_DEV_H
+#define VS_CUDA_DEV_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/vs_device.h"
+#include "vspec/types.h"
+
+struct vs_cuda_gpu; /* per-GPU shared state, cuda_memory.cu */
+
+typedef struct vs_cuda_dev {
+  vs_dev_head head; /* first: the host reads the class and ops table through it */
+  struct vs_cuda_gpu *gpu;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  int precision;    /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
+  /* device scratch: im2col tiles, bf16 activations, uploaded positions and masks */
+  void *scratch;
+  size_t scratch_bytes;
+  /* small host arrays the ops take (RoPE positions, attention masks) live on the device
+   * after their first upload; an identical array is not uploaded again */
+  int32_t *pos_dev;
+  size_t pos_cap, pos_len;
+  int32_t *pos_host; /* host copy of what pos_dev holds */
+  uint8_t *mask_dev;
+  size_t mask_cap, mask_len;
+  uint8_t *mask_host;
+  /* host work space for the ops that run on the host (logits_to_probs, sample, argmax) */
+  float *host_f;
+  size_t host_f_cap;
+  void *host_work;
+  size_t host_work_cap;
+  int failed;
+  int fail_status;
+  char error[VSPEC_ERRLEN];
+} vs_cuda_dev;
+
+static inline vs_cuda_dev *vs_cuda(vspec_dev *dev) { return (vs_cuda_dev *)(void *)dev; }
+
+/* Records the first failure; returns 0 when `e` is a failure, 1 otherwise. */
+int vs_cuda_check_rt(vs_cuda_dev *d, cudaError_t e, const char *what);
+int vs_cuda_check_blas(vs_cuda_dev *d, cublasStatus_t s, const char *what);
+void vs_cuda_fail(vs_cuda_dev *d, int status, const char *fmt, ...);
+/* After a kernel launch. */
+#define VS_CUDA_LAUNCHED(d, what) vs_cuda_check_rt((d), cudaGetLastError(), (what))
+
+/* Scratch of at least `bytes` (grows, waiting for the stream first); NULL on failure. */
+void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes);
+/* Device copies of a host int32 / byte array, uploaded only when it changed. */
+const int32_t *vs_cuda_stage_pos(vs_cuda_dev *d, const int32_t *host, size_t n);
+const uint8_t *vs_cuda_stage_mask(vs_cuda_dev *d, const uint8_t *host, size_t n);
+/* Host work buffers for host-side ops; NULL on failure. */
+float *vs_cuda_host_floats(vs_cuda_dev *d, size_t n);
+void *vs_cuda_host_work(vs_cuda_dev *d, size_t bytes);
+
+/* Grid size for n elements with `block` threads, capped (kernels use grid-stride loops). */
+static inline unsigned vs_cuda_grid(size_t n, unsigned block) {
+  size_t g = (n + block - 1) / block;
+  if (g < 1) g = 1;
+  return (unsigned)(g > 65535u * 8u ? 65535u * 8u : g);
+}
+
+/* ---- memory (cuda_memory.cu) ------------------------------------------------------------ */
+void *vs_cuda_alloc(vspec_dev *dev, size_t bytes);
+void vs_cuda_free(vspec_dev *dev, void *ptr);
+int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes);
+int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes);
+int vs_cuda_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes);
+int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
+                   size_t src_a, size_t src_b, size_t width, int na, int nb);
+int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes);
+/* Per-GPU state: opened with the first context of a GPU, never freed. */
+struct vs_cuda_gpu *vs_cuda_gpu_get(int index, size_t memory_limit, char *err, size_t errlen);
+size_t vs_cuda_gpu_bytes_in_use(const struct vs_cuda_gpu *g);
+/* The bf16 copy of a weight matrix allocated on this GPU (made on first use, dropped
+ * when the weight is freed); NULL when `w` is not an allocation of ours or on failure. */
+const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count);
+
+/* ---- ops (one file per concept) ----------------------------------------------------------- */
+void vs_cuda_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void vs_cuda_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
+                    const float *bias, float *y);
+void vs_cuda_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
+                     float *y);
+void vs_cuda_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups,
+                       float eps, const float *gamma, const float *beta, float *y);
+void vs_cuda_silu(vspec_dev *dev, float *x, size_t n);
+void vs_cuda_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y);
+void vs_cuda_gelu_tanh(vspec_dev *dev, float *x, size_t n);
+void vs_cuda_add(vspec_dev *dev, float *y, const float *x, size_t n);
+void vs_cuda_cfg_combine(vspec_dev *dev, const float *cond, const float *uncond, size_t n,
+                         float scale, float *out);
+void vs_cuda_rope2d_table(int n_cond, int grid, int head_dim, float base, float *table);
+void vs_cuda_rope_apply(vspec_dev *dev, float *x, int rows, int row_stride, int n_heads,
+                        int head_dim, const int32_t *pos, const float *table);
+void vs_cuda_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int n_heads,
+                       int n_kv_heads, int head_dim, const float *k, const float *v,
+                       int slot_stride, int n_kv, const uint8_t *mask, float *out);
+void vs_cuda_softmax(vspec_dev *dev, float *x, int rows, int n);
+void vs_cuda_log_softmax(vspec_dev *dev, float *x, int rows, int n);
+int vs_cuda_logits_to_probs(vspec_dev *dev, const float *logits, int n, float temperature,
+                            int top_k, float top_p, float *probs);
+int vs_cuda_sample(vspec_dev *dev, const float *probs, int n, double u);
+int vs_cuda_argmax(vspec_dev *dev, const float *x, int n);
+void vs_cuda_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,
+                    const float *bias, int cout, int kh, int kw, int stride, int pad_top,
+                    int pad_left, int pad_bottom, int pad_right, float *y);
+void vs_cuda_upsample_nearest2x(vspec_dev *dev, const float *x, int channels, int h, int w,
+                                float *y);
+
+const vspec_ops *vs_cuda_ops(void);
+
+#endif /* VS_CUDA_DEV_H */

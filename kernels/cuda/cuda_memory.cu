@@ -1,0 +1,346 @@
+/*
+ * kernels/cuda/cuda_memory.cu - device memory: allocation with a per-GPU limit and table,
+ * copies, scratch, staged host arrays, and the bf16 copies of weight matrices.
+ *
+ * Every allocation of a GPU is recorded in its table (pointer -> size), shared by all the
+ * contexts of that GPU: it is how the memory limit is enforced, how `vspec status` reports
+ * the bytes in use, and how the bf16 fast path finds the fp32 weight it was given. A weight
+ * is whatever a backend passes as the `w` of linear: it must stay constant while it is
+ * allocated (include/vspec/ops.h), so its bf16 copy, made on first use, stays valid until
+ * the weight is freed, which drops the copy.
+ */
+#include <mutex>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unordered_map>
+
+#include "kernels/common/vs_math.h"
+#include "kernels/cuda/cuda_dev.h"
+
+namespace {
+
+struct allocation {
+  size_t bytes;
+  uint16_t *bf16; /* bf16 copy of a weight, or nullptr */
+  size_t bf16_bytes;
+};
+
+}  // namespace
+
+struct vs_cuda_gpu {
+  int index;
+  std::mutex lock;
+  std::unordered_map<void *, allocation> table;
+  size_t in_use;
+  size_t limit; /* 0 = none */
+};
+
+#define VS_CUDA_MAX_GPUS 64
+static std::mutex vs__gpus_lock;
+static vs_cuda_gpu *vs__gpus[VS_CUDA_MAX_GPUS];
+
+vs_cuda_gpu *vs_cuda_gpu_get(int index, size_t memory_limit, char *err, size_t errlen) {
+  if (index < 0 || index >= VS_CUDA_MAX_GPUS) {
+    snprintf(err, errlen, "CUDA device index %d is out of range (0..%d)", index,
+             VS_CUDA_MAX_GPUS - 1);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> g(vs__gpus_lock);
+  if (!vs__gpus[index]) {
+    vs__gpus[index] = new (std::nothrow) vs_cuda_gpu();
+    if (!vs__gpus[index]) {
+      snprintf(err, errlen, "out of memory");
+      return nullptr;
+    }
+    vs__gpus[index]->index = index;
+    vs__gpus[index]->in_use = 0;
+    vs__gpus[index]->limit = 0;
+  }
+  vs_cuda_gpu *gpu = vs__gpus[index];
+  /* The strictest limit asked for wins: several contexts share one GPU's budget. */
+  std::lock_guard<std::mutex> l(gpu->lock);
+  if (memory_limit && (!gpu->limit || memory_limit < gpu->limit)) gpu->limit = memory_limit;
+  return gpu;
+}
+
+size_t vs_cuda_gpu_bytes_in_use(const vs_cuda_gpu *g) { return g ? g->in_use : 0; }
+
+/* ---- failures ------------------------------------------------------------------------------ */
+
+void vs_cuda_fail(vs_cuda_dev *d, int status, const char *fmt, ...) {
+  if (d->failed) return;
+  d->failed = 1;
+  d->fail_status = status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->error, sizeof d->error, fmt, ap);
+  va_end(ap);
+}
+
+int vs_cuda_check_rt(vs_cuda_dev *d, cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return 1;
+  vs_cuda_fail(d, e == cudaErrorMemoryAllocation ? VSPEC_ENOMEM : VSPEC_EDEVICE,
+               "cuda:%d: %s: %s", d->head.index, what, cudaGetErrorString(e));
+  return 0;
+}
+
+int vs_cuda_check_blas(vs_cuda_dev *d, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return 1;
+  vs_cuda_fail(d, s == CUBLAS_STATUS_ALLOC_FAILED ? VSPEC_ENOMEM : VSPEC_EDEVICE,
+               "cuda:%d: %s: cuBLAS status %d", d->head.index, what, (int)s);
+  return 0;
+}
+
+/* ---- allocation ------------------------------------------------------------------------------ */
+
+void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  vs_cuda_gpu *g = d->gpu;
+  size_t n = bytes ? bytes : 1;
+  {
+    std::lock_guard<std::mutex> l(g->lock);
+    if (g->limit && g->in_use + n > g->limit) {
+      vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: allocating %zu bytes would pass the memory limit "
+                   "(%zu of %zu bytes in use)", g->index, n, g->in_use, g->limit);
+      return nullptr;
+    }
+    g->in_use += n; /* reserved now, so that two contexts cannot both pass the check */
+  }
+  void *p = nullptr;
+  cudaError_t e = cudaMalloc(&p, n);
+  if (e == cudaSuccess) e = cudaMemset(p, 0, n); /* legacy stream: orders against all */
+  std::lock_guard<std::mutex> l(g->lock);
+  if (e != cudaSuccess) {
+    g->in_use -= n;
+    if (p) cudaFree(p);
+    (void)cudaGetLastError(); /* an allocation failure is not sticky; clear it */
+    vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: cannot allocate %zu bytes: %s", g->index, n,
+                 cudaGetErrorString(e));
+    return nullptr;
+  }
+  g->table[p] = allocation{n, nullptr, 0};
+  return p;
+}
+
+void vs_cuda_free(vspec_dev *dev, void *ptr) {
+  if (!ptr) return;
+  vs_cuda_dev *d = vs_cuda(dev);
+  vs_cuda_gpu *g = d->gpu;
+  uint16_t *bf16 = nullptr;
+  {
+    std::lock_guard<std::mutex> l(g->lock);
+    auto it = g->table.find(ptr);
+    if (it == g->table.end()) {
+      vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: free of %p, which this GPU did not allocate",
+                   g->index, ptr);
+      return;
+    }
+    g->in_use -= it->second.bytes + it->second.bf16_bytes;
+    bf16 = it->second.bf16;
+    g->table.erase(it);
+  }
+  /* cudaFree waits for the device: no stream still uses the memory afterwards. */
+  vs_cuda_check_rt(d, cudaFree(ptr), "cudaFree");
+  if (bf16) vs_cuda_check_rt(d, cudaFree(bf16), "cudaFree (bf16 weight copy)");
+}
+
+/* ---- copies ----------------------------------------------------------------------------------- */
+
+int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (bytes == 0) return VSPEC_OK;
+  if (!dst || !src_host) return VSPEC_EINVAL;
+  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
+                                           d->stream), "upload") ||
+      !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "upload (wait)"))
+    return d->fail_status;
+  return VSPEC_OK;
+}
+
+int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (bytes == 0) return VSPEC_OK;
+  if (!dst_host || !src) return VSPEC_EINVAL;
+  /* A context that has failed hands back nothing it computed after the failure. */
+  if (d->failed) return d->fail_status;
+  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
+                                           d->stream), "download") ||
+      !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "download (wait)"))
+    return d->fail_status;
+  return VSPEC_OK;
+}
+
+int vs_cuda_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (bytes == 0) return VSPEC_OK;
+  if (!dst || !src) return VSPEC_EINVAL;
+  /* cudaMemcpy's overlapping copies are undefined; the ops contract is memmove. */
+  const char *s = (const char *)src;
+  char *t = (char *)dst;
+  if (t < s + bytes && s < t + bytes && t != s) {
+    void *tmp = vs_cuda_scratch(d, bytes);
+    if (!tmp) return d->fail_status;
+    if (!vs_cuda_check_rt(d, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice,
+                                             d->stream), "copy (overlap, 1/2)"))
+      return d->fail_status;
+    src = tmp;
+  }
+  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream),
+                        "copy"))
+    return d->fail_status;
+  return VSPEC_OK;
+}
+
+/* One thread per 4-byte word of the blocks; the KV caches' blocks are head_dim floats. */
+__global__ void vs_k_copy3d_words(uint32_t *dst, size_t dst_a, size_t dst_b,
+                                  const uint32_t *src, size_t src_a, size_t src_b, size_t words,
+                                  int na, int nb) {
+  size_t total = (size_t)na * nb * words;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t w = i % words, blk = i / words;
+    size_t b = blk % (size_t)nb, a = blk / (size_t)nb;
+    dst[a * dst_a + b * dst_b + w] = src[a * src_a + b * src_b + w];
+  }
+}
+
+int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
+                   size_t src_a, size_t src_b, size_t width, int na, int nb) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (width == 0 || na <= 0 || nb <= 0) return VSPEC_OK;
+  if (!dst || !src) return VSPEC_EINVAL;
+  int aligned = ((uintptr_t)dst | (uintptr_t)src | dst_a | dst_b | src_a | src_b | width) % 4 == 0;
+  if (aligned) {
+    size_t words = width / 4, total = (size_t)na * nb * words;
+    vs_k_copy3d_words<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(
+        (uint32_t *)dst, dst_a / 4, dst_b / 4, (const uint32_t *)src, src_a / 4, src_b / 4, words,
+        na, nb);
+    return VS_CUDA_LAUNCHED(d, "copy3d") ? VSPEC_OK : d->fail_status;
+  }
+  /* Unaligned (no user in the project): one 2-D copy per outer index. */
+  for (int a = 0; a < na; a++)
+    if (!vs_cuda_check_rt(d, cudaMemcpy2DAsync((char *)dst + a * dst_a, dst_b,
+                                               (const char *)src + a * src_a, src_b, width, nb,
+                                               cudaMemcpyDeviceToDevice, d->stream),
+                          "copy3d"))
+      return d->fail_status;
+  return VSPEC_OK;
+}
+
+/* ---- scratch and staged host arrays ----------------------------------------------------------- */
+
+static int vs__grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
+  if (bytes <= *cap) return 1;
+  size_t want = bytes + bytes / 2;
+  /* The old buffer may still be read by queued work: wait before freeing it. */
+  if (*buf) {
+    vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "scratch grow (wait)");
+    vs_cuda_free((vspec_dev *)(void *)d, *buf);
+  }
+  *buf = vs_cuda_alloc((vspec_dev *)(void *)d, want);
+  *cap = *buf ? want : 0;
+  return *buf != nullptr;
+}
+
+void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes) {
+  return vs__grow(d, &d->scratch, &d->scratch_bytes, bytes) ? d->scratch : nullptr;
+}
+
+int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  return vs_cuda_scratch(d, bytes) ? VSPEC_OK : VSPEC_ENOMEM;
+}
+
+/* Uploads n elements of `size` bytes unless the device copy already holds them. */
+static const void *vs__stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void **host_copy,
+                             size_t *len, const void *host, size_t bytes) {
+  if (bytes == 0) return *dev_buf;
+  if (*len == bytes && *host_copy && memcmp(*host_copy, host, bytes) == 0) return *dev_buf;
+  if (bytes > *cap) {
+    free(*host_copy);
+    *host_copy = malloc(bytes + bytes / 2);
+    if (!*host_copy || !vs__grow(d, dev_buf, cap, bytes)) {
+      free(*host_copy);
+      *host_copy = nullptr;
+      *len = 0;
+      vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: cannot stage %zu bytes of op input",
+                   d->head.index, bytes);
+      return nullptr;
+    }
+  }
+  memcpy(*host_copy, host, bytes);
+  *len = bytes;
+  /* From pageable memory the copy is staged before cudaMemcpyAsync returns, so the host
+   * array may change right after; kernels later on the stream see the new contents. */
+  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(*dev_buf, host, bytes, cudaMemcpyHostToDevice,
+                                           d->stream), "stage op input")) {
+    *len = 0;
+    return nullptr;
+  }
+  return *dev_buf;
+}
+
+const int32_t *vs_cuda_stage_pos(vs_cuda_dev *d, const int32_t *host, size_t n) {
+  return (const int32_t *)vs__stage(d, (void **)&d->pos_dev, &d->pos_cap, (void **)&d->pos_host,
+                                    &d->pos_len, host, n * sizeof(int32_t));
+}
+
+const uint8_t *vs_cuda_stage_mask(vs_cuda_dev *d, const uint8_t *host, size_t n) {
+  return (const uint8_t *)vs__stage(d, (void **)&d->mask_dev, &d->mask_cap,
+                                    (void **)&d->mask_host, &d->mask_len, host, n);
+}
+
+float *vs_cuda_host_floats(vs_cuda_dev *d, size_t n) {
+  if (n > d->host_f_cap) {
+    free(d->host_f);
+    d->host_f = (float *)malloc(n * sizeof(float));
+    d->host_f_cap = d->host_f ? n : 0;
+  }
+  return d->host_f;
+}
+
+void *vs_cuda_host_work(vs_cuda_dev *d, size_t bytes) {
+  if (bytes > d->host_work_cap) {
+    free(d->host_work);
+    d->host_work = malloc(bytes);
+    d->host_work_cap = d->host_work ? bytes : 0;
+  }
+  return d->host_work;
+}
+
+/* ---- bf16 weight copies -------------------------------------------------------------------------- */
+
+__global__ void vs_k_to_bf16(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = vs_f32_to_bf16(src[i]);
+}
+
+const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count) {
+  vs_cuda_gpu *g = d->gpu;
+  std::lock_guard<std::mutex> l(g->lock);
+  auto it = g->table.find((void *)w);
+  /* Only whole allocations are weights: a pointer into the middle of one (an activation
+   * slice) has no entry and takes the fp32 path. */
+  if (it == g->table.end() || it->second.bytes < count * sizeof(float)) return nullptr;
+  if (it->second.bf16) return it->second.bf16;
+  size_t bytes = count * sizeof(uint16_t);
+  if (g->limit && g->in_use + bytes > g->limit) return nullptr; /* fp32 still works */
+  uint16_t *copy = nullptr;
+  if (cudaMalloc(&copy, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  vs_k_to_bf16<<<vs_cuda_grid(count, 256), 256, 0, d->stream>>>(copy, w, count);
+  /* Other contexts of this GPU may use the copy on their streams: finish it first. */
+  if (!VS_CUDA_LAUNCHED(d, "bf16 weight conversion") ||
+      !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "bf16 weight conversion (wait)")) {
+    cudaFree(copy);
+    return nullptr;
+  }
+  it->second.bf16 = copy;
+  it->second.bf16_bytes = bytes;
+  g->in_use += bytes;
+  return copy;
+}

@@ -1,0 +1,136 @@
+/*
+ * kernels/cuda/cuda_module.cu - the CUDA device class, the one symbol libvspec-cuda.so
+ * exports (kernels/vs_device.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_dev.h"
+
+static int cuda_count(char *err, size_t errlen) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "no CUDA device: %s", cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (n == 0) snprintf(err, errlen, "no CUDA device: the driver reports none");
+  return n;
+}
+
+static void cuda_close(vspec_dev *dev) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (!d) return;
+  if (d->stream) cudaStreamSynchronize(d->stream);
+  /* The context's own buffers go back through the allocation table. */
+  void *bufs[] = {d->scratch, d->pos_dev, d->mask_dev};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) vs_cuda_free(dev, bufs[i]);
+  if (d->blas) cublasDestroy(d->blas);
+  if (d->stream) cudaStreamDestroy(d->stream);
+  free(d->pos_host);
+  free(d->mask_host);
+  free(d->host_f);
+  free(d->host_work);
+  free(d);
+}
+
+static const vs_device_class *cuda_class_ptr(void);
+
+static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, size_t errlen) {
+  *out = NULL;
+  char why[VSPEC_ERRLEN] = "";
+  int n = cuda_count(why, sizeof why);
+  if (n <= 0) {
+    snprintf(err, errlen, "%s", why);
+    return VSPEC_ENOTSUP;
+  }
+  if (opt->index < 0 || opt->index >= n) {
+    snprintf(err, errlen, "CUDA device %d does not exist: this machine has %d (cuda:0..cuda:%d)",
+             opt->index, n, n - 1);
+    return VSPEC_ERANGE;
+  }
+  if (opt->precision != VS_PRECISION_DEFAULT && opt->precision != VS_PRECISION_FP32 &&
+      opt->precision != VS_PRECISION_BF16) {
+    snprintf(err, errlen, "CUDA device: unknown precision %d", opt->precision);
+    return VSPEC_EINVAL;
+  }
+  cudaError_t e = cudaSetDevice(opt->index);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cuda:%d: cannot use the device: %s", opt->index, cudaGetErrorString(e));
+    return VSPEC_EDEVICE;
+  }
+  vs_cuda_dev *d = (vs_cuda_dev *)calloc(1, sizeof *d);
+  if (!d) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  d->head.ops = vs_cuda_ops();
+  d->head.cls = cuda_class_ptr();
+  d->head.index = opt->index;
+  d->precision = opt->precision == VS_PRECISION_FP32 ? VS_PRECISION_FP32 : VS_PRECISION_BF16;
+  if (!(d->gpu = vs_cuda_gpu_get(opt->index, opt->memory_limit, err, errlen))) {
+    free(d);
+    return VSPEC_ENOMEM;
+  }
+  cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+  if ((e = cudaStreamCreate(&d->stream)) != cudaSuccess ||
+      (bs = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
+      (bs = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS ||
+      /* parity: no TF32 and no reduced-precision reductions in fp32 products */
+      (bs = cublasSetMathMode(d->blas, CUBLAS_PEDANTIC_MATH)) != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cuda:%d: cannot create a stream and a cuBLAS handle: %s",
+             opt->index, e != cudaSuccess ? cudaGetErrorString(e) : "cuBLAS initialisation failed");
+    cuda_close((vspec_dev *)(void *)d);
+    return e == cudaErrorMemoryAllocation || bs == CUBLAS_STATUS_ALLOC_FAILED ? VSPEC_ENOMEM
+                                                                               : VSPEC_EDEVICE;
+  }
+  *out = (vspec_dev *)(void *)d;
+  return VSPEC_OK;
+}
+
+static int cuda_info(vspec_dev *dev, vs_device_info *out) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  out->kind = VSPEC_DEVICE_CUDA;
+  out->index = d->head.index;
+  out->precision = d->precision;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, d->head.index) == cudaSuccess) {
+    snprintf(out->name, sizeof out->name, "%s (cuda:%d, sm_%d%d)", prop.name, d->head.index,
+             prop.major, prop.minor);
+    out->mem_total = prop.totalGlobalMem;
+  } else {
+    (void)cudaGetLastError();
+    snprintf(out->name, sizeof out->name, "cuda:%d", d->head.index);
+  }
+  out->mem_used = vs_cuda_gpu_bytes_in_use(d->gpu);
+  return VSPEC_OK;
+}
+
+static int cuda_check(vspec_dev *dev, char *err, size_t errlen) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (!d->failed) {
+    /* Asynchronous faults (an illegal address in a kernel) surface on the next call. */
+    cudaError_t e = cudaPeekAtLastError();
+    if (e != cudaSuccess) vs_cuda_check_rt(d, e, "asynchronous error");
+  }
+  if (!d->failed) return VSPEC_OK;
+  snprintf(err, errlen, "%s", d->error);
+  return d->fail_status ? d->fail_status : VSPEC_EDEVICE;
+}
+
+static vs_device_class vs__cuda_class = {
+    sizeof(vs_device_class), VS_DEVICE_CLASS_VERSION, "cuda", VSPEC_DEVICE_CUDA, NULL,
+    cuda_count, cuda_open, cuda_close, cuda_info, cuda_check,
+};
+
+static const vs_device_class *cuda_class_ptr(void) {
+  vs__cuda_class.ops = vs_cuda_ops();
+  return &vs__cuda_class;
+}
+
+extern "C" __attribute__((visibility("default"))) const vs_device_class *vs_cuda_device_class(void) {
+  return cuda_class_ptr();
+}

@@ -1,0 +1,122 @@
+/*
+ * kernels/cuda/cuda_sampling.cu - the softmax family on the device; LlamaGen's logit
+ * processing, sampling and argmax through the host.
+ *
+ * The engine samples on the host from downloaded logits (core/sampling.c), so these ops
+ * serve plugins that call them on device data. logits_to_probs, sample and argmax download
+ * their input, run the one host implementation (kernels/host/host_sampling.c) and, for
+ * logits_to_probs, upload the result: the same bits as the CPU ops, at the price of a
+ * round trip. Device-side top-k / top-p are a later optimisation.
+ */
+#include <math.h>
+
+#include "kernels/cuda/cuda_dev.h"
+#include "kernels/host/host_math.h"
+
+#define VS_SOFTMAX_THREADS 256
+
+__device__ static float vs_row_max(float v, float *red) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = red[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
+    red[31] = m;
+  }
+  __syncthreads();
+  float r = red[31];
+  __syncthreads();
+  return r;
+}
+
+__device__ static double vs_row_sum(double v, double *red) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += red[i];
+    red[31] = s;
+  }
+  __syncthreads();
+  double r = red[31];
+  __syncthreads();
+  return r;
+}
+
+/* One block per row. as_log = 0: softmax (a row with no finite entry becomes zeros);
+ * as_log = 1: log-softmax (such a row stays -inf). As the CPU: exp in float, sums in double. */
+__global__ void vs_k_softmax(float *x, int n, int as_log) {
+  __shared__ float fred[32];
+  __shared__ double dred[32];
+  float *xr = x + (size_t)blockIdx.x * n;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
+  mx = vs_row_max(mx, fred);
+  if (!(mx > -INFINITY)) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = as_log ? -INFINITY : 0.0f;
+    return;
+  }
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    if (as_log) {
+      sum += exp((double)(xr[i] - mx));
+    } else {
+      float e = expf(xr[i] - mx);
+      xr[i] = e;
+      sum += e;
+    }
+  }
+  sum = vs_row_sum(sum, dred);
+  if (as_log) {
+    float lsum = (float)::log(sum);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = (xr[i] - mx) - lsum;
+  } else {
+    float fsum = (float)sum;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] /= fsum;
+  }
+}
+
+static void vs__softmax(vspec_dev *dev, float *x, int rows, int n, int log) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (rows <= 0 || n <= 0 || d->failed) return;
+  vs_k_softmax<<<rows, VS_SOFTMAX_THREADS, 0, d->stream>>>(x, n, log);
+  VS_CUDA_LAUNCHED(d, log ? "log_softmax" : "softmax");
+}
+
+void vs_cuda_softmax(vspec_dev *dev, float *x, int rows, int n) { vs__softmax(dev, x, rows, n, 0); }
+
+void vs_cuda_log_softmax(vspec_dev *dev, float *x, int rows, int n) {
+  vs__softmax(dev, x, rows, n, 1);
+}
+
+int vs_cuda_logits_to_probs(vspec_dev *dev, const float *logits, int n, float temperature,
+                            int top_k, float top_p, float *probs) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (n <= 0) return 0;
+  float *h = vs_cuda_host_floats(d, 2 * (size_t)n);
+  void *work = vs_cuda_host_work(d, vs_host_probs_work_bytes(n));
+  if (!h || !work) {
+    vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: logits_to_probs: out of host memory", d->head.index);
+    return 0;
+  }
+  if (vs_cuda_download(dev, h, logits, (size_t)n * sizeof(float))) return 0;
+  int nonzero = vs_host_logits_to_probs(h, n, temperature, top_k, top_p, h + n, work);
+  if (vs_cuda_upload(dev, probs, h + n, (size_t)n * sizeof(float))) return 0;
+  return nonzero;
+}
+
+int vs_cuda_sample(vspec_dev *dev, const float *probs, int n, double u) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  float *h = n > 0 ? vs_cuda_host_floats(d, (size_t)n) : NULL;
+  if (!h || vs_cuda_download(dev, h, probs, (size_t)n * sizeof(float))) return -1;
+  return vs_host_sample(h, n, u);
+}
+
+int vs_cuda_argmax(vspec_dev *dev, const float *x, int n) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  float *h = n > 0 ? vs_cuda_host_floats(d, (size_t)n) : NULL;
+  if (!h || vs_cuda_download(dev, h, x, (size_t)n * sizeof(float))) return n > 0 ? 0 : -1;
+  return vs_host_argmax(h, n);
+}

@@ -1,0 +1,86 @@
+/*
+ * kernels/vs_device.h - device classes: how the host opens, describes and closes a device
+ * of one kind (internal to the host; plugins only see vspec_dev and its ops table).
+ *
+ * The CPU class is built into libvspec. The CUDA class lives in a module of its own,
+ * libvspec-cuda.so (kernels/cuda/), which kernels/device.c loads with dlopen the first time
+ * a CUDA device is asked for: binaries do not depend on the CUDA libraries at link time, a
+ * build without nvcc has no module and says so, and a machine without a GPU gets a clear
+ * error instead of a loader failure. In the manner of nginx's module signature, the module
+ * exports one symbol returning its class, whose struct_size and version the host checks
+ * before use; a loaded module is never closed (it holds device code and driver state).
+ *
+ * Every device context starts with a vs_dev_head, so the host can find its class and ops
+ * table whatever the kind.
+ */
+#ifndef VS_DEVICE_H
+#define VS_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vspec/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Weight precision of a device's linear layers. */
+enum {
+  VS_PRECISION_DEFAULT = 0, /* the device's default: fp32 on the CPU, bf16 on CUDA */
+  VS_PRECISION_FP32 = 1,    /* fp32 weights and arithmetic (parity with the CPU) */
+  VS_PRECISION_BF16 = 2     /* bf16 weights, fp32 accumulation */
+};
+
+typedef struct vs_device_options {
+  int index;           /* device ordinal (cuda:N); 0 for the CPU */
+  int threads;         /* CPU compute threads, 0 = one per online core */
+  size_t memory_limit; /* bytes the device may allocate, 0 = no limit of our own */
+  int precision;       /* VS_PRECISION_* */
+} vs_device_options;
+
+typedef struct vs_device_info {
+  uint32_t kind;       /* vspec_device_kind */
+  int index;
+  char name[128];      /* "cpu (avx512, 2 threads)", "NVIDIA H100 80GB HBM3" */
+  size_t mem_total;    /* bytes; 0 when unknown (CPU) */
+  size_t mem_used;     /* bytes this process holds on the device; 0 when unknown */
+  int precision;       /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
+} vs_device_info;
+
+#define VS_DEVICE_CLASS_VERSION 1
+#define VS_CUDA_CLASS_SYMBOL "vs_cuda_device_class"
+
+typedef struct vs_device_class {
+  uint32_t struct_size; /* sizeof(vs_device_class) as the module was built */
+  uint32_t version;     /* VS_DEVICE_CLASS_VERSION */
+  const char *name;     /* "cpu", "cuda" */
+  uint32_t kind;        /* vspec_device_kind */
+  const vspec_ops *ops;
+  /* Devices of this kind present (0 with a message when none can be used). */
+  int (*count)(char *err, size_t errlen);
+  int (*open)(const vs_device_options *opt, vspec_dev **out, char *err, size_t errlen);
+  void (*close)(vspec_dev *dev);
+  int (*info)(vspec_dev *dev, vs_device_info *out);
+  /* The first error the device met since it was opened (ops that return void cannot
+   * report one: a failed launch or allocation inside them is recorded here), as a
+   * negative status and a message; VSPEC_OK when none. Errors are sticky. */
+  int (*check)(vspec_dev *dev, char *err, size_t errlen);
+} vs_device_class;
+
+/* The first member of every device context. */
+typedef struct vs_dev_head {
+  const vspec_ops *ops;
+  const vs_device_class *cls;
+  int index;
+} vs_dev_head;
+
+typedef const vs_device_class *(*vs_device_class_fn)(void);
+
+/* The CPU class (kernels/cpu/cpu_dev.c). */
+const vs_device_class *vs_cpu_device_class(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VS_DEVICE_H */
