@@ -7,6 +7,9 @@
 #                   (DAEMON=1: through vspecd and the vspec CLI)
 #   make bench-daemon  the daemon's latency, preview and throughput figures
 #   make deps       install the Debian packages the project needs (idempotent)
+#   make gpu-test   the GPU suite on a CUDA device (reported as skipped without one)
+#   make gpu-bundle build/gpu-bundle/: binaries, plugins and libraries for a GPU machine
+#   VSPEC_CUDA=auto|0|1  build the CUDA module when nvcc is found / never / always
 #
 # Layout of the outputs:
 #   build/libvspec.a                 core/ + kernels/cpu/ (engine, loaders, registry, ops)
@@ -14,7 +17,8 @@
 #   build/vspec-bench                bench/
 #   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI); build/vspec-broker
 #   build/gen/proto/vspec.pb-c.[ch]  generated from proto/vspec.proto by protoc-c (never committed)
-#   build/tests/test_*               tests/test_*.c (cmocka)
+#   build/lib/libvspec-cuda.so       kernels/cuda/ (nvcc), loaded at run time for --device cuda
+#   build/tests/test_*               tests/test_*.c (cmocka); build/tests/gpu/ the GPU suite
 #   build/asan/...                   the same, built with -fsanitize=address,undefined
 
 .DEFAULT_GOAL := all
@@ -124,18 +128,22 @@ SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(DAEMON_BENCH)
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# The GPU suite: always built, run by make gpu-test (skipped without a CUDA device).
+GPU_TEST_SRC := $(wildcard tests/gpu/test_*.c)
+GPU_TESTS := $(GPU_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/obj/%.o)
 # test plugins: built by tests/plugins/plugins.mk
 include tests/plugins/plugins.mk
 
 HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/host/*.h kernels/cpu/*.h \
-                     bench/*.h tests/support/*.h)
+                     bench/*.h tests/support/*.h tests/gpu/*.h)
 
-.PHONY: all test check bench bench-daemon demo deps clean train
+.PHONY: all test check bench bench-daemon demo deps clean train gpu-test gpu-bundle
 # Objects reached through pattern chains are kept: no rebuild of every test on each run.
 .SECONDARY:
-all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE) $(CUDA_TARGETS)
+all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE) $(CUDA_TARGETS) \
+     $(GPU_TESTS)
 
 # The CUDA module (variables above).
 $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h) $(HEADERS)
@@ -224,6 +232,16 @@ check: all $(TESTS)
 test:
 	$(MAKE) check
 	$(MAKE) check SAN=1
+
+# The GPU suite (tests/gpu/ and the golden tests on cuda); every test reports "skipped"
+# where no CUDA device can be used. VSPEC_TEST_DEVICE=cuda:N picks another GPU.
+gpu-test: all $(TESTS)
+	./tools/gpu/run_gpu_tests.sh $(BUILD)
+
+# A copy of what the GPU suite and the GPU benchmarks need, with the Debian libraries they
+# load, for a machine that has a GPU but not this build's packages (tools/gpu/bundle.sh).
+gpu-bundle: all $(TESTS)
+	./tools/gpu/bundle.sh $(BUILD) $(BUILD)/gpu-bundle
 
 bench: all
 	./$(BENCH) costcurve --model tests/golden/micro_c2i --label micro

@@ -4,6 +4,8 @@
 #ifndef VS_BENCH_H
 #define VS_BENCH_H
 
+#include <stdio.h>
+
 #include "core/engine.h"
 #include "core/host.h"
 #include "core/registry.h"
@@ -17,8 +19,20 @@ typedef struct vs_bench_env {
   char plugin_dir[1024];
 } vs_bench_env;
 
-int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_dir, int threads,
-                      char *err, size_t errlen);
+/* Where a subcommand computes (--device, --precision, --threads). */
+typedef struct vs_bench_device {
+  const char *spec; /* "cpu" (NULL too), "cuda", "cuda:N" */
+  int threads;      /* CPU compute threads, 0 = all cores */
+  int precision;    /* VS_PRECISION_*: fp32 parity or bf16 weights on a GPU */
+} vs_bench_device;
+
+/* dv NULL: the CPU with all cores. */
+int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_dir,
+                      const vs_bench_device *dv, char *err, size_t errlen);
+/* "fp32" or "bf16" (the --precision option); prints the error and returns 0 if neither. */
+int vs_bench_parse_precision(const char *option, const char *text, int *out);
+/* The device line every table prints: "device: cpu (avx512, 2 threads), fp32". */
+void vs_bench_print_device(FILE *f, vspec_dev *dev);
 void vs_bench_env_close(vs_bench_env *env);
 double vs_bench_now(void);
 

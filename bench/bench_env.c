@@ -13,8 +13,25 @@ double vs_bench_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_dir, int threads,
-                      char *err, size_t errlen) {
+int vs_bench_parse_precision(const char *option, const char *text, int *out) {
+  if (strcmp(text, "fp32") == 0) *out = VS_PRECISION_FP32;
+  else if (strcmp(text, "bf16") == 0) *out = VS_PRECISION_BF16;
+  else {
+    fprintf(stderr, "%s: '%s' is not a precision: use fp32 or bf16\n", option, text);
+    return 0;
+  }
+  return 1;
+}
+
+void vs_bench_print_device(FILE *f, vspec_dev *dev) {
+  vs_device_info info;
+  if (vs_dev_info(dev, &info)) return;
+  fprintf(f, "device: %s, %s weights\n", info.name,
+          info.precision == VS_PRECISION_BF16 ? "bf16" : "fp32");
+}
+
+int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_dir,
+                      const vs_bench_device *dv, char *err, size_t errlen) {
   memset(env, 0, sizeof *env);
   if (plugin_dir) {
     snprintf(env->plugin_dir, sizeof env->plugin_dir, "%s", plugin_dir);
@@ -29,7 +46,10 @@ int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_d
     }
     snprintf(env->plugin_dir, sizeof env->plugin_dir, "%s/plugins", dirname(exe));
   }
-  int rc = vs_dev_create(vs_cpu_ops(), threads, &env->dev, err, errlen);
+  vs_bench_device def = {0};
+  if (!dv) dv = &def;
+  vs_device_options opt = {.threads = dv->threads, .precision = dv->precision};
+  int rc = vs_device_open(dv->spec ? dv->spec : "cpu", &opt, &env->dev, err, errlen);
   if (rc) return rc;
   vs_host_init(&env->host, vs_cpu_ops());
   rc = vs_registry_open(env->plugin_dir, &env->host, &env->reg, err, errlen);

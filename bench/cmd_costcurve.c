@@ -26,7 +26,10 @@ static void usage(FILE *f) {
           "  --sizes LIST       node counts (default 1,2,4,8,16,32,64)\n"
           "  --min-time S       seconds measured per point (default 0.5)\n"
           "  --threads N        compute threads (default: all cores)\n"
-          "  --plugins DIR      plugin directory\n");
+          "  --device D         cpu (default), cuda or cuda:N\n"
+          "  --precision P      GPU weights: bf16 (default on a GPU) or fp32 (parity)\n"
+          "  --plugins DIR      plugin directory\n"
+          "  --image            also time one whole image by AR with CFG (median of 5)\n");
 }
 
 /* ---- memory bandwidth ------------------------------------------------------------ */
@@ -101,6 +104,66 @@ static double measure_read_bandwidth(int threads) {
   return best;
 }
 
+/* Device memory bandwidth for a device with its own memory (a GPU): device-to-device copies
+ * of 512 MiB read and write every byte once; best of 5. */
+static double measure_device_bandwidth(vspec_dev *dev) {
+  const vspec_ops *o = vs_dev_ops(dev);
+  size_t bytes = (size_t)512 << 20;
+  void *a = o->alloc(dev, bytes), *b = o->alloc(dev, bytes);
+  double best = 0;
+  float probe;
+  if (a && b) {
+    for (int rep = 0; rep < 5; rep++) {
+      double t0 = vs_bench_now();
+      o->copy(dev, b, a, bytes);
+      o->download(dev, &probe, b, sizeof probe); /* waits for the copy */
+      double bw = 2.0 * (double)bytes / (vs_bench_now() - t0);
+      if (bw > best) best = bw;
+    }
+  }
+  if (a) o->free(dev, a);
+  if (b) o->free(dev, b);
+  return best;
+}
+
+/* One image by vanilla AR with CFG (two rows), temperature 1: end-to-end seconds, median of
+ * `reps` (the decode loop as a user runs it, sampling included, no VQ decode). */
+static int time_image(vs_bench_env *env, const vs_backend_model *t, int reps, double *median_s,
+                      char *err, size_t errlen) {
+  vs_models m;
+  memset(&m, 0, sizeof m);
+  m.target = *t;
+  m.reg = env->reg;
+  m.host = &env->host;
+  snprintf(m.name, sizeof m.name, "costcurve");
+  int n = t->info.grid_h * t->info.grid_w;
+  int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+  double s[16];
+  if (!tokens) return VSPEC_ENOMEM;
+  if (reps > 16) reps = 16;
+  for (int r = 0; r <= reps; r++) { /* r = 0 warms up (bf16 weight copies, caches) */
+    vs_job job = {.method = "ar", .class_label = 1, .seed = (uint64_t)r + 1,
+                  .sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
+                               .cfg_scale = 4.0f, .cfg_interval = -1}};
+    double t0 = vs_bench_now();
+    int rc = vs_generate(&m, env->dev, &job, tokens, NULL, err, errlen);
+    if (rc) {
+      free(tokens);
+      return rc;
+    }
+    if (r > 0) s[r - 1] = vs_bench_now() - t0;
+  }
+  free(tokens);
+  for (int i = 1; i < reps; i++) /* insertion sort for the median */
+    for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
+      double x = s[j];
+      s[j] = s[j - 1];
+      s[j - 1] = x;
+    }
+  *median_s = reps % 2 ? s[reps / 2] : 0.5 * (s[reps / 2 - 1] + s[reps / 2]);
+  return VSPEC_OK;
+}
+
 static int parse_sizes(const char *text, int *sizes, int max) {
   int n = 0;
   const char *p = text;
@@ -120,12 +183,17 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
   const char *sizes_text = "1,2,4,8,16,32,64";
   double min_time = 0.5;
   long threads = 0;
-  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_THREADS, O_PLUGINS };
+  int image = 0;
+  vs_bench_device dv = {0};
+  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
+         O_IMAGE };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},      {"random", required_argument, 0, O_RANDOM},
       {"label", required_argument, 0, O_LABEL},  {"sizes", required_argument, 0, O_SIZES},
       {"min-time", required_argument, 0, O_MIN}, {"threads", required_argument, 0, O_THREADS},
       {"plugins", required_argument, 0, O_PLUGINS}, {"help", no_argument, 0, 'h'},
+      {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
+      {"image", no_argument, 0, O_IMAGE},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -139,6 +207,9 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
       case O_MIN: ok = vs_cli_double("--min-time", optarg, 0.01, 600, &min_time); break;
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_PLUGINS: plugin_dir = optarg; break;
+      case O_DEVICE: dv.spec = optarg; break;
+      case O_IMAGE: image = 1; break;
+      case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -156,7 +227,8 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
   }
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, (int)threads, err, sizeof err)) {
+  dv.threads = (int)threads;
+  if (vs_bench_env_open(&env, argv[0], plugin_dir, &dv, err, sizeof err)) {
     fprintf(stderr, "vspec-bench costcurve: %s\n", err);
     return 1;
   }
@@ -204,6 +276,7 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
   int d = t->info.feature_dim, V = t->info.vocab;
   printf("\ncost curve: %s (width %d, vocab %d, grid %dx%d)\n", label ? label : (random ? random : model_dir),
          d, V, t->info.grid_h, t->info.grid_w);
+  vs_bench_print_device(stdout, env.dev);
   printf("median forward latency over a half-image prefix; nodes form a binary tree\n\n");
   printf("| nodes | 1 row: ms | ms/node | x 1 node | 2 rows (CFG): ms | ms/node | x 1 node |\n");
   printf("|------:|----------:|--------:|---------:|-----------------:|--------:|---------:|\n");
@@ -230,15 +303,31 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
     }
   int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
   int bw_threads = threads > 0 ? (int)threads : ncpu;
-  double bw = measure_read_bandwidth(bw_threads);
+  int on_cpu = vs_dev_ops(env.dev)->device == VSPEC_DEVICE_CPU;
+  double bw = on_cpu ? measure_read_bandwidth(bw_threads) : measure_device_bandwidth(env.dev);
   printf("\nbatch-1 decode: %.1f tokens/s (1 row), %.1f tokens/s (2 rows, CFG)\n", 1e3 / one_ms[1],
          1e3 / one_ms[2]);
-  printf("memory read bandwidth: %.2f GB/s (%d threads)\n", bw / 1e9, bw_threads);
-  double bytes = (double)t->info.stream_bytes;
-  printf("weights read per token: %.1f MB (%.2f M parameters in all)\n", bytes / 1e6,
-         (double)t->info.params / 1e6);
-  printf("bandwidth bound: %.1f tokens/s; measured 1-row decode reaches %.0f%% of it\n",
-         bw / bytes, 100.0 * (1e3 / one_ms[1]) / (bw / bytes));
+  if (on_cpu)
+    printf("memory read bandwidth: %.2f GB/s (%d threads)\n", bw / 1e9, bw_threads);
+  else
+    printf("device memory bandwidth: %.2f GB/s (device-to-device copy)\n", bw / 1e9);
+  /* bf16 weights: linear layers read half the bytes (they are nearly all of stream_bytes) */
+  vs_device_info di;
+  int bf16 = vs_dev_info(env.dev, &di) == VSPEC_OK && di.precision == VS_PRECISION_BF16;
+  double bytes = (double)t->info.stream_bytes * (bf16 ? 0.5 : 1.0);
+  printf("weights read per token: %.1f MB%s (%.2f M parameters in all)\n", bytes / 1e6,
+         bf16 ? " in bf16" : "", (double)t->info.params / 1e6);
+  printf("bandwidth bound: %.1f tokens/s (%.3f ms per forward); measured 1-row decode reaches "
+         "%.0f%% of it\n", bw / bytes, 1e3 * bytes / bw, 100.0 * (1e3 / one_ms[1]) / (bw / bytes));
+  if (image) {
+    double img_s;
+    if (time_image(&env, t, 5, &img_s, err, sizeof err)) {
+      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+      goto done;
+    }
+    printf("one image by AR with CFG (%d tokens, 2 rows, sampling included, no VQ decode): "
+           "%.4f s (median of 5)\n", t->info.grid_h * t->info.grid_w, img_s);
+  }
   status = 0;
 done:
   vs_backend_model_unload(&rnd);

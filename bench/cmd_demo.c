@@ -54,7 +54,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   }
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, 0, err, sizeof err)) {
+  if (vs_bench_env_open(&env, argv[0], plugin_dir, NULL, err, sizeof err)) {
     fprintf(stderr, "vspec-bench demo: %s\n", err);
     return 1;
   }

@@ -58,6 +58,8 @@ static void usage(FILE *f) {
           "  --plot FILE        write FID against TPF as a PNG\n"
           "  --no-quality       skip FID / accuracy / precision / recall\n"
           "  --threads N        compute threads (default: all cores)\n"
+          "  --device D         cpu (default), cuda or cuda:N\n"
+          "  --precision P      GPU weights: bf16 (default on a GPU) or fp32 (parity)\n"
           "  --plugins DIR      plugin directory\n");
 }
 
@@ -259,13 +261,15 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   long images = 100, threads = 0;
   unsigned long long seed = 0;
   int quality = 1;
-  enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS };
+  vs_bench_device dv = {0};
+  enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"methods", required_argument, 0, 'M'},
       {"images", required_argument, 0, 'n'},  {"seed", required_argument, 0, 's'},
       {"json", required_argument, 0, O_JSON}, {"markdown", required_argument, 0, O_MD},
       {"plot", required_argument, 0, O_PLOT}, {"no-quality", no_argument, 0, O_NOQ},
       {"threads", required_argument, 0, O_THREADS}, {"plugins", required_argument, 0, O_PLUGINS},
+      {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -282,6 +286,8 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       case O_NOQ: quality = 0; break;
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_PLUGINS: plugin_dir = optarg; break;
+      case O_DEVICE: dv.spec = optarg; break;
+      case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -301,13 +307,15 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     return 2;
   }
   vs_bench_env env;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, (int)threads, err, sizeof err)) {
+  dv.threads = (int)threads;
+  if (vs_bench_env_open(&env, argv[0], plugin_dir, &dv, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
     return 1;
   }
   int status = 1, ar = -1;
   vs_models *models = NULL;
   vs_quality *qual = NULL;
+  vspec_dev *qdev = NULL;
   int32_t *tokens = NULL;
   eval_floor floor = {NAN, NAN};
   double *ratios = NULL;
@@ -324,7 +332,15 @@ int vs_bench_cmd_eval(int argc, char **argv) {
             model_dir);
     goto done;
   }
-  if (quality && vs_quality_open(model_dir, env.dev, &qual, err, sizeof err)) {
+  /* The quality metrics (classifier features, FID) run on the CPU whatever the generation
+   * device: they are the same measurement for every device. */
+  if (quality && vs_dev_ops(env.dev)->device != VSPEC_DEVICE_CPU &&
+      vs_device_open("cpu", &(vs_device_options){.threads = dv.threads}, &qdev, err,
+                     sizeof err)) {
+    fprintf(stderr, "vspec-bench eval: quality metrics: %s\n", err);
+    goto done;
+  }
+  if (quality && vs_quality_open(model_dir, qdev ? qdev : env.dev, &qual, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: quality metrics: %s\n", err);
     goto done;
   }
@@ -424,6 +440,7 @@ done:
   free(tokens);
   free(ratios);
   vs_quality_close(qual);
+  vs_dev_destroy(qdev);
   vs_models_close(models);
   vs_bench_env_close(&env);
   return status;

@@ -28,6 +28,8 @@ static void usage(FILE *f) {
           "  --cfg-interval I    guide only decode steps <= I, -1 = always (default: the model's)\n"
           "  --upscale K         enlarge the PNG K times, nearest neighbour (default 1)\n"
           "  --threads N         compute threads (default: all cores)\n"
+          "  --device D          cpu (default), cuda or cuda:N\n"
+          "  --precision P       GPU weights: bf16 (default on a GPU) or fp32 (parity)\n"
           "  --plugins DIR       plugin directory (default: plugins/ next to this program)\n"
           "  --json              print the job's metrics as JSON on stdout\n");
 }
@@ -41,7 +43,9 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   /* NAN / INT_MIN mean "use the model's default". */
   double temperature = NAN, top_p = NAN, cfg = NAN;
   long top_k = -1, cfg_interval = -2;
-  enum { O_TEMP = 256, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_UP, O_THREADS, O_PLUGINS, O_JSON };
+  vs_bench_device dv = {0};
+  enum { O_TEMP = 256, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_UP, O_THREADS, O_PLUGINS, O_JSON,
+         O_DEVICE, O_PRECISION };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"class", required_argument, 0, 'c'},
       {"seed", required_argument, 0, 's'},    {"method", required_argument, 0, 'M'},
@@ -50,6 +54,7 @@ int vs_bench_cmd_generate(int argc, char **argv) {
       {"cfg", required_argument, 0, O_CFG},   {"cfg-interval", required_argument, 0, O_CFGI},
       {"upscale", required_argument, 0, O_UP}, {"threads", required_argument, 0, O_THREADS},
       {"plugins", required_argument, 0, O_PLUGINS}, {"json", no_argument, 0, O_JSON},
+      {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -70,6 +75,8 @@ int vs_bench_cmd_generate(int argc, char **argv) {
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_JSON: json = 1; break;
+      case O_DEVICE: dv.spec = optarg; break;
+      case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -82,7 +89,8 @@ int vs_bench_cmd_generate(int argc, char **argv) {
 
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, (int)threads, err, sizeof err)) {
+  dv.threads = (int)threads;
+  if (vs_bench_env_open(&env, argv[0], plugin_dir, &dv, err, sizeof err)) {
     fprintf(stderr, "vspec-bench generate: %s\n", err);
     return 1;
   }

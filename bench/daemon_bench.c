@@ -327,7 +327,8 @@ int main(int argc, char **argv) {
 
   /* in-process side */
   vs_bench_env env;
-  if (vs_bench_env_open(&env, argv[0], b.plugins, b.threads, err, sizeof err)) {
+  vs_bench_device dv = {.threads = b.threads};
+  if (vs_bench_env_open(&env, argv[0], b.plugins, &dv, err, sizeof err)) {
     fprintf(stderr, "vspecd-bench: %s\n", err);
     return 1;
   }

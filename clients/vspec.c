@@ -695,6 +695,17 @@ static int cmd_status(int argc, char **argv) {
            "\"draining\": %s, \"default_model\": ",
            s->queued, s->queue_capacity, s->running, s->clients, s->draining ? "true" : "false");
     vs__json_str(stdout, s->default_model);
+    if (s->device) {
+      printf(", \"device\": {\"name\": ");
+      vs__json_str(stdout, s->device->name);
+      printf(", \"kind\": ");
+      vs__json_str(stdout, s->device->kind);
+      printf(", \"index\": %u, \"memory_used\": %llu, \"memory_total\": %llu, \"precision\": ",
+             s->device->index, (unsigned long long)s->device->memory_used,
+             (unsigned long long)s->device->memory_total);
+      vs__json_str(stdout, s->device->precision);
+      printf("}");
+    }
     printf(", \"workers\": [");
     for (size_t i = 0; i < s->n_workers; i++)
       printf("%s{\"index\": %u, \"job\": %llu, \"tokens_done\": %u, \"tokens_total\": %u, "
@@ -732,6 +743,14 @@ static int cmd_status(int argc, char **argv) {
     printf("%s%s: %u waiting (capacity %u), %u running, %u client(s), up %.0f s\n",
            s->node ? s->node : "vspecd", s->draining ? " (draining)" : "", s->queued,
            s->queue_capacity, s->running, s->clients, t ? t->uptime_s : 0.0);
+    if (s->device) {
+      const Vspec__DeviceInfo *d = s->device;
+      printf("device: %s, %s weights", d->name ? d->name : "?", d->precision ? d->precision : "?");
+      if (d->memory_total)
+        printf(", %.0f MiB of %.0f MiB in use", (double)d->memory_used / (1 << 20),
+               (double)d->memory_total / (1 << 20));
+      printf("\n");
+    }
     printf("workers:\n");
     for (size_t i = 0; i < s->n_workers; i++) {
       const Vspec__WorkerInfo *w = s->workers[i];

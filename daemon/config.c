@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "core/method.h"
+#include "kernels/vs_device.h"
 #include "vspec/types.h"
 
 void vs_config_defaults(vs_daemon_config *c) {
@@ -21,6 +22,7 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->log_level = VSPEC_LOG_INFO;
   c->workers = 1;
   c->threads = 0;
+  snprintf(c->device_kind, sizeof c->device_kind, "cpu");
   c->queue_size = 64;
   c->per_client = 16;
   c->busy_retry_ms = 1000;
@@ -153,6 +155,27 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
   } else if (!strcmp(s, "workers")) {
     if (!strcmp(k, "count")) return vs__int(key, v, 1, 256, &c->workers, err, errlen);
     if (!strcmp(k, "threads")) return vs__int(key, v, 0, 1024, &c->threads, err, errlen);
+  } else if (!strcmp(s, "device")) {
+    if (!strcmp(k, "kind")) {
+      if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+        snprintf(err, errlen, "%s = '%s' is not one of cpu, cuda", key, v);
+        return VSPEC_EINVAL;
+      }
+      return vs__str(key, v, c->device_kind, sizeof c->device_kind, err, errlen);
+    }
+    if (!strcmp(k, "index")) return vs__int(key, v, 0, 1023, &c->device_index, err, errlen);
+    if (!strcmp(k, "memory_limit_mb"))
+      return vs__long(key, v, 0, 1l << 30, &c->device_memory_mb, err, errlen);
+    if (!strcmp(k, "precision")) {
+      if (!strcmp(v, "default")) c->device_precision = VS_PRECISION_DEFAULT;
+      else if (!strcmp(v, "fp32")) c->device_precision = VS_PRECISION_FP32;
+      else if (!strcmp(v, "bf16")) c->device_precision = VS_PRECISION_BF16;
+      else {
+        snprintf(err, errlen, "%s = '%s' is not one of default, fp32, bf16", key, v);
+        return VSPEC_EINVAL;
+      }
+      return VSPEC_OK;
+    }
   } else if (!strcmp(s, "queue")) {
     if (!strcmp(k, "size")) return vs__int(key, v, 1, 1 << 20, &c->queue_size, err, errlen);
     if (!strcmp(k, "per_client")) return vs__int(key, v, 1, 1 << 20, &c->per_client, err, errlen);
@@ -325,7 +348,19 @@ static int vs__local_endpoint(const char *ep) {
   return 0; /* "*", 0.0.0.0, an interface name, another host */
 }
 
+void vs_config_device_spec(const vs_daemon_config *c, char *spec, size_t len) {
+  if (!strcmp(c->device_kind, "cuda")) snprintf(spec, len, "cuda:%d", c->device_index);
+  else snprintf(spec, len, "cpu");
+}
+
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
+  if (!strcmp(c->device_kind, "cpu") &&
+      (c->device_index != 0 || c->device_precision == VS_PRECISION_BF16 ||
+       c->device_memory_mb != 0)) {
+    snprintf(err, errlen, "[device] kind = cpu takes no index, memory_limit_mb or bf16 "
+             "precision (they are for kind = cuda)");
+    return VSPEC_EINVAL;
+  }
   if (c->n_models == 0) {
     snprintf(err, errlen, "no models configured ([models] NAME = DIR)");
     return VSPEC_EINVAL;

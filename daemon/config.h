@@ -33,6 +33,11 @@ typedef struct vs_daemon_config {
   /* [workers] */
   int workers;                /* worker threads, each with its own device context */
   int threads;                /* compute threads per worker; 0 = cores / workers */
+  /* [device] */
+  char device_kind[16];       /* "cpu" or "cuda" */
+  int device_index;           /* which GPU (cuda:N) */
+  long device_memory_mb;      /* bytes the daemon may hold on the GPU, in MiB; 0 = no limit */
+  int device_precision;       /* VS_PRECISION_*: 0 = the device's default */
   /* [queue] */
   int queue_size;             /* jobs waiting (running ones not counted) */
   int per_client;             /* jobs (waiting + running) one client may have */
@@ -68,6 +73,8 @@ typedef struct vs_daemon_config {
 } vs_daemon_config;
 
 void vs_config_defaults(vs_daemon_config *c);
+/* "cpu" or "cuda:N", for vs_device_open. */
+void vs_config_device_spec(const vs_daemon_config *c, char *spec, size_t len);
 /* Reads an INI file over the current values. Returns 0 or a negative status; the message
  * names the file, line, section and key. */
 int vs_config_load(vs_daemon_config *c, const char *path, char *err, size_t errlen);

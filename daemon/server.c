@@ -857,6 +857,18 @@ static void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *en
   st.default_model = s->cfg.default_model;
   st.has_node_id = 1;
   st.node_id = s->cfg.node_id;
+  Vspec__DeviceInfo dv = VSPEC__DEVICE_INFO__INIT;
+  vs_device_info di;
+  if (vs_workers_device_info(s->workers, &di) == VSPEC_OK) {
+    dv.name = di.name;
+    dv.kind = di.kind == VSPEC_DEVICE_CUDA ? "cuda" : "cpu";
+    dv.has_index = dv.has_memory_used = dv.has_memory_total = 1;
+    dv.index = (uint32_t)di.index;
+    dv.memory_used = di.mem_used;
+    dv.memory_total = di.mem_total;
+    dv.precision = di.precision == VS_PRECISION_BF16 ? "bf16" : "fp32";
+    st.device = &dv;
+  }
   int nw = vs_workers_status(s->workers, ws, 256);
   for (int i = 0; i < nw; i++) {
     vspec__worker_info__init(&wi[i]);
@@ -1479,7 +1491,23 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
   uv_loop_init(&s->loop);
   int rc;
   vs_host_init(&s->host, vs_cpu_ops());
-  if ((rc = vs_dev_create(vs_cpu_ops(), 1, &s->load_dev, err, errlen))) goto fail;
+  /* Models load on the configured device ([device]); the workers' devices share its memory
+   * space. A device that cannot be opened (no GPU, wrong index) stops the start here. */
+  char spec[32];
+  vs_config_device_spec(cfg, spec, sizeof spec);
+  vs_device_options dopt = {.threads = 1, .precision = cfg->device_precision,
+                            .memory_limit = (size_t)cfg->device_memory_mb << 20};
+  char inner[VSPEC_ERRLEN] = "";
+  if ((rc = vs_device_open(spec, &dopt, &s->load_dev, inner, sizeof inner))) {
+    snprintf(err, errlen, "[device] %s: %s", spec, inner);
+    goto fail;
+  }
+  {
+    vs_device_info di;
+    vs_dev_info(s->load_dev, &di);
+    vs_log(VSPEC_LOG_INFO, "server", "device %s (%s weights)", di.name,
+           di.precision == VS_PRECISION_BF16 ? "bf16" : "fp32");
+  }
   if ((rc = vs_registry_open(cfg->plugin_dir, &s->host, &s->reg, err, errlen))) goto fail;
   int bad = vs_registry_scan(s->reg);
   if (bad) vs_log(VSPEC_LOG_WARN, "server", "%d plugin(s) in %s failed to load", bad,
@@ -1511,7 +1539,8 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
   s->async.data = s;
   vs_workers_config wc = {.count = cfg->workers, .threads = cfg->threads, .queue = s->queue,
                           .models = s->models, .reg = s->reg, .post = vs__post,
-                          .post_user = s, .node = s->cfg.node};
+                          .post_user = s, .node = s->cfg.node, .device_options = dopt};
+  snprintf(wc.device, sizeof wc.device, "%s", spec);
   if ((rc = vs_workers_start(&wc, &s->workers, err, errlen))) goto fail;
   uv_timer_init(&s->loop, &s->tick);
   s->tick.data = s;

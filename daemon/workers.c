@@ -318,7 +318,9 @@ int vs_workers_start(const vs_workers_config *cfg, vs_workers **out, char *err, 
     vs_worker *w = &p->w[i];
     w->index = i;
     w->pool = p;
-    rc = vs_dev_create(vs_cpu_ops(), threads, &w->dev, err, errlen);
+    vs_device_options opt = cfg->device_options;
+    opt.threads = threads;
+    rc = vs_device_open(cfg->device[0] ? cfg->device : "cpu", &opt, &w->dev, err, errlen);
     if (rc) break;
     if (pthread_create(&w->thread, NULL, vs__worker_main, w)) {
       snprintf(err, errlen, "cannot start worker thread %d", i);
@@ -345,6 +347,11 @@ void vs_workers_join(vs_workers *p) {
   }
   free(p->w);
   free(p);
+}
+
+int vs_workers_device_info(vs_workers *p, vs_device_info *out) {
+  if (!p || p->n < 1) return VSPEC_EINVAL;
+  return vs_dev_info(p->w[0].dev, out);
 }
 
 int vs_workers_status(vs_workers *p, vs_worker_status *out, int max) {

@@ -14,6 +14,7 @@
 #include "core/registry.h"
 #include "daemon/job_queue.h"
 #include "daemon/model_set.h"
+#include "kernels/vs_device.h"
 
 typedef void (*vs_post_fn)(vs_djob *j, void *user);
 
@@ -26,6 +27,8 @@ typedef struct vs_workers_config {
   vs_post_fn post;
   void *post_user;
   const char *node;
+  char device[32];                   /* "cpu" or "cuda:N" (vs_device_open) */
+  vs_device_options device_options;  /* threads are set per worker from `threads` */
 } vs_workers_config;
 
 typedef struct vs_worker_status {
@@ -40,5 +43,8 @@ int vs_workers_start(const vs_workers_config *cfg, vs_workers **out, char *err, 
 /* Joins the threads; stop the queue first so they leave their wait. */
 void vs_workers_join(vs_workers *w);
 int vs_workers_status(vs_workers *w, vs_worker_status *out, int max);
+/* The device the workers compute on (worker 0's context; they all share its kind, index
+ * and precision). VSPEC_EINVAL once the workers are joined. */
+int vs_workers_device_info(vs_workers *w, vs_device_info *out);
 
 #endif /* VS_WORKERS_H */

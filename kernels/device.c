@@ -65,8 +65,9 @@ static pthread_mutex_t vs__cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 static const vs_device_class *vs__cuda_class;
 static char vs__cuda_error[VSPEC_ERRLEN];
 
-/* Where the module may be: $VSPEC_CUDA_MODULE, else lib/ next to the executable or one
- * level up (build/vspecd and build/tests/test_* both find build/lib/). */
+/* Where the module may be: $VSPEC_CUDA_MODULE, else lib/ next to the executable or one or
+ * two levels up (build/vspecd, build/tests/test_* and build/tests/gpu/test_* all find
+ * build/lib/). */
 static int vs__cuda_candidates(char paths[][PATH_MAX], int max) {
   int n = 0;
   const char *env = getenv("VSPEC_CUDA_MODULE");
@@ -83,12 +84,13 @@ static int vs__cuda_candidates(char paths[][PATH_MAX], int max) {
   *slash = '\0';
   if (n < max) snprintf(paths[n++], PATH_MAX, "%s/lib/%s", exe, VS_CUDA_MODULE);
   if (n < max) snprintf(paths[n++], PATH_MAX, "%s/../lib/%s", exe, VS_CUDA_MODULE);
+  if (n < max) snprintf(paths[n++], PATH_MAX, "%s/../../lib/%s", exe, VS_CUDA_MODULE);
   return n;
 }
 
 static void vs__cuda_load_locked(void) {
-  char paths[2][PATH_MAX];
-  int n = vs__cuda_candidates(paths, 2);
+  char paths[3][PATH_MAX];
+  int n = vs__cuda_candidates(paths, 3);
   for (int i = 0; i < n; i++) {
     if (access(paths[i], F_OK) != 0) continue;
     void *h = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
@@ -111,10 +113,19 @@ static void vs__cuda_load_locked(void) {
     vs__cuda_class = cls;
     return;
   }
+  const char *env = getenv("VSPEC_CUDA_MODULE");
+  if (env && *env) {
+    snprintf(vs__cuda_error, sizeof vs__cuda_error,
+             "VSPEC_CUDA_MODULE=%s: no such file (the CUDA module, libvspec-cuda.so)", env);
+    return;
+  }
+  char *dir = n ? strrchr(paths[0], '/') : NULL;
+  if (dir) *dir = '\0';
   snprintf(vs__cuda_error, sizeof vs__cuda_error,
-           "this build has no CUDA support: %s not found (%s; it is built when nvcc is found, "
-           "or with make VSPEC_CUDA=1)", VS_CUDA_MODULE,
-           n ? paths[0] : "cannot locate the executable");
+           "this build has no CUDA support: %s not found (looked in %s%s; it is built when "
+           "nvcc is found, or with make VSPEC_CUDA=1; VSPEC_CUDA_MODULE names another)",
+           VS_CUDA_MODULE, n ? paths[0] : "nowhere: cannot locate the executable",
+           n > 1 ? " and above" : "");
 }
 
 static const vs_device_class *vs__cuda(char *err, size_t errlen) {

@@ -20,6 +20,7 @@
 #include "daemon/config.h"
 #include "daemon/job_queue.h"
 #include "daemon/preview.h"
+#include "daemon/server.h"
 #include "daemon/zsock_watch.h"
 #include "kernels/vs_kernels.h"
 #include "proto/curve_keys.h"
@@ -74,6 +75,9 @@ static void test_config(void **state) {
                           {"[defaults]\nmethod = sd:\n", "acceptance rule"},
                           {"[shutdown]\ndrain = maybe\n", "finish"},
                           {"[curve]\nenabled = perhaps\n", "boolean"},
+                          {"[device]\nkind = gpu\n", "cpu, cuda"},
+                          {"[device]\nprecision = fp8\n", "default, fp32, bf16"},
+                          {"[device]\nmemory_limit_mb = -1\n", "device.memory_limit_mb"},
                           {"not an ini line\n", "line 1"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     vs_config_defaults(&c);
@@ -115,10 +119,53 @@ static void test_config(void **state) {
   }
   unlink(path);
   assert_int_not_equal(vs_config_load(&c, path, err, sizeof err), 0);
+  /* [device]: cuda:N from kind and index; GPU-only keys are refused for the CPU */
+  vs_config_defaults(&c);
+  char spec[32];
+  vs_config_device_spec(&c, spec, sizeof spec);
+  assert_string_equal(spec, "cpu");
+  assert_int_equal(vs_config_set_arg(&c, "device.kind=cuda", err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "device.index=2", err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "device.precision=fp32", err, sizeof err), 0);
+  vs_config_device_spec(&c, spec, sizeof spec);
+  assert_string_equal(spec, "cuda:2");
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "device.kind=cpu", err, sizeof err), 0);
+  assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_non_null(strstr(err, "kind = cpu"));
   /* the shipped example configuration is valid */
   vs_config_defaults(&c);
   if (vs_config_load(&c, "etc/vspecd.conf", err, sizeof err)) fail_msg("%s", err);
   assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+}
+
+/* vspecd configured for a GPU on a machine without one refuses to start and says why (with
+ * a GPU it starts, and the status names the device). */
+static void test_server_device(void **state) {
+  (void)state;
+  vs_daemon_config c;
+  char err[1024] = "";
+  vs_config_defaults(&c);
+  vs_config_set(&c, "server", "endpoint", "ipc:///tmp/vspec-units-dev.sock", err, sizeof err);
+  vs_config_set(&c, "server", "admin_endpoint", "ipc:///tmp/vspec-units-dev-admin.sock", err,
+                sizeof err);
+  vs_config_set(&c, "models", "micro", "tests/golden/micro_c2i", err, sizeof err);
+  vs_config_set(&c, "models", "default", "micro", err, sizeof err);
+  char plugins[512];
+  snprintf(plugins, sizeof plugins, "%s/plugins", getenv("VSPEC_BUILD") ? getenv("VSPEC_BUILD") : "build");
+  vs_config_set(&c, "plugins", "dir", plugins, err, sizeof err);
+  assert_int_equal(vs_config_set_arg(&c, "device.kind=cuda", err, sizeof err), 0);
+  vs_server *s = NULL;
+  int rc = vs_server_open(&c, &s, err, sizeof err);
+  if (rc == 0) { /* a GPU is here */
+    vs_server_close(s);
+    return;
+  }
+  assert_null(s);
+  printf("  vspecd with [device] kind = cuda: %s\n", err);
+  assert_non_null(strstr(err, "[device] cuda:0:"));
+  assert_true(strstr(err, "no CUDA device") || strstr(err, "no CUDA support") ||
+              strstr(err, "cannot load the CUDA module"));
 }
 
 static vs_djob *job(uint64_t id, int priority, uint64_t client) {
@@ -459,7 +506,8 @@ static void test_zwatch_close_in_read(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_config),          cmocka_unit_test(test_job_queue),
+      cmocka_unit_test(test_config),          cmocka_unit_test(test_server_device),
+      cmocka_unit_test(test_job_queue),
       cmocka_unit_test(test_wire_framing),    cmocka_unit_test(test_curve_key_files),
       cmocka_unit_test(test_preview_lut),     cmocka_unit_test(test_zwatch_close_in_read),
   };

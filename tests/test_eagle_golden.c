@@ -17,6 +17,7 @@
 #include "core/models.h"
 #include "core/safetensors.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/test_device.h"
 
 static vspec_host host;
 static vspec_dev *dev;
@@ -108,8 +109,9 @@ int main(void) {
   const char *b = getenv("VSPEC_BUILD");
   snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
   vs_host_init(&host, vs_cpu_ops());
-  if (vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err) ||
-      vs_registry_open(dir, &host, &reg, err, sizeof err)) {
+  dev = vt_test_device(1); /* VSPEC_TEST_DEVICE: make gpu-test runs this on CUDA */
+  printf("device: %s\n", vt_test_device_name());
+  if (vs_registry_open(dir, &host, &reg, err, sizeof err)) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;
   }

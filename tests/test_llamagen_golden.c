@@ -18,7 +18,9 @@
 #include "core/models.h"
 #include "core/registry.h"
 #include "core/safetensors.h"
+#include "kernels/host/host_math.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/test_device.h"
 
 #define GOLDEN_RTOL 1e-4
 
@@ -252,12 +254,15 @@ static void test_c2i_cfg_and_sampling(void **state) {
   (void)state;
   golden gd;
   open_golden(&gd, "tests/golden/micro_c2i");
-  const vspec_ops *ops = vs_cpu_ops();
+  /* The engine's host sampling path (core/sampling.c -> kernels/host/), the same on every
+   * device. */
   int V = gd.t->info.vocab;
   const float *pre = tensor(&gd, "prefill.logits", VSPEC_DTYPE_F32, 2 * V);
   float scale = *(const float *)tensor(&gd, "cfg.scale", VSPEC_DTYPE_F32, 1);
   float mixed[64], probs[64];
-  ops->cfg_combine(dev, pre, pre + V, (size_t)V, scale, mixed);
+  void *work = malloc(vs_host_probs_work_bytes(V));
+  assert_non_null(work);
+  vs_host_cfg_combine(pre, pre + V, (size_t)V, scale, mixed);
   expect_close("cfg.logits", mixed, tensor(&gd, "cfg.logits", VSPEC_DTYPE_F32, V), V);
   const char *cases[] = {"sample", "sample2", "sample3"};
   for (int c = 0; c < 3; c++) {
@@ -266,13 +271,14 @@ static void test_c2i_cfg_and_sampling(void **state) {
     const float *p = tensor(&gd, name, VSPEC_DTYPE_F32, 3);
     snprintf(name, sizeof name, "%s.logits", cases[c]);
     const float *l = tensor(&gd, name, VSPEC_DTYPE_F32, V);
-    ops->logits_to_probs(dev, l, V, p[0], (int)p[1], p[2], probs);
+    vs_host_logits_to_probs(l, V, p[0], (int)p[1], p[2], probs, work);
     snprintf(name, sizeof name, "%s.probs", cases[c]);
     const float *want = tensor(&gd, name, VSPEC_DTYPE_F32, V);
     expect_close(name, probs, want, V);
     /* The filtered support must match exactly, not just approximately. */
     for (int i = 0; i < V; i++) assert_int_equal(probs[i] > 0, want[i] > 0);
   }
+  free(work);
   close_golden(&gd);
 }
 
@@ -438,8 +444,9 @@ int main(void) {
   const char *b = getenv("VSPEC_BUILD");
   snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
   vs_host_init(&host, vs_cpu_ops());
-  if (vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err) ||
-      vs_registry_open(dir, &host, &reg, err, sizeof err)) {
+  dev = vt_test_device(1); /* VSPEC_TEST_DEVICE: make gpu-test runs this on CUDA */
+  printf("device: %s\n", vt_test_device_name());
+  if (vs_registry_open(dir, &host, &reg, err, sizeof err)) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;
   }

@@ -92,7 +92,7 @@ int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const 
 int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes);
 /* Per-GPU state: opened with the first context of a GPU, never freed. */
 struct vs_cuda_gpu *vs_cuda_gpu_get(int index, size_t memory_limit, char *err, size_t errlen);
-size_t vs_cuda_gpu_bytes_in_use(const struct vs_cuda_gpu *g);
+size_t vs_cuda_gpu_bytes_in_use(struct vs_cuda_gpu *g);
 /* The bf16 copy of a weight matrix allocated on this GPU (made on first use, dropped
  * when the weight is freed); NULL when `w` is not an allocation of ours or on failure. */
 const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count);

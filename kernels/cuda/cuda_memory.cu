@@ -64,7 +64,11 @@ vs_cuda_gpu *vs_cuda_gpu_get(int index, size_t memory_limit, char *err, size_t e
   return gpu;
 }
 
-size_t vs_cuda_gpu_bytes_in_use(const vs_cuda_gpu *g) { return g ? g->in_use : 0; }
+size_t vs_cuda_gpu_bytes_in_use(vs_cuda_gpu *g) {
+  if (!g) return 0;
+  std::lock_guard<std::mutex> l(g->lock);
+  return g->in_use;
+}
 
 /* ---- failures ------------------------------------------------------------------------------ */
 

@@ -12,7 +12,9 @@ static int cuda_count(char *err, size_t errlen) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    snprintf(err, errlen, "no CUDA device: %s", cudaGetErrorString(e));
+    snprintf(err, errlen, "no CUDA device: %s%s", cudaGetErrorString(e),
+             e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice
+                 ? " (no NVIDIA GPU or driver on this machine?)" : "");
     (void)cudaGetLastError();
     return 0;
   }

@@ -1,0 +1,65 @@
+/* tests/gpu/test_cuda_limits.c - a GPU that runs out of memory, or is asked for by a wrong
+ * index, gives a clear error and never a crash. (Own binary: a memory limit binds every
+ * context of its GPU for the rest of the process.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/engine.h"
+#include "core/host.h"
+#include "core/models.h"
+#include "core/registry.h"
+#include "tests/gpu/gpu_testutil.h"
+
+static void test_wrong_index(void **state) {
+  vspec_dev *gpu = gt_gpu(VS_PRECISION_FP32); /* skips without a GPU */
+  vs_dev_destroy(gpu);
+  char err[VSPEC_ERRLEN] = "";
+  vspec_dev *dev = NULL;
+  assert_int_equal(vs_device_open("cuda:1000", NULL, &dev, err, sizeof err), VSPEC_ERANGE);
+  assert_null(dev);
+  assert_non_null(strstr(err, "does not exist"));
+  printf("  %s\n", err);
+}
+
+/* models/fmnist needs about 30 MB for its fp32 weights: under a 16 MiB limit the first
+ * allocation past it fails, the load says so, and the device reports the limit. */
+static void test_memory_limit(void **state) {
+  vs_device_options opt = {.precision = VS_PRECISION_FP32, .memory_limit = (size_t)16 << 20};
+  char err[VSPEC_ERRLEN] = "", dir[1024];
+  vspec_dev *dev = NULL;
+  const char *spec = getenv("VSPEC_TEST_DEVICE");
+  if (!spec || strcmp(spec, "cpu") == 0) spec = "cuda";
+  if (vs_device_open(spec, &opt, &dev, err, sizeof err)) {
+    fprintf(stderr, "SKIPPED: %s\n", err);
+    exit(VT_EXIT_SKIP);
+  }
+  const char *b = getenv("VSPEC_BUILD");
+  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
+  vspec_host host;
+  vs_registry *reg = NULL;
+  vs_models *models = NULL;
+  vs_host_init(&host, vs_cpu_ops());
+  assert_int_equal(vs_registry_open(dir, &host, &reg, err, sizeof err), 0);
+  /* 16 MiB cannot hold the fmnist target in fp32 */
+  int rc = vs_models_open(reg, &host, dev, "models/fmnist", VS_ROLE_ALL, &models, err, sizeof err);
+  assert_int_not_equal(rc, VSPEC_OK);
+  assert_null(models);
+  printf("  load under 16 MiB: %s\n", err);
+  assert_true(strstr(err, "allocate") || strstr(err, "memory"));
+  char why[VSPEC_ERRLEN] = "";
+  assert_int_not_equal(vs_dev_check(dev, why, sizeof why), VSPEC_OK);
+  assert_non_null(strstr(why, "memory limit"));
+  vs_dev_destroy(dev);
+  vs_registry_close(reg);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wrong_index),
+      cmocka_unit_test(test_memory_limit),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

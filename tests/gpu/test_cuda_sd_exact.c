@@ -1,0 +1,185 @@
+/* tests/gpu/test_cuda_sd_exact.c - exact speculative decoding on the GPU samples the
+ * target's distribution.
+ *
+ * The micro golden GPT (vocabulary 64, 16 tokens) with its EAGLE head on the device, CFG
+ * 2, temperature 1. The exact distributions of image tokens 1 and 2 (marginalised over the
+ * tokens before them) are computed from the target on the same device: 1 + 64 + 64*64
+ * one-token forwards. SAMPLES images are generated with exact SD over a static tree; the
+ * counts of tokens 1 and 2 must pass Pearson's chi-square (p > 1e-3). The deliberately
+ * wrong rule that accepts with min(1, 3 q/p) must fail the same test, which shows the
+ * test can fail at this sample size.
+ *
+ * VSPEC_TEST_DEVICE=cpu runs the same test on the CPU (how it was calibrated without a
+ * GPU); make gpu-test runs it on cuda.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/host.h"
+#include "core/models.h"
+#include "core/registry.h"
+#include "tests/gpu/gpu_testutil.h"
+#include "tests/support/stats.h"
+
+#define SAMPLES 8000
+#define P_MIN 1e-3
+#define TREE "shape=static,tree=0/1/2/0.0/0.1/1.0/0.0.0"
+
+static vspec_host g_host;
+static vs_registry *g_reg;
+static vspec_dev *g_dev;
+static vs_models *g_models;
+static char g_dir[256];
+static vs_sampling g_s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f,
+                          .cfg_interval = -1};
+
+/* A model directory with the micro target and its EAGLE head (links to the goldens). */
+static void make_model_dir(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/vspec-gpu-sd-XXXXXX");
+  if (!mkdtemp(g_dir)) abort();
+  char cwd[512], a[1024], b[1024];
+  if (!getcwd(cwd, sizeof cwd)) abort();
+  snprintf(a, sizeof a, "%s/tests/golden/micro_c2i/gpt.safetensors", cwd);
+  snprintf(b, sizeof b, "%s/gpt.safetensors", g_dir);
+  if (symlink(a, b)) abort();
+  snprintf(a, sizeof a, "%s/tests/golden/micro_eagle/eagle.safetensors", cwd);
+  snprintf(b, sizeof b, "%s/eagle.safetensors", g_dir);
+  if (symlink(a, b)) abort();
+  snprintf(b, sizeof b, "%s/vspec-model.json", g_dir);
+  FILE *f = fopen(b, "w");
+  if (!f) abort();
+  fprintf(f, "{\"name\": \"micro\", \"target\": {\"backend\": \"llamagen\", \"gpt\": "
+             "\"gpt.safetensors\"}, \"eagle\": {\"backend\": \"eagle\", \"weights\": "
+             "\"eagle.safetensors\", \"target\": \"gpt.safetensors\"}}\n");
+  fclose(f);
+}
+
+/* Exact distributions of image tokens 1 and 2 under the target on g_dev. */
+static void exact_marginals(double *p1, double *p2) {
+  const vs_backend_model *t = &g_models->target;
+  int V = t->info.vocab;
+  vs_sampler sp;
+  if (vs_sampler_init(&sp, V)) abort();
+  float *logits = gt_host((size_t)2 * V), *q0 = gt_host((size_t)V), *q1 = gt_host((size_t)V);
+  float *q2 = gt_host((size_t)V);
+  char err[VSPEC_ERRLEN];
+  for (int v = 0; v < V; v++) p1[v] = p2[v] = 0.0;
+  vspec_session_config c = {.struct_size = sizeof c, .class_label = 0, .rows = 2, .max_nodes = 4};
+  const int32_t root = -1, zero = 0;
+  vspec_forward_out o = {.struct_size = sizeof o, .logits = logits};
+  for (int t0 = -1; t0 < V; t0++) {
+    vspec_session *s = NULL;
+    if (t->vt->session_open(t->model, g_dev, &c, &s, err, sizeof err) ||
+        t->vt->prefill(s, &o, err, sizeof err))
+      fail_msg("%s", err);
+    vs_node_distribution(&sp, logits, 2, 0, &g_s, q0);
+    if (t0 < 0) { /* first pass: only q0 is needed, and it is the same in every session */
+      t->vt->session_close(s);
+      continue;
+    }
+    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &t0, .parents = &root};
+    if (t->vt->forward(s, &b, &o, err, sizeof err) || t->vt->commit(s, &zero, 1, err, sizeof err))
+      fail_msg("%s", err);
+    vs_node_distribution(&sp, logits, 2, 1, &g_s, q1);
+    for (int t1 = 0; t1 < V; t1++) {
+      double w01 = (double)q0[t0] * q1[t1];
+      p1[t1] += w01;
+      if (w01 == 0.0) continue;
+      vspec_forward_batch b1 = {.struct_size = sizeof b1, .n_nodes = 1, .tokens = &t1,
+                                .parents = &root};
+      if (t->vt->forward(s, &b1, &o, err, sizeof err)) fail_msg("%s", err); /* not committed */
+      vs_node_distribution(&sp, logits, 2, 2, &g_s, q2);
+      for (int t2 = 0; t2 < V; t2++) p2[t2] += w01 * q2[t2];
+    }
+    t->vt->session_close(s);
+  }
+  free(logits), free(q0), free(q1), free(q2);
+  vs_sampler_free(&sp);
+}
+
+/* Chi-square p-values of tokens 1 and 2 over SAMPLES images generated with `method`. */
+static void sample_pvalues(const char *method, const double *p1, const double *p2, double *pv1,
+                           double *pv2) {
+  int V = g_models->target.info.vocab;
+  int64_t *c1 = calloc((size_t)V, sizeof *c1), *c2 = calloc((size_t)V, sizeof *c2);
+  int32_t tokens[64];
+  char err[VSPEC_ERRLEN];
+  vs_metrics total;
+  memset(&total, 0, sizeof total);
+  for (int i = 0; i < SAMPLES; i++) {
+    vs_job job = {.method = method, .class_label = 0, .seed = 7000003ull + (uint64_t)i,
+                  .sampling = g_s};
+    vs_metrics mt;
+    if (vs_generate(g_models, g_dev, &job, tokens, &mt, err, sizeof err))
+      fail_msg("%s: %s", method, err);
+    vs_metrics_add(&total, &mt);
+    c1[tokens[1]]++;
+    c2[tokens[2]]++;
+  }
+  double stat1, stat2;
+  int dof1, dof2;
+  *pv1 = vs_chi2_test(c1, p1, V, SAMPLES, 5.0, &stat1, &dof1);
+  *pv2 = vs_chi2_test(c2, p2, V, SAMPLES, 5.0, &stat2, &dof2);
+  printf("  %-62s token 1: chi2 %7.1f dof %2d p %.3g; token 2: chi2 %7.1f dof %2d p %.3g; "
+         "TPF %.2f\n", method, stat1, dof1, *pv1, stat2, dof2, *pv2, vs_metrics_tpf(&total));
+  free(c1), free(c2);
+}
+
+static void test_exact_sd_matches_target(void **state) {
+  int V = g_models->target.info.vocab;
+  double *p1 = calloc((size_t)V, sizeof *p1), *p2 = calloc((size_t)V, sizeof *p2);
+  exact_marginals(p1, p2);
+  double s1 = 0, s2 = 0;
+  for (int v = 0; v < V; v++) s1 += p1[v], s2 += p2[v];
+  assert_true(fabs(s1 - 1.0) < 1e-4 && fabs(s2 - 1.0) < 1e-4);
+  double a, b;
+  sample_pvalues("ar", p1, p2, &a, &b);
+  if (!(a > P_MIN && b > P_MIN)) fail_msg("AR does not sample its own target (p %.3g, %.3g)", a, b);
+  sample_pvalues("sd:exact@standard:" TREE, p1, p2, &a, &b);
+  if (!(a > P_MIN && b > P_MIN)) fail_msg("exact SD failed the chi-square test (p %.3g, %.3g)", a, b);
+  /* the wrong rule must be caught by the very same test */
+  sample_pvalues("sd:uniform_rsd:omega=3,resample=rule@standard:" TREE, p1, p2, &a, &b);
+  if (!(a < P_MIN || b < P_MIN))
+    fail_msg("the wrong rule passed the chi-square test (p %.3g, %.3g)", a, b);
+  free(p1), free(p2);
+}
+
+static int setup(void **state) {
+  const char *spec = getenv("VSPEC_TEST_DEVICE");
+  g_dev = spec && strcmp(spec, "cpu") == 0 ? gt_cpu() : gt_gpu(VS_PRECISION_FP32);
+  char err[VSPEC_ERRLEN], dir[1024];
+  const char *b = getenv("VSPEC_BUILD");
+  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
+  vs_host_init(&g_host, vs_cpu_ops());
+  make_model_dir();
+  if (vs_registry_open(dir, &g_host, &g_reg, err, sizeof err) ||
+      vs_models_open(g_reg, &g_host, g_dev, g_dir, VS_ROLE_ALL, &g_models, err, sizeof err)) {
+    fprintf(stderr, "setup: %s\n", err);
+    return -1;
+  }
+  vs_device_info info;
+  vs_dev_info(g_dev, &info);
+  printf("device: %s\n", info.name);
+  return 0;
+}
+
+static int teardown(void **state) {
+  vs_models_close(g_models);
+  vs_registry_close(g_reg);
+  vs_dev_destroy(g_dev);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_exact_sd_matches_target)};
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

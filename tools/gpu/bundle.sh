@@ -1,0 +1,39 @@
+#!/bin/sh
+# Copies what the GPU suite and the GPU benchmarks need into one directory that can travel
+# to a GPU machine without this machine's Debian packages: the binaries and plugins in the
+# build's own layout (so VSPEC_BUILD and the CUDA module lookup work unchanged), and in
+# lib/ every shared library they load that is neither glibc's nor CUDA's.
+#
+#   tools/gpu/bundle.sh BUILD_DIR OUT_DIR
+#
+# On the GPU machine, from the repository root (models/ and tests/golden/ travel with it):
+#   LD_LIBRARY_PATH=OUT_DIR/lib OUT_DIR/... or tools/gpu/run_gpu_tests.sh OUT_DIR
+set -eu
+BUILD=$1
+OUT=$2
+rm -rf "$OUT"
+mkdir -p "$OUT/lib" "$OUT/tests/gpu" "$OUT/tests/plugins" "$OUT/plugins"
+cp "$BUILD"/vspec-bench "$BUILD"/vspecd "$BUILD"/vspec "$OUT/"
+cp "$BUILD"/plugins/*.so "$OUT/plugins/"
+cp "$BUILD"/tests/plugins/*.so "$OUT/tests/plugins/" 2>/dev/null || true
+cp "$BUILD"/tests/gpu/test_* "$OUT/tests/gpu/"
+for t in test_llamagen_golden test_eagle_golden test_device; do cp "$BUILD/tests/$t" "$OUT/tests/"; done
+if [ -f "$BUILD/lib/libvspec-cuda.so" ]; then
+  cp "$BUILD/lib/libvspec-cuda.so" "$OUT/lib/"
+else
+  echo "bundle: $BUILD/lib/libvspec-cuda.so is missing (built when nvcc is found)" >&2
+  exit 1
+fi
+# Shared libraries, minus the C library (the target has its own, newer) and CUDA's.
+for f in "$OUT"/vspec-bench "$OUT"/vspecd "$OUT"/vspec "$OUT"/tests/test_* "$OUT"/tests/gpu/test_* \
+         "$OUT"/plugins/*.so; do
+  ldd "$f" 2>/dev/null | awk '$3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case $(basename "$lib") in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*) ;;
+    libstdc++.so*|libgcc_s.so*) ;; # the target's own are newer, and CUDA's libraries need them
+    libcuda*|libcublas*|libcudart*) ;;
+    *) cp -L "$lib" "$OUT/lib/" ;;
+  esac
+done
+du -sh "$OUT" | awk '{print "bundle: " $1 " in " $2}'
