@@ -49,7 +49,7 @@ CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
 LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -ldl -lpthread -lm \
           -l:liblapacke.a -l:liblapack_pic.a -lblis -l:libgfortran.so.5
 
-CFLAGS := $(CFLAGS_BASE) $(SANFLAGS)
+CFLAGS := $(CFLAGS_BASE) $(SANFLAGS) $(if $(SANFLAGS),-DVSPEC_SANITIZED)
 LDFLAGS := $(SANFLAGS)
 PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 PLUGIN_LDFLAGS := -shared $(SANFLAGS)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/method.h"
+#include "core/mar_loop.h"
 #include "core/round_loop.h"
 
 size_t vs_job_describe(const vs_job *job, const char *model_name, char *buf, size_t buflen) {
@@ -17,6 +18,13 @@ size_t vs_job_describe(const vs_job *job, const char *model_name, char *buf, siz
                    model_name ? model_name : "?", job->method ? job->method : "ar",
                    job->class_label, (unsigned long long)job->seed, s->temperature, s->top_k,
                    s->top_p, s->cfg_scale, s->cfg_interval);
+  if (n >= 0 && (size_t)n < buflen && job->latents) { /* continuous-token (MAR) jobs */
+    char it[16] = "default";
+    if (s->num_iter > 0) snprintf(it, sizeof it, "%d", s->num_iter);
+    int k = snprintf(buf + n, buflen - (size_t)n, " num_iter=%s cfg_schedule=%s", it,
+                     s->cfg_schedule == VS_CFG_CONSTANT ? "constant" : "linear");
+    if (k > 0) n += k;
+  }
   return n < 0 ? 0 : (size_t)n;
 }
 
@@ -37,7 +45,15 @@ int vs_generate(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *t
   vs_method m;
   if ((rc = vs_method_parse(job->method ? job->method : "ar", &m, err, errlen))) return rc;
   double t0 = vs_now();
-  rc = vs_round_loop_run(models, dev, job, &m, tokens, &mt, err, errlen);
+  if (models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS) {
+    /* the ids a continuous model reports are zeros: its output is job->latents */
+    if (tokens)
+      memset(tokens, 0,
+             (size_t)models->target.info.grid_h * models->target.info.grid_w * sizeof *tokens);
+    rc = vs_mar_run(models, dev, job, &m, &mt, err, errlen);
+  }
+  else
+    rc = vs_round_loop_run(models, dev, job, &m, tokens, &mt, err, errlen);
   mt.wall_s = vs_now() - t0;
   if (metrics) *metrics = mt;
   return rc;

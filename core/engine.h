@@ -21,7 +21,10 @@
 #include "core/metrics.h"
 #include "core/sampling.h"
 
-/* Generates one image's tokens (raster order) into tokens[grid_h * grid_w]. */
+/* Generates one image's tokens (raster order) into tokens[grid_h * grid_w]. A
+ * continuous-token (MAR) model writes job->latents instead (vs_models_latent_count values,
+ * required) and zeros into tokens (which may then be NULL); vs_models_decode makes pixels
+ * of either. */
 int vs_generate(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *tokens,
                 vs_metrics *metrics, char *err, size_t errlen);
 

@@ -15,7 +15,11 @@ enum {
   VS_STREAM_TARGET_SAMPLE = 1, /* tokens drawn from the target distribution */
   VS_STREAM_DRAFT_SAMPLE = 2,  /* tokens drawn from the draft distribution */
   VS_STREAM_ACCEPT = 3,        /* acceptance tests */
-  VS_STREAM_SCHED = 4          /* scheduler decisions */
+  VS_STREAM_SCHED = 4,         /* scheduler decisions */
+  VS_STREAM_ORDER = 5,         /* MAR's generation order */
+  VS_STREAM_RESIDUAL = 6,      /* continuous tokens: residual sampling */
+  VS_STREAM_NOISE = 64         /* MAR's diffusion noises: stream 64 + position, so that draft
+                                  and target draw a position's noises alike */
 };
 
 /* What each emitted token went through (the token map of DESIGN.md). */
@@ -40,6 +44,11 @@ typedef struct vs_round_info {
   int prepended;           /* unverified tokens fed before the tree (post-verification) */
   int accepted_len;        /* drafted tokens accepted this round (verified or not) */
   const struct vs_tree *tree;             /* the drafted tree (root = node 0), or NULL */
+  /* Continuous-token (MAR) models reveal positions in a random order: n_tokens counts the
+   * verified positions, tokens are zeros, status is per grid position (VS_TOKEN_NONE: not
+   * yet), and latents [grid, token_dim] holds the verified values (zeros elsewhere). NULL
+   * for discrete models. */
+  const float *latents;
   const vs_backend_model *target;         /* introspection, e.g. for tests */
   vspec_session *session;                 /* the target's session, between rounds */
   const vs_metrics *metrics;              /* the job's metrics so far */
@@ -59,6 +68,13 @@ typedef struct vs_job {
   uint64_t seed;
   vs_sampling sampling;
   uint8_t *status;             /* optional out: [grid] VS_TOKEN_* per emitted token */
+  float *latents;              /* continuous-token models: out [grid, token_dim] (required;
+                                  the int32 token grid of vs_generate is not written) */
+  /* continuous-token models, for golden tests against a reference: a given generation order
+   * [grid] and noises [grid, sampling_steps + 1, token_dim] (slot 0 the initial state, slot k
+   * the noise of step k, the last the final step's) instead of the seed's draws */
+  const int32_t *mar_order;
+  const float *mar_noise;
   vs_round_fn on_round;        /* optional: called after every round */
   void *user;
   atomic_int *cancel;          /* optional: set nonzero (from any thread) to stop the job at

@@ -39,6 +39,7 @@ void vs_metrics_add(vs_metrics *a, const vs_metrics *b) {
   a->accept_s += b->accept_s;
   a->skipped_rounds += b->skipped_rounds;
   a->unverified_tokens += b->unverified_tokens;
+  a->residual_rounds += b->residual_rounds;
 }
 
 double vs_now(void) {

@@ -29,6 +29,7 @@ typedef struct vs_metrics {
   double accept_s;          /* time in the verification walk (rules, residuals, sampling) */
   int64_t skipped_rounds;   /* rounds that accepted a path without verification (VVS) */
   int64_t unverified_tokens; /* tokens those rounds emitted */
+  int64_t residual_rounds;   /* continuous tokens: proposals the residual samplers drew */
 } vs_metrics;
 
 /* Acceptance rate = accepted / drafted, overall and at depth d (DESIGN.md "Metrics"). */

@@ -8,6 +8,7 @@
 
 #include "core/neighbours.h"
 #include "core/params.h"
+#include "kernels/vs_kernels.h"
 
 #define VS_MANIFEST "vspec-model.json"
 
@@ -24,14 +25,22 @@ int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *d
   char inner[VSPEC_ERRLEN] = "";
   rc = out->vt->load(host, dev, path, p, &out->model, inner, sizeof inner);
   if (rc) {
-    snprintf(err, errlen, "backend '%s' could not load %s: %s", backend, path,
-             *inner ? inner : "no message");
+    const char *why = rc == VSPEC_ENOMEM ? vs_dev_alloc_error(dev) : "";
+    snprintf(err, errlen, "backend '%s' could not load %s: %s%s%s%s", backend, path,
+             *inner ? inner : "no message", *why ? " (" : "", why, *why ? ")" : "");
     vs_plugin_release(out->plugin);
     out->plugin = NULL;
     goto done;
   }
   out->info.struct_size = sizeof out->info;
   out->vt->info(out->model, &out->info);
+  /* Weights a backend filled with asynchronous device copies are on the device before a
+   * worker's context reads them. */
+  if ((rc = vs_dev_sync(dev))) {
+    snprintf(err, errlen, "backend '%s' loading %s: the device failed to finish the load (%d)",
+             backend, path, rc);
+    vs_backend_model_unload(out);
+  }
 done:
   vs_params_free(p);
   return rc;
@@ -42,6 +51,34 @@ void vs_backend_model_unload(vs_backend_model *bm) {
   bm->vt->unload(bm->model);
   vs_plugin_release(bm->plugin);
   memset(bm, 0, sizeof *bm);
+}
+
+size_t vs_models_latent_count(const vs_models *m) {
+  const vspec_model_info *in = &m->target.info;
+  if (in->token_kind != VSPEC_TOKENS_CONTINUOUS) return 0;
+  return (size_t)in->grid_h * in->grid_w * (size_t)in->token_dim;
+}
+
+int vs_models_decode(const vs_models *m, vspec_dev *dev, const int32_t *tokens,
+                     const float *latents, uint8_t *rgb, char *err, size_t errlen) {
+  const vs_backend_model *t = &m->target;
+  if (!t->model || !t->info.image_h || !t->info.image_w) {
+    snprintf(err, errlen, "model '%s' has no image decoder", m->name);
+    return VSPEC_ENOTSUP;
+  }
+  if (t->info.token_kind == VSPEC_TOKENS_CONTINUOUS) {
+    if (!VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, decode_latents) || !t->vt->decode_latents) {
+      snprintf(err, errlen, "model '%s': its backend cannot decode latents", m->name);
+      return VSPEC_ENOTSUP;
+    }
+    if (!latents) {
+      snprintf(err, errlen, "model '%s' has continuous tokens: decoding needs its latents",
+               m->name);
+      return VSPEC_EINVAL;
+    }
+    return t->vt->decode_latents(t->model, dev, latents, rgb, err, errlen);
+  }
+  return t->vt->decode(t->model, dev, tokens, rgb, err, errlen);
 }
 
 static int vs__exists(const char *path) {
@@ -55,6 +92,17 @@ static int vs__read_defaults(json_t *d, vs_sampling *s, const char *path, char *
   const char *key;
   json_t *v;
   json_object_foreach(d, key, v) {
+    if (strcmp(key, "cfg_schedule") == 0) {
+      const char *sv = json_string_value(v);
+      if (sv && strcmp(sv, "linear") == 0) s->cfg_schedule = VS_CFG_LINEAR;
+      else if (sv && strcmp(sv, "constant") == 0) s->cfg_schedule = VS_CFG_CONSTANT;
+      else {
+        snprintf(err, errlen, "%s: defaults.cfg_schedule must be \"linear\" or \"constant\"",
+                 path);
+        return VSPEC_EFORMAT;
+      }
+      continue;
+    }
     if (!json_is_number(v)) {
       snprintf(err, errlen, "%s: defaults.%s must be a number", path, key);
       return VSPEC_EFORMAT;
@@ -65,9 +113,10 @@ static int vs__read_defaults(json_t *d, vs_sampling *s, const char *path, char *
     else if (strcmp(key, "top_p") == 0) s->top_p = (float)x;
     else if (strcmp(key, "cfg_scale") == 0) s->cfg_scale = (float)x;
     else if (strcmp(key, "cfg_interval") == 0) s->cfg_interval = (int)x;
+    else if (strcmp(key, "num_iter") == 0) s->num_iter = (int)x;
     else {
       snprintf(err, errlen, "%s: unknown key defaults.%s (known: temperature, top_k, top_p, "
-               "cfg_scale, cfg_interval)", path, key);
+               "cfg_scale, cfg_interval, num_iter, cfg_schedule)", path, key);
       return VSPEC_EFORMAT;
     }
   }

@@ -23,7 +23,12 @@ typedef struct vs_sampling {
   float top_p;        /* 1: off */
   float cfg_scale;    /* <= 1: no CFG (one row) */
   int cfg_interval;   /* -1: guide every step; else only decode steps <= cfg_interval */
+  /* continuous-token (MAR) models */
+  int num_iter;       /* generation steps; 0 = the model's default */
+  int cfg_schedule;   /* VS_CFG_LINEAR (MAR's default) or VS_CFG_CONSTANT */
 } vs_sampling;
+
+enum { VS_CFG_LINEAR = 0, VS_CFG_CONSTANT = 1 };
 
 /* One loaded backend model and the plugin generation that serves it. */
 typedef struct vs_backend_model {
@@ -65,5 +70,15 @@ int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *d
                           const char *backend, const char *path, const char *params,
                           vs_backend_model *out, char *err, size_t errlen);
 void vs_backend_model_unload(vs_backend_model *bm);
+
+/* Values one job's latents hold for a continuous-token target (grid x token_dim; the
+ * buffer vs_job.latents must have), 0 for a discrete one. */
+size_t vs_models_latent_count(const vs_models *m);
+
+/* The target's pixels [image_h, image_w, 3] of a token grid: ids through the backend's
+ * decode, latents (continuous-token models; unknown positions zero) through decode_latents.
+ * VSPEC_ENOTSUP when the target has no image decoder. */
+int vs_models_decode(const vs_models *m, vspec_dev *dev, const int32_t *tokens,
+                     const float *latents, uint8_t *rgb, char *err, size_t errlen);
 
 #endif /* VS_MODELS_H */

@@ -32,6 +32,12 @@ static int vs__plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t 
                                err, errlen);
   if (rc) return rc;
   c->rule_vt = vs_plugin_vtable(c->rule_plugin);
+  if (VSPEC_HAS_FIELD(c->rule_vt, vspec_accept_vtable, accept_prob_continuous) &&
+      c->rule_vt->accept_prob_continuous) {
+    snprintf(err, errlen, "acceptance rule '%s' is for continuous tokens; model '%s' has "
+             "discrete ones", m->rule, c->models->name);
+    return VSPEC_EINVAL;
+  }
   if ((rc = vs_params_parse(m->rule_params, &p, err, errlen))) return rc;
   rc = c->rule_vt->create(host, p, &c->rule, inner, sizeof inner);
   vs_params_free(p);
@@ -329,7 +335,8 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
   *cap = 1;
   if (m->kind != VS_METHOD_AR) {
     if ((rc = vs__plugins_open(c, m, err, errlen))) return rc;
-    /* The first plan fixes the drafter for the whole job. */
+    /* The first plan fixes the drafter for the whole job (round -1: the sizing call). */
+    st->round = -1;
     if (c->sched_vt->plan(c->sched, st, plan)) {
       snprintf(err, errlen, "scheduler '%s' failed to plan the first round", m->sched);
       return VSPEC_EINVAL;
@@ -342,7 +349,8 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
                              .rows = c->rows, .max_nodes = *cap};
   char inner[VSPEC_ERRLEN] = "";
   if ((rc = c->t->vt->session_open(c->t->model, c->dev, &sc, &c->sess, inner, sizeof inner))) {
-    snprintf(err, errlen, "%s", inner);
+    const char *why = rc == VSPEC_ENOMEM ? vs_dev_alloc_error(c->dev) : "";
+    snprintf(err, errlen, "%s%s%s%s", inner, *why ? " (" : "", why, *why ? ")" : "");
     return rc;
   }
   if (vs__buffers(c, *cap, plan)) {

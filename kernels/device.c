@@ -33,6 +33,19 @@ int vs_dev_check(vspec_dev *dev, char *err, size_t errlen) {
   return ((const vs_dev_head *)(const void *)dev)->cls->check(dev, err, errlen);
 }
 
+const char *vs_dev_alloc_error(vspec_dev *dev) {
+  if (!dev) return "";
+  const vs_device_class *cls = ((const vs_dev_head *)(const void *)dev)->cls;
+  const char *why = cls->alloc_error ? cls->alloc_error(dev) : NULL;
+  return why ? why : "";
+}
+
+int vs_dev_sync(vspec_dev *dev) {
+  if (!dev) return VSPEC_OK;
+  const vs_device_class *cls = ((const vs_dev_head *)(const void *)dev)->cls;
+  return cls->sync ? cls->sync(dev) : VSPEC_OK;
+}
+
 uint32_t vs_dev_space(const vspec_dev *dev) {
   const vs_dev_head *h = (const vs_dev_head *)(const void *)dev;
   if (!h || h->cls->kind == VSPEC_DEVICE_CPU) return 0;

@@ -66,6 +66,12 @@ typedef struct vs_device_class {
    * report one: a failed launch or allocation inside them is recorded here), as a
    * negative status and a message; VSPEC_OK when none. Errors are sticky. */
   int (*check)(vspec_dev *dev, char *err, size_t errlen);
+  /* Waits until everything queued on this context has run, so that another context of
+   * the same memory space sees its writes (called after a model load). */
+  int (*sync)(vspec_dev *dev);
+  /* Why the last allocation that returned NULL failed (a memory limit, the device's own
+   * memory), or "" (allocations that fail for want of memory are not device failures). */
+  const char *(*alloc_error)(vspec_dev *dev);
 } vs_device_class;
 
 /* The first member of every device context. */

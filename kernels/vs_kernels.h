@@ -37,6 +37,11 @@ const vspec_ops *vs_dev_ops(const vspec_dev *dev);
 /* The first error a device met, if any (vs_device_class.check); the round loop calls it
  * after every target forward so that a failed kernel fails the job with a message. */
 int vs_dev_check(vspec_dev *dev, char *err, size_t errlen);
+/* Why the device's last failed allocation failed, or "" (for error messages). */
+const char *vs_dev_alloc_error(vspec_dev *dev);
+/* Waits for the device's queued work (a no-op on the CPU): what it wrote is then visible
+ * to every device of its memory space. */
+int vs_dev_sync(vspec_dev *dev);
 /* Name, memory and precision of a device. */
 int vs_dev_info(vspec_dev *dev, vs_device_info *out);
 /* Devices with the same memory space share pointers: what one allocated, the ops of the

@@ -37,6 +37,16 @@ static void test_activations(void **state) {
   }
   vt_assert_close(y, ref, N, 1e-6, 1e-7, "gelu_tanh");
 
+  memcpy(y, x, sizeof y);
+  ops->gelu(dev, y, N);
+  for (int i = 0; i < N; i++) ref[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+  vt_assert_close(y, ref, N, 1e-6, 1e-7, "gelu (erf)");
+
+  memcpy(y, x, sizeof y);
+  ops->mul(dev, y, u, N);
+  for (int i = 0; i < N; i++) ref[i] = (double)x[i] * u[i];
+  vt_assert_close(y, ref, N, 1e-7, 0, "mul");
+
   for (int i = 0; i < N; i++) ref[i] = ref_silu(g[i]) * u[i];
   ops->swiglu(dev, g, u, N, y);
   vt_assert_close(y, ref, N, 1e-6, 1e-7, "swiglu");

@@ -1,4 +1,5 @@
-/* tests/test_ops_norm.c - RMSNorm (models.md §1.4) and GroupNorm (models.md §2.2). */
+/* tests/test_ops_norm.c - RMSNorm (models.md §1.4), GroupNorm (models.md §2.2) and LayerNorm
+ * (MAR's timm blocks and diffusion head). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -109,10 +110,55 @@ static void test_groupnorm(void **state) {
   vs_dev_destroy(dev);
 }
 
+/* LayerNorm (PyTorch nn.LayerNorm, MAR's eps 1e-6) with and without affine parameters, on
+ * rows far from zero and a constant row (variance 0: eps keeps it finite). */
+static void test_layernorm(void **state) {
+  vspec_dev *dev = vt_dev(1);
+  vspec_rng rng;
+  vs_rng_init(&rng, 23, 0);
+  const int dims[] = {1, 16, 160, 1024};
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+    int rows = 4, dim = dims[d];
+    size_t n = (size_t)rows * dim;
+    float *x = vt_malloc(n * sizeof(float)), *y = vt_malloc(n * sizeof(float));
+    float *w = vt_malloc(dim * sizeof(float)), *b = vt_malloc(dim * sizeof(float));
+    double *ref = vt_malloc(n * sizeof(double));
+    vt_fill(&rng, x, n, -3, 3);
+    for (int i = 0; i < dim; i++) x[dim + i] += 100.0f; /* a row far from zero */
+    for (int i = 0; i < dim; i++) x[2 * dim + i] = 0.5f; /* a constant row */
+    vt_fill(&rng, w, dim, 0.5f, 1.5f);
+    vt_fill(&rng, b, dim, -1, 1);
+    for (int affine = 0; affine < 2; affine++) {
+      for (int r = 0; r < rows; r++) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < dim; i++) mean += x[r * dim + i];
+        mean /= dim;
+        for (int i = 0; i < dim; i++) var += (x[r * dim + i] - mean) * (x[r * dim + i] - mean);
+        var /= dim;
+        for (int i = 0; i < dim; i++) {
+          double v = (x[r * dim + i] - mean) / sqrt(var + 1e-6);
+          ref[r * dim + i] = affine ? v * w[i] + b[i] : v;
+        }
+      }
+      vs_dev_ops(dev)->layernorm(dev, x, affine ? w : NULL, affine ? b : NULL, rows, dim, 1e-6f,
+                                 y);
+      vt_assert_close(y, ref, n, 1e-5, 1e-5, affine ? "layernorm (affine)" : "layernorm");
+    }
+    memcpy(y, x, n * sizeof(float)); /* in place gives the same bits */
+    vs_dev_ops(dev)->layernorm(dev, y, w, b, rows, dim, 1e-6f, y);
+    float *z = vt_malloc(n * sizeof(float));
+    vs_dev_ops(dev)->layernorm(dev, x, w, b, rows, dim, 1e-6f, z);
+    assert_memory_equal(y, z, n * sizeof(float));
+    free(x), free(y), free(z), free(w), free(b), free(ref);
+  }
+  vs_dev_destroy(dev);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rmsnorm),
       cmocka_unit_test(test_groupnorm),
+      cmocka_unit_test(test_layernorm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,7 +59,8 @@ typedef struct vspec_ops {
   void (*gemm)(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
   /* y[m, n_out] = x[m, n_in] W^T + bias, with W [n_out, n_in] (PyTorch nn.Linear). bias may
-   * be NULL. */
+   * be NULL. W is a weight: a whole allocation whose contents do not change while it is
+   * allocated (a device may keep a converted copy of it, e.g. bf16 on a GPU). */
   void (*linear)(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
                  const float *bias, float *y);
 
@@ -143,6 +144,14 @@ typedef struct vspec_ops {
    * forward), which on a GPU is one launch instead of hundreds. */
   int (*copy3d)(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
                 size_t src_a, size_t src_b, size_t width, int na, int nb);
+  /* LayerNorm per row (PyTorch nn.LayerNorm): (x - mean) / sqrt(biased var + eps), then
+   * times w and plus b when given (either may be NULL: no affine). y may equal x. */
+  void (*layernorm)(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
+                    int dim, float eps, float *y);
+  /* In place exact GELU: 0.5 x (1 + erf(x / sqrt 2)) (PyTorch nn.GELU(), timm's MLPs). */
+  void (*gelu)(vspec_dev *dev, float *x, size_t n);
+  /* y *= x elementwise. */
+  void (*mul)(vspec_dev *dev, float *y, const float *x, size_t n);
 } vspec_ops;
 
 #ifdef __cplusplus

@@ -197,6 +197,13 @@ typedef struct vspec_model_info {
   int64_t stream_bytes;  /* weight bytes a one-token forward reads (the decode bound) */
   int32_t feature_in_dim; /* feature-conditioned drafters (EAGLE): width of the target
                              features each node takes; 0 for plain language models */
+  /* ABI 1.1, continuous-token models (MAR): feature_dim is the width of the condition
+   * vectors `condition` returns; token_dim the width of a token. */
+  int32_t diffusion_steps;  /* the training diffusion's steps (1000), timesteps 0..steps-1 */
+  int32_t sampling_steps;   /* the respaced sampler's steps (100) */
+  int32_t num_iter;         /* the model's default generation steps (MAR's num_iter) */
+  int32_t clip_denoised;    /* the sampler clamps its x0 estimate to [-1, 1] (pixel-space
+                               tokens, as ADM); 0 for MAR's latents */
 } vspec_model_info;
 
 typedef struct vspec_session_config {
@@ -266,6 +273,29 @@ typedef struct vspec_backend_vtable {
    * [image_h, image_w, 3], into a caller buffer. */
   int (*decode)(vspec_model *model, vspec_dev *dev, const int32_t *tokens, uint8_t *rgb,
                 char *err, size_t errlen);
+
+  /* ---- ABI 1.1: continuous tokens (VSPEC_TOKENS_CONTINUOUS, MAR-style models) ----------
+   * A masked bidirectional model: each generation step conditions every unknown position
+   * on the known ones, and a small diffusion head turns a position's condition into a
+   * token. The engine owns the order, the mask schedule and the diffusion sampler; these
+   * entries are the two networks. NULL for discrete backends. All buffers are host memory.
+   */
+  /* Runs the transformer over the grid: tokens [N, token_dim] (values at known positions;
+   * the rest is ignored), known [N] (nonzero = known). Writes the condition vectors of the
+   * n_out positions `out_pos` to cond [n_out, rows, feature_dim] (rows as the session:
+   * [conditional ; unconditional] with CFG). */
+  int (*condition)(vspec_session *s, const float *tokens, const uint8_t *known,
+                   const int32_t *out_pos, int32_t n_out, float *cond, char *err,
+                   size_t errlen);
+  /* One evaluation of the diffusion head for n rows: x [n, token_dim] noisy tokens,
+   * timestep [n] (the training diffusion's step index, 0..diffusion_steps-1), cond
+   * [n, feature_dim]. Writes out [n, 2 * token_dim]: the noise prediction, then the
+   * variance interpolation v (learned-range variance). */
+  int (*denoise)(vspec_session *s, const float *x, const int32_t *timestep, const float *cond,
+                 int32_t n, float *out, char *err, size_t errlen);
+  /* Decodes a grid of continuous tokens [grid_h*grid_w, token_dim] to 8-bit RGB. */
+  int (*decode_latents)(vspec_model *model, vspec_dev *dev, const float *latents, uint8_t *rgb,
+                        char *err, size_t errlen);
 } vspec_backend_vtable;
 
 /* ---- acceptance-rule plugins ---------------------------------------------------------- */
@@ -297,6 +327,21 @@ typedef struct vspec_accept_input {
   int32_t table_k;
 } vspec_accept_input;
 
+/* One drafted continuous token and the Gaussians its final diffusion step was drawn from
+ * (ABI 1.1). Draft and target ran their samplers with the same noises up to the final step
+ * (trajectory alignment, CSpD arXiv 2411.11925 §3.2); the drafted token is a sample of the
+ * draft's final-step Gaussian. Variances are diagonal; sigma includes the temperature. */
+typedef struct vspec_continuous_input {
+  uint32_t struct_size;
+  int32_t dim;
+  const float *x;                   /* the drafted token [dim] */
+  const float *mu_d, *sigma_d;      /* the draft's final-step Gaussian [dim] */
+  const float *mu_g, *sigma_g;      /* the target's final-step Gaussian [dim] */
+  /* Sums over the earlier (noisy) steps of log sigma per dimension, without the
+   * temperature, for rules that weigh whole trajectories (the reference code's factor). */
+  const float *sum_log_sigma_d, *sum_log_sigma_g;
+} vspec_continuous_input;
+
 typedef struct vspec_accept_vtable {
   uint32_t struct_size;
   int (*create)(const vspec_host *host, const vspec_params *params, vspec_rule **out, char *err,
@@ -311,6 +356,16 @@ typedef struct vspec_accept_vtable {
   /* Greedy decoding (temperature 0): nonzero if x is accepted. NULL means the exact rule,
    * x == argmax q (first maximum). */
   int (*greedy_accept)(vspec_rule *rule, const vspec_accept_input *in);
+
+  /* ---- ABI 1.1: continuous tokens (rules for diffusion-head models) -----------------------
+   * NULL for rules of discrete tokens. */
+  /* Probability of accepting the drafted token in->x. */
+  double (*accept_prob_continuous)(vspec_rule *rule, const vspec_continuous_input *in);
+  /* After a rejection: draws the replacement token into y [dim] with `rng`, and reports in
+   * *rounds the proposals it took. Returns VSPEC_OK, or VSPEC_ERANGE when the rule's
+   * proposal budget ran out (the engine then applies its documented fallback). */
+  int (*residual_continuous)(vspec_rule *rule, const vspec_continuous_input *in, vspec_rng *rng,
+                             float *y, int32_t *rounds);
 } vspec_accept_vtable;
 
 /* ---- scheduler plugins ----------------------------------------------------------------- */
@@ -332,7 +387,9 @@ typedef enum vspec_drafter_kind {
 
 typedef struct vspec_round_state {
   uint32_t struct_size;
-  int32_t round;            /* 0-based round index, skipped rounds included */
+  int32_t round;            /* 0-based round index, skipped rounds included; -1 for the
+                               call before the first round that fixes the drafter and sizes
+                               the job's buffers (plan the full shape there) */
   int32_t tokens_done;      /* tokens emitted so far (verified + unverified) */
   int32_t tokens_total;     /* tokens of the whole image */
   int32_t unverified;       /* tokens accepted without verification, not yet through the

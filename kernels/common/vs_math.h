@@ -42,6 +42,11 @@ VS_HD static inline float vs_bits_f32(uint32_t u) {
  * e^-x overflows to +inf and the quotient is a correctly signed zero, so no clamp is needed. */
 VS_HD static inline float vs_silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* exact GELU (PyTorch nn.GELU(), approximate='none'): 0.5 x (1 + erf(x / sqrt 2)). */
+VS_HD static inline float vs_gelu_erf(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
 /* tanh-approximated GELU (PyTorch approximate='tanh', LlamaGen's caption MLP):
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 VS_HD static inline float vs_gelu_tanh(float x) {
@@ -71,6 +76,20 @@ VS_HD static inline float vs_rms_inv(double sum_sq, int dim, float eps) {
   return (float)(1.0 / sqrt((double)(mean + eps)));
 }
 VS_HD static inline float vs_rms_apply(float x, float inv, float w) { return (x * inv) * w; }
+
+/* LayerNorm (PyTorch nn.LayerNorm) from the double mean and biased variance of a row:
+ * rstd in float as the reference's rsqrt(var + eps), then (x - mean) * rstd, times w and
+ * plus b when the layer is affine. */
+VS_HD static inline float vs_ln_rstd(double var, float eps) {
+  return (float)(1.0 / sqrt((double)((float)var + eps)));
+}
+VS_HD static inline float vs_ln_apply(float x, float mean, float rstd, const float *w,
+                                      const float *b, int i) {
+  float y = (x - mean) * rstd;
+  if (w) y = y * w[i];
+  if (b) y = y + b[i];
+  return y;
+}
 
 /* ---- rotary embedding frequencies (models.md §1.6) ------------------------------------- */
 

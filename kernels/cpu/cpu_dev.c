@@ -176,6 +176,8 @@ static const vs_device_class cpu_class = {
     .close = cpu_close,
     .info = cpu_info,
     .check = cpu_check,
+    .sync = NULL,        /* CPU ops are done when they return */
+    .alloc_error = NULL, /* the C library's malloc says nothing more */
 };
 
 const vs_device_class *vs_cpu_device_class(void) {

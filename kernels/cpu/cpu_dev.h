@@ -79,6 +79,10 @@ void vs_cpu_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int 
                       const float *gamma, const float *beta, float *y);
 
 /* cpu_elementwise.c */
+void vs_cpu_gelu(vspec_dev *dev, float *x, size_t n);
+void vs_cpu_mul(vspec_dev *dev, float *y, const float *x, size_t n);
+void vs_cpu_layernorm(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
+                      int dim, float eps, float *y);
 void vs_cpu_silu(vspec_dev *dev, float *x, size_t n);
 void vs_cpu_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y);
 void vs_cpu_gelu_tanh(vspec_dev *dev, float *x, size_t n);

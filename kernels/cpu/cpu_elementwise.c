@@ -21,6 +21,14 @@ void vs_cpu_gelu_tanh(vspec_dev *dev, float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = vs_gelu_tanh(x[i]);
 }
 
+void vs_cpu_gelu(vspec_dev *dev, float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = vs_gelu_erf(x[i]);
+}
+
+void vs_cpu_mul(vspec_dev *dev, float *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] *= x[i];
+}
+
 void vs_cpu_add(vspec_dev *dev, float *y, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -21,6 +21,25 @@ void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, in
   }
 }
 
+void vs_cpu_layernorm(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
+                      int dim, float eps, float *y) {
+  if (dim <= 0) return;
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * dim;
+    float *yr = y + (size_t)r * dim;
+    /* two passes in double, as GroupNorm below: a row's values can sit far from zero */
+    double s = 0.0;
+    for (int i = 0; i < dim; i++) s += xr[i];
+    double mean = s / dim, sq = 0.0;
+    for (int i = 0; i < dim; i++) {
+      double d = (double)xr[i] - mean;
+      sq += d * d;
+    }
+    float m = (float)mean, rstd = vs_ln_rstd(sq / dim, eps);
+    for (int i = 0; i < dim; i++) yr[i] = vs_ln_apply(xr[i], m, rstd, w, b, i);
+  }
+}
+
 /* gamma/beta may be NULL (no affine), which GroupNorm(affine=False) would need. A channel
  * count that is not a multiple of `groups` is a caller error; PyTorch rejects it. */
 void vs_cpu_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups, float eps,

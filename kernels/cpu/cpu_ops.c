@@ -41,6 +41,9 @@ static const vspec_ops cpu_ops = {
     .upsample_nearest2x = vs_cpu_upsample_nearest2x,
 
     .copy3d = vs_cpu_copy3d,
+    .layernorm = vs_cpu_layernorm,
+    .gelu = vs_cpu_gelu,
+    .mul = vs_cpu_mul,
 };
 
 const vspec_ops *vs_cpu_ops(void) { return &cpu_ops; }

@@ -102,7 +102,7 @@ void vs_cuda_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, in
                        int n_kv_heads, int head_dim, const float *k, const float *v,
                        int slot_stride, int n_kv, const uint8_t *mask, float *out) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (n_q <= 0 || n_heads <= 0 || head_dim <= 0 || d->failed) return;
+  if (n_q <= 0 || n_heads <= 0 || head_dim <= 0 || d->failed || !vs_cuda_enter(d)) return;
   if (n_kv <= 0) {
     vs_cuda_check_rt(d, cudaMemsetAsync(out, 0, (size_t)n_q * n_heads * head_dim * sizeof(float),
                                         d->stream), "attention (no slots)");

@@ -35,7 +35,7 @@ void vs_cuda_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const
                     const float *bias, int cout, int kh, int kw, int stride, int pad_top,
                     int pad_left, int pad_bottom, int pad_right, float *y) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (cout <= 0 || stride <= 0 || kh <= 0 || kw <= 0 || d->failed) return;
+  if (cout <= 0 || stride <= 0 || kh <= 0 || kw <= 0 || d->failed || !vs_cuda_enter(d)) return;
   int ho_span = h + pad_top + pad_bottom - kh, wo_span = w + pad_left + pad_right - kw;
   if (ho_span < 0 || wo_span < 0) return;
   int ho = ho_span / stride + 1, wo = wo_span / stride + 1;

@@ -13,8 +13,15 @@
  *    before any other context can use it, and downloaded data is on the host on return;
  *  - everything else is asynchronous on the context's stream.
  * Ops that return void record the first failure in the context (vs_cuda_fail); the host
- * reads it through the class's check() after every forward, so a failed launch or an
- * out-of-memory fails the job with a message instead of crashing.
+ * reads it through the class's check() after every forward, so a failed launch fails the
+ * job with a message instead of crashing. Such failures are sticky (a faulted CUDA context
+ * cannot be trusted again). Running out of memory is not: alloc returns NULL, the caller
+ * reports it, and the context serves the next job.
+ * Weights: linear's `w` is constant while it is allocated (include/vspec/ops.h), which is
+ * what lets the bf16 copy of a weight live until the weight is freed.
+ * Model load: a backend may fill weights with asynchronous device copies on the loading
+ * context's stream; the host calls the class's sync() when a model is loaded, before any
+ * other context (a worker's stream) reads them.
  */
 #ifndef VS_CUDA_DEV_H
 #define VS_CUDA_DEV_H
@@ -54,6 +61,9 @@ typedef struct vs_cuda_dev {
   int failed;
   int fail_status;
   char error[VSPEC_ERRLEN];
+  /* The last allocation that failed for want of memory (not sticky: the caller gets NULL,
+   * reports it, and the context serves the next job). */
+  char alloc_error[VSPEC_ERRLEN];
 } vs_cuda_dev;
 
 static inline vs_cuda_dev *vs_cuda(vspec_dev *dev) { return (vs_cuda_dev *)(void *)dev; }
@@ -64,6 +74,19 @@ int vs_cuda_check_blas(vs_cuda_dev *d, cublasStatus_t s, const char *what);
 void vs_cuda_fail(vs_cuda_dev *d, int status, const char *fmt, ...);
 /* After a kernel launch. */
 #define VS_CUDA_LAUNCHED(d, what) vs_cuda_check_rt((d), cudaGetLastError(), (what))
+
+/* Makes the context's GPU the calling thread's current device; 0 (failure recorded) when it
+ * cannot. The current device is per host thread: contexts are opened on one thread (the
+ * daemon's main thread) and used on another (a worker), and one thread may use contexts of
+ * several GPUs, so every entry point that allocates, launches or calls cuBLAS or the
+ * runtime on the context's behalf calls this first. Cheap when the device already is
+ * current (a thread-local read). */
+static inline int vs_cuda_enter(vs_cuda_dev *d) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess) (void)cudaGetLastError();
+  if (cur == d->head.index) return 1;
+  return vs_cuda_check_rt(d, cudaSetDevice(d->head.index), "cudaSetDevice");
+}
 
 /* Scratch of at least `bytes` (grows, waiting for the stream first); NULL on failure. */
 void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes);
@@ -107,6 +130,10 @@ void vs_cuda_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, i
 void vs_cuda_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups,
                        float eps, const float *gamma, const float *beta, float *y);
 void vs_cuda_silu(vspec_dev *dev, float *x, size_t n);
+void vs_cuda_gelu(vspec_dev *dev, float *x, size_t n);
+void vs_cuda_mul(vspec_dev *dev, float *y, const float *x, size_t n);
+void vs_cuda_layernorm(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
+                       int dim, float eps, float *y);
 void vs_cuda_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y);
 void vs_cuda_gelu_tanh(vspec_dev *dev, float *x, size_t n);
 void vs_cuda_add(vspec_dev *dev, float *y, const float *x, size_t n);

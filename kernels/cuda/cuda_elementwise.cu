@@ -21,6 +21,14 @@ __global__ void vs_k_gelu_tanh(float *x, size_t n) {
   VS_GRID_STRIDE(i, n) x[i] = vs_gelu_tanh(x[i]);
 }
 
+__global__ void vs_k_gelu(float *x, size_t n) {
+  VS_GRID_STRIDE(i, n) x[i] = vs_gelu_erf(x[i]);
+}
+
+__global__ void vs_k_mul(float *y, const float *x, size_t n) {
+  VS_GRID_STRIDE(i, n) y[i] *= x[i];
+}
+
 __global__ void vs_k_add(float *y, const float *x, size_t n) {
   VS_GRID_STRIDE(i, n) y[i] += x[i];
 }
@@ -41,7 +49,7 @@ __global__ void vs_k_upsample2x(const float *x, int channels, int h, int w, floa
 
 #define VS_LAUNCH(d, kernel, n, ...)                                                   \
   do {                                                                                 \
-    if ((n) == 0 || (d)->failed) return;                                               \
+    if ((n) == 0 || (d)->failed || !vs_cuda_enter(d)) return;                          \
     kernel<<<vs_cuda_grid((n), 256), 256, 0, (d)->stream>>>(__VA_ARGS__);              \
     VS_CUDA_LAUNCHED((d), #kernel);                                                    \
   } while (0)
@@ -54,6 +62,14 @@ void vs_cuda_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n
 
 void vs_cuda_gelu_tanh(vspec_dev *dev, float *x, size_t n) {
   VS_LAUNCH(vs_cuda(dev), vs_k_gelu_tanh, n, x, n);
+}
+
+void vs_cuda_gelu(vspec_dev *dev, float *x, size_t n) {
+  VS_LAUNCH(vs_cuda(dev), vs_k_gelu, n, x, n);
+}
+
+void vs_cuda_mul(vspec_dev *dev, float *y, const float *x, size_t n) {
+  VS_LAUNCH(vs_cuda(dev), vs_k_mul, n, y, x, n);
 }
 
 void vs_cuda_add(vspec_dev *dev, float *y, const float *x, size_t n) {

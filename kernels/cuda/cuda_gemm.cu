@@ -24,9 +24,15 @@
 void vs_cuda_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (m <= 0 || n <= 0 || d->failed) return;
+  if (m <= 0 || n <= 0 || d->failed || !vs_cuda_enter(d)) return;
   if (k <= 0) { /* C = beta C; cuBLAS accepts k = 0 and does exactly that */
     k = 0;
+    /* ...but still checks the leading dimensions against max(1, rows) of the operands it
+     * does not read (linear with n_in = 0 passes lda = ldb = 0); BLIS does not. */
+    if (!trans_a && lda < 1) lda = 1;
+    if (trans_a && lda < m) lda = m;
+    if (!trans_b && ldb < n) ldb = n;
+    if (trans_b && ldb < 1) ldb = 1;
   }
   vs_cuda_check_blas(d,
                      cublasSgemm(d->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -72,6 +78,7 @@ __global__ void vs_k_linear_skinny_bf16(const float *x, int m, int n_in, const u
 
 static int vs__linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const float *w,
                            int n_out, const float *bias, float *y) {
+  if (n_in <= 0) return 0; /* y = bias: the fp32 path (cublasGemmEx rejects lda = 0) */
   const uint16_t *wb = vs_cuda_weight_bf16(d, w, (size_t)n_out * n_in);
   if (!wb) return 0; /* not a weight allocation (or no memory for the copy): fp32 */
   if (m <= VS_CUDA_SKINNY_ROWS) {
@@ -93,18 +100,28 @@ static int vs__linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, cons
     if (!VS_CUDA_LAUNCHED(d, "linear (bias)")) return 1;
     beta = 1.0f;
   }
+  /* The handle is in CUBLAS_PEDANTIC_MATH for fp32 parity, which turns CUBLAS_COMPUTE_32F
+   * into CUBLAS_COMPUTE_32F_PEDANTIC and may keep bf16 inputs off the tensor cores. Lift it
+   * for this call (fp32 accumulation either way: C and the compute type are fp32); the math
+   * mode is host-side handle state read at enqueue time, so restoring it right after is
+   * safe. */
+  if (!vs_cuda_check_blas(d, cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH),
+                          "cublasSetMathMode (bf16)"))
+    return 1;
   vs_cuda_check_blas(d,
                      cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, n_in, &alpha, wb,
                                   CUDA_R_16BF, n_in, xb, CUDA_R_16BF, n_in, &beta, y, CUDA_R_32F,
                                   n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx (bf16)");
+  vs_cuda_check_blas(d, cublasSetMathMode(d->blas, CUBLAS_PEDANTIC_MATH),
+                     "cublasSetMathMode (restore pedantic)");
   return 1;
 }
 
 void vs_cuda_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
                     const float *bias, float *y) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (m <= 0 || n_out <= 0 || d->failed) return;
+  if (m <= 0 || n_out <= 0 || d->failed || !vs_cuda_enter(d)) return;
   if (d->precision == VS_PRECISION_BF16 && vs__linear_bf16(d, x, m, n_in, w, n_out, bias, y))
     return;
   float beta = 0.0f;

@@ -84,6 +84,10 @@ void vs_cuda_fail(vs_cuda_dev *d, int status, const char *fmt, ...) {
 
 int vs_cuda_check_rt(vs_cuda_dev *d, cudaError_t e, const char *what) {
   if (e == cudaSuccess) return 1;
+  /* A failed runtime call also sets the thread's last error. Clear it (a sticky error stays
+   * sticky regardless), or the next launch of any context used by this thread would report
+   * this failure as its own, and check() of another context would see it. */
+  (void)cudaGetLastError();
   vs_cuda_fail(d, e == cudaErrorMemoryAllocation ? VSPEC_ENOMEM : VSPEC_EDEVICE,
                "cuda:%d: %s: %s", d->head.index, what, cudaGetErrorString(e));
   return 0;
@@ -102,11 +106,15 @@ void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) {
   vs_cuda_dev *d = vs_cuda(dev);
   vs_cuda_gpu *g = d->gpu;
   size_t n = bytes ? bytes : 1;
+  if (!vs_cuda_enter(d)) return nullptr;
   {
     std::lock_guard<std::mutex> l(g->lock);
     if (g->limit && g->in_use + n > g->limit) {
-      vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: allocating %zu bytes would pass the memory limit "
-                   "(%zu of %zu bytes in use)", g->index, n, g->in_use, g->limit);
+      /* Not a device failure: the caller gets NULL and says what it was allocating; the
+       * context stays usable for the next job. */
+      snprintf(d->alloc_error, sizeof d->alloc_error, "cuda:%d: allocating %zu bytes would "
+               "pass the memory limit (%zu of %zu bytes in use)", g->index, n, g->in_use,
+               g->limit);
       return nullptr;
     }
     g->in_use += n; /* reserved now, so that two contexts cannot both pass the check */
@@ -119,8 +127,14 @@ void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) {
     g->in_use -= n;
     if (p) cudaFree(p);
     (void)cudaGetLastError(); /* an allocation failure is not sticky; clear it */
-    vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: cannot allocate %zu bytes: %s", g->index, n,
-                 cudaGetErrorString(e));
+    /* Out of memory leaves the context usable (the caller gets NULL and reports it); any
+     * other failure means the device already failed (a sticky fault fails cudaMalloc too). */
+    if (e == cudaErrorMemoryAllocation)
+      snprintf(d->alloc_error, sizeof d->alloc_error, "cuda:%d: cannot allocate %zu bytes: %s",
+               g->index, n, cudaGetErrorString(e));
+    else
+      vs_cuda_fail(d, VSPEC_EDEVICE, "cuda:%d: cannot allocate %zu bytes: %s", g->index, n,
+                   cudaGetErrorString(e));
     return nullptr;
   }
   g->table[p] = allocation{n, nullptr, 0};
@@ -132,6 +146,7 @@ void vs_cuda_free(vspec_dev *dev, void *ptr) {
   vs_cuda_dev *d = vs_cuda(dev);
   vs_cuda_gpu *g = d->gpu;
   uint16_t *bf16 = nullptr;
+  (void)vs_cuda_enter(d); /* cudaFree below either way: the table entry goes */
   {
     std::lock_guard<std::mutex> l(g->lock);
     auto it = g->table.find(ptr);
@@ -155,6 +170,7 @@ int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes
   vs_cuda_dev *d = vs_cuda(dev);
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src_host) return VSPEC_EINVAL;
+  if (!vs_cuda_enter(d)) return d->fail_status;
   if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
                                            d->stream), "upload") ||
       !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "upload (wait)"))
@@ -168,6 +184,7 @@ int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t byt
   if (!dst_host || !src) return VSPEC_EINVAL;
   /* A context that has failed hands back nothing it computed after the failure. */
   if (d->failed) return d->fail_status;
+  if (!vs_cuda_enter(d)) return d->fail_status;
   if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
                                            d->stream), "download") ||
       !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "download (wait)"))
@@ -179,10 +196,12 @@ int vs_cuda_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src) return VSPEC_EINVAL;
+  if (dst == src) return VSPEC_OK;
+  if (!vs_cuda_enter(d)) return d->fail_status;
   /* cudaMemcpy's overlapping copies are undefined; the ops contract is memmove. */
   const char *s = (const char *)src;
   char *t = (char *)dst;
-  if (t < s + bytes && s < t + bytes && t != s) {
+  if (t < s + bytes && s < t + bytes) {
     void *tmp = vs_cuda_scratch(d, bytes);
     if (!tmp) return d->fail_status;
     if (!vs_cuda_check_rt(d, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice,
@@ -214,6 +233,7 @@ int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const 
   vs_cuda_dev *d = vs_cuda(dev);
   if (width == 0 || na <= 0 || nb <= 0) return VSPEC_OK;
   if (!dst || !src) return VSPEC_EINVAL;
+  if (!vs_cuda_enter(d)) return d->fail_status;
   int aligned = ((uintptr_t)dst | (uintptr_t)src | dst_a | dst_b | src_a | src_b | width) % 4 == 0;
   if (aligned) {
     size_t words = width / 4, total = (size_t)na * nb * words;
@@ -222,7 +242,10 @@ int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const 
         na, nb);
     return VS_CUDA_LAUNCHED(d, "copy3d") ? VSPEC_OK : d->fail_status;
   }
-  /* Unaligned (no user in the project): one 2-D copy per outer index. */
+  /* Unaligned (no user in the project): one 2-D copy per outer index. With one block per
+   * row the b strides are never used and may be anything (0 included), but cudaMemcpy2D
+   * rejects pitches below the width. */
+  if (nb == 1) dst_b = src_b = width;
   for (int a = 0; a < na; a++)
     if (!vs_cuda_check_rt(d, cudaMemcpy2DAsync((char *)dst + a * dst_a, dst_b,
                                                (const char *)src + a * src_a, src_b, width, nb,
@@ -253,6 +276,7 @@ void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes) {
 
 int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes) {
   vs_cuda_dev *d = vs_cuda(dev);
+  if (!vs_cuda_enter(d)) return d->fail_status;
   return vs_cuda_scratch(d, bytes) ? VSPEC_OK : VSPEC_ENOMEM;
 }
 
@@ -275,9 +299,12 @@ static const void *vs__stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void *
   }
   memcpy(*host_copy, host, bytes);
   *len = bytes;
-  /* From pageable memory the copy is staged before cudaMemcpyAsync returns, so the host
-   * array may change right after; kernels later on the stream see the new contents. */
-  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(*dev_buf, host, bytes, cudaMemcpyHostToDevice,
+  /* From pageable memory the copy is staged before cudaMemcpyAsync returns, so the source
+   * may change right after. The source is our own malloc'd copy, not the caller's array:
+   * were that page-locked (cudaHostAlloc, cudaHostRegister), the copy would be a real DMA
+   * at some later point of the stream, and a caller that refills its mask for the next
+   * forward would change what this one reads. */
+  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(*dev_buf, *host_copy, bytes, cudaMemcpyHostToDevice,
                                            d->stream), "stage op input")) {
     *len = 0;
     return nullptr;
@@ -328,8 +355,10 @@ const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count
   /* Only whole allocations are weights: a pointer into the middle of one (an activation
    * slice) has no entry and takes the fp32 path. */
   if (it == g->table.end() || it->second.bytes < count * sizeof(float)) return nullptr;
-  if (it->second.bf16) return it->second.bf16;
   size_t bytes = count * sizeof(uint16_t);
+  /* The copy was made for the count of its first use: a later call that names more of the
+   * allocation must not read past it (fp32 then). */
+  if (it->second.bf16) return it->second.bf16_bytes >= bytes ? it->second.bf16 : nullptr;
   if (g->limit && g->in_use + bytes > g->limit) return nullptr; /* fp32 still works */
   uint16_t *copy = nullptr;
   if (cudaMalloc(&copy, bytes) != cudaSuccess) {

@@ -25,6 +25,9 @@ static int cuda_count(char *err, size_t errlen) {
 static void cuda_close(vspec_dev *dev) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (!d) return;
+  /* The stream, handle and buffers belong to the context's GPU, which need not be current
+   * on the closing thread. */
+  if (cudaSetDevice(d->head.index) != cudaSuccess) (void)cudaGetLastError();
   if (d->stream) cudaStreamSynchronize(d->stream);
   /* The context's own buffers go back through the allocation table. */
   void *bufs[] = {d->scratch, d->pos_dev, d->mask_dev};
@@ -37,9 +40,14 @@ static void cuda_close(vspec_dev *dev) {
   free(d->host_f);
   free(d->host_work);
   free(d);
+  (void)cudaGetLastError(); /* nothing of a closed context may surface in another one */
 }
 
 static const vs_device_class *cuda_class_ptr(void);
+
+/* Built with the module's -gencode list like every other kernel: whether the device can run
+ * it tells whether this build has code for the GPU. */
+__global__ void vs_k_probe(void) {}
 
 static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, size_t errlen) {
   *out = NULL;
@@ -61,8 +69,29 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
   }
   cudaError_t e = cudaSetDevice(opt->index);
   if (e != cudaSuccess) {
+    (void)cudaGetLastError(); /* or the thread's next launch, in any context, reports it */
     snprintf(err, errlen, "cuda:%d: cannot use the device: %s", opt->index, cudaGetErrorString(e));
     return VSPEC_EDEVICE;
+  }
+  /* A GPU older than the build's architectures (sm_80+ by default) would open fine and
+   * then fail every launch of the first forward: say so here. */
+  cudaFuncAttributes fa;
+  if ((e = cudaFuncGetAttributes(&fa, vs_k_probe)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaDeviceProp prop;
+    int major = 0, minor = 0;
+    if (cudaGetDeviceProperties(&prop, opt->index) == cudaSuccess)
+      major = prop.major, minor = prop.minor;
+    (void)cudaGetLastError();
+    int no_image = e == cudaErrorInvalidDeviceFunction || e == cudaErrorNoKernelImageForDevice;
+    if (no_image)
+      snprintf(err, errlen, "cuda:%d (sm_%d%d): the CUDA module has no code for this GPU (%s); "
+               "rebuild it with CUDA_ARCH naming this architecture", opt->index, major, minor,
+               cudaGetErrorString(e));
+    else
+      snprintf(err, errlen, "cuda:%d: cannot use the device: %s", opt->index,
+               cudaGetErrorString(e));
+    return no_image ? VSPEC_ENOTSUP : VSPEC_EDEVICE;
   }
   vs_cuda_dev *d = (vs_cuda_dev *)calloc(1, sizeof *d);
   if (!d) {
@@ -123,9 +152,18 @@ static int cuda_check(vspec_dev *dev, char *err, size_t errlen) {
   return d->fail_status ? d->fail_status : VSPEC_EDEVICE;
 }
 
+static int cuda_sync(vspec_dev *dev) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (!vs_cuda_enter(d)) return d->fail_status;
+  return vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "sync") ? VSPEC_OK
+                                                                       : d->fail_status;
+}
+
+static const char *cuda_alloc_error(vspec_dev *dev) { return vs_cuda(dev)->alloc_error; }
+
 static vs_device_class vs__cuda_class = {
     sizeof(vs_device_class), VS_DEVICE_CLASS_VERSION, "cuda", VSPEC_DEVICE_CUDA, NULL,
-    cuda_count, cuda_open, cuda_close, cuda_info, cuda_check,
+    cuda_count, cuda_open, cuda_close, cuda_info, cuda_check, cuda_sync, cuda_alloc_error,
 };
 
 static const vs_device_class *cuda_class_ptr(void) {

@@ -43,9 +43,35 @@ __global__ void vs_k_rmsnorm(const float *x, const float *w, int dim, float eps,
 void vs_cuda_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
                      float *y) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (rows <= 0 || dim <= 0 || d->failed) return;
+  if (rows <= 0 || dim <= 0 || d->failed || !vs_cuda_enter(d)) return;
   vs_k_rmsnorm<<<rows, VS_NORM_THREADS, 0, d->stream>>>(x, w, dim, eps, y);
   VS_CUDA_LAUNCHED(d, "rmsnorm");
+}
+
+/* LayerNorm: one block per row; mean and biased variance in double, two passes (as the
+ * CPU). */
+__global__ void vs_k_layernorm(const float *x, const float *w, const float *b, int dim,
+                               float eps, float *y) {
+  const float *xr = x + (size_t)blockIdx.x * dim;
+  float *yr = y + (size_t)blockIdx.x * dim;
+  double s = 0.0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+  double mean = vs_block_sum(s) / dim;
+  double sq = 0.0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    double dv = (double)xr[i] - mean;
+    sq += dv * dv;
+  }
+  float rstd = vs_ln_rstd(vs_block_sum(sq) / dim, eps), m = (float)mean;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = vs_ln_apply(xr[i], m, rstd, w, b, i);
+}
+
+void vs_cuda_layernorm(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
+                       int dim, float eps, float *y) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (rows <= 0 || dim <= 0 || d->failed || !vs_cuda_enter(d)) return;
+  vs_k_layernorm<<<rows, VS_NORM_THREADS, 0, d->stream>>>(x, w, b, dim, eps, y);
+  VS_CUDA_LAUNCHED(d, "layernorm");
 }
 
 /* One block per group of cpg consecutive channels of hw values each. */
@@ -74,7 +100,7 @@ __global__ void vs_k_groupnorm(const float *x, int cpg, int hw, float eps, const
 void vs_cuda_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups,
                        float eps, const float *gamma, const float *beta, float *y) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (groups <= 0 || channels <= 0 || hw <= 0 || d->failed) return;
+  if (groups <= 0 || channels <= 0 || hw <= 0 || d->failed || !vs_cuda_enter(d)) return;
   vs_k_groupnorm<<<groups, VS_NORM_THREADS, 0, d->stream>>>(x, channels / groups, hw, eps, gamma,
                                                            beta, y);
   VS_CUDA_LAUNCHED(d, "groupnorm");

@@ -38,6 +38,9 @@ static vspec_ops vs__cuda_ops_table(void) {
   o.conv2d = vs_cuda_conv2d;
   o.upsample_nearest2x = vs_cuda_upsample_nearest2x;
   o.copy3d = vs_cuda_copy3d;
+  o.layernorm = vs_cuda_layernorm;
+  o.gelu = vs_cuda_gelu;
+  o.mul = vs_cuda_mul;
   return o;
 }
 

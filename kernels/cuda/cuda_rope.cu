@@ -33,7 +33,7 @@ __global__ void vs_k_rope(float *x, int rows, int row_stride, int n_heads, int h
 void vs_cuda_rope_apply(vspec_dev *dev, float *x, int rows, int row_stride, int n_heads,
                         int head_dim, const int32_t *pos, const float *table) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (rows <= 0 || n_heads <= 0 || head_dim < 2 || d->failed) return;
+  if (rows <= 0 || n_heads <= 0 || head_dim < 2 || d->failed || !vs_cuda_enter(d)) return;
   const int32_t *pos_dev = vs_cuda_stage_pos(d, pos, (size_t)rows);
   if (!pos_dev) return;
   size_t total = (size_t)rows * n_heads * (head_dim / 2);

@@ -80,7 +80,7 @@ __global__ void vs_k_softmax(float *x, int n, int as_log) {
 
 static void vs__softmax(vspec_dev *dev, float *x, int rows, int n, int log) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (rows <= 0 || n <= 0 || d->failed) return;
+  if (rows <= 0 || n <= 0 || d->failed || !vs_cuda_enter(d)) return;
   vs_k_softmax<<<rows, VS_SOFTMAX_THREADS, 0, d->stream>>>(x, n, log);
   VS_CUDA_LAUNCHED(d, log ? "log_softmax" : "softmax");
 }
@@ -109,14 +109,18 @@ int vs_cuda_logits_to_probs(vspec_dev *dev, const float *logits, int n, float te
 
 int vs_cuda_sample(vspec_dev *dev, const float *probs, int n, double u) {
   vs_cuda_dev *d = vs_cuda(dev);
-  float *h = n > 0 ? vs_cuda_host_floats(d, (size_t)n) : NULL;
+  if (n <= 0) return -1;
+  float *h = vs_cuda_host_floats(d, (size_t)n);
+  if (!h) vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: sample: out of host memory", d->head.index);
   if (!h || vs_cuda_download(dev, h, probs, (size_t)n * sizeof(float))) return -1;
   return vs_host_sample(h, n, u);
 }
 
 int vs_cuda_argmax(vspec_dev *dev, const float *x, int n) {
   vs_cuda_dev *d = vs_cuda(dev);
-  float *h = n > 0 ? vs_cuda_host_floats(d, (size_t)n) : NULL;
-  if (!h || vs_cuda_download(dev, h, x, (size_t)n * sizeof(float))) return n > 0 ? 0 : -1;
+  if (n <= 0) return -1;
+  float *h = vs_cuda_host_floats(d, (size_t)n);
+  if (!h) vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: argmax: out of host memory", d->head.index);
+  if (!h || vs_cuda_download(dev, h, x, (size_t)n * sizeof(float))) return 0;
   return vs_host_argmax(h, n);
 }

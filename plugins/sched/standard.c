@@ -2,7 +2,9 @@
  * `standard` scheduler: the same draft shape every round, always verified.
  *
  * Parameters: the shape parameters of plugins/sched/shape.h (shape, depth, top_k,
- * total_tokens, tree, drafter).
+ * total_tokens, tree, drafter), and prefill=F: until a fraction F of the image's tokens is
+ * out, the target generates alone (no draft: CSpD's token pre-filling, arXiv 2411.11925
+ * §3.3; default 0).
  */
 #include <stdio.h>
 
@@ -11,11 +13,12 @@
 struct vspec_sched {
   const vspec_host *host;
   vs_shape shape;
+  double prefill;
 };
 
 static int st_create(const vspec_host *host, const vspec_params *params, vspec_sched **out,
                      char *err, size_t errlen) {
-  static const char *const known[] = {VS_SHAPE_KEYS, "size", NULL};
+  static const char *const known[] = {VS_SHAPE_KEYS, "size", "prefill", NULL};
   int rc = host->param_check_known(params, known, err, errlen);
   if (rc) return rc;
   vspec_sched *s = host->calloc(1, sizeof *s);
@@ -24,7 +27,8 @@ static int st_create(const vspec_host *host, const vspec_params *params, vspec_s
     return VSPEC_ENOMEM;
   }
   s->host = host;
-  if ((rc = vs_shape_parse(host, params, &s->shape, err, errlen))) {
+  if ((rc = vs_shape_parse(host, params, &s->shape, err, errlen)) ||
+      (rc = host->param_double(params, "prefill", 0.0, 0.0, 1.0, &s->prefill, err, errlen))) {
     host->free(s);
     return rc;
   }
@@ -35,8 +39,12 @@ static int st_create(const vspec_host *host, const vspec_params *params, vspec_s
 static void st_destroy(vspec_sched *s) { s->host->free(s); }
 
 static int st_plan(vspec_sched *s, const vspec_round_state *state, vspec_round_plan *plan) {
-  (void)state;
   vs_shape_plan(&s->shape, plan);
+  /* pre-filling: while fewer than prefill x total tokens are out (the sizing call, round
+   * -1, gets the full shape) */
+  if (s->prefill > 0.0 && state->round >= 0 &&
+      state->tokens_done < s->prefill * state->tokens_total)
+    plan->shape = VSPEC_DRAFT_NONE;
   return VSPEC_OK;
 }
 

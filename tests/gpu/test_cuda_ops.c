@@ -162,6 +162,15 @@ static void test_norms(void **state) {
   got = gt_down(g_gpu, dx, n);
   gt_close("rmsnorm in place", got, y, n, RTOL, 0);
   free(got);
+  /* LayerNorm, affine and not, in place */
+  GPU->upload(g_gpu, dx, x, n * sizeof(float));
+  for (int affine = 0; affine < 2; affine++) {
+    CPU->layernorm(g_cpu, x, affine ? w : NULL, affine ? w : NULL, rows, dim, 1e-6f, y);
+    GPU->layernorm(g_gpu, dx, affine ? dw : NULL, affine ? dw : NULL, rows, dim, 1e-6f, dy);
+    got = gt_down(g_gpu, dy, n);
+    gt_close(affine ? "layernorm (affine)" : "layernorm", got, y, n, RTOL, 0);
+    free(got);
+  }
   /* GroupNorm with a large offset (the centring in double matters) */
   int C = 64, hw = 50, groups = 32;
   size_t ng = (size_t)C * hw;
@@ -210,6 +219,8 @@ static void test_elementwise(void **state) {
   } while (0)
   ELEMENTWISE("silu", CPU->silu(g_cpu, y, n), GPU->silu(g_gpu, dy, n));
   ELEMENTWISE("gelu_tanh", CPU->gelu_tanh(g_cpu, y, n), GPU->gelu_tanh(g_gpu, dy, n));
+  ELEMENTWISE("gelu (erf)", CPU->gelu(g_cpu, y, n), GPU->gelu(g_gpu, dy, n));
+  ELEMENTWISE("mul", CPU->mul(g_cpu, y, b, n), GPU->mul(g_gpu, dy, db, n));
   ELEMENTWISE("add", CPU->add(g_cpu, y, b, n), GPU->add(g_gpu, dy, db, n));
   ELEMENTWISE("swiglu", CPU->swiglu(g_cpu, a, b, n, y), GPU->swiglu(g_gpu, da, db, n, dy));
   ELEMENTWISE("cfg_combine", CPU->cfg_combine(g_cpu, a, b, n, 1.5f, y),

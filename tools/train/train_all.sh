@@ -1,5 +1,6 @@
 #!/bin/sh
-# Train the whole Fashion-MNIST model family and export it into models/fmnist/.
+# Train the whole Fashion-MNIST model families and export them into models/fmnist/ (LlamaGen
+# VQ + GPT + drafts) and models/fmnist-mar/ (MAR target and draft, continuous tokens).
 #
 #   tools/train/train_all.sh          (what `make train` runs)
 #
@@ -15,6 +16,7 @@
 #   eagle
 #   eval  (cfg sweep -> defaults.cfg_scale in models/fmnist/vspec-model.json)
 #   card  (models/fmnist/MODEL_CARD.md from the results)
+#   mar_target  ||  mar_draft   (MAR on 4x4-patch tokens; independent of the stages above)
 set -eu
 
 cd "$(dirname "$0")/../.."
@@ -54,6 +56,27 @@ run_draft() {
 run_eagle() { stage eagle auto tools/train/train_eagle.py --steps 2000 --bs 32; }
 run_eval() { stage eval auto tools/train/eval_samples.py; }
 run_card() { stage card 1 tools/train/write_model_card.py; }
+# MAR: the target about 8x the draft (models/fmnist-mar/MODEL_CARD.md).
+run_mar_target() {
+	stage mar_target 1 tools/train/train_mar.py --name mar_target --dim 160 --depth 3 --heads 4 \
+		--head-width 160 --head-depth 2 --steps 16000 --bs 32 --lr 1e-3
+}
+run_mar_draft() {
+	stage mar_draft 1 tools/train/train_mar.py --name mar_draft --dim 64 --depth 2 --heads 4 \
+		--head-width 64 --head-depth 2 --steps 24000 --bs 32 --lr 1.5e-3
+}
+# train_all.sh mar: only the MAR family.
+if [ "${1:-}" = mar ]; then
+	mkdir -p models/fmnist-mar
+	{ run_mar_target; } &
+	a=$!
+	{ run_mar_draft; } &
+	b=$!
+	r=0
+	wait $a || r=1
+	wait $b || r=1
+	exit $r
+fi
 
 { run_vq; } &
 a=$!
@@ -79,4 +102,13 @@ run_eagle
 run_eval
 rm -f "$W/done/card"
 run_card
-echo "[train_all] all stages done; exports in models/fmnist/"
+mkdir -p models/fmnist-mar
+{ run_mar_target; } &
+a=$!
+{ run_mar_draft; } &
+b=$!
+r=0
+wait $a || r=1
+wait $b || r=1
+[ $r -eq 0 ] || exit 1
+echo "[train_all] all stages done; exports in models/fmnist/ and models/fmnist-mar/"
