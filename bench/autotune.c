@@ -44,6 +44,15 @@ int vs_autotune_resolve(vs_bench_env *env, vs_models *models, const vs_method *m
     vs_params_free(p);
     return VSPEC_EINVAL;
   }
+  /* size=auto weighs acceptance against the target's cost of verifying a token tree; a MAR
+   * target verifies a group of generation steps with a bidirectional pass and a diffusion head
+   * per token, a cost that curve does not describe. */
+  if (models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS) {
+    snprintf(err, errlen, "size=auto is not supported for continuous-token (MAR) models "
+             "(model '%s'); use depth=L explicitly", models->name);
+    vs_params_free(p);
+    return VSPEC_ENOTSUP;
+  }
   /* Base parameters: everything but size and the parameter being tuned. */
   const char *shape = vs_param_string(p, "shape");
   if (!shape) shape = "dynamic";

@@ -36,6 +36,42 @@ void vs_bench_print_device(FILE *f, vspec_dev *dev);
 void vs_bench_env_close(vs_bench_env *env);
 double vs_bench_now(void);
 
+/* ---- one job, either token kind (bench_job.c) ------------------------------------------ */
+
+/* 1 when the target has continuous tokens (MAR): no vocabulary, no codebook, latents out. */
+int vs_bench_is_continuous(const vs_models *m);
+
+/* A job's output: token ids [grid] (zeros for a continuous-token model) and, for a
+ * continuous-token model, its latents [vs_models_latent_count] (NULL otherwise). Decode
+ * either with vs_models_decode(models, dev, g.tokens, g.latents, ...). */
+typedef struct vs_bench_grid {
+  int32_t *tokens;
+  float *latents;
+} vs_bench_grid;
+
+int vs_bench_grid_alloc(vs_bench_grid *g, const vs_models *m, char *err, size_t errlen);
+void vs_bench_grid_free(vs_bench_grid *g);
+/* vs_generate into g (sets job->latents to g->latents). */
+int vs_bench_generate(vs_models *m, vspec_dev *dev, vs_job *job, vs_bench_grid *g,
+                      vs_metrics *mt, char *err, size_t errlen);
+
+/* --num-iter and --cfg-schedule (generate, eval, demo): continuous-token models only. */
+typedef struct vs_bench_mar_opts {
+  long num_iter;    /* 0: not given (the model's default) */
+  int cfg_schedule; /* VS_CFG_*, -1: not given */
+} vs_bench_mar_opts;
+#define VS_BENCH_MAR_OPTS_INIT {0, -1}
+
+/* "linear" or "constant"; prints the error and returns 0 if neither. */
+int vs_bench_parse_cfg_schedule(const char *option, const char *text, int *out);
+/* Applies the given options to s. Prints why and returns 0 when they do not fit the model:
+ * given for a discrete-token model (whose sampler would ignore them), or more steps than
+ * tokens. */
+int vs_bench_apply_mar_opts(const char *cmd, const vs_models *m, const vs_bench_mar_opts *o,
+                            vs_sampling *s);
+/* The generation steps a continuous-token job with sampling s runs; 0 for a discrete model. */
+int vs_bench_num_iter(const vs_models *m, const vs_sampling *s);
+
 /* Subcommands; argv[0] is the subcommand name. Return a process exit code. */
 int vs_bench_cmd_generate(int argc, char **argv);
 int vs_bench_cmd_costcurve(int argc, char **argv);

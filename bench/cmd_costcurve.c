@@ -272,6 +272,14 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
       goto done;
     }
     t = &models->target;
+    /* The curve times forwards over token trees (ids in, logits out); a MAR target has
+     * neither, and verifies drafted generation steps in a way the curve does not model. */
+    if (vs_bench_is_continuous(models)) {
+      fprintf(stderr, "vspec-bench costcurve: model '%s': the cost curve of tree verification is "
+              "not supported for continuous-token (MAR) models; use depth=L explicitly in "
+              "their methods and compare speed with vspec-bench eval\n", model_dir);
+      goto done;
+    }
   }
   int d = t->info.feature_dim, V = t->info.vocab;
   printf("\ncost curve: %s (width %d, vocab %d, grid %dx%d)\n", label ? label : (random ? random : model_dir),

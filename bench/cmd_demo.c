@@ -14,14 +14,18 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: vspec-bench demo [options]\n"
           "\n"
-          "Generates one image per class with vanilla AR decoding and writes them as one PNG\n"
-          "grid, enlarged with nearest-neighbour scaling.\n"
+          "Generates one image per class (vanilla AR decoding unless --method says otherwise)\n"
+          "and writes them as one PNG grid, enlarged with nearest-neighbour scaling.\n"
           "\n"
           "  --model DIR      model directory (default models/fmnist)\n"
           "  --out FILE       output PNG (default build/demo.png)\n"
           "  --seed S         seed of the first image; image c uses S + c (default 0)\n"
           "  --upscale K      enlargement factor (default 4)\n"
           "  --method M       decoding method (default ar)\n"
+          "  --num-iter N     continuous-token (MAR) models: generation steps, 1..tokens\n"
+          "                   (default: the model's); an error on a discrete model\n"
+          "  --cfg-schedule S continuous-token (MAR) models: CFG scale over the steps,\n"
+          "                   linear (MAR's) or constant (default: the model's)\n"
           "  --plugins DIR    plugin directory\n");
 }
 
@@ -30,11 +34,14 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   const char *method = "ar";
   unsigned long long seed = 0;
   long upscale = 4;
-  enum { O_UP = 256, O_PLUGINS };
+  vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
+  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'},
       {"seed", required_argument, 0, 's'},  {"upscale", required_argument, 0, O_UP},
       {"method", required_argument, 0, 'M'}, {"plugins", required_argument, 0, O_PLUGINS},
+      {"num-iter", required_argument, 0, O_NUM_ITER},
+      {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -47,6 +54,10 @@ int vs_bench_cmd_demo(int argc, char **argv) {
       case 'M': method = optarg; break;
       case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &upscale); break;
       case O_PLUGINS: plugin_dir = optarg; break;
+      case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
+      case O_CFG_SCHED:
+        ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
+        break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -60,10 +71,11 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   }
   int status = 1;
   vs_models *models = NULL;
-  int32_t *tokens = NULL;
+  vs_bench_grid out = {0};
   uint8_t *grid = NULL, *rgb = NULL, *big = NULL;
-  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_TARGET, &models, err,
-                     sizeof err)) {
+  /* a speculative method needs the drafters; plain AR loads the target alone */
+  unsigned roles = strcmp(method, "ar") == 0 ? VS_ROLE_TARGET : VS_ROLE_ALL;
+  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, roles, &models, err, sizeof err)) {
     fprintf(stderr, "vspec-bench demo: %s\n", err);
     goto done;
   }
@@ -74,13 +86,17 @@ int vs_bench_cmd_demo(int argc, char **argv) {
             model_dir);
     goto done;
   }
-  int h = t->info.image_h, w = t->info.image_w, n = t->info.grid_h * t->info.grid_w;
+  vs_sampling sampling = models->defaults;
+  if (!vs_bench_apply_mar_opts("demo", models, &mo, &sampling)) {
+    status = 2;
+    goto done;
+  }
+  int h = t->info.image_h, w = t->info.image_w;
   int cols = classes < 5 ? classes : 5, rows = (classes + cols - 1) / cols, gap = 2;
   int gw = cols * w + (cols + 1) * gap, gh = rows * h + (rows + 1) * gap;
-  tokens = malloc((size_t)n * sizeof *tokens);
   rgb = malloc((size_t)h * w * 3);
   grid = malloc((size_t)gw * gh * 3);
-  if (!tokens || !rgb || !grid) {
+  if (!rgb || !grid || vs_bench_grid_alloc(&out, models, err, sizeof err)) {
     fprintf(stderr, "vspec-bench demo: out of memory\n");
     goto done;
   }
@@ -88,10 +104,10 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   double total = 0;
   for (int k = 0; k < classes; k++) {
     vs_job job = {.method = method, .class_label = k, .seed = seed + (uint64_t)k,
-                  .sampling = models->defaults};
+                  .sampling = sampling};
     vs_metrics mt;
-    if (vs_generate(models, env.dev, &job, tokens, &mt, err, sizeof err) ||
-        t->vt->decode(t->model, env.dev, tokens, rgb, err, sizeof err)) {
+    if (vs_bench_generate(models, env.dev, &job, &out, &mt, err, sizeof err) ||
+        vs_models_decode(models, env.dev, out.tokens, out.latents, rgb, err, sizeof err)) {
       fprintf(stderr, "vspec-bench demo: class %d: %s\n", k, err);
       goto done;
     }
@@ -105,8 +121,9 @@ int vs_bench_cmd_demo(int argc, char **argv) {
     goto done;
   }
   char desc[512];
-  vs_job demo_job = {.method = method, .class_label = -1, .seed = seed,
-                     .sampling = models->defaults};
+  /* latents set: the description names a MAR job's steps and CFG schedule */
+  vs_job demo_job = {.method = method, .class_label = -1, .seed = seed, .sampling = sampling,
+                     .latents = out.latents};
   vs_job_describe(&demo_job, models->name, desc, sizeof desc);
   vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench demo"}};
   if (vs_png_write_file(out_path, big, gw * (int)upscale, gh * (int)upscale, text, 2, err,
@@ -120,7 +137,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
          classes - 1);
   status = 0;
 done:
-  free(tokens);
+  vs_bench_grid_free(&out);
   free(rgb);
   free(grid);
   free(big);

@@ -19,6 +19,7 @@
 
 #include "bench/autotune.h"
 #include "bench/bench.h"
+#include "bench/fmnist_data.h"
 #include "bench/plot.h"
 #include "bench/quality_eval.h"
 #include "core/cli_args.h"
@@ -44,7 +45,9 @@ static void usage(FILE *f) {
           "\n"
           "Generates the same images with several decoding methods, interleaved, and reports\n"
           "speed (TPF, MAL, acceptance, wall-clock speed-up vs AR) and quality (FID, class\n"
-          "accuracy, precision, recall).\n"
+          "accuracy, precision, recall). For continuous-token (MAR) models the table also\n"
+          "counts draft and target forwards and the residual sampler's proposals (rounds)\n"
+          "and budget exhaustions (fallbacks).\n"
           "\n"
           "  --model DIR        model directory (default models/fmnist)\n"
           "  --methods LIST     methods separated by ';' (default \"ar\"), e.g.\n"
@@ -57,6 +60,10 @@ static void usage(FILE *f) {
           "  --markdown FILE    write the table as markdown\n"
           "  --plot FILE        write FID against TPF as a PNG\n"
           "  --no-quality       skip FID / accuracy / precision / recall\n"
+          "  --num-iter N       continuous-token (MAR) models: generation steps, 1..tokens\n"
+          "                     (default: the model's); an error on a discrete model\n"
+          "  --cfg-schedule S   continuous-token (MAR) models: CFG scale over the steps,\n"
+          "                     linear (MAR's) or constant (default: the model's)\n"
           "  --threads N        compute threads (default: all cores)\n"
           "  --device D         cpu (default), cuda or cuda:N\n"
           "  --precision P      GPU weights: bf16 (default on a GPU) or fp32 (parity)\n"
@@ -95,17 +102,51 @@ typedef struct eval_floor {
   double fid_10k, fid_at_n;
 } eval_floor;
 
-static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor floor) {
+/* The model's kind of tokens, and for continuous-token (MAR) models the sampler settings
+ * every job of the run used (they change speed and quality alike, so the table names them). */
+typedef struct eval_tokens {
+  int continuous;
+  int num_iter;     /* generation steps per image */
+  int cfg_schedule; /* VS_CFG_* */
+} eval_tokens;
+
+/* The acceptance columns of the first table. A continuous-token model has no acceptance by
+ * depth (each drafted token is judged on its own, not along a path), so it shows what its
+ * speed is made of instead: the forwards of draft and target, and the residual sampler's
+ * proposals and budget exhaustions (totals over the images). */
+static void table_header(FILE *f, int continuous) {
+  if (continuous) {
+    fprintf(f, "| method | TPF | MAL | accept | draft forwards | target forwards | "
+               "residual rounds | residual fallbacks | speed-up vs AR (median, total) "
+               "| FID | class acc | precision | recall |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    return;
+  }
   fprintf(f, "| method | TPF | MAL | accept | accept by depth 1/2/3/4 | speed-up vs AR (median, total) "
              "| FID | class acc | precision | recall |\n");
   fprintf(f, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
+}
+
+static void table_accept_cells(FILE *f, const vs_metrics *t, int continuous) {
+  if (continuous) {
+    fprintf(f, "%lld | %lld | %lld | %lld | ", (long long)t->draft_forwards,
+            (long long)t->target_forwards, (long long)t->residual_rounds,
+            (long long)t->residual_fallbacks);
+    return;
+  }
+  for (int d = 1; d <= 4; d++)
+    fprintf(f, "%s%.2f", d > 1 ? "/" : "", vs_metrics_accept_at(t, d));
+  fprintf(f, " | ");
+}
+
+static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor floor,
+                        const eval_tokens *tk) {
+  table_header(f, tk->continuous);
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
     fprintf(f, "| `%s` | %.3f | %.3f | %.3f | ", em[i].spec, vs_metrics_tpf(t), vs_metrics_mal(t),
             vs_metrics_accept_rate(t));
-    for (int d = 1; d <= 4; d++)
-      fprintf(f, "%s%.2f", d > 1 ? "/" : "", vs_metrics_accept_at(t, d));
-    fprintf(f, " | ");
+    table_accept_cells(f, t, tk->continuous);
     if (isfinite(em[i].speedup_median))
       fprintf(f, "%.2fx (%.2fx)", em[i].speedup_median, em[i].speedup_total);
     else
@@ -133,6 +174,10 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
             t->tokens ? 100.0 * t->unverified_tokens / t->tokens : 0.0);
   }
   fprintf(f, "\n%d images per method.", images);
+  if (tk->continuous)
+    fprintf(f, " Continuous tokens: %d generation steps per image, %s CFG schedule; forwards "
+               "and residual counts are totals over the images.", tk->num_iter,
+            tk->cfg_schedule == VS_CFG_CONSTANT ? "constant" : "linear");
   if (isfinite(floor.fid_10k))
     fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g",
             floor.fid_10k);
@@ -146,8 +191,8 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
 }
 
 static int write_json(const char *path, const char *model, eval_method *em, int n, int images,
-                      unsigned long long seed, int threads, eval_floor floor, char *err,
-                      size_t errlen) {
+                      unsigned long long seed, int threads, eval_floor floor,
+                      const eval_tokens *tk, char *err, size_t errlen) {
   FILE *f = fopen(path, "w");
   if (!f) {
     snprintf(err, errlen, "%s: cannot write", path);
@@ -160,6 +205,14 @@ static int write_json(const char *path, const char *model, eval_method *em, int 
   json_num(f, floor.fid_10k);
   fprintf(f, ",\n  \"real_data_fid_floor_at_n\": ");
   json_num(f, floor.fid_at_n);
+  /* additive: the token kind, and the MAR sampler's settings (null for discrete models) */
+  fprintf(f, ",\n  \"token_kind\": \"%s\", \"num_iter\": ",
+          tk->continuous ? "continuous" : "discrete");
+  if (tk->continuous)
+    fprintf(f, "%d, \"cfg_schedule\": \"%s\"", tk->num_iter,
+            tk->cfg_schedule == VS_CFG_CONSTANT ? "constant" : "linear");
+  else
+    fprintf(f, "null, \"cfg_schedule\": null");
   fprintf(f, ",\n  \"methods\": [\n");
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
@@ -183,10 +236,10 @@ static int write_json(const char *path, const char *model, eval_method *em, int 
       fprintf(f, "%s", d > 1 ? ", " : "");
       json_num(f, vs_metrics_accept_at(t, d));
     }
-    fprintf(f, "], \"residual_fallbacks\": %lld,\n     \"skipped_rounds\": %lld, "
-               "\"unverified_tokens\": %lld, \"skipped_round_frac\": ",
-            (long long)t->residual_fallbacks, (long long)t->skipped_rounds,
-            (long long)t->unverified_tokens);
+    fprintf(f, "], \"residual_fallbacks\": %lld, \"residual_rounds\": %lld,\n     "
+               "\"skipped_rounds\": %lld, \"unverified_tokens\": %lld, \"skipped_round_frac\": ",
+            (long long)t->residual_fallbacks, (long long)t->residual_rounds,
+            (long long)t->skipped_rounds, (long long)t->unverified_tokens);
     /* rounds counts verified rounds only (MAL's denominator); skipped ones come on top */
     json_num(f, t->rounds + t->skipped_rounds
                     ? (double)t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0);
@@ -262,7 +315,9 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   unsigned long long seed = 0;
   int quality = 1;
   vs_bench_device dv = {0};
-  enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION };
+  vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
+  enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
+         O_NUM_ITER, O_CFG_SCHED };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"methods", required_argument, 0, 'M'},
       {"images", required_argument, 0, 'n'},  {"seed", required_argument, 0, 's'},
@@ -270,6 +325,8 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       {"plot", required_argument, 0, O_PLOT}, {"no-quality", no_argument, 0, O_NOQ},
       {"threads", required_argument, 0, O_THREADS}, {"plugins", required_argument, 0, O_PLUGINS},
       {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
+      {"num-iter", required_argument, 0, O_NUM_ITER},
+      {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -288,6 +345,10 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_DEVICE: dv.spec = optarg; break;
       case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
+      case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
+      case O_CFG_SCHED:
+        ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
+        break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -316,7 +377,7 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   vs_models *models = NULL;
   vs_quality *qual = NULL;
   vspec_dev *qdev = NULL;
-  int32_t *tokens = NULL;
+  vs_bench_grid grid = {0};
   eval_floor floor = {NAN, NAN};
   double *ratios = NULL;
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
@@ -327,9 +388,24 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   const vs_backend_model *t = &models->target;
   int classes = t->info.num_classes > 0 ? t->info.num_classes : 1;
   int npix = t->info.image_h * t->info.image_w * 3;
+  vs_sampling sampling = models->defaults;
+  if (!vs_bench_apply_mar_opts("eval", models, &mo, &sampling)) {
+    status = 2;
+    goto done;
+  }
+  eval_tokens tk = {.continuous = vs_bench_is_continuous(models),
+                    .num_iter = vs_bench_num_iter(models, &sampling),
+                    .cfg_schedule = sampling.cfg_schedule};
   if (quality && !npix) {
     fprintf(stderr, "vspec-bench eval: model '%s' has no image decoder; use --no-quality\n",
             model_dir);
+    goto done;
+  }
+  /* the classifier reads 32x32 images: any other size would be read past its end */
+  if (quality && (t->info.image_h != VS_CLF_SIDE || t->info.image_w != VS_CLF_SIDE)) {
+    fprintf(stderr, "vspec-bench eval: the quality metrics need %dx%d images; model '%s' makes "
+            "%dx%d; use --no-quality\n", VS_CLF_SIDE, VS_CLF_SIDE, model_dir, t->info.image_w,
+            t->info.image_h);
     goto done;
   }
   /* The quality metrics (classifier features, FID) run on the CPU whatever the generation
@@ -349,10 +425,13 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     if (images >= 2 && vs_quality_floor_at(qual, (int)images, &floor.fid_at_n, err, sizeof err))
       fprintf(stderr, "vspec-bench eval: (no floor at %ld images: %s)\n", images, err);
   }
-  tokens = malloc((size_t)(t->info.grid_h * t->info.grid_w) * sizeof *tokens);
+  if (vs_bench_grid_alloc(&grid, models, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench eval: %s\n", err);
+    goto done;
+  }
   ratios = malloc((size_t)images * sizeof *ratios);
   int32_t *labels = malloc((size_t)images * sizeof *labels);
-  if (!tokens || !ratios || !labels) goto oom;
+  if (!ratios || !labels) goto oom;
   for (int i = 0; i < images; i++) labels[i] = i % classes;
   for (int i = 0; i < n; i++) {
     em[i].m = parsed[i];
@@ -374,16 +453,16 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     for (int k = 0; k < n; k++) {
       int j = (i + k) % n; /* rotate the order */
       vs_job job = {.method = em[j].spec, .class_label = labels[i], .seed = seed + (uint64_t)i,
-                    .sampling = models->defaults};
+                    .sampling = sampling};
       vs_metrics mt;
-      if (vs_generate(models, env.dev, &job, tokens, &mt, err, sizeof err)) {
+      if (vs_bench_generate(models, env.dev, &job, &grid, &mt, err, sizeof err)) {
         fprintf(stderr, "vspec-bench eval: %s, image %d: %s\n", em[j].spec, i, err);
         goto done_labels;
       }
       vs_metrics_add(&em[j].total, &mt);
       em[j].times[i] = mt.wall_s;
-      if (quality &&
-          t->vt->decode(t->model, env.dev, tokens, em[j].rgb + (size_t)i * npix, err, sizeof err)) {
+      if (quality && vs_models_decode(models, env.dev, grid.tokens, grid.latents,
+                                      em[j].rgb + (size_t)i * npix, err, sizeof err)) {
         fprintf(stderr, "vspec-bench eval: decode: %s\n", err);
         goto done_labels;
       }
@@ -406,18 +485,18 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     }
   }
   printf("\n");
-  write_table(stdout, em, n, (int)images, floor);
+  write_table(stdout, em, n, (int)images, floor, &tk);
   if (md_path) {
     FILE *f = fopen(md_path, "w");
     if (!f) {
       fprintf(stderr, "vspec-bench eval: %s: cannot write\n", md_path);
       goto done_labels;
     }
-    write_table(f, em, n, (int)images, floor);
+    write_table(f, em, n, (int)images, floor, &tk);
     fclose(f);
   }
   if (json_path && write_json(json_path, models->name, em, n, (int)images, seed, (int)threads,
-                              floor, err, sizeof err)) {
+                              floor, &tk, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
     goto done_labels;
   }
@@ -437,7 +516,7 @@ done:
     free(em[i].times);
     free(em[i].rgb);
   }
-  free(tokens);
+  vs_bench_grid_free(&grid);
   free(ratios);
   vs_quality_close(qual);
   vs_dev_destroy(qdev);

@@ -26,6 +26,10 @@ static void usage(FILE *f) {
           "  --top-p P           top-p filter, 1 = off (default: the model's)\n"
           "  --cfg S             classifier-free guidance scale, <= 1 = off (default: the model's)\n"
           "  --cfg-interval I    guide only decode steps <= I, -1 = always (default: the model's)\n"
+          "  --num-iter N        continuous-token (MAR) models: generation steps, 1..tokens\n"
+          "                      (default: the model's); an error on a discrete model\n"
+          "  --cfg-schedule S    continuous-token (MAR) models: CFG scale over the steps,\n"
+          "                      linear (MAR's) or constant (default: the model's)\n"
           "  --upscale K         enlarge the PNG K times, nearest neighbour (default 1)\n"
           "  --threads N         compute threads (default: all cores)\n"
           "  --device D          cpu (default), cuda or cuda:N\n"
@@ -44,8 +48,9 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   double temperature = NAN, top_p = NAN, cfg = NAN;
   long top_k = -1, cfg_interval = -2;
   vs_bench_device dv = {0};
+  vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
   enum { O_TEMP = 256, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_UP, O_THREADS, O_PLUGINS, O_JSON,
-         O_DEVICE, O_PRECISION };
+         O_DEVICE, O_PRECISION, O_NUM_ITER, O_CFG_SCHED };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"class", required_argument, 0, 'c'},
       {"seed", required_argument, 0, 's'},    {"method", required_argument, 0, 'M'},
@@ -55,6 +60,8 @@ int vs_bench_cmd_generate(int argc, char **argv) {
       {"upscale", required_argument, 0, O_UP}, {"threads", required_argument, 0, O_THREADS},
       {"plugins", required_argument, 0, O_PLUGINS}, {"json", no_argument, 0, O_JSON},
       {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
+      {"num-iter", required_argument, 0, O_NUM_ITER},
+      {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -77,6 +84,10 @@ int vs_bench_cmd_generate(int argc, char **argv) {
       case O_JSON: json = 1; break;
       case O_DEVICE: dv.spec = optarg; break;
       case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
+      case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
+      case O_CFG_SCHED:
+        ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
+        break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -96,7 +107,7 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   }
   int status = 1;
   vs_models *models = NULL;
-  int32_t *tokens = NULL;
+  vs_bench_grid grid = {0};
   uint8_t *rgb = NULL, *big = NULL;
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
                      sizeof err)) {
@@ -105,7 +116,7 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   }
   const vs_backend_model *t = &models->target;
   if (!t->info.image_h) {
-    fprintf(stderr, "vspec-bench generate: model '%s' has no image decoder (vq)\n", model_dir);
+    fprintf(stderr, "vspec-bench generate: model '%s' has no image decoder\n", model_dir);
     goto done;
   }
   vs_job job = {.method = method, .class_label = (int32_t)class_label, .seed = seed,
@@ -115,20 +126,22 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   if (!isnan(top_p)) job.sampling.top_p = (float)top_p;
   if (!isnan(cfg)) job.sampling.cfg_scale = (float)cfg;
   if (cfg_interval >= -1) job.sampling.cfg_interval = (int)cfg_interval;
+  if (!vs_bench_apply_mar_opts("generate", models, &mo, &job.sampling)) {
+    status = 2;
+    goto done;
+  }
 
-  int n = t->info.grid_h * t->info.grid_w;
-  tokens = calloc((size_t)n, sizeof *tokens);
   rgb = malloc((size_t)t->info.image_h * t->info.image_w * 3);
-  if (!tokens || !rgb) {
+  if (!rgb || vs_bench_grid_alloc(&grid, models, err, sizeof err)) {
     fprintf(stderr, "vspec-bench generate: out of memory\n");
     goto done;
   }
   vs_metrics mt;
-  if (vs_generate(models, env.dev, &job, tokens, &mt, err, sizeof err)) {
+  if (vs_bench_generate(models, env.dev, &job, &grid, &mt, err, sizeof err)) {
     fprintf(stderr, "vspec-bench generate: %s\n", err);
     goto done;
   }
-  if (t->vt->decode(t->model, env.dev, tokens, rgb, err, sizeof err)) {
+  if (vs_models_decode(models, env.dev, grid.tokens, grid.latents, rgb, err, sizeof err)) {
     fprintf(stderr, "vspec-bench generate: decode: %s\n", err);
     goto done;
   }
@@ -152,16 +165,21 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   }
   if (json) {
     printf("{\"out\": \"%s\", \"tokens\": %lld, \"target_forwards\": %lld, \"tpf\": %.4f, "
-           "\"mal\": %.4f, \"wall_s\": %.6f}\n",
+           "\"mal\": %.4f, \"wall_s\": %.6f, \"rounds\": %lld, \"draft_forwards\": %lld, "
+           "\"accept_rate\": %.4f, \"residual_rounds\": %lld, \"residual_fallbacks\": %lld, "
+           "\"token_kind\": \"%s\"}\n",
            out_path, (long long)mt.tokens, (long long)mt.target_forwards, vs_metrics_tpf(&mt),
-           vs_metrics_mal(&mt), mt.wall_s);
+           vs_metrics_mal(&mt), mt.wall_s, (long long)mt.rounds, (long long)mt.draft_forwards,
+           vs_metrics_accept_rate(&mt), (long long)mt.residual_rounds,
+           (long long)mt.residual_fallbacks,
+           vs_bench_is_continuous(models) ? "continuous" : "discrete");
   } else {
     fprintf(stderr, "wrote %s (%dx%d): %lld tokens, %lld target forwards, %.3f s [%s]\n",
             out_path, w, h, (long long)mt.tokens, (long long)mt.target_forwards, mt.wall_s, desc);
   }
   status = 0;
 done:
-  free(tokens);
+  vs_bench_grid_free(&grid);
   free(rgb);
   free(big);
   vs_models_close(models);

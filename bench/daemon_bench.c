@@ -341,7 +341,13 @@ int main(int argc, char **argv) {
   }
   const vs_backend_model *t = &models->target;
   int N = t->info.grid_h * t->info.grid_w;
-  int32_t *tokens = calloc((size_t)N, sizeof *tokens);
+  vs_bench_grid grid = {0};
+  if (vs_bench_grid_alloc(&grid, models, err, sizeof err)) {
+    fprintf(stderr, "vspecd-bench: %s\n", err);
+    vs_models_close(models);
+    vs_bench_env_close(&env);
+    return 1;
+  }
   uint8_t *rgb = malloc((size_t)t->info.image_h * t->info.image_w * 3);
   double *inproc = calloc((size_t)images, sizeof(double));
   double *daemon = calloc((size_t)images, sizeof(double));
@@ -367,8 +373,8 @@ int main(int argc, char **argv) {
     vs_job job = {.method = method, .class_label = 1, .seed = (uint64_t)i,
                   .sampling = models->defaults};
     vs_metrics mt;
-    if (vs_generate(models, env.dev, &job, tokens, &mt, err, sizeof err) ||
-        t->vt->decode(t->model, env.dev, tokens, rgb, err, sizeof err)) {
+    if (vs_bench_generate(models, env.dev, &job, &grid, &mt, err, sizeof err) ||
+        vs_models_decode(models, env.dev, grid.tokens, grid.latents, rgb, err, sizeof err)) {
       fprintf(stderr, "vspecd-bench: %s\n", err);
       goto done;
     }
@@ -448,7 +454,7 @@ done:
   if (status) dump_log(&b);
   if (have_conn) vs_conn_close(&conn);
   stop_daemon(&b);
-  free(tokens);
+  vs_bench_grid_free(&grid);
   free(rgb);
   free(inproc);
   free(daemon);

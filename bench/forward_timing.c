@@ -18,6 +18,13 @@ static int cmp_double(const void *a, const void *b) {
 int vs_bench_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                           double min_time, double *median_ms, char *err, size_t errlen) {
   const int cap = 64;
+  /* The timed forward feeds token ids and reads logits: a continuous-token target has
+   * neither (costcurve and size=auto refuse such models first; this is the backstop). */
+  if (t->info.token_kind == VSPEC_TOKENS_CONTINUOUS || t->info.vocab <= 0) {
+    snprintf(err, errlen, "forward timing over a token tree is not supported for "
+             "continuous-token (MAR) models");
+    return VSPEC_ENOTSUP;
+  }
   vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 0, .rows = rows,
                               .max_nodes = cap};
   vspec_session *s;

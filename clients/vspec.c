@@ -178,13 +178,19 @@ static void usage_generate(FILE *f) {
           "  --model NAME         a model the daemon serves (default: the daemon's default)\n"
           "  --method M           complete method: ar | sd:RULE[:PARAMS][@SCHED[:PARAMS]]\n"
           "  --accept RULE        speculative decoding with acceptance rule RULE (exact,\n"
-          "                       lantern, lanternpp, uniform_rsd, coolsd, ...)\n"
+          "                       lantern, lanternpp, uniform_rsd, coolsd, ...; continuous\n"
+          "                       for continuous-token (MAR) models, with --sched-param\n"
+          "                       shape=chain,depth=L: L draft steps per verification)\n"
           "  --param K=V          a parameter of the rule (repeatable), e.g. delta=0.2\n"
           "  --sched SCHED        scheduler (default standard; vvs)\n"
           "  --sched-param K=V    a parameter of the scheduler (repeatable)\n"
           "  --draft D            drafter: auto | model | head\n"
           "  --temperature T, --top-k K, --top-p P, --cfg S, --cfg-interval I\n"
-          "                       sampling (default: the model's)\n"
+          "                       sampling (default: the model's; MAR models take --cfg\n"
+          "                       but not --top-k, --top-p or --cfg-interval)\n"
+          "  --num-iter N         MAR models: generation steps (default: the model's)\n"
+          "  --cfg-schedule S     MAR models: linear (guidance grows as the image fills in;\n"
+          "                       MAR's default) | constant\n"
           "  --out FILE           output PNG (default out.png)\n"
           "  --previews DIR       write progressive previews into DIR (preview-NNN.png)\n"
           "  --preview-kind K     lut (default) | decode | tokens\n"
@@ -231,8 +237,8 @@ static int cmd_generate(int argc, char **argv) {
   double d;
   unsigned long long u;
   enum { O_CLASS = 1, O_SEED, O_MODEL, O_METHOD, O_ACCEPT, O_PARAM, O_SCHED, O_SPARAM, O_DRAFT,
-         O_TEMP, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_OUT, O_PREV, O_PKIND, O_PEVERY, O_DEADLINE,
-         O_PRIO, O_TAG, O_JSON, O_QUIET, O_HELP };
+         O_TEMP, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_NITER, O_CFGS, O_OUT, O_PREV, O_PKIND,
+         O_PEVERY, O_DEADLINE, O_PRIO, O_TAG, O_JSON, O_QUIET, O_HELP };
   static const struct option opts[] = {
       {"class", required_argument, 0, O_CLASS},   {"seed", required_argument, 0, O_SEED},
       {"model", required_argument, 0, O_MODEL},   {"method", required_argument, 0, O_METHOD},
@@ -241,6 +247,8 @@ static int cmd_generate(int argc, char **argv) {
       {"draft", required_argument, 0, O_DRAFT},   {"temperature", required_argument, 0, O_TEMP},
       {"top-k", required_argument, 0, O_TOPK},    {"top-p", required_argument, 0, O_TOPP},
       {"cfg", required_argument, 0, O_CFG},       {"cfg-interval", required_argument, 0, O_CFGI},
+      {"num-iter", required_argument, 0, O_NITER},
+      {"cfg-schedule", required_argument, 0, O_CFGS},
       {"out", required_argument, 0, O_OUT},       {"previews", required_argument, 0, O_PREV},
       {"preview-kind", required_argument, 0, O_PKIND},
       {"preview-every", required_argument, 0, O_PEVERY},
@@ -304,6 +312,20 @@ static int cmd_generate(int argc, char **argv) {
           sub.has_cfg_interval = 1;
           sub.cfg_interval = (int32_t)v;
         }
+        break;
+      case O_NITER:
+        if ((ok = vs_cli_long("--num-iter", optarg, 0, 1 << 20, &v))) {
+          sub.has_num_iter = 1;
+          sub.num_iter = (int32_t)v;
+        }
+        break;
+      case O_CFGS:
+        /* checked here too, so a typo is a usage error before anything is sent */
+        if (strcmp(optarg, "linear") && strcmp(optarg, "constant")) {
+          fprintf(stderr, "--cfg-schedule: '%s' is not linear or constant\n", optarg);
+          ok = 0;
+        }
+        sub.cfg_schedule = optarg;
         break;
       case O_OUT: out = optarg; break;
       case O_PREV: previews = optarg; break;
@@ -720,9 +742,9 @@ static int cmd_status(int argc, char **argv) {
       printf(", \"dir\": ");
       vs__json_str(stdout, m->dir);
       printf(", \"generation\": %u, \"jobs\": %d, \"retired_alive\": %d, \"loaded\": %s, "
-             "\"num_classes\": %u, \"grid_h\": %u, \"grid_w\": %u}",
+             "\"num_classes\": %u, \"grid_h\": %u, \"grid_w\": %u, \"continuous\": %s}",
              m->generation, m->jobs, m->retired_alive, m->has_grid_h ? "true" : "false",
-             m->num_classes, m->grid_h, m->grid_w);
+             m->num_classes, m->grid_h, m->grid_w, m->continuous ? "true" : "false");
     }
     printf("], \"plugins\": [");
     for (size_t i = 0; i < s->n_plugins; i++) {
@@ -765,8 +787,9 @@ static int cmd_status(int argc, char **argv) {
     for (size_t i = 0; i < s->n_models; i++) {
       const Vspec__ModelInfo *m = s->models[i];
       if (m->has_grid_h)
-        printf("  %-10s generation %u, %ux%u tokens, %u classes, draft %s, eagle %s, %d job(s)"
-               "%s  [%s]\n", m->name, m->generation, m->grid_h, m->grid_w, m->num_classes,
+        printf("  %-10s generation %u, %ux%u %stokens, %u classes, draft %s, eagle %s, %d job(s)"
+               "%s  [%s]\n", m->name, m->generation, m->grid_h, m->grid_w,
+               m->continuous ? "continuous " : "", m->num_classes,
                m->has_draft ? "yes" : "no", m->has_eagle ? "yes" : "no", m->jobs,
                m->retired_alive ? ", older generation in use" : "", m->dir);
       else
@@ -1018,8 +1041,10 @@ static void usage(FILE *f) {
           "  ping            round trip to the daemon\n"
           "  keygen PREFIX   make a CURVE key pair\n"
           "\n"
-          "Example:\n"
-          "  vspec generate --class 7 --accept lantern --param delta=0.2 --seed 1 --out img.png\n");
+          "Examples:\n"
+          "  vspec generate --class 7 --accept lantern --param delta=0.2 --seed 1 --out img.png\n"
+          "  vspec generate --model micro_mar --accept continuous \\\n"
+          "      --sched-param shape=chain,depth=2 --num-iter 8 --out img.png   (a MAR model)\n");
 }
 
 int main(int argc, char **argv) {

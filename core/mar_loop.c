@@ -415,7 +415,14 @@ static int vs__mar_plugins(vs_mar *c, const vs_method *m, char *err, size_t errl
                            errlen);
   if (rc) return rc;
   c->sched_vt = vs_plugin_vtable(c->sched_plugin);
-  if ((rc = vs_params_parse(m->sched_params, &p, err, errlen))) return rc;
+  /* A MAR model drafts chains of generation steps: a scheduler told no shape gets a chain
+   * (its default, a dynamic tree, has no meaning here). */
+  char sp[sizeof m->sched_params + 16];
+  if (strstr(m->sched_params, "shape=") == NULL)
+    snprintf(sp, sizeof sp, "shape=chain%s%s", *m->sched_params ? "," : "", m->sched_params);
+  else
+    snprintf(sp, sizeof sp, "%s", m->sched_params);
+  if ((rc = vs_params_parse(sp, &p, err, errlen))) return rc;
   rc = c->sched_vt->create(host, p, &c->sched, inner, sizeof inner);
   vs_params_free(p);
   if (rc) snprintf(err, errlen, "scheduler '%s': %s", m->sched, inner);
@@ -525,7 +532,13 @@ int vs_mar_run(vs_models *models, vspec_dev *dev, const vs_job *job, const vs_me
       rc = vs__mar_group(&c, &step, plan.depth, err, errlen);
     else
       rc = vs__mar_target_step(&c, step++, err, errlen);
-    if (!rc) vs__mar_report(&c, round++, vs__count(c.known_v, c.N));
+    if (!rc) {
+      /* the counts so far, for progress reports (the totals are set below) */
+      mt->tokens = vs__count(c.known_v, c.N);
+      mt->target_forwards = c.tgt.forwards;
+      mt->draft_forwards = c.dft.forwards;
+      vs__mar_report(&c, round++, (int)mt->tokens);
+    }
   }
   if (!rc) {
     memcpy(job->latents, c.tok_v, (size_t)c.N * c.C * sizeof(float));

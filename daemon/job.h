@@ -40,7 +40,9 @@ enum {
   VS_SET_TOP_K = 2,
   VS_SET_TOP_P = 4,
   VS_SET_CFG = 8,
-  VS_SET_CFG_INTERVAL = 16
+  VS_SET_CFG_INTERVAL = 16,
+  VS_SET_NUM_ITER = 32,     /* continuous-token models */
+  VS_SET_CFG_SCHEDULE = 64
 };
 
 struct vs_client;
@@ -104,6 +106,9 @@ struct vs_djob {
     int n_tokens;
     int32_t *tokens;        /* [tokens_total] */
     uint8_t *status;        /* [tokens_total] VS_TOKEN_* */
+    int whole_map;          /* tokens and status are current over the whole grid (continuous-
+                               token models reveal positions in any order); else only their
+                               first n_tokens entries are (raster order) */
     double tpf, mal, accept_rate, elapsed_s;
     /* the newest preview the loop has not sent yet */
     uint8_t *preview_png;

@@ -38,6 +38,27 @@ static void vs__table_free(vs_model_table *t) {
   free(t);
 }
 
+/* What lut/decode previews of the set need. A continuous-token model has no codes, so no
+ * colour table: its previews decode the partial latent grid, which only needs the latent
+ * decoder. A model without previews still serves jobs; only such previews are refused. */
+static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
+  const vs_backend_model *t = &s->models->target;
+  s->continuous = t->info.token_kind == VSPEC_TOKENS_CONTINUOUS;
+  if (!t->info.image_h || !t->info.image_w) return;
+  if (s->continuous) {
+    s->previews = VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, decode_latents) &&
+                  t->vt->decode_latents != NULL;
+    if (!s->previews)
+      vs_log(VSPEC_LOG_WARN, "models", "%s: no lut/decode previews: its backend cannot decode "
+             "latents", s->name);
+    return;
+  }
+  char inner[VSPEC_ERRLEN];
+  if (vs_preview_lut_build(t, dev, &s->lut, inner, sizeof inner))
+    vs_log(VSPEC_LOG_WARN, "models", "%s: no lut/decode previews: %s", s->name, inner);
+  s->previews = s->lut.rgb != NULL;
+}
+
 static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_model_set **out,
                         char *err, size_t errlen) {
   double t0 = vs__now();
@@ -54,11 +75,7 @@ static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_mode
   pthread_mutex_lock(&t->load_mu);
   int rc = vs_models_open(t->reg, t->host, t->load_dev, s->dir, VS_ROLE_ALL, &s->models, err,
                           errlen);
-  if (!rc && s->models->target.info.image_h) {
-    char inner[VSPEC_ERRLEN];
-    if (vs_preview_lut_build(&s->models->target, t->load_dev, &s->lut, inner, sizeof inner))
-      vs_log(VSPEC_LOG_WARN, "models", "%s: no lut/decode previews: %s", s->name, inner);
-  }
+  if (!rc) vs__set_previews(s, t->load_dev);
   pthread_mutex_unlock(&t->load_mu);
   if (rc) {
     free(s);
@@ -66,12 +83,18 @@ static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_mode
   }
   s->load_s = vs__now() - t0;
   const vspec_model_info *in = &s->models->target.info;
+  char tokens[64];
+  if (s->continuous)
+    snprintf(tokens, sizeof tokens, "continuous tokens of %d values", in->token_dim);
+  else
+    snprintf(tokens, sizeof tokens, "vocab %d, neutral code %d", in->vocab,
+             s->lut.rgb ? s->lut.neutral : -1);
   vs_log(VSPEC_LOG_INFO, "models",
-         "%s generation %u from %s: %s, grid %dx%d, vocab %d, image %dx%d, draft %s, eagle %s, "
-         "neutral code %d (%.2f s)",
-         s->name, generation, s->dir, in->arch ? in->arch : "?", in->grid_h, in->grid_w,
-         in->vocab, in->image_w, in->image_h, s->models->draft.model ? "yes" : "no",
-         s->models->eagle.model ? "yes" : "no", s->lut.rgb ? s->lut.neutral : -1, s->load_s);
+         "%s generation %u from %s: %s, grid %dx%d, %s, image %dx%d, draft %s, eagle %s "
+         "(%.2f s)",
+         s->name, generation, s->dir, in->arch ? in->arch : "?", in->grid_h, in->grid_w, tokens,
+         in->image_w, in->image_h, s->models->draft.model ? "yes" : "no",
+         s->models->eagle.model ? "yes" : "no", s->load_s);
   pthread_mutex_lock(&t->mu);
   t->sets_alive++;
   pthread_mutex_unlock(&t->mu);

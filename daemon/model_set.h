@@ -2,11 +2,12 @@
  * daemon/model_set.h - the models vspecd serves, one generation at a time.
  *
  * A model set is one loaded model directory (core/models.h) plus what the daemon derives
- * from it at load (the preview colour table). Sets are shared read-only by all workers (the
- * backends are thread-safe for distinct sessions) and reference-counted: the table holds one
- * reference on each current set, every job one on the set it runs with. Reloading a backend
- * plugin opens new sets with the new plugin generation and makes them current; a job that
- * is running keeps its old set, which is closed when its last job releases it.
+ * from it at load (the preview colour table of a discrete-token model). Sets are shared
+ * read-only by all workers (the backends are thread-safe for distinct sessions) and
+ * reference-counted: the table holds one reference on each current set, every job one on
+ * the set it runs with. Reloading a backend plugin opens new sets with the new plugin
+ * generation and makes them current; a job that is running keeps its old set, which is
+ * closed when its last job releases it.
  */
 #ifndef VS_MODEL_SET_H
 #define VS_MODEL_SET_H
@@ -27,7 +28,11 @@ typedef struct vs_model_set {
   atomic_int refs;
   vs_model_table *table;
   vs_models *models;
-  vs_preview_lut lut; /* lut.rgb == NULL when the model has no image decoder */
+  vs_preview_lut lut; /* lut.rgb == NULL when the model has no image decoder, and for a
+                         continuous-token model, which has no codes to paint */
+  int continuous;     /* the target's tokens are latents (VSPEC_TOKENS_CONTINUOUS, MAR) */
+  int previews;       /* lut/decode previews can be rendered: a colour table, or the latent
+                         decoder of a continuous-token model (which renders both kinds) */
   double load_s;
   int retired; /* replaced by a newer generation (guarded by the table's lock) */
 } vs_model_set;

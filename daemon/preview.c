@@ -8,6 +8,11 @@ int vs_preview_lut_build(const vs_backend_model *t, vspec_dev *dev, vs_preview_l
                          char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   const vspec_model_info *in = &t->info;
+  if (in->token_kind == VSPEC_TOKENS_CONTINUOUS) {
+    snprintf(err, errlen, "continuous tokens have no codes: no colour table (previews decode "
+             "the latents)");
+    return VSPEC_ENOTSUP;
+  }
   if (!in->image_h || !in->image_w || in->vocab <= 0) {
     snprintf(err, errlen, "the model has no image decoder: no colour table");
     return VSPEC_ENOTSUP;
@@ -96,4 +101,9 @@ int vs_preview_render_decode(const vs_preview_lut *l, const vs_backend_model *t,
   memcpy(grid, tokens, (size_t)n_done * sizeof *grid);
   for (int i = n_done; i < n; i++) grid[i] = l->neutral;
   return t->vt->decode(t->model, dev, grid, rgb, err, errlen);
+}
+
+int vs_preview_render_latents(const vs_models *m, vspec_dev *dev, const float *latents,
+                              uint8_t *rgb, char *err, size_t errlen) {
+  return vs_models_decode(m, dev, NULL, latents, rgb, err, errlen);
 }

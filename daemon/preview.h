@@ -12,6 +12,11 @@
  * the lower index) to the mean of all codes' mean colours: it stands for "an average patch",
  * so the ungenerated area looks like a flat, typical background instead of a random texture.
  * The lut preview paints ungenerated cells with the same colour.
+ *
+ * Continuous-token (MAR) models have no codes and no table: both lut and decode previews
+ * decode the partial latent grid, whose ungenerated positions are zeros (mid-grey for a
+ * pixel-patch tokenizer). Their positions are revealed in a random order, so the preview fills
+ * in scattered cells rather than rows.
  */
 #ifndef VS_PREVIEW_H
 #define VS_PREVIEW_H
@@ -26,7 +31,8 @@ typedef struct vs_preview_lut {
   int neutral;  /* the neutral code */
 } vs_preview_lut;
 
-/* Builds the table with the target's decoder on `dev` (vocab decodes). */
+/* Builds the table with the target's decoder on `dev` (vocab decodes); VSPEC_ENOTSUP for a
+ * model without an image decoder or with continuous tokens. */
 int vs_preview_lut_build(const vs_backend_model *target, vspec_dev *dev, vs_preview_lut *out,
                          char *err, size_t errlen);
 void vs_preview_lut_free(vs_preview_lut *l);
@@ -38,5 +44,8 @@ void vs_preview_render_lut(const vs_preview_lut *l, const vspec_model_info *info
 int vs_preview_render_decode(const vs_preview_lut *l, const vs_backend_model *target,
                              vspec_dev *dev, const int32_t *tokens, int n_done, int32_t *grid,
                              uint8_t *rgb, char *err, size_t errlen);
+/* Continuous-token models: decodes latents [grid, token_dim] (zeros where not generated). */
+int vs_preview_render_latents(const vs_models *models, vspec_dev *dev, const float *latents,
+                              uint8_t *rgb, char *err, size_t errlen);
 
 #endif /* VS_PREVIEW_H */

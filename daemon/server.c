@@ -518,11 +518,17 @@ static void vs__pump(vs_server *s, vs_djob *j) {
       if (pos && tok && stv) {
         have = 1;
         n_tokens = j->sh.n_tokens;
+        /* Raster order: the first n_tokens entries are the map, and each of them goes out once
+         * even when it equals what the client was sent. A continuous-token model reveals
+         * positions in any order: its whole map is current and a position goes out when its
+         * status changes. */
+        int whole = j->sh.whole_map;
+        int cur = whole ? n : n_tokens;
         for (int i = 0; i < n; i++) {
-          int32_t t = i < n_tokens ? j->sh.tokens[i] : 0;
-          uint8_t st = i < n_tokens ? j->sh.status[i] : 0;
+          int32_t t = i < cur ? j->sh.tokens[i] : 0;
+          uint8_t st = i < cur ? j->sh.status[i] : 0;
           if (t != j->lp.sent_tokens[i] || st != j->lp.sent_status[i] ||
-              (i < n_tokens && i >= j->lp.sent_n)) {
+              (!whole && i < n_tokens && i >= j->lp.sent_n)) {
             pos[nd] = (uint32_t)i;
             tok[nd] = t;
             stv[nd] = st;
@@ -902,12 +908,13 @@ static void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *en
     mi[i].retired_alive = ms[i].retired_alive;
     if (ms[i].loaded) {
       mi[i].has_grid_h = mi[i].has_grid_w = mi[i].has_num_classes = 1;
-      mi[i].has_has_draft = mi[i].has_has_eagle = 1;
+      mi[i].has_has_draft = mi[i].has_has_eagle = mi[i].has_continuous = 1;
       mi[i].grid_h = (uint32_t)ms[i].info.grid_h;
       mi[i].grid_w = (uint32_t)ms[i].info.grid_w;
       mi[i].num_classes = (uint32_t)ms[i].info.num_classes;
       mi[i].has_draft = ms[i].has_draft;
       mi[i].has_eagle = ms[i].has_eagle;
+      mi[i].continuous = ms[i].info.token_kind == VSPEC_TOKENS_CONTINUOUS;
     }
     mip[i] = &mi[i];
   }

@@ -32,9 +32,32 @@ static int vs__printable(const char *s) {
   return 1;
 }
 
-/* Creates and destroys one instance of plugin (kind, name) with `params`. */
+/* Whether acceptance rule `vt` judges the tokens of the model: a continuous-token (MAR) model
+ * needs the continuous entry points, a discrete one a rule without them. The engine checks
+ * the same; here it fails at submission with the same advice. */
+static int vs__rule_fits(const vspec_accept_vtable *vt, int continuous, const char *model,
+                         char *err, size_t errlen) {
+  int has_cont = VSPEC_HAS_FIELD(vt, vspec_accept_vtable, accept_prob_continuous) &&
+                 vt->accept_prob_continuous;
+  int full_cont = has_cont && VSPEC_HAS_FIELD(vt, vspec_accept_vtable, residual_continuous) &&
+                  vt->residual_continuous;
+  if (continuous && !full_cont) {
+    snprintf(err, errlen, "it is for discrete tokens; model '%s' has continuous tokens (use "
+             "the rule `continuous`, or method ar)", model);
+    return VSPEC_EINVAL;
+  }
+  if (!continuous && has_cont) {
+    snprintf(err, errlen, "it is for continuous tokens; model '%s' has discrete tokens (use "
+             "exact, lantern, lanternpp, uniform_rsd or coolsd)", model);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
+/* Creates and destroys one instance of plugin (kind, name) with `params`; an acceptance rule
+ * must also fit the model's kind of tokens (`continuous`). */
 static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, const char *params,
-                          char *err, size_t errlen) {
+                          int continuous, const char *model, char *err, size_t errlen) {
   vs_plugin *p = NULL;
   char inner[VSPEC_ERRLEN] = "";
   int rc = vs_registry_acquire(c->reg, kind, name, &p, inner, sizeof inner);
@@ -49,7 +72,8 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
     if (kind == VSPEC_PLUGIN_ACCEPT) {
       const vspec_accept_vtable *vt = vs_plugin_vtable(p);
       vspec_rule *r = NULL;
-      rc = vt->create(c->host, pp, &r, inner, sizeof inner);
+      rc = vs__rule_fits(vt, continuous, model, inner, sizeof inner);
+      if (!rc) rc = vt->create(c->host, pp, &r, inner, sizeof inner);
       if (!rc) vt->destroy(r);
     } else {
       const vspec_sched_vtable *vt = vs_plugin_vtable(p);
@@ -86,6 +110,62 @@ static double vs__now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The sampling fields that depend on the kind of tokens: top_k / top_p shape a distribution
+ * over codes and cfg_interval follows LlamaGen's raster steps, so they mean nothing to a
+ * continuous-token (MAR) model (which guides every step, as cfg_schedule says); num_iter and
+ * cfg_schedule
+ * drive MAR's sampler and mean nothing to a discrete one. A field that does not apply is
+ * refused rather than ignored, so a request never silently differs from what runs. */
+static int vs__sampling_tokens(const Vspec__Submit *s, const vs_model_set *set, vs_sampling *smp,
+                               unsigned *set_mask, char *err, size_t errlen) {
+  const vspec_model_info *in = &set->models->target.info;
+  const char *model = set->name;
+  if (set->continuous) {
+    if (s->has_top_k && s->top_k != 0) {
+      snprintf(err, errlen, "top_k: model '%s' has continuous tokens, top-k does not apply "
+               "(leave it unset or 0)", model);
+      return VSPEC_EINVAL;
+    }
+    if (s->has_top_p && s->top_p != 1.0f) {
+      snprintf(err, errlen, "top_p: model '%s' has continuous tokens, top-p does not apply "
+               "(leave it unset or 1)", model);
+      return VSPEC_EINVAL;
+    }
+    if (s->has_cfg_interval && s->cfg_interval != -1) {
+      snprintf(err, errlen, "cfg_interval: model '%s' has continuous tokens, it guides every "
+               "step (leave it unset or -1; cfg_schedule shapes the guidance)", model);
+      return VSPEC_EINVAL;
+    }
+  }
+  if (s->cfg_schedule) {
+    if (!strcmp(s->cfg_schedule, "linear")) smp->cfg_schedule = VS_CFG_LINEAR;
+    else if (!strcmp(s->cfg_schedule, "constant")) smp->cfg_schedule = VS_CFG_CONSTANT;
+    else {
+      snprintf(err, errlen, "cfg_schedule: '%.40s' is not linear or constant", s->cfg_schedule);
+      return VSPEC_EINVAL;
+    }
+    *set_mask |= VS_SET_CFG_SCHEDULE;
+  }
+  if (s->has_num_iter) {
+    int n = in->grid_h * in->grid_w;
+    /* at most one step per position: each step reveals at least one (MAR's mask schedule) */
+    if (s->num_iter < 0 || s->num_iter > n) {
+      snprintf(err, errlen, "num_iter: %d is out of range: allowed 0..%d for model '%s' "
+               "(0 = the model's default)", s->num_iter, n, model);
+      return VSPEC_ERANGE;
+    }
+    smp->num_iter = s->num_iter;
+    *set_mask |= VS_SET_NUM_ITER;
+  }
+  if (!set->continuous && (s->has_num_iter || s->cfg_schedule)) {
+    snprintf(err, errlen, "%s: model '%s' has discrete tokens; num_iter and cfg_schedule are "
+             "for continuous-token (MAR) models", s->has_num_iter ? "num_iter" : "cfg_schedule",
+             model);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
 }
 
 #define VS_FAIL(c_, ...)                     \
@@ -158,8 +238,10 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
     if ((draft && !strcmp(draft, "head") && !has_eagle) ||
         (strstr(me.sched_params, "drafter=head") && !has_eagle))
       VS_FAIL(INVALID, "draft: model '%s' has no eagle head", model);
-    if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me.rule, me.rule_params, inner, sizeof inner) ||
-        vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me.sched, me.sched_params, inner, sizeof inner))
+    if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me.rule, me.rule_params, set->continuous, model,
+                       inner, sizeof inner) ||
+        vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me.sched, me.sched_params, set->continuous, model,
+                       inner, sizeof inner))
       VS_FAIL(INVALID, "%s", inner);
     snprintf(rule, sizeof rule, "%s", me.rule);
     snprintf(sched, sizeof sched, "%s", me.sched);
@@ -206,14 +288,17 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   if (s->has_top_p) smp.top_p = s->top_p, set_mask |= VS_SET_TOP_P;
   if (s->has_cfg_scale) smp.cfg_scale = s->cfg_scale, set_mask |= VS_SET_CFG;
   if (s->has_cfg_interval) smp.cfg_interval = s->cfg_interval, set_mask |= VS_SET_CFG_INTERVAL;
+  if (vs__sampling_tokens(s, set, &smp, &set_mask, inner, sizeof inner))
+    VS_FAIL(INVALID, "%s", inner);
   if (vs_sampling_validate(&smp, in->vocab, inner, sizeof inner)) VS_FAIL(INVALID, "%s", inner);
 
   /* ---- delivery ---- */
   int kind = s->has_preview ? (int)s->preview : VSPEC__PREVIEW_KIND__PREVIEW_NONE;
   if (kind < VSPEC__PREVIEW_KIND__PREVIEW_NONE || kind > VSPEC__PREVIEW_KIND__PREVIEW_DECODE)
     VS_FAIL(INVALID, "preview: kind %d is not none(0), tokens(1), lut(2) or decode(3)", kind);
-  if (kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && !set->lut.rgb)
-    VS_FAIL(INVALID, "preview: model '%s' has no image decoder for lut/decode previews", model);
+  if (kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && !set->previews)
+    VS_FAIL(INVALID, "preview: model '%s' cannot render lut/decode previews (no image decoder%s)",
+            model, set->continuous ? " for its latents" : " or colour table");
   int total = in->grid_h * in->grid_w;
   if (s->has_preview_every_tokens && (int64_t)s->preview_every_tokens > total)
     VS_FAIL(INVALID, "preview_every_tokens: %u is more than the %d tokens of an image",

@@ -40,8 +40,9 @@ typedef struct vs__run {
   int last_preview_tokens;
   int64_t last_preview_round;
   int every_tokens, every_rounds;
+  int continuous;  /* the target's tokens are latents: positions come in any order */
   uint8_t *rgb;    /* [image_h, image_w, 3] preview scratch */
-  int32_t *grid;   /* partial grid for decode previews */
+  int32_t *grid;   /* partial grid for decode previews (discrete models) */
   double preview_s;
   int previews;
   char rule_version[96], sched_version[96]; /* of the generations the engine runs with */
@@ -53,18 +54,34 @@ static double vs__now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Renders the preview of a round into r->rgb. A continuous-token model has no codes to paint:
+ * both kinds decode the partial latents the engine reports. */
+static int vs__render(vs__run *r, const vs_round_info *info, char *err, size_t errlen) {
+  const vs_backend_model *t = &r->set->models->target;
+  if (r->continuous) {
+    if (!info->latents) {
+      snprintf(err, errlen, "the engine reported no latents");
+      return VSPEC_EINVAL;
+    }
+    return vs_preview_render_latents(r->set->models, r->w->dev, info->latents, r->rgb, err,
+                                     errlen);
+  }
+  if (r->j->preview_kind == VSPEC__PREVIEW_KIND__PREVIEW_LUT) {
+    vs_preview_render_lut(&r->set->lut, &t->info, info->tokens, info->n_tokens, r->rgb);
+    return VSPEC_OK;
+  }
+  return vs_preview_render_decode(&r->set->lut, t, r->w->dev, info->tokens, info->n_tokens,
+                                  r->grid, r->rgb, err, errlen);
+}
+
 static void vs__preview(vs__run *r, const vs_round_info *info) {
   vs_djob *j = r->j;
-  const vs_backend_model *t = &r->set->models->target;
-  const vspec_model_info *in = &t->info;
+  const vspec_model_info *in = &r->set->models->target.info;
   double t0 = vs__now();
   char err[VSPEC_ERRLEN];
-  if (j->preview_kind == VSPEC__PREVIEW_KIND__PREVIEW_LUT) {
-    vs_preview_render_lut(&r->set->lut, in, info->tokens, info->n_tokens, r->rgb);
-  } else if (vs_preview_render_decode(&r->set->lut, t, r->w->dev, info->tokens, info->n_tokens,
-                                      r->grid, r->rgb, err, sizeof err)) {
-    vs_log(VSPEC_LOG_WARN, "worker", "job %llu: preview decode failed: %s",
-           (unsigned long long)j->id, err);
+  if (vs__render(r, info, err, sizeof err)) {
+    vs_log(VSPEC_LOG_WARN, "worker", "job %llu: preview failed: %s", (unsigned long long)j->id,
+           err);
     return;
   }
   uint8_t *png = NULL;
@@ -96,9 +113,14 @@ static void vs__on_round(void *user, const vs_round_info *info) {
   vs__run *r = user;
   vs_djob *j = r->j;
   int n = info->n_tokens < r->total ? info->n_tokens : r->total;
+  /* A discrete model's map is the prefix of n tokens (raster order). A continuous-token model
+   * reveals positions in a random order and n only counts them: its status is current over
+   * the whole grid (tokens are zeros there). */
+  int m = r->continuous ? r->total : n;
   pthread_mutex_lock(&j->mu);
-  memcpy(j->sh.tokens, info->tokens, (size_t)n * sizeof(int32_t));
-  if (info->status) memcpy(j->sh.status, info->status, (size_t)n);
+  if (info->tokens) memcpy(j->sh.tokens, info->tokens, (size_t)m * sizeof(int32_t));
+  if (info->status) memcpy(j->sh.status, info->status, (size_t)m);
+  j->sh.whole_map = r->continuous;
   if (j->sh.dirty) j->sh.coalesced++;
   j->sh.dirty = 1;
   j->sh.n_tokens = n;
@@ -126,6 +148,13 @@ static void vs__on_round(void *user, const vs_round_info *info) {
   r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
 }
 
+/* Positions of a continuous-token grid generated so far. */
+static int vs__revealed(const uint8_t *status, int n) {
+  int k = 0;
+  for (int i = 0; i < n; i++) k += status[i] != VS_TOKEN_NONE;
+  return k;
+}
+
 static void vs__run_job(vs_worker *w, vs_djob *j) {
   vs_workers *pool = w->pool;
   double started = vs__now();
@@ -136,6 +165,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   int rc = VSPEC_OK;
   char err[VSPEC_ERRLEN] = "";
   int32_t *tokens = NULL;
+  float *latents = NULL;
   uint8_t *status = NULL, *rgb = NULL, *png = NULL;
   size_t png_len = 0;
   char desc[512] = "";
@@ -167,6 +197,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   st.model_generation = r.set->generation;
   const vs_backend_model *t = &r.set->models->target;
   r.total = t->info.grid_h * t->info.grid_w;
+  r.continuous = r.set->continuous;
   if (r.total != j->tokens_total) {
     rc = VSPEC_EINVAL;
     snprintf(err, sizeof err, "model '%s' was reloaded with a %dx%d grid after this job was "
@@ -182,21 +213,28 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   if (j->sampling_set & VS_SET_TOP_P) job.sampling.top_p = j->sampling.top_p;
   if (j->sampling_set & VS_SET_CFG) job.sampling.cfg_scale = j->sampling.cfg_scale;
   if (j->sampling_set & VS_SET_CFG_INTERVAL) job.sampling.cfg_interval = j->sampling.cfg_interval;
+  if (j->sampling_set & VS_SET_NUM_ITER) job.sampling.num_iter = j->sampling.num_iter;
+  if (j->sampling_set & VS_SET_CFG_SCHEDULE) job.sampling.cfg_schedule = j->sampling.cfg_schedule;
   tokens = calloc((size_t)r.total, sizeof *tokens);
   status = calloc((size_t)r.total, 1);
+  /* A continuous-token model's output is its latents; the token grid stays zeros. */
+  size_t n_latents = vs_models_latent_count(r.set->models);
+  if (n_latents) latents = calloc(n_latents, sizeof *latents);
   size_t px = (size_t)t->info.image_h * t->info.image_w;
   if (px) rgb = malloc(px * 3);
-  int previews = j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r.set->lut.rgb && px;
+  int previews = j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r.set->previews && px;
   if (previews) {
     r.rgb = malloc(px * 3);
-    r.grid = malloc((size_t)r.total * sizeof *r.grid);
+    if (!r.continuous) r.grid = malloc((size_t)r.total * sizeof *r.grid);
   }
-  if (!tokens || !status || (px && !rgb) || (previews && (!r.rgb || !r.grid))) {
+  if (!tokens || !status || (n_latents && !latents) || (px && !rgb) ||
+      (previews && (!r.rgb || (!r.continuous && !r.grid)))) {
     rc = VSPEC_ENOMEM;
     snprintf(err, sizeof err, "out of memory");
     goto finish;
   }
   job.status = status;
+  job.latents = latents;
   r.every_tokens = j->preview_every_tokens > 0 ? j->preview_every_tokens : r.total / 8;
   if (r.every_tokens < 1) r.every_tokens = 1;
   r.every_rounds = j->preview_every_rounds;
@@ -210,7 +248,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   if (!rc) {
     double d0 = vs__now();
     char inner[VSPEC_ERRLEN] = "";
-    rc = t->vt->decode(t->model, w->dev, tokens, rgb, inner, sizeof inner);
+    rc = vs_models_decode(r.set->models, w->dev, tokens, latents, rgb, inner, sizeof inner);
     if (rc) {
       snprintf(err, sizeof err, "decode: %s", inner);
     } else {
@@ -246,6 +284,8 @@ finish:
     memcpy(j->sh.tokens, tokens, (size_t)r.total * sizeof *tokens);
     memcpy(j->sh.status, status, (size_t)r.total);
     j->sh.n_tokens = (int)mt.tokens < r.total ? (int)mt.tokens : r.total;
+    if (r.continuous) j->sh.n_tokens = vs__revealed(status, r.total); /* also when stopped */
+    j->sh.whole_map = r.continuous;
   }
   if (r.set) {
     const vspec_model_info *in = &r.set->models->target.info;
@@ -276,6 +316,7 @@ finish:
            (long long)mt.target_forwards, st.tpf, st.mal, st.generate_s, st.decode_s,
            st.previews, st.preview_s);
   free(tokens);
+  free(latents);
   free(status);
   free(rgb);
   free(r.rgb);

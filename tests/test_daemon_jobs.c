@@ -6,17 +6,24 @@
  *
  * Long jobs come from the test scheduler sched_slow (tests/plugins/slowsched.c), which
  * sleeps in every round, on the "self" model (the micro model drafting for itself).
+ *
+ * "mar" is the micro continuous-token model (tests/golden/micro_mar): ar and continuous SD
+ * give the in-process engine's pixels, its token map streams per position (not a prefix),
+ * previews decode the partial latents, and a discrete rule is refused naming the problem.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <png.h>
 
 #include "core/engine.h"
 #include "core/host.h"
@@ -25,12 +32,16 @@
 
 static vs_fixture fx;
 static vs_daemon dm;
+static char mar_model[PATH_MAX];
 
 static int group_setup(void **state) {
   (void)state;
   vs_fixture_make(&fx);
+  if (!realpath("tests/golden/micro_mar", mar_model)) fail_msg("no tests/golden/micro_mar");
+  char mar[PATH_MAX + 8];
+  snprintf(mar, sizeof mar, "mar=%s", mar_model);
   const char *extra[] = {"--workers", "1", "--set", "queue.size=2", "--set", "queue.per_client=8",
-                         "--set", "limits.heartbeat_ivl_ms=200", NULL};
+                         "--set", "limits.heartbeat_ivl_ms=200", "--model", mar, NULL};
   vs_daemon_start(&dm, &fx, "jobs", extra);
   return 0;
 }
@@ -632,6 +643,272 @@ static void test_client_gone_mid_job(void **state) {
   assert_true(vs_harness_now() - t0 < 1.5);
 }
 
+/* ---- a continuous-token (MAR) model ------------------------------------------------------ */
+
+enum { MAR_W = 16, MAR_GRID = 16, MAR_CELL = 4, MAR_PX = MAR_W * MAR_W * 3 };
+
+/* The image the engine makes in process: latents through the model's latent decoder. */
+static void in_process_pixels(const char *model_dir, const char *method, int class_label,
+                              uint64_t seed, uint8_t *rgb) {
+  char plugins[600], err[VSPEC_ERRLEN];
+  snprintf(plugins, sizeof plugins, "%s/plugins", vs_harness_build());
+  vspec_host host;
+  vs_host_init(&host, vs_cpu_ops());
+  vspec_dev *dev;
+  vs_registry *reg;
+  vs_models *models;
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  assert_int_equal(vs_registry_open(plugins, &host, &reg, err, sizeof err), 0);
+  if (vs_models_open(reg, &host, dev, model_dir, VS_ROLE_ALL, &models, err, sizeof err))
+    fail_msg("%s", err);
+  assert_int_equal(vs_models_latent_count(models), MAR_GRID * 16);
+  float *latents = calloc(vs_models_latent_count(models), sizeof *latents);
+  assert_non_null(latents);
+  vs_job job = {.method = method, .class_label = class_label, .seed = seed,
+                .sampling = models->defaults, .latents = latents};
+  vs_metrics mt;
+  if (vs_generate(models, dev, &job, NULL, &mt, err, sizeof err)) fail_msg("%s", err);
+  if (vs_models_decode(models, dev, NULL, latents, rgb, err, sizeof err)) fail_msg("%s", err);
+  free(latents);
+  vs_models_close(models);
+  vs_registry_close(reg);
+  vs_dev_destroy(dev);
+}
+
+/* Decodes a PNG of MAR_W x MAR_W into rgb (libpng's simplified API). */
+static void png_pixels(const void *png, size_t len, uint8_t *rgb) {
+  png_image im;
+  memset(&im, 0, sizeof im);
+  im.version = PNG_IMAGE_VERSION;
+  assert_true(png_image_begin_read_from_memory(&im, png, len));
+  assert_int_equal(im.width, MAR_W);
+  assert_int_equal(im.height, MAR_W);
+  im.format = PNG_FORMAT_RGB;
+  assert_true(png_image_finish_read(&im, NULL, rgb, 0, NULL));
+}
+
+/* Grid cells (MAR_CELL x MAR_CELL pixels each) whose pixels are the same in a and b. */
+static int same_cells(const uint8_t *a, const uint8_t *b) {
+  int same = 0;
+  for (int cy = 0; cy < MAR_W / MAR_CELL; cy++)
+    for (int cx = 0; cx < MAR_W / MAR_CELL; cx++) {
+      int eq = 1;
+      for (int y = cy * MAR_CELL; y < (cy + 1) * MAR_CELL; y++)
+        eq &= !memcmp(a + ((size_t)y * MAR_W + cx * MAR_CELL) * 3,
+                      b + ((size_t)y * MAR_W + cx * MAR_CELL) * 3, MAR_CELL * 3);
+      same += eq;
+    }
+  return same;
+}
+
+/* Runs `method` on "mar" with previews of `kind` at every round and checks the stream: the
+ * map the deltas build has exactly tokens_done revealed positions at every step (positions
+ * come in a random order, so a prefix would lose some), token values are 0, previews are
+ * partial and agree with the final image on at least the revealed cells (the micro model's
+ * pixel-patch tokenizer decodes each token to its own cell; unknown cells are grey), and the
+ * result is the in-process engine's image. */
+static void run_mar(const char *method, int kind, uint64_t seed) {
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "mar";
+  s.method = (char *)method;
+  s.has_class_label = 1;
+  s.class_label = 1;
+  s.has_seed = 1;
+  s.seed = seed;
+  s.has_credit = 1;
+  s.credit = 64;
+  s.has_progress_interval_ms = 1;
+  s.progress_interval_ms = 0;
+  s.has_preview = 1;
+  s.preview = kind;
+  s.has_preview_every_tokens = 1;
+  s.preview_every_tokens = 1;
+  uint64_t rid = vs_client_submit(&c, &s), job = 0;
+  uint8_t status[MAR_GRID] = {0};
+  enum { MAX_PREVIEWS = 32 };
+  uint8_t *previews = calloc(MAX_PREVIEWS, MAR_PX);
+  uint32_t preview_done[MAX_PREVIEWS];
+  assert_non_null(previews);
+  int n_previews = 0, progress = 0, not_prefix = 0;
+  uint32_t last_done = 0;
+  for (;;) {
+    vs_conn_event e;
+    vs_client_next(&c, 20000, &e);
+    Vspec__Event *ev = e.ev;
+    if (!job && ev->has_request_id && ev->request_id == rid) job = ev->job_id;
+    if (!ev->has_job_id || ev->job_id != job) {
+      if (ev->body_case == VSPEC__EVENT__BODY_ERROR) fail_msg("refused: %s", ev->error->message);
+      vs_conn_event_free(&e);
+      continue;
+    }
+    if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED) {
+      assert_int_equal(ev->accepted->tokens_total, MAR_GRID);
+    } else if (ev->body_case == VSPEC__EVENT__BODY_PROGRESS && ev->progress->round >= 0) {
+      const Vspec__Progress *p = ev->progress;
+      assert_true(p->tokens_done >= last_done);
+      last_done = p->tokens_done;
+      assert_int_equal(p->n_positions, p->n_status);
+      assert_int_equal(p->n_positions, p->n_tokens);
+      for (size_t i = 0; i < p->n_positions; i++) {
+        assert_true(p->positions[i] < MAR_GRID);
+        assert_int_equal(p->tokens[i], 0);
+        status[p->positions[i]] = (uint8_t)p->status[i];
+      }
+      uint32_t revealed = 0;
+      int prefix = 1;
+      for (int i = 0; i < MAR_GRID; i++) {
+        revealed += status[i] != 0;
+        if (status[i] && i > 0 && !status[i - 1]) prefix = 0;
+      }
+      assert_int_equal(revealed, p->tokens_done);
+      not_prefix |= !prefix;
+      progress++;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_PREVIEW) {
+      const Vspec__Preview *p = ev->preview;
+      size_t len;
+      const uint8_t *png = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_PNG, &len);
+      assert_non_null(png);
+      assert_true(is_png(png, len));
+      assert_int_equal(p->kind, kind);
+      assert_int_equal(p->width, MAR_W);
+      assert_true(p->tokens_done > 0 && p->tokens_done < p->tokens_total);
+      if (n_previews < MAX_PREVIEWS) {
+        png_pixels(png, len, previews + (size_t)n_previews * MAR_PX);
+        preview_done[n_previews] = p->tokens_done;
+      }
+      n_previews++;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_RESULT) {
+      const Vspec__Result *r = ev->result;
+      size_t len, tl, sl;
+      const uint8_t *png = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_PNG, &len);
+      const uint8_t *tok = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_TOKENS_I32LE, &tl);
+      const uint8_t *st = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_STATUS_U8, &sl);
+      assert_non_null(png);
+      assert_true(is_png(png, len));
+      assert_int_equal(png_width(png), MAR_W);
+      assert_int_equal(r->width, MAR_W);
+      assert_int_equal(r->height, MAR_W);
+      assert_int_equal(tl, 4 * MAR_GRID);
+      assert_int_equal(sl, MAR_GRID);
+      for (size_t i = 0; i < tl; i++) assert_int_equal(tok[i], 0);
+      for (int i = 0; i < MAR_GRID; i++) {
+        assert_true(st[i] != 0);
+        assert_int_equal(status[i], st[i]); /* the deltas rebuilt the final map */
+      }
+      assert_int_equal(r->stats->tokens, MAR_GRID);
+      assert_non_null(strstr(r->describe, "num_iter="));
+      uint8_t got[MAR_PX], want[MAR_PX];
+      png_pixels(png, len, got);
+      in_process_pixels(mar_model, method, 1, seed, want);
+      assert_memory_equal(got, want, MAR_PX);
+      int n = n_previews < MAX_PREVIEWS ? n_previews : MAX_PREVIEWS;
+      for (int k = 0; k < n; k++) {
+        int same = same_cells(previews + (size_t)k * MAR_PX, got);
+        assert_true(same >= (int)preview_done[k]);
+        assert_true(same < MAR_GRID);
+      }
+      printf("  %s on mar: %d progress events, %d previews (kind %d), %llu target forwards\n",
+             method, progress, n_previews, kind, (unsigned long long)r->stats->target_forwards);
+      vs_conn_event_free(&e);
+      break;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+      fail_msg("job failed: %s", ev->error->message);
+    }
+    vs_conn_event_free(&e);
+  }
+  assert_true(progress >= 2);
+  assert_true(n_previews >= 1);
+  assert_true(not_prefix);
+  free(previews);
+  vs_conn_close(&c);
+}
+
+static void test_mar_model(void **state) {
+  (void)state;
+  wait_idle();
+  run_mar("ar", VSPEC__PREVIEW_KIND__PREVIEW_LUT, 3);
+  run_mar("sd:continuous@standard:shape=chain,depth=2", VSPEC__PREVIEW_KIND__PREVIEW_DECODE, 4);
+
+  /* a discrete rule on continuous tokens is refused with the reason, and the daemon goes on */
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "mar";
+  s.method = "sd:exact@standard:shape=chain,depth=2";
+  uint64_t rid = vs_client_submit(&c, &s), job = 0;
+  vs_conn_event e;
+  vs_client_until_end(&c, rid, &job, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_INVALID);
+  assert_non_null(strstr(e.ev->error->message, "continuous"));
+  printf("  sd:exact on mar: %s\n", e.ev->error->message);
+  vs_conn_event_free(&e);
+  /* and the continuous rule on a discrete model the same way */
+  Vspec__Submit d = VSPEC__SUBMIT__INIT;
+  d.model = "self";
+  d.method = "sd:continuous@standard:shape=chain,depth=2";
+  rid = vs_client_submit(&c, &d);
+  job = 0;
+  vs_client_until_end(&c, rid, &job, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_non_null(strstr(e.ev->error->message, "discrete tokens"));
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+  assert_true(vs_daemon_alive(&dm));
+
+  /* The CLI: continuous SD with --num-iter and --cfg-schedule, previews written; the job after
+   * the refused ones runs. */
+  char out[300], prev[300], buf[8192];
+  snprintf(out, sizeof out, "%s/mar.png", fx.dir);
+  snprintf(prev, sizeof prev, "%s/mar-previews", fx.dir);
+  const char *a1[] = {"generate", "--server", dm.job_ep, "--model", "mar", "--class", "2",
+                      "--accept", "continuous", "--sched-param", "shape=chain,depth=2",
+                      "--num-iter", "6", "--cfg-schedule", "constant", "--previews", prev,
+                      "--preview-every", "1", "--out", out, "--json", NULL};
+  assert_int_equal(vs_run_tool("vspec", a1, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "\"event\": \"result\""));
+  assert_non_null(strstr(buf, "\"width\": 16, \"height\": 16"));
+  assert_non_null(strstr(buf, "num_iter=6 cfg_schedule=constant"));
+  assert_non_null(strstr(buf, "\"event\": \"preview\""));
+  struct stat sb;
+  char p0[400];
+  snprintf(p0, sizeof p0, "%s/preview-000.png", prev);
+  assert_int_equal(stat(p0, &sb), 0);
+  assert_int_equal(stat(out, &sb), 0);
+  /* num_iter reaches the sampler: ar runs one target pass per step */
+  const char *a2[] = {"generate", "--server", dm.job_ep, "--model", "mar", "--num-iter", "3",
+                      "--out", out, "--json", NULL};
+  assert_int_equal(vs_run_tool("vspec", a2, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "\"target_forwards\": 3,"));
+  /* refusals map to exit status 4 and name the field */
+  const char *bad[][16] = {
+      {"generate", "--server", dm.job_ep, "--model", "mar", "--accept", "exact", "--out", out,
+       "--json", NULL},
+      {"generate", "--server", dm.job_ep, "--model", "mar", "--top-k", "5", "--out", out,
+       "--json", NULL},
+      {"generate", "--server", dm.job_ep, "--model", "mar", "--num-iter", "17", "--out", out,
+       "--json", NULL},
+      {"generate", "--server", dm.job_ep, "--model", "mar", "--cfg-interval", "3", "--out", out,
+       "--json", NULL},
+      {"generate", "--server", dm.job_ep, "--model", "micro", "--num-iter", "4", "--out", out,
+       "--json", NULL}};
+  const char *says[] = {"continuous tokens", "top_k", "num_iter", "cfg_interval",
+                        "discrete tokens"};
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(vs_run_tool("vspec", bad[i], buf, sizeof buf), 4);
+    if (!strstr(buf, says[i])) fail_msg("case %d: '%s' does not say '%s'", i, buf, says[i]);
+  }
+  const char *usage[] = {"generate", "--cfg-schedule", "cosine", NULL};
+  assert_int_equal(vs_run_tool("vspec", usage, NULL, 0), 2);
+  /* status tells which models take those options */
+  const char *st[] = {"status", "--admin", dm.admin_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", st, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "4x4 continuous tokens"));
+  assert_non_null(strstr(buf, "micro      generation 1, 4x4 tokens"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_raw_client_result_matches_engine),
@@ -643,6 +920,7 @@ int main(void) {
       cmocka_unit_test(test_deadline),
       cmocka_unit_test(test_queue_full),
       cmocka_unit_test(test_client_gone_mid_job),
+      cmocka_unit_test(test_mar_model),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -343,6 +343,13 @@ static void b_topk(Vspec__Submit *s) { s->has_top_k = 1, s->top_k = 100000; }
 static void b_topp(Vspec__Submit *s) { s->has_top_p = 1, s->top_p = 0; }
 static void b_cfg(Vspec__Submit *s) { s->has_cfg_scale = 1, s->cfg_scale = 1000; }
 static void b_cfgi(Vspec__Submit *s) { s->has_cfg_interval = 1, s->cfg_interval = -5; }
+static void b_num_iter(Vspec__Submit *s) { s->has_num_iter = 1, s->num_iter = -1; }
+static void b_num_iter_vq(Vspec__Submit *s) { s->has_num_iter = 1, s->num_iter = 4; }
+static void b_cfg_schedule(Vspec__Submit *s) { s->cfg_schedule = "cosine"; }
+static void b_cfg_schedule_vq(Vspec__Submit *s) { s->cfg_schedule = "linear"; }
+static void b_continuous_rule(Vspec__Submit *s) {
+  s->model = "self", s->method = "sd:continuous@standard:shape=chain,depth=2";
+}
 static void b_method(Vspec__Submit *s) { s->method = "bogus"; }
 static void b_method_path(Vspec__Submit *s) { s->method = "sd:../../x@standard"; }
 static void b_method_long(Vspec__Submit *s) {
@@ -386,6 +393,10 @@ static void test_out_of_range_fields(void **state) {
       {"temperature", b_temp},        {"temperature", b_temp_nan},
       {"top_k", b_topk},              {"top_p", b_topp},
       {"cfg_scale", b_cfg},           {"cfg_interval", b_cfgi},
+      {"num_iter: -1", b_num_iter},   {"num_iter: model 'micro' has discrete", b_num_iter_vq},
+      {"cfg_schedule: 'cosine'", b_cfg_schedule},
+      {"cfg_schedule: model 'micro' has discrete", b_cfg_schedule_vq},
+      {"for continuous tokens; model 'self' has discrete", b_continuous_rule},
       {"method", b_method},           {"method", b_method_path},
       {"method", b_method_long},      {"accept", b_accept_name},
       {"nosuch", b_accept_unknown},   {"delta", b_accept_param},

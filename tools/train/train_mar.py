@@ -68,6 +68,9 @@ def parse():
     p.add_argument("--out", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bench", type=int, default=0, help="time this many steps and exit")
+    p.add_argument("--export-only", action="store_true",
+                   help="export the EMA weights of the last checkpoint to --out and exit "
+                        "(e.g. to look at a model while it trains)")
     a = p.parse_args()
     a.work = a.work or os.path.join(common.WORK, a.name)
     a.out = a.out or os.path.join(common.ROOT, "models", "fmnist-mar", f"{a.name[4:]}.safetensors")
@@ -138,6 +141,12 @@ def main():
         step = ck["step"]
         torch.set_rng_state(ck["rng"])
         log(f"resumed at step {step}")
+    if a.export_only:
+        if not ck:
+            raise SystemExit(f"{ck_path}: no checkpoint to export")
+        common.export_state(a.out, ema.state_dict(), metadata(a, ema), fp16=False)
+        print(f"exported the EMA weights of step {step} to {a.out}")
+        return
     log(f"{a.name}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, "
         f"{len(tokens)} sequences, {a.steps} steps of {a.bs}")
     tuner = common.ThreadTuner(torch, log=log)
