@@ -195,18 +195,22 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-# Plugins compile against include/ only: they must not need the host's internals.
+# Plugins compile against include/ only: they must not need the host's internals. The
+# registry refuses a plugin directory or file that its group or others can write, so both
+# are made go-w whatever the umask (DESIGN.md, "Plugin loading rules").
 define PLUGIN_FILE_RULE
 $(call plugin_so,$(1)): $(1) $(wildcard $(dir $(1))*.h include/vspec/*.h kernels/common/*.h)
-	@mkdir -p $$(dir $$@)
+	@mkdir -p $$(dir $$@) && chmod go-w $$(dir $$@)
 	$$(CC) -Iinclude -Ikernels $$(PLUGIN_CFLAGS) $$< -o $$@ $$(PLUGIN_LDFLAGS) -lm
+	@chmod go-w $$@
 endef
 $(foreach f,$(PLUGIN_FILES),$(eval $(call PLUGIN_FILE_RULE,$(f))))
 
 define PLUGIN_DIR_RULE
 $(call plugin_so,$(1)): $(wildcard $(1)/*.c $(1)/*.h) $(wildcard include/vspec/*.h kernels/common/*.h)
-	@mkdir -p $$(dir $$@)
+	@mkdir -p $$(dir $$@) && chmod go-w $$(dir $$@)
 	$$(CC) -Iinclude -Ikernels $$(PLUGIN_CFLAGS) $(wildcard $(1)/*.c) -o $$@ $$(PLUGIN_LDFLAGS) -lm
+	@chmod go-w $$@
 endef
 $(foreach d,$(PLUGIN_DIRS),$(eval $(call PLUGIN_DIR_RULE,$(d))))
 

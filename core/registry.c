@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ struct vs_registry {
   pthread_mutex_t lock;
   char dir[512];
   char private_dir[256]; /* where generation copies are opened from */
+  unsigned copies;        /* copies made so far: each load attempt gets a name of its own */
   const vspec_host *host;
   vs__entry *entries;
   int n_entries, cap_entries;
@@ -133,23 +135,146 @@ int vs_plugin_check_desc(const vspec_plugin_desc *d, const char *file, int want_
   return VSPEC_OK;
 }
 
-/* Copies src to dst (a fresh file); the copy is what gets dlopen'ed. */
-static int vs__copy_file(const char *src, const char *dst, char *err, size_t errlen) {
-  int in = open(src, O_RDONLY | O_CLOEXEC);
-  if (in < 0) {
-    snprintf(err, errlen, "%s: cannot open plugin: %s", src, strerror(errno));
-    return errno == ENOENT ? VSPEC_ENOENT : VSPEC_EIO;
+/* ---- where plugin code may come from ------------------------------------------------ */
+
+/* Anyone who can write a plugin file, or the directory that names it, can make the daemon
+ * run their code: both must be writable by their owner only, and the owner must be root or
+ * the user the daemon runs as. Parent directories are not checked (a checkout in a
+ * group-writable home is fine); the directory that holds the file is. */
+static int vs__trusted(const char *path, const struct stat *st, const char *what, char *err,
+                       size_t errlen) {
+  if (st->st_uid != 0 && st->st_uid != geteuid()) {
+    snprintf(err, errlen, "%s %s is owned by uid %u, not by root or the user vspecd runs as "
+             "(uid %u): refused, its owner could swap the code vspecd runs", what, path,
+             (unsigned)st->st_uid, (unsigned)geteuid());
+    return VSPEC_EPLUGIN;
   }
+  if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+    snprintf(err, errlen, "%s %s is writable by %s (mode %04o): refused, whoever can write it "
+             "can make vspecd run their code (chmod go-w %s)", what, path,
+             (st->st_mode & S_IWOTH) ? "everyone" : "its group", (unsigned)(st->st_mode & 07777),
+             path);
+    return VSPEC_EPLUGIN;
+  }
+  return VSPEC_OK;
+}
+
+static int vs__trusted_dir(const char *dir, const char *what, char *err, size_t errlen) {
   struct stat st;
-  if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "%s: not a regular file", src);
-    close(in);
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s '%s' does not exist or is not a directory", what, dir);
+    return VSPEC_ENOENT;
+  }
+  return vs__trusted(dir, &st, what, err, errlen);
+}
+
+static const char *vs__file_type(mode_t m) {
+  return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISSOCK(m) ? "a socket" :
+         S_ISCHR(m) || S_ISBLK(m) ? "a device" : S_ISLNK(m) ? "a symbolic link" : "not a file";
+}
+
+/* The directory that holds `path` (canonical) and the name in it. */
+static int vs__split(const char *path, char *dir, size_t dlen, char *base, size_t blen, char *err,
+                     size_t errlen) {
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  char *slash = strrchr(tmp, '/');
+  snprintf(base, blen, "%s", slash ? slash + 1 : tmp);
+  if (slash == tmp) snprintf(tmp, sizeof tmp, "/");
+  else if (slash) *slash = 0;
+  else snprintf(tmp, sizeof tmp, ".");
+  char real[PATH_MAX];
+  if (!realpath(tmp, real)) {
+    snprintf(err, errlen, "%s: cannot resolve directory %s: %s", path, tmp, strerror(errno));
+    return VSPEC_ENOENT;
+  }
+  snprintf(dir, dlen, "%s", real);
+  return VSPEC_OK;
+}
+
+/* Follows `path` to the file it names. Symbolic links are followed (a plugin directory of
+ * links into a build tree is fine), but every directory that holds a link of the chain or
+ * the file itself must pass vs__trusted: a link into a directory others can write is
+ * refused. Fills `real` with the final path (no link in its last component). */
+static int vs__resolve(const vs_registry *reg, const char *path, char *real, size_t rlen,
+                       char *err, size_t errlen) {
+  char cur[PATH_MAX], dir[PATH_MAX], base[NAME_MAX + 1];
+  snprintf(cur, sizeof cur, "%s", path);
+  for (int hop = 0;; hop++) {
+    int rc = vs__split(cur, dir, sizeof dir, base, sizeof base, err, errlen);
+    if (rc) return rc;
+    /* the plugin directory itself, then every directory a link leads into */
+    if ((rc = vs__trusted_dir(hop ? dir : reg->dir,
+                              hop ? "directory a plugin's symbolic link leads into" :
+                                    "plugin directory", err, errlen)))
+      return rc;
+    snprintf(real, rlen, "%s/%s", dir, base);
+    struct stat st;
+    if (lstat(real, &st) != 0) {
+      snprintf(err, errlen, hop ? "%s: symbolic link leads to %s, which does not exist" :
+               "%s: no such file%.0s", path, real);
+      return VSPEC_ENOENT;
+    }
+    if (!S_ISLNK(st.st_mode)) return VSPEC_OK;
+    if (hop == 8) {
+      snprintf(err, errlen, "%s: more than 8 symbolic links", path);
+      return VSPEC_EPLUGIN;
+    }
+    char target[PATH_MAX];
+    ssize_t n = readlink(real, target, sizeof target - 1);
+    if (n < 0) {
+      snprintf(err, errlen, "%s: cannot read symbolic link %s: %s", path, real, strerror(errno));
+      return VSPEC_EIO;
+    }
+    target[n] = 0;
+    if (target[0] == '/') snprintf(cur, sizeof cur, "%s", target);
+    else snprintf(cur, sizeof cur, "%s/%s", dir, target);
+  }
+}
+
+/* Opens plugin file `path` for copying, after the checks above. Nothing but a regular file
+ * is ever opened (a FIFO would block the caller, on the loop thread, under the registry
+ * lock), and O_NOFOLLOW | O_NONBLOCK keep a file swapped after the check from doing it. */
+static int vs__open_plugin(const vs_registry *reg, const char *path, int *fd_out, char *err,
+                           size_t errlen) {
+  char real[PATH_MAX];
+  int rc = vs__resolve(reg, path, real, sizeof real, err, errlen);
+  if (rc) return rc;
+  struct stat st;
+  if (lstat(real, &st) != 0) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot stat plugin: %s", real, strerror(e));
+    return e == ENOENT ? VSPEC_ENOENT : VSPEC_EIO;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "%s: %s, not a regular file: refused", real, vs__file_type(st.st_mode));
+    return VSPEC_EPLUGIN;
+  }
+  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: cannot open plugin: %s", real, strerror(errno));
     return VSPEC_EIO;
   }
+  /* The checks hold for the file opened, not one that was there a moment ago. */
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "%s: not a regular file: refused", real);
+    close(fd);
+    return VSPEC_EPLUGIN;
+  }
+  if ((rc = vs__trusted(real, &st, "plugin file", err, errlen))) {
+    close(fd);
+    return rc;
+  }
+  *fd_out = fd;
+  return VSPEC_OK;
+}
+
+/* Copies the open plugin `in` (named `src` in messages) to dst (a fresh file); the copy is
+ * what gets dlopen'ed. */
+static int vs__copy_file(int in, const char *src, const char *dst, char *err, size_t errlen) {
   int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
   if (out < 0) {
     snprintf(err, errlen, "%s: cannot create generation copy: %s", dst, strerror(errno));
-    close(in);
     return VSPEC_EIO;
   }
   char buf[1 << 16];
@@ -174,7 +299,6 @@ static int vs__copy_file(const char *src, const char *dst, char *err, size_t err
     if (rc) break;
   }
   if (rc) snprintf(err, errlen, "%s: copying to %s failed: %s", src, dst, strerror(errno));
-  close(in);
   if (close(out) != 0 && !rc) {
     snprintf(err, errlen, "%s: closing %s failed: %s", src, dst, strerror(errno));
     rc = VSPEC_EIO;
@@ -196,13 +320,23 @@ static void vs__registry_free(vs_registry *reg) {
 /* Opens one generation of `file` (a path inside plugin_dir). */
 static int vs__load_generation(vs_registry *reg, const char *file, int kind, const char *name,
                                unsigned generation, vs_plugin **out, char *err, size_t errlen) {
+  int in;
+  int rc = vs__open_plugin(reg, file, &in, err, errlen);
+  if (rc) return rc;
+  /* dlopen hands back an object already open under the same path without reading the file:
+   * every attempt, failed ones included, gets a name never used before, or a fixed build
+   * could not be loaded after a failed one that stays open (not MAY_UNLOAD). */
   char copy[sizeof reg->private_dir + 96];
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
-  snprintf(copy, sizeof copy, "%s/g%u-%.60s", reg->private_dir, generation, base);
-  unlink(copy); /* a leftover from a failed earlier attempt with the same number */
-  int rc = vs__copy_file(file, copy, err, errlen);
-  if (rc) return rc;
+  snprintf(copy, sizeof copy, "%s/g%u.%u-%.60s", reg->private_dir, generation, ++reg->copies,
+           base);
+  rc = vs__copy_file(in, file, copy, err, errlen);
+  close(in);
+  if (rc) {
+    unlink(copy);
+    return rc;
+  }
 
   dlerror();
   void *h = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
@@ -234,9 +368,14 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
     if (rc) {
       snprintf(err, errlen, "%s: plugin '%s' failed to initialise: %s", file, d->name,
                *perr ? perr : "no message");
-      /* A failed init may have left state behind: only close what says it may unload. */
+      /* A failed init may have left state behind (threads, handlers, device code): only
+       * close what says it may unload; the rest stays mapped, unused, under its own copy's
+       * name, which does not keep a fixed build from loading. */
       if ((d->flags & VSPEC_PLUGIN_MAY_UNLOAD) && !(d->flags & VSPEC_PLUGIN_HAS_DEVICE_CODE))
         dlclose(h);
+      else
+        vs_log(VSPEC_LOG_WARN, "registry", "%s: the failed build stays mapped (it may not be "
+               "unloaded); a fixed build can still be loaded", file);
       return VSPEC_EPLUGIN;
     }
   }
@@ -264,12 +403,12 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
 
 int vs_registry_open(const char *plugin_dir, const vspec_host *host, vs_registry **out, char *err,
                      size_t errlen) {
-  struct stat st;
-  if (!plugin_dir || stat(plugin_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    snprintf(err, errlen, "plugin directory '%s' does not exist or is not a directory",
-             plugin_dir ? plugin_dir : "(null)");
+  if (!plugin_dir) {
+    snprintf(err, errlen, "no plugin directory given");
     return VSPEC_ENOENT;
   }
+  int rc = vs__trusted_dir(plugin_dir, "plugin directory", err, errlen);
+  if (rc) return rc;
   vs_registry *reg = calloc(1, sizeof *reg);
   if (!reg) {
     snprintf(err, errlen, "out of memory");
@@ -323,7 +462,7 @@ static int vs__load_locked(vs_registry *reg, int kind, const char *name, vs__ent
   int rc = vs__plugin_path(reg, kind, name, path, sizeof path, err, errlen);
   if (rc) return rc;
   struct stat st;
-  if (stat(path, &st) != 0) {
+  if (lstat(path, &st) != 0) {
     snprintf(err, errlen, "%s plugin '%s' not found: no file %s", vs_plugin_kind_name(kind), name,
              path);
     return VSPEC_ENOENT;
@@ -394,6 +533,26 @@ int vs_registry_acquire(vs_registry *reg, int kind, const char *name, vs_plugin 
   vs_plugin *p = e->current;
   atomic_fetch_add(&p->refs, 1);
   pthread_mutex_unlock(&reg->lock);
+  *out = p;
+  return VSPEC_OK;
+}
+
+int vs_registry_acquire_loaded(vs_registry *reg, int kind, const char *name, vs_plugin **out,
+                               char *err, size_t errlen) {
+  char path[1024];
+  int rc = vs__plugin_path(reg, kind, name, path, sizeof path, err, errlen);
+  if (rc) return rc;
+  pthread_mutex_lock(&reg->lock);
+  vs__entry *e = vs__find_entry(reg, kind, name);
+  vs_plugin *p = e ? e->current : NULL;
+  if (p) atomic_fetch_add(&p->refs, 1);
+  pthread_mutex_unlock(&reg->lock);
+  if (!p) {
+    snprintf(err, errlen, "%s plugin '%s' is not loaded: jobs use only plugins loaded at start "
+             "or by an admin reload (vspec plugins reload %s/%s); plugins.on_demand = true lets "
+             "jobs load them", vs_plugin_kind_name(kind), name, vs_plugin_kind_name(kind), name);
+    return VSPEC_ENOENT;
+  }
   *out = p;
   return VSPEC_OK;
 }

@@ -9,6 +9,13 @@
  * a new generation current, and the old one is shut down and closed when its last user
  * releases it. Plugins flagged HAS_DEVICE_CODE, or not flagged MAY_UNLOAD, are never
  * dlclose'd (see DESIGN.md, "Hot swap").
+ *
+ * Where code may come from (DESIGN.md, "Plugin loading rules"): the plugin directory and
+ * each plugin file must be owned by root or the process's user and writable by nobody else
+ * (no group or world write bit); only regular files are opened, a FIFO or device is refused
+ * without opening it; a symbolic link is followed, and every directory along the chain
+ * must pass the same check. Every load attempt is copied under a name never used before,
+ * so a build that failed (and stayed mapped) never shadows a fixed one.
  */
 #ifndef VS_REGISTRY_H
 #define VS_REGISTRY_H
@@ -18,7 +25,8 @@
 typedef struct vs_registry vs_registry;
 typedef struct vs_plugin vs_plugin; /* one generation of one plugin */
 
-/* `host` must outlive the registry and every generation it hands out. */
+/* `host` must outlive the registry and every generation it hands out. Refuses a plugin
+ * directory others can write, with a message naming it and why. */
 int vs_registry_open(const char *plugin_dir, const vspec_host *host, vs_registry **out, char *err,
                      size_t errlen);
 /* Drops the registry's own references. Generations still held by users stay valid until
@@ -27,9 +35,15 @@ void vs_registry_close(vs_registry *reg);
 const char *vs_registry_dir(const vs_registry *reg);
 
 /* Current generation of plugin (kind, name), loading it on first use. The caller owns one
- * reference and must vs_plugin_release it. */
+ * reference and must vs_plugin_release it. For callers that chose the plugin themselves
+ * (the bench, tools, the engine after a job was checked). */
 int vs_registry_acquire(vs_registry *reg, int kind, const char *name, vs_plugin **out, char *err,
                         size_t errlen);
+/* The same, but never loads: a plugin not loaded yet (by vs_registry_scan, a reload or an
+ * earlier vs_registry_acquire) is VSPEC_ENOENT with a message saying how to load it. For
+ * names that come from job clients: naming a file must not be enough to run it. */
+int vs_registry_acquire_loaded(vs_registry *reg, int kind, const char *name, vs_plugin **out,
+                               char *err, size_t errlen);
 /* Loads a new generation from the plugin directory and makes it current. Users of the
  * old generation are unaffected. On failure the current generation stays. */
 int vs_registry_reload(vs_registry *reg, int kind, const char *name, char *err, size_t errlen);

@@ -1,5 +1,5 @@
 /*
- * core/safetensors.c - mmap-based safetensors reader (see safetensors.h).
+ * core/safetensors.c - safetensors reader (see safetensors.h).
  *
  * Layout and validation rules follow reference/models.md §6, which summarises the
  * huggingface/safetensors README and the Rust reader (SafeTensors::read_metadata,
@@ -17,12 +17,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/vs_kernels.h"
@@ -51,11 +53,33 @@ typedef struct vs_st_entry {
   vs_st_copy *copies;
 } vs_st_entry;
 
+/* The bytes of one file, read into private anonymous memory (read-only once loaded). Opens
+ * of the same unchanged file share them (a target and the EAGLE head that reads its
+ * embeddings, the old and new model sets of a backend reload), so no file is held twice.
+ * "Unchanged" is the inode's identity, size, mtime and ctime; since timestamps are coarse,
+ * only a file whose ctime was already VS_ST_SETTLED_S old when it was read is shared: any
+ * later write, even one that restores the mtime (cp -p), moves the ctime past that. */
+typedef struct vs_st_bytes {
+  struct vs_st_bytes *next; /* in the shared list once fully read */
+  int refs;                 /* under vs_st_shared_lock */
+  int shared;
+  /* identity of the file as read: a file rewritten since gets a new mtime/ctime */
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtim, ctim;
+  unsigned char *mem;
+  size_t len;
+} vs_st_bytes;
+
+#define VS_ST_SETTLED_S 2
+static pthread_mutex_t vs_st_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static vs_st_bytes *vs_st_shared_list;
+
 struct vspec_tensor_file {
   char *path;
-  void *map;
-  size_t map_len;
-  const unsigned char *data; /* start of the data buffer inside the mapping */
+  vs_st_bytes *bytes;
+  const unsigned char *data; /* start of the data buffer inside bytes->mem */
   uint64_t data_len;
   vs_st_entry *entries; /* sorted by data offsets */
   size_t n;
@@ -561,6 +585,167 @@ out:
   return rc;
 }
 
+/* ---- reading a file into private memory ---------------------------------------------- */
+
+static int vs_st_same_file(const vs_st_bytes *b, const struct stat *st) {
+  return b->dev == st->st_dev && b->ino == st->st_ino && b->size == st->st_size &&
+         b->mtim.tv_sec == st->st_mtim.tv_sec && b->mtim.tv_nsec == st->st_mtim.tv_nsec &&
+         b->ctim.tv_sec == st->st_ctim.tv_sec && b->ctim.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* The bytes of an earlier open of this very file, unchanged since, with a new reference. */
+static vs_st_bytes *vs_st_bytes_find(const struct stat *st) {
+  pthread_mutex_lock(&vs_st_shared_lock);
+  vs_st_bytes *b = vs_st_shared_list;
+  while (b && !vs_st_same_file(b, st)) b = b->next;
+  if (b) b->refs++;
+  pthread_mutex_unlock(&vs_st_shared_lock);
+  return b;
+}
+
+/* Offers bytes read from `read_start` on to later opens, if the file had settled by then
+ * (see vs_st_bytes). */
+static void vs_st_bytes_share(vs_st_bytes *b, const struct timespec *read_start) {
+  if (b->ctim.tv_sec + VS_ST_SETTLED_S > read_start->tv_sec) return;
+  pthread_mutex_lock(&vs_st_shared_lock);
+  b->shared = 1;
+  b->next = vs_st_shared_list;
+  vs_st_shared_list = b;
+  pthread_mutex_unlock(&vs_st_shared_lock);
+}
+
+static void vs_st_bytes_release(vs_st_bytes *b) {
+  if (!b) return;
+  pthread_mutex_lock(&vs_st_shared_lock);
+  int last = --b->refs == 0;
+  if (last && b->shared) {
+    vs_st_bytes **pp = &vs_st_shared_list;
+    while (*pp != b) pp = &(*pp)->next;
+    *pp = b->next;
+  }
+  pthread_mutex_unlock(&vs_st_shared_lock);
+  if (!last) return;
+  if (b->mem) munmap(b->mem, b->len);
+  free(b);
+}
+
+/* Anonymous memory for the whole file: committed page by page as the reads fill it, and
+ * page-aligned like a mapping, so zero-copy alignment is what the file gives. */
+static int vs_st_bytes_new(vspec_tensor_file *f, const struct stat *st, char *err, size_t errlen) {
+  vs_st_bytes *b = calloc(1, sizeof *b);
+  if (!b) return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
+  void *mem = mmap(NULL, (size_t)st->st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  if (mem == MAP_FAILED) {
+    free(b);
+    return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: cannot allocate %llu bytes to load it: %s",
+                      f->path, (unsigned long long)st->st_size, strerror(errno));
+  }
+  b->refs = 1;
+  b->dev = st->st_dev;
+  b->ino = st->st_ino;
+  b->size = st->st_size;
+  b->mtim = st->st_mtim;
+  b->ctim = st->st_ctim;
+  b->mem = mem;
+  b->len = (size_t)st->st_size;
+  f->bytes = b;
+  return 0;
+}
+
+/* Reads bytes [off, off + n) of the open file into memory. A short read means the file
+ * shrank since it was opened: someone is replacing it in place. */
+static int vs_st_pread(vspec_tensor_file *f, int fd, uint64_t off, uint64_t n, char *err,
+                       size_t errlen) {
+  unsigned char *dst = f->bytes->mem + off;
+  while (n > 0) {
+    size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
+    ssize_t got = pread(fd, dst, chunk, (off_t)off);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0)
+      return vs_st_fail(err, errlen, VSPEC_EIO, "%s: read failed at byte %llu: %s", f->path,
+                        (unsigned long long)off, strerror(errno));
+    if (got == 0)
+      return vs_st_fail(err, errlen, VSPEC_EIO,
+                        "%s: file ended at byte %llu while being read: it is being replaced in "
+                        "place (write the new file beside it and rename it over the old one)",
+                        f->path, (unsigned long long)off);
+    dst += got;
+    off += (uint64_t)got;
+    n -= (uint64_t)got;
+  }
+  return 0;
+}
+
+/* A file written to while it was read may give a mix of old and new bytes: refuse it rather
+ * than serve weights nobody wrote. */
+static int vs_st_unchanged(const vspec_tensor_file *f, int fd, char *err, size_t errlen) {
+  struct stat now;
+  if (fstat(fd, &now) != 0)
+    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+  if (!vs_st_same_file(f->bytes, &now))
+    return vs_st_fail(err, errlen, VSPEC_EIO,
+                      "%s: file changed while it was being read: it is being replaced in place "
+                      "(write the new file beside it and rename it over the old one)", f->path);
+  return 0;
+}
+
+/* Header length, header and tiling checks; reads the first 8 + N bytes from fd first unless
+ * the bytes are already there (fd < 0). Data are not read yet, so a file that is not
+ * safetensors costs no more than its header. */
+static int vs_st_header(vspec_tensor_file *f, int fd, char *err, size_t errlen) {
+  const unsigned char *b = f->bytes->mem;
+  uint64_t size = f->bytes->len;
+  int rc = fd >= 0 ? vs_st_pread(f, fd, 0, 8, err, errlen) : 0;
+  if (rc) return rc;
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
+  if (hlen > VS_ST_MAX_HEADER)
+    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
+                      "%s: header length %llu exceeds the %llu-byte limit", f->path,
+                      (unsigned long long)hlen, (unsigned long long)VS_ST_MAX_HEADER);
+  if (hlen > size - 8)
+    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
+                      "%s: header length %llu runs past the end of the %llu-byte file (truncated?)",
+                      f->path, (unsigned long long)hlen, (unsigned long long)size);
+  if (fd >= 0 && (rc = vs_st_pread(f, fd, 8, hlen, err, errlen))) return rc;
+  f->data = b + 8 + hlen;
+  f->data_len = size - 8 - hlen;
+  return vs_st_parse_header(f, (const char *)b + 8, (size_t)hlen, err, errlen);
+}
+
+/* The whole file goes into private memory, never a mapping of the live file: a model file
+ * truncated or rewritten in place (`cp new old`) must neither kill the process with SIGBUS
+ * nor change the weights of a loaded model under running jobs (docs/RELIABILITY.md). */
+static int vs_st_load(vspec_tensor_file *f, int fd, char *err, size_t errlen) {
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: not a regular file", f->path);
+  if (st.st_size < 8)
+    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
+                      "%s: file is %llu bytes, too short for the 8-byte header length", f->path,
+                      (unsigned long long)st.st_size);
+  if ((uint64_t)st.st_size > SIZE_MAX)
+    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: file too large to load", f->path);
+  if ((f->bytes = vs_st_bytes_find(&st))) return vs_st_header(f, -1, err, errlen);
+  struct timespec read_start;
+  clock_gettime(CLOCK_REALTIME, &read_start);
+  int rc = vs_st_bytes_new(f, &st, err, errlen);
+  if (rc || (rc = vs_st_header(f, fd, err, errlen))) return rc;
+  uint64_t off = (uint64_t)(f->data - f->bytes->mem);
+  posix_fadvise(fd, (off_t)off, 0, POSIX_FADV_SEQUENTIAL);
+  if ((rc = vs_st_pread(f, fd, off, f->data_len, err, errlen)) ||
+      (rc = vs_st_unchanged(f, fd, err, errlen)))
+    return rc;
+  /* Read-only, as the file mapping this replaces was: a stray write faults at the writer. */
+  if (mprotect(f->bytes->mem, f->bytes->len, PROT_READ) != 0)
+    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: mprotect failed: %s", f->path, strerror(errno));
+  vs_st_bytes_share(f->bytes, &read_start);
+  return 0;
+}
+
 /* ---- public entry points ------------------------------------------------------------- */
 
 int vs_st_open(const char *path, vspec_tensor_file **out, char *err, size_t errlen) {
@@ -574,75 +759,24 @@ int vs_st_open(const char *path, vspec_tensor_file **out, char *err, size_t errl
     vs_st_close(f);
     return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", path);
   }
-
-  int rc = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO named like a model must not hang the open (it is refused as not a
+   * regular file); it has no effect on reading a regular file. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
-    rc = vs_st_fail(err, errlen, e == ENOENT ? VSPEC_ENOENT : VSPEC_EIO, "%s: cannot open: %s",
-                    path, strerror(e));
-    goto fail;
+    int rc = vs_st_fail(err, errlen, e == ENOENT ? VSPEC_ENOENT : VSPEC_EIO, "%s: cannot open: %s",
+                        path, strerror(e));
+    vs_st_close(f);
+    return rc;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    rc = vs_st_fail(err, errlen, VSPEC_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    close(fd);
-    goto fail;
+  int rc = vs_st_load(f, fd, err, errlen);
+  close(fd);
+  if (rc) {
+    vs_st_close(f);
+    return rc;
   }
-  if (!S_ISREG(st.st_mode)) {
-    rc = vs_st_fail(err, errlen, VSPEC_EIO, "%s: not a regular file", path);
-    close(fd);
-    goto fail;
-  }
-  uint64_t size = (uint64_t)st.st_size;
-  if (size < 8) {
-    rc = vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                    "%s: file is %llu bytes, too short for the 8-byte header length", path,
-                    (unsigned long long)size);
-    close(fd);
-    goto fail;
-  }
-  if (size > SIZE_MAX) {
-    rc = vs_st_fail(err, errlen, VSPEC_EIO, "%s: file too large to map", path);
-    close(fd);
-    goto fail;
-  }
-  void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  close(fd); /* the mapping keeps the file alive */
-  if (map == MAP_FAILED) {
-    rc = vs_st_fail(err, errlen, VSPEC_EIO, "%s: mmap failed: %s", path, strerror(map_errno));
-    goto fail;
-  }
-  f->map = map;
-  f->map_len = (size_t)size;
-
-  const unsigned char *b = map;
-  uint64_t hlen = 0;
-  for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
-  if (hlen > VS_ST_MAX_HEADER) {
-    rc = vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                    "%s: header length %llu exceeds the %llu-byte limit", path,
-                    (unsigned long long)hlen, (unsigned long long)VS_ST_MAX_HEADER);
-    goto fail;
-  }
-  if (hlen > size - 8) {
-    rc = vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                    "%s: header length %llu runs past the end of the %llu-byte file (truncated?)",
-                    path, (unsigned long long)hlen, (unsigned long long)size);
-    goto fail;
-  }
-  f->data = b + 8 + hlen;
-  f->data_len = size - 8 - hlen;
-
-  rc = vs_st_parse_header(f, (const char *)b + 8, (size_t)hlen, err, errlen);
-  if (rc != 0) goto fail;
   *out = f;
   return 0;
-
-fail:
-  vs_st_close(f);
-  return rc;
 }
 
 void vs_st_close(vspec_tensor_file *f) {
@@ -662,7 +796,7 @@ void vs_st_close(vspec_tensor_file *f) {
   }
   free(f->by_name);
   json_decref(f->meta);
-  if (f->map) munmap(f->map, f->map_len);
+  vs_st_bytes_release(f->bytes);
   free(f->path);
   free(f);
 }
@@ -761,7 +895,7 @@ int vs_st_get_f32(vspec_tensor_file *f, vspec_dev *dev, const char *name, int nd
     return vs_st_fail(err, errlen, VSPEC_ENOTSUP,
                       "%s: tensor '%s': device '%s' lacks alloc/free/upload", f->path, name,
                       ops->name ? ops->name : "?");
-  /* numel * 4 cannot overflow: numel * elem fit in 64 bits with elem >= 2 and the mapping
+  /* numel * 4 cannot overflow: numel * elem fit in 64 bits with elem >= 2 and the memory
    * holds numel * elem bytes. */
   size_t bytes = (size_t)e->numel * sizeof(float);
   vs_st_copy *c = calloc(1, sizeof *c);

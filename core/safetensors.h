@@ -1,11 +1,16 @@
 /*
  * core/safetensors.h - safetensors reader behind the tensors_* entries of vspec_host.
  *
- * The file is mmapped read-only and its header validated in full at open (format and
- * checks: reference/models.md §6), so later lookups can trust every offset.
- * Tensor data are handed out as pointers into the mapping; vs_st_get_f32 copies only when
- * it has to (F16/BF16, a misaligned F32 tensor, or a non-CPU device), and the copies live
- * until vs_st_close.
+ * The file is read whole into private, read-only anonymous memory at open, never mapped:
+ * a model file truncated or rewritten in place while loaded (`cp new old`) cannot crash
+ * the process with SIGBUS or change the weights under running jobs (docs/RELIABILITY.md).
+ * A file that changes while it is being read is refused; opens of the same unchanged file
+ * share one copy (a target and the EAGLE head that reads its embeddings). The header is
+ * validated in full
+ * at open (format and checks: reference/models.md §6), so later lookups can trust every
+ * offset. Tensor data are handed out as pointers into that memory; vs_st_get_f32 copies
+ * only when it has to (F16/BF16, a misaligned F32 tensor, or a non-CPU device), and the
+ * copies live until vs_st_close.
  *
  * Threading: open/find/meta/name/count are read-only after open and may be called from
  * several threads at once. vs_st_get_f32 fills a per-file cache and must not race with

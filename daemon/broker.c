@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "core/log.h"
+#include "daemon/router.h"
 #include "daemon/zap.h"
 #include "proto/curve_keys.h"
 #include "proto/wire.h"
@@ -167,7 +168,7 @@ static void vs__mark_gone(vs__broker *b, const vs_wire_envelope *env) {
   if (b->n_gone == b->cap_gone) {
     int cap = b->cap_gone ? 2 * b->cap_gone : 8;
     vs_wire_envelope *g = realloc(b->gone, (size_t)cap * sizeof *g);
-    if (!g) return; /* then ZMTP heartbeats or the next send find it again */
+    if (!g) return; /* then the next send finds it again */
     b->gone = g;
     b->cap_gone = cap;
   }
@@ -237,7 +238,7 @@ static void vs__send_own(vs__broker *b, const vs_wire_envelope *env, Vspec__Even
 }
 
 /* Retries what clients have not taken, in order per client; a client that takes nothing for
- * 5 heartbeats (the front's ZMTP heartbeat timeout) is treated as gone. */
+ * 5 heartbeats (the front's TCP_USER_TIMEOUT) is treated as gone. */
 static void vs__retry_out(vs__broker *b, double now) {
   double timeout = 5.0 * b->cfg->heartbeat_ms / 1000.0;
   vs__outq **p = &b->out;
@@ -798,14 +799,19 @@ static int vs__setup(vs__broker *b, char *err, size_t errlen) {
     snprintf(err, errlen, "zmq_ctx_new failed");
     return VSPEC_EIO;
   }
-  b->front = zmq_socket(b->ctx, ZMQ_ROUTER);
+  /* Unpredictable automatic routing ids (daemon/router.c says why). */
+  b->front = vs_router_open(b->ctx, err, errlen);
+  if (!b->front) return VSPEC_EIO;
   int one = 1, linger = 0, hb = cfg->heartbeat_ms, hbt = 5 * cfg->heartbeat_ms;
   int64_t maxmsg = cfg->max_message_bytes;
-  if (!b->front || zmq_setsockopt(b->front, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
+  /* No ZMTP heartbeats, here nor towards the daemons: libzmq 4.3.4's heartbeat timer aborts
+   * the process on a connection that is reset while libzmq has stopped reading it (a client
+   * that floods, a daemon that dies while the broker is behind). TCP keepalive and
+   * TCP_USER_TIMEOUT close dead connections; a daemon's liveness is the status poll. */
+  if (zmq_setsockopt(b->front, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
       zmq_setsockopt(b->front, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
       zmq_setsockopt(b->front, ZMQ_LINGER, &linger, sizeof linger) ||
-      zmq_setsockopt(b->front, ZMQ_HEARTBEAT_IVL, &hb, sizeof hb) ||
-      zmq_setsockopt(b->front, ZMQ_HEARTBEAT_TIMEOUT, &hbt, sizeof hbt)) {
+      vs_tcp_liveness(b->front, hb, hbt)) {
     snprintf(err, errlen, "front socket: %s", zmq_strerror(errno));
     return VSPEC_EIO;
   }
@@ -831,8 +837,7 @@ static int vs__setup(vs__broker *b, char *err, size_t errlen) {
     be->sock = zmq_socket(b->ctx, ZMQ_DEALER);
     if (!be->sock || zmq_setsockopt(be->sock, ZMQ_IMMEDIATE, &one, sizeof one) ||
         zmq_setsockopt(be->sock, ZMQ_LINGER, &linger, sizeof linger) ||
-        zmq_setsockopt(be->sock, ZMQ_HEARTBEAT_IVL, &hb, sizeof hb) ||
-        zmq_setsockopt(be->sock, ZMQ_HEARTBEAT_TIMEOUT, &hbt, sizeof hbt)) {
+        vs_tcp_liveness(be->sock, hb, hbt)) {
       snprintf(err, errlen, "backend socket: %s", zmq_strerror(errno));
       return VSPEC_EIO;
     }

@@ -183,6 +183,7 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__int(key, v, 1, 3600000, &c->busy_retry_ms, err, errlen);
   } else if (!strcmp(s, "plugins")) {
     if (!strcmp(k, "dir")) return vs__str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
+    if (!strcmp(k, "on_demand")) return vs__bool(key, v, &c->plugins_on_demand, err, errlen);
   } else if (!strcmp(s, "models")) {
     if (!strcmp(k, "default"))
       return vs__str(key, v, c->default_model, sizeof c->default_model, err, errlen);

@@ -44,6 +44,7 @@ typedef struct vs_daemon_config {
   int busy_retry_ms;          /* retry hint in a "busy" error */
   /* [plugins] */
   char plugin_dir[VS_CONF_PATH];
+  int plugins_on_demand;      /* a job naming a plugin not loaded yet loads it (default off) */
   /* [models] */
   vs_model_conf models[VS_CONF_MAX_MODELS];
   int n_models;
@@ -60,8 +61,8 @@ typedef struct vs_daemon_config {
   long max_deadline_ms;
   int max_credit;
   int max_clients;
-  int heartbeat_ivl_ms;       /* ZMTP heartbeats and idle-client probes */
-  int heartbeat_timeout_ms;
+  int heartbeat_ivl_ms;       /* idle-client probes (Heartbeat events), TCP keepalive */
+  int heartbeat_timeout_ms;   /* TCP_USER_TIMEOUT; a client that takes nothing this long is gone */
   /* [shutdown] */
   int drain;                  /* VS_DRAIN_FINISH or VS_DRAIN_CANCEL for running jobs */
   int drain_timeout_ms;       /* then running jobs are cancelled anyway */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "core/models.h"
+#include "proto/wire.h"
 
 enum { VS_JOB_QUEUED = 0, VS_JOB_RUNNING = 1, VS_JOB_DONE = 2 };
 
@@ -79,7 +80,7 @@ struct vs_djob {
   int progress;           /* stream progress events */
   double progress_interval; /* seconds between progress events, 0 = every round */
   int priority;
-  uint64_t client_key;    /* fairness between clients (hash of the routing envelope) */
+  uint64_t client_key;    /* fairness between clients: its connection (daemon/server.c) */
   int tokens_total;       /* grid of the model at submission */
   double submitted_at;    /* monotonic seconds */
   double deadline;        /* monotonic seconds, 0 = none */
@@ -90,6 +91,7 @@ struct vs_djob {
   int state;                /* VS_JOB_*; guarded by the queue's lock */
   vs_djob *qnext;           /* queue links; guarded by the queue's lock */
   uint64_t qorder;          /* arrival order in the queue */
+  uint64_t qturn;           /* its client's turn (daemon/job_queue.c); the queue's lock */
   int in_mail;              /* in the server's mailbox; guarded by the mailbox lock */
   vs_djob *mail_next;       /* guarded by the mailbox lock: a worker may post the job again
                                while the loop works through the list it took */
@@ -128,7 +130,10 @@ struct vs_djob {
 
   /* ---- loop thread only ---- */
   struct {
-    struct vs_client *client; /* NULL once the client is gone */
+    struct vs_client *client; /* its connection; NULL once the client is gone */
+    vs_wire_envelope env;     /* the routing envelope its events go back along: the
+                                 connection's routing id and whatever frames the peer put
+                                 after it (a broker's client id) */
     vs_djob *client_next;
     vs_djob *id_next;         /* the server's job table */
     int retry;                /* a send hit EAGAIN: pump again from the timer */
@@ -138,13 +143,14 @@ struct vs_djob {
     uint8_t *sent_status;
     int sent_n;
     int terminal_sent;
+    int counted;              /* in the status totals (each job exactly once) */
     int accepted_pending;     /* the Accepted met a full queue: it goes out before anything */
     int in_outbox;            /* a terminal event waits for the client's queue to drain */
     vs_djob *outbox_next;
     double outbox_since;
     uint64_t request_id;
     int queued_reported;      /* last queue position sent */
-    double last_event;
+    double last_event;        /* anything last went along env (daemon/server.c) */
     double last_progress;     /* when the last progress event went out */
   } lp;
 };

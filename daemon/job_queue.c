@@ -12,6 +12,7 @@ struct vs_job_queue {
   vs_djob **running;
   int n_running, max_running;
   uint64_t order;
+  uint64_t turn; /* the turn of the last job a worker took */
   int stopped;
 };
 
@@ -44,6 +45,23 @@ void vs_job_queue_close(vs_job_queue *q) {
   free(q);
 }
 
+/* The turn of a new job of `client` (start-time fair queueing with one unit per job): one
+ * after the latest turn its client holds, running or waiting, and never before the turn
+ * being served. So each client's n-th job in line gets the n-th turn from now and a worker
+ * takes the clients' jobs in rotation: a newcomer waits for at most one job of each other
+ * client, not behind one peer's whole backlog. (Counting only running jobs could not see
+ * that backlog: with one worker, nothing of the peer's is running when the next job is
+ * picked.) */
+static uint64_t vs__next_turn(const vs_job_queue *q, uint64_t client) {
+  uint64_t turn = q->turn;
+  for (int i = 0; i < q->n_running; i++)
+    if (q->running[i]->client_key == client && q->running[i]->qturn + 1 > turn)
+      turn = q->running[i]->qturn + 1;
+  for (const vs_djob *p = q->head; p; p = p->qnext)
+    if (p->client_key == client && p->qturn + 1 > turn) turn = p->qturn + 1;
+  return turn;
+}
+
 int vs_job_queue_push(vs_job_queue *q, vs_djob *j) {
   pthread_mutex_lock(&q->mu);
   if (q->stopped) {
@@ -57,6 +75,7 @@ int vs_job_queue_push(vs_job_queue *q, vs_djob *j) {
   vs_djob_retain(j);
   j->state = VS_JOB_QUEUED;
   j->qorder = ++q->order;
+  j->qturn = vs__next_turn(q, j->client_key);
   j->qnext = NULL;
   vs_djob **p = &q->head;
   while (*p) p = &(*p)->qnext;
@@ -67,17 +86,10 @@ int vs_job_queue_push(vs_job_queue *q, vs_djob *j) {
   return VSPEC_OK;
 }
 
-static int vs__running_of(const vs_job_queue *q, uint64_t client) {
-  int n = 0;
-  for (int i = 0; i < q->n_running; i++) n += q->running[i]->client_key == client;
-  return n;
-}
-
-/* 1 if a should run before b. */
-static int vs__before(const vs_job_queue *q, const vs_djob *a, const vs_djob *b) {
+/* 1 if a should run before b: priority, then turn, then arrival. */
+static int vs__before(const vs_djob *a, const vs_djob *b) {
   if (a->priority != b->priority) return a->priority > b->priority;
-  int ra = vs__running_of(q, a->client_key), rb = vs__running_of(q, b->client_key);
-  if (ra != rb) return ra < rb;
+  if (a->qturn != b->qturn) return a->qturn < b->qturn;
   return a->qorder < b->qorder;
 }
 
@@ -91,11 +103,12 @@ vs_djob *vs_job_queue_pop(vs_job_queue *q) {
   }
   vs_djob **best = &q->head;
   for (vs_djob **p = &q->head; *p; p = &(*p)->qnext)
-    if (vs__before(q, *p, *best)) best = p;
+    if (vs__before(*p, *best)) best = p;
   vs_djob *j = *best;
   *best = j->qnext;
   j->qnext = NULL;
   q->waiting--;
+  if (j->qturn > q->turn) q->turn = j->qturn;
   j->state = VS_JOB_RUNNING;
   q->running[q->n_running++] = j;
   pthread_mutex_unlock(&q->mu);
@@ -155,7 +168,7 @@ int vs_job_queue_position(vs_job_queue *q, const vs_djob *j) {
   int found = 0, ahead = 0;
   for (vs_djob *p = q->head; p; p = p->qnext) {
     if (p == j) found = 1;
-    else if (vs__before(q, p, j)) ahead++;
+    else if (vs__before(p, j)) ahead++;
   }
   pthread_mutex_unlock(&q->mu);
   return found ? ahead : -1;

@@ -15,6 +15,7 @@
 #include "core/registry.h"
 #include "daemon/job_queue.h"
 #include "daemon/model_set.h"
+#include "daemon/router.h"
 #include "daemon/submit.h"
 #include "daemon/workers.h"
 #include "daemon/zap.h"
@@ -27,12 +28,17 @@ enum { VS_SOCK_JOB = 0, VS_SOCK_ADMIN = 1 };
 #define VS_BUCKETS 1024
 #define VS_TICK_MS 20
 
-/* A client is its routing envelope on one socket and, with CURVE, the key it authenticated
- * with: a peer can choose its own routing id (ZMQ_ROUTING_ID) and so claim another's
- * envelope once that one has disconnected, but it cannot present another's key. Without
- * CURVE the envelope is all there is (DESIGN.md, "Security"). */
+/* A client is one connection on one socket: the routing id the ROUTER knows it by (the first
+ * routing frame, which is the ROUTER's, not the peer's to add to) and, with CURVE, the key it
+ * authenticated with. Routing frames after the first come from the peer (a broker puts its
+ * client's id there, but any DEALER can put anything there): they route a job's events back
+ * (vs_djob.lp.env) and decide who owns it, but never make one connection several clients, so
+ * queue.per_client, limits.max_clients and the queue's fairness count connections. A peer
+ * can choose its own routing id (ZMQ_ROUTING_ID) and so claim another's once that one has
+ * disconnected, but it cannot present another's key. Without CURVE the routing id is all
+ * there is (DESIGN.md, "Security"). */
 typedef struct vs_client {
-  vs_wire_envelope env;
+  vs_wire_envelope env; /* the connection: the first routing frame alone */
   char user_id[VS_WIRE_MAX_USER_ID + 1]; /* ZAP user id (CURVE public key), "" without */
   int sock;
   uint64_t key;
@@ -40,7 +46,6 @@ typedef struct vs_client {
   vs_djob *jobs;
   int n_jobs;
   int gone;
-  double last_sent;
   char text[112]; /* short routing id and allow-list name, for logs */
 } vs_client;
 
@@ -112,10 +117,28 @@ static void vs__check_drained(vs_server *s);
 
 /* ---- clients ------------------------------------------------------------------------ */
 
+/* The connection of an envelope: its first routing frame. */
+static void vs__connection(const vs_wire_envelope *env, vs_wire_envelope *conn) {
+  conn->n = env->n > 0;
+  if (conn->n) {
+    conn->len[0] = env->len[0];
+    memcpy(conn->id[0], env->id[0], env->len[0]);
+  }
+}
+
+/* The client key of the connection m came on (the hash table's and the queue's fairness). */
+static uint64_t vs__client_key(int sock, const vs_wire_msg *m) {
+  vs_wire_envelope conn;
+  vs__connection(&m->env, &conn);
+  return vs_wire_envelope_hash(&conn) ^ (uint64_t)sock;
+}
+
 static vs_client *vs__client_find(vs_server *s, int sock, const vs_wire_msg *m) {
-  uint64_t key = vs_wire_envelope_hash(&m->env) ^ (uint64_t)sock;
+  vs_wire_envelope conn;
+  vs__connection(&m->env, &conn);
+  uint64_t key = vs__client_key(sock, m);
   for (vs_client *c = s->clients[key % VS_BUCKETS]; c; c = c->hnext)
-    if (c->key == key && c->sock == sock && vs_wire_envelope_equal(&c->env, &m->env) &&
+    if (c->key == key && c->sock == sock && vs_wire_envelope_equal(&c->env, &conn) &&
         !strcmp(c->user_id, m->user_id))
       return c;
   return NULL;
@@ -124,12 +147,11 @@ static vs_client *vs__client_find(vs_server *s, int sock, const vs_wire_msg *m) 
 static vs_client *vs__client_add(vs_server *s, int sock, const vs_wire_msg *m) {
   vs_client *c = calloc(1, sizeof *c);
   if (!c) return NULL;
-  c->env = m->env;
+  vs__connection(&m->env, &c->env);
   memcpy(c->user_id, m->user_id, sizeof c->user_id);
   c->sock = sock;
-  c->key = vs_wire_envelope_hash(&m->env) ^ (uint64_t)sock;
-  c->last_sent = vs__now();
-  vs_wire_envelope_text(&m->env, c->text, sizeof c->text);
+  c->key = vs__client_key(sock, m);
+  vs_wire_envelope_text(&c->env, c->text, sizeof c->text);
   const char *name = *c->user_id ? vs_zap_name(s->zap, c->user_id) : NULL;
   if (name) {
     size_t n = strlen(c->text);
@@ -160,20 +182,42 @@ static vs_djob *vs__job_find(vs_server *s, uint64_t id) {
   return NULL;
 }
 
-static void vs__job_link(vs_server *s, vs_djob *j, vs_client *c) {
+static void vs__job_link(vs_server *s, vs_djob *j, vs_client *c, const vs_wire_envelope *env) {
   vs_djob **b = &s->jobs[j->id % VS_BUCKETS];
   j->lp.id_next = *b;
   *b = j;
   s->n_jobs++;
   j->lp.client = c;
+  j->lp.env = *env;
+  j->lp.last_event = vs__now();
   j->lp.client_next = c->jobs;
   c->jobs = j;
   c->n_jobs++;
 }
 
-/* Forgets a job whose terminal event is sent (or whose client is gone): drops the loop's
- * reference. The client goes with its last job. */
+/* Counts a job in the status totals by how it ended (a job that never finished was
+ * cancelled), once: every job that leaves the table passes here, whichever way it left. */
+static void vs__count(vs_server *s, vs_djob *j) {
+  if (j->lp.counted) return;
+  j->lp.counted = 1;
+  pthread_mutex_lock(&j->mu);
+  int finished = j->sh.finished, rc = j->sh.rc;
+  int64_t tokens = j->sh.stats.tokens;
+  pthread_mutex_unlock(&j->mu);
+  if (!finished || rc == VSPEC_ECANCELED) {
+    s->totals.cancelled++;
+  } else if (rc == 0) {
+    s->totals.completed++;
+    s->totals.tokens += (uint64_t)tokens;
+  } else {
+    s->totals.failed++;
+  }
+}
+
+/* Forgets a job whose terminal event is sent (or whose client is gone): counts it if nothing
+ * did yet and drops the loop's reference. The client goes with its last job. */
 static void vs__job_unlink(vs_server *s, vs_djob *j) {
+  vs__count(s, j);
   for (vs_djob **p = &s->jobs[j->id % VS_BUCKETS]; *p; p = &(*p)->lp.id_next)
     if (*p == j) {
       *p = j->lp.id_next;
@@ -251,10 +295,10 @@ static int vs__job_send(vs_server *s, vs_djob *j, Vspec__Event *ev, vs_wire_blob
     ev->has_request_id = 1;
     ev->request_id = j->lp.request_id;
   }
-  int rc = vs__send(s, c->sock, &c->env, ev, blobs, n_blobs);
+  int rc = vs__send(s, c->sock, &j->lp.env, ev, blobs, n_blobs);
   if (rc == 0) {
     j->lp.seq++;
-    j->lp.last_event = c->last_sent = vs__now();
+    j->lp.last_event = vs__now();
   } else if (rc == -EHOSTUNREACH) {
     vs_log(VSPEC_LOG_INFO, "server", "client %s is gone (unroutable); cancelling its jobs",
            c->text);
@@ -423,18 +467,7 @@ static int vs__send_terminal(vs_server *s, vs_djob *j) {
 /* Counts a finished job and sends its terminal event; forgets it once that is done. */
 static void vs__finish(vs_server *s, vs_djob *j) {
   if (j->lp.terminal_sent || j->lp.in_outbox) return;
-  pthread_mutex_lock(&j->mu);
-  int rc = j->sh.rc;
-  int64_t tokens = j->sh.stats.tokens;
-  pthread_mutex_unlock(&j->mu);
-  if (rc == 0) {
-    s->totals.completed++;
-    s->totals.tokens += (uint64_t)tokens;
-  } else if (rc == VSPEC_ECANCELED) {
-    s->totals.cancelled++;
-  } else {
-    s->totals.failed++;
-  }
+  vs__count(s, j);
   if (vs__send_terminal(s, j) == -EAGAIN) {
     j->lp.in_outbox = 1;
     j->lp.outbox_since = vs__now();
@@ -660,14 +693,15 @@ static void vs__reap(vs_server *s) {
         snprintf(who, sizeof who, "job %llu", (unsigned long long)j->id);
         if (vs_job_queue_remove(s->queue, j)) {
           vs_log(VSPEC_LOG_INFO, who, "dropped from the queue: its client is gone");
-          s->totals.cancelled++;
-          vs__job_unlink(s, j);
+          vs__job_unlink(s, j); /* counted as cancelled */
           continue;
         }
         pthread_mutex_lock(&j->mu);
         int finished = j->sh.finished;
         pthread_mutex_unlock(&j->mu);
         if (finished) {
+          /* Finished, perhaps before the loop heard of it (its news may still be in the
+           * mailbox): counted here by how it ended, unless vs__finish counted it already. */
           vs__job_unlink(s, j);
         } else {
           vs_log(VSPEC_LOG_INFO, who, "cancelled: its client is gone");
@@ -701,14 +735,15 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
   }
   vs_client *c = vs__client_find(s, sock, m);
   if (c && c->n_jobs >= s->cfg.per_client) {
-    snprintf(err, sizeof err, "this client already has %d jobs (queue.per_client = %d)",
+    snprintf(err, sizeof err, "this connection already has %d jobs (queue.per_client = %d)",
              c->n_jobs, s->cfg.per_client);
     s->totals.rejected_busy++;
     vs__reply_error(s, sock, env, rid, VSPEC__ERROR_CODE__ERR_BUSY, err, s->cfg.busy_retry_ms);
     return;
   }
   if (!c && s->n_clients >= s->cfg.max_clients) {
-    snprintf(err, sizeof err, "%d clients have jobs (limits.max_clients)", s->n_clients);
+    snprintf(err, sizeof err, "%d client connections have jobs (limits.max_clients)",
+             s->n_clients);
     s->totals.rejected_busy++;
     vs__reply_error(s, sock, env, rid, VSPEC__ERROR_CODE__ERR_BUSY, err, s->cfg.busy_retry_ms);
     return;
@@ -721,7 +756,7 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
     vs__reply_error(s, sock, env, rid, code, err, 0);
     return;
   }
-  j->client_key = vs_wire_envelope_hash(env) ^ (uint64_t)sock;
+  j->client_key = vs__client_key(sock, m);
   int rc = vs_job_queue_push(s->queue, j);
   if (rc) {
     snprintf(err, sizeof err, "the queue is full (%d jobs waiting, queue.size = %d)",
@@ -746,7 +781,7 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
     vs_djob_release(j);
     return;
   }
-  vs__job_link(s, j, c); /* the loop's reference */
+  vs__job_link(s, j, c, env); /* the loop's reference */
   s->totals.submitted++;
   int pos = vs_job_queue_position(s->queue, j);
   char who[40];
@@ -765,10 +800,11 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
   vs__start_tick(s);
 }
 
-/* Whether the sender of m owns the job: the same socket, routing envelope and CURVE key. */
+/* Whether the sender of m owns the job: the same socket, whole routing envelope (through a
+ * broker, the same client of the broker) and CURVE key. */
 static int vs__is_owner(const vs_djob *j, int sock, const vs_wire_msg *m) {
   const vs_client *c = j->lp.client;
-  return c && c->sock == sock && vs_wire_envelope_equal(&c->env, &m->env) &&
+  return c && c->sock == sock && vs_wire_envelope_equal(&j->lp.env, &m->env) &&
          !strcmp(c->user_id, m->user_id);
 }
 
@@ -1234,10 +1270,7 @@ static void vs__drain_mail(vs_server *s) {
         pthread_mutex_lock(&j->mu);
         int finished = j->sh.finished;
         pthread_mutex_unlock(&j->mu);
-        if (finished) {
-          s->totals.cancelled++;
-          vs__job_unlink(s, j);
-        }
+        if (finished) vs__job_unlink(s, j); /* counted by how it ended */
       } else {
         vs__pump(s, j);
       }
@@ -1254,6 +1287,39 @@ static void vs__on_async(uv_async_t *h) {
 }
 
 /* ---- the timer: deadlines, retries, heartbeats, queue positions, drain ----------------------- */
+
+/* When anything last went along the routing envelope of job j: its own events and those of
+ * the connection's other jobs with the same envelope, and heartbeats. */
+static double vs__envelope_last(const vs_client *c, const vs_djob *j) {
+  double last = j->lp.last_event;
+  for (const vs_djob *k = c->jobs; k; k = k->lp.client_next)
+    if (k->lp.last_event > last && vs_wire_envelope_equal(&k->lp.env, &j->lp.env))
+      last = k->lp.last_event;
+  return last;
+}
+
+/* A Heartbeat goes along each routing envelope of the connection's jobs that got nothing for
+ * heartbeat_ivl_ms: a client waiting for a queued job hears the daemon is there (vspec gives
+ * up after --timeout of silence), through a broker each of the broker's clients does, and a
+ * connection that vanished shows up as unroutable. */
+static void vs__heartbeat(vs_server *s, vs_client *c, double now) {
+  double ivl = s->cfg.heartbeat_ivl_ms / 1000.0;
+  for (vs_djob *j = c->jobs; j && !c->gone; j = j->lp.client_next) {
+    if (now - vs__envelope_last(c, j) < ivl) continue;
+    Vspec__Event ev = VSPEC__EVENT__INIT;
+    Vspec__Heartbeat hb = VSPEC__HEARTBEAT__INIT;
+    ev.body_case = VSPEC__EVENT__BODY_HEARTBEAT;
+    ev.heartbeat = &hb;
+    int rc = vs__send(s, c->sock, &j->lp.env, &ev, NULL, 0);
+    if (rc == 0) {
+      j->lp.last_event = now;
+    } else if (rc == -EHOSTUNREACH) {
+      vs_log(VSPEC_LOG_INFO, "server", "client %s is gone (heartbeat); cancelling its jobs",
+             c->text);
+      vs__client_lost(s, c);
+    }
+  }
+}
 
 static void vs__on_tick(uv_timer_t *h) {
   vs_server *s = h->data;
@@ -1327,23 +1393,9 @@ static void vs__on_tick(uv_timer_t *h) {
     vs__job_unlink(s, j);
   }
 
-  /* Idle clients get a heartbeat: a vanished one shows up as unroutable. */
   if (heartbeat)
     for (int b = 0; b < VS_BUCKETS; b++)
-      for (vs_client *c = s->clients[b]; c; c = c->hnext)
-        if (!c->gone && now - c->last_sent >= s->cfg.heartbeat_ivl_ms / 1000.0) {
-          Vspec__Event ev = VSPEC__EVENT__INIT;
-          Vspec__Heartbeat hb = VSPEC__HEARTBEAT__INIT;
-          ev.body_case = VSPEC__EVENT__BODY_HEARTBEAT;
-          ev.heartbeat = &hb;
-          int rc = vs__send(s, c->sock, &c->env, &ev, NULL, 0);
-          if (rc == 0) c->last_sent = now;
-          else if (rc == -EHOSTUNREACH) {
-            vs_log(VSPEC_LOG_INFO, "server", "client %s is gone (heartbeat); cancelling its jobs",
-                   c->text);
-            vs__client_lost(s, c);
-          }
-        }
+      for (vs_client *c = s->clients[b]; c; c = c->hnext) vs__heartbeat(s, c, now);
   vs__reap(s);
 
   if (s->draining && !s->hard_cancel && s->cfg.drain_timeout_ms >= 0 &&
@@ -1433,22 +1485,20 @@ static void vs__on_signal(uv_signal_t *h, int signum) {
 
 static int vs__setup_socket(vs_server *s, int which, const char *endpoint, int curve,
                             const char *secret, char *err, size_t errlen) {
-  void *z = zmq_socket(s->zctx, ZMQ_ROUTER);
-  if (!z) {
-    snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
-    return VSPEC_EIO;
-  }
+  /* Unpredictable automatic routing ids (daemon/router.c says why). */
+  void *z = vs_router_open(s->zctx, err, errlen);
+  if (!z) return VSPEC_EIO;
   s->sock[which] = z;
   int one = 1, linger = 0;
   int64_t maxmsg = s->cfg.max_message_bytes;
-  int hb = s->cfg.heartbeat_ivl_ms, hbt = s->cfg.heartbeat_timeout_ms;
-  /* A vanished peer becomes EHOSTUNREACH and a full one EAGAIN instead of a silent drop. */
+  /* A vanished peer becomes EHOSTUNREACH and a full one EAGAIN instead of a silent drop. No
+   * ZMTP heartbeats: their timer aborts libzmq 4.3.4 on a flooded connection that is reset;
+   * TCP keepalive and TCP_USER_TIMEOUT close dead connections instead, and the Heartbeat
+   * events of the tick turn them into lost clients (daemon/router.c). */
   if (zmq_setsockopt(z, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
       zmq_setsockopt(z, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
       zmq_setsockopt(z, ZMQ_LINGER, &linger, sizeof linger) ||
-      zmq_setsockopt(z, ZMQ_HEARTBEAT_IVL, &hb, sizeof hb) ||
-      zmq_setsockopt(z, ZMQ_HEARTBEAT_TIMEOUT, &hbt, sizeof hbt) ||
-      zmq_setsockopt(z, ZMQ_HEARTBEAT_TTL, &hbt, sizeof hbt)) {
+      vs_tcp_liveness(z, s->cfg.heartbeat_ivl_ms, s->cfg.heartbeat_timeout_ms)) {
     snprintf(err, errlen, "socket options: %s", zmq_strerror(errno));
     return VSPEC_EIO;
   }

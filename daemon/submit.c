@@ -60,7 +60,11 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
                           int continuous, const char *model, char *err, size_t errlen) {
   vs_plugin *p = NULL;
   char inner[VSPEC_ERRLEN] = "";
-  int rc = vs_registry_acquire(c->reg, kind, name, &p, inner, sizeof inner);
+  /* A client naming a file in the plugin directory must not be enough to run its code:
+   * plugins come from the start-up scan or an admin reload unless plugins.on_demand. */
+  int rc = c->cfg->plugins_on_demand
+               ? vs_registry_acquire(c->reg, kind, name, &p, inner, sizeof inner)
+               : vs_registry_acquire_loaded(c->reg, kind, name, &p, inner, sizeof inner);
   if (rc) {
     snprintf(err, errlen, "%s '%s' is not available: %s",
              kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule" : "scheduler", name, inner);

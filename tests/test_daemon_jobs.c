@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <png.h>
 
@@ -56,17 +57,27 @@ static int group_teardown(void **state) {
   return 0;
 }
 
-/* Waits until the daemon has no job running or waiting. */
-static void wait_idle(void) {
+/* Waits until the daemon at `admin` has no job running or waiting. */
+static void wait_idle_at(const char *admin) {
   double end = vs_harness_now() + 20;
   for (;;) {
     vs_conn_event e;
-    vs_client_status(dm.admin_ep, &e);
+    vs_client_status(admin, &e);
     int idle = e.ev->status->running == 0 && e.ev->status->queued == 0;
     vs_conn_event_free(&e);
     if (idle) return;
     if (vs_harness_now() > end) fail_msg("daemon not idle after 20 s");
     vs_harness_sleep_ms(20);
+  }
+}
+
+static void wait_idle(void) { wait_idle_at(dm.admin_ep); }
+
+static void stop_ok(vs_daemon *d) {
+  int rc = vs_daemon_stop(d, SIGTERM, 30000);
+  if (rc != 0) {
+    vs_daemon_dump_log(d);
+    fail_msg("vspecd '%s' exited with %d", d->name, rc);
   }
 }
 
@@ -566,11 +577,21 @@ static void test_queue_full(void **state) {
   wait_idle();
   vs_conn c;
   vs_client_open(&c, dm.job_ep);
-  /* one running, two waiting (queue.size = 2), the fourth is refused */
+  /* one running, two waiting (queue.size = 2), the fourth is refused. The first must be
+   * running before the others come: a worker takes the next job only after it has cleaned
+   * up the last one, which under ASan can take longer than two submits. */
   uint64_t jobs[3];
-  for (int i = 0; i < 3; i++) jobs[i] = accepted_job(&c, submit_slow(&c, 40, 1, 0, 64, 0));
-  uint64_t rid = submit_slow(&c, 40, 1, 0, 64, 0);
   vs_conn_event e;
+  jobs[0] = accepted_job(&c, submit_slow(&c, 40, 1, 0, 64, 0));
+  for (;;) {
+    vs_client_next(&c, 20000, &e);
+    int p = e.ev->has_job_id && e.ev->job_id == jobs[0] &&
+            e.ev->body_case == VSPEC__EVENT__BODY_PROGRESS && e.ev->progress->round >= 0;
+    vs_conn_event_free(&e);
+    if (p) break;
+  }
+  for (int i = 1; i < 3; i++) jobs[i] = accepted_job(&c, submit_slow(&c, 40, 1, 0, 64, 0));
+  uint64_t rid = submit_slow(&c, 40, 1, 0, 64, 0);
   for (;;) {
     vs_client_next(&c, 20000, &e);
     if (e.ev->has_request_id && e.ev->request_id == rid) break;
@@ -641,6 +662,173 @@ static void test_client_gone_mid_job(void **state) {
   /* well before the running job's natural end plus the queued one's */
   printf("  jobs of the lost client gone after %.3f s\n", vs_harness_now() - t0);
   assert_true(vs_harness_now() - t0 < 1.5);
+}
+
+/* Defect 6 (docs/RELIABILITY.md), end to end: one worker, a peer with a backlog, then a
+ * newcomer. Its job must start before the backlog has drained: when its result arrives, most
+ * of the peer's jobs are still waiting. (Before, it ran after all of them: only running jobs
+ * counted, and with one worker none of the peer's is running when the next job is picked.) */
+static void test_newcomer_not_behind_backlog(void **state) {
+  (void)state;
+  vs_daemon d;
+  const char *extra[] = {"--workers", "1", "--set", "queue.size=32", "--set",
+                         "queue.per_client=32", NULL};
+  vs_daemon_start(&d, &fx, "fair", extra);
+  enum { BACKLOG = 8 };
+  vs_conn a, b;
+  vs_client_open(&a, d.job_ep);
+  for (int i = 0; i < BACKLOG; i++) accepted_job(&a, submit_slow(&a, 20, 1, 0, 1, 0));
+  vs_client_open(&b, d.job_ep);
+  uint64_t rid = submit_slow(&b, 20, 1, 0, 1, 0), job = 0;
+  vs_conn_event e;
+  vs_client_until_end(&b, rid, &job, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_RESULT);
+  vs_conn_event_free(&e);
+  vs_client_status(d.admin_ep, &e);
+  uint32_t waiting = e.ev->status->queued;
+  vs_conn_event_free(&e);
+  printf("  the newcomer's job finished with %u of the peer's %d jobs still waiting\n", waiting,
+         BACKLOG);
+  /* ahead of it: the peer's job that was running, at most one more */
+  assert_true(waiting >= BACKLOG - 3);
+  int linger = 0;
+  zmq_setsockopt(a.sock, ZMQ_LINGER, &linger, sizeof linger);
+  vs_conn_close(&a); /* its jobs are dropped */
+  vs_conn_close(&b);
+  stop_ok(&d);
+}
+
+/* Behind vspec-broker a daemon sees one connection for all the broker's clients (defect 6:
+ * a client is a connection), yet each client's events still go back to it alone, and each
+ * client whose job waits still hears the daemon's heartbeats along its own envelope (vspec
+ * gives up after --timeout of silence). */
+static void test_broker_clients_apart(void **state) {
+  (void)state;
+  vs_daemon d;
+  const char *extra[] = {"--workers", "1", "--set", "limits.heartbeat_ivl_ms=50", NULL};
+  vs_daemon_start(&d, &fx, "apart", extra);
+  char front[300], log[300];
+  snprintf(front, sizeof front, "ipc://%s/apart-front.sock", fx.dir);
+  snprintf(log, sizeof log, "%s/apart-broker.log", fx.dir);
+  const char *args[] = {"--front", front, "--backend", d.job_ep, "--heartbeat-ms", "100", NULL};
+  pid_t broker = vs_spawn_tool("vspec-broker", args, log);
+  double end = vs_harness_now() + 20;
+  for (;;) {
+    char out[4096] = "";
+    const char *st[] = {"status", "--server", front, "--timeout", "1", NULL};
+    if (vs_run_tool("vspec", st, out, sizeof out) == 0 && strstr(out, "1 of 1 daemons alive"))
+      break;
+    if (vs_harness_now() > end) fail_msg("broker not ready: %s", out);
+    vs_harness_sleep_ms(20);
+  }
+  vs_conn a, b;
+  vs_client_open(&a, front);
+  vs_client_open(&b, front);
+  uint64_t ja = accepted_job(&a, submit_slow(&a, 40, 1, 0, 1, 0)); /* runs some 0.4 s */
+  uint64_t jb = accepted_job(&b, submit_slow(&b, 40, 1, 0, 1, 0)); /* waits behind it */
+  int heartbeats = 0;
+  end = vs_harness_now() + 2;
+  while (heartbeats < 2) {
+    if (vs_harness_now() > end) fail_msg("no heartbeats for a client waiting behind a broker");
+    vs_conn_event e;
+    char err[256];
+    int rc = vs_conn_recv(&b, 100, &e, err, sizeof err);
+    if (rc < 0) fail_msg("%s", err);
+    if (rc == 0) continue;
+    if (e.ev->has_job_id && e.ev->job_id == ja) fail_msg("client b got an event of a's job");
+    heartbeats += e.ev->body_case == VSPEC__EVENT__BODY_HEARTBEAT;
+    vs_conn_event_free(&e);
+  }
+  vs_conn_event e;
+  vs_client_status(d.admin_ep, &e);
+  assert_int_equal(e.ev->status->clients, 1); /* the broker */
+  vs_conn_event_free(&e);
+  vs_client_cancel(&a, ja);
+  vs_client_cancel(&b, jb);
+  uint64_t j = ja;
+  vs_client_until_end(&a, 0, &j, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  vs_conn_event_free(&e);
+  j = jb;
+  vs_client_until_end(&b, 0, &j, 20000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  vs_conn_event_free(&e);
+  vs_conn_close(&a);
+  vs_conn_close(&b);
+  kill(broker, SIGTERM);
+  assert_int_equal(vs_wait_pid(broker, 10000), 0);
+  stop_ok(&d);
+}
+
+/* Defect 8 (docs/RELIABILITY.md): a job that had finished on its worker, but whose news the
+ * loop had not yet taken from the mailbox, was unlinked uncounted when its client was found
+ * gone just then. To hold that window open, a reload of sched_slowload (300 ms to load, on
+ * the loop thread, under the registry's lock) on the admin endpoint keeps the loop busy
+ * while the client's short job, past its start (it holds its plugins), finishes; the
+ * client's last message, a submit sent while the reload runs and read right after it, finds
+ * the client gone (its Accepted is unroutable). Every job must be counted exactly once. */
+static void test_totals_count_every_job(void **state) {
+  (void)state;
+  vs_fixture_install(&fx, "slowload.so", "sched_slowload.so");
+  vs_daemon d;
+  const char *extra[] = {"--workers", "1", NULL};
+  vs_daemon_start(&d, &fx, "totals", extra);
+  vs_conn adm;
+  vs_client_open(&adm, d.admin_ep);
+  enum { ROUNDS = 3 };
+  for (int round = 0; round < ROUNDS; round++) {
+    vs_conn a;
+    vs_client_open(&a, d.job_ep);
+    /* some 10 rounds of 8 ms; running once it reports its first round */
+    uint64_t job = accepted_job(&a, submit_slow(&a, 8, 1, 0, 1, 0));
+    for (;;) {
+      vs_conn_event e;
+      vs_client_next(&a, 20000, &e);
+      int p = e.ev->has_job_id && e.ev->job_id == job &&
+              e.ev->body_case == VSPEC__EVENT__BODY_PROGRESS && e.ev->progress->round >= 0;
+      vs_conn_event_free(&e);
+      if (p) break;
+    }
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__ReloadRequest rl = VSPEC__RELOAD_REQUEST__INIT;
+    rl.name = "sched/slowload";
+    r.body_case = VSPEC__REQUEST__BODY_RELOAD;
+    r.reload = &rl;
+    char err[256];
+    if (vs_conn_send(&adm, &r, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+    vs_harness_sleep_ms(30); /* into the reload */
+    submit_slow(&a, 8, 1, 0, 1, 0);
+    vs_conn_close(&a); /* the submit goes out (linger), then the client is gone */
+    vs_conn_event e;
+    vs_client_next(&adm, 20000, &e);
+    if (e.ev->body_case != VSPEC__EVENT__BODY_RELOAD)
+      fail_msg("reload: %s", e.ev->body_case == VSPEC__EVENT__BODY_ERROR ? e.ev->error->message
+                                                                        : "unexpected answer");
+    vs_conn_event_free(&e);
+  }
+  vs_conn_close(&adm);
+  wait_idle_at(d.admin_ep);
+  /* The last job is counted when the loop hears from its worker, just after it is idle. */
+  double end = vs_harness_now() + 2;
+  for (;;) {
+    vs_conn_event e;
+    vs_client_status(d.admin_ep, &e);
+    const Vspec__Totals *t = e.ev->status->totals;
+    uint64_t sub = t->submitted, ended = t->completed + t->failed + t->cancelled;
+    printf("  submitted %llu, completed %llu, failed %llu, cancelled %llu\n",
+           (unsigned long long)sub, (unsigned long long)t->completed,
+           (unsigned long long)t->failed, (unsigned long long)t->cancelled);
+    vs_conn_event_free(&e);
+    assert_int_equal(sub, 2 * ROUNDS);
+    if (ended == sub) break;
+    if (vs_harness_now() > end) fail_msg("%llu of %llu jobs counted", (unsigned long long)ended,
+                                         (unsigned long long)sub);
+    vs_harness_sleep_ms(50);
+  }
+  stop_ok(&d);
+  char path[300];
+  snprintf(path, sizeof path, "%s/sched_slowload.so", fx.plugins);
+  unlink(path); /* later daemons need not wait for it */
 }
 
 /* ---- a continuous-token (MAR) model ------------------------------------------------------ */
@@ -920,7 +1108,12 @@ int main(void) {
       cmocka_unit_test(test_deadline),
       cmocka_unit_test(test_queue_full),
       cmocka_unit_test(test_client_gone_mid_job),
+      cmocka_unit_test(test_newcomer_not_behind_backlog),
+      cmocka_unit_test(test_broker_clients_apart),
+      cmocka_unit_test(test_totals_count_every_job),
       cmocka_unit_test(test_mar_model),
   };
+  /* VSPEC_TEST_FILTER=test_totals_* runs only the matching tests */
+  if (getenv("VSPEC_TEST_FILTER")) cmocka_set_test_filter(getenv("VSPEC_TEST_FILTER"));
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

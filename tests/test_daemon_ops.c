@@ -1,7 +1,8 @@
 /*
  * Operating vspecd: hot-swapping plugins under load (two builds of the test rule that differ
  * observably, and the llamagen backend itself), SIGTERM drains (finish, cancel, and under a flood of requests), CURVE
- * with an allow-list, and two daemons behind vspec-broker on one front endpoint. Review fixes:
+ * with an allow-list, and two daemons behind vspec-broker on one front endpoint; jobs use only
+ * plugins loaded at start or by an admin reload unless plugins.on_demand. Review fixes:
  * CURVE job ownership (vspecd and the broker), the broker binding a submit's answer to its
  * daemon (fake daemons in the test), events kept for a client that does not read (broker),
  * and vspecd's Accepted retried when the client's queue is full.
@@ -254,6 +255,52 @@ static void test_hot_swap_under_load(void **state) {
   const char *bad[] = {"plugins", "reload", "nosuchplugin", "--admin", d->admin_ep, NULL};
   assert_int_equal(vs_run_tool("vspec", bad, NULL, 0), 4);
   vs_conn_close(&other);
+  vs_conn_close(&c);
+  stop_ok(d);
+}
+
+/* Submits the test rule on model self and returns the terminal event's error message ("" for
+ * a result). */
+static void submit_testrule(vs_conn *c, char *msg, size_t n) {
+  uint64_t rid = submit(c, "self", "testrule", NULL, "standard", NULL, 5), job = 0;
+  vs_conn_event e;
+  vs_client_until_end(c, rid, &job, 30000, &e);
+  snprintf(msg, n, "%s", e.ev->body_case == VSPEC__EVENT__BODY_ERROR ? e.ev->error->message : "");
+  if (e.ev->body_case == VSPEC__EVENT__BODY_ERROR)
+    assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_INVALID);
+  vs_conn_event_free(&e);
+}
+
+/* A job naming a plugin that was not loaded at start does not load it (a client must not be
+ * able to make vspecd open a file) unless plugins.on_demand; an admin reload does. */
+static void test_plugins_on_demand(void **state) {
+  fixture *f = *state;
+  char path[400], msg[1024], out[4096];
+  snprintf(path, sizeof path, "%s/accept_testrule.so", f->fx.plugins);
+  assert_int_equal(unlink(path), 0);
+  vs_daemon_start(&f->d[0], &f->fx, "nodemand", NULL);
+  vs_daemon *d = &f->d[0];
+  vs_fixture_install(&f->fx, "testrule_v1.so", "accept_testrule.so");
+  vs_conn c;
+  vs_client_open(&c, d->job_ep);
+  submit_testrule(&c, msg, sizeof msg);
+  printf("  on_demand off: %s\n", msg);
+  assert_non_null(strstr(msg, "accept plugin 'testrule' is not loaded"));
+  const char *reload[] = {"plugins", "reload", "accept/testrule", "--admin", d->admin_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", reload, out, sizeof out), 0);
+  submit_testrule(&c, msg, sizeof msg);
+  assert_string_equal(msg, "");
+  vs_conn_close(&c);
+  stop_ok(d);
+
+  assert_int_equal(unlink(path), 0);
+  const char *extra[] = {"--set", "plugins.on_demand=true", NULL};
+  vs_daemon_start(&f->d[1], &f->fx, "ondemand", extra);
+  d = &f->d[1];
+  vs_fixture_install(&f->fx, "testrule_v1.so", "accept_testrule.so");
+  vs_client_open(&c, d->job_ep);
+  submit_testrule(&c, msg, sizeof msg);
+  assert_string_equal(msg, "");
   vs_conn_close(&c);
   stop_ok(d);
 }
@@ -1244,6 +1291,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_many_concurrent_jobs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_plugins_on_demand, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_finish, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_flood, setup, teardown),

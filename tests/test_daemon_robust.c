@@ -3,17 +3,30 @@
  * types, oversized frames and fields, bad framing, and every Submit field out of range. The
  * daemon must answer with an error naming the problem (or drop what it cannot route back),
  * keep serving, and exit cleanly (and, in the ASan run, without leaks) at the end.
+ *
+ * Hostile peers (docs/RELIABILITY.md): peers that pick the routing ids the ROUTER would hand
+ * out next (vspecd and vspec-broker), TCP peers that flood and then reset, and a connection
+ * that adds routing frames of its own to pass for several clients. Each of these tests starts
+ * its own daemon.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/support/daemon_harness.h"
 
@@ -48,13 +61,15 @@ static uint64_t rnd(void) {
   return z ^ (z >> 31);
 }
 
-static void *raw_dealer(void *ctx) {
+static void *raw_dealer_at(void *ctx, const char *ep) {
   void *s = zmq_socket(ctx, ZMQ_DEALER);
   int linger = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-  assert_int_equal(zmq_connect(s, dm.job_ep), 0);
+  assert_int_equal(zmq_connect(s, ep), 0);
   return s;
 }
+
+static void *raw_dealer(void *ctx) { return raw_dealer_at(ctx, dm.job_ep); }
 
 /* Sends frames[0..n) as one message. */
 static void send_frames(void *s, const void *const *frames, const size_t *lens, int n) {
@@ -454,12 +469,415 @@ static void test_out_of_range_fields(void **state) {
   vs_conn_event_free(&e);
 }
 
+/* ---- daemons of the tests below --------------------------------------------------------- */
+
+/* -1 while pid runs; else its exit status (128 + signal number), and it is reaped. */
+static int exit_status(pid_t pid) {
+  int st;
+  if (waitpid(pid, &st, WNOHANG) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void stop_ok(vs_daemon *d) {
+  int rc = vs_daemon_stop(d, SIGTERM, 30000);
+  if (rc != 0) {
+    vs_daemon_dump_log(d);
+    fail_msg("vspecd '%s' exited with %d", d->name, rc);
+  }
+}
+
+/* Waits for the terminal event of request rid on c; fails at once, naming `who`, if the
+ * process `pid` that should answer has died. */
+static void expect_result(vs_conn *c, uint64_t rid, pid_t pid, const char *who) {
+  uint64_t job = 0;
+  double end = vs_harness_now() + 20;
+  for (;;) {
+    int st = exit_status(pid);
+    if (st >= 0) fail_msg("%s died (exit status %d: 134 = SIGABRT)", who, st);
+    if (vs_harness_now() > end) fail_msg("no result from %s within 20 s", who);
+    vs_conn_event e;
+    char err[256];
+    int rc = vs_conn_recv(c, 100, &e, err, sizeof err);
+    if (rc < 0) fail_msg("receive: %s", err);
+    if (rc == 0) continue;
+    Vspec__Event *ev = e.ev;
+    if (!job && ev->has_request_id && ev->request_id == rid && ev->has_job_id) job = ev->job_id;
+    int ours = (job && ev->has_job_id && ev->job_id == job) ||
+               (ev->has_request_id && ev->request_id == rid);
+    int end_ev = ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+                 ev->body_case == VSPEC__EVENT__BODY_ERROR;
+    if (ours && end_ev) {
+      if (ev->body_case == VSPEC__EVENT__BODY_ERROR)
+        fail_msg("%s refused the job: %s", who, ev->error->message);
+      vs_conn_event_free(&e);
+      return;
+    }
+    vs_conn_event_free(&e);
+  }
+}
+
+/* n ordinary clients, one after the other: each connects, submits a job and gets its result. */
+static void serve_ordinary(const char *ep, int n, pid_t pid, const char *who) {
+  for (int i = 0; i < n; i++) {
+    vs_conn c;
+    vs_client_open(&c, ep);
+    Vspec__Submit s = VSPEC__SUBMIT__INIT;
+    s.model = "micro";
+    s.has_seed = 1;
+    s.seed = (uint64_t)i + 1;
+    expect_result(&c, vs_client_submit(&c, &s), pid, who);
+    vs_conn_close(&c);
+  }
+}
+
+/* ---- peers that pick the routing ids the ROUTER hands out -------------------------------- */
+
+/* Where a ROUTER's automatic routing ids start in a process that never seeded rand(): libzmq
+ * 4.3.4 takes generate_random() = rand() | rand() << 31 for each ROUTER it makes, in order
+ * (router.cpp), and calls srand() nowhere; glibc's unseeded rand() is srand(1)'s. */
+static uint32_t unseeded_router_counter(int nth_router) {
+  struct random_data rd;
+  char st[128];
+  memset(&rd, 0, sizeof rd);
+  initstate_r(1, st, sizeof st, &rd);
+  int32_t lo = 0, hi = 0;
+  for (int i = 0; i <= nth_router; i++) {
+    random_r(&rd, &lo);
+    random_r(&rd, &hi);
+  }
+  return (uint32_t)lo | (uint32_t)hi << 31;
+}
+
+/* Connects n DEALERs named like the next n automatic peers of the ROUTER at ep (0x00 and the
+ * counter, big-endian: router.cpp, identify_peer) and waits until the ROUTER answers them, so
+ * it has taken their ids. Returns how many it answered (a name still held by a peer that is
+ * leaving is ignored by the ROUTER). */
+static int claim_next_ids(void *ctx, const char *ep, uint32_t counter, int n, void **socks) {
+  for (int i = 0; i < n; i++) {
+    uint32_t v = counter + (uint32_t)i;
+    uint8_t id[5] = {0, (uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    int linger = 0;
+    socks[i] = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(socks[i], ZMQ_LINGER, &linger, sizeof linger);
+    assert_int_equal(zmq_setsockopt(socks[i], ZMQ_ROUTING_ID, id, sizeof id), 0);
+    assert_int_equal(zmq_connect(socks[i], ep), 0);
+  }
+  int answered = 0;
+  for (int i = 0; i < n; i++) {
+    vs_conn c = {.sock = socks[i], .max_blob = 1 << 20, .next_request_id = 1};
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__Ping p = VSPEC__PING__INIT;
+    r.body_case = VSPEC__REQUEST__BODY_PING;
+    r.ping = &p;
+    vs_conn_event e;
+    char err[256];
+    if (vs_conn_call(&c, &r, 2000, &e, err, sizeof err) == 1) {
+      answered++;
+      vs_conn_event_free(&e);
+    }
+  }
+  return answered;
+}
+
+/* Defect 2 (docs/RELIABILITY.md): with the counter predictable, a peer that takes the next
+ * automatic ids made the next ordinary client collide with it, and libzmq aborted the process
+ * (socket_base.cpp:2130, in add_out_pipe). The daemon and the broker must keep serving. */
+static void test_chosen_routing_ids(void **state) {
+  (void)state;
+  vs_daemon d;
+  const char *extra[] = {"--workers", "1", NULL};
+  vs_daemon_start(&d, &fx, "rids", extra);
+  void *ctx = zmq_ctx_new();
+  enum { CLAIMS = 64 };
+  void *claim[CLAIMS];
+  /* The job endpoint is the daemon's first ROUTER, and nobody has connected to it yet. */
+  int got = claim_next_ids(ctx, d.job_ep, unseeded_router_counter(0), CLAIMS, claim);
+  assert_true(exit_status(d.pid) < 0);
+  printf("  %d peers hold the ids vspecd would hand out next unseeded\n", got);
+  serve_ordinary(d.job_ep, 4, d.pid, "vspecd");
+  for (int i = 0; i < CLAIMS; i++) zmq_close(claim[i]);
+
+  /* The same against vspec-broker, whose front is its first ROUTER. */
+  char front[300], log[300];
+  snprintf(front, sizeof front, "ipc://%s/rids-front.sock", fx.dir);
+  snprintf(log, sizeof log, "%s/rids-broker.log", fx.dir);
+  const char *args[] = {"--front", front, "--backend", d.job_ep, "--heartbeat-ms", "200", NULL};
+  pid_t broker = vs_spawn_tool("vspec-broker", args, log);
+  double end = vs_harness_now() + 20;
+  for (;;) {
+    char out[4096] = "";
+    const char *st[] = {"status", "--server", front, "--timeout", "1", NULL};
+    if (vs_run_tool("vspec", st, out, sizeof out) == 0 && strstr(out, "1 of 1 daemons alive"))
+      break;
+    if (vs_harness_now() > end || exit_status(broker) >= 0) fail_msg("broker not ready: %s", out);
+    vs_harness_sleep_ms(20);
+  }
+  got = claim_next_ids(ctx, front, unseeded_router_counter(0), CLAIMS, claim);
+  printf("  %d peers hold the ids vspec-broker would hand out next unseeded\n", got);
+  serve_ordinary(front, 4, broker, "vspec-broker");
+  for (int i = 0; i < CLAIMS; i++) zmq_close(claim[i]);
+  zmq_ctx_term(ctx);
+  kill(broker, SIGTERM);
+  assert_int_equal(vs_wait_pid(broker, 10000), 0);
+  stop_ok(&d);
+}
+
+/* ---- TCP peers that flood and then reset ------------------------------------------------ */
+
+/* A port nobody listens on now (the daemon binds it right after). */
+static int free_tcp_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t len = sizeof a;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* A DEALER speaking ZMTP 3.0 by hand (RFC 23, NULL mechanism): libzmq cannot be told to
+ * stop reading, nor to end a connection with a reset. Returns a non-blocking socket. */
+static int zmtp_dealer(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  /* greeting: signature, version 3.0, mechanism NULL, as-server 0, filler */
+  uint8_t hello[64 + 30] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0, 'N', 'U', 'L', 'L'};
+  /* READY, a short command: "Socket-Type" = "DEALER" */
+  static const uint8_t ready[30] = {0x04, 28,  5,   'R', 'E', 'A', 'D', 'Y', 11,  'S',
+                                    'o',  'c', 'k', 'e', 't', '-', 'T', 'y', 'p', 'e',
+                                    0,    0,   0,   6,   'D', 'E', 'A', 'L', 'E', 'R'};
+  memcpy(hello + 64, ready, sizeof ready);
+  assert_int_equal(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
+  assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+  return fd;
+}
+
+/* Writes copies of buf[0..len) until the connection takes nothing for 100 ms (the daemon has
+ * stopped reading it and the socket buffers are full) or 64 MiB went out. */
+static void flood(int fd, const uint8_t *buf, size_t len) {
+  size_t total = 0, off = 0;
+  while (total < (64u << 20)) {
+    ssize_t n = write(fd, buf + off, len - off);
+    if (n > 0) {
+      total += (size_t)n;
+      off = (off + (size_t)n) % len;
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN) return; /* reset already */
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    if (poll(&p, 1, 100) <= 0) return;
+  }
+}
+
+/* Defect 3 (docs/RELIABILITY.md): a connection that floods until libzmq stops reading it and
+ * then resets left the engine with an I/O error, and the ZMTP heartbeat timer then aborted
+ * the process (stream_engine_base.cpp:331). Several connections at once, a 10 ms heartbeat
+ * interval and a few rounds make the old failure near certain; the daemon must stay up. */
+static void test_flood_then_reset(void **state) {
+  (void)state;
+  int port = free_tcp_port();
+  char ep[64];
+  snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+  vs_daemon d;
+  const char *extra[] = {"--workers", "1", "--endpoint", ep, "--set",
+                         "limits.heartbeat_ivl_ms=10", NULL};
+  vs_daemon_start(&d, &fx, "flood", extra);
+  snprintf(d.job_ep, sizeof d.job_ep, "%s", ep);
+  /* one submit as a DEALER sends it: the delimiter, then the request */
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+  sub.model = "micro";
+  r.body_case = VSPEC__REQUEST__BODY_SUBMIT;
+  r.submit = &sub;
+  uint8_t body[256];
+  size_t n = pack_request(&r, body, sizeof body);
+  assert_true(n < 256);
+  static uint8_t buf[1 << 16];
+  size_t len = 0, one = 4 + n;
+  while (len + one <= sizeof buf) {
+    buf[len++] = 0x01; /* more */
+    buf[len++] = 0;    /* the empty delimiter */
+    buf[len++] = 0x00; /* last */
+    buf[len++] = (uint8_t)n;
+    memcpy(buf + len, body, n);
+    len += n;
+  }
+  enum { ROUNDS = 5, PEERS = 4 };
+  for (int round = 0; round < ROUNDS; round++) {
+    int fd[PEERS];
+    for (int i = 0; i < PEERS; i++) fd[i] = zmtp_dealer(port);
+    for (int i = 0; i < PEERS; i++) flood(fd[i], buf, len);
+    /* SO_LINGER 0: close sends a reset */
+    for (int i = 0; i < PEERS; i++) {
+      struct linger lg = {.l_onoff = 1, .l_linger = 0};
+      setsockopt(fd[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      close(fd[i]);
+    }
+    /* several heartbeat intervals while the daemon works through what it had read */
+    vs_harness_sleep_ms(60);
+    int st = exit_status(d.pid);
+    if (st >= 0) {
+      vs_daemon_dump_log(&d);
+      d.pid = 0;
+      fail_msg("vspecd died in round %d (exit status %d: 134 = SIGABRT)", round, st);
+    }
+  }
+  vs_conn_event e;
+  vs_client_status(d.admin_ep, &e);
+  printf("  %d rounds of %d flooding peers reset: %llu submitted, %llu refused busy\n", ROUNDS,
+         PEERS, (unsigned long long)e.ev->status->totals->submitted,
+         (unsigned long long)e.ev->status->totals->rejected_busy);
+  vs_conn_event_free(&e);
+  serve_ordinary(ep, 1, d.pid, "vspecd");
+  stop_ok(&d);
+}
+
+/* ---- one connection, routing frames of its own ------------------------------------------ */
+
+/* Sends r on a raw DEALER with a routing frame of the peer's own before the delimiter (as a
+ * broker puts its client's id there). */
+static void send_framed(void *s, const char *frame, Vspec__Request *r) {
+  uint8_t buf[512];
+  size_t n = pack_request(r, buf, sizeof buf);
+  const void *f[] = {frame, "", buf};
+  size_t l[] = {strlen(frame), 0, n};
+  send_frames(s, f, l, 3);
+}
+
+/* The next event that is not a heartbeat on a raw DEALER, and the routing frame it came back
+ * with ("" if none). Free with vs_wire_event_free(ev, a) and vs_wire_msg_close(m). */
+static Vspec__Event *recv_framed(void *s, vs_wire_msg *m, vs_wire_alloc *a, char *frame,
+                                 size_t cap) {
+  for (;;) {
+    zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, 10000) <= 0) fail_msg("no event within 10 s");
+    char err[256];
+    int code;
+    if (vs_wire_recv(s, 1, m, 1 << 20, 1 << 20, err, sizeof err) != 1) fail_msg("%s", err);
+    vs_wire_alloc_init(a, 1 << 20);
+    Vspec__Event *ev = vs_wire_unpack_event(m, a, &code, err, sizeof err);
+    if (!ev) fail_msg("bad event: %s", err);
+    if (ev->body_case != VSPEC__EVENT__BODY_HEARTBEAT) {
+      size_t len = m->env.n ? m->env.len[0] : 0;
+      if (len >= cap) len = cap - 1;
+      memcpy(frame, m->env.id[0], len);
+      frame[len] = 0;
+      return ev;
+    }
+    vs_wire_event_free(ev, a);
+    vs_wire_msg_close(m);
+  }
+}
+
+/* Defect 6 (docs/RELIABILITY.md): clients were keyed on the whole routing envelope, so one
+ * connection that put another routing frame of its own before the delimiter in each request
+ * passed for a new client every time (with queue.per_client = 2, ten of ten submits were
+ * accepted; limits.max_clients was bypassed the same way). A client is its connection now.
+ * The frames still carry each job's events back and decide who may cancel it. */
+static void test_extra_envelope_frames(void **state) {
+  (void)state;
+  vs_daemon d;
+  const char *extra[] = {"--workers", "1", "--set", "queue.per_client=2", NULL};
+  vs_daemon_start(&d, &fx, "frames", extra);
+  void *ctx = zmq_ctx_new();
+  void *s = raw_dealer_at(ctx, d.job_ep);
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+  sub.model = "self";
+  sub.accept = "exact";
+  sub.sched = "slow";
+  sub.sched_params = "ms=50,depth=1"; /* half a second or more: they stay */
+  sub.has_credit = 1;
+  sub.credit = 1;
+  r.body_case = VSPEC__REQUEST__BODY_SUBMIT;
+  r.submit = &sub;
+  r.has_request_id = 1;
+  enum { N = 3 };
+  static const char *const frames[N] = {"peer-0", "peer-1", "peer-2"};
+  for (int i = 0; i < N; i++) {
+    r.request_id = 100 + (uint64_t)i;
+    send_framed(s, frames[i], &r);
+  }
+  uint64_t job[N] = {0};
+  int answered = 0;
+  while (answered < N) {
+    vs_wire_msg m;
+    vs_wire_alloc a;
+    char frame[64];
+    Vspec__Event *ev = recv_framed(s, &m, &a, frame, sizeof frame);
+    int i = ev->has_request_id ? (int)(ev->request_id - 100) : -1;
+    if (i >= 0 && i < N && (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED ||
+                            (ev->body_case == VSPEC__EVENT__BODY_ERROR && !ev->has_job_id))) {
+      /* the answer goes back along the request's own frames */
+      assert_string_equal(frame, frames[i]);
+      if (i < 2) {
+        if (ev->body_case != VSPEC__EVENT__BODY_ACCEPTED)
+          fail_msg("submit %d refused: %s", i, ev->error->message);
+        job[i] = ev->job_id;
+      } else {
+        if (ev->body_case != VSPEC__EVENT__BODY_ERROR)
+          fail_msg("a third job on one connection with queue.per_client = 2 was accepted");
+        assert_int_equal(ev->error->code, VSPEC__ERROR_CODE__ERR_BUSY);
+        assert_non_null(strstr(ev->error->message, "already has 2 jobs"));
+      }
+      answered++;
+    }
+    vs_wire_event_free(ev, &a);
+    vs_wire_msg_close(&m);
+  }
+  vs_conn_event e;
+  vs_client_status(d.admin_ep, &e);
+  assert_int_equal(e.ev->status->clients, 1);
+  vs_conn_event_free(&e);
+  /* A job belongs to its whole envelope: "peer-1" cannot cancel job 0, "peer-0" can. */
+  Vspec__Request cr = VSPEC__REQUEST__INIT;
+  Vspec__Cancel cc = VSPEC__CANCEL__INIT;
+  cr.body_case = VSPEC__REQUEST__BODY_CANCEL;
+  cr.cancel = &cc;
+  cc.job_id = job[0];
+  send_framed(s, frames[1], &cr);
+  send_framed(s, frames[0], &cr);
+  cc.job_id = job[1];
+  send_framed(s, frames[1], &cr);
+  int not_found = 0, cancelled = 0;
+  while (not_found < 1 || cancelled < 2) {
+    vs_wire_msg m;
+    vs_wire_alloc a;
+    char frame[64];
+    Vspec__Event *ev = recv_framed(s, &m, &a, frame, sizeof frame);
+    if (ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+      if (ev->error->code == VSPEC__ERROR_CODE__ERR_NOT_FOUND) {
+        assert_string_equal(frame, frames[1]);
+        not_found++;
+      } else {
+        assert_int_equal(ev->error->code, VSPEC__ERROR_CODE__ERR_CANCELLED);
+        assert_string_equal(frame, ev->job_id == job[0] ? frames[0] : frames[1]);
+        cancelled++;
+      }
+    }
+    vs_wire_event_free(ev, &a);
+    vs_wire_msg_close(&m);
+  }
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  stop_ok(&d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_frames),
       cmocka_unit_test(test_mutated_requests),
       cmocka_unit_test(test_wrong_types_and_framing),
       cmocka_unit_test(test_out_of_range_fields),
+      cmocka_unit_test(test_chosen_routing_ids),
+      cmocka_unit_test(test_flood_then_reset),
+      cmocka_unit_test(test_extra_envelope_frames),
   };
+  /* VSPEC_TEST_FILTER=test_flood_* runs only the matching tests */
+  if (getenv("VSPEC_TEST_FILTER")) cmocka_set_test_filter(getenv("VSPEC_TEST_FILTER"));
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -190,12 +190,12 @@ static void test_job_queue(void **state) {
   assert_int_equal(vs_job_queue_push(q, extra), VSPEC_EBUSY); /* bounded: 4 waiting */
   assert_int_equal(vs_job_queue_waiting(q), 4);
   assert_int_equal(vs_job_queue_position(q, a1), 0);
-  assert_int_equal(vs_job_queue_position(q, b1), 3);
-  /* first come first served while nobody runs */
+  /* clients take turns: B's first job comes right after A's first, not after all of A's */
+  assert_int_equal(vs_job_queue_position(q, b1), 1);
+  assert_int_equal(vs_job_queue_position(q, a2), 2);
   vs_djob *p = vs_job_queue_pop(q);
   assert_ptr_equal(p, a1);
   assert_int_equal(p->state, VS_JOB_RUNNING);
-  /* A has a job running now: B's job goes before A's next ones */
   assert_int_equal(vs_job_queue_position(q, b1), 0);
   assert_int_equal(vs_job_queue_push(q, urgent), 0);
   vs_djob *p2 = vs_job_queue_pop(q);
@@ -208,15 +208,16 @@ static void test_job_queue(void **state) {
   /* removal of a waiting job; a popped job cannot be removed */
   assert_int_equal(vs_job_queue_remove(q, a3), 1);
   assert_int_equal(vs_job_queue_position(q, a3), -1);
+  /* nothing of A's runs now, but B has not had its turn: b1 before a2 */
   vs_djob *p3 = vs_job_queue_pop(q);
-  assert_ptr_equal(p3, a2);
-  assert_int_equal(vs_job_queue_remove(q, a2), 0);
+  assert_ptr_equal(p3, b1);
+  assert_int_equal(vs_job_queue_remove(q, b1), 0);
   assert_int_equal(vs_job_queue_running(q), 1);
   vs_job_queue_done(q, p3);
   vs_djob_release(p3);
   vs_djob *all[4];
   assert_int_equal(vs_job_queue_take_all(q, all, 4), 1);
-  assert_ptr_equal(all[0], b1);
+  assert_ptr_equal(all[0], a2);
   vs_djob_release(all[0]);
   vs_job_queue_stop(q);
   assert_null(vs_job_queue_pop(q));
@@ -224,6 +225,51 @@ static void test_job_queue(void **state) {
   vs_job_queue_close(q);
   vs_djob *mine[] = {a1, a2, a3, b1, urgent, extra};
   for (int i = 0; i < 6; i++) vs_djob_release(mine[i]);
+}
+
+/* Defect 6 (docs/RELIABILITY.md): one worker, one client's backlog, a newcomer. Only running
+ * jobs counted, and with one worker none of the backlog's is running when the next job is
+ * picked, so the newcomer waited behind all of it. Now each client gets its turn: the
+ * newcomer's job is taken right after the one running, and clients that keep submitting
+ * alternate. */
+static void test_job_queue_newcomer(void **state) {
+  (void)state;
+  enum { BACKLOG = 10 };
+  vs_job_queue *q;
+  assert_int_equal(vs_job_queue_open(64, 1, &q), 0);
+  vs_djob *a[BACKLOG];
+  for (int i = 0; i < BACKLOG; i++) {
+    a[i] = job((uint64_t)i + 1, 0, 0xA);
+    assert_int_equal(vs_job_queue_push(q, a[i]), 0);
+  }
+  vs_djob *run = vs_job_queue_pop(q);
+  assert_ptr_equal(run, a[0]);
+  vs_djob *b1 = job(100, 0, 0xB), *b2 = job(101, 0, 0xB), *c1 = job(200, 0, 0xC);
+  assert_int_equal(vs_job_queue_push(q, b1), 0);
+  assert_int_equal(vs_job_queue_push(q, b2), 0);
+  assert_int_equal(vs_job_queue_position(q, b1), 0);
+  /* the order the single worker takes them in: A, B and (later) C in rotation */
+  vs_djob *want[] = {b1, a[1], b2, c1, a[2], a[3]};
+  for (int k = 0; k < 6; k++) {
+    vs_job_queue_done(q, run);
+    vs_djob_release(run);
+    if (k == 2) assert_int_equal(vs_job_queue_push(q, c1), 0); /* comes while b2 waits */
+    run = vs_job_queue_pop(q);
+    if (run != want[k])
+      fail_msg("pick %d: job %llu, wanted %llu", k, (unsigned long long)run->id,
+               (unsigned long long)want[k]->id);
+  }
+  vs_job_queue_done(q, run);
+  vs_djob_release(run);
+  vs_djob *left[BACKLOG];
+  int n = vs_job_queue_take_all(q, left, BACKLOG);
+  assert_int_equal(n, BACKLOG - 4);
+  for (int i = 0; i < n; i++) vs_djob_release(left[i]);
+  vs_job_queue_close(q);
+  for (int i = 0; i < BACKLOG; i++) vs_djob_release(a[i]);
+  vs_djob_release(b1);
+  vs_djob_release(b2);
+  vs_djob_release(c1);
 }
 
 static void free2(void *data, void *hint) {
@@ -507,7 +553,7 @@ static void test_zwatch_close_in_read(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config),          cmocka_unit_test(test_server_device),
-      cmocka_unit_test(test_job_queue),
+      cmocka_unit_test(test_job_queue),       cmocka_unit_test(test_job_queue_newcomer),
       cmocka_unit_test(test_wire_framing),    cmocka_unit_test(test_curve_key_files),
       cmocka_unit_test(test_preview_lut),     cmocka_unit_test(test_zwatch_close_in_read),
   };

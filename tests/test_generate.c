@@ -1,7 +1,8 @@
 /*
  * End-to-end generation: the same seed reproduces the same tokens and the same PNG bytes,
  * whatever the thread count; different seeds differ; bad sampling parameters are refused
- * with a message naming them.
+ * with a message naming them; model files truncated or rewritten in place under a loaded
+ * model change nothing (no SIGBUS, the same image).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/engine.h"
 #include "core/host.h"
@@ -114,6 +117,64 @@ static void test_cancel(void **state) {
   vs_dev_destroy(dev);
 }
 
+static void copy_to(const char *src, const char *dst) {
+  FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+  assert_non_null(in);
+  assert_non_null(out);
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+  fclose(in);
+  assert_int_equal(fclose(out), 0);
+}
+
+/* One image's tokens and pixels from a loaded model. */
+static void image(vs_models *models, vspec_dev *dev, int32_t tokens[16], uint8_t rgb[192]) {
+  char err[VSPEC_ERRLEN];
+  vs_job job = {.method = "ar", .class_label = 3, .seed = 77, .sampling = models->defaults};
+  if (vs_generate(models, dev, &job, tokens, NULL, err, sizeof err)) fail_msg("%s", err);
+  const vs_backend_model *t = &models->target;
+  assert_int_equal(t->vt->decode(t->model, dev, tokens, rgb, err, sizeof err), 0);
+}
+
+/* `cp new old` over the files of a loaded model truncates them and writes into the same
+ * inodes: the daemon's next job must neither die of SIGBUS nor see other weights. */
+static void test_model_files_replaced_in_place(void **state) {
+  (void)state;
+  char dir[64], err[VSPEC_ERRLEN], gpt[128], vq[128];
+  snprintf(dir, sizeof dir, "/tmp/vspec-test-inplace-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", dir);
+  snprintf(vq, sizeof vq, "%s/vq.safetensors", dir);
+  copy_to("tests/golden/micro_c2i/gpt.safetensors", gpt);
+  copy_to("tests/golden/micro_c2i/vq.safetensors", vq);
+  vspec_dev *dev;
+  vs_models *models;
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  if (vs_models_open(reg, &host, dev, dir, VS_ROLE_TARGET, &models, err, sizeof err))
+    fail_msg("%s", err);
+  int32_t t0[16], t1[16];
+  uint8_t p0[192], p1[192];
+  image(models, dev, t0, p0);
+  /* cp's first step: both files empty */
+  assert_int_equal(truncate(gpt, 0), 0);
+  assert_int_equal(truncate(vq, 0), 0);
+  image(models, dev, t1, p1);
+  assert_memory_equal(t1, t0, sizeof t0);
+  assert_memory_equal(p1, p0, sizeof p0);
+  /* then other bytes in the same inodes (each file gets the other's content) */
+  copy_to("tests/golden/micro_c2i/vq.safetensors", gpt);
+  copy_to("tests/golden/micro_c2i/gpt.safetensors", vq);
+  image(models, dev, t1, p1);
+  assert_memory_equal(t1, t0, sizeof t0);
+  assert_memory_equal(p1, p0, sizeof p0);
+  vs_models_close(models);
+  vs_dev_destroy(dev);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void test_missing_model_dir(void **state) {
   (void)state;
   char err[VSPEC_ERRLEN];
@@ -140,6 +201,7 @@ int main(void) {
       cmocka_unit_test(test_bad_sampling_refused),
       cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_missing_model_dir),
+      cmocka_unit_test(test_model_files_replaced_in_place),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_registry_close(reg);

@@ -1,5 +1,7 @@
 /*
- * Plugin registry: ABI refusal, hot reload with generations, clear load errors.
+ * Plugin registry: ABI refusal, hot reload with generations, clear load errors, where code
+ * may come from (directories and files others can write, FIFOs, symbolic links), loading
+ * only what is loaded already, and a fixed build after one whose init failed.
  * The test plugins come from tests/plugins/ (built into $VSPEC_BUILD/tests/plugins).
  */
 #include <stdarg.h>
@@ -9,10 +11,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/host.h"
@@ -41,6 +45,8 @@ static void copy_file(const char *src, const char *dst) {
   while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
   fclose(in);
   assert_int_equal(fclose(out), 0);
+  /* the registry refuses files others can write, whatever the umask made of this one */
+  assert_int_equal(chmod(tmp, 0644), 0);
   assert_int_equal(rename(tmp, dst), 0);
 }
 
@@ -58,6 +64,7 @@ static void write_bytes(fixture *f, const char *as, const void *data, size_t n) 
   assert_non_null(out);
   assert_int_equal(fwrite(data, 1, n, out), n);
   fclose(out);
+  assert_int_equal(chmod(dst, 0644), 0);
 }
 
 static int setup(void **state) {
@@ -270,6 +277,208 @@ static void test_plugin_params_errors(void **state) {
   vs_plugin_release(p);
 }
 
+/* ---- where code may come from ------------------------------------------------------------ */
+
+static void path_of(const fixture *f, const char *name, char *out, size_t n) {
+  snprintf(out, n, "%s/%s", f->dir, name);
+}
+
+static int acquire_rule(fixture *f, const char *name, vs_plugin **p, char *err, size_t n) {
+  *p = NULL;
+  err[0] = 0;
+  return vs_registry_acquire(f->reg, VSPEC_PLUGIN_ACCEPT, name, p, err, n);
+}
+
+static void test_writable_directory_refused(void **state) {
+  fixture *f = *state;
+  char err[VSPEC_ERRLEN] = "";
+  vs_registry *r = NULL;
+  assert_int_equal(chmod(f->dir, 0777), 0);
+  assert_int_equal(vs_registry_open(f->dir, &host, &r, err, sizeof err), VSPEC_EPLUGIN);
+  assert_null(r);
+  print_message("  %s\n", err);
+  assert_non_null(strstr(err, f->dir));
+  assert_non_null(strstr(err, "writable by everyone"));
+  assert_int_equal(chmod(f->dir, 0770), 0);
+  assert_int_equal(vs_registry_open(f->dir, &host, &r, err, sizeof err), VSPEC_EPLUGIN);
+  assert_non_null(strstr(err, "writable by its group"));
+  /* A directory that turns writable after the registry opened it: checked at each load. */
+  install(f, "testrule_v1.so", "accept_testrule.so");
+  vs_plugin *p;
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  assert_non_null(strstr(err, "writable by its group"));
+  assert_int_equal(chmod(f->dir, 0755), 0);
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), 0);
+  vs_plugin_release(p);
+}
+
+static void test_writable_file_refused(void **state) {
+  fixture *f = *state;
+  char err[VSPEC_ERRLEN], path[600];
+  install(f, "testrule_v1.so", "accept_testrule.so");
+  path_of(f, "accept_testrule.so", path, sizeof path);
+  vs_plugin *p;
+  assert_int_equal(chmod(path, 0666), 0);
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  assert_null(p);
+  print_message("  %s\n", err);
+  assert_non_null(strstr(err, "accept_testrule.so"));
+  assert_non_null(strstr(err, "writable by everyone (mode 0666)"));
+  assert_int_equal(chmod(path, 0664), 0);
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  assert_non_null(strstr(err, "writable by its group (mode 0664)"));
+  /* a start-up scan refuses it too, and says so */
+  assert_int_equal(vs_registry_scan(f->reg), 1);
+  if (geteuid() == 0) {
+    /* owned by another user who is not root: that user could swap the code */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chown(path, 4242, 4242), 0);
+    assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+    assert_non_null(strstr(err, "owned by uid 4242"));
+    assert_int_equal(chown(path, 0, 0), 0);
+  }
+  assert_int_equal(chmod(path, 0644), 0);
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), 0);
+  assert_float_equal(rule_value(p), 0.1, 1e-12);
+  vs_plugin_release(p);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Opening a FIFO for reading blocks until a writer comes: a plugin named like one must be
+ * refused without opening it. alarm() bounds the test: a hang kills it (and fails it). */
+static void test_fifo_refused_quickly(void **state) {
+  fixture *f = *state;
+  char err[VSPEC_ERRLEN], path[600];
+  path_of(f, "accept_x.so", path, sizeof path);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  alarm(10);
+  double t0 = now_s();
+  vs_plugin *p;
+  assert_int_equal(acquire_rule(f, "x", &p, err, sizeof err), VSPEC_EPLUGIN);
+  print_message("  %s\n", err);
+  assert_non_null(strstr(err, "accept_x.so"));
+  assert_non_null(strstr(err, "a FIFO, not a regular file"));
+  assert_int_equal(vs_registry_scan(f->reg), 1);
+  assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "x", err, sizeof err),
+                   VSPEC_EPLUGIN);
+  alarm(0);
+  assert_true(now_s() - t0 < 2.0);
+  /* a link to a FIFO elsewhere too */
+  char fifo2[600];
+  path_of(f, "fifo", fifo2, sizeof fifo2);
+  assert_int_equal(mkfifo(fifo2, 0600), 0);
+  path_of(f, "accept_y.so", path, sizeof path);
+  assert_int_equal(symlink(fifo2, path), 0);
+  alarm(10);
+  assert_int_equal(acquire_rule(f, "y", &p, err, sizeof err), VSPEC_EPLUGIN);
+  alarm(0);
+  assert_non_null(strstr(err, "a FIFO"));
+}
+
+/* Symbolic links are followed when every directory they lead through passes the checks
+ * (the daemon tests link the build's plugins into their plugin directory). */
+static void test_symlinks(void **state) {
+  fixture *f = *state;
+  char err[VSPEC_ERRLEN], elsewhere[64], src[1200], target[300], link[600];
+  snprintf(elsewhere, sizeof elsewhere, "/tmp/vspec-test-elsewhere-XXXXXX");
+  assert_non_null(mkdtemp(elsewhere));
+  snprintf(src, sizeof src, "%s/testrule_v1.so", built);
+  snprintf(target, sizeof target, "%s/rule.so", elsewhere);
+  copy_file(src, target);
+  path_of(f, "accept_testrule.so", link, sizeof link);
+  assert_int_equal(symlink(target, link), 0);
+  vs_plugin *p;
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), 0);
+  vs_plugin_release(p);
+  /* the same link into a directory anyone can write: the file could be swapped there */
+  assert_int_equal(chmod(elsewhere, 0777), 0);
+  assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", err, sizeof err),
+                   VSPEC_EPLUGIN);
+  print_message("  %s\n", err);
+  assert_non_null(strstr(err, elsewhere));
+  assert_non_null(strstr(err, "writable by everyone"));
+  /* ... and through a second link that lives there */
+  assert_int_equal(chmod(elsewhere, 0755), 0);
+  char hop[300], mid_dir[64];
+  snprintf(mid_dir, sizeof mid_dir, "/tmp/vspec-test-hop-XXXXXX");
+  assert_non_null(mkdtemp(mid_dir));
+  snprintf(hop, sizeof hop, "%s/hop.so", mid_dir);
+  assert_int_equal(symlink(target, hop), 0);
+  assert_int_equal(unlink(link), 0);
+  assert_int_equal(symlink(hop, link), 0);
+  assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", err, sizeof err), 0);
+  assert_int_equal(chmod(mid_dir, 0775), 0);
+  assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", err, sizeof err),
+                   VSPEC_EPLUGIN);
+  assert_non_null(strstr(err, mid_dir));
+  assert_non_null(strstr(err, "writable by its group"));
+  /* a dangling link says where it leads */
+  assert_int_equal(chmod(mid_dir, 0755), 0);
+  assert_int_equal(unlink(target), 0);
+  assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", err, sizeof err),
+                   VSPEC_ENOENT);
+  assert_non_null(strstr(err, "does not exist"));
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", elsewhere, mid_dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Clients name plugins in jobs; a registry asked through vs_registry_acquire_loaded never
+ * opens a file for them. */
+static void test_acquire_loaded_never_loads(void **state) {
+  fixture *f = *state;
+  char err[VSPEC_ERRLEN] = "";
+  install(f, "testrule_v1.so", "accept_testrule.so");
+  vs_plugin *p = NULL;
+  assert_int_equal(vs_registry_acquire_loaded(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", &p, err,
+                                              sizeof err), VSPEC_ENOENT);
+  assert_null(p);
+  assert_non_null(strstr(err, "accept plugin 'testrule' is not loaded"));
+  vs_plugin_status st[2];
+  assert_int_equal(vs_registry_list(f->reg, st, 2), 0);
+  assert_int_equal(vs_registry_scan(f->reg), 0);
+  assert_int_equal(vs_registry_acquire_loaded(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", &p, err,
+                                              sizeof err), 0);
+  assert_float_equal(rule_value(p), 0.1, 1e-12);
+  vs_plugin_release(p);
+}
+
+/* A build whose init fails stays mapped (it is not flagged MAY_UNLOAD); dlopen must not hand
+ * it back when the fixed build is loaded from the same file name, first load or reload. */
+static void test_fixed_build_after_failed_init(void **state) {
+  fixture *f = *state;
+  char err[VSPEC_ERRLEN];
+  vs_plugin *p;
+  install(f, "testrule_initfail.so", "accept_testrule.so");
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  assert_non_null(strstr(err, "fails to initialise on purpose"));
+  install(f, "testrule_v1.so", "accept_testrule.so");
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), 0);
+  assert_string_equal(vs_plugin_version(p), "test-1");
+  assert_float_equal(rule_value(p), 0.1, 1e-12);
+  unsigned gen = vs_plugin_generation(p);
+  vs_plugin_release(p);
+  /* the same through reloads of a plugin that is loaded */
+  install(f, "testrule_initfail.so", "accept_testrule.so");
+  assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", err, sizeof err),
+                   VSPEC_EPLUGIN);
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), 0);
+  assert_int_equal(vs_plugin_generation(p), gen); /* the failed reload kept the current one */
+  vs_plugin_release(p);
+  install(f, "testrule_v2.so", "accept_testrule.so");
+  assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", err, sizeof err), 0);
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), 0);
+  assert_string_equal(vs_plugin_version(p), "test-2");
+  assert_float_equal(rule_value(p), 0.2, 1e-12);
+  assert_true(vs_plugin_generation(p) > gen);
+  vs_plugin_release(p);
+}
+
 int main(void) {
   const char *b = getenv("VSPEC_BUILD");
   snprintf(built, sizeof built, "%s/tests/plugins", b ? b : "build");
@@ -285,6 +494,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_names_refused, setup, teardown),
       cmocka_unit_test(test_descriptor_checks),
       cmocka_unit_test_setup_teardown(test_plugin_params_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_writable_directory_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_writable_file_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fifo_refused_quickly, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symlinks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_acquire_loaded_never_loads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fixed_build_after_failed_init, setup, teardown),
   };
+  /* VSPEC_TEST_FILTER=test_fifo_* runs only the matching tests */
+  if (getenv("VSPEC_TEST_FILTER")) cmocka_set_test_filter(getenv("VSPEC_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

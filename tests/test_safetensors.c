@@ -4,7 +4,8 @@
  * Files are written byte by byte from C so that every kind of corruption can be produced;
  * each error case checks the status code and that the message names the file and the
  * tensor or field at fault, since that message is all a user gets. ST_SHOW=1 in the
- * environment prints every open error message and the fuzz loop's success count.
+ * environment prints every open error message and the fuzz loop's success count. A file
+ * truncated or rewritten in place under an open file changes nothing for it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -159,7 +160,7 @@ static void test_valid(void **state) {
   assert_int_equal(vs_st_find(f, "nope", NULL), VSPEC_ENOENT);
   assert_int_equal(vs_st_find(f, "w.bf16", NULL), 0);
 
-  /* F32 on the CPU: a pointer into the mapping, no copy */
+  /* F32 on the CPU: a pointer into the file's bytes, no copy */
   const float *w = NULL;
   const int64_t s23[2] = {2, 3}, sany3[2] = {-1, 3};
   assert_int_equal(vs_st_find(f, "w.f32", &t), 0);
@@ -696,6 +697,106 @@ static void test_fuzz(void **state) {
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
+/* ---- files replaced under an open file --------------------------------------------------- */
+
+/* Every tensor's bytes, in file order, for comparing an open file with itself later. */
+static unsigned char *snapshot(const vspec_tensor_file *f, size_t *len) {
+  size_t total = 0;
+  for (size_t i = 0; i < vs_st_count(f); i++) {
+    vspec_tensor t = {.struct_size = sizeof t};
+    assert_int_equal(vs_st_find(f, vs_st_name(f, i), &t), 0);
+    total += t.nbytes;
+  }
+  unsigned char *b = malloc(total + 1), *p = b;
+  assert_non_null(b);
+  for (size_t i = 0; i < vs_st_count(f); i++) {
+    vspec_tensor t = {.struct_size = sizeof t};
+    assert_int_equal(vs_st_find(f, vs_st_name(f, i), &t), 0);
+    memcpy(p, t.data, t.nbytes); /* touches every byte: SIGBUS if it were a dead mapping */
+    p += t.nbytes;
+  }
+  *len = total;
+  return b;
+}
+
+static void overwrite_in_place(const char *path, const void *bytes, size_t n) {
+  FILE *fp = fopen(path, "r+b"); /* the same inode, as `cp new old` keeps it */
+  assert_non_null(fp);
+  assert_int_equal(fwrite(bytes, 1, n, fp), n);
+  assert_int_equal(fclose(fp), 0);
+}
+
+/* `cp new old` truncates the old file and writes into it, the same inode: an open file keeps
+ * every byte it had (no SIGBUS, no weights changing under a running job); a new open reads
+ * the new file. */
+static void test_replaced_in_place(void **state) {
+  (void)state;
+  char path[128], err[VSPEC_ERRLEN];
+  path_in(path, sizeof path, "replaced.safetensors");
+  unsigned char *b;
+  size_t n = valid_file(&b);
+  write_bytes(path, b, n);
+  vspec_tensor_file *f = NULL;
+  assert_int_equal(vs_st_open(path, &f, err, sizeof err), 0);
+  const int64_t s23[2] = {2, 3};
+  const float *w = NULL;
+  assert_int_equal(vs_st_get_f32(f, g_dev, "w.f32", 2, s23, &w, err, sizeof err), 0);
+  size_t len0, len;
+  unsigned char *before = snapshot(f, &len0);
+
+  assert_int_equal(truncate(path, 0), 0);
+  unsigned char *after = snapshot(f, &len);
+  assert_int_equal(len, len0);
+  assert_memory_equal(after, before, len);
+  for (int i = 0; i < 6; i++) assert_true(w[i] == (float)(i + 1));
+  free(after);
+
+  /* the new build of the file: the same header, other weights */
+  float other = 100.0f;
+  size_t hdr = n - 60;
+  for (int i = 0; i < 6; i++) memcpy(b + hdr + 4 * i, &other, 4);
+  overwrite_in_place(path, b, n);
+  after = snapshot(f, &len);
+  assert_memory_equal(after, before, len);
+  for (int i = 0; i < 6; i++) assert_true(w[i] == (float)(i + 1));
+  free(after);
+
+  vspec_tensor_file *g = NULL;
+  const float *w2 = NULL;
+  assert_int_equal(vs_st_open(path, &g, err, sizeof err), 0);
+  assert_int_equal(vs_st_get_f32(g, g_dev, "w.f32", 2, s23, &w2, err, sizeof err), 0);
+  assert_true(w2[0] == 100.0f);
+  vs_st_close(g);
+  vs_st_close(f);
+  free(before);
+  free(b);
+}
+
+/* Opens of one unchanged file share its bytes (the EAGLE head reads the target's file too);
+ * each open keeps them alive on its own. */
+static void test_shared_bytes(void **state) {
+  (void)state;
+  /* a committed file: old enough to be shared (fresh files are not, see safetensors.c) */
+  const char *path = "tests/golden/micro_c2i/vq.safetensors";
+  char err[VSPEC_ERRLEN];
+  vspec_tensor_file *a = NULL, *b = NULL;
+  assert_int_equal(vs_st_open(path, &a, err, sizeof err), 0);
+  assert_int_equal(vs_st_open(path, &b, err, sizeof err), 0);
+  const char *name = vs_st_name(a, 0);
+  vspec_tensor ta = {.struct_size = sizeof ta}, tb = {.struct_size = sizeof tb};
+  assert_int_equal(vs_st_find(a, name, &ta), 0);
+  assert_int_equal(vs_st_find(b, name, &tb), 0);
+  assert_ptr_equal(ta.data, tb.data);
+  size_t len;
+  unsigned char *before = snapshot(b, &len);
+  vs_st_close(a);
+  unsigned char *after = snapshot(b, &len);
+  assert_memory_equal(after, before, len);
+  free(before);
+  free(after);
+  vs_st_close(b);
+}
+
 static int rm_tree(const char *dir) {
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -731,6 +832,8 @@ int main(void) {
       cmocka_unit_test(test_config_fallback),
       cmocka_unit_test(test_config_malformed),
       cmocka_unit_test(test_fuzz),
+      cmocka_unit_test(test_replaced_in_place),
+      cmocka_unit_test(test_shared_bytes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -15,6 +15,11 @@ $(TEST_PLUGIN_DIR)/testrule_v2.so: tests/plugins/testrule.c $(wildcard include/v
 $(TEST_PLUGIN_DIR)/testrule_abi2.so: tests/plugins/testrule.c $(wildcard include/vspec/*.h)
 	@mkdir -p $(dir $@)
 	$(call TEST_PLUGIN_CC,-DTEST_VALUE=1 -DVSPEC_ABI_MAJOR=2)
+# Its init fails and it may not be unloaded (the registry's init-failure test).
+TEST_PLUGINS += $(TEST_PLUGIN_DIR)/testrule_initfail.so
+$(TEST_PLUGIN_DIR)/testrule_initfail.so: tests/plugins/testrule.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,-DTEST_VALUE=3 -DTEST_INIT_FAIL)
 $(TEST_PLUGIN_DIR)/nosym.so: tests/plugins/nosym.c
 	@mkdir -p $(dir $@)
 	$(call TEST_PLUGIN_CC,)
@@ -29,3 +34,8 @@ TEST_PLUGINS += $(TEST_PLUGIN_DIR)/slowsched.so
 $(TEST_PLUGIN_DIR)/slowsched.so: tests/plugins/slowsched.c $(wildcard include/vspec/*.h)
 	@mkdir -p $(dir $@)
 	$(call TEST_PLUGIN_CC,)
+# The same, 300 ms to load (installed as sched_slowload.so): holds vspecd's loop in a reload.
+TEST_PLUGINS += $(TEST_PLUGIN_DIR)/slowload.so
+$(TEST_PLUGIN_DIR)/slowload.so: tests/plugins/slowsched.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,-DSS_INIT_MS=300 -DSS_NAME='"slowload"')

@@ -3,10 +3,33 @@
  * always verified, after sleeping `ms` milliseconds in every plan() call. Jobs on the micro
  * test model take milliseconds; this one makes them last long enough to cancel them, lose
  * their client, fill the queue, drain on SIGTERM or reload a plugin under them.
+ *
+ * Built with SS_INIT_MS (as slowload.so, scheduler "slowload"), its init sleeps that long:
+ * the registry initialises a plugin on the thread that loads it, so a reload on vspecd's
+ * admin endpoint holds the daemon's loop thread for a known time while workers go on.
  */
+#include <errno.h>
 #include <time.h>
 
 #include "vspec/plugin.h"
+
+#ifndef SS_NAME
+#define SS_NAME "slow"
+#endif
+
+static void ss_sleep_ms(long ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) && errno == EINTR) {
+  }
+}
+
+#ifdef SS_INIT_MS
+static int ss_init(const vspec_host *host, char *err, size_t errlen) {
+  (void)host, (void)err, (void)errlen;
+  ss_sleep_ms(SS_INIT_MS);
+  return VSPEC_OK;
+}
+#endif
 
 struct vspec_sched {
   const vspec_host *host;
@@ -34,8 +57,7 @@ static void ss_destroy(vspec_sched *s) { s->host->free(s); }
 
 static int ss_plan(vspec_sched *s, const vspec_round_state *state, vspec_round_plan *plan) {
   (void)state;
-  struct timespec ts = {.tv_sec = s->ms / 1000, .tv_nsec = (s->ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
+  ss_sleep_ms(s->ms);
   plan->shape = VSPEC_DRAFT_CHAIN;
   plan->depth = (int32_t)s->depth;
   plan->drafter = VSPEC_DRAFTER_MODEL;
@@ -51,10 +73,13 @@ static const vspec_sched_vtable ss_vtable = {
 };
 
 static const vspec_plugin_desc ss_desc = {
-    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_SCHED, "slow", "test-1",
+    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_SCHED, SS_NAME, "test-1",
                       VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
     .description = "test scheduler: a draft chain after a sleep",
     .vtable = &ss_vtable,
+#ifdef SS_INIT_MS
+    .init = ss_init,
+#endif
 };
 
 VSPEC_PLUGIN_DEFINE(ss_desc)

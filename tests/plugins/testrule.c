@@ -1,7 +1,9 @@
 /*
  * A minimal acceptance-rule plugin for the registry tests. Built several times:
  *   TEST_VALUE selects the acceptance probability (TEST_VALUE / 10), so two builds
- *   differ observably; overriding VSPEC_ABI_MAJOR builds an incompatible plugin.
+ *   differ observably; overriding VSPEC_ABI_MAJOR builds an incompatible plugin;
+ *   TEST_INIT_FAIL builds one whose init fails and that is not flagged MAY_UNLOAD, so the
+ *   host keeps the failed build mapped (the case where dlopen's cache could shadow a fix).
  * It compiles against include/vspec/ alone, as a third-party plugin would.
  */
 #include <stdio.h>
@@ -53,11 +55,24 @@ static const vspec_accept_vtable tr_vtable = {
     .residual = tr_residual,
 };
 
+#ifdef TEST_INIT_FAIL
+static int tr_init(const vspec_host *host, char *err, size_t errlen) {
+  (void)host;
+  snprintf(err, errlen, "this build fails to initialise on purpose");
+  return VSPEC_EPLUGIN;
+}
+#define TR_FLAGS VSPEC_PLUGIN_THREAD_SAFE
+#define TR_INIT tr_init
+#else
+#define TR_FLAGS (VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD)
+#define TR_INIT NULL
+#endif
+
 static const vspec_plugin_desc tr_desc = {
-    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "testrule", "test-" VSPEC_STR(TEST_VALUE),
-                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+    VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "testrule", "test-" VSPEC_STR(TEST_VALUE), TR_FLAGS),
     .description = "registry test rule",
     .vtable = &tr_vtable,
+    .init = TR_INIT,
 };
 
 VSPEC_PLUGIN_DEFINE(tr_desc)

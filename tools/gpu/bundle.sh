@@ -15,6 +15,8 @@ rm -rf "$OUT"
 mkdir -p "$OUT/lib" "$OUT/tests/gpu" "$OUT/tests/plugins" "$OUT/plugins"
 cp "$BUILD"/vspec-bench "$BUILD"/vspecd "$BUILD"/vspec "$OUT/"
 cp "$BUILD"/plugins/*.so "$OUT/plugins/"
+# The registry refuses plugins its group or others can write, whatever the umask here was.
+chmod go-w "$OUT/plugins" "$OUT"/plugins/*.so
 cp "$BUILD"/tests/plugins/*.so "$OUT/tests/plugins/" 2>/dev/null || true
 cp "$BUILD"/tests/gpu/test_* "$OUT/tests/gpu/"
 for t in test_llamagen_golden test_eagle_golden test_device; do cp "$BUILD/tests/$t" "$OUT/tests/"; done
