@@ -6,6 +6,10 @@
 #   make demo       install deps, build, generate images with the shipped model
 #                   (DAEMON=1: through vspecd and the vspec CLI)
 #   make bench-daemon  the daemon's latency, preview and throughput figures
+#   make fuzz       the libFuzzer targets of tests/fuzz/ (FUZZ_RUNS inputs each, default 1000000;
+#                   clang only: skipped with a message without it); make fuzz-check is the
+#                   short pass make test runs
+#   make soak       vspecd under ASan for SOAK_JOBS jobs (default 2000): failures, leaks, RSS
 #   make deps       install the Debian packages the project needs (idempotent)
 #   make gpu-test   the GPU suite on a CUDA device (reported as skipped without one)
 #   make gpu-bundle build/gpu-bundle/: binaries, plugins and libraries for a GPU machine
@@ -20,11 +24,14 @@
 #   build/lib/libvspec-cuda.so       kernels/cuda/ (nvcc), loaded at run time for --device cuda
 #   build/tests/test_*               tests/test_*.c (cmocka); build/tests/gpu/ the GPU suite
 #   build/asan/...                   the same, built with -fsanitize=address,undefined
+#   build/fuzz/...                   the same with clang and libFuzzer's instrumentation;
+#                                    build/fuzz/targets/fuzz_* the fuzz targets (SAN=fuzz)
 
 .DEFAULT_GOAL := all
 BUILD ?= build
 SAN ?= 0
 CC ?= cc
+FUZZ_CC ?= clang
 PYTHON ?= /usr/bin/python3
 
 BLIS_INC := /usr/include/x86_64-linux-gnu/blis-pthread
@@ -34,13 +41,23 @@ ifeq ($(SAN),1)
 BUILD := build/asan
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 OPT := -O1
+else ifeq ($(SAN),fuzz)
+# libFuzzer targets (tests/fuzz/): everything they reach carries the fuzzer's coverage
+# instrumentation; only the targets link libFuzzer itself (-fsanitize=fuzzer).
+BUILD := build/fuzz
+override CC := $(FUZZ_CC)
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer
+OPT := -O1
+# clang knows no -Wformat-truncation
+CFLAGS_EXTRA := -Wno-unknown-warning-option
 else
 OPT ?= -O2
 endif
 
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter \
                -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-format-truncation \
-               -fno-strict-aliasing
+               -fno-strict-aliasing $(CFLAGS_EXTRA)
 CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
 # LAPACK (dsyevd, for FID): Debian's reference LAPACK, linked statically from
 # liblapacke-dev / liblapack-dev so that neither the liblapack.so.3 nor the libblas.so.3
@@ -67,7 +84,8 @@ PLUGINS := $(foreach f,$(PLUGIN_FILES),$(call plugin_so,$(f))) \
            $(foreach d,$(PLUGIN_DIRS),$(call plugin_so,$(d)))
 
 # bench/ minus its main() is a library of its own: the eval / quality code is tested too.
-BENCH_SRC := $(filter-out bench/vspec_bench.c bench/daemon_bench.c,$(wildcard bench/*.c))
+# bench/daemon_*.c talk to vspecd (the generated protobuf header): programs of their own.
+BENCH_SRC := $(filter-out bench/vspec_bench.c bench/daemon_%.c,$(wildcard bench/*.c))
 BENCH_LIB := $(BUILD)/libvspecbench.a
 BENCH := $(BUILD)/vspec-bench
 
@@ -83,7 +101,7 @@ CUDA_ON := $(if $(NVCC),1,0)
 else
 CUDA_ON := $(VSPEC_CUDA)
 endif
-ifeq ($(SAN),1)
+ifneq ($(SAN),0)
 CUDA_ON := 0
 endif
 ifeq ($(CUDA_ON),1)
@@ -124,7 +142,9 @@ VSPECD := $(BUILD)/vspecd
 VSPEC_CLI := $(BUILD)/vspec
 BROKER := $(BUILD)/vspec-broker
 DAEMON_BENCH := $(BUILD)/vspecd-bench
-SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(DAEMON_BENCH)
+DAEMON_SOAK := $(BUILD)/vspecd-soak
+DAEMON_PROC_OBJ := $(BUILD)/obj/bench/daemon_proc.o
+SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(DAEMON_BENCH) $(DAEMON_SOAK)
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -137,9 +157,18 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/obj/%.o)
 include tests/plugins/plugins.mk
 
 HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/host/*.h kernels/cpu/*.h \
-                     bench/*.h tests/support/*.h tests/gpu/*.h)
+                     bench/*.h tests/support/*.h tests/gpu/*.h tests/fuzz/*.h)
 
-.PHONY: all test check bench bench-daemon demo deps clean train gpu-test gpu-bundle
+# libFuzzer targets: tests/fuzz/fuzz_<name>.c -> $(BUILD)/targets/fuzz_<name> (SAN=fuzz only),
+# and the program that writes the request target's seeds.
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_TARGETS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/targets/%)
+FUZZ_RUNS ?= 1000000
+FUZZ_TIME ?= 3600
+FUZZ_CHECK_TIME ?= 4
+
+.PHONY: all test check bench bench-daemon demo deps clean train gpu-test gpu-bundle \
+        fuzz fuzz-check fuzz-seeds fuzz-targets soak soak-build
 # Objects reached through pattern chains are kept: no rebuild of every test on each run.
 .SECONDARY:
 all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE) $(CUDA_TARGETS) \
@@ -185,9 +214,11 @@ $(BROKER): $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(VSPEC_CLI): $(BUILD)/obj/clients/vspec.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
-$(DAEMON_BENCH): $(BUILD)/obj/bench/daemon_bench.o $(SVC_LIB) $(BENCH_LIB) $(LIB)
+$(DAEMON_BENCH): $(BUILD)/obj/bench/daemon_bench.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
-$(BUILD)/obj/bench/daemon_bench.o: bench/daemon_bench.c $(HEADERS) $(SVC_HEADERS)
+$(DAEMON_SOAK): $(BUILD)/obj/bench/daemon_soak.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(BUILD)/obj/bench/daemon_%.o: bench/daemon_%.c $(HEADERS) $(SVC_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) -c $< -o $@
 
@@ -225,6 +256,14 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(SVC_LIB) $(BENCH_
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS) -lcmocka
 
+$(BUILD)/targets/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(SVC_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(BUILD)/targets/request_seeds: $(BUILD)/obj/tests/fuzz/request_seeds.o $(SVC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS)
+fuzz-targets: $(FUZZ_TARGETS) $(BUILD)/targets/request_seeds $(PLUGINS)
+
 # Runs every test binary from the repository root; VSPEC_BUILD tells tests where the
 # plugins are. A failing test fails the target but the rest still run.
 check: all $(TESTS)
@@ -236,6 +275,18 @@ check: all $(TESTS)
 test:
 	$(MAKE) check
 	$(MAKE) check SAN=1
+	$(MAKE) fuzz-check
+
+# Fuzzing (tests/fuzz/run.sh; docs/RELIABILITY.md, "Fuzzing"): make fuzz runs each target for
+# FUZZ_RUNS inputs (at most FUZZ_TIME seconds), make fuzz-check replays the seed corpus and the
+# regression inputs and fuzzes FUZZ_CHECK_TIME seconds per target, make fuzz-seeds rewrites
+# the request target's seeds. Without clang and libFuzzer each says so and succeeds.
+fuzz fuzz-check fuzz-seeds:
+	@if FUZZ_CC="$(FUZZ_CC)" tests/fuzz/run.sh probe; then \
+	  $(MAKE) --no-print-directory SAN=fuzz fuzz-targets && \
+	  FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_TIME=$(FUZZ_TIME) FUZZ_CHECK_TIME=$(FUZZ_CHECK_TIME) \
+	    tests/fuzz/run.sh $(if $(filter fuzz,$@),run,$(@:fuzz-%=%)) build/fuzz; \
+	fi
 
 # The GPU suite (tests/gpu/ and the golden tests on cuda); every test reports "skipped"
 # where no CUDA device can be used. VSPEC_TEST_DEVICE=cuda:N picks another GPU.
@@ -265,6 +316,17 @@ endif
 bench-daemon: all
 	./$(DAEMON_BENCH)
 	./$(DAEMON_BENCH) --synthetic 8,256,8 --images 10
+
+# A long mixed load on the ASan vspecd (bench/daemon_soak.c; docs/RELIABILITY.md, "Soak"):
+# SOAK_JOBS jobs from 8 clients, 100 reloads of the acceptance rule, clients that vanish,
+# previews without credit; reports failures, leaks at exit, RSS over the run, latency. Not
+# part of make test. SOAK_ARGS passes more options (build/asan/vspecd-soak --help).
+SOAK_JOBS ?= 2000
+SOAK_ARGS ?=
+soak:
+	$(MAKE) --no-print-directory SAN=1 soak-build
+	./build/asan/vspecd-soak --jobs $(SOAK_JOBS) $(SOAK_ARGS)
+soak-build: $(VSPECD) $(DAEMON_SOAK) $(PLUGINS)
 
 # Retrains the Fashion-MNIST model family into models/fmnist/ (hours on 2 cores; resumable,
 # logs in tools/train/work/logs/). Needs python3-torch (make deps installs it).

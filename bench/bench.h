@@ -35,6 +35,9 @@ int vs_bench_parse_precision(const char *option, const char *text, int *out);
 void vs_bench_print_device(FILE *f, vspec_dev *dev);
 void vs_bench_env_close(vs_bench_env *env);
 double vs_bench_now(void);
+/* The q-quantile (0..1) of n values by nearest rank, v unchanged; 0 when n is 0
+ * (quantile.c). */
+double vs_bench_quantile(const double *v, int n, double q);
 
 /* ---- one job, either token kind (bench_job.c) ------------------------------------------ */
 

@@ -13,28 +13,22 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/daemon_proc.h"
 #include "clients/conn.h"
 #include "core/cli_args.h"
 #include "core/png_write.h"
 
 typedef struct vs__bd {
-  char tmp[128];
-  char exe_dir[1024];
-  char plugins[1100];
+  vs_bench_daemon d;
   char model_dir[1100];
-  char job_ep[300], admin_ep[300], log[300];
-  pid_t pid;
   int threads;
 } vs__bd;
 
@@ -54,80 +48,16 @@ static double median(double *v, int n) {
   return m;
 }
 
-static double pct(double *v, int n, double q) {
-  double *c = malloc((size_t)n * sizeof *c);
-  memcpy(c, v, (size_t)n * sizeof *c);
-  qsort(c, (size_t)n, sizeof *c, cmp_d);
-  int i = (int)(q * (n - 1) + 0.5);
-  double x = c[i];
-  free(c);
-  return x;
-}
-
+static double pct(double *v, int n, double q) { return vs_bench_quantile(v, n, q); }
 
 static int start_daemon(vs__bd *b, int workers) {
-  char path[1200], w[16], t[16], model[1200];
-  snprintf(path, sizeof path, "%s/vspecd", b->exe_dir);
+  char w[16], t[16], model[1200];
   snprintf(w, sizeof w, "%d", workers);
   snprintf(t, sizeof t, "%d", b->threads);
   snprintf(model, sizeof model, "bench=%s", b->model_dir);
-  snprintf(b->job_ep, sizeof b->job_ep, "ipc://%s/job.sock", b->tmp);
-  snprintf(b->admin_ep, sizeof b->admin_ep, "ipc://%s/admin.sock", b->tmp);
-  snprintf(b->log, sizeof b->log, "%s/vspecd.log", b->tmp);
-  fflush(NULL);
-  b->pid = fork();
-  if (b->pid < 0) return -1;
-  if (b->pid == 0) {
-    FILE *f = freopen(b->log, "a", stderr);
-    (void)f;
-    const char *argv[] = {path, "--endpoint", b->job_ep, "--admin", b->admin_ep, "--plugins",
-                          b->plugins, "--model", model, "--set", "models.fmnist=",
-                          "--default-model", "bench", "--workers", w, "--threads", t,
-                          "--log-level", "warn", NULL};
-    execv(path, (char *const *)argv);
-    _exit(127);
-  }
-  vs_conn c;
-  char err[512];
-  if (vs_conn_open(&c, b->admin_ep, NULL, err, sizeof err)) return -1;
-  double end = now_s() + 60;
-  for (;;) {
-    Vspec__Request r = VSPEC__REQUEST__INIT;
-    Vspec__Ping p = VSPEC__PING__INIT;
-    r.body_case = VSPEC__REQUEST__BODY_PING;
-    r.ping = &p;
-    vs_conn_event e;
-    if (vs_conn_call(&c, &r, 200, &e, err, sizeof err) == 1) {
-      vs_conn_event_free(&e);
-      break;
-    }
-    int st;
-    if (waitpid(b->pid, &st, WNOHANG) == b->pid || now_s() > end) {
-      fprintf(stderr, "vspecd-bench: the daemon did not start (see %s)\n", b->log);
-      vs_conn_close(&c);
-      return -1;
-    }
-  }
-  vs_conn_close(&c);
-  return 0;
-}
-
-static void dump_log(const vs__bd *b) {
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "tail -n 30 '%s' >&2", b->log);
-  if (system(cmd)) fprintf(stderr, "(no daemon log)\n");
-}
-
-static void stop_daemon(vs__bd *b) {
-  if (b->pid <= 0) return;
-  kill(b->pid, SIGTERM);
-  int st;
-  for (int i = 0; i < 3000 && waitpid(b->pid, &st, WNOHANG) == 0; i++) usleep(10000);
-  if (kill(b->pid, 0) == 0) {
-    kill(b->pid, SIGKILL);
-    waitpid(b->pid, &st, 0);
-  }
-  b->pid = 0;
+  const char *args[] = {"--model", model, "--set", "models.fmnist=", "--default-model", "bench",
+                        "--workers", w, "--threads", t, "--log-level", "warn", NULL};
+  return vs_bench_daemon_start(&b->d, args, NULL);
 }
 
 typedef struct vs__jobres {
@@ -283,14 +213,7 @@ int main(int argc, char **argv) {
     if (!ok) return 2;
   }
   b.threads = (int)threads;
-  char exe[1024];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return 1;
-  exe[n] = 0;
-  snprintf(b.exe_dir, sizeof b.exe_dir, "%s", dirname(exe));
-  snprintf(b.plugins, sizeof b.plugins, "%s/plugins", b.exe_dir);
-  snprintf(b.tmp, sizeof b.tmp, "/tmp/vspecd-bench-XXXXXX");
-  if (!mkdtemp(b.tmp)) return 1;
+  if (vs_bench_daemon_init(&b.d, "vspecd-bench")) return 1;
   char err[VSPEC_ERRLEN], cwd[900];
   if (!getcwd(cwd, sizeof cwd)) return 1;
   struct stat sb;
@@ -302,7 +225,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "--synthetic: expected L,D,G\n");
       return 2;
     }
-    snprintf(b.model_dir, sizeof b.model_dir, "%s/synthetic", b.tmp);
+    snprintf(b.model_dir, sizeof b.model_dir, "%s/synthetic", b.d.tmp);
     mkdir(b.model_dir, 0755);
     char gpt[1200], vq[1200], src[1200];
     snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", b.model_dir);
@@ -328,7 +251,7 @@ int main(int argc, char **argv) {
   /* in-process side */
   vs_bench_env env;
   vs_bench_device dv = {.threads = b.threads};
-  if (vs_bench_env_open(&env, argv[0], b.plugins, &dv, err, sizeof err)) {
+  if (vs_bench_env_open(&env, argv[0], b.d.plugins, &dv, err, sizeof err)) {
     fprintf(stderr, "vspecd-bench: %s\n", err);
     return 1;
   }
@@ -356,7 +279,7 @@ int main(int argc, char **argv) {
   vs__jobres *res = calloc((size_t)(images > jobs ? images : jobs) * 3, sizeof *res);
   vs_conn conn;
   int have_conn = 0;
-  if (start_daemon(&b, 1) || vs_conn_open(&conn, b.job_ep, NULL, err, sizeof err)) goto done;
+  if (start_daemon(&b, 1) || vs_conn_open(&conn, b.d.job_ep, NULL, err, sizeof err)) goto done;
   have_conn = 1;
 
   printf("## vspecd benchmark\n\nmodel: %s; method %s; %d token(s) per image, %dx%d pixels; "
@@ -432,11 +355,11 @@ int main(int argc, char **argv) {
            median(lat[k], m) * 1e3);
   vs_conn_close(&conn);
   have_conn = 0;
-  stop_daemon(&b);
+  vs_bench_daemon_stop(&b.d, 30000);
 
   printf("\n### 3. throughput (%ld worker(s) x %d thread(s), %ld jobs per level)\n\n", workers,
          b.threads, jobs);
-  if (start_daemon(&b, (int)workers) || vs_conn_open(&conn, b.job_ep, NULL, err, sizeof err))
+  if (start_daemon(&b, (int)workers) || vs_conn_open(&conn, b.d.job_ep, NULL, err, sizeof err))
     goto done;
   have_conn = 1;
   printf("| jobs in flight | images/s | median latency |\n|---|---|---|\n");
@@ -451,9 +374,9 @@ int main(int argc, char **argv) {
   }
   status = 0;
 done:
-  if (status) dump_log(&b);
+  if (status) vs_bench_daemon_dump_log(&b.d, 30);
   if (have_conn) vs_conn_close(&conn);
-  stop_daemon(&b);
+  vs_bench_daemon_stop(&b.d, 30000);
   vs_bench_grid_free(&grid);
   free(rgb);
   free(inproc);
@@ -463,8 +386,6 @@ done:
   free(res);
   vs_models_close(models);
   vs_bench_env_close(&env);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", b.tmp);
-  if (system(cmd)) status = 1;
+  if (vs_bench_daemon_cleanup(&b.d)) status = 1;
   return status;
 }

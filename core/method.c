@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/names.h"
+#include "core/text.h"
 #include "vspec/types.h"
 
 /* Copies src[0..len) without surrounding blanks; fails (-1) rather than truncate. */
@@ -35,17 +37,20 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
     snprintf(err, errlen, "method: missing %s name", what);
     return VSPEC_EINVAL;
   }
-  for (const char *c = name; *c; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) {
-      snprintf(err, errlen, "method: %s name '%s' is not valid ([a-z0-9_])", what, name);
-      return VSPEC_EINVAL;
-    }
+  char inner[VSPEC_ERRLEN];
+  if (vs_name_check(&vs_name_plugin, what, name, inner, sizeof inner)) {
+    snprintf(err, errlen, "method: %s", inner);
+    return VSPEC_EINVAL;
+  }
   return VSPEC_OK;
 }
 
 int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  char t[1100];
+  char t[1100], q[80];
+  /* Methods come from clients and config files and are echoed in messages, logs and events:
+   * only the characters of the method syntax get in (core/names.h). */
+  if (vs_name_check(&vs_name_method, "method", text, err, errlen)) return VSPEC_EINVAL;
   if (vs__trim_copy(t, sizeof t, text, strlen(text))) {
     snprintf(err, errlen, "method is too long (at most %zu characters)", sizeof t - 1);
     return VSPEC_EINVAL;
@@ -56,8 +61,8 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
     return VSPEC_OK;
   }
   if (strncmp(t, "sd:", 3) != 0) {
-    snprintf(err, errlen, "method '%s' is not known: use 'ar' or 'sd:RULE[:PARAMS][@SCHED[:PARAMS]]'",
-             t);
+    snprintf(err, errlen, "method %s is not known: use 'ar' or 'sd:RULE[:PARAMS][@SCHED[:PARAMS]]'",
+             vs_text_quote(q, sizeof q, t, strlen(t)));
     return VSPEC_EINVAL;
   }
   out->kind = VS_METHOD_SD;

@@ -1,16 +1,14 @@
 #include "core/models.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/manifest.h"
 #include "core/neighbours.h"
 #include "core/params.h"
 #include "kernels/vs_kernels.h"
-
-#define VS_MANIFEST "vspec-model.json"
 
 int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *dev,
                           const char *backend, const char *path, const char *params,
@@ -86,96 +84,40 @@ static int vs__exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
-/* Reads the "defaults" object; unknown keys are errors so a typo is not silently ignored. */
-static int vs__read_defaults(json_t *d, vs_sampling *s, const char *path, char *err,
-                             size_t errlen) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(d, key, v) {
-    if (strcmp(key, "cfg_schedule") == 0) {
-      const char *sv = json_string_value(v);
-      if (sv && strcmp(sv, "linear") == 0) s->cfg_schedule = VS_CFG_LINEAR;
-      else if (sv && strcmp(sv, "constant") == 0) s->cfg_schedule = VS_CFG_CONSTANT;
-      else {
-        snprintf(err, errlen, "%s: defaults.cfg_schedule must be \"linear\" or \"constant\"",
-                 path);
-        return VSPEC_EFORMAT;
-      }
-      continue;
-    }
-    if (!json_is_number(v)) {
-      snprintf(err, errlen, "%s: defaults.%s must be a number", path, key);
-      return VSPEC_EFORMAT;
-    }
-    double x = json_number_value(v);
-    if (strcmp(key, "temperature") == 0) s->temperature = (float)x;
-    else if (strcmp(key, "top_k") == 0) s->top_k = (int)x;
-    else if (strcmp(key, "top_p") == 0) s->top_p = (float)x;
-    else if (strcmp(key, "cfg_scale") == 0) s->cfg_scale = (float)x;
-    else if (strcmp(key, "cfg_interval") == 0) s->cfg_interval = (int)x;
-    else if (strcmp(key, "num_iter") == 0) s->num_iter = (int)x;
-    else {
-      snprintf(err, errlen, "%s: unknown key defaults.%s (known: temperature, top_k, top_p, "
-               "cfg_scale, cfg_interval, num_iter, cfg_schedule)", path, key);
-      return VSPEC_EFORMAT;
-    }
-  }
-  return VSPEC_OK;
+/* Loads one role the manifest describes. */
+static int vs__load_role(vs_registry *reg, const vspec_host *host, vspec_dev *dev,
+                         const vs_manifest_role *r, vs_backend_model *out, char *err,
+                         size_t errlen) {
+  return vs_backend_model_load(reg, host, dev, r->backend, r->weights, r->params, out, err,
+                               errlen);
 }
 
-/* Loads the role object {"backend": ..., "gpt": ..., "vq": ...} of the manifest. */
-static int vs__load_role(vs_registry *reg, const vspec_host *host, vspec_dev *dev,
-                         const char *dir, const char *manifest, const char *role, json_t *obj,
-                         vs_backend_model *out, char *err, size_t errlen) {
-  if (!json_is_object(obj)) {
-    snprintf(err, errlen, "%s: \"%s\" must be an object", manifest, role);
-    return VSPEC_EFORMAT;
+/* A directory without a manifest: gpt.safetensors (or target.safetensors) and, if present,
+ * vq.safetensors as a LlamaGen target. */
+static int vs__load_bare(vs_models *m, vs_registry *reg, const vspec_host *host, vspec_dev *dev,
+                         const char *dir, char *err, size_t errlen) {
+  char gpt[2048], vq[2048], params[2100] = "";
+  snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", dir);
+  if (!vs__exists(gpt)) snprintf(gpt, sizeof gpt, "%s/target.safetensors", dir);
+  if (!vs__exists(gpt)) {
+    snprintf(err, errlen, "model directory '%s' has neither %s nor gpt.safetensors / "
+             "target.safetensors", dir, VS_MANIFEST_FILE);
+    return VSPEC_ENOENT;
   }
-  const char *backend = json_string_value(json_object_get(obj, "backend"));
-  if (!backend) {
-    snprintf(err, errlen, "%s: \"%s\" has no \"backend\"", manifest, role);
-    return VSPEC_EFORMAT;
-  }
-  /* File-valued keys other than the main weights become backend parameters with absolute
-   * paths, e.g. "vq" -> vq=DIR/vq.safetensors. */
-  char main_path[2048] = "-", params[4096] = "";
-  size_t used = 0;
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    if (strcmp(key, "backend") == 0) continue;
-    const char *s = json_string_value(v);
-    char text[64];
-    if (!s) {
-      if (!json_is_number(v)) {
-        snprintf(err, errlen, "%s: %s.%s must be a string or a number", manifest, role, key);
-        return VSPEC_EFORMAT;
-      }
-      snprintf(text, sizeof text, "%g", json_number_value(v));
-      s = text;
-    }
-    if (strcmp(key, "gpt") == 0 || strcmp(key, "weights") == 0) {
-      snprintf(main_path, sizeof main_path, "%s/%s", dir, s);
-      continue;
-    }
-    int is_file = strstr(s, ".safetensors") != NULL;
-    used += (size_t)snprintf(params + used, used < sizeof params ? sizeof params - used : 0,
-                             "%s%s=%s%s%s", used ? "," : "", key, is_file ? dir : "",
-                             is_file ? "/" : "", s);
-  }
-  if (used >= sizeof params) {
-    snprintf(err, errlen, "%s: \"%s\" parameters are too long", manifest, role);
-    return VSPEC_EFORMAT;
-  }
-  return vs_backend_model_load(reg, host, dev, backend, main_path, params, out, err, errlen);
+  snprintf(vq, sizeof vq, "%s/vq.safetensors", dir);
+  if (vs__exists(vq)) snprintf(params, sizeof params, "vq=%s", vq);
+  return vs_backend_model_load(reg, host, dev, "llamagen", gpt, params, &m->target, err, errlen);
 }
 
 int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, const char *dir,
                    unsigned roles, vs_models **out, char *err, size_t errlen) {
   vs_models *m = calloc(1, sizeof *m);
-  if (!m) {
+  vs_manifest *mf = calloc(1, sizeof *mf);
+  int rc = VSPEC_OK;
+  if (!m || !mf) {
     snprintf(err, errlen, "out of memory");
-    return VSPEC_ENOMEM;
+    rc = VSPEC_ENOMEM;
+    goto fail;
   }
   snprintf(m->dir, sizeof m->dir, "%s", dir);
   m->reg = reg;
@@ -185,61 +127,26 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
   /* LlamaGen sample_c2i.py defaults, with top_k off: our vocabularies are small. */
   m->defaults = (vs_sampling){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
                               .cfg_scale = 4.0f, .cfg_interval = -1};
-  char manifest[2048];
-  snprintf(manifest, sizeof manifest, "%s/%s", dir, VS_MANIFEST);
-  int rc = VSPEC_OK;
-  json_t *root = NULL;
   if (!vs__exists(dir)) {
     snprintf(err, errlen, "model directory '%s' does not exist", dir);
     rc = VSPEC_ENOENT;
     goto fail;
   }
-  if (vs__exists(manifest)) {
-    json_error_t je;
-    root = json_load_file(manifest, JSON_REJECT_DUPLICATES, &je);
-    if (!root || !json_is_object(root)) {
-      snprintf(err, errlen, "%s: %s (line %d)", manifest, root ? "not a JSON object" : je.text,
-               je.line);
-      rc = VSPEC_EFORMAT;
-      goto fail;
-    }
-    const char *name = json_string_value(json_object_get(root, "name"));
-    if (name) snprintf(m->name, sizeof m->name, "%s", name);
-    json_t *d = json_object_get(root, "defaults");
-    if (d && (rc = vs__read_defaults(d, &m->defaults, manifest, err, errlen))) goto fail;
-    if (roles & VS_ROLE_TARGET) {
-      json_t *t = json_object_get(root, "target");
-      if (!t) {
-        snprintf(err, errlen, "%s: no \"target\" model", manifest);
-        rc = VSPEC_EFORMAT;
-        goto fail;
-      }
-      if ((rc = vs__load_role(reg, host, dev, dir, manifest, "target", t, &m->target, err,
-                              errlen)))
-        goto fail;
-    }
-    json_t *dr = json_object_get(root, "draft");
-    if ((roles & VS_ROLE_DRAFT) && dr &&
-        (rc = vs__load_role(reg, host, dev, dir, manifest, "draft", dr, &m->draft, err, errlen)))
-      goto fail;
-    json_t *ea = json_object_get(root, "eagle");
-    if ((roles & VS_ROLE_EAGLE) && ea &&
-        (rc = vs__load_role(reg, host, dev, dir, manifest, "eagle", ea, &m->eagle, err, errlen)))
-      goto fail;
-  } else if (roles & VS_ROLE_TARGET) {
-    char gpt[2048], vq[2048], params[2100] = "";
-    snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", dir);
-    if (!vs__exists(gpt)) snprintf(gpt, sizeof gpt, "%s/target.safetensors", dir);
-    if (!vs__exists(gpt)) {
-      snprintf(err, errlen, "model directory '%s' has neither %s nor gpt.safetensors / "
-               "target.safetensors", dir, VS_MANIFEST);
-      rc = VSPEC_ENOENT;
-      goto fail;
-    }
-    snprintf(vq, sizeof vq, "%s/vq.safetensors", dir);
-    if (vs__exists(vq)) snprintf(params, sizeof params, "vq=%s", vq);
-    if ((rc = vs_backend_model_load(reg, host, dev, "llamagen", gpt, params, &m->target, err,
-                                    errlen)))
+  rc = vs_manifest_read(dir, &m->defaults, roles, mf, err, errlen);
+  if (rc == VSPEC_ENOENT) {
+    rc = (roles & VS_ROLE_TARGET) ? vs__load_bare(m, reg, host, dev, dir, err, errlen) : VSPEC_OK;
+    if (rc) goto fail;
+  } else if (rc) {
+    goto fail;
+  } else {
+    if (*mf->name) snprintf(m->name, sizeof m->name, "%s", mf->name);
+    m->defaults = mf->defaults;
+    if ((mf->target.present &&
+         (rc = vs__load_role(reg, host, dev, &mf->target, &m->target, err, errlen))) ||
+        (mf->draft.present &&
+         (rc = vs__load_role(reg, host, dev, &mf->draft, &m->draft, err, errlen))) ||
+        (mf->eagle.present &&
+         (rc = vs__load_role(reg, host, dev, &mf->eagle, &m->eagle, err, errlen))))
       goto fail;
   }
   if (m->target.model && m->target.info.codebook && m->target.info.token_dim > 0) {
@@ -252,11 +159,11 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
       goto fail;
     }
   }
-  json_decref(root);
+  free(mf);
   *out = m;
   return VSPEC_OK;
 fail:
-  json_decref(root);
+  free(mf);
   vs_models_close(m);
   return rc;
 }

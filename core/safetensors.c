@@ -85,6 +85,7 @@ struct vspec_tensor_file {
   size_t n;
   vs_st_entry **by_name; /* sorted by name, for lookups */
   json_t *meta;          /* key -> JSON string: config.json overlaid by __metadata__ */
+  int from_memory;       /* opened from a buffer (vs_st_open_memory): no file, no config.json */
 };
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -462,6 +463,7 @@ static int vs_st_meta_put(vspec_tensor_file *f, const char *key, json_t *value) 
  * (DESIGN.md, "Models and formats"). Missing is fine; unreadable or malformed is not,
  * because silently ignoring it would load a model with the wrong shape. */
 static int vs_st_load_config(vspec_tensor_file *f, char *err, size_t errlen) {
+  if (f->from_memory) return 0; /* a buffer has no directory to hold a config.json */
   const char *slash = strrchr(f->path, '/');
   size_t dirlen = slash ? (size_t)(slash - f->path) + 1 : 0;
   char *cfg = malloc(dirlen + sizeof "config.json");
@@ -629,27 +631,34 @@ static void vs_st_bytes_release(vs_st_bytes *b) {
   free(b);
 }
 
-/* Anonymous memory for the whole file: committed page by page as the reads fill it, and
+/* Anonymous memory for `len` bytes: committed page by page as the reads fill it, and
  * page-aligned like a mapping, so zero-copy alignment is what the file gives. */
-static int vs_st_bytes_new(vspec_tensor_file *f, const struct stat *st, char *err, size_t errlen) {
+static int vs_st_bytes_alloc(vspec_tensor_file *f, size_t len, char *err, size_t errlen) {
   vs_st_bytes *b = calloc(1, sizeof *b);
   if (!b) return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
-  void *mem = mmap(NULL, (size_t)st->st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+  void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     free(b);
     return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: cannot allocate %llu bytes to load it: %s",
-                      f->path, (unsigned long long)st->st_size, strerror(errno));
+                      f->path, (unsigned long long)len, strerror(errno));
   }
   b->refs = 1;
+  b->mem = mem;
+  b->len = len;
+  f->bytes = b;
+  return 0;
+}
+
+/* The same for the file `st` describes, remembering its identity for sharing. */
+static int vs_st_bytes_new(vspec_tensor_file *f, const struct stat *st, char *err, size_t errlen) {
+  int rc = vs_st_bytes_alloc(f, (size_t)st->st_size, err, errlen);
+  if (rc) return rc;
+  vs_st_bytes *b = f->bytes;
   b->dev = st->st_dev;
   b->ino = st->st_ino;
   b->size = st->st_size;
   b->mtim = st->st_mtim;
   b->ctim = st->st_ctim;
-  b->mem = mem;
-  b->len = (size_t)st->st_size;
-  f->bytes = b;
   return 0;
 }
 
@@ -771,6 +780,39 @@ int vs_st_open(const char *path, vspec_tensor_file **out, char *err, size_t errl
   }
   int rc = vs_st_load(f, fd, err, errlen);
   close(fd);
+  if (rc) {
+    vs_st_close(f);
+    return rc;
+  }
+  *out = f;
+  return 0;
+}
+
+/* The buffer is copied into private memory of its own, exactly as a file's bytes are, so
+ * everything after the copy is the code path of vs_st_open. */
+int vs_st_open_memory(const void *buf, size_t len, const char *name, vspec_tensor_file **out,
+                      char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!out) return vs_st_fail(err, errlen, VSPEC_EINVAL, "vs_st_open_memory: out is NULL");
+  *out = NULL;
+  if (!name) name = "(memory)";
+  if (!buf && len) return vs_st_fail(err, errlen, VSPEC_EINVAL, "%s: buffer is NULL", name);
+  if (len < 8)
+    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
+                      "%s: %zu bytes, too short for the 8-byte header length", name, len);
+  vspec_tensor_file *f = calloc(1, sizeof *f);
+  if (!f || !(f->path = strdup(name)) || !(f->meta = json_object())) {
+    vs_st_close(f);
+    return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", name);
+  }
+  f->from_memory = 1;
+  int rc = vs_st_bytes_alloc(f, len, err, errlen);
+  if (!rc) {
+    memcpy(f->bytes->mem, buf, len);
+    rc = vs_st_header(f, -1, err, errlen);
+  }
+  if (!rc && mprotect(f->bytes->mem, f->bytes->len, PROT_READ) != 0)
+    rc = vs_st_fail(err, errlen, VSPEC_EIO, "%s: mprotect failed: %s", name, strerror(errno));
   if (rc) {
     vs_st_close(f);
     return rc;

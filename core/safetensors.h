@@ -32,6 +32,11 @@
  * Returns 0, or a negative vspec_status with a message naming the file (and the tensor or
  * field at fault) in err. */
 int vs_st_open(const char *path, vspec_tensor_file **out, char *err, size_t errlen);
+/* The same checks on a file's bytes already in memory (`len` bytes at `buf`, copied; `name`
+ * stands for the path in messages and vs_st_path). No config.json is read: a buffer has no
+ * directory. For the fuzzer (tests/fuzz/fuzz_safetensors.c) and tools. */
+int vs_st_open_memory(const void *buf, size_t len, const char *name, vspec_tensor_file **out,
+                      char *err, size_t errlen);
 /* NULL is a no-op. Frees every device copy made by vs_st_get_f32. */
 void vs_st_close(vspec_tensor_file *f);
 

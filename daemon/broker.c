@@ -13,6 +13,7 @@
 #include "daemon/zap.h"
 #include "proto/curve_keys.h"
 #include "proto/wire.h"
+#include "proto/wire_text.h"
 
 #define VS_OWN_REQUEST (1ull << 63) /* request ids of the broker's own status polls */
 /* Events a client has not taken yet (its queue is full) that the broker keeps for it: over
@@ -225,14 +226,13 @@ static void vs__to_client(vs__broker *b, const vs_wire_envelope *env, vs_wire_ms
   q->n++;
 }
 
-/* Packs an event of the broker's own into a message for vs__to_client. */
+/* Packs an event of the broker's own into a message for vs__to_client, its strings made
+ * valid for the wire as the daemon's are (proto/wire_text.h). */
 static void vs__send_own(vs__broker *b, const vs_wire_envelope *env, Vspec__Event *ev) {
   vs_wire_msg m;
   memset(&m, 0, sizeof m);
   ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
-  size_t len = vspec__event__get_packed_size(ev);
-  if (zmq_msg_init_size(&m.body, len)) return;
-  vspec__event__pack(ev, zmq_msg_data(&m.body));
+  if (vs_wire_pack(&ev->base, &m.body)) return;
   m.has_body = 1;
   vs__to_client(b, env, &m);
 }

@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "core/method.h"
+#include "core/names.h"
 #include "kernels/vs_device.h"
 #include "vspec/types.h"
 
@@ -104,15 +105,6 @@ static int vs__endpoint(const char *key, const char *v, char *dst, size_t cap, c
   return vs__str(key, v, dst, cap, err, errlen);
 }
 
-static int vs__name_ok(const char *s) {
-  if (!*s) return 0;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '_' || *s == '-' || *s == '.'))
-      return 0;
-  return 1;
-}
-
 int vs_config_model(const vs_daemon_config *c, const char *name) {
   for (int i = 0; i < c->n_models; i++)
     if (!strcmp(c->models[i].name, name)) return i;
@@ -125,10 +117,8 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
   snprintf(key, sizeof key, "%s.%s", s, k);
   if (!strcmp(s, "server")) {
     if (!strcmp(k, "node")) {
-      if (!vs__name_ok(v)) {
-        snprintf(err, errlen, "%s = '%s': use letters, digits, '-', '_', '.'", key, v);
-        return VSPEC_EINVAL;
-      }
+      /* The node's name goes out in every Accepted and Result: a model name's set. */
+      if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
       return vs__str(key, v, c->node, sizeof c->node, err, errlen);
     }
     if (!strcmp(k, "node_id")) {
@@ -185,12 +175,12 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
     if (!strcmp(k, "dir")) return vs__str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
     if (!strcmp(k, "on_demand")) return vs__bool(key, v, &c->plugins_on_demand, err, errlen);
   } else if (!strcmp(s, "models")) {
-    if (!strcmp(k, "default"))
+    if (!strcmp(k, "default")) {
+      if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
       return vs__str(key, v, c->default_model, sizeof c->default_model, err, errlen);
-    if (!vs__name_ok(k) || strlen(k) >= sizeof c->models[0].name) {
-      snprintf(err, errlen, "model name '%s': use up to 63 letters, digits, '-', '_', '.'", k);
-      return VSPEC_EINVAL;
     }
+    /* Names clients will send (Submit.model): the same set as the submit checks. */
+    if (vs_name_check(&vs_name_model, "model name", k, err, errlen)) return VSPEC_EINVAL;
     int i = vs_config_model(c, k);
     if (i < 0) {
       if (c->n_models == VS_CONF_MAX_MODELS) {
@@ -283,6 +273,25 @@ static int vs__ini_handler(void *user, const char *section, const char *name, co
   return 1;
 }
 
+/* inih's answer (0, the first bad line, or < 0 when it could not read at all) into a status
+ * and a message naming the source and the line. */
+static int vs__ini_result(const vs__ini_ctx *x, int line, char *err, size_t errlen) {
+  if (x->rc) {
+    size_t n = strlen(err);
+    if (line > 0 && n + 16 < errlen) snprintf(err + n, errlen - n, " (line %d)", line);
+    return x->rc;
+  }
+  if (line < 0) {
+    snprintf(err, errlen, "%s: cannot read it (out of memory)", x->path);
+    return VSPEC_ENOMEM;
+  }
+  if (line != 0) {
+    snprintf(err, errlen, "%s: syntax error on line %d", x->path, line);
+    return VSPEC_EFORMAT;
+  }
+  return VSPEC_OK;
+}
+
 int vs_config_load(vs_daemon_config *c, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) {
@@ -292,17 +301,13 @@ int vs_config_load(vs_daemon_config *c, const char *path, char *err, size_t errl
   vs__ini_ctx x = {.c = c, .path = path, .err = err, .errlen = errlen};
   int line = ini_parse_file(f, vs__ini_handler, &x);
   fclose(f);
-  if (x.rc) {
-    /* inih reports the first failing line. */
-    size_t n = strlen(err);
-    if (line > 0 && n + 16 < errlen) snprintf(err + n, errlen - n, " (line %d)", line);
-    return x.rc;
-  }
-  if (line != 0) {
-    snprintf(err, errlen, "%s: syntax error on line %d", path, line);
-    return VSPEC_EFORMAT;
-  }
-  return VSPEC_OK;
+  return vs__ini_result(&x, line, err, errlen);
+}
+
+int vs_config_load_text(vs_daemon_config *c, const char *text, const char *name, char *err,
+                        size_t errlen) {
+  vs__ini_ctx x = {.c = c, .path = name, .err = err, .errlen = errlen};
+  return vs__ini_result(&x, ini_parse_string(text, vs__ini_handler, &x), err, errlen);
 }
 
 int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t errlen) {

@@ -79,6 +79,10 @@ void vs_config_device_spec(const vs_daemon_config *c, char *spec, size_t len);
 /* Reads an INI file over the current values. Returns 0 or a negative status; the message
  * names the file, line, section and key. */
 int vs_config_load(vs_daemon_config *c, const char *path, char *err, size_t errlen);
+/* The same for the text of a config file (NUL-terminated); `name` stands for the path in
+ * messages. For the fuzzer (tests/fuzz/fuzz_config.c). */
+int vs_config_load_text(vs_daemon_config *c, const char *text, const char *name, char *err,
+                        size_t errlen);
 /* Sets one key ("server", "endpoint", "tcp://...") - the file parser and --set use it. */
 int vs_config_set(vs_daemon_config *c, const char *section, const char *key, const char *value,
                   char *err, size_t errlen);

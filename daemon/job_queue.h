@@ -2,13 +2,14 @@
  * daemon/job_queue.h - the bounded queue between the loop thread and the workers.
  *
  * Order: higher priority first; among equal priorities the job with the earlier turn, where
- * a client's n-th job in line (running and waiting jobs both count) gets the n-th turn from
- * now, so clients take turns and one client's hundred queued jobs do not keep the next
- * client's job waiting behind them; then arrival order. The loop thread pushes (refusing
- * when full: the client gets a "busy" error, never a silent drop) and removes (cancel,
- * deadline, client gone); workers pop, blocking until there is work or the queue is
- * stopped. The queue keeps a reference on each job it holds, and remembers the running ones
- * for the fairness rule. A client is job->client_key (vspecd: one connection).
+ * a client's n-th job in line (running and waiting jobs both count, and a finished one until
+ * the turn being served passes it) gets the n-th turn from now, so clients take turns and
+ * one client's hundred queued jobs do not keep the next client's job waiting behind them;
+ * then arrival order. The loop thread pushes (refusing when full: the client gets a "busy"
+ * error, never a silent drop) and removes (cancel, deadline, client gone); workers pop,
+ * blocking until there is work or the queue is stopped. The queue keeps a reference on each
+ * job it holds, and remembers the running ones and the turns of recently finished ones for
+ * the fairness rule. A client is job->client_key (vspecd: one connection).
  */
 #ifndef VS_JOB_QUEUE_H
 #define VS_JOB_QUEUE_H

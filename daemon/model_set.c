@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "core/text.h"
 
 struct vs_model_table {
   pthread_mutex_t mu;
@@ -190,7 +191,10 @@ vs_model_set *vs_model_table_acquire(vs_model_table *t, const char *name, char *
     pthread_mutex_unlock(&t->mu);
     return s;
   }
-  size_t o = (size_t)snprintf(err, errlen, "unknown model '%s'; this daemon serves:", name);
+  /* The name comes from a client: quoted, so that its bytes reach nobody as they are. */
+  char q[96];
+  size_t o = (size_t)snprintf(err, errlen, "unknown model %s; this daemon serves:",
+                              vs_text_quote(q, sizeof q, name, strlen(name)));
   for (int i = 0; i < t->n && o < errlen; i++)
     if (t->e[i].cur) o += (size_t)snprintf(err + o, errlen - o, " %s", t->e[i].name);
   pthread_mutex_unlock(&t->mu);

@@ -12,9 +12,12 @@
 
 #include "core/host.h"
 #include "core/log.h"
+#include "core/names.h"
+#include "core/text.h"
 #include "core/registry.h"
 #include "daemon/job_queue.h"
 #include "daemon/model_set.h"
+#include "daemon/plugin_ref.h"
 #include "daemon/router.h"
 #include "daemon/submit.h"
 #include "daemon/workers.h"
@@ -789,9 +792,13 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
   char where[48];
   if (pos < 0) snprintf(where, sizeof where, "running");
   else snprintf(where, sizeof where, "queue position %d", pos);
+  /* The tag is the client's free text: quoted, as every value from a client in a message. */
+  char tag[4 * sizeof j->tag + 3];
+  vs_text_quote(tag, sizeof tag, j->tag, strlen(j->tag));
   vs_log(VSPEC_LOG_INFO, who, "accepted from %s: model %s, method %s, class %d, seed %llu, "
          "preview %d, %s%s%s", c->text, j->model, j->method, j->class_label,
-         (unsigned long long)j->seed, j->preview_kind, where, *j->tag ? ", tag " : "", j->tag);
+         (unsigned long long)j->seed, j->preview_kind, where, *j->tag ? ", tag " : "",
+         *j->tag ? tag : "");
   j->lp.accepted_pending = 1;
   if (vs__send_accepted(s, j) == -EAGAIN) {
     vs_log(VSPEC_LOG_DEBUG, who, "client %s's queue is full: Accepted will be retried", c->text);
@@ -1076,30 +1083,14 @@ static void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *en
                               const Vspec__Request *r) {
   uint64_t rid = r->has_request_id ? r->request_id : 0;
   char msg[VSPEC_ERRLEN + 128], name[64] = "";
-  const char *text = r->reload->name;
   int kind = -1;
-  /* KIND/NAME, KIND_NAME or NAME */
-  const char *sep = strpbrk(text, "/_");
-  if (sep && (size_t)(sep - text) < 16) {
-    char k[16];
-    memcpy(k, text, (size_t)(sep - text));
-    k[sep - text] = 0;
-    kind = vs_plugin_kind_parse(k);
-    if (kind > 0) text = sep + 1;
-    else kind = -1;
-  }
-  size_t tl = strlen(text);
-  int ok = tl > 0 && tl < sizeof name;
-  for (size_t i = 0; ok && i < tl; i++)
-    ok = (text[i] >= 'a' && text[i] <= 'z') || (text[i] >= '0' && text[i] <= '9') ||
-         text[i] == '_';
-  if (!ok) {
-    snprintf(msg, sizeof msg, "reload: '%.80s' is not a plugin name (NAME, KIND/NAME or "
-             "KIND_NAME; KIND = backend, accept, sched)", r->reload->name);
+  /* Off the admin socket: only the characters of a plugin reference get further, so that no
+   * message or log line below carries the sender's bytes (core/names.h). */
+  if (vs_name_check(&vs_name_reload, "reload", r->reload->name, msg, sizeof msg) ||
+      vs_plugin_ref_parse(r->reload->name, &kind, name, msg, sizeof msg)) {
     vs__reply_error(s, sock, env, rid, VSPEC__ERROR_CODE__ERR_INVALID, msg, 0);
     return;
   }
-  snprintf(name, sizeof name, "%s", text);
   if (kind < 0) {
     int found = 0;
     for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_SCHED; k++)

@@ -9,28 +9,9 @@
 
 #include "core/engine.h"
 #include "core/method.h"
+#include "core/names.h"
 #include "core/params.h"
-
-static int vs__plugin_name_ok(const char *s) {
-  size_t n = strlen(s);
-  if (n == 0 || n > 63) return 0;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_')) return 0;
-  return 1;
-}
-
-/* Printable ASCII without the characters the method syntax uses as separators. */
-static int vs__params_text_ok(const char *s) {
-  for (; *s; s++)
-    if (*s < 0x21 || *s > 0x7e || *s == '@' || *s == ';' || *s == ':') return 0;
-  return 1;
-}
-
-static int vs__printable(const char *s) {
-  for (; *s; s++)
-    if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f) return 0;
-  return 1;
-}
+#include "core/text.h"
 
 /* Whether acceptance rule `vt` judges the tokens of the model: a continuous-token (MAR) model
  * needs the continuous entry points, a discrete one a rule without them. The engine checks
@@ -144,10 +125,12 @@ static int vs__sampling_tokens(const Vspec__Submit *s, const vs_model_set *set, 
     }
   }
   if (s->cfg_schedule) {
+    char q[64];
     if (!strcmp(s->cfg_schedule, "linear")) smp->cfg_schedule = VS_CFG_LINEAR;
     else if (!strcmp(s->cfg_schedule, "constant")) smp->cfg_schedule = VS_CFG_CONSTANT;
     else {
-      snprintf(err, errlen, "cfg_schedule: '%.40s' is not linear or constant", s->cfg_schedule);
+      snprintf(err, errlen, "cfg_schedule: %s is not linear or constant",
+               vs_text_quote(q, sizeof q, s->cfg_schedule, strlen(s->cfg_schedule)));
       return VSPEC_EINVAL;
     }
     *set_mask |= VS_SET_CFG_SCHEDULE;
@@ -172,6 +155,31 @@ static int vs__sampling_tokens(const Vspec__Submit *s, const vs_model_set *set, 
   return VSPEC_OK;
 }
 
+/* What each string field of a Submit may hold (core/names.h), checked before anything reads
+ * them, so that no message, log line or plugin sees other bytes. An empty value means "not
+ * given" for all of them. `draft` and `cfg_schedule` are keywords: which ones is checked
+ * where they are read. */
+static int vs__check_strings(const Vspec__Submit *s, char *err, size_t errlen) {
+  const struct {
+    const char *field, *value;
+    const vs_name_kind *kind;
+  } f[] = {
+      {"model", s->model, &vs_name_model},
+      {"method", s->method, &vs_name_method},
+      {"accept", s->accept, &vs_name_plugin},
+      {"accept_params", s->accept_params, &vs_name_params},
+      {"sched", s->sched, &vs_name_plugin},
+      {"sched_params", s->sched_params, &vs_name_params},
+      {"draft", s->draft, &vs_name_word},
+      {"cfg_schedule", s->cfg_schedule, &vs_name_word},
+      {"tag", s->tag, &vs_name_tag},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].value && *f[i].value && vs_name_check(f[i].kind, f[i].field, f[i].value, err, errlen))
+      return VSPEC_EINVAL;
+  return VSPEC_OK;
+}
+
 #define VS_FAIL(c_, ...)                     \
   do {                                       \
     *code = (c_);                            \
@@ -186,10 +194,10 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   const int INVALID = VSPEC__ERROR_CODE__ERR_INVALID;
   vs_djob *j = NULL;
   vs_model_set *set = NULL;
-  char inner[VSPEC_ERRLEN];
+  char inner[VSPEC_ERRLEN], q[64];
 
+  if (vs__check_strings(s, inner, sizeof inner)) VS_FAIL(INVALID, "%s", inner);
   const char *model = s->model && *s->model ? s->model : cfg->default_model;
-  if (strlen(model) > 63) VS_FAIL(INVALID, "model: name longer than 63 characters");
   set = vs_model_table_acquire(c->models, model, inner, sizeof inner);
   if (!set) VS_FAIL(INVALID, "model: %s", inner);
   const vspec_model_info *in = &set->models->target.info;
@@ -199,24 +207,16 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   char method[1100], rule[64] = "", sched[64] = "";
   const char *draft = s->draft && *s->draft ? s->draft : NULL;
   if (draft && strcmp(draft, "auto") && strcmp(draft, "model") && strcmp(draft, "head"))
-    VS_FAIL(INVALID, "draft: '%.40s' is not auto, model or head", draft);
+    VS_FAIL(INVALID, "draft: %s is not auto, model or head",
+            vs_text_quote(q, sizeof q, draft, strlen(draft)));
   if (s->method && *s->method) {
     if (s->accept || s->sched || s->accept_params || s->sched_params || draft)
       VS_FAIL(INVALID, "method: give either a complete method or accept/sched/draft, not both");
-    if (strlen(s->method) > 1000) VS_FAIL(INVALID, "method: longer than 1000 characters");
     snprintf(method, sizeof method, "%s", s->method);
   } else if (s->accept && *s->accept) {
     const char *sn = s->sched && *s->sched ? s->sched : "standard";
     const char *ap = s->accept_params ? s->accept_params : "";
     const char *sp = s->sched_params ? s->sched_params : "";
-    if (!vs__plugin_name_ok(s->accept))
-      VS_FAIL(INVALID, "accept: '%.64s' is not a plugin name ([a-z0-9_], 1-63)", s->accept);
-    if (!vs__plugin_name_ok(sn))
-      VS_FAIL(INVALID, "sched: '%.64s' is not a plugin name ([a-z0-9_], 1-63)", sn);
-    if (strlen(ap) > 400 || !vs__params_text_ok(ap))
-      VS_FAIL(INVALID, "accept_params: use key=value[,key=value] (at most 400 characters)");
-    if (strlen(sp) > 400 || !vs__params_text_ok(sp))
-      VS_FAIL(INVALID, "sched_params: use key=value[,key=value] (at most 400 characters)");
     char spx[512];
     int has_drafter = strstr(sp, "drafter=") != NULL;
     snprintf(spx, sizeof spx, "%s%s%s%s", sp, draft && !has_drafter && *sp ? "," : "",
@@ -231,8 +231,6 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   vs_method me;
   if (vs_method_parse(method, &me, inner, sizeof inner)) VS_FAIL(INVALID, "method: %s", inner);
   if (me.kind == VS_METHOD_SD) {
-    if (!vs__plugin_name_ok(me.rule) || !vs__plugin_name_ok(me.sched))
-      VS_FAIL(INVALID, "method: plugin names are [a-z0-9_]");
     if (!has_draft && !has_eagle)
       VS_FAIL(INVALID, "method %s: model '%s' has no drafter (no draft model, no eagle head); "
               "use ar", me.text, model);
@@ -320,8 +318,6 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   int priority = s->has_priority ? s->priority : 0;
   if (priority < -10 || priority > 10)
     VS_FAIL(INVALID, "priority: %d is out of range: allowed -10..10", priority);
-  if (s->tag && (strlen(s->tag) > 63 || !vs__printable(s->tag)))
-    VS_FAIL(INVALID, "tag: at most 63 printable characters");
 
   j = vs_djob_new(id, total);
   if (!j) VS_FAIL(VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");

@@ -1,10 +1,11 @@
 /*
  * daemon/submit.h - from a Submit request to a queued job: every field checked against the
  * model it names and the daemon's limits, with a message that names the field, its value and
- * what is allowed. Nothing here trusts the client: strings are bounded, enums range-checked,
- * the caption blob's size must match the model's caption shape, plugin names are restricted
- * to [a-z0-9_] and their parameters are tried by creating (and dropping) the rule and the
- * scheduler once, so a typo fails at submission, not on a worker.
+ * what is allowed. Nothing here trusts the client: every string field holds only the
+ * characters of its kind (core/names.h; plugin names [a-z0-9_]) and is echoed quoted, enums
+ * are range-checked, the caption blob's size must match the model's caption shape, and plugin
+ * parameters are tried by creating (and dropping) the rule and the scheduler once, so a typo
+ * fails at submission, not on a worker.
  */
 #ifndef VS_SUBMIT_H
 #define VS_SUBMIT_H

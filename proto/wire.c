@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/wire_text.h"
 #include "vspec/types.h"
 
 int vs_wire_envelope_equal(const vs_wire_envelope *a, const vs_wire_envelope *b) {
@@ -244,7 +245,11 @@ Vspec__Request *vs_wire_unpack_request(const vs_wire_msg *m, vs_wire_alloc *a, i
     vs_wire_request_free(r, a);
     return NULL;
   }
-  if (vs__check_blobs(r->blobs, r->n_blobs, m, err, errlen)) {
+  /* What protobuf-c let through: a NUL inside a string (the value would be cut short
+   * without a word) or bytes that are not UTF-8 (they would come back in replies). */
+  if (vs_wire_text_check(&vspec__request__descriptor, zmq_msg_data(body), zmq_msg_size(body),
+                         err, errlen) ||
+      vs__check_blobs(r->blobs, r->n_blobs, m, err, errlen)) {
     *code = VSPEC__ERROR_CODE__ERR_MALFORMED;
     vs_wire_request_free(r, a);
     return NULL;
@@ -351,17 +356,24 @@ static int vs__send_tail(void *sock, zmq_msg_t *body, vs_wire_blob *blobs, int n
   return 0;
 }
 
-static int vs__send_packed(void *sock, const vs_wire_envelope *env, const ProtobufCMessage *msg,
-                           vs_wire_blob *blobs, int n_blobs, int flags) {
-  size_t len = protobuf_c_message_get_packed_size(msg);
+/* `clean`: every string field made valid for the wire (events: what the daemon and the broker
+ * say). Requests go out as the user wrote them: the daemon refuses what is wrong, naming it. */
+static int vs__send_packed(void *sock, const vs_wire_envelope *env, ProtobufCMessage *msg,
+                           int clean, vs_wire_blob *blobs, int n_blobs, int flags) {
   zmq_msg_t body;
-  if (zmq_msg_init_size(&body, len)) {
-    int rc = -errno;
+  int rc = 0;
+  if (clean) {
+    rc = vs_wire_pack(msg, &body);
+  } else if (zmq_msg_init_size(&body, protobuf_c_message_get_packed_size(msg))) {
+    rc = -errno;
+  } else {
+    protobuf_c_message_pack(msg, zmq_msg_data(&body));
+  }
+  if (rc) {
     vs__free_blobs(blobs, 0, n_blobs);
     return rc;
   }
-  protobuf_c_message_pack(msg, zmq_msg_data(&body));
-  int rc = vs__send_head(sock, env, flags);
+  rc = vs__send_head(sock, env, flags);
   if (rc) {
     zmq_msg_close(&body);
     vs__free_blobs(blobs, 0, n_blobs);
@@ -388,7 +400,7 @@ int vs_wire_send_event(void *sock, const vs_wire_envelope *env, Vspec__Event *ev
   ev->n_blobs = (size_t)n_blobs;
   ev->blobs = descp;
   ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
-  int rc = vs__send_packed(sock, env, &ev->base, blobs, n_blobs, flags);
+  int rc = vs__send_packed(sock, env, &ev->base, 1, blobs, n_blobs, flags);
   ev->n_blobs = saved_n;
   ev->blobs = saved;
   return rc;
@@ -412,7 +424,7 @@ int vs_wire_send_request(void *sock, const vs_wire_envelope *env, Vspec__Request
   rq->n_blobs = (size_t)n_blobs;
   rq->blobs = descp;
   rq->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
-  int rc = vs__send_packed(sock, env, &rq->base, blobs, n_blobs, flags);
+  int rc = vs__send_packed(sock, env, &rq->base, 0, blobs, n_blobs, flags);
   rq->n_blobs = saved_n;
   rq->blobs = saved;
   return rc;

@@ -19,12 +19,14 @@
 #include "core/host.h"
 #include "daemon/config.h"
 #include "daemon/job_queue.h"
+#include "daemon/plugin_ref.h"
 #include "daemon/preview.h"
 #include "daemon/server.h"
 #include "daemon/zsock_watch.h"
 #include "kernels/vs_kernels.h"
 #include "proto/curve_keys.h"
 #include "proto/wire.h"
+#include "proto/wire_text.h"
 #include "tests/support/daemon_harness.h"
 
 static void write_text(const char *path, const char *text) {
@@ -272,9 +274,188 @@ static void test_job_queue_newcomer(void **state) {
   vs_djob_release(c1);
 }
 
+/* Clients that submit one job at a time, each as soon as its last one is done, must not keep
+ * the job of a client whose previous job was still running when it submitted (it got the
+ * next turn) waiting: in the soak (make soak) such a job waited 10 and 21 s behind 7 clients.
+ * Before the fix B and C got the turn being served every time and A's second job never ran
+ * here ("A's job still waits after 20 picks"). */
+static void test_job_queue_one_at_a_time(void **state) {
+  (void)state;
+  vs_job_queue *q;
+  assert_int_equal(vs_job_queue_open(64, 1, &q), 0);
+  vs_djob *a1 = job(1, 0, 0xA), *b = job(2, 0, 0xB), *c = job(3, 0, 0xC);
+  assert_int_equal(vs_job_queue_push(q, a1), 0);
+  assert_int_equal(vs_job_queue_push(q, b), 0);
+  assert_int_equal(vs_job_queue_push(q, c), 0);
+  vs_djob *run = vs_job_queue_pop(q);
+  assert_ptr_equal(run, a1);
+  /* A has its result and submits again before the worker is done cleaning up */
+  vs_djob *a2 = job(4, 0, 0xA);
+  assert_int_equal(vs_job_queue_push(q, a2), 0);
+  int picks = 0;
+  uint64_t next_id = 10;
+  while (run != a2) {
+    vs_job_queue_done(q, run);
+    uint64_t client = run->client_key;
+    vs_djob_release(run);
+    if (client != 0xA) { /* B or C: the next job right away */
+      vs_djob *again = job(next_id++, 0, client);
+      assert_int_equal(vs_job_queue_push(q, again), 0);
+      vs_djob_release(again); /* the queue holds it */
+    }
+    if (++picks > 20) fail_msg("A's job still waits after 20 picks");
+    run = vs_job_queue_pop(q);
+  }
+  /* one job of each other client at most, then A's */
+  assert_true(picks <= 3);
+  vs_job_queue_done(q, run);
+  vs_djob_release(run);
+  vs_djob *left[8];
+  int n = vs_job_queue_take_all(q, left, 8);
+  for (int i = 0; i < n; i++) vs_djob_release(left[i]);
+  vs_job_queue_close(q);
+  vs_djob_release(a1);
+  vs_djob_release(a2);
+  vs_djob_release(b);
+  vs_djob_release(c);
+}
+
 static void free2(void *data, void *hint) {
   (void)hint;
   free(data);
+}
+
+/* A packed Request whose body is `body`; returns its length. */
+static size_t pack_body(Vspec__Request *r, uint8_t *buf, size_t cap) {
+  r->version = 1;
+  size_t n = vspec__request__get_packed_size(r);
+  assert_true(n <= cap);
+  return vspec__request__pack(r, buf);
+}
+
+static int unpack_code(const uint8_t *buf, size_t n, char *err, size_t errlen) {
+  vs_wire_msg m;
+  memset(&m, 0, sizeof m);
+  assert_int_equal(zmq_msg_init_size(&m.body, n), 0);
+  memcpy(zmq_msg_data(&m.body), buf, n);
+  m.has_body = 1;
+  vs_wire_alloc a;
+  vs_wire_alloc_init(&a, 65536);
+  int code = 0;
+  Vspec__Request *r = vs_wire_unpack_request(&m, &a, &code, err, errlen);
+  vs_wire_request_free(r, &a);
+  assert_int_equal(a.used, 0);
+  vs_wire_msg_close(&m);
+  return r ? 0 : code;
+}
+
+/* String fields on the wire (proto/wire_text.c; issue 12, item 7). protobuf-c takes a NUL
+ * inside a string field for the end of the value, so only the packed bytes can show it; and
+ * what goes out is made valid, leaving the caller's strings as they were. */
+static void test_wire_strings(void **state) {
+  (void)state;
+  char err[512];
+  uint8_t buf[512];
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+  sub.model = "micro\x01junk";
+  sub.method = "ar";
+  r.body_case = VSPEC__REQUEST__BODY_SUBMIT;
+  r.submit = &sub;
+  size_t n = pack_body(&r, buf, sizeof buf);
+  uint8_t *at = memmem(buf, n, "micro\x01", 6);
+  assert_non_null(at);
+  at[5] = 0;
+  Vspec__Request *u = vspec__request__unpack(NULL, n, buf);
+  assert_non_null(u);
+  assert_string_equal(u->submit->model, "micro"); /* what protobuf-c makes of it */
+  vspec__request__free_unpacked(u, NULL);
+  assert_int_equal(vs_wire_text_check(&vspec__request__descriptor, buf, n, err, sizeof err),
+                   VSPEC_EFORMAT);
+  assert_non_null(strstr(err, "submit.model: 'micro\\x00junk' has \\x00 at offset 5: a string "
+                              "field must not hold NUL bytes"));
+  assert_int_equal(unpack_code(buf, n, err, sizeof err), VSPEC__ERROR_CODE__ERR_MALFORMED);
+  assert_non_null(strstr(err, "submit.model"));
+  /* bytes that are not UTF-8, in another message */
+  Vspec__ReloadRequest rr = VSPEC__RELOAD_REQUEST__INIT;
+  rr.name = "accept/x\xed\xa0\x80";
+  r.body_case = VSPEC__REQUEST__BODY_RELOAD;
+  r.reload = &rr;
+  n = pack_body(&r, buf, sizeof buf);
+  assert_int_equal(unpack_code(buf, n, err, sizeof err), VSPEC__ERROR_CODE__ERR_MALFORMED);
+  assert_non_null(strstr(err, "reload.name: 'accept/x\\xed\\xa0\\x80' has \\xed at offset 8: "
+                              "a string field must be UTF-8"));
+  /* clean strings pass; an unknown field is not read (its bytes are nobody's text) */
+  sub.model = "micro";
+  r.body_case = VSPEC__REQUEST__BODY_SUBMIT;
+  r.submit = &sub; /* the body is a union */
+  n = pack_body(&r, buf, sizeof buf);
+  memcpy(buf + n, "\xa2\x06\x03\x00\xff\x1b", 6); /* field 100, length 3 */
+  n += 6;
+  if (vs_wire_text_check(&vspec__request__descriptor, buf, n, err, sizeof err))
+    fail_msg("%s", err);
+  assert_int_equal(unpack_code(buf, n, err, sizeof err), 0);
+
+  /* Outgoing: an error message with raw bytes in it goes out escaped. */
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Error e = VSPEC__ERROR__INIT;
+  char msg[] = "model: 'a\xff\x1b[2J' \xc2\x9b caf\xc3\xa9";
+  e.code = VSPEC__ERROR_CODE__ERR_INVALID;
+  e.message = msg;
+  ev.version = 1;
+  ev.body_case = VSPEC__EVENT__BODY_ERROR;
+  ev.error = &e;
+  zmq_msg_t out;
+  assert_int_equal(vs_wire_pack(&ev.base, &out), 0);
+  assert_ptr_equal(e.message, msg); /* the caller's string, untouched */
+  assert_string_equal(msg, "model: 'a\xff\x1b[2J' \xc2\x9b caf\xc3\xa9");
+  Vspec__Event *got = vspec__event__unpack(NULL, zmq_msg_size(&out), zmq_msg_data(&out));
+  assert_non_null(got);
+  assert_string_equal(got->error->message, "model: 'a\\xff\\x1b[2J' \\xc2\\x9b caf\xc3\xa9");
+  vspec__event__free_unpacked(got, NULL);
+  zmq_msg_close(&out);
+  /* strings in repeated messages, repeated strings, the length bound */
+  static char big[3 * VS_WIRE_TEXT_MAX];
+  memset(big, 'a', sizeof big - 1);
+  Vspec__PluginInfo pi[2], *pip[2] = {&pi[0], &pi[1]};
+  vspec__plugin_info__init(&pi[0]);
+  vspec__plugin_info__init(&pi[1]);
+  pi[0].name = "exact";
+  char v0[] = "1.0\xff";
+  pi[0].version = v0;
+  pi[1].name = big;
+  Vspec__PluginsReply pr = VSPEC__PLUGINS_REPLY__INIT;
+  pr.n_plugins = 2;
+  pr.plugins = pip;
+  pr.plugin_dir = "/srv/mod\xe8les";
+  ev.body_case = VSPEC__EVENT__BODY_PLUGINS;
+  ev.plugins = &pr;
+  assert_int_equal(vs_wire_pack(&ev.base, &out), 0);
+  assert_ptr_equal(pi[1].name, big);
+  assert_ptr_equal(pi[0].version, v0);
+  got = vspec__event__unpack(NULL, zmq_msg_size(&out), zmq_msg_data(&out));
+  assert_non_null(got);
+  assert_string_equal(got->plugins->plugins[0]->name, "exact");
+  assert_string_equal(got->plugins->plugins[0]->version, "1.0\\xff");
+  assert_int_equal(strlen(got->plugins->plugins[1]->name), VS_WIRE_TEXT_MAX);
+  assert_memory_equal(got->plugins->plugins[1]->name + VS_WIRE_TEXT_MAX - 4, "a...", 4);
+  assert_string_equal(got->plugins->plugin_dir, "/srv/mod\\xe8les");
+  vspec__event__free_unpacked(got, NULL);
+  zmq_msg_close(&out);
+  Vspec__ReloadReply rp = VSPEC__RELOAD_REPLY__INIT;
+  char *names[] = {"micro", "b\x1b"};
+  rp.n_models_reloaded = 2;
+  rp.models_reloaded = names;
+  ev.body_case = VSPEC__EVENT__BODY_RELOAD;
+  ev.reload = &rp;
+  assert_int_equal(vs_wire_pack(&ev.base, &out), 0);
+  assert_string_equal(names[1], "b\x1b");
+  got = vspec__event__unpack(NULL, zmq_msg_size(&out), zmq_msg_data(&out));
+  assert_non_null(got);
+  assert_string_equal(got->reload->models_reloaded[0], "micro");
+  assert_string_equal(got->reload->models_reloaded[1], "b\\x1b");
+  vspec__event__free_unpacked(got, NULL);
+  zmq_msg_close(&out);
 }
 
 static void test_wire_framing(void **state) {
@@ -550,11 +731,61 @@ static void test_zwatch_close_in_read(void **state) {
   zmq_ctx_term(ctx);
 }
 
+/* The config text without a file (the fuzz target's entry point): the same parser and
+ * messages naming the given name and the line. */
+static void test_config_text(void **state) {
+  (void)state;
+  vs_daemon_config c;
+  char err[VSPEC_ERRLEN];
+  vs_config_defaults(&c);
+  assert_int_equal(vs_config_load_text(&c, "[queue]\nsize = 5\n", "t.conf", err, sizeof err), 0);
+  assert_int_equal(c.queue_size, 5);
+  assert_int_not_equal(vs_config_load_text(&c, "[queue]\n\nsize = 0\n", "t.conf", err,
+                                           sizeof err), 0);
+  assert_non_null(strstr(err, "t.conf"));
+  assert_non_null(strstr(err, "line 3"));
+  assert_int_equal(vs_config_load_text(&c, "[queue\n", "t.conf", err, sizeof err),
+                   VSPEC_EFORMAT);
+  assert_non_null(strstr(err, "t.conf: syntax error on line 1"));
+}
+
+/* How an admin names a plugin to reload (daemon/plugin_ref.c). */
+static void test_plugin_ref(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int kind;
+    const char *name;
+  } ok[] = {{"accept/exact", VSPEC_PLUGIN_ACCEPT, "exact"},
+            {"sched_standard", VSPEC_PLUGIN_SCHED, "standard"},
+            {"backend/llamagen", VSPEC_PLUGIN_BACKEND, "llamagen"},
+            {"lantern", -1, "lantern"},
+            {"my_rule", -1, "my_rule"}, /* "my" is no kind: all of it is the name */
+            {"accept_uniform_rsd", VSPEC_PLUGIN_ACCEPT, "uniform_rsd"}};
+  char name[64], err[VSPEC_ERRLEN];
+  int kind;
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    assert_int_equal(vs_plugin_ref_parse(ok[i].text, &kind, name, err, sizeof err), 0);
+    assert_int_equal(kind, ok[i].kind);
+    assert_string_equal(name, ok[i].name);
+  }
+  const char *bad[] = {"", "accept/", "accept/Exact", "x/../y", "accept/a b",
+                       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(vs_plugin_ref_parse(bad[i], &kind, name, err, sizeof err), VSPEC_EINVAL);
+    assert_int_equal(kind, -1);
+    assert_non_null(strstr(err, "not a plugin name"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config),          cmocka_unit_test(test_server_device),
+      cmocka_unit_test(test_config_text),     cmocka_unit_test(test_plugin_ref),
       cmocka_unit_test(test_job_queue),       cmocka_unit_test(test_job_queue_newcomer),
-      cmocka_unit_test(test_wire_framing),    cmocka_unit_test(test_curve_key_files),
+      cmocka_unit_test(test_job_queue_one_at_a_time),
+      cmocka_unit_test(test_wire_framing),    cmocka_unit_test(test_wire_strings),
+      cmocka_unit_test(test_curve_key_files),
       cmocka_unit_test(test_preview_lut),     cmocka_unit_test(test_zwatch_close_in_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,6 +44,16 @@ static void test_errors(void **state) {
   strcat(longm, "depth=12");
   assert_int_equal(vs_method_parse(longm, &m, err, sizeof err), VSPEC_EINVAL);
   assert_non_null(strstr(err, "too long"));
+  /* a method's bytes are echoed escaped, never as they came (issue 12, item 7) */
+  assert_int_equal(vs_method_parse("sd:ex\x1b[2J", &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "\\x1b"));
+  assert_null(strchr(err, 0x1b));
+  assert_int_equal(vs_method_parse("w\xffrp", &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "'w\\xffrp' has \\xff at offset 1"));
+  assert_int_equal(vs_method_parse("sd:exact@std\r\nforged", &m, err, sizeof err), VSPEC_EINVAL);
+  assert_null(strchr(err, '\n'));
+  assert_int_equal(vs_method_split("ar; sd:ex\x7f", many, 2, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "\\x7f"));
   assert_int_equal(vs_method_split("ar;ar;ar", many, 2, err, sizeof err), VSPEC_ERANGE);
   assert_int_equal(vs_method_split(" ; ", many, 2, err, sizeof err), VSPEC_EINVAL);
 }

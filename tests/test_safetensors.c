@@ -477,6 +477,44 @@ static void test_bad_headers(void **state) {
   }
 }
 
+/* The bytes of a file in memory (the fuzz target's entry point) get the same checks and the
+ * same tensors as the file; only config.json, which a buffer has no directory for, is not
+ * read. */
+static void test_open_memory(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  unsigned char *b;
+  size_t n = valid_file(&b);
+  vspec_tensor_file *f = NULL;
+  assert_int_equal(vs_st_open_memory(b, n, "buf", &f, err, sizeof err), 0);
+  assert_string_equal(vs_st_path(f), "buf");
+  assert_int_equal(vs_st_count(f), 6);
+  assert_string_equal(vs_st_meta(f, "arch"), "test");
+  const float *w = NULL;
+  const int64_t s23[2] = {2, 3};
+  assert_int_equal(vs_st_get_f32(f, g_dev, "w.f32", 2, s23, &w, err, sizeof err), 0);
+  for (int i = 0; i < 6; i++) assert_true(w[i] == (float)(i + 1));
+  vs_st_close(f);
+  /* the buffer was copied: the caller may reuse it */
+  memset(b, 0, n);
+  free(b);
+  f = (vspec_tensor_file *)(uintptr_t)1;
+  assert_int_equal(vs_st_open_memory("1234567", 7, "buf", &f, err, sizeof err), VSPEC_EFORMAT);
+  assert_null(f);
+  assert_non_null(strstr(err, "buf"));
+  for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
+    const bad_case *c = &k_bad[i];
+    unsigned char *zeros = calloc(1, c->dlen + 1);
+    assert_non_null(zeros);
+    n = build_st(&b, strlen(c->header), c->header, strlen(c->header), zeros, c->dlen);
+    free(zeros);
+    assert_int_equal(vs_st_open_memory(b, n, c->file, &f, err, sizeof err), c->rc);
+    assert_non_null(strstr(err, c->file));
+    if (c->needle1) assert_non_null(strstr(err, c->needle1));
+    free(b);
+  }
+}
+
 /* Things the format allows must still open. */
 static void test_edge_valid(void **state) {
   (void)state;
@@ -828,6 +866,7 @@ int main(void) {
       cmocka_unit_test(test_non_cpu_device),
       cmocka_unit_test(test_missing_and_short),
       cmocka_unit_test(test_bad_headers),
+      cmocka_unit_test(test_open_memory),
       cmocka_unit_test(test_edge_valid),
       cmocka_unit_test(test_config_fallback),
       cmocka_unit_test(test_config_malformed),

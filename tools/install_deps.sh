@@ -1,5 +1,7 @@
 #!/bin/sh
 # Installs every Debian package vspec needs to build, test, run and train.
+# clang, libclang-rt-dev (libFuzzer and the sanitizer runtimes) and llvm (llvm-symbolizer for
+# readable reports) are for make fuzz / the fuzz pass of make test.
 # Idempotent and non-interactive; uses sudo when not run as root.
 set -eu
 
@@ -7,6 +9,7 @@ PKGS="build-essential pkg-config
   libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsodium-dev
   libpng-dev zlib1g-dev libblis-pthread-dev liblapacke-dev liblapack-dev
   libjansson-dev libinih-dev libcmocka-dev
+  clang libclang-rt-dev llvm
   python3 python3-numpy python3-torch dataset-fashion-mnist"
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
