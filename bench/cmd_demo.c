@@ -21,6 +21,9 @@ static void usage(FILE *f) {
           "  --out FILE       output PNG (default build/demo.png)\n"
           "  --seed S         seed of the first image; image c uses S + c (default 0)\n"
           "  --upscale K      enlargement factor (default 4)\n"
+          "  --per-class N    N images per class: one column per class, N rows; image\n"
+          "                   (row r, class c) uses seed S + r * classes + c (default 1:\n"
+          "                   the classes in rows of 5)\n"
           "  --method M       decoding method (default ar)\n"
           "  --num-iter N     continuous-token (MAR) models: generation steps, 1..tokens\n"
           "                   (default: the model's); an error on a discrete model\n"
@@ -33,15 +36,16 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   const char *model_dir = "models/fmnist", *out_path = "build/demo.png", *plugin_dir = NULL;
   const char *method = "ar";
   unsigned long long seed = 0;
-  long upscale = 4;
+  long upscale = 4, per_class = 1;
   vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
-  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED };
+  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED, O_PER_CLASS };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'},
       {"seed", required_argument, 0, 's'},  {"upscale", required_argument, 0, O_UP},
       {"method", required_argument, 0, 'M'}, {"plugins", required_argument, 0, O_PLUGINS},
       {"num-iter", required_argument, 0, O_NUM_ITER},
       {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
+      {"per-class", required_argument, 0, O_PER_CLASS},
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -54,6 +58,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
       case 'M': method = optarg; break;
       case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &upscale); break;
       case O_PLUGINS: plugin_dir = optarg; break;
+      case O_PER_CLASS: ok = vs_cli_long("--per-class", optarg, 1, 100, &per_class); break;
       case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
       case O_CFG_SCHED:
         ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
@@ -92,7 +97,10 @@ int vs_bench_cmd_demo(int argc, char **argv) {
     goto done;
   }
   int h = t->info.image_h, w = t->info.image_w;
-  int cols = classes < 5 ? classes : 5, rows = (classes + cols - 1) / cols, gap = 2;
+  /* one image per class: rows of 5; several: a column per class, a row per sample */
+  int n_images = classes * (int)per_class;
+  int cols = per_class > 1 ? classes : classes < 5 ? classes : 5;
+  int rows = (n_images + cols - 1) / cols, gap = 2;
   int gw = cols * w + (cols + 1) * gap, gh = rows * h + (rows + 1) * gap;
   rgb = malloc((size_t)h * w * 3);
   grid = malloc((size_t)gw * gh * 3);
@@ -102,13 +110,13 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   }
   memset(grid, 255, (size_t)gw * gh * 3);
   double total = 0;
-  for (int k = 0; k < classes; k++) {
-    vs_job job = {.method = method, .class_label = k, .seed = seed + (uint64_t)k,
+  for (int k = 0; k < n_images; k++) {
+    vs_job job = {.method = method, .class_label = k % classes, .seed = seed + (uint64_t)k,
                   .sampling = sampling};
     vs_metrics mt;
     if (vs_bench_generate(models, env.dev, &job, &out, &mt, err, sizeof err) ||
         vs_models_decode(models, env.dev, out.tokens, out.latents, rgb, err, sizeof err)) {
-      fprintf(stderr, "vspec-bench demo: class %d: %s\n", k, err);
+      fprintf(stderr, "vspec-bench demo: class %d: %s\n", k % classes, err);
       goto done;
     }
     total += mt.wall_s;
@@ -131,10 +139,14 @@ int vs_bench_cmd_demo(int argc, char **argv) {
     fprintf(stderr, "vspec-bench demo: %s\n", err);
     goto done;
   }
-  printf("vspec demo: %d classes of '%s' generated in %.2f s (%s)\n", classes, models->name, total,
-         method);
-  printf("wrote %s: one image per class, classes 0..%d left to right, top to bottom\n", out_path,
-         classes - 1);
+  printf("vspec demo: %d images of '%s' generated in %.2f s (%s)\n", n_images, models->name,
+         total, method);
+  if (per_class > 1)
+    printf("wrote %s: %ld images per class, one column per class (0..%d left to right)\n",
+           out_path, per_class, classes - 1);
+  else
+    printf("wrote %s: one image per class, classes 0..%d left to right, top to bottom\n",
+           out_path, classes - 1);
   status = 0;
 done:
   vs_bench_grid_free(&out);

@@ -60,6 +60,8 @@ static void usage(FILE *f) {
           "  --markdown FILE    write the table as markdown\n"
           "  --plot FILE        write FID against TPF as a PNG\n"
           "  --no-quality       skip FID / accuracy / precision / recall\n"
+          "  --cfg S            CFG scale (default: the model's; <= 1: no guidance)\n"
+          "  --temperature T    sampling temperature (default: the model's)\n"
           "  --num-iter N       continuous-token (MAR) models: generation steps, 1..tokens\n"
           "                     (default: the model's); an error on a discrete model\n"
           "  --cfg-schedule S   continuous-token (MAR) models: CFG scale over the steps,\n"
@@ -105,6 +107,7 @@ typedef struct eval_floor {
 /* The model's kind of tokens, and for continuous-token (MAR) models the sampler settings
  * every job of the run used (they change speed and quality alike, so the table names them). */
 typedef struct eval_tokens {
+  float cfg_scale, temperature; /* every job's, either kind of model */
   int continuous;
   int num_iter;     /* generation steps per image */
   int cfg_schedule; /* VS_CFG_* */
@@ -173,7 +176,8 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
                 ? 100.0 * t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0,
             t->tokens ? 100.0 * t->unverified_tokens / t->tokens : 0.0);
   }
-  fprintf(f, "\n%d images per method.", images);
+  fprintf(f, "\n%d images per method, CFG %g, temperature %g.", images, tk->cfg_scale,
+          tk->temperature);
   if (tk->continuous)
     fprintf(f, " Continuous tokens: %d generation steps per image, %s CFG schedule; forwards "
                "and residual counts are totals over the images.", tk->num_iter,
@@ -190,8 +194,8 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
     if (*em[i].note) fprintf(f, "- `%s`: %s\n", em[i].m.text, em[i].note);
 }
 
-static int write_json(const char *path, const char *model, eval_method *em, int n, int images,
-                      unsigned long long seed, int threads, eval_floor floor,
+static int write_json(const char *path, const char *model, const char *device, eval_method *em,
+                      int n, int images, unsigned long long seed, int threads, eval_floor floor,
                       const eval_tokens *tk, char *err, size_t errlen) {
   FILE *f = fopen(path, "w");
   if (!f) {
@@ -200,12 +204,14 @@ static int write_json(const char *path, const char *model, eval_method *em, int 
   }
   fprintf(f, "{\n  \"model\": ");
   json_str(f, model);
-  fprintf(f, ",\n  \"images\": %d,\n  \"seed\": %llu,\n  \"device\": \"cpu\",\n  \"threads\": %d,\n"
-             "  \"real_data_fid_floor\": ", images, seed, threads);
+  fprintf(f, ",\n  \"images\": %d,\n  \"seed\": %llu,\n  \"device\": ", images, seed);
+  json_str(f, device);
+  fprintf(f, ",\n  \"threads\": %d,\n  \"real_data_fid_floor\": ", threads);
   json_num(f, floor.fid_10k);
   fprintf(f, ",\n  \"real_data_fid_floor_at_n\": ");
   json_num(f, floor.fid_at_n);
   /* additive: the token kind, and the MAR sampler's settings (null for discrete models) */
+  fprintf(f, ",\n  \"cfg_scale\": %g, \"temperature\": %g", tk->cfg_scale, tk->temperature);
   fprintf(f, ",\n  \"token_kind\": \"%s\", \"num_iter\": ",
           tk->continuous ? "continuous" : "discrete");
   if (tk->continuous)
@@ -277,10 +283,42 @@ static int write_json(const char *path, const char *model, eval_method *em, int 
   return VSPEC_OK;
 }
 
+/* The value of KEY in a "k=v,k=v" list, copied to out ("" when absent). */
+static void param_value(const char *list, const char *key, char *out, size_t len) {
+  size_t kl = strlen(key);
+  out[0] = 0;
+  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+    while (*p == ' ') p++;
+    if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
+      size_t n = strcspn(p + kl + 1, ",");
+      snprintf(out, len, "%.*s", (int)n, p + kl + 1);
+      return;
+    }
+  }
+}
+
+/* A point's label: AR, else the rule's parameters; chains of a continuous rule differ only
+ * in their schedule, so those name the draft length and pre-fill (L=8 p=0.15 tau=42). */
+static void point_label(const vs_method *m, char *out, size_t len) {
+  if (m->kind == VS_METHOD_AR) {
+    snprintf(out, len, "AR");
+    return;
+  }
+  if (strcmp(m->rule, "continuous") != 0) {
+    snprintf(out, len, "%s", m->rule_params);
+    return;
+  }
+  char depth[16], prefill[16];
+  param_value(m->sched_params, "depth", depth, sizeof depth);
+  param_value(m->sched_params, "prefill", prefill, sizeof prefill);
+  snprintf(out, len, "L=%s%s%s%s%s", depth[0] ? depth : "?", prefill[0] ? " p=" : "", prefill,
+           m->rule_params[0] ? " " : "", m->rule_params);
+}
+
 static int write_plot(const char *path, eval_method *em, int n, char *err, size_t errlen) {
   vs_plot_point pts[EVAL_MAX_METHODS];
   const char *names[EVAL_MAX_METHODS];
-  char rules[EVAL_MAX_METHODS][64];
+  char rules[EVAL_MAX_METHODS][64], labels[EVAL_MAX_METHODS][96];
   int n_series = 0, np = 0;
   for (int i = 0; i < n; i++) {
     if (!em[i].has_quality) continue;
@@ -294,9 +332,10 @@ static int write_plot(const char *path, eval_method *em, int n, char *err, size_
       snprintf(rules[s], sizeof rules[s], "%s", series);
       names[s] = rules[s];
     }
-    pts[np++] = (vs_plot_point){.x = vs_metrics_tpf(&em[i].total), .y = em[i].q.fid,
-                                .label = em[i].m.kind == VS_METHOD_AR ? "AR" : em[i].m.rule_params,
-                                .series = s};
+    point_label(&em[i].m, labels[np], sizeof labels[np]);
+    pts[np] = (vs_plot_point){.x = vs_metrics_tpf(&em[i].total), .y = em[i].q.fid,
+                              .label = labels[np], .series = s};
+    np++;
   }
   if (np == 0) {
     snprintf(err, errlen, "no method has quality metrics to plot");
@@ -316,8 +355,9 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   int quality = 1;
   vs_bench_device dv = {0};
   vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
+  double cfg = NAN, temperature = NAN;
   enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
-         O_NUM_ITER, O_CFG_SCHED };
+         O_NUM_ITER, O_CFG_SCHED, O_CFG, O_TEMP };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"methods", required_argument, 0, 'M'},
       {"images", required_argument, 0, 'n'},  {"seed", required_argument, 0, 's'},
@@ -326,6 +366,7 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       {"threads", required_argument, 0, O_THREADS}, {"plugins", required_argument, 0, O_PLUGINS},
       {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
       {"num-iter", required_argument, 0, O_NUM_ITER},
+      {"cfg", required_argument, 0, O_CFG}, {"temperature", required_argument, 0, O_TEMP},
       {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
@@ -345,6 +386,8 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_DEVICE: dv.spec = optarg; break;
       case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
+      case O_CFG: ok = vs_cli_double("--cfg", optarg, 0, 100, &cfg); break;
+      case O_TEMP: ok = vs_cli_double("--temperature", optarg, 0, 100, &temperature); break;
       case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
       case O_CFG_SCHED:
         ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
@@ -389,11 +432,14 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   int classes = t->info.num_classes > 0 ? t->info.num_classes : 1;
   int npix = t->info.image_h * t->info.image_w * 3;
   vs_sampling sampling = models->defaults;
+  if (!isnan(cfg)) sampling.cfg_scale = (float)cfg;
+  if (!isnan(temperature)) sampling.temperature = (float)temperature;
   if (!vs_bench_apply_mar_opts("eval", models, &mo, &sampling)) {
     status = 2;
     goto done;
   }
-  eval_tokens tk = {.continuous = vs_bench_is_continuous(models),
+  eval_tokens tk = {.cfg_scale = sampling.cfg_scale, .temperature = sampling.temperature,
+                    .continuous = vs_bench_is_continuous(models),
                     .num_iter = vs_bench_num_iter(models, &sampling),
                     .cfg_schedule = sampling.cfg_schedule};
   if (quality && !npix) {
@@ -495,8 +541,9 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     write_table(f, em, n, (int)images, floor, &tk);
     fclose(f);
   }
-  if (json_path && write_json(json_path, models->name, em, n, (int)images, seed, (int)threads,
-                              floor, &tk, err, sizeof err)) {
+  const char *device = dv.spec ? dv.spec : "cpu";
+  if (json_path && write_json(json_path, models->name, device, em, n, (int)images, seed,
+                              (int)threads, floor, &tk, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
     goto done_labels;
   }

@@ -4,6 +4,15 @@
 #   tools/run_benchmarks.sh sd  [IMAGES]   speculative decoding: exact, LANTERN, LANTERN++,
 #                                          UniformRSD, Cool-SD, fixed trees and tree=auto
 #   tools/run_benchmarks.sh vvs [IMAGES]   VVS: uniform and dynamic skipping, ablations
+#   tools/run_benchmarks.sh cspd [IMAGES]  continuous SD on models/fmnist-mar, exact: draft
+#                                          lengths 4/8/16 x pre-fill 0.05/0.15, against MAR's
+#                                          sampler (the target alone)
+#   tools/run_benchmarks.sh cspd-lenient [IMAGES]  the same with the reference's tau = 42
+#   tools/run_benchmarks.sh mar-cfg [IMAGES]   the CFG sweep behind models/fmnist-mar's default
+#                                          (the target alone, CFG 1.5 / 2 / 3 / 4)
+#   tools/run_benchmarks.sh cspd-steps [IMAGES]  the target alone at 16, 8 and 4 generation
+#                                          steps (one run each: num_iter is per run), and at
+#                                          64 on other seeds (the noise between image sets)
 #
 # Results go to out/bench-<table>.{json,md,png}. IMAGES defaults to 1000; one compute thread
 # (THREADS=N to change). Every ratio is measured interleaved within one run; on 2 cores the
@@ -66,8 +75,43 @@ case "$table" in
     methods="$methods;$ab,features=blend"
     methods="$methods;$ab,staleness=1"
     ;;
+  cspd | cspd-lenient)
+    model=${MODEL:-models/fmnist-mar}
+    rule="sd:continuous"
+    [ "$table" = cspd ] || rule="sd:continuous:tau=42"
+    methods="ar"
+    for p in 0.05 0.15; do
+      for L in 4 8 16; do
+        methods="$methods;$rule@standard:shape=chain,depth=$L,prefill=$p"
+      done
+    done
+    ;;
+  mar-cfg)
+    model=${MODEL:-models/fmnist-mar}
+    make -s all
+    for g in 1.5 2 3 4; do
+      ./build/vspec-bench eval --model "$model" --methods ar --cfg "$g" --images "$images" \
+        --seed 0 --threads "${THREADS:-1}" --json "out/bench-mar-cfg$g.json" \
+        --markdown "out/bench-mar-cfg$g.md"
+    done
+    exit 0
+    ;;
+  cspd-steps)
+    model=${MODEL:-models/fmnist-mar}
+    make -s all
+    # and the default 64 steps on other seeds: how much the figures move between two sets
+    # of images of the same process (the noise the tables are read against)
+    for n in 16 8 4 64; do
+      seed=0
+      [ "$n" != 64 ] || seed=$images
+      ./build/vspec-bench eval --model "$model" --methods ar --num-iter "$n" --images "$images" \
+        --seed "$seed" --threads "${THREADS:-1}" --json "out/bench-cspd-steps$n.json" \
+        --markdown "out/bench-cspd-steps$n.md"
+    done
+    exit 0
+    ;;
   *)
-    echo "usage: $0 sd|vvs [IMAGES]" >&2
+    echo "usage: $0 sd|vvs|cspd|cspd-lenient|mar-cfg|cspd-steps [IMAGES]" >&2
     exit 2
     ;;
 esac

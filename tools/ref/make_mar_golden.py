@@ -12,12 +12,25 @@ weights must be the ones converted), vspec-model.json, and golden.safetensors wi
     and without CFG, and their decoded pixels.
 
     /usr/bin/python3 tools/ref/make_mar_golden.py
+
+With --model, the same goldens for a shipped MAR instead (nothing is trained or converted):
+
+    /usr/bin/python3 tools/ref/make_mar_golden.py --model models/fmnist-mar/target.safetensors \
+        --out tests/golden/fmnist_mar
+
+builds the reference from the file's metadata and shapes, loads its weights (float32 values
+run in float64), and writes OUT/golden.safetensors (the tensors above at that model's sizes,
+with whole generations: CFG linear at 8 and at 64 steps, and one without CFG), a symlink
+OUT/target.safetensors to the file and OUT/vspec-model.json. tests/test_mar_golden.c checks
+tests/golden/fmnist_mar (the shipped target) by default, another OUT with
+VSPEC_MAR_GOLDEN_DIR=OUT.
 """
 
 import json
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -173,10 +186,135 @@ def cspd_models(shift=LOWVAR_SHIFT):
 
 def to_pixels(tok):
     """decode_latents of the patch tokenizer: unpatchify, clamp, (x+1)/2*255+0.5, truncate."""
-    g = int(round(SEQ ** 0.5))
+    g = int(round(tok.shape[0] ** 0.5))
     x = tok.reshape(g, g, 4, 4).transpose(1, 2).reshape(4 * g, 4 * g).float()
     x = ((x.clamp(-1, 1) + 1) / 2 * 255 + 0.5).clamp(0, 255).to(torch.uint8)
     return x.numpy()
+
+
+def goldens(target, d, g, known_idx, cases):
+    """The golden tensors of `target` (and of the models in `cases`) with draws from g:
+    condition vectors (known_idx: the known positions, or None to draw 3/8 of the grid),
+    head outputs, the schedule of d, and whole generations for cases of (name, model, label,
+    cfg, cfg schedule, temperature, num_iter)."""
+    out = {}
+    S, C = target.seq_len, target.token_embed_dim
+    # the transformer: a partly known grid, and step 0 (nothing known)
+    tokens = torch.randn(1, S, C, generator=g, dtype=torch.float64) * 0.5
+    if known_idx is None:
+        known_idx = torch.randperm(S, generator=g)[: 3 * S // 8].sort().values.tolist()
+    known = torch.zeros(S, dtype=torch.float64)
+    known[known_idx] = 1
+    with torch.no_grad():
+        z = target.condition(tokens, (1 - known)[None], torch.tensor([3]), 2)   # [2, S, D]
+        z0 = target.condition(tokens, torch.ones(1, S, dtype=torch.float64),
+                              torch.tensor([3]), 2)
+    out["cond.tokens"] = tokens[0].numpy().astype(np.float32)
+    out["cond.known"] = known.numpy().astype(np.uint8)
+    out["cond.class"] = np.array([3], np.int32)
+    out["cond.out"] = z.transpose(0, 1).numpy().astype(np.float32)      # [S, rows, D]
+    out["cond0.out"] = z0.transpose(0, 1).numpy().astype(np.float32)
+    # the diffusion head
+    x = torch.randn(5, C, generator=g, dtype=torch.float64)
+    t = torch.tensor([0, 10, 500, 999, 61])
+    cond = torch.randn(5, target.decoder_norm.weight.shape[0], generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        eps_v = target.diffloss.net(x, t, cond)
+    out.update({"head.x": x.numpy().astype(np.float32), "head.t": t.numpy().astype(np.int32),
+                "head.cond": cond.numpy().astype(np.float32),
+                "head.out": eps_v.numpy().astype(np.float32)})
+    # the schedule
+    out["sched.timesteps"] = np.array(d.timesteps, np.int32)
+    for name in ["sqrt_recip_abar", "sqrt_recipm1_abar", "coef1", "coef2", "log_betas"]:
+        out[f"sched.{name}"] = getattr(d, name).astype(np.float32)
+    out["sched.post_log_var"] = d.post_log_var.astype(np.float32)
+    # whole generations with a given order and noises (slot 0: x_{K-1}; slot k: step k's
+    # noise; slot K: the final step's, unused by MAR's own sampler)
+    for name, model, label, cfg, sched, temp, iters in cases:
+        order = torch.randperm(S, generator=g)
+        noise = torch.randn(S, d.num_timesteps + 1, C, generator=g).double()
+        noise = noise.float().double()
+        t0 = time.time()
+        with torch.no_grad():
+            tok = M.sample_tokens(model, d, label, order, noise[:, 0], noise, iters, cfg, sched,
+                                  temp)
+        if time.time() - t0 > 5:
+            print(f"{name}: {time.time() - t0:.1f} s")
+        out[f"{name}.order"] = order.numpy().astype(np.int32)
+        out[f"{name}.noise"] = noise.numpy().astype(np.float32)
+        out[f"{name}.params"] = np.array([label, cfg, temp, iters, sched == "constant"],
+                                         np.float32)
+        out[f"{name}.tokens"] = tok.numpy().astype(np.float32)
+        out[f"{name}.pixels"] = to_pixels(tok)
+    return out
+
+
+def load_shipped(path):
+    """The float64 reference of a MAR safetensors file (tools/convert_mar.py's or
+    tools/train/train_mar.py's): shapes from the weights, head counts and the sampler's
+    settings from the metadata."""
+    tensors, meta = st.load(path)
+    s = convert_mar.shapes(tensors)
+    for k in ["seq_len", "token_dim", "encoder_embed_dim", "decoder_embed_dim", "encoder_depth",
+              "decoder_depth", "buffer_size", "diffloss_d", "diffloss_w", "class_num"]:
+        if k in meta and int(meta[k]) != int(s[k]):
+            raise SystemExit(f"{path}: metadata {k} = {meta[k]}, the weights say {s[k]}")
+    heads = int(meta["encoder_num_heads"])
+    dheads = int(meta.get("decoder_num_heads", heads))
+    hidden = tensors["encoder_blocks.0.mlp.fc1.weight"].shape[0]
+    ratio = hidden / s["encoder_embed_dim"]
+    if "mlp_ratio" in meta and float(meta["mlp_ratio"]) != ratio:
+        raise SystemExit(f"{path}: metadata mlp_ratio {meta['mlp_ratio']}, the weights {ratio}")
+    m = M.MAR(seq_len=s["seq_len"], token_dim=s["token_dim"], enc_dim=s["encoder_embed_dim"],
+              enc_depth=s["encoder_depth"], enc_heads=heads, dec_dim=s["decoder_embed_dim"],
+              dec_depth=s["decoder_depth"], dec_heads=dheads, mlp_ratio=ratio,
+              class_num=s["class_num"], buffer_size=s["buffer_size"],
+              diffloss_d=s["diffloss_d"], diffloss_w=s["diffloss_w"], attn_dropout=0.0,
+              proj_dropout=0.0)
+    m = m.double().eval()
+    sd = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in tensors.items()}
+    m.load_state_dict(sd, strict=True)
+    m.clip_denoised = bool(int(meta.get("clip_denoised", "0")))
+    d = M.Diffusion(int(meta.get("num_sampling_steps", "100")),
+                    base=int(meta.get("diffusion_steps", "1000")))
+    if meta.get("tokenizer") != "patch4":
+        raise SystemExit(f"{path}: tokenizer {meta.get('tokenizer')}: the goldens decode pixels "
+                         f"with the patch4 tokenizer")
+    return m, d, meta
+
+
+def main_model(path, out_dir, num_iter_long=64):
+    """Goldens of a shipped model file (module docstring)."""
+    path = os.path.abspath(path)
+    model, d, meta = load_shipped(path)
+    S = model.seq_len
+    print(f"{path}: seq {S}, token_dim {model.token_embed_dim}, "
+          f"dim {model.decoder_norm.weight.shape[0]}, buffer {model.buffer_size}, "
+          f"clip_denoised {int(model.clip_denoised)}, K {d.num_timesteps}")
+    os.makedirs(out_dir, exist_ok=True)
+    link = os.path.join(out_dir, "target.safetensors")
+    if os.path.lexists(link):
+        os.remove(link)
+    # relative, so that a golden directory inside the repository works from any checkout
+    os.symlink(os.path.relpath(path, os.path.abspath(out_dir)), link)
+    with open(os.path.join(out_dir, "vspec-model.json"), "w") as f:
+        json.dump({"name": os.path.basename(os.path.dirname(path)) + "-golden",
+                   "target": {"backend": "mar", "weights": "target.safetensors"},
+                   "defaults": {"temperature": 1.0, "cfg_scale": 2.0, "num_iter": 8,
+                                "cfg_schedule": "linear"}}, f, indent=2)
+        f.write("\n")
+    g = torch.Generator().manual_seed(7)
+    cases = [("gen", model, 3, 2.0, "linear", 1.0, 8),
+             ("gen_nocfg", model, 7, 1.0, "linear", 1.0, 8),
+             (f"gen{num_iter_long}", model, 5, 2.0, "linear", 1.0, num_iter_long)]
+    out = goldens(model, d, g, None, cases)
+    st.save(os.path.join(out_dir, "golden.safetensors"), out,
+            {"note": "float64 reference of a shipped MAR, tools/ref/make_mar_golden.py --model",
+             "model": os.path.relpath(path, ROOT), "clip_denoised": str(int(model.clip_denoised)),
+             "num_classes": str(model.num_classes),
+             "num_sampling_steps": str(d.num_timesteps),
+             "diffusion_steps": meta.get("diffusion_steps", "1000")})
+    print("wrote", out_dir)
 
 
 def main():
@@ -196,54 +334,11 @@ def main():
                                 "cfg_schedule": "linear"}}, f, indent=2)
         f.write("\n")
     g = torch.Generator().manual_seed(7)
-    out = {}
-    # the transformer: a partly known grid (6 of 16), and step 0 (nothing known)
-    tokens = torch.randn(1, SEQ, C, generator=g, dtype=torch.float64) * 0.5
-    known = torch.zeros(SEQ, dtype=torch.float64)
-    known[[0, 3, 5, 9, 10, 15]] = 1
-    with torch.no_grad():
-        z = target.condition(tokens, (1 - known)[None], torch.tensor([3]), 2)   # [2, S, D]
-        z0 = target.condition(tokens, torch.ones(1, SEQ, dtype=torch.float64),
-                              torch.tensor([3]), 2)
-    out["cond.tokens"] = tokens[0].numpy().astype(np.float32)
-    out["cond.known"] = known.numpy().astype(np.uint8)
-    out["cond.class"] = np.array([3], np.int32)
-    out["cond.out"] = z.transpose(0, 1).numpy().astype(np.float32)      # [S, rows, D]
-    out["cond0.out"] = z0.transpose(0, 1).numpy().astype(np.float32)
-    # the diffusion head
-    x = torch.randn(5, C, generator=g, dtype=torch.float64)
-    t = torch.tensor([0, 10, 500, 999, 61])
-    cond = torch.randn(5, target.decoder_norm.weight.shape[0], generator=g, dtype=torch.float64)
-    with torch.no_grad():
-        eps_v = target.diffloss.net(x, t, cond)
-    out.update({"head.x": x.numpy().astype(np.float32), "head.t": t.numpy().astype(np.int32),
-                "head.cond": cond.numpy().astype(np.float32),
-                "head.out": eps_v.numpy().astype(np.float32)})
-    # the schedule
-    d = M.Diffusion(100)
-    out["sched.timesteps"] = np.array(d.timesteps, np.int32)
-    for name in ["sqrt_recip_abar", "sqrt_recipm1_abar", "coef1", "coef2", "log_betas"]:
-        out[f"sched.{name}"] = getattr(d, name).astype(np.float32)
-    out["sched.post_log_var"] = d.post_log_var.astype(np.float32)
-    # whole generations with a given order and noises (slot 0: x_{K-1}; slot k: step k's
-    # noise; slot K: the final step's, unused by MAR's own sampler)
     cases = [("gen", target, 3, 2.0, "linear", 0.9, NUM_ITER),
              ("gen_nocfg", target, 5, 1.0, "linear", 1.0, 5),
              ("gen_const", target, 1, 3.0, "constant", 1.0, SEQ),
              ("gen_draft", draft, 4, 2.0, "linear", 1.0, NUM_ITER)]
-    for name, model, label, cfg, sched, temp, iters in cases:
-        order = torch.randperm(SEQ, generator=g)
-        noise = torch.randn(SEQ, d.num_timesteps + 1, C, generator=g).double()
-        noise = noise.float().double()
-        with torch.no_grad():
-            tok = M.sample_tokens(model, d, label, order, noise[:, 0], noise, iters, cfg, sched,
-                                  temp)
-        out[f"{name}.order"] = order.numpy().astype(np.int32)
-        out[f"{name}.noise"] = noise.numpy().astype(np.float32)
-        out[f"{name}.params"] = np.array([label, cfg, temp, iters, sched == "constant"],
-                                         np.float32)
-        out[f"{name}.tokens"] = tok.numpy().astype(np.float32)
-        out[f"{name}.pixels"] = to_pixels(tok)
+    out = goldens(target, M.Diffusion(100), g, [0, 3, 5, 9, 10, 15], cases)
     st.save(os.path.join(OUT, "golden.safetensors"), out,
             {"note": "float64 reference of a micro MAR, tools/ref/make_mar_golden.py"})
     print("wrote", OUT)
@@ -251,5 +346,14 @@ def main():
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--cspd-only"]:
     cspd_models(float(sys.argv[2]) if len(sys.argv) > 2 else LOWVAR_SHIFT)
+elif __name__ == "__main__" and "--model" in sys.argv[1:]:
+    import argparse
+    ap = argparse.ArgumentParser(description="goldens of a shipped MAR (module docstring)")
+    ap.add_argument("--model", required=True, help="a MAR .safetensors (patch4 tokenizer)")
+    ap.add_argument("--out", required=True, help="directory for golden.safetensors etc.")
+    ap.add_argument("--num-iter-long", type=int, default=64,
+                    help="num_iter of the long whole generation (default 64)")
+    a = ap.parse_args()
+    main_model(a.model, a.out, a.num_iter_long)
 elif __name__ == "__main__":
     main()
