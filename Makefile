@@ -130,7 +130,8 @@ CUDA_TARGETS := $(if $(filter 1,$(CUDA_ON)),$(CUDA_MODULE))
 GEN_DIR := $(BUILD)/gen
 PROTO_C := $(GEN_DIR)/proto/vspec.pb-c.c
 PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
-SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium
+# hiredis: the fleet queue on Redis Streams (daemon/fleet_queue.c, DESIGN.md "Fleet mode").
+SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis
 SVC_HEADERS := $(wildcard proto/*.h daemon/*.h clients/*.h) $(PROTO_H)
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
 DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c

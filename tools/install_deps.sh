@@ -1,14 +1,17 @@
 #!/bin/sh
 # Installs every Debian package vspec needs to build, test, run and train.
 # clang, libclang-rt-dev (libFuzzer and the sanitizer runtimes) and llvm (llvm-symbolizer for
-# readable reports) are for make fuzz / the fuzz pass of make test.
+# readable reports) are for make fuzz / the fuzz pass of make test. libhiredis-dev is the
+# fleet queue's Redis client (daemon/fleet_queue.c); redis-server is for the tests, which each
+# start a private instance on a unix socket and never use the system service Debian's package
+# may enable on 127.0.0.1:6379 (stop it if this machine has no other use for it).
 # Idempotent and non-interactive; uses sudo when not run as root.
 set -eu
 
 PKGS="build-essential pkg-config
   libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsodium-dev
   libpng-dev zlib1g-dev libblis-pthread-dev liblapacke-dev liblapack-dev
-  libjansson-dev libinih-dev libcmocka-dev
+  libjansson-dev libinih-dev libcmocka-dev libhiredis-dev redis-server
   clang libclang-rt-dev llvm
   python3 python3-numpy python3-torch dataset-fashion-mnist"
 

@@ -1,0 +1,180 @@
+/*
+ * daemon/fleet_queue.h - the fleet's job queue on Redis Streams, over one synchronous
+ * hiredis connection (issue 13; DESIGN.md, "Fleet mode").
+ *
+ * Fleet mode keeps jobs in Redis so that they outlive the daemon that runs them: a job is an
+ * entry of one stream (fields `job`: the id the client can retry with, `payload`: the packed
+ * request, any bytes), the daemons read it through one consumer group, and each job's events
+ * go to a stream of its own (`<events_prefix><job id>`, field `data`) that expires some time
+ * after its last event. An entry stays pending (XPENDING) from the read until the ack, so a
+ * daemon that dies mid-job leaves it there for another one to claim (XAUTOCLAIM) once it has
+ * been idle long enough; Redis counts the deliveries, which is what bounds a poison job.
+ *
+ * This file is only the queue: commands, their replies and their errors. What a job means,
+ * when to ack it, how often to retry, is the caller's. Nothing here is thread-safe: one
+ * vs_fleet_queue per thread (a blocking read holds the connection for its whole wait).
+ *
+ * Errors. Every function returns 0 (or a count) or a negative status and, then, a message in
+ * err that names the Redis command:
+ *   VSPEC_EBUSY     enqueue: the jobs stream already holds max_len entries;
+ *   VSPEC_EIO       no connection: it could not be made, was lost, or a reply did not come
+ *                   within the timeout. The connection is dropped and the next call connects
+ *                   again (each call tries once, with the connect timeout; retrying with a
+ *                   backoff is the caller's). A command that failed this way may or may not
+ *                   have run: nothing here repeats one;
+ *   VS_FLEET_EREDIS Redis answered with an error (NOGROUP, OOM, WRONGTYPE, WRONGPASS...); the
+ *                   connection stays;
+ *   VSPEC_EFORMAT   a reply of a shape this code does not know (not a Redis that speaks
+ *                   Streams as 7.0 does);
+ *   VSPEC_EINVAL    a bad argument or option; VSPEC_ENOMEM.
+ * A lost connection never raises SIGPIPE in the caller, whatever its signal setup.
+ */
+#ifndef VS_FLEET_QUEUE_H
+#define VS_FLEET_QUEUE_H
+
+#include <stddef.h>
+
+#include "vspec/types.h"
+
+/* Redis answered a command with an error reply (beyond the vspec_status range so that it is
+ * not mistaken for one of those). */
+#define VS_FLEET_EREDIS (-1101)
+
+/* A stream entry id, "<ms>-<seq>": two 64-bit decimals and a dash, with its NUL. */
+#define VS_FLEET_ID_MAX 48
+/* A job id: 1-128 bytes of [A-Za-z0-9._:-] (part of a key name and of log lines). */
+#define VS_FLEET_JOB_ID_MAX 128
+
+typedef struct vs_fleet_opts {
+  /* redis://[[user]:password@]host[:port][/db] (port 6379, db 0),
+   * unix://[[user]:password@]/path/to/sock or /path/to/sock. No percent-decoding; messages
+   * never show the password. */
+  const char *url;
+  const char *stream;        /* the jobs stream (key) */
+  const char *group;         /* the daemons' consumer group */
+  const char *consumer;      /* this daemon in the group (its node name); NULL for a process
+                                that only enqueues, appends or reads events */
+  const char *events_prefix; /* a job's event stream is this prefix and the job id */
+  long long max_len;         /* jobs the stream may hold, waiting and running: enqueue's bound */
+  long long events_max_len;  /* events kept per job (the oldest go first) */
+  long long events_ttl_ms;   /* an event stream expires this long after its last append */
+  size_t max_payload;        /* bytes of one job's payload or one event's data */
+  int connect_timeout_ms;
+  int command_timeout_ms;    /* per reply; a blocking read waits its block time on top */
+} vs_fleet_opts;
+
+/* stream "vspec:jobs", group "vspec", no consumer, events_prefix "vspec:events:", max_len
+ * 1024, events_max_len 1024, events_ttl_ms 1 hour, max_payload 4 MiB (the wire's default
+ * frame limit), timeouts 2 s; url NULL (required). */
+void vs_fleet_opts_defaults(vs_fleet_opts *o);
+
+/* Where a URL points; vs_fleet_addr_parse is what vs_fleet_queue_open uses, exposed so that a
+ * configuration can be checked without connecting. */
+typedef struct vs_fleet_addr {
+  char host[256]; /* "" for a unix socket */
+  int port;
+  char path[108]; /* the unix socket's path ("" for tcp): sun_path's size */
+  char user[64];
+  char password[256];
+  int db;
+} vs_fleet_addr;
+
+int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t errlen);
+
+typedef struct vs_fleet_queue vs_fleet_queue;
+
+/* Checks and copies the options; connects nothing (the first command does, or
+ * vs_fleet_queue_connect), so a daemon can start before Redis does. */
+int vs_fleet_queue_open(const vs_fleet_opts *o, vs_fleet_queue **out, char *err, size_t errlen);
+/* Closes the connection, frees q and sets *q to NULL (NULL or *q NULL: nothing). */
+void vs_fleet_queue_destroy(vs_fleet_queue **q);
+/* Connects now if not connected (and authenticates, selects the db); 0 or VSPEC_EIO. */
+int vs_fleet_queue_connect(vs_fleet_queue *q, char *err, size_t errlen);
+/* 1 while a connection is held (it may still turn out lost at the next command). */
+int vs_fleet_queue_connected(const vs_fleet_queue *q);
+
+/* A job as read or claimed. payload is malloc'd (with a NUL after it, not counted); clear it
+ * with vs_fleet_job_clear. An entry without a valid `job` and `payload` (not written by
+ * vs_fleet_enqueue) comes back with malformed = 1, its entry id, job_id "" and no payload: it
+ * is pending all the same, so the caller acks it (and says so) rather than leave it to be
+ * claimed again and again. */
+typedef struct vs_fleet_job {
+  char entry_id[VS_FLEET_ID_MAX];
+  char job_id[VS_FLEET_JOB_ID_MAX + 1];
+  unsigned char *payload;
+  size_t payload_len;
+  long long deliveries; /* this delivery included (1 the first time); 0: no longer pending
+                           (acked by another consumer in between): do not run it */
+  int malformed;
+} vs_fleet_job;
+
+void vs_fleet_job_clear(vs_fleet_job *j);
+
+/* XGROUP CREATE stream group 0 MKSTREAM: from id 0, so jobs enqueued before the first daemon
+ * came up are delivered too. An existing group (BUSYGROUP) is success. */
+int vs_fleet_ensure_group(vs_fleet_queue *q, char *err, size_t errlen);
+
+/* Adds a job: XLEN, then VSPEC_EBUSY if the stream holds max_len entries, else XADD. The
+ * check and the add are two commands, so gateways that enqueue at the same moment can each
+ * pass it and take the stream a little past max_len (by at most one entry per concurrent
+ * enqueuer); the bound is admission control, not an invariant. The XADD's own MAXLEN is a
+ * backstop at twice the bound, never reached by that race: trimming drops the oldest
+ * entries, pending ones included, so a trim is a lost job. entry_id (VS_FLEET_ID_MAX bytes,
+ * may be NULL) gets the new entry's id. */
+int vs_fleet_enqueue(vs_fleet_queue *q, const char *job_id, const void *payload, size_t len,
+                     char *entry_id, char *err, size_t errlen);
+
+/* The next job never delivered to the group, for this consumer: XREADGROUP COUNT 1, blocking
+ * up to block_ms (<= 0: not at all), then XPENDING for its delivery count. Returns 1 with
+ * *job filled, 0 when none came, or an error (a missing group is VS_FLEET_EREDIS, NOGROUP:
+ * see vs_fleet_ensure_group; a Redis restarted without persistence has none). A connection
+ * lost between the two commands leaves the job pending on this consumer: a claim takes it
+ * once it is idle. */
+int vs_fleet_read(vs_fleet_queue *q, int block_ms, vs_fleet_job *job, char *err,
+                  size_t errlen);
+
+/* Done with a job: XACK and XDEL in one MULTI/EXEC, so that the stream's length counts only
+ * jobs waiting or running (enqueue's bound) and an acked job is never delivered again.
+ * Returns 1, or 0 when the entry was no longer pending. XACK does not check who holds the
+ * entry: a daemon whose job was claimed away still acks it (fleet mode decides what that
+ * means, DESIGN.md). */
+int vs_fleet_ack(vs_fleet_queue *q, const char *entry_id, char *err, size_t errlen);
+
+/* Takes over up to max jobs pending for at least min_idle_ms on any consumer (their daemon is
+ * presumed dead): XAUTOCLAIM COUNT max, then XPENDING for each one's delivery count (which
+ * the claim raised). One XAUTOCLAIM per call, resuming where the previous call's scan
+ * stopped, so calling it periodically sweeps the whole pending list. Entries deleted while
+ * pending are dropped by Redis itself. Returns the number of jobs filled in jobs[]. */
+int vs_fleet_claim(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_job *jobs, int max,
+                   char *err, size_t errlen);
+
+/* One event of a job's event stream; data is malloc'd (NUL after it, not counted), NULL for an
+ * entry without a `data` field (not written by vs_fleet_event_append). */
+typedef struct vs_fleet_event {
+  char id[VS_FLEET_ID_MAX];
+  unsigned char *data;
+  size_t len;
+} vs_fleet_event;
+
+void vs_fleet_event_clear(vs_fleet_event *e);
+
+/* Appends to the job's event stream, keeping its last events_max_len, and (re)sets its
+ * expiry to events_ttl_ms: XADD and PEXPIRE in one MULTI/EXEC, so that no stream is ever left
+ * without an expiry by a connection lost between the two. event_id (may be NULL) gets the
+ * new event's id. */
+int vs_fleet_event_append(vs_fleet_queue *q, const char *job_id, const void *data, size_t len,
+                          char *event_id, char *err, size_t errlen);
+
+/* Up to max events of the job after after_id ("0" or "0-0": from the first; "$": only those
+ * appended from now on; an event's id: the ones after it), waiting up to block_ms (<= 0: not
+ * at all) when there are none yet: XREAD. Returns the number filled in ev[] (0 when none
+ * came; a job without an event stream, or one expired, is 0 as well). */
+int vs_fleet_events_read(vs_fleet_queue *q, const char *job_id, const char *after_id,
+                         int block_ms, vs_fleet_event *ev, int max, char *err, size_t errlen);
+
+/* Queue depth: the stream's length (jobs waiting and running, XLEN) and the group's pending
+ * count (delivered, not acked: running or abandoned; XPENDING). Either pointer may be NULL. */
+int vs_fleet_depth(vs_fleet_queue *q, long long *length, long long *pending, char *err,
+                   size_t errlen);
+
+#endif /* VS_FLEET_QUEUE_H */

@@ -1,0 +1,582 @@
+/*
+ * The fleet queue on Redis Streams (daemon/fleet_queue.c) against a real redis-server: each
+ * test starts its own on a unix socket in a fresh temporary directory (no port, no shared
+ * instance, nothing saved) and stops it in its teardown, also when the test fails; the
+ * server dies with the test process even when that one is SIGKILLed (PR_SET_PDEATHSIG).
+ * Without redis-server (make deps installs it; $VSPEC_REDIS_SERVER may name another) those
+ * tests are skipped; the address parser's test runs anyway. Every wait is bounded; the whole
+ * file takes about a second and a half.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/fleet_queue.h"
+#include "tests/support/daemon_harness.h"
+
+typedef struct redis_fx {
+  char server[512]; /* the redis-server binary */
+  char dir[64];
+  char sock[128];
+  char log[128];
+  pid_t pid;
+} redis_fx;
+
+/* $VSPEC_REDIS_SERVER names the binary when set (one that is not there: skipped); else PATH. */
+static int find_redis_server(char *out, size_t cap) {
+  const char *env = getenv("VSPEC_REDIS_SERVER");
+  if (env) {
+    snprintf(out, cap, "%s", env);
+    return *env && access(out, X_OK) == 0;
+  }
+  const char *path = getenv("PATH");
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s:/usr/bin:/usr/sbin", path ? path : "");
+  for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    snprintf(out, cap, "%s/redis-server", *d ? d : ".");
+    if (access(out, X_OK) == 0) return 1;
+  }
+  return 0;
+}
+
+static void dump_log(const redis_fx *f) {
+  FILE *in = fopen(f->log, "r");
+  if (!in) return;
+  char line[512];
+  while (fgets(line, sizeof line, in)) print_message("redis: %s", line);
+  fclose(in);
+}
+
+/* Waits (bounded) until the socket accepts connections: the file alone says nothing, a
+ * killed server leaves its socket file behind. */
+static void redis_wait_ready(redis_fx *f) {
+  double end = vs_harness_now() + 5.0;
+  for (;;) {
+    int status;
+    if (waitpid(f->pid, &status, WNOHANG) == f->pid) {
+      f->pid = 0;
+      dump_log(f);
+      fail_msg("redis-server exited at start (status %d)", status);
+    }
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(s >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", f->sock);
+    int ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
+    close(s);
+    if (ok) return;
+    if (vs_harness_now() > end) {
+      kill(f->pid, SIGKILL);
+      waitpid(f->pid, NULL, 0);
+      f->pid = 0;
+      dump_log(f);
+      fail_msg("redis-server did not listen on %s within 5 s", f->sock);
+    }
+    vs_harness_sleep_ms(5);
+  }
+}
+
+static void redis_start(redis_fx *f) {
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    /* Dies with the test, however the test dies (the check after it closes the race with a
+     * parent that was already gone). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int fd = open(f->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execl(f->server, f->server, "--port", "0", "--unixsocket", f->sock, "--unixsocketperm",
+          "700", "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", f->dir,
+          (char *)NULL);
+    _exit(127);
+  }
+  f->pid = pid;
+  redis_wait_ready(f);
+}
+
+/* SIGKILL: what a crash looks like to the client. */
+static void redis_kill(redis_fx *f) {
+  if (f->pid <= 0) return;
+  kill(f->pid, SIGKILL);
+  assert_int_equal(vs_wait_pid(f->pid, 3000), 128 + SIGKILL);
+  f->pid = 0;
+}
+
+static void redis_stop(redis_fx *f) {
+  if (f->pid <= 0) return;
+  kill(f->pid, SIGCONT); /* a test may have left it stopped */
+  kill(f->pid, SIGTERM);
+  if (vs_wait_pid(f->pid, 2000) < 0) { /* vs_wait_pid SIGKILLs and reaps it after that */
+    print_message("redis-server %d did not stop on SIGTERM\n", (int)f->pid);
+  }
+  f->pid = 0;
+}
+
+static int setup(void **state) {
+  redis_fx *f = calloc(1, sizeof *f);
+  if (!f) return -1;
+  if (!find_redis_server(f->server, sizeof f->server)) {
+    free(f);
+    *state = NULL;
+    return 0;
+  }
+  snprintf(f->dir, sizeof f->dir, "/tmp/vspec-redis-XXXXXX");
+  if (!mkdtemp(f->dir)) {
+    free(f);
+    return -1;
+  }
+  snprintf(f->sock, sizeof f->sock, "%s/redis.sock", f->dir);
+  snprintf(f->log, sizeof f->log, "%s/redis.log", f->dir);
+  *state = f;
+  redis_start(f);
+  return 0;
+}
+
+static int teardown(void **state) {
+  redis_fx *f = *state;
+  if (!f) return 0;
+  redis_stop(f);
+  DIR *d = opendir(f->dir);
+  if (d) {
+    struct dirent *e;
+    char p[400];
+    while ((e = readdir(d)))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+        snprintf(p, sizeof p, "%s/%s", f->dir, e->d_name);
+        unlink(p);
+      }
+    closedir(d);
+  }
+  rmdir(f->dir);
+  free(f);
+  *state = NULL;
+  return 0;
+}
+
+#define NEED_REDIS(state)                                  \
+  do {                                                     \
+    if (!*(state)) {                                       \
+      print_message("skipped: redis-server not found\n"); \
+      skip();                                              \
+    }                                                      \
+  } while (0)
+
+static vs_fleet_queue *open_queue(const redis_fx *f, const char *consumer, long long max_len) {
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  o.url = f->sock;
+  o.consumer = consumer;
+  o.max_len = max_len;
+  o.connect_timeout_ms = 500;
+  o.command_timeout_ms = 500;
+  vs_fleet_queue *q = NULL;
+  char err[VSPEC_ERRLEN] = "";
+  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("open: %s", err);
+  return q;
+}
+
+static redisReply *raw(const redis_fx *f, const char *fmt, const char *a, const char *b) {
+  redisContext *c = redisConnectUnix(f->sock);
+  assert_non_null(c);
+  if (c->err) fail_msg("raw connect: %s", c->errstr);
+  redisReply *r = redisCommand(c, fmt, a, b);
+  assert_non_null(r);
+  redisFree(c);
+  return r;
+}
+
+#define OK(call)                                     \
+  do {                                               \
+    int rc_ = (call);                                \
+    if (rc_ < 0) fail_msg("%s: %d %s", #call, rc_, err); \
+  } while (0)
+
+static void test_addr_parse(void **state) {
+  (void)state;
+  vs_fleet_addr a;
+  char err[VSPEC_ERRLEN];
+  assert_int_equal(vs_fleet_addr_parse("redis://127.0.0.1", &a, err, sizeof err), 0);
+  assert_string_equal(a.host, "127.0.0.1");
+  assert_int_equal(a.port, 6379);
+  assert_int_equal(a.db, 0);
+  assert_int_equal(vs_fleet_addr_parse("redis://u:p@w@redis.local:7000/3", &a, err, sizeof err), 0);
+  assert_string_equal(a.user, "u");
+  assert_string_equal(a.password, "p@w");
+  assert_string_equal(a.host, "redis.local");
+  assert_int_equal(a.port, 7000);
+  assert_int_equal(a.db, 3);
+  assert_int_equal(vs_fleet_addr_parse("redis://:s3cret@[::1]:6380/", &a, err, sizeof err), 0);
+  assert_string_equal(a.host, "::1");
+  assert_string_equal(a.user, "");
+  assert_string_equal(a.password, "s3cret");
+  assert_int_equal(a.port, 6380);
+  assert_int_equal(vs_fleet_addr_parse("unix:///run/redis.sock", &a, err, sizeof err), 0);
+  assert_string_equal(a.path, "/run/redis.sock");
+  assert_int_equal(vs_fleet_addr_parse("/tmp/r.sock", &a, err, sizeof err), 0);
+  assert_string_equal(a.path, "/tmp/r.sock");
+  assert_int_equal(vs_fleet_addr_parse("unix://app:p/w@/run/r.sock", &a, err, sizeof err), 0);
+  assert_string_equal(a.user, "app");
+  assert_string_equal(a.password, "p/w");
+  assert_string_equal(a.path, "/run/r.sock");
+  const char *bad[] = {"", "redis://", "redis://:6379", "redis://h:0", "redis://h:99999",
+                       "redis://h:12x", "redis://h/db", "http://h", "unix://rel/path",
+                       "redis://nocolon@h", "redis://[::1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    err[0] = '\0';
+    if (vs_fleet_addr_parse(bad[i], &a, err, sizeof err) >= 0) fail_msg("accepted '%s'", bad[i]);
+    assert_true(err[0]);
+  }
+  assert_int_equal(vs_fleet_addr_parse("rediss://h", &a, err, sizeof err), VSPEC_ENOTSUP);
+  /* a password never shows in a message */
+  assert_int_not_equal(vs_fleet_addr_parse("redis://u:hunter2@h:0", &a, err, sizeof err), 0);
+  assert_null(strstr(err, "hunter2"));
+  /* open checks the names too */
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  vs_fleet_queue *q = NULL;
+  o.url = "/tmp/x.sock";
+  o.stream = "jobs stream";
+  assert_int_equal(vs_fleet_queue_open(&o, &q, err, sizeof err), VSPEC_EINVAL);
+  assert_null(q);
+  assert_non_null(strstr(err, "fleet stream"));
+  o.stream = "vspec:jobs";
+  o.consumer = "node/1";
+  assert_int_equal(vs_fleet_queue_open(&o, &q, err, sizeof err), VSPEC_EINVAL);
+  o.consumer = NULL;
+  o.max_len = 0;
+  assert_int_equal(vs_fleet_queue_open(&o, &q, err, sizeof err), VSPEC_EINVAL);
+  vs_fleet_queue_destroy(&q); /* NULL: nothing */
+}
+
+static void test_roundtrip(void **state) {
+  NEED_REDIS(state);
+  redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "", id[VS_FLEET_ID_MAX];
+  vs_fleet_queue *q = open_queue(f, "node-a", 8);
+  vs_fleet_job j;
+
+  /* no group yet: Redis's error, naming the command */
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), VS_FLEET_EREDIS);
+  assert_non_null(strstr(err, "XREADGROUP"));
+  assert_non_null(strstr(err, "NOGROUP"));
+  assert_true(vs_fleet_queue_connected(q)); /* an error reply keeps the connection */
+  OK(vs_fleet_ensure_group(q, err, sizeof err));
+  OK(vs_fleet_ensure_group(q, err, sizeof err)); /* BUSYGROUP is fine */
+
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), 0);
+  double t0 = vs_harness_now();
+  assert_int_equal(vs_fleet_read(q, 60, &j, err, sizeof err), 0);
+  assert_true(vs_harness_now() - t0 >= 0.05);
+
+  unsigned char payload[300];
+  /* NUL bytes at 0 and 256 */
+  for (size_t i = 0; i < sizeof payload; i++) payload[i] = (unsigned char)(i * 7);
+  OK(vs_fleet_enqueue(q, "job-1", payload, sizeof payload, id, err, sizeof err));
+  assert_true(id[0] >= '0' && id[0] <= '9' && strchr(id, '-'));
+  long long len = -1, pend = -1;
+  OK(vs_fleet_depth(q, &len, &pend, err, sizeof err));
+  assert_int_equal(len, 1);
+  assert_int_equal(pend, 0);
+
+  assert_int_equal(vs_fleet_read(q, 100, &j, err, sizeof err), 1);
+  assert_string_equal(j.entry_id, id);
+  assert_string_equal(j.job_id, "job-1");
+  assert_int_equal(j.payload_len, sizeof payload);
+  assert_memory_equal(j.payload, payload, sizeof payload);
+  assert_int_equal(j.payload[j.payload_len], 0);
+  assert_int_equal(j.deliveries, 1);
+  assert_int_equal(j.malformed, 0);
+  OK(vs_fleet_depth(q, &len, &pend, err, sizeof err));
+  assert_int_equal(len, 1);
+  assert_int_equal(pend, 1);
+  assert_int_equal(vs_fleet_ack(q, j.entry_id, err, sizeof err), 1);
+  assert_int_equal(vs_fleet_ack(q, j.entry_id, err, sizeof err), 0); /* not pending any more */
+  OK(vs_fleet_depth(q, &len, &pend, err, sizeof err));
+  assert_int_equal(len, 0); /* acked jobs leave the stream */
+  assert_int_equal(pend, 0);
+  vs_fleet_job_clear(&j);
+
+  /* an empty payload is a payload */
+  OK(vs_fleet_enqueue(q, "job-2", NULL, 0, NULL, err, sizeof err));
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), 1);
+  assert_string_equal(j.job_id, "job-2");
+  assert_int_equal(j.payload_len, 0);
+  assert_non_null(j.payload);
+  assert_int_equal(vs_fleet_ack(q, j.entry_id, err, sizeof err), 1);
+  vs_fleet_job_clear(&j);
+
+  /* an entry someone else wrote: delivered, flagged, acked like any other */
+  freeReplyObject(raw(f, "XADD vspec:jobs * %s %s", "junk", "x"));
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), 1);
+  assert_int_equal(j.malformed, 1);
+  assert_string_equal(j.job_id, "");
+  assert_null(j.payload);
+  assert_int_equal(j.deliveries, 1);
+  assert_int_equal(vs_fleet_ack(q, j.entry_id, err, sizeof err), 1);
+  vs_fleet_job_clear(&j);
+
+  /* arguments checked before anything is sent */
+  assert_int_equal(vs_fleet_enqueue(q, "job 3", "x", 1, NULL, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "job id"));
+  assert_int_equal(vs_fleet_ack(q, "12-x", err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(vs_fleet_ack(q, "", err, sizeof err), VSPEC_EINVAL);
+  vs_fleet_queue_destroy(&q);
+  assert_null(q);
+}
+
+static void test_busy(void **state) {
+  NEED_REDIS(state);
+  redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "", jid[16];
+  vs_fleet_queue *q = open_queue(f, "node-a", 3);
+  OK(vs_fleet_ensure_group(q, err, sizeof err));
+  for (int i = 0; i < 3; i++) {
+    snprintf(jid, sizeof jid, "job-%d", i);
+    OK(vs_fleet_enqueue(q, jid, "p", 1, NULL, err, sizeof err));
+  }
+  assert_int_equal(vs_fleet_enqueue(q, "job-3", "p", 1, NULL, err, sizeof err), VSPEC_EBUSY);
+  assert_non_null(strstr(err, "busy"));
+  long long len = -1;
+  OK(vs_fleet_depth(q, &len, NULL, err, sizeof err));
+  assert_int_equal(len, 3);
+  /* a running job still counts; a finished one makes room */
+  vs_fleet_job j;
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), 1);
+  assert_int_equal(vs_fleet_enqueue(q, "job-3", "p", 1, NULL, err, sizeof err), VSPEC_EBUSY);
+  assert_int_equal(vs_fleet_ack(q, j.entry_id, err, sizeof err), 1);
+  vs_fleet_job_clear(&j);
+  OK(vs_fleet_enqueue(q, "job-3", "p", 1, NULL, err, sizeof err));
+  assert_int_equal(vs_fleet_enqueue(q, "job-4", "p", 1, NULL, err, sizeof err), VSPEC_EBUSY);
+  vs_fleet_queue_destroy(&q);
+}
+
+static void test_claim(void **state) {
+  NEED_REDIS(state);
+  redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "", id[VS_FLEET_ID_MAX];
+  vs_fleet_queue *a = open_queue(f, "node-a", 8), *b = open_queue(f, "node-b", 8);
+  OK(vs_fleet_ensure_group(a, err, sizeof err));
+  OK(vs_fleet_ensure_group(b, err, sizeof err));
+  const char payload[] = "req\0uest";
+  OK(vs_fleet_enqueue(a, "job-x", payload, sizeof payload, id, err, sizeof err));
+  vs_fleet_job j, got[4];
+  assert_int_equal(vs_fleet_read(a, 0, &j, err, sizeof err), 1);
+  assert_int_equal(j.deliveries, 1);
+  vs_fleet_job_clear(&j);
+  vs_fleet_queue_destroy(&a); /* node-a dies holding the job, never acks */
+
+  /* b never reads it as new: it is another consumer's, and not idle long enough yet */
+  assert_int_equal(vs_fleet_read(b, 0, &j, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_claim(b, 200, got, 4, err, sizeof err), 0);
+  vs_harness_sleep_ms(230);
+  int n = vs_fleet_claim(b, 200, got, 4, err, sizeof err);
+  if (n < 0) fail_msg("claim: %s", err);
+  assert_int_equal(n, 1);
+  assert_string_equal(got[0].entry_id, id);
+  assert_string_equal(got[0].job_id, "job-x");
+  assert_int_equal(got[0].payload_len, sizeof payload);
+  assert_memory_equal(got[0].payload, payload, sizeof payload);
+  assert_int_equal(got[0].deliveries, 2);
+  /* claimed: idle again from now */
+  assert_int_equal(vs_fleet_claim(b, 200, got + 1, 3, err, sizeof err), 0);
+  long long len = -1, pend = -1;
+  OK(vs_fleet_depth(b, &len, &pend, err, sizeof err));
+  assert_int_equal(len, 1);
+  assert_int_equal(pend, 1);
+  assert_int_equal(vs_fleet_ack(b, got[0].entry_id, err, sizeof err), 1);
+  vs_fleet_job_clear(&got[0]);
+  OK(vs_fleet_depth(b, &len, &pend, err, sizeof err));
+  assert_int_equal(len, 0);
+  assert_int_equal(pend, 0);
+  assert_int_equal(vs_fleet_claim(b, 0, got, 4, err, sizeof err), 0);
+  /* a queue without a consumer cannot read or claim */
+  vs_fleet_queue *g = open_queue(f, NULL, 8);
+  assert_int_equal(vs_fleet_read(g, 0, &j, err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(vs_fleet_claim(g, 0, got, 4, err, sizeof err), VSPEC_EINVAL);
+  vs_fleet_queue_destroy(&g);
+  vs_fleet_queue_destroy(&b);
+}
+
+static void test_events(void **state) {
+  NEED_REDIS(state);
+  redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "";
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  o.url = f->sock;
+  o.events_max_len = 4;
+  o.events_ttl_ms = 60000;
+  vs_fleet_queue *q = NULL;
+  OK(vs_fleet_queue_open(&o, &q, err, sizeof err));
+
+  char ids[6][VS_FLEET_ID_MAX];
+  unsigned char data[6][5];
+  for (int i = 0; i < 6; i++) {
+    unsigned char d[5] = {'e', 0, (unsigned char)i, 0xff, 0};
+    memcpy(data[i], d, sizeof d);
+  }
+  for (int i = 0; i < 3; i++)
+    OK(vs_fleet_event_append(q, "job-e", data[i], 5, ids[i], err, sizeof err));
+  vs_fleet_event ev[8];
+  int n = vs_fleet_events_read(q, "job-e", "0", 0, ev, 8, err, sizeof err);
+  if (n < 0) fail_msg("read: %s", err);
+  assert_int_equal(n, 3);
+  for (int i = 0; i < 3; i++) {
+    assert_string_equal(ev[i].id, ids[i]);
+    assert_int_equal(ev[i].len, 5);
+    assert_memory_equal(ev[i].data, data[i], 5);
+    vs_fleet_event_clear(&ev[i]);
+  }
+  /* resume after an id */
+  assert_int_equal(vs_fleet_events_read(q, "job-e", ids[1], 0, ev, 8, err, sizeof err), 1);
+  assert_string_equal(ev[0].id, ids[2]);
+  vs_fleet_event_clear(&ev[0]);
+  /* nothing after the last one: waits block_ms, then 0 */
+  double t0 = vs_harness_now();
+  assert_int_equal(vs_fleet_events_read(q, "job-e", ids[2], 80, ev, 8, err, sizeof err), 0);
+  assert_true(vs_harness_now() - t0 >= 0.07);
+  /* the stream expires: PTTL set, within the TTL */
+  redisReply *r = raw(f, "PTTL %s%s", "vspec:events:", "job-e");
+  assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+  assert_true(r->integer > 0 && r->integer <= 60000);
+  freeReplyObject(r);
+  /* bounded: the oldest go first */
+  for (int i = 3; i < 6; i++)
+    OK(vs_fleet_event_append(q, "job-e", data[i], 5, ids[i], err, sizeof err));
+  assert_int_equal(vs_fleet_events_read(q, "job-e", "0-0", 0, ev, 8, err, sizeof err), 4);
+  assert_string_equal(ev[0].id, ids[2]);
+  assert_string_equal(ev[3].id, ids[5]);
+  for (int i = 0; i < 4; i++) vs_fleet_event_clear(&ev[i]);
+  /* max bounds what one call returns */
+  assert_int_equal(vs_fleet_events_read(q, "job-e", "0", 0, ev, 2, err, sizeof err), 2);
+  vs_fleet_event_clear(&ev[0]);
+  vs_fleet_event_clear(&ev[1]);
+  /* a job without events; bad ids */
+  assert_int_equal(vs_fleet_events_read(q, "job-none", "0", 0, ev, 8, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_events_read(q, "job-e", "abc", 0, ev, 8, err, sizeof err),
+                   VSPEC_EINVAL);
+  assert_int_equal(vs_fleet_event_append(q, "", "x", 1, NULL, err, sizeof err), VSPEC_EINVAL);
+  vs_fleet_queue_destroy(&q);
+}
+
+static void test_redis_restart(void **state) {
+  NEED_REDIS(state);
+  redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "";
+  vs_fleet_queue *q = open_queue(f, "node-a", 8);
+  OK(vs_fleet_ensure_group(q, err, sizeof err));
+  OK(vs_fleet_enqueue(q, "job-1", "p", 1, NULL, err, sizeof err));
+
+  /* a Redis that hangs: the command timeout, not a hang (the connection is dropped) */
+  kill(f->pid, SIGSTOP);
+  double t0 = vs_harness_now();
+  assert_int_equal(vs_fleet_depth(q, NULL, NULL, err, sizeof err), VSPEC_EIO);
+  assert_true(vs_harness_now() - t0 < 2.0);
+  assert_non_null(strstr(err, "XLEN/XPENDING"));
+  assert_non_null(strstr(err, "within 500 ms"));
+  assert_false(vs_fleet_queue_connected(q));
+  kill(f->pid, SIGCONT);
+  long long len = -1;
+  OK(vs_fleet_depth(q, &len, NULL, err, sizeof err)); /* connects again by itself */
+  assert_int_equal(len, 1);
+
+  /* a Redis that dies: an error naming the command (and no SIGPIPE: this process does not
+   * ignore it) */
+  redis_kill(f);
+  err[0] = '\0';
+  assert_int_equal(vs_fleet_enqueue(q, "job-2", "p", 1, NULL, err, sizeof err), VSPEC_EIO);
+  print_message("after the kill: %s\n", err);
+  assert_non_null(strstr(err, "XLEN"));
+  assert_non_null(strstr(err, "lost"));
+  assert_false(vs_fleet_queue_connected(q));
+  vs_fleet_job j;
+  assert_int_equal(vs_fleet_read(q, 100, &j, err, sizeof err), VSPEC_EIO);
+  print_message("while down: %s\n", err);
+  assert_non_null(strstr(err, "XREADGROUP: cannot connect"));
+  assert_int_equal(vs_fleet_ack(q, "1-1", err, sizeof err), VSPEC_EIO);
+
+  /* back (empty: this one keeps nothing): the same queue connects again */
+  redis_start(f);
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), VS_FLEET_EREDIS); /* NOGROUP */
+  OK(vs_fleet_ensure_group(q, err, sizeof err));
+  OK(vs_fleet_enqueue(q, "job-3", "again", 5, NULL, err, sizeof err));
+  assert_int_equal(vs_fleet_read(q, 100, &j, err, sizeof err), 1);
+  assert_string_equal(j.job_id, "job-3");
+  assert_int_equal(vs_fleet_ack(q, j.entry_id, err, sizeof err), 1);
+  vs_fleet_job_clear(&j);
+  vs_fleet_queue_destroy(&q);
+}
+
+static vs_fleet_queue *open_url(const char *url) {
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  o.url = url;
+  o.connect_timeout_ms = 500;
+  o.command_timeout_ms = 500;
+  vs_fleet_queue *q = NULL;
+  char err[VSPEC_ERRLEN] = "";
+  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("open: %s", err);
+  return q;
+}
+
+/* A Redis with a password: the right one works, a wrong or missing one is Redis's error,
+ * and no message shows the password. */
+static void test_auth(void **state) {
+  NEED_REDIS(state);
+  redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "", url[300];
+  freeReplyObject(raw(f, "CONFIG SET %s %s", "requirepass", "s3cret"));
+  snprintf(url, sizeof url, "unix://:s3cret@%s", f->sock);
+  vs_fleet_queue *q = open_url(url);
+  OK(vs_fleet_ensure_group(q, err, sizeof err));
+  vs_fleet_queue_destroy(&q);
+
+  snprintf(url, sizeof url, "unix://default:wr0ng@%s", f->sock);
+  q = open_url(url);
+  assert_int_equal(vs_fleet_ensure_group(q, err, sizeof err), VS_FLEET_EREDIS);
+  print_message("wrong password: %s\n", err);
+  assert_non_null(strstr(err, "XGROUP CREATE: AUTH"));
+  assert_null(strstr(err, "wr0ng"));
+  assert_false(vs_fleet_queue_connected(q)); /* an unauthenticated connection is not kept */
+  vs_fleet_queue_destroy(&q);
+
+  q = open_url(f->sock);
+  assert_int_equal(vs_fleet_ensure_group(q, err, sizeof err), VS_FLEET_EREDIS);
+  assert_non_null(strstr(err, "NOAUTH"));
+  vs_fleet_queue_destroy(&q);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_addr_parse),
+      cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_events, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_restart, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_auth, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
