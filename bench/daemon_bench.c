@@ -87,17 +87,6 @@ static Vspec__Submit make_submit(uint64_t seed, int cls, const char *method, int
   return s;
 }
 
-static void grant(vs_conn *c, uint64_t job) {
-  Vspec__Request r = VSPEC__REQUEST__INIT;
-  Vspec__Credit cc = VSPEC__CREDIT__INIT;
-  cc.job_id = job;
-  cc.grant = 1;
-  r.body_case = VSPEC__REQUEST__BODY_CREDIT;
-  r.credit = &cc;
-  char err[256];
-  vs_conn_send(c, &r, NULL, 0, err, sizeof err);
-}
-
 /* Runs jobs with `inflight` in flight until `total` are done; fills res[] in completion order.
  * Returns the wall time, or < 0 on failure. */
 static double run_jobs(vs_conn *c, int total, int inflight, uint64_t seed0, int cls,
@@ -137,7 +126,7 @@ static double run_jobs(vs_conn *c, int total, int inflight, uint64_t seed0, int 
       switch (ev->body_case) {
         case VSPEC__EVENT__BODY_ACCEPTED: s[k].job = ev->job_id; break;
         case VSPEC__EVENT__BODY_PROGRESS:
-        case VSPEC__EVENT__BODY_PREVIEW: grant(c, s[k].job); break;
+        case VSPEC__EVENT__BODY_PREVIEW: vs_bench_daemon_grant(c, s[k].job); break;
         case VSPEC__EVENT__BODY_RESULT: {
           vs__jobres *r = &res[done++];
           r->latency = now_s() - s[k].t0;

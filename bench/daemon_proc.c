@@ -110,3 +110,14 @@ int vs_bench_daemon_cleanup(vs_bench_daemon *d) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->tmp);
   return system(cmd) ? -1 : 0;
 }
+
+void vs_bench_daemon_grant(vs_conn *c, uint64_t job) {
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Credit cc = VSPEC__CREDIT__INIT;
+  cc.job_id = job;
+  cc.grant = 1;
+  r.body_case = VSPEC__REQUEST__BODY_CREDIT;
+  r.credit = &cc;
+  char err[256];
+  vs_conn_send(c, &r, NULL, 0, err, sizeof err);
+}

@@ -8,6 +8,7 @@
 #define VS_BENCH_DAEMON_PROC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct vs_bench_daemon {
@@ -29,6 +30,10 @@ int vs_bench_daemon_start(vs_bench_daemon *d, const char *const *args, const cha
 int vs_bench_daemon_stop(vs_bench_daemon *d, int timeout_ms);
 /* The last `lines` lines of the daemon's log to stderr. */
 void vs_bench_daemon_dump_log(const vs_bench_daemon *d, int lines);
+struct vs_conn;
+/* Grants one more preview credit to a job on connection c (a Credit request; a failed send
+ * is ignored: the job still ends with its result). */
+void vs_bench_daemon_grant(struct vs_conn *c, uint64_t job);
 /* Stops the daemon if it runs and removes the temporary directory. Returns 0 or -1. */
 int vs_bench_daemon_cleanup(vs_bench_daemon *d);
 

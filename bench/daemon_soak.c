@@ -85,17 +85,6 @@ static void note_failure(soak *s, const char *fmt, const char *a, const char *b)
   fputc('\n', stderr);
 }
 
-static void grant(vs_conn *c, uint64_t job) {
-  Vspec__Request r = VSPEC__REQUEST__INIT;
-  Vspec__Credit cc = VSPEC__CREDIT__INIT;
-  cc.job_id = job;
-  cc.grant = 1;
-  r.body_case = VSPEC__REQUEST__BODY_CREDIT;
-  r.credit = &cc;
-  char err[256];
-  vs_conn_send(c, &r, NULL, 0, err, sizeof err);
-}
-
 /* Job i's shape: speculative or AR, whether its client vanishes (and when), whether it is a
  * preview job that never grants credit. */
 typedef struct job_shape {
@@ -158,7 +147,7 @@ static int run_job(soak *s, vs_conn *c, int i, double *latency) {
         case VSPEC__EVENT__BODY_PREVIEW:
           if (js.vanish) outcome = JOB_VANISHED;
           else if (js.unpaid_preview) atomic_fetch_add(&s->preview_events_unpaid, 1);
-          else grant(c, job);
+          else vs_bench_daemon_grant(c, job);
           break;
         case VSPEC__EVENT__BODY_RESULT:
           *latency = vs_bench_now() - t0;

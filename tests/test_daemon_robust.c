@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/strict_utf8.h"
 #include "tests/support/daemon_harness.h"
 
 static vs_fixture fx;
@@ -471,35 +472,9 @@ static void test_out_of_range_fields(void **state) {
 
 /* ---- strings on the wire (docs/RELIABILITY.md, "Strings on the wire") -------------------- */
 
-/* Offset of the first byte of s that strict UTF-8 (RFC 3629: no overlong forms, no
- * surrogates, nothing past U+10FFFF) refuses, or that is a control character (C0, DEL, C1),
- * which the daemon escapes; -1 when there is none. Written here, not taken from core/text.c,
- * so that the daemon is not judged by its own code. */
-static long strict_utf8_bad_at(const char *str) {
-  const unsigned char *s = (const unsigned char *)str;
-  for (size_t i = 0; s[i];) {
-    unsigned c = s[i];
-    size_t more;
-    uint32_t cp, min;
-    if (c < 0x80) {
-      if (c < 0x20 || c == 0x7f) return (long)i;
-      i++;
-      continue;
-    }
-    if (c >= 0xc2 && c <= 0xdf) more = 1, cp = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) more = 2, cp = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) more = 3, cp = c & 0x07, min = 0x10000;
-    else return (long)i;
-    for (size_t k = 1; k <= more; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return (long)i; /* the terminating NUL stops it too */
-      cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    if (cp < min || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff || cp <= 0x9f)
-      return (long)i;
-    i += more + 1;
-  }
-  return -1;
-}
+/* Offset of the first byte of a NUL-terminated string that strict UTF-8 refuses, or that is
+ * a control character (C0, DEL, C1), which the daemon escapes; -1 when there is none. */
+static long strict_utf8_bad_at(const char *str) { return vt_utf8_bad_at(str, strlen(str), 0); }
 
 /* Every string field of m and of the messages in it passes strict_utf8_bad_at. */
 static void assert_strings_clean(const ProtobufCMessage *m, const char *what) {
