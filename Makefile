@@ -134,7 +134,7 @@ PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
 SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis
 SVC_HEADERS := $(wildcard proto/*.h daemon/*.h clients/*.h) $(PROTO_H)
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
-DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c
+DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c daemon/gateway_main.c
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c)))
 CLIENT_MAINS := clients/vspec.c
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(CLIENT_MAINS),$(wildcard clients/*.c)))
@@ -142,10 +142,11 @@ SVC_LIB := $(BUILD)/libvspecsvc.a
 VSPECD := $(BUILD)/vspecd
 VSPEC_CLI := $(BUILD)/vspec
 BROKER := $(BUILD)/vspec-broker
+GATEWAY := $(BUILD)/vspec-gateway
 DAEMON_BENCH := $(BUILD)/vspecd-bench
 DAEMON_SOAK := $(BUILD)/vspecd-soak
 DAEMON_PROC_OBJ := $(BUILD)/obj/bench/daemon_proc.o
-SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(DAEMON_BENCH) $(DAEMON_SOAK)
+SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(GATEWAY) $(DAEMON_BENCH) $(DAEMON_SOAK)
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -212,6 +213,8 @@ $(SVC_LIB): $(DAEMON_OBJ) $(CLIENT_OBJ) $(WIRE_OBJ)
 $(VSPECD): $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(BROKER): $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(GATEWAY): $(BUILD)/obj/daemon/gateway_main.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(VSPEC_CLI): $(BUILD)/obj/clients/vspec.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)

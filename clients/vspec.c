@@ -476,6 +476,11 @@ static int cmd_generate(int argc, char **argv) {
           vs__json_str(stdout, a->node);
           printf("}\n");
           fflush(stdout);
+        } else if (!quiet && !a->model) {
+          /* fleet mode: a gateway put the job in the queue; a daemon's Accepted follows */
+          vs_progress_line_note(&pl, "job %llu queued by %s (%u job(s) waiting before it)",
+                                (unsigned long long)job, a->node ? a->node : "?",
+                                a->queue_position);
         } else if (!quiet) {
           vs_progress_line_note(&pl, "job %llu accepted by %s: model %s, method %s, %u tokens%s",
                                 (unsigned long long)job, a->node ? a->node : "?",
@@ -591,6 +596,22 @@ static int cmd_generate(int argc, char **argv) {
           fprintf(stderr, "vspec: %s: %s", vs_wire_error_name(x->code), x->message);
           if (x->has_retry_after_ms) fprintf(stderr, " (retry after %u ms)", x->retry_after_ms);
           fputc('\n', stderr);
+        }
+        break;
+      }
+      case VSPEC__EVENT__BODY_RESTARTED: {
+        /* Fleet mode: the daemon that had the job died; another one runs it from the start. */
+        const Vspec__Restarted *x = ev->restarted;
+        vs_progress_line_end(&pl);
+        if (json) {
+          printf("{\"event\": \"restarted\", \"job\": %llu, \"delivery\": %u, \"node\": ",
+                 (unsigned long long)job, x->delivery);
+          vs__json_str(stdout, x->node);
+          printf("}\n");
+          fflush(stdout);
+        } else if (!quiet) {
+          fprintf(stderr, "vspec: job %llu restarted on %s (its daemon stopped answering; run %u)\n",
+                  (unsigned long long)job, x->node ? x->node : "?", x->delivery);
         }
         break;
       }
@@ -734,7 +755,21 @@ static int cmd_status(int argc, char **argv) {
              "\"jobs_done\": %llu}", i ? ", " : "", s->workers[i]->index,
              (unsigned long long)s->workers[i]->job_id, s->workers[i]->tokens_done,
              s->workers[i]->tokens_total, (unsigned long long)s->workers[i]->jobs_done);
-    printf("], \"models\": [");
+    printf("]");
+    if (s->fleet) {
+      const Vspec__FleetInfo *f = s->fleet;
+      printf(", \"fleet\": {\"redis\": ");
+      vs__json_str(stdout, f->redis);
+      printf(", \"stream\": ");
+      vs__json_str(stdout, f->stream);
+      printf(", \"length\": %llu, \"pending\": %llu, \"max_length\": %llu, \"error\": ",
+             (unsigned long long)f->length, (unsigned long long)f->pending,
+             (unsigned long long)f->max_length);
+      if (f->error) vs__json_str(stdout, f->error);
+      else printf("null");
+      printf("}");
+    }
+    printf(", \"models\": [");
     for (size_t i = 0; i < s->n_models; i++) {
       const Vspec__ModelInfo *m = s->models[i];
       printf("%s{\"name\": ", i ? ", " : "");
@@ -773,7 +808,18 @@ static int cmd_status(int argc, char **argv) {
                (double)d->memory_total / (1 << 20));
       printf("\n");
     }
-    printf("workers:\n");
+    if (s->fleet) {
+      const Vspec__FleetInfo *f = s->fleet;
+      if (f->error)
+        printf("fleet: %s on %s: %s\n", f->stream ? f->stream : "?", f->redis ? f->redis : "?",
+               f->error);
+      else
+        printf("fleet: %llu job(s) in %s (max %llu), %llu of them running, on redis %s\n",
+               (unsigned long long)f->length, f->stream ? f->stream : "?",
+               (unsigned long long)f->max_length, (unsigned long long)f->pending,
+               f->redis ? f->redis : "?");
+    }
+    if (s->n_workers) printf("workers:\n");
     for (size_t i = 0; i < s->n_workers; i++) {
       const Vspec__WorkerInfo *w = s->workers[i];
       if (w->job_id)
@@ -783,7 +829,8 @@ static int cmd_status(int argc, char **argv) {
       else
         printf("  %u  idle (%llu job(s) done)\n", w->index, (unsigned long long)w->jobs_done);
     }
-    printf("models (default %s):\n", s->default_model ? s->default_model : "?");
+    if (s->n_models || s->default_model)
+      printf("models (default %s):\n", s->default_model ? s->default_model : "?");
     for (size_t i = 0; i < s->n_models; i++) {
       const Vspec__ModelInfo *m = s->models[i];
       if (m->has_grid_h)
@@ -795,7 +842,7 @@ static int cmd_status(int argc, char **argv) {
       else
         printf("  %-10s not loaded  [%s]\n", m->name, m->dir);
     }
-    printf("plugins:\n");
+    if (s->n_plugins) printf("plugins:\n");
     for (size_t i = 0; i < s->n_plugins; i++) vs__print_plugin(s->plugins[i]);
     if (t)
       printf("totals: %llu submitted, %llu completed, %llu failed, %llu cancelled, %llu busy, "

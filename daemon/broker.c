@@ -562,6 +562,12 @@ static void vs__from_client(vs__broker *b, vs_wire_msg *m) {
       vs__reply_error(b, &m->env, 0, rid, VSPEC__ERROR_CODE__ERR_FORBIDDEN,
                       "reload plugins on each daemon's admin endpoint, not through the broker");
       break;
+    case VSPEC__REQUEST__BODY_RESUME:
+      /* The events of fleet jobs are in Redis, relayed by vspec-gateway; daemons behind a
+       * broker keep none. */
+      vs__reply_error(b, &m->env, 0, rid, VSPEC__ERROR_CODE__ERR_INVALID,
+                      "resume is a fleet-mode request: send it to a vspec-gateway");
+      break;
     case VSPEC__REQUEST__BODY_PING: {
       Vspec__Event ev = VSPEC__EVENT__INIT;
       Vspec__Pong p = VSPEC__PONG__INIT;

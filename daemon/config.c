@@ -1,4 +1,5 @@
 #include "daemon/config.h"
+#include "daemon/fleet_queue.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -51,6 +52,14 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->drain_timeout_ms = 30000;
   c->linger_ms = 1000;
   c->curve = 0;
+  c->fleet_redis[0] = '\0';
+  snprintf(c->fleet_stream, sizeof c->fleet_stream, "vspec:jobs");
+  snprintf(c->fleet_group, sizeof c->fleet_group, "vspec");
+  snprintf(c->fleet_events_prefix, sizeof c->fleet_events_prefix, "vspec:events:");
+  c->fleet_events_ttl_s = 3600;
+  c->fleet_claim_idle_ms = 30000;
+  c->fleet_max_deliveries = 3;
+  c->fleet_cancel_poll_ms = 250;
 }
 
 static int vs__long(const char *key, const char *v, long lo, long hi, long *out, char *err,
@@ -243,9 +252,25 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__str(key, v, c->curve_secret_file, sizeof c->curve_secret_file, err, errlen);
     if (!strcmp(k, "allowed_clients"))
       return vs__str(key, v, c->curve_allow_file, sizeof c->curve_allow_file, err, errlen);
+  } else if (!strcmp(s, "fleet")) {
+    if (!strcmp(k, "redis")) return vs__str(key, v, c->fleet_redis, sizeof c->fleet_redis, err, errlen);
+    if (!strcmp(k, "stream"))
+      return vs__str(key, v, c->fleet_stream, sizeof c->fleet_stream, err, errlen);
+    if (!strcmp(k, "group"))
+      return vs__str(key, v, c->fleet_group, sizeof c->fleet_group, err, errlen);
+    if (!strcmp(k, "events_prefix"))
+      return vs__str(key, v, c->fleet_events_prefix, sizeof c->fleet_events_prefix, err, errlen);
+    if (!strcmp(k, "events_ttl_s"))
+      return vs__long(key, v, 1, 30l * 24 * 3600, &c->fleet_events_ttl_s, err, errlen);
+    if (!strcmp(k, "claim_idle_ms"))
+      return vs__int(key, v, 300, 24 * 3600 * 1000, &c->fleet_claim_idle_ms, err, errlen);
+    if (!strcmp(k, "max_deliveries"))
+      return vs__int(key, v, 1, 1000, &c->fleet_max_deliveries, err, errlen);
+    if (!strcmp(k, "cancel_poll_ms"))
+      return vs__int(key, v, 10, 60000, &c->fleet_cancel_poll_ms, err, errlen);
   } else {
     snprintf(err, errlen, "unknown section [%s] (known: server, workers, queue, plugins, models, "
-             "defaults, limits, shutdown, curve)", s);
+             "defaults, limits, shutdown, curve, fleet)", s);
     return VSPEC_EINVAL;
   }
   snprintf(err, errlen, "unknown key '%s' in section [%s]", k, s);
@@ -359,6 +384,20 @@ void vs_config_device_spec(const vs_daemon_config *c, char *spec, size_t len) {
   else snprintf(spec, len, "cpu");
 }
 
+void vs_fleet_config_opts(const vs_daemon_config *c, vs_fleet_opts *o) {
+  vs_fleet_opts_defaults(o);
+  o->url = c->fleet_redis;
+  o->stream = c->fleet_stream;
+  o->group = c->fleet_group;
+  o->consumer = c->node;
+  o->events_prefix = c->fleet_events_prefix;
+  o->events_ttl_ms = c->fleet_events_ttl_s * 1000;
+  /* Payloads come from gateways, which apply the client-facing limits; a daemon reads
+   * whatever they let through (a smaller bound here would drop a job the client was told was
+   * accepted) up to Redis's own limit on a value. */
+  o->max_payload = 512u << 20;
+}
+
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (!strcmp(c->device_kind, "cpu") &&
       (c->device_index != 0 || c->device_precision == VS_PRECISION_BF16 ||
@@ -390,6 +429,15 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (c->curve && (!*c->curve_secret_file || !*c->curve_allow_file)) {
     snprintf(err, errlen, "[curve] enabled needs secret_key_file and allowed_clients");
     return VSPEC_EINVAL;
+  }
+  if (c->fleet_redis[0]) {
+    /* The same checks the queue makes when it opens, without connecting. */
+    vs_fleet_opts o;
+    vs_fleet_queue *q = NULL;
+    vs_fleet_config_opts(c, &o);
+    int rc = vs_fleet_queue_open(&o, &q, err, errlen);
+    vs_fleet_queue_destroy(&q);
+    if (rc) return rc;
   }
   if (c->max_request_bytes > c->max_message_bytes) {
     snprintf(err, errlen, "limits.max_request_bytes (%ld) is over limits.max_message_bytes (%ld)",

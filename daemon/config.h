@@ -71,6 +71,15 @@ typedef struct vs_daemon_config {
   int curve;                  /* CURVE on the job endpoint */
   char curve_secret_file[VS_CONF_PATH]; /* the server's secret key, Z85 */
   char curve_allow_file[VS_CONF_PATH];  /* allowed client public keys, Z85, one per line */
+  /* [fleet] (DESIGN.md "Fleet mode"): off while redis is "" */
+  char fleet_redis[512];      /* redis://[[user]:password@]host[:port][/db] or a unix socket */
+  char fleet_stream[65];      /* the jobs stream */
+  char fleet_group[65];       /* the daemons' consumer group */
+  char fleet_events_prefix[65];
+  long fleet_events_ttl_s;    /* a job's events expire this long after the last one */
+  int fleet_claim_idle_ms;    /* a job idle this long on another daemon is taken over */
+  int fleet_max_deliveries;   /* a job delivered more often than this is failed (poison) */
+  int fleet_cancel_poll_ms;   /* how often running jobs' cancel flags are looked at */
 } vs_daemon_config;
 
 void vs_config_defaults(vs_daemon_config *c);
@@ -91,6 +100,9 @@ int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t er
 /* Cross-key checks after everything is read (a default model that exists, CURVE files, an
  * admin endpoint that only this machine can reach unless admin_allow_remote). */
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen);
+/* The fleet queue's options from [fleet] (consumer = server.node); strings point into c. */
+struct vs_fleet_opts;
+void vs_fleet_config_opts(const vs_daemon_config *c, struct vs_fleet_opts *o);
 /* Index of model `name` or -1. */
 int vs_config_model(const vs_daemon_config *c, const char *name);
 

@@ -904,3 +904,143 @@ int vs_fleet_depth(vs_fleet_queue *q, long long *length, long long *pending, cha
   freeReplyObject(r[1]);
   return rc;
 }
+
+/* ---- running jobs: claims and cancel flags ------------------------------------------------ */
+
+/* Atomically, for each id: still pending on this consumer? Then reset its idle time (XCLAIM
+ * JUSTID with min-idle 0 does not raise the delivery count) and return it. A job claimed away
+ * by another daemon is left alone: a refresh must never steal a job back. */
+static const char vs__touch_lua[] =
+    "local out = {}\n"
+    "for i = 3, #ARGV do\n"
+    "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)\n"
+    "  if #p == 1 and p[1][2] == ARGV[2] then\n"
+    "    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')\n"
+    "    out[#out + 1] = ARGV[i]\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *still_ours,
+                   char *err, size_t errlen) {
+  if (!q->has_consumer || n < 0 || n > 1000) {
+    vs__err(err, errlen, "XCLAIM: %s",
+            !q->has_consumer ? "this queue was opened without a consumer name" : "n must be 0-1000");
+    return VSPEC_EINVAL;
+  }
+  for (int i = 0; i < n; i++) {
+    still_ours[i] = 0;
+    int rc = vs__check_id("XCLAIM", entry_ids[i], 0, err, errlen);
+    if (rc) return rc;
+  }
+  if (!n) return 0;
+  int argc = n + 6, rc;
+  const char **argv = malloc(sizeof *argv * (size_t)argc);
+  if (!argv) {
+    vs__err(err, errlen, "XCLAIM: out of memory");
+    return VSPEC_ENOMEM;
+  }
+  argv[0] = "EVAL";
+  argv[1] = vs__touch_lua;
+  argv[2] = "1";
+  argv[3] = q->stream;
+  argv[4] = q->group;
+  argv[5] = q->consumer;
+  for (int i = 0; i < n; i++) argv[6 + i] = entry_ids[i];
+  if ((rc = vs__connect(q, "XCLAIM", err, errlen))) goto out;
+  if (redisAppendCommandArgv(q->c, argc, argv, NULL) != REDIS_OK) {
+    int oom = q->c->err == REDIS_ERR_OOM;
+    vs__err(err, errlen, "XCLAIM: cannot format the command: %s", q->c->errstr);
+    vs__drop(q);
+    rc = oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
+    goto out;
+  }
+  redisReply *r;
+  if ((rc = vs__getn(q, "XCLAIM (refresh)", 1, &r, q->command_timeout_ms, err, errlen))) goto out;
+  if (!(rc = vs__want(q, "XCLAIM (refresh)", r, REDIS_REPLY_ARRAY, err, errlen))) {
+    int kept = 0;
+    for (size_t k = 0; k < r->elements; k++) {
+      if (!vs__is_str(r->element[k])) continue;
+      for (int i = 0; i < n; i++)
+        if (!still_ours[i] && !strcmp(entry_ids[i], r->element[k]->str)) {
+          still_ours[i] = 1;
+          kept++;
+          break;
+        }
+    }
+    rc = kept;
+  }
+  freeReplyObject(r);
+out:
+  free(argv);
+  return rc;
+}
+
+static int vs__cancel_key(const vs_fleet_queue *q, const char *what, const char *job_id,
+                          char *key, size_t cap, char *err, size_t errlen) {
+  char field[48];
+  snprintf(field, sizeof field, "%s job", what);
+  int rc = vs_name_check(&vs__job_name, field, job_id ? job_id : "", err, errlen);
+  if (rc) return rc;
+  snprintf(key, cap, "%s:cancel:%s", q->stream, job_id);
+  return VSPEC_OK;
+}
+
+int vs_fleet_cancel_set(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
+  char key[sizeof q->stream + 8 + VS_FLEET_JOB_ID_MAX];
+  int rc = vs__cancel_key(q, "SET", job_id, key, sizeof key, err, errlen);
+  if (rc) return rc;
+  char ttl[24];
+  snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
+  redisReply *r;
+  if ((rc = vs__run(q, "SET (cancel)", 0, &r, err, errlen, "SET %s 1 PX %s", key, ttl)))
+    return rc;
+  rc = vs__want(q, "SET (cancel)", r, REDIS_REPLY_STATUS, err, errlen);
+  freeReplyObject(r);
+  return rc;
+}
+
+int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, int *cancelled,
+                          char *err, size_t errlen) {
+  if (n < 0 || n > 1000) {
+    vs__err(err, errlen, "EXISTS (cancel): n must be 0-1000");
+    return VSPEC_EINVAL;
+  }
+  char key[sizeof q->stream + 8 + VS_FLEET_JOB_ID_MAX];
+  int rc = n ? vs__connect(q, "EXISTS (cancel)", err, errlen) : 0;
+  for (int i = 0; !rc && i < n; i++) {
+    cancelled[i] = 0;
+    if (!(rc = vs__cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen)))
+      rc = vs__append(q, "EXISTS (cancel)", err, errlen, "EXISTS %s", key);
+  }
+  if (rc || !n) return rc;
+  redisReply **r = calloc((size_t)n, sizeof *r);
+  if (!r) {
+    vs__drop(q); /* n replies are on their way, unread */
+    vs__err(err, errlen, "EXISTS (cancel): out of memory");
+    return VSPEC_ENOMEM;
+  }
+  int found = 0;
+  if (!(rc = vs__getn(q, "EXISTS (cancel)", n, r, q->command_timeout_ms, err, errlen))) {
+    for (int i = 0; i < n && !rc; i++)
+      if (!(rc = vs__want(q, "EXISTS (cancel)", r[i], REDIS_REPLY_INTEGER, err, errlen)) &&
+          r[i]->integer > 0) {
+        cancelled[i] = 1;
+        found++;
+      }
+    for (int i = 0; i < n; i++) freeReplyObject(r[i]);
+  }
+  free(r);
+  return rc ? rc : found;
+}
+
+int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
+  char key[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
+  int rc = vs__events_key(q, "EXISTS", job_id, key, sizeof key, err, errlen);
+  if (rc) return rc;
+  redisReply *r;
+  if ((rc = vs__run(q, "EXISTS", 0, &r, err, errlen, "EXISTS %s", key))) return rc;
+  if (!(rc = vs__want(q, "EXISTS", r, REDIS_REPLY_INTEGER, err, errlen))) rc = r->integer > 0;
+  freeReplyObject(r);
+  return rc;
+}

@@ -177,4 +177,24 @@ int vs_fleet_events_read(vs_fleet_queue *q, const char *job_id, const char *afte
 int vs_fleet_depth(vs_fleet_queue *q, long long *length, long long *pending, char *err,
                    size_t errlen);
 
+/* Keeps running jobs un-idle, so that no other daemon claims them: for each entry id still
+ * pending on this consumer, resets its idle time (XCLAIM JUSTID, which leaves the delivery
+ * count alone) and sets still_ours[i] = 1; an entry acked, or claimed by another consumer
+ * (this daemon was taken for dead), gets 0 and is not touched: one Lua script, atomic, so a
+ * refresh never steals a job back. Call it more often than the others' claim idle time.
+ * Returns how many are still ours. */
+int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *still_ours,
+                   char *err, size_t errlen);
+
+/* Cancel flags, a key per job (`<stream>:cancel:<job id>`, expiring with the job's events):
+ * set by a gateway when a client cancels, polled by the daemon running the job at round
+ * boundaries. vs_fleet_cancel_check sets cancelled[i] for each job whose flag is set and
+ * returns how many are (one pipelined EXISTS per job). */
+int vs_fleet_cancel_set(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen);
+int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, int *cancelled,
+                          char *err, size_t errlen);
+
+/* 1 if the job has an event stream (it was run, or is running, and has not expired), else 0. */
+int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen);
+
 #endif /* VS_FLEET_QUEUE_H */

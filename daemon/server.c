@@ -15,6 +15,8 @@
 #include "core/names.h"
 #include "core/text.h"
 #include "core/registry.h"
+#include "daemon/fleet_agent.h"
+#include "daemon/fleet_queue.h"
 #include "daemon/job_queue.h"
 #include "daemon/model_set.h"
 #include "daemon/plugin_ref.h"
@@ -76,6 +78,7 @@ struct vs_server {
   void *sock[2];
   vs_zwatch watch[2];
   int watches_open;
+  vs_fleet_agent *fleet; /* fleet mode: takes jobs from Redis, submits them here */
   uv_async_t async;
   uv_timer_t tick;
   uv_signal_t sig_term, sig_int;
@@ -1187,6 +1190,12 @@ static void vs__handle(vs_server *s, int sock, vs_wire_msg *m) {
       vs__send(s, sock, &m->env, &ev, NULL, 0);
       break;
     }
+    case VSPEC__REQUEST__BODY_RESUME:
+      /* Events are kept only in fleet mode, by Redis, and relayed by vspec-gateway. */
+      vs__reply_error(s, sock, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID,
+                      "resume is a fleet-mode request: send it to a vspec-gateway (vspecd "
+                      "alone keeps no events of finished or abandoned jobs)", 0);
+      break;
     default:
       vs__reply_error(s, sock, &m->env, rid, VSPEC__ERROR_CODE__ERR_MALFORMED,
                       "unknown request body", 0);
@@ -1450,6 +1459,7 @@ static void vs__begin_drain(vs_server *s, const char *why) {
   }
   s->draining = 1;
   s->drain_started = vs__now();
+  vs_fleet_agent_drain(s->fleet);
   vs_djob *q[4096];
   int n, total = 0;
   while ((n = vs_job_queue_take_all(s->queue, q, 4096)) > 0) {
@@ -1614,6 +1624,24 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
     goto fail;
   if ((rc = vs__setup_socket(s, VS_SOCK_ADMIN, cfg->admin_endpoint, 0, NULL, err, errlen)))
     goto fail;
+  if (cfg->fleet_redis[0]) {
+    /* The agent is a client of this daemon over inproc (daemon/fleet_agent.h says why). */
+    static const char fleet_ep[] = "inproc://vspecd-fleet";
+    if (zmq_bind(s->sock[VS_SOCK_JOB], fleet_ep)) {
+      snprintf(err, errlen, "cannot bind %s: %s", fleet_ep, zmq_strerror(errno));
+      rc = VSPEC_EIO;
+      goto fail;
+    }
+    if ((rc = vs_fleet_agent_start(&s->cfg, s->zctx, fleet_ep, &s->fleet, err, errlen)))
+      goto fail;
+    vs_fleet_addr fa; /* for the log: where, never the password */
+    char where[400];
+    vs_fleet_addr_parse(cfg->fleet_redis, &fa, where, sizeof where);
+    if (fa.path[0]) snprintf(where, sizeof where, "%s", fa.path);
+    else snprintf(where, sizeof where, "%s:%d", fa.host, fa.port);
+    vs_log(VSPEC_LOG_INFO, "server", "%s: fleet mode, jobs from redis at %s (stream %s, group %s)",
+           cfg->node, where, cfg->fleet_stream, cfg->fleet_group);
+  }
   vs_log(VSPEC_LOG_INFO, "server", "%s: jobs on %s%s, admin on %s, plugins from %s", cfg->node,
          cfg->endpoint, cfg->curve ? " (CURVE)" : "", cfg->admin_endpoint, cfg->plugin_dir);
   *out = s;
@@ -1635,6 +1663,8 @@ static void vs__walk_close(uv_handle_t *h, void *arg) {
 
 void vs_server_close(vs_server *s) {
   if (!s) return;
+  /* First: it writes the events this daemon already sent, and must not lose its socket. */
+  vs_fleet_agent_stop(&s->fleet);
   if (s->queue) vs_job_queue_stop(s->queue);
   vs_workers_join(s->workers);
   s->workers = NULL;

@@ -257,7 +257,7 @@ Vspec__Request *vs_wire_unpack_request(const vs_wire_msg *m, vs_wire_alloc *a, i
   if (r->body_case == VSPEC__REQUEST__BODY__NOT_SET) {
     *code = VSPEC__ERROR_CODE__ERR_MALFORMED;
     snprintf(err, errlen, "request has no body (submit, cancel, credit, status, plugins, "
-             "reload or ping)");
+             "reload, ping or resume)");
     vs_wire_request_free(r, a);
     return NULL;
   }

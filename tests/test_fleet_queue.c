@@ -29,161 +29,23 @@
 
 #include "daemon/fleet_queue.h"
 #include "tests/support/daemon_harness.h"
-
-typedef struct redis_fx {
-  char server[512]; /* the redis-server binary */
-  char dir[64];
-  char sock[128];
-  char log[128];
-  pid_t pid;
-} redis_fx;
-
-/* $VSPEC_REDIS_SERVER names the binary when set (one that is not there: skipped); else PATH. */
-static int find_redis_server(char *out, size_t cap) {
-  const char *env = getenv("VSPEC_REDIS_SERVER");
-  if (env) {
-    snprintf(out, cap, "%s", env);
-    return *env && access(out, X_OK) == 0;
-  }
-  const char *path = getenv("PATH");
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s:/usr/bin:/usr/sbin", path ? path : "");
-  for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-    snprintf(out, cap, "%s/redis-server", *d ? d : ".");
-    if (access(out, X_OK) == 0) return 1;
-  }
-  return 0;
-}
-
-static void dump_log(const redis_fx *f) {
-  FILE *in = fopen(f->log, "r");
-  if (!in) return;
-  char line[512];
-  while (fgets(line, sizeof line, in)) print_message("redis: %s", line);
-  fclose(in);
-}
-
-/* Waits (bounded) until the socket accepts connections: the file alone says nothing, a
- * killed server leaves its socket file behind. */
-static void redis_wait_ready(redis_fx *f) {
-  double end = vs_harness_now() + 5.0;
-  for (;;) {
-    int status;
-    if (waitpid(f->pid, &status, WNOHANG) == f->pid) {
-      f->pid = 0;
-      dump_log(f);
-      fail_msg("redis-server exited at start (status %d)", status);
-    }
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(s >= 0);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", f->sock);
-    int ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
-    close(s);
-    if (ok) return;
-    if (vs_harness_now() > end) {
-      kill(f->pid, SIGKILL);
-      waitpid(f->pid, NULL, 0);
-      f->pid = 0;
-      dump_log(f);
-      fail_msg("redis-server did not listen on %s within 5 s", f->sock);
-    }
-    vs_harness_sleep_ms(5);
-  }
-}
-
-static void redis_start(redis_fx *f) {
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    /* Dies with the test, however the test dies (the check after it closes the race with a
-     * parent that was already gone). */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    int fd = open(f->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execl(f->server, f->server, "--port", "0", "--unixsocket", f->sock, "--unixsocketperm",
-          "700", "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", f->dir,
-          (char *)NULL);
-    _exit(127);
-  }
-  f->pid = pid;
-  redis_wait_ready(f);
-}
-
-/* SIGKILL: what a crash looks like to the client. */
-static void redis_kill(redis_fx *f) {
-  if (f->pid <= 0) return;
-  kill(f->pid, SIGKILL);
-  assert_int_equal(vs_wait_pid(f->pid, 3000), 128 + SIGKILL);
-  f->pid = 0;
-}
-
-static void redis_stop(redis_fx *f) {
-  if (f->pid <= 0) return;
-  kill(f->pid, SIGCONT); /* a test may have left it stopped */
-  kill(f->pid, SIGTERM);
-  if (vs_wait_pid(f->pid, 2000) < 0) { /* vs_wait_pid SIGKILLs and reaps it after that */
-    print_message("redis-server %d did not stop on SIGTERM\n", (int)f->pid);
-  }
-  f->pid = 0;
-}
+#include "tests/support/redis_fixture.h"
 
 static int setup(void **state) {
-  redis_fx *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  if (!find_redis_server(f->server, sizeof f->server)) {
-    free(f);
-    *state = NULL;
-    return 0;
-  }
-  snprintf(f->dir, sizeof f->dir, "/tmp/vspec-redis-XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  snprintf(f->sock, sizeof f->sock, "%s/redis.sock", f->dir);
-  snprintf(f->log, sizeof f->log, "%s/redis.log", f->dir);
-  *state = f;
-  redis_start(f);
+  *state = vs_redis_fx_open(0);
   return 0;
 }
 
 static int teardown(void **state) {
-  redis_fx *f = *state;
-  if (!f) return 0;
-  redis_stop(f);
-  DIR *d = opendir(f->dir);
-  if (d) {
-    struct dirent *e;
-    char p[400];
-    while ((e = readdir(d)))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-        snprintf(p, sizeof p, "%s/%s", f->dir, e->d_name);
-        unlink(p);
-      }
-    closedir(d);
-  }
-  rmdir(f->dir);
-  free(f);
+  vs_redis_fx *f = *state;
+  vs_redis_fx_close(&f);
   *state = NULL;
   return 0;
 }
 
-#define NEED_REDIS(state)                                  \
-  do {                                                     \
-    if (!*(state)) {                                       \
-      print_message("skipped: redis-server not found\n"); \
-      skip();                                              \
-    }                                                      \
-  } while (0)
+#define NEED_REDIS(state) VS_NEED_REDIS(*(state))
 
-static vs_fleet_queue *open_queue(const redis_fx *f, const char *consumer, long long max_len) {
+static vs_fleet_queue *open_queue(const vs_redis_fx *f, const char *consumer, long long max_len) {
   vs_fleet_opts o;
   vs_fleet_opts_defaults(&o);
   o.url = f->sock;
@@ -197,7 +59,7 @@ static vs_fleet_queue *open_queue(const redis_fx *f, const char *consumer, long 
   return q;
 }
 
-static redisReply *raw(const redis_fx *f, const char *fmt, const char *a, const char *b) {
+static redisReply *raw(const vs_redis_fx *f, const char *fmt, const char *a, const char *b) {
   redisContext *c = redisConnectUnix(f->sock);
   assert_non_null(c);
   if (c->err) fail_msg("raw connect: %s", c->errstr);
@@ -272,7 +134,7 @@ static void test_addr_parse(void **state) {
 
 static void test_roundtrip(void **state) {
   NEED_REDIS(state);
-  redis_fx *f = *state;
+  vs_redis_fx *f = *state;
   char err[VSPEC_ERRLEN] = "", id[VS_FLEET_ID_MAX];
   vs_fleet_queue *q = open_queue(f, "node-a", 8);
   vs_fleet_job j;
@@ -348,7 +210,7 @@ static void test_roundtrip(void **state) {
 
 static void test_busy(void **state) {
   NEED_REDIS(state);
-  redis_fx *f = *state;
+  vs_redis_fx *f = *state;
   char err[VSPEC_ERRLEN] = "", jid[16];
   vs_fleet_queue *q = open_queue(f, "node-a", 3);
   OK(vs_fleet_ensure_group(q, err, sizeof err));
@@ -374,7 +236,7 @@ static void test_busy(void **state) {
 
 static void test_claim(void **state) {
   NEED_REDIS(state);
-  redis_fx *f = *state;
+  vs_redis_fx *f = *state;
   char err[VSPEC_ERRLEN] = "", id[VS_FLEET_ID_MAX];
   vs_fleet_queue *a = open_queue(f, "node-a", 8), *b = open_queue(f, "node-b", 8);
   OK(vs_fleet_ensure_group(a, err, sizeof err));
@@ -421,7 +283,7 @@ static void test_claim(void **state) {
 
 static void test_events(void **state) {
   NEED_REDIS(state);
-  redis_fx *f = *state;
+  vs_redis_fx *f = *state;
   char err[VSPEC_ERRLEN] = "";
   vs_fleet_opts o;
   vs_fleet_opts_defaults(&o);
@@ -483,7 +345,7 @@ static void test_events(void **state) {
 
 static void test_redis_restart(void **state) {
   NEED_REDIS(state);
-  redis_fx *f = *state;
+  vs_redis_fx *f = *state;
   char err[VSPEC_ERRLEN] = "";
   vs_fleet_queue *q = open_queue(f, "node-a", 8);
   OK(vs_fleet_ensure_group(q, err, sizeof err));
@@ -504,7 +366,7 @@ static void test_redis_restart(void **state) {
 
   /* a Redis that dies: an error naming the command (and no SIGPIPE: this process does not
    * ignore it) */
-  redis_kill(f);
+  vs_redis_kill(f);
   err[0] = '\0';
   assert_int_equal(vs_fleet_enqueue(q, "job-2", "p", 1, NULL, err, sizeof err), VSPEC_EIO);
   print_message("after the kill: %s\n", err);
@@ -518,7 +380,7 @@ static void test_redis_restart(void **state) {
   assert_int_equal(vs_fleet_ack(q, "1-1", err, sizeof err), VSPEC_EIO);
 
   /* back (empty: this one keeps nothing): the same queue connects again */
-  redis_start(f);
+  vs_redis_start(f);
   assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), VS_FLEET_EREDIS); /* NOGROUP */
   OK(vs_fleet_ensure_group(q, err, sizeof err));
   OK(vs_fleet_enqueue(q, "job-3", "again", 5, NULL, err, sizeof err));
@@ -545,7 +407,7 @@ static vs_fleet_queue *open_url(const char *url) {
  * and no message shows the password. */
 static void test_auth(void **state) {
   NEED_REDIS(state);
-  redis_fx *f = *state;
+  vs_redis_fx *f = *state;
   char err[VSPEC_ERRLEN] = "", url[300];
   freeReplyObject(raw(f, "CONFIG SET %s %s", "requirepass", "s3cret"));
   snprintf(url, sizeof url, "unix://:s3cret@%s", f->sock);

@@ -1,0 +1,589 @@
+#include "daemon/gateway.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "core/log.h"
+#include "core/names.h"
+#include "daemon/fleet_event.h"
+#include "daemon/fleet_queue.h"
+#include "daemon/gateway_state.h"
+#include "daemon/router.h"
+#include "daemon/zap.h"
+#include "proto/curve_keys.h"
+#include "proto/wire.h"
+
+static volatile sig_atomic_t vs__stop;
+static void vs__on_signal(int sig) {
+  (void)sig;
+  vs__stop = 1;
+}
+
+double vs_gw_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- configuration ------------------------------------------------------------------------- */
+
+void vs_gateway_config_defaults(vs_gateway_config *c) {
+  memset(c, 0, sizeof *c);
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  c->node = "vspec-gateway";
+  c->stream = o.stream;
+  c->group = o.group;
+  c->events_prefix = o.events_prefix;
+  c->max_len = o.max_len;
+  c->per_client = 16;
+  c->events_ttl_s = o.events_ttl_ms / 1000;
+  c->heartbeat_ms = 1000;
+  c->max_message_bytes = 4l << 20; /* as vspecd's limits.max_message_bytes */
+  c->max_request_bytes = 64l << 10;
+}
+
+static void vs__fleet_opts(const vs_gateway_config *c, vs_fleet_opts *o) {
+  vs_fleet_opts_defaults(o);
+  o->url = c->redis_url;
+  o->stream = c->stream;
+  o->group = c->group;
+  o->events_prefix = c->events_prefix;
+  o->max_len = c->max_len;
+  o->events_ttl_ms = c->events_ttl_s * 1000;
+  /* a job is one request: its protobuf frame and up to two blob frames */
+  long long most = (long long)c->max_request_bytes + 2ll * c->max_message_bytes;
+  o->max_payload = most > (512ll << 20) ? (512u << 20) : (size_t)most;
+}
+
+int vs_gateway_check(const vs_gateway_config *c, char *err, size_t errlen) {
+  char e[VSPEC_ERRLEN];
+  vs_fleet_addr a;
+  if (!c->redis_url || vs_fleet_addr_parse(c->redis_url, &a, e, sizeof e)) {
+    snprintf(err, errlen, "--redis: %s", c->redis_url ? e : "a Redis URL is required");
+    return VSPEC_EINVAL;
+  }
+  if (vs_name_check(&vs_name_model, "--node", c->node, err, errlen)) return VSPEC_EINVAL;
+  /* The queue checks its key names when opened (connecting nothing): one name at a time,
+   * so that the message names the option. */
+  static const char *const opt[] = {"--stream", "--group", "--events-prefix"};
+  for (int i = 0; i < 3; i++) {
+    vs_fleet_opts o;
+    vs_fleet_opts_defaults(&o);
+    o.url = c->redis_url;
+    if (i == 0) o.stream = c->stream;
+    if (i == 1) o.group = c->group;
+    if (i == 2) o.events_prefix = c->events_prefix;
+    vs_fleet_queue *q = NULL;
+    int rc = vs_fleet_queue_open(&o, &q, e, sizeof e);
+    vs_fleet_queue_destroy(&q);
+    if (rc) {
+      snprintf(err, errlen, "%s: %s", opt[i], e);
+      return VSPEC_EINVAL;
+    }
+  }
+  if (c->max_len < 1 || c->per_client < 1 || c->events_ttl_s < 1 || c->heartbeat_ms < 1) {
+    snprintf(err, errlen, "--max-len, --per-client, --events-ttl-s and --heartbeat-ms must be "
+             "positive");
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
+/* ---- Redis's health ------------------------------------------------------------------------ */
+
+int vs_gw_redis_ready(const vs_gw *g, double now) { return !g->down || now >= g->retry_at; }
+
+int vs_gw_redis_note(vs_gw *g, int rc, const char *err) {
+  if (rc == VSPEC_EIO) {
+    if (!g->down)
+      vs_log(VSPEC_LOG_WARN, "gateway", "redis at %s unreachable: %s (submits are refused "
+             "meanwhile; trying again after 100 ms doubling to 2 s)", g->where, err);
+    g->backoff = g->down ? (g->backoff * 2 > 2.0 ? 2.0 : g->backoff * 2) : 0.1;
+    g->down = 1;
+    g->retry_at = vs_gw_now() + g->backoff;
+    snprintf(g->redis_err, sizeof g->redis_err, "%s", err);
+  } else if (g->down && (rc >= 0 || rc == VS_FLEET_EREDIS || rc == VSPEC_EFORMAT)) {
+    vs_log(VSPEC_LOG_INFO, "gateway", "redis at %s is back", g->where);
+    g->down = 0;
+  }
+  return rc;
+}
+
+/* XLEN and XPENDING. A Redis without the daemons' group (none has come up yet, or Redis
+ * restarted empty) has no pending count: the group is made as a daemon makes it. */
+static int vs__depth(vs_gw *g, long long *len, long long *pend, char *err, size_t errlen) {
+  int rc = vs_gw_redis_note(g, vs_fleet_depth(g->q, len, pend, err, errlen), err);
+  if (rc == VS_FLEET_EREDIS && strstr(err, "NOGROUP")) {
+    rc = vs_gw_redis_note(g, vs_fleet_ensure_group(g->q, err, errlen), err);
+    if (!rc) rc = vs_gw_redis_note(g, vs_fleet_depth(g->q, len, pend, err, errlen), err);
+  }
+  return rc;
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+/* A fresh job id: random, so that gateways that share nothing never hand out the same one,
+ * and a job's events cannot be guessed by another client; nonzero and below 2^63. */
+static int vs__draw_job_id(uint64_t *out) {
+  uint64_t v = 0;
+  while (v == 0) {
+    ssize_t n = getrandom(&v, sizeof v, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != (ssize_t)sizeof v) return -1;
+    v &= (1ull << 63) - 1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int64_t vs__credit(int has, uint32_t credit) {
+  if (!has) return VS_GW_DEFAULT_CREDIT;
+  return credit > VS_GW_MAX_CREDIT ? VS_GW_MAX_CREDIT : credit;
+}
+
+/* The gateway's Accepted, first in the job's event stream: the job id at once, the jobs
+ * waiting ahead of it (when known), and who took the submit. */
+static int vs__append_accepted(vs_gw *g, uint64_t job, const char *job_text, long long ahead,
+                               char *err, size_t errlen) {
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Accepted acc = VSPEC__ACCEPTED__INIT;
+  acc.node = (char *)g->cfg->node;
+  acc.has_queue_position = ahead >= 0;
+  acc.queue_position = ahead > UINT32_MAX ? UINT32_MAX : (uint32_t)(ahead < 0 ? 0 : ahead);
+  ev.version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
+  ev.has_job_id = 1;
+  ev.job_id = job;
+  ev.body_case = VSPEC__EVENT__BODY_ACCEPTED;
+  ev.accepted = &acc;
+  unsigned char *data;
+  size_t len;
+  int rc = vs_fleet_event_encode(&ev, NULL, NULL, 0, &data, &len);
+  if (rc) {
+    snprintf(err, errlen, "out of memory");
+    return rc;
+  }
+  rc = vs_gw_redis_note(g, vs_fleet_event_append(g->q, job_text, data, len, NULL, err, errlen),
+                        err);
+  free(data);
+  return rc;
+}
+
+/* Puts a job into the fleet: the Accepted before the entry, so that no daemon's event can
+ * come before it. A submit refused after the Accepted leaves an event stream nobody knows
+ * the id of, which expires. Returns 0, VSPEC_EBUSY or a Redis error (message in err). */
+static int vs__enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, size_t len,
+                       char *err, size_t errlen) {
+  char job_text[VS_GW_JOB_TEXT];
+  snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
+  if (!vs_gw_redis_ready(g, vs_gw_now())) {
+    snprintf(err, errlen, "%s", g->redis_err);
+    return VSPEC_EIO;
+  }
+  long long n = -1, pend = -1;
+  int rc = vs__depth(g, &n, &pend, err, errlen);
+  if (rc == VSPEC_EIO) return rc;
+  long long ahead = rc ? -1 : n - pend; /* unknown when Redis refused to tell */
+  if (rc == 0 && n >= g->cfg->max_len)
+    rc = VSPEC_EBUSY;
+  else if (!(rc = vs__append_accepted(g, job, job_text, ahead, err, errlen)))
+    rc = vs_gw_redis_note(g, vs_fleet_enqueue(g->q, job_text, payload, len, NULL, err, errlen),
+                          err);
+  if (rc == VSPEC_EBUSY)
+    snprintf(err, errlen, "busy: the fleet queue holds %lld jobs waiting or running, its limit "
+             "(--max-len): retry later", n > g->cfg->max_len ? n : g->cfg->max_len);
+  return rc;
+}
+
+/* The payload of a job: the request frame as the client sent it, then its blob frames. */
+static int vs__payload(const vs_wire_msg *m, unsigned char **out, size_t *len) {
+  const void *frame[VS_FLEET_MAX_FRAMES];
+  size_t size[VS_FLEET_MAX_FRAMES];
+  frame[0] = zmq_msg_data((zmq_msg_t *)&m->body);
+  size[0] = zmq_msg_size((zmq_msg_t *)&m->body);
+  for (int i = 0; i < m->n_blobs; i++) {
+    frame[1 + i] = zmq_msg_data((zmq_msg_t *)&m->blobs[i]);
+    size[1 + i] = zmq_msg_size((zmq_msg_t *)&m->blobs[i]);
+  }
+  return vs_fleet_frames_encode("VSR1", frame, size, 1 + m->n_blobs, out, len);
+}
+
+static void vs__submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint64_t rid) {
+  char err[VSPEC_ERRLEN], msg[VSPEC_ERRLEN];
+  int following = vs_gw_follows_of(g, &m->env);
+  if (following >= g->cfg->per_client) {
+    snprintf(msg, sizeof msg, "busy: this connection follows %d jobs already, the gateway's "
+             "limit (--per-client): wait for one to end, or use another connection", following);
+    g->busy++;
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_BUSY, msg);
+    return;
+  }
+  unsigned char *payload = NULL;
+  size_t len = 0;
+  uint64_t job;
+  if (vs__payload(m, &payload, &len) || vs__draw_job_id(&job)) {
+    free(payload);
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL,
+                      "out of memory or of random bytes for a job id");
+    return;
+  }
+  if (len > g->max_payload) {
+    snprintf(msg, sizeof msg, "the request and its blobs are %zu bytes: the fleet queue takes "
+             "jobs of at most %zu", len, g->max_payload);
+    free(payload);
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_TOO_LARGE, msg);
+    return;
+  }
+  int rc = vs__enqueue(g, job, payload, len, err, sizeof err);
+  free(payload);
+  if (rc == VSPEC_EBUSY) {
+    g->busy++;
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_BUSY, err);
+    return;
+  }
+  if (rc) {
+    vs_gw_reply_redis(g, &m->env, rid, rc, err);
+    return;
+  }
+  g->submitted++;
+  char t[40];
+  vs_wire_envelope_text(&m->env, t, sizeof t);
+  vs_log(VSPEC_LOG_DEBUG, "gateway", "job %llu: in the fleet (%zu bytes), for client %s",
+         (unsigned long long)job, len, t);
+  if (!vs_gw_follow_add(g, m, job, rid, "0-0",
+                        vs__credit(r->submit->has_credit, r->submit->credit))) {
+    snprintf(msg, sizeof msg, "job %llu is in the fleet, but the gateway ran out of memory to "
+             "follow it: resume it", (unsigned long long)job);
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL, msg);
+  }
+}
+
+/* "<ms>-<seq>" or "<ms>", each part a 64-bit decimal: the ids XREAD takes after. */
+static int vs__cursor_ok(const char *s) {
+  size_t n = strlen(s), dash = strcspn(s, "-");
+  for (size_t i = 0; i < n; i++)
+    if (i != dash && (s[i] < '0' || s[i] > '9')) return 0;
+  return dash >= 1 && dash <= 20 && (dash == n || (n - dash - 1 >= 1 && n - dash - 1 <= 20));
+}
+
+/* 1 when the job has events in the fleet, 0 when not, or a Redis error (message in err). */
+static int vs__job_exists(vs_gw *g, const char *job_text, char *err, size_t errlen) {
+  if (!vs_gw_redis_ready(g, vs_gw_now())) {
+    snprintf(err, errlen, "%s", g->redis_err);
+    return VSPEC_EIO;
+  }
+  return vs_gw_redis_note(g, vs_fleet_events_exist(g->q, job_text, err, errlen), err);
+}
+
+static void vs__resume(vs_gw *g, const vs_wire_msg *m, const Vspec__Resume *rs, uint64_t rid) {
+  char err[VSPEC_ERRLEN], msg[VSPEC_ERRLEN + 100], job_text[VS_GW_JOB_TEXT], t[40];
+  const char *after = rs->after ? rs->after : "0-0";
+  if (!vs__cursor_ok(after)) {
+    snprintf(msg, sizeof msg, "resume.after: '%.60s' is not an event cursor (<ms>-<seq>, an "
+             "Event.cursor)", after);
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID, msg);
+    return;
+  }
+  vs_gw_follow *f = vs_gw_follow_find(g, m, rs->job_id);
+  int following = vs_gw_follows_of(g, &m->env);
+  if (!f && following >= g->cfg->per_client) {
+    snprintf(msg, sizeof msg, "busy: this connection follows %d jobs already, the gateway's "
+             "limit (--per-client)", following);
+    g->busy++;
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_BUSY, msg);
+    return;
+  }
+  snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)rs->job_id);
+  int rc = vs__job_exists(g, job_text, err, sizeof err);
+  if (rc <= 0) {
+    snprintf(msg, sizeof msg, "no job %s in the fleet (or its events expired)", job_text);
+    if (rc < 0) vs_gw_reply_redis(g, &m->env, rid, rc, err);
+    else vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_NOT_FOUND, msg);
+    return;
+  }
+  vs_wire_envelope_text(&m->env, t, sizeof t);
+  vs_log(VSPEC_LOG_DEBUG, "gateway", "job %s: resumed by client %s after %s", job_text, t,
+         after);
+  int64_t credit = vs__credit(rs->has_credit, rs->credit);
+  /* On the connection that follows it already: from the client's cursor, numbered anew. */
+  if (f) vs_gw_follow_restart(f, rid, after, credit);
+  else if (!vs_gw_follow_add(g, m, rs->job_id, rid, after, credit))
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
+}
+
+static void vs__ack(vs_gw *g, const vs_wire_envelope *env, uint64_t rid, const char *text) {
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Ack ack = VSPEC__ACK__INIT;
+  ack.message = (char *)text;
+  ev.body_case = VSPEC__EVENT__BODY_ACK;
+  ev.ack = &ack;
+  ev.has_request_id = rid != 0;
+  ev.request_id = rid;
+  vs_gw_send_own(g, env, &ev);
+}
+
+/* The flag the job's daemon polls at round boundaries: it ends the job with a cancelled
+ * error, which the relay delivers as the terminal event. */
+static void vs__cancel(vs_gw *g, const vs_wire_msg *m, uint64_t job, uint64_t rid) {
+  char err[VSPEC_ERRLEN], msg[VSPEC_ERRLEN];
+  vs_gw_follow *f = vs_gw_follow_find(g, m, job);
+  if (!f) {
+    snprintf(msg, sizeof msg, "no job %llu followed on this connection",
+             (unsigned long long)job);
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_NOT_FOUND, msg);
+    return;
+  }
+  int rc = VSPEC_EIO;
+  snprintf(err, sizeof err, "%s", g->redis_err);
+  if (vs_gw_redis_ready(g, vs_gw_now()))
+    rc = vs_gw_redis_note(g, vs_fleet_cancel_set(g->q, f->job_text, err, sizeof err), err);
+  if (rc) {
+    vs_gw_reply_redis(g, &m->env, rid, rc, err);
+    return;
+  }
+  char t[40];
+  vs_wire_envelope_text(&m->env, t, sizeof t);
+  vs_log(VSPEC_LOG_INFO, "gateway", "job %s: cancelled by client %s", f->job_text, t);
+  snprintf(msg, sizeof msg, "cancel of job %s requested: its daemon ends it", f->job_text);
+  vs__ack(g, &m->env, rid, msg);
+}
+
+static void vs__status(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__StatusReply st = VSPEC__STATUS_REPLY__INIT;
+  Vspec__FleetInfo fi = VSPEC__FLEET_INFO__INIT;
+  Vspec__Totals to = VSPEC__TOTALS__INIT;
+  char err[VSPEC_ERRLEN], msg[VSPEC_ERRLEN + 400];
+  fi.redis = g->where;
+  fi.stream = (char *)g->cfg->stream;
+  fi.has_max_length = 1;
+  fi.max_length = (uint64_t)g->cfg->max_len;
+  long long n = 0, pend = 0;
+  int rc = VSPEC_EIO;
+  snprintf(err, sizeof err, "%s", g->redis_err);
+  if (vs_gw_redis_ready(g, vs_gw_now())) rc = vs__depth(g, &n, &pend, err, sizeof err);
+  if (rc) {
+    snprintf(msg, sizeof msg, "redis at %s %s: %s", g->where,
+             rc == VSPEC_EIO ? "unreachable" : "refused", err);
+    fi.error = msg;
+  } else {
+    fi.has_length = fi.has_pending = 1;
+    fi.length = (uint64_t)n;
+    fi.pending = (uint64_t)pend;
+    /* For `vspec status`: the fleet's queue as a daemon reports its own. */
+    st.has_queued = st.has_running = st.has_queue_capacity = 1;
+    st.queued = (uint32_t)(n > pend ? n - pend : 0);
+    st.running = (uint32_t)pend;
+    st.queue_capacity = (uint32_t)g->cfg->max_len;
+  }
+  to.has_submitted = to.has_rejected_busy = to.has_clients_lost = to.has_malformed = 1;
+  to.has_uptime_s = 1;
+  to.submitted = g->submitted;
+  to.has_completed = to.has_failed = to.has_cancelled = 1;
+  to.completed = g->completed;
+  to.failed = g->failed;
+  to.cancelled = g->cancelled;
+  to.rejected_busy = g->busy;
+  to.clients_lost = g->clients_lost;
+  to.malformed = g->malformed;
+  to.uptime_s = vs_gw_now() - g->started;
+  st.node = (char *)g->cfg->node;
+  st.has_clients = 1;
+  st.clients = (uint32_t)vs_gw_clients(g);
+  st.totals = &to;
+  st.fleet = &fi;
+  ev.body_case = VSPEC__EVENT__BODY_STATUS;
+  ev.status = &st;
+  ev.has_request_id = rid != 0;
+  ev.request_id = rid;
+  vs_gw_send_own(g, env, &ev);
+}
+
+static void vs__pong(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Pong p = VSPEC__PONG__INIT;
+  p.node = (char *)g->cfg->node;
+  ev.body_case = VSPEC__EVENT__BODY_PONG;
+  ev.pong = &p;
+  ev.has_request_id = rid != 0;
+  ev.request_id = rid;
+  vs_gw_send_own(g, env, &ev);
+}
+
+static void vs__from_client(vs_gw *g, vs_wire_msg *m) {
+  vs_wire_alloc a;
+  vs_wire_alloc_init(&a, 256 << 10);
+  int code;
+  char err[VSPEC_ERRLEN];
+  Vspec__Request *r = vs_wire_unpack_request(m, &a, &code, err, sizeof err);
+  if (!r) {
+    g->malformed++;
+    vs_gw_reply_error(g, &m->env, 0, code, err);
+    return;
+  }
+  uint64_t rid = r->has_request_id ? r->request_id : 0;
+  switch (r->body_case) {
+    case VSPEC__REQUEST__BODY_SUBMIT: vs__submit(g, m, r, rid); break;
+    case VSPEC__REQUEST__BODY_RESUME: vs__resume(g, m, r->resume, rid); break;
+    case VSPEC__REQUEST__BODY_CANCEL: vs__cancel(g, m, r->cancel->job_id, rid); break;
+    case VSPEC__REQUEST__BODY_CREDIT: {
+      /* A job that ended meanwhile is not an error, as in vspecd. */
+      vs_gw_follow *f = vs_gw_follow_find(g, m, r->credit->job_id);
+      if (f) {
+        int64_t c = f->credit + r->credit->grant;
+        f->credit = c > VS_GW_MAX_CREDIT ? VS_GW_MAX_CREDIT : c;
+      }
+      break;
+    }
+    case VSPEC__REQUEST__BODY_STATUS: vs__status(g, &m->env, rid); break;
+    case VSPEC__REQUEST__BODY_PING: vs__pong(g, &m->env, rid); break;
+    case VSPEC__REQUEST__BODY_PLUGINS:
+    case VSPEC__REQUEST__BODY_RELOAD:
+      vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_FORBIDDEN,
+                        "a gateway has no plugins: ask a daemon's admin endpoint");
+      break;
+    default:
+      g->malformed++;
+      vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_MALFORMED, "unknown request");
+  }
+  vs_wire_request_free(r, &a);
+}
+
+/* ---- the loop ------------------------------------------------------------------------------ */
+
+static int vs__setup_front(vs_gw *g, char *err, size_t errlen) {
+  const vs_gateway_config *cfg = g->cfg;
+  /* Unpredictable automatic routing ids (daemon/router.c says why). */
+  g->front = vs_router_open(g->ctx, err, errlen);
+  if (!g->front) return VSPEC_EIO;
+  int one = 1, linger = 0;
+  int64_t maxmsg = cfg->max_message_bytes;
+  /* No ZMTP heartbeats (libzmq 4.3.4 can abort on them, daemon/router.h): TCP liveness. */
+  if (zmq_setsockopt(g->front, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
+      zmq_setsockopt(g->front, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
+      zmq_setsockopt(g->front, ZMQ_LINGER, &linger, sizeof linger) ||
+      vs_tcp_liveness(g->front, cfg->heartbeat_ms, 5 * cfg->heartbeat_ms)) {
+    snprintf(err, errlen, "front socket: %s", zmq_strerror(errno));
+    return VSPEC_EIO;
+  }
+  if (cfg->curve_secret_file) {
+    char secret[41];
+    int rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen);
+    if (rc) return rc;
+    if (zmq_setsockopt(g->front, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+        zmq_setsockopt(g->front, ZMQ_CURVE_SECRETKEY, secret, 40) ||
+        zmq_setsockopt(g->front, ZMQ_ZAP_DOMAIN, "vspec", 5)) {
+      snprintf(err, errlen, "CURVE options: %s", zmq_strerror(errno));
+      return VSPEC_EIO;
+    }
+  }
+  if (zmq_bind(g->front, cfg->front)) {
+    snprintf(err, errlen, "cannot bind %s: %s", cfg->front, zmq_strerror(errno));
+    return VSPEC_EIO;
+  }
+  return VSPEC_OK;
+}
+
+static int vs__setup(vs_gw *g, vs_zap **zap, char *err, size_t errlen) {
+  const vs_gateway_config *cfg = g->cfg;
+  vs_fleet_opts o;
+  vs__fleet_opts(cfg, &o);
+  vs_fleet_addr a;
+  int rc = vs_fleet_queue_open(&o, &g->q, err, errlen);
+  if (rc || (rc = vs_fleet_addr_parse(cfg->redis_url, &a, err, errlen))) return rc;
+  if (a.path[0])
+    snprintf(g->where, sizeof g->where, "%s", a.path);
+  else
+    snprintf(g->where, sizeof g->where, strchr(a.host, ':') ? "[%s]:%d" : "%s:%d", a.host,
+             a.port);
+  g->max_payload = o.max_payload;
+  g->ctx = zmq_ctx_new();
+  if (!g->ctx) {
+    snprintf(err, errlen, "zmq_ctx_new failed");
+    return VSPEC_EIO;
+  }
+  /* The ZAP handler is bound in the context before the front accepts anyone. */
+  if (cfg->curve_secret_file &&
+      (rc = vs_zap_start(g->ctx, cfg->curve_allow_file, zap, err, errlen)))
+    return rc;
+  return vs__setup_front(g, err, errlen);
+}
+
+/* Up to 256 requests per turn, so the relay runs between bursts. */
+static void vs__read_front(vs_gw *g) {
+  const vs_gateway_config *cfg = g->cfg;
+  for (int k = 0; k < 256; k++) {
+    vs_wire_msg m;
+    char err[VSPEC_ERRLEN];
+    int r = vs_wire_recv_request(g->front, 1, &m, (size_t)cfg->max_request_bytes,
+                                 (size_t)cfg->max_message_bytes, err, sizeof err);
+    if (r == 0) break;
+    if (r < 0) {
+      g->malformed++;
+      if (m.env.n)
+        vs_gw_reply_error(g, &m.env, 0,
+                          r == VSPEC_ERANGE ? VSPEC__ERROR_CODE__ERR_TOO_LARGE
+                                            : VSPEC__ERROR_CODE__ERR_MALFORMED, err);
+      continue;
+    }
+    vs__from_client(g, &m);
+    vs_wire_msg_close(&m);
+  }
+}
+
+int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
+  vs_gw *g = calloc(1, sizeof *g);
+  if (!g) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  g->cfg = cfg;
+  g->started = vs_gw_now();
+  vs_zap *zap = NULL;
+  int rc = vs__setup(g, &zap, err, errlen);
+  if (rc) goto done;
+  struct sigaction sa = {.sa_handler = vs__on_signal};
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  vs_log(VSPEC_LOG_INFO, "gateway", "%s: front %s, fleet %s on redis at %s (at most %lld jobs, "
+         "%d per connection)", cfg->node, cfg->front, cfg->stream, g->where, cfg->max_len,
+         cfg->per_client);
+  char e2[VSPEC_ERRLEN];
+  if (!vs_gw_redis_note(g, vs_fleet_queue_connect(g->q, e2, sizeof e2), e2))
+    vs_log(VSPEC_LOG_INFO, "gateway", "redis at %s: connected", g->where);
+  int more = 0;
+  while (!vs__stop) {
+    zmq_pollitem_t it = {.socket = g->front, .events = ZMQ_POLLIN};
+    /* Followed jobs are read every 10 ms or so, at once while a backlog lasts (a resume from
+     * the start); an idle gateway only waits for requests. */
+    long wait = more ? 0 : g->follows || g->out ? 10 : 100;
+    if (zmq_poll(&it, 1, wait) < 0 && errno != EINTR) {
+      snprintf(err, errlen, "poll: %s", zmq_strerror(errno));
+      rc = VSPEC_EIO;
+      break;
+    }
+    vs__read_front(g);
+    double now = vs_gw_now();
+    if (g->out) vs_gw_retry_out(g, now);
+    more = vs_gw_relay(g, now);
+    vs_gw_heartbeat(g, now);
+    vs_gw_sweep(g);
+  }
+  vs_log(VSPEC_LOG_INFO, "gateway", "stopping");
+done:
+  vs_gw_kept_free(g);
+  vs_gw_follows_free(g);
+  if (g->front) zmq_close(g->front);
+  vs_zap_stop(zap);
+  if (g->ctx) zmq_ctx_term(g->ctx);
+  vs_fleet_queue_destroy(&g->q);
+  free(g);
+  return rc;
+}

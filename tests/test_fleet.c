@@ -1,0 +1,602 @@
+/*
+ * Fleet mode end to end (issue 13; DESIGN.md "Fleet mode"): a private redis-server, vspecd
+ * daemons with [fleet] redis set, and vspec-gateway processes in front; clients speak to a
+ * gateway exactly as to vspecd.
+ *
+ * Long jobs come from the test scheduler sched_slow (tests/plugins/slowsched.c) on the micro
+ * model, so that a daemon can be killed in the middle of one. Every wait is bounded. Without
+ * redis-server every test is skipped (tests/support/redis_fixture.h).
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "daemon/fleet_event.h"
+#include "daemon/fleet_queue.h"
+#include "tests/support/daemon_harness.h"
+#include "tests/support/redis_fixture.h"
+
+typedef struct fleet_fx {
+  vs_redis_fx *redis;
+  vs_fixture fx;
+  vs_daemon d[3];
+  int n_daemons;
+  pid_t gw[2];
+  char gw_ep[2][256];
+  char gw_log[2][256];
+} fleet_fx;
+
+/* What every daemon of these tests gets: claims after 1 s of silence, poison after 2. */
+static void start_daemon(fleet_fx *t, int i, const char *name) {
+  char redis[300];
+  snprintf(redis, sizeof redis, "fleet.redis=%s", t->redis->url);
+  const char *extra[] = {"--set", redis, "--set", "fleet.claim_idle_ms=1000",
+                         "--set", "fleet.max_deliveries=2", "--set", "fleet.cancel_poll_ms=50",
+                         NULL};
+  vs_daemon_start(&t->d[i], &t->fx, name, extra);
+  if (i >= t->n_daemons) t->n_daemons = i + 1;
+}
+
+static void ping_until_up(const char *ep, pid_t pid, const char *log) {
+  vs_conn c;
+  vs_client_open(&c, ep);
+  double end = vs_harness_now() + 10;
+  for (;;) {
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__Ping p = VSPEC__PING__INIT;
+    r.body_case = VSPEC__REQUEST__BODY_PING;
+    r.ping = &p;
+    vs_conn_event e;
+    char err[512];
+    if (vs_conn_call(&c, &r, 200, &e, err, sizeof err) == 1) {
+      vs_conn_event_free(&e);
+      break;
+    }
+    if (vs_harness_now() > end || kill(pid, 0)) {
+      vs_conn_close(&c);
+      char cmd[400];
+      snprintf(cmd, sizeof cmd, "cat '%s' >&2", log);
+      if (system(cmd)) {
+      }
+      fail_msg("vspec-gateway on %s did not come up", ep);
+    }
+  }
+  vs_conn_close(&c);
+}
+
+static void start_gateway(fleet_fx *t, int i) {
+  snprintf(t->gw_ep[i], sizeof t->gw_ep[i], "ipc://%s/gw%d.sock", t->fx.dir, i);
+  snprintf(t->gw_log[i], sizeof t->gw_log[i], "%s/gw%d.log", t->fx.dir, i);
+  char name[16];
+  snprintf(name, sizeof name, "gw%d", i);
+  const char *args[] = {"--front", t->gw_ep[i], "--redis", t->redis->url, "--node", name,
+                        "--log-level", "debug", NULL};
+  t->gw[i] = vs_spawn_tool("vspec-gateway", args, t->gw_log[i]);
+  ping_until_up(t->gw_ep[i], t->gw[i], t->gw_log[i]);
+}
+
+static int setup(void **state) {
+  fleet_fx *t = calloc(1, sizeof *t);
+  if (!t) return -1;
+  t->redis = vs_redis_fx_open(1);
+  if (t->redis) vs_fixture_make(&t->fx);
+  *state = t;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fleet_fx *t = *state;
+  for (int i = 0; i < 2; i++)
+    if (t->gw[i] > 0) {
+      kill(t->gw[i], SIGTERM);
+      vs_wait_pid(t->gw[i], 3000);
+    }
+  for (int i = 0; i < t->n_daemons; i++)
+    if (t->d[i].pid > 0) vs_daemon_stop(&t->d[i], SIGTERM, 5000);
+  if (t->redis) vs_fixture_remove(&t->fx);
+  vs_redis_fx_close(&t->redis);
+  free(t);
+  return 0;
+}
+
+#define NEED(t) VS_NEED_REDIS((t)->redis)
+
+static int ev_is_terminal_of(const Vspec__Event *ev, uint64_t job) {
+  return job && ev->job_id == job &&
+         (ev->body_case == VSPEC__EVENT__BODY_RESULT || ev->body_case == VSPEC__EVENT__BODY_ERROR);
+}
+
+/* A job of the micro model through sched_slow: ms per round, a fixed seed (0: none). */
+static uint64_t submit(vs_conn *c, int slow_ms, uint64_t seed) {
+  char sp[64];
+  snprintf(sp, sizeof sp, "ms=%d,depth=1", slow_ms);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "self";
+  s.accept = "exact";
+  s.sched = "slow";
+  s.sched_params = sp;
+  s.has_seed = seed != 0; /* 0: none, the daemon (or the fleet agent) draws one */
+  s.seed = seed;
+  s.has_credit = 1;
+  s.credit = 64;
+  return vs_client_submit(c, &s);
+}
+
+/* The result's PNG, copied (the event is freed). */
+static unsigned char *result_png(vs_conn_event *e, size_t *len) {
+  assert_int_equal(e->ev->body_case, VSPEC__EVENT__BODY_RESULT);
+  const void *p = vs_conn_blob(e, VSPEC__BLOB_KIND__BLOB_PNG, len);
+  assert_non_null(p);
+  unsigned char *copy = malloc(*len);
+  assert_non_null(copy);
+  memcpy(copy, p, *len);
+  return copy;
+}
+
+static void dump_all(const fleet_fx *t) {
+  for (int i = 0; i < t->n_daemons; i++) vs_daemon_dump_log(&t->d[i]);
+  for (int i = 0; i < 2; i++)
+    if (t->gw[i] > 0) {
+      char cmd[400];
+      snprintf(cmd, sizeof cmd, "cat '%s' >&2", t->gw_log[i]);
+      if (system(cmd)) {
+      }
+    }
+}
+
+/* A job submitted through a gateway finishes on one of two daemons, and the same job with the
+ * same seed gives the same bytes whichever daemon runs it. */
+static void test_job_through_gateway(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  start_daemon(t, 0, "d0");
+  start_daemon(t, 1, "d1");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  size_t len[2];
+  unsigned char *png[2];
+  for (int k = 0; k < 2; k++) {
+    uint64_t job = 0, rid = submit(&c, 0, 11);
+    vs_conn_event e;
+    vs_client_until_end(&c, rid, &job, 30000, &e);
+    if (e.ev->body_case != VSPEC__EVENT__BODY_RESULT) {
+      dump_all(t);
+      fail_msg("job ended with: %s", e.ev->error ? e.ev->error->message : "?");
+    }
+    const char *node = e.ev->result->node;
+    assert_true(!strcmp(node, "d0") || !strcmp(node, "d1"));
+    png[k] = result_png(&e, &len[k]);
+    vs_conn_event_free(&e);
+  }
+  assert_int_equal(len[0], len[1]);
+  assert_memory_equal(png[0], png[1], len[0]);
+  free(png[0]);
+  free(png[1]);
+  vs_conn_close(&c);
+}
+
+/* Reads the job's events until the daemon's Accepted (node set to a daemon's name); returns
+ * the index of that daemon. */
+static int wait_running_on(fleet_fx *t, vs_conn *c, uint64_t rid, uint64_t *job,
+                           uint64_t *seed) {
+  double end = vs_harness_now() + 20;
+  while (vs_harness_now() < end) {
+    vs_conn_event e;
+    vs_client_next(c, 20000, &e);
+    Vspec__Event *ev = e.ev;
+    int ours = (*job && ev->job_id == *job) || (!*job && ev->request_id == rid);
+    if (ours && ev->body_case == VSPEC__EVENT__BODY_ACCEPTED) {
+      *job = ev->job_id;
+      for (int i = 0; i < t->n_daemons; i++)
+        if (ev->accepted->node && !strcmp(ev->accepted->node, t->d[i].name)) {
+          if (seed) *seed = ev->accepted->seed;
+          vs_conn_event_free(&e);
+          return i;
+        }
+    }
+    if (ours && (ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+                 ev->body_case == VSPEC__EVENT__BODY_ERROR))
+      fail_msg("the job ended before it ran");
+    vs_conn_event_free(&e);
+  }
+  fail_msg("no daemon took the job within 20 s");
+  return -1;
+}
+
+/* SIGKILL of the daemon running a job: the other one claims it once it has been idle for the
+ * claim time, runs it again from the start, and the client gets a restarted event and the
+ * same bytes as an undisturbed run. The job names no seed: every delivery must draw the same
+ * one (the agent derives it from the job id), or the bytes could not be the same. */
+static void test_daemon_killed(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  start_daemon(t, 0, "d0");
+  start_daemon(t, 1, "d1");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  uint64_t job = 0, seed = 0, rid = submit(&c, 150, 0);
+  int victim = wait_running_on(t, &c, rid, &job, &seed);
+  vs_harness_sleep_ms(300);
+  kill(t->d[victim].pid, SIGKILL);
+  vs_wait_pid(t->d[victim].pid, 3000);
+  t->d[victim].pid = 0;
+  int restarted = 0;
+  vs_conn_event e;
+  double end = vs_harness_now() + 40;
+  for (;;) {
+    assert_true(vs_harness_now() < end);
+    vs_client_next(&c, 40000, &e);
+    if (e.ev->job_id != job) {
+      vs_conn_event_free(&e);
+      continue;
+    }
+    if (e.ev->body_case == VSPEC__EVENT__BODY_RESTARTED) {
+      restarted = 1;
+      assert_int_equal(e.ev->restarted->delivery, 2);
+      assert_string_equal(e.ev->restarted->node, t->d[1 - victim].name);
+    }
+    if (e.ev->body_case == VSPEC__EVENT__BODY_RESULT || e.ev->body_case == VSPEC__EVENT__BODY_ERROR)
+      break;
+    vs_conn_event_free(&e);
+  }
+  if (e.ev->body_case != VSPEC__EVENT__BODY_RESULT) {
+    dump_all(t);
+    fail_msg("the job ended with: %s", e.ev->error->message);
+  }
+  assert_true(restarted);
+  assert_string_equal(e.ev->result->node, t->d[1 - victim].name);
+  assert_int_equal(e.ev->result->seed, seed);
+  size_t ref_len, len;
+  unsigned char *png = result_png(&e, &len);
+  vs_conn_event_free(&e);
+
+  /* the reference: the same submit with that seed, undisturbed */
+  job = 0;
+  rid = submit(&c, 150, seed);
+  vs_client_until_end(&c, rid, &job, 30000, &e);
+  unsigned char *ref = result_png(&e, &ref_len);
+  vs_conn_event_free(&e);
+  assert_int_equal(len, ref_len);
+  assert_memory_equal(png, ref, len);
+  free(png);
+  free(ref);
+  vs_conn_close(&c);
+}
+
+/* A job that takes every daemon that runs it down is failed after max_deliveries (2) with a
+ * poison-job error instead of being run forever. */
+static void test_poison_job(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  uint64_t job = 0, rid = submit(&c, 200, 3);
+  for (int round = 0; round < 2; round++) {
+    int i = wait_running_on(t, &c, rid, &job, NULL);
+    kill(t->d[i].pid, SIGKILL);
+    vs_wait_pid(t->d[i].pid, 3000);
+    t->d[i].pid = 0;
+    start_daemon(t, round + 1, round ? "d2" : "d1");
+  }
+  vs_conn_event e;
+  double end = vs_harness_now() + 30;
+  for (;;) {
+    assert_true(vs_harness_now() < end);
+    vs_client_next(&c, 30000, &e);
+    if (e.ev->job_id == job && (e.ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+                                e.ev->body_case == VSPEC__EVENT__BODY_ERROR))
+      break;
+    vs_conn_event_free(&e);
+  }
+  if (e.ev->body_case != VSPEC__EVENT__BODY_ERROR) dump_all(t);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  print_message("poison: %s\n", e.ev->error->message);
+  assert_non_null(strstr(e.ev->error->message, "poison job: delivered 3 times"));
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
+/* Cancel through the gateway reaches the daemon running the job (a flag it polls). */
+static void test_cancel(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  uint64_t job = 0, rid = submit(&c, 200, 4);
+  wait_running_on(t, &c, rid, &job, NULL);
+  vs_client_cancel(&c, job);
+  vs_conn_event e;
+  double end = vs_harness_now() + 10;
+  for (;;) {
+    assert_true(vs_harness_now() < end);
+    vs_client_next(&c, 10000, &e);
+    if (e.ev->job_id == job && (e.ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+                                e.ev->body_case == VSPEC__EVENT__BODY_ERROR))
+      break;
+    vs_conn_event_free(&e);
+  }
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_CANCELLED);
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
+/* A gateway killed in the middle of a job: the client resumes the job's events through
+ * another gateway from the last cursor it saw, and gets exactly the events after it. */
+static void test_gateway_restart_resume(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  start_gateway(t, 1);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  uint64_t job = 0, rid = submit(&c, 100, 8);
+  wait_running_on(t, &c, rid, &job, NULL);
+  /* a progress event or two, then the gateway goes */
+  char cursor[64] = "";
+  for (int got = 0; got < 2;) {
+    vs_conn_event e;
+    vs_client_next(&c, 10000, &e);
+    if (e.ev->job_id == job) {
+      assert_non_null(e.ev->cursor);
+      snprintf(cursor, sizeof cursor, "%s", e.ev->cursor);
+      assert_true(e.ev->body_case == VSPEC__EVENT__BODY_PROGRESS);
+      got++;
+    }
+    vs_conn_event_free(&e);
+  }
+  kill(t->gw[0], SIGKILL);
+  vs_wait_pid(t->gw[0], 3000);
+  t->gw[0] = 0;
+  vs_conn_close(&c);
+
+  vs_client_open(&c, t->gw_ep[1]);
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Resume rs = VSPEC__RESUME__INIT;
+  rs.job_id = job;
+  rs.after = cursor;
+  rs.has_credit = 1;
+  rs.credit = 64;
+  r.body_case = VSPEC__REQUEST__BODY_RESUME;
+  r.resume = &rs;
+  char err[512];
+  if (vs_conn_send(&c, &r, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+  /* Every event after the cursor, in order, none before it, then the result. */
+  vs_conn_event e;
+  int n = 0;
+  double end = vs_harness_now() + 30;
+  for (;;) {
+    assert_true(vs_harness_now() < end);
+    vs_client_next(&c, 30000, &e);
+    if (e.ev->job_id == job) {
+      assert_non_null(e.ev->cursor);
+      /* stream ids grow: "<ms>-<seq>" compared as numbers */
+      unsigned long long ms0, s0, ms1, s1;
+      assert_int_equal(sscanf(cursor, "%llu-%llu", &ms0, &s0), 2);
+      assert_int_equal(sscanf(e.ev->cursor, "%llu-%llu", &ms1, &s1), 2);
+      assert_true(ms1 > ms0 || (ms1 == ms0 && s1 > s0));
+      snprintf(cursor, sizeof cursor, "%s", e.ev->cursor);
+      n++;
+      if (e.ev->body_case == VSPEC__EVENT__BODY_RESULT) break;
+      assert_int_not_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+    }
+    vs_conn_event_free(&e);
+  }
+  assert_true(n >= 2); /* at least one progress event and the result */
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
+/* Redis killed (SIGKILL) and restarted from its append-only file in the middle of a batch:
+ * no job is lost and each ends exactly once at its client. */
+static void test_redis_restart_aof(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  enum { N = 6 };
+  uint64_t job[N] = {0};
+  for (int i = 0; i < N; i++) {
+    uint64_t rid = submit(&c, 30, 100 + (uint64_t)i);
+    /* the gateway's own Accepted carries the job id */
+    for (;;) {
+      vs_conn_event e;
+      vs_client_next(&c, 10000, &e);
+      int mine = e.ev->request_id == rid && e.ev->body_case == VSPEC__EVENT__BODY_ACCEPTED;
+      if (mine) job[i] = e.ev->job_id;
+      vs_conn_event_free(&e);
+      if (mine) break;
+    }
+  }
+  vs_harness_sleep_ms(300);
+  vs_redis_kill(t->redis);
+  vs_harness_sleep_ms(700);
+  vs_redis_start(t->redis);
+  int ended[N] = {0}, results = 0;
+  double end = vs_harness_now() + 60;
+  while (results < N) {
+    assert_true(vs_harness_now() < end);
+    vs_conn_event e;
+    vs_client_next(&c, 60000, &e);
+    for (int i = 0; i < N; i++)
+      if (e.ev->job_id == job[i] && (e.ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+                                     e.ev->body_case == VSPEC__EVENT__BODY_ERROR)) {
+        if (e.ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+          dump_all(t);
+          fail_msg("job %d: %s", i, e.ev->error->message);
+        }
+        ended[i]++;
+        results++;
+      }
+    vs_conn_event_free(&e);
+  }
+  for (int i = 0; i < N; i++) assert_int_equal(ended[i], 1);
+  /* nothing left behind in the stream: every job was acked */
+  vs_harness_sleep_ms(200);
+  vs_conn_close(&c);
+}
+
+/* Counts the events of a job's stream in Redis by kind: daemons' Accepted (node not a
+ * gateway's), results, restarted. */
+static void count_in_redis(vs_fleet_queue *q, uint64_t job, int *accepted, int *results,
+                           int *restarts) {
+  char id[32], after[VS_FLEET_ID_MAX] = "0-0", err[512];
+  snprintf(id, sizeof id, "%llu", (unsigned long long)job);
+  *accepted = *results = *restarts = 0;
+  for (;;) {
+    vs_fleet_event ev[64];
+    int n = vs_fleet_events_read(q, id, after, 0, ev, 64, err, sizeof err);
+    if (n < 0) fail_msg("events of %s: %s", id, err);
+    for (int i = 0; i < n; i++) {
+      vs_wire_alloc a;
+      vs_wire_alloc_init(&a, 1 << 20);
+      Vspec__Event *e;
+      vs_wire_blob blobs[VS_WIRE_MAX_BLOBS];
+      int nb;
+      if (vs_fleet_event_decode(ev[i].data, ev[i].len, &a, &e, blobs, &nb, err, sizeof err))
+        fail_msg("event of %s: %s", id, err);
+      if (e->body_case == VSPEC__EVENT__BODY_ACCEPTED && e->accepted->node &&
+          strncmp(e->accepted->node, "gw", 2))
+        (*accepted)++;
+      *results += e->body_case == VSPEC__EVENT__BODY_RESULT;
+      *restarts += e->body_case == VSPEC__EVENT__BODY_RESTARTED;
+      vs_wire_event_free(e, &a);
+      snprintf(after, sizeof after, "%s", ev[i].id);
+      vs_fleet_event_clear(&ev[i]);
+    }
+    if (n < 64) return;
+  }
+}
+
+/* 200 jobs from two clients through two gateways onto three daemons, one of which is killed
+ * part way: every job ends exactly once at its client with a result, none is left in the
+ * stream, and none ran twice to completion except after a death (a restarted event). */
+static void test_many_jobs(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+#ifdef VSPEC_SANITIZED
+  /* A load test: the plain build runs it; under ASan it would only add its minute. */
+  print_message("skipped under the sanitizers\n");
+  skip();
+#endif
+  start_daemon(t, 0, "d0");
+  start_daemon(t, 1, "d1");
+  start_daemon(t, 2, "d2");
+  start_gateway(t, 0);
+  start_gateway(t, 1);
+  enum { N = 200, IN_FLIGHT = 12 };
+  vs_conn c[2];
+  vs_client_open(&c[0], t->gw_ep[0]);
+  vs_client_open(&c[1], t->gw_ep[1]);
+  static uint64_t rid[N], job[N];
+  static int ended[N], who[N];
+  int submitted = 0, done = 0, inflight[2] = {0, 0}, killed = 0;
+  memset(ended, 0, sizeof ended);
+  double end = vs_harness_now() + 120;
+  while (done < N) {
+    if (vs_harness_now() > end) {
+      dump_all(t);
+      fail_msg("%d of %d jobs ended within 120 s", done, N);
+    }
+    for (int k = 0; k < 2; k++)
+      while (submitted < N && inflight[k] < IN_FLIGHT) {
+        who[submitted] = k;
+        rid[submitted] = submit(&c[k], 0, 1000 + (uint64_t)submitted);
+        submitted++;
+        inflight[k]++;
+      }
+    if (!killed && done >= N / 3) {
+      kill(t->d[2].pid, SIGKILL);
+      vs_wait_pid(t->d[2].pid, 3000);
+      t->d[2].pid = 0;
+      killed = 1;
+    }
+    for (int k = 0; k < 2; k++) {
+      vs_conn_event e;
+      char err[512];
+      int rc = vs_conn_recv(&c[k], 5, &e, err, sizeof err);
+      if (rc < 0) fail_msg("receive: %s", err);
+      if (rc == 0) continue;
+      Vspec__Event *ev = e.ev;
+      for (int i = 0; i < submitted; i++) {
+        if (who[i] != k) continue;
+        if (!job[i] && ev->has_request_id && ev->request_id == rid[i] && ev->has_job_id)
+          job[i] = ev->job_id;
+        if (job[i] && ev->job_id == job[i] && (ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+                                              ev->body_case == VSPEC__EVENT__BODY_ERROR)) {
+          if (ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+            dump_all(t);
+            fail_msg("job %d: %s", i, ev->error->message);
+          }
+          ended[i]++;
+          done++;
+          inflight[k]--;
+          break;
+        }
+      }
+      vs_conn_event_free(&e);
+    }
+  }
+  /* A second terminal event would come right after the first: give it the chance. */
+  for (int k = 0; k < 2; k++) {
+    vs_conn_event e;
+    char err[512];
+    while (vs_conn_recv(&c[k], 300, &e, err, sizeof err) == 1) {
+      for (int i = 0; i < N; i++)
+        if (ev_is_terminal_of(e.ev, job[i])) ended[i]++;
+      vs_conn_event_free(&e);
+    }
+  }
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  o.url = t->redis->url;
+  vs_fleet_queue *q;
+  char err[512];
+  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("%s", err);
+  long long length = -1, pending = -1;
+  if (vs_fleet_depth(q, &length, &pending, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(length, 0);
+  assert_int_equal(pending, 0);
+  int restarted_jobs = 0;
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(ended[i], 1);
+    int accepted, results, restarts;
+    count_in_redis(q, job[i], &accepted, &results, &restarts);
+    restarted_jobs += restarts > 0;
+    assert_int_equal(accepted, 1 + restarts);
+    assert_true(results == 1 || (results == 2 && restarts > 0));
+  }
+  print_message("200 jobs: %d run again after the kill of d2\n", restarted_jobs);
+  vs_fleet_queue_destroy(&q);
+  vs_conn_close(&c[0]);
+  vs_conn_close(&c[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_job_through_gateway, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_daemon_killed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_poison_job, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_gateway_restart_resume, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_restart_aof, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_many_jobs, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
