@@ -198,6 +198,9 @@ static void usage_generate(FILE *f) {
           "  --deadline MS        cancel the job if not done MS ms after acceptance\n"
           "  --priority P         -10..10, higher first (default 0)\n"
           "  --tag TEXT           a label for the daemon's log\n"
+          "  --job-id N           fleet mode (a vspec-gateway): this job's id, 1 to 2^63-1; the\n"
+          "                       same command again follows that job instead of starting\n"
+          "                       another (after a lost connection, say); vspecd ignores it\n"
           "  --json               JSON lines on stdout: one per event, the last is the\n"
           "                       result (with stats and tokens) or the error\n"
           "  --quiet              no progress output\n"
@@ -238,7 +241,7 @@ static int cmd_generate(int argc, char **argv) {
   unsigned long long u;
   enum { O_CLASS = 1, O_SEED, O_MODEL, O_METHOD, O_ACCEPT, O_PARAM, O_SCHED, O_SPARAM, O_DRAFT,
          O_TEMP, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_NITER, O_CFGS, O_OUT, O_PREV, O_PKIND,
-         O_PEVERY, O_DEADLINE, O_PRIO, O_TAG, O_JSON, O_QUIET, O_HELP };
+         O_PEVERY, O_DEADLINE, O_PRIO, O_TAG, O_JOBID, O_JSON, O_QUIET, O_HELP };
   static const struct option opts[] = {
       {"class", required_argument, 0, O_CLASS},   {"seed", required_argument, 0, O_SEED},
       {"model", required_argument, 0, O_MODEL},   {"method", required_argument, 0, O_METHOD},
@@ -254,6 +257,7 @@ static int cmd_generate(int argc, char **argv) {
       {"preview-every", required_argument, 0, O_PEVERY},
       {"deadline", required_argument, 0, O_DEADLINE},
       {"priority", required_argument, 0, O_PRIO}, {"tag", required_argument, 0, O_TAG},
+      {"job-id", required_argument, 0, O_JOBID},
       {"json", no_argument, 0, O_JSON},           {"quiet", no_argument, 0, O_QUIET},
       {"help", no_argument, 0, O_HELP},           VS_NET_LONGOPTS,
       {0, 0, 0, 0}};
@@ -357,6 +361,16 @@ static int cmd_generate(int argc, char **argv) {
         }
         break;
       case O_TAG: sub.tag = optarg; break;
+      case O_JOBID:
+        if ((ok = vs_cli_u64("--job-id", optarg, &u)) && (u == 0 || u >> 63)) {
+          fprintf(stderr, "vspec generate: --job-id %llu is not 1 to 2^63-1\n", u);
+          ok = 0;
+        }
+        if (ok) {
+          sub.has_job_id = 1;
+          sub.job_id = u;
+        }
+        break;
       case O_JSON: json = 1; break;
       case O_QUIET: quiet = 1; break;
       case O_HELP:

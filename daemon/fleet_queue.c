@@ -1044,3 +1044,52 @@ int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size
   freeReplyObject(r);
   return rc;
 }
+
+/* ---- client-chosen job ids ---------------------------------------------------------------- */
+
+/* The key of a job id that a client chose: holds the digest of its request. Atomic: the
+ * first submit under an id sets it, every later one reads it. */
+static const char vs__job_key_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v then return v end\n"
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "return false\n";
+
+static int vs__id_key(const vs_fleet_queue *q, const char *what, const char *job_id, char *key,
+                      size_t cap, char *err, size_t errlen) {
+  char field[48];
+  snprintf(field, sizeof field, "%s job", what);
+  int rc = vs_name_check(&vs__job_name, field, job_id ? job_id : "", err, errlen);
+  if (rc) return rc;
+  snprintf(key, cap, "%s:id:%s", q->stream, job_id);
+  return VSPEC_OK;
+}
+
+int vs_fleet_job_id_take(vs_fleet_queue *q, const char *job_id, const char *digest, char *err,
+                         size_t errlen) {
+  char key[sizeof q->stream + 4 + VS_FLEET_JOB_ID_MAX];
+  int rc = vs__id_key(q, "job id", job_id, key, sizeof key, err, errlen);
+  if (rc) return rc;
+  char ttl[24];
+  snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
+  redisReply *r;
+  if ((rc = vs__run(q, "SET (job id)", 0, &r, err, errlen, "EVAL %s 1 %s %s %s", vs__job_key_lua,
+                    key, digest, ttl)))
+    return rc;
+  if (r->type == REDIS_REPLY_NIL) rc = 1;
+  else if (!(rc = vs__want(q, "SET (job id)", r, REDIS_REPLY_STRING, err, errlen)))
+    rc = strcmp(r->str, digest) ? 2 : 0;
+  freeReplyObject(r);
+  return rc;
+}
+
+int vs_fleet_job_id_drop(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
+  char key[sizeof q->stream + 4 + VS_FLEET_JOB_ID_MAX];
+  int rc = vs__id_key(q, "job id", job_id, key, sizeof key, err, errlen);
+  if (rc) return rc;
+  redisReply *r;
+  if ((rc = vs__run(q, "DEL (job id)", 0, &r, err, errlen, "DEL %s", key))) return rc;
+  rc = vs__want(q, "DEL (job id)", r, REDIS_REPLY_INTEGER, err, errlen);
+  freeReplyObject(r);
+  return rc;
+}

@@ -197,4 +197,13 @@ int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, 
 /* 1 if the job has an event stream (it was run, or is running, and has not expired), else 0. */
 int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen);
 
+/* A job id chosen by a client (Submit.job_id), so that a retried submit is the same job: the
+ * key `<stream>:id:<job id>` holds the digest of the request that took the id first, and
+ * expires with the job's events. Returns 1 when the id is new (now taken, by `digest`), 0 when
+ * it was taken by the same digest (a retry: follow that job), 2 when by another one (refuse).
+ * vs_fleet_job_id_drop frees an id whose job could not be enqueued after all. */
+int vs_fleet_job_id_take(vs_fleet_queue *q, const char *job_id, const char *digest, char *err,
+                         size_t errlen);
+int vs_fleet_job_id_drop(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen);
+
 #endif /* VS_FLEET_QUEUE_H */

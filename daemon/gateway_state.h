@@ -80,6 +80,14 @@ int vs_gw_has_kept(const vs_gw *g, const vs_wire_envelope *env);
 void vs_gw_drop_kept(vs_gw *g, const vs_wire_envelope *env);
 void vs_gw_kept_free(vs_gw *g); /* everything kept, at the end */
 
+/* XLEN and XPENDING of the jobs stream (the group made first when Redis has none). */
+int vs_gw_depth(vs_gw *g, long long *len, long long *pend, char *err, size_t errlen);
+
+/* Job requests (gateway_jobs.c); each answers the client itself. */
+void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint64_t rid);
+void vs_gw_resume(vs_gw *g, const vs_wire_msg *m, const Vspec__Resume *rs, uint64_t rid);
+void vs_gw_cancel(vs_gw *g, const vs_wire_msg *m, uint64_t job, uint64_t rid);
+
 /* The follow table. A new follow reads the job's events after `after` ("0-0": all). */
 vs_gw_follow *vs_gw_follow_add(vs_gw *g, const vs_wire_msg *m, uint64_t job, uint64_t rid,
                                const char *after, int64_t credit);

@@ -113,8 +113,9 @@ static int ev_is_terminal_of(const Vspec__Event *ev, uint64_t job) {
          (ev->body_case == VSPEC__EVENT__BODY_RESULT || ev->body_case == VSPEC__EVENT__BODY_ERROR);
 }
 
-/* A job of the micro model through sched_slow: ms per round, a fixed seed (0: none). */
-static uint64_t submit(vs_conn *c, int slow_ms, uint64_t seed) {
+/* A job of the micro model through sched_slow: ms per round, a fixed seed (0: none), the
+ * client's own job id (0: none). */
+static uint64_t submit_as(vs_conn *c, int slow_ms, uint64_t seed, uint64_t job_id) {
   char sp[64];
   snprintf(sp, sizeof sp, "ms=%d,depth=1", slow_ms);
   Vspec__Submit s = VSPEC__SUBMIT__INIT;
@@ -126,7 +127,13 @@ static uint64_t submit(vs_conn *c, int slow_ms, uint64_t seed) {
   s.seed = seed;
   s.has_credit = 1;
   s.credit = 64;
+  s.has_job_id = job_id != 0;
+  s.job_id = job_id;
   return vs_client_submit(c, &s);
+}
+
+static uint64_t submit(vs_conn *c, int slow_ms, uint64_t seed) {
+  return submit_as(c, slow_ms, seed, 0);
 }
 
 /* The result's PNG, copied (the event is freed). */
@@ -452,6 +459,16 @@ static void test_redis_restart_aof(void **state) {
   vs_conn_close(&c);
 }
 
+static void until_result_of(vs_conn *c, uint64_t job, vs_conn_event *e) {
+  double end = vs_harness_now() + 30;
+  for (;;) {
+    assert_true(vs_harness_now() < end);
+    vs_client_next(c, 30000, e);
+    if (ev_is_terminal_of(e->ev, job)) return;
+    vs_conn_event_free(e);
+  }
+}
+
 /* Counts the events of a job's stream in Redis by kind: daemons' Accepted (node not a
  * gateway's), results, restarted. */
 static void count_in_redis(vs_fleet_queue *q, uint64_t job, int *accepted, int *results,
@@ -588,6 +605,61 @@ static void test_many_jobs(void **state) {
   vs_conn_close(&c[1]);
 }
 
+/* A client-chosen job id makes a submit idempotent: the same submit sent again (here through
+ * another gateway, as after losing the first) follows the job already in the fleet, which
+ * runs once; the same id with another request is refused. */
+static void test_retry_same_job_id(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  start_gateway(t, 1);
+  const uint64_t id = 0x1234567890abcdeull;
+  vs_conn a, b;
+  vs_client_open(&a, t->gw_ep[0]);
+  vs_client_open(&b, t->gw_ep[1]);
+  uint64_t job = 0, rid = submit_as(&a, 100, 77, id);
+  wait_running_on(t, &a, rid, &job, NULL);
+  assert_int_equal(job, id);
+  uint64_t job_b = 0, rid_b = submit_as(&b, 100, 77, id);
+  vs_conn_event ea, eb;
+  vs_client_until_end(&b, rid_b, &job_b, 30000, &eb);
+  assert_int_equal(job_b, id);
+  until_result_of(&a, job, &ea);
+  size_t la, lb;
+  unsigned char *pa = result_png(&ea, &la), *pb = result_png(&eb, &lb);
+  vs_conn_event_free(&ea);
+  vs_conn_event_free(&eb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(pa, pb, la);
+  free(pa);
+  free(pb);
+
+  /* ran once: one daemon Accepted, one result in the job's events */
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  o.url = t->redis->url;
+  vs_fleet_queue *q;
+  char err[512];
+  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("%s", err);
+  int accepted, results, restarts;
+  count_in_redis(q, id, &accepted, &results, &restarts);
+  assert_int_equal(accepted, 1);
+  assert_int_equal(results, 1);
+  vs_fleet_queue_destroy(&q);
+
+  /* the same id for another request (another seed): refused */
+  uint64_t none = 0;
+  rid = submit_as(&b, 100, 78, id);
+  vs_client_until_end(&b, rid, &none, 10000, &eb);
+  assert_int_equal(eb.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  assert_int_equal(eb.ev->error->code, VSPEC__ERROR_CODE__ERR_INVALID);
+  assert_non_null(strstr(eb.ev->error->message, "taken by a different request"));
+  vs_conn_event_free(&eb);
+  vs_conn_close(&a);
+  vs_conn_close(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_job_through_gateway, setup, teardown),
@@ -597,6 +669,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_gateway_restart_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_restart_aof, setup, teardown),
       cmocka_unit_test_setup_teardown(test_many_jobs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_retry_same_job_id, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
