@@ -48,7 +48,6 @@ struct vs_fleet_agent {
   atomic_int draining, stopping;
   vs__slot slot[VS_AGENT_MAX_SLOTS];
   int n_slots;
-  uint64_t next_request;
   /* Redis unreachable: no command before redis_retry_at; backoff doubles up to 5 s */
   double redis_retry_at, backoff_s;
   int redis_down;
@@ -208,13 +207,15 @@ static void vs__submit(vs_fleet_agent *a, vs__slot *s) {
    * the agent returns credit for every event it writes, so the daemon's bound is enough. */
   if (r->submit->has_credit && r->submit->credit > (uint32_t)a->cfg->max_credit)
     r->submit->credit = (uint32_t)a->cfg->max_credit;
-  r->has_request_id = 1;
-  r->request_id = s->request_id = ++a->next_request;
+  /* The connection numbers every request, cancels and credits included, so that an answer
+   * to one of those can never be taken for the submit's. */
+  r->has_request_id = 0;
   vs_wire_blob blobs[VS_WIRE_MAX_BLOBS];
   for (int i = 1; i < n; i++)
     blobs[i - 1] = (vs_wire_blob){.kind = r->n_blobs >= (size_t)i ? r->blobs[i - 1]->kind : 0,
                                   .data = (void *)frame[i], .size = size[i]};
   int rc = vs_conn_send(&a->conn, r, blobs, n - 1, err, sizeof err);
+  s->request_id = r->request_id;
   vspec__request__free_unpacked(r, &al.base);
   if (rc) {
     vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] cannot hand it to the daemon: %s",
@@ -372,15 +373,18 @@ static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
   if (!s) return;
   int terminal = ev->body_case == VSPEC__EVENT__BODY_RESULT ||
                  ev->body_case == VSPEC__EVENT__BODY_ERROR;
+  /* Not verdicts on the job: this daemon cannot run it now. Draining (the job may have
+   * been queued here already): leave it pending, another daemon claims it once it is idle
+   * and runs it (a restarted event says so). Busy: ask again later. */
+  if (ev->body_case == VSPEC__EVENT__BODY_ERROR &&
+      ev->error->code == VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN) {
+    vs_log(VSPEC_LOG_INFO, vs__who, "[job %s] left to another daemon: this one is draining",
+           s->job.job_id);
+    vs__free_slot(s);
+    return;
+  }
   if (ev->body_case == VSPEC__EVENT__BODY_ERROR && !s->local_id &&
-      (ev->error->code == VSPEC__ERROR_CODE__ERR_BUSY ||
-       ev->error->code == VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN)) {
-    /* Not a verdict on the job: this daemon cannot take it now. Busy: ask again later;
-     * draining: leave it, another daemon claims it once it is idle. */
-    if (ev->error->code == VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN) {
-      vs__free_slot(s);
-      return;
-    }
+      ev->error->code == VSPEC__ERROR_CODE__ERR_BUSY) {
     s->state = VS__WAITING;
     s->retry_at = vs__now() + (ev->error->retry_after_ms ? ev->error->retry_after_ms : 500) / 1e3;
     return;
