@@ -26,6 +26,7 @@
 #include "clients/progress_line.h"
 #include "core/cli_args.h"
 #include "proto/curve_keys.h"
+#include "proto/endpoint_probe.h"
 
 enum {
   EXIT_OK = 0,
@@ -132,6 +133,12 @@ static int vs__net_opt(vs_net_opts *n, int c, const char *arg) {
 
 static int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve) {
   char err[1024];
+  /* ZeroMQ would retry quietly until our timeout: say now that nobody is there. */
+  if (vs_endpoint_probe(endpoint, 2000, err, sizeof err) == 0) {
+    fprintf(stderr, "vspec: cannot reach %s: %s; is vspecd (or vspec-gateway) running there?\n",
+            endpoint, err);
+    return -1;
+  }
   vs_conn_opts o = {.server_key = curve ? n->server_key : NULL, .client_key = n->client_key};
   if (vs_conn_open(c, endpoint, &o, err, sizeof err)) {
     fprintf(stderr, "vspec: %s\n", err);

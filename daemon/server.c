@@ -27,6 +27,7 @@
 #include "daemon/zsock_watch.h"
 #include "kernels/vs_kernels.h"
 #include "proto/curve_keys.h"
+#include "proto/endpoint_probe.h"
 #include "proto/wire.h"
 
 enum { VS_SOCK_JOB = 0, VS_SOCK_ADMIN = 1 };
@@ -1537,7 +1538,25 @@ static int vs__setup_socket(vs_server *s, int which, const char *endpoint, int c
   return VSPEC_OK;
 }
 
+/* Binding an ipc path takes it over from whoever serves it now: a second daemon started with
+ * the same paths would silently steal the first one's clients. Checked before anything is
+ * loaded, so the mistake costs no model load. */
+static int vs__endpoints_free(const vs_daemon_config *cfg, char *err, size_t errlen) {
+  const char *eps[2] = {cfg->endpoint, cfg->admin_endpoint};
+  char perr[300];
+  for (int i = 0; i < 2; i++)
+    if (!strncmp(eps[i], "ipc://", 6) && vs_endpoint_probe(eps[i], 500, perr, sizeof perr) == 1) {
+      snprintf(err, errlen, "another process serves %s (a vspecd already running?): stop it, "
+               "or give this daemon other paths", eps[i]);
+      return VSPEC_EIO;
+    }
+  return VSPEC_OK;
+}
+
 int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size_t errlen) {
+  *out = NULL;
+  int busy = vs__endpoints_free(cfg, err, errlen);
+  if (busy) return busy;
   vs_server *s = calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, errlen, "out of memory");

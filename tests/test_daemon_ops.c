@@ -1287,9 +1287,47 @@ static void test_many_concurrent_jobs(void **state) {
   stop_ok(d);
 }
 
+/* A second vspecd given the same ipc paths refuses to start, before loading anything, and
+ * leaves the first one serving; a client of an endpoint nobody serves is told so at once
+ * instead of waiting out its timeout. */
+static void test_endpoint_in_use_and_nobody_there(void **state) {
+  fixture *f = *state;
+  vs_daemon_start(&f->d[0], &f->fx, "first", NULL);
+  char log[300], job_ep[300];
+  snprintf(log, sizeof log, "%s/second.log", f->fx.dir);
+  snprintf(job_ep, sizeof job_ep, "ipc://%s/second-job.sock", f->fx.dir);
+  char micro[1200];
+  snprintf(micro, sizeof micro, "micro=%s", f->fx.micro_model);
+  const char *args[] = {"--endpoint", job_ep, "--admin", f->d[0].admin_ep, "--plugins",
+                        f->fx.plugins, "--model", micro, "--set", "models.fmnist=",
+                        "--default-model", "micro", NULL};
+  pid_t pid = vs_spawn_tool("vspecd", args, log);
+  assert_int_equal(vs_wait_pid(pid, 10000), 1);
+  char text[4096] = "";
+  FILE *in = fopen(log, "r");
+  assert_non_null(in);
+  size_t n = fread(text, 1, sizeof text - 1, in);
+  text[n] = '\0';
+  fclose(in);
+  assert_non_null(strstr(text, "another process serves"));
+  assert_null(strstr(text, "[models]")); /* refused before any model was loaded */
+  vs_conn_event e;
+  vs_client_status(f->d[0].admin_ep, &e); /* the first one still answers */
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_STATUS);
+  vs_conn_event_free(&e);
+
+  char none[300];
+  snprintf(none, sizeof none, "ipc://%s/nobody.sock", f->fx.dir);
+  const char *st[] = {"status", "--admin", none, "--timeout", "30", NULL};
+  double t0 = vs_harness_now();
+  assert_int_equal(vs_run_tool("vspec", st, NULL, 0), 3); /* EXIT_UNREACHABLE */
+  assert_true(vs_harness_now() - t0 < 15); /* told at once, not after its 30 s */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_many_concurrent_jobs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_endpoint_in_use_and_nobody_there, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plugins_on_demand, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_finish, setup, teardown),

@@ -1,0 +1,108 @@
+#include "proto/endpoint_probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "vspec/types.h"
+
+/* Connects fd to addr, waiting up to timeout_ms: 1 connected, 0 not (errno_out set). */
+static int vs__connect_within(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms,
+                              int *errno_out) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+    *errno_out = errno;
+    return 0;
+  }
+  if (connect(fd, addr, len) == 0) return 1;
+  if (errno != EINPROGRESS) {
+    *errno_out = errno;
+    return 0;
+  }
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  int n;
+  while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
+  }
+  if (n == 0) {
+    *errno_out = ETIMEDOUT;
+    return 0;
+  }
+  int so = 0;
+  socklen_t sl = sizeof so;
+  if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) < 0) so = errno;
+  *errno_out = so;
+  return so == 0;
+}
+
+static int vs__probe_ipc(const char *path, int timeout_ms, char *err, size_t errlen) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) return VSPEC_EINVAL;
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return VSPEC_EIO;
+  int e = 0, ok = vs__connect_within(fd, (struct sockaddr *)&a, sizeof a, timeout_ms, &e);
+  close(fd);
+  if (ok) return 1;
+  if (e == ENOENT)
+    snprintf(err, errlen, "no socket file %s", path);
+  else if (e == ECONNREFUSED)
+    snprintf(err, errlen, "nothing listening on %s (a socket file left by a process that "
+             "is gone)", path);
+  else
+    snprintf(err, errlen, "cannot connect to %s: %s", path, strerror(e));
+  return 0;
+}
+
+static int vs__probe_tcp(const char *hostport, int timeout_ms, char *err, size_t errlen) {
+  char host[256];
+  const char *colon = strrchr(hostport, ':');
+  /* "iface;host:port" (a source address) and the like: left to ZeroMQ */
+  if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof host ||
+      strchr(hostport, ';'))
+    return VSPEC_EINVAL;
+  size_t hl = (size_t)(colon - hostport);
+  const char *h = hostport;
+  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') { /* [v6]:port */
+    h++;
+    hl -= 2;
+  }
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  if (!strcmp(host, "*")) return VSPEC_EINVAL; /* a bind address, not a peer */
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  int g = getaddrinfo(host, colon + 1, &hints, &res);
+  if (g) {
+    snprintf(err, errlen, "cannot resolve %s: %s", host, gai_strerror(g));
+    return 0;
+  }
+  int ok = 0, e = 0;
+  for (struct addrinfo *ai = res; ai && !ok; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    ok = vs__connect_within(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms, &e);
+    close(fd);
+  }
+  freeaddrinfo(res);
+  if (ok) return 1;
+  if (e == ECONNREFUSED)
+    snprintf(err, errlen, "nothing listening on %s (connection refused)", hostport);
+  else if (e == ETIMEDOUT)
+    snprintf(err, errlen, "no answer from %s within %d ms", hostport, timeout_ms);
+  else
+    snprintf(err, errlen, "cannot connect to %s: %s", hostport, strerror(e));
+  return 0;
+}
+
+int vs_endpoint_probe(const char *endpoint, int timeout_ms, char *err, size_t errlen) {
+  if (errlen) err[0] = '\0';
+  if (!strncmp(endpoint, "ipc://", 6) && endpoint[6] && endpoint[6] != '@')
+    return vs__probe_ipc(endpoint + 6, timeout_ms, err, errlen);
+  if (!strncmp(endpoint, "tcp://", 6)) return vs__probe_tcp(endpoint + 6, timeout_ms, err, errlen);
+  return VSPEC_EINVAL;
+}
