@@ -27,6 +27,7 @@
 #include "core/cli_args.h"
 #include "proto/curve_keys.h"
 #include "proto/endpoint_probe.h"
+#include "core/version.h"
 
 enum {
   EXIT_OK = 0,
@@ -382,7 +383,7 @@ static int cmd_generate(int argc, char **argv) {
       case O_QUIET: quiet = 1; break;
       case O_HELP:
       case 'h': usage_generate(stdout); return EXIT_OK;
-      default: usage_generate(stderr); return EXIT_USAGE;
+      default: fprintf(stderr, "see vspec generate --help\n"); return EXIT_USAGE;
     }
     if (!ok) return EXIT_USAGE;
   }
@@ -731,8 +732,8 @@ static int cmd_status(int argc, char **argv) {
     else if (c == O_HELP || c == 'h') {
       usage_status(stdout);
       return EXIT_OK;
-    } else {
-      usage_status(stderr);
+    } else { /* getopt said which option */
+      fprintf(stderr, "see vspec status --help\n");
       return EXIT_USAGE;
     }
   }
@@ -912,7 +913,7 @@ static int cmd_plugins(int argc, char **argv) {
       usage_plugins(stdout);
       return EXIT_OK;
     } else {
-      usage_plugins(stderr);
+      fprintf(stderr, "see vspec plugins --help\n");
       return EXIT_USAGE;
     }
   }
@@ -1011,7 +1012,7 @@ static int cmd_cancel(int argc, char **argv) {
       usage_cancel(stdout);
       return EXIT_OK;
     }
-    usage_cancel(stderr);
+    fprintf(stderr, "see vspec cancel --help\n");
     return EXIT_USAGE;
   }
   unsigned long long id;
@@ -1078,21 +1079,43 @@ static int cmd_ping(int argc, char **argv) {
 }
 
 static int cmd_keygen(int argc, char **argv) {
-  if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    FILE *f = argc == 2 ? stdout : stderr;
-    fprintf(f, "usage: vspec keygen PREFIX\n\n"
-               "Writes a CURVE key pair: PREFIX.key (public and secret, mode 0600) and PREFIX.pub\n"
-               "(public). Give PREFIX.key to the client (--curve-key) or to vspecd\n"
-               "([curve] secret_key_file); put a client's public key on the daemon's allow-list\n"
-               "([curve] allowed_clients) and the server's public key to clients\n"
-               "(--curve-server-key).\n");
-    return argc == 2 ? EXIT_OK : EXIT_USAGE;
+  const char *prefix = NULL;
+  int force = 0, help = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--force")) force = 1;
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) help = 1;
+    else if (argv[i][0] == '-' || prefix) {
+      fprintf(stderr, "vspec keygen: unexpected '%s'; see vspec keygen --help\n", argv[i]);
+      return EXIT_USAGE;
+    } else prefix = argv[i];
   }
+  if (help || !prefix) {
+    fprintf(help ? stdout : stderr,
+            "usage: vspec keygen [--force] PREFIX\n\n"
+            "Writes a CURVE key pair: PREFIX.key (public and secret, mode 0600) and PREFIX.pub\n"
+            "(public), and prints the public key. Give PREFIX.key to the client (--curve-key)\n"
+            "or to vspecd ([curve] secret_key_file); put a client's public key on the daemon's\n"
+            "allow-list ([curve] allowed_clients) and the server's public key to clients\n"
+            "(--curve-server-key). Existing files are kept unless --force: a replaced key\n"
+            "locks out whoever holds the old one.\n");
+    return help ? EXIT_OK : EXIT_USAGE;
+  }
+  char path[2][1100];
+  snprintf(path[0], sizeof path[0], "%s.key", prefix);
+  snprintf(path[1], sizeof path[1], "%s.pub", prefix);
+  for (int i = 0; i < 2 && !force; i++)
+    if (access(path[i], F_OK) == 0) {
+      fprintf(stderr, "vspec keygen: %s exists; --force replaces it (whoever holds the old key "
+              "is locked out)\n", path[i]);
+      return EXIT_FAIL;
+    }
   char pub[41], err[1024];
-  if (vs_curve_keygen(argv[1], pub, err, sizeof err)) {
+  if (vs_curve_keygen(prefix, pub, err, sizeof err)) {
     fprintf(stderr, "vspec keygen: %s\n", err);
     return EXIT_FAIL;
   }
+  fprintf(stderr, "vspec keygen: wrote %s (secret, mode 0600) and %s (public)\n", path[0],
+          path[1]);
   printf("%s\n", pub);
   return EXIT_OK;
 }
@@ -1108,6 +1131,7 @@ static void usage(FILE *f) {
           "  cancel JOB      cancel a job\n"
           "  ping            round trip to the daemon\n"
           "  keygen PREFIX   make a CURVE key pair\n"
+          "  version         the version and plugin ABI (also --version)\n"
           "\n"
           "Examples:\n"
           "  vspec generate --class 7 --accept lantern --param delta=0.2 --seed 1 --out img.png\n"
@@ -1121,6 +1145,10 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    vs_print_version(stdout, "vspec");
+    return EXIT_OK;
+  }
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     usage(stdout);
     return EXIT_OK;
@@ -1131,7 +1159,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "cancel")) return cmd_cancel(argc - 1, argv + 1);
   if (!strcmp(cmd, "ping")) return cmd_ping(argc - 1, argv + 1);
   if (!strcmp(cmd, "keygen")) return cmd_keygen(argc - 1, argv + 1);
-  fprintf(stderr, "vspec: unknown command '%s'\n\n", cmd);
-  usage(stderr);
+  fprintf(stderr, "vspec: unknown command '%s' (generate, status, plugins, cancel, ping, keygen, "
+          "version); see vspec --help\n", cmd);
   return EXIT_USAGE;
 }

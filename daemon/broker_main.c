@@ -9,6 +9,7 @@
 
 #include "core/cli_args.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "daemon/broker.h"
 
 static void usage(FILE *f) {
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
           "  --backend-server-key K   CURVE towards the daemons: their public key (or file)\n"
           "  --backend-key FILE       the broker's own key pair for that\n"
           "  --log-level L            error, warn, info (default), debug\n"
+          "  --version                version and plugin ABI\n"
           "\n"
           "exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure, 2 usage\n");
 }
@@ -43,7 +45,7 @@ int main(int argc, char **argv) {
   cfg.max_request_bytes = 64l << 10;
   cfg.max_event_bytes = 64l << 20;
   int level = VSPEC_LOG_INFO;
-  enum { O_FRONT = 256, O_BACKEND, O_HB, O_MAXMSG, O_CSEC, O_CALLOW, O_BSKEY, O_BKEY, O_LOG };
+  enum { O_FRONT = 256, O_BACKEND, O_HB, O_MAXMSG, O_CSEC, O_CALLOW, O_BSKEY, O_BKEY, O_LOG, O_VERSION };
   static const struct option opts[] = {
       {"front", required_argument, 0, O_FRONT},  {"backend", required_argument, 0, O_BACKEND},
       {"heartbeat-ms", required_argument, 0, O_HB},
@@ -53,6 +55,7 @@ int main(int argc, char **argv) {
       {"backend-server-key", required_argument, 0, O_BSKEY},
       {"backend-key", required_argument, 0, O_BKEY},
       {"log-level", required_argument, 0, O_LOG}, {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -86,7 +89,8 @@ int main(int argc, char **argv) {
         }
         break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case O_VERSION: vs_print_version(stdout, "vspec-broker"); return 0;
+      default: fprintf(stderr, "see %s --help\n", "vspec-broker"); return 2; /* getopt said which */
     }
   }
   if (optind < argc || !*cfg.front || !cfg.n_backends) {

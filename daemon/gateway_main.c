@@ -10,6 +10,7 @@
 
 #include "core/cli_args.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "daemon/gateway.h"
 
 static void usage(FILE *f) {
@@ -40,6 +41,7 @@ static void usage(FILE *f) {
           "                           localhost) ...\n"
           "  --curve-allow FILE       ... and this allow-list of client keys\n"
           "  --log-level L            error, warn, info (default), debug\n"
+          "  --version                version and plugin ABI\n"
           "\n"
           "exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure, 2 usage\n");
 }
@@ -50,7 +52,7 @@ int main(int argc, char **argv) {
   int level = VSPEC_LOG_INFO;
   enum {
     O_FRONT = 256, O_REDIS, O_NODE, O_STREAM, O_GROUP, O_PREFIX, O_MAXLEN, O_PERCLIENT, O_TTL,
-    O_HB, O_MAXMSG, O_CSEC, O_CALLOW, O_LOG
+    O_HB, O_MAXMSG, O_CSEC, O_CALLOW, O_LOG, O_VERSION
   };
   static const struct option opts[] = {
       {"front", required_argument, 0, O_FRONT},   {"redis", required_argument, 0, O_REDIS},
@@ -65,6 +67,7 @@ int main(int argc, char **argv) {
       {"curve-secret", required_argument, 0, O_CSEC},
       {"curve-allow", required_argument, 0, O_CALLOW},
       {"log-level", required_argument, 0, O_LOG}, {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -113,7 +116,8 @@ int main(int argc, char **argv) {
         }
         break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case O_VERSION: vs_print_version(stdout, "vspec-gateway"); return 0;
+      default: fprintf(stderr, "see %s --help\n", "vspec-gateway"); return 2; /* getopt said which */
     }
   }
   if (optind < argc) {

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +12,9 @@
 #include "core/log.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
+#include "core/manifest.h"
+#include "core/models.h"
+#include "core/version.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -36,15 +40,37 @@ static void usage(FILE *f) {
           "      --log-level L        error, warn, info (default) or debug\n"
           "      --check              check the configuration and exit\n"
           "  -h, --help               this text\n"
+          "      --version            version and plugin ABI\n"
           "\n"
           "exit status: 0 clean shutdown, 1 runtime failure, 2 bad configuration or usage\n");
+}
+
+/* A model directory as `--check` sees it: there, with a manifest that parses, or with the
+ * bare gpt.safetensors a manifest-less directory needs. */
+static int vs__check_model(const vs_model_conf *m, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(m->dir, &st) || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "directory '%s' does not exist", m->dir);
+    return VSPEC_ENOENT;
+  }
+  vs_sampling base = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 4.0f, .cfg_interval = -1};
+  vs_manifest mf;
+  int rc = vs_manifest_read(m->dir, &base, VS_ROLE_ALL, &mf, err, errlen);
+  if (rc != VSPEC_ENOENT) return rc;
+  char gpt[VS_CONF_PATH + 32];
+  snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", m->dir);
+  if (stat(gpt, &st)) {
+    snprintf(err, errlen, "'%s' has neither vspec-model.json nor gpt.safetensors", m->dir);
+    return VSPEC_ENOENT;
+  }
+  return VSPEC_OK;
 }
 
 int main(int argc, char **argv) {
   vs_daemon_config cfg;
   vs_config_defaults(&cfg);
   enum { O_SET = 256, O_EP, O_ADMIN, O_WORKERS, O_THREADS, O_PLUGINS, O_MODEL, O_DEFMODEL,
-         O_NODE, O_NODEID, O_LOG, O_CHECK };
+         O_NODE, O_NODEID, O_LOG, O_CHECK, O_VERSION };
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},    {"set", required_argument, 0, O_SET},
       {"endpoint", required_argument, 0, O_EP}, {"admin", required_argument, 0, O_ADMIN},
@@ -53,7 +79,8 @@ int main(int argc, char **argv) {
       {"default-model", required_argument, 0, O_DEFMODEL},
       {"node", required_argument, 0, O_NODE},   {"node-id", required_argument, 0, O_NODEID},
       {"log-level", required_argument, 0, O_LOG}, {"check", no_argument, 0, O_CHECK},
-      {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+      {"help", no_argument, 0, 'h'},            {"version", no_argument, 0, O_VERSION},
+      {0, 0, 0, 0}};
   /* Two passes: the file first, then every override in command-line order. */
   const char *config = NULL;
   int check = 0, c;
@@ -63,8 +90,11 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (c == O_CHECK) check = 1;
-    else if (c == '?') {
-      usage(stderr);
+    else if (c == O_VERSION) {
+      vs_print_version(stdout, "vspecd");
+      return 0;
+    } else if (c == '?') { /* getopt said which option */
+      fprintf(stderr, "see vspecd --help\n");
       return 2;
     }
   }
@@ -118,8 +148,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (check) {
-    printf("vspecd: configuration OK (%d model(s), %d worker(s), jobs on %s, admin on %s)\n",
-           cfg.n_models, cfg.workers, cfg.endpoint, cfg.admin_endpoint);
+    /* The models too, without loading them: each directory's manifest is read and checked
+     * (the daemon itself starts when one model loads, and reports the others). */
+    int bad = 0;
+    for (int i = 0; i < cfg.n_models; i++)
+      if (vs__check_model(&cfg.models[i], err, sizeof err)) {
+        fprintf(stderr, "vspecd: model '%s': %s\n", cfg.models[i].name, err);
+        bad++;
+      }
+    if (bad) return 2;
+    printf("vspecd: configuration OK (%d model(s), %d worker(s), jobs on %s, admin on %s%s)\n",
+           cfg.n_models, cfg.workers, cfg.endpoint, cfg.admin_endpoint,
+           cfg.fleet_redis[0] ? ", fleet mode" : "");
     return 0;
   }
   vs_log_set_level(cfg.log_level);

@@ -331,6 +331,35 @@ static void test_cli_generate(void **state) {
   }
   const char *bad[] = {"generate", "--class", "x", NULL};
   assert_int_equal(vs_run_tool("vspec", bad, NULL, 0), 2);
+  /* vspecd --check reads each model's manifest: a directory that is not there fails it */
+  char micro_arg[1200];
+  snprintf(micro_arg, sizeof micro_arg, "micro=%s", fx.micro_model);
+  const char *chk_ok[] = {"--model", micro_arg, "--set", "models.fmnist=", "--default-model",
+                          "micro", "--check", NULL};
+  assert_int_equal(vs_run_tool("vspecd", chk_ok, NULL, 0), 0);
+  const char *chk_bad[] = {"--model", micro_arg, "--model", "gone=/nonexistent/model",
+                           "--set", "models.fmnist=", "--default-model", "micro", "--check",
+                           NULL};
+  assert_int_equal(vs_run_tool("vspecd", chk_bad, NULL, 0), 2);
+  const char *ver[] = {"--version", NULL};
+  assert_int_equal(vs_run_tool("vspec", ver, buf, sizeof buf), 0);
+  assert_non_null(strstr(buf, "plugin ABI 1."));
+  /* keygen keeps an existing key pair unless --force */
+  char key_prefix[300], key_file[320], before[200] = "", after[200] = "";
+  snprintf(key_prefix, sizeof key_prefix, "%s/k", fx.dir);
+  snprintf(key_file, sizeof key_file, "%s.key", key_prefix);
+  const char *kg[] = {"keygen", key_prefix, NULL}, *kgf[] = {"keygen", "--force", key_prefix, NULL};
+  assert_int_equal(vs_run_tool("vspec", kg, before, sizeof before), 0);
+  assert_int_equal(vs_run_tool("vspec", kg, NULL, 0), 1);
+  FILE *kf = fopen(key_file, "r");
+  assert_non_null(kf);
+  char line[200] = "", first[200] = "";
+  while (fgets(line, sizeof line, kf))
+    if (!strncmp(line, "public = ", 9)) snprintf(first, sizeof first, "%s", line + 9);
+  fclose(kf);
+  assert_memory_equal(first, before, 40); /* the refused run left the file alone */
+  assert_int_equal(vs_run_tool("vspec", kgf, after, sizeof after), 0);
+  assert_memory_not_equal(before, after, 40);
   const char *unknown_model[] = {"generate", "--server", dm.job_ep, "--model", "nope", "--out",
                                  out2, "--quiet", NULL};
   assert_int_equal(vs_run_tool("vspec", unknown_model, NULL, 0), 4);
