@@ -60,7 +60,8 @@ static void vs__sample_children(vs_rounds *c, int32_t node, int count) {
       x = vs_draw(c->p_work, c->V, vs_rng_uniform(&c->rng_draft));
       if (x < 0) return;
     }
-    /* EAGLE-1's conditional probability under sampling without replacement (§2.1). */
+    /* EAGLE-1's conditional probability under sampling without replacement,
+     * p(x) / (1 - mass of earlier siblings) (eagle/model/cnets.py, Model.sample). */
     float pc = c->greedy ? 1.0f : (float)(c->p_work[x] / mass);
     if (vs_tree_add(t, node, x, pc, 0.0f) < 0) return;
     c->p_work[x] = 0.0f;
@@ -158,8 +159,9 @@ static int vs__cmp_index(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* EAGLE-2 (§2.3): grow a candidate pool by cumulative log-probability, then keep the
- * total_tokens best as the tree. Drafts are deterministic (p := 1). */
+/* EAGLE-2 (as Model.topK_genrate in LANTERN's cnets_llamagen.py): grow a candidate pool by
+ * cumulative log-probability, then keep the total_tokens best as the tree. Drafts are
+ * deterministic (p := 1). */
 int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
                              int32_t root_index, char *err, size_t errlen) {
   vs_tree *pool = &c->pool, *t = &c->tree;

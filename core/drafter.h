@@ -10,10 +10,11 @@
  *   - tree nodes are then expanded level by level (appending forwards);
  *   - at the end of the round only the catch-up chain and the root are committed: accepted
  *     draft tokens are fed again next round with the target's own features, as EAGLE does
- *     (algorithms.md §1.3-1.4). For a plain draft GPT this costs one slightly wider forward
- *     and keeps one code path.
+ *     (update_inference_inputs in SafeAILab/EAGLE eagle/model/utils.py). For a plain draft
+ *     GPT this costs one slightly wider forward and keeps one code path.
  * Draft distributions are the drafter's logits with the same CFG scale and schedule and the
- * same temperature / top-k / top-p as the target (LANTERN's convention, algorithms.md §1.1).
+ * same temperature / top-k / top-p as the target (LANTERN's convention: Model.topK_genrate in
+ * jadohu/LANTERN models/drafters/cnets_llamagen.py processes the drafter's logits so).
  */
 #ifndef VS_DRAFTER_H
 #define VS_DRAFTER_H

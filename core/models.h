@@ -58,7 +58,8 @@ typedef struct vs_models {
 #define VS_ROLE_DRAFT 0x2
 #define VS_ROLE_EAGLE 0x4
 #define VS_ROLE_ALL 0x7
-/* Neighbours kept per code: LANTERN's default search size k = 1000 (algorithms.md §3.1). */
+/* Neighbours kept per code: LANTERN's default search size k = 1000 (jadohu/LANTERN
+ * entrypoints/generate_images.py, --lantern_k). */
 #define VS_NEIGHBOURS_K 1000
 
 int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, const char *dir,

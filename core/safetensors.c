@@ -1,9 +1,8 @@
 /*
  * core/safetensors.c - safetensors reader (see safetensors.h).
  *
- * Layout and validation rules follow reference/models.md §6, which summarises the
- * huggingface/safetensors README and the Rust reader (SafeTensors::read_metadata,
- * Metadata::validate):
+ * Layout and validation rules follow the huggingface/safetensors README ("Format") and its
+ * Rust reader (safetensors/src/tensor.rs: SafeTensors::read_metadata, Metadata::validate):
  *
  *   bytes 0..7      N, unsigned 64-bit little-endian
  *   bytes 8..8+N-1  UTF-8 JSON object, may be right-padded with spaces
@@ -151,7 +150,8 @@ static const char *vs_st_shape_str(char *buf, size_t len, int ndim, const int64_
 }
 
 /* Half and bfloat16 to float (IEEE 754 binary16; bfloat16 is the top half of a binary32,
- * models.md §6). Kept private so the loader does not depend on the kernels' helpers. */
+ * widened by a 16-bit shift). Kept private so the loader does not depend on the kernels'
+ * helpers. */
 static inline float vs_st_bits_f32(uint32_t bits) {
   float f;
   memcpy(&f, &bits, sizeof f);
@@ -922,7 +922,8 @@ int vs_st_get_f32(vspec_tensor_file *f, vspec_dev *dev, const char *name, int nd
   const unsigned char *src = f->data + e->begin;
   int cpu = ops->device == VSPEC_DEVICE_CPU;
   /* Zero copy is only sound where a plain float load works: the CPU, little-endian F32 at
-   * a 4-byte aligned address (other writers need not align, models.md §6). */
+   * a 4-byte aligned address (the Rust writer aligns every tensor for its dtype; other
+   * writers need not). */
   if (e->dtype == VSPEC_DTYPE_F32 && cpu && ((uintptr_t)src % sizeof(float)) == 0) {
     *out = (const float *)(const void *)src;
     return 0;

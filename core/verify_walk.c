@@ -69,7 +69,7 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
     for (int32_t ch = tn->first_child; ch >= 0; ch = t->nodes[ch].next_sibling) {
       int32_t x = t->nodes[ch].token;
       float px = sampled ? c->p_work[x] : 1.0f;
-      if (!(px > 0.0f)) continue; /* EAGLE skips siblings with no draft mass (§10 item 7) */
+      if (!(px > 0.0f)) continue; /* no draft mass: skipped, as EAGLE's evaluate_posterior does */
       vspec_accept_input in = {.struct_size = sizeof in, .vocab = V, .token = x, .depth = depth,
                                .max_depth = max_depth, .sibling = t->nodes[ch].rank,
                                .p_x = px, .p = sampled ? c->p_work : NULL, .q = c->q_res};

@@ -2,7 +2,8 @@
  * daemon/zsock_watch.h - a ZeroMQ socket inside a libuv loop.
  *
  * ZMQ_FD is edge-triggered and only says "look at ZMQ_EVENTS"; after any zmq_send or
- * zmq_recv the socket's state can change without a new edge (systems.md §2.4). So the fd
+ * zmq_recv the socket's state can change without a new edge (zmq_getsockopt(3), ZMQ_FD and
+ * ZMQ_EVENTS). So the fd
  * poll only wakes the loop, and the real decision is made from ZMQ_EVENTS in two places:
  *  - a check handle (after the loop's I/O phase) reads while ZMQ_EVENTS says POLLIN, until
  *    EAGAIN or a per-iteration budget,

@@ -1,7 +1,8 @@
 /*
  * Acceptance-rule plugins: the math of each rule on small hand-made distributions, and
- * parameter validation. The values are worked out by hand from the formulas in
- * ../shared/reference/algorithms.md (§2 exact, §3 LANTERN, §4 LANTERN++, §5 Cool-SD).
+ * parameter validation. The values are worked out by hand from the formulas stated in the
+ * plugins' headers (exact: Leviathan et al., arXiv 2211.17192; LANTERN: arXiv 2410.03355
+ * §4.2-4.3; LANTERN++: arXiv 2502.06352; Cool-SD: arXiv 2601.09212 §3.2).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -211,7 +212,7 @@ static void test_uniform_rsd(void **state) {
 
 static void test_coolsd_schedule(void **state) {
   (void)state;
-  /* algorithms.md §5.1 examples (exp schedule, nu 0.7, mean omega = delta):
+  /* exp schedule, nu 0.7, normalised so that the mean omega equals delta (coolsd.c):
    * L=5, delta=1.1 -> [2.855, 1.418, 0.704, 0.350, 0.174]; L=4 -> [2.358, 1.171, 0.582, 0.289] */
   const double w5[5] = {2.855, 1.418, 0.704, 0.350, 0.174}, w4[4] = {2.358, 1.171, 0.582, 0.289};
   rule r = make("coolsd", "delta=1.1");

@@ -1,4 +1,5 @@
-/* tests/test_ops_attention.c - masked multi-head attention with GQA (models.md §1.4). */
+/* tests/test_ops_attention.c - masked multi-head attention with GQA (LlamaGen gpt.py,
+ * Attention.forward; kv head = h / (H / Hkv), repeat_interleave). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,8 +152,8 @@ static void test_masked_huge_key(void **state) {
   vs_dev_destroy(dev);
 }
 
-/* LlamaGen's condition tokens have zero q and k (§1.6): scores are 0, so the output is the
- * plain average of the visible values */
+/* LlamaGen's condition tokens have zero q and k (zero RoPE rows): scores are 0, so the
+ * output is the plain average of the visible values */
 static void test_zero_query_averages(void **state) {
   vspec_dev *dev = vt_dev(1);
   float q[4] = {0}, k[3 * 4] = {0}, v[3 * 4], out[4];

@@ -1,4 +1,5 @@
-/* tests/test_ops_conv.c - conv2d and nearest x2 upsampling (models.md §2.2). */
+/* tests/test_ops_conv.c - conv2d and nearest x2 upsampling (LlamaGen vq_model.py: ResnetBlock,
+ * Upsample). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

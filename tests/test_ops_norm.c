@@ -1,5 +1,5 @@
-/* tests/test_ops_norm.c - RMSNorm (models.md §1.4), GroupNorm (models.md §2.2) and LayerNorm
- * (MAR's timm blocks and diffusion head). */
+/* tests/test_ops_norm.c - RMSNorm (LlamaGen gpt.py), GroupNorm (vq_model.py Normalize) and
+ * LayerNorm (MAR's timm blocks and diffusion head). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

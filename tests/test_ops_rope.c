@@ -1,4 +1,5 @@
-/* tests/test_ops_rope.c - LlamaGen 2-D RoPE table and application (models.md §1.6). */
+/* tests/test_ops_rope.c - LlamaGen 2-D RoPE table and application (gpt.py,
+ * precompute_freqs_cis_2d and apply_rotary_emb). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +10,8 @@
 
 #include "tests/support/kernels_testutil.h"
 
-/* models.md §1.6 written out directly in double */
+/* precompute_freqs_cis_2d written out directly in double: theta_k = base^(-4k/hd), the first
+ * hd/4 pairs rotate by the row, the next hd/4 by the column, condition rows are (0, 0) */
 static void ref_table(int n_cond, int grid, int hd, double base, double *t) {
   int half = hd / 2, quarter = hd / 4;
   for (int p = 0; p < n_cond + grid * grid; p++) {
@@ -29,7 +31,7 @@ static void ref_table(int n_cond, int grid, int hd, double base, double *t) {
 }
 
 static void test_table_layout(void **state) {
-  /* models.md's verified example: hd 16, G 3, one condition token */
+  /* a small worked example: hd 16, G 3, one condition token */
   const int hd = 16, grid = 3, n_cond = 1, half = 8;
   float t[(1 + 9) * 8 * 2];
   vs_cpu_ops()->rope2d_table(n_cond, grid, hd, 10000.0f, t);
@@ -111,7 +113,7 @@ static void check_apply(int n_cond, int grid, int hd, int n_heads) {
       assert_true(x[(size_t)r * stride + i] == orig[(size_t)r * stride + i]);
   }
   vt_assert_close(got, ref, (size_t)rows * n_heads * hd, 1e-5, 2e-5, "rope_apply");
-  if (n_cond > 0) /* condition rows: q and k become exactly zero (§1.6 quirk) */
+  if (n_cond > 0) /* condition rows: q and k become exactly zero (upstream quirk) */
     for (int i = 0; i < n_heads * hd; i++) assert_true(x[i] == 0.0f);
   free(t);
   free(rt);

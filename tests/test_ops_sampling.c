@@ -1,4 +1,5 @@
-/* tests/test_ops_sampling.c - softmax family and LlamaGen's sampling (models.md §1.10). */
+/* tests/test_ops_sampling.c - softmax family and LlamaGen's sampling
+ * (autoregressive/models/generate.py, sample and top_k_top_p_filtering). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,8 +1,9 @@
 /*
  * Greedy speculative decoding (temperature 0): trees keep their width (ranked by the
  * drafter's softmax, not its one-hot argmax), exact verification reproduces greedy AR token
- * for token, and relaxed rules judge against the target's softmax (algorithms.md §2.5, §3.4),
- * so they accept more than the exact rule.
+ * for token, and relaxed rules judge against the target's softmax (as LANTERN's greedy path
+ * does: jadohu/LANTERN models/ea_model_llamagen.py, EaModel.evaluate_posterior), so they
+ * accept more than the exact rule.
  */
 #include <stdarg.h>
 #include <stddef.h>

@@ -4,11 +4,11 @@
  *
  * LANTERN: with one deterministic candidate, the emitted token's distribution differs from
  * the target's by exactly the neighbour mass pooled onto the candidate, at most delta in
- * total variation (algorithms.md §3.2). With several candidates each one tried can move at
- * most delta of the residual mass, so the bound is delta x E[candidates tried].
+ * total variation (LANTERN, arXiv 2410.03355 §4.3). With several candidates each one tried
+ * can move at most delta of the residual mass, so the bound is delta x E[candidates tried].
  *
  * Cool-SD: the TV distance of the whole sequence is at most the sum over positions of the
- * expected one-step TV (Theorem 2 of the paper, whose formula was lost in extraction; our
+ * expected one-step TV (Cool-SD, arXiv 2601.09212, Theorem 2, Eq. (8), in our own
  * restatement: the hybrid argument bounds the sequence TV by
  *   sum_i E_{x<i ~ target}[ max over the depths d the token may be drafted at of tau_d ],
  *   tau_d = 1/2 || p f_d + (1 - beta_d) G_d - q ||_1,  beta_d = sum_y p(y) f_d(y)

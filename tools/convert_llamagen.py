@@ -7,10 +7,11 @@
         --preset GPT-XL --image-size 256 --downsample 16            # t2i detected from keys
     /usr/bin/python3 tools/convert_llamagen.py vq_ds16_c2i.pt vq16.safetensors --preset VQ-16
 
-Key names are kept exactly as in the checkpoint (models.md §1.2, §2.3); only the training
-statistic `quantize.codebook_used` is dropped (§2.3). Hyper-parameters go into the safetensors
-`__metadata__` as strings (§3, §6). Values derivable from tensor shapes are derived from the
-weights; the rest come from flags and are checked against the weights where possible.
+Key names are kept exactly as in the checkpoint (gpt.py Transformer, vq_model.py VQModel); only
+the training statistic `quantize.codebook_used` (a VectorQuantizer buffer) is dropped.
+Hyper-parameters go into the safetensors `__metadata__`, which holds strings only. Values
+derivable from tensor shapes are derived from the weights; the rest come from flags and are
+checked against the weights where possible.
 Needs torch (Debian python3-torch); safetensors I/O is tools/safetensors_io.py.
 """
 
@@ -26,13 +27,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io  # noqa: E402
 
-# models.md §1.1: name -> (n_layer, n_head, dim)
+# LlamaGen autoregressive/models/gpt.py, GPT_models: name -> (n_layer, n_head, dim)
 GPT_PRESETS = {
     "GPT-B": (12, 12, 768), "GPT-L": (24, 16, 1024), "GPT-XL": (36, 20, 1280),
     "GPT-XXL": (48, 24, 1536), "GPT-XXXL": (48, 40, 2560), "GPT-1B": (22, 32, 2048),
     "GPT-3B": (24, 32, 3200), "GPT-7B": (32, 32, 4096),
 }
-# models.md §2.1
+# LlamaGen tokenizer/tokenizer_image/vq_model.py, VQ_models: name -> ch_mult
 VQ_PRESETS = {"VQ-16": [1, 1, 2, 2, 4], "VQ-8": [1, 2, 2, 4]}
 DROPPED_KEYS = ("quantize.codebook_used",)
 
@@ -46,7 +47,7 @@ def find_multiple(n, k):
 
 
 def ffn_hidden_dim(dim, multiple_of, mult):
-    hidden = int(2 * (4 * dim) / 3)                 # models.md §1.4
+    hidden = int(2 * (4 * dim) / 3)                 # gpt.py FeedForward
     if mult is not None:
         hidden = int(mult * hidden)
     return find_multiple(hidden, multiple_of)
@@ -60,7 +61,8 @@ def _is_state_dict(obj):
 
 
 def pick_state_dict(ckpt, use_ema=False):
-    """models.md §3: DDP files hold {"model": sd, ...}; FSDP files are the state dict."""
+    """LlamaGen's DDP files hold {"model": sd, ...}; FSDP files are the state dict
+    (sample_c2i.py --from-fsdp)."""
     if use_ema:
         if not isinstance(ckpt, dict) or "ema" not in ckpt:
             raise ConvertError("--ema given but the checkpoint has no 'ema' entry")
@@ -163,7 +165,7 @@ def gpt_metadata(sd, args):
                            f"ffn_dim_multiplier={args.ffn_dim_multiplier} give {expect}: "
                            f"pass the right --multiple-of / --ffn-dim-multiplier")
 
-    # grid / block_size: only the RoPE table depends on it (models.md §1.1)
+    # grid / block_size: only the RoPE table depends on it (gpt.py precompute_freqs_cis_2d)
     if args.grid is not None:
         grid = args.grid
         if args.image_size is not None and args.downsample is not None \
@@ -191,7 +193,7 @@ def gpt_metadata(sd, args):
         cls_token_num = unc.shape[0] if args.cls_token_num is None else args.cls_token_num
         if cls_token_num != unc.shape[0]:
             raise ConvertError(f"--cls-token-num {cls_token_num} but uncond_embedding has "
-                               f"{unc.shape[0]} rows (t2i needs them equal, models.md §1.8)")
+                               f"{unc.shape[0]} rows (t2i needs them equal)")
         if unc.shape[1] != caption_dim:
             raise ConvertError("uncond_embedding width differs from cap_proj.fc1 input width")
     if cls_token_num < 1:
@@ -252,7 +254,7 @@ def vq_metadata(sd, args):
              for s in stages}
     if len(set(n_res.values())) != 1:
         raise ConvertError(f"decoder stages have different res-block counts: {n_res}")
-    num_res_blocks = n_res[0] - 1                  # decoder uses num_res_blocks + 1 (§2.3)
+    num_res_blocks = n_res[0] - 1                  # vq_model.py Decoder: num_res_blocks + 1
     # channels per stage -> ch * ch_mult[L-1-s]
     widths = [sd[f"decoder.conv_blocks.{s}.res.0.conv1.weight"].shape[0] for s in stages]
 

@@ -304,7 +304,7 @@ typedef struct vspec_rule vspec_rule; /* a configured rule, owned by the plugin 
 
 /* One candidate at one tree node. Distributions are normalised over `vocab` and are the
  * processed ones (CFG, temperature, top-k, top-p applied), as acceptance uses them.
- * Notation of ../shared/reference/algorithms.md: q = target, p = draft. */
+ * Notation: q = target, p = draft (docs/SPECULATIVE.md). */
 typedef struct vspec_accept_input {
   uint32_t struct_size;
   int32_t vocab;

@@ -36,7 +36,7 @@ VS_HD static inline float vs_bits_f32(uint32_t u) {
   return f;
 }
 
-/* ---- activations (models.md §1.4, §2.2, §5 item 10) -------------------------------------- */
+/* ---- activations (LlamaGen: SwiGLU, tanh-GELU caption MLP, VQ swish; MAR: erf GELU) ---- */
 
 /* x * sigmoid(x), written as x / (1 + e^-x) like PyTorch's CPU kernel. For very negative x,
  * e^-x overflows to +inf and the quotient is a correctly signed zero, so no clamp is needed. */
@@ -91,7 +91,7 @@ VS_HD static inline float vs_ln_apply(float x, float mean, float rstd, const flo
   return y;
 }
 
-/* ---- rotary embedding frequencies (models.md §1.6) ------------------------------------- */
+/* ---- rotary embedding frequencies (LlamaGen gpt.py, precompute_freqs_cis_2d) ----------- */
 
 /* Rotation of one interleaved pair (x0, x1) by the table entry (c, s) = (cos, sin):
  * torch.view_as_complex(x) * freqs_cis. */

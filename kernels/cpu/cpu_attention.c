@@ -1,6 +1,6 @@
 /*
- * kernels/cpu/cpu_attention.c - masked multi-head attention over a KV cache (models.md §1.4
- * step 4, PyTorch scaled_dot_product_attention with a boolean mask).
+ * kernels/cpu/cpu_attention.c - masked multi-head attention over a KV cache (LlamaGen
+ * gpt.py, Attention.forward: PyTorch scaled_dot_product_attention with a boolean mask).
  *
  * Per query head: S = Q_h K_g^T / sqrt(hd) by sgemm into scratch, masked stable softmax
  * row by row, O_h = W V_g by sgemm straight into the output. Queries are processed in

@@ -1,6 +1,7 @@
 /*
  * kernels/cpu/cpu_conv.c - 2-D convolution (im2col + sgemm) and nearest-neighbour x2
- * upsampling for the VQ decoder (models.md §2.2, §2.3).
+ * upsampling for the VQ decoder (LlamaGen tokenizer/tokenizer_image/vq_model.py: ResnetBlock,
+ * Upsample, Decoder).
  *
  * y[cout, ho*wo] = W[cout, cin*kh*kw] * col[cin*kh*kw, ho*wo]. The column matrix of a full
  * 256x256, 128-channel 3x3 layer would be 288 MiB, so it is built a band of output rows at

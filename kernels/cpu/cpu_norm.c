@@ -1,5 +1,6 @@
 /*
- * kernels/cpu/cpu_norm.c - RMSNorm (models.md §1.4) and GroupNorm (models.md §2.2).
+ * kernels/cpu/cpu_norm.c - RMSNorm (LlamaGen gpt.py, RMSNorm) and GroupNorm
+ * (vq_model.py, Normalize: 32 groups, eps 1e-6).
  */
 #include <math.h>
 

@@ -1,5 +1,6 @@
 /*
- * kernels/cpu/cpu_rope.c - LlamaGen's 2-D rotary position embedding (models.md §1.6).
+ * kernels/cpu/cpu_rope.c - LlamaGen's 2-D rotary position embedding
+ * (autoregressive/models/gpt.py, precompute_freqs_cis_2d and apply_rotary_emb).
  *
  * head_dim must be a multiple of 4 (two axes, each of head_dim/4 interleaved pairs); the
  * reference cannot build its table otherwise either.

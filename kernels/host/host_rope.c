@@ -1,5 +1,6 @@
 /*
- * kernels/host/host_rope.c - LlamaGen's 2-D rotary position table (models.md §1.6), built
+ * kernels/host/host_rope.c - LlamaGen's 2-D rotary position table (gpt.py,
+ * precompute_freqs_cis_2d), built
  * on the host and uploaded by the backends to whatever device they run on.
  *
  * head_dim must be a multiple of 4 (two axes, each of head_dim/4 interleaved pairs); the
@@ -17,7 +18,8 @@ void vs_host_rope2d_table(int n_cond, int grid, int head_dim, float base, float 
   if (half <= 0) return;
   size_t row_floats = (size_t)half * 2;
   /* Condition rows are (cos, sin) = (0, 0), not the identity: this zeroes condition
-   * queries and keys, a quirk the released checkpoints were trained with (§1.6). */
+   * queries and keys, a quirk the released checkpoints were trained with (upstream prepends
+   * zeros(cls_token_num, head_dim / 2, 2) to the table, in training too). */
   if (n_cond > 0) memset(table, 0, (size_t)n_cond * row_floats * sizeof(float));
   for (int j = 0; j < half; j++) {
     int row_axis = j < quarter; /* first quarter of the pairs: row index; second: column */

@@ -1,6 +1,7 @@
 /*
  * kernels/host/host_sampling.c - softmax family, LlamaGen's logit processing, inverse-CDF
- * sampling, argmax and the CFG combination on host memory (models.md §1.10).
+ * sampling, argmax and the CFG combination on host memory (LlamaGen
+ * autoregressive/models/generate.py: sample, top_k_top_p_filtering, prefill).
  *
  * Ordering: top-k and top-p rank tokens by (value descending, index ascending). The index
  * tie-break makes the order total, so selection and sorting need no care for duplicates,

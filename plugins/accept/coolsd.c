@@ -1,5 +1,5 @@
 /*
- * `coolsd`: Cool-SD's annealed relaxation (arXiv 2601.09212; algorithms.md §5).
+ * `coolsd`: Cool-SD's annealed relaxation (arXiv 2601.09212 §3.2, Eqs. (12) and (16)).
  *
  * Draft position i (1-based depth, L = the round's draft depth) is accepted with
  * f_i = min(1, omega_i q / p). The schedule decays with depth, relaxing early positions
@@ -7,14 +7,14 @@
  *   exp     omega_i = delta exp(-nu i) / mean_j exp(-nu j)
  *   linear  omega_i = delta w_i / mean_j w_j,  w_i = max(0, 1 + nu ((L + 1)/2 - i))
  * Both are normalised so that the mean of omega_i over the L draft positions equals delta.
- * This normalisation is ours: the paper's constant mu is not public (the note in
- * algorithms.md §5.1 reads it as "the mean equals the budget"); the linear form is ours too.
+ * This normalisation is our reading of the condition that fixes the paper's normalising
+ * constant mu in Eq. (16) ("the mean equals the budget"); the linear form is ours.
  *
  * Parameters
  *   delta=1.1          total relaxation budget (mean omega), (0, 100]
  *   nu=0.7             decay rate, [0, 10]
  *   schedule=exp       exp | linear
- *   resample=optimal   optimal: G* = norm(q - min(p, omega_i q)) (§5.2); rule: vanilla
+ *   resample=optimal   optimal: G* = norm(q - min(p, omega_i q)) (Eq. (10)); rule: vanilla
  *                      residual norm(max(0, q - p))
  */
 #include <math.h>

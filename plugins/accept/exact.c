@@ -1,6 +1,7 @@
 /*
  * `exact`: speculative sampling that leaves the target distribution unchanged
- * (Leviathan et al.; algorithms.md §2.2, §2.4, §10 item 1).
+ * (Leviathan et al., arXiv 2211.17192; Chen et al., arXiv 2302.01318; on trees as EAGLE's
+ * evaluate_posterior, SafeAILab/EAGLE eagle/model/utils.py).
  *
  * Accept x with min(1, q(x) / p(x)). After a rejection continue from norm(max(0, q - p)),
  * p being the distribution x was drawn from (earlier siblings removed). For deterministic

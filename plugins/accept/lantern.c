@@ -1,6 +1,6 @@
 /*
- * `lantern`: relaxed acceptance over the latent proximity set (LANTERN, ICLR'25;
- * algorithms.md §3).
+ * `lantern`: relaxed acceptance over the latent proximity set (LANTERN, ICLR'25,
+ * arXiv 2410.03355 §4.2-4.3; code: jadohu/LANTERN models/ea_model_llamagen.py).
  *
  * Accept x with min(1, q(A(x)) / p(x)), where A(x) is x plus the longest prefix of its k
  * nearest codebook neighbours whose target mass stays within delta (the TV budget). q is
@@ -12,10 +12,11 @@
  *   resample=rule   after a rejection:
  *                     rule    remove x and A(x) from max(0, q - p) (q itself for top-k drafts)
  *                     optimal Cool-SD's G* = norm([q - p f]+), f(y) = min(1, q(A(y))/p(y))
- *                             at every y (algorithms.md §5.2)
+ *                             at every y (Cool-SD, arXiv 2601.09212, Eq. (10))
  *   reject=set      which neighbours `rule` removes: set = A(x) (the paper's set);
  *                   reference = the first k+1 neighbours whenever A(x) has any, as the
- *                   reference code does (algorithms.md §3.3, §3.6 item 1)
+ *                   reference code does (EaModel.evaluate_posterior zeroes the
+ *                   first k+1 entries of x's neighbour row)
  */
 #include <stdio.h>
 

@@ -1,5 +1,6 @@
 /*
- * `lanternpp`: LANTERN++'s multiplicative cap (algorithms.md §4.2).
+ * `lanternpp`: LANTERN++'s multiplicative cap (arXiv 2502.06352; code: jadohu/LANTERN
+ * models/ea_model_llamagen.py, evaluate_posterior_v1 with lantern_delta = lambda > 1).
  *
  * Accept x with min(1, q(A(x)) / p(x)), where A(x) pools the longest prefix of x's k
  * nearest codebook neighbours whose mass stays within (lambda - 1) q(x), so that
@@ -11,7 +12,7 @@
  *   resample=rule   rule: the reference's LlamaGen residual: the draft distribution with the
  *                   first k+1 neighbours zeroed (not renormalised) when A(x) has any, then
  *                   norm(max(0, q - p')); optimal: Cool-SD's G* with f(y) = min(1,
- *                   q(A(y))/p(y)) (algorithms.md §5.2)
+ *                   q(A(y))/p(y)) (Cool-SD, arXiv 2601.09212, Eq. (10))
  */
 #include <stdio.h>
 
@@ -69,7 +70,8 @@ static int lp_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out
     q_out[y] = d > 0.0f ? d : 0.0f;
   }
   if (m >= 1) {
-    /* The neighbours keep their own target mass: p' is zero there (§4.2). */
+    /* The neighbours keep their own target mass: p' is zero there (as in
+     * evaluate_posterior_v1). */
     int kk = vs_proximity_k(in, r->k);
     int zero = kk + 1 < in->n_neighbours ? kk + 1 : in->n_neighbours;
     for (int i = 0; i < zero; i++) q_out[in->neighbours[i]] = in->q[in->neighbours[i]];

@@ -2,9 +2,9 @@
  * plugins/accept/omega.h - the acceptance f(x) = min(1, omega q(x) / p(x)) shared by
  * uniform_rsd and coolsd (header-only; each rule is its own plugin).
  *
- * Cool-SD (arXiv 2601.09212; algorithms.md §5): omega = 1 is exact SD, omega > 1 relaxes.
+ * Cool-SD (arXiv 2601.09212 §3.2, Eq. (12)): omega = 1 is exact SD, omega > 1 relaxes.
  * The TV-optimal resampling distribution after a rejection is
- *   G* = norm([q - p f]+) = norm(q - min(p, omega q))             (§5.2, Theorem 2)
+ *   G* = norm([q - p f]+) = norm(q - min(p, omega q))             (Theorem 2, Eq. (10))
  * which equals the vanilla residual (q - p)+ whenever omega >= 1; `rule` keeps the vanilla
  * residual at every omega, which is what an implementation unaware of G* does.
  */

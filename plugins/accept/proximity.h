@@ -2,11 +2,13 @@
  * plugins/accept/proximity.h - LANTERN's latent proximity set, shared by the relaxed rules
  * (header-only: each rule is its own plugin and links nothing but the host table).
  *
- * algorithms.md §3.2: with x's codebook neighbours n_1, n_2, ... (closest first, x
- * excluded) and S_m = sum_{i<=m} q(n_i), the proximity set is A(x) = {x, n_1..n_m*} with
- * m* the largest m <= k whose S_m stays within the budget. LANTERN's budget is the TV
- * distance delta; LANTERN++ caps the pooled mass at lambda * q(x), i.e. the budget is
- * (lambda - 1) q(x) (§4.2). Because S_m is monotone, A(x) is a prefix of the list.
+ * LANTERN (arXiv 2410.03355 §4.2-4.3; code: jadohu/LANTERN models/ea_model_llamagen.py):
+ * with x's codebook neighbours n_1, n_2, ... (closest first, x excluded) and
+ * S_m = sum_{i<=m} q(n_i), the proximity set is A(x) = {x, n_1..n_m*} with m* the largest
+ * m <= k whose S_m stays within the budget. LANTERN's budget is the TV distance delta;
+ * LANTERN++ (arXiv 2502.06352) caps the pooled mass at lambda * q(x), i.e. the budget is
+ * (lambda - 1) q(x) (the code's lantern_delta > 1 branch). Because S_m is monotone, A(x) is
+ * a prefix of the list.
  * Neighbours with zero target mass (filtered out by top-k / top-p) still count towards m*,
  * as in the reference code: so the reference-style rejections that fire when m* >= 1 can
  * fire although nothing was pooled.
@@ -54,7 +56,8 @@ static inline double vs_proximity_pool_of(const vspec_accept_input *in, int k, v
 }
 
 /* Cool-SD's optimal resampling G* = [q - p f]+ with f(y) = min(1, q(A(y)) / p(y)) at every y,
- * i.e. q - min(p, q(A(y))) (algorithms.md §5.2). For a one-hot draft only x carries draft
+ * i.e. q - min(p, q(A(y))) (Cool-SD, arXiv 2601.09212, Eq. (10), applied to LANTERN as in
+ * its §5.2). For a one-hot draft only x carries draft
  * mass and q(A(x)) >= q(x), so x is removed. */
 static inline void vs_proximity_optimal_residual(const vspec_accept_input *in, int k, vs_budget b,
                                                  float *q_out) {
@@ -73,8 +76,8 @@ static inline void vs_proximity_optimal_residual(const vspec_accept_input *in, i
   }
 }
 
-/* Greedy acceptance (algorithms.md §3.4): x wins if its pooled probability is at least every
- * other token's own probability. */
+/* Greedy acceptance (LANTERN's greedy path in evaluate_posterior): x wins if its pooled
+ * probability is at least every other token's own probability. */
 static inline int vs_proximity_greedy(const vspec_accept_input *in, int k, vs_budget b) {
   double pool = vs_proximity_pool_of(in, k, b, in->token, NULL);
   for (int y = 0; y < in->vocab; y++)

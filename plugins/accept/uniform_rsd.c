@@ -1,6 +1,6 @@
 /*
  * `uniform_rsd`: constant relaxation f = min(1, omega q / p) at every draft depth, Cool-SD's
- * UniformRSD ablation (algorithms.md §5.1).
+ * UniformRSD (arXiv 2601.09212 §3.2, Eq. (13); compared in its §5.1).
  *
  * Parameters
  *   omega=2            relaxation, (0, 1000]; 1 = exact SD

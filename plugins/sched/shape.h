@@ -3,17 +3,17 @@
  * (header-only: each scheduler is its own plugin and links nothing but the host table).
  *
  * Parameters
- *   shape=dynamic     chain | static | dynamic (algorithms.md §2)
+ *   shape=dynamic     chain | static (EAGLE-1) | dynamic (EAGLE-2)
  *   depth=4           chain length, or dynamic-tree expansion steps (LANTERN: 4)
  *   top_k=10          dynamic tree branching (LANTERN: 10)
  *   total_tokens=58   dynamic tree size without the root (LANTERN's total_token = 59
- *                     counts the root, §2.3)
+ *                     counts the root: EaModel.from_pretrained in ea_model_llamagen.py)
  *   tree=NAME|PATHS   static tree: a name (see below) or rank paths such as
  *                     "0/1/0.0/0.1/0.0.0", children of a node listed without gaps
  *   drafter=auto      auto | model | head: the separate draft model or the EAGLE head
  *
  * Static trees by name:
- *   mc_sim_7b_63   EAGLE-1's default, 25 nodes, depth 5 (algorithms.md §2.1)
+ *   mc_sim_7b_63   EAGLE-1's default, 25 nodes, depth 5 (EAGLE's eagle/model/choices.py)
  *   fmnist         our default for 8x8 token images, 15 nodes, depth 4: four candidates for
  *                  the first token, where a drafter is least sure, and a narrowing spine
  *                  below, because acceptance on the small Fashion-MNIST models falls off

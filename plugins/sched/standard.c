@@ -4,7 +4,7 @@
  * Parameters: the shape parameters of plugins/sched/shape.h (shape, depth, top_k,
  * total_tokens, tree, drafter), and prefill=F: until a fraction F of the image's tokens is
  * out, the target generates alone (no draft: CSpD's token pre-filling, arXiv 2411.11925
- * §3.3; default 0).
+ * §3.2; default 0).
  */
 #include <stdio.h>
 

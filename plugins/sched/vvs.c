@@ -1,5 +1,6 @@
 /*
- * `vvs` scheduler: partial verification skipping (VVS, arXiv 2511.13587; algorithms.md §7).
+ * `vvs` scheduler: partial verification skipping (VVS, arXiv 2511.13587 §4; reference
+ * code HyattDD/VVS models/skip_utils_llamagen.py).
  *
  * Some rounds accept a drafted path without calling the target. The engine feeds those
  * tokens to the target in front of the next verified tree (post-verification: their KV and

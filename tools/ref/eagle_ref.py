@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Float64 reference of the EAGLE-1 draft head over a LlamaGen target, and its goldens.
 
-The head (algorithms.md §1.3; LANTERN's LlamaGen drafter names):
+The head (EAGLE-1, SafeAILab/EAGLE eagle/model/cnets.py; names of LANTERN's LlamaGen drafter,
+models/drafters/cnets_llamagen.py):
     h_p  = fc(concat(E[x_p], f_{p-1}))               fc: Linear(2d -> d) with bias
     h_p += o_proj(attn(h_p))                         layer 0: no input RMSNorm
     h_p += down(silu(gate(n)) * up(n)), n = RMSNorm(h_p; post_attention_layernorm)
     feature = h_p (no final norm), logits = target.output(feature)
 Attention is causal with LlamaGen's interleaved 2-D RoPE (table with cls_token_num = 0:
-row p rotates like image token p, models.md §1.6).
+row p rotates like image token p; LlamaGen's precompute_freqs_cis_2d).
 
 Writes tests/golden/micro_eagle/{eagle.safetensors,golden.safetensors}; the target is
 tests/golden/micro_c2i/gpt.safetensors. Every node's expected output is computed by

@@ -1,8 +1,10 @@
 """Small, readable PyTorch reference of LlamaGen (GPT + VQ tokenizer) for vspec.
 
-Written from /work/shared/reference/models.md (cited as "§x.y" below), not copied from the
-LlamaGen sources. State-dict key names and shapes are exactly those of the released
-checkpoints (§1.2, §2.3), so `load_state_dict` accepts an original checkpoint's "model" dict.
+Written from a reading of LlamaGen's autoregressive/models/gpt.py, generate.py and
+tokenizer/tokenizer_image/vq_model.py (the upstream class or function is named below), not
+copied from them. State-dict key names and shapes are exactly those of the released
+checkpoints (gpt.py Transformer, vq_model.py VQModel), so `load_state_dict` accepts an
+original checkpoint's "model" dict.
 
 Runs on Debian's torch 1.13 (CPU); no F.scaled_dot_product_attention (torch >= 2.0), the
 attention is written out by hand. Every module can be cast to float64 with `.double()`; the
@@ -29,13 +31,14 @@ import torch.nn.functional as F
 
 
 def find_multiple(n: int, k: int) -> int:
-    """Round n up to a multiple of k (§1.4 FFN rule, §1.7 cache length)."""
+    """Round n up to a multiple of k (gpt.py find_multiple: FFN rule, cache length)."""
     return n if n % k == 0 else n + k - (n % k)
 
 
 def _calc_dtype(x: torch.Tensor) -> torch.dtype:
-    # LlamaGen computes RMSNorm and RoPE in fp32 (§1.4, §1.6). We use "at least fp32" so that
-    # a float64 model (golden data) is not degraded to fp32 in these two places.
+    # LlamaGen computes RMSNorm and RoPE in fp32 (gpt.py RMSNorm, apply_rotary_emb). We use
+    # "at least fp32" so that a float64 model (golden data) is not degraded to fp32 in these
+    # two places.
     return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
 
 
@@ -45,7 +48,7 @@ def _calc_dtype(x: torch.Tensor) -> torch.dtype:
 
 @dataclass
 class GPTConfig:
-    """Hyper-parameters of LlamaGen's ModelArgs that matter for inference (§1.1)."""
+    """Hyper-parameters of LlamaGen's ModelArgs (gpt.py) that matter for inference."""
     dim: int = 768
     n_layer: int = 12
     n_head: int = 12
@@ -78,11 +81,11 @@ class GPTConfig:
 
     @property
     def seq_len(self) -> int:
-        """T + N: condition tokens plus image tokens (§1.7)."""
+        """T + N: condition tokens plus image tokens (generate.py)."""
         return self.cls_token_num + self.block_size
 
 
-# Presets (§1.1 table): name -> (n_layer, n_head, dim)
+# Presets (gpt.py GPT_models): name -> (n_layer, n_head, dim)
 GPT_PRESETS = {
     "GPT-B": (12, 12, 768), "GPT-L": (24, 16, 1024), "GPT-XL": (36, 20, 1280),
     "GPT-XXL": (48, 24, 1536), "GPT-XXXL": (48, 40, 2560), "GPT-1B": (22, 32, 2048),
@@ -91,7 +94,8 @@ GPT_PRESETS = {
 
 
 def ffn_hidden_dim(dim: int, multiple_of: int, ffn_dim_multiplier: Optional[float] = None) -> int:
-    """SwiGLU hidden size F (§1.4): int(2*4d/3), optional multiplier, round UP to multiple_of."""
+    """SwiGLU hidden size F (gpt.py FeedForward): int(2*4d/3), optional multiplier, round UP
+    to multiple_of."""
     hidden = int(2 * (4 * dim) / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
@@ -99,7 +103,7 @@ def ffn_hidden_dim(dim: int, multiple_of: int, ffn_dim_multiplier: Optional[floa
 
 
 def gpt_param_count(cfg: GPTConfig) -> int:
-    """Parameter count formula of §1.5 (MHA; the t2i uncond buffer is NOT included)."""
+    """Parameter count, per layer 4d^2 + 3dF + 2d (MHA; the t2i uncond buffer is NOT included)."""
     d, F_ = cfg.dim, ffn_hidden_dim(cfg.dim, cfg.multiple_of, cfg.ffn_dim_multiplier)
     per_layer = 4 * d * d + 3 * d * F_ + 2 * d
     if cfg.model_type == "c2i":
@@ -111,7 +115,8 @@ def gpt_param_count(cfg: GPTConfig) -> int:
 
 def rope_table_2d(grid: int, head_dim: int, base: float, cls_token_num: int,
                   dtype=torch.float32) -> torch.Tensor:
-    """LlamaGen's 2-D RoPE table (§1.6): [T + G*G, head_dim/2, 2] holding (cos, sin).
+    """LlamaGen's 2-D RoPE table (gpt.py precompute_freqs_cis_2d): [T + G*G, head_dim/2, 2]
+    holding (cos, sin).
 
     Pair j < hd/4 rotates by row*theta_j, pair j >= hd/4 by col*theta_(j-hd/4),
     theta_k = base^(-2k/(hd/2)). The T condition rows are (0, 0) -- NOT identity: this zeroes
@@ -133,7 +138,8 @@ def rope_table_2d(grid: int, head_dim: int, base: float, cls_token_num: int,
 
 
 def apply_rope(x: torch.Tensor, tab: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs (x[2j], x[2j+1]) (§1.6; gpt-fast layout, not rotate_half).
+    """Rotate interleaved pairs (x[2j], x[2j+1]) (gpt.py apply_rotary_emb; gpt-fast
+    layout, not rotate_half).
 
     x: [B, L, H, hd]; tab: [B, L, hd/2, 2] or [L, hd/2, 2] (cos, sin) per position.
     """
@@ -149,7 +155,7 @@ def apply_rope(x: torch.Tensor, tab: torch.Tensor) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x^2) + eps) * w; normalisation in >= fp32, cast back BEFORE * w (§1.4)."""
+    """y = x / sqrt(mean(x^2) + eps) * w; normalisation in >= fp32, cast back BEFORE * w (gpt.py)."""
 
     def __init__(self, dim: int, eps: float = 1e-5, device=None):
         super().__init__()
@@ -163,7 +169,7 @@ class RMSNorm(nn.Module):
 
 
 class LabelEmbedder(nn.Module):
-    """c2i condition (§1.3): table with num_classes (+1 null row when dropout_prob > 0)."""
+    """c2i condition (as gpt.py): table with num_classes (+1 null row when dropout_prob > 0)."""
 
     def __init__(self, num_classes: int, dim: int, dropout_prob: float, device=None):
         super().__init__()
@@ -176,7 +182,7 @@ class LabelEmbedder(nn.Module):
 
 
 class CaptionMLP(nn.Module):
-    """cap_proj: fc1 (no bias) -> tanh-approximate GELU -> fc2 (no bias) (§1.3)."""
+    """cap_proj: fc1 (no bias) -> tanh-approximate GELU -> fc2 (no bias) (gpt.py MLP)."""
 
     def __init__(self, in_dim: int, dim: int, device=None):
         super().__init__()
@@ -188,10 +194,11 @@ class CaptionMLP(nn.Module):
 
 
 class CaptionEmbedder(nn.Module):
-    """t2i condition (§1.3): cap_proj over [B, 120, caption_dim] features.
+    """t2i condition (gpt.py CaptionEmbedder): cap_proj over [B, 120, caption_dim] features.
 
     uncond_embedding is a *buffer* [120, caption_dim] holding the raw (pre-cap_proj) features
-    of the unconditional branch; 120 is hard-wired in LlamaGen (§1.3, §1.8).
+    of the unconditional branch; 120 is hard-wired in LlamaGen (CaptionEmbedder's token_num,
+    which Transformer does not pass).
     """
 
     def __init__(self, caption_dim: int, dim: int, token_num: int = 120, device=None):
@@ -204,8 +211,8 @@ class CaptionEmbedder(nn.Module):
 
 
 class KVCache:
-    """Per-layer K/V storage [B, Hkv, S, hd], zero-initialised (§1.7). Slots are explicit, so a
-    caller can place tree nodes anywhere and later compact accepted nodes (copy_slots)."""
+    """Per-layer K/V storage [B, Hkv, S, hd], zero-initialised (as gpt.py). Slots are explicit, so
+    a caller can place tree nodes anywhere and later compact accepted nodes (copy_slots)."""
 
     def __init__(self, cfg: GPTConfig, batch: int, length: int, dtype=torch.float32):
         shape = (batch, cfg.kv_heads, length, cfg.head_dim)
@@ -224,7 +231,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: GPTConfig, device=None):
         super().__init__()
         self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
-        # fused, bias-free; rows [q (H*hd) | k (Hkv*hd) | v (Hkv*hd)], head-major inside (§1.2)
+        # fused, bias-free; rows [q (H*hd) | k (Hkv*hd) | v (Hkv*hd)], head-major inside (gpt.py)
         self.wqkv = nn.Linear(cfg.dim, (self.n_head + 2 * self.n_kv) * self.hd, bias=False,
                               device=device)
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False, device=device)
@@ -242,7 +249,7 @@ class Attention(nn.Module):
             cache.k[layer][:, :, slots] = k
             cache.v[layer][:, :, slots] = v
             k, v = cache.k[layer], cache.v[layer]
-        # GQA: query head h uses kv head h // (H / Hkv) (repeat_interleave semantics, §1.9)
+        # GQA: query head h uses kv head h // (H / Hkv) (repeat_interleave, as Attention.forward)
         rep = self.n_head // self.n_kv
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -253,7 +260,7 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """SwiGLU: w2(silu(w1 x) * w3 x), all bias-free (§1.4)."""
+    """SwiGLU: w2(silu(w1 x) * w3 x), all bias-free (gpt.py FeedForward)."""
 
     def __init__(self, cfg: GPTConfig, device=None):
         super().__init__()
@@ -281,9 +288,9 @@ class TransformerBlock(nn.Module):
 
 def llamagen_mask(batch: int, size: int, cls_token_num: int = 0,
                   emb_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """LlamaGen's [B, S, S] boolean mask (§1.7): causal (k <= q); with a t2i caption validity
-    mask m [B, T], columns 0..T-1 of every row are multiplied by m[b] and then the diagonal is
-    forced true (so a pad slot still sees itself)."""
+    """LlamaGen's [B, S, S] boolean mask (generate.py generate): causal (k <= q); with a t2i
+    caption validity mask m [B, T], columns 0..T-1 of every row are multiplied by m[b] and
+    then the diagonal is forced true (so a pad slot still sees itself)."""
     mask = torch.tril(torch.ones(size, size, dtype=torch.bool)).unsqueeze(0).repeat(batch, 1, 1)
     if emb_mask is not None:
         T = cls_token_num
@@ -293,7 +300,7 @@ def llamagen_mask(batch: int, size: int, cls_token_num: int = 0,
 
 
 class GPT(nn.Module):
-    """LlamaGen `Transformer` (c2i and t2i) with the original state-dict layout (§1.2)."""
+    """LlamaGen `Transformer` (c2i and t2i) with the original state-dict layout (gpt.py)."""
 
     def __init__(self, cfg: GPTConfig, device=None):
         super().__init__()
@@ -322,14 +329,14 @@ class GPT(nn.Module):
         return rope_table_2d(c.grid, c.head_dim, c.rope_base, c.cls_token_num, tab_dtype)
 
     def embed_cond(self, cond) -> torch.Tensor:
-        """c2i: labels [B] (null class = num_classes, §1.3); t2i: captions [B, T, C]."""
+        """c2i: labels [B] (null class = num_classes, gpt.py); t2i: captions [B, T, C]."""
         return self.cls_embedding(cond)[:, :self.cfg.cls_token_num]
 
     def embed_tokens(self, ids) -> torch.Tensor:
         return self.tok_embeddings(ids)
 
     def null_cond(self, cond):
-        """Unconditional CFG input (§1.10): null class row / uncond_embedding."""
+        """Unconditional CFG input (generate.py generate): null class row / uncond_embedding."""
         if self.cfg.model_type == "c2i":
             return torch.full_like(cond, self.cfg.num_classes)
         return torch.zeros_like(cond) + self.cls_embedding.uncond_embedding.to(cond.dtype)
@@ -338,12 +345,12 @@ class GPT(nn.Module):
     def forward(self, h, positions, mask, cache: Optional[KVCache] = None, slots=None):
         """Generic forward over embeddings h [B, L, d].
 
-        positions: [L] sequence positions (they select the RoPE rows, §1.6);
+        positions: [L] sequence positions (they select the RoPE rows, freqs_cis[input_pos]);
         mask: bool [B, L, Skv], True = may attend; Skv = cache.length when a cache is given
               (K/V of the L tokens are written to cache slots `slots`, default = positions),
               else L (attention among the L tokens only).
         Returns (logits [B, L, V] , features [B, L, d]) where features = final RMSNorm output
-        (the input of the `output` head, §1.4).
+        (the input of the `output` head, Transformer.forward).
         """
         positions = torch.as_tensor(positions, dtype=torch.long)
         if cache is not None:
@@ -363,7 +370,7 @@ class GPT(nn.Module):
     # ---- conveniences ---------------------------------------------------------------------
     def cache_length(self, max_new_tokens: Optional[int] = None) -> int:
         n = self.cfg.block_size if max_new_tokens is None else max_new_tokens
-        return find_multiple(self.cfg.cls_token_num + n, 8)       # §1.7
+        return find_multiple(self.cfg.cls_token_num + n, 8)       # setup_caches
 
     def new_cache(self, batch: int, length: Optional[int] = None) -> KVCache:
         return KVCache(self.cfg, batch, length or self.cache_length(), self.dtype)
@@ -390,11 +397,11 @@ class GPT(nn.Module):
 
 
 # ============================================================================================
-# Sampling (§1.10)
+# Sampling (autoregressive/models/generate.py)
 # ============================================================================================
 
 def top_k_top_p_filter(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Returns a filtered copy (removed entries = -inf), rows = last dim (§1.10).
+    """Returns a filtered copy (removed entries = -inf), rows = last dim (top_k_top_p_filtering).
 
     top-k: threshold = k-th largest value; entries strictly below are removed, so ties with the
     threshold are KEPT. top-p (after top-k, on the filtered logits): sort descending, cumulative
@@ -420,7 +427,7 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0)
 
 def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            sample_logits: bool = True, generator: Optional[torch.Generator] = None):
-    """LlamaGen's sample() on logits [B, V] -> (ids [B], probs [B, V]) (§1.10)."""
+    """LlamaGen's sample() on logits [B, V] -> (ids [B], probs [B, V])."""
     l = logits / max(temperature, 1e-5)
     if top_k > 0 or top_p < 1.0:
         l = top_k_top_p_filter(l, top_k, top_p)
@@ -433,7 +440,7 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
 
 
 def cfg_combine(logits: torch.Tensor, scale: float) -> torch.Tensor:
-    """[cond rows ; uncond rows] -> uncond + scale * (cond - uncond) (§1.10)."""
+    """[cond rows ; uncond rows] -> uncond + scale * (cond - uncond) (prefill, decode_one_token)."""
     cond, uncond = logits.chunk(2, dim=0)
     return uncond + (cond - uncond) * scale
 
@@ -443,7 +450,7 @@ def generate(model: GPT, cond, max_new_tokens: Optional[int] = None, emb_mask=No
              cfg_scale: float = 1.0, cfg_interval: int = -1, temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, sample_logits: bool = True,
              generator: Optional[torch.Generator] = None, trace: Optional[list] = None):
-    """LlamaGen's generate() loop (§1.10). Returns [B, N] code ids.
+    """LlamaGen's generate() loop. Returns [B, N] code ids.
 
     CFG doubles the batch as [cond ; uncond]; both halves are fed the same token; decode step i
     (0-based, i.e. the step that produces token i+1) is guided unless cfg_interval > -1 and
@@ -484,11 +491,11 @@ def generate(model: GPT, cond, max_new_tokens: Optional[int] = None, emb_mask=No
 
 
 # ============================================================================================
-# VQ tokenizer (§2)
+# VQ tokenizer (tokenizer/tokenizer_image/vq_model.py)
 # ============================================================================================
 
 def _norm(c, device=None):
-    return nn.GroupNorm(32, c, eps=1e-6, affine=True, device=device)   # §2.2
+    return nn.GroupNorm(32, c, eps=1e-6, affine=True, device=device)   # vq_model.py Normalize
 
 
 def swish(x):
@@ -497,7 +504,7 @@ def swish(x):
 
 class ResnetBlock(nn.Module):
     """h = conv2(swish(norm2(conv1(swish(norm1 x))))); out = x + h, where x goes through the
-    1x1 nin_shortcut when Cin != Cout (§2.2)."""
+    1x1 nin_shortcut when Cin != Cout (vq_model.py ResnetBlock)."""
 
     def __init__(self, cin: int, cout: int, device=None):
         super().__init__()
@@ -517,7 +524,7 @@ class ResnetBlock(nn.Module):
 
 
 class AttnBlock(nn.Module):
-    """Single-head self-attention over all H*W positions, scale 1/sqrt(C) (§2.2)."""
+    """Single-head self-attention over all H*W positions, scale 1/sqrt(C) (as vq_model.py)."""
 
     def __init__(self, c: int, device=None):
         super().__init__()
@@ -539,7 +546,7 @@ class AttnBlock(nn.Module):
 
 
 class Upsample(nn.Module):
-    """Nearest x2 then 3x3 conv (§2.2)."""
+    """Nearest x2 then 3x3 conv (vq_model.py Upsample)."""
 
     def __init__(self, c: int, device=None):
         super().__init__()
@@ -550,7 +557,7 @@ class Upsample(nn.Module):
 
 
 class Downsample(nn.Module):
-    """Zero-pad right/bottom by 1, then 3x3 conv stride 2 padding 0 (§2.2)."""
+    """Zero-pad right/bottom by 1, then 3x3 conv stride 2 padding 0 (vq_model.py Downsample)."""
 
     def __init__(self, c: int, device=None):
         super().__init__()
@@ -561,8 +568,9 @@ class Downsample(nn.Module):
 
 
 class Encoder(nn.Module):
-    """§2.4: conv_in; levels 0..L-1 with num_res_blocks res blocks (+attn at level L-1),
-    Downsample after every level but the last; mid (Res, Attn, Res); GN, swish, conv_out."""
+    """As vq_model.py Encoder: conv_in; levels 0..L-1 with num_res_blocks res blocks (+attn
+    at level L-1), Downsample after every level but the last; mid (Res, Attn, Res); GN, swish,
+    conv_out."""
 
     def __init__(self, ch: int = 128, ch_mult=(1, 1, 2, 2, 4), num_res_blocks: int = 2,
                  z_channels: int = 256, in_channels: int = 3, device=None):
@@ -605,9 +613,9 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """§2.3: conv_in; mid (Res, Attn, Res); stage s = 0..L-1 handles level L-1-s with
-    num_res_blocks+1 res blocks, attention after each only in stage 0, nearest upsample + conv
-    after every stage but the last; GN, swish, conv_out."""
+    """As vq_model.py Decoder: conv_in; mid (Res, Attn, Res); stage s = 0..L-1 handles level
+    L-1-s with num_res_blocks+1 res blocks, attention after each only in stage 0, nearest
+    upsample + conv after every stage but the last; GN, swish, conv_out."""
 
     def __init__(self, ch: int = 128, ch_mult=(1, 1, 2, 2, 4), num_res_blocks: int = 2,
                  z_channels: int = 256, out_channels: int = 3, device=None):
@@ -651,7 +659,7 @@ class Decoder(nn.Module):
 
 
 class VectorQuantizer(nn.Module):
-    """Codebook `embedding` [K, D]; rows are L2-normalised at use time (§2.3, §2.4).
+    """Codebook `embedding` [K, D]; rows are L2-normalised at use time (VectorQuantizer).
     `codebook_used` is a training statistic buffer kept only for key compatibility."""
 
     def __init__(self, codebook_size: int, embed_dim: int, l2_norm: bool = True,
@@ -687,7 +695,7 @@ class VectorQuantizer(nn.Module):
 
 
 class VQModel(nn.Module):
-    """LlamaGen VQModel with `ch` made a constructor parameter (§2.1, §8)."""
+    """LlamaGen VQModel with `ch` made a constructor parameter (upstream hard-codes 128)."""
 
     def __init__(self, ch: int = 128, ch_mult=(1, 1, 2, 2, 4), z_channels: int = 256,
                  codebook_size: int = 16384, codebook_embed_dim: int = 8,
@@ -707,14 +715,14 @@ class VQModel(nn.Module):
         return self.quantize.quantize(self.quant_conv(self.encoder(x)))
 
     def decode(self, z_q):
-        return self.decoder(self.post_quant_conv(z_q))     # not clamped (§2.3)
+        return self.decoder(self.post_quant_conv(z_q))     # not clamped (VQModel.decode)
 
     def decode_code(self, codes, grid_hw):
         return self.decode(self.quantize.lookup(codes, grid_hw))
 
 
 def to_pixels(img: torch.Tensor) -> torch.Tensor:
-    """[3, H, W] decoder output -> uint8 [H, W, 3] per LlamaGen's save path (§2.3):
+    """[3, H, W] decoder output -> uint8 [H, W, 3] per LlamaGen's save path (sample_c2i.py):
     clamp to [-1, 1], (x+1)/2, byte = floor(clamp(x*255 + 0.5, 0, 255))."""
     x = (img.clamp(-1, 1) + 1) / 2
     return (x * 255 + 0.5).clamp(0, 255).floor().to(torch.uint8).permute(1, 2, 0).contiguous()

@@ -10,7 +10,8 @@ reloaded into tools/ref/llamagen_ref.py, cast to float64 -> golden outputs store
 (ints I32, pixels U8). The .pt files are not kept. Also runs the reference self-checks and
 tools/ref/test_convert.py on the temp checkpoints.
 
-Semantics: /work/shared/reference/models.md §1 (GPT), §1.10 (sampling), §2 (VQ).
+Semantics: LlamaGen autoregressive/models/gpt.py (GPT), autoregressive/models/generate.py
+(sampling) and tokenizer/tokenizer_image/vq_model.py (VQ), as restated in llamagen_ref.py.
 """
 
 import argparse
@@ -32,9 +33,11 @@ import safetensors_io as st  # noqa: E402
 import test_convert  # noqa: E402
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-KEYS_DIR = "/work/shared/reference/keys"          # optional cross-check of key lists
+# Optional cross-check: a directory of key lists of the real checkpoints ("name shape" per
+# line, e.g. from a state dict dump of LlamaGen's GPT-B, GPT-XL t2i and VQ-16); unset: skipped.
+KEYS_DIR = os.environ.get("VSPEC_REF_KEYS", "")
 
-# ---- micro configurations (brief / models.md §8) ------------------------------------------
+# ---- micro configurations (tiny models on the released models' code paths) --------------
 C2I_CFG = R.GPTConfig(dim=64, n_layer=2, n_head=4, vocab_size=64, block_size=16, num_classes=10,
                       class_dropout_prob=0.1, cls_token_num=1, multiple_of=32, model_type="c2i")
 T2I_CFG = R.GPTConfig(dim=64, n_layer=2, n_head=4, vocab_size=64, block_size=16, caption_dim=16,
@@ -92,7 +95,8 @@ def init_vq(model: R.VQModel, seed: int):
             if name.endswith("codebook_used"):
                 p.zero_()
             elif name == "quantize.embedding.weight":
-                # deliberately NOT unit rows: the engine must L2-normalise at lookup (§2.3)
+                # deliberately NOT unit rows: the engine must L2-normalise at lookup, as
+                # VectorQuantizer.get_codebook_entry does
                 scale = 0.3 + 2.0 * torch.rand(p.shape[0], 1, generator=g)
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
             elif p.dim() == 1 and (".norm" in name):          # GroupNorm affine
@@ -128,7 +132,7 @@ def pixel_margin(img):
 
 
 def save_checkpoint(model, path):
-    """Original LlamaGen layout: {"model": state_dict, ...} (models.md §3)."""
+    """Original LlamaGen layout: {"model": state_dict, ...} (as train_c2i.py saves it)."""
     torch.save({"model": model.state_dict(), "steps": 0}, path)
 
 
@@ -170,7 +174,7 @@ def run_prefill_decode(model, cond, tokens, emb_mask=None):
     decode logits/feats [n, 2, V/d], plus the cache and mask for further use."""
     T = model.cfg.cls_token_num
     cond_all = torch.cat([cond, model.null_cond(cond)])
-    em = None if emb_mask is None else torch.cat([emb_mask, emb_mask])   # cond mask twice (§1.7)
+    em = None if emb_mask is None else torch.cat([emb_mask, emb_mask])   # cond mask twice (generate)
     cache = model.new_cache(2)
     mask = R.llamagen_mask(2, cache.length, T, em)
     lg, ft = model.prefill(cache, cond_all, mask)
@@ -448,7 +452,7 @@ def gpt_t2i_goldens(tmp, seed=3000):
     g = torch.Generator().manual_seed(seed + 1)
     T, C, L = cfg.cls_token_num, cfg.caption_dim, 7
     caption = torch.zeros(1, T, C, dtype=torch.float64)
-    # left padding (§1.8): the L valid features sit in the last L slots, pad slots are zero
+    # left padding as sample_t2i.py: the L valid features in the last L slots, pad slots zero
     caption[0, T - L:] = torch.randn(L, C, generator=g).float().double()
     mask = torch.zeros(1, T, dtype=torch.uint8)
     mask[0, T - L:] = 1
@@ -511,7 +515,7 @@ def _read_key_file(path):
 
 def self_checks():
     res = {}
-    # §1.6 example: hd=16, G=3, T=1; position 2 = token 1 = (row 0, col 1) rotates only pairs
+    # RoPE example: hd=16, G=3, T=1; position 2 = token 1 = (row 0, col 1) rotates only pairs
     # 4..7, position 4 = token 3 = (row 1, col 0) rotates only pairs 0..3; row 0 is all zeros.
     tab = R.rope_table_2d(3, 16, 10000.0, 1, torch.float64)
     ident = torch.tensor([1.0, 0.0], dtype=torch.float64)
@@ -528,7 +532,7 @@ def self_checks():
     assert abs(y[0, 0, 0, 9].item() - (9 * c + 8 * s)) < 1e-12
     assert torch.all(R.apply_rope(x, tab[0:1]) == 0)                 # condition rows zero q/k
 
-    # §1.4 FFN rule and §1.5 parameter counts (meta device: no memory)
+    # FFN rule (gpt.py FeedForward) and the presets' parameter counts (meta device: no memory)
     assert [R.ffn_hidden_dim(d, 256) for d in (768, 1024, 1280)] == [2048, 2816, 3584]
     assert R.ffn_hidden_dim(64, 32) == 192 and R.ffn_hidden_dim(400, 32) == 1088
     b = R.GPT(R.GPTConfig(), device="meta")
@@ -546,12 +550,12 @@ def self_checks():
     assert n16 == 71_948_939, n16
     res["param_counts"] = dict(gpt_b=nb, gpt_xl_t2i=nxl, gpt_xl_buffer=nbuf, vq16_numel=n16)
 
-    # key lists against models.md's companion files (when available)
+    # key lists against key-list files in KEYS_DIR (when available)
     checked = []
     for fname, mod in (("llamagen_gpt_b_c2i.txt", b), ("llamagen_gpt_xl_t2i.txt", xl),
                        ("llamagen_vq16.txt", vq16)):
         path = os.path.join(KEYS_DIR, fname)
-        if os.path.exists(path):
+        if KEYS_DIR and os.path.exists(path):
             want = _read_key_file(path)
             got = {k: tuple(v.shape) for k, v in mod.state_dict().items()}
             assert want == got, f"key list differs from {fname}"
@@ -570,7 +574,8 @@ def self_checks():
         assert tuple(mv.decode(zq).shape) == (2, 3, 8, 8)
     res["vq_shapes"] = "ok"
 
-    # GQA path (not released, §1.9): Hkv=2 equals MHA with K/V heads repeated
+    # GQA path (no released model uses it; LlamaGen's own KV cache cannot run it): Hkv=2
+    # equals MHA with K/V heads repeated
     torch.manual_seed(1)
     cg = R.GPTConfig(dim=64, n_layer=1, n_head=4, n_kv_head=2, vocab_size=32, block_size=16,
                      num_classes=4, multiple_of=32)

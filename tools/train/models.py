@@ -1,5 +1,6 @@
-"""PyTorch models with LlamaGen's architecture and parameter names (written from
-/work/shared/reference/models.md, not copied from LlamaGen):
+"""PyTorch models with LlamaGen's architecture and parameter names (written from a reading
+of LlamaGen's autoregressive/models/gpt.py and tokenizer/tokenizer_image/vq_model.py, not
+copied from LlamaGen):
 
 * VQModel       - LlamaGen VQ tokenizer (encoder, L2-normalised codebook, decoder), ch a parameter.
 * GPT           - LlamaGen GPT c2i (2-D RoPE with zero rotation for the class position,
@@ -253,7 +254,8 @@ def ffn_hidden(dim, multiple_of=256, ffn_dim_multiplier=None):
 
 def precompute_freqs_cis_2d(grid_size, n_elem, base=10000, cls_token_num=1):
     """Table [cls_token_num + grid^2, n_elem/2, 2] of (cos, sin); condition rows are zeros.
-    Rows use the first n_elem/4 pairs, columns the next n_elem/4 (models.md 1.6)."""
+    Rows use the first n_elem/4 pairs, columns the next n_elem/4 (as gpt.py's
+    precompute_freqs_cis_2d)."""
     half = n_elem // 2
     freqs = 1.0 / (base ** (torch.arange(0, half, 2)[: half // 2].float() / half))
     t = torch.arange(grid_size, dtype=torch.float32)

@@ -1,6 +1,7 @@
-"""Python sampling that follows LlamaGen's generate()/sample() (models.md 1.10): CFG batch
-[cond ; uncond], null class = num_classes, logits = u + s (c - u), top-k then top-p, KV cache.
-Used for quick sample grids and the cfg sweep; the C engine computes the official numbers."""
+"""Python sampling that follows LlamaGen's generate()/sample() (autoregressive/models/generate.py):
+CFG batch [cond ; uncond], null class = num_classes, logits = u + s (c - u), top-k then top-p,
+KV cache. Used for quick sample grids and the cfg sweep; the C engine computes the official
+numbers."""
 
 import torch
 import torch.nn.functional as F

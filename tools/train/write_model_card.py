@@ -326,7 +326,8 @@ def main():
       "RMSNorm eps is 1e-6 (the target's is 1e-5).")
     A("- Python models used for training: tools/train/models.py, sampler "
       "tools/train/sampling.py. The C engine is checked on these trained weights against the "
-      "independent float64 reference tools/ref/llamagen_ref.py (written from models.md): "
+      "independent float64 reference tools/ref/llamagen_ref.py (restated from LlamaGen's "
+      "gpt.py, generate.py and vq_model.py): "
       "`tools/ref/make_trained_golden.py` writes tests/golden/fmnist/golden.safetensors "
       "(prefill, decode, tree forward + commit, VQ decode), checked by "
       "tests/test_llamagen_golden.c within 1e-4 relative.")

@@ -1,7 +1,7 @@
 /*
  * The `eagle` backend: an EAGLE-1 draft head over a LlamaGen target's features
- * (algorithms.md §1.3; parameter names of LANTERN's LlamaGen drafter,
- * models/drafters/cnets_llamagen.py).
+ * (EAGLE, arXiv 2401.15077; SafeAILab/EAGLE eagle/model/cnets.py, Model; parameter names of
+ * LANTERN's LlamaGen drafter, jadohu/LANTERN models/drafters/cnets_llamagen.py).
  *
  * Row p of the drafter sequence embeds image token p and reads the target feature that
  * precedes it (the final-RMSNorm output at the previous position, the lm_head input):

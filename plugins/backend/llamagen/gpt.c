@@ -1,14 +1,16 @@
 /*
  * The LlamaGen GPT: weights, sessions with a KV cache, tree forward and commit.
  *
- * Semantics follow models.md §1 (LlamaGen autoregressive/models/gpt.py):
+ * Semantics follow LlamaGen autoregressive/models/gpt.py (masks: generate.py):
  *  - pre-norm blocks, RMSNorm eps from the checkpoint (1e-5), fused bias-free wqkv,
- *    SwiGLU FFN (§1.4);
+ *    SwiGLU FFN (TransformerBlock, RMSNorm, FeedForward);
  *  - 2-D RoPE on interleaved pairs, rows then columns, zero rotation (not identity) for
- *    the condition positions, so their q and k vanish in every layer (§1.6);
+ *    the condition positions, so their q and k vanish in every layer
+ *    (precompute_freqs_cis_2d, apply_rotary_emb);
  *  - class embedding with the null class row num_classes for the unconditional CFG row,
- *    or the t2i caption MLP with tanh-GELU and the learned uncond_embedding (§1.3);
- *  - t2i emb mask: caption columns masked for every query, diagonal forced on (§1.7).
+ *    or the t2i caption MLP with tanh-GELU and the learned uncond_embedding (LabelEmbedder,
+ *    CaptionEmbedder);
+ *  - t2i emb mask: caption columns masked for every query, diagonal forced on (generate).
  *
  * Work buffers hold rows * nodes vectors ordered (row, node): each CFG row's nodes are
  * contiguous, so one attention call per row covers all of its queries.
@@ -88,7 +90,7 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
   if ((rc = lg_meta_int(m, f, "block_size", -1, &v, err, errlen))) return rc;
   if (v <= 0) {
     snprintf(err, errlen, "GPT metadata 'block_size' (image tokens, G*G) is missing: it is not "
-             "recoverable from the weights (models.md §1.1)");
+             "recoverable from the weights (only the RoPE table depends on it)");
     return VSPEC_EINVAL;
   }
   g->n_image = (int)v;
@@ -148,7 +150,8 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
     }
     int table_rows = (int)t.shape[0];
     /* The table has num_classes + (class_dropout_prob > 0) rows; the extra row is the
-     * null class used for the unconditional CFG row (models.md §1.3). */
+     * null class used for the unconditional CFG row (gpt.py LabelEmbedder; generate() feeds
+     * label num_classes). */
     if ((rc = lg_meta_int(m, f, "num_classes", table_rows - 1, &v, err, errlen))) return rc;
     if (v != table_rows && v != table_rows - 1) {
       snprintf(err, errlen, "c2i GPT: metadata num_classes = %ld but the class table has %d rows",
@@ -174,7 +177,7 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
     g->caption_dim = (int)t.shape[1];
     if (g->caption_len != g->n_cond) {
       snprintf(err, errlen, "t2i GPT: cls_token_num = %d but uncond_embedding has %d slots; "
-               "LlamaGen t2i needs them equal (models.md §1.8)", g->n_cond, g->caption_len);
+               "LlamaGen t2i needs them equal", g->n_cond, g->caption_len);
       return VSPEC_EINVAL;
     }
     int64_t s1[] = {d, g->caption_dim}, s2[] = {d, d}, s3[] = {g->caption_len, g->caption_dim};
@@ -225,7 +228,7 @@ void lg_session_close(vspec_session *s) {
   s->host->free(s);
 }
 
-/* Caption projection (CaptionEmbedder): fc1 -> tanh-GELU -> fc2, models.md §1.3. */
+/* Caption projection (CaptionEmbedder, MLP): fc1 -> tanh-GELU -> fc2, both bias-free. */
 static void lg__caption_embed(vspec_session *s, const float *caption_dev, float *out) {
   const lg_gpt *g = &s->m->gpt;
   const vspec_ops *ops = s->ops;
@@ -328,7 +331,7 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
   } else {
     /* sample_t2i.py multiplies the caption features by their mask (pad slots = 0); doing
      * it here too makes a caller's unzeroed padding harmless. Both CFG rows use the
-     * conditional prompt's mask (models.md §1.7). */
+     * conditional prompt's mask (generate.py: torch.cat([emb_masks, emb_masks])). */
     size_t n = (size_t)g->caption_len * g->caption_dim;
     float *cap = H->alloc(n * sizeof(float));
     float *cap_dev = ops->alloc(dev, n * sizeof(float));
@@ -430,7 +433,7 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
     for (int i = 0; i < T; i++) s->pos[r * T + i] = i;
   }
   /* Causal over the condition positions, caption columns masked by validity, the
-   * diagonal forced on (models.md §1.7: mask * (1 - I) + I). */
+   * diagonal forced on (generate.py, generate: mask * (1 - I) + I). */
   int kv = T;
   for (int i = 0; i < T; i++)
     for (int j = 0; j < kv; j++)
@@ -440,7 +443,7 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
   s->kv.committed = T;
   s->kv.n_pending = 0;
   s->prefilled = 1;
-  /* Logits at the last condition position predict image token 0 (models.md §1.10). */
+  /* Logits at the last condition position predict image token 0 (generate.py, prefill). */
   lg__head(s, T, T - 1, 1, out);
   return VSPEC_OK;
 }
@@ -459,7 +462,7 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
                                 errlen);
   if (rc) return rc;
   int L = s->kv.committed;
-  /* Caption slots are visible only where the caption is valid (models.md §1.7). */
+  /* Caption slots are visible only where the caption is valid (generate.py, emb_masks). */
   vs_kv_tree_mask(&s->kv, base, n, s->cond_valid, g->n_cond, s->mask);
   for (int r = 0; r < R; r++)
     for (int i = 0; i < n; i++) {

@@ -152,7 +152,8 @@ static int lg_info(const vspec_model *m, vspec_model_info *out) {
   i.max_nodes = m->max_nodes;
   i.arch = m->arch;
   if (m->has_gpt) {
-    /* models.md §1.5: per layer 4d^2 + 3dF + 2d (MHA; wqkv generalised for GQA). */
+    /* Per layer 4d^2 + 3dF + 2d: wqkv + wo, w1/w2/w3, two RMSNorm weights (MHA; wqkv
+     * generalised for GQA); gpt.py's GPT_* comments (111M, 343M, 775M, ...) match it. */
     const lg_gpt *g = &m->gpt;
     int64_t d = g->dim, hd = g->head_dim, F = g->ffn_hidden;
     int64_t layer = (g->n_head + 2 * g->n_kv_head) * hd * d + d * g->n_head * hd + 3 * d * F + 2 * d;

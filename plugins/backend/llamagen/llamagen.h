@@ -1,9 +1,9 @@
 /*
  * plugins/backend/llamagen/llamagen.h - internal types of the LlamaGen backend plugin.
  *
- * The GPT follows FoundationVision/LlamaGen autoregressive/models/gpt.py and the VQ
- * decoder tokenizer/tokenizer_image/vq_model.py, as restated in
- * ../shared/reference/models.md (cited below as "models.md §x").
+ * The GPT follows FoundationVision/LlamaGen autoregressive/models/gpt.py (sampling and masks:
+ * autoregressive/models/generate.py) and the VQ decoder tokenizer/tokenizer_image/vq_model.py;
+ * the comments in this backend name the upstream class or function they follow.
  */
 #ifndef LLAMAGEN_H
 #define LLAMAGEN_H

@@ -1,6 +1,6 @@
 /*
- * The LlamaGen VQ decoder: token grid -> RGB (models.md §2.2-2.3,
- * tokenizer/tokenizer_image/vq_model.py decode_code).
+ * The LlamaGen VQ decoder: token grid -> RGB (tokenizer/tokenizer_image/vq_model.py:
+ * VQModel.decode_code, Decoder).
  *
  * The structure is read from the checkpoint's keys rather than from a preset: the number
  * of stages, res blocks per stage (num_res_blocks + 1), where attention and upsampling
@@ -14,7 +14,7 @@
 #include "llamagen.h"
 
 #define LG_GN_GROUPS 32
-#define LG_GN_EPS 1e-6f /* models.md §5 item 9 */
+#define LG_GN_EPS 1e-6f /* vq_model.py Normalize (the GPT's RMSNorm uses 1e-5) */
 
 static int lg__find(vspec_model *m, vspec_tensor_file *f, const char *name, vspec_tensor *t) {
   memset(t, 0, sizeof *t);
@@ -78,7 +78,8 @@ static int lg__res(vspec_model *m, vspec_tensor_file *f, const char *prefix, lg_
   if ((rc = lg__gn(m, f, key, r->conv1.cout, &r->norm2, err, errlen))) return rc;
   memset(&r->nin, 0, sizeof r->nin);
   if (r->conv1.cin != r->conv1.cout) {
-    /* A channel change goes through the 1x1 nin_shortcut (models.md §2.2). */
+    /* A channel change goes through the 1x1 nin_shortcut (ResnetBlock; the 3x3
+     * conv_shortcut variant is never used). */
     snprintf(key, sizeof key, "%s.nin_shortcut", prefix);
     if ((rc = lg__conv(m, f, key, &r->nin, err, errlen))) return rc;
   }
@@ -189,7 +190,8 @@ int lg_vq_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
     return VSPEC_ESHAPE;
   }
   const char *l2 = H->tensors_meta(f, "codebook_l2_norm");
-  /* LlamaGen's released tokenizers normalise codebook rows at lookup (models.md §5 item 7). */
+  /* LlamaGen's released tokenizers normalise codebook rows at lookup
+   * (VectorQuantizer.get_codebook_entry); the stored rows need not be unit length. */
   int normalise = !l2 || strcmp(l2, "false") != 0;
   q->codebook_norm = H->alloc(cb_bytes);
   if (!q->codebook_norm) {
@@ -249,7 +251,7 @@ static void lg__res_run(vspec_model *m, vspec_dev *dev, const lg_res *r, lg__buf
   }
 }
 
-/* Single-head attention over all h*w positions (AttnBlock, models.md §2.2). */
+/* Single-head attention over all h*w positions (vq_model.py AttnBlock, scale 1/sqrt(C)). */
 static void lg__attn_run(vspec_model *m, vspec_dev *dev, const lg_attn *a, lg__bufs *b, int h,
                          int w) {
   const vspec_ops *ops = m->host->dev_ops(dev);
@@ -360,7 +362,8 @@ int lg_vq_decode(vspec_model *m, vspec_dev *dev, const int32_t *tokens, uint8_t 
   int rc = lg_vq_decode_raw(m, dev, tokens, img, err, errlen);
   if (rc == 0) {
     /* torchvision save_image(normalize=True, value_range=(-1, 1)): clamp, shift to [0, 1],
-     * x*255 + 0.5, clamp, truncate - in float32 like the reference (models.md §2.3). */
+     * x*255 + 0.5, clamp, truncate - in float32 like the reference
+     * (autoregressive/sample/sample_c2i.py). */
     for (size_t i = 0; i < n; i++)
       for (int c = 0; c < 3; c++) {
         float x = img[(size_t)c * n + i];
