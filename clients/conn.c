@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "proto/curve_keys.h"
 #include "vspec/types.h"
 
@@ -80,20 +81,14 @@ int vs_conn_send(vs_conn *c, Vspec__Request *r, vs_wire_blob *blobs, int n_blobs
   return VSPEC_OK;
 }
 
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int vs_conn_recv(vs_conn *c, int timeout_ms, vs_conn_event *e, char *err, size_t errlen) {
   memset(e, 0, sizeof *e);
-  double end = vs__now() + timeout_ms / 1000.0;
+  double end = vs_now() + timeout_ms / 1000.0;
   for (;;) {
     int rc = vs_wire_recv(c->sock, 0, &e->msg, c->max_blob, c->max_blob, err, errlen);
     if (rc < 0) return rc;
     if (rc == 1) break;
-    int wait = timeout_ms < 0 ? -1 : (int)((end - vs__now()) * 1000.0 + 0.5);
+    int wait = timeout_ms < 0 ? -1 : (int)((end - vs_now()) * 1000.0 + 0.5);
     if (timeout_ms >= 0 && wait <= 0) return 0;
     zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
     int n = zmq_poll(&it, 1, wait);
@@ -133,9 +128,9 @@ int vs_conn_call(vs_conn *c, Vspec__Request *r, int timeout_ms, vs_conn_event *e
   r->has_request_id = 0;
   int rc = vs_conn_send(c, r, NULL, 0, err, errlen);
   if (rc) return rc;
-  double end = vs__now() + timeout_ms / 1000.0;
+  double end = vs_now() + timeout_ms / 1000.0;
   for (;;) {
-    int left = (int)((end - vs__now()) * 1000.0);
+    int left = (int)((end - vs_now()) * 1000.0);
     if (left <= 0) return 0;
     rc = vs_conn_recv(c, left, e, err, errlen);
     if (rc <= 0) return rc;

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "clients/conn.h"
 #include "clients/progress_line.h"
 #include "core/cli_args.h"
@@ -54,12 +55,6 @@ static volatile sig_atomic_t vs__interrupted;
 static void vs__on_sigint(int sig) {
   (void)sig;
   vs__interrupted = 1;
-}
-
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int vs__exit_for(int code) {
@@ -427,7 +422,7 @@ static int cmd_generate(int argc, char **argv) {
   rq.submit = &sub;
   char err[1024];
   int status = EXIT_UNREACHABLE;
-  double t0 = vs__now(), last = t0;
+  double t0 = vs_now(), last = t0;
   if (vs_conn_send(&conn, &rq, NULL, 0, err, sizeof err)) {
     fprintf(stderr, "vspec: %s\n", err);
     goto done;
@@ -443,7 +438,7 @@ static int cmd_generate(int argc, char **argv) {
       cr.cancel = &cc;
       vs_conn_send(&conn, &cr, NULL, 0, err, sizeof err);
       cancel_sent = 1;
-      last = vs__now();
+      last = vs_now();
       if (!quiet && !json) vs_progress_line_note(&pl, "cancelling job %llu ...",
                                                  (unsigned long long)job);
     }
@@ -458,7 +453,7 @@ static int cmd_generate(int argc, char **argv) {
       fprintf(stderr, "vspec: %s\n", err);
       goto done;
     }
-    double now = vs__now();
+    double now = vs_now();
     if (rc == 0) {
       double limit = cancel_sent ? 5.0 : net.timeout_s;
       if (now - last > limit) {
@@ -1067,12 +1062,12 @@ static int cmd_ping(int argc, char **argv) {
   rq.ping = &p;
   vs_conn conn;
   vs_conn_event e;
-  double t0 = vs__now();
+  double t0 = vs_now();
   int rc = vs__call(&net, admin, &rq, &e, &conn);
   if (rc) return rc;
   printf("pong from %s in %.3f ms\n",
          e.ev->body_case == VSPEC__EVENT__BODY_PONG && e.ev->pong->node ? e.ev->pong->node : "?",
-         (vs__now() - t0) * 1000);
+         (vs_now() - t0) * 1000);
   vs_conn_event_free(&e);
   vs_conn_close(&conn);
   return EXIT_OK;

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "core/log.h"
 #include "daemon/router.h"
 #include "daemon/zap.h"
@@ -88,12 +89,6 @@ static volatile sig_atomic_t vs__stop;
 static void vs__on_signal(int sig) {
   (void)sig;
   vs__stop = 1;
-}
-
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void vs__bjob_free(vs__bjob *j) {
@@ -210,7 +205,7 @@ static void vs__to_client(vs__broker *b, const vs_wire_envelope *env, vs_wire_ms
     if (q) {
       q->client = *env;
       q->tail = &q->head;
-      q->since = vs__now();
+      q->since = vs_now();
       q->next = b->out;
       b->out = q;
     }
@@ -456,7 +451,7 @@ static void vs__status_reply(vs__broker *b, const vs_wire_envelope *env, uint64_
     to.tokens += be->tokens;
   }
   to.malformed += b->malformed;
-  to.uptime_s = vs__now() - b->started;
+  to.uptime_s = vs_now() - b->started;
   snprintf(node, sizeof node, "vspec-broker (%d of %d daemons alive)", alive, b->n);
   st.node = node;
   st.n_workers = (size_t)b->n;
@@ -677,7 +672,7 @@ static void vs__own_reply(vs__broker *b, int i, const Vspec__Event *ev) {
 
 static void vs__from_backend(vs__broker *b, int i, vs_wire_msg *m) {
   vs__backend *be = &b->be[i];
-  be->last_seen = vs__now();
+  be->last_seen = vs_now();
   if (!be->alive) {
     vs_log(VSPEC_LOG_INFO, "broker", "daemon %s is alive", be->endpoint);
     be->alive = 1;
@@ -879,7 +874,7 @@ int vs_broker_run(const vs_broker_config *cfg, char *err, size_t errlen) {
     return VSPEC_ENOMEM;
   }
   b->cfg = cfg;
-  b->started = vs__now();
+  b->started = vs_now();
   vs_zap *zap = NULL;
   int rc = VSPEC_OK;
   if (cfg->curve_secret_file) {
@@ -938,7 +933,7 @@ int vs_broker_run(const vs_broker_config *cfg, char *err, size_t errlen) {
       vs_wire_msg_close(&m);
       vs__reap(b);
     }
-    double now = vs__now();
+    double now = vs_now();
     if (b->out) vs__retry_out(b, now);
     vs__poll_backends(b, now);
     vs__reap(b);

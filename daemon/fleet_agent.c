@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "clients/conn.h"
 #include "core/log.h"
 #include "daemon/fleet_event.h"
@@ -56,15 +57,9 @@ struct vs_fleet_agent {
 
 static const char *vs__who = "fleet";
 
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- Redis health ------------------------------------------------------------------------- */
 
-static int vs__redis_ok(const vs_fleet_agent *a) { return vs__now() >= a->redis_retry_at; }
+static int vs__redis_ok(const vs_fleet_agent *a) { return vs_now() >= a->redis_retry_at; }
 
 /* After a Redis call: a lost connection starts (or extends) the backoff; anything else is the
  * command's own problem. Returns rc. */
@@ -75,7 +70,7 @@ static int vs__redis_result(vs_fleet_agent *a, int rc, const char *err) {
     a->redis_down = 1;
     a->backoff_s = a->backoff_s > 0 ? a->backoff_s * 2 : 0.1;
     if (a->backoff_s > 5) a->backoff_s = 5;
-    a->redis_retry_at = vs__now() + a->backoff_s;
+    a->redis_retry_at = vs_now() + a->backoff_s;
   } else if (rc >= 0 && a->redis_down) {
     vs_log(VSPEC_LOG_INFO, vs__who, "redis reachable again");
     a->redis_down = 0;
@@ -221,7 +216,7 @@ static void vs__submit(vs_fleet_agent *a, vs__slot *s) {
     vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] cannot hand it to the daemon: %s",
            s->job.job_id, err);
     s->state = VS__WAITING;
-    s->retry_at = vs__now() + 1;
+    s->retry_at = vs_now() + 1;
     return;
   }
   s->state = VS__RUNNING;
@@ -295,7 +290,7 @@ static int vs__holds(const vs_fleet_agent *a, const vs__slot *fresh) {
  * ones never delivered. */
 static void vs__fetch(vs_fleet_agent *a, int block_ms) {
   char err[VSPEC_ERRLEN];
-  double now = vs__now();
+  double now = vs_now();
   vs__slot *s;
   while (!a->draining && vs__redis_ok(a) && (s = vs__free_one(a))) {
     int rc;
@@ -323,7 +318,7 @@ static void vs__fetch(vs_fleet_agent *a, int block_ms) {
     }
     if (rc < 0 && rc != VSPEC_EIO) {
       vs_log(VSPEC_LOG_ERROR, vs__who, "reading the jobs stream: %s", err);
-      a->redis_retry_at = vs__now() + 1;
+      a->redis_retry_at = vs_now() + 1;
     }
     if (rc <= 0) break;
     if (s->job.deliveries == 0) {
@@ -386,7 +381,7 @@ static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
   if (ev->body_case == VSPEC__EVENT__BODY_ERROR && !s->local_id &&
       ev->error->code == VSPEC__ERROR_CODE__ERR_BUSY) {
     s->state = VS__WAITING;
-    s->retry_at = vs__now() + (ev->error->retry_after_ms ? ev->error->retry_after_ms : 500) / 1e3;
+    s->retry_at = vs_now() + (ev->error->retry_after_ms ? ev->error->retry_after_ms : 500) / 1e3;
     return;
   }
   if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED && ev->has_job_id) s->local_id = ev->job_id;
@@ -424,7 +419,7 @@ static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
 
 static void vs__touch_and_poll(vs_fleet_agent *a) {
   char err[VSPEC_ERRLEN];
-  double now = vs__now();
+  double now = vs_now();
   const char *ids[VS_AGENT_MAX_SLOTS];
   vs__slot *held[VS_AGENT_MAX_SLOTS];
   int flag[VS_AGENT_MAX_SLOTS], n = 0;
@@ -472,7 +467,7 @@ static void vs__touch_and_poll(vs_fleet_agent *a) {
 }
 
 static void vs__retry(vs_fleet_agent *a) {
-  double now = vs__now();
+  double now = vs_now();
   for (int i = 0; i < a->n_slots; i++) {
     vs__slot *s = &a->slot[i];
     if (s->state == VS__WAITING && now >= s->retry_at) vs__submit(a, s);
@@ -493,8 +488,8 @@ static void *vs__main(void *arg) {
   vs__redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
   for (;;) {
     if (a->stopping) {
-      if (!stop_by) stop_by = vs__now() + VS_AGENT_STOP_GRACE_S;
-      if (!vs__busy_slots(a) || vs__now() > stop_by) break;
+      if (!stop_by) stop_by = vs_now() + VS_AGENT_STOP_GRACE_S;
+      if (!vs__busy_slots(a) || vs_now() > stop_by) break;
     }
     /* Nothing running: wait for a job in Redis instead (the daemon has nothing to say). */
     int idle = !vs__busy_slots(a) && !a->draining && vs__redis_ok(a);

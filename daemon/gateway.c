@@ -26,12 +26,6 @@ static void vs__on_signal(int sig) {
   vs__stop = 1;
 }
 
-double vs_gw_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- configuration ------------------------------------------------------------------------- */
 
 void vs_gateway_config_defaults(vs_gateway_config *c) {
@@ -108,7 +102,7 @@ int vs_gw_redis_note(vs_gw *g, int rc, const char *err) {
              "meanwhile; trying again after 100 ms doubling to 2 s)", g->where, err);
     g->backoff = g->down ? (g->backoff * 2 > 2.0 ? 2.0 : g->backoff * 2) : 0.1;
     g->down = 1;
-    g->retry_at = vs_gw_now() + g->backoff;
+    g->retry_at = vs_now() + g->backoff;
     snprintf(g->redis_err, sizeof g->redis_err, "%s", err);
   } else if (g->down && (rc >= 0 || rc == VS_FLEET_EREDIS || rc == VSPEC_EFORMAT)) {
     vs_log(VSPEC_LOG_INFO, "gateway", "redis at %s is back", g->where);
@@ -143,7 +137,7 @@ static void vs__status(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
   long long n = 0, pend = 0;
   int rc = VSPEC_EIO;
   snprintf(err, sizeof err, "%s", g->redis_err);
-  if (vs_gw_redis_ready(g, vs_gw_now())) rc = vs_gw_depth(g, &n, &pend, err, sizeof err);
+  if (vs_gw_redis_ready(g, vs_now())) rc = vs_gw_depth(g, &n, &pend, err, sizeof err);
   if (rc) {
     snprintf(msg, sizeof msg, "redis at %s %s: %s", g->where,
              rc == VSPEC_EIO ? "unreachable" : "refused", err);
@@ -168,7 +162,7 @@ static void vs__status(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
   to.rejected_busy = g->busy;
   to.clients_lost = g->clients_lost;
   to.malformed = g->malformed;
-  to.uptime_s = vs_gw_now() - g->started;
+  to.uptime_s = vs_now() - g->started;
   st.node = (char *)g->cfg->node;
   st.has_clients = 1;
   st.clients = (uint32_t)vs_gw_clients(g);
@@ -324,7 +318,7 @@ int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
     return VSPEC_ENOMEM;
   }
   g->cfg = cfg;
-  g->started = vs_gw_now();
+  g->started = vs_now();
   vs_zap *zap = NULL;
   int rc = vs__setup(g, &zap, err, errlen);
   if (rc) goto done;
@@ -349,7 +343,7 @@ int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
       break;
     }
     vs__read_front(g);
-    double now = vs_gw_now();
+    double now = vs_now();
     if (g->out) vs_gw_retry_out(g, now);
     more = vs_gw_relay(g, now);
     vs_gw_heartbeat(g, now);

@@ -73,7 +73,7 @@ static int vs__enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, siz
                        char *err, size_t errlen) {
   char job_text[VS_GW_JOB_TEXT];
   snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
-  if (!vs_gw_redis_ready(g, vs_gw_now())) {
+  if (!vs_gw_redis_ready(g, vs_now())) {
     snprintf(err, errlen, "%s", g->redis_err);
     return VSPEC_EIO;
   }
@@ -154,7 +154,7 @@ static int vs__own_job_id(vs_gw *g, const vs_wire_msg *m, const Vspec__Submit *s
   }
   snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
   int rc = VSPEC_EIO;
-  if (!vs_gw_redis_ready(g, vs_gw_now())) snprintf(err, sizeof err, "%s", g->redis_err);
+  if (!vs_gw_redis_ready(g, vs_now())) snprintf(err, sizeof err, "%s", g->redis_err);
   else rc = vs_gw_redis_note(g, vs_fleet_job_id_take(g->q, job_text, digest, err, sizeof err), err);
   if (rc < 0) {
     vs_gw_reply_redis(g, &m->env, rid, rc, err);
@@ -204,7 +204,7 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
      * a Redis that is away keeps it until it expires, and a retry then follows nothing). */
     char job_text[VS_GW_JOB_TEXT], e2[VSPEC_ERRLEN];
     snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
-    if (vs_gw_redis_ready(g, vs_gw_now()))
+    if (vs_gw_redis_ready(g, vs_now()))
       vs_gw_redis_note(g, vs_fleet_job_id_drop(g->q, job_text, e2, sizeof e2), e2);
   }
   if (rc == VSPEC_ERANGE) {
@@ -240,7 +240,7 @@ static int vs__cursor_ok(const char *s) {
 
 /* 1 when the job has events in the fleet, 0 when not, or a Redis error (message in err). */
 static int vs__job_exists(vs_gw *g, const char *job_text, char *err, size_t errlen) {
-  if (!vs_gw_redis_ready(g, vs_gw_now())) {
+  if (!vs_gw_redis_ready(g, vs_now())) {
     snprintf(err, errlen, "%s", g->redis_err);
     return VSPEC_EIO;
   }
@@ -307,7 +307,7 @@ void vs_gw_cancel(vs_gw *g, const vs_wire_msg *m, uint64_t job, uint64_t rid) {
   }
   int rc = VSPEC_EIO;
   snprintf(err, sizeof err, "%s", g->redis_err);
-  if (vs_gw_redis_ready(g, vs_gw_now()))
+  if (vs_gw_redis_ready(g, vs_now()))
     rc = vs_gw_redis_note(g, vs_fleet_cancel_set(g->q, f->job_text, err, sizeof err), err);
   if (rc) {
     vs_gw_reply_redis(g, &m->env, rid, rc, err);

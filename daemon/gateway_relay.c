@@ -37,7 +37,7 @@ void vs_gw_follow_restart(vs_gw_follow *f, uint64_t rid, const char *after, int6
   snprintf(f->cursor, sizeof f->cursor, "%s", after);
   f->credit = credit;
   f->seq = f->skipped = 0;
-  f->last_sent = f->last_event = vs_gw_now();
+  f->last_sent = f->last_event = vs_now();
   f->next_read = f->idle = f->blocked_since = 0;
 }
 

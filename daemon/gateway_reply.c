@@ -77,7 +77,7 @@ static void vs__keep(vs_gw *g, vs_gw_out *o, const vs_wire_envelope *env, vs_wir
   if (k && !o && (o = calloc(1, sizeof *o))) {
     o->client = *env;
     o->tail = &o->head;
-    o->since = vs_gw_now();
+    o->since = vs_now();
     o->next = g->out;
     g->out = o;
   }

@@ -13,6 +13,7 @@
 
 #include "daemon/fleet_queue.h"
 #include "daemon/gateway.h"
+#include "core/metrics.h" /* vs_now */
 #include "proto/wire.h"
 
 #define VS_GW_DEFAULT_CREDIT 8 /* as vspecd's [limits] credit */
@@ -57,7 +58,6 @@ typedef struct vs_gw {
   uint64_t completed, failed, cancelled; /* terminal events delivered to clients */
 } vs_gw;
 
-double vs_gw_now(void);
 
 /* Redis's health. Whether to ask it now: while it is unreachable, once per backoff. */
 int vs_gw_redis_ready(const vs_gw *g, double now);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "core/log.h"
 #include "core/text.h"
 
@@ -26,12 +27,6 @@ struct vs_model_table {
   int closing;
   int sets_alive; /* the table is freed with its last set */
 };
-
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void vs__table_free(vs_model_table *t) {
   pthread_mutex_destroy(&t->mu);
@@ -62,7 +57,7 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
 
 static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_model_set **out,
                         char *err, size_t errlen) {
-  double t0 = vs__now();
+  double t0 = vs_now();
   vs_model_set *s = calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, errlen, "out of memory");
@@ -82,7 +77,7 @@ static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_mode
     free(s);
     return rc;
   }
-  s->load_s = vs__now() - t0;
+  s->load_s = vs_now() - t0;
   const vspec_model_info *in = &s->models->target.info;
   char tokens[64];
   if (s->continuous)

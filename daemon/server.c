@@ -10,6 +10,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "core/host.h"
 #include "core/log.h"
 #include "core/names.h"
@@ -112,12 +113,6 @@ struct vs_server {
   int exit_code;
 };
 
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void vs__start_tick(vs_server *s);
 static void vs__pump(vs_server *s, vs_djob *j);
 static void vs__check_drained(vs_server *s);
@@ -196,7 +191,7 @@ static void vs__job_link(vs_server *s, vs_djob *j, vs_client *c, const vs_wire_e
   s->n_jobs++;
   j->lp.client = c;
   j->lp.env = *env;
-  j->lp.last_event = vs__now();
+  j->lp.last_event = vs_now();
   j->lp.client_next = c->jobs;
   c->jobs = j;
   c->n_jobs++;
@@ -305,7 +300,7 @@ static int vs__job_send(vs_server *s, vs_djob *j, Vspec__Event *ev, vs_wire_blob
   int rc = vs__send(s, c->sock, &j->lp.env, ev, blobs, n_blobs);
   if (rc == 0) {
     j->lp.seq++;
-    j->lp.last_event = vs__now();
+    j->lp.last_event = vs_now();
   } else if (rc == -EHOSTUNREACH) {
     vs_log(VSPEC_LOG_INFO, "server", "client %s is gone (unroutable); cancelling its jobs",
            c->text);
@@ -477,7 +472,7 @@ static void vs__finish(vs_server *s, vs_djob *j) {
   vs__count(s, j);
   if (vs__send_terminal(s, j) == -EAGAIN) {
     j->lp.in_outbox = 1;
-    j->lp.outbox_since = vs__now();
+    j->lp.outbox_since = vs_now();
     j->lp.outbox_next = s->outbox;
     s->outbox = j;
     vs__start_tick(s);
@@ -530,7 +525,7 @@ static void vs__pump(vs_server *s, vs_djob *j) {
   }
   /* The last state goes out before the terminal event (credit permitting), so a client that
    * follows the deltas ends up with the complete map. */
-  double now = vs__now();
+  double now = vs_now();
   int progress_due = finished || j->progress_interval <= 0 ||
                      now - j->lp.last_progress >= j->progress_interval;
   if (j->progress && j->lp.credit > 0 && !progress_due) {
@@ -978,7 +973,7 @@ static void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *en
   to.clients_lost = s->totals.clients_lost;
   to.malformed = s->totals.malformed;
   to.tokens = s->totals.tokens;
-  to.uptime_s = vs__now() - s->started_at;
+  to.uptime_s = vs_now() - s->started_at;
   st.totals = &to;
   ev.body_case = VSPEC__EVENT__BODY_STATUS;
   ev.status = &st;
@@ -1324,7 +1319,7 @@ static void vs__heartbeat(vs_server *s, vs_client *c, double now) {
 
 static void vs__on_tick(uv_timer_t *h) {
   vs_server *s = h->data;
-  double now = vs__now();
+  double now = vs_now();
   int heartbeat = now - s->last_heartbeat >= s->cfg.heartbeat_ivl_ms / 1000.0;
   if (heartbeat) s->last_heartbeat = now;
   /* Collect first: finishing a job changes the table. */
@@ -1459,7 +1454,7 @@ static void vs__begin_drain(vs_server *s, const char *why) {
     return;
   }
   s->draining = 1;
-  s->drain_started = vs__now();
+  s->drain_started = vs_now();
   vs_fleet_agent_drain(s->fleet);
   vs_djob *q[4096];
   int n, total = 0;
@@ -1563,7 +1558,7 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
     return VSPEC_ENOMEM;
   }
   s->cfg = *cfg;
-  s->started_at = s->last_heartbeat = vs__now();
+  s->started_at = s->last_heartbeat = vs_now();
   pthread_mutex_init(&s->mail_mu, NULL);
   uv_loop_init(&s->loop);
   int rc;

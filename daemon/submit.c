@@ -7,6 +7,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "core/engine.h"
 #include "core/method.h"
 #include "core/names.h"
@@ -89,12 +90,6 @@ static uint64_t vs__fresh_seed(uint64_t id) {
     x ^= x >> 31;
   }
   return x & ((1ull << 53) - 1);
-}
-
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* The sampling fields that depend on the kind of tokens: top_k / top_p shape a distribution
@@ -355,7 +350,7 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
       (s->has_progress_interval_ms ? (double)s->progress_interval_ms : cfg->progress_interval_ms) /
       1000.0;
   j->priority = priority;
-  j->submitted_at = vs__now();
+  j->submitted_at = vs_now();
   j->deadline = s->has_deadline_ms && s->deadline_ms ? j->submitted_at + s->deadline_ms / 1000.0 : 0;
   j->lp.credit = credit;
   j->lp.request_id = r->has_request_id ? r->request_id : 0;

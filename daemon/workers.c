@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/metrics.h" /* vs_now */
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/method.h"
@@ -48,12 +49,6 @@ typedef struct vs__run {
   char rule_version[96], sched_version[96]; /* of the generations the engine runs with */
 } vs__run;
 
-static double vs__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Renders the preview of a round into r->rgb. A continuous-token model has no codes to paint:
  * both kinds decode the partial latents the engine reports. */
 static int vs__render(vs__run *r, const vs_round_info *info, char *err, size_t errlen) {
@@ -77,7 +72,7 @@ static int vs__render(vs__run *r, const vs_round_info *info, char *err, size_t e
 static void vs__preview(vs__run *r, const vs_round_info *info) {
   vs_djob *j = r->j;
   const vspec_model_info *in = &r->set->models->target.info;
-  double t0 = vs__now();
+  double t0 = vs_now();
   char err[VSPEC_ERRLEN];
   if (vs__render(r, info, err, sizeof err)) {
     vs_log(VSPEC_LOG_WARN, "worker", "job %llu: preview failed: %s", (unsigned long long)j->id,
@@ -99,7 +94,7 @@ static void vs__preview(vs__run *r, const vs_round_info *info) {
   j->sh.preview_w = in->image_w;
   j->sh.preview_h = in->image_h;
   pthread_mutex_unlock(&j->mu);
-  r->preview_s += vs__now() - t0;
+  r->preview_s += vs_now() - t0;
   r->previews++;
 }
 
@@ -128,7 +123,7 @@ static void vs__on_round(void *user, const vs_round_info *info) {
   j->sh.tpf = vs_metrics_tpf(info->metrics);
   j->sh.mal = vs_metrics_mal(info->metrics);
   j->sh.accept_rate = vs_metrics_accept_rate(info->metrics);
-  j->sh.elapsed_s = vs__now() - r->t0;
+  j->sh.elapsed_s = vs_now() - r->t0;
   pthread_mutex_unlock(&j->mu);
   atomic_store(&r->w->tokens_done, n);
   /* The engine holds these generations for the whole job: what it reports is what ran. */
@@ -157,7 +152,7 @@ static int vs__revealed(const uint8_t *status, int n) {
 
 static void vs__run_job(vs_worker *w, vs_djob *j) {
   vs_workers *pool = w->pool;
-  double started = vs__now();
+  double started = vs_now();
   vs__run r = {.w = w, .j = j, .t0 = started};
   vs_djob_stats st;
   memset(&st, 0, sizeof st);
@@ -239,14 +234,14 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   if (r.every_tokens < 1) r.every_tokens = 1;
   r.every_rounds = j->preview_every_rounds;
   rc = vs_generate(r.set->models, w->dev, &job, tokens, &mt, err, sizeof err);
-  st.generate_s = vs__now() - started;
+  st.generate_s = vs_now() - started;
   vs_job_describe(&job, r.set->models->name, desc, sizeof desc);
   if (!rc && !px) {
     rc = VSPEC_ENOTSUP;
     snprintf(err, sizeof err, "model '%s' has no image decoder", j->model);
   }
   if (!rc) {
-    double d0 = vs__now();
+    double d0 = vs_now();
     char inner[VSPEC_ERRLEN] = "";
     rc = vs_models_decode(r.set->models, w->dev, tokens, latents, rgb, inner, sizeof inner);
     if (rc) {
@@ -256,7 +251,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
       rc = vs_png_encode(rgb, t->info.image_w, t->info.image_h, text, 2, &png, &png_len, err,
                          sizeof err);
     }
-    st.decode_s = vs__now() - d0;
+    st.decode_s = vs_now() - d0;
   }
 
 finish:
