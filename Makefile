@@ -6,6 +6,8 @@
 #   make demo       install deps, build, generate images with the shipped model
 #                   (DAEMON=1: through vspecd and the vspec CLI)
 #   make bench-daemon  the daemon's latency, preview and throughput figures
+#   make bench-fleet   fleet mode: latency added by gateway + Redis, jobs/s, no job lost
+#                   across a daemon, a gateway and a Redis SIGKILL (needs redis-server)
 #   make fuzz       the libFuzzer targets of tests/fuzz/ (FUZZ_RUNS inputs each, default 1000000;
 #                   clang only: skipped with a message without it); make fuzz-check is the
 #                   short pass make test runs
@@ -145,8 +147,12 @@ BROKER := $(BUILD)/vspec-broker
 GATEWAY := $(BUILD)/vspec-gateway
 DAEMON_BENCH := $(BUILD)/vspecd-bench
 DAEMON_SOAK := $(BUILD)/vspecd-soak
+DAEMON_FLEET_BENCH := $(BUILD)/vspecd-fleet-bench
 DAEMON_PROC_OBJ := $(BUILD)/obj/bench/daemon_proc.o
-SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(GATEWAY) $(DAEMON_BENCH) $(DAEMON_SOAK)
+# vspecd-fleet-bench's own parts: its fleet of processes, the load, its redis-server.
+DAEMON_FLEET_OBJ := $(patsubst %,$(BUILD)/obj/bench/daemon_%.o,fleet fleet_load redis)
+SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(GATEWAY) $(DAEMON_BENCH) $(DAEMON_SOAK) \
+           $(DAEMON_FLEET_BENCH)
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -169,7 +175,7 @@ FUZZ_RUNS ?= 1000000
 FUZZ_TIME ?= 3600
 FUZZ_CHECK_TIME ?= 4
 
-.PHONY: all test check bench bench-daemon demo deps clean train gpu-test gpu-bundle \
+.PHONY: all test check bench bench-daemon bench-fleet demo deps clean train gpu-test gpu-bundle \
         fuzz fuzz-check fuzz-seeds fuzz-targets soak soak-build
 # Objects reached through pattern chains are kept: no rebuild of every test on each run.
 .SECONDARY:
@@ -191,7 +197,8 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-# Generated protobuf-c code: regenerated at build time, never committed (systems.md §3).
+# Generated protobuf-c code: regenerated at build time, never committed (the generated header
+# checks the protobuf-c runtime version it was made for, so it must come from this machine's).
 $(PROTO_C): proto/vspec.proto
 	@mkdir -p $(GEN_DIR)
 	protoc-c --c_out=$(GEN_DIR) $<
@@ -221,6 +228,9 @@ $(VSPEC_CLI): $(BUILD)/obj/clients/vspec.o $(SVC_LIB) $(LIB)
 $(DAEMON_BENCH): $(BUILD)/obj/bench/daemon_bench.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(DAEMON_SOAK): $(BUILD)/obj/bench/daemon_soak.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(DAEMON_FLEET_BENCH): $(BUILD)/obj/bench/daemon_fleet_bench.o $(DAEMON_FLEET_OBJ) $(DAEMON_PROC_OBJ) \
+                       $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(BUILD)/obj/bench/daemon_%.o: bench/daemon_%.c $(HEADERS) $(SVC_HEADERS)
 	@mkdir -p $(dir $@)
@@ -320,6 +330,13 @@ endif
 bench-daemon: all
 	./$(DAEMON_BENCH)
 	./$(DAEMON_BENCH) --synthetic 8,256,8 --images 10
+
+# Fleet mode (docs/BENCHMARKS.md, "Fleet mode"): vspecd-fleet-bench starts its own
+# redis-server, 3 vspecd in fleet mode and 2 vspec-gateway; the latency the queue adds to an
+# image of the shipped model against a direct vspecd, then jobs/s calm and while a daemon, a
+# gateway and Redis are SIGKILLed; fails if a job is lost, duplicated or failed.
+bench-fleet: all
+	./$(DAEMON_FLEET_BENCH)
 
 # A long mixed load on the ASan vspecd (bench/daemon_soak.c; docs/RELIABILITY.md, "Soak"):
 # SOAK_JOBS jobs from 8 clients, 100 reloads of the acceptance rule, clients that vanish,

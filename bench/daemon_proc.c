@@ -1,10 +1,12 @@
 #include "bench/daemon_proc.h"
 
+#include <fcntl.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,7 +35,16 @@ int vs_bench_daemon_init(vs_bench_daemon *d, const char *prog) {
   return 0;
 }
 
-static void vs__exec(vs_bench_daemon *d, const char *const *args, const char *const *env) {
+/* In the child: SIGKILL when the benchmark dies (the check after it closes the race with a
+ * parent that was already gone). */
+static void vs__die_with(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
+}
+
+static void vs__exec(vs_bench_daemon *d, const char *const *args, const char *const *env,
+                     pid_t parent) {
+  if (d->die_with_parent) vs__die_with(parent);
   char path[1100];
   snprintf(path, sizeof path, "%s/vspecd", d->exe_dir);
   FILE *f = freopen(d->log, "a", stderr);
@@ -48,15 +59,24 @@ static void vs__exec(vs_bench_daemon *d, const char *const *args, const char *co
   _exit(127);
 }
 
-int vs_bench_daemon_start(vs_bench_daemon *d, const char *const *args, const char *const *env) {
+int vs_bench_daemon_spawn(vs_bench_daemon *d, const char *const *args, const char *const *env) {
   fflush(NULL);
+  pid_t parent = getpid();
   d->pid = fork();
-  if (d->pid < 0) return -1;
-  if (d->pid == 0) vs__exec(d, args, env);
+  if (d->pid < 0) {
+    d->pid = 0;
+    return -1;
+  }
+  if (d->pid == 0) vs__exec(d, args, env, parent);
+  return 0;
+}
+
+int vs_bench_ping_until_up(const char *endpoint, pid_t pid, double timeout_s) {
   vs_conn c;
   char err[512];
-  if (vs_conn_open(&c, d->admin_ep, NULL, err, sizeof err)) return -1;
-  double end = vs_bench_now() + 60;
+  if (vs_conn_open(&c, endpoint, NULL, err, sizeof err)) return -1;
+  double end = vs_bench_now() + timeout_s;
+  int rc = -1;
   for (;;) {
     Vspec__Request r = VSPEC__REQUEST__INIT;
     Vspec__Ping p = VSPEC__PING__INIT;
@@ -65,17 +85,32 @@ int vs_bench_daemon_start(vs_bench_daemon *d, const char *const *args, const cha
     vs_conn_event e;
     if (vs_conn_call(&c, &r, 200, &e, err, sizeof err) == 1) {
       vs_conn_event_free(&e);
+      rc = 0;
       break;
     }
     int st;
-    if (waitpid(d->pid, &st, WNOHANG) == d->pid || vs_bench_now() > end) {
-      fprintf(stderr, "the daemon did not start (see %s)\n", d->log);
-      vs_conn_close(&c);
-      return -1;
-    }
+    if ((pid > 0 && waitpid(pid, &st, WNOHANG) == pid) || vs_bench_now() > end) break;
   }
   vs_conn_close(&c);
-  return 0;
+  return rc;
+}
+
+int vs_bench_daemon_wait_up(vs_bench_daemon *d, double timeout_s) {
+  if (vs_bench_ping_until_up(d->admin_ep, d->pid, timeout_s) == 0) return 0;
+  fprintf(stderr, "the daemon did not start (see %s)\n", d->log);
+  return -1;
+}
+
+int vs_bench_daemon_start(vs_bench_daemon *d, const char *const *args, const char *const *env) {
+  if (vs_bench_daemon_spawn(d, args, env)) return -1;
+  return vs_bench_daemon_wait_up(d, 60);
+}
+
+void vs_bench_daemon_kill(vs_bench_daemon *d) {
+  if (d->pid <= 0) return;
+  kill(d->pid, SIGKILL);
+  waitpid(d->pid, NULL, 0);
+  d->pid = 0;
 }
 
 int vs_bench_daemon_stop(vs_bench_daemon *d, int timeout_ms) {
@@ -120,4 +155,65 @@ void vs_bench_daemon_grant(vs_conn *c, uint64_t job) {
   r.credit = &cc;
   char err[256];
   vs_conn_send(c, &r, NULL, 0, err, sizeof err);
+}
+
+/* ---- other programs ------------------------------------------------------------------------ */
+
+int vs_bench_proc_spawn(vs_bench_proc *p, const char *const *args) {
+  fflush(NULL);
+  pid_t parent = getpid();
+  p->pid = fork();
+  if (p->pid < 0) {
+    p->pid = 0;
+    return -1;
+  }
+  if (p->pid > 0) return 0;
+  vs__die_with(parent);
+  int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+  }
+  const char *argv[64] = {p->path};
+  int n = 1;
+  for (int i = 0; args && args[i] && n < 63; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  execv(p->path, (char *const *)argv);
+  _exit(127);
+}
+
+int vs_bench_proc_stop(vs_bench_proc *p, int sig, int timeout_ms) {
+  if (p->pid <= 0) return 0;
+  kill(p->pid, sig);
+  int st = 0, rc = -1;
+  for (int i = 0; i < timeout_ms / 10; i++) {
+    if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    usleep(10000);
+  }
+  if (rc == -1) {
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+  }
+  p->pid = 0;
+  return rc;
+}
+
+int vs_bench_proc_exited(vs_bench_proc *p) {
+  if (p->pid <= 0) return 1;
+  int st;
+  if (waitpid(p->pid, &st, WNOHANG) != p->pid) return 0;
+  p->pid = 0;
+  return 1;
+}
+
+void vs_bench_proc_dump_log(const vs_bench_proc *p, const char *title, int lines) {
+  fprintf(stderr, "---- %s (%s)\n", title, p->log);
+  fflush(stderr);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "tail -n %d '%s' >&2", lines, p->log);
+  if (system(cmd)) fprintf(stderr, "(no log)\n");
 }

@@ -1,8 +1,10 @@
 /*
  * bench/daemon_proc.h - a vspecd of its own for a benchmark: started from the build directory
  * of the running program (so the ASan vspecd-soak runs the ASan vspecd), on ipc endpoints in a
- * private temporary directory, stopped with SIGTERM. Used by vspecd-bench and vspecd-soak;
- * the tests have their own, cmocka-based, in tests/support/daemon_harness.c.
+ * private temporary directory, stopped with SIGTERM. Used by vspecd-bench, vspecd-soak and
+ * vspecd-fleet-bench, which also runs other programs next to its daemons (vs_bench_proc:
+ * vspec-gateway, redis-server). The tests have their own, cmocka-based, in
+ * tests/support/daemon_harness.c.
  */
 #ifndef VS_BENCH_DAEMON_PROC_H
 #define VS_BENCH_DAEMON_PROC_H
@@ -17,6 +19,8 @@ typedef struct vs_bench_daemon {
   char plugins[1100]; /* exe_dir/plugins */
   char job_ep[300], admin_ep[300], log[300];
   pid_t pid;
+  int die_with_parent; /* 0 after init; set it before a start: the daemon gets SIGKILL when
+                          the benchmark dies, however it dies (PR_SET_PDEATHSIG) */
 } vs_bench_daemon;
 
 /* Fills the paths and makes the temporary directory. Returns 0 or -1 (message on stderr). */
@@ -25,6 +29,14 @@ int vs_bench_daemon_init(vs_bench_daemon *d, const char *prog);
  * stderr to d->log, `env` (NULL-terminated "K=V", may be NULL) added to its environment; waits
  * up to 60 s for it to answer a ping. Returns 0 or -1. */
 int vs_bench_daemon_start(vs_bench_daemon *d, const char *const *args, const char *const *env);
+/* vs_bench_daemon_start without the wait: the daemon is forked and executed, and the caller
+ * goes on (vs_bench_daemon_wait_up later, or never). Returns 0 or -1. */
+int vs_bench_daemon_spawn(vs_bench_daemon *d, const char *const *args, const char *const *env);
+/* Waits up to timeout_s for the daemon to answer a ping on its admin endpoint. Returns 0, or
+ * -1 when it exited or did not answer in time (message on stderr). */
+int vs_bench_daemon_wait_up(vs_bench_daemon *d, double timeout_s);
+/* SIGKILL (a crash as its clients and Redis see it) and reaps it. */
+void vs_bench_daemon_kill(vs_bench_daemon *d);
 /* SIGTERM, then waits up to timeout_ms (SIGKILL after that). Returns the exit status: the
  * code, 128 + the signal if one killed it, -1 if it had to be killed; 0 if none was running. */
 int vs_bench_daemon_stop(vs_bench_daemon *d, int timeout_ms);
@@ -36,5 +48,28 @@ struct vs_conn;
 void vs_bench_daemon_grant(struct vs_conn *c, uint64_t job);
 /* Stops the daemon if it runs and removes the temporary directory. Returns 0 or -1. */
 int vs_bench_daemon_cleanup(vs_bench_daemon *d);
+
+/* Pings `endpoint` (a job or admin endpoint of vspecd, or a vspec-gateway front) until it
+ * answers, at most timeout_s; gives up early when process `pid` (> 0) has exited (and reaps
+ * it). Returns 0 or -1. */
+int vs_bench_ping_until_up(const char *endpoint, pid_t pid, double timeout_s);
+
+/* Another program run next to the daemons (vspec-gateway, redis-server): its stdout and
+ * stderr appended to `log`, and SIGKILLed when the benchmark dies, however it dies. */
+typedef struct vs_bench_proc {
+  char path[1100]; /* the binary */
+  char log[300];
+  pid_t pid;       /* 0: not running */
+} vs_bench_proc;
+
+/* Forks and executes p->path with args (after argv[0], NULL-terminated). Returns 0 or -1. */
+int vs_bench_proc_spawn(vs_bench_proc *p, const char *const *args);
+/* Sends sig, waits up to timeout_ms, then SIGKILL; reaps it. Returns what
+ * vs_bench_daemon_stop returns (0 if none was running). */
+int vs_bench_proc_stop(vs_bench_proc *p, int sig, int timeout_ms);
+/* 1 when it has exited (reaped: p->pid is 0 then), 0 while it runs. */
+int vs_bench_proc_exited(vs_bench_proc *p);
+/* The last `lines` lines of its log to stderr, under a title. */
+void vs_bench_proc_dump_log(const vs_bench_proc *p, const char *title, int lines);
 
 #endif /* VS_BENCH_DAEMON_PROC_H */

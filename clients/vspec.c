@@ -429,6 +429,7 @@ static int cmd_generate(int argc, char **argv) {
   }
   uint64_t job = 0, rid = rq.request_id;
   int cancel_sent = 0, n_previews = 0;
+  double cancel_at = 0;
   for (;;) {
     if (vs__interrupted && job && !cancel_sent) {
       Vspec__Request cr = VSPEC__REQUEST__INIT;
@@ -438,11 +439,19 @@ static int cmd_generate(int argc, char **argv) {
       cr.cancel = &cc;
       vs_conn_send(&conn, &cr, NULL, 0, err, sizeof err);
       cancel_sent = 1;
-      last = vs_now();
+      last = cancel_at = vs_now();
       if (!quiet && !json) vs_progress_line_note(&pl, "cancelling job %llu ...",
                                                  (unsigned long long)job);
     }
     if (vs__interrupted && !job) {
+      status = EXIT_INTERRUPTED;
+      goto done;
+    }
+    /* Heartbeats (a queued fleet job) must not keep an interrupted client waiting forever. */
+    if (cancel_sent && vs_now() - cancel_at > 5.0) {
+      vs_progress_line_end(&pl);
+      fprintf(stderr, "vspec: no word on cancelling job %llu within 5 s; it may still run\n",
+              (unsigned long long)job);
       status = EXIT_INTERRUPTED;
       goto done;
     }

@@ -484,7 +484,7 @@ static int vs__busy_slots(const vs_fleet_agent *a) {
 static void *vs__main(void *arg) {
   vs_fleet_agent *a = arg;
   char err[VSPEC_ERRLEN];
-  double stop_by = 0;
+  double stop_by = 0, next_periodic = 0;
   vs__redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
   for (;;) {
     if (a->stopping) {
@@ -498,9 +498,13 @@ static void *vs__main(void *arg) {
     if (rc > 0) {
       vs__on_event(a, &e);
       vs_conn_event_free(&e);
-      continue; /* drain what is there before the periodic work */
     }
     if (rc < 0) vs_log(VSPEC_LOG_WARN, vs__who, "from the daemon: %s", err);
+    /* The periodic work runs every 20 ms however busy the event stream is: a job streaming
+     * previews must still have its claim refreshed, and a free worker must still get a job. */
+    double now = vs_now();
+    if (rc > 0 && now < next_periodic) continue;
+    next_periodic = now + 0.02;
     vs__retry(a);
     vs__touch_and_poll(a);
     vs__fetch(a, idle ? 200 : 0);

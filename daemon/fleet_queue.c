@@ -1045,51 +1045,89 @@ int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size
   return rc;
 }
 
-/* ---- client-chosen job ids ---------------------------------------------------------------- */
+/* ---- a gateway's submit, in one step ---------------------------------------------------- */
 
-/* The key of a job id that a client chose: holds the digest of its request. Atomic: the
- * first submit under an id sets it, every later one reads it. */
-static const char vs__job_key_lua[] =
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if v then return v end\n"
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
-    "return false\n";
+/* KEYS: the jobs stream, the job's event stream, its id key ("" without a client-chosen id).
+ * ARGV: job id, payload, the first event, max_len, the stream's trim backstop, events kept,
+ * the events' ttl, the request's digest. Atomic, so that a gateway (or Redis) dying half way
+ * leaves either all of it or none: an id taken without its job, or an Accepted without its
+ * entry, would leave a retrying client following a job that does not exist. */
+static const char vs__submit_lua[] =
+    "if KEYS[3] ~= '' then\n"
+    "  local v = redis.call('GET', KEYS[3])\n"
+    "  if v then\n"
+    "    if v == ARGV[8] then return {'same'} end\n"
+    "    return {'conflict'}\n"
+    "  end\n"
+    "end\n"
+    "local n = redis.call('XLEN', KEYS[1])\n"
+    "if n >= tonumber(ARGV[4]) then return {'busy', n} end\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[6], '*', 'data', ARGV[3])\n"
+    "redis.call('PEXPIRE', KEYS[2], ARGV[7])\n"
+    "local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', 'job', ARGV[1],\n"
+    "                      'payload', ARGV[2])\n"
+    "if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[8], 'PX', ARGV[7]) end\n"
+    "return {'new', id}\n";
 
-static int vs__id_key(const vs_fleet_queue *q, const char *what, const char *job_id, char *key,
-                      size_t cap, char *err, size_t errlen) {
-  char field[48];
-  snprintf(field, sizeof field, "%s job", what);
-  int rc = vs_name_check(&vs__job_name, field, job_id ? job_id : "", err, errlen);
+int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, size_t len,
+                    const void *first_event, size_t event_len, const char *digest,
+                    char *entry_id, char *err, size_t errlen) {
+  if (entry_id) entry_id[0] = '\0';
+  char ekey[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX], ikey[sizeof q->stream + 4 + VS_FLEET_JOB_ID_MAX] = "";
+  int rc = vs__events_key(q, "submit", job_id, ekey, sizeof ekey, err, errlen);
   if (rc) return rc;
-  snprintf(key, cap, "%s:id:%s", q->stream, job_id);
-  return VSPEC_OK;
-}
-
-int vs_fleet_job_id_take(vs_fleet_queue *q, const char *job_id, const char *digest, char *err,
-                         size_t errlen) {
-  char key[sizeof q->stream + 4 + VS_FLEET_JOB_ID_MAX];
-  int rc = vs__id_key(q, "job id", job_id, key, sizeof key, err, errlen);
-  if (rc) return rc;
-  char ttl[24];
+  if (digest) snprintf(ikey, sizeof ikey, "%s:id:%s", q->stream, job_id);
+  if (len > q->max_payload || (len && !payload) || event_len > q->max_payload ||
+      (event_len && !first_event)) {
+    vs__err(err, errlen, "submit: a payload of %zu bytes or an event of %zu (at most %zu)", len,
+            event_len, q->max_payload);
+    return VSPEC_EINVAL;
+  }
+  char max_len[24], cap[24], ev_max[24], ttl[24];
+  snprintf(max_len, sizeof max_len, "%lld", q->max_len);
+  snprintf(cap, sizeof cap, "%lld", 2 * q->max_len);
+  snprintf(ev_max, sizeof ev_max, "%lld", q->events_max_len);
   snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
+  const char *argv[] = {"EVAL", vs__submit_lua, "3", q->stream, ekey, ikey, job_id,
+                        len ? payload : "", first_event ? first_event : "", max_len, cap,
+                        ev_max, ttl, digest ? digest : ""};
+  size_t argl[14];
+  for (int i = 0; i < 14; i++) argl[i] = strlen(argv[i]);
+  argl[7] = len;
+  argl[8] = event_len;
+  if ((rc = vs__connect(q, "submit", err, errlen))) return rc;
+  if (redisAppendCommandArgv(q->c, 14, argv, argl) != REDIS_OK) {
+    int oom = q->c->err == REDIS_ERR_OOM;
+    vs__err(err, errlen, "submit: cannot format the command: %s", q->c->errstr);
+    vs__drop(q);
+    return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
+  }
   redisReply *r;
-  if ((rc = vs__run(q, "SET (job id)", 0, &r, err, errlen, "EVAL %s 1 %s %s %s", vs__job_key_lua,
-                    key, digest, ttl)))
-    return rc;
-  if (r->type == REDIS_REPLY_NIL) rc = 1;
-  else if (!(rc = vs__want(q, "SET (job id)", r, REDIS_REPLY_STRING, err, errlen)))
-    rc = strcmp(r->str, digest) ? 2 : 0;
-  freeReplyObject(r);
-  return rc;
-}
-
-int vs_fleet_job_id_drop(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
-  char key[sizeof q->stream + 4 + VS_FLEET_JOB_ID_MAX];
-  int rc = vs__id_key(q, "job id", job_id, key, sizeof key, err, errlen);
-  if (rc) return rc;
-  redisReply *r;
-  if ((rc = vs__run(q, "DEL (job id)", 0, &r, err, errlen, "DEL %s", key))) return rc;
-  rc = vs__want(q, "DEL (job id)", r, REDIS_REPLY_INTEGER, err, errlen);
+  if ((rc = vs__getn(q, "submit (XADD)", 1, &r, q->command_timeout_ms, err, errlen))) return rc;
+  if ((rc = vs__want(q, "submit (XADD)", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
+  if (r->elements < 1 || !vs__is_str(r->element[0])) {
+    rc = vs__bad_shape(q, "submit (XADD)", "no outcome", err, errlen);
+    goto out;
+  }
+  const char *what = r->element[0]->str;
+  if (!strcmp(what, "new") && r->elements == 2 && vs__is_str(r->element[1]) &&
+      r->element[1]->len < VS_FLEET_ID_MAX) {
+    if (entry_id) memcpy(entry_id, r->element[1]->str, r->element[1]->len + 1);
+    rc = VS_FLEET_NEW;
+  } else if (!strcmp(what, "same")) {
+    rc = VS_FLEET_SAME;
+  } else if (!strcmp(what, "conflict")) {
+    vs__err(err, errlen, "submit: job id %s is taken by a different request", job_id);
+    rc = VS_FLEET_CONFLICT;
+  } else if (!strcmp(what, "busy") && r->elements == 2 &&
+             r->element[1]->type == REDIS_REPLY_INTEGER) {
+    vs__err(err, errlen, "submit: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
+            q->stream, r->element[1]->integer, q->max_len);
+    rc = VSPEC_EBUSY;
+  } else {
+    rc = vs__bad_shape(q, "submit (XADD)", "an unknown outcome", err, errlen);
+  }
+out:
   freeReplyObject(r);
   return rc;
 }

@@ -197,13 +197,19 @@ int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, 
 /* 1 if the job has an event stream (it was run, or is running, and has not expired), else 0. */
 int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen);
 
-/* A job id chosen by a client (Submit.job_id), so that a retried submit is the same job: the
- * key `<stream>:id:<job id>` holds the digest of the request that took the id first, and
- * expires with the job's events. Returns 1 when the id is new (now taken, by `digest`), 0 when
- * it was taken by the same digest (a retry: follow that job), 2 when by another one (refuse).
- * vs_fleet_job_id_drop frees an id whose job could not be enqueued after all. */
-int vs_fleet_job_id_take(vs_fleet_queue *q, const char *job_id, const char *digest, char *err,
-                         size_t errlen);
-int vs_fleet_job_id_drop(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen);
+/* A gateway's submit, atomically (one Lua script): with a digest (a client-chosen job id,
+ * Submit.job_id), the id is looked up first: taken by the same digest, VS_FLEET_SAME (a retry:
+ * follow that job); by another, VS_FLEET_CONFLICT. Then enqueue's bound (VSPEC_EBUSY), and
+ * then the job's first event (the gateway's Accepted) goes to its event stream, the entry to
+ * the jobs stream and the id key (`<stream>:id:<job id>`, holding the digest, expiring with
+ * the events) is set: VS_FLEET_NEW, the entry's id in entry_id. All of it or none, so a
+ * gateway or a Redis that dies half way never leaves a retry following a job that is not
+ * there. */
+#define VS_FLEET_NEW 1
+#define VS_FLEET_SAME 2
+#define VS_FLEET_CONFLICT 3
+int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, size_t len,
+                    const void *first_event, size_t event_len, const char *digest,
+                    char *entry_id, char *err, size_t errlen);
 
 #endif /* VS_FLEET_QUEUE_H */

@@ -41,8 +41,8 @@ static int64_t vs__credit(int has, uint32_t credit) {
 
 /* The gateway's Accepted, first in the job's event stream: the job id at once, the jobs
  * waiting ahead of it (when known), and who took the submit. */
-static int vs__append_accepted(vs_gw *g, uint64_t job, const char *job_text, long long ahead,
-                               char *err, size_t errlen) {
+static int vs__encode_accepted(const vs_gw *g, uint64_t job, long long ahead, unsigned char **data,
+                               size_t *len) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__Accepted acc = VSPEC__ACCEPTED__INIT;
   acc.node = (char *)g->cfg->node;
@@ -53,24 +53,14 @@ static int vs__append_accepted(vs_gw *g, uint64_t job, const char *job_text, lon
   ev.job_id = job;
   ev.body_case = VSPEC__EVENT__BODY_ACCEPTED;
   ev.accepted = &acc;
-  unsigned char *data;
-  size_t len;
-  int rc = vs_fleet_event_encode(&ev, NULL, NULL, 0, &data, &len);
-  if (rc) {
-    snprintf(err, errlen, "out of memory");
-    return rc;
-  }
-  rc = vs_gw_redis_note(g, vs_fleet_event_append(g->q, job_text, data, len, NULL, err, errlen),
-                        err);
-  free(data);
-  return rc;
+  return vs_fleet_event_encode(&ev, NULL, NULL, 0, data, len);
 }
 
-/* Puts a job into the fleet: the Accepted before the entry, so that no daemon's event can
- * come before it. A submit refused after the Accepted leaves an event stream nobody knows
- * the id of, which expires. Returns 0, VSPEC_EBUSY or a Redis error (message in err). */
+/* Puts a job into the fleet, its Accepted first in its event stream, in one atomic step
+ * (vs_fleet_submit); `digest` for a client-chosen id, else NULL. Returns VS_FLEET_NEW /
+ * VS_FLEET_SAME / VS_FLEET_CONFLICT, VSPEC_EBUSY or a Redis error (message in err). */
 static int vs__enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, size_t len,
-                       char *err, size_t errlen) {
+                       const char *digest, char *err, size_t errlen) {
   char job_text[VS_GW_JOB_TEXT];
   snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
   if (!vs_gw_redis_ready(g, vs_now())) {
@@ -81,11 +71,15 @@ static int vs__enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, siz
   int rc = vs_gw_depth(g, &n, &pend, err, errlen);
   if (rc == VSPEC_EIO) return rc;
   long long ahead = rc ? -1 : n - pend; /* unknown when Redis refused to tell */
-  if (rc == 0 && n >= g->cfg->max_len)
-    rc = VSPEC_EBUSY;
-  else if (!(rc = vs__append_accepted(g, job, job_text, ahead, err, errlen)))
-    rc = vs_gw_redis_note(g, vs_fleet_enqueue(g->q, job_text, payload, len, NULL, err, errlen),
-                          err);
+  unsigned char *acc;
+  size_t acc_len;
+  if (vs__encode_accepted(g, job, ahead, &acc, &acc_len)) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  rc = vs_gw_redis_note(g, vs_fleet_submit(g->q, job_text, payload, len, acc, acc_len, digest,
+                                           NULL, err, errlen), err);
+  free(acc);
   if (rc == VSPEC_EBUSY)
     snprintf(err, errlen, "busy: the fleet queue holds %lld jobs waiting or running, its limit "
              "(--max-len): retry later", n > g->cfg->max_len ? n : g->cfg->max_len);
@@ -137,42 +131,20 @@ static void vs__follow_or_fail(vs_gw *g, const vs_wire_msg *m, uint64_t job, uin
   }
 }
 
-/* A client-chosen job id (Submit.job_id): 1 to enqueue it as a new job, 0 when the submit was
- * answered here (a retry now follows the job it names, or an error). */
+/* A client-chosen job id (Submit.job_id): checked, and the digest that tells a retry of the
+ * same submit from another request. 0, or answered here (an error) and -1. */
 static int vs__own_job_id(vs_gw *g, const vs_wire_msg *m, const Vspec__Submit *sub,
-                          uint64_t rid, int64_t credit) {
-  char err[VSPEC_ERRLEN], msg[VSPEC_ERRLEN], digest[33], job_text[VS_GW_JOB_TEXT];
-  uint64_t job = sub->job_id;
-  if (!job || job >> 63) {
+                          uint64_t rid, char digest[33]) {
+  if (!sub->job_id || sub->job_id >> 63) {
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID,
                       "submit.job_id must be 1 to 2^63-1 (draw it at random)");
-    return 0;
+    return -1;
   }
   if (vs__digest(m, sub, digest)) {
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
-    return 0;
+    return -1;
   }
-  snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
-  int rc = VSPEC_EIO;
-  if (!vs_gw_redis_ready(g, vs_now())) snprintf(err, sizeof err, "%s", g->redis_err);
-  else rc = vs_gw_redis_note(g, vs_fleet_job_id_take(g->q, job_text, digest, err, sizeof err), err);
-  if (rc < 0) {
-    vs_gw_reply_redis(g, &m->env, rid, rc, err);
-    return 0;
-  }
-  if (rc == 2) {
-    snprintf(msg, sizeof msg, "submit.job_id %s is taken by a different request (a retry must "
-             "send the same submit; a new job needs a new id)", job_text);
-    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID, msg);
-    return 0;
-  }
-  if (rc == 0) {
-    vs_log(VSPEC_LOG_DEBUG, "gateway", "job %s: submitted again: followed, not run again",
-           job_text);
-    vs__follow_or_fail(g, m, job, rid, credit);
-    return 0;
-  }
-  return 1;
+  return 0;
 }
 
 void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint64_t rid) {
@@ -187,7 +159,8 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
   }
   int64_t credit = vs__credit(r->submit->has_credit, r->submit->credit);
   int own_id = r->submit->has_job_id;
-  if (own_id && !vs__own_job_id(g, m, r->submit, rid, credit)) return;
+  char digest[33];
+  if (own_id && vs__own_job_id(g, m, r->submit, rid, digest)) return;
   unsigned char *payload = NULL;
   size_t len = 0;
   uint64_t job = r->submit->job_id;
@@ -197,15 +170,21 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
                       "out of memory or of random bytes for a job id");
     return;
   }
-  int rc = len > g->max_payload ? VSPEC_ERANGE : vs__enqueue(g, job, payload, len, err, sizeof err);
+  int rc = len > g->max_payload
+               ? VSPEC_ERANGE
+               : vs__enqueue(g, job, payload, len, own_id ? digest : NULL, err, sizeof err);
   free(payload);
-  if (rc && own_id) {
-    /* Not in the fleet after all: the id is free again for the client's retry (best effort;
-     * a Redis that is away keeps it until it expires, and a retry then follows nothing). */
-    char job_text[VS_GW_JOB_TEXT], e2[VSPEC_ERRLEN];
-    snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
-    if (vs_gw_redis_ready(g, vs_now()))
-      vs_gw_redis_note(g, vs_fleet_job_id_drop(g->q, job_text, e2, sizeof e2), e2);
+  if (rc == VS_FLEET_CONFLICT) {
+    snprintf(msg, sizeof msg, "submit.job_id %llu is taken by a different request (a retry "
+             "must send the same submit; a new job needs a new id)", (unsigned long long)job);
+    vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID, msg);
+    return;
+  }
+  if (rc == VS_FLEET_SAME) {
+    vs_log(VSPEC_LOG_DEBUG, "gateway", "job %llu: submitted again: followed, not run again",
+           (unsigned long long)job);
+    vs__follow_or_fail(g, m, job, rid, credit);
+    return;
   }
   if (rc == VSPEC_ERANGE) {
     snprintf(msg, sizeof msg, "the request and its blobs are %zu bytes: the fleet queue takes "
@@ -218,7 +197,7 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_BUSY, err);
     return;
   }
-  if (rc) {
+  if (rc != VS_FLEET_NEW) {
     vs_gw_reply_redis(g, &m->env, rid, rc, err);
     return;
   }

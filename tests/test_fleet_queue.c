@@ -234,6 +234,55 @@ static void test_busy(void **state) {
   vs_fleet_queue_destroy(&q);
 }
 
+/* A gateway's submit is one atomic step: the first event, the entry and the id key together;
+ * the same id and digest again is a retry (nothing added), another digest a conflict, and the
+ * bound is checked before anything is written. */
+static void test_submit(void **state) {
+  NEED_REDIS(state);
+  vs_redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "", entry[VS_FLEET_ID_MAX];
+  vs_fleet_queue *q = open_queue(f, "node-a", 2);
+  OK(vs_fleet_ensure_group(q, err, sizeof err));
+  assert_int_equal(vs_fleet_submit(q, "11", "pay\0load", 8, "ev1", 3, "d1", entry, err,
+                                   sizeof err), VS_FLEET_NEW);
+  assert_true(entry[0] != '\0');
+  vs_fleet_event ev[4];
+  assert_int_equal(vs_fleet_events_read(q, "11", "0", 0, ev, 4, err, sizeof err), 1);
+  assert_memory_equal(ev[0].data, "ev1", 3);
+  vs_fleet_event_clear(&ev[0]);
+  /* a retry: no second entry, no second event */
+  assert_int_equal(vs_fleet_submit(q, "11", "pay\0load", 8, "ev2", 3, "d1", NULL, err,
+                                   sizeof err), VS_FLEET_SAME);
+  assert_int_equal(vs_fleet_submit(q, "11", "other", 5, "ev3", 3, "d2", NULL, err, sizeof err),
+                   VS_FLEET_CONFLICT);
+  long long len = -1;
+  OK(vs_fleet_depth(q, &len, NULL, err, sizeof err));
+  assert_int_equal(len, 1);
+  assert_int_equal(vs_fleet_events_read(q, "11", "0", 0, ev, 4, err, sizeof err), 1);
+  vs_fleet_event_clear(&ev[0]);
+  vs_fleet_job j;
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), 1);
+  assert_string_equal(j.job_id, "11");
+  assert_int_equal(j.payload_len, 8);
+  assert_memory_equal(j.payload, "pay\0load", 8);
+  vs_fleet_job_clear(&j);
+  /* without a digest: a fresh job each time, until the bound; busy writes nothing */
+  assert_int_equal(vs_fleet_submit(q, "12", "p", 1, "e", 1, NULL, NULL, err, sizeof err),
+                   VS_FLEET_NEW);
+  assert_int_equal(vs_fleet_submit(q, "13", "p", 1, "e", 1, "d3", NULL, err, sizeof err),
+                   VSPEC_EBUSY);
+  assert_int_equal(vs_fleet_events_exist(q, "13", err, sizeof err), 0);
+  OK(vs_fleet_depth(q, &len, NULL, err, sizeof err));
+  assert_int_equal(len, 2);
+  /* and the refused id was not taken: once there is room it is a new job */
+  assert_int_equal(vs_fleet_read(q, 0, &j, err, sizeof err), 1);
+  assert_int_equal(vs_fleet_ack(q, j.entry_id, err, sizeof err), 1);
+  vs_fleet_job_clear(&j);
+  assert_int_equal(vs_fleet_submit(q, "13", "p", 1, "e", 1, "d3", NULL, err, sizeof err),
+                   VS_FLEET_NEW);
+  vs_fleet_queue_destroy(&q);
+}
+
 static void test_claim(void **state) {
   NEED_REDIS(state);
   vs_redis_fx *f = *state;
@@ -435,6 +484,7 @@ int main(void) {
       cmocka_unit_test(test_addr_parse),
       cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_submit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
       cmocka_unit_test_setup_teardown(test_events, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_restart, setup, teardown),
