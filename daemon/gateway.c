@@ -334,9 +334,11 @@ int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
   int more = 0;
   while (!vs__stop) {
     zmq_pollitem_t it = {.socket = g->front, .events = ZMQ_POLLIN};
-    /* Followed jobs are read every 10 ms or so, at once while a backlog lasts (a resume from
-     * the start); an idle gateway only waits for requests. */
-    long wait = more ? 0 : g->follows || g->out ? 10 : 100;
+    /* Followed jobs are read every 2 ms or so (each quiet one less and less often, see
+     * gateway_relay.c), at once while a backlog lasts (a resume from the start); an idle
+     * gateway only waits for requests. The interval is most of the latency a gateway adds
+     * to a job's result (docs/BENCHMARKS.md, "Fleet mode"). */
+    long wait = more ? 0 : g->follows || g->out ? 2 : 100;
     if (zmq_poll(&it, 1, wait) < 0 && errno != EINTR) {
       snprintf(err, errlen, "poll: %s", zmq_strerror(errno));
       rc = VSPEC_EIO;

@@ -10,8 +10,8 @@
 #include "daemon/fleet_event.h"
 
 #define VS_GW_READ_BATCH 16
-#define VS_GW_IDLE_MIN 0.01 /* a quiet event stream is read every 10 ms at first ... */
-#define VS_GW_IDLE_MAX 0.05 /* ... then less often, down to every 50 ms */
+#define VS_GW_IDLE_MIN 0.002 /* a quiet event stream is read every 2 ms at first ... */
+#define VS_GW_IDLE_MAX 0.032 /* ... then less often, down to every 32 ms */
 /* An event's protobuf frame is the daemon's (trusted) but read back from Redis, where
  * anything may have written: unpacked under a budget like a daemon's event at the broker. */
 #define VS_GW_UNPACK_BUDGET (4u << 20)
