@@ -33,7 +33,9 @@ typedef struct vs__slot {
   uint64_t request_id, local_id; /* in the daemon: the submit's request id, then its job id */
   uint64_t seq;
   double retry_at;
+  double submitted_at; /* handed to the daemon; its Accepted (or an error) is due at once */
   int cancel_sent;
+  int warned; /* a failure to finish it was logged */
   int lost; /* claimed by another daemon meanwhile: our events are no longer the job's */
   unsigned char *terminal; /* the encoded terminal event, until it is in Redis */
   size_t terminal_len;
@@ -109,7 +111,7 @@ static int vs__append(vs_fleet_agent *a, vs__slot *s, const unsigned char *v, si
   char err[VSPEC_ERRLEN];
   int rc = vs__redis_result(a, vs_fleet_event_append(a->q, s->job.job_id, v, len, NULL, err,
                                                      sizeof err), err);
-  if (rc && rc != VSPEC_EIO)
+  if (rc && rc != VSPEC_EIO && !s->warned)
     vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] cannot write an event: %s", s->job.job_id, err);
   return rc;
 }
@@ -134,15 +136,25 @@ static void vs__finish(vs_fleet_agent *a, vs__slot *s) {
     vs__free_slot(s);
     return;
   }
-  if (!vs__redis_ok(a)) return;
-  if (!s->terminal_written) {
-    int rc = vs__append(a, s, s->terminal, s->terminal_len);
-    if (rc == VSPEC_EIO) return;
-    s->terminal_written = 1; /* or it never will be: a Redis error is not retried */
+  double now = vs_now();
+  if (!vs__redis_ok(a) || now < s->retry_at) return;
+  /* Any failure, a refusal (OOM, READONLY after a failover, LOADING, MISCONF) as much as a
+   * lost connection, is tried again a second later: the slot keeps the job, and its claim
+   * stays refreshed, until its terminal event is in Redis and the job is acked. */
+  int rc = 0;
+  if (!s->terminal_written && s->terminal) rc = vs__append(a, s, s->terminal, s->terminal_len);
+  if (rc >= 0) {
+    s->terminal_written = 1;
+    rc = vs__redis_result(a, vs_fleet_ack(a->q, s->job.entry_id, err, sizeof err), err);
+    if (rc < 0 && rc != VSPEC_EIO && !s->warned)
+      vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] ack: %s (trying again every second)",
+             s->job.job_id, err);
   }
-  int rc = vs__redis_result(a, vs_fleet_ack(a->q, s->job.entry_id, err, sizeof err), err);
-  if (rc == VSPEC_EIO) return;
-  if (rc < 0) vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] ack: %s", s->job.job_id, err);
+  if (rc < 0) {
+    s->warned = 1;
+    s->retry_at = now + 1;
+    return;
+  }
   vs_log(VSPEC_LOG_DEBUG, vs__who, "[job %s] done and acked", s->job.job_id);
   vs__free_slot(s);
 }
@@ -205,6 +217,23 @@ static void vs__submit(vs_fleet_agent *a, vs__slot *s) {
   /* The connection numbers every request, cancels and credits included, so that an answer
    * to one of those can never be taken for the submit's. */
   r->has_request_id = 0;
+  /* The daemon refuses an oversized message without parsing it, so without a request id to
+   * answer with: the job would wait for an answer that never comes. Checked here instead
+   * (the seed added above makes a request a few bytes longer than the gateway saw). */
+  size_t body = vspec__request__get_packed_size(r) + 12; /* + the request id */
+  int too_big = body > (size_t)a->cfg->max_request_bytes;
+  for (int i = 1; i < n; i++) too_big |= size[i] > (size_t)a->cfg->max_message_bytes;
+  if (too_big || (size_t)(n - 1) != r->n_blobs) {
+    vspec__request__free_unpacked(r, &al.base);
+    char msg[200];
+    snprintf(msg, sizeof msg, "the job's request (%zu bytes) or a blob is over this daemon's "
+             "limits ([limits] max_request_bytes %ld, max_message_bytes %ld), or its blobs "
+             "do not match their descriptors", body, a->cfg->max_request_bytes,
+             a->cfg->max_message_bytes);
+    vs__fail(a, s, too_big ? VSPEC__ERROR_CODE__ERR_TOO_LARGE : VSPEC__ERROR_CODE__ERR_MALFORMED,
+             msg);
+    return;
+  }
   vs_wire_blob blobs[VS_WIRE_MAX_BLOBS];
   for (int i = 1; i < n; i++)
     blobs[i - 1] = (vs_wire_blob){.kind = r->n_blobs >= (size_t)i ? r->blobs[i - 1]->kind : 0,
@@ -220,6 +249,7 @@ static void vs__submit(vs_fleet_agent *a, vs__slot *s) {
     return;
   }
   s->state = VS__RUNNING;
+  s->submitted_at = vs_now();
 }
 
 /* A job just read or claimed: refused here (poison, malformed, already cancelled), or run. */
@@ -252,6 +282,8 @@ static void vs__take(vs_fleet_agent *a, vs__slot *s) {
   }
   const char *id = j->job_id;
   int cancelled = 0;
+  /* its events and its id live events_ttl from now: the job may have waited long */
+  vs__redis_result(a, vs_fleet_job_keepalive(a->q, j->job_id, err, sizeof err), err);
   if (vs__redis_result(a, vs_fleet_cancel_check(a->q, &id, 1, &cancelled, err, sizeof err),
                        err) > 0) {
     vs__fail(a, s, VSPEC__ERROR_CODE__ERR_CANCELLED, "cancelled before it started");
@@ -306,6 +338,7 @@ static void vs__fetch(vs_fleet_agent *a, int block_ms) {
         }
         vs__take(a, s);
         a->next_claim = now; /* there may be more */
+        block_ms = 0;        /* and a job to look after now */
         continue;
       }
     }
@@ -380,6 +413,10 @@ static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
   }
   if (ev->body_case == VSPEC__EVENT__BODY_ERROR && !s->local_id &&
       ev->error->code == VSPEC__ERROR_CODE__ERR_BUSY) {
+    if (s->lost) { /* another daemon has it now */
+      vs__free_slot(s);
+      return;
+    }
     s->state = VS__WAITING;
     s->retry_at = vs_now() + (ev->error->retry_after_ms ? ev->error->retry_after_ms : 500) / 1e3;
     return;
@@ -398,6 +435,7 @@ static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
   size_t len;
   if (vs__encode(s, ev, e, &v, &len)) {
     vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] cannot encode an event", s->job.job_id);
+    if (terminal) vs__fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory for its result");
     return;
   }
   if (terminal) {
@@ -470,7 +508,13 @@ static void vs__retry(vs_fleet_agent *a) {
   double now = vs_now();
   for (int i = 0; i < a->n_slots; i++) {
     vs__slot *s = &a->slot[i];
-    if (s->state == VS__WAITING && now >= s->retry_at) vs__submit(a, s);
+    if (s->state == VS__WAITING && s->lost) vs__free_slot(s);
+    else if (s->state == VS__WAITING && now >= s->retry_at) vs__submit(a, s);
+    else if (s->state == VS__RUNNING && !s->local_id && now - s->submitted_at > 30)
+      /* no Accepted and no error in 30 s: the daemon dropped the submit (it answers at once,
+       * queued or not); fail the job rather than hold it and its claim for ever */
+      vs__fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL,
+               "the daemon did not answer the job's submit within 30 s");
     else if (s->state == VS__FINISHING) vs__finish(a, s);
   }
 }

@@ -1007,11 +1007,17 @@ int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, 
     return VSPEC_EINVAL;
   }
   char key[sizeof q->stream + 8 + VS_FLEET_JOB_ID_MAX];
-  int rc = n ? vs__connect(q, "EXISTS (cancel)", err, errlen) : 0;
+  /* every id checked before anything is sent: a half-sent pipeline would leave replies that
+   * the next command would take for its own */
+  int rc = 0;
   for (int i = 0; !rc && i < n; i++) {
     cancelled[i] = 0;
-    if (!(rc = vs__cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen)))
-      rc = vs__append(q, "EXISTS (cancel)", err, errlen, "EXISTS %s", key);
+    rc = vs__cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen);
+  }
+  if (!rc && n) rc = vs__connect(q, "EXISTS (cancel)", err, errlen);
+  for (int i = 0; !rc && i < n; i++) {
+    vs__cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen);
+    rc = vs__append(q, "EXISTS (cancel)", err, errlen, "EXISTS %s", key);
   }
   if (rc || !n) return rc;
   redisReply **r = calloc((size_t)n, sizeof *r);
@@ -1092,9 +1098,8 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
                         len ? payload : "", first_event ? first_event : "", max_len, cap,
                         ev_max, ttl, digest ? digest : ""};
   size_t argl[14];
-  for (int i = 0; i < 14; i++) argl[i] = strlen(argv[i]);
-  argl[7] = len;
-  argl[8] = event_len;
+  for (int i = 0; i < 14; i++) /* the payload and the event are bytes, not strings */
+    argl[i] = i == 7 ? len : i == 8 ? event_len : strlen(argv[i]);
   if ((rc = vs__connect(q, "submit", err, errlen))) return rc;
   if (redisAppendCommandArgv(q->c, 14, argv, argl) != REDIS_OK) {
     int oom = q->c->err == REDIS_ERR_OOM;
@@ -1129,5 +1134,24 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
   }
 out:
   freeReplyObject(r);
+  return rc;
+}
+
+int vs_fleet_job_keepalive(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
+  char ekey[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
+  int rc = vs__events_key(q, "PEXPIRE", job_id, ekey, sizeof ekey, err, errlen);
+  if (rc) return rc;
+  char ttl[24];
+  snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
+  if ((rc = vs__append(q, "PEXPIRE", err, errlen, "PEXPIRE %s %s", ekey, ttl)) ||
+      (rc = vs__append(q, "PEXPIRE", err, errlen, "PEXPIRE %s:id:%s %s", q->stream, job_id, ttl)))
+    return rc;
+  redisReply *r[2];
+  if ((rc = vs__getn(q, "PEXPIRE", 2, r, q->command_timeout_ms, err, errlen))) return rc;
+  rc = vs__want(q, "PEXPIRE", r[0], REDIS_REPLY_INTEGER, err, errlen);
+  if (!rc) rc = vs__want(q, "PEXPIRE", r[1], REDIS_REPLY_INTEGER, err, errlen);
+  if (!rc) rc = r[0]->integer > 0;
+  freeReplyObject(r[0]);
+  freeReplyObject(r[1]);
   return rc;
 }

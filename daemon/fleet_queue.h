@@ -212,4 +212,10 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
                     const void *first_event, size_t event_len, const char *digest,
                     char *entry_id, char *err, size_t errlen);
 
+/* Puts off the expiry of a job's event stream and of its client-chosen id (by events_ttl_ms
+ * from now): called by the daemon that takes the job and by gateways while a followed job is
+ * quiet, so that a job that waits in the queue longer than the TTL keeps its events and its
+ * id. Returns 1 when the event stream exists, 0 when it does not (expired, or lost). */
+int vs_fleet_job_keepalive(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen);
+
 #endif /* VS_FLEET_QUEUE_H */

@@ -219,7 +219,8 @@ static void vs__quiet(vs_gw *g, vs_gw_follow *f, double now) {
   f->next_read = now + f->idle;
   if (now - f->last_event < 5.0 * g->cfg->heartbeat_ms / 1000.0) return;
   char err[VSPEC_ERRLEN];
-  int rc = vs_gw_redis_note(g, vs_fleet_events_exist(g->q, f->job_text, err, sizeof err), err);
+  /* the check also puts off the expiry of a job that waits long in the queue */
+  int rc = vs_gw_redis_note(g, vs_fleet_job_keepalive(g->q, f->job_text, err, sizeof err), err);
   if (rc == 0) vs__lost(g, f, now);
   else if (rc > 0) f->last_event = now;
 }

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include <hiredis/hiredis.h>
+
 #include "daemon/fleet_event.h"
 #include "daemon/fleet_queue.h"
 #include "tests/support/daemon_harness.h"
@@ -704,6 +706,92 @@ static void test_daemon_drained(void **state) {
   vs_conn_close(&c);
 }
 
+/* A submit the gateway takes but the daemon would refuse unread (over its request limit once
+ * the agent adds a seed, so without a request id to answer with) ends with an error; it
+ * does not wait for ever holding a worker and its claim. */
+static void test_oversized_submit(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  SKIP_UNDER_SANITIZERS();
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  static char tag[65536];
+  Vspec__Submit sub = VSPEC__SUBMIT__INIT;
+  sub.model = "self";
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  r.version = 1;
+  r.has_request_id = 1;
+  r.request_id = 1;
+  r.body_case = VSPEC__REQUEST__BODY_SUBMIT;
+  r.submit = &sub;
+  size_t len = 65500;
+  for (;;) { /* a request of 65530 bytes: under the gateway's 65536, over it with a seed */
+    memset(tag, 'a', len);
+    tag[len] = '\0';
+    sub.tag = tag;
+    size_t n = vspec__request__get_packed_size(&r);
+    if (n == 65530) break;
+    len += 65530 - (long)n;
+  }
+  uint64_t job = 0, rid = vs_client_submit(&c, &sub);
+  vs_conn_event e;
+  vs_client_until_end(&c, rid, &job, 40000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+  print_message("oversized: %s\n", e.ev->error->message);
+  assert_true(e.ev->error->code == VSPEC__ERROR_CODE__ERR_TOO_LARGE ||
+              e.ev->error->code == VSPEC__ERROR_CODE__ERR_INVALID);
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
+/* Redis refusing writes (out of memory) while a job finishes: the agent keeps the job and
+ * tries again, and the client gets the result once Redis takes writes again, not a poison
+ * error and not nothing. */
+static void test_redis_refuses_writes(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  SKIP_UNDER_SANITIZERS();
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  uint64_t job = 0, rid = submit(&c, 100, 5);
+  wait_running_on(t, &c, rid, &job, NULL);
+  redisContext *rc = redisConnectUnix(t->redis->sock);
+  assert_true(rc && !rc->err);
+  freeReplyObject(redisCommand(rc, "CONFIG SET maxmemory 1"));
+  vs_harness_sleep_ms(3000); /* the job ends meanwhile: its result cannot be written */
+  freeReplyObject(redisCommand(rc, "CONFIG SET maxmemory 0"));
+  redisFree(rc);
+  vs_conn_event e;
+  until_result_of(&c, job, &e);
+  if (e.ev->body_case != VSPEC__EVENT__BODY_RESULT) {
+    dump_all(t);
+    fail_msg("the job ended with: %s", e.ev->error->message);
+  }
+  vs_conn_event_free(&e);
+  /* and it ran once: kept, not dropped and claimed again */
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  o.url = t->redis->url;
+  vs_fleet_queue *q;
+  char err[512];
+  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("%s", err);
+  int accepted, results, restarts;
+  count_in_redis(q, job, &accepted, &results, &restarts);
+  assert_int_equal(restarts, 0);
+  assert_int_equal(results, 1);
+  vs_fleet_queue_destroy(&q);
+  /* (events written while Redis refused writes are lost, a restart's included: the daemon's
+   * own count tells a second run) */
+  vs_client_status(t->d[0].admin_ep, &e);
+  assert_int_equal(e.ev->status->totals->submitted, 1);
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_job_through_gateway, setup, teardown),
@@ -715,6 +803,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_redis_restart_aof, setup, teardown),
       cmocka_unit_test_setup_teardown(test_many_jobs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_retry_same_job_id, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_oversized_submit, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_refuses_writes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
