@@ -8,6 +8,8 @@
 #include "core/metrics.h" /* vs_now */
 #include "core/log.h"
 #include "core/text.h"
+#include "daemon/preview_cache.h"
+#include "kernels/vs_kernels.h"
 
 struct vs_model_table {
   pthread_mutex_t mu;
@@ -49,9 +51,26 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
              "latents", s->name);
     return;
   }
-  char inner[VSPEC_ERRLEN];
-  if (vs_preview_lut_build(t, dev, &s->lut, inner, sizeof inner))
+  /* The colour table: from the cache when this model's files were decoded on this kind of
+   * device before (daemon/preview_cache.h), else built and stored. */
+  char inner[VSPEC_ERRLEN], key[VS_LUT_KEY_LEN + 1] = "", dir[2048], device[200];
+  vs_device_info di;
+  memset(&di, 0, sizeof di);
+  vs_dev_info(dev, &di);
+  snprintf(device, sizeof device, "%s, precision %d", di.name, di.precision);
+  vs_preview_cache_dir(dir, sizeof dir);
+  int keyed = *dir && !vs_preview_cache_key(s->dir, device, key);
+  double t0 = vs_now();
+  if (keyed && vs_preview_cache_load(dir, key, t->info.vocab, &s->lut)) {
+    vs_log(VSPEC_LOG_INFO, "models", "%s: preview colour table from the cache (%s/lut-%.12s...)",
+           s->name, dir, key);
+  } else if (vs_preview_lut_build(t, dev, &s->lut, inner, sizeof inner)) {
     vs_log(VSPEC_LOG_WARN, "models", "%s: no lut/decode previews: %s", s->name, inner);
+  } else {
+    int stored = keyed && !vs_preview_cache_store(dir, key, &s->lut);
+    vs_log(VSPEC_LOG_INFO, "models", "%s: preview colour table built in %.2f s (%d decodes)%s",
+           s->name, vs_now() - t0, t->info.vocab, stored ? ", cached" : "");
+  }
   s->previews = s->lut.rgb != NULL;
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/host.h"
+#include "daemon/preview_cache.h"
 #include "daemon/config.h"
 #include "daemon/job_queue.h"
 #include "daemon/plugin_ref.h"
@@ -778,8 +779,64 @@ static void test_plugin_ref(void **state) {
   }
 }
 
+/* The preview colour table's disk cache (daemon/preview_cache.c): a table reads back as
+ * written; the key follows every file of the model and the device; a file that is short,
+ * long, of another vocabulary or with a neutral code out of range is not used. */
+static void test_preview_cache(void **state) {
+  (void)state;
+  char dir[] = "/tmp/vspec-lutcache-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char model[300], cache[300], file[400];
+  snprintf(model, sizeof model, "%s/model", dir);
+  snprintf(cache, sizeof cache, "%s/c/d", dir); /* made on the first store */
+  assert_int_equal(mkdir(model, 0755), 0);
+  snprintf(file, sizeof file, "%s/vq.safetensors", model);
+  FILE *f = fopen(file, "wb");
+  fputs("weights", f);
+  fclose(f);
+  char k1[VS_LUT_KEY_LEN + 1], k2[VS_LUT_KEY_LEN + 1], k3[VS_LUT_KEY_LEN + 1];
+  assert_int_equal(vs_preview_cache_key(model, "cpu (avx2)", k1), 0);
+  assert_int_equal(vs_preview_cache_key(model, "cuda bf16", k2), 0);
+  assert_string_not_equal(k1, k2);
+  f = fopen(file, "ab");
+  fputs("!", f);
+  fclose(f);
+  assert_int_equal(vs_preview_cache_key(model, "cpu (avx2)", k3), 0);
+  assert_string_not_equal(k1, k3);
+
+  uint8_t rgb[4 * 3] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  vs_preview_lut lut = {.vocab = 4, .rgb = rgb, .neutral = 2}, back;
+  assert_int_equal(vs_preview_cache_load(cache, k1, 4, &back), 0); /* nothing yet */
+  assert_int_equal(vs_preview_cache_store(cache, k1, &lut), 0);
+  assert_int_equal(vs_preview_cache_load(cache, k1, 4, &back), 1);
+  assert_int_equal(back.neutral, 2);
+  assert_memory_equal(back.rgb, rgb, sizeof rgb);
+  vs_preview_lut_free(&back);
+  assert_int_equal(vs_preview_cache_load(cache, k1, 5, &back), 0); /* another vocabulary */
+  assert_int_equal(vs_preview_cache_load(cache, k3, 4, &back), 0); /* another key */
+  char path[600];
+  snprintf(path, sizeof path, "%s/lut-%s.bin", cache, k1);
+  f = fopen(path, "ab");
+  fputc(0, f); /* one byte too many */
+  fclose(f);
+  assert_int_equal(vs_preview_cache_load(cache, k1, 4, &back), 0);
+  assert_int_equal(truncate(path, 10), 0); /* too short */
+  assert_int_equal(vs_preview_cache_load(cache, k1, 4, &back), 0);
+  lut.neutral = 2;
+  assert_int_equal(vs_preview_cache_store(cache, k1, &lut), 0);
+  f = fopen(path, "r+b");
+  fseek(f, 12, SEEK_SET);
+  fputc(9, f); /* neutral code 9 of 4 */
+  fclose(f);
+  assert_int_equal(vs_preview_cache_load(cache, k1, 4, &back), 0);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_preview_cache),
       cmocka_unit_test(test_config),          cmocka_unit_test(test_server_device),
       cmocka_unit_test(test_config_text),     cmocka_unit_test(test_plugin_ref),
       cmocka_unit_test(test_job_queue),       cmocka_unit_test(test_job_queue_newcomer),

@@ -74,6 +74,10 @@ void vs_fixture_make(vs_fixture *f) {
   assert_non_null(mkdtemp(f->dir));
   snprintf(f->plugins, sizeof f->plugins, "%s/plugins", f->dir);
   assert_int_equal(mkdir(f->plugins, 0755), 0);
+  /* the daemons' preview colour tables go to the fixture, not to the user's cache */
+  char cache[200];
+  snprintf(cache, sizeof cache, "%s/cache", f->dir);
+  setenv("VSPEC_CACHE_DIR", cache, 1);
   /* The project's plugins, symlinked (the registry copies each generation anyway). */
   char built[1000], absb[1100];
   snprintf(built, sizeof built, "%s/plugins", vs_harness_build());
