@@ -800,37 +800,14 @@ static int vs__setup(vs__broker *b, char *err, size_t errlen) {
     snprintf(err, errlen, "zmq_ctx_new failed");
     return VSPEC_EIO;
   }
-  /* Unpredictable automatic routing ids (daemon/router.c says why). */
-  b->front = vs_router_open(b->ctx, err, errlen);
-  if (!b->front) return VSPEC_EIO;
-  int one = 1, linger = 0, hb = cfg->heartbeat_ms, hbt = 5 * cfg->heartbeat_ms;
-  int64_t maxmsg = cfg->max_message_bytes;
   /* No ZMTP heartbeats, here nor towards the daemons: libzmq 4.3.4's heartbeat timer aborts
    * the process on a connection that is reset while libzmq has stopped reading it (a client
    * that floods, a daemon that dies while the broker is behind). TCP keepalive and
    * TCP_USER_TIMEOUT close dead connections; a daemon's liveness is the status poll. */
-  if (zmq_setsockopt(b->front, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
-      zmq_setsockopt(b->front, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
-      zmq_setsockopt(b->front, ZMQ_LINGER, &linger, sizeof linger) ||
-      vs_tcp_liveness(b->front, hb, hbt)) {
-    snprintf(err, errlen, "front socket: %s", zmq_strerror(errno));
-    return VSPEC_EIO;
-  }
-  if (cfg->curve_secret_file) {
-    char secret[41];
-    int rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen);
-    if (rc) return rc;
-    if (zmq_setsockopt(b->front, ZMQ_CURVE_SERVER, &one, sizeof one) ||
-        zmq_setsockopt(b->front, ZMQ_CURVE_SECRETKEY, secret, 40) ||
-        zmq_setsockopt(b->front, ZMQ_ZAP_DOMAIN, "vspec", 5)) {
-      snprintf(err, errlen, "CURVE options: %s", zmq_strerror(errno));
-      return VSPEC_EIO;
-    }
-  }
-  if (zmq_bind(b->front, cfg->front)) {
-    snprintf(err, errlen, "cannot bind %s: %s", cfg->front, zmq_strerror(errno));
-    return VSPEC_EIO;
-  }
+  b->front = vs_router_front(b->ctx, cfg->front, cfg->max_message_bytes, cfg->heartbeat_ms,
+                             cfg->curve_secret_file, err, errlen);
+  if (!b->front) return VSPEC_EIO;
+  int one = 1, linger = 0, hb = cfg->heartbeat_ms, hbt = 5 * cfg->heartbeat_ms;
   for (int i = 0; i < cfg->n_backends; i++) {
     vs__backend *be = &b->be[i];
     snprintf(be->endpoint, sizeof be->endpoint, "%s", cfg->backends[i]);

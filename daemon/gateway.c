@@ -229,35 +229,9 @@ static void vs__from_client(vs_gw *g, vs_wire_msg *m) {
 
 static int vs__setup_front(vs_gw *g, char *err, size_t errlen) {
   const vs_gateway_config *cfg = g->cfg;
-  /* Unpredictable automatic routing ids (daemon/router.c says why). */
-  g->front = vs_router_open(g->ctx, err, errlen);
-  if (!g->front) return VSPEC_EIO;
-  int one = 1, linger = 0;
-  int64_t maxmsg = cfg->max_message_bytes;
-  /* No ZMTP heartbeats (libzmq 4.3.4 can abort on them, daemon/router.h): TCP liveness. */
-  if (zmq_setsockopt(g->front, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
-      zmq_setsockopt(g->front, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
-      zmq_setsockopt(g->front, ZMQ_LINGER, &linger, sizeof linger) ||
-      vs_tcp_liveness(g->front, cfg->heartbeat_ms, 5 * cfg->heartbeat_ms)) {
-    snprintf(err, errlen, "front socket: %s", zmq_strerror(errno));
-    return VSPEC_EIO;
-  }
-  if (cfg->curve_secret_file) {
-    char secret[41];
-    int rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen);
-    if (rc) return rc;
-    if (zmq_setsockopt(g->front, ZMQ_CURVE_SERVER, &one, sizeof one) ||
-        zmq_setsockopt(g->front, ZMQ_CURVE_SECRETKEY, secret, 40) ||
-        zmq_setsockopt(g->front, ZMQ_ZAP_DOMAIN, "vspec", 5)) {
-      snprintf(err, errlen, "CURVE options: %s", zmq_strerror(errno));
-      return VSPEC_EIO;
-    }
-  }
-  if (zmq_bind(g->front, cfg->front)) {
-    snprintf(err, errlen, "cannot bind %s: %s", cfg->front, zmq_strerror(errno));
-    return VSPEC_EIO;
-  }
-  return VSPEC_OK;
+  g->front = vs_router_front(g->ctx, cfg->front, cfg->max_message_bytes, cfg->heartbeat_ms,
+                             cfg->curve_secret_file, err, errlen);
+  return g->front ? VSPEC_OK : VSPEC_EIO;
 }
 
 static int vs__setup(vs_gw *g, vs_zap **zap, char *err, size_t errlen) {

@@ -2,12 +2,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 #include <zmq.h>
+
+#include "proto/curve_keys.h"
 
 /* Why the seed, and why that is the fix.
  *
@@ -84,4 +87,38 @@ int vs_tcp_liveness(void *sock, int ivl_ms, int timeout_ms) {
       zmq_setsockopt(sock, ZMQ_TCP_MAXRT, &timeout_ms, sizeof timeout_ms))
     return -1;
   return 0;
+}
+
+void *vs_router_front(void *zctx, const char *endpoint, long max_message_bytes, int hb_ms,
+                      const char *curve_secret_file, char *err, size_t errlen) {
+  void *z = vs_router_open(zctx, err, errlen);
+  if (!z) return NULL;
+  int one = 1, linger = 0;
+  int64_t maxmsg = max_message_bytes;
+  /* No ZMTP heartbeats (libzmq 4.3.4 can abort on them, above): TCP liveness instead. */
+  if (zmq_setsockopt(z, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
+      zmq_setsockopt(z, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
+      zmq_setsockopt(z, ZMQ_LINGER, &linger, sizeof linger) ||
+      vs_tcp_liveness(z, hb_ms, 5 * hb_ms)) {
+    snprintf(err, errlen, "front socket: %s", zmq_strerror(errno));
+    goto fail;
+  }
+  if (curve_secret_file) {
+    char secret[41];
+    if (vs_curve_read_key(curve_secret_file, "secret", secret, err, errlen)) goto fail;
+    if (zmq_setsockopt(z, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+        zmq_setsockopt(z, ZMQ_CURVE_SECRETKEY, secret, 40) ||
+        zmq_setsockopt(z, ZMQ_ZAP_DOMAIN, "vspec", 5)) {
+      snprintf(err, errlen, "CURVE options: %s", zmq_strerror(errno));
+      goto fail;
+    }
+  }
+  if (zmq_bind(z, endpoint)) {
+    snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(errno));
+    goto fail;
+  }
+  return z;
+fail:
+  zmq_close(z);
+  return NULL;
 }

@@ -24,4 +24,12 @@ void *vs_router_open(void *zctx, char *err, size_t errlen);
  * effect on ipc and inproc endpoints. Returns 0 or -1 (errno set). */
 int vs_tcp_liveness(void *sock, int ivl_ms, int timeout_ms);
 
+/* The client-facing ROUTER of vspec-broker and vspec-gateway: vs_router_open, then
+ * ROUTER_MANDATORY (a vanished peer is EHOSTUNREACH, a full one EAGAIN), a per-frame size
+ * limit, no linger, vs_tcp_liveness(hb_ms, 5 hb_ms), CURVE with the secret key of
+ * `curve_secret_file` when it is not NULL (the ZAP handler must already be bound in zctx),
+ * and bound to `endpoint`. NULL with the reason in err (the socket closed). */
+void *vs_router_front(void *zctx, const char *endpoint, long max_message_bytes, int hb_ms,
+                      const char *curve_secret_file, char *err, size_t errlen);
+
 #endif /* VS_ROUTER_H */

@@ -482,6 +482,17 @@ static void test_redis_restart_aof(void **state) {
   vs_conn_close(&c);
 }
 
+/* A queue handle on the test's Redis, to look at what the fleet left there. */
+static vs_fleet_queue *open_fleet_queue(const fleet_fx *t) {
+  vs_fleet_opts o;
+  vs_fleet_opts_defaults(&o);
+  o.url = t->redis->url;
+  vs_fleet_queue *q;
+  char err[512];
+  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("%s", err);
+  return q;
+}
+
 static void until_result_of(vs_conn *c, uint64_t job, vs_conn_event *e) {
   double end = vs_harness_now() + 30;
   for (;;) {
@@ -599,12 +610,8 @@ static void test_many_jobs(void **state) {
       vs_conn_event_free(&e);
     }
   }
-  vs_fleet_opts o;
-  vs_fleet_opts_defaults(&o);
-  o.url = t->redis->url;
-  vs_fleet_queue *q;
+  vs_fleet_queue *q = open_fleet_queue(t);
   char err[512];
-  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("%s", err);
   long long length = -1, pending = -1;
   if (vs_fleet_depth(q, &length, &pending, err, sizeof err)) fail_msg("%s", err);
   assert_int_equal(length, 0);
@@ -656,12 +663,7 @@ static void test_retry_same_job_id(void **state) {
   free(pb);
 
   /* ran once: one daemon Accepted, one result in the job's events */
-  vs_fleet_opts o;
-  vs_fleet_opts_defaults(&o);
-  o.url = t->redis->url;
-  vs_fleet_queue *q;
-  char err[512];
-  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("%s", err);
+  vs_fleet_queue *q = open_fleet_queue(t);
   int accepted, results, restarts;
   count_in_redis(q, id, &accepted, &results, &restarts);
   assert_int_equal(accepted, 1);
@@ -773,12 +775,7 @@ static void test_redis_refuses_writes(void **state) {
   }
   vs_conn_event_free(&e);
   /* and it ran once: kept, not dropped and claimed again */
-  vs_fleet_opts o;
-  vs_fleet_opts_defaults(&o);
-  o.url = t->redis->url;
-  vs_fleet_queue *q;
-  char err[512];
-  if (vs_fleet_queue_open(&o, &q, err, sizeof err)) fail_msg("%s", err);
+  vs_fleet_queue *q = open_fleet_queue(t);
   int accepted, results, restarts;
   count_in_redis(q, job, &accepted, &results, &restarts);
   assert_int_equal(restarts, 0);

@@ -290,20 +290,6 @@ static uint64_t submit_accepted(vs_conn *c, uint64_t *rid_out) {
   return job;
 }
 
-static void status(const char *ep, vs_conn_event *e) {
-  vs_conn c;
-  vs_client_open(&c, ep);
-  Vspec__Request r = VSPEC__REQUEST__INIT;
-  Vspec__StatusRequest s = VSPEC__STATUS_REQUEST__INIT;
-  r.body_case = VSPEC__REQUEST__BODY_STATUS;
-  r.status = &s;
-  char err[512];
-  if (vs_conn_call(&c, &r, 3000, e, err, sizeof err) != 1) fail_msg("status: no answer");
-  assert_int_equal(e->ev->body_case, VSPEC__EVENT__BODY_STATUS);
-  assert_non_null(e->ev->status->fleet);
-  vs_conn_close(&c);
-}
-
 /* ---- the daemon's side ------------------------------------------------------------------- */
 
 enum { EV_ACCEPTED, EV_PROGRESS, EV_PREVIEW, EV_RESULT, EV_ERROR, EV_RESTARTED };
@@ -525,7 +511,7 @@ static void test_submit_relay(void **state) {
   assert_memory_equal(frame[2], mask, sizeof mask);
 
   /* The fleet as the gateway reports it: one job, running. */
-  status(f->gw[0].ep, &e);
+  vs_client_status(f->gw[0].ep, &e);
   const Vspec__StatusReply *st = e.ev->status;
   assert_string_equal(st->node, "gw-0");
   assert_int_equal(st->clients, 1);
@@ -567,7 +553,7 @@ static void test_submit_relay(void **state) {
   /* Followed no more: no second terminal event, and no heartbeats either. */
   assert_int_equal(expect_quiet(&a, 2 * HEARTBEAT_MS), 0);
 
-  status(f->gw[0].ep, &e);
+  vs_client_status(f->gw[0].ep, &e);
   assert_int_equal(e.ev->status->clients, 0);
   assert_int_equal(e.ev->status->fleet->length, 0);
   assert_int_equal(e.ev->status->fleet->pending, 0);
@@ -923,7 +909,7 @@ static void test_redis_down(void **state) {
   assert_true(ping(f->gw[0].ep, 1000, node, sizeof node));
   assert_string_equal(node, "gw-0");
   vs_conn_event e;
-  status(f->gw[0].ep, &e);
+  vs_client_status(f->gw[0].ep, &e);
   assert_non_null(e.ev->status->fleet->error);
   assert_non_null(strstr(e.ev->status->fleet->error, "unreachable"));
   assert_false(e.ev->status->fleet->has_length);
