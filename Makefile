@@ -65,7 +65,7 @@ CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
 # liblapacke-dev / liblapack-dev so that neither the liblapack.so.3 nor the libblas.so.3
 # alternative (which may be OpenBLAS, or a second BLIS) gets loaded; its BLAS calls resolve
 # to the BLIS above, hence -lblis again after it. libgfortran.so.5 is its Fortran runtime.
-LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -ldl -lpthread -lm \
+LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -lsodium -ldl -lpthread -lm \
           -l:liblapacke.a -l:liblapack_pic.a -lblis -l:libgfortran.so.5
 
 CFLAGS := $(CFLAGS_BASE) $(SANFLAGS) $(if $(SANFLAGS),-DVSPEC_SANITIZED)

@@ -58,7 +58,7 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
   memset(&di, 0, sizeof di);
   vs_dev_info(dev, &di);
   snprintf(device, sizeof device, "%s, precision %d", di.name, di.precision);
-  vs_preview_cache_dir(dir, sizeof dir);
+  vs_cache_dir(dir, sizeof dir);
   int keyed = *dir && !vs_preview_cache_key(s->dir, device, key);
   double t0 = vs_now();
   if (keyed && vs_preview_cache_load(dir, key, t->info.vocab, &s->lut)) {

@@ -6,8 +6,7 @@
  * the device that decoded (numerics differ between the CPU and a GPU in bf16), so it is
  * stored under a key that hashes both, and read back at the next load of the same files.
  *
- * Where: $VSPEC_CACHE_DIR, else $XDG_CACHE_HOME/vspec, else $HOME/.cache/vspec (made with
- * mode 0700). A file is `lut-<key>.bin`: "VSLUT1\n", the vocabulary and the neutral code
+ * Where: the cache directory of core/disk_cache.h. A file is `lut-<key>.bin`: "VSLUT1\n", the vocabulary and the neutral code
  * (4 bytes each, little-endian), then vocab x RGB. One that does not read back exactly so is
  * ignored (and rebuilt); a cache that cannot be written costs only the next start's time.
  */
@@ -16,17 +15,15 @@
 
 #include <stddef.h>
 
+#include "core/disk_cache.h"
 #include "daemon/preview.h"
 
-#define VS_LUT_KEY_LEN 64 /* hex characters */
+#define VS_LUT_KEY_LEN VS_CACHE_KEY_LEN
 
 /* The key of model directory `dir` decoded on a device described by `device` (its name and
  * precision): a hash of that text and of every file of the directory (names and contents, in
  * name order). Returns 0 or a negative status (an unreadable directory or file). */
 int vs_preview_cache_key(const char *dir, const char *device, char key[VS_LUT_KEY_LEN + 1]);
-
-/* The cache directory as above, "" when there is none (no HOME either). */
-void vs_preview_cache_dir(char *out, size_t cap);
 
 /* 1 when a table for `key` with `vocab` codes was read into *out (free with
  * vs_preview_lut_free), 0 when there is none or it does not read back exactly. */
