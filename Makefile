@@ -13,12 +13,16 @@
 #                   short pass make test runs
 #   make soak       vspecd under ASan for SOAK_JOBS jobs (default 2000): failures, leaks, RSS
 #   make deps       install the Debian packages the project needs (idempotent)
+#   make install    PREFIX=/usr/local DESTDIR=: programs, libvspec.so, plugins, headers,
+#                   pkg-config files, models, vspecd.conf, the systemd unit; make uninstall
 #   make gpu-test   the GPU suite on a CUDA device (reported as skipped without one)
 #   make gpu-bundle build/gpu-bundle/: binaries, plugins and libraries for a GPU machine
 #   VSPEC_CUDA=auto|0|1  build the CUDA module when nvcc is found / never / always
 #
 # Layout of the outputs:
 #   build/libvspec.a                 core/ + kernels/cpu/ (engine, loaders, registry, ops)
+#   build/lib/libvspec.so.X.Y.Z      the same objects as a shared library (SONAME libvspec.so.X)
+#   build/dyn/                       the programs linked to it, as make install installs them
 #   build/plugins/<kind>_<name>.so   plugins/<kind>/<name>.c or plugins/<kind>/<name>/*.c
 #   build/vspec-bench                bench/
 #   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI); build/vspec-broker
@@ -36,8 +40,22 @@ CC ?= cc
 FUZZ_CC ?= clang
 PYTHON ?= /usr/bin/python3
 
-BLIS_INC := /usr/include/x86_64-linux-gnu/blis-pthread
-BLIS_LIB := /usr/lib/x86_64-linux-gnu/blis-pthread
+# BLIS (the GEMMs of kernels/cpu/): through pkg-config when a blis.pc is installed (BLIS's
+# own `make install` writes one; BLIS_PC names another), else Debian's libblis-pthread-dev,
+# which ships none: its multiarch directories, asked of the compiler, not assumed x86_64.
+BLIS_PC ?= blis
+, := ,
+ifeq ($(shell pkg-config --exists $(BLIS_PC) 2>/dev/null && echo y),y)
+BLIS_CFLAGS := $(shell pkg-config --cflags $(BLIS_PC))
+BLIS_LIB := $(patsubst -L%,%,$(filter -L%,$(shell pkg-config --libs-only-L $(BLIS_PC))))
+BLIS_LIBS := $(shell pkg-config --libs $(BLIS_PC)) $(if $(BLIS_LIB),-Wl$(,)-rpath$(,)$(BLIS_LIB))
+else
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null)
+BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-pthread
+BLIS_LIB ?= /usr/lib/$(MULTIARCH)/blis-pthread
+BLIS_CFLAGS := -I$(BLIS_INC)
+BLIS_LIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis
+endif
 
 ifeq ($(SAN),1)
 BUILD := build/asan
@@ -60,15 +78,18 @@ endif
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter \
                -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-format-truncation \
                -fno-strict-aliasing $(CFLAGS_EXTRA)
-CPPFLAGS := -Iinclude -I. -I$(BLIS_INC)
+CPPFLAGS := -Iinclude -I. $(BLIS_CFLAGS)
 # LAPACK (dsyevd, for FID): Debian's reference LAPACK, linked statically from
 # liblapacke-dev / liblapack-dev so that neither the liblapack.so.3 nor the libblas.so.3
 # alternative (which may be OpenBLAS, or a second BLIS) gets loaded; its BLAS calls resolve
 # to the BLIS above, hence -lblis again after it. libgfortran.so.5 is its Fortran runtime.
-LDLIBS := -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) -lblis -ljansson -lpng -lz -lsodium -ldl -lpthread -lm \
+LDLIBS := $(BLIS_LIBS) -ljansson -lpng -lz -lsodium -ldl -lpthread -lm \
           -l:liblapacke.a -l:liblapack_pic.a -lblis -l:libgfortran.so.5
 
 CFLAGS := $(CFLAGS_BASE) $(SANFLAGS) $(if $(SANFLAGS),-DVSPEC_SANITIZED)
+# Each object's header dependencies, written by the compiler next to it (-MMD) and read back
+# below; -MP keeps a deleted header from breaking the next build.
+DEPFLAGS := -MMD -MP
 LDFLAGS := $(SANFLAGS)
 PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 PLUGIN_LDFLAGS := -shared $(SANFLAGS)
@@ -77,6 +98,9 @@ PLUGIN_LDFLAGS := -shared $(SANFLAGS)
 LIB_SRC := $(wildcard core/*.c kernels/*.c kernels/host/*.c kernels/cpu/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libvspec.a
+VERSION := $(shell sed -n 's/^\#define VSPEC_VERSION "\(.*\)"/\1/p' core/version.h)
+SONAME := libvspec.so.$(firstword $(subst ., ,$(VERSION)))
+SHARED_LIB := $(BUILD)/lib/libvspec.so.$(VERSION)
 
 # single-file plugins: plugins/<kind>/<name>.c ; multi-file: plugins/<kind>/<name>/*.c
 PLUGIN_FILES := $(wildcard plugins/*/*.c)
@@ -134,7 +158,6 @@ PROTO_C := $(GEN_DIR)/proto/vspec.pb-c.c
 PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
 # hiredis: the fleet queue on Redis Streams (daemon/fleet_queue.c, DESIGN.md "Fleet mode").
 SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis
-SVC_HEADERS := $(wildcard proto/*.h daemon/*.h clients/*.h) $(PROTO_H)
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
 DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c daemon/gateway_main.c
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c)))
@@ -164,6 +187,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/obj/%.o)
 # test plugins: built by tests/plugins/plugins.mk
 include tests/plugins/plugins.mk
 
+# Every header: the CUDA objects depend on all of them (nvcc writes no .d files here).
 HEADERS := $(wildcard include/vspec/*.h core/*.h kernels/*.h kernels/common/*.h kernels/host/*.h kernels/cpu/*.h \
                      bench/*.h tests/support/*.h tests/gpu/*.h tests/fuzz/*.h)
 
@@ -175,7 +199,7 @@ FUZZ_RUNS ?= 1000000
 FUZZ_TIME ?= 3600
 FUZZ_CHECK_TIME ?= 4
 
-.PHONY: all test check bench bench-daemon bench-fleet demo deps clean train gpu-test gpu-bundle \
+.PHONY: install uninstall install-check all test check bench bench-daemon bench-fleet demo deps clean train gpu-test gpu-bundle \
         fuzz fuzz-check fuzz-seeds fuzz-targets soak soak-build
 # Objects reached through pattern chains are kept: no rebuild of every test on each run.
 .SECONDARY:
@@ -186,16 +210,16 @@ all: $(LIB) $(BENCH_LIB) $(PLUGINS) $(BENCH) $(TEST_PLUGINS) $(SERVICE) $(CUDA_T
 $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-$(BUILD)/obj/pic/%.o: %.c $(HEADERS)
+$(BUILD)/obj/pic/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 $(CUDA_MODULE): $(CUDA_OBJ) $(CUDA_HOST_OBJ)
 	@mkdir -p $(dir $@)
 	$(NVCC) -shared $(CUDA_ARCH) $^ -o $@ -Xlinker --no-undefined $(CUDA_LDLIBS)
 
-$(BUILD)/obj/%.o: %.c $(HEADERS)
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 # Generated protobuf-c code: regenerated at build time, never committed (the generated header
 # checks the protobuf-c runtime version it was made for, so it must come from this machine's).
@@ -205,12 +229,13 @@ $(PROTO_C): proto/vspec.proto
 $(PROTO_H): $(PROTO_C)
 $(BUILD)/obj/gen/%.o: $(GEN_DIR)/%.c $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) -c $< -o $@
-# Everything that includes the generated header (the service and the tests).
+	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+# Everything that includes the generated header (the service and the tests): it must exist
+# before their first compilation (order-only); after that their .d files name it.
 define SVC_OBJ_RULE
-$(BUILD)/obj/$(1)/%.o: $(1)/%.c $$(HEADERS) $$(SVC_HEADERS)
+$(BUILD)/obj/$(1)/%.o: $(1)/%.c | $$(PROTO_H)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CPPFLAGS) -I$$(GEN_DIR) $$(CFLAGS) -c $$< -o $$@
+	$$(CC) $$(CPPFLAGS) -I$$(GEN_DIR) $$(CFLAGS) $$(DEPFLAGS) -c $$< -o $$@
 endef
 $(foreach d,proto daemon clients tests,$(eval $(call SVC_OBJ_RULE,$(d))))
 
@@ -232,13 +257,23 @@ $(DAEMON_SOAK): $(BUILD)/obj/bench/daemon_soak.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $
 $(DAEMON_FLEET_BENCH): $(BUILD)/obj/bench/daemon_fleet_bench.o $(DAEMON_FLEET_OBJ) $(DAEMON_PROC_OBJ) \
                        $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
-$(BUILD)/obj/bench/daemon_%.o: bench/daemon_%.c $(HEADERS) $(SVC_HEADERS)
+$(BUILD)/obj/bench/daemon_%.o: bench/daemon_%.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+# The same objects make the shared library `make install` installs (SONAME libvspec.so.N):
+# they are compiled position-independent for it; -fno-semantic-interposition keeps GCC
+# inlining and calling the library's own functions directly, as in the static library.
+$(LIB_OBJ): CFLAGS += -fPIC -fno-semantic-interposition
+$(SHARED_LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS)
+	ln -sf $(notdir $@) $(BUILD)/lib/$(SONAME)
+	ln -sf $(SONAME) $(BUILD)/lib/libvspec.so
 
 # Plugins compile against include/ only: they must not need the host's internals. The
 # registry refuses a plugin directory or file that its group or others can write, so both
@@ -284,7 +319,13 @@ check: all $(TESTS)
 	@fail=0; for t in $(TESTS); do \
 	  echo "== $$t"; \
 	  VSPEC_BUILD=$(BUILD) ./$$t || { echo "FAILED: $$t"; fail=1; }; \
-	done; exit $$fail
+	done; \
+	if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory install-check || fail=1; fi; \
+	exit $$fail
+
+# make install into a temporary DESTDIR and use the result (tests/install/test_install.sh).
+install-check: all $(SHARED_LIB) $(DYN_PROGS)
+	tests/install/test_install.sh $(BUILD)
 
 test:
 	$(MAKE) check
@@ -354,8 +395,53 @@ soak-build: $(VSPECD) $(DAEMON_SOAK) $(PLUGINS)
 train:
 	./tools/train/train_all.sh
 
+# ---- install: a system package's layout (docs/DESIGN.md "Installed layout") ---------------
+# make install PREFIX=/usr/local DESTDIR=/tmp/stage: the programs (linked to the shared
+# libvspec, found through their RUNPATH $ORIGIN/../lib), libvspec.so with its SONAME, the CUDA
+# module when built, the plugins in LIBDIR/vspec/plugins, the plugin headers and pkg-config
+# files (pkg-config --cflags vspec-plugin), the shipped models, vspecd.conf and the systemd
+# unit with this layout's paths (tools/install.sh). make uninstall removes the same files.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DYN_DIR := $(BUILD)/dyn
+DYN_PROGS := $(addprefix $(DYN_DIR)/,vspecd vspec vspec-broker vspec-gateway vspec-bench)
+DYN_LINK = $(CC) $(LDFLAGS) $(filter %.o %.a,$^) -o $@ -L$(BUILD)/lib -lvspec \
+           -Wl,-rpath,'$$ORIGIN/../lib' $(SVC_LDLIBS) $(LDLIBS)
+$(DYN_DIR)/vspecd: $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(SHARED_LIB)
+	@mkdir -p $(dir $@)
+	$(DYN_LINK)
+$(DYN_DIR)/vspec: $(BUILD)/obj/clients/vspec.o $(SVC_LIB) $(SHARED_LIB)
+	@mkdir -p $(dir $@)
+	$(DYN_LINK)
+$(DYN_DIR)/vspec-broker: $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(SHARED_LIB)
+	@mkdir -p $(dir $@)
+	$(DYN_LINK)
+$(DYN_DIR)/vspec-gateway: $(BUILD)/obj/daemon/gateway_main.o $(SVC_LIB) $(SHARED_LIB)
+	@mkdir -p $(dir $@)
+	$(DYN_LINK)
+$(DYN_DIR)/vspec-bench: $(BUILD)/obj/bench/vspec_bench.o $(BENCH_LIB) $(SHARED_LIB)
+	@mkdir -p $(dir $@)
+	$(DYN_LINK)
+INSTALL_ENV = BUILD="$(BUILD)" DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" BINDIR="$(BINDIR)" \
+              LIBDIR="$(LIBDIR)" INCLUDEDIR="$(INCLUDEDIR)" DATADIR="$(DATADIR)" \
+              SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" VERSION="$(VERSION)" \
+              SONAME="$(SONAME)"
+install: all $(SHARED_LIB) $(DYN_PROGS)
+	$(INSTALL_ENV) ./tools/install.sh install
+uninstall:
+	$(INSTALL_ENV) ./tools/install.sh uninstall
+
 deps:
 	./tools/install_deps.sh
 
 clean:
 	rm -rf build
+
+# The header dependencies the compiler recorded (see DEPFLAGS).
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

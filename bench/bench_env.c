@@ -1,4 +1,3 @@
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +5,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "core/paths.h"
 
 double vs_bench_now(void) {
   struct timespec ts;
@@ -36,15 +36,8 @@ int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_d
   if (plugin_dir) {
     snprintf(env->plugin_dir, sizeof env->plugin_dir, "%s", plugin_dir);
   } else {
-    /* Default: the plugins built next to this executable (build/plugins). */
-    char exe[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-      exe[n] = 0;
-    } else {
-      snprintf(exe, sizeof exe, "%s", argv0);
-    }
-    snprintf(env->plugin_dir, sizeof env->plugin_dir, "%s/plugins", dirname(exe));
+    /* Default: the plugins built or installed with this executable (core/paths.h). */
+    vs_default_plugin_dir(env->plugin_dir, sizeof env->plugin_dir);
   }
   vs_bench_device def = {0};
   if (!dv) dv = &def;

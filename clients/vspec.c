@@ -46,9 +46,16 @@ static const char *vs__default_server(void) {
   return e && *e ? e : "tcp://127.0.0.1:5555";
 }
 
+/* The systemd unit (etc/vspecd.service) puts the admin socket in vspecd's runtime
+ * directory; a daemon started by hand uses /tmp's. The CLI takes the unit's when it exists,
+ * so that `vspec plugins` works against either without options. */
+#define VS_UNIT_ADMIN_SOCK "/run/vspecd/admin.sock"
+
 static const char *vs__default_admin(void) {
   const char *e = getenv("VSPEC_ADMIN");
-  return e && *e ? e : "ipc:///tmp/vspecd-admin.sock";
+  if (e && *e) return e;
+  return access(VS_UNIT_ADMIN_SOCK, F_OK) == 0 ? "ipc://" VS_UNIT_ADMIN_SOCK
+                                                : "ipc:///tmp/vspecd-admin.sock";
 }
 
 static volatile sig_atomic_t vs__interrupted;
@@ -102,8 +109,9 @@ static void vs__net_defaults(vs_net_opts *n) {
 
 #define VS_NET_OPTIONS_HELP                                                                     \
   "  --server EP          job endpoint (default $VSPEC_SERVER or tcp://127.0.0.1:5555)\n"     \
-  "  --admin EP           admin endpoint (default $VSPEC_ADMIN or\n"                          \
-  "                       ipc:///tmp/vspecd-admin.sock)\n"                                     \
+  "  --admin EP           admin endpoint (default $VSPEC_ADMIN, else\n"                        \
+  "                       ipc:///run/vspecd/admin.sock when it exists (the systemd unit's),\n" \
+  "                       else ipc:///tmp/vspecd-admin.sock)\n"                                \
   "  --curve-server-key K the server's CURVE public key, or a file holding it\n"              \
   "                       (default $VSPEC_CURVE_SERVER_KEY)\n"                                 \
   "  --curve-key FILE     this client's key pair from `vspec keygen` ($VSPEC_CURVE_KEY)\n"    \

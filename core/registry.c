@@ -25,6 +25,11 @@ struct vs_plugin {
   char name[64];
   char version[64];
   char file[512]; /* the original file in plugin_dir, for messages */
+  /* The file this generation was read from, to tell a rebuilt plugin (SIGHUP refresh). */
+  dev_t src_dev;
+  ino_t src_ino;
+  off_t src_size;
+  struct timespec src_mtime;
   void *handle;
   const vspec_plugin_desc *desc;
   const void *vtable;
@@ -323,6 +328,8 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
   int in;
   int rc = vs__open_plugin(reg, file, &in, err, errlen);
   if (rc) return rc;
+  struct stat src;
+  if (fstat(in, &src) != 0) memset(&src, 0, sizeof src);
   /* dlopen hands back an object already open under the same path without reading the file:
    * every attempt, failed ones included, gets a name never used before, or a fixed build
    * could not be loaded after a failed one that stays open (not MAY_UNLOAD). */
@@ -393,6 +400,10 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
   snprintf(p->name, sizeof p->name, "%s", d->name);
   snprintf(p->version, sizeof p->version, "%s", d->version);
   snprintf(p->file, sizeof p->file, "%s", file);
+  p->src_dev = src.st_dev;
+  p->src_ino = src.st_ino;
+  p->src_size = src.st_size;
+  p->src_mtime = src.st_mtim;
   p->handle = h;
   p->desc = d;
   p->vtable = d->vtable;
@@ -565,26 +576,31 @@ int vs_registry_reload(vs_registry *reg, int kind, const char *name, char *err, 
   return rc;
 }
 
+/* KIND and NAME of a directory entry named <kind>_<name>.so; -1 for any other name. */
+static int vs__parse_file_name(const char *n, char name[64]) {
+  size_t len = strlen(n);
+  if (len < 4 || strcmp(n + len - 3, ".so") != 0) return -1;
+  const char *us = strchr(n, '_');
+  if (!us) return -1;
+  char kind_name[16];
+  size_t kl = (size_t)(us - n);
+  size_t nl = len - 3 - kl - 1;
+  if (kl >= sizeof kind_name || nl == 0 || nl >= 64) return -1;
+  memcpy(kind_name, n, kl);
+  kind_name[kl] = 0;
+  memcpy(name, us + 1, nl);
+  name[nl] = 0;
+  return vs_plugin_kind_parse(kind_name);
+}
+
 int vs_registry_scan(vs_registry *reg) {
   DIR *d = opendir(reg->dir);
   if (!d) return 1;
   int failures = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
-    const char *n = de->d_name;
-    size_t len = strlen(n);
-    if (len < 4 || strcmp(n + len - 3, ".so") != 0) continue;
-    const char *us = strchr(n, '_');
-    if (!us) continue;
-    char kind_name[16], name[64];
-    size_t kl = (size_t)(us - n);
-    size_t nl = len - 3 - kl - 1;
-    if (kl >= sizeof kind_name || nl == 0 || nl >= sizeof name) continue;
-    memcpy(kind_name, n, kl);
-    kind_name[kl] = 0;
-    memcpy(name, us + 1, nl);
-    name[nl] = 0;
-    int kind = vs_plugin_kind_parse(kind_name);
+    char name[64];
+    int kind = vs__parse_file_name(de->d_name, name);
     if (kind < 0) continue;
     char err[VSPEC_ERRLEN];
     pthread_mutex_lock(&reg->lock);
@@ -598,6 +614,49 @@ int vs_registry_scan(vs_registry *reg) {
   }
   closedir(d);
   return failures;
+}
+
+/* Whether the file of `e` differs from the one its current generation was read from. */
+static int vs__file_changed(const vs_registry *reg, const vs__entry *e) {
+  char path[1024];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s_%s.so", reg->dir, vs_plugin_kind_name(e->kind), e->name);
+  const vs_plugin *p = e->current;
+  if (!p || stat(path, &st) != 0) return 0; /* a removed file: the loaded generation stays */
+  return st.st_dev != p->src_dev || st.st_ino != p->src_ino || st.st_size != p->src_size ||
+         st.st_mtim.tv_sec != p->src_mtime.tv_sec || st.st_mtim.tv_nsec != p->src_mtime.tv_nsec;
+}
+
+int vs_registry_refresh(vs_registry *reg, vs_registry_refresh_report *rep) {
+  memset(rep, 0, sizeof *rep);
+  DIR *d = opendir(reg->dir);
+  if (!d) return VSPEC_EIO;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    char name[64], err[VSPEC_ERRLEN];
+    int kind = vs__parse_file_name(de->d_name, name);
+    if (kind < 0) continue;
+    pthread_mutex_lock(&reg->lock);
+    vs__entry *e = vs__find_entry(reg, kind, name);
+    int isnew = !e, changed = e && vs__file_changed(reg, e), rc = 0;
+    /* Backends serve models: their caller reloads them with their models. */
+    if (isnew || (changed && kind != VSPEC_PLUGIN_BACKEND))
+      rc = vs__load_locked(reg, kind, name, &e, err, sizeof err);
+    pthread_mutex_unlock(&reg->lock);
+    if (rc) {
+      vs_log(VSPEC_LOG_WARN, "registry", "%s", err);
+      rep->failed++;
+    } else if (isnew) {
+      rep->loaded++;
+    } else if (changed && kind == VSPEC_PLUGIN_BACKEND) {
+      if (rep->n_backends < VS_REFRESH_MAX_BACKENDS)
+        snprintf(rep->backends[rep->n_backends++], sizeof rep->backends[0], "%s", name);
+    } else if (changed) {
+      rep->reloaded++;
+    }
+  }
+  closedir(d);
+  return VSPEC_OK;
 }
 
 int vs_registry_list(vs_registry *reg, vs_plugin_status *out, int max) {

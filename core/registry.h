@@ -51,6 +51,22 @@ int vs_registry_reload(vs_registry *reg, int kind, const char *name, char *err, 
  * of failures (each logged). */
 int vs_registry_scan(vs_registry *reg);
 
+/* What vs_registry_refresh did. */
+#define VS_REFRESH_MAX_BACKENDS 8
+typedef struct vs_registry_refresh_report {
+  int loaded;   /* plugins new in the directory, loaded */
+  int reloaded; /* rules and schedulers whose file changed, reloaded (a new generation) */
+  int failed;   /* loads that failed (logged; the current generation stays) */
+  int n_backends;
+  char backends[VS_REFRESH_MAX_BACKENDS][64]; /* backends whose file changed: not reloaded
+                                                 here, their models must be reopened too */
+} vs_registry_refresh_report;
+/* Brings the registry up to date with its directory (SIGHUP): loads plugins not loaded yet
+ * and reloads those whose file changed since their current generation was read (another
+ * inode, size or mtime); a removed file leaves its plugin loaded. Returns 0 or VSPEC_EIO
+ * (the directory cannot be read). */
+int vs_registry_refresh(vs_registry *reg, vs_registry_refresh_report *rep);
+
 typedef struct vs_plugin_status {
   int kind;
   char name[64];

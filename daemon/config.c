@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/method.h"
 #include "core/names.h"
+#include "core/paths.h"
 #include "kernels/vs_device.h"
 #include "vspec/types.h"
 
@@ -28,9 +29,10 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->queue_size = 64;
   c->per_client = 16;
   c->busy_retry_ms = 1000;
-  snprintf(c->plugin_dir, sizeof c->plugin_dir, "build/plugins");
+  /* Next to the executable: the build tree's or an installed tree's (core/paths.h). */
+  vs_default_plugin_dir(c->plugin_dir, sizeof c->plugin_dir);
   snprintf(c->models[0].name, sizeof c->models[0].name, "fmnist");
-  snprintf(c->models[0].dir, sizeof c->models[0].dir, "models/fmnist");
+  vs_default_data_path("models/fmnist", c->models[0].dir, sizeof c->models[0].dir);
   c->n_models = 1;
   snprintf(c->default_model, sizeof c->default_model, "fmnist");
   snprintf(c->method, sizeof c->method, "ar");

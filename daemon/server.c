@@ -83,7 +83,7 @@ struct vs_server {
   vs_fleet_agent *fleet; /* fleet mode: takes jobs from Redis, submits them here */
   uv_async_t async;
   uv_timer_t tick;
-  uv_signal_t sig_term, sig_int;
+  uv_signal_t sig_term, sig_int, sig_hup;
   int tick_running;
 
   vspec_host host;
@@ -110,6 +110,8 @@ struct vs_server {
   int draining, hard_cancel, stopping;
   double drain_started;
   vs_reload_work *reload; /* a backend reload in flight */
+  vs_registry_refresh_report hup; /* SIGHUP: changed backends still to reload, in order */
+  int hup_next;
   int exit_code;
 };
 
@@ -1050,23 +1052,30 @@ static void vs__reload_work(uv_work_t *req) {
                                         w->err, sizeof w->err);
 }
 
+static void vs__hup_next_backend(vs_server *s);
+
 static void vs__reload_done(uv_work_t *req, int status) {
   vs_reload_work *w = req->data;
   vs_server *s = w->s;
   s->reload = NULL;
+  /* sock < 0: started by SIGHUP, nobody to answer. */
   if (status < 0 || w->rc < 0) {
     char msg[VSPEC_ERRLEN + 64];
     snprintf(msg, sizeof msg, "backend %s: the plugin was reloaded but its models were not: %s",
              w->backend, status < 0 ? uv_strerror(status) : w->err);
     vs_log(VSPEC_LOG_WARN, "admin", "%s", msg);
-    vs__reply_error(s, w->sock, &w->env, w->request_id, VSPEC__ERROR_CODE__ERR_INTERNAL, msg, 0);
+    if (w->sock >= 0)
+      vs__reply_error(s, w->sock, &w->env, w->request_id, VSPEC__ERROR_CODE__ERR_INTERNAL, msg, 0);
   } else {
     vs_log(VSPEC_LOG_INFO, "admin", "backend %s reloaded; %d model(s) reopened", w->backend,
            w->rc);
-    vs__send_reload_reply(s, w->sock, &w->env, w->request_id, VSPEC_PLUGIN_BACKEND, w->backend,
-                          w->names, w->rc < VS_CONF_MAX_MODELS ? w->rc : VS_CONF_MAX_MODELS);
+    if (w->sock >= 0)
+      vs__send_reload_reply(s, w->sock, &w->env, w->request_id, VSPEC_PLUGIN_BACKEND,
+                            w->backend, w->names, w->rc < VS_CONF_MAX_MODELS ? w->rc
+                                                                             : VS_CONF_MAX_MODELS);
   }
   free(w);
+  vs__hup_next_backend(s);
   vs__check_drained(s);
 }
 
@@ -1435,8 +1444,10 @@ static void vs__stop_loop(vs_server *s) {
   uv_close((uv_handle_t *)&s->async, NULL);
   uv_signal_stop(&s->sig_term);
   uv_signal_stop(&s->sig_int);
+  uv_signal_stop(&s->sig_hup);
   uv_close((uv_handle_t *)&s->sig_term, NULL);
   uv_close((uv_handle_t *)&s->sig_int, NULL);
+  uv_close((uv_handle_t *)&s->sig_hup, NULL);
   for (int i = 0; i < 2; i++) vs_zwatch_close(&s->watch[i], vs__watch_closed);
 }
 
@@ -1476,6 +1487,54 @@ static void vs__begin_drain(vs_server *s, const char *why) {
 static void vs__on_signal(uv_signal_t *h, int signum) {
   vs_server *s = h->data;
   vs__begin_drain(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* SIGHUP's backends, one at a time: a backend reload reopens its models on the thread pool
+ * (vs__reload_done starts the next). */
+static void vs__hup_next_backend(vs_server *s) {
+  while (!s->reload && !s->draining && s->hup_next < s->hup.n_backends) {
+    const char *name = s->hup.backends[s->hup_next++];
+    char err[VSPEC_ERRLEN];
+    if (vs_registry_reload(s->reg, VSPEC_PLUGIN_BACKEND, name, err, sizeof err)) {
+      vs_log(VSPEC_LOG_WARN, "server", "SIGHUP: backend %s: %s; the current generation stays",
+             name, err);
+      continue;
+    }
+    vs_reload_work *w = calloc(1, sizeof *w);
+    if (!w) return;
+    w->s = s;
+    w->sock = -1;
+    snprintf(w->backend, sizeof w->backend, "%s", name);
+    w->req.data = w;
+    s->reload = w;
+    if (uv_queue_work(&s->loop, &w->req, vs__reload_work, vs__reload_done)) {
+      s->reload = NULL;
+      free(w);
+    }
+  }
+}
+
+/* SIGHUP (systemctl reload): the plugin directory again: new plugins loaded, changed ones
+ * reloaded (docs/DESIGN.md, "Plugin loading rules"). Jobs keep the generations they hold. */
+static void vs__on_sighup(uv_signal_t *h, int signum) {
+  vs_server *s = h->data;
+  if (s->draining) return;
+  if (s->reload || s->hup_next < s->hup.n_backends) {
+    vs_log(VSPEC_LOG_WARN, "server", "SIGHUP: a backend reload is still running; send it again "
+           "once it is done");
+    return;
+  }
+  vs_registry_refresh_report *r = &s->hup;
+  if (vs_registry_refresh(s->reg, r)) {
+    vs_log(VSPEC_LOG_WARN, "server", "SIGHUP: cannot read the plugin directory %s",
+           vs_registry_dir(s->reg));
+    return;
+  }
+  s->hup_next = 0;
+  vs_log(VSPEC_LOG_INFO, "server", "SIGHUP: plugin directory scanned: %d new, %d reloaded, "
+         "%d backend(s) to reload with their models, %d failed", r->loaded, r->reloaded,
+         r->n_backends, r->failed);
+  vs__hup_next_backend(s);
 }
 
 /* ---- setup -------------------------------------------------------------------------------- */
@@ -1618,9 +1677,11 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
   s->tick.data = s;
   uv_signal_init(&s->loop, &s->sig_term);
   uv_signal_init(&s->loop, &s->sig_int);
-  s->sig_term.data = s->sig_int.data = s;
+  uv_signal_init(&s->loop, &s->sig_hup);
+  s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
   uv_signal_start(&s->sig_term, vs__on_signal, SIGTERM);
   uv_signal_start(&s->sig_int, vs__on_signal, SIGINT);
+  uv_signal_start(&s->sig_hup, vs__on_sighup, SIGHUP);
 
   s->zctx = zmq_ctx_new();
   if (!s->zctx) {

@@ -12,10 +12,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -183,6 +185,48 @@ static int plugin_field(const char *admin, const char *name, const char *field) 
   char *q = strstr(p, fk);
   assert_non_null(q);
   return atoi(q + strlen(fk));
+}
+
+/* Polls the plugin's field until it equals `want` (SIGHUP is handled on the loop). */
+static int plugin_field_becomes(const char *admin, const char *name, const char *field, int want) {
+  int v = -1;
+  for (int i = 0; i < 100 && (v = plugin_field(admin, name, field)) != want; i++)
+    vs_harness_sleep_ms(50);
+  return v;
+}
+
+/* SIGHUP (systemctl reload) rescans the plugin directory: a changed rule is reloaded, a new
+ * plugin is loaded, an unchanged one is left alone, and a job runs on the new generation. */
+static void test_sighup_refresh(void **state) {
+  fixture *f = *state;
+  vs_daemon_start(&f->d[0], &f->fx, "hup", NULL);
+  vs_daemon *d = &f->d[0];
+  assert_int_equal(plugin_field(d->admin_ep, "testrule", "generation"), 1);
+  assert_int_equal(plugin_field(d->admin_ep, "slow", "generation"), 1);
+  /* A signal with nothing changed reloads nothing. */
+  assert_int_equal(kill(d->pid, SIGHUP), 0);
+  vs_harness_sleep_ms(200);
+  assert_int_equal(plugin_field(d->admin_ep, "testrule", "generation"), 1);
+  vs_fixture_install(&f->fx, "testrule_v2.so", "accept_testrule.so");
+  vs_fixture_install(&f->fx, "slowload.so", "sched_slowload.so");
+  assert_int_equal(kill(d->pid, SIGHUP), 0);
+  assert_int_equal(plugin_field_becomes(d->admin_ep, "testrule", "generation", 2), 2);
+  assert_int_equal(plugin_field_becomes(d->admin_ep, "slowload", "generation", 1), 1);
+  assert_int_equal(plugin_field(d->admin_ep, "slow", "generation"), 1);
+  vs_conn c;
+  vs_client_open(&c, d->job_ep);
+  uint64_t job = accepted(&c, submit(&c, "self", "testrule", "scale=5", "slow", "ms=1,depth=2", 3));
+  outcome o[1];
+  finish_all(&c, &job, 1, o);
+  assert_int_equal(o[0].code, 0);
+  assert_non_null(strstr(o[0].rule, "test-2 (generation 2)"));
+  vs_conn_close(&c);
+  /* A rebuilt backend is reloaded with the models it serves. */
+  char path[400];
+  snprintf(path, sizeof path, "%s/backend_llamagen.so", f->fx.plugins);
+  assert_int_equal(utimensat(AT_FDCWD, path, NULL, 0), 0);
+  assert_int_equal(kill(d->pid, SIGHUP), 0);
+  assert_int_equal(plugin_field_becomes(d->admin_ep, "llamagen", "generation", 2), 2);
 }
 
 static void test_hot_swap_under_load(void **state) {
@@ -1329,6 +1373,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_many_concurrent_jobs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_endpoint_in_use_and_nobody_there, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sighup_refresh, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plugins_on_demand, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_finish, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_cancel, setup, teardown),

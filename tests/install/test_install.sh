@@ -1,0 +1,68 @@
+#!/bin/sh
+# make install into a staging DESTDIR, then use the staged tree as a user and a plugin author
+# would: the layout, the SONAME, pkg-config, a plugin built against the installed headers
+# alone, and the installed vspecd (its plugins, models and the CLI found from its own place)
+# generating an image with that plugin loaded. Run by make check (SAN=0) as install-check.
+# Usage: tests/install/test_install.sh BUILD
+set -eu
+BUILD=${1:-build}
+T=$(mktemp -d /tmp/vspec-install.XXXXXX)
+PID=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+  rm -rf "$T"
+}
+trap cleanup EXIT
+fail() { echo "FAILED: install: $*"; exit 1; }
+
+P=/opt/vspec-test
+make --no-print-directory -s install BUILD="$BUILD" DESTDIR="$T/root" PREFIX=$P >"$T/install.log" 2>&1 ||
+  { cat "$T/install.log"; fail "make install"; }
+R=$T/root$P
+for f in bin/vspecd bin/vspec bin/vspec-bench bin/vspec-broker bin/vspec-gateway \
+         lib/libvspec.so lib/pkgconfig/vspec-plugin.pc include/vspec/plugin.h \
+         lib/vspec/plugins/accept_exact.so share/vspec/models/fmnist/vspec-model.json \
+         etc/vspec/vspecd.conf lib/systemd/system/vspecd.service; do
+  [ -e "$R/$f" ] || fail "$f is not installed"
+done
+readelf -d "$R/lib/libvspec.so" | grep -q 'SONAME.*libvspec\.so\.[0-9]' || fail "no SONAME"
+readelf -d "$R/bin/vspecd" | grep -q 'NEEDED.*libvspec\.so\.' || fail "vspecd does not use the shared libvspec"
+grep -q "^ExecStart=$P/bin/vspecd -c $P/etc/vspec/vspecd.conf" "$R/lib/systemd/system/vspecd.service" ||
+  fail "the unit does not run the installed vspecd with the installed configuration"
+grep -q "^admin_endpoint = ipc:///run/vspecd/admin.sock" "$R/etc/vspec/vspecd.conf" ||
+  fail "the installed configuration's admin socket is not the unit's runtime directory"
+grep -q "^dir = $P/lib/vspec/plugins" "$R/etc/vspec/vspecd.conf" || fail "plugins.dir not rewritten"
+
+# A plugin author's build: the installed headers through pkg-config, nothing else.
+CFLAGS=$(PKG_CONFIG_PATH="$R/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$T/root" pkg-config --cflags vspec-plugin) ||
+  fail "pkg-config --cflags vspec-plugin"
+PLUGDIR=$(PKG_CONFIG_PATH="$R/lib/pkgconfig" pkg-config --variable=plugindir vspec-plugin)
+[ "$PLUGDIR" = "$P/lib/vspec/plugins" ] || fail "plugindir is '$PLUGDIR'"
+cc $CFLAGS -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -fPIC -shared \
+  tests/plugins/testrule.c -o "$R/lib/vspec/plugins/accept_testrule.so" || fail "testrule.c against the installed headers"
+chmod go-w "$R/lib/vspec/plugins/accept_testrule.so"
+
+# The installed programs from another directory: no build tree, no models/ in sight.
+cd "$T"
+"$R/bin/vspec" --version | grep -q "plugin ABI" || fail "vspec --version"
+VSPEC_CACHE_DIR=$T/cache "$R/bin/vspecd" --endpoint "ipc://$T/jobs.sock" --admin "ipc://$T/admin.sock" \
+  >"$T/vspecd.log" 2>&1 &
+PID=$!
+i=0
+until "$R/bin/vspec" plugins --admin "ipc://$T/admin.sock" --timeout 1 >"$T/plugins.txt" 2>/dev/null; do
+  i=$((i + 1))
+  [ $i -lt 60 ] && kill -0 "$PID" 2>/dev/null || { cat "$T/vspecd.log"; fail "the installed vspecd did not start"; }
+  sleep 0.5
+done
+grep -q "testrule" "$T/plugins.txt" || { cat "$T/plugins.txt"; fail "the plugin built with pkg-config is not loaded"; }
+"$R/bin/vspec" generate --server "ipc://$T/jobs.sock" --class 3 --seed 1 --method sd:testrule \
+  --out "$T/img.png" >"$T/gen.log" 2>&1 || { cat "$T/gen.log"; fail "generate with the installed plugin"; }
+[ "$(head -c 4 "$T/img.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "no PNG written"
+kill "$PID" && wait "$PID" 2>/dev/null || true
+PID=
+
+cd - >/dev/null
+make --no-print-directory -s uninstall BUILD="$BUILD" DESTDIR="$T/root" PREFIX=$P >/dev/null
+left=$(find "$T/root" -type f ! -name vspecd.conf | head -3)
+[ -z "$left" ] || fail "uninstall left $left"
+echo "PASSED: install (make install into a DESTDIR, pkg-config plugin build, installed vspecd)"
