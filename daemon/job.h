@@ -80,7 +80,7 @@ struct vs_djob {
   int progress;           /* stream progress events */
   double progress_interval; /* seconds between progress events, 0 = every round */
   int priority;
-  uint64_t client_key;    /* fairness between clients: its connection (daemon/server.c) */
+  uint64_t client_key;    /* fairness between clients: its connection (daemon/server_clients.c) */
   int tokens_total;       /* grid of the model at submission */
   double submitted_at;    /* monotonic seconds */
   double deadline;        /* monotonic seconds, 0 = none */
@@ -150,7 +150,7 @@ struct vs_djob {
     double outbox_since;
     uint64_t request_id;
     int queued_reported;      /* last queue position sent */
-    double last_event;        /* anything last went along env (daemon/server.c) */
+    double last_event;        /* anything last went along env (daemon/server_events.c) */
     double last_progress;     /* when the last progress event went out */
   } lp;
 };
