@@ -321,11 +321,26 @@ check: all $(TESTS)
 	  VSPEC_BUILD=$(BUILD) ./$$t || { echo "FAILED: $$t"; fail=1; }; \
 	done; \
 	if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory install-check || fail=1; fi; \
+	if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory python-check || fail=1; fi; \
 	exit $$fail
 
 # make install into a temporary DESTDIR and use the result (tests/install/test_install.sh).
 install-check: all $(SHARED_LIB) $(DYN_PROGS)
 	tests/install/test_install.sh $(BUILD)
+
+# The Python client (clients/python): the package with the protobuf module protoc generates
+# (never committed) in $(BUILD)/python/vspec, and its test against a real vspecd on the
+# shipped model (tests/python/test_client.py), run by make check after the C tests.
+PY_PKG := $(BUILD)/python/vspec
+PY_SRC := $(wildcard clients/python/vspec/*.py)
+.PHONY: python-client python-check
+$(PY_PKG)/vspec_pb2.py: proto/vspec.proto $(PY_SRC)
+	@mkdir -p $(PY_PKG)
+	cp $(PY_SRC) $(PY_PKG)/
+	protoc -Iproto --python_out=$(PY_PKG) proto/vspec.proto
+python-client: $(PY_PKG)/vspec_pb2.py
+python-check: all $(PY_PKG)/vspec_pb2.py
+	VSPEC_BUILD=$(BUILD) PYTHONPATH=$(BUILD)/python $(PYTHON) tests/python/test_client.py
 
 test:
 	$(MAKE) check

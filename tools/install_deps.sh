@@ -13,7 +13,8 @@ PKGS="build-essential pkg-config
   libpng-dev zlib1g-dev libblis-pthread-dev liblapacke-dev liblapack-dev
   libjansson-dev libinih-dev libcmocka-dev libhiredis-dev redis-server
   clang libclang-rt-dev llvm
-  python3 python3-numpy python3-torch dataset-fashion-mnist"
+  python3 python3-numpy python3-torch dataset-fashion-mnist
+  python3-zmq python3-protobuf protobuf-compiler"
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
 
