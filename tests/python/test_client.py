@@ -37,7 +37,13 @@ def png_size(data):
     return struct.unpack(">II", data[16:24])
 
 
-class DaemonTest(unittest.TestCase):
+class _Daemon(unittest.TestCase):
+    """A vspecd for the test class (no tests of its own); daemon_args() adds options."""
+
+    @classmethod
+    def daemon_args(cls):
+        return []
+
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="vspec-py-")
@@ -56,7 +62,7 @@ class DaemonTest(unittest.TestCase):
         args = [os.path.join(BUILD, "vspecd"), "--endpoint", cls.job_ep, "--admin", cls.admin_ep,
                 "--plugins", plugins, "--model", "fmnist=" + os.path.join(ROOT, "models", "fmnist"),
                 "--default-model", "fmnist", "--threads", "1", "--node", "pytest",
-                "--log-level", "debug"]
+                "--log-level", "debug"] + cls.daemon_args()
         with open(cls.log, "wb") as log:
             cls.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, env=env)
         try:
@@ -73,7 +79,7 @@ class DaemonTest(unittest.TestCase):
                 raise RuntimeError("vspecd exited with %s:\n%s" % (cls.proc.returncode,
                                                                    cls._log_tail()))
             try:
-                with vspec.Client(cls.job_ep, timeout=0.5) as c:
+                with vspec.Client(cls.admin_ep, timeout=0.5) as c:
                     if c.ping() == "pytest":
                         return
             except vspec.VspecError:
@@ -109,6 +115,8 @@ class DaemonTest(unittest.TestCase):
             raise AssertionError("vspecd ended with %s (before the stop: %s)"
                                  % (cls.proc.returncode, rc_before))
 
+
+class DaemonTest(_Daemon):
     def setUp(self):
         self.client = vspec.Client(self.job_ep, timeout=10)
 
@@ -131,10 +139,6 @@ class DaemonTest(unittest.TestCase):
         self.assertTrue(0.0 < s.accept_rate <= 1.0, s.accept_rate)
         self.assertGreater(s.generate_s, 0.0)
         self.assertIn("seed=1", r.describe)
-        # the same seed gives the same image
-        again = self.client.generate(class_label=3, method="sd:lantern:delta=0.2", seed=1)
-        self.assertEqual(again.png, r.png)
-        self.assertNotEqual(again.job_id, r.job_id)
 
     def test_stream(self):
         with self.client.stream(class_label=1, method="ar", seed=2, preview="lut",
@@ -188,6 +192,17 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, "not-found")
         self.assertIn(str(job.job_id), cm.exception.message)
 
+    def test_two_jobs_on_one_client(self):
+        # the second job's events are taken first: the first one's wait in its inbox
+        first = self.client.stream(class_label=2, method="ar", seed=5)
+        second = self.client.stream(class_label=4, method="ar", seed=6)
+        r2, r1 = second.wait(), first.wait()
+        self.assertNotEqual(r1.job_id, r2.job_id)
+        self.assertEqual((r1.seed, r2.seed), (5, 6))
+        self.assertEqual(png_size(r1.png), (32, 32))
+        # the same seed gives the same image
+        self.assertEqual(r1.png, self.client.generate(class_label=2, method="ar", seed=5).png)
+
     def test_status(self):
         self.client.generate(class_label=5, method="ar", seed=4)
         st = self.client.status()
@@ -229,6 +244,36 @@ class DaemonTest(unittest.TestCase):
                 vspec.Client(ep, timeout=30)
             self.assertLess(time.monotonic() - t0, 2.5)
             self.assertIn(ep, str(cm.exception))
+
+
+class CurveTest(_Daemon):
+    """CURVE on the job endpoint: keys from `vspec keygen`, one client on the allow-list."""
+
+    @classmethod
+    def daemon_args(cls):
+        for name in ("server", "alice", "mallory"):
+            subprocess.run([os.path.join(BUILD, "vspec"), "keygen", os.path.join(cls.dir, name)],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=10)
+        allow = os.path.join(cls.dir, "clients.allow")
+        with open(allow, "w") as f:
+            f.write(vspec.keys.read_key(os.path.join(cls.dir, "alice.pub"), "public") + " alice\n")
+        return ["--set", "curve.enabled=true",
+                "--set", "curve.secret_key_file=" + os.path.join(cls.dir, "server.key"),
+                "--set", "curve.allowed_clients=" + allow]
+
+    def test_allowed_and_refused_keys(self):
+        server = os.path.join(self.dir, "server.pub")
+        with vspec.Client(self.job_ep, server_key=server, client_keys=os.path.join(
+                self.dir, "alice.key"), timeout=10) as c:
+            self.assertEqual(png_size(c.generate(class_label=1, method="ar", seed=1).png), (32, 32))
+        with vspec.Client(self.job_ep, server_key=server, client_keys=os.path.join(
+                self.dir, "mallory.key"), timeout=1) as c:
+            with self.assertRaises(vspec.VspecTimeout) as cm:
+                c.ping()
+            self.assertIn("refused this client's CURVE key", str(cm.exception))
+        with self.assertRaises(ValueError):  # a server key without a client key
+            vspec.Client(self.job_ep, server_key=server)
 
 
 if __name__ == "__main__":
