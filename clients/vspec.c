@@ -529,13 +529,15 @@ static int cmd_generate(int argc, char **argv) {
         if (json) {
           printf("{\"event\": \"progress\", \"job\": %llu, \"seq\": %llu, \"round\": %lld, "
                  "\"tokens_done\": %u, \"tokens_total\": %u, \"tpf\": %.4f, \"mal\": %.4f, "
-                 "\"elapsed_s\": %.4f, \"changed\": %zu}\n",
+                 "\"accept_rate\": %.4f, \"walk_accept_rate\": %.4f, \"elapsed_s\": %.4f, "
+                 "\"changed\": %zu}\n",
                  (unsigned long long)job, (unsigned long long)ev->seq, (long long)p->round,
-                 p->tokens_done, p->tokens_total, p->tpf, p->mal, p->elapsed_s, p->n_positions);
+                 p->tokens_done, p->tokens_total, p->tpf, p->mal, p->accept_rate,
+                 p->walk_accept_rate, p->elapsed_s, p->n_positions);
           fflush(stdout);
         } else if (!quiet && p->round >= 0) {
           vs_progress_line_update(&pl, p->tokens_done, p->tokens_total, p->tpf, p->mal,
-                                  now - t0);
+                                  p->has_accept_rate ? p->accept_rate : -1.0, now - t0);
         } else if (!quiet) {
           vs_progress_line_note(&pl, "job %llu: position %u in the queue",
                                 (unsigned long long)job, p->queue_position);
@@ -586,10 +588,13 @@ static int cmd_generate(int argc, char **argv) {
                  r->width, r->height, wall, n_previews);
           if (st)
             printf(", \"tokens\": %llu, \"target_forwards\": %llu, \"tpf\": %.4f, \"mal\": %.4f, "
-                   "\"accept_rate\": %.4f, \"generate_s\": %.6f, \"decode_s\": %.6f, "
-                   "\"queue_s\": %.6f, \"preview_s\": %.6f, \"rule\": ",
+                   "\"accept_rate\": %.4f, \"walk_accept_rate\": %.4f, \"draft_tokens\": %llu, "
+                   "\"drafted\": %llu, \"accepted\": %llu, \"generate_s\": %.6f, "
+                   "\"decode_s\": %.6f, \"queue_s\": %.6f, \"preview_s\": %.6f, \"rule\": ",
                    (unsigned long long)st->tokens, (unsigned long long)st->target_forwards,
-                   st->tpf, st->mal, st->accept_rate, st->generate_s, st->decode_s, st->queue_s,
+                   st->tpf, st->mal, st->accept_rate, st->walk_accept_rate,
+                   (unsigned long long)st->draft_tokens, (unsigned long long)st->drafted,
+                   (unsigned long long)st->accepted, st->generate_s, st->decode_s, st->queue_s,
                    st->preview_s);
           if (st) vs__json_str(stdout, st->rule_version);
           printf(", \"describe\": ");
@@ -603,11 +608,12 @@ static int cmd_generate(int argc, char **argv) {
           fflush(stdout);
         } else if (!quiet) {
           fprintf(stderr, "wrote %s (%ux%u): job %llu, %llu tokens, %llu target forwards, TPF "
-                  "%.2f, MAL %.2f, %.3f s end to end (%.3f s generating)\n",
+                  "%.2f, MAL %.2f, accept %.0f%%, %.3f s end to end (%.3f s generating)\n",
                   out, r->width, r->height, (unsigned long long)job,
                   st ? (unsigned long long)st->tokens : 0ull,
                   st ? (unsigned long long)st->target_forwards : 0ull, st ? st->tpf : 0,
-                  st ? st->mal : 0, wall, st ? st->generate_s : 0);
+                  st ? st->mal : 0, st ? 100.0 * st->accept_rate : 0, wall,
+                  st ? st->generate_s : 0);
         }
         break;
       }
