@@ -186,7 +186,7 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
     fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g",
             floor.fid_10k);
   if (isfinite(floor.fid_at_n))
-    fprintf(f, "; of the first %d training images (the floor at this table's size) = %.4g",
+    fprintf(f, "; of %d class-balanced training images (the floor at this table's size) = %.4g",
             images, floor.fid_at_n);
   if (isfinite(floor.fid_10k)) fprintf(f, ".");
   fprintf(f, "\n");
