@@ -119,15 +119,15 @@ typedef struct eval_tokens {
  * proposals and budget exhaustions (totals over the images). */
 static void table_header(FILE *f, int continuous) {
   if (continuous) {
-    fprintf(f, "| method | TPF | MAL | accept | draft forwards | target forwards | "
+    fprintf(f, "| method | TPF | MAL | accept | walk accept | draft forwards | target forwards | "
                "residual rounds | residual fallbacks | speed-up vs AR (median, total) "
                "| FID | class acc | precision | recall |\n");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     return;
   }
-  fprintf(f, "| method | TPF | MAL | accept | accept by depth 1/2/3/4 | speed-up vs AR (median, total) "
-             "| FID | class acc | precision | recall |\n");
-  fprintf(f, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
+  fprintf(f, "| method | TPF | MAL | accept | walk accept | accept by depth 1/2/3/4 "
+             "| speed-up vs AR (median, total) | FID | class acc | precision | recall |\n");
+  fprintf(f, "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
 }
 
 static void table_accept_cells(FILE *f, const vs_metrics *t, int continuous) {
@@ -147,8 +147,8 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
   table_header(f, tk->continuous);
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
-    fprintf(f, "| `%s` | %.3f | %.3f | %.3f | ", em[i].spec, vs_metrics_tpf(t), vs_metrics_mal(t),
-            vs_metrics_accept_rate(t));
+    fprintf(f, "| `%s` | %.3f | %.3f | %.3f | %.3f | ", em[i].spec, vs_metrics_tpf(t),
+            vs_metrics_mal(t), vs_metrics_accept_rate(t), vs_metrics_walk_accept_rate(t));
     table_accept_cells(f, t, tk->continuous);
     if (isfinite(em[i].speedup_median))
       fprintf(f, "%.2fx (%.2fx)", em[i].speedup_median, em[i].speedup_total);
@@ -186,7 +186,7 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
     fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g",
             floor.fid_10k);
   if (isfinite(floor.fid_at_n))
-    fprintf(f, "; of the first %d training images (the floor at this table's size) = %.4g",
+    fprintf(f, "; of %d class-balanced training images (the floor at this table's size) = %.4g",
             images, floor.fid_at_n);
   if (isfinite(floor.fid_10k)) fprintf(f, ".");
   fprintf(f, "\n");
@@ -234,6 +234,10 @@ static int write_json(const char *path, const char *model, const char *device, e
     json_num(f, vs_metrics_mal(t));
     fprintf(f, ", \"accept_rate\": ");
     json_num(f, vs_metrics_accept_rate(t));
+    fprintf(f, ", \"walk_accept_rate\": ");
+    json_num(f, vs_metrics_walk_accept_rate(t));
+    fprintf(f, ", \"draft_tokens\": %lld, \"accepted\": %lld", (long long)t->draft_tokens,
+            (long long)t->accepted);
     fprintf(f, ",\n     \"accept_by_depth\": [");
     int last = 0;
     for (int d = 1; d <= VS_MAX_DEPTH; d++)

@@ -166,11 +166,13 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   if (json) {
     printf("{\"out\": \"%s\", \"tokens\": %lld, \"target_forwards\": %lld, \"tpf\": %.4f, "
            "\"mal\": %.4f, \"wall_s\": %.6f, \"rounds\": %lld, \"draft_forwards\": %lld, "
-           "\"accept_rate\": %.4f, \"residual_rounds\": %lld, \"residual_fallbacks\": %lld, "
+           "\"accept_rate\": %.4f, \"walk_accept_rate\": %.4f, \"draft_tokens\": %lld, "
+           "\"accepted\": %lld, \"residual_rounds\": %lld, \"residual_fallbacks\": %lld, "
            "\"token_kind\": \"%s\"}\n",
            out_path, (long long)mt.tokens, (long long)mt.target_forwards, vs_metrics_tpf(&mt),
            vs_metrics_mal(&mt), mt.wall_s, (long long)mt.rounds, (long long)mt.draft_forwards,
-           vs_metrics_accept_rate(&mt), (long long)mt.residual_rounds,
+           vs_metrics_accept_rate(&mt), vs_metrics_walk_accept_rate(&mt),
+           (long long)mt.draft_tokens, (long long)mt.accepted, (long long)mt.residual_rounds,
            (long long)mt.residual_fallbacks,
            vs_bench_is_continuous(models) ? "continuous" : "discrete");
   } else {

@@ -30,19 +30,22 @@ static void usage(FILE *f) {
           "  --data DIR      Fashion-MNIST IDX files (default %s)\n"
           "  --cache DIR     feature cache directory (default build/cache)\n"
           "  --no-cache      neither read nor write the feature cache\n"
-          "  --threads N     compute threads (default: BLIS default)\n",
+          "  --threads N     compute threads (default: BLIS default)\n"
+          "  --floor-at N    also the floor at N images: N class-balanced training images\n"
+          "                  (N / 10 per class, as vspec-bench eval prints next to its tables)\n",
           VS_PR_K, VS_FMNIST_DIR);
 }
 
 int vs_bench_cmd_quality(int argc, char **argv) {
   const char *model_dir = "models/fmnist";
   vs_quality_opts opts = {.verbose = 1};
-  long threads = 0;
-  enum { O_DATA = 256, O_CACHE, O_NOCACHE, O_THREADS };
+  long threads = 0, floor_at = 0;
+  enum { O_DATA = 256, O_CACHE, O_NOCACHE, O_THREADS, O_FLOOR_AT };
   static const struct option lopts[] = {
       {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, O_DATA},
       {"cache", required_argument, 0, O_CACHE},   {"no-cache", no_argument, 0, O_NOCACHE},
       {"threads", required_argument, 0, O_THREADS}, {"help", no_argument, 0, 'h'},
+      {"floor-at", required_argument, 0, O_FLOOR_AT},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -54,6 +57,7 @@ int vs_bench_cmd_quality(int argc, char **argv) {
       case O_CACHE: opts.cache_dir = optarg; break;
       case O_NOCACHE: opts.cache_dir = ""; break;
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
+      case O_FLOOR_AT: ok = vs_cli_long("--floor-at", optarg, 2, 1000000, &floor_at); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -110,6 +114,15 @@ int vs_bench_cmd_quality(int argc, char **argv) {
            in->train_ref_fid, in->train_ref_note);
   else
     printf("%-40s %10s   (%s)\n", "FID train (all) vs test", "-", in->train_ref_note);
+  if (floor_at) {
+    double fa;
+    if (vs_quality_floor_at(q, (int)floor_at, &fa, err, sizeof err)) {
+      fprintf(stderr, "vspec-bench quality: %s\n", err);
+      goto done;
+    }
+    printf("%-40s %10.4f   (%ld class-balanced train images vs test stats)\n",
+           "real-data floor FID at n", fa, floor_at);
+  }
   if (in->ref_shipped)
     printf("%-40s %10.2e   (C features vs shipped test stats; ~0 when they agree)\n",
            "check: FID C vs shipped", in->ref_check_fid);

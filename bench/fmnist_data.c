@@ -263,3 +263,39 @@ void vs_fmnist_rgb_to_input(const uint8_t *rgb, int n, float *out) {
     out[i] = vs_fmnist_byte_to_input((uint8_t)((sum + 1) / 3));
   }
 }
+
+int vs_fmnist_balanced(const uint8_t *labels, int n_labels, int classes, int n, int32_t *idx) {
+  if (n < 0 || n_labels < 0 || classes < 1 || classes > 256) return VSPEC_EINVAL;
+  int avail[256] = {0}, quota[256], taken[256] = {0};
+  for (int i = 0; i < n_labels; i++)
+    if (labels[i] < classes) avail[labels[i]]++;
+  int excess = 0;
+  for (int c = 0; c < classes; c++) {
+    quota[c] = n / classes + (c < n % classes);
+    if (quota[c] > avail[c]) {
+      excess += quota[c] - avail[c];
+      quota[c] = avail[c];
+    }
+  }
+  /* Spread a shortfall one image at a time over the classes with images to spare, so the
+   * choice stays as balanced as the data allow. */
+  while (excess > 0) {
+    int moved = 0;
+    for (int c = 0; c < classes && excess > 0; c++)
+      if (quota[c] < avail[c]) {
+        quota[c]++;
+        excess--;
+        moved = 1;
+      }
+    if (!moved) return VSPEC_EINVAL;
+  }
+  int k = 0;
+  for (int i = 0; i < n_labels && k < n; i++) {
+    int c = labels[i];
+    if (c < classes && taken[c] < quota[c]) {
+      taken[c]++;
+      idx[k++] = i;
+    }
+  }
+  return VSPEC_OK;
+}

@@ -54,6 +54,15 @@ int vs_fmnist_load(const char *dir, const char *split, int max_n, vs_fmnist *out
                    size_t errlen);
 void vs_fmnist_free(vs_fmnist *d);
 
+/* A class-balanced choice of n of the n_labels images, the way vspec-bench eval asks for
+ * classes (image i is class i mod classes): n / classes of every class, one more for each of
+ * classes 0 .. n mod classes - 1; a class with too few images gives its shortfall to the next
+ * classes that have images to spare, in class order. Within a class the first images in file
+ * order are taken; idx [n] receives the indices in ascending order. Labels >= classes are
+ * never taken. Deterministic: depends on the labels and n only. Returns 0, or VSPEC_EINVAL
+ * when n < 0, classes is not in 1..256 or fewer than n images have a label below classes. */
+int vs_fmnist_balanced(const uint8_t *labels, int n_labels, int classes, int n, int32_t *idx);
+
 /* [n, 28, 28] bytes -> classifier input [n, 1, 32, 32]. */
 void vs_fmnist_to_input(const uint8_t *images, int n, float *out);
 /* [n, 32, 32, 3] RGB bytes -> classifier input [n, 1, 32, 32]; grey byte =

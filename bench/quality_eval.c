@@ -43,6 +43,7 @@ struct vs_quality {
   float *test_feat;      /* [n_test, d] */
   float *test_logits;    /* [n_test, ncls] */
   float *train_feat;     /* [n_train, d] */
+  uint8_t *train_labels; /* [n_train], for the class-balanced floor at n */
   double *test_radii2;   /* [n_test], k = VS_PR_K */
   double *ref_mu, *ref_cov; /* reference test statistics used by every FID */
   float *in_buf;         /* [VS_QE_CHUNK, 1, 32, 32] */
@@ -546,6 +547,8 @@ int vs_quality_open_opts(const char *model_dir, vspec_dev *dev, const vs_quality
   q->n_train = in->n_floor = train.n;
   q->test_labels = test.labels;
   test.labels = NULL;
+  q->train_labels = train.labels;
+  train.labels = NULL;
   rc = vs_qe_alloc(q, err, errlen);
   if (rc) goto fail;
 
@@ -655,11 +658,23 @@ int vs_quality_floor_at(const vs_quality *q, int n, double *fid, char *err, size
                       q->n_train);
   int d = q->d;
   double *mu = malloc(sizeof(double) * (size_t)d), *cov = malloc(sizeof(double) * (size_t)d * d);
-  int rc = !mu || !cov ? vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory") : VSPEC_OK;
-  if (!rc) rc = vs_feature_stats(q->train_feat, n, d, mu, cov, err, errlen);
+  int32_t *idx = malloc(sizeof(int32_t) * (size_t)n);
+  float *feat = malloc(sizeof(float) * (size_t)n * d);
+  int rc = !mu || !cov || !idx || !feat ? vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory")
+                                        : VSPEC_OK;
+  /* the generated images of a table are class-balanced (image i is class i mod classes): so
+   * are the real ones they are compared with */
+  if (!rc && vs_fmnist_balanced(q->train_labels, q->n_train, VS_FMNIST_CLASSES, n, idx))
+    rc = vs_qe_fail(err, errlen, VSPEC_EINVAL, "floor at %d images: too few labelled images",
+                    n);
+  for (int i = 0; !rc && i < n; i++)
+    memcpy(feat + (size_t)i * d, q->train_feat + (size_t)idx[i] * d, sizeof(float) * (size_t)d);
+  if (!rc) rc = vs_feature_stats(feat, n, d, mu, cov, err, errlen);
   if (!rc) rc = vs_fid(mu, cov, q->ref_mu, q->ref_cov, d, fid, err, errlen);
   free(mu);
   free(cov);
+  free(idx);
+  free(feat);
   return rc;
 }
 
@@ -686,6 +701,7 @@ void vs_quality_close(vs_quality *q) {
   free(q->test_feat);
   free(q->test_logits);
   free(q->train_feat);
+  free(q->train_labels);
   free(q->test_radii2);
   free(q->ref_mu);
   free(q->ref_cov);

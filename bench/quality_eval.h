@@ -116,9 +116,11 @@ int vs_quality_eval(vs_quality *q, const uint8_t *rgb_images, const int32_t *lab
 /* The real-data floor: FID of the first n_floor training images against the test
  * reference statistics. */
 double vs_quality_floor(const vs_quality *q);
-/* The floor at n images: FID of the first n training images (n <= the floor's image count)
- * against the test statistics. FID is biased upwards at small n, so a table of n generated
- * images is compared with this, not only with the 10k floor. */
+/* The floor at n images: FID of n class-balanced floor images (n <= the floor's image count;
+ * vs_fmnist_balanced: n / 10 per class, the first of each class in file order, the rest to
+ * the first classes, as vspec-bench eval spreads its images over classes) against the test
+ * statistics. FID is biased upwards at small n, so a table of n generated images is
+ * compared with this, not only with the 10k floor. */
 int vs_quality_floor_at(const vs_quality *q, int n, double *fid, char *err, size_t errlen);
 
 /* Precision/recall of the first n_floor training images against the test images (k-NN

@@ -52,6 +52,12 @@ int vs_conn_open(vs_conn *c, const char *endpoint, const vs_conn_opts *opts, cha
       vs_conn_close(c);
       return VSPEC_EIO;
     }
+    c->curve = 1;
+  }
+  int rc;
+  if (opts && opts->watch_handshake && (rc = vs_conn_watch(c, err, errlen))) {
+    vs_conn_close(c);
+    return rc;
   }
   if (zmq_connect(c->sock, endpoint)) {
     snprintf(err, errlen, "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
@@ -62,7 +68,9 @@ int vs_conn_open(vs_conn *c, const char *endpoint, const vs_conn_opts *opts, cha
 }
 
 void vs_conn_close(vs_conn *c) {
+  if (c->mon) zmq_close(c->mon);
   if (c->sock) zmq_close(c->sock);
+  c->mon = NULL;
   if (c->ctx && c->own_ctx) zmq_ctx_term(c->ctx);
   c->sock = c->ctx = NULL;
 }

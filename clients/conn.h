@@ -21,17 +21,33 @@ typedef struct vs_conn {
   uint64_t next_request_id;
   char endpoint[256];
   size_t max_blob;
+  void *mon;  /* the socket monitor's PAIR while the handshake is watched, or NULL */
+  int curve;  /* this side speaks CURVE */
 } vs_conn;
 
 typedef struct vs_conn_opts {
   const char *server_key; /* CURVE: the server's public key (Z85) or NULL */
   const char *client_key; /* CURVE: this client's key file (public + secret) */
   void *ctx;              /* a ZeroMQ context to share, or NULL for a private one */
+  int watch_handshake;    /* monitor the connection so vs_conn_wait_ready can say why it
+                             fails (clients/conn_check.c) */
 } vs_conn_opts;
 
 int vs_conn_open(vs_conn *c, const char *endpoint, const vs_conn_opts *opts, char *err,
                  size_t errlen);
 void vs_conn_close(vs_conn *c);
+
+/* clients/conn_check.c. Starts the socket monitor (before zmq_connect). */
+int vs_conn_watch(vs_conn *c, char *err, size_t errlen);
+/* Waits up to timeout_ms for the ZeroMQ handshake of a connection opened with
+ * watch_handshake, then stops watching. Returns 1 when the handshake succeeded, 0 when there
+ * was no verdict in time and nothing pointed to a cause (the caller carries on), or
+ * VSPEC_EIO with err saying what failed and what to do: nothing listening, the daemon refused
+ * this client's CURVE key, a plaintext client against a CURVE endpoint or the reverse, a
+ * CURVE server key that is not the daemon's, something that is not ZeroMQ listening. Every
+ * verdict comes from the events libzmq 4.3 reports (ZMQ_EVENT_HANDSHAKE_*, _CONNECT_RETRIED,
+ * _CLOSED), within a few hundred milliseconds for all but the last. Without watching: 1. */
+int vs_conn_wait_ready(vs_conn *c, int timeout_ms, char *err, size_t errlen);
 
 /* Sends a request (version and, if unset, a fresh request id filled in). Returns 0 or a
  * negative status. */

@@ -19,8 +19,10 @@ typedef struct vs_progress_line {
 } vs_progress_line;
 
 void vs_progress_line_init(vs_progress_line *p, FILE *f, int force_plain);
+/* accept: the job's acceptance rate so far (accepted / draft tokens, DESIGN.md "Metrics"), or
+ * negative when the daemon did not send one. */
 void vs_progress_line_update(vs_progress_line *p, unsigned done, unsigned total, double tpf,
-                             double mal, double elapsed_s);
+                             double mal, double accept, double elapsed_s);
 /* A message on its own line (the live line is cleared first and redrawn by the next update). */
 void vs_progress_line_note(vs_progress_line *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "core/metrics.h" /* vs_now */
+#include "core/png_read.h"
+#include "core/png_write.h"
 #include "clients/conn.h"
 #include "clients/progress_line.h"
 #include "core/cli_args.h"
@@ -135,17 +137,36 @@ static int vs__net_opt(vs_net_opts *n, int c, const char *arg) {
   }
 }
 
+/* How long the CLI watches a connection's handshake for a reason it fails (at most
+ * --timeout): every verdict but "connected to something that does not speak ZeroMQ" comes
+ * within a few hundred milliseconds. */
+#define VS_HANDSHAKE_WINDOW_S 5
+
 static int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve) {
   char err[1024];
   /* ZeroMQ would retry quietly until our timeout: say now that nobody is there. */
-  if (vs_endpoint_probe(endpoint, 2000, err, sizeof err) == 0) {
+  int probe = vs_endpoint_probe(endpoint, 2000, err, sizeof err);
+  if (probe == 0) {
     fprintf(stderr, "vspec: cannot reach %s: %s; is vspecd (or vspec-gateway) running there?\n",
             endpoint, err);
     return -1;
   }
-  vs_conn_opts o = {.server_key = curve ? n->server_key : NULL, .client_key = n->client_key};
+  if (probe == VS_PROBE_DENIED) {
+    fprintf(stderr, "vspec: cannot reach %s: %s\n", endpoint, err);
+    return -1;
+  }
+  vs_conn_opts o = {.server_key = curve ? n->server_key : NULL, .client_key = n->client_key,
+                    .watch_handshake = 1};
   if (vs_conn_open(c, endpoint, &o, err, sizeof err)) {
     fprintf(stderr, "vspec: %s\n", err);
+    return -1;
+  }
+  /* A refused key or a plaintext/CURVE mismatch would otherwise also look like silence. */
+  int window = n->timeout_s < VS_HANDSHAKE_WINDOW_S ? (int)(n->timeout_s * 1000)
+                                                     : VS_HANDSHAKE_WINDOW_S * 1000;
+  if (vs_conn_wait_ready(c, window, err, sizeof err) < 0) {
+    fprintf(stderr, "vspec: %s\n", err);
+    vs_conn_close(c);
     return -1;
   }
   return 0;
@@ -178,6 +199,42 @@ static int vs__write_file(const char *path, const void *data, size_t len) {
 
 /* ---- generate -------------------------------------------------------------------------- */
 
+/* Writes the result's PNG; with upscale > 1, enlarged nearest-neighbour on this side (the
+ * daemon sends the image at the model's size: decoding its PNG here needs no protocol change
+ * and works with any daemon, broker or gateway). The text chunks the daemon writes are
+ * written again. *w, *h: the size written. */
+static int vs__write_image(const char *path, const void *png, size_t len, int upscale,
+                           const char *describe, unsigned *w, unsigned *h) {
+  if (upscale <= 1) return vs__write_file(path, png, len);
+  char err[VSPEC_ERRLEN];
+  uint8_t *rgb = NULL, *big = NULL;
+  int width, height, rc = vs_png_decode_rgb(png, len, &rgb, &width, &height, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "vspec: the daemon's image: %s\n", err);
+    return -1;
+  }
+  if ((uint64_t)width * height * (uint64_t)upscale * upscale > VS_PNG_READ_MAX_PIXELS) {
+    fprintf(stderr, "vspec: --upscale %d would make a %dx%d image: too large\n", upscale,
+            width * upscale, height * upscale);
+    free(rgb);
+    return -1;
+  }
+  if (vs_rgb_upscale(rgb, width, height, upscale, &big)) {
+    fprintf(stderr, "vspec: out of memory for --upscale %d\n", upscale);
+    free(rgb);
+    return -1;
+  }
+  vs_png_text text[] = {{"vspec", describe}, {"Software", "vspecd"}};
+  rc = vs_png_write_file(path, big, width * upscale, height * upscale, describe ? text : text + 1,
+                         describe ? 2 : 1, err, sizeof err);
+  if (rc) fprintf(stderr, "vspec: %s\n", err);
+  *w = (unsigned)(width * upscale);
+  *h = (unsigned)(height * upscale);
+  free(rgb);
+  free(big);
+  return rc ? -1 : 0;
+}
+
 static void usage_generate(FILE *f) {
   fprintf(f,
           "usage: vspec generate [options]\n"
@@ -203,6 +260,8 @@ static void usage_generate(FILE *f) {
           "  --cfg-schedule S     MAR models: linear (guidance grows as the image fills in;\n"
           "                       MAR's default) | constant\n"
           "  --out FILE           output PNG (default out.png)\n"
+          "  --upscale K          enlarge the output PNG K times (1-64), nearest neighbour,\n"
+          "                       here on the client; previews keep the daemon's size\n"
           "  --previews DIR       write progressive previews into DIR (preview-NNN.png)\n"
           "  --preview-kind K     lut (default) | decode | tokens\n"
           "  --preview-every N    a preview every N tokens (default: the daemon's, 1/8 image)\n"
@@ -247,12 +306,12 @@ static int cmd_generate(int argc, char **argv) {
   const char *out = "out.png", *previews = NULL;
   char accept_params[512] = "", sched_params[512] = "";
   int json = 0, quiet = 0, preview_kind = -1;
-  long v;
+  long v, upscale = 1;
   double d;
   unsigned long long u;
   enum { O_CLASS = 1, O_SEED, O_MODEL, O_METHOD, O_ACCEPT, O_PARAM, O_SCHED, O_SPARAM, O_DRAFT,
          O_TEMP, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_NITER, O_CFGS, O_OUT, O_PREV, O_PKIND,
-         O_PEVERY, O_DEADLINE, O_PRIO, O_TAG, O_JOBID, O_JSON, O_QUIET, O_HELP };
+         O_PEVERY, O_DEADLINE, O_PRIO, O_TAG, O_JOBID, O_JSON, O_QUIET, O_UPSCALE, O_HELP };
   static const struct option opts[] = {
       {"class", required_argument, 0, O_CLASS},   {"seed", required_argument, 0, O_SEED},
       {"model", required_argument, 0, O_MODEL},   {"method", required_argument, 0, O_METHOD},
@@ -270,6 +329,7 @@ static int cmd_generate(int argc, char **argv) {
       {"priority", required_argument, 0, O_PRIO}, {"tag", required_argument, 0, O_TAG},
       {"job-id", required_argument, 0, O_JOBID},
       {"json", no_argument, 0, O_JSON},           {"quiet", no_argument, 0, O_QUIET},
+      {"upscale", required_argument, 0, O_UPSCALE},
       {"help", no_argument, 0, O_HELP},           VS_NET_LONGOPTS,
       {0, 0, 0, 0}};
   optind = 1;
@@ -384,6 +444,7 @@ static int cmd_generate(int argc, char **argv) {
         break;
       case O_JSON: json = 1; break;
       case O_QUIET: quiet = 1; break;
+      case O_UPSCALE: ok = vs_cli_long("--upscale", optarg, 1, 64, &upscale); break;
       case O_HELP:
       case 'h': usage_generate(stdout); return EXIT_OK;
       default: fprintf(stderr, "see vspec generate --help\n"); return EXIT_USAGE;
@@ -529,13 +590,15 @@ static int cmd_generate(int argc, char **argv) {
         if (json) {
           printf("{\"event\": \"progress\", \"job\": %llu, \"seq\": %llu, \"round\": %lld, "
                  "\"tokens_done\": %u, \"tokens_total\": %u, \"tpf\": %.4f, \"mal\": %.4f, "
-                 "\"elapsed_s\": %.4f, \"changed\": %zu}\n",
+                 "\"accept_rate\": %.4f, \"walk_accept_rate\": %.4f, \"elapsed_s\": %.4f, "
+                 "\"changed\": %zu}\n",
                  (unsigned long long)job, (unsigned long long)ev->seq, (long long)p->round,
-                 p->tokens_done, p->tokens_total, p->tpf, p->mal, p->elapsed_s, p->n_positions);
+                 p->tokens_done, p->tokens_total, p->tpf, p->mal, p->accept_rate,
+                 p->walk_accept_rate, p->elapsed_s, p->n_positions);
           fflush(stdout);
         } else if (!quiet && p->round >= 0) {
           vs_progress_line_update(&pl, p->tokens_done, p->tokens_total, p->tpf, p->mal,
-                                  now - t0);
+                                  p->has_accept_rate ? p->accept_rate : -1.0, now - t0);
         } else if (!quiet) {
           vs_progress_line_note(&pl, "job %llu: position %u in the queue",
                                 (unsigned long long)job, p->queue_position);
@@ -572,7 +635,8 @@ static int cmd_generate(int argc, char **argv) {
         const uint8_t *tok = vs_conn_blob(&e, VSPEC__BLOB_KIND__BLOB_TOKENS_I32LE, &tlen);
         finished = 1;
         vs_progress_line_end(&pl);
-        if (!png || vs__write_file(out, png, len)) {
+        unsigned out_w = r->width, out_h = r->height;
+        if (!png || vs__write_image(out, png, len, (int)upscale, r->describe, &out_w, &out_h)) {
           if (!png) fprintf(stderr, "vspec: the result carries no PNG\n");
           status = EXIT_FAIL;
           break;
@@ -582,14 +646,17 @@ static int cmd_generate(int argc, char **argv) {
         if (json) {
           printf("{\"event\": \"result\", \"job\": %llu, \"out\": ", (unsigned long long)job);
           vs__json_str(stdout, out);
-          printf(", \"width\": %u, \"height\": %u, \"latency_s\": %.6f, \"previews\": %d",
-                 r->width, r->height, wall, n_previews);
+          printf(", \"width\": %u, \"height\": %u, \"upscale\": %ld, \"latency_s\": %.6f, "
+                 "\"previews\": %d", out_w, out_h, upscale, wall, n_previews);
           if (st)
             printf(", \"tokens\": %llu, \"target_forwards\": %llu, \"tpf\": %.4f, \"mal\": %.4f, "
-                   "\"accept_rate\": %.4f, \"generate_s\": %.6f, \"decode_s\": %.6f, "
-                   "\"queue_s\": %.6f, \"preview_s\": %.6f, \"rule\": ",
+                   "\"accept_rate\": %.4f, \"walk_accept_rate\": %.4f, \"draft_tokens\": %llu, "
+                   "\"drafted\": %llu, \"accepted\": %llu, \"generate_s\": %.6f, "
+                   "\"decode_s\": %.6f, \"queue_s\": %.6f, \"preview_s\": %.6f, \"rule\": ",
                    (unsigned long long)st->tokens, (unsigned long long)st->target_forwards,
-                   st->tpf, st->mal, st->accept_rate, st->generate_s, st->decode_s, st->queue_s,
+                   st->tpf, st->mal, st->accept_rate, st->walk_accept_rate,
+                   (unsigned long long)st->draft_tokens, (unsigned long long)st->drafted,
+                   (unsigned long long)st->accepted, st->generate_s, st->decode_s, st->queue_s,
                    st->preview_s);
           if (st) vs__json_str(stdout, st->rule_version);
           printf(", \"describe\": ");
@@ -603,11 +670,12 @@ static int cmd_generate(int argc, char **argv) {
           fflush(stdout);
         } else if (!quiet) {
           fprintf(stderr, "wrote %s (%ux%u): job %llu, %llu tokens, %llu target forwards, TPF "
-                  "%.2f, MAL %.2f, %.3f s end to end (%.3f s generating)\n",
-                  out, r->width, r->height, (unsigned long long)job,
+                  "%.2f, MAL %.2f, accept %.0f%%, %.3f s end to end (%.3f s generating)\n",
+                  out, out_w, out_h, (unsigned long long)job,
                   st ? (unsigned long long)st->tokens : 0ull,
                   st ? (unsigned long long)st->target_forwards : 0ull, st ? st->tpf : 0,
-                  st ? st->mal : 0, wall, st ? st->generate_s : 0);
+                  st ? st->mal : 0, st ? 100.0 * st->accept_rate : 0, wall,
+                  st ? st->generate_s : 0);
         }
         break;
       }

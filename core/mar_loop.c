@@ -317,6 +317,7 @@ static int vs__mar_judge(vs_mar *c, int p, int gi, char *err, size_t errlen) {
                                .sigma_g = c->sig_g, .sum_log_sigma_d = c->sls_d + o,
                                .sum_log_sigma_g = c->sls + og};
   c->mt->drafted++;
+  c->mt->draft_tokens++; /* judged on its own: every drafted token is examined */
   c->mt->siblings_tried++;
   double a = c->rule_vt->accept_prob_continuous(c->rule, &in);
   const float *res = c->x_d + o;

@@ -11,6 +11,10 @@ double vs_metrics_mal(const vs_metrics *m) {
 }
 
 double vs_metrics_accept_rate(const vs_metrics *m) {
+  return m->draft_tokens ? (double)m->accepted / (double)m->draft_tokens : 0.0;
+}
+
+double vs_metrics_walk_accept_rate(const vs_metrics *m) {
   return m->drafted ? (double)m->accepted / (double)m->drafted : 0.0;
 }
 
@@ -23,6 +27,7 @@ void vs_metrics_add(vs_metrics *a, const vs_metrics *b) {
   a->tokens += b->tokens;
   a->target_forwards += b->target_forwards;
   a->rounds += b->rounds;
+  a->draft_tokens += b->draft_tokens;
   a->drafted += b->drafted;
   a->accepted += b->accepted;
   a->siblings_tried += b->siblings_tried;

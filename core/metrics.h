@@ -15,9 +15,13 @@ typedef struct vs_metrics {
   int64_t tokens;          /* image tokens emitted */
   int64_t target_forwards; /* target passes, prefill included */
   int64_t rounds;          /* verification rounds, prefill included (AR: one per token) */
+  int64_t draft_tokens;    /* draft tokens the target scored: every node of each verified
+                              tree but its root (a chain of depth L counts L), whatever the
+                              walk then examined; skipped (VVS) rounds are not scored */
   int64_t drafted;         /* depths the walk examined: one drafted token per depth on the
                               walked path, whatever the number of siblings tried there */
-  int64_t accepted;        /* of which accepted */
+  int64_t accepted;        /* draft tokens accepted by verification (bonus tokens and
+                              unverified VVS tokens not included) */
   int64_t siblings_tried;  /* candidates tested, all siblings counted */
   int64_t draft_forwards;  /* drafter passes */
   int64_t tree_nodes;      /* nodes verified by the target, roots included */
@@ -32,8 +36,13 @@ typedef struct vs_metrics {
   int64_t residual_rounds;   /* continuous tokens: proposals the residual samplers drew */
 } vs_metrics;
 
-/* Acceptance rate = accepted / drafted, overall and at depth d (DESIGN.md "Metrics"). */
+/* Acceptance rate as vLLM defines its draft acceptance rate: accepted / draft_tokens, the
+ * share of all scored draft tokens that were accepted (DESIGN.md "Metrics"). */
 double vs_metrics_accept_rate(const vs_metrics *m);
+/* Walk acceptance rate = accepted / drafted: the share of the depths the walk examined at
+ * which it accepted a draft (the figure this project called accept_rate before); per depth d,
+ * accepted at d / walks that reached d. */
+double vs_metrics_walk_accept_rate(const vs_metrics *m);
 double vs_metrics_accept_at(const vs_metrics *m, int depth);
 /* Adds b's counters to a (for totals over many images). */
 void vs_metrics_add(vs_metrics *a, const vs_metrics *b);

@@ -448,6 +448,7 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
     mt->target_forwards++;
     mt->rounds++;
     mt->tree_nodes += c.tree.n;
+    mt->draft_tokens += c.tree.n - 1; /* the target scores every draft node, walked or not */
 
     int n_path;
     int32_t next;

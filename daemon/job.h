@@ -49,8 +49,9 @@ enum {
 struct vs_client;
 
 typedef struct vs_djob_stats {
-  int64_t tokens, target_forwards, rounds, drafted, accepted, skipped_rounds, unverified;
-  double tpf, mal, accept_rate;
+  int64_t tokens, target_forwards, rounds, drafted, draft_tokens, accepted, skipped_rounds,
+      unverified;
+  double tpf, mal, accept_rate, walk_accept_rate; /* core/metrics.h */
   double generate_s, decode_s, queue_s, preview_s;
   int previews;
   char rule_version[96], sched_version[96];
@@ -111,7 +112,7 @@ struct vs_djob {
     int whole_map;          /* tokens and status are current over the whole grid (continuous-
                                token models reveal positions in any order); else only their
                                first n_tokens entries are (raster order) */
-    double tpf, mal, accept_rate, elapsed_s;
+    double tpf, mal, accept_rate, walk_accept_rate, elapsed_s;
     /* the newest preview the loop has not sent yet */
     uint8_t *preview_png;
     size_t preview_len;

@@ -147,7 +147,7 @@ int vs__send_terminal(vs_server *s, vs_djob *j) {
     st.has_accepted = st.has_tpf = st.has_mal = st.has_accept_rate = 1;
     st.has_generate_s = st.has_decode_s = st.has_queue_s = st.has_preview_s = 1;
     st.has_previews = st.has_skipped_rounds = st.has_unverified_tokens = 1;
-    st.has_model_generation = 1;
+    st.has_model_generation = st.has_draft_tokens = st.has_walk_accept_rate = 1;
     st.tokens = (uint64_t)x->tokens;
     st.target_forwards = (uint64_t)x->target_forwards;
     st.rounds = (uint64_t)x->rounds;
@@ -156,6 +156,8 @@ int vs__send_terminal(vs_server *s, vs_djob *j) {
     st.tpf = x->tpf;
     st.mal = x->mal;
     st.accept_rate = x->accept_rate;
+    st.draft_tokens = (uint64_t)x->draft_tokens;
+    st.walk_accept_rate = x->walk_accept_rate;
     st.generate_s = x->generate_s;
     st.decode_s = x->decode_s;
     st.queue_s = x->queue_s;
@@ -302,7 +304,7 @@ void vs__pump(vs_server *s, vs_djob *j) {
     int32_t *tok = NULL;
     int nd = 0, have = 0, coalesced = 0, n_tokens = 0;
     int64_t round = 0;
-    double tpf = 0, mal = 0, acc = 0, elapsed = 0;
+    double tpf = 0, mal = 0, acc = 0, wacc = 0, elapsed = 0;
     pthread_mutex_lock(&j->mu);
     if (j->sh.dirty) {
       pos = malloc((size_t)n * sizeof *pos);
@@ -333,6 +335,7 @@ void vs__pump(vs_server *s, vs_djob *j) {
         tpf = j->sh.tpf;
         mal = j->sh.mal;
         acc = j->sh.accept_rate;
+        wacc = j->sh.walk_accept_rate;
         elapsed = j->sh.elapsed_s;
         j->sh.dirty = 0;
         j->sh.coalesced = 0;
@@ -350,6 +353,8 @@ void vs__pump(vs_server *s, vs_djob *j) {
       p.tpf = tpf;
       p.mal = mal;
       p.accept_rate = acc;
+      p.has_walk_accept_rate = 1;
+      p.walk_accept_rate = wacc;
       p.elapsed_s = elapsed;
       p.coalesced = (uint32_t)coalesced;
       p.n_positions = p.n_tokens = p.n_status = (size_t)nd;

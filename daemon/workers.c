@@ -123,6 +123,7 @@ static void vs__on_round(void *user, const vs_round_info *info) {
   j->sh.tpf = vs_metrics_tpf(info->metrics);
   j->sh.mal = vs_metrics_mal(info->metrics);
   j->sh.accept_rate = vs_metrics_accept_rate(info->metrics);
+  j->sh.walk_accept_rate = vs_metrics_walk_accept_rate(info->metrics);
   j->sh.elapsed_s = vs_now() - r->t0;
   pthread_mutex_unlock(&j->mu);
   atomic_store(&r->w->tokens_done, n);
@@ -259,12 +260,14 @@ finish:
   st.target_forwards = mt.target_forwards;
   st.rounds = mt.rounds;
   st.drafted = mt.drafted;
+  st.draft_tokens = mt.draft_tokens;
   st.accepted = mt.accepted;
   st.skipped_rounds = mt.skipped_rounds;
   st.unverified = mt.unverified_tokens;
   st.tpf = vs_metrics_tpf(&mt);
   st.mal = vs_metrics_mal(&mt);
   st.accept_rate = vs_metrics_accept_rate(&mt);
+  st.walk_accept_rate = vs_metrics_walk_accept_rate(&mt);
   st.preview_s = r.preview_s;
   st.previews = r.previews;
   snprintf(st.rule_version, sizeof st.rule_version, "%s", r.rule_version);

@@ -2,11 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -40,6 +43,27 @@ static int vs__connect_within(int fd, const struct sockaddr *addr, socklen_t len
   return so == 0;
 }
 
+/* Whose the socket file is, for a refused connect: the usual case is vspecd's admin socket
+ * (0660) made by another user, e.g. the systemd unit's. */
+static void vs__ipc_denied(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st)) {
+    snprintf(err, errlen, "permission denied on %s (a directory on the way is closed to "
+             "this user)", path);
+    return;
+  }
+  struct passwd *pw = getpwuid(st.st_uid);
+  struct group *gr = getgrgid(st.st_gid);
+  char user[64], group[64];
+  snprintf(user, sizeof user, "%s", pw ? pw->pw_name : "?");
+  snprintf(group, sizeof group, "%s", gr ? gr->gr_name : "?");
+  snprintf(err, errlen, "permission denied on %s: the socket belongs to user %s (uid %u), "
+           "group %s, mode %04o, and this process runs as uid %u; run vspec as that user or "
+           "a member of group %s, or point --admin at your own daemon's socket", path, user,
+           (unsigned)st.st_uid, group, (unsigned)(st.st_mode & 07777), (unsigned)getuid(),
+           group);
+}
+
 static int vs__probe_ipc(const char *path, int timeout_ms, char *err, size_t errlen) {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof a.sun_path) return VSPEC_EINVAL;
@@ -49,8 +73,16 @@ static int vs__probe_ipc(const char *path, int timeout_ms, char *err, size_t err
   int e = 0, ok = vs__connect_within(fd, (struct sockaddr *)&a, sizeof a, timeout_ms, &e);
   close(fd);
   if (ok) return 1;
+  struct stat st;
   if (e == ENOENT)
     snprintf(err, errlen, "no socket file %s", path);
+  else if (e == EACCES || e == EPERM) {
+    vs__ipc_denied(path, err, errlen);
+    return VS_PROBE_DENIED;
+  }
+  else if (e == ECONNREFUSED && !stat(path, &st) && !S_ISSOCK(st.st_mode))
+    snprintf(err, errlen, "%s is not a socket (a regular file or directory is in its place)",
+             path);
   else if (e == ECONNREFUSED)
     snprintf(err, errlen, "nothing listening on %s (a socket file left by a process that "
              "is gone)", path);

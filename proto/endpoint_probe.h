@@ -14,9 +14,12 @@
 #include <stddef.h>
 
 /* For tcp://HOST:PORT and ipc://PATH (not abstract ones): 1 when a connection was accepted,
- * 0 when nothing listens there (err says what happened: refused, no such file, no answer
- * within timeout_ms), a negative status when the endpoint cannot be probed (another
- * transport, a wildcard host; err empty), so the caller carries on as before. */
+ * 0 when nothing listens there (err says what happened: refused, no such file, not a socket,
+ * no answer within timeout_ms), VS_PROBE_DENIED when an ipc socket file exists but this
+ * process may not connect to it (err names its owner, group and mode), a negative status
+ * when the endpoint cannot be probed (another transport, a wildcard host; err empty), so the
+ * caller carries on as before. */
+#define VS_PROBE_DENIED 2
 int vs_endpoint_probe(const char *endpoint, int timeout_ms, char *err, size_t errlen);
 
 #endif /* VS_ENDPOINT_PROBE_H */

@@ -316,6 +316,67 @@ static void test_real_dataset(void **state) {
   vs_fmnist_free(&d);
 }
 
+/* vs_fmnist_balanced: n / classes per class, the remainder to the first classes, a class's
+ * shortfall to the next classes with images to spare; the first images of each class. */
+static void test_balanced_choice(void **state) {
+  (void)state;
+  const uint8_t lab[10] = {0, 0, 0, 0, 1, 2, 2, 1, 1, 2};
+  int32_t idx[10];
+  assert_int_equal(vs_fmnist_balanced(lab, 10, 3, 6, idx), 0);
+  const int32_t want6[6] = {0, 1, 4, 5, 6, 7};
+  assert_memory_equal(idx, want6, sizeof want6);
+  assert_int_equal(vs_fmnist_balanced(lab, 10, 3, 7, idx), 0); /* class 0 takes the extra */
+  const int32_t want7[7] = {0, 1, 2, 4, 5, 6, 7};
+  assert_memory_equal(idx, want7, sizeof want7);
+  /* class 1 has one image: its shortfall goes to class 0, the next with images to spare */
+  const uint8_t few[8] = {0, 0, 0, 0, 1, 2, 2, 2};
+  assert_int_equal(vs_fmnist_balanced(few, 8, 3, 7, idx), 0);
+  const int32_t wantf[7] = {0, 1, 2, 3, 4, 5, 6};
+  assert_memory_equal(idx, wantf, sizeof wantf);
+  /* labels outside 0..classes-1 are never taken; asking for more than there are fails */
+  const uint8_t odd[4] = {5, 0, 1, 5};
+  assert_int_equal(vs_fmnist_balanced(odd, 4, 2, 2, idx), 0);
+  assert_int_equal(idx[0], 1);
+  assert_int_equal(idx[1], 2);
+  assert_int_equal(vs_fmnist_balanced(odd, 4, 2, 3, idx), VSPEC_EINVAL);
+  assert_int_equal(vs_fmnist_balanced(odd, 4, 0, 1, idx), VSPEC_EINVAL);
+  assert_int_equal(vs_fmnist_balanced(odd, 4, 2, -1, idx), VSPEC_EINVAL);
+}
+
+/* On the real training set (when installed): 10 per class at n = 100, where the first 100
+ * images are not balanced; the same choice twice. */
+static void test_balanced_real(void **state) {
+  (void)state;
+  char p[512];
+  snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", VS_FMNIST_DIR);
+  if (access(p, R_OK) != 0) skip();
+  uint8_t *lab = NULL;
+  int n = 0;
+  char err[VSPEC_ERRLEN] = "";
+  if (vs_idx_read_labels(p, 10000, &lab, &n, err, sizeof err)) fail_msg("%s", err);
+  int32_t a[105], b[105];
+  assert_int_equal(vs_fmnist_balanced(lab, n, 10, 100, a), 0);
+  assert_int_equal(vs_fmnist_balanced(lab, n, 10, 100, b), 0);
+  assert_memory_equal(a, b, sizeof(int32_t) * 100);
+  int per[10] = {0}, first[10] = {0}, spread = 0;
+  for (int i = 0; i < 100; i++) {
+    per[lab[a[i]]]++;
+    first[lab[i]]++;
+    if (i) assert_true(a[i] > a[i - 1]);
+  }
+  for (int k = 0; k < 10; k++) {
+    assert_int_equal(per[k], 10);
+    spread |= first[k] != 10;
+  }
+  assert_true(spread); /* the prefix itself is not balanced: the choice matters */
+  /* 105: classes 0..4 get 11 */
+  assert_int_equal(vs_fmnist_balanced(lab, n, 10, 105, a), 0);
+  memset(per, 0, sizeof per);
+  for (int i = 0; i < 105; i++) per[lab[a[i]]]++;
+  for (int k = 0; k < 10; k++) assert_int_equal(per[k], k < 5 ? 11 : 10);
+  free(lab);
+}
+
 static int setup(void **state) {
   (void)state;
   snprintf(g_dir, sizeof g_dir, "/tmp/vspec_fmnist_XXXXXX");
@@ -335,7 +396,8 @@ int main(void) {
       cmocka_unit_test(test_wrong_magic),     cmocka_unit_test(test_truncated_data),
       cmocka_unit_test(test_truncated_gzip),  cmocka_unit_test(test_trailing_and_bad_dims),
       cmocka_unit_test(test_split_errors),    cmocka_unit_test(test_input_layout),
-      cmocka_unit_test(test_real_dataset),
+      cmocka_unit_test(test_real_dataset),    cmocka_unit_test(test_balanced_choice),
+      cmocka_unit_test(test_balanced_real),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

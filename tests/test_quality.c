@@ -926,6 +926,8 @@ static void e2e_setup(e2e *e, const char *name) {
   vs_rng_init(&rng, 81, 0);
   make_images(&rng, e->test_img, e->test_lab, E_TEST);
   make_images(&rng, e->train_img, e->train_lab, E_TRAIN);
+  /* runs of three per class: the first 20 images are not class-balanced, 2 per class are */
+  for (int k = 0; k < E_TRAIN; k++) e->train_lab[k] = (uint8_t)(k / 3 % 10);
   char p[512];
   uint32_t d3[3] = {E_TEST, 28, 28}, d1[1] = {E_TEST};
   snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte.gz", e->data);
@@ -1002,12 +1004,21 @@ static void test_quality_end_to_end(void **state) {
   assert_int_equal(vs_fid(mr, cr, mt, ct, K_NET_FEAT, &floor_want, err, sizeof err), 0);
   assert_true(floor_want > 1e-6);
   assert_near(vs_quality_floor(q), floor_want, 1e-9 * floor_want, "floor");
-  /* the floor at n images: all of them is the floor; fewer is the first n, computed here */
+  /* the floor at n images: all of them is the floor; fewer is n class-balanced ones (2 per
+   * class at 20), chosen here from the labels */
   double at;
   assert_int_equal(vs_quality_floor_at(q, E_FLOOR, &at, err, sizeof err), 0);
   assert_near(at, floor_want, 1e-9 * floor_want, "floor at every floor image");
   double m20[K_NET_FEAT], c20[K_NET_FEAT * K_NET_FEAT], want20;
-  assert_int_equal(vs_feature_stats(rf, 20, K_NET_FEAT, m20, c20, err, sizeof err), 0);
+  float bf[20 * K_NET_FEAT];
+  int per[K_NET_CLASSES] = {0}, nb = 0;
+  for (int i = 0; i < E_FLOOR && nb < 20; i++)
+    if (per[e.train_lab[i]] < 2) {
+      per[e.train_lab[i]]++;
+      memcpy(bf + nb++ * K_NET_FEAT, rf + i * K_NET_FEAT, sizeof(float) * K_NET_FEAT);
+    }
+  assert_int_equal(nb, 20);
+  assert_int_equal(vs_feature_stats(bf, 20, K_NET_FEAT, m20, c20, err, sizeof err), 0);
   assert_int_equal(vs_fid(m20, c20, mt, ct, K_NET_FEAT, &want20, err, sizeof err), 0);
   assert_int_equal(vs_quality_floor_at(q, 20, &at, err, sizeof err), 0);
   assert_near(at, want20, 1e-9 * want20, "floor at 20 images");
