@@ -29,11 +29,13 @@ class Stats:
     tokens: int = 0
     target_forwards: int = 0
     rounds: int = 0
-    drafted: int = 0
+    drafted: int = 0  # depths the verification walk examined
     accepted: int = 0
+    draft_tokens: int = 0  # every draft token the target scored (tree nodes but the roots)
     tpf: float = 0.0  # tokens per target forward
     mal: float = 0.0  # mean accepted length
-    accept_rate: float = 0.0
+    accept_rate: float = 0.0  # accepted / draft_tokens (vLLM's draft acceptance rate)
+    walk_accept_rate: float = 0.0  # accepted / drafted (per depth the walk examined)
     generate_s: float = 0.0  # engine wall time, previews included
     decode_s: float = 0.0  # final image decode + PNG
     queue_s: float = 0.0  # accepted -> started
@@ -50,8 +52,8 @@ class Stats:
     @classmethod
     def from_pb(cls, st, seed, latency_s):
         s = cls(seed=seed, latency_s=latency_s)
-        for f in ("tokens", "target_forwards", "rounds", "drafted", "accepted", "tpf", "mal",
-                  "accept_rate", "generate_s", "decode_s", "queue_s", "preview_s", "previews",
+        for f in ("tokens", "target_forwards", "rounds", "drafted", "accepted", "draft_tokens",
+                  "tpf", "mal", "accept_rate", "walk_accept_rate", "generate_s", "decode_s", "queue_s", "preview_s", "previews",
                   "skipped_rounds", "unverified_tokens", "model_generation"):
             setattr(s, f, getattr(st, f))
         s.rule_version = _opt(st, "rule_version")
