@@ -161,7 +161,9 @@ SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
 DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c daemon/gateway_main.c
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c)))
-CLIENT_MAINS := clients/vspec.c
+# The CLI: its main (the command table), the commands and their shared helpers (clients/cli.h).
+CLIENT_MAINS := clients/vspec.c clients/cli_common.c $(wildcard clients/cmd_*.c)
+CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLIENT_MAINS))
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(CLIENT_MAINS),$(wildcard clients/*.c)))
 SVC_LIB := $(BUILD)/libvspecsvc.a
 VSPECD := $(BUILD)/vspecd
@@ -248,7 +250,7 @@ $(BROKER): $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(GATEWAY): $(BUILD)/obj/daemon/gateway_main.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
-$(VSPEC_CLI): $(BUILD)/obj/clients/vspec.o $(SVC_LIB) $(LIB)
+$(VSPEC_CLI): $(CLI_OBJ) $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(DAEMON_BENCH): $(BUILD)/obj/bench/daemon_bench.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
@@ -431,7 +433,7 @@ DYN_LINK = $(CC) $(LDFLAGS) $(filter %.o %.a,$^) -o $@ -L$(BUILD)/lib -lvspec \
 $(DYN_DIR)/vspecd: $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(SHARED_LIB)
 	@mkdir -p $(dir $@)
 	$(DYN_LINK)
-$(DYN_DIR)/vspec: $(BUILD)/obj/clients/vspec.o $(SVC_LIB) $(SHARED_LIB)
+$(DYN_DIR)/vspec: $(CLI_OBJ) $(SVC_LIB) $(SHARED_LIB)
 	@mkdir -p $(dir $@)
 	$(DYN_LINK)
 $(DYN_DIR)/vspec-broker: $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(SHARED_LIB)

@@ -1,0 +1,173 @@
+/*
+ * clients/cli_common.c - the helpers every command of the vspec CLI shares (clients/cli.h).
+ */
+#include "clients/cli.h"
+
+static const char *vs__default_server(void) {
+  const char *e = getenv("VSPEC_SERVER");
+  return e && *e ? e : "tcp://127.0.0.1:5555";
+}
+
+/* The systemd unit (etc/vspecd.service) puts the admin socket in vspecd's runtime
+ * directory; a daemon started by hand uses /tmp's. The CLI takes the unit's when it exists,
+ * so that `vspec plugins` works against either without options. */
+#define VS_UNIT_ADMIN_SOCK "/run/vspecd/admin.sock"
+
+static const char *vs__default_admin(void) {
+  const char *e = getenv("VSPEC_ADMIN");
+  if (e && *e) return e;
+  return access(VS_UNIT_ADMIN_SOCK, F_OK) == 0 ? "ipc://" VS_UNIT_ADMIN_SOCK
+                                                : "ipc:///tmp/vspecd-admin.sock";
+}
+
+volatile sig_atomic_t vs__interrupted;
+void vs__on_sigint(int sig) {
+  (void)sig;
+  vs__interrupted = 1;
+}
+
+int vs__exit_for(int code) {
+  switch (code) {
+    case VSPEC__ERROR_CODE__ERR_BUSY:
+    case VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN:
+    case VSPEC__ERROR_CODE__ERR_UNAVAILABLE: return EXIT_BUSY;
+    case VSPEC__ERROR_CODE__ERR_CANCELLED:
+    case VSPEC__ERROR_CODE__ERR_DEADLINE: return EXIT_CANCELLED;
+    case VSPEC__ERROR_CODE__ERR_INTERNAL: return EXIT_FAIL;
+    default: return EXIT_REJECTED;
+  }
+}
+
+/* JSON string (the caller prints the quotes' surroundings). */
+void vs__json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; s && *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+void vs__net_defaults(vs_net_opts *n) {
+  n->server = vs__default_server();
+  n->admin = vs__default_admin();
+  n->server_given = n->admin_given = 0;
+  n->server_key = getenv("VSPEC_CURVE_SERVER_KEY");
+  n->client_key = getenv("VSPEC_CURVE_KEY");
+  if (n->server_key && !*n->server_key) n->server_key = NULL;
+  if (n->client_key && !*n->client_key) n->client_key = NULL;
+  n->timeout_s = 30;
+}
+
+/* 1 if c was a network option (consumed), 0 if not, -1 on a bad value. */
+int vs__net_opt(vs_net_opts *n, int c, const char *arg) {
+  switch (c) {
+    case O_SERVER: n->server = arg; n->server_given = 1; return 1;
+    case O_ADMIN: n->admin = arg; n->admin_given = 1; return 1;
+    case O_SKEY: n->server_key = arg; return 1;
+    case O_CKEY: n->client_key = arg; return 1;
+    case O_TIMEOUT: return vs_cli_double("--timeout", arg, 0.1, 86400, &n->timeout_s) ? 1 : -1;
+    default: return 0;
+  }
+}
+
+int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve) {
+  char err[1024];
+  /* ZeroMQ would retry quietly until our timeout: say now that nobody is there. */
+  int probe = vs_endpoint_probe(endpoint, 2000, err, sizeof err);
+  if (probe == 0) {
+    fprintf(stderr, "vspec: cannot reach %s: %s; is vspecd (or vspec-gateway) running there?\n",
+            endpoint, err);
+    return -1;
+  }
+  if (probe == VS_PROBE_DENIED) {
+    fprintf(stderr, "vspec: cannot reach %s: %s\n", endpoint, err);
+    return -1;
+  }
+  vs_conn_opts o = {.server_key = curve ? n->server_key : NULL, .client_key = n->client_key,
+                    .watch_handshake = 1};
+  if (vs_conn_open(c, endpoint, &o, err, sizeof err)) {
+    fprintf(stderr, "vspec: %s\n", err);
+    return -1;
+  }
+  /* A refused key or a plaintext/CURVE mismatch would otherwise also look like silence. */
+  int window = n->timeout_s < VS_HANDSHAKE_WINDOW_S ? (int)(n->timeout_s * 1000)
+                                                     : VS_HANDSHAKE_WINDOW_S * 1000;
+  if (vs_conn_wait_ready(c, window, err, sizeof err) < 0) {
+    fprintf(stderr, "vspec: %s\n", err);
+    vs_conn_close(c);
+    return -1;
+  }
+  return 0;
+}
+
+/* Status, plugins, cancel and reload go to the admin endpoint unless only --server was given
+ * (e.g. a daemon on another machine, whose admin endpoint is local to it). */
+int vs__connect_admin(vs_conn *c, const vs_net_opts *n) {
+  if (n->server_given && !n->admin_given) return vs__connect(c, n, n->server, 1);
+  return vs__connect(c, n, n->admin, 0);
+}
+
+int vs__write_file(const char *path, const void *data, size_t len) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    fprintf(stderr, "vspec: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  int ok = fwrite(data, 1, len, f) == len;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path)) {
+    fprintf(stderr, "vspec: cannot write %s: %s\n", path, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+int vs__call(const vs_net_opts *net, int admin, Vspec__Request *rq, vs_conn_event *e,
+             vs_conn *conn) {
+  char err[1024];
+  if (admin ? vs__connect_admin(conn, net) : vs__connect(conn, net, net->server, 1))
+    return EXIT_UNREACHABLE;
+  int rc = vs_conn_call(conn, rq, (int)(net->timeout_s * 1000), e, err, sizeof err);
+  if (rc <= 0) {
+    if (rc == 0)
+      fprintf(stderr, "vspec: no answer from %s within %.1f s: is vspecd running there?\n",
+              conn->endpoint, net->timeout_s);
+    else
+      fprintf(stderr, "vspec: %s\n", err);
+    vs_conn_close(conn);
+    return EXIT_UNREACHABLE;
+  }
+  if (e->ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+    fprintf(stderr, "vspec: %s: %s\n", vs_wire_error_name(e->ev->error->code),
+            e->ev->error->message);
+    int code = vs__exit_for(e->ev->error->code);
+    vs_conn_event_free(e);
+    vs_conn_close(conn);
+    return code;
+  }
+  return EXIT_OK;
+}
+
+void vs__print_plugin(const Vspec__PluginInfo *p) {
+  printf("  %-8s %-14s %-10s generation %u, %d job(s)%s", p->kind ? p->kind : "?",
+         p->name ? p->name : "?", p->version ? p->version : "?", p->generation, p->users,
+         p->retired_alive ? "," : "\n");
+  if (p->retired_alive) printf(" %d older generation(s) still in use\n", p->retired_alive);
+}
+
+void vs__print_plugin_json(const Vspec__PluginInfo *p) {
+  printf("{\"kind\": ");
+  vs__json_str(stdout, p->kind);
+  printf(", \"name\": ");
+  vs__json_str(stdout, p->name);
+  printf(", \"version\": ");
+  vs__json_str(stdout, p->version);
+  printf(", \"generation\": %u, \"users\": %d, \"retired_alive\": %d}", p->generation, p->users,
+         p->retired_alive);
+}

@@ -1,0 +1,180 @@
+/*
+ * clients/cmd_status.c - vspec status: queue, workers, models, plugins with generations, totals.
+ */
+#include "clients/cli.h"
+
+static void usage_status(FILE *f) {
+  fprintf(f,
+          "usage: vspec status [options]\n"
+          "\n"
+          "Shows the daemon's queue, workers, models, loaded plugins with their generations,\n"
+          "and totals since it started.\n"
+          "\n"
+          "  --json               one JSON object on stdout\n" VS_NET_OPTIONS_HELP
+          "\nExit status: 0, 3 daemon unreachable.\n");
+}
+
+int vs_cmd_status(int argc, char **argv) {
+  vs_net_opts net;
+  vs__net_defaults(&net);
+  int json = 0;
+  enum { O_JSON = 1, O_HELP };
+  static const struct option opts[] = {{"json", no_argument, 0, O_JSON},
+                                       {"help", no_argument, 0, O_HELP}, VS_NET_LONGOPTS,
+                                       {0, 0, 0, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int r = vs__net_opt(&net, c, optarg);
+    if (r < 0) return EXIT_USAGE;
+    if (r > 0) continue;
+    if (c == O_JSON) json = 1;
+    else if (c == O_HELP || c == 'h') {
+      usage_status(stdout);
+      return EXIT_OK;
+    } else { /* getopt said which option */
+      fprintf(stderr, "see vspec status --help\n");
+      return EXIT_USAGE;
+    }
+  }
+  Vspec__Request rq = VSPEC__REQUEST__INIT;
+  Vspec__StatusRequest sr = VSPEC__STATUS_REQUEST__INIT;
+  rq.body_case = VSPEC__REQUEST__BODY_STATUS;
+  rq.status = &sr;
+  vs_conn conn;
+  vs_conn_event e;
+  int rc = vs__call(&net, 1, &rq, &e, &conn);
+  if (rc) return rc;
+  if (e.ev->body_case != VSPEC__EVENT__BODY_STATUS) {
+    fprintf(stderr, "vspec: unexpected reply\n");
+    vs_conn_event_free(&e);
+    vs_conn_close(&conn);
+    return EXIT_UNREACHABLE;
+  }
+  const Vspec__StatusReply *s = e.ev->status;
+  const Vspec__Totals *t = s->totals;
+  if (json) {
+    printf("{\"node\": ");
+    vs__json_str(stdout, s->node);
+    printf(", \"queued\": %u, \"queue_capacity\": %u, \"running\": %u, \"clients\": %u, "
+           "\"draining\": %s, \"default_model\": ",
+           s->queued, s->queue_capacity, s->running, s->clients, s->draining ? "true" : "false");
+    vs__json_str(stdout, s->default_model);
+    if (s->device) {
+      printf(", \"device\": {\"name\": ");
+      vs__json_str(stdout, s->device->name);
+      printf(", \"kind\": ");
+      vs__json_str(stdout, s->device->kind);
+      printf(", \"index\": %u, \"memory_used\": %llu, \"memory_total\": %llu, \"precision\": ",
+             s->device->index, (unsigned long long)s->device->memory_used,
+             (unsigned long long)s->device->memory_total);
+      vs__json_str(stdout, s->device->precision);
+      printf("}");
+    }
+    printf(", \"workers\": [");
+    for (size_t i = 0; i < s->n_workers; i++)
+      printf("%s{\"index\": %u, \"job\": %llu, \"tokens_done\": %u, \"tokens_total\": %u, "
+             "\"jobs_done\": %llu}", i ? ", " : "", s->workers[i]->index,
+             (unsigned long long)s->workers[i]->job_id, s->workers[i]->tokens_done,
+             s->workers[i]->tokens_total, (unsigned long long)s->workers[i]->jobs_done);
+    printf("]");
+    if (s->fleet) {
+      const Vspec__FleetInfo *f = s->fleet;
+      printf(", \"fleet\": {\"redis\": ");
+      vs__json_str(stdout, f->redis);
+      printf(", \"stream\": ");
+      vs__json_str(stdout, f->stream);
+      printf(", \"length\": %llu, \"pending\": %llu, \"max_length\": %llu, \"error\": ",
+             (unsigned long long)f->length, (unsigned long long)f->pending,
+             (unsigned long long)f->max_length);
+      if (f->error) vs__json_str(stdout, f->error);
+      else printf("null");
+      printf("}");
+    }
+    printf(", \"models\": [");
+    for (size_t i = 0; i < s->n_models; i++) {
+      const Vspec__ModelInfo *m = s->models[i];
+      printf("%s{\"name\": ", i ? ", " : "");
+      vs__json_str(stdout, m->name);
+      printf(", \"dir\": ");
+      vs__json_str(stdout, m->dir);
+      printf(", \"generation\": %u, \"jobs\": %d, \"retired_alive\": %d, \"loaded\": %s, "
+             "\"num_classes\": %u, \"grid_h\": %u, \"grid_w\": %u, \"continuous\": %s}",
+             m->generation, m->jobs, m->retired_alive, m->has_grid_h ? "true" : "false",
+             m->num_classes, m->grid_h, m->grid_w, m->continuous ? "true" : "false");
+    }
+    printf("], \"plugins\": [");
+    for (size_t i = 0; i < s->n_plugins; i++) {
+      if (i) printf(", ");
+      vs__print_plugin_json(s->plugins[i]);
+    }
+    printf("]");
+    if (t)
+      printf(", \"totals\": {\"submitted\": %llu, \"completed\": %llu, \"failed\": %llu, "
+             "\"cancelled\": %llu, \"rejected_busy\": %llu, \"clients_lost\": %llu, "
+             "\"malformed\": %llu, \"tokens\": %llu, \"uptime_s\": %.3f}",
+             (unsigned long long)t->submitted, (unsigned long long)t->completed,
+             (unsigned long long)t->failed, (unsigned long long)t->cancelled,
+             (unsigned long long)t->rejected_busy, (unsigned long long)t->clients_lost,
+             (unsigned long long)t->malformed, (unsigned long long)t->tokens, t->uptime_s);
+    printf("}\n");
+  } else {
+    printf("%s%s: %u waiting (capacity %u), %u running, %u client(s), up %.0f s\n",
+           s->node ? s->node : "vspecd", s->draining ? " (draining)" : "", s->queued,
+           s->queue_capacity, s->running, s->clients, t ? t->uptime_s : 0.0);
+    if (s->device) {
+      const Vspec__DeviceInfo *d = s->device;
+      printf("device: %s, %s weights", d->name ? d->name : "?", d->precision ? d->precision : "?");
+      if (d->memory_total)
+        printf(", %.0f MiB of %.0f MiB in use", (double)d->memory_used / (1 << 20),
+               (double)d->memory_total / (1 << 20));
+      printf("\n");
+    }
+    if (s->fleet) {
+      const Vspec__FleetInfo *f = s->fleet;
+      if (f->error)
+        printf("fleet: %s on %s: %s\n", f->stream ? f->stream : "?", f->redis ? f->redis : "?",
+               f->error);
+      else
+        printf("fleet: %llu job(s) in %s (max %llu), %llu of them running, on redis %s\n",
+               (unsigned long long)f->length, f->stream ? f->stream : "?",
+               (unsigned long long)f->max_length, (unsigned long long)f->pending,
+               f->redis ? f->redis : "?");
+    }
+    if (s->n_workers) printf("workers:\n");
+    for (size_t i = 0; i < s->n_workers; i++) {
+      const Vspec__WorkerInfo *w = s->workers[i];
+      if (w->job_id)
+        printf("  %u  job %llu, %u/%u tokens (%llu done before)\n", w->index,
+               (unsigned long long)w->job_id, w->tokens_done, w->tokens_total,
+               (unsigned long long)w->jobs_done);
+      else
+        printf("  %u  idle (%llu job(s) done)\n", w->index, (unsigned long long)w->jobs_done);
+    }
+    if (s->n_models || s->default_model)
+      printf("models (default %s):\n", s->default_model ? s->default_model : "?");
+    for (size_t i = 0; i < s->n_models; i++) {
+      const Vspec__ModelInfo *m = s->models[i];
+      if (m->has_grid_h)
+        printf("  %-10s generation %u, %ux%u %stokens, %u classes, draft %s, eagle %s, %d job(s)"
+               "%s  [%s]\n", m->name, m->generation, m->grid_h, m->grid_w,
+               m->continuous ? "continuous " : "", m->num_classes,
+               m->has_draft ? "yes" : "no", m->has_eagle ? "yes" : "no", m->jobs,
+               m->retired_alive ? ", older generation in use" : "", m->dir);
+      else
+        printf("  %-10s not loaded  [%s]\n", m->name, m->dir);
+    }
+    if (s->n_plugins) printf("plugins:\n");
+    for (size_t i = 0; i < s->n_plugins; i++) vs__print_plugin(s->plugins[i]);
+    if (t)
+      printf("totals: %llu submitted, %llu completed, %llu failed, %llu cancelled, %llu busy, "
+             "%llu client(s) lost, %llu malformed, %llu tokens\n",
+             (unsigned long long)t->submitted, (unsigned long long)t->completed,
+             (unsigned long long)t->failed, (unsigned long long)t->cancelled,
+             (unsigned long long)t->rejected_busy, (unsigned long long)t->clients_lost,
+             (unsigned long long)t->malformed, (unsigned long long)t->tokens);
+  }
+  vs_conn_event_free(&e);
+  vs_conn_close(&conn);
+  return EXIT_OK;
+}
