@@ -288,6 +288,40 @@ static void test_daemon_job(void **state) {
   assert_non_null(strstr(first + 1, "(cached, tuned "));
 }
 
+/* vspec-bench tune stores a choice that vspec-bench generate then uses, image after image. */
+static void test_bench_tune(void **state) {
+  SKIP_UNDER_SANITIZERS();
+  world *w = *state;
+  char out[8192], model[300];
+  snprintf(model, sizeof model, "%s", w->fx.self_model);
+  const char *tune[] = {"tune", "--model", model, "--method", "sd:exact@standard:shape=chain",
+                        "--threads", "1", "--plugins", w->fx.plugins, NULL};
+  assert_int_equal(vs_run_tool("vspec-bench", tune, out, sizeof out), 0);
+  assert_non_null(strstr(out, "\n* depth="));
+  const char *runs = strstr(out, "runs as: sd:exact@standard:shape=chain,depth=");
+  assert_non_null(runs);
+  char want[200];
+  snprintf(want, sizeof want, "method=%.*s", (int)strcspn(runs + 9, "\n"), runs + 9);
+  uint8_t png[2][8192];
+  size_t n[2];
+  for (int i = 0; i < 2; i++) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/bench%d.png", w->fx.dir, i);
+    const char *gen[] = {"generate", "--model", model, "--method", "sd:exact@standard:shape=chain",
+                         "--seed", "4", "--threads", "1", "--plugins", w->fx.plugins, "--out",
+                         path, NULL};
+    assert_int_equal(vs_run_tool("vspec-bench", gen, NULL, 0), 0);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    n[i] = fread(png[i], 1, sizeof png[i], f);
+    fclose(f);
+    /* the PNG's text chunk names the method as it ran: the tuned depth */
+    if (!memmem(png[i], n[i], want, strlen(want))) fail_msg("'%s' not in the PNG's text", want);
+  }
+  assert_int_equal(n[0], n[1]);
+  assert_memory_equal(png[0], png[1], n[0]);
+}
+
 int main(void) {
   /* One fixture for all: test_corrupt_cache starts from the choice the round trip stored
    * (it tunes once more when run alone). */
@@ -296,6 +330,7 @@ int main(void) {
       cmocka_unit_test(test_cache_round_trip),
       cmocka_unit_test(test_corrupt_cache),
       cmocka_unit_test(test_daemon_job),
+      cmocka_unit_test(test_bench_tune),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
