@@ -58,6 +58,13 @@ void vs_bench_grid_free(vs_bench_grid *g);
 int vs_bench_generate(vs_models *m, vspec_dev *dev, vs_job *job, vs_bench_grid *g,
                       vs_metrics *mt, char *err, size_t errlen);
 
+/* The method a subcommand runs for `text`: size=auto, asked for or by default, replaced by
+ * the choice tuned for this model and machine (core/autotune.h; a cached choice when there is
+ * one), which is printed on stderr. Prints the error as "vspec-bench CMD: ..." and returns 0
+ * on failure. */
+int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, const char *text,
+                            char *spec, size_t cap);
+
 /* --num-iter and --cfg-schedule (generate, eval, demo): continuous-token models only. */
 typedef struct vs_bench_mar_opts {
   long num_iter;    /* 0: not given (the model's default) */
@@ -82,11 +89,8 @@ int vs_bench_cmd_demo(int argc, char **argv);
 int vs_bench_cmd_quality(int argc, char **argv);
 
 int vs_bench_cmd_eval(int argc, char **argv);
+int vs_bench_cmd_tune(int argc, char **argv);
 
-/* Median latency (ms) of one forward of an n-node binary tree (n <= 64) after a committed
- * half-image prefix, with `rows` CFG rows; measured for at least min_time seconds. */
-int vs_bench_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
-                          double min_time, double *median_ms, char *err, size_t errlen);
 int vs_bench_cmd_linear(int argc, char **argv);
 
 /* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`. */

@@ -1,12 +1,14 @@
 /*
  * What generate, eval, demo and vspecd-bench share around one job: output buffers for either
- * token kind, and the sampling options of continuous-token (MAR) models.
+ * token kind, the sampling options of continuous-token (MAR) models, and the method as it
+ * runs (size=auto resolved).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench/bench.h"
+#include "core/autotune.h"
 
 int vs_bench_is_continuous(const vs_models *m) {
   return m->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS;
@@ -80,4 +82,27 @@ int vs_bench_num_iter(const vs_models *m, const vs_sampling *s) {
   /* the MAR loop's choice (core/mar_loop.c): the job's, else the model's, else one per token */
   if (s->num_iter > 0) return s->num_iter;
   return in->num_iter > 0 ? in->num_iter : in->grid_h * in->grid_w;
+}
+
+int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, const char *text,
+                            char *spec, size_t cap) {
+  char err[VSPEC_ERRLEN];
+  vs_method me;
+  vs_autotune_result tune;
+  if (vs_method_parse(text, &me, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench %s: %s\n", cmd, err);
+    return 0;
+  }
+  vs_autotune_default(&me, vs_bench_is_continuous(m));
+  if (vs_autotune_resolve(m, env->dev, &me, 0, &tune, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench %s: %s: %s\n", cmd, me.text, err);
+    return 0;
+  }
+  if (tune.choice[0]) {
+    char note[1024];
+    vs_autotune_describe(&tune, note, sizeof note);
+    fprintf(stderr, "%s\n", note);
+  }
+  snprintf(spec, cap, "%s", tune.spec);
+  return 1;
 }

@@ -13,6 +13,7 @@
 
 #include "bench/bench.h"
 #include "core/cli_args.h"
+#include "core/forward_timing.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -292,7 +293,7 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
   for (int i = 0; i < n_sizes; i++) {
     double ms[3];
     for (int rows = 1; rows <= 2; rows++)
-      if (vs_bench_time_forward(env.dev, t, rows, sizes[i], min_time, &ms[rows], err, sizeof err)) {
+      if (vs_time_forward(env.dev, t, rows, sizes[i], min_time, &ms[rows], err, sizeof err)) {
         fprintf(stderr, "vspec-bench costcurve: %s\n", err);
         goto done;
       }
@@ -305,7 +306,7 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
    * row each), so weight bytes / bandwidth bounds its speed from above. */
   double one_ms[3];
   for (int rows = 1; rows <= 2; rows++)
-    if (vs_bench_time_forward(env.dev, t, rows, 1, min_time, &one_ms[rows], err, sizeof err)) {
+    if (vs_time_forward(env.dev, t, rows, 1, min_time, &one_ms[rows], err, sizeof err)) {
       fprintf(stderr, "vspec-bench costcurve: %s\n", err);
       goto done;
     }

@@ -84,6 +84,8 @@ int vs_bench_cmd_demo(int argc, char **argv) {
     fprintf(stderr, "vspec-bench demo: %s\n", err);
     goto done;
   }
+  char spec[1100];
+  if (!vs_bench_resolve_method("demo", &env, models, method, spec, sizeof spec)) goto done;
   const vs_backend_model *t = &models->target;
   int classes = t->info.num_classes;
   if (classes <= 0 || !t->info.image_h) {
@@ -111,7 +113,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   memset(grid, 255, (size_t)gw * gh * 3);
   double total = 0;
   for (int k = 0; k < n_images; k++) {
-    vs_job job = {.method = method, .class_label = k % classes, .seed = seed + (uint64_t)k,
+    vs_job job = {.method = spec, .class_label = k % classes, .seed = seed + (uint64_t)k,
                   .sampling = sampling};
     vs_metrics mt;
     if (vs_bench_generate(models, env.dev, &job, &out, &mt, err, sizeof err) ||
@@ -130,7 +132,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   }
   char desc[512];
   /* latents set: the description names a MAR job's steps and CFG schedule */
-  vs_job demo_job = {.method = method, .class_label = -1, .seed = seed, .sampling = sampling,
+  vs_job demo_job = {.method = spec, .class_label = -1, .seed = seed, .sampling = sampling,
                      .latents = out.latents};
   vs_job_describe(&demo_job, models->name, desc, sizeof desc);
   vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench demo"}};
@@ -140,7 +142,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
     goto done;
   }
   printf("vspec demo: %d images of '%s' generated in %.2f s (%s)\n", n_images, models->name,
-         total, method);
+         total, spec);
   if (per_class > 1)
     printf("wrote %s: %ld images per class, one column per class (0..%d left to right)\n",
            out_path, per_class, classes - 1);

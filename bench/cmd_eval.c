@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/autotune.h"
+#include "core/autotune.h"
 #include "bench/bench.h"
 #include "bench/fmnist_data.h"
 #include "bench/plot.h"
@@ -52,8 +52,9 @@ static void usage(FILE *f) {
           "  --model DIR        model directory (default models/fmnist)\n"
           "  --methods LIST     methods separated by ';' (default \"ar\"), e.g.\n"
           "                     \"ar;sd:exact;sd:lantern:k=100,delta=0.2\"; see docs/SPECULATIVE.md.\n"
-          "                     A scheduler parameter size=auto tunes the draft size first\n"
-          "                     (bench/autotune.h)\n"
+          "                     A scheduler parameter size=auto (the default when a rule is\n"
+          "                     named without a size) uses the draft size tuned for this\n"
+          "                     model and machine (vspec-bench tune)\n"
           "  --images N         images per method (default 100); class = i mod classes\n"
           "  --seed S           seed of image 0; image i uses S + i (default 0)\n"
           "  --json FILE        write the results as JSON\n"
@@ -487,12 +488,18 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     em[i].m = parsed[i];
     snprintf(em[i].spec, sizeof em[i].spec, "%s", parsed[i].text);
     if (parsed[i].kind == VS_METHOD_AR && ar < 0) ar = i;
-    /* size=auto: pick the draft size first, from the cost curve and measured acceptance. */
-    if (parsed[i].kind == VS_METHOD_SD &&
-        vs_autotune_resolve(&env, models, &parsed[i], seed + 1000000, em[i].spec,
-                            sizeof em[i].spec, em[i].note, sizeof em[i].note, err, sizeof err)) {
+    /* size=auto (the default for a rule named without a size): the stored choice for this
+     * model and machine, or a tuning that stores one (core/autotune.h). */
+    vs_autotune_default(&parsed[i], tk.continuous);
+    vs_autotune_result tune;
+    if (vs_autotune_resolve(models, env.dev, &parsed[i], 0, &tune, err, sizeof err)) {
       fprintf(stderr, "vspec-bench eval: %s: %s\n", parsed[i].text, err);
       goto done_labels;
+    }
+    snprintf(em[i].spec, sizeof em[i].spec, "%s", tune.spec);
+    if (tune.choice[0]) {
+      vs_autotune_describe(&tune, em[i].note, sizeof em[i].note);
+      fprintf(stderr, "%s: %s\n", parsed[i].text, em[i].note);
     }
     em[i].times = calloc((size_t)images, sizeof(double));
     em[i].rgb = quality ? malloc((size_t)images * npix) : NULL;

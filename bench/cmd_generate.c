@@ -19,7 +19,10 @@ static void usage(FILE *f) {
           "  --model DIR         model directory (default models/fmnist)\n"
           "  --class C           class label (default 0)\n"
           "  --seed S            job seed (default 0); the same seed gives the same bytes\n"
-          "  --method M          decoding method: ar (default ar)\n"
+          "  --method M          decoding method: ar or sd:RULE[:PARAMS][@SCHED[:PARAMS]]\n"
+          "                      (default ar); a rule named without a size (depth,\n"
+          "                      total_tokens, tree) gets size=auto: the draft size tuned for\n"
+          "                      this model and machine, from the cache (vspec-bench tune)\n"
           "  --out FILE          output PNG (default out.png)\n"
           "  --temperature T     sampling temperature, 0 = greedy (default: the model's)\n"
           "  --top-k K           top-k filter, 0 = off (default: the model's)\n"
@@ -119,7 +122,11 @@ int vs_bench_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "vspec-bench generate: model '%s' has no image decoder\n", model_dir);
     goto done;
   }
-  vs_job job = {.method = method, .class_label = (int32_t)class_label, .seed = seed,
+  /* size=auto, asked for or by default: the stored choice for this model and machine, so
+   * that the same seed gives the same image. */
+  char spec[1100];
+  if (!vs_bench_resolve_method("generate", &env, models, method, spec, sizeof spec)) goto done;
+  vs_job job = {.method = spec, .class_label = (int32_t)class_label, .seed = seed,
                 .sampling = models->defaults};
   if (!isnan(temperature)) job.sampling.temperature = (float)temperature;
   if (top_k >= 0) job.sampling.top_k = (int)top_k;

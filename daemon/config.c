@@ -36,6 +36,7 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->n_models = 1;
   snprintf(c->default_model, sizeof c->default_model, "fmnist");
   snprintf(c->method, sizeof c->method, "ar");
+  c->auto_size = 1;
   c->preview_every_tokens = 0;
   c->credit = 8;
   c->progress_interval_ms = 20;
@@ -214,6 +215,7 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       if (rc) return rc;
       return vs__str(key, v, c->method, sizeof c->method, err, errlen);
     }
+    if (!strcmp(k, "auto_size")) return vs__bool(key, v, &c->auto_size, err, errlen);
     if (!strcmp(k, "preview_every_tokens"))
       return vs__int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
     if (!strcmp(k, "credit")) return vs__int(key, v, 1, 1024, &c->credit, err, errlen);

@@ -51,6 +51,8 @@ typedef struct vs_daemon_config {
   char default_model[64];
   /* [defaults] */
   char method[512];           /* when a submit names no method */
+  int auto_size;              /* a speculative method naming no draft size gets size=auto
+                                 (defaults.auto_size, default on; core/autotune.h) */
   int preview_every_tokens;   /* 0 = tokens_total / 8, at least 1 */
   int credit;                 /* when a submit names no credit */
   int progress_interval_ms;   /* when a submit names none: progress events at most this often */

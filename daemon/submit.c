@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/metrics.h" /* vs_now */
+#include "core/autotune.h"
 #include "core/engine.h"
 #include "core/method.h"
 #include "core/names.h"
@@ -225,6 +226,17 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   }
   vs_method me;
   if (vs_method_parse(method, &me, inner, sizeof inner)) VS_FAIL(INVALID, "method: %s", inner);
+  /* size=auto is resolved by the worker that runs the job (daemon/workers.c); here it is the
+   * default for a method that names no size (defaults.auto_size), and the scheduler is
+   * checked with the parameters it will get, less the size the worker adds. */
+  if (cfg->auto_size) vs_autotune_default(&me, set->continuous);
+  char sched_params[512];
+  int autosize = vs_autotune_wanted(&me, sched_params, sizeof sched_params, inner, sizeof inner);
+  /* a malformed parameter list is the scheduler's to report, in its words, below */
+  if (autosize < 0 && !strncmp(inner, "size=", 5)) VS_FAIL(INVALID, "method %s: %s", me.text, inner);
+  if (autosize && set->continuous)
+    VS_FAIL(INVALID, "method %s: size=auto is not supported for continuous-token (MAR) models "
+            "(model '%s'); use depth=L explicitly", me.text, model);
   if (me.kind == VS_METHOD_SD) {
     if (!has_draft && !has_eagle)
       VS_FAIL(INVALID, "method %s: model '%s' has no drafter (no draft model, no eagle head); "
@@ -237,7 +249,7 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
       VS_FAIL(INVALID, "draft: model '%s' has no eagle head", model);
     if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me.rule, me.rule_params, set->continuous, model,
                        inner, sizeof inner) ||
-        vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me.sched, me.sched_params, set->continuous, model,
+        vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me.sched, sched_params, set->continuous, model,
                        inner, sizeof inner))
       VS_FAIL(INVALID, "%s", inner);
     snprintf(rule, sizeof rule, "%s", me.rule);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/metrics.h" /* vs_now */
+#include "core/autotune.h"
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/method.h"
@@ -151,6 +152,28 @@ static int vs__revealed(const uint8_t *status, int n) {
   return k;
 }
 
+/* The method as it runs: size=auto (asked for, or the default the submit added) replaced by
+ * the choice stored for this model and machine, or by a tuning done here. Here, on the worker
+ * that runs the job, so that the loop thread never waits for a tuning; other workers go on
+ * with their jobs (tunings are serialised process-wide: a second job asking for the same
+ * method waits for the first's tuning and reads its choice, core/autotune.h). */
+static int vs__resolve_size(vs_worker *w, vs_models *models, const char *who, const char *method,
+                            char *spec, size_t cap, char *err, size_t errlen) {
+  vs_method me;
+  vs_autotune_result tune;
+  int rc = vs_method_parse(method, &me, err, errlen);
+  if (!rc) rc = vs_autotune_resolve(models, w->dev, &me, 0, &tune, err, errlen);
+  if (rc) return rc;
+  snprintf(spec, cap, "%s", tune.spec);
+  if (tune.choice[0]) {
+    char note[1024];
+    vs_autotune_describe(&tune, note, sizeof note);
+    /* not stored: every job tunes again and may choose differently (an unwritable cache) */
+    vs_log(tune.stored ? VSPEC_LOG_INFO : VSPEC_LOG_WARN, who, "%s", note);
+  }
+  return VSPEC_OK;
+}
+
 static void vs__run_job(vs_worker *w, vs_djob *j) {
   vs_workers *pool = w->pool;
   double started = vs_now();
@@ -200,7 +223,11 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
              "accepted; submit again", j->model, t->info.grid_h, t->info.grid_w);
     goto finish;
   }
-  vs_job job = {.method = j->method, .class_label = j->class_label, .caption = j->caption,
+  char spec[1100];
+  if ((rc = vs__resolve_size(w, r.set->models, who, j->method, spec, sizeof spec, err,
+                             sizeof err)))
+    goto finish;
+  vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
                 .caption_mask = j->caption_mask, .seed = j->seed,
                 .sampling = r.set->models->defaults, .on_round = vs__on_round, .user = &r,
                 .cancel = &j->cancel};

@@ -171,8 +171,9 @@ static inline int vs_shape_parse(const vspec_host *host, const vspec_params *par
     return VSPEC_EINVAL;
   }
   if (host->param_string(params, "size")) {
-    snprintf(err, errlen, "parameter 'size' (size=auto) is resolved by vspec-bench eval before "
-             "jobs run; in a job give depth, total_tokens or tree directly");
+    snprintf(err, errlen, "parameter 'size' (size=auto) is resolved before a job reaches the "
+             "scheduler (vspec-bench, vspecd: core/autotune.h); a job handed to the engine "
+             "directly gives depth, total_tokens or tree");
     return VSPEC_EINVAL;
   }
   return VSPEC_OK;

@@ -240,8 +240,12 @@ void vs_daemon_start(vs_daemon *d, const vs_fixture *f, const char *name,
   const char *args[48] = {"--endpoint", d->job_ep, "--admin", d->admin_ep, "--plugins",
                           f->plugins, "--model", micro, "--model", self, "--set",
                           "models.fmnist=", "--default-model", "micro", "--threads", "1",
-                          "--node", name, "--log-level", "debug"};
-  int n = 20;
+                          "--node", name, "--log-level", "debug",
+                          /* a rule named without a size keeps the scheduler's defaults: tuning
+                           * size=auto would add a second or more to each test that submits
+                           * one; tests of size=auto turn it back on with an extra --set */
+                          "--set", "defaults.auto_size=false"};
+  int n = 22;
   for (int i = 0; extra && extra[i] && n < 47; i++) args[n++] = extra[i];
   args[n] = NULL;
   d->pid = vs_spawn_tool("vspecd", args, d->log);

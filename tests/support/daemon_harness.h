@@ -45,7 +45,8 @@ void vs_fixture_remove(vs_fixture *f);
 void vs_fixture_install(vs_fixture *f, const char *built, const char *as);
 
 /* Starts vspecd named `name` with the fixture's endpoints, plugins and models and the extra
- * arguments (NULL-terminated, may be NULL); waits until it answers a ping. */
+ * arguments (NULL-terminated, may be NULL); waits until it answers a ping. The default
+ * size=auto is off (defaults.auto_size=false; extra may turn it on). */
 void vs_daemon_start(vs_daemon *d, const vs_fixture *f, const char *name,
                      const char *const *extra);
 /* Sends `sig` and waits up to timeout_ms; returns the exit status (128+n if killed by signal

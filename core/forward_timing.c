@@ -1,21 +1,21 @@
 /*
  * Median latency of one target forward over a tree of n nodes, the cost curve that tree
- * sizes follow (DESIGN.md "Performance notes").
+ * sizes follow (DESIGN.md "Performance notes"). In core/ because size=auto (core/autotune.c)
+ * measures it wherever jobs run, the daemon included; vspec-bench costcurve prints it.
  */
+#include "core/forward_timing.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bench/bench.h"
+#include "core/metrics.h" /* vs_now */
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
-/* ---- forward latency ------------------------------------------------------------- */
-
-/* Median latency of an n-node forward (binary tree) after a half-image prefix. */
-int vs_bench_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                           double min_time, double *median_ms, char *err, size_t errlen) {
   const int cap = 64;
   /* The timed forward feeds token ids and reads logits: a continuous-token target has
@@ -32,6 +32,11 @@ int vs_bench_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, i
   if (rc) return rc;
   int V = t->info.vocab, N = t->info.grid_h * t->info.grid_w;
   float *logits = malloc((size_t)cap * rows * V * sizeof(float));
+  if (!logits) {
+    t->vt->session_close(s);
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
   int32_t tokens[64], parents[64], path[64];
   vspec_forward_out out = {.struct_size = sizeof out, .logits = logits};
   rc = t->vt->prefill(s, &out, err, errlen);
@@ -59,11 +64,11 @@ int vs_bench_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, i
   double samples[256];
   int k = 0;
   if (!rc) rc = t->vt->forward(s, &b, &out, err, errlen); /* warm-up */
-  double start = vs_bench_now();
-  while (!rc && k < 256 && (k < 3 || vs_bench_now() - start < min_time)) {
-    double t0 = vs_bench_now();
+  double start = vs_now();
+  while (!rc && k < 256 && (k < 3 || vs_now() - start < min_time)) {
+    double t0 = vs_now();
     rc = t->vt->forward(s, &b, &out, err, errlen);
-    samples[k++] = vs_bench_now() - t0;
+    samples[k++] = vs_now() - t0;
   }
   if (!rc) {
     qsort(samples, (size_t)k, sizeof samples[0], cmp_double);

@@ -1,0 +1,120 @@
+/*
+ * vspec-bench tune: tunes size=auto for one model and method on this machine, on purpose,
+ * and overwrites the stored choice (core/autotune.h). Everything else (generate, eval, demo,
+ * vspecd) reads that choice back, so the same seed keeps giving the same image until the
+ * next `vspec-bench tune`.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "core/autotune.h"
+#include "core/cli_args.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vspec-bench tune --method M [options]\n"
+          "\n"
+          "Measures the target's forward cost and each candidate draft size's acceptance on\n"
+          "calibration images, prints the table and the choice (most expected tokens/s), and\n"
+          "stores it in the cache ($VSPEC_CACHE_DIR, else $XDG_CACHE_HOME/vspec, else\n"
+          "~/.cache/vspec) under the model's files, the method and this machine (CPU model,\n"
+          "kernel ISA and threads; the GPU's name). size=auto then uses it everywhere.\n"
+          "\n"
+          "  --model DIR        model directory (default models/fmnist)\n"
+          "  --method M         speculative method, e.g. sd:exact or\n"
+          "                     sd:lantern:k=100,delta=0.2@standard:shape=chain,drafter=model;\n"
+          "                     size=auto is added when the method names no size (a method\n"
+          "                     that names depth, total_tokens or tree has nothing to tune)\n"
+          "  --threads N        compute threads (default: all cores; part of the key)\n"
+          "  --device D         cpu (default), cuda or cuda:N\n"
+          "  --precision P      GPU weights: bf16 (default on a GPU) or fp32\n"
+          "  --plugins DIR      plugin directory (default: plugins/ next to this program)\n");
+}
+
+/* Adds size=auto to a method that names no size, whatever its scheduler defaults. */
+static int tune_method(const char *text, const vs_models *models, vs_method *me, char *err,
+                       size_t errlen) {
+  int rc = vs_method_parse(text, me, err, errlen);
+  if (rc) return rc;
+  if (me->kind != VS_METHOD_SD) {
+    snprintf(err, errlen, "method %s: only a speculative method (sd:...) has a draft size to "
+             "tune", me->text);
+    return VSPEC_EINVAL;
+  }
+  vs_autotune_default(me, vs_bench_is_continuous(models));
+  rc = vs_autotune_wanted(me, NULL, 0, err, errlen);
+  if (rc == 0) {
+    snprintf(err, errlen, "method %s names its draft size: drop depth, total_tokens or tree "
+             "(or add size=auto) to tune it", me->text);
+    return VSPEC_EINVAL;
+  }
+  return rc < 0 ? rc : VSPEC_OK;
+}
+
+int vs_bench_cmd_tune(int argc, char **argv) {
+  const char *model_dir = "models/fmnist", *method = NULL, *plugin_dir = NULL;
+  long threads = 0;
+  vs_bench_device dv = {0};
+  enum { O_THREADS = 256, O_PLUGINS, O_DEVICE, O_PRECISION };
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},         {"method", required_argument, 0, 'M'},
+      {"threads", required_argument, 0, O_THREADS}, {"plugins", required_argument, 0, O_PLUGINS},
+      {"device", required_argument, 0, O_DEVICE},
+      {"precision", required_argument, 0, O_PRECISION},
+      {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "m:M:h", opts, NULL)) != -1) {
+    int ok = 1;
+    switch (c) {
+      case 'm': model_dir = optarg; break;
+      case 'M': method = optarg; break;
+      case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
+      case O_PLUGINS: plugin_dir = optarg; break;
+      case O_DEVICE: dv.spec = optarg; break;
+      case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (!ok) return 2;
+  }
+  if (optind < argc || !method) {
+    if (optind < argc) fprintf(stderr, "vspec-bench tune: unexpected argument '%s'\n", argv[optind]);
+    else fprintf(stderr, "vspec-bench tune: --method is required\n");
+    usage(stderr);
+    return 2;
+  }
+  char err[VSPEC_ERRLEN];
+  vs_bench_env env;
+  dv.threads = (int)threads;
+  if (vs_bench_env_open(&env, argv[0], plugin_dir, &dv, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench tune: %s\n", err);
+    return 1;
+  }
+  int status = 1;
+  vs_models *models = NULL;
+  vs_method me;
+  vs_autotune_result res;
+  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
+                     sizeof err) ||
+      tune_method(method, models, &me, err, sizeof err) ||
+      vs_autotune_resolve(models, env.dev, &me, VS_AUTOTUNE_REFRESH, &res, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench tune: %s\n", err);
+    goto done;
+  }
+  char note[1024];
+  vs_bench_print_device(stdout, env.dev);
+  printf("model: %s (%s)\nmethod: %s\n", models->name, model_dir, me.text);
+  vs_autotune_print_table(&res, stdout);
+  vs_autotune_describe(&res, note, sizeof note);
+  printf("%s\nruns as: %s\n", note, res.spec);
+  if (!res.stored) fprintf(stderr, "vspec-bench tune: warning: the choice could not be stored "
+                           "(no writable cache directory); size=auto will tune again\n");
+  status = res.stored ? 0 : 1;
+done:
+  if (models) vs_models_close(models);
+  vs_bench_env_close(&env);
+  return status;
+}

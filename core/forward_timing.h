@@ -1,0 +1,16 @@
+/*
+ * core/forward_timing.h - what one target forward costs on this device: the cost curve
+ * against tree nodes that size=auto (core/autotune.h) and vspec-bench costcurve measure.
+ */
+#ifndef VS_FORWARD_TIMING_H
+#define VS_FORWARD_TIMING_H
+
+#include "core/models.h"
+
+/* Median latency (ms) of one forward of an n-node binary tree (n <= 64) after a committed
+ * half-image prefix, with `rows` CFG rows; measured for at least min_time seconds (and at
+ * least three forwards). VSPEC_ENOTSUP for a continuous-token (MAR) target. */
+int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+                    double min_time, double *median_ms, char *err, size_t errlen);
+
+#endif /* VS_FORWARD_TIMING_H */
