@@ -45,8 +45,9 @@ chmod go-w "$R/lib/vspec/plugins/accept_testrule.so"
 # The installed programs from another directory: no build tree, no models/ in sight.
 cd "$T"
 "$R/bin/vspec" --version | grep -q "plugin ABI" || fail "vspec --version"
+# (defaults.auto_size off: tuning the draft size, seconds, is tests/test_autotune.c's subject)
 VSPEC_CACHE_DIR=$T/cache "$R/bin/vspecd" --endpoint "ipc://$T/jobs.sock" --admin "ipc://$T/admin.sock" \
-  >"$T/vspecd.log" 2>&1 &
+  --set defaults.auto_size=false >"$T/vspecd.log" 2>&1 &
 PID=$!
 i=0
 until "$R/bin/vspec" plugins --admin "ipc://$T/admin.sock" --timeout 1 >"$T/plugins.txt" 2>/dev/null; do

@@ -62,7 +62,10 @@ class _Daemon(unittest.TestCase):
         args = [os.path.join(BUILD, "vspecd"), "--endpoint", cls.job_ep, "--admin", cls.admin_ep,
                 "--plugins", plugins, "--model", "fmnist=" + os.path.join(ROOT, "models", "fmnist"),
                 "--default-model", "fmnist", "--threads", "1", "--node", "pytest",
-                "--log-level", "debug"] + cls.daemon_args()
+                "--log-level", "debug",
+                # a speculative method without a size runs on the plugin's default size, not
+                # size=auto: tuning it (seconds) is tests/test_autotune.c's subject
+                "--set", "defaults.auto_size=false"] + cls.daemon_args()
         with open(cls.log, "wb") as log:
             cls.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, env=env)
         try:
