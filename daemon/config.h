@@ -52,6 +52,8 @@ typedef struct vs_daemon_config {
   /* [defaults] */
   char method[512];           /* when a submit names no method */
   int preview_every_tokens;   /* 0 = tokens_total / 8, at least 1 */
+  int preview_table_exact;    /* 1: the colour table decodes every code (daemon/preview.h);
+                                 0: fitted from a few decodes (daemon/preview_fit.h) */
   int credit;                 /* when a submit names no credit */
   int progress_interval_ms;   /* when a submit names none: progress events at most this often */
   /* [limits] */
