@@ -4,6 +4,7 @@
  *
  *   vspecd-startup-bench [--runs N] [--model DIR] [--random-gptb DIR]
  *   vspecd-startup-bench --lut-error DIR [--samples N] [--tiles K] [--linear]
+ *   vspecd-startup-bench --neighbours DIR
  *
  * Startup: for each model, N starts with a cold cache (an empty VSPEC_CACHE_DIR) and N with
  * a warm one (the first start's), each timed from fork to the first answered ping on the
@@ -133,22 +134,62 @@ static int vs__lut_error(const char *prog, const char *dir, const vs_preview_fit
   return 0;
 }
 
+/* The lazy neighbour table of model `dir`: built (an empty cache), then read back. */
+static int vs__neighbours(const char *prog, const char *dir) {
+  char cache[] = "/tmp/vspec-startup-nbr-XXXXXX";
+  if (!mkdtemp(cache)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  setenv("VSPEC_CACHE_DIR", cache, 1);
+  vs_bench_env env;
+  char err[VSPEC_ERRLEN];
+  if (vs_bench_env_open(&env, prog, NULL, NULL, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  int rc = 0;
+  for (int pass = 0; pass < 2 && !rc; pass++) {
+    vs_models *m = NULL;
+    const int32_t *t;
+    int k;
+    if (vs_models_open(env.reg, &env.host, env.dev, dir, VS_ROLE_TARGET, &m, err, sizeof err)) {
+      fprintf(stderr, "%s\n", err);
+      rc = 1;
+      break;
+    }
+    double t0 = vs_bench_now();
+    rc = vs_models_neighbours(m, &t, &k, err, sizeof err);
+    printf("%s: neighbour table (%d codes, k %d) %s in %.2f s\n", dir, m->target.info.vocab, k,
+           pass ? "read from the cache" : "built", vs_bench_now() - t0);
+    if (rc) fprintf(stderr, "%s\n", err);
+    vs_models_close(m);
+  }
+  vs_bench_env_close(&env);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", cache);
+  return rc ? 1 : 0;
+}
+
 static void vs__usage(FILE *f) {
   fprintf(f, "usage: vspecd-startup-bench [--runs N] [--model DIR] [--random-gptb DIR]\n"
              "       vspecd-startup-bench --lut-error DIR [--samples N] [--tiles K] "
-             "[--linear]\n");
+             "[--linear]\n"
+             "       vspecd-startup-bench --neighbours DIR\n");
 }
 
 int main(int argc, char **argv) {
-  enum { O_RUNS = 256, O_MODEL, O_GPTB, O_LUT, O_SAMPLES, O_TILES, O_LINEAR };
+  enum { O_RUNS = 256, O_MODEL, O_GPTB, O_LUT, O_SAMPLES, O_TILES, O_LINEAR, O_NBR };
   static const struct option opts[] = {
       {"runs", required_argument, 0, O_RUNS},    {"model", required_argument, 0, O_MODEL},
       {"random-gptb", required_argument, 0, O_GPTB}, {"lut-error", required_argument, 0, O_LUT},
       {"samples", required_argument, 0, O_SAMPLES}, {"tiles", required_argument, 0, O_TILES},
-      {"linear", no_argument, 0, O_LINEAR},      {"help", no_argument, 0, 'h'},
+      {"linear", no_argument, 0, O_LINEAR},      {"neighbours", required_argument, 0, O_NBR},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int runs = 3, c;
-  const char *model = NULL, *gptb = NULL, *lut = NULL;
+  const char *model = NULL, *gptb = NULL, *lut = NULL, *nbr = NULL;
   vs_preview_fit_opts fo = {.samples = 128, .tiles_per_side = 1, .quadratic = 1};
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -159,6 +200,7 @@ int main(int argc, char **argv) {
       case O_SAMPLES: fo.samples = atoi(optarg); break;
       case O_TILES: fo.tiles_per_side = atoi(optarg); break;
       case O_LINEAR: fo.quadratic = 0; break;
+      case O_NBR: nbr = optarg; break;
       case 'h': vs__usage(stdout); return 0;
       default: vs__usage(stderr); return 2;
     }
@@ -168,6 +210,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (lut) return vs__lut_error(argv[0], lut, &fo);
+  if (nbr) return vs__neighbours(argv[0], nbr);
   if (!model && !gptb) model = "models/fmnist";
   if (model && vs__bench_model(argv[0], model, model, runs)) return 1;
   if (gptb && (vs__write_gptb(gptb) ||

@@ -3,9 +3,9 @@
  * the disk cache (core/models.h, vs_models_neighbours).
  *
  * LANTERN's table lists, per code, the VS_NEIGHBOURS_K nearest codes: vocab^2 distances and
- * a selection per row, about 7 s for a 16384-code codebook. Only rules that declare
- * VSPEC_PLUGIN_USES_NEIGHBOURS read it, so a model opens without it and a plain AR or
- * exact-SD job never pays for it. The table depends only on the codebook, i.e. on the
+ * a selection per row, 4.5 s for a 16384-code codebook on the development CPU. Only rules
+ * that declare VSPEC_PLUGIN_USES_NEIGHBOURS read it, so a model opens without it and a plain
+ * AR or exact-SD job never pays for it. The table depends only on the codebook, i.e. on the
  * model's files: the cache key hashes them with the purpose "neighbours/<k>" and no salt.
  *
  * A file is nbr-<key>.bin: "VSNBR1\n\0", vocab and k (4 bytes each, little-endian), then
