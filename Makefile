@@ -6,6 +6,7 @@
 #   make demo       install deps, build, generate images with the shipped model
 #                   (DAEMON=1: through vspecd and the vspec CLI)
 #   make bench-daemon  the daemon's latency, preview and throughput figures
+#   make bench-startup how long vspecd takes to answer, cold and warm cache
 #   make bench-fleet   fleet mode: latency added by gateway + Redis, jobs/s, no job lost
 #                   across a daemon, a gateway and a Redis SIGKILL (needs redis-server)
 #   make fuzz       the libFuzzer targets of tests/fuzz/ (FUZZ_RUNS inputs each, default 1000000;
@@ -172,11 +173,12 @@ BROKER := $(BUILD)/vspec-broker
 GATEWAY := $(BUILD)/vspec-gateway
 DAEMON_BENCH := $(BUILD)/vspecd-bench
 DAEMON_SOAK := $(BUILD)/vspecd-soak
+DAEMON_STARTUP := $(BUILD)/vspecd-startup-bench
 DAEMON_FLEET_BENCH := $(BUILD)/vspecd-fleet-bench
 DAEMON_PROC_OBJ := $(BUILD)/obj/bench/daemon_proc.o
 # vspecd-fleet-bench's own parts: its fleet of processes, the load, its redis-server.
 DAEMON_FLEET_OBJ := $(patsubst %,$(BUILD)/obj/bench/daemon_%.o,fleet fleet_load redis)
-SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(GATEWAY) $(DAEMON_BENCH) $(DAEMON_SOAK) \
+SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(GATEWAY) $(DAEMON_BENCH) $(DAEMON_SOAK) $(DAEMON_STARTUP) \
            $(DAEMON_FLEET_BENCH)
 
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -201,7 +203,7 @@ FUZZ_RUNS ?= 1000000
 FUZZ_TIME ?= 3600
 FUZZ_CHECK_TIME ?= 4
 
-.PHONY: install uninstall install-check all test check bench bench-daemon bench-fleet demo deps clean train gpu-test gpu-bundle \
+.PHONY: install uninstall install-check all test check bench bench-daemon bench-startup bench-fleet demo deps clean train gpu-test gpu-bundle \
         fuzz fuzz-check fuzz-seeds fuzz-targets soak soak-build
 # Objects reached through pattern chains are kept: no rebuild of every test on each run.
 .SECONDARY:
@@ -255,6 +257,8 @@ $(VSPEC_CLI): $(CLI_OBJ) $(SVC_LIB) $(LIB)
 $(DAEMON_BENCH): $(BUILD)/obj/bench/daemon_bench.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(DAEMON_SOAK): $(BUILD)/obj/bench/daemon_soak.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
+$(DAEMON_STARTUP): $(BUILD)/obj/bench/daemon_startup.o $(DAEMON_PROC_OBJ) $(SVC_LIB) $(BENCH_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(DAEMON_FLEET_BENCH): $(BUILD)/obj/bench/daemon_fleet_bench.o $(DAEMON_FLEET_OBJ) $(DAEMON_PROC_OBJ) \
                        $(SVC_LIB) $(BENCH_LIB) $(LIB)
@@ -388,6 +392,13 @@ endif
 bench-daemon: all
 	./$(DAEMON_BENCH)
 	./$(DAEMON_BENCH) --synthetic 8,256,8 --images 10
+
+# vspecd's start (docs/BENCHMARKS.md, "Daemon start"): fork to the first answered ping, cold
+# and warm cache, on models/fmnist and on a random GPT-B/VQ-16-shaped model written (once,
+# 600 MB) into STARTUP_MODEL_DIR.
+STARTUP_MODEL_DIR ?= /tmp/vspec-random-gptb
+bench-startup: all
+	./$(DAEMON_STARTUP) --runs 5 --model models/fmnist --random-gptb $(STARTUP_MODEL_DIR)
 
 # Fleet mode (docs/BENCHMARKS.md, "Fleet mode"): vspecd-fleet-bench starts its own
 # redis-server, 3 vspecd in fleet mode and 2 vspec-gateway; the latency the queue adds to an

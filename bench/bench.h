@@ -97,4 +97,11 @@ int vs_bench_cmd_linear(int argc, char **argv);
 int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,
                               int grid, int num_classes, uint64_t seed, char *err, size_t errlen);
 
+/* Writes a random-weight LlamaGen VQ (codebook and decoder, vq_model.py's layout) with a
+ * codebook of `codebook` x `embed_dim`, base width `ch`, widths ch * ch_mult[i], z_channels
+ * and image_size pixels (bench/random_vq.c). */
+int vs_bench_write_random_vq(const char *path, int codebook, int embed_dim, int ch,
+                             const int *ch_mult, int n_mult, int z_channels, int image_size,
+                             uint64_t seed, char *err, size_t errlen);
+
 #endif /* VS_BENCH_H */

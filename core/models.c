@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 
 #include "core/manifest.h"
-#include "core/neighbours.h"
 #include "core/params.h"
 #include "kernels/vs_kernels.h"
 
@@ -114,6 +113,7 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
   vs_models *m = calloc(1, sizeof *m);
   vs_manifest *mf = calloc(1, sizeof *mf);
   int rc = VSPEC_OK;
+  if (m) pthread_mutex_init(&m->neighbours_mu, NULL);
   if (!m || !mf) {
     snprintf(err, errlen, "out of memory");
     rc = VSPEC_ENOMEM;
@@ -149,16 +149,6 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
          (rc = vs__load_role(reg, host, dev, &mf->eagle, &m->eagle, err, errlen))))
       goto fail;
   }
-  if (m->target.model && m->target.info.codebook && m->target.info.token_dim > 0) {
-    m->neighbours = vs_neighbours_build(m->target.info.codebook, m->target.info.vocab,
-                                        m->target.info.token_dim, VS_NEIGHBOURS_K,
-                                        &m->neighbours_k);
-    if (!m->neighbours) {
-      snprintf(err, errlen, "out of memory for the codebook neighbour table");
-      rc = VSPEC_ENOMEM;
-      goto fail;
-    }
-  }
   free(mf);
   *out = m;
   return VSPEC_OK;
@@ -171,6 +161,7 @@ fail:
 void vs_models_close(vs_models *m) {
   if (!m) return;
   free(m->neighbours);
+  pthread_mutex_destroy(&m->neighbours_mu);
   vs_backend_model_unload(&m->eagle);
   vs_backend_model_unload(&m->draft);
   vs_backend_model_unload(&m->target);

@@ -15,6 +15,8 @@
 #ifndef VS_MODELS_H
 #define VS_MODELS_H
 
+#include <pthread.h>
+
 #include "core/registry.h"
 
 typedef struct vs_sampling {
@@ -47,10 +49,14 @@ typedef struct vs_models {
   vs_backend_model draft; /* a small draft GPT; .model == NULL when absent */
   vs_backend_model eagle; /* an EAGLE head over the target's features; .model == NULL when absent */
   vs_sampling defaults;
-  /* Codebook neighbours of the target's tokens for LANTERN-style rules (core/neighbours.h);
-   * NULL when the target has no codebook. */
+  /* Codebook neighbours of the target's tokens for LANTERN-style rules (core/neighbours.h):
+   * built (or read from the disk cache) by vs_models_neighbours on the first job whose rule
+   * uses them, never for the others; NULL until then and when the target has no codebook.
+   * Guarded by neighbours_mu until set, read-only after. */
+  pthread_mutex_t neighbours_mu;
   int32_t *neighbours;
   int neighbours_k;
+  int neighbours_builds; /* times the table was computed (not read from the cache) */
 } vs_models;
 
 /* Role selection for vs_models_open. */
@@ -65,6 +71,12 @@ typedef struct vs_models {
 int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, const char *dir,
                    unsigned roles, vs_models **out, char *err, size_t errlen);
 void vs_models_close(vs_models *m);
+
+/* The codebook neighbour table of the target (*table NULL when it has no codebook), made
+ * once per vs_models however many threads ask at once: read from the disk cache
+ * (core/disk_cache.h, purpose "neighbours/<k>") or built and stored there. Returns 0 or a
+ * negative status with err set (out of memory). core/neighbour_table.c */
+int vs_models_neighbours(vs_models *m, const int32_t **table, int *k, char *err, size_t errlen);
 
 /* Loads one backend model through the registry (used by vs_models_open and tools). */
 int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *dev,

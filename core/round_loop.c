@@ -45,6 +45,10 @@ static int vs__plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t 
     snprintf(err, errlen, "acceptance rule '%s': %s", m->rule, inner);
     return rc;
   }
+  /* Only a rule that reads the neighbour table makes the model build it (once). */
+  if ((vs_plugin_desc(c->rule_plugin)->flags & VSPEC_PLUGIN_USES_NEIGHBOURS) &&
+      (rc = vs_models_neighbours(c->models, &c->neighbours, &c->neighbours_k, err, errlen)))
+    return rc;
   rc = vs_registry_acquire(c->models->reg, VSPEC_PLUGIN_SCHED, m->sched, &c->sched_plugin, err,
                            errlen);
   if (rc) return rc;

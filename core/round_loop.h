@@ -38,6 +38,9 @@ typedef struct vs_rounds {
   const vspec_sched_vtable *sched_vt;
   vspec_rule *rule;
   vspec_sched *sched;
+  /* the model's codebook neighbour table, for a rule with VSPEC_PLUGIN_USES_NEIGHBOURS */
+  const int32_t *neighbours;
+  int neighbours_k;
   /* target */
   vspec_session *sess;
   float *logits;     /* host [cap, rows, V] */

@@ -73,10 +73,10 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
       vspec_accept_input in = {.struct_size = sizeof in, .vocab = V, .token = x, .depth = depth,
                                .max_depth = max_depth, .sibling = t->nodes[ch].rank,
                                .p_x = px, .p = sampled ? c->p_work : NULL, .q = c->q_res};
-      if (c->models->neighbours) {
-        in.neighbour_table = c->models->neighbours;
-        in.table_k = c->models->neighbours_k;
-        in.neighbours = c->models->neighbours + (size_t)x * in.table_k;
+      if (c->neighbours) {
+        in.neighbour_table = c->neighbours;
+        in.table_k = c->neighbours_k;
+        in.neighbours = c->neighbours + (size_t)x * in.table_k;
         in.n_neighbours = in.table_k;
       }
       c->mt->siblings_tried++;

@@ -216,6 +216,14 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__str(key, v, c->method, sizeof c->method, err, errlen);
     }
     if (!strcmp(k, "auto_size")) return vs__bool(key, v, &c->auto_size, err, errlen);
+    if (!strcmp(k, "preview_table")) {
+      if (strcmp(v, "fit") && strcmp(v, "exact")) {
+        snprintf(err, errlen, "%s = '%s': expected fit or exact", key, v);
+        return VSPEC_EINVAL;
+      }
+      c->preview_table_exact = !strcmp(v, "exact");
+      return VSPEC_OK;
+    }
     if (!strcmp(k, "preview_every_tokens"))
       return vs__int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
     if (!strcmp(k, "credit")) return vs__int(key, v, 1, 1024, &c->credit, err, errlen);

@@ -54,6 +54,8 @@ typedef struct vs_daemon_config {
   int auto_size;              /* a speculative method naming no draft size gets size=auto
                                  (defaults.auto_size, default on; core/autotune.h) */
   int preview_every_tokens;   /* 0 = tokens_total / 8, at least 1 */
+  int preview_table_exact;    /* 1: the colour table decodes every code (daemon/preview.h);
+                                 0: fitted from a few decodes (daemon/preview_fit.h) */
   int credit;                 /* when a submit names no credit */
   int progress_interval_ms;   /* when a submit names none: progress events at most this often */
   /* [limits] */

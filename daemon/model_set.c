@@ -9,6 +9,8 @@
 #include "core/log.h"
 #include "core/text.h"
 #include "daemon/preview_cache.h"
+#include "daemon/preview_fit.h"
+#include "daemon/sd_notify.h"
 #include "kernels/vs_kernels.h"
 
 struct vs_model_table {
@@ -17,6 +19,7 @@ struct vs_model_table {
   const vspec_host *host;
   vspec_dev *load_dev;
   pthread_mutex_t load_mu; /* one load at a time: the load device is single-threaded */
+  int lut_exact;           /* [defaults] preview_table = exact */
   int n;
   struct {
     char name[64];
@@ -52,26 +55,52 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
     return;
   }
   /* The colour table: from the cache when this model's files were decoded on this kind of
-   * device before (daemon/preview_cache.h), else built and stored. */
-  char inner[VSPEC_ERRLEN], key[VS_LUT_KEY_LEN + 1] = "", dir[2048], device[200];
+   * device by the same method before (daemon/preview_cache.h), else built and stored. A
+   * fitted table is keyed apart from an exact one, so a change of preview_table rebuilds. */
+  char inner[VSPEC_ERRLEN], key[VS_LUT_KEY_LEN + 1] = "", dir[2048], device[240];
   vs_device_info di;
   memset(&di, 0, sizeof di);
   vs_dev_info(dev, &di);
-  snprintf(device, sizeof device, "%s, precision %d", di.name, di.precision);
+  int exact = s->table->lut_exact;
+  snprintf(device, sizeof device, "%s, precision %d%s", di.name, di.precision,
+           exact ? "" : ", fitted table 1");
   vs_cache_dir(dir, sizeof dir);
-  int keyed = *dir && !vs_preview_cache_key(s->dir, device, key);
   double t0 = vs_now();
+  int keyed = *dir && !vs_preview_cache_key(s->dir, device, key);
+  if (keyed)
+    vs_log(VSPEC_LOG_INFO, "models", "%s: model files hashed for the cache key in %.2f s",
+           s->name, vs_now() - t0);
+  t0 = vs_now();
+  vs_preview_fit_opts fo;
+  vs_preview_fit_default(&t->info, &fo);
   if (keyed && vs_preview_cache_load(dir, key, t->info.vocab, &s->lut)) {
-    vs_log(VSPEC_LOG_INFO, "models", "%s: preview colour table from the cache (%s/lut-%.12s...)",
-           s->name, dir, key);
-  } else if (vs_preview_lut_build(t, dev, &s->lut, inner, sizeof inner)) {
+    vs_log(VSPEC_LOG_INFO, "models", "%s: preview colour table read from the cache in %.2f s "
+           "(%s/lut-%.12s...)", s->name, vs_now() - t0, dir, key);
+    s->previews = 1;
+    return;
+  }
+  vs_sd_notifyf("loading %s: building its preview colour table", s->name);
+  int rc = exact ? vs_preview_lut_build(t, dev, &s->lut, inner, sizeof inner)
+                 : vs_preview_lut_fit(t, dev, &fo, &s->lut, inner, sizeof inner);
+  if (rc == VSPEC_ENOTSUP && !exact && t->info.image_h && !s->continuous) {
+    vs_log(VSPEC_LOG_WARN, "models", "%s: %s; decoding every code instead", s->name, inner);
+    rc = vs_preview_lut_build(t, dev, &s->lut, inner, sizeof inner);
+    exact = 1;
+  }
+  if (rc) {
     vs_log(VSPEC_LOG_WARN, "models", "%s: no lut/decode previews: %s", s->name, inner);
-  } else {
-    int stored = keyed && !vs_preview_cache_store(dir, key, &s->lut);
+    return;
+  }
+  int stored = keyed && !vs_preview_cache_store(dir, key, &s->lut);
+  if (exact)
     vs_log(VSPEC_LOG_INFO, "models", "%s: preview colour table built in %.2f s (%d decodes)%s",
            s->name, vs_now() - t0, t->info.vocab, stored ? ", cached" : "");
-  }
-  s->previews = s->lut.rgb != NULL;
+  else
+    vs_log(VSPEC_LOG_INFO, "models", "%s: preview colour table fitted in %.2f s (%d codes "
+           "sampled, %d to a decode)%s", s->name, vs_now() - t0,
+           fo.samples < t->info.vocab ? fo.samples : t->info.vocab,
+           fo.tiles_per_side * fo.tiles_per_side, stored ? ", cached" : "");
+  s->previews = 1;
 }
 
 static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_model_set **out,
@@ -87,10 +116,18 @@ static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_mode
   s->generation = generation;
   s->table = t;
   atomic_init(&s->refs, 1);
+  vs_sd_notifyf("loading model %s from %s", s->name, s->dir);
   pthread_mutex_lock(&t->load_mu);
+  double t_lock = vs_now();
   int rc = vs_models_open(t->reg, t->host, t->load_dev, s->dir, VS_ROLE_ALL, &s->models, err,
                           errlen);
-  if (!rc) vs__set_previews(s, t->load_dev);
+  /* One line per phase, so that a slow start shows where its time goes. */
+  if (!rc) {
+    vs_log(VSPEC_LOG_INFO, "models", "%s: weights read in %.2f s%s", s->name, vs_now() - t_lock,
+           s->models->target.info.codebook ? "; codebook neighbour table deferred to the first "
+           "job whose rule uses it" : "");
+    vs__set_previews(s, t->load_dev);
+  }
   pthread_mutex_unlock(&t->load_mu);
   if (rc) {
     free(s);
@@ -130,6 +167,7 @@ int vs_model_table_open(vs_registry *reg, const vspec_host *host, vspec_dev *loa
   t->reg = reg;
   t->host = host;
   t->load_dev = load_dev;
+  t->lut_exact = cfg->preview_table_exact;
   t->n = cfg->n_models;
   int loaded = 0;
   for (int i = 0; i < t->n; i++) {

@@ -31,7 +31,6 @@ int vs_preview_lut_build(const vs_backend_model *t, vspec_dev *dev, vs_preview_l
     return VSPEC_ENOMEM;
   }
   out->vocab = in->vocab;
-  double mean[3] = {0, 0, 0};
   int rc = VSPEC_OK;
   for (int c = 0; c < in->vocab && !rc; c++) {
     for (int i = 0; i < n; i++) grid[i] = c;
@@ -45,7 +44,6 @@ int vs_preview_lut_build(const vs_backend_model *t, vspec_dev *dev, vs_preview_l
       uint64_t s = 0;
       for (size_t p = 0; p < px; p++) s += rgb[p * 3 + (size_t)ch];
       out->rgb[c * 3 + ch] = (uint8_t)((s + px / 2) / px);
-      mean[ch] += out->rgb[c * 3 + ch];
     }
   }
   free(grid);
@@ -54,20 +52,27 @@ int vs_preview_lut_build(const vs_backend_model *t, vspec_dev *dev, vs_preview_l
     vs_preview_lut_free(out);
     return rc;
   }
-  for (int ch = 0; ch < 3; ch++) mean[ch] /= in->vocab;
+  vs_preview_lut_set_neutral(out);
+  return VSPEC_OK;
+}
+
+void vs_preview_lut_set_neutral(vs_preview_lut *l) {
+  double mean[3] = {0, 0, 0};
+  for (int c = 0; c < l->vocab; c++)
+    for (int ch = 0; ch < 3; ch++) mean[ch] += l->rgb[c * 3 + ch];
+  for (int ch = 0; ch < 3; ch++) mean[ch] /= l->vocab;
   double best = 1e300;
-  for (int c = 0; c < in->vocab; c++) {
+  for (int c = 0; c < l->vocab; c++) {
     double d = 0;
     for (int ch = 0; ch < 3; ch++) {
-      double x = out->rgb[c * 3 + ch] - mean[ch];
+      double x = l->rgb[c * 3 + ch] - mean[ch];
       d += x * x;
     }
     if (d < best) {
       best = d;
-      out->neutral = c;
+      l->neutral = c;
     }
   }
-  return VSPEC_OK;
 }
 
 void vs_preview_lut_free(vs_preview_lut *l) {

@@ -3,8 +3,9 @@
  *
  *   tokens  the token map itself: progress events carry it; nothing is rendered
  *   lut     each generated code painted with its mean colour, one block of pixels per token;
- *           the table is built once per model load by decoding, for every code c, a grid
- *           filled with c and averaging its pixels
+ *           a code's mean colour is the average pixel of a grid filled with it, decoded:
+ *           vs_preview_lut_build decodes every code; the daemon by default fits the table
+ *           from a few decodes (daemon/preview_fit.h) and caches it (daemon/preview_cache.h)
  *   decode  the VQ decoder run on the partial grid, every ungenerated position filled with
  *           the model's *neutral code*
  *
@@ -36,6 +37,8 @@ typedef struct vs_preview_lut {
 int vs_preview_lut_build(const vs_backend_model *target, vspec_dev *dev, vs_preview_lut *out,
                          char *err, size_t errlen);
 void vs_preview_lut_free(vs_preview_lut *l);
+/* Sets l->neutral from l->rgb (the rule above). */
+void vs_preview_lut_set_neutral(vs_preview_lut *l);
 
 /* rgb [image_h, image_w, 3]: token i (i < n_done) paints its grid cell with lut[token]. */
 void vs_preview_render_lut(const vs_preview_lut *l, const vspec_model_info *info,

@@ -1,8 +1,8 @@
 /*
  * daemon/preview_cache.h - the preview colour table kept on disk between starts.
  *
- * Building the table decodes one grid per code (daemon/preview.h): most of a model load on
- * the CPU, and hours for a 16384-code VQ. Its result depends only on the model's files and on
+ * Building the exact table decodes one grid per code (daemon/preview.h): hours for a
+ * 16384-code VQ; even the fitted one (daemon/preview_fit.h) is most of a load. Its result depends only on the model's files and on
  * the device that decoded (numerics differ between the CPU and a GPU in bf16), so it is
  * stored under a key that hashes both, and read back at the next load of the same files.
  *

@@ -178,6 +178,7 @@ static void vs__begin_drain(vs_server *s, const char *why) {
   }
   s->draining = 1;
   s->drain_started = vs_now();
+  vs_sd_notify("STOPPING=1\nSTATUS=draining");
   vs_fleet_agent_drain(s->fleet);
   vs_djob *q[4096];
   int n, total = 0;

@@ -311,6 +311,10 @@ static void vs__hup_next_backend(vs_server *s) {
       free(w);
     }
   }
+  if (s->hup_reloading && !s->reload && s->hup_next >= s->hup.n_backends) {
+    s->hup_reloading = 0;
+    vs_sd_notify("READY=1\nSTATUS=serving");
+  }
 }
 
 /* SIGHUP (systemctl reload): the plugin directory again: new plugins loaded, changed ones
@@ -330,6 +334,12 @@ void vs__on_sighup(uv_signal_t *h, int signum) {
     return;
   }
   s->hup_next = 0;
+  s->hup_reloading = 1;
+  /* systemd's reload protocol: RELOADING=1 with the time it began, READY=1 when done. */
+  char st[96];
+  snprintf(st, sizeof st, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading plugins",
+           (unsigned long long)(vs_now() * 1e6));
+  vs_sd_notify(st);
   vs_log(VSPEC_LOG_INFO, "server", "SIGHUP: plugin directory scanned: %d new, %d reloaded, "
          "%d backend(s) to reload with their models, %d failed", r->loaded, r->reloaded,
          r->n_backends, r->failed);

@@ -39,6 +39,7 @@
 #include "daemon/model_set.h"
 #include "daemon/plugin_ref.h"
 #include "daemon/router.h"
+#include "daemon/sd_notify.h"
 #include "daemon/submit.h"
 #include "daemon/workers.h"
 #include "daemon/zap.h"
@@ -129,6 +130,7 @@ struct vs_server {
   vs_reload_work *reload; /* a backend reload in flight */
   vs_registry_refresh_report hup; /* SIGHUP: changed backends still to reload, in order */
   int hup_next;
+  int hup_reloading; /* systemd was told RELOADING=1: READY=1 once the last backend is done */
   int exit_code;
 };
 

@@ -15,6 +15,7 @@
 #include "core/manifest.h"
 #include "core/models.h"
 #include "core/version.h"
+#include "daemon/sd_notify.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -167,11 +168,15 @@ int main(int argc, char **argv) {
   /* libzmq sends with MSG_NOSIGNAL, but a plugin writing to a closed pipe must not kill us. */
   signal(SIGPIPE, SIG_IGN);
   vs_server *srv;
+  vs_sd_notifyf("starting: %d model(s) to load", cfg.n_models);
   if (vs_server_open(&cfg, &srv, err, sizeof err)) {
     vs_log(VSPEC_LOG_ERROR, "vspecd", "%s", err);
+    vs_sd_notifyf("failed: %s", err);
     return 1;
   }
   vs_log(VSPEC_LOG_INFO, "vspecd", "ready (pid %ld)", (long)getpid());
+  /* Type=notify: systemd counts the start done here, when requests are answered. */
+  vs_sd_notify("READY=1\nSTATUS=serving");
   int rc = vs_server_run(srv);
   vs_server_close(srv);
   vs_log(VSPEC_LOG_INFO, "vspecd", "exit %d", rc);

@@ -76,6 +76,10 @@ typedef enum vspec_plugin_kind {
 #define VSPEC_PLUGIN_THREAD_SAFE 0x1u     /* distinct objects usable from distinct threads */
 #define VSPEC_PLUGIN_MAY_UNLOAD 0x2u      /* the host may dlclose an unused old generation */
 #define VSPEC_PLUGIN_HAS_DEVICE_CODE 0x4u /* holds GPU code: never dlclose'd */
+/* An acceptance rule that reads the codebook neighbour table (vspec_accept_input's
+ * neighbours fields). The host builds the table (seconds for a 16384-code codebook) only
+ * for the jobs of such rules; every other rule sees those fields NULL / 0. */
+#define VSPEC_PLUGIN_USES_NEIGHBOURS 0x8u
 
 /* ---- tensors (safetensors files opened by the host) -------------------------------- */
 
@@ -320,7 +324,8 @@ typedef struct vspec_accept_input {
   const float *q;        /* current target residual at this node */
   /* Codebook neighbours (for LANTERN-style rules): row y of the table lists y's nearest
    * codes by L2 distance of the raw codebook rows, closest first, y itself excluded.
-   * NULL / 0 when the model has no codebook. */
+   * NULL / 0 when the model has no codebook, and for a rule whose descriptor lacks
+   * VSPEC_PLUGIN_USES_NEIGHBOURS. */
   const int32_t *neighbours;     /* row of x: neighbour_table + x * table_k */
   int32_t n_neighbours;          /* = table_k */
   const int32_t *neighbour_table; /* [vocab, table_k] */

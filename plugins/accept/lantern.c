@@ -101,7 +101,8 @@ static const vspec_accept_vtable lt_vtable = {
 
 static const vspec_plugin_desc lt_desc = {
     VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "lantern", "1.0.0",
-                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD |
+                          VSPEC_PLUGIN_USES_NEIGHBOURS),
     .description = "LANTERN: pool the target mass of x's codebook neighbours within a TV "
                    "budget delta",
     .vtable = &lt_vtable,

@@ -94,7 +94,8 @@ static const vspec_accept_vtable lp_vtable = {
 
 static const vspec_plugin_desc lp_desc = {
     VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "lanternpp", "1.0.0",
-                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD |
+                          VSPEC_PLUGIN_USES_NEIGHBOURS),
     .description = "LANTERN++: pool neighbour mass up to lambda x q(x)",
     .vtable = &lp_vtable,
 };

@@ -191,6 +191,15 @@ void vs_table_world_open(vs_table_world *w, int vocab, int len, uint64_t seed, d
   vs_table_plugin_dir(w->plugins);
   snprintf(w->model_dir, sizeof w->model_dir, "/tmp/vspec-sd-model-XXXXXX");
   if (!mkdtemp(w->model_dir)) abort();
+  /* The neighbour tables LANTERN jobs build go to the model's own directory (removed with
+   * it), not to the user's cache, unless the test chose a cache itself. */
+  static int cache_ours;
+  if (!getenv("VSPEC_CACHE_DIR") || cache_ours) {
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/cache", w->model_dir);
+    setenv("VSPEC_CACHE_DIR", cache, 1);
+    cache_ours = 1;
+  }
   w->s = *s;
   vs_table_model_make(&w->tm, vocab, len, seed, scale, draft_noise);
   vs_table_model_write(&w->tm, w->model_dir, &w->s);
