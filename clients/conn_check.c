@@ -8,8 +8,9 @@
  *   - the daemon's ZAP handler refuses the client's key: HANDSHAKE_FAILED_AUTH with the ZAP
  *     status code (400), then DISCONNECTED; libzmq does not reconnect;
  *   - plaintext against CURVE, or CURVE against plaintext: HANDSHAKE_FAILED_PROTOCOL with
- *     ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH on both sides (over ipc sometimes after a
- *     first HANDSHAKE_FAILED_NO_DETAIL);
+ *     ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH on both sides, or (over ipc, depending on
+ *     timing) HANDSHAKE_FAILED_NO_DETAIL only: then the peer's own ZMTP greeting, read with
+ *     a plain socket (vs_endpoint_mechanism), says which mechanism it speaks;
  *   - a CURVE server key that is not the daemon's: the server cannot open the client's HELLO
  *     and drops the connection: HANDSHAKE_FAILED_NO_DETAIL, again at every reconnect;
  *   - nothing listening: CLOSED and CONNECT_RETRIED, never CONNECTED;
@@ -22,6 +23,7 @@
 #include <zmq.h>
 
 #include "clients/conn.h"
+#include "proto/endpoint_probe.h"
 #include "core/metrics.h" /* vs_now */
 #include "vspec/types.h"
 
@@ -97,6 +99,13 @@ static void vs__protocol_error(const vs_conn *c, uint32_t code, char *err, size_
              "it a vspecd endpoint of a compatible version?", c->endpoint, code);
 }
 
+/* 1 when the peer's ZMTP greeting announces another mechanism than this client's. */
+static int vs__mismatch(const vs_conn *c) {
+  char mech[21];
+  if (!vs_endpoint_mechanism(c->endpoint, 500, mech)) return 0;
+  return c->curve ? strcmp(mech, "CURVE") != 0 : strcmp(mech, "NULL") != 0;
+}
+
 int vs_conn_wait_ready(vs_conn *c, int timeout_ms, char *err, size_t errlen) {
   if (!c->mon) return 1;
   double end = vs_now() + timeout_ms / 1000.0;
@@ -126,8 +135,14 @@ int vs_conn_wait_ready(vs_conn *c, int timeout_ms, char *err, size_t errlen) {
       rc = VSPEC_EIO;
       break;
     }
-    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && c->curve &&
-        ++no_detail >= VS_NO_DETAIL_VERDICT) {
+    /* Without detail, libzmq may mean a mechanism mismatch too (a CURVE client at a
+     * plaintext endpoint, seen over ipc): the peer's own greeting says which it speaks. */
+    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && !no_detail++ && vs__mismatch(c)) {
+      vs__protocol_error(c, ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, err, errlen);
+      rc = VSPEC_EIO;
+      break;
+    }
+    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && c->curve && no_detail >= VS_NO_DETAIL_VERDICT) {
       snprintf(err, errlen, "CURVE handshake with %s failed: the daemon could not read this "
                "client's hello, so the server key given (--curve-server-key or "
                "$VSPEC_CURVE_SERVER_KEY) is not the daemon's; use the public key of its "

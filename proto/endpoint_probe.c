@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <pwd.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -137,4 +138,73 @@ int vs_endpoint_probe(const char *endpoint, int timeout_ms, char *err, size_t er
     return vs__probe_ipc(endpoint + 6, timeout_ms, err, errlen);
   if (!strncmp(endpoint, "tcp://", 6)) return vs__probe_tcp(endpoint + 6, timeout_ms, err, errlen);
   return VSPEC_EINVAL;
+}
+
+/* A connected stream socket to a tcp:// or ipc:// (file or abstract) endpoint, or -1. */
+static int vs__open_fd(const char *endpoint, int timeout_ms) {
+  int e = 0;
+  if (!strncmp(endpoint, "ipc://", 6) && endpoint[6]) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    const char *path = endpoint + 6;
+    size_t n = strlen(path);
+    if (n >= sizeof a.sun_path) return -1;
+    memcpy(a.sun_path, path, n);
+    if (path[0] == '@') a.sun_path[0] = '\0'; /* the abstract namespace, as libzmq names it */
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (path[0] != '@'));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && vs__connect_within(fd, (struct sockaddr *)&a, len, timeout_ms, &e)) return fd;
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  if (strncmp(endpoint, "tcp://", 6)) return -1;
+  const char *hp = endpoint + 6, *colon = strrchr(hp, ':');
+  char host[256];
+  if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host || strchr(hp, ';')) return -1;
+  size_t hl = (size_t)(colon - hp);
+  if (hp[0] == '[' && hl >= 2 && hp[hl - 1] == ']') {
+    hp++;
+    hl -= 2;
+  }
+  memcpy(host, hp, hl);
+  host[hl] = '\0';
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (getaddrinfo(host, colon + 1, &hints, &res)) return -1;
+  int fd = -1;
+  for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd >= 0 && !vs__connect_within(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms, &e)) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+int vs_endpoint_mechanism(const char *endpoint, int timeout_ms, char mech[21]) {
+  mech[0] = '\0';
+  int fd = vs__open_fd(endpoint, timeout_ms);
+  if (fd < 0) return 0;
+  /* The first 11 bytes of a ZMTP 3 greeting (rfc.zeromq.org/spec/23): the signature and the
+   * major version. The peer answers with its whole greeting; we never say a mechanism (a
+   * CURVE peer told NULL closes before its own greeting is out) and close. */
+  unsigned char g[11] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3};
+  unsigned char in[64];
+  size_t got = 0;
+  if (write(fd, g, sizeof g) == (ssize_t)sizeof g) {
+    double left = timeout_ms;
+    while (got < sizeof in && left > 0) {
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      if (poll(&p, 1, (int)left) <= 0) break;
+      ssize_t n = read(fd, in + got, sizeof in - got);
+      if (n <= 0) break;
+      got += (size_t)n;
+      left -= 1; /* bounded: each read is one event */
+    }
+  }
+  close(fd);
+  if (got < 32 || in[0] != 0xFF || in[9] != 0x7F || in[10] < 3) return 0;
+  memcpy(mech, in + 12, 20);
+  mech[20] = '\0';
+  return mech[0] != '\0';
 }

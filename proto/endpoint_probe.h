@@ -22,4 +22,11 @@
 #define VS_PROBE_DENIED 2
 int vs_endpoint_probe(const char *endpoint, int timeout_ms, char *err, size_t errlen);
 
+/* The security mechanism a ZeroMQ peer at a tcp:// or ipc:// endpoint announces in its ZMTP
+ * greeting ("NULL", "CURVE", "PLAIN"), read by sending a greeting of our own: 1 when mech
+ * was filled, 0 when no greeting came within timeout_ms. For telling a wrong CURVE server
+ * key (the peer speaks CURVE) from a plaintext peer when libzmq's handshake events say
+ * neither. */
+int vs_endpoint_mechanism(const char *endpoint, int timeout_ms, char mech[21]);
+
 #endif /* VS_ENDPOINT_PROBE_H */

@@ -122,6 +122,19 @@ static void expect_fast(const char *what, const char *const *args, const char *w
     fail_msg("%s: want exit 3 within %.0f s saying '%s'", what, FAST_S, want);
 }
 
+/* The mechanism a peer announces in its greeting (what the CLI reads when libzmq's events
+ * say nothing): the CURVE job endpoint, the plaintext admin endpoint, nobody. */
+static void test_peer_mechanism(void **state) {
+  fixture *f = *state;
+  char mech[21], nobody[400];
+  assert_int_equal(vs_endpoint_mechanism(f->d.job_ep, 2000, mech), 1);
+  assert_string_equal(mech, "CURVE");
+  assert_int_equal(vs_endpoint_mechanism(f->d.admin_ep, 2000, mech), 1);
+  assert_string_equal(mech, "NULL");
+  snprintf(nobody, sizeof nobody, "ipc://%s/nobody.sock", f->fx.dir);
+  assert_int_equal(vs_endpoint_mechanism(nobody, 200, mech), 0);
+}
+
 static void test_curve_verdicts(void **state) {
   fixture *f = *state;
   const char *ep = f->d.job_ep;
@@ -271,7 +284,8 @@ static void test_upscale(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_curve_verdicts), cmocka_unit_test(test_nothing_listening),
+      cmocka_unit_test(test_curve_verdicts), cmocka_unit_test(test_peer_mechanism),
+      cmocka_unit_test(test_nothing_listening),
       cmocka_unit_test(test_socket_of_another_user), cmocka_unit_test(test_upscale)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
