@@ -260,6 +260,7 @@ finish:
   st.rounds = mt.rounds;
   st.drafted = mt.drafted;
   st.accepted = mt.accepted;
+  st.tree_nodes = mt.tree_nodes;
   st.skipped_rounds = mt.skipped_rounds;
   st.unverified = mt.unverified_tokens;
   st.tpf = vs_metrics_tpf(&mt);
