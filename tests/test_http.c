@@ -2,20 +2,22 @@
  * tests/test_http.c - vspecd's HTTP endpoint ([http]; DESIGN.md "HTTP endpoint"), driven
  * with curl as its users would: /health, /metrics (the exposition's shape, and a completed
  * job counted), POST /v1/images/generations (a PNG of the model's size, as base64 JSON and
- * raw; the daemon's own error messages as 400s; 404, 405, 413), and a job whose HTTP client
- * disconnects being cancelled.
+ * raw; the daemon's own error messages as 400s; 404, 405, 413), a job whose HTTP client
+ * disconnects being cancelled, and 503s while the daemon drains.
  *
  * One daemon for the whole file, on 127.0.0.1 port 0 (the port is read from its log). The
  * plain build generates with the shipped models/fmnist; under the sanitizers, where its
  * load is slow, with the micro test model.
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -350,11 +352,51 @@ static void test_disconnect_cancels(void **state) {
   }
 }
 
+/* Last: while the daemon drains, /health is 503 and a generation is refused with 503 and a
+ * Retry-After (the daemon's shutting_down), not queued. */
+static void test_draining(void **state) {
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "self";
+  s.method = "sd:exact@slow:ms=300,depth=1";
+  s.has_progress = 1;
+  s.progress = 0;
+  vs_client_submit(&c, &s);
+  vs_conn_event e;
+  vs_client_next(&c, 5000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ACCEPTED);
+  vs_conn_event_free(&e);
+  kill(dm.pid, SIGTERM); /* the slow job holds the drain open */
+  reply r = {0};
+  double end = vs_harness_now() + 5;
+  do {
+    reply_free(&r);
+    r = curl_get("/health");
+  } while (r.code == 200 && vs_harness_now() < end);
+  assert_int_equal(r.code, 503);
+  assert_non_null(strstr(r.body, "\"status\":\"draining\""));
+  reply_free(&r);
+  char hdr[300];
+  snprintf(hdr, sizeof hdr, "%s/curl.headers", fx.dir);
+  const char *args[] = {"-X", "POST", "-D", hdr, "--data-binary", "{\"class\":1}", NULL};
+  r = curl_run("/v1/images/generations", 10, args);
+  expect_error(&r, 503, "shutting down", NULL);
+  FILE *f = fopen(hdr, "r");
+  assert_non_null(f);
+  char line[256];
+  int retry = 0;
+  while (fgets(line, sizeof line, f)) retry |= !strncasecmp(line, "Retry-After: ", 13);
+  fclose(f);
+  assert_true(retry);
+  vs_conn_close(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_health),         cmocka_unit_test(test_metrics_format),
       cmocka_unit_test(test_generate),       cmocka_unit_test(test_bad_requests),
-      cmocka_unit_test(test_disconnect_cancels),
+      cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_draining),
   };
   if (sodium_init() < 0) return 1;
   return cmocka_run_group_tests(tests, setup, teardown);
