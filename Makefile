@@ -158,7 +158,8 @@ GEN_DIR := $(BUILD)/gen
 PROTO_C := $(GEN_DIR)/proto/vspec.pb-c.c
 PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
 # hiredis: the fleet queue on Redis Streams (daemon/fleet_queue.c, DESIGN.md "Fleet mode").
-SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis
+# libmicrohttpd: the HTTP endpoint (daemon/http_server.c, DESIGN.md "HTTP endpoint").
+SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis -lmicrohttpd
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
 DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c daemon/gateway_main.c
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c)))

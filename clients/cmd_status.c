@@ -173,6 +173,17 @@ int vs_cmd_status(int argc, char **argv) {
              (unsigned long long)t->failed, (unsigned long long)t->cancelled,
              (unsigned long long)t->rejected_busy, (unsigned long long)t->clients_lost,
              (unsigned long long)t->malformed, (unsigned long long)t->tokens);
+    /* The work by method (daemon/stats.h): TPF, MAL and acceptance over all its jobs. */
+    if (s->n_methods) printf("methods:\n");
+    for (size_t i = 0; i < s->n_methods; i++) {
+      const Vspec__MethodStats *m = s->methods[i];
+      printf("  %-40s %llu job(s), %llu tokens, TPF %.2f, MAL %.2f, accepted %llu of %llu "
+             "draft tokens\n", m->method ? m->method : "?", (unsigned long long)m->jobs,
+             (unsigned long long)m->tokens,
+             m->target_forwards ? (double)m->tokens / (double)m->target_forwards : 0.0,
+             m->rounds ? (double)m->tokens / (double)m->rounds : 0.0,
+             (unsigned long long)m->accepted, (unsigned long long)m->draft_tokens);
+    }
   }
   vs_conn_event_free(&e);
   vs_conn_close(&conn);

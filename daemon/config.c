@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 #include "daemon/fleet_queue.h"
+#include "daemon/http_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -63,6 +64,11 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->fleet_claim_idle_ms = 30000;
   c->fleet_max_deliveries = 3;
   c->fleet_cancel_poll_ms = 250;
+  c->http_listen[0] = '\0';
+  c->http_allow_remote = 0;
+  c->http_max_body_bytes = 65536;
+  c->http_max_connections = 16;
+  c->http_timeout_ms = 300000;
 }
 
 static int vs__long(const char *key, const char *v, long lo, long hi, long *out, char *err,
@@ -280,9 +286,19 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__int(key, v, 1, 1000, &c->fleet_max_deliveries, err, errlen);
     if (!strcmp(k, "cancel_poll_ms"))
       return vs__int(key, v, 10, 60000, &c->fleet_cancel_poll_ms, err, errlen);
+  } else if (!strcmp(s, "http")) {
+    if (!strcmp(k, "listen"))
+      return vs__str(key, v, c->http_listen, sizeof c->http_listen, err, errlen);
+    if (!strcmp(k, "allow_remote")) return vs__bool(key, v, &c->http_allow_remote, err, errlen);
+    if (!strcmp(k, "max_body_bytes"))
+      return vs__long(key, v, 1024, 16l << 20, &c->http_max_body_bytes, err, errlen);
+    if (!strcmp(k, "max_connections"))
+      return vs__int(key, v, 1, 1024, &c->http_max_connections, err, errlen);
+    if (!strcmp(k, "timeout_ms"))
+      return vs__int(key, v, 100, 24 * 3600 * 1000, &c->http_timeout_ms, err, errlen);
   } else {
     snprintf(err, errlen, "unknown section [%s] (known: server, workers, queue, plugins, models, "
-             "defaults, limits, shutdown, curve, fleet)", s);
+             "defaults, limits, shutdown, curve, fleet, http)", s);
     return VSPEC_EINVAL;
   }
   snprintf(err, errlen, "unknown key '%s' in section [%s]", k, s);
@@ -450,6 +466,22 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
     int rc = vs_fleet_queue_open(&o, &q, err, errlen);
     vs_fleet_queue_destroy(&q);
     if (rc) return rc;
+  }
+  if (c->http_listen[0]) {
+    /* The address the HTTP endpoint will bind, parsed now: a typo stops the start. */
+    struct sockaddr_storage sa;
+    socklen_t len;
+    char inner[200];
+    if (vs_http_parse_listen(c->http_listen, &sa, &len, inner, sizeof inner)) {
+      snprintf(err, errlen, "http.listen = %s: %s", c->http_listen, inner);
+      return VSPEC_EINVAL;
+    }
+    if (!c->http_allow_remote && !vs_http_addr_is_loopback(&sa)) {
+      snprintf(err, errlen, "http.listen = %s can be reached from other machines (the HTTP "
+               "endpoint has no authentication): use a loopback address, or set "
+               "http.allow_remote = true", c->http_listen);
+      return VSPEC_EINVAL;
+    }
   }
   if (c->max_request_bytes > c->max_message_bytes) {
     snprintf(err, errlen, "limits.max_request_bytes (%ld) is over limits.max_message_bytes (%ld)",

@@ -84,6 +84,12 @@ typedef struct vs_daemon_config {
   int fleet_claim_idle_ms;    /* a job idle this long on another daemon is taken over */
   int fleet_max_deliveries;   /* a job delivered more often than this is failed (poison) */
   int fleet_cancel_poll_ms;   /* how often running jobs' cancel flags are looked at */
+  /* [http] (DESIGN.md "HTTP endpoint"): off while listen is "" */
+  char http_listen[128];      /* HOST:PORT (IPv4, [IPv6] or localhost); port 0 = any free one */
+  int http_allow_remote;      /* listen on an address other machines can reach */
+  long http_max_body_bytes;   /* a request body over this is refused (413) */
+  int http_max_connections;   /* HTTP connections at once (each is a thread) */
+  int http_timeout_ms;        /* a generation request is cancelled after this long (504) */
 } vs_daemon_config;
 
 void vs_config_defaults(vs_daemon_config *c);

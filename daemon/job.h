@@ -51,6 +51,7 @@ struct vs_client;
 typedef struct vs_djob_stats {
   int64_t tokens, target_forwards, rounds, drafted, draft_tokens, accepted, skipped_rounds,
       unverified;
+  int64_t tree_nodes;
   double tpf, mal, accept_rate, walk_accept_rate; /* core/metrics.h */
   double generate_s, decode_s, queue_s, preview_s;
   int previews;

@@ -275,7 +275,7 @@ static int vs__endpoints_free(const vs_daemon_config *cfg, char *err, size_t err
 
 int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size_t errlen) {
   *out = NULL;
-  int busy = vs__endpoints_free(cfg, err, errlen);
+  int rc, busy = vs__endpoints_free(cfg, err, errlen);
   if (busy) return busy;
   vs_server *s = calloc(1, sizeof *s);
   if (!s) {
@@ -284,9 +284,12 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
   }
   s->cfg = *cfg;
   s->started_at = s->last_heartbeat = vs_now();
+  if (cfg->http_listen[0] && (rc = vs_http_listen(&s->cfg, &s->http, err, errlen))) {
+    free(s);
+    return rc;
+  }
   pthread_mutex_init(&s->mail_mu, NULL);
   uv_loop_init(&s->loop);
-  int rc;
   vs_host_init(&s->host, vs_cpu_ops());
   /* Models load on the configured device ([device]); the workers' devices share its memory
    * space. A device that cannot be opened (no GPU, wrong index) stops the start here. */
@@ -383,6 +386,16 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
     vs_log(VSPEC_LOG_INFO, "server", "%s: fleet mode, jobs from redis at %s (stream %s, group %s)",
            cfg->node, where, cfg->fleet_stream, cfg->fleet_group);
   }
+  if (cfg->http_listen[0]) {
+    /* HTTP requests are clients of this daemon over inproc too (daemon/http_server.h). */
+    static const char http_ep[] = "inproc://vspecd-http";
+    if (zmq_bind(s->sock[VS_SOCK_JOB], http_ep)) {
+      snprintf(err, errlen, "cannot bind %s: %s", http_ep, zmq_strerror(errno));
+      rc = VSPEC_EIO;
+      goto fail;
+    }
+    if ((rc = vs_http_serve(s->http, s->zctx, http_ep, err, errlen))) goto fail;
+  }
   vs_log(VSPEC_LOG_INFO, "server", "%s: jobs on %s%s, admin on %s, plugins from %s", cfg->node,
          cfg->endpoint, cfg->curve ? " (CURVE)" : "", cfg->admin_endpoint, cfg->plugin_dir);
   *out = s;
@@ -406,6 +419,7 @@ void vs_server_close(vs_server *s) {
   if (!s) return;
   /* First: it writes the events this daemon already sent, and must not lose its socket. */
   vs_fleet_agent_stop(&s->fleet);
+  vs_http_stop(&s->http); /* its requests hold sockets of the ZeroMQ context */
   if (s->queue) vs_job_queue_stop(s->queue);
   vs_workers_join(s->workers);
   s->workers = NULL;

@@ -107,7 +107,12 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
   to.malformed = s->totals.malformed;
   to.tokens = s->totals.tokens;
   to.uptime_s = vs_now() - s->started_at;
+  to.has_preview_bytes = 1;
+  to.preview_bytes = s->stats.preview_bytes;
   st.totals = &to;
+  Vspec__MethodStats ms_buf[VS_STATS_MAX_METHODS], *ms_ptr[VS_STATS_MAX_METHODS];
+  st.n_methods = (size_t)vs_stats_to_proto(&s->stats, ms_buf, ms_ptr, VS_STATS_MAX_METHODS);
+  st.methods = ms_ptr;
   ev.body_case = VSPEC__EVENT__BODY_STATUS;
   ev.status = &st;
   if (rid) {

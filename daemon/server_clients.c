@@ -92,7 +92,9 @@ void vs__count(vs_server *s, vs_djob *j) {
   pthread_mutex_lock(&j->mu);
   int finished = j->sh.finished, rc = j->sh.rc;
   int64_t tokens = j->sh.stats.tokens;
+  vs_djob_stats st = j->sh.stats;
   pthread_mutex_unlock(&j->mu);
+  vs_stats_job_ended(&s->stats, j->method, finished && rc == 0, finished, &st);
   if (!finished || rc == VSPEC_ECANCELED) {
     s->totals.cancelled++;
   } else if (rc == 0) {

@@ -417,6 +417,7 @@ void vs__pump(vs_server *s, vs_djob *j) {
       int rc = vs__job_send(s, j, &ev, &b, 1);
       if (rc == 0) {
         j->lp.credit--;
+        vs_stats_preview_sent(&s->stats, len);
         free(png);
       } else {
         /* Put it back unless the worker has a newer one already. */

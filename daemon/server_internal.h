@@ -40,7 +40,9 @@
 #include "daemon/plugin_ref.h"
 #include "daemon/router.h"
 #include "daemon/sd_notify.h"
+#include "daemon/stats.h"
 #include "daemon/submit.h"
+#include "daemon/http_server.h"
 #include "daemon/workers.h"
 #include "daemon/zap.h"
 #include "daemon/zsock_watch.h"
@@ -124,6 +126,8 @@ struct vs_server {
   uint64_t next_id;
 
   vs_totals totals;
+  vs_stats stats; /* work by method, preview bytes (daemon/stats.h) */
+  vs_http *http;  /* [http]: an HTTP client of this daemon (daemon/http_server.h) */
   double started_at, last_heartbeat;
   int draining, hard_cancel, stopping;
   double drain_started;

@@ -289,6 +289,7 @@ finish:
   st.drafted = mt.drafted;
   st.draft_tokens = mt.draft_tokens;
   st.accepted = mt.accepted;
+  st.tree_nodes = mt.tree_nodes;
   st.skipped_rounds = mt.skipped_rounds;
   st.unverified = mt.unverified_tokens;
   st.tpf = vs_metrics_tpf(&mt);

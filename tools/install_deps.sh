@@ -5,6 +5,7 @@
 # fleet queue's Redis client (daemon/fleet_queue.c); redis-server is for the tests, which each
 # start a private instance on a unix socket and never use the system service Debian's package
 # may enable on 127.0.0.1:6379 (stop it if this machine has no other use for it).
+# libmicrohttpd-dev serves vspecd's HTTP endpoint ([http]); its tests drive it with curl.
 # Idempotent and non-interactive; uses sudo when not run as root.
 set -eu
 
@@ -12,6 +13,7 @@ PKGS="build-essential pkg-config
   libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsodium-dev
   libpng-dev zlib1g-dev libblis-pthread-dev liblapacke-dev liblapack-dev
   libjansson-dev libinih-dev libcmocka-dev libhiredis-dev redis-server
+  libmicrohttpd-dev curl
   clang libclang-rt-dev llvm
   python3 python3-numpy python3-torch dataset-fashion-mnist
   python3-zmq python3-protobuf protobuf-compiler"

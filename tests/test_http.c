@@ -1,0 +1,403 @@
+/*
+ * tests/test_http.c - vspecd's HTTP endpoint ([http]; DESIGN.md "HTTP endpoint"), driven
+ * with curl as its users would: /health, /metrics (the exposition's shape, and a completed
+ * job counted), POST /v1/images/generations (a PNG of the model's size, as base64 JSON and
+ * raw; the daemon's own error messages as 400s; 404, 405, 413), a job whose HTTP client
+ * disconnects being cancelled, and 503s while the daemon drains.
+ *
+ * One daemon for the whole file, on 127.0.0.1 port 0 (the port is read from its log). The
+ * plain build generates with the shipped models/fmnist; under the sanitizers, where its
+ * load is slow, with the micro test model.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "tests/support/daemon_harness.h"
+
+static vs_fixture fx;
+static vs_daemon dm;
+static int g_port;
+static const char *g_model; /* served and used for generations */
+
+#ifdef VSPEC_SANITIZED
+#define FULL 0
+#else
+#define FULL 1
+#endif
+
+/* ---- curl ---------------------------------------------------------------------------------- */
+
+typedef struct reply {
+  int code;
+  char *body; /* NUL-terminated (binary bodies too: len says how long) */
+  size_t len;
+} reply;
+
+static void reply_free(reply *r) {
+  free(r->body);
+  memset(r, 0, sizeof *r);
+}
+
+/* Runs curl with the arguments (NULL-terminated) plus the body and status options and the
+ * URL of `path`; bounded by max_s. The status is 0 when curl got no answer. */
+static reply curl_run(const char *path, double max_s, const char *const *args) {
+  char url[256], out[300], code[300], maxt[32];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d%s", g_port, path);
+  snprintf(out, sizeof out, "%s/curl.body", fx.dir);
+  snprintf(code, sizeof code, "%s/curl.code", fx.dir);
+  snprintf(maxt, sizeof maxt, "%g", max_s);
+  unlink(out);
+  const char *argv[40] = {"curl", "-s", "--max-time", maxt, "-o", out, "-w", "%{http_code}"};
+  int n = 8;
+  for (int i = 0; args && args[i] && n < 37; i++) argv[n++] = args[i];
+  argv[n++] = url;
+  argv[n] = NULL;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    FILE *f = freopen(code, "w", stdout);
+    (void)f;
+    execvp("curl", (char *const *)argv);
+    _exit(127);
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  reply r = {0};
+  FILE *f = fopen(code, "r");
+  if (f) {
+    if (fscanf(f, "%d", &r.code) != 1) r.code = 0;
+    fclose(f);
+  }
+  f = fopen(out, "rb");
+  if (f) {
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    r.body = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
+    r.len = fread(r.body, 1, (size_t)(len > 0 ? len : 0), f);
+    fclose(f);
+  } else {
+    r.body = calloc(1, 1);
+  }
+  return r;
+}
+
+static reply curl_get(const char *path) { return curl_run(path, 10, NULL); }
+
+static reply curl_post(const char *path, const char *json) {
+  const char *args[] = {"-X", "POST", "-H", "Content-Type: application/json", "--data-binary",
+                        json, NULL};
+  return curl_run(path, 30, args);
+}
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+/* The value of one sample line of /metrics ("name{labels}" exactly), or -1. */
+static double metric(const char *text, const char *series) {
+  size_t n = strlen(series);
+  for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (!strncmp(p, series, n) && p[n] == ' ') return strtod(p + n + 1, NULL);
+  return -1;
+}
+
+static double metric_now(const char *series) {
+  reply r = curl_get("/metrics");
+  assert_int_equal(r.code, 200);
+  double v = metric(r.body, series);
+  reply_free(&r);
+  return v;
+}
+
+/* Width and height from a PNG's IHDR, after checking its signature. */
+static void png_size(const unsigned char *p, size_t len, int *w, int *h) {
+  static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  assert_true(len > 24);
+  assert_memory_equal(p, sig, 8);
+  assert_memory_equal(p + 12, "IHDR", 4);
+  *w = (p[16] << 24) | (p[17] << 16) | (p[18] << 8) | p[19];
+  *h = (p[20] << 24) | (p[21] << 16) | (p[22] << 8) | p[23];
+}
+
+/* An OpenAI-style error with this status whose message contains `needle` and whose param is
+ * `param` (NULL: not checked). */
+static void expect_error(reply *r, int code, const char *needle, const char *param) {
+  if (r->code != code) fail_msg("status %d, expected %d: %s", r->code, code, r->body);
+  json_error_t je;
+  json_t *j = json_loads(r->body, 0, &je);
+  assert_non_null(j);
+  json_t *e = json_object_get(j, "error");
+  assert_non_null(e);
+  const char *msg = json_string_value(json_object_get(e, "message"));
+  assert_non_null(msg);
+  if (!strstr(msg, needle)) fail_msg("message '%s' does not name '%s'", msg, needle);
+  assert_non_null(json_string_value(json_object_get(e, "type")));
+  assert_true(json_is_null(json_object_get(e, "code")));
+  if (param) assert_string_equal(json_string_value(json_object_get(e, "param")), param);
+  json_decref(j);
+  reply_free(r);
+}
+
+static int read_port(const char *log) {
+  for (int i = 0; i < 100; i++) {
+    FILE *f = fopen(log, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+      const char *p = strstr(line, "[http] listening on http://127.0.0.1:");
+      if (p) {
+        fclose(f);
+        return atoi(p + strlen("[http] listening on http://127.0.0.1:"));
+      }
+    }
+    if (f) fclose(f);
+    vs_harness_sleep_ms(50);
+  }
+  return 0;
+}
+
+static int setup(void **state) {
+  vs_fixture_make(&fx);
+  static char fm[1200], cache[1200];
+  if (FULL) {
+    /* models/fmnist's preview colour table takes seconds to build: it is kept between runs
+     * in the build tree, keyed (core/disk_cache.h) by the model's files, never stale. */
+    char cwd[1000];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(cache, sizeof cache, "%s/%s/tests/http-cache", cwd, vs_harness_build());
+    setenv("VSPEC_CACHE_DIR", cache, 1);
+    snprintf(fm, sizeof fm, "models.fmnist=%s/models/fmnist", cwd);
+  }
+  const char *extra[] = {"--set", "http.listen=127.0.0.1:0", "--set",
+                         FULL ? fm : "http.timeout_ms=30000", NULL};
+  vs_daemon_start(&dm, &fx, "http", extra);
+  g_port = read_port(dm.log);
+  if (!g_port) {
+    vs_daemon_dump_log(&dm);
+    fail_msg("no HTTP port in the log");
+  }
+  g_model = FULL ? "fmnist" : "micro";
+  return 0;
+}
+
+static int teardown(void **state) {
+  int rc = vs_daemon_stop(&dm, 15, 10000);
+  if (rc != 0) vs_daemon_dump_log(&dm);
+  vs_fixture_remove(&fx);
+  assert_int_equal(rc, 0);
+  return 0;
+}
+
+/* ---- tests --------------------------------------------------------------------------------- */
+
+static void test_health(void **state) {
+  reply r = curl_get("/health");
+  assert_int_equal(r.code, 200);
+  assert_non_null(strstr(r.body, "\"status\":\"ok\""));
+  reply_free(&r);
+}
+
+/* Every sample belongs to a family announced with HELP and TYPE; counters end in _total. */
+static void test_metrics_format(void **state) {
+  reply r = curl_get("/metrics");
+  assert_int_equal(r.code, 200);
+  char fam[128] = "", type[32] = "";
+  int samples = 0;
+  for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+    if (!strncmp(line, "# HELP ", 7)) continue;
+    if (!strncmp(line, "# TYPE ", 7)) {
+      assert_int_equal(sscanf(line + 7, "%127s %31s", fam, type), 2);
+      if (!strcmp(type, "counter")) assert_non_null(strstr(fam, "_total"));
+      continue;
+    }
+    size_t n = strlen(fam);
+    if (strncmp(line, fam, n) || (line[n] != ' ' && line[n] != '{'))
+      fail_msg("sample '%s' outside its family %s", line, fam);
+    char *sp = strrchr(line, ' ');
+    assert_non_null(sp);
+    char *end;
+    strtod(sp + 1, &end);
+    if (*end) fail_msg("sample '%s' has no number", line);
+    samples++;
+  }
+  assert_true(samples > 20);
+  reply_free(&r);
+  r = curl_get("/metrics");
+  assert_true(metric(r.body, "vspec_jobs_total{state=\"submitted\"}") >= 0);
+  assert_true(metric(r.body, "vspec_jobs_total{state=\"rejected\"}") >= 0);
+  assert_true(metric(r.body, "vspec_queue_capacity") > 0);
+  assert_non_null(strstr(r.body, "vspec_plugin_generation{kind=\"accept\",name=\"exact\"} 1"));
+  reply_free(&r);
+}
+
+static void test_generate(void **state) {
+  double before = metric_now("vspec_jobs_total{state=\"completed\"}");
+  assert_true(before >= 0);
+  char body[200];
+  snprintf(body, sizeof body, "{\"model\":\"%s\",\"class\":3,\"method\":\"ar\",\"seed\":7}",
+           g_model);
+  reply r = curl_post("/v1/images/generations", body);
+  if (r.code != 200) fail_msg("status %d: %s", r.code, r.body);
+  json_error_t je;
+  json_t *j = json_loads(r.body, 0, &je);
+  assert_non_null(j);
+  assert_true(json_is_integer(json_object_get(j, "created")));
+  json_t *d0 = json_array_get(json_object_get(j, "data"), 0);
+  const char *b64 = json_string_value(json_object_get(d0, "b64_json"));
+  assert_non_null(b64);
+  assert_true(json_is_null(json_object_get(d0, "revised_prompt")));
+  json_t *vs = json_object_get(j, "vspec");
+  assert_string_equal(json_string_value(json_object_get(vs, "method")), "ar");
+  assert_string_equal(json_string_value(json_object_get(vs, "seed")), "7");
+  assert_string_equal(json_string_value(json_object_get(vs, "model")), g_model);
+  assert_true(json_real_value(json_object_get(vs, "tpf")) > 0.99); /* AR: one per forward */
+  size_t cap = strlen(b64), len = 0;
+  unsigned char *png = malloc(cap);
+  assert_int_equal(sodium_base642bin(png, cap, b64, strlen(b64), NULL, &len, NULL,
+                                     sodium_base64_VARIANT_ORIGINAL), 0);
+  int w, h;
+  png_size(png, len, &w, &h);
+  assert_int_equal(w, json_integer_value(json_object_get(vs, "width")));
+  assert_int_equal(h, json_integer_value(json_object_get(vs, "height")));
+  if (FULL) {
+    assert_int_equal(w, 32);
+    assert_int_equal(h, 32);
+  }
+  json_decref(j);
+  reply_free(&r);
+  /* The same request as a raw PNG: the same seed draws the same bytes. */
+  snprintf(body, sizeof body, "{\"model\":\"%s\",\"class\":3,\"method\":\"ar\",\"seed\":7,"
+           "\"response_format\":\"png\"}", g_model);
+  r = curl_post("/v1/images/generations", body);
+  assert_int_equal(r.code, 200);
+  int w2, h2;
+  png_size((unsigned char *)r.body, r.len, &w2, &h2);
+  assert_int_equal(w2, w);
+  assert_int_equal(r.len, len);
+  assert_memory_equal(r.body, png, len);
+  free(png);
+  reply_free(&r);
+  assert_true(metric_now("vspec_jobs_total{state=\"completed\"}") == before + 2);
+  assert_true(metric_now("vspec_method_completed_jobs_total{method=\"ar\"}") >= 2);
+}
+
+static void test_bad_requests(void **state) {
+  const char *gen = "/v1/images/generations";
+  reply r = curl_post(gen, "{\"class\": 1,");
+  expect_error(&r, 400, "not valid JSON", NULL);
+  r = curl_post(gen, "{\"class\":1,\"method\":\"bogus\"}");
+  expect_error(&r, 400, "'bogus'", "method");
+  char body[120];
+  snprintf(body, sizeof body, "{\"model\":\"%s\",\"class\":99}", g_model);
+  r = curl_post(gen, body);
+  expect_error(&r, 400, "99", "class");
+  r = curl_post(gen, "{\"n\":2}");
+  expect_error(&r, 400, "only 1", "n");
+  r = curl_post(gen, "{\"prompt\":\"a shoe\"}");
+  expect_error(&r, 400, "prompt", "prompt");
+  r = curl_post(gen, "[1,2]");
+  expect_error(&r, 400, "JSON object", NULL);
+  r = curl_get(gen);
+  expect_error(&r, 405, "POST", NULL);
+  r = curl_get("/v2/nothing");
+  expect_error(&r, 404, "/v2/nothing", NULL);
+  /* 70 kB, over the default 64 KiB */
+  char path[300];
+  snprintf(path, sizeof path, "%s/big.json", fx.dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("{\"user\":\"", f);
+  for (int i = 0; i < 70000; i++) fputc('a', f);
+  fputs("\"}", f);
+  fclose(f);
+  char at[310];
+  snprintf(at, sizeof at, "@%s", path);
+  const char *args[] = {"-X", "POST", "--data-binary", at, NULL};
+  r = curl_run(gen, 10, args);
+  expect_error(&r, 413, "max_body_bytes", NULL);
+  /* and the daemon still serves */
+  r = curl_get("/health");
+  assert_int_equal(r.code, 200);
+  reply_free(&r);
+}
+
+/* A client that gives up (curl's --max-time) has its job cancelled, not run to the end. */
+static void test_disconnect_cancels(void **state) {
+  double before = metric_now("vspec_jobs_total{state=\"cancelled\"}");
+  const char *args[] = {
+      "-X", "POST", "--data-binary",
+      "{\"model\":\"self\",\"class\":1,\"method\":\"sd:exact@slow:ms=300,depth=1\"}", NULL};
+  reply r = curl_run("/v1/images/generations", 0.5, args);
+  assert_int_equal(r.code, 0); /* no answer: curl gave up */
+  reply_free(&r);
+  double end = vs_harness_now() + 10, now = before;
+  while (vs_harness_now() < end && (now = metric_now("vspec_jobs_total{state=\"cancelled\"}")) <
+                                       before + 1)
+    vs_harness_sleep_ms(100);
+  if (now != before + 1) {
+    vs_daemon_dump_log(&dm);
+    fail_msg("cancelled jobs %g -> %g", before, now);
+  }
+}
+
+/* Last: while the daemon drains, /health is 503 and a generation is refused with 503 and a
+ * Retry-After (the daemon's shutting_down), not queued. */
+static void test_draining(void **state) {
+  vs_conn c;
+  vs_client_open(&c, dm.job_ep);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "self";
+  s.method = "sd:exact@slow:ms=300,depth=1";
+  s.has_progress = 1;
+  s.progress = 0;
+  vs_client_submit(&c, &s);
+  vs_conn_event e;
+  vs_client_next(&c, 5000, &e);
+  assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ACCEPTED);
+  vs_conn_event_free(&e);
+  kill(dm.pid, SIGTERM); /* the slow job holds the drain open */
+  reply r = {0};
+  double end = vs_harness_now() + 5;
+  do {
+    reply_free(&r);
+    r = curl_get("/health");
+  } while (r.code == 200 && vs_harness_now() < end);
+  assert_int_equal(r.code, 503);
+  assert_non_null(strstr(r.body, "\"status\":\"draining\""));
+  reply_free(&r);
+  char hdr[300];
+  snprintf(hdr, sizeof hdr, "%s/curl.headers", fx.dir);
+  const char *args[] = {"-X", "POST", "-D", hdr, "--data-binary", "{\"class\":1}", NULL};
+  r = curl_run("/v1/images/generations", 10, args);
+  expect_error(&r, 503, "shutting down", NULL);
+  FILE *f = fopen(hdr, "r");
+  assert_non_null(f);
+  char line[256];
+  int retry = 0;
+  while (fgets(line, sizeof line, f)) retry |= !strncasecmp(line, "Retry-After: ", 13);
+  fclose(f);
+  assert_true(retry);
+  vs_conn_close(&c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_health),         cmocka_unit_test(test_metrics_format),
+      cmocka_unit_test(test_generate),       cmocka_unit_test(test_bad_requests),
+      cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_draining),
+  };
+  if (sodium_init() < 0) return 1;
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
