@@ -91,6 +91,13 @@ CFLAGS := $(CFLAGS_BASE) $(SANFLAGS) $(if $(SANFLAGS),-DVSPEC_SANITIZED)
 # Each object's header dependencies, written by the compiler next to it (-MMD) and read back
 # below; -MP keeps a deleted header from breaking the next build.
 DEPFLAGS := -MMD -MP
+# A tree built before objects recorded their header dependencies has objects that no changed
+# header would rebuild (and, missing, would not rebuild either: .SECONDARY below): it is
+# emptied once, the sanitizer and fuzz trees inside build/ apart (they have their own stamp).
+ifeq ($(wildcard $(BUILD)/.deps-mmd),)
+$(shell find $(BUILD) -mindepth 1 -maxdepth 1 ! -name asan ! -name fuzz -exec rm -rf {} + \
+          2>/dev/null; mkdir -p $(BUILD) && touch $(BUILD)/.deps-mmd)
+endif
 LDFLAGS := $(SANFLAGS)
 PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 PLUGIN_LDFLAGS := -shared $(SANFLAGS)
