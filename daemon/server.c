@@ -245,6 +245,9 @@ static int vs__setup_socket(vs_server *s, int which, const char *endpoint, int c
     snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(bind_errno));
     return VSPEC_EIO;
   }
+  /* An ipc socket file this daemon made: removed at a clean exit (libzmq leaves it). */
+  if (!strncmp(endpoint, "ipc://", 6) && endpoint[6] != '@')
+    snprintf(s->ipc_file[which], sizeof s->ipc_file[which], "%s", endpoint + 6);
   if (admin_file && chmod(endpoint + 6, 0660)) {
     snprintf(err, errlen, "cannot make the admin socket %s mode 0660: %s", endpoint + 6,
              strerror(errno));
@@ -446,6 +449,7 @@ void vs_server_close(vs_server *s) {
     int linger = s->cfg.linger_ms;
     zmq_setsockopt(s->sock[i], ZMQ_LINGER, &linger, sizeof linger);
     zmq_close(s->sock[i]);
+    if (s->ipc_file[i][0]) unlink(s->ipc_file[i]);
   }
   vs_zap_stop(s->zap);
   if (s->zctx) zmq_ctx_term(s->zctx);

@@ -98,6 +98,7 @@ struct vs_server {
   uv_loop_t loop;
   void *zctx;
   void *sock[2];
+  char ipc_file[2][VS_CONF_PATH]; /* ipc socket files bound, to remove at exit */
   vs_zwatch watch[2];
   int watches_open;
   vs_fleet_agent *fleet; /* fleet mode: takes jobs from Redis, submits them here */

@@ -371,6 +371,10 @@ static void test_sigterm_drain_finish(void **state) {
   if (rc != 0) vs_daemon_dump_log(d);
   assert_int_equal(rc, 0);
   vs_conn_close(&c);
+  /* a clean exit leaves no socket file behind */
+  assert_int_equal(strncmp(d->job_ep, "ipc://", 6), 0);
+  assert_int_not_equal(access(d->job_ep + 6, F_OK), 0);
+  assert_int_not_equal(access(d->admin_ep + 6, F_OK), 0);
 }
 
 static void test_sigterm_drain_cancel(void **state) {

@@ -20,7 +20,17 @@ mkdir -p "$OUT"
 PID=$!
 cleanup() { kill -TERM "$PID" 2>/dev/null || true; rm -rf "$RUN"; }
 trap cleanup EXIT INT TERM
-"$BUILD/vspec" ping --via-admin --admin "$ADMIN" --timeout 30 >/dev/null
+# vspec fails at once while the socket is not there yet: ask until the daemon answers (it
+# loads the model first), for at most 30 s, and stop if it died.
+i=0
+until "$BUILD/vspec" ping --via-admin --admin "$ADMIN" --timeout 5 >/dev/null 2>&1; do
+  i=$((i + 1))
+  if [ "$i" -ge 300 ] || ! kill -0 "$PID" 2>/dev/null; then
+    echo "demo: vspecd did not answer on $ADMIN" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
 CLASSES=$("$BUILD/vspec" status --json --admin "$ADMIN" | sed -n 's/.*"num_classes": \([0-9]*\).*/\1/p')
 CLASSES=${CLASSES:-10}
 c=0
