@@ -139,10 +139,40 @@ static void check_invariance(int m, int n, int k, uint64_t seed) {
   free(c2);
 }
 
+/* The same through gemm with every transpose: products large enough to be split over the
+ * pool by rows (m >= n) or by columns, whose blocks must add up to the same bits. */
+static void check_gemm_invariance(int m, int n, int k, uint64_t seed) {
+  vspec_rng rng;
+  vs_rng_init(&rng, seed, 0);
+  size_t na = (size_t)m * k, nb = (size_t)n * k;
+  float *a = vt_malloc(na * sizeof(float)), *b = vt_malloc(nb * sizeof(float));
+  float *c1 = vt_malloc((size_t)m * n * sizeof(float)), *c2 = vt_malloc((size_t)m * n * sizeof(float));
+  vt_fill(&rng, a, na, -1, 1);
+  vt_fill(&rng, b, nb, -1, 1);
+  vspec_dev *d1 = vt_dev(1), *d2 = vt_dev(2);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int lda = ta ? m : k, ldb = tb ? k : n;
+      vt_fill(&rng, c1, (size_t)m * n, -1, 1);
+      memcpy(c2, c1, (size_t)m * n * sizeof(float));
+      vs_dev_ops(d1)->gemm(d1, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 1.0f, c1, n);
+      vs_dev_ops(d2)->gemm(d2, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 1.0f, c2, n);
+      assert_memory_equal(c1, c2, (size_t)m * n * sizeof(float));
+    }
+  vs_dev_destroy(d1);
+  vs_dev_destroy(d2);
+  free(a);
+  free(b);
+  free(c1);
+  free(c2);
+}
+
 static void test_thread_count_invariance(void **state) {
   check_invariance(300, 260, 700, 13);
   check_invariance(2, 4096, 768, 14);
   check_invariance(64, 2048, 96, 15);
+  check_gemm_invariance(333, 150, 200, 16); /* by rows, a short last block */
+  check_gemm_invariance(40, 1000, 120, 17); /* by columns */
 }
 
 int main(void) {

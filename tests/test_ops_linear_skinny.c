@@ -269,13 +269,53 @@ typedef struct pool_ctx {
   atomic_int on_helper; /* tasks that ran on a thread other than the caller */
   pthread_t caller;
   int slow; /* microseconds each task sleeps */
+  int slow_helper; /* microseconds a task sleeps when a helper runs it (a helper losing its core) */
 } pool_ctx;
 
 static void pool_mark(void *ctx, int task) {
   pool_ctx *c = ctx;
+  int helper = !pthread_equal(pthread_self(), c->caller);
   if (c->slow) usleep((useconds_t)c->slow);
+  if (helper && c->slow_helper) usleep((useconds_t)c->slow_helper);
   atomic_fetch_add(&c->hits[task], 1);
-  if (!pthread_equal(pthread_self(), c->caller)) atomic_fetch_add(&c->on_helper, 1);
+  if (helper) atomic_fetch_add(&c->on_helper, 1);
+}
+
+/* A helper that stalls (here: sleeps 5 ms in its task, as one preempted by another process
+ * would) makes the caller wait; the pool then runs the next regions on the caller alone, 16
+ * after a first stall and twice as many after each stall in a row, and the work stays
+ * exactly once per task throughout. */
+static void test_pool_stall_backoff(void **state) {
+  vs_pool *pool = vs_pool_create(2);
+  assert_non_null(pool);
+  pool_ctx c;
+  int stalled = 0;
+  for (int tries = 0; tries < 50 && !stalled; tries++) { /* until the helper took a task */
+    memset(&c, 0, sizeof c);
+    c.caller = pthread_self();
+    c.slow = 200;
+    c.slow_helper = 5000;
+    vs_pool_run(pool, 4, pool_mark, &c);
+    stalled = atomic_load(&c.on_helper) > 0;
+  }
+  assert_true(stalled);
+  assert_int_equal(vs_pool_stalls(pool), 1);
+  /* 16 regions on the caller alone, though tasks of 200 us leave helpers time to join */
+  memset(&c, 0, sizeof c);
+  c.caller = pthread_self();
+  c.slow = 200;
+  for (int r = 0; r < 16; r++) vs_pool_run(pool, 4, pool_mark, &c);
+  assert_int_equal(atomic_load(&c.on_helper), 0);
+  for (int t = 0; t < 4; t++) assert_int_equal(atomic_load(&c.hits[t]), 16);
+  /* then helpers again: a probe region they take part in, and no stall, ends the backoff */
+  int helped = 0;
+  for (int r = 0; r < 50 && !helped; r++) {
+    vs_pool_run(pool, 4, pool_mark, &c);
+    helped = atomic_load(&c.on_helper) > 0;
+  }
+  assert_true(helped);
+  assert_int_equal(vs_pool_stalls(pool), 1);
+  vs_pool_destroy(pool);
 }
 
 /* Every task of every region runs exactly once, whatever the thread count, the number of
@@ -325,6 +365,7 @@ int main(void) {
       cmocka_unit_test(test_skinny_thread_invariance),
       cmocka_unit_test(test_skinny_row_independence),
       cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_pool_stall_backoff),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

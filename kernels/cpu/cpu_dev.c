@@ -129,7 +129,6 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
   dev->head.ops = vs_cpu_ops();
   dev->head.cls = vs_cpu_device_class();
   dev->threads = opt->threads ? opt->threads : online_cores();
-  dev->blis_threads = opt->threads;
   dev->isa = default_isa();
   dev->skinny_max_m = vs_skinny_max_m(dev->isa, vs_blis_tuned());
   if (vs_cpu_reserve_scratch(dev, VS_CPU_SCRATCH_DEFAULT) != VSPEC_OK) {

@@ -23,10 +23,6 @@ struct vs_pool;
 struct vspec_dev {
   vs_dev_head head;     /* first: the host reads the class and ops table through it */
   int threads;          /* compute threads, >= 1 (vs_dev_create resolves 0 to online cores) */
-  int blis_threads;     /* threads for large BLIS products: the count asked for, where 0
-                         * keeps BLIS's own default (BLIS_NUM_THREADS, else 1) as before the
-                         * pool existed - BLIS starts and spins its threads per call, which
-                         * a default should not impose on a shared machine */
   struct vs_pool *pool; /* threads - 1 persistent helpers (cpu_threads.h) */
   int isa;              /* VS_ISA_* of the hand-written kernels (cpu_linear_skinny.h) */
   int skinny_max_m;     /* products A B^T with at most this many rows skip BLIS */
@@ -68,7 +64,8 @@ void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float 
 int vs_blis_tuned(void);
 /* The one matrix product of the CPU ops (row-major, BLAS argument meanings): a few rows
  * times a transposed matrix go to the skinny kernel (cpu_linear_skinny.h), the rest to
- * BLIS with dev->blis_threads threads for large products and 1 for small ones. */
+ * single-threaded BLIS calls, large products split into row or column blocks over the
+ * device's pool (cpu_gemm.c says why). */
 void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 

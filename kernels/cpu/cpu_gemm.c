@@ -2,15 +2,17 @@
  * kernels/cpu/cpu_gemm.c - every matrix product of the CPU ops goes through vs_sgemm here.
  *
  * BLIS is called through its typed expert API (bli_sgemm_ex) rather than CBLAS because
- * that API takes a per-call runtime object, which gives each device its own thread count
- * and lets small products run on one thread:
+ * that API takes a per-call runtime object, and every call runs on one thread:
  *  - BLIS 0.9's CBLAS path only knows the process-wide setting of
  *    bli_thread_set_num_threads, so two workers could not use different counts, and a
  *    setting change would race with other workers' calls;
- *  - multi-threaded BLIS spawns and joins its threads on every call. For the tiny
- *    per-head products of decode-time attention that overhead dominates: measured on this
- *    (2-core, shared) machine, H=12 hd=64 n_kv=264 attention took 0.29 ms with one
- *    thread and 45 ms with two.
+ *  - multi-threaded BLIS spawns and joins its threads on every call and spins in its
+ *    barriers. For the tiny per-head products of decode-time attention that overhead
+ *    dominates (measured on this 2-core, shared machine, H=12 hd=64 n_kv=264 attention took
+ *    0.29 ms with one thread and 45 ms with two), and with another process on the second
+ *    core a fmnist image took 1.7-2.3 s on two threads against 0.14 s on one, nearly all of
+ *    it the VQ decoder's products. Large products are split into blocks over the device's
+ *    persistent pool instead (cpu_threads.c), which backs off when a helper stalls: 0.16 s.
  *
  * Few-row products A B^T (decode-time linear layers, m <= vs_skinny_max_m) bypass BLIS for
  * the kernel in cpu_linear_skinny.c, which streams B once instead of packing it.
@@ -37,10 +39,20 @@
 
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_threads.h"
 
 /* Below this many multiply-adds a product runs on one thread: thread start-up and the
  * join barrier cost tens of microseconds per call, more than such a product takes. */
 #define VS_GEMM_MT_MIN_MACS ((double)(1 << 20))
+/* The rows or columns of one block of a split product: a multiple of the micro-tiles. */
+#define VS_GEMM_BLOCK 64
+
+static void vs__gemm_one(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc);
+static void vs__gemm_split(vspec_dev *dev, int nth, int trans_a, int trans_b, int m, int n,
+                           int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                           float beta, float *c, int ldc);
 
 int vs_blis_tuned(void) { return bli_arch_query_id() != BLIS_ARCH_GENERIC; }
 
@@ -53,14 +65,27 @@ void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, flo
     vs_skinny_nt(dev, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
     return;
   }
-  /* threads = 0 keeps BLIS's own default (BLIS_NUM_THREADS etc.), which the global
-   * runtime object carries. */
+  /* Large products are split over the device's own pool, each block one BLIS call on one
+   * thread: multi-threaded BLIS spins in its barriers, and with another process on the
+   * second core a VQ decode took seconds on two threads against 10 ms on one. Blocks of
+   * the larger of m and n leave every element's reduction over k as it was, so the bits do
+   * not depend on the thread count (tests/test_ops_dense.c, test_ops_gemm_paths.c). */
+  int nth = vs_pool_threads(dev->pool);
+  if (nth > 1 && (double)m * n * (k > 0 ? k : 1) >= VS_GEMM_MT_MIN_MACS &&
+      (m >= 2 * VS_GEMM_BLOCK || n >= 2 * VS_GEMM_BLOCK)) {
+    vs__gemm_split(dev, nth, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  vs__gemm_one(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* One BLIS call on one thread. */
+static void vs__gemm_one(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc) {
   rntm_t rntm;
   bli_rntm_init_from_global(&rntm);
-  if ((double)m * n * (k > 0 ? k : 1) < VS_GEMM_MT_MIN_MACS)
-    bli_rntm_set_num_threads(1, &rntm);
-  else if (dev->blis_threads > 0)
-    bli_rntm_set_num_threads(dev->blis_threads, &rntm);
+  bli_rntm_set_num_threads(1, &rntm);
   /* Never BLIS's small-matrix ("sup") path: (1) in BLIS 0.9.0 its kernels read past the
    * end of the operands (a product with m = 16 whose B ends at an unmapped page faults,
    * tests/test_ops_gemm_paths.c); (2) whether it is taken depends on per-CPU size
@@ -74,6 +99,39 @@ void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, flo
   bli_sgemm_ex(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
                trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k, &alpha, (float *)a, lda, 1,
                (float *)b, ldb, 1, &beta, c, ldc, 1, NULL, &rntm);
+}
+
+typedef struct vs__gemm_job {
+  int trans_a, trans_b, m, n, k, lda, ldb, ldc, by_rows, block;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+} vs__gemm_job;
+
+static void vs__gemm_block(void *ctx, int t) {
+  const vs__gemm_job *g = ctx;
+  int total = g->by_rows ? g->m : g->n, i0 = t * g->block;
+  int len = total - i0 < g->block ? total - i0 : g->block;
+  if (g->by_rows) /* rows i0.. of op(A) and of C */
+    vs__gemm_one(g->trans_a, g->trans_b, len, g->n, g->k, g->alpha,
+                 g->trans_a ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->lda, g->b, g->ldb,
+                 g->beta, g->c + (size_t)i0 * g->ldc, g->ldc);
+  else /* columns i0.. of op(B) and of C */
+    vs__gemm_one(g->trans_a, g->trans_b, g->m, len, g->k, g->alpha, g->a, g->lda,
+                 g->trans_b ? g->b + (size_t)i0 * g->ldb : g->b + i0, g->ldb, g->beta,
+                 g->c + i0, g->ldc);
+}
+
+static void vs__gemm_split(vspec_dev *dev, int nth, int trans_a, int trans_b, int m, int n,
+                           int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                           float beta, float *c, int ldc) {
+  vs__gemm_job g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, m >= n, 0, alpha, beta, a, b, c};
+  int total = g.by_rows ? m : n;
+  /* Two blocks per thread (a late helper costs half a share), whole multiples of
+   * VS_GEMM_BLOCK so that BLIS's micro-tiles are not cut more than they would be anyway. */
+  int blocks = 2 * nth, per = (total + blocks - 1) / blocks;
+  g.block = (per + VS_GEMM_BLOCK - 1) / VS_GEMM_BLOCK * VS_GEMM_BLOCK;
+  vs_pool_run(dev->pool, (total + g.block - 1) / g.block, vs__gemm_block, &g);
 }
 
 void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,

@@ -28,6 +28,18 @@
  * tens of microseconds; longer gaps (attention over long caches) end in a sleep. */
 #define VS_POOL_SPIN_NS 50000L
 
+/* A helper that took a task and then lost its core (another process wants it: small shared
+ * machines) makes the caller wait for it at the end of the region, for up to a scheduler
+ * time slice, milliseconds, where the region's work is microseconds: with a busy second core
+ * a VQ decode (thousands of small regions) took seconds on two threads against 10 ms on one.
+ * So the caller watches its wait: a wait longer than its own share of the work and than
+ * VS_POOL_STALL_NS is a stall, and after one the next regions run on the caller alone, a
+ * number that doubles with each stall in a row (VS_POOL_SOLO_MIN..MAX), before helpers are
+ * tried again. On an idle machine helpers finish with the caller and nothing changes. */
+#define VS_POOL_STALL_NS 300000L
+#define VS_POOL_SOLO_MIN 16
+#define VS_POOL_SOLO_MAX 4096
+
 #define DOOR_OPEN 1u
 #define DOOR_ONE 2u /* one helper inside */
 
@@ -48,6 +60,10 @@ struct vs_pool {
   atomic_uint door;    /* DOOR_OPEN | helpers inside * DOOR_ONE */
   atomic_int next;     /* next unclaimed task */
   atomic_int stop;     /* set (with a generation bump) by vs_pool_destroy */
+
+  /* stall backoff (caller only): regions left to run alone, and the next such run's length */
+  int solo_left, solo_next;
+  long stalls; /* regions that stalled, for the pool's statistics */
 
   /* the current region: written by the caller under mu while the door is shut */
   vs_pool_fn fn;
@@ -196,7 +212,7 @@ int vs_pool_threads(const vs_pool *p) { return p ? p->threads : 1; }
 
 void vs_pool_run(vs_pool *p, int ntasks, vs_pool_fn fn, void *ctx) {
   if (ntasks <= 0) return;
-  if (!p || p->started == 0 || ntasks == 1) {
+  if (!p || p->started == 0 || ntasks == 1 || (p->solo_left > 0 && p->solo_left--)) {
     for (int t = 0; t < ntasks; t++) fn(ctx, t);
     return;
   }
@@ -212,7 +228,9 @@ void vs_pool_run(vs_pool *p, int ntasks, vs_pool_fn fn, void *ctx) {
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
 
+  long t0 = now_ns();
   run_tasks(p);
+  long t1 = now_ns();
 
   /* All tasks are claimed; shut the door and wait for the helpers still running theirs. */
   if (atomic_fetch_and(&p->door, ~DOOR_OPEN) != DOOR_OPEN && !spin_for_empty(p)) {
@@ -220,4 +238,14 @@ void vs_pool_run(vs_pool *p, int ntasks, vs_pool_fn fn, void *ctx) {
     while (atomic_load(&p->door) != 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
   }
+  long waited = now_ns() - t1;
+  if (waited > VS_POOL_STALL_NS && waited > t1 - t0) {
+    p->stalls++;
+    p->solo_left = p->solo_next ? p->solo_next : VS_POOL_SOLO_MIN;
+    p->solo_next = p->solo_left * 2 > VS_POOL_SOLO_MAX ? VS_POOL_SOLO_MAX : p->solo_left * 2;
+  } else {
+    p->solo_next = 0; /* a clean region: the next stall starts the backoff again */
+  }
 }
+
+long vs_pool_stalls(const vs_pool *p) { return p ? p->stalls : 0; }

@@ -33,5 +33,8 @@ int vs_pool_threads(const vs_pool *pool);
  * whichever helpers join in, and returns when all have finished. A NULL pool or
  * ntasks == 1 runs everything on the caller. Not reentrant: fn must not use the pool. */
 void vs_pool_run(vs_pool *pool, int ntasks, vs_pool_fn fn, void *ctx);
+/* Regions whose caller waited for a stalled helper (one that lost its core): after each the
+ * pool runs the next regions on the caller alone for a while (cpu_threads.c says why). */
+long vs_pool_stalls(const vs_pool *pool);
 
 #endif /* VS_CPU_THREADS_H */
