@@ -160,6 +160,12 @@ static void vs__stop_loop(vs_server *s) {
   uv_close((uv_handle_t *)&s->sig_term, NULL);
   uv_close((uv_handle_t *)&s->sig_int, NULL);
   uv_close((uv_handle_t *)&s->sig_hup, NULL);
+  /* Stopping the watchers gives the signals back their default action, which kills: a
+   * second SIGTERM (a supervisor's, a user's Ctrl-C) landing during the bounded teardown
+   * would turn a clean exit into a death by signal. The teardown is short; SIGKILL stays. */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
   for (int i = 0; i < 2; i++) vs_zwatch_close(&s->watch[i], vs__watch_closed);
 }
 
