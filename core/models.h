@@ -65,8 +65,9 @@ typedef struct vs_models {
 #define VS_ROLE_EAGLE 0x4
 #define VS_ROLE_ALL 0x7
 /* Neighbours kept per code: LANTERN's default search size k = 1000 (jadohu/LANTERN
- * entrypoints/generate_images.py, --lantern_k). */
-#define VS_NEIGHBOURS_K 1000
+ * entrypoints/generate_images.py, --lantern_k) plus one, because the authors' rejection
+ * zeroes the first k+1 neighbours (`reject=reference`, plugins/accept/proximity.h). */
+#define VS_NEIGHBOURS_K 1001
 
 int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, const char *dir,
                    unsigned roles, vs_models **out, char *err, size_t errlen);

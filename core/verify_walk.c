@@ -56,9 +56,13 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
     c->mt->drafted++;
     memcpy(c->q_res, c->q, (size_t)V * sizeof(float));
     if (c->greedy && c->rule_vt->greedy_accept) {
-      /* greedy relaxed rules judge against the target's softmax, not its one-hot argmax */
+      /* greedy relaxed rules judge against the target's softmax, not its one-hot argmax,
+       * and unfiltered (top_k / top_p off), as the authors' greedy path does
+       * (torch.softmax of the raw logits in EaModel.evaluate_posterior[_v1]) */
       vs_sampling s1 = *c->s;
       s1.temperature = 1.0f;
+      s1.top_k = 0;
+      s1.top_p = 1.0f;
       vs_node_distribution(&c->sampler, node_logits, c->rows, root_index + tn->depth + 1, &s1,
                            c->q_res);
     }

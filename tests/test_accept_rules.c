@@ -130,11 +130,17 @@ static void test_lantern(void **state) {
   r = make("lantern", "k=1,delta=1");
   assert_float_equal(r.vt->accept_prob(r.r, &in), 0.35 / 0.40, 1e-6);
   drop(&r);
-  /* reference variant: zeroes the first k+1 neighbours when A(x) has any */
+  /* reference variant: A(x) = {0} is non-empty, so the first k+1 = 2 neighbours (0, 2)
+   * are zeroed in p and keep their target mass in max(0, q - p') */
   r = make("lantern", "k=1,delta=1,reject=reference");
   assert_int_equal(r.vt->residual(r.r, &in, out), 0);
-  double want_ref[6] = {0.0, 0.0, 0.0, 0.15, 0.0, 0.0}; /* 0 and 2 zeroed; 2 was 0 anyway */
+  double want_ref[6] = {0.30, 0.0, 0.10, 0.15, 0.0, 0.0};
   expect_vec(out, want_ref, 6, "lantern reference residual");
+  /* one-hot draft (dynamic tree): x and its first k+1 neighbours zeroed in q */
+  vspec_accept_input in1 = input(1, NULL, 1.0f, 1, 1);
+  assert_int_equal(r.vt->residual(r.r, &in1, out), 0);
+  double want_ref1[6] = {0.0, 0.0, 0.0, 0.25, 0.20, 0.10};
+  expect_vec(out, want_ref1, 6, "lantern reference one-hot residual");
   drop(&r);
   /* optimal residual: q - min(p, q(A(y))) per y, delta = 0.35 */
   r = make("lantern", "k=3,delta=0.35,resample=optimal");
@@ -185,6 +191,22 @@ static void test_lanternpp(void **state) {
   double want[6] = {0.30, 0.0, 0.10, 0.15, 0.20, 0.0};
   expect_vec(out, want, 6, "lanternpp rule residual");
   drop(&r);
+  /* reject=set: x and A(x) = {0, 2} removed from max(0, q - p) */
+  r = make("lanternpp", "lambda=10,k=3,reject=set");
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  double want_set[6] = {0.0, 0.0, 0.0, 0.15, 0.0, 0.0};
+  expect_vec(out, want_set, 6, "lanternpp set residual");
+  drop(&r);
+  /* one-hot draft (dynamic tree), reference: x and its first k+1 = 3 neighbours (0, 2, 4)
+   * zeroed in q, as upstream's evaluate_posterior does for lambda > 1 */
+  r = make("lanternpp", "lambda=10,k=2");
+  in = input(1, NULL, 1.0f, 1, 1);
+  assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+  double want_1h[6] = {0.0, 0.0, 0.0, 0.25, 0.0, 0.10};
+  expect_vec(out, want_1h, 6, "lanternpp reference one-hot residual");
+  drop(&r);
+  assert_int_equal(create_error("lanternpp", "reject=all", err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "reference|set"));
   assert_int_equal(create_error("lanternpp", "lambda=0.5", err, sizeof err), VSPEC_ERANGE);
   assert_non_null(strstr(err, "'lambda'"));
 }

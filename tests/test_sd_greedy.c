@@ -61,7 +61,38 @@ static void test_greedy(void **state) {
   vs_table_world_close(&w);
 }
 
+/* The relaxed greedy test judges against the unfiltered softmax whatever the job's top-k
+ * (as the authors' greedy path, softmax of the raw logits): with a chain the draft and the
+ * argmaxes do not depend on top_k, so top_k = 1 must give the same tokens as top_k = 0. A
+ * filtered softmax would be one-hot at top_k = 1 and LANTERN would reduce to greedy AR;
+ * the test checks that the relaxation does change some sequences, so that it would see it. */
+static void test_greedy_unfiltered(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vs_table_world w;
+  vs_sampling s = {.temperature = 0.0f, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1};
+  vs_table_world_open(&w, 6, 6, 51, 0.6, 0.8, &s);
+  int differs_from_ar = 0;
+  for (int seed = 0; seed < 40; seed++) {
+    int32_t ar[6], open_k[6], top1[6];
+    vs_metrics m;
+    vs_job job = {.method = "ar", .seed = (uint64_t)seed, .sampling = s};
+    assert_int_equal(vs_generate(w.models, w.dev, &job, ar, &m, err, sizeof err), 0);
+    job.method = "sd:lantern:k=5,delta=0.9@standard:shape=chain,depth=3,drafter=model";
+    if (vs_generate(w.models, w.dev, &job, open_k, &m, err, sizeof err)) fail_msg("%s", err);
+    job.sampling.top_k = 1;
+    if (vs_generate(w.models, w.dev, &job, top1, &m, err, sizeof err)) fail_msg("%s", err);
+    assert_memory_equal(open_k, top1, sizeof top1);
+    differs_from_ar += memcmp(ar, open_k, sizeof ar) != 0;
+  }
+  printf("  greedy lantern, top_k 1 = top_k 0; %d of 40 sequences differ from greedy AR\n",
+         differs_from_ar);
+  assert_true(differs_from_ar > 0);
+  vs_table_world_close(&w);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_greedy)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_greedy),
+                                     cmocka_unit_test(test_greedy_unfiltered)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

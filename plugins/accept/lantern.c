@@ -13,10 +13,18 @@
  *                     rule    remove x and A(x) from max(0, q - p) (q itself for top-k drafts)
  *                     optimal Cool-SD's G* = norm([q - p f]+), f(y) = min(1, q(A(y))/p(y))
  *                             at every y (Cool-SD, arXiv 2601.09212, Eq. (10))
- *   reject=set      which neighbours `rule` removes: set = A(x) (the paper's set);
- *                   reference = the first k+1 neighbours whenever A(x) has any, as the
- *                   reference code does (EaModel.evaluate_posterior zeroes the
- *                   first k+1 entries of x's neighbour row)
+ *   reject=set      what `rule` removes after a rejection:
+ *                     set        x and A(x) from max(0, q - p): exact SD against the
+ *                                relaxed target, each tried candidate moves at most delta
+ *                                (the project's variant)
+ *                     reference  the authors' code on every tree shape: when A(x) has any
+ *                                neighbour, the first k+1 neighbours are zeroed in the
+ *                                draft distribution p (sampled static trees and chains,
+ *                                EaModel.evaluate_posterior_v1) and the residual is
+ *                                max(0, q - p'), so they keep their target mass; for
+ *                                one-hot drafts (dynamic trees, EaModel.evaluate_posterior)
+ *                                x and those k+1 are zeroed in q. The greedy test is
+ *                                torch.argmax's (ties go to the lower index).
  */
 #include <stdio.h>
 
@@ -70,24 +78,14 @@ static int lt_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out
     vs_proximity_optimal_residual(in, r->k, lt_budget(r), q_out);
     return VSPEC_OK;
   }
-  for (int y = 0; y < in->vocab; y++) {
-    float d = in->p ? in->q[y] - in->p[y] : in->q[y];
-    q_out[y] = d > 0.0f ? d : 0.0f;
-  }
-  q_out[in->token] = 0.0f;
-  int m;
-  vs_proximity_pool_of(in, r->k, lt_budget(r), in->token, &m);
-  int zero = m;
-  if (r->reject == LT_REFERENCE && m >= 1) {
-    int kk = vs_proximity_k(in, r->k);
-    zero = kk + 1 < in->n_neighbours ? kk + 1 : in->n_neighbours;
-  }
-  for (int i = 0; i < zero; i++) q_out[in->neighbours[i]] = 0.0f;
+  if (r->reject == LT_REFERENCE) vs_proximity_reference_residual(in, r->k, lt_budget(r), q_out);
+  else vs_proximity_set_residual(in, r->k, lt_budget(r), q_out);
   return VSPEC_OK;
 }
 
 static int lt_greedy(vspec_rule *r, const vspec_accept_input *in) {
-  return vs_proximity_greedy(in, r->k, lt_budget(r));
+  return r->reject == LT_REFERENCE ? vs_proximity_greedy_reference(in, r->k, lt_budget(r))
+                                   : vs_proximity_greedy(in, r->k, lt_budget(r));
 }
 
 static const vspec_accept_vtable lt_vtable = {

@@ -9,41 +9,49 @@
  * Parameters
  *   lambda=2        cap on the pooled probability relative to q(x), [1, 1000]
  *   k=1000          neighbours searched (clamped to the engine's neighbour table)
- *   resample=rule   rule: the reference's LlamaGen residual: the draft distribution with the
- *                   first k+1 neighbours zeroed (not renormalised) when A(x) has any, then
- *                   norm(max(0, q - p')); optimal: Cool-SD's G* with f(y) = min(1,
- *                   q(A(y))/p(y)) (Cool-SD, arXiv 2601.09212, Eq. (10))
+ *   resample=rule   rule: the residual chosen by `reject`; optimal: Cool-SD's G* with
+ *                   f(y) = min(1, q(A(y))/p(y)) (Cool-SD, arXiv 2601.09212, Eq. (10))
+ *   reject=reference
+ *                   reference: the authors' code on every tree shape (proximity.h): when
+ *                   A(x) has any neighbour, the first k+1 neighbours are zeroed in the draft
+ *                   distribution (sampled drafts: residual max(0, q - p')) or, with x, in q
+ *                   (one-hot drafts of dynamic trees); greedy ties go to the lower index.
+ *                   set: x and A(x) removed from max(0, q - p), as lantern's default
  */
 #include <stdio.h>
 
 #include "proximity.h"
 
 enum { LP_RULE = 0, LP_OPTIMAL = 1 };
+enum { LP_REFERENCE = 0, LP_SET = 1 };
 
 struct vspec_rule {
   const vspec_host *host;
   double lambda;
-  int k, resample;
+  int k, resample, reject;
 };
 
 static int lp_create(const vspec_host *host, const vspec_params *params, vspec_rule **out,
                      char *err, size_t errlen) {
-  static const char *const known[] = {"lambda", "k", "resample", NULL};
+  static const char *const known[] = {"lambda", "k", "resample", "reject", NULL};
   static const char *const resample[] = {"rule", "optimal", NULL};
+  static const char *const reject[] = {"reference", "set", NULL};
   double lambda;
   long k;
-  int rs, rc;
+  int rs, rj, rc;
   if ((rc = host->param_check_known(params, known, err, errlen)) ||
       (rc = host->param_double(params, "lambda", 2.0, 1.0, 1000.0, &lambda, err, errlen)) ||
       (rc = host->param_int(params, "k", 1000, 1, 1 << 20, &k, err, errlen)) ||
-      (rc = host->param_choice(params, "resample", resample, LP_RULE, &rs, err, errlen)))
+      (rc = host->param_choice(params, "resample", resample, LP_RULE, &rs, err, errlen)) ||
+      (rc = host->param_choice(params, "reject", reject, LP_REFERENCE, &rj, err, errlen)))
     return rc;
   vspec_rule *r = host->alloc(sizeof *r);
   if (!r) {
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
-  *r = (vspec_rule){.host = host, .lambda = lambda, .k = (int)k, .resample = rs};
+  *r = (vspec_rule){.host = host, .lambda = lambda, .k = (int)k, .resample = rs,
+                    .reject = rj};
   *out = r;
   return VSPEC_OK;
 }
@@ -58,29 +66,15 @@ static double lp_accept(vspec_rule *r, const vspec_accept_input *in) {
 }
 
 static int lp_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
-  if (r->resample == LP_OPTIMAL || !in->p) {
-    /* (for a one-hot draft both residuals reduce to removing x) */
-    vs_proximity_optimal_residual(in, r->k, lp_budget(r), q_out);
-    return VSPEC_OK;
-  }
-  int m;
-  vs_proximity_pool_of(in, r->k, lp_budget(r), in->token, &m);
-  for (int y = 0; y < in->vocab; y++) {
-    float d = in->q[y] - in->p[y];
-    q_out[y] = d > 0.0f ? d : 0.0f;
-  }
-  if (m >= 1) {
-    /* The neighbours keep their own target mass: p' is zero there (as in
-     * evaluate_posterior_v1). */
-    int kk = vs_proximity_k(in, r->k);
-    int zero = kk + 1 < in->n_neighbours ? kk + 1 : in->n_neighbours;
-    for (int i = 0; i < zero; i++) q_out[in->neighbours[i]] = in->q[in->neighbours[i]];
-  }
+  if (r->resample == LP_OPTIMAL) vs_proximity_optimal_residual(in, r->k, lp_budget(r), q_out);
+  else if (r->reject == LP_SET) vs_proximity_set_residual(in, r->k, lp_budget(r), q_out);
+  else vs_proximity_reference_residual(in, r->k, lp_budget(r), q_out);
   return VSPEC_OK;
 }
 
 static int lp_greedy(vspec_rule *r, const vspec_accept_input *in) {
-  return vs_proximity_greedy(in, r->k, lp_budget(r));
+  return r->reject == LP_REFERENCE ? vs_proximity_greedy_reference(in, r->k, lp_budget(r))
+                                   : vs_proximity_greedy(in, r->k, lp_budget(r));
 }
 
 static const vspec_accept_vtable lp_vtable = {

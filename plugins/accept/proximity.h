@@ -76,12 +76,69 @@ static inline void vs_proximity_optimal_residual(const vspec_accept_input *in, i
   }
 }
 
+/* The project's `set` residual: max(0, q - p) (q itself for a one-hot draft) with x and
+ * A(x) removed, i.e. exact SD against the target with the pooled set taken out: the mass
+ * the rule moved onto x cannot be drawn again, so each tried candidate moves at most the
+ * budget (the TV bound of docs/SPECULATIVE.md). */
+static inline void vs_proximity_set_residual(const vspec_accept_input *in, int k, vs_budget b,
+                                             float *q_out) {
+  for (int y = 0; y < in->vocab; y++) {
+    float d = in->p ? in->q[y] - in->p[y] : in->q[y];
+    q_out[y] = d > 0.0f ? d : 0.0f;
+  }
+  q_out[in->token] = 0.0f;
+  int m;
+  vs_proximity_pool_of(in, k, b, in->token, &m);
+  for (int i = 0; i < m; i++) q_out[in->neighbours[i]] = 0.0f;
+}
+
+/* The authors' residual (`reference`): when A(x) has any neighbour (m* >= 1), the first
+ * k+1 entries of x's neighbour row are zeroed, one more than were searched, as
+ * nearest_latents[xi, :lantern_k + 1] does (jadohu/LANTERN models/ea_model_llamagen.py).
+ *   sampled drafts (static trees, chains; evaluate_posterior_v1): they are zeroed in the
+ *     draft distribution p (earlier siblings already removed), not renormalised, and the
+ *     residual is max(0, q - p'): the neighbours keep their target mass and x keeps
+ *     max(0, q(x) - p(x)), which a rejection makes 0.
+ *   one-hot drafts (dynamic trees; evaluate_posterior): q with x and them zeroed.
+ * k + 1 is clamped to the table's width (the engine's table is one wider than the default
+ * k for this reason). */
+static inline void vs_proximity_reference_residual(const vspec_accept_input *in, int k,
+                                                   vs_budget b, float *q_out) {
+  int m, zero = 0;
+  vs_proximity_pool_of(in, k, b, in->token, &m);
+  if (m >= 1) {
+    int kk = vs_proximity_k(in, k);
+    zero = kk + 1 < in->n_neighbours ? kk + 1 : in->n_neighbours;
+  }
+  if (!in->p) {
+    for (int y = 0; y < in->vocab; y++) q_out[y] = in->q[y];
+    q_out[in->token] = 0.0f;
+    for (int i = 0; i < zero; i++) q_out[in->neighbours[i]] = 0.0f;
+    return;
+  }
+  for (int y = 0; y < in->vocab; y++) {
+    float d = in->q[y] - in->p[y];
+    q_out[y] = d > 0.0f ? d : 0.0f;
+  }
+  for (int i = 0; i < zero; i++) q_out[in->neighbours[i]] = in->q[in->neighbours[i]];
+}
+
 /* Greedy acceptance (LANTERN's greedy path in evaluate_posterior): x wins if its pooled
  * probability is at least every other token's own probability. */
 static inline int vs_proximity_greedy(const vspec_accept_input *in, int k, vs_budget b) {
   double pool = vs_proximity_pool_of(in, k, b, in->token, NULL);
   for (int y = 0; y < in->vocab; y++)
     if (y != in->token && in->q[y] > pool) return 0;
+  return 1;
+}
+
+/* The authors' greedy test: x wins if it is torch.argmax of q with q(x) replaced by the
+ * pooled mass, so a tie with a lower-indexed token loses (the first maximum wins). */
+static inline int vs_proximity_greedy_reference(const vspec_accept_input *in, int k,
+                                                vs_budget b) {
+  float pool = (float)vs_proximity_pool_of(in, k, b, in->token, NULL);
+  for (int y = 0; y < in->vocab; y++)
+    if (y != in->token && (in->q[y] > pool || (in->q[y] == pool && y < in->token))) return 0;
   return 1;
 }
 
