@@ -32,7 +32,10 @@ int vs_draft_chain(vs_rounds *c, int depth, int32_t root_index, char *err, size_
       if (x < 0) break; /* an empty draft distribution: stop drafting */
       px = p[x];
     }
-    int32_t child = vs_tree_add(t, node, x, px, 0.0f);
+    /* the path's cumulative draft log-probability, as dynamic trees carry it (VVS's
+     * confidence selection ranks paths by it) */
+    float lp = t->nodes[node].logp + (p[x] > 0.0f ? logf(p[x]) : -INFINITY);
+    int32_t child = vs_tree_add(t, node, x, px, lp);
     if (child < 0) break;
     if (d < depth) {
       int rc = vs_drafter_expand(c->drafter, t, &child, 1, root_index, err, errlen);
@@ -47,7 +50,8 @@ int vs_draft_chain(vs_rounds *c, int depth, int32_t root_index, char *err, size_
  * distribution (temperature > 0) or its top-`count` (greedy), in rank order. */
 static void vs__sample_children(vs_rounds *c, int32_t node, int count) {
   vs_tree *t = &c->tree;
-  memcpy(c->p_work, vs_tree_dist(t, node), (size_t)c->V * sizeof(float));
+  const float *p = vs_tree_dist(t, node);
+  memcpy(c->p_work, p, (size_t)c->V * sizeof(float));
   for (int j = 0; j < count; j++) {
     double mass = 0.0;
     for (int y = 0; y < c->V; y++) mass += c->p_work[y];
@@ -63,7 +67,10 @@ static void vs__sample_children(vs_rounds *c, int32_t node, int count) {
     /* EAGLE-1's conditional probability under sampling without replacement,
      * p(x) / (1 - mass of earlier siblings) (eagle/model/cnets.py, Model.sample). */
     float pc = c->greedy ? 1.0f : (float)(c->p_work[x] / mass);
-    if (vs_tree_add(t, node, x, pc, 0.0f) < 0) return;
+    /* cumulative draft log-probability of the path (the unconditional p(x), as dynamic
+     * trees carry it; VVS's confidence selection ranks paths by it) */
+    float lp = t->nodes[node].logp + (p[x] > 0.0f ? logf(p[x]) : -INFINITY);
+    if (vs_tree_add(t, node, x, pc, lp) < 0) return;
     c->p_work[x] = 0.0f;
   }
 }

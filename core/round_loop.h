@@ -91,5 +91,8 @@ int vs_skip_decide(vs_rounds *c, const vspec_round_state *st, int remaining,
                    vspec_skip_decision *dec, char *err, size_t errlen);
 int vs_skip_accept(vs_rounds *c, const vspec_skip_decision *dec, int32_t root_index,
                    int32_t *tokens, int *emitted, int *gamma_out, char *err, size_t errlen);
+/* The feature-cache slot (0 = oldest of n_fcache) reused by the j-th of gamma unverified
+ * inputs, `staleness` positions older than the most recent ones. */
+int vs_skip_stale_slot(int n_fcache, int staleness, int gamma, int j);
 
 #endif /* VS_ROUND_LOOP_H */

@@ -21,7 +21,7 @@ typedef struct vs_tree_node {
   float p_cond;         /* probability the node was proposed with: p(x) for a sampled chain,
                            p(x) / (1 - mass of earlier siblings) for a tree sampled without
                            replacement, 1 for deterministic top-k drafts */
-  float logp;           /* cumulative draft log-probability of the path (dynamic trees) */
+  float logp;           /* cumulative draft log-probability of the path (0 at the root) */
   int32_t dist;         /* index of this node's expansion distribution, -1 if not expanded */
   int32_t draft_slot;   /* pending-node index in the drafter's session, -1 if not forwarded */
 } vs_tree_node;

@@ -37,6 +37,18 @@ int vs_skip_decide(vs_rounds *c, const vspec_round_state *st, int remaining,
   return VSPEC_OK;
 }
 
+/* The feature-cache slot whose features the j-th of gamma unverified inputs reuses: the
+ * gamma most recent ones, `staleness` positions older (§4.3, retrieve_features in the
+ * reference code's skip_utils_llamagen.py); when fewer exist than tokens, the cache in order
+ * and then its most recent entry repeated, as the reference code does. */
+int vs_skip_stale_slot(int n_fcache, int staleness, int gamma, int j) {
+  int avail = n_fcache - staleness; /* the entries at least `staleness` positions old */
+  if (avail < 1) avail = 1;
+  if (avail > n_fcache) avail = n_fcache;
+  int slot = gamma <= avail ? avail - gamma + j : (j < avail ? j : avail - 1);
+  return slot < 0 ? 0 : slot;
+}
+
 /* Accepts the first `length` drafted tokens of the path to `leaf` without calling the
  * target (VVS §4.1-4.3): the root and all but the last of them wait for the next target
  * forward; the last becomes the new root; the drafter continues with reused features. */
@@ -68,13 +80,7 @@ int vs_skip_accept(vs_rounds *c, const vspec_skip_decision *dec, int32_t root_in
     size_t fs = (size_t)c->rows * c->fdim;
     pf = c->path_feats;
     for (int j = 0; j < gamma; j++) {
-      /* When fewer cached features exist than tokens, the most recent one is repeated
-       * (as the reference code does). */
-      int slot = c->n_fcache - dec->extra_staleness - gamma + j;
-      int first = c->n_fcache - dec->extra_staleness - gamma;
-      if (first < 0) slot = j < c->n_fcache ? j : c->n_fcache - 1;
-      if (slot < 0) slot = 0;
-      if (slot > c->n_fcache - 1) slot = c->n_fcache - 1;
+      int slot = vs_skip_stale_slot(c->n_fcache, dec->extra_staleness, gamma, j);
       const float *stale = c->fcache + (size_t)slot * fs;
       const float *own = vs_drafter_node_feature(c->drafter, c->feat_node[pathn[j]]);
       float *dst = pf + (size_t)j * fs;

@@ -22,6 +22,7 @@
 #include "core/engine.h"
 #include "core/host.h"
 #include "core/params.h"
+#include "core/round_loop.h"
 #include "core/tree.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/table_model.h"
@@ -252,6 +253,272 @@ static void test_vvs_feature_modes(void **state) {
   vs_table_world_close(&w);
 }
 
+
+/* ---- the scheduler's decision on hand-made trees -------------------------------------- */
+
+typedef struct vv_fixture {
+  vs_registry *reg;
+  vs_plugin *plugin;
+  const vspec_sched_vtable *vt;
+} vv_fixture;
+
+static void vv_open(vv_fixture *fx) {
+  char plugins[1024], err[VSPEC_ERRLEN];
+  const char *bd = getenv("VSPEC_BUILD");
+  snprintf(plugins, sizeof plugins, "%s/plugins", bd ? bd : "build");
+  assert_int_equal(vs_registry_open(plugins, &host, &fx->reg, err, sizeof err), 0);
+  assert_int_equal(
+      vs_registry_acquire(fx->reg, VSPEC_PLUGIN_SCHED, "vvs", &fx->plugin, err, sizeof err), 0);
+  fx->vt = vs_plugin_vtable(fx->plugin);
+}
+
+static void vv_close(vv_fixture *fx) {
+  vs_plugin_release(fx->plugin);
+  vs_registry_close(fx->reg);
+}
+
+static vspec_sched *vv_make(const vv_fixture *fx, const char *spec) {
+  char err[VSPEC_ERRLEN];
+  vspec_params *params;
+  assert_int_equal(vs_params_parse(spec, &params, err, sizeof err), 0);
+  vspec_sched *s = NULL;
+  if (fx->vt->create(&host, params, &s, err, sizeof err)) fail_msg("%s: %s", spec, err);
+  vs_params_free(params);
+  return s;
+}
+
+/* A tree view over parents/tokens/scores (depths derived). */
+typedef struct vv_tree {
+  int32_t n, parents[64], tokens[64], depth[64];
+  float score[64];
+  vspec_tree_view view;
+} vv_tree;
+
+static void vv_tree_init(vv_tree *t, int n, const int32_t *parents, const int32_t *tokens,
+                         const float *score, const float *codebook, int dim) {
+  memset(t, 0, sizeof *t);
+  t->n = n;
+  t->parents[0] = -1;
+  for (int i = 0; i < n; i++) {
+    if (i > 0) t->parents[i] = parents[i];
+    t->depth[i] = i ? t->depth[t->parents[i]] + 1 : 0;
+    t->tokens[i] = tokens ? tokens[i] : i;
+    t->score[i] = score ? score[i] : 0.0f;
+  }
+  t->view = (vspec_tree_view){.struct_size = sizeof t->view, .n_nodes = n, .tokens = t->tokens,
+                              .parents = t->parents, .depth = t->depth, .score = t->score,
+                              .codebook = codebook, .token_dim = dim};
+}
+
+static vspec_skip_decision vv_decide(const vv_fixture *fx, vspec_sched *s, const vv_tree *t,
+                                     vspec_rng *rng) {
+  vspec_round_state st = {.struct_size = sizeof st, .round = 3, .tokens_done = 10,
+                          .tokens_total = 256, .max_nodes = 64, .verified_rounds = 3};
+  vspec_skip_decision d = {.struct_size = sizeof d};
+  assert_int_equal(fx->vt->decide(s, &st, &t->view, rng, &d), 0);
+  return d;
+}
+
+/* Does a fresh dynamic scheduler with this threshold skip this tree? */
+static int vv_skips(const vv_fixture *fx, const char *norm, double alpha, double threshold,
+                    const vv_tree *t) {
+  char spec[200];
+  snprintf(spec, sizeof spec, "skip=dynamic,warmup=0,norm=%s,alpha=%.9g,threshold=%.9g", norm,
+           alpha, threshold);
+  vspec_sched *s = vv_make(fx, spec);
+  vspec_rng rng;
+  host.rng_init(&rng, 1, 0);
+  int skip = vv_decide(fx, s, t, &rng).skip;
+  fx->vt->destroy(s);
+  return skip;
+}
+
+/* The path similarity against tools/ref/vvs_ref.py's transcription of the reference code
+ * (tests/golden/vvs/cases.txt): each value is bracketed by thresholds 1e-5 either side,
+ * for the reference normalisation (longest path, zero padding, one path = 0) and the
+ * per-pair one; and the stale-feature slots against the reference's retrieve_features. */
+static void test_vvs_reference_similarity(void **state) {
+  (void)state;
+  vv_fixture fx;
+  vv_open(&fx);
+  FILE *f = fopen("tests/golden/vvs/cases.txt", "r");
+  assert_non_null(f);
+  int V, D;
+  assert_int_equal(fscanf(f, " codebook %d %d", &V, &D), 2);
+  assert_true(V > 0 && V <= 64 && D > 0 && D <= 16);
+  float codebook[64 * 16];
+  for (int i = 0; i < V * D; i++) assert_int_equal(fscanf(f, "%f", &codebook[i]), 1);
+  char kind[16];
+  int sims = 0, singles = 0, slots = 0, unequal = 0;
+  while (fscanf(f, " %15s", kind) == 1) {
+    if (!strcmp(kind, "sim")) {
+      int n;
+      double alpha, want[2];
+      int32_t parents[64] = {-1}, tokens[64];
+      assert_int_equal(fscanf(f, "%d %lf", &n, &alpha), 2);
+      assert_true(n >= 2 && n <= 64);
+      for (int i = 1; i < n; i++) assert_int_equal(fscanf(f, "%d", &parents[i]), 1);
+      for (int i = 0; i < n; i++) assert_int_equal(fscanf(f, "%d", &tokens[i]), 1);
+      assert_int_equal(fscanf(f, "%lf %lf", &want[0], &want[1]), 2);
+      vv_tree t;
+      vv_tree_init(&t, n, parents, tokens, NULL, codebook, D);
+      const char *norms[] = {"longest", "pair"};
+      for (int m = 0; m < 2; m++) {
+        double lo = want[m] - 1e-5, hi = want[m] + 1e-5;
+        if (lo >= 0.0 && !vv_skips(&fx, norms[m], alpha, lo, &t))
+          fail_msg("case %d norm=%s: similarity below %.6f (reference %.6f)", sims, norms[m],
+                   lo, want[m]);
+        if (hi <= 1.0 && vv_skips(&fx, norms[m], alpha, hi, &t))
+          fail_msg("case %d norm=%s: similarity above %.6f (reference %.6f)", sims, norms[m],
+                   hi, want[m]);
+      }
+      singles += want[0] == 0.0 && want[1] == 1.0;
+      unequal += fabs(want[0] - want[1]) > 1e-3;
+      sims++;
+    } else if (!strcmp(kind, "slots")) {
+      int n, stale, gamma, want;
+      assert_int_equal(fscanf(f, "%d %d %d", &n, &stale, &gamma), 3);
+      for (int j = 0; j < gamma; j++) {
+        assert_int_equal(fscanf(f, "%d", &want), 1);
+        int got = vs_skip_stale_slot(n, stale, gamma, j);
+        if (got != want)
+          fail_msg("%d cached, staleness %d, %d tokens: input %d reuses slot %d, reference %d",
+                   n, stale, gamma, j, got, want);
+      }
+      slots++;
+    } else {
+      fail_msg("unknown record '%s'", kind);
+    }
+  }
+  fclose(f);
+  /* the fixture really holds the interesting cases */
+  assert_true(sims >= 10 && singles >= 2 && unequal >= 3 && slots >= 5);
+  vv_close(&fx);
+}
+
+/* select=uniform draws every leaf with probability 1/#leaves (the paper; the reference
+ * code's random.randint over the candidates); select=confidence takes the leaf of highest
+ * path score; gamma = min(L_s, floor(mean leaf depth)) (Eq. 1). */
+static void test_vvs_selection(void **state) {
+  (void)state;
+  vv_fixture fx;
+  vv_open(&fx);
+  /* leaves 3 (depth 3), 4 (depth 1), 6 (depth 3), 7 (depth 2): mean depth 2.25 */
+  const int32_t parents[] = {-1, 0, 1, 2, 0, 0, 5, 1};
+  const float score[] = {0.0f, -0.5f, -1.0f, -2.5f, -0.9f, -0.2f, -0.4f, -1.5f};
+  vv_tree t;
+  vv_tree_init(&t, 8, parents, NULL, score, NULL, 0);
+  const int leaves[] = {3, 4, 6, 7};
+  /* uniform: a frequency check over the leaves (4000 draws: sd of a share ~ 0.007) */
+  vspec_sched *s = vv_make(&fx, "skip=dynamic,threshold=0,warmup=0,select=uniform,truncate=off");
+  vspec_rng rng;
+  host.rng_init(&rng, 7, 3);
+  int count[8] = {0}, draws = 4000;
+  for (int k = 0; k < draws; k++) {
+    vspec_skip_decision d = vv_decide(&fx, s, &t, &rng);
+    assert_int_equal(d.skip, 1);
+    assert_true(d.leaf >= 1 && d.leaf < 8);
+    count[d.leaf]++;
+    assert_int_equal(d.length, t.depth[d.leaf]); /* truncate=off: the whole path */
+    fx.vt->destroy(s); /* two skips are never consecutive: a fresh scheduler each draw */
+    s = vv_make(&fx, "skip=dynamic,threshold=0,warmup=0,select=uniform,truncate=off");
+  }
+  fx.vt->destroy(s);
+  for (int i = 0; i < 4; i++) {
+    double share = (double)count[leaves[i]] / draws;
+    if (fabs(share - 0.25) > 0.03) fail_msg("leaf %d drawn with share %.3f", leaves[i], share);
+  }
+  /* confidence: leaf 6 (score -0.4) although it is neither the first leaf by index nor in
+   * the reference order, and the shallow leaf 4 scores lower */
+  s = vv_make(&fx, "skip=dynamic,threshold=0,warmup=0,select=confidence");
+  vspec_skip_decision d = vv_decide(&fx, s, &t, &rng);
+  assert_int_equal(d.skip, 1);
+  assert_int_equal(d.leaf, 6);
+  assert_int_equal(d.length, 2); /* floor(2.25) = 2 < 3 */
+  fx.vt->destroy(s);
+  /* a different scoring moves the choice: leaf 3 */
+  t.score[3] = -0.1f;
+  s = vv_make(&fx, "skip=dynamic,threshold=0,warmup=0,select=confidence");
+  d = vv_decide(&fx, s, &t, &rng);
+  assert_int_equal(d.leaf, 3);
+  assert_int_equal(d.length, 2);
+  fx.vt->destroy(s);
+  /* skip=uniform: phase=round skips rounds 2, 5, 8 (index 1 mod 3 counted from 0 at the
+   * engine's round 1), phase=verified after every 2 verified rounds, so from round 3 on */
+  const char *phases[][2] = {{"skip=uniform,interval=3,warmup=0,phase=round", "010010010"},
+                             {"skip=uniform,interval=3,warmup=0,phase=verified", "001001001"}};
+  for (int k = 0; k < 2; k++) {
+    s = vv_make(&fx, phases[k][0]);
+    char got[10] = {0};
+    int last = 0;
+    for (int r = 1; r <= 9; r++) {
+      vspec_round_state st = {.struct_size = sizeof st, .round = r, .tokens_done = 10 + r,
+                              .tokens_total = 256, .max_nodes = 64, .last_skipped = last};
+      vspec_skip_decision dd = {.struct_size = sizeof dd};
+      assert_int_equal(fx.vt->decide(s, &st, &t.view, &rng, &dd), 0);
+      got[r - 1] = (char)('0' + dd.skip);
+      last = dd.skip;
+    }
+    if (strcmp(got, phases[k][1])) fail_msg("%s: skipped %s", phases[k][0], got);
+    fx.vt->destroy(s);
+  }
+  /* gamma floor: leaves of depth 1, 2, 2 (mean 1.67): 1 token of the depth-2 best leaf */
+  const int32_t p2[] = {-1, 0, 0, 2, 0, 4};
+  const float sc2[] = {0.0f, -3.0f, -0.1f, -0.2f, -0.5f, -0.6f};
+  vv_tree_init(&t, 6, p2, NULL, sc2, NULL, 0);
+  s = vv_make(&fx, "skip=dynamic,threshold=0,warmup=0,select=confidence");
+  d = vv_decide(&fx, s, &t, &rng);
+  assert_int_equal(d.skip, 1);
+  assert_int_equal(d.leaf, 3);
+  assert_int_equal(d.length, 1);
+  fx.vt->destroy(s);
+  vv_close(&fx);
+}
+
+/* Static and chain drafts carry their cumulative draft log-probabilities (confidence
+ * selection ranks paths by them on every tree shape): every node's score is its parent's
+ * plus log p_draft(token), and the leaves do not all tie. */
+static void on_round_scores(void *user, const vs_round_info *in) {
+  int *bad = user;
+  const vs_tree *t = in->tree;
+  if (in->round < 0 || !t || t->n < 2) return;
+  int distinct = 0;
+  for (int i = 1; i < t->n; i++) {
+    const vs_tree_node *n = &t->nodes[i], *p = &t->nodes[n->parent];
+    if (!(n->logp < p->logp + 1e-6f)) bad[0]++;
+    if (n->logp != t->nodes[1].logp) distinct = 1;
+  }
+  bad[1] += t->n > 2 && !distinct;
+  bad[2]++;
+}
+
+static void test_vvs_static_scores(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vs_table_world w;
+  vs_sampling s = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1};
+  vs_table_world_open(&w, 5, 6, 41, 1.2, 0.5, &s);
+  const char *methods[] = {"sd:exact@vvs:skip=uniform,interval=2,warmup=0,select=confidence,"
+                           "features=draft,drafter=head,shape=static,tree=0/1/0.0/0.0.0",
+                           "sd:exact@vvs:skip=uniform,interval=2,warmup=0,select=confidence,"
+                           "drafter=model,shape=chain,depth=3"};
+  int32_t tokens[6];
+  vs_metrics mt;
+  for (int m = 0; m < 2; m++) {
+    int bad[3] = {0, 0, 0};
+    for (int seed = 0; seed < 5; seed++) {
+      vs_job job = {.method = methods[m], .seed = (uint64_t)seed, .sampling = s,
+                    .on_round = on_round_scores, .user = bad};
+      if (vs_generate(w.models, dev, &job, tokens, &mt, err, sizeof err))
+        fail_msg("%s: %s", methods[m], err);
+    }
+    if (bad[0] || bad[1] || bad[2] == 0)
+      fail_msg("%s: %d nodes without a decreasing path score, %d trees whose nodes all tie "
+               "(%d rounds seen)", methods[m], bad[0], bad[1], bad[2]);
+  }
+  vs_table_world_close(&w);
+}
+
 static void test_vvs_parameters(void **state) {
   (void)state;
   char plugins[1024], err[VSPEC_ERRLEN];
@@ -264,7 +531,8 @@ static void test_vvs_parameters(void **state) {
   const vspec_sched_vtable *vt = vs_plugin_vtable(p);
   const char *bad[][2] = {{"interval=1", "'interval'"}, {"threshold=1.5", "'threshold'"},
                           {"select=best", "uniform|confidence"}, {"skip=sometimes", "'skip'"},
-                          {"features=fresh", "stale|draft|blend"}};
+                          {"features=fresh", "stale|draft|blend"}, {"norm=mean", "longest|pair"},
+                          {"phase=odd", "round|verified"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     vspec_params *params;
     assert_int_equal(vs_params_parse(bad[i][0], &params, err, sizeof err), 0);
@@ -285,6 +553,9 @@ int main(void) {
       cmocka_unit_test(test_vvs_on_llamagen),
       cmocka_unit_test(test_vvs_feature_modes),
       cmocka_unit_test(test_vvs_parameters),
+      cmocka_unit_test(test_vvs_reference_similarity),
+      cmocka_unit_test(test_vvs_selection),
+      cmocka_unit_test(test_vvs_static_scores),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_dev_destroy(dev);
