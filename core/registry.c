@@ -47,7 +47,7 @@ typedef struct vs__entry {
 struct vs_registry {
   pthread_mutex_t lock;
   char dir[512];
-  char private_dir[256]; /* where generation copies are opened from */
+  char private_dir[256]; /* mkdtemp template of the directory a load's copy is opened from */
   unsigned copies;        /* copies made so far: each load attempt gets a name of its own */
   const vspec_host *host;
   vs__entry *entries;
@@ -316,7 +316,6 @@ static void vs__registry_unref_locked(vs_registry *reg, int *free_it) {
 }
 
 static void vs__registry_free(vs_registry *reg) {
-  rmdir(reg->private_dir);
   pthread_mutex_destroy(&reg->lock);
   free(reg->entries);
   free(reg);
@@ -333,15 +332,24 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
   /* dlopen hands back an object already open under the same path without reading the file:
    * every attempt, failed ones included, gets a name never used before, or a fixed build
    * could not be loaded after a failed one that stays open (not MAY_UNLOAD). */
-  char copy[sizeof reg->private_dir + 96];
+  /* The copy's directory lives only as long as the load: a daemon killed with SIGKILL (or a
+   * program that never closes its registry) leaves nothing behind in /tmp. */
+  char dir[sizeof reg->private_dir], copy[sizeof reg->private_dir + 96];
+  snprintf(dir, sizeof dir, "%s", reg->private_dir);
+  if (!mkdtemp(dir)) {
+    snprintf(err, errlen, "%s: cannot create a private directory for the copy (%s): %s", file,
+             reg->private_dir, strerror(errno));
+    close(in);
+    return VSPEC_EIO;
+  }
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
-  snprintf(copy, sizeof copy, "%s/g%u.%u-%.60s", reg->private_dir, generation, ++reg->copies,
-           base);
+  snprintf(copy, sizeof copy, "%s/g%u.%u-%.60s", dir, generation, ++reg->copies, base);
   rc = vs__copy_file(in, file, copy, err, errlen);
   close(in);
   if (rc) {
     unlink(copy);
+    rmdir(dir);
     return rc;
   }
 
@@ -349,6 +357,7 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
   void *h = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
   /* The mapping keeps the code alive; the name is not needed any more. */
   unlink(copy);
+  rmdir(dir);
   if (!h) {
     const char *why = dlerror();
     snprintf(err, errlen, "%s: not a loadable shared object: %s", file, why ? why : "unknown error");
@@ -429,12 +438,16 @@ int vs_registry_open(const char *plugin_dir, const vspec_host *host, vs_registry
   const char *tmp = getenv("TMPDIR");
   snprintf(reg->private_dir, sizeof reg->private_dir, "%s/vspec-plugins-XXXXXX",
            tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(reg->private_dir)) {
+  /* Checked now, so that an unusable TMPDIR stops the start rather than every load. */
+  char probe[sizeof reg->private_dir];
+  snprintf(probe, sizeof probe, "%s", reg->private_dir);
+  if (!mkdtemp(probe)) {
     snprintf(err, errlen, "cannot create a private directory for plugin generations (%s): %s",
              reg->private_dir, strerror(errno));
     free(reg);
     return VSPEC_EIO;
   }
+  rmdir(probe);
   pthread_mutex_init(&reg->lock, NULL);
   reg->host = host;
   reg->refs = 1;
