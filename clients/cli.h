@@ -86,6 +86,13 @@ int vs__exit_for(int code);
 void vs__json_str(FILE *f, const char *s);
 void vs__net_defaults(vs_net_opts *n);
 int vs__net_opt(vs_net_opts *n, int c, const char *arg);
+/* Options of a command that takes the network options and on/off flags only (status,
+ * plugins, cancel, ping): fills *net (defaults first) and set[i] for flags[i] (a NULL-ended
+ * list, at most VS_MAX_FLAGS). Returns -1 to go on (positional arguments from optind), else
+ * the exit code: EXIT_OK after printing usage for --help, EXIT_USAGE on a bad option. */
+#define VS_MAX_FLAGS 4
+int vs__parse_flags(int argc, char **argv, const char *cmd, const char *const *flags, int *set,
+                    vs_net_opts *net, void (*usage)(FILE *));
 void vs__on_sigint(int sig);
 void vs__print_plugin(const Vspec__PluginInfo *p);
 void vs__print_plugin_json(const Vspec__PluginInfo *p);

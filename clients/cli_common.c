@@ -171,3 +171,33 @@ void vs__print_plugin_json(const Vspec__PluginInfo *p) {
   printf(", \"generation\": %u, \"users\": %d, \"retired_alive\": %d}", p->generation, p->users,
          p->retired_alive);
 }
+
+int vs__parse_flags(int argc, char **argv, const char *cmd, const char *const *flags, int *set,
+                    vs_net_opts *net, void (*usage)(FILE *)) {
+  enum { O_HELP = 1, O_FLAG0 = 2 };
+  struct option opts[VS_MAX_FLAGS + 8] = {{"help", no_argument, 0, O_HELP}};
+  static const struct option net_opts[] = {VS_NET_LONGOPTS};
+  int n = 1, nflags = 0;
+  for (int i = 0; flags && flags[i] && i < VS_MAX_FLAGS; i++, n++, nflags++) {
+    opts[n] = (struct option){flags[i], no_argument, 0, O_FLAG0 + i};
+    set[i] = 0;
+  }
+  for (size_t i = 0; i < sizeof net_opts / sizeof net_opts[0]; i++) opts[n++] = net_opts[i];
+  vs__net_defaults(net);
+  optind = 1;
+  for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+    int r = vs__net_opt(net, c, optarg);
+    if (r < 0) return EXIT_USAGE;
+    if (r > 0) continue;
+    if (c >= O_FLAG0 && c < O_FLAG0 + nflags) {
+      set[c - O_FLAG0] = 1;
+    } else if (c == O_HELP || c == 'h') {
+      usage(stdout);
+      return EXIT_OK;
+    } else { /* getopt said which option */
+      fprintf(stderr, "see vspec %s --help\n", cmd);
+      return EXIT_USAGE;
+    }
+  }
+  return -1;
+}

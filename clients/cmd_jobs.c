@@ -15,23 +15,8 @@ static void usage_cancel(FILE *f) {
 
 int vs_cmd_cancel(int argc, char **argv) {
   vs_net_opts net;
-  vs__net_defaults(&net);
-  enum { O_HELP = 1 };
-  static const struct option opts[] = {{"help", no_argument, 0, O_HELP}, VS_NET_LONGOPTS,
-                                       {0, 0, 0, 0}};
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int r = vs__net_opt(&net, c, optarg);
-    if (r < 0) return EXIT_USAGE;
-    if (r > 0) continue;
-    if (c == O_HELP || c == 'h') {
-      usage_cancel(stdout);
-      return EXIT_OK;
-    }
-    fprintf(stderr, "see vspec cancel --help\n");
-    return EXIT_USAGE;
-  }
+  int prc = vs__parse_flags(argc, argv, "cancel", NULL, NULL, &net, usage_cancel);
+  if (prc >= 0) return prc;
   unsigned long long id;
   if (optind + 1 != argc) {
     fprintf(stderr, "vspec cancel: give exactly one JOB id\n");
@@ -54,30 +39,17 @@ int vs_cmd_cancel(int argc, char **argv) {
   return EXIT_OK;
 }
 
+static void usage_ping(FILE *f) {
+  fprintf(f, "usage: vspec ping [--via-admin] [options]\n\nOne round trip to the job endpoint "
+          "(or the admin endpoint).\n\n" VS_NET_OPTIONS_HELP
+          "\nExit status: 0, 3 daemon unreachable.\n");
+}
+
 int vs_cmd_ping(int argc, char **argv) {
   vs_net_opts net;
-  vs__net_defaults(&net);
-  int admin = 0;
-  enum { O_HELP = 1, O_VIA_ADMIN };
-  static const struct option opts[] = {{"help", no_argument, 0, O_HELP},
-                                       {"via-admin", no_argument, 0, O_VIA_ADMIN},
-                                       VS_NET_LONGOPTS, {0, 0, 0, 0}};
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int r = vs__net_opt(&net, c, optarg);
-    if (r < 0) return EXIT_USAGE;
-    if (r > 0) continue;
-    if (c == O_VIA_ADMIN) admin = 1;
-    else if (c == O_HELP || c == 'h') {
-      printf("usage: vspec ping [--via-admin] [options]\n\nOne round trip to the job endpoint "
-             "(or the admin endpoint).\n\n" VS_NET_OPTIONS_HELP
-             "\nExit status: 0, 3 daemon unreachable.\n");
-      return EXIT_OK;
-    } else {
-      return EXIT_USAGE;
-    }
-  }
+  static const char *const flags[] = {"via-admin", NULL};
+  int admin, prc = vs__parse_flags(argc, argv, "ping", flags, &admin, &net, usage_ping);
+  if (prc >= 0) return prc;
   Vspec__Request rq = VSPEC__REQUEST__INIT;
   Vspec__Ping p = VSPEC__PING__INIT;
   rq.body_case = VSPEC__REQUEST__BODY_PING;

@@ -16,27 +16,9 @@ static void usage_status(FILE *f) {
 
 int vs_cmd_status(int argc, char **argv) {
   vs_net_opts net;
-  vs__net_defaults(&net);
-  int json = 0;
-  enum { O_JSON = 1, O_HELP };
-  static const struct option opts[] = {{"json", no_argument, 0, O_JSON},
-                                       {"help", no_argument, 0, O_HELP}, VS_NET_LONGOPTS,
-                                       {0, 0, 0, 0}};
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int r = vs__net_opt(&net, c, optarg);
-    if (r < 0) return EXIT_USAGE;
-    if (r > 0) continue;
-    if (c == O_JSON) json = 1;
-    else if (c == O_HELP || c == 'h') {
-      usage_status(stdout);
-      return EXIT_OK;
-    } else { /* getopt said which option */
-      fprintf(stderr, "see vspec status --help\n");
-      return EXIT_USAGE;
-    }
-  }
+  static const char *const flags[] = {"json", NULL};
+  int json, prc = vs__parse_flags(argc, argv, "status", flags, &json, &net, usage_status);
+  if (prc >= 0) return prc;
   Vspec__Request rq = VSPEC__REQUEST__INIT;
   Vspec__StatusRequest sr = VSPEC__STATUS_REQUEST__INIT;
   rq.body_case = VSPEC__REQUEST__BODY_STATUS;
