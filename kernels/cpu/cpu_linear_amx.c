@@ -1,0 +1,224 @@
+/*
+ * kernels/cpu/cpu_linear_amx.c - linear layers on AMX tiles (see cpu_linear_amx.h for why).
+ *
+ * Tiles (palette 1, all 16 rows x 64 bytes):
+ *   tmm0, tmm1  C of rows r .. r+15,    output column blocks 2c and 2c + 1 (16 fp32 each)
+ *   tmm2, tmm3  C of rows r+16 .. r+31, the same column blocks
+ *   tmm4, tmm5  A: 16 rows x 32 bf16 of x (rows r .. r+15 and r+16 .. r+31)
+ *   tmm6, tmm7  B: the packed 16 x 32 weight block of column block 2c and 2c + 1
+ * so one B tile load serves 32 rows and one A load 32 columns. The loop over output column
+ * pairs is outermost: a pair's weights (2 x k/32 KiB, 48 KiB at k = 768) are read from memory
+ * once and stay in L2 while every row block uses them.
+ *
+ * x is rounded to bf16 once per call into the device's scratch, zero-padded to a multiple of
+ * 16 rows and 32 columns, so every tile is full and the padding adds zeros. C goes through a
+ * small buffer on the stack, from which the valid rows and columns (plus the bias) are copied.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/common/vs_math.h"
+#include "kernels/cpu/cpu_linear_amx.h"
+#include "kernels/cpu/cpu_threads.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define VS_AMX_BUILD 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define VS_AMX_BUILD 0
+#endif
+
+#define VS_AMX_ROWS 16        /* rows of an A or C tile */
+#define VS_AMX_KBLOCK 32      /* bf16 values in a 64-byte tile row */
+#define VS_AMX_NBLOCK 16      /* fp32 columns of a C tile */
+#define VS_AMX_BLOCK_ELEMS 512 /* bf16 values in one packed 16 x 32 block */
+
+static int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+size_t vs_amx_packed_bytes(int n, int k) {
+  return (size_t)round_up(n, 2 * VS_AMX_NBLOCK) * (size_t)round_up(k, VS_AMX_KBLOCK) *
+         sizeof(uint16_t);
+}
+
+void vs_amx_pack(const float *w, int n, int k, uint16_t *packed) {
+  int nb_count = round_up(n, 2 * VS_AMX_NBLOCK) / VS_AMX_NBLOCK;
+  int kb_count = round_up(k, VS_AMX_KBLOCK) / VS_AMX_KBLOCK;
+  for (int nb = 0; nb < nb_count; nb++)
+    for (int kb = 0; kb < kb_count; kb++) {
+      uint16_t *blk = packed + ((size_t)nb * kb_count + kb) * VS_AMX_BLOCK_ELEMS;
+      /* row r of the B tile holds k pair (2r, 2r + 1) of all 16 columns, column-major pairs */
+      for (int r = 0; r < VS_AMX_KBLOCK / 2; r++)
+        for (int c = 0; c < VS_AMX_NBLOCK; c++)
+          for (int e = 0; e < 2; e++) {
+            int col = nb * VS_AMX_NBLOCK + c, kk = kb * VS_AMX_KBLOCK + 2 * r + e;
+            blk[r * 2 * VS_AMX_NBLOCK + 2 * c + e] =
+                col < n && kk < k ? vs_f32_to_bf16(w[(size_t)col * k + kk]) : 0;
+          }
+    }
+}
+
+#if VS_AMX_BUILD
+
+#define VS_ARCH_REQ_XCOMP_PERM 0x1023
+#define VS_XFEATURE_XTILEDATA 18
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int amx_ok;
+
+static void amx_probe(void) {
+  const char *env = getenv("VSPEC_CPU_AMX");
+  if (env && strcmp(env, "0") == 0) return;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+  int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+  __builtin_cpu_init();
+  if (!tile || !bf16 || !__builtin_cpu_supports("avx512f")) return;
+  /* Linux keeps the 8 KiB tile state out of every thread's context until a process asks;
+   * the permission is process-wide. It fails on kernels before 5.16 (no AMX then). */
+  amx_ok = syscall(SYS_arch_prctl, VS_ARCH_REQ_XCOMP_PERM, VS_XFEATURE_XTILEDATA) == 0;
+}
+
+int vs_amx_available(void) {
+  pthread_once(&amx_once, amx_probe);
+  return amx_ok;
+}
+
+typedef struct amx_tilecfg {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_tilecfg;
+
+typedef struct amx_job {
+  const uint16_t *xb, *packed;
+  const float *bias;
+  float *y;
+  int m, mp, n, kp, pairs, pairs_per_task;
+} amx_job;
+
+/* x [m, k] -> bf16 [mp, kp], zero-padded; the same rounding as vs_f32_to_bf16 (nearest even,
+ * NaN stays a quiet NaN), 16 at a time. */
+__attribute__((target("avx512f"))) static void amx_convert_rows(const float *x, int m, int k,
+                                                               uint16_t *xb, int mp, int kp) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (int i = 0; i < mp; i++) {
+    uint16_t *dst = xb + (size_t)i * kp;
+    for (int p = 0; p < kp; p += 16) {
+      int left = i < m ? k - p : 0;
+      __mmask16 mk = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+      __m512 v = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + p);
+      __m512i u = _mm512_castps_si512(v);
+      __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+      r = _mm512_srli_epi32(r, 16);
+      __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
+      _mm256_storeu_si256((__m256i *)(dst + p), _mm512_cvtepi32_epi16(r));
+    }
+  }
+}
+
+/* Copies the valid part of a 16 x 16 C tile (rows row.., columns col..) to y, adding bias. */
+static void amx_emit(const amx_job *jb, const float *tile, int row, int col) {
+  int rows = jb->m - row < VS_AMX_ROWS ? jb->m - row : VS_AMX_ROWS;
+  int cols = jb->n - col < VS_AMX_NBLOCK ? jb->n - col : VS_AMX_NBLOCK;
+  for (int i = 0; i < rows; i++) {
+    float *dst = jb->y + (size_t)(row + i) * jb->n + col;
+    const float *src = tile + i * VS_AMX_NBLOCK;
+    for (int j = 0; j < cols; j++) dst[j] = src[j] + (jb->bias ? jb->bias[col + j] : 0.0f);
+  }
+}
+
+/* Output columns [32 c, 32 c + 32) for every row: rows in blocks of 32 (or 16 at the end). */
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_pair(const amx_job *jb,
+                                                                           int c) {
+  const int kbs = jb->kp / VS_AMX_KBLOCK, stride = jb->kp * (int)sizeof(uint16_t);
+  const uint16_t *b0 = jb->packed + (size_t)(2 * c) * kbs * VS_AMX_BLOCK_ELEMS;
+  const uint16_t *b1 = b0 + (size_t)kbs * VS_AMX_BLOCK_ELEMS;
+  float tile[4][VS_AMX_ROWS * VS_AMX_NBLOCK];
+  for (int r = 0; r < jb->mp; r += 2 * VS_AMX_ROWS) {
+    const int two = r + VS_AMX_ROWS < jb->mp;
+    const uint16_t *a0 = jb->xb + (size_t)r * jb->kp, *a1 = a0 + (size_t)VS_AMX_ROWS * jb->kp;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int kb = 0; kb < kbs; kb++) {
+      _tile_loadd(4, a0 + kb * VS_AMX_KBLOCK, stride);
+      _tile_loadd(6, b0 + (size_t)kb * VS_AMX_BLOCK_ELEMS, 64);
+      _tile_loadd(7, b1 + (size_t)kb * VS_AMX_BLOCK_ELEMS, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if (two) {
+        _tile_loadd(5, a1 + kb * VS_AMX_KBLOCK, stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, tile[0], 64);
+    _tile_stored(1, tile[1], 64);
+    int col = 2 * c * VS_AMX_NBLOCK;
+    amx_emit(jb, tile[0], r, col);
+    if (col + VS_AMX_NBLOCK < jb->n) amx_emit(jb, tile[1], r, col + VS_AMX_NBLOCK);
+    if (two && r + VS_AMX_ROWS < jb->m) {
+      _tile_stored(2, tile[2], 64);
+      _tile_stored(3, tile[3], 64);
+      amx_emit(jb, tile[2], r + VS_AMX_ROWS, col);
+      if (col + VS_AMX_NBLOCK < jb->n) amx_emit(jb, tile[3], r + VS_AMX_ROWS, col + VS_AMX_NBLOCK);
+    }
+  }
+}
+
+/* Tile configuration is per thread, so every task loads it and releases the tiles after. */
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_task(void *ctx, int task) {
+  const amx_job *jb = ctx;
+  int c0 = task * jb->pairs_per_task;
+  int c1 = c0 + jb->pairs_per_task < jb->pairs ? c0 + jb->pairs_per_task : jb->pairs;
+  if (c0 >= c1) return;
+  amx_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.rows[t] = VS_AMX_ROWS, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  for (int c = c0; c < c1; c++) amx_pair(jb, c);
+  _tile_release();
+}
+
+/* Below this many weight values a product runs on the calling thread (as the fp32 kernel:
+ * a helper's wake-up costs about as much as streaming that much). */
+#define VS_AMX_MT_MIN_WEIGHTS ((double)(256 << 10))
+#define VS_AMX_TASKS_PER_THREAD 4
+
+void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t *packed, int n,
+                   const float *bias, float *y) {
+  if (m <= 0 || n <= 0) return;
+  amx_job jb = {.packed = packed, .bias = bias, .y = y, .m = m, .n = n,
+                .mp = round_up(m, VS_AMX_ROWS), .kp = round_up(k > 0 ? k : 1, VS_AMX_KBLOCK)};
+  jb.pairs = round_up(n, 2 * VS_AMX_NBLOCK) / (2 * VS_AMX_NBLOCK);
+  uint16_t *xb = vs_scratch(dev, (size_t)jb.mp * jb.kp * sizeof(uint16_t));
+  amx_convert_rows(x, m, k, xb, jb.mp, jb.kp);
+  jb.xb = xb;
+  int threads = vs_pool_threads(dev->pool), tasks = 1;
+  jb.pairs_per_task = jb.pairs;
+  if (threads > 1 && (double)n * k >= VS_AMX_MT_MIN_WEIGHTS) {
+    int want = threads * VS_AMX_TASKS_PER_THREAD;
+    jb.pairs_per_task = (jb.pairs + want - 1) / want;
+    tasks = (jb.pairs + jb.pairs_per_task - 1) / jb.pairs_per_task;
+  }
+  vs_pool_run(dev->pool, tasks, amx_task, &jb);
+}
+
+#else /* !VS_AMX_BUILD */
+
+int vs_amx_available(void) { return 0; }
+
+void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t *packed, int n,
+                   const float *bias, float *y) {
+  (void)dev, (void)x, (void)m, (void)k, (void)packed, (void)n, (void)bias, (void)y;
+}
+
+#endif
