@@ -12,7 +12,8 @@
  *
  * x is rounded to bf16 once per call into the device's scratch, zero-padded to a multiple of
  * 16 rows and 32 columns, so every tile is full and the padding adds zeros. C goes through a
- * small buffer on the stack, from which the valid rows and columns (plus the bias) are copied.
+ * small buffer on the stack, from which the valid rows and columns (plus the bias) are copied,
+ * unless the tile lies wholly inside y and there is no bias: then it is stored in place.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -122,16 +123,31 @@ __attribute__((target("avx512f"))) static void amx_convert_rows(const float *x, 
   }
 }
 
-/* Copies the valid part of a 16 x 16 C tile (rows row.., columns col..) to y, adding bias. */
-static void amx_emit(const amx_job *jb, const float *tile, int row, int col) {
+/* Copies the valid part of a 16 x 16 C tile (rows row.., columns col..) to y, adding bias:
+ * one masked vector per row. */
+__attribute__((target("avx512f"))) static void amx_emit(const amx_job *jb, const float *tile,
+                                                        int row, int col) {
   int rows = jb->m - row < VS_AMX_ROWS ? jb->m - row : VS_AMX_ROWS;
   int cols = jb->n - col < VS_AMX_NBLOCK ? jb->n - col : VS_AMX_NBLOCK;
-  for (int i = 0; i < rows; i++) {
-    float *dst = jb->y + (size_t)(row + i) * jb->n + col;
-    const float *src = tile + i * VS_AMX_NBLOCK;
-    for (int j = 0; j < cols; j++) dst[j] = src[j] + (jb->bias ? jb->bias[col + j] : 0.0f);
-  }
+  __mmask16 mk = (__mmask16)((1u << cols) - 1u);
+  __m512 b = jb->bias ? _mm512_maskz_loadu_ps(mk, jb->bias + col) : _mm512_setzero_ps();
+  for (int i = 0; i < rows; i++)
+    _mm512_mask_storeu_ps(jb->y + (size_t)(row + i) * jb->n + col, mk,
+                          _mm512_add_ps(_mm512_loadu_ps(tile + i * VS_AMX_NBLOCK), b));
 }
+
+/* C tile t (rows row.., columns col..) to y: straight from the tile when it lies wholly
+ * inside y and there is no bias (the common case: LlamaGen's linears have none), else through
+ * `buf` and amx_emit. The macro keeps the tile number a compile-time constant. */
+#define AMX_STORE(t, buf, row, col)                                                       \
+  do {                                                                                    \
+    if (!jb->bias && (row) + VS_AMX_ROWS <= jb->m && (col) + VS_AMX_NBLOCK <= jb->n) {   \
+      _tile_stored(t, jb->y + (size_t)(row) * jb->n + (col), jb->n * (int)sizeof(float)); \
+    } else if ((col) < jb->n) {                                                           \
+      _tile_stored(t, buf, 64);                                                           \
+      amx_emit(jb, buf, row, col);                                                        \
+    }                                                                                     \
+  } while (0)
 
 /* Output columns [32 c, 32 c + 32) for every row: rows in blocks of 32 (or 16 at the end). */
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_pair(const amx_job *jb,
@@ -139,7 +155,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_pair(const 
   const int kbs = jb->kp / VS_AMX_KBLOCK, stride = jb->kp * (int)sizeof(uint16_t);
   const uint16_t *b0 = jb->packed + (size_t)(2 * c) * kbs * VS_AMX_BLOCK_ELEMS;
   const uint16_t *b1 = b0 + (size_t)kbs * VS_AMX_BLOCK_ELEMS;
-  float tile[4][VS_AMX_ROWS * VS_AMX_NBLOCK];
+  float tile[VS_AMX_ROWS * VS_AMX_NBLOCK];
   for (int r = 0; r < jb->mp; r += 2 * VS_AMX_ROWS) {
     const int two = r + VS_AMX_ROWS < jb->mp;
     const uint16_t *a0 = jb->xb + (size_t)r * jb->kp, *a1 = a0 + (size_t)VS_AMX_ROWS * jb->kp;
@@ -159,16 +175,12 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_pair(const 
         _tile_dpbf16ps(3, 5, 7);
       }
     }
-    _tile_stored(0, tile[0], 64);
-    _tile_stored(1, tile[1], 64);
     int col = 2 * c * VS_AMX_NBLOCK;
-    amx_emit(jb, tile[0], r, col);
-    if (col + VS_AMX_NBLOCK < jb->n) amx_emit(jb, tile[1], r, col + VS_AMX_NBLOCK);
+    AMX_STORE(0, tile, r, col);
+    AMX_STORE(1, tile, r, col + VS_AMX_NBLOCK);
     if (two && r + VS_AMX_ROWS < jb->m) {
-      _tile_stored(2, tile[2], 64);
-      _tile_stored(3, tile[3], 64);
-      amx_emit(jb, tile[2], r + VS_AMX_ROWS, col);
-      if (col + VS_AMX_NBLOCK < jb->n) amx_emit(jb, tile[3], r + VS_AMX_ROWS, col + VS_AMX_NBLOCK);
+      AMX_STORE(2, tile, r + VS_AMX_ROWS, col);
+      AMX_STORE(3, tile, r + VS_AMX_ROWS, col + VS_AMX_NBLOCK);
     }
   }
 }
