@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "kernels/common/vs_math.h"
+#include "kernels/cpu/cpu_linear_skinny.h"
 #include "tests/support/kernels_testutil.h"
 
 #define N 1031
@@ -60,6 +62,57 @@ static void test_activations(void **state) {
   vs_dev_destroy(dev);
 }
 
+/* The SiLU/SwiGLU vector loops give vs_silu's bits in every lane, on every instruction set this
+ * CPU has: random values over the whole float range, the edges of vs_exp_poly's range, zeros,
+ * infinities and NaN, at every offset (the tail runs the scalar function). And the polynomial
+ * against exp() in double over its range. */
+static void test_silu_vector_matches_scalar(void **state) {
+  enum { M = 4099 };
+  static float g[M], u[M], y[M], want[M];
+  vspec_rng rng;
+  vs_rng_init(&rng, 33, 0);
+  for (int i = 0; i < M; i++) {
+    g[i] = vs_bits_f32(vs_rng_next_u32(&rng)); /* any float, NaN and inf included */
+    if (i % 3 == 0) g[i] = (float)(200.0 * vs_rng_uniform(&rng) - 100.0);
+    u[i] = (float)(4.0 * vs_rng_uniform(&rng) - 2.0);
+  }
+  const float edges[] = {88.72283935546875f, -88.72283935546875f, 88.7228393f, -88.7228470f,
+                         87.33654022216797f, -87.33654022216797f, 87.3365479f, -87.3365326f,
+                         0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f, 0.5f, -0.5f};
+  memcpy(g + 100, edges, sizeof edges);
+  const int isas[] = {VS_ISA_SCALAR, VS_ISA_AVX2, VS_ISA_AVX512};
+  for (int t = 0; t < 3; t++) {
+    vspec_dev *dev = vt_dev(1);
+    if (vs_cpu_set_isa(dev, isas[t]) != VSPEC_OK) {
+      vs_dev_destroy(dev);
+      continue;
+    }
+    const vspec_ops *ops = vs_dev_ops(dev);
+    for (int off = 0; off < 17; off++) {
+      int n = M - off;
+      ops->swiglu(dev, g + off, u + off, (size_t)n, y);
+      for (int i = 0; i < n; i++) want[i] = vs_swiglu(g[off + i], u[off + i]);
+      for (int i = 0; i < n; i++)
+        if (vs_f32_bits(y[i]) != vs_f32_bits(want[i]))
+          fail_msg("swiglu %s lane %d of offset %d: gate %.9g got %.9g want %.9g",
+                   vs_isa_name(isas[t]), i, off, (double)g[off + i], (double)y[i], (double)want[i]);
+      memcpy(y, g + off, (size_t)n * sizeof(float));
+      ops->silu(dev, y, (size_t)n);
+      for (int i = 0; i < n; i++)
+        if (vs_f32_bits(y[i]) != vs_f32_bits(vs_silu(g[off + i])))
+          fail_msg("silu %s lane %d of offset %d: x %.9g", vs_isa_name(isas[t]), i, off,
+                   (double)g[off + i]);
+    }
+    vs_dev_destroy(dev);
+  }
+  for (int i = -87000; i <= 88700; i += 7) {
+    double x = i * 1e-3 + 1e-4;
+    double want_e = exp((double)(float)x), got = vs_exp_poly((float)x);
+    if (fabs(got - want_e) > 2.5e-7 * want_e) fail_msg("exp_poly(%.9g) = %.9g, exp %.9g", x, got, want_e);
+  }
+  assert_true(isinf(vs_exp_poly(89.0f)) && vs_exp_poly(-88.0f) == 0.0f && isnan(vs_exp_poly(NAN)));
+}
+
 static void test_add_cfg(void **state) {
   vspec_dev *dev = vt_dev(1);
   const vspec_ops *ops = vs_dev_ops(dev);
@@ -96,6 +149,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_activations),
       cmocka_unit_test(test_add_cfg),
+      cmocka_unit_test(test_silu_vector_matches_scalar),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
