@@ -10,8 +10,10 @@
  * pairs is outermost: a pair's weights (2 x k/32 KiB, 48 KiB at k = 768) are read from memory
  * once and stay in L2 while every row block uses them.
  *
- * x is rounded to bf16 once per call into the device's scratch, zero-padded to a multiple of
- * 16 rows and 32 columns, so every tile is full and the padding adds zeros. C goes through a
+ * x is rounded to bf16 once per call into the device's scratch, zero-padded to 32 columns and,
+ * above 16 rows, to a multiple of 16 rows, so every tile is full and the padding adds zeros;
+ * below 16 rows the A and C tiles are configured with m rows instead (decoding: no work on
+ * padding). C goes through a
  * small buffer on the stack, from which the valid rows and columns (plus the bias) are copied,
  * unless the tile lies wholly inside y and there is no bias: then it is stored in place.
  */
@@ -99,18 +101,20 @@ typedef struct amx_job {
   const float *bias;
   float *y;
   int m, mp, n, kp, pairs, pairs_per_task;
+  int tile_rows; /* rows of the A and C tiles: 16, or m when m < 16 (no padding rows) */
 } amx_job;
 
 /* x [m, k] -> bf16 [mp, kp], zero-padded; the same rounding as vs_f32_to_bf16 (nearest even,
- * NaN stays a quiet NaN), 16 at a time. */
+ * NaN stays a quiet NaN), 16 at a time. Padding rows are cleared in one go. */
 __attribute__((target("avx512f"))) static void amx_convert_rows(const float *x, int m, int k,
                                                                uint16_t *xb, int mp, int kp) {
   const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
   const __m512i quiet = _mm512_set1_epi32(0x40);
-  for (int i = 0; i < mp; i++) {
+  if (mp > m) memset(xb + (size_t)m * kp, 0, (size_t)(mp - m) * kp * sizeof(uint16_t));
+  for (int i = 0; i < m; i++) {
     uint16_t *dst = xb + (size_t)i * kp;
     for (int p = 0; p < kp; p += 16) {
-      int left = i < m ? k - p : 0;
+      int left = k - p;
       __mmask16 mk = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
       __m512 v = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + p);
       __m512i u = _mm512_castps_si512(v);
@@ -141,7 +145,7 @@ __attribute__((target("avx512f"))) static void amx_emit(const amx_job *jb, const
  * `buf` and amx_emit. The macro keeps the tile number a compile-time constant. */
 #define AMX_STORE(t, buf, row, col)                                                       \
   do {                                                                                    \
-    if (!jb->bias && (row) + VS_AMX_ROWS <= jb->m && (col) + VS_AMX_NBLOCK <= jb->n) {   \
+    if (!jb->bias && (row) + jb->tile_rows <= jb->m && (col) + VS_AMX_NBLOCK <= jb->n) { \
       _tile_stored(t, jb->y + (size_t)(row) * jb->n + (col), jb->n * (int)sizeof(float)); \
     } else if ((col) < jb->n) {                                                           \
       _tile_stored(t, buf, 64);                                                           \
@@ -195,6 +199,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_task(void *
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
   for (int t = 0; t < 8; t++) cfg.rows[t] = VS_AMX_ROWS, cfg.colsb[t] = 64;
+  for (int t = 0; t < 6; t++) cfg.rows[t] = (uint8_t)jb->tile_rows; /* C and A tiles */
   _tile_loadconfig(&cfg);
   for (int c = c0; c < c1; c++) amx_pair(jb, c);
   _tile_release();
@@ -209,7 +214,9 @@ void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t 
                    const float *bias, float *y) {
   if (m <= 0 || n <= 0) return;
   amx_job jb = {.packed = packed, .bias = bias, .y = y, .m = m, .n = n,
-                .mp = round_up(m, VS_AMX_ROWS), .kp = round_up(k > 0 ? k : 1, VS_AMX_KBLOCK)};
+                .mp = m < VS_AMX_ROWS ? m : round_up(m, VS_AMX_ROWS),
+                .tile_rows = m < VS_AMX_ROWS ? m : VS_AMX_ROWS,
+                .kp = round_up(k > 0 ? k : 1, VS_AMX_KBLOCK)};
   jb.pairs = round_up(n, 2 * VS_AMX_NBLOCK) / (2 * VS_AMX_NBLOCK);
   uint16_t *xb = vs_scratch(dev, (size_t)jb.mp * jb.kp * sizeof(uint16_t));
   amx_convert_rows(x, m, k, xb, jb.mp, jb.kp);
