@@ -205,9 +205,15 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_task(void *
   _tile_release();
 }
 
-/* Below this many weight values a product runs on the calling thread (as the fp32 kernel:
- * a helper's wake-up costs about as much as streaming that much). */
-#define VS_AMX_MT_MIN_WEIGHTS ((double)(256 << 10))
+/* The split over the pool is sized by weight bytes per task: a task must stream at least
+ * VS_AMX_TASK_MIN_BYTES, else waking a helper (and loading its tile configuration) costs
+ * more than it saves. Measured with `vspec-bench eval --methods ar --threads 1|2` on
+ * models/fmnist (largest product 1024 x 256: 512 KiB of bf16) and `vspec-bench costcurve
+ * --random gpt-b`: fmnist split 8 ways was slower on 2 threads than on 1 (1.69 against
+ * 1.59 s for 30 images), unsplit the same (1.57 / 1.55); GPT-B split, 8.8 against 13.7 ms
+ * per 1-row forward. At most VS_AMX_TASKS_PER_THREAD tasks per thread, so a thread that
+ * loses its core leaves the rest of its share to the others. */
+#define VS_AMX_TASK_MIN_BYTES ((size_t)512 << 10)
 #define VS_AMX_TASKS_PER_THREAD 4
 
 void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t *packed, int n,
@@ -223,8 +229,10 @@ void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t 
   jb.xb = xb;
   int threads = vs_pool_threads(dev->pool), tasks = 1;
   jb.pairs_per_task = jb.pairs;
-  if (threads > 1 && (double)n * k >= VS_AMX_MT_MIN_WEIGHTS) {
+  size_t bytes = vs_amx_packed_bytes(n, k);
+  if (threads > 1 && bytes >= 2 * VS_AMX_TASK_MIN_BYTES) {
     int want = threads * VS_AMX_TASKS_PER_THREAD;
+    if ((size_t)want > bytes / VS_AMX_TASK_MIN_BYTES) want = (int)(bytes / VS_AMX_TASK_MIN_BYTES);
     jb.pairs_per_task = (jb.pairs + want - 1) / want;
     tasks = (jb.pairs + jb.pairs_per_task - 1) / jb.pairs_per_task;
   }
