@@ -28,7 +28,8 @@ static void usage(FILE *f) {
           "  --min-time S       seconds measured per point (default 0.5)\n"
           "  --threads N        compute threads (default: all cores)\n"
           "  --device D         cpu (default), cuda or cuda:N\n"
-          "  --precision P      GPU weights: bf16 (default on a GPU) or fp32 (parity)\n"
+          "  --precision P      weights: fp32 or bf16 (bf16 is the GPU's default;\n"
+          "                     on the CPU it needs AMX tiles, Sapphire Rapids or later)\n"
           "  --plugins DIR      plugin directory\n"
           "  --image            also time one whole image by AR with CFG (median of 5)\n");
 }

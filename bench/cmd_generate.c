@@ -36,7 +36,8 @@ static void usage(FILE *f) {
           "  --upscale K         enlarge the PNG K times, nearest neighbour (default 1)\n"
           "  --threads N         compute threads (default: all cores)\n"
           "  --device D          cpu (default), cuda or cuda:N\n"
-          "  --precision P       GPU weights: bf16 (default on a GPU) or fp32 (parity)\n"
+          "  --precision P       weights: fp32 or bf16 (bf16 is the GPU's default;\n"
+          "                      on the CPU it needs AMX tiles, Sapphire Rapids or later)\n"
           "  --plugins DIR       plugin directory (default: plugins/ next to this program)\n"
           "  --json              print the job's metrics as JSON on stdout\n");
 }

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
           "                     that names depth, total_tokens or tree has nothing to tune)\n"
           "  --threads N        compute threads (default: all cores; part of the key)\n"
           "  --device D         cpu (default), cuda or cuda:N\n"
-          "  --precision P      GPU weights: bf16 (default on a GPU) or fp32\n"
+          "  --precision P      weights: fp32 or bf16 (bf16 is the GPU's default;\n"
+          "                     on the CPU it needs AMX tiles, Sapphire Rapids or later)\n"
           "  --plugins DIR      plugin directory (default: plugins/ next to this program)\n");
 }
 

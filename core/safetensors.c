@@ -627,6 +627,7 @@ static void vs_st_bytes_release(vs_st_bytes *b) {
   }
   pthread_mutex_unlock(&vs_st_shared_lock);
   if (!last) return;
+  vs_cpu_memory_release(b->mem, b->len); /* converted copies of lent tensors */
   if (b->mem) munmap(b->mem, b->len);
   free(b);
 }
@@ -926,6 +927,7 @@ int vs_st_get_f32(vspec_tensor_file *f, vspec_dev *dev, const char *name, int nd
    * writers need not). */
   if (e->dtype == VSPEC_DTYPE_F32 && cpu && ((uintptr_t)src % sizeof(float)) == 0) {
     *out = (const float *)(const void *)src;
+    vs_cpu_memory_lend(src, (size_t)e->numel * sizeof(float)); /* bf16 may convert it */
     return 0;
   }
   for (vs_st_copy *c = e->copies; c; c = c->next)

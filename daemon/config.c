@@ -428,10 +428,9 @@ void vs_fleet_config_opts(const vs_daemon_config *c, vs_fleet_opts *o) {
 
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (!strcmp(c->device_kind, "cpu") &&
-      (c->device_index != 0 || c->device_precision == VS_PRECISION_BF16 ||
-       c->device_memory_mb != 0)) {
-    snprintf(err, errlen, "[device] kind = cpu takes no index, memory_limit_mb or bf16 "
-             "precision (they are for kind = cuda)");
+      (c->device_index != 0 || c->device_memory_mb != 0)) {
+    snprintf(err, errlen, "[device] kind = cpu takes no index or memory_limit_mb (they are for "
+             "kind = cuda)");
     return VSPEC_EINVAL;
   }
   if (c->n_models == 0) {

@@ -16,6 +16,13 @@
 /* The CPU ops table (BLIS + C loops). */
 const vspec_ops *vs_cpu_ops(void);
 
+/* Host memory the CPU device did not allocate but may read as a weight (a tensor mapped from
+ * its file, kernels/cpu/cpu_weights.h): lend registers it, so that bf16 precision may keep a
+ * converted copy of it; release drops every copy made from memory in [p, p + bytes), and
+ * must be called before that memory is unmapped or reused. */
+void vs_cpu_memory_lend(const void *p, size_t bytes);
+void vs_cpu_memory_release(const void *p, size_t bytes);
+
 /* Opens a device named by `spec`: "cpu", "cuda" (= cuda:0) or "cuda:N". opt may be NULL
  * (defaults: all cores, no memory limit, the device's default precision); opt->index is
  * replaced by the spec's. Errors name the problem: a build without CUDA, a module that

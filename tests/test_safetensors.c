@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/safetensors.h"
+#include "kernels/cpu/cpu_weights.h"
 #include "kernels/vs_kernels.h"
 
 static char g_dir[64];   /* mkdtemp directory, removed at the end */
@@ -859,9 +860,36 @@ static int teardown(void **state) {
   return rm_tree(g_dir) == 0 ? 0 : -1;
 }
 
+/* A zero-copy F32 tensor is lent to the CPU device (kernels/cpu/cpu_weights.h): bf16 precision
+ * may convert it, and closing the file drops that copy before the bytes are unmapped (else a
+ * later mapping at the same address would be served a stale copy). */
+static void test_zero_copy_lent_and_released(void **state) {
+  (void)state;
+  char path[128], err[VSPEC_ERRLEN];
+  path_in(path, sizeof path, "lent.safetensors");
+  unsigned char *b;
+  size_t n = valid_file(&b);
+  write_bytes(path, b, n);
+  free(b);
+  size_t before, held;
+  vs_cpu_weights_stats(NULL, &before);
+  vspec_tensor_file *f = NULL;
+  assert_int_equal(vs_st_open(path, &f, err, sizeof err), 0);
+  const int64_t shape[2] = {2, 3};
+  const float *w = NULL;
+  assert_int_equal(vs_st_get_f32(f, g_dev, "w.f32", 2, shape, &w, err, sizeof err), 0);
+  assert_non_null(vs_cpu_weights_amx(w, 2, 3));
+  vs_cpu_weights_stats(NULL, &held);
+  assert_true(held > before);
+  vs_st_close(f);
+  vs_cpu_weights_stats(NULL, &held);
+  assert_int_equal(held, before);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid),
+      cmocka_unit_test(test_zero_copy_lent_and_released),
       cmocka_unit_test(test_unaligned_f32),
       cmocka_unit_test(test_non_cpu_device),
       cmocka_unit_test(test_missing_and_short),

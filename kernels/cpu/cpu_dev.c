@@ -8,7 +8,9 @@
 
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "kernels/cpu/cpu_weights.h"
 
 static void *aligned_zalloc(size_t bytes) {
   /* aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
@@ -20,9 +22,22 @@ static void *aligned_zalloc(size_t bytes) {
   return p;
 }
 
-void *vs_cpu_alloc(vspec_dev *dev, size_t bytes) { return aligned_zalloc(bytes); }
+/* Every allocation is recorded (cpu_weights.h): that is how a linear layer knows its weight
+ * is a whole allocation, and how the weight's bf16 copy goes when the weight does. */
+void *vs_cpu_alloc(vspec_dev *dev, size_t bytes) {
+  void *p = aligned_zalloc(bytes);
+  if (p && vs_cpu_weights_track(p, bytes) != VSPEC_OK) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
 
-void vs_cpu_free(vspec_dev *dev, void *ptr) { free(ptr); }
+void vs_cpu_free(vspec_dev *dev, void *ptr) {
+  if (!ptr) return;
+  vs_cpu_weights_untrack(ptr);
+  free(ptr);
+}
 
 int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes) {
   if (bytes == 0) return VSPEC_OK;
@@ -117,8 +132,10 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
     snprintf(err, errlen, "cpu device %d does not exist: the CPU is device 0", opt->index);
     return VSPEC_ERANGE;
   }
-  if (opt->precision == VS_PRECISION_BF16) {
-    set_err(err, errlen, "cpu device: bf16 weights are not supported on the CPU (fp32 only)");
+  if (opt->precision == VS_PRECISION_BF16 && !(default_isa() == VS_ISA_AVX512 && vs_amx_available())) {
+    set_err(err, errlen, "cpu device: precision bf16 needs AMX-BF16 tiles (Intel Xeon 4th "
+            "generation, Sapphire Rapids, or later; Linux 5.16+), which this CPU or OS lacks "
+            "(or VSPEC_CPU_AMX=0 / VSPEC_CPU_ISA turned them off): use fp32");
     return VSPEC_ENOTSUP;
   }
   vspec_dev *dev = calloc(1, sizeof *dev);
@@ -131,6 +148,7 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
   dev->threads = opt->threads ? opt->threads : online_cores();
   dev->isa = default_isa();
   dev->skinny_max_m = vs_skinny_max_m(dev->isa, vs_blis_tuned());
+  dev->precision = opt->precision == VS_PRECISION_BF16 ? VS_PRECISION_BF16 : VS_PRECISION_FP32;
   if (vs_cpu_reserve_scratch(dev, VS_CPU_SCRATCH_DEFAULT) != VSPEC_OK) {
     free(dev);
     set_err(err, errlen, "cpu device: cannot allocate the scratch arena");
@@ -156,9 +174,10 @@ static void cpu_close(vspec_dev *dev) {
 static int cpu_info(vspec_dev *dev, vs_device_info *out) {
   out->kind = VSPEC_DEVICE_CPU;
   out->index = 0;
-  snprintf(out->name, sizeof out->name, "cpu (%s, %d thread%s)", vs_isa_name(dev->isa),
-           dev->threads, dev->threads == 1 ? "" : "s");
-  out->precision = VS_PRECISION_FP32;
+  snprintf(out->name, sizeof out->name, "cpu (%s%s, %d thread%s)", vs_isa_name(dev->isa),
+           dev->precision == VS_PRECISION_BF16 ? "+amx" : "", dev->threads,
+           dev->threads == 1 ? "" : "s");
+  out->precision = dev->precision;
   return VSPEC_OK;
 }
 

@@ -15,16 +15,18 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+/* an immediate operand: clang wants a constant expression, not a const variable */
+#define VS_ROUND_DOWN (_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+
 /* vs_exp_poly on 16 lanes. Out-of-range and NaN lanes compute on 0 and are patched after. */
 __attribute__((target("avx512f"))) static inline __m512 exp_poly_512(__m512 x) {
   __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ);
   __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654022216797f), _CMP_LT_OQ);
   __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   __m512 xs = _mm512_mask_mov_ps(x, big | tiny | nan, _mm512_setzero_ps());
-  const int down = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
   __m512 n = _mm512_roundscale_ps(
       _mm512_add_ps(_mm512_mul_ps(xs, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)),
-      down);
+      VS_ROUND_DOWN);
   __m512 r = _mm512_sub_ps(xs, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
   r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -35,7 +37,7 @@ __attribute__((target("avx512f"))) static inline __m512 exp_poly_512(__m512 x) {
   p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
   __m512 y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
                            _mm512_set1_ps(1.0f));
-  __m512 h = _mm512_roundscale_ps(_mm512_mul_ps(n, _mm512_set1_ps(0.5f)), down);
+  __m512 h = _mm512_roundscale_ps(_mm512_mul_ps(n, _mm512_set1_ps(0.5f)), VS_ROUND_DOWN);
   const __m512i bias = _mm512_set1_epi32(127);
   __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(h), bias), 23));
   __m512 b = _mm512_castsi512_ps(

@@ -39,7 +39,9 @@
 
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "kernels/cpu/cpu_weights.h"
 
 /* Below this many multiply-adds a product runs on one thread: thread start-up and the
  * join barrier cost tens of microseconds per call, more than such a product takes. */
@@ -142,6 +144,15 @@ void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, 
 void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
                    const float *bias, float *y) {
   if (m <= 0 || n_out <= 0) return;
+  /* bf16 precision: AMX tiles on the weight's converted copy; fp32 for what has none (a
+   * pointer into an allocation) or when the ISA was lowered under the device. */
+  if (dev->precision == VS_PRECISION_BF16 && dev->isa == VS_ISA_AVX512) {
+    const uint16_t *packed = vs_cpu_weights_amx(w, n_out, n_in);
+    if (packed) {
+      vs_amx_linear(dev, x, m, n_in, packed, n_out, bias, y);
+      return;
+    }
+  }
   if (m <= dev->skinny_max_m) {
     vs_skinny_nt(dev, m, n_out, n_in, 1.0f, x, n_in, w, n_in, bias, 0.0f, y, n_out);
     return;

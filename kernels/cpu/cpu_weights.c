@@ -1,0 +1,157 @@
+/*
+ * kernels/cpu/cpu_weights.c - allocation table and bf16 weight copies (see cpu_weights.h).
+ *
+ * An open-addressing hash table keyed by the allocation's address (linear probing, deletion
+ * by backward shift, grown at half full), under one mutex. Allocations are rare (model loads,
+ * session opens; never in the round loop), and a lookup per linear layer costs far less than
+ * the layer. A copy is converted under the mutex, so two threads that meet the same weight
+ * first do not both convert it; conversions happen once per weight, at its first forward.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "vspec/types.h"
+#include "kernels/cpu/cpu_linear_amx.h"
+#include "kernels/cpu/cpu_weights.h"
+#include "kernels/vs_kernels.h"
+
+typedef struct weight_entry {
+  const void *ptr; /* NULL: empty slot */
+  size_t bytes;
+  uint16_t *amx; /* packed copy, or NULL */
+  int n, k;      /* shape the copy was made for */
+} weight_entry;
+
+static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
+static weight_entry *table;
+static size_t table_cap, table_used, copy_bytes;
+
+static size_t slot_of(const void *p, size_t cap) {
+  uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull; /* Fibonacci hashing */
+  return (size_t)(h >> 20) & (cap - 1);
+}
+
+static weight_entry *find(const void *p) {
+  if (!table_cap) return NULL;
+  for (size_t i = slot_of(p, table_cap);; i = (i + 1) & (table_cap - 1)) {
+    if (table[i].ptr == p) return &table[i];
+    if (!table[i].ptr) return NULL;
+  }
+}
+
+static void insert(weight_entry e) {
+  size_t i = slot_of(e.ptr, table_cap);
+  while (table[i].ptr) i = (i + 1) & (table_cap - 1);
+  table[i] = e;
+}
+
+static int grow(void) {
+  size_t cap = table_cap ? 2 * table_cap : 256;
+  weight_entry *old = table, *fresh = calloc(cap, sizeof *fresh);
+  if (!fresh) return VSPEC_ENOMEM;
+  size_t old_cap = table_cap;
+  table = fresh;
+  table_cap = cap;
+  for (size_t i = 0; i < old_cap; i++)
+    if (old[i].ptr) insert(old[i]);
+  free(old);
+  return VSPEC_OK;
+}
+
+int vs_cpu_weights_track(void *p, size_t bytes) {
+  pthread_mutex_lock(&table_mu);
+  int rc = VSPEC_OK;
+  weight_entry *known = find(p);
+  if (known) { /* lent again (a tensor asked for twice): keep one entry */
+    if (bytes > known->bytes) known->bytes = bytes;
+    pthread_mutex_unlock(&table_mu);
+    return rc;
+  }
+  if (2 * (table_used + 1) > table_cap) rc = grow();
+  if (rc == VSPEC_OK) {
+    insert((weight_entry){.ptr = p, .bytes = bytes});
+    table_used++;
+  }
+  pthread_mutex_unlock(&table_mu);
+  return rc;
+}
+
+/* Removes slot i and shifts later members of its probe run back (no tombstones). */
+static void remove_at(size_t i) {
+  table[i] = (weight_entry){0};
+  for (size_t j = (i + 1) & (table_cap - 1); table[j].ptr; j = (j + 1) & (table_cap - 1)) {
+    size_t home = slot_of(table[j].ptr, table_cap);
+    /* j's entry may move to i when i lies cyclically in [home, j) */
+    int movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+    if (movable) {
+      table[i] = table[j];
+      table[j] = (weight_entry){0};
+      i = j;
+    }
+  }
+}
+
+void vs_cpu_weights_untrack(void *p) {
+  uint16_t *amx = NULL;
+  pthread_mutex_lock(&table_mu);
+  weight_entry *e = find(p);
+  if (e) {
+    amx = e->amx;
+    if (amx) copy_bytes -= vs_amx_packed_bytes(e->n, e->k);
+    remove_at((size_t)(e - table));
+    table_used--;
+  }
+  pthread_mutex_unlock(&table_mu);
+  free(amx);
+}
+
+const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k) {
+  if (n <= 0 || k <= 0) return NULL;
+  pthread_mutex_lock(&table_mu);
+  const uint16_t *out = NULL;
+  weight_entry *e = find(w);
+  if (e && e->bytes >= (size_t)n * k * sizeof(float)) {
+    if (e->amx) {
+      if (e->n == n && e->k == k) out = e->amx;
+    } else {
+      size_t bytes = vs_amx_packed_bytes(n, k);
+      uint16_t *copy = aligned_alloc(64, (bytes + 63) / 64 * 64);
+      if (copy) {
+        vs_amx_pack(w, n, k, copy);
+        e->amx = copy, e->n = n, e->k = k;
+        copy_bytes += bytes;
+        out = copy;
+      }
+    }
+  }
+  pthread_mutex_unlock(&table_mu);
+  return out;
+}
+
+void vs_cpu_memory_lend(const void *p, size_t bytes) {
+  /* Out of memory here only means no bf16 copy for this tensor: fp32 serves it. */
+  if (p) (void)vs_cpu_weights_track((void *)p, bytes);
+}
+
+void vs_cpu_memory_release(const void *p, size_t bytes) {
+  if (!p) return;
+  const char *lo = p, *hi = lo + bytes;
+  for (;;) { /* one at a time: removal moves the entries behind it */
+    void *victim = NULL;
+    pthread_mutex_lock(&table_mu);
+    for (size_t i = 0; i < table_cap && !victim; i++) {
+      const char *q = table[i].ptr;
+      if (q && q >= lo && q < hi) victim = (void *)q;
+    }
+    pthread_mutex_unlock(&table_mu);
+    if (!victim) return;
+    vs_cpu_weights_untrack(victim);
+  }
+}
+
+void vs_cpu_weights_stats(size_t *allocations, size_t *bytes) {
+  pthread_mutex_lock(&table_mu);
+  if (allocations) *allocations = table_used;
+  if (bytes) *bytes = copy_bytes;
+  pthread_mutex_unlock(&table_mu);
+}
