@@ -17,7 +17,9 @@
 #             prefix, median over 1 s).
 # Each of RUNS rounds (default 5) runs both, alternating which goes first; the table gives the
 # medians and the median of the per-round ratios. THREADS defaults to 1. Results go to
-# out/llama2c-compare.md.
+# out/llama2c-compare-PRECISION-tTHREADS.md. PRECISION=bf16 runs vspec with bf16 weights (AMX
+# on the CPU); llama2.c stays fp32, so that row compares what each program offers, not equal
+# arithmetic.
 set -eu
 cd "$(dirname "$0")/../.."
 if [ $# -lt 1 ] || [ ! -f "$1/run.c" ]; then
@@ -28,6 +30,7 @@ src=$1
 runs=${2:-5}
 threads=${3:-1}
 python=${PYTHON:-/usr/bin/python3}
+precision=${PRECISION:-fp32}
 work=out/llama2c
 mkdir -p "$work"
 make -s all
@@ -45,12 +48,13 @@ l2c_rate() { # weights seq
 }
 vspec_rate() { # shape
   ./build/vspec-bench costcurve --random "$1" --sizes 1 --min-time 1 --threads "$threads" \
+    --precision "$precision" \
     2>/dev/null | sed -n 's/^batch-1 decode: *\([0-9.]*\) tokens\/s (1 row).*/\1/p'
 }
 
-out=out/llama2c-compare.md
+out=out/llama2c-compare-$precision-t$threads.md
 {
-  echo "| shape | vspec tokens/s | llama2.c tokens/s | vspec / llama2.c (median of $runs) |"
+  echo "| shape | vspec ($precision) tokens/s | llama2.c tokens/s | vspec / llama2.c (median of $runs) |"
   echo "|---|---:|---:|---:|"
 } > "$out.tmp"
 echo "$shapes" | while IFS=: read -r name l2c shape; do
