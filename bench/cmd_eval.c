@@ -19,6 +19,7 @@
 
 #include "core/autotune.h"
 #include "bench/bench.h"
+#include "bench/eval_bootstrap.h"
 #include "bench/fmnist_data.h"
 #include "bench/plot.h"
 #include "bench/quality_eval.h"
@@ -36,8 +37,13 @@ typedef struct eval_method {
   uint8_t *rgb;        /* [images, H, W, 3] */
   int has_quality;
   vs_quality_result q;
+  float *feat, *logits; /* [images, d], [images, classes]: kept for the bootstrap */
   double speedup_median, speedup_total;
+  double fid_ratio_ar, acc_diff_ar; /* against AR's figures, NAN without AR */
+  vs_eval_ci ci;                    /* bootstrap intervals (NAN: none) */
 } eval_method;
+
+#define EVAL_BOOT_SEED 20261123u
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -61,6 +67,9 @@ static void usage(FILE *f) {
           "  --markdown FILE    write the table as markdown\n"
           "  --plot FILE        write FID against TPF as a PNG\n"
           "  --no-quality       skip FID / accuracy / precision / recall\n"
+          "  --bootstrap B      resamples of the images for the 95 %% intervals of FID, class\n"
+          "                     accuracy, speed-up, FID / AR and accuracy - AR (default 200;\n"
+          "                     0 = none); see docs/BENCHMARKS.md\n"
           "  --cfg S            CFG scale (default: the model's; <= 1: no guidance)\n"
           "  --temperature T    sampling temperature (default: the model's)\n"
           "  --num-iter N       continuous-token (MAR) models: generation steps, 1..tokens\n"
@@ -98,6 +107,14 @@ static void json_str(FILE *f, const char *s) {
 static void json_num(FILE *f, double v) {
   if (isfinite(v)) fprintf(f, "%.6g", v);
   else fputs("null", f);
+}
+
+static void json_interval(FILE *f, vs_interval v) {
+  if (!isfinite(v.lo) || !isfinite(v.hi)) {
+    fputs("null", f);
+    return;
+  }
+  fprintf(f, "[%.6g, %.6g]", v.lo, v.hi);
 }
 
 /* The real-data floors: 10k training images, and as many as the table has images (FID is
@@ -144,6 +161,33 @@ static void table_accept_cells(FILE *f, const vs_metrics *t, int continuous) {
   fprintf(f, " | ");
 }
 
+/* " [lo, hi]" after a figure, when the bootstrap gave an interval. */
+static void interval_cell(FILE *f, vs_interval v, const char *fmt) {
+  if (!isfinite(v.lo) || !isfinite(v.hi)) return;
+  char lo[32], hi[32];
+  snprintf(lo, sizeof lo, fmt, v.lo);
+  snprintf(hi, sizeof hi, fmt, v.hi);
+  fprintf(f, " [%s, %s]", lo, hi);
+}
+
+/* Each method against AR on the same images: the paired intervals a claim is read from. */
+static void write_paired_table(FILE *f, const eval_method *em, int n) {
+  int any = 0;
+  for (int i = 0; i < n; i++) any |= isfinite(em[i].ci.fid_ratio_ar.lo);
+  if (!any) return;
+  fprintf(f, "\n| method | FID / AR [95 %% CI] | class acc - AR [95 %% CI] | speed-up vs AR "
+             "[95 %% CI] |\n|---|---:|---:|---:|\n");
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "| `%s` | %.3f", em[i].spec, em[i].fid_ratio_ar);
+    interval_cell(f, em[i].ci.fid_ratio_ar, "%.3f");
+    fprintf(f, " | %+.3f", em[i].acc_diff_ar);
+    interval_cell(f, em[i].ci.acc_diff_ar, "%+.3f");
+    fprintf(f, " | %.2fx", em[i].speedup_median);
+    interval_cell(f, em[i].ci.speedup, "%.2f");
+    fprintf(f, " |\n");
+  }
+}
+
 static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor floor,
                         const eval_tokens *tk) {
   table_header(f, tk->continuous);
@@ -152,16 +196,24 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
     fprintf(f, "| `%s` | %.3f | %.3f | %.3f | %.3f | ", em[i].spec, vs_metrics_tpf(t),
             vs_metrics_mal(t), vs_metrics_accept_rate(t), vs_metrics_walk_accept_rate(t));
     table_accept_cells(f, t, tk->continuous);
-    if (isfinite(em[i].speedup_median))
-      fprintf(f, "%.2fx (%.2fx)", em[i].speedup_median, em[i].speedup_total);
-    else
+    if (isfinite(em[i].speedup_median)) {
+      fprintf(f, "%.2fx", em[i].speedup_median);
+      interval_cell(f, em[i].ci.speedup, "%.2f");
+      fprintf(f, " (%.2fx)", em[i].speedup_total);
+    } else {
       fprintf(f, "n/a");
-    if (em[i].has_quality)
-      fprintf(f, " | %.4g | %.3f | %.3f | %.3f |\n", em[i].q.fid, em[i].q.class_acc,
-              em[i].q.precision, em[i].q.recall);
-    else
+    }
+    if (em[i].has_quality) {
+      fprintf(f, " | %.4g", em[i].q.fid);
+      interval_cell(f, em[i].ci.fid, "%.3g");
+      fprintf(f, " | %.3f", em[i].q.class_acc);
+      interval_cell(f, em[i].ci.class_acc, "%.3f");
+      fprintf(f, " | %.3f | %.3f |\n", em[i].q.precision, em[i].q.recall);
+    } else {
       fprintf(f, " | - | - | - | - |\n");
+    }
   }
+  write_paired_table(f, em, n);
   /* Where a method's time goes: the walk (rules, residuals, sampling; sorting and neighbour
    * sums for LANTERN) must stay small next to the forwards (issue 4). VVS's skipped rounds
    * and the tokens they emitted without a target check are counted here too. */
@@ -198,7 +250,7 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
 
 static int write_json(const char *path, const char *model, const char *device, eval_method *em,
                       int n, int images, unsigned long long seed, int threads, eval_floor floor,
-                      const eval_tokens *tk, char *err, size_t errlen) {
+                      const eval_tokens *tk, int resamples, char *err, size_t errlen) {
   FILE *f = fopen(path, "w");
   if (!f) {
     snprintf(err, errlen, "%s: cannot write", path);
@@ -221,6 +273,12 @@ static int write_json(const char *path, const char *model, const char *device, e
             tk->cfg_schedule == VS_CFG_CONSTANT ? "constant" : "linear");
   else
     fprintf(f, "null, \"cfg_schedule\": null");
+  fprintf(f, ",\n  \"bootstrap\": ");
+  if (resamples > 0)
+    fprintf(f, "{\"resamples\": %d, \"level\": 0.95, \"seed\": %u, \"interval\": \"percentile\"}",
+            resamples, EVAL_BOOT_SEED);
+  else
+    fputs("null", f);
   fprintf(f, ",\n  \"methods\": [\n");
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
@@ -277,6 +335,21 @@ static int write_json(const char *path, const char *model, const char *device, e
     json_num(f, em[i].has_quality ? em[i].q.precision : NAN);
     fprintf(f, ", \"recall\": ");
     json_num(f, em[i].has_quality ? em[i].q.recall : NAN);
+    /* bootstrap intervals (null when not computed), and the paired figures against AR */
+    fprintf(f, ",\n     \"fid_ci\": ");
+    json_interval(f, em[i].ci.fid);
+    fprintf(f, ", \"class_acc_ci\": ");
+    json_interval(f, em[i].ci.class_acc);
+    fprintf(f, ", \"speedup_vs_ar_ci\": ");
+    json_interval(f, em[i].ci.speedup);
+    fprintf(f, ",\n     \"fid_ratio_ar\": ");
+    json_num(f, em[i].fid_ratio_ar);
+    fprintf(f, ", \"fid_ratio_ar_ci\": ");
+    json_interval(f, em[i].ci.fid_ratio_ar);
+    fprintf(f, ", \"class_acc_diff_ar\": ");
+    json_num(f, em[i].acc_diff_ar);
+    fprintf(f, ", \"class_acc_diff_ar_ci\": ");
+    json_interval(f, em[i].ci.acc_diff_ar);
     fprintf(f, ", \"note\": ");
     json_str(f, em[i].note);
     fprintf(f, "}%s\n", i + 1 < n ? "," : "");
@@ -340,30 +413,75 @@ static int write_plot(const char *path, eval_method *em, int n, char *err, size_
     }
     point_label(&em[i].m, labels[np], sizeof labels[np]);
     pts[np] = (vs_plot_point){.x = vs_metrics_tpf(&em[i].total), .y = em[i].q.fid,
-                              .label = labels[np], .series = s};
+                              .label = labels[np], .series = s,
+                              .has_bar = isfinite(em[i].ci.fid.lo),
+                              .y_lo = em[i].ci.fid.lo, .y_hi = em[i].ci.fid.hi};
     np++;
   }
   if (np == 0) {
     snprintf(err, errlen, "no method has quality metrics to plot");
     return VSPEC_EINVAL;
   }
-  vs_plot p = {.title = "FID against tokens per target forward", .x_label = "TPF",
+  vs_plot p = {.title = "FID against tokens per target forward (bars: 95 % bootstrap interval)",
+               .x_label = "TPF",
                .y_label = "FID (lower is better)", .series_names = names, .n_series = n_series,
                .points = pts, .n_points = np, .connect_series = 0, .mark_pareto = 1};
   return vs_plot_write_png(&p, 960, 640, path, err, errlen);
 }
 
+/* A method's quality metrics, keeping its features and logits for the bootstrap. */
+static int method_quality(vs_quality *q, eval_method *m, const int32_t *labels, int images,
+                          char *err, size_t errlen) {
+  int d, ncls;
+  vs_quality_dims(q, &d, &ncls);
+  m->feat = malloc(sizeof(float) * (size_t)images * d);
+  m->logits = malloc(sizeof(float) * (size_t)images * ncls);
+  if (!m->feat || !m->logits) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  int rc = vs_quality_features(q, m->rgb, images, m->feat, m->logits, err, errlen);
+  if (!rc) rc = vs_quality_eval_features(q, m->feat, m->logits, labels, images, &m->q, err, errlen);
+  m->has_quality = rc == 0;
+  return rc;
+}
+
+/* Bootstrap intervals of every method's figures, and the point figures against AR. */
+static int run_bootstrap(const vs_quality *q, eval_method *em, int n, int ar, int images,
+                         const int32_t *labels, int resamples, char *err, size_t errlen) {
+  vs_eval_sample samples[EVAL_MAX_METHODS];
+  vs_eval_ci ci[EVAL_MAX_METHODS];
+  for (int j = 0; j < n; j++) {
+    samples[j] = (vs_eval_sample){.feat = em[j].has_quality ? em[j].feat : NULL,
+                                  .logits = em[j].has_quality ? em[j].logits : NULL,
+                                  .times = em[j].times};
+    em[j].fid_ratio_ar = em[j].acc_diff_ar = NAN;
+    if (ar >= 0 && em[j].has_quality && em[ar].has_quality) {
+      em[j].fid_ratio_ar = em[j].q.fid / em[ar].q.fid;
+      em[j].acc_diff_ar = em[j].q.class_acc - em[ar].q.class_acc;
+    }
+  }
+  vs_bootstrap_opts o = {.resamples = resamples, .level = 0.95, .seed = EVAL_BOOT_SEED};
+  double t0 = vs_bench_now();
+  int rc = vs_eval_bootstrap(q, samples, n, ar, images, labels, &o, ci, err, errlen);
+  if (rc) return rc;
+  for (int j = 0; j < n; j++) em[j].ci = ci[j];
+  fprintf(stderr, "bootstrap: %d resamples of %d images in %.1f s\n", resamples, images,
+          vs_bench_now() - t0);
+  return VSPEC_OK;
+}
+
 int vs_bench_cmd_eval(int argc, char **argv) {
   const char *model_dir = "models/fmnist", *methods_text = "ar", *plugin_dir = NULL;
   const char *json_path = NULL, *md_path = NULL, *plot_path = NULL;
-  long images = 100, threads = 0;
+  long images = 100, threads = 0, resamples = 200;
   unsigned long long seed = 0;
   int quality = 1;
   vs_bench_device dv = {0};
   vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
   double cfg = NAN, temperature = NAN;
   enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
-         O_NUM_ITER, O_CFG_SCHED, O_CFG, O_TEMP };
+         O_NUM_ITER, O_CFG_SCHED, O_CFG, O_TEMP, O_BOOT };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"methods", required_argument, 0, 'M'},
       {"images", required_argument, 0, 'n'},  {"seed", required_argument, 0, 's'},
@@ -374,6 +492,7 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       {"num-iter", required_argument, 0, O_NUM_ITER},
       {"cfg", required_argument, 0, O_CFG}, {"temperature", required_argument, 0, O_TEMP},
       {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
+      {"bootstrap", required_argument, 0, O_BOOT},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -388,6 +507,7 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       case O_MD: md_path = optarg; break;
       case O_PLOT: plot_path = optarg; break;
       case O_NOQ: quality = 0; break;
+      case O_BOOT: ok = vs_cli_long("--bootstrap", optarg, 0, 100000, &resamples); break;
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_DEVICE: dv.spec = optarg; break;
@@ -410,6 +530,11 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   char err[VSPEC_ERRLEN];
   eval_method em[EVAL_MAX_METHODS];
   memset(em, 0, sizeof em);
+  const vs_interval none = {NAN, NAN};
+  for (int i = 0; i < EVAL_MAX_METHODS; i++) {
+    em[i].ci = (vs_eval_ci){none, none, none, none, none};
+    em[i].fid_ratio_ar = em[i].acc_diff_ar = NAN;
+  }
   vs_method parsed[EVAL_MAX_METHODS];
   int n = vs_method_split(methods_text, parsed, EVAL_MAX_METHODS, err, sizeof err);
   if (n < 0) {
@@ -460,9 +585,13 @@ int vs_bench_cmd_eval(int argc, char **argv) {
             t->info.image_h);
     goto done;
   }
-  /* The quality metrics (classifier features, FID) run on the CPU whatever the generation
-   * device: they are the same measurement for every device. */
-  if (quality && vs_dev_ops(env.dev)->device != VSPEC_DEVICE_CPU &&
+  /* The quality metrics (classifier features, FID) run on the CPU in fp32 whatever the
+   * generation device and precision: they are the same measurement for every one. */
+  vs_device_info gen_info;
+  int gen_fp32_cpu = vs_dev_ops(env.dev)->device == VSPEC_DEVICE_CPU &&
+                     vs_dev_info(env.dev, &gen_info) == VSPEC_OK &&
+                     gen_info.precision == VS_PRECISION_FP32;
+  if (quality && !gen_fp32_cpu &&
       vs_device_open("cpu", &(vs_device_options){.threads = dv.threads}, &qdev, err,
                      sizeof err)) {
     fprintf(stderr, "vspec-bench eval: quality metrics: %s\n", err);
@@ -534,13 +663,15 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       em[j].speedup_median = median(ratios, (int)images);
       em[j].speedup_total = em[ar].total.wall_s / em[j].total.wall_s;
     }
-    if (qual) {
-      if (vs_quality_eval(qual, em[j].rgb, labels, (int)images, &em[j].q, err, sizeof err)) {
-        fprintf(stderr, "vspec-bench eval: quality of %s: %s\n", em[j].spec, err);
-        goto done_labels;
-      }
-      em[j].has_quality = 1;
+    if (qual && method_quality(qual, &em[j], labels, (int)images, err, sizeof err)) {
+      fprintf(stderr, "vspec-bench eval: quality of %s: %s\n", em[j].spec, err);
+      goto done_labels;
     }
+  }
+  if (resamples >= 2 && images >= 2 &&
+      run_bootstrap(qual, em, n, ar, (int)images, labels, (int)resamples, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench eval: bootstrap: %s\n", err);
+    goto done_labels;
   }
   printf("\n");
   write_table(stdout, em, n, (int)images, floor, &tk);
@@ -555,7 +686,8 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   }
   const char *device = dv.spec ? dv.spec : "cpu";
   if (json_path && write_json(json_path, models->name, device, em, n, (int)images, seed,
-                              (int)threads, floor, &tk, err, sizeof err)) {
+                              (int)threads, floor, &tk, resamples >= 2 ? (int)resamples : 0,
+                              err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
     goto done_labels;
   }
@@ -574,6 +706,8 @@ done:
   for (int i = 0; i < n; i++) {
     free(em[i].times);
     free(em[i].rgb);
+    free(em[i].feat);
+    free(em[i].logits);
   }
   vs_bench_grid_free(&grid);
   free(ratios);

@@ -581,6 +581,10 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
     xhi = fmax(xhi, p->points[i].x);
     ylo = fmin(ylo, p->points[i].y);
     yhi = fmax(yhi, p->points[i].y);
+    if (p->points[i].has_bar && isfinite(p->points[i].y_lo) && isfinite(p->points[i].y_hi)) {
+      ylo = fmin(ylo, p->points[i].y_lo); /* the bars fit in the frame too */
+      yhi = fmax(yhi, p->points[i].y_hi);
+    }
   }
   double dxlo, dxhi, dylo, dyhi;
   vs__pad_range(xlo, xhi, &dxlo, &dxhi);
@@ -651,6 +655,20 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
         prev = i;
       }
     }
+  }
+  /* error bars under the markers: a vertical line with short caps, in the series colour */
+  for (int i = 0; i < p->n_points; i++) {
+    const vs_plot_point *pt = &p->points[i];
+    if (c.px[i] == VS__SKIP || !pt->has_bar || !isfinite(pt->y_lo) || !isfinite(pt->y_hi))
+      continue;
+    uint8_t col[3];
+    vs_plot_series_color(pt->series, col);
+    int bx, blo, bhi;
+    vs_plot_to_pixel(&c.L, pt->x, pt->y_lo, &bx, &blo);
+    vs_plot_to_pixel(&c.L, pt->x, pt->y_hi, &bx, &bhi);
+    vs__line(&cv, bx, blo, bx, bhi, s, 0, col);
+    vs__line(&cv, bx - 3 * s, blo, bx + 3 * s, blo, s, 0, col);
+    vs__line(&cv, bx - 3 * s, bhi, bx + 3 * s, bhi, s, 0, col);
   }
   for (int i = 0; i < p->n_points; i++) {
     if (c.px[i] == VS__SKIP) continue;

@@ -17,6 +17,8 @@ typedef struct vs_plot_point {
   double x, y;       /* points whose x or y is NaN or infinite are skipped */
   const char *label; /* drawn next to the point; NULL or "" for none */
   int series;        /* 0 .. n_series-1 (0 when the plot has no series names) */
+  int has_bar;       /* nonzero: draw a vertical error bar from y_lo to y_hi (an interval) */
+  double y_lo, y_hi;
 } vs_plot_point;
 
 typedef struct vs_plot {

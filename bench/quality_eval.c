@@ -611,6 +611,54 @@ fail:
 
 /* ---- evaluation ---------------------------------------------------------------------------- */
 
+void vs_quality_dims(const vs_quality *q, int *feature_dim, int *num_classes) {
+  if (feature_dim) *feature_dim = q->d;
+  if (num_classes) *num_classes = q->ncls;
+}
+
+int vs_quality_features(vs_quality *q, const uint8_t *rgb_images, int n, float *feat,
+                        float *logits, char *err, size_t errlen) {
+  size_t rgb_size = (size_t)VS_CLF_SIDE * VS_CLF_SIDE * 3;
+  for (int i0 = 0; i0 < n; i0 += VS_QE_CHUNK) {
+    int m = n - i0 < VS_QE_CHUNK ? n - i0 : VS_QE_CHUNK;
+    vs_fmnist_rgb_to_input(rgb_images + (size_t)i0 * rgb_size, m, q->in_buf);
+    int rc = vs_classifier_run(q->clf, q->in_buf, m, feat + (size_t)i0 * q->d,
+                               logits + (size_t)i0 * q->ncls, err, errlen);
+    if (rc) return rc;
+  }
+  return VSPEC_OK;
+}
+
+int vs_quality_fid_features(const vs_quality *q, const float *feat, int n, double *fid,
+                            char *err, size_t errlen) {
+  int d = q->d;
+  double *mu = malloc(sizeof(double) * (size_t)d), *cov = malloc(sizeof(double) * (size_t)d * d);
+  int rc = mu && cov ? vs_feature_stats(feat, n, d, mu, cov, err, errlen)
+                     : vs_qe_fail(err, errlen, VSPEC_ENOMEM, "quality: out of memory");
+  if (!rc) rc = vs_fid(mu, cov, q->ref_mu, q->ref_cov, d, fid, err, errlen);
+  free(mu);
+  free(cov);
+  return rc;
+}
+
+int vs_quality_eval_features(vs_quality *q, const float *feat, const float *logits,
+                             const int32_t *labels, int n, vs_quality_result *res, char *err,
+                             size_t errlen) {
+  memset(res, 0, sizeof *res);
+  res->fid = res->class_acc = res->precision = res->recall = NAN;
+  if (!feat || n <= VS_PR_K)
+    return vs_qe_fail(err, errlen, VSPEC_EINVAL,
+                      "quality: need more than %d generated images (got %d)", VS_PR_K, n);
+  int rc = vs_quality_fid_features(q, feat, n, &res->fid, err, errlen);
+  if (!rc)
+    rc = vs_precision_recall(q->test_feat, q->n_test, q->test_radii2, feat, n, q->d, VS_PR_K, 0,
+                             &res->precision, &res->recall, err, errlen);
+  if (rc) return rc;
+  if (labels && logits) res->class_acc = vs_class_accuracy(logits, n, q->ncls, labels);
+  res->n = n;
+  return VSPEC_OK;
+}
+
 int vs_quality_eval(vs_quality *q, const uint8_t *rgb_images, const int32_t *labels, int n,
                     vs_quality_result *res, char *err, size_t errlen) {
   memset(res, 0, sizeof *res);
@@ -618,35 +666,14 @@ int vs_quality_eval(vs_quality *q, const uint8_t *rgb_images, const int32_t *lab
   if (!rgb_images || n <= VS_PR_K)
     return vs_qe_fail(err, errlen, VSPEC_EINVAL,
                       "quality: need more than %d generated images (got %d)", VS_PR_K, n);
-  int d = q->d, rc = VSPEC_OK;
-  float *feat = malloc(sizeof(float) * (size_t)n * d);
+  float *feat = malloc(sizeof(float) * (size_t)n * q->d);
   float *logits = malloc(sizeof(float) * (size_t)n * q->ncls);
-  double *mu = malloc(sizeof(double) * (size_t)d), *cov = malloc(sizeof(double) * (size_t)d * d);
-  if (!feat || !logits || !mu || !cov) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ENOMEM, "quality: out of memory for %d images", n);
-    goto done;
-  }
-  size_t rgb_size = (size_t)VS_CLF_SIDE * VS_CLF_SIDE * 3;
-  for (int i0 = 0; i0 < n; i0 += VS_QE_CHUNK) {
-    int m = n - i0 < VS_QE_CHUNK ? n - i0 : VS_QE_CHUNK;
-    vs_fmnist_rgb_to_input(rgb_images + (size_t)i0 * rgb_size, m, q->in_buf);
-    rc = vs_classifier_run(q->clf, q->in_buf, m, feat + (size_t)i0 * d,
-                           logits + (size_t)i0 * q->ncls, err, errlen);
-    if (rc) goto done;
-  }
-  rc = vs_feature_stats(feat, n, d, mu, cov, err, errlen);
-  if (!rc) rc = vs_fid(mu, cov, q->ref_mu, q->ref_cov, d, &res->fid, err, errlen);
-  if (!rc)
-    rc = vs_precision_recall(q->test_feat, q->n_test, q->test_radii2, feat, n, d, VS_PR_K, 0,
-                             &res->precision, &res->recall, err, errlen);
-  if (rc) goto done;
-  if (labels) res->class_acc = vs_class_accuracy(logits, n, q->ncls, labels);
-  res->n = n;
-done:
+  int rc = feat && logits ? vs_quality_features(q, rgb_images, n, feat, logits, err, errlen)
+                          : vs_qe_fail(err, errlen, VSPEC_ENOMEM,
+                                       "quality: out of memory for %d images", n);
+  if (!rc) rc = vs_quality_eval_features(q, feat, logits, labels, n, res, err, errlen);
   free(feat);
   free(logits);
-  free(mu);
-  free(cov);
   return rc;
 }
 

@@ -115,6 +115,18 @@ int vs_quality_eval(vs_quality *q, const uint8_t *rgb_images, const int32_t *lab
 
 /* The real-data floor: FID of the first n_floor training images against the test
  * reference statistics. */
+/* The same in two steps, for callers that reuse the features (bootstrap intervals resample
+ * them): classifier features [n, feature_dim] and logits [n, num_classes] of n generated
+ * images, then the metrics of features already computed; and FID alone of n feature rows. */
+void vs_quality_dims(const vs_quality *q, int *feature_dim, int *num_classes);
+int vs_quality_features(vs_quality *q, const uint8_t *rgb_images, int n, float *feat,
+                        float *logits, char *err, size_t errlen);
+int vs_quality_eval_features(vs_quality *q, const float *feat, const float *logits,
+                             const int32_t *labels, int n, vs_quality_result *res, char *err,
+                             size_t errlen);
+int vs_quality_fid_features(const vs_quality *q, const float *feat, int n, double *fid,
+                            char *err, size_t errlen);
+
 double vs_quality_floor(const vs_quality *q);
 /* The floor at n images: FID of n class-balanced floor images (n <= the floor's image count;
  * vs_fmnist_balanced: n / 10 per class, the first of each class in file order, the rest to
