@@ -18,7 +18,8 @@
 #                                          64 on other seeds (the noise between image sets)
 #
 # Results go to out/bench-<table>.{json,md,png}. IMAGES defaults to 1000; one compute thread
-# (THREADS=N to change). Every ratio is measured interleaved within one run; on 2 cores the
+# (THREADS=N to change); fp32 weights (PRECISION=bf16 for bf16, AMX on the CPU); SUFFIX=-x
+# names the outputs out/bench-<table>-x.*. Every ratio is measured interleaved within one run; on 2 cores the
 # two tables can run side by side, one core each, with nothing else heavy beside them.
 set -eu
 cd "$(dirname "$0")/.."
@@ -147,5 +148,6 @@ esac
 
 make -s all
 ./build/vspec-bench eval --model "$model" --methods "$methods" --images "$images" --seed 0 \
-  --threads "${THREADS:-1}" \
-  --json "out/bench-$table.json" --markdown "out/bench-$table.md" --plot "out/bench-$table.png"
+  --threads "${THREADS:-1}" --precision "${PRECISION:-fp32}" \
+  --json "out/bench-$table${SUFFIX:-}.json" --markdown "out/bench-$table${SUFFIX:-}.md" \
+  --plot "out/bench-$table${SUFFIX:-}.png"
