@@ -29,7 +29,8 @@ int vs_bootstrap(int n, int n_stats, vs_bootstrap_fn fn, void *ctx, const vs_boo
     return VSPEC_EINVAL;
   int B = o->resamples;
   int *idx = malloc((size_t)n * sizeof *idx);
-  double *vals = malloc((size_t)B * n_stats * sizeof *vals), *one = malloc((size_t)n_stats * sizeof *one);
+  double *vals = malloc((size_t)B * n_stats * sizeof *vals);
+  double *one = malloc((size_t)n_stats * sizeof *one);
   int *count = calloc((size_t)n_stats, sizeof *count);
   int rc = idx && vals && one && count ? VSPEC_OK : VSPEC_ENOMEM;
   vspec_rng rng;

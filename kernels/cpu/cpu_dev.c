@@ -132,7 +132,8 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
     snprintf(err, errlen, "cpu device %d does not exist: the CPU is device 0", opt->index);
     return VSPEC_ERANGE;
   }
-  if (opt->precision == VS_PRECISION_BF16 && !(default_isa() == VS_ISA_AVX512 && vs_amx_available())) {
+  int amx = default_isa() == VS_ISA_AVX512 && vs_amx_available();
+  if (opt->precision == VS_PRECISION_BF16 && !amx) {
     set_err(err, errlen, "cpu device: precision bf16 needs AMX-BF16 tiles (Intel Xeon 4th "
             "generation, Sapphire Rapids, or later; Linux 5.16+), which this CPU or OS lacks "
             "(or VSPEC_CPU_AMX=0 / VSPEC_CPU_ISA turned them off): use fp32");

@@ -118,7 +118,8 @@ __attribute__((target("avx512f"))) static void amx_convert_rows(const float *x, 
       __mmask16 mk = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
       __m512 v = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + p);
       __m512i u = _mm512_castps_si512(v);
-      __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+      __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+      __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, lsb));
       r = _mm512_srli_epi32(r, 16);
       __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
