@@ -54,7 +54,7 @@ static int is_white(const uint8_t *p) { return p[0] == 255 && p[1] == 255 && p[2
 /* Three well-separated points in three series; the third is the rightmost. */
 static const char *const kSeries[] = {"AR", "LANTERN", "VVS"};
 static const vs_plot_point kPoints[] = {
-    {1.0, 4.6, "AR", 0}, {2.0, 5.0, "LANTERN d=0.1", 1}, {3.5, 7.5, "VVS k=4", 2}};
+    {1.0, 4.6, "AR", 0, 0, 0, 0}, {2.0, 5.0, "LANTERN d=0.1", 1, 0, 0, 0}, {3.5, 7.5, "VVS k=4", 2, 0, 0, 0}};
 
 static vs_plot base_plot(void) {
   vs_plot p = {.title = "FID against TPF",
@@ -203,13 +203,13 @@ static void test_draw_text(void **state) {
 static void test_pareto(void **state) {
   (void)state;
   vs_plot_point pts[] = {
-      {1.0, 4.6, "ar", 0},  /* dominated by 1: as fast, better */
-      {1.0, 4.5, "a", 0},   /* front */
-      {2.0, 5.0, "b", 0},   /* dominated by d: as good, slower */
-      {2.0, 5.5, "c", 0},   /* dominated by b */
-      {3.0, 5.0, "d", 0},   /* front */
-      {NAN, 1.0, "nan", 0}, /* never on the front, never dominates */
-      {4.0, 9.0, "e", 0},   /* front: fastest */
+      {1.0, 4.6, "ar", 0, 0, 0, 0},  /* dominated by 1: as fast, better */
+      {1.0, 4.5, "a", 0, 0, 0, 0},   /* front */
+      {2.0, 5.0, "b", 0, 0, 0, 0},   /* dominated by d: as good, slower */
+      {2.0, 5.5, "c", 0, 0, 0, 0},   /* dominated by b */
+      {3.0, 5.0, "d", 0, 0, 0, 0},   /* front */
+      {NAN, 1.0, "nan", 0, 0, 0, 0}, /* never on the front, never dominates */
+      {4.0, 9.0, "e", 0, 0, 0, 0},   /* front: fastest */
   };
   int front[7];
   int n = vs_plot_pareto(pts, 7, front);
@@ -342,7 +342,7 @@ static void test_legend_avoids_points(void **state) {
   char err[VSPEC_ERRLEN];
   const char *const names[] = {"one series"};
   /* Three corners taken: only the lower left is free. */
-  vs_plot_point three[] = {{0, 1, "ul", 0}, {1, 1, "ur", 0}, {1, 0, "lr", 0}};
+  vs_plot_point three[] = {{0, 1, "ul", 0, 0, 0, 0}, {1, 1, "ur", 0, 0, 0, 0}, {1, 0, "lr", 0, 0, 0, 0}};
   vs_plot p = {.series_names = names, .n_series = 1, .points = three, .n_points = 3};
   vs_plot_layout L;
   assert_int_equal(vs_plot_render(&p, W, H, rgb, &L, err, sizeof err), 0);
@@ -351,7 +351,7 @@ static void test_legend_avoids_points(void **state) {
   assert_false(legend_covers_a_point(&L, three, 3));
   assert_true(L.legend_x1 < (L.x0 + L.x1) / 2 && L.legend_y0 > (L.y0 + L.y1) / 2);
   /* All four corners taken: the legend moves right of the area, still on the canvas. */
-  vs_plot_point four[] = {{0, 1, "ul", 0}, {1, 1, "ur", 0}, {1, 0, "lr", 0}, {0, 0, "ll", 0}};
+  vs_plot_point four[] = {{0, 1, "ul", 0, 0, 0, 0}, {1, 1, "ur", 0, 0, 0, 0}, {1, 0, "lr", 0, 0, 0, 0}, {0, 0, "ll", 0, 0, 0, 0}};
   p.points = four;
   p.n_points = 4;
   assert_int_equal(vs_plot_render(&p, W, H, rgb, &L, err, sizeof err), 0);
@@ -368,8 +368,8 @@ static void test_nonfinite_skipped(void **state) {
   char err[VSPEC_ERRLEN];
   vs_plot_point pts[5];
   memcpy(pts, kPoints, 3 * sizeof pts[0]);
-  pts[3] = (vs_plot_point){NAN, 5.0, "nan", 1};
-  pts[4] = (vs_plot_point){2.5, INFINITY, "inf", 2};
+  pts[3] = (vs_plot_point){NAN, 5.0, "nan", 1, 0, 0, 0};
+  pts[4] = (vs_plot_point){2.5, INFINITY, "inf", 2, 0, 0, 0};
   vs_plot p = base_plot();
   p.mark_pareto = 1;
   p.connect_series = 1;
@@ -389,7 +389,7 @@ static void test_degenerate_ranges(void **state) {
   char err[VSPEC_ERRLEN];
   vs_plot_layout L;
   /* One point: a range is made around it and the point lands inside. */
-  vs_plot_point one = {2.5, 4.0, "only", 0};
+  vs_plot_point one = {2.5, 4.0, "only", 0, 0, 0, 0};
   vs_plot p = {.points = &one, .n_points = 1, .mark_pareto = 1};
   if (vs_plot_render(&p, W, H, rgb, &L, err, sizeof err)) fail_msg("%s", err);
   assert_true(L.xmin < 2.5 && 2.5 < L.xmax && L.ymin < 4.0 && 4.0 < L.ymax);
@@ -399,11 +399,32 @@ static void test_degenerate_ranges(void **state) {
   vs_plot_series_color(0, col);
   assert_memory_equal(px_at(rgb, W, x, y), col, 3);
   /* All x equal (and zero): still a proper x range. */
-  vs_plot_point same[] = {{0, 1, "a", 0}, {0, 2, "b", 0}, {0, 3, "c", 0}};
+  vs_plot_point same[] = {{0, 1, "a", 0, 0, 0, 0}, {0, 2, "b", 0, 0, 0, 0}, {0, 3, "c", 0, 0, 0, 0}};
   p.points = same;
   p.n_points = 3;
   if (vs_plot_render(&p, W, H, rgb, &L, err, sizeof err)) fail_msg("%s", err);
   assert_true(L.xmin < 0 && 0 < L.xmax && is_nice(L.xstep));
+}
+
+/* An error bar spans y_lo..y_hi in the series colour and widens the y range to fit; a point
+ * without one draws nothing there. */
+static void test_error_bars(void **state) {
+  (void)state;
+  enum { W = 480, H = 320 };
+  static uint8_t rgb[W * H * 3];
+  char err[VSPEC_ERRLEN];
+  vs_plot_layout L;
+  vs_plot_point pts[] = {{1.0, 2.0, "", 0, 1, 1.0, 6.0}, {3.0, 2.0, "", 0, 0, 0, 0}};
+  vs_plot p = {.points = pts, .n_points = 2};
+  if (vs_plot_render(&p, W, H, rgb, &L, err, sizeof err)) fail_msg("%s", err);
+  assert_true(L.ymin <= 1.0 && 6.0 <= L.ymax);
+  uint8_t col[3];
+  vs_plot_series_color(0, col);
+  int x, y;
+  vs_plot_to_pixel(&L, 1.0, 4.5, &x, &y); /* on the bar, away from the marker */
+  assert_memory_equal(px_at(rgb, W, x, y), col, 3);
+  vs_plot_to_pixel(&L, 3.0, 4.5, &x, &y); /* the same height above the barless point */
+  assert_true(memcmp(px_at(rgb, W, x, y), col, 3) != 0);
 }
 
 static void test_errors(void **state) {
@@ -415,7 +436,7 @@ static void test_errors(void **state) {
   assert_int_equal(vs_plot_render(&empty, W, H, rgb, NULL, err, sizeof err), VSPEC_EINVAL);
   assert_non_null(strstr(err, "no points"));
 
-  vs_plot_point nan = {NAN, 1, "x", 0};
+  vs_plot_point nan = {NAN, 1, "x", 0, 0, 0, 0};
   vs_plot p = {.points = &nan, .n_points = 1};
   assert_int_equal(vs_plot_render(&p, W, H, rgb, NULL, err, sizeof err), VSPEC_EINVAL);
   assert_non_null(strstr(err, "finite"));
@@ -478,6 +499,7 @@ int main(void) {
       cmocka_unit_test(test_nonfinite_skipped),
       cmocka_unit_test(test_degenerate_ranges),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_error_bars),
       cmocka_unit_test(test_deterministic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
