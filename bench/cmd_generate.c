@@ -37,7 +37,7 @@ static void usage(FILE *f) {
           "  --threads N         compute threads (default: all cores)\n"
           "  --device D          cpu (default), cuda or cuda:N\n"
           "  --precision P       weights: fp32 or bf16 (bf16 is the GPU's default;\n"
-          "                      on the CPU it needs AMX tiles, Sapphire Rapids or later)\n"
+          "                      on the CPU: AMX tiles, else AVX2 for decode steps)\n"
           "  --plugins DIR       plugin directory (default: plugins/ next to this program)\n"
           "  --json              print the job's metrics as JSON on stdout\n");
 }

@@ -95,17 +95,16 @@ static void test_copy_lifecycle(void **state) {
   vs_dev_destroy(dev);
 }
 
-/* precision=bf16: the linear layer runs the AMX kernel on the weight's copy (its bits), and
- * falls back to fp32 for a pointer into an allocation. Skipped without AMX, where opening
- * such a device must fail with ENOTSUP and a message. */
+/* precision=bf16 with AMX: the linear layer runs the AMX kernel on the weight's copy (its
+ * bits), and falls back to fp32 for a pointer into an allocation. Skipped without AMX
+ * (tests/test_linear_bf16.c covers the path of CPUs without it). */
 static void test_bf16_device(void **state) {
   vs_device_options opt = {.threads = 2, .precision = VS_PRECISION_BF16};
   vspec_dev *dev = NULL;
   char err[VSPEC_ERRLEN] = "";
   int rc = vs_device_open("cpu", &opt, &dev, err, sizeof err);
   if (!vs_amx_available()) {
-    assert_int_equal(rc, VSPEC_ENOTSUP);
-    assert_non_null(strstr(err, "AMX"));
+    vs_dev_destroy(dev);
     skip();
   }
   assert_int_equal(rc, VSPEC_OK);

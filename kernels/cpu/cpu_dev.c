@@ -133,10 +133,9 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
     return VSPEC_ERANGE;
   }
   int amx = default_isa() == VS_ISA_AVX512 && vs_amx_available();
-  if (opt->precision == VS_PRECISION_BF16 && !amx) {
-    set_err(err, errlen, "cpu device: precision bf16 needs AMX-BF16 tiles (Intel Xeon 4th "
-            "generation, Sapphire Rapids, or later; Linux 5.16+), which this CPU or OS lacks "
-            "(or VSPEC_CPU_AMX=0 / VSPEC_CPU_ISA turned them off): use fp32");
+  if (opt->precision == VS_PRECISION_BF16 && !amx && default_isa() < VS_ISA_AVX2) {
+    set_err(err, errlen, "cpu device: precision bf16 needs AVX2 (or AMX tiles), which this "
+            "CPU lacks (or VSPEC_CPU_ISA turned off): use fp32");
     return VSPEC_ENOTSUP;
   }
   vspec_dev *dev = calloc(1, sizeof *dev);
@@ -150,6 +149,7 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
   dev->isa = default_isa();
   dev->skinny_max_m = vs_skinny_max_m(dev->isa, vs_blis_tuned());
   dev->precision = opt->precision == VS_PRECISION_BF16 ? VS_PRECISION_BF16 : VS_PRECISION_FP32;
+  dev->amx = amx;
   if (vs_cpu_reserve_scratch(dev, VS_CPU_SCRATCH_DEFAULT) != VSPEC_OK) {
     free(dev);
     set_err(err, errlen, "cpu device: cannot allocate the scratch arena");
@@ -176,7 +176,8 @@ static int cpu_info(vspec_dev *dev, vs_device_info *out) {
   out->kind = VSPEC_DEVICE_CPU;
   out->index = 0;
   snprintf(out->name, sizeof out->name, "cpu (%s%s, %d thread%s)", vs_isa_name(dev->isa),
-           dev->precision == VS_PRECISION_BF16 ? "+amx" : "", dev->threads,
+           dev->precision != VS_PRECISION_BF16 ? "" : dev->amx ? "+amx" : "+bf16",
+           dev->threads,
            dev->threads == 1 ? "" : "s");
   out->precision = dev->precision;
   return VSPEC_OK;

@@ -26,8 +26,10 @@ struct vspec_dev {
   struct vs_pool *pool; /* threads - 1 persistent helpers (cpu_threads.h) */
   int isa;              /* VS_ISA_* of the hand-written kernels (cpu_linear_skinny.h) */
   int skinny_max_m;     /* products A B^T with at most this many rows skip BLIS */
-  int precision;        /* VS_PRECISION_FP32, or VS_PRECISION_BF16: linear layers on AMX
-                         * tiles with bf16 copies of the weights (cpu_linear_amx.h) */
+  int precision;        /* VS_PRECISION_FP32, or VS_PRECISION_BF16: linear layers with bf16
+                         * copies of the weights, on AMX tiles (cpu_linear_amx.h) or widened
+                         * in fp32 FMAs (cpu_linear_bf16.h) */
+  int amx;              /* AMX tiles usable (with isa == VS_ISA_AVX512) */
   void *scratch;        /* VS_CPU_ALIGN-aligned, contents undefined between ops */
   size_t scratch_bytes;
 };

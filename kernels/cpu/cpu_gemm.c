@@ -40,6 +40,7 @@
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 #include "kernels/cpu/cpu_linear_amx.h"
+#include "kernels/cpu/cpu_linear_bf16.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/cpu_weights.h"
 
@@ -144,13 +145,23 @@ void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, 
 void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
                    const float *bias, float *y) {
   if (m <= 0 || n_out <= 0) return;
-  /* bf16 precision: AMX tiles on the weight's converted copy; fp32 for what has none (a
-   * pointer into an allocation) or when the ISA was lowered under the device. */
-  if (dev->precision == VS_PRECISION_BF16 && dev->isa == VS_ISA_AVX512) {
-    const uint16_t *packed = vs_cpu_weights_amx(w, n_out, n_in);
-    if (packed) {
-      vs_amx_linear(dev, x, m, n_in, packed, n_out, bias, y);
-      return;
+  /* bf16 precision: the weight's converted copy, on AMX tiles where the device has them
+   * (and its ISA was not lowered under it), else widened in fp32 FMAs for decode-sized
+   * products (VS_BF16_ROWS_MAX_M); fp32 for a weight that has no copy (a pointer into an
+   * allocation) and, without AMX, for larger products. */
+  if (dev->precision == VS_PRECISION_BF16) {
+    if (dev->amx && dev->isa == VS_ISA_AVX512) {
+      const uint16_t *packed = vs_cpu_weights_amx(w, n_out, n_in);
+      if (packed) {
+        vs_amx_linear(dev, x, m, n_in, packed, n_out, bias, y);
+        return;
+      }
+    } else if (m <= VS_BF16_ROWS_MAX_M) {
+      const uint16_t *rows = vs_cpu_weights_bf16_rows(w, n_out, n_in);
+      if (rows) {
+        vs_bf16w_linear(dev, x, m, n_in, rows, n_out, bias, y);
+        return;
+      }
     }
   }
   if (m <= dev->skinny_max_m) {

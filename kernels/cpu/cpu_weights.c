@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "vspec/types.h"
+#include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_weights.h"
 #include "kernels/vs_kernels.h"
@@ -18,8 +19,9 @@
 typedef struct weight_entry {
   const void *ptr; /* NULL: empty slot */
   size_t bytes;
-  uint16_t *amx; /* packed copy, or NULL */
-  int n, k;      /* shape the copy was made for */
+  uint16_t *amx;  /* packed copy (AMX tile order), or NULL */
+  uint16_t *rows; /* row-major bf16 copy (CPUs without AMX), or NULL */
+  int n, k;       /* shape the copy was made for */
 } weight_entry;
 
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -92,17 +94,20 @@ static void remove_at(size_t i) {
 }
 
 void vs_cpu_weights_untrack(void *p) {
-  uint16_t *amx = NULL;
+  uint16_t *amx = NULL, *rows = NULL;
   pthread_mutex_lock(&table_mu);
   weight_entry *e = find(p);
   if (e) {
     amx = e->amx;
+    rows = e->rows;
     if (amx) copy_bytes -= vs_amx_packed_bytes(e->n, e->k);
+    if (rows) copy_bytes -= (size_t)e->n * e->k * sizeof(uint16_t);
     remove_at((size_t)(e - table));
     table_used--;
   }
   pthread_mutex_unlock(&table_mu);
   free(amx);
+  free(rows);
 }
 
 const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k) {
@@ -110,7 +115,7 @@ const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k) {
   pthread_mutex_lock(&table_mu);
   const uint16_t *out = NULL;
   weight_entry *e = find(w);
-  if (e && e->bytes >= (size_t)n * k * sizeof(float)) {
+  if (e && e->bytes >= (size_t)n * k * sizeof(float) && !e->rows) {
     if (e->amx) {
       if (e->n == n && e->k == k) out = e->amx;
     } else {
@@ -120,6 +125,29 @@ const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k) {
         vs_amx_pack(w, n, k, copy);
         e->amx = copy, e->n = n, e->k = k;
         copy_bytes += bytes;
+        out = copy;
+      }
+    }
+  }
+  pthread_mutex_unlock(&table_mu);
+  return out;
+}
+
+const uint16_t *vs_cpu_weights_bf16_rows(const float *w, int n, int k) {
+  if (n <= 0 || k <= 0) return NULL;
+  pthread_mutex_lock(&table_mu);
+  const uint16_t *out = NULL;
+  weight_entry *e = find(w);
+  if (e && e->bytes >= (size_t)n * k * sizeof(float) && !e->amx) {
+    if (e->rows) {
+      if (e->n == n && e->k == k) out = e->rows;
+    } else {
+      size_t count = (size_t)n * k;
+      uint16_t *copy = malloc(count * sizeof(uint16_t));
+      if (copy) {
+        for (size_t i = 0; i < count; i++) copy[i] = vs_f32_to_bf16(w[i]);
+        e->rows = copy, e->n = n, e->k = k;
+        copy_bytes += count * sizeof(uint16_t);
         out = copy;
       }
     }

@@ -3,8 +3,8 @@
  *
  * A weight is whatever a backend passes as the `w` of linear: a whole allocation whose
  * contents do not change while it is allocated (include/vspec/ops.h). With bf16 precision the
- * device multiplies with a converted copy of it (AMX tile order, cpu_linear_amx.h), made on
- * first use and dropped when the weight is freed. To know that a pointer is a whole
+ * device multiplies with a converted copy of it (AMX tile order, cpu_linear_amx.h, or plain
+ * bf16 rows, cpu_linear_bf16.h), made on first use and dropped when the weight is freed. To know that a pointer is a whole
  * allocation, and to find its copy, every vs_cpu_alloc is recorded here (pointer -> bytes).
  *
  * Process-wide, like the memory: a model loaded on one CPU device serves sessions on the
@@ -28,6 +28,11 @@ void vs_cpu_weights_untrack(void *p);
  * takes the fp32 path) when w is not the start of a recorded allocation of at least n * k
  * floats, when its copy was made for another shape, or when memory for the copy is short. */
 const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k);
+
+/* The row-major bf16 copy of the weight w [n, k] (round to nearest even), for CPUs without
+ * AMX (cpu_linear_bf16.h); the same conditions. A weight has one kind of copy: the kind its
+ * first use asked for. */
+const uint16_t *vs_cpu_weights_bf16_rows(const float *w, int n, int k);
 
 /* Allocations recorded and bytes of converted copies held (for tests and status). */
 void vs_cpu_weights_stats(size_t *allocations, size_t *copy_bytes);

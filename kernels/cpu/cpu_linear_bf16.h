@@ -1,0 +1,39 @@
+/*
+ * kernels/cpu/cpu_linear_bf16.h - linear layers with bf16 weights and fp32 activations, for
+ * CPUs without AMX (AMD Zen 4, Intel before Sapphire Rapids, any AVX2 machine).
+ *
+ * Why: batch-1 decoding reads every weight once per token, so on the CPU it runs at the
+ * memory bound (docs/BENCHMARKS.md, "Decode against llama2.c"); bf16 weights halve the bytes.
+ * Each weight row is widened to fp32 in registers (bf16 is the top half of a float: a shift)
+ * and multiplied with fp32 activations in fp32 FMAs, so only the weights are rounded; with
+ * AMX the device uses cpu_linear_amx.h instead, which also rounds the activations.
+ *
+ * Summation order: element (i, j) accumulates x[i, p] w[j, p] over p in one vector of the
+ * instruction set's width (lane p mod W), the k tail in masked lanes (AVX-512) or in a
+ * scalar sum added after (AVX2, scalar), then the lanes are added in a fixed order. It
+ * depends on k and the instruction set only: not on m, on the other rows, on the element's
+ * position or on the thread count.
+ */
+#ifndef VS_CPU_LINEAR_BF16_H
+#define VS_CPU_LINEAR_BF16_H
+
+#include <stdint.h>
+
+#include "kernels/cpu/cpu_dev.h"
+
+/* The most rows a product may have to take this kernel; larger products (tree verification)
+ * use the fp32 weights. Widening costs instructions per row, and above two rows that cost
+ * more than the halved bytes saved: `vspec-bench costcurve --precision bf16` with
+ * VSPEC_CPU_AMX=0 (AVX-512, one thread), ms per forward, bf16 rows / fp32:
+ *   fmnist shape  m = 1: 0.70 / 1.00, m = 2: 0.83 / 1.04, m = 8: 1.69 / 1.29;
+ *   GPT-B shape   m = 1: 19.6 / 26.1, m = 2: 23.3 / 27.3, m = 8: 34.3 / 34.7.
+ * So without AMX a decode step and a tree verify use different weights (bf16 and fp32). */
+#define VS_BF16_ROWS_MAX_M 2
+
+/* y[m, n] = x[m, k] W^T + bias with W [n, k] given as row-major bf16 (round to nearest even of
+ * the fp32 weight); bias may be NULL. Runs the device's instruction set (dev->isa) on its
+ * pool, split by output rows of W. */
+void vs_bf16w_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t *w, int n,
+                     const float *bias, float *y);
+
+#endif /* VS_CPU_LINEAR_BF16_H */
