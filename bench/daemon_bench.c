@@ -6,7 +6,9 @@
  *      decode + PNG, what vspec-bench generate does), interleaved, same seeds, same threads;
  *   2. the cost of previews at the default cadence (an eighth of the image): the time the
  *      workers spent rendering them over the generation time, for lut and decode previews;
- *   3. throughput with 1, 2, 4 and 8 jobs in flight.
+ *   3. throughput with 1, 2, 4 and 8 jobs in flight;
+ *   4. with --batch B, only: cross-job batching against the daemon without it
+ *      (bench/daemon_batch.c).
  *
  * It starts its own vspecd (next to this program) on private ipc endpoints, so nothing else
  * is needed; numbers are printed as a markdown table.
@@ -21,6 +23,8 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/daemon_batch.h"
+#include "bench/daemon_jobs.h"
 #include "bench/daemon_proc.h"
 #include "clients/conn.h"
 #include "core/cli_args.h"
@@ -60,100 +64,6 @@ static int start_daemon(vs__bd *b, int workers) {
   return vs_bench_daemon_start(&b->d, args, NULL);
 }
 
-typedef struct vs__jobres {
-  double latency, generate_s, preview_s, decode_s;
-  int previews;
-} vs__jobres;
-
-static int no_progress; /* --no-progress: jobs without progress events */
-
-static Vspec__Submit make_submit(uint64_t seed, int cls, const char *method, int preview) {
-  Vspec__Submit s = VSPEC__SUBMIT__INIT;
-  s.has_seed = 1;
-  s.seed = seed;
-  s.has_class_label = 1;
-  s.class_label = cls;
-  s.method = (char *)method;
-  s.has_credit = 1;
-  s.credit = 8;
-  if (no_progress) {
-    s.has_progress = 1;
-    s.progress = 0;
-  }
-  if (preview) {
-    s.has_preview = 1;
-    s.preview = preview;
-  }
-  return s;
-}
-
-/* Runs jobs with `inflight` in flight until `total` are done; fills res[] in completion order.
- * Returns the wall time, or < 0 on failure. */
-static double run_jobs(vs_conn *c, int total, int inflight, uint64_t seed0, int cls,
-                       const char *method, int preview, vs__jobres *res) {
-  typedef struct { uint64_t rid, job; double t0; } slot;
-  slot *s = calloc((size_t)inflight, sizeof *s);
-  int submitted = 0, done = 0;
-  double t0 = now_s();
-  char err[512];
-  while (done < total) {
-    for (int i = 0; i < inflight && submitted < total; i++) {
-      if (s[i].rid) continue;
-      Vspec__Submit sub = make_submit(seed0 + (uint64_t)submitted, cls, method, preview);
-      Vspec__Request r = VSPEC__REQUEST__INIT;
-      r.body_case = VSPEC__REQUEST__BODY_SUBMIT;
-      r.submit = &sub;
-      s[i].t0 = now_s();
-      if (vs_conn_send(c, &r, NULL, 0, err, sizeof err)) goto fail;
-      s[i].rid = r.request_id;
-      s[i].job = 0;
-      submitted++;
-    }
-    vs_conn_event e;
-    int rc = vs_conn_recv(c, 60000, &e, err, sizeof err);
-    if (rc == 0 && now_s() - t0 < 60) continue; /* a signal woke the poll */
-    if (rc <= 0) {
-      if (rc == 0) snprintf(err, sizeof err, "no event for 60 s");
-      goto fail;
-    }
-    Vspec__Event *ev = e.ev;
-    int k = -1;
-    for (int i = 0; i < inflight; i++)
-      if (s[i].rid && ((ev->has_job_id && s[i].job == ev->job_id) ||
-                       (ev->has_request_id && ev->request_id == s[i].rid && !s[i].job)))
-        k = i;
-    if (k >= 0) {
-      switch (ev->body_case) {
-        case VSPEC__EVENT__BODY_ACCEPTED: s[k].job = ev->job_id; break;
-        case VSPEC__EVENT__BODY_PROGRESS:
-        case VSPEC__EVENT__BODY_PREVIEW: vs_bench_daemon_grant(c, s[k].job); break;
-        case VSPEC__EVENT__BODY_RESULT: {
-          vs__jobres *r = &res[done++];
-          r->latency = now_s() - s[k].t0;
-          r->generate_s = ev->result->stats->generate_s;
-          r->preview_s = ev->result->stats->preview_s;
-          r->decode_s = ev->result->stats->decode_s;
-          r->previews = (int)ev->result->stats->previews;
-          s[k].rid = 0;
-          break;
-        }
-        case VSPEC__EVENT__BODY_ERROR:
-          fprintf(stderr, "vspecd-bench: job failed: %s\n", ev->error->message);
-          vs_conn_event_free(&e);
-          goto fail;
-        default: break;
-      }
-    }
-    vs_conn_event_free(&e);
-  }
-  free(s);
-  return now_s() - t0;
-fail:
-  free(s);
-  fprintf(stderr, "vspecd-bench: %s\n", err);
-  return -1;
-}
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: vspecd-bench [options]\n"
@@ -167,6 +77,11 @@ static void usage(FILE *f) {
           "  --threads T        compute threads, in-process and per daemon worker (default 1)\n"
           "  --workers W        daemon workers for the throughput runs (default: online cores)\n"
           "  --jobs K           jobs per throughput level (default 16)\n"
+          "  --batch B          instead of 1-3: throughput with [workers] batch = B and B jobs in\n"
+          "                     flight against one job alone and against a worker per core\n"
+          "                     (three daemons, interleaved rounds)\n"
+          "  --rounds R         rounds of --batch (default 5)\n"
+          "  --precision P      with --batch: the daemons' [device] precision (fp32, bf16)\n"
           "  --no-progress      submit jobs without progress events\n");
 }
 
@@ -175,13 +90,20 @@ int main(int argc, char **argv) {
   memset(&b, 0, sizeof b);
   b.threads = 1;
   long images = 20, workers = sysconf(_SC_NPROCESSORS_ONLN), jobs = 16, threads = 1;
+  long batch = 0, rounds = 5;
+  const char *precision = NULL;
   const char *model_dir = NULL, *method = "ar", *synthetic = NULL;
-  enum { O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS, O_NOPROG };
+  enum {
+    O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS, O_NOPROG, O_BATCH,
+    O_ROUNDS, O_PRECISION
+  };
   static const struct option opts[] = {
       {"model-dir", required_argument, 0, O_MODEL}, {"synthetic", required_argument, 0, O_SYN},
       {"method", required_argument, 0, O_METHOD},   {"images", required_argument, 0, O_IMAGES},
       {"threads", required_argument, 0, O_THREADS}, {"workers", required_argument, 0, O_WORKERS},
       {"jobs", required_argument, 0, O_JOBS},       {"no-progress", no_argument, 0, O_NOPROG},
+      {"batch", required_argument, 0, O_BATCH},     {"rounds", required_argument, 0, O_ROUNDS},
+      {"precision", required_argument, 0, O_PRECISION},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
@@ -195,7 +117,10 @@ int main(int argc, char **argv) {
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 1, 256, &threads); break;
       case O_WORKERS: ok = vs_cli_long("--workers", optarg, 1, 256, &workers); break;
       case O_JOBS: ok = vs_cli_long("--jobs", optarg, 1, 100000, &jobs); break;
-      case O_NOPROG: no_progress = 1; break;
+      case O_NOPROG: vs_bench_jobs_no_progress = 1; break;
+      case O_BATCH: ok = vs_cli_long("--batch", optarg, 2, 64, &batch); break;
+      case O_ROUNDS: ok = vs_cli_long("--rounds", optarg, 1, 64, &rounds); break;
+      case O_PRECISION: precision = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -236,6 +161,16 @@ int main(int argc, char **argv) {
              model_dir[0] == '/' ? "" : "/", model_dir);
     label = model_dir;
   }
+  if (batch) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("## vspecd benchmark\n\nmodel: %s; method %s\n\n", label, method);
+    vs_batch_bench_opts bo = {.prog = "vspecd-bench", .model_dir = b.model_dir, .method = method,
+                              .batch = (int)batch, .jobs = (int)jobs, .rounds = (int)rounds,
+                              .cores = cores > 0 ? (int)cores : 1, .precision = precision};
+    status = vs_daemon_batch_bench(&bo);
+    if (vs_bench_daemon_cleanup(&b.d)) status = 1;
+    return status;
+  }
 
   /* in-process side */
   vs_bench_env env;
@@ -265,7 +200,7 @@ int main(int argc, char **argv) {
   double *daemon = calloc((size_t)images, sizeof(double));
   double *service = calloc((size_t)images, sizeof(double));
   double *paired = calloc((size_t)images, sizeof(double));
-  vs__jobres *res = calloc((size_t)(images > jobs ? images : jobs) * 3, sizeof *res);
+  vs_bench_jobres *res = calloc((size_t)(images > jobs ? images : jobs) * 3, sizeof *res);
   vs_conn conn;
   int have_conn = 0;
   if (start_daemon(&b, 1) || vs_conn_open(&conn, b.d.job_ep, NULL, err, sizeof err)) goto done;
@@ -276,8 +211,8 @@ int main(int argc, char **argv) {
          t->info.image_h, b.threads);
   /* warm-up: page in weights, let both sides allocate */
   for (int i = 0; i < 2; i++) {
-    vs__jobres r;
-    if (run_jobs(&conn, 1, 1, 1000 + (uint64_t)i, 1, method, 0, &r) < 0) goto done;
+    vs_bench_jobres r;
+    if (vs_bench_run_jobs(&conn, 1, 1, 1000 + (uint64_t)i, 1, method, 0, &r) < 0) goto done;
   }
   for (int i = 0; i < images; i++) {
     /* A: in-process, exactly as vspec-bench generate */
@@ -301,8 +236,8 @@ int main(int argc, char **argv) {
     free(png);
     inproc[i] = now_s() - t0;
     /* B: the same image through the daemon */
-    vs__jobres r;
-    if (run_jobs(&conn, 1, 1, (uint64_t)i, 1, method, 0, &r) < 0) goto done;
+    vs_bench_jobres r;
+    if (vs_bench_run_jobs(&conn, 1, 1, (uint64_t)i, 1, method, 0, &r) < 0) goto done;
     daemon[i] = r.latency;
     /* what the service adds around the worker's own generate + decode + PNG */
     service[i] = r.latency - r.generate_s - r.decode_s;
@@ -333,8 +268,8 @@ int main(int argc, char **argv) {
   int m = images < 1024 ? (int)images : 1024;
   for (int i = 0; i < m; i++)
     for (int k = 0; k < 3; k++) {
-      vs__jobres r;
-      if (run_jobs(&conn, 1, 1, (uint64_t)i, 1, method, kinds[k], &r) < 0) goto done;
+      vs_bench_jobres r;
+      if (vs_bench_run_jobs(&conn, 1, 1, (uint64_t)i, 1, method, kinds[k], &r) < 0) goto done;
       lat[k][i] = r.latency;
       frac[k] += r.generate_s > 0 ? r.preview_s / r.generate_s : 0;
       cnt[k] += r.previews;
@@ -354,7 +289,7 @@ int main(int argc, char **argv) {
   printf("| jobs in flight | images/s | median latency |\n|---|---|---|\n");
   int levels[] = {1, 2, 4, 8};
   for (int l = 0; l < 4; l++) {
-    double wall = run_jobs(&conn, (int)jobs, levels[l], 500, 1, method, 0, res);
+    double wall = vs_bench_run_jobs(&conn, (int)jobs, levels[l], 500, 1, method, 0, res);
     if (wall < 0) goto done;
     double *lv = malloc((size_t)jobs * sizeof *lv);
     for (int i = 0; i < jobs; i++) lv[i] = res[i].latency;

@@ -60,6 +60,10 @@ int vs_drafter_end(vs_drafter *d, const int32_t *accepted, int n, const float *f
 int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root, char *err,
                     size_t errlen);
 int64_t vs_drafter_forwards(const vs_drafter *d);
+/* From now on the drafter's forwards go through `gate` (cross-job batching; the job has
+ * entered it), or alone again with NULL. */
+struct vs_forward_gate;
+void vs_drafter_set_gate(vs_drafter *d, struct vs_forward_gate *gate);
 /* The drafter's output feature at an expanded tree node ([rows, dim]); feature heads only. */
 const float *vs_drafter_node_feature(const vs_drafter *d, int32_t node);
 

@@ -77,6 +77,9 @@ typedef struct vs_job {
   const float *mar_noise;
   vs_round_fn on_round;        /* optional: called after every round */
   void *user;
+  /* optional: the target's verify forwards go through this gate, batched with other jobs'
+   * on the same model (core/forward_gate.h); NULL runs them alone */
+  struct vs_forward_gate *gate;
   atomic_int *cancel;          /* optional: set nonzero (from any thread) to stop the job at
                                   the next round boundary; vs_generate then returns
                                   VSPEC_ECANCELED */

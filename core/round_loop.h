@@ -67,6 +67,7 @@ typedef struct vs_rounds {
   vs_sampler sampler;
   vspec_rng rng_target, rng_draft, rng_accept;
   vs_metrics *mt;
+  int gated;         /* entered job->gate: leave it when the job ends */
 } vs_rounds;
 
 /* Runs one job's rounds (ar or sd) into tokens[N]; mt accumulates the metrics. */

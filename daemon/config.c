@@ -26,6 +26,8 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->log_level = VSPEC_LOG_INFO;
   c->workers = 1;
   c->threads = 0;
+  c->batch = 1;
+  c->batch_wait_ms = 20;
   snprintf(c->device_kind, sizeof c->device_kind, "cpu");
   c->queue_size = 64;
   c->per_client = 16;
@@ -163,6 +165,9 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
   } else if (!strcmp(s, "workers")) {
     if (!strcmp(k, "count")) return vs__int(key, v, 1, 256, &c->workers, err, errlen);
     if (!strcmp(k, "threads")) return vs__int(key, v, 0, 1024, &c->threads, err, errlen);
+    if (!strcmp(k, "batch")) return vs__int(key, v, 1, 64, &c->batch, err, errlen);
+    if (!strcmp(k, "batch_wait_ms"))
+      return vs__int(key, v, 1, 10000, &c->batch_wait_ms, err, errlen);
   } else if (!strcmp(s, "device")) {
     if (!strcmp(k, "kind")) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
@@ -431,6 +436,18 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
       (c->device_index != 0 || c->device_memory_mb != 0)) {
     snprintf(err, errlen, "[device] kind = cpu takes no index or memory_limit_mb (they are for "
              "kind = cuda)");
+    return VSPEC_EINVAL;
+  }
+  if (c->batch > c->workers) {
+    snprintf(err, errlen, "[workers] batch = %d needs count >= %d: a batched forward holds the "
+             "jobs of different workers, one each (count = %d)", c->batch, c->batch, c->workers);
+    return VSPEC_EINVAL;
+  }
+  if (c->batch > 1 && strcmp(c->device_kind, "cpu")) {
+    /* Each worker has its own GPU stream; a batch would read other workers' caches across
+     * streams. Not supported yet rather than racy. */
+    snprintf(err, errlen, "[workers] batch = %d is supported on kind = cpu only for now; set "
+             "batch = 1 for kind = %s", c->batch, c->device_kind);
     return VSPEC_EINVAL;
   }
   if (c->n_models == 0) {

@@ -32,7 +32,10 @@ typedef struct vs_daemon_config {
   int log_level;              /* VSPEC_LOG_* */
   /* [workers] */
   int workers;                /* worker threads, each with its own device context */
-  int threads;                /* compute threads per worker; 0 = cores / workers */
+  int threads;                /* compute threads per worker; 0 = cores / workers (and of
+                                 the batch device with batch > 1; 0 = cores there) */
+  int batch;                  /* jobs per batched target forward; 1 = no cross-job batching */
+  int batch_wait_ms;          /* the longest a ready forward waits for the other jobs' */
   /* [device] */
   char device_kind[16];       /* "cpu" or "cuda" */
   int device_index;           /* which GPU (cuda:N) */

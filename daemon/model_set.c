@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "core/forward_gate.h"
 #include "core/metrics.h" /* vs_now */
 #include "core/log.h"
 #include "core/text.h"
@@ -20,6 +22,9 @@ struct vs_model_table {
   vspec_dev *load_dev;
   pthread_mutex_t load_mu; /* one load at a time: the load device is single-threaded */
   int lut_exact;           /* [defaults] preview_table = exact */
+  int batch, batch_wait_ms; /* [workers]: cross-job batching (gates in the sets) */
+  char batch_dev_spec[32];   /* the device of the sets' batches ([device]) ... */
+  vs_device_options batch_dev_opt; /* ... with every core, or [workers] threads */
   int n;
   struct {
     char name[64];
@@ -103,6 +108,22 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
   s->previews = 1;
 }
 
+/* Cross-job batching: the gate and the device its batches compute on, with every core (or
+ * [workers] threads): while a batch runs, the jobs in it wait. */
+static int vs__set_gate(vs_model_table *t, vs_model_set *s, char *err, size_t errlen) {
+  vs_device_options opt = t->batch_dev_opt;
+  char inner[VSPEC_ERRLEN];
+  int rc = vs_device_open(t->batch_dev_spec, &opt, &s->gate_dev, inner, sizeof inner);
+  if (!rc) rc = vs_forward_gate_create(t->batch, 1e-3 * t->batch_wait_ms, s->gate_dev, &s->gate,
+                                       inner, sizeof inner);
+  if (rc) {
+    if (s->gate_dev) vs_dev_destroy(s->gate_dev);
+    s->gate_dev = NULL;
+    snprintf(err, errlen, "cross-job batching: %s", inner);
+  }
+  return rc;
+}
+
 static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_model_set **out,
                         char *err, size_t errlen) {
   double t0 = vs_now();
@@ -130,6 +151,12 @@ static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_mode
   }
   pthread_mutex_unlock(&t->load_mu);
   if (rc) {
+    free(s);
+    return rc;
+  }
+  if (t->batch > 1 && !s->continuous && (rc = vs__set_gate(t, s, err, errlen))) {
+    vs_models_close(s->models);
+    vs_preview_lut_free(&s->lut);
     free(s);
     return rc;
   }
@@ -168,6 +195,13 @@ int vs_model_table_open(vs_registry *reg, const vspec_host *host, vspec_dev *loa
   t->host = host;
   t->load_dev = load_dev;
   t->lut_exact = cfg->preview_table_exact;
+  t->batch = cfg->batch;
+  t->batch_wait_ms = cfg->batch_wait_ms;
+  vs_config_device_spec(cfg, t->batch_dev_spec, sizeof t->batch_dev_spec);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  t->batch_dev_opt = (vs_device_options){
+      .threads = cfg->threads > 0 ? cfg->threads : cores > 0 ? (int)cores : 1,
+      .precision = cfg->device_precision, .memory_limit = (size_t)cfg->device_memory_mb << 20};
   t->n = cfg->n_models;
   int loaded = 0;
   for (int i = 0; i < t->n; i++) {
@@ -197,6 +231,18 @@ int vs_model_table_open(vs_registry *reg, const vspec_host *host, vspec_dev *loa
 static void vs__set_close(vs_model_set *s) {
   vs_model_table *t = s->table;
   vs_log(VSPEC_LOG_INFO, "models", "%s generation %u closed", s->name, s->generation);
+  if (s->gate) {
+    vs_forward_gate_stats gs;
+    vs_forward_gate_get_stats(s->gate, &gs);
+    vs_log(VSPEC_LOG_INFO, "models", "%s generation %u: %llu forwards (target and draft) in %llu batches "
+           "(%llu of several jobs, %llu started by the wait limit), %.1f nodes per batch, "
+           "%.2f s waited", s->name, s->generation, (unsigned long long)gs.forwards,
+           (unsigned long long)gs.batches, (unsigned long long)gs.multi,
+           (unsigned long long)gs.timeouts,
+           gs.batches ? (double)gs.rows / (double)gs.batches : 0.0, gs.wait_s);
+    vs_forward_gate_destroy(&s->gate);
+    vs_dev_destroy(s->gate_dev);
+  }
   vs_models_close(s->models);
   vs_preview_lut_free(&s->lut);
   pthread_mutex_lock(&t->mu);

@@ -33,6 +33,10 @@ typedef struct vs_model_set {
   int continuous;     /* the target's tokens are latents (VSPEC_TOKENS_CONTINUOUS, MAR) */
   int previews;       /* lut/decode previews can be rendered: a colour table, or the latent
                          decoder of a continuous-token model (which renders both kinds) */
+  /* cross-job batching ([workers] batch > 1): this generation's jobs batch their target
+   * forwards here (core/forward_gate.h); NULL when off */
+  struct vs_forward_gate *gate;
+  vspec_dev *gate_dev; /* what the gate's batches compute on */
   double load_s;
   int retired; /* replaced by a newer generation (guarded by the table's lock) */
 } vs_model_set;

@@ -346,7 +346,8 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
   }
   uv_async_init(&s->loop, &s->async, vs__on_async);
   s->async.data = s;
-  vs_workers_config wc = {.count = cfg->workers, .threads = cfg->threads, .queue = s->queue,
+  vs_workers_config wc = {.count = cfg->workers, .threads = cfg->threads, .batch = cfg->batch,
+                          .queue = s->queue,
                           .models = s->models, .reg = s->reg, .post = vs__post,
                           .post_user = s, .node = s->cfg.node, .device_options = dopt};
   snprintf(wc.device, sizeof wc.device, "%s", spec);

@@ -230,7 +230,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
                 .caption_mask = j->caption_mask, .seed = j->seed,
                 .sampling = r.set->models->defaults, .on_round = vs__on_round, .user = &r,
-                .cancel = &j->cancel};
+                .cancel = &j->cancel, .gate = r.set->gate};
   if (j->sampling_set & VS_SET_TEMPERATURE) job.sampling.temperature = j->sampling.temperature;
   if (j->sampling_set & VS_SET_TOP_K) job.sampling.top_k = j->sampling.top_k;
   if (j->sampling_set & VS_SET_TOP_P) job.sampling.top_p = j->sampling.top_p;
@@ -401,7 +401,8 @@ int vs_workers_start(const vs_workers_config *cfg, vs_workers **out, char *err, 
     vs_workers_join(p);
     return rc;
   }
-  vs_log(VSPEC_LOG_INFO, "workers", "%d worker(s), %d compute thread(s) each", p->n, threads);
+  vs_log(VSPEC_LOG_INFO, "workers", "%d worker(s), %d compute thread(s) each%s", p->n, threads,
+         cfg->batch > 1 ? ", cross-job batching on" : "");
   *out = p;
   return VSPEC_OK;
 }

@@ -21,6 +21,9 @@ typedef void (*vs_post_fn)(vs_djob *j, void *user);
 typedef struct vs_workers_config {
   int count;
   int threads; /* compute threads per worker, 0 = online cores / count (at least 1) */
+  int batch;   /* cross-job batching: jobs per batched target forward (1 = off); the gates,
+                  and the devices their batches run on, live in the model sets
+                  (daemon/model_set.h) */
   vs_job_queue *queue;
   vs_model_table *models;
   vs_registry *reg;

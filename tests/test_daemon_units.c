@@ -81,6 +81,8 @@ static void test_config(void **state) {
                           {"[device]\nkind = gpu\n", "cpu, cuda"},
                           {"[device]\nprecision = fp8\n", "default, fp32, bf16"},
                           {"[device]\nmemory_limit_mb = -1\n", "device.memory_limit_mb"},
+                          {"[workers]\nbatch = 0\n", "workers.batch"},
+                          {"[workers]\nbatch_wait_ms = 0\n", "workers.batch_wait_ms"},
                           {"not an ini line\n", "line 1"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     vs_config_defaults(&c);
@@ -136,6 +138,16 @@ static void test_config(void **state) {
   assert_int_equal(vs_config_set_arg(&c, "device.kind=cpu", err, sizeof err), 0);
   assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
   assert_non_null(strstr(err, "kind = cpu"));
+  /* cross-job batching: one job per worker in a batch, CPU only */
+  vs_config_defaults(&c);
+  assert_int_equal(vs_config_set_arg(&c, "workers.batch=4", err, sizeof err), 0);
+  assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_non_null(strstr(err, "count >= 4"));
+  assert_int_equal(vs_config_set_arg(&c, "workers.count=4", err, sizeof err), 0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "device.kind=cuda", err, sizeof err), 0);
+  assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_non_null(strstr(err, "kind = cpu only"));
   /* the shipped example configuration is valid */
   vs_config_defaults(&c);
   if (vs_config_load(&c, "etc/vspecd.conf", err, sizeof err)) fail_msg("%s", err);

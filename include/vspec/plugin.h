@@ -1,5 +1,5 @@
 /*
- * vspec/plugin.h - the vspec plugin ABI, version 1.1.
+ * vspec/plugin.h - the vspec plugin ABI, version 1.2.
  *
  * A plugin is a shared object that exports one symbol, `vspec_plugin_entry`, returning a
  * pointer to a const vspec_plugin_desc. The descriptor names the plugin and points at a
@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 1
+#define VSPEC_ABI_MINOR 2
 #endif
 
 #define VSPEC_STR_(x) #x
@@ -300,6 +300,21 @@ typedef struct vspec_backend_vtable {
   /* Decodes a grid of continuous tokens [grid_h*grid_w, token_dim] to 8-bit RGB. */
   int (*decode_latents)(vspec_model *model, vspec_dev *dev, const float *latents, uint8_t *rgb,
                         char *err, size_t errlen);
+
+  /* ---- ABI 1.2: cross-job batching ------------------------------------------------------
+   * forward() for `count` sessions of this model at once: session i runs batch[i] into
+   * out[i] exactly as forward() would, but the weights are read once for the rows of all of
+   * them (a busy server verifies the trees of several jobs per weight pass). The work runs on
+   * `dev`, a device of the sessions' memory space that nothing else uses during the call
+   * (the sessions' own devices may be busy elsewhere, drafting). Results equal separate
+   * forwards up to float rounding (the products run with more rows). The caller guarantees
+   * that no session is in use by another thread during the call. On failure no session has
+   * changed; a backend may refuse sessions it cannot batch (VSPEC_EINVAL, e.g. GPU sessions
+   * of different streams), and the caller then runs them one by one. NULL or absent
+   * (struct_size): no batching. */
+  int (*forward_multi)(vspec_dev *dev, vspec_session *const *sessions,
+                       const vspec_forward_batch *const *batch, vspec_forward_out *const *out,
+                       int32_t count, char *err, size_t errlen);
 } vspec_backend_vtable;
 
 /* ---- acceptance-rule plugins ---------------------------------------------------------- */

@@ -199,6 +199,7 @@ static const vspec_backend_vtable lg_vtable = {
     .commit = lg_commit,
     .committed = lg_committed,
     .decode = lg_decode,
+    .forward_multi = lg_forward_multi,
 };
 
 static const vspec_plugin_desc lg_desc = {

@@ -80,6 +80,14 @@ struct vspec_model {
   char arch[32];
 };
 
+/* The work buffers of one forward, row-major by (session, row, node): a session's own,
+ * sized for its max_nodes, or the growable batch workspace of lg_forward_multi. */
+typedef struct lg_work {
+  float *x, *h, *qkv, *att, *ff1, *ff3, *logits;
+  int32_t *pos;    /* host */
+  size_t rows;     /* capacity in rows */
+} lg_work;
+
 struct vspec_session {
   vspec_model *m;
   const vspec_host *host;
@@ -92,10 +100,11 @@ struct vspec_session {
   float *cond_embed;   /* device [rows, n_cond, dim]: condition embeddings */
   uint8_t *cond_valid; /* host [n_cond]: t2i caption validity (1 for c2i) */
   vs_kv_tree kv;       /* committed + pending nodes (plugins/backend/kv_tree.h) */
-  /* per-forward work buffers, [rows * max_nodes, ...], row-major by (row, node) */
-  float *x, *h, *qkv, *att, *ff1, *ff3, *logits;
+  /* per-forward work buffers, [rows * max_nodes, ...] (h: at least caption_len rows) */
+  lg_work w;
   uint8_t *mask;       /* host [max_nodes, kv.slots] */
-  int32_t *pos;        /* host [rows * max_nodes] */
+  /* lg_forward_multi's workspace when this session led a batch (grown on demand) */
+  lg_work multi;
 };
 
 /* gpt.c */
@@ -107,6 +116,8 @@ void lg_session_close(vspec_session *s);
 int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen);
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen);
+int lg_forward_multi(vspec_dev *dev, vspec_session *const *s, const vspec_forward_batch *const *b,
+                     vspec_forward_out *const *out, int32_t count, char *err, size_t errlen);
 int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen);
 
 /* vq_decoder.c */

@@ -1,0 +1,486 @@
+/*
+ * Cross-job batching: the llamagen backend's forward_multi against separate forwards
+ * (several sessions, CFG and not, trees and chains, a failing member), the gate's scheduling
+ * with a counting fake backend (answers, batch limit, wait limit, a leaving job wakes the
+ * waiters), and jobs generated concurrently through a gate against the same jobs alone.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/forward_gate.h"
+#include "core/host.h"
+#include "core/metrics.h"
+#include "kernels/vs_kernels.h"
+
+static vspec_host host;
+static vs_registry *reg;
+
+/* ---- forward_multi against forward ----------------------------------------------------- */
+
+enum { NS = 3, MAXN = 16 };
+
+typedef struct multi_fixture {
+  vspec_dev *dev, *batch_dev; /* the sessions', and the one batches run on (2 threads) */
+  vs_models *models;
+  const vs_backend_model *t;
+  vspec_session *a[NS], *b[NS]; /* batched, and the reference run one by one */
+  int rows[NS];
+  int V, d;
+} multi_fixture;
+
+static void open_fixture(multi_fixture *f, const char *dir) {
+  char err[VSPEC_ERRLEN];
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &f->dev, err, sizeof err), 0);
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 2, &f->batch_dev, err, sizeof err), 0);
+  if (vs_models_open(reg, &host, f->dev, dir, VS_ROLE_TARGET, &f->models, err, sizeof err))
+    fail_msg("%s", err);
+  f->t = &f->models->target;
+  assert_true(VSPEC_HAS_FIELD(f->t->vt, vspec_backend_vtable, forward_multi));
+  assert_non_null(f->t->vt->forward_multi);
+  f->V = f->t->info.vocab;
+  f->d = f->t->info.feature_dim;
+  static const int rows[NS] = {2, 1, 2};
+  float *logits = malloc((size_t)2 * f->V * sizeof(float));
+  for (int i = 0; i < NS; i++) {
+    f->rows[i] = rows[i];
+    vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = i + 1,
+                                .rows = rows[i], .max_nodes = MAXN};
+    for (int k = 0; k < 2; k++) {
+      vspec_session **s = k ? &f->b[i] : &f->a[i];
+      if (f->t->vt->session_open(f->t->model, f->dev, &cfg, s, err, sizeof err))
+        fail_msg("%s", err);
+      vspec_forward_out o = {.struct_size = sizeof o, .logits = logits};
+      if (f->t->vt->prefill(*s, &o, err, sizeof err)) fail_msg("%s", err);
+    }
+  }
+  free(logits);
+}
+
+static void close_fixture(multi_fixture *f) {
+  for (int i = 0; i < NS; i++) {
+    f->t->vt->session_close(f->a[i]);
+    f->t->vt->session_close(f->b[i]);
+  }
+  vs_models_close(f->models);
+  vs_dev_destroy(f->dev);
+  vs_dev_destroy(f->batch_dev);
+}
+
+static void expect_near(const char *what, int s, const float *got, const float *want, size_t n) {
+  double maxref = 0, maxdiff = 0;
+  for (size_t i = 0; i < n; i++) {
+    maxref = fmax(maxref, fabs(want[i]));
+    double d = fabs((double)got[i] - want[i]);
+    if (!(d <= maxdiff)) maxdiff = d;
+  }
+  /* float rounding of products with more rows only */
+  if (!(maxdiff <= 1e-5 * maxref))
+    fail_msg("session %d %s: batched differs from alone by %.3g (max |ref| %.3g)", s, what,
+             maxdiff, maxref);
+}
+
+/* One round: session members[j] runs batch[j]; batched through forward_multi on f->a, one
+ * by one on f->b; logits and features must agree. */
+static void round_trip(multi_fixture *f, const int *members, int count,
+                       const vspec_forward_batch *batch) {
+  vspec_session *ss[NS];
+  const vspec_forward_batch *bs[NS];
+  vspec_forward_out outs[NS], *os[NS];
+  float *want_l[NS], *want_f[NS];
+  char err[VSPEC_ERRLEN];
+  for (int j = 0; j < count; j++) {
+    int i = members[j];
+    size_t rows = (size_t)batch[j].n_nodes * f->rows[i];
+    outs[j] = (vspec_forward_out){.struct_size = sizeof outs[j],
+                                  .logits = malloc(rows * f->V * sizeof(float)),
+                                  .features = malloc(rows * f->d * sizeof(float))};
+    want_l[j] = malloc(rows * f->V * sizeof(float));
+    want_f[j] = malloc(rows * f->d * sizeof(float));
+    vspec_forward_out o = {.struct_size = sizeof o, .logits = want_l[j], .features = want_f[j]};
+    if (f->t->vt->forward(f->b[i], &batch[j], &o, err, sizeof err)) fail_msg("%s", err);
+    ss[j] = f->a[i];
+    bs[j] = &batch[j];
+    os[j] = &outs[j];
+  }
+  if (f->t->vt->forward_multi(f->batch_dev, ss, bs, os, count, err, sizeof err))
+    fail_msg("%s", err);
+  for (int j = 0; j < count; j++) {
+    size_t rows = (size_t)batch[j].n_nodes * f->rows[members[j]];
+    expect_near("logits", members[j], outs[j].logits, want_l[j], rows * f->V);
+    expect_near("features", members[j], outs[j].features, want_f[j], rows * f->d);
+    free(outs[j].logits);
+    free(outs[j].features);
+    free(want_l[j]);
+    free(want_f[j]);
+  }
+}
+
+static void commit_both(multi_fixture *f, int i, const int32_t *path, int n) {
+  char err[VSPEC_ERRLEN];
+  if (f->t->vt->commit(f->a[i], path, n, err, sizeof err)) fail_msg("%s", err);
+  if (f->t->vt->commit(f->b[i], path, n, err, sizeof err)) fail_msg("%s", err);
+}
+
+static void check_forward_multi(const char *dir) {
+  multi_fixture f;
+  open_fixture(&f, dir);
+  char err[VSPEC_ERRLEN];
+  /* round 1: a chain, a branching tree, a single node */
+  int32_t t0[] = {5, 9, 2}, p0[] = {-1, 0, 1};
+  int32_t t1[] = {7, 3, 11, 4, 8}, p1[] = {-1, 0, 0, 1, 2};
+  int32_t t2[] = {6}, p2[] = {-1};
+  vspec_forward_batch r1[NS] = {
+      {.struct_size = sizeof r1[0], .n_nodes = 3, .tokens = t0, .parents = p0},
+      {.struct_size = sizeof r1[0], .n_nodes = 5, .tokens = t1, .parents = p1},
+      {.struct_size = sizeof r1[0], .n_nodes = 1, .tokens = t2, .parents = p2}};
+  int all[NS] = {0, 1, 2};
+  round_trip(&f, all, NS, r1);
+  int32_t c0[] = {0, 1}, c1[] = {0, 2, 4}, c2[] = {0};
+  commit_both(&f, 0, c0, 2);
+  commit_both(&f, 1, c1, 3);
+  commit_both(&f, 2, c2, 1);
+  /* round 2: another order, a member left out, a tree grown by appending to a pending one */
+  int32_t t3[] = {1, 2, 3, 4}, p3[] = {-1, 0, 0, 0};
+  int32_t t4[] = {12, 13}, p4[] = {-1, 0};
+  vspec_forward_batch r2[2] = {
+      {.struct_size = sizeof r2[0], .n_nodes = 4, .tokens = t3, .parents = p3},
+      {.struct_size = sizeof r2[0], .n_nodes = 2, .tokens = t4, .parents = p4}};
+  int some[2] = {2, 0};
+  round_trip(&f, some, 2, r2);
+  int32_t t5[] = {14, 15}, p5[] = {1, 4};
+  vspec_forward_batch r3[2] = {
+      {.struct_size = sizeof r3[0], .n_nodes = 2, .tokens = t5, .parents = p5, .append = 1},
+      {.struct_size = sizeof r3[0], .n_nodes = 1, .tokens = t2, .parents = p2}};
+  int grow[2] = {2, 1};
+  round_trip(&f, grow, 2, r3);
+  int32_t c3[] = {0, 1, 4};
+  commit_both(&f, 2, c3, 3);
+
+  /* A member with a bad batch (a token outside the vocabulary): the call fails naming it,
+   * and no session changed: session 0 keeps the node it had pending, and growing and
+   * committing from there matches the reference. */
+  int32_t t6[] = {3}, p6[] = {-1}, t7[] = {9}, p7[] = {0}, bad_tok[] = {f.V + 3};
+  vspec_forward_batch one = {.struct_size = sizeof one, .n_nodes = 1, .tokens = t6,
+                             .parents = p6};
+  int first[1] = {0};
+  round_trip(&f, first, 1, &one);
+  vspec_forward_batch bad[2] = {
+      {.struct_size = sizeof bad[0], .n_nodes = 3, .tokens = t0, .parents = p0, .append = 1},
+      {.struct_size = sizeof bad[0], .n_nodes = 1, .tokens = bad_tok, .parents = p6}};
+  vspec_session *ss[2] = {f.a[0], f.a[1]};
+  const vspec_forward_batch *bs[2] = {&bad[0], &bad[1]};
+  float *scratch = malloc((size_t)6 * f.V * sizeof(float));
+  vspec_forward_out o = {.struct_size = sizeof o, .logits = scratch};
+  vspec_forward_out *os[2] = {&o, &o};
+  assert_int_not_equal(f.t->vt->forward_multi(f.batch_dev, ss, bs, os, 2, err, sizeof err), 0);
+  assert_non_null(strstr(err, "session 1"));
+  /* the same session twice is refused */
+  ss[1] = f.a[0];
+  bs[1] = &bad[0];
+  assert_int_equal(f.t->vt->forward_multi(f.batch_dev, ss, bs, os, 2, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "twice"));
+  free(scratch);
+  vspec_forward_batch grow1[2] = {
+      {.struct_size = sizeof grow1[0], .n_nodes = 1, .tokens = t7, .parents = p7, .append = 1},
+      r1[2]};
+  int pair[2] = {0, 1};
+  round_trip(&f, pair, 2, grow1);
+  int32_t c4[] = {0, 1};
+  commit_both(&f, 0, c4, 2);
+  commit_both(&f, 1, c2, 1);
+  round_trip(&f, all, NS, r1);
+  close_fixture(&f);
+}
+
+static void test_forward_multi_micro(void **state) {
+  (void)state;
+  check_forward_multi("tests/golden/micro_c2i");
+}
+
+/* The shipped model: its width takes the linear layers onto other kernels' paths. */
+static void test_forward_multi_fmnist(void **state) {
+  (void)state;
+  check_forward_multi("models/fmnist");
+}
+
+/* ---- the gate's scheduling, with a fake backend ---------------------------------------- */
+
+/* A fake backend's session: its answer to token x is 1000 * id + x + 0.5 * (forwards so far),
+ * so a request answered with another session's state shows. */
+struct vspec_session {
+  int id, forwards;
+};
+
+static vspec_dev *fake_dev; /* the gates' batch device */
+static atomic_int fake_multi_calls, fake_max_count, fake_sessions_in_multi;
+static atomic_int fake_concurrent; /* batches running at once: must stay <= 1 */
+
+static int fake_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
+                        char *err, size_t errlen) {
+  for (int i = 0; i < b->n_nodes; i++)
+    out->logits[i] = 1000.0f * s->id + (float)b->tokens[i] + 0.5f * (float)s->forwards;
+  s->forwards++;
+  return VSPEC_OK;
+}
+
+static int fake_forward_multi(vspec_dev *dev, vspec_session *const *s, const vspec_forward_batch *const *b,
+                              vspec_forward_out *const *out, int32_t count, char *err,
+                              size_t errlen) {
+  assert_ptr_equal(dev, fake_dev);
+  if (atomic_fetch_add(&fake_concurrent, 1) != 0) {
+    snprintf(err, errlen, "two batches at once");
+    atomic_fetch_sub(&fake_concurrent, 1);
+    return VSPEC_EINVAL;
+  }
+  atomic_fetch_add(&fake_multi_calls, 1);
+  atomic_fetch_add(&fake_sessions_in_multi, count);
+  int m = atomic_load(&fake_max_count);
+  while (count > m && !atomic_compare_exchange_weak(&fake_max_count, &m, count)) {
+  }
+  usleep(500); /* the compute */
+  for (int i = 0; i < count; i++) fake_forward(s[i], b[i], out[i], err, errlen);
+  atomic_fetch_sub(&fake_concurrent, 1);
+  return VSPEC_OK;
+}
+
+static const vspec_backend_vtable fake_vt = {.struct_size = sizeof fake_vt,
+                                             .forward = fake_forward,
+                                             .forward_multi = fake_forward_multi};
+static vspec_model *const fake_model = (vspec_model *)&fake_vt; /* any distinct pointer */
+
+typedef struct fake_job {
+  vs_forward_gate *g;
+  vs_backend_model t;
+  vspec_session s;
+  int forwards;
+  useconds_t think_us; /* between forwards (drafting) */
+  useconds_t hold_us;  /* entered, sends nothing for this long, then leaves */
+  int wrong;           /* answers that were not this session's */
+  double elapsed;
+} fake_job;
+
+static void *fake_job_main(void *arg) {
+  fake_job *j = arg;
+  double t0 = vs_now();
+  vs_forward_gate_enter(j->g);
+  if (j->hold_us) usleep(j->hold_us);
+  for (int k = 0; k < j->forwards; k++) {
+    int32_t tok = k % 7, parent = -1;
+    float logit = -1;
+    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tok,
+                             .parents = &parent};
+    vspec_forward_out o = {.struct_size = sizeof o, .logits = &logit};
+    char err[VSPEC_ERRLEN];
+    int want_fw = j->s.forwards;
+    if (vs_forward_gate_forward(j->g, &j->t, &j->s, &b, &o, err, sizeof err)) {
+      j->wrong++;
+      continue;
+    }
+    j->wrong += logit != 1000.0f * j->s.id + (float)tok + 0.5f * (float)want_fw;
+    if (j->think_us) usleep(j->think_us + (useconds_t)(k * 37 % 50));
+  }
+  vs_forward_gate_leave(j->g);
+  j->elapsed = vs_now() - t0;
+  return NULL;
+}
+
+static void run_fake_jobs(fake_job *jobs, int n) {
+  pthread_t th[8];
+  for (int i = 0; i < n; i++) {
+    jobs[i].t = (vs_backend_model){.vt = &fake_vt, .model = fake_model};
+    jobs[i].s.id = i + 1;
+    assert_int_equal(pthread_create(&th[i], NULL, fake_job_main, &jobs[i]), 0);
+  }
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+static void reset_fake(void) {
+  atomic_store(&fake_multi_calls, 0);
+  atomic_store(&fake_max_count, 0);
+  atomic_store(&fake_sessions_in_multi, 0);
+}
+
+/* Jobs in step batch together, never more than max_batch (7 jobs, batches of 3: four wait
+ * while one runs), every answer is the asker's. */
+static void test_gate_batches_in_step(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vs_forward_gate *g;
+  assert_int_equal(vs_forward_gate_create(3, 0.5, fake_dev, &g, err, sizeof err), 0);
+  reset_fake();
+  fake_job jobs[7];
+  memset(jobs, 0, sizeof jobs);
+  for (int i = 0; i < 7; i++) jobs[i] = (fake_job){.g = g, .forwards = 40, .think_us = 200};
+  run_fake_jobs(jobs, 7);
+  vs_forward_gate_stats st;
+  vs_forward_gate_get_stats(g, &st);
+  for (int i = 0; i < 7; i++) {
+    assert_int_equal(jobs[i].wrong, 0);
+    assert_int_equal(jobs[i].s.forwards, 40);
+  }
+  assert_int_equal((int)st.forwards, 280);
+  assert_true(atomic_load(&fake_max_count) <= 3);
+  /* in step, almost every forward shares its batch: fewer than half as many batches */
+  if (!(st.batches * 2 < st.forwards))
+    fail_msg("%llu forwards in %llu batches: no batching", (unsigned long long)st.forwards,
+             (unsigned long long)st.batches);
+  assert_int_equal(atomic_load(&fake_sessions_in_multi) + (int)(st.batches - st.multi), 280);
+  vs_forward_gate_destroy(&g);
+  assert_null(g);
+}
+
+/* An idle job (entered, sends nothing for hold_us, leaves) beside one that sends `forwards`
+ * forwards through a gate with the given wait limit; returns the sender's time. */
+static double idle_beside_sender(double max_wait_s, useconds_t hold_us, int forwards,
+                                 vs_forward_gate_stats *st) {
+  char err[VSPEC_ERRLEN];
+  vs_forward_gate *g;
+  assert_int_equal(vs_forward_gate_create(4, max_wait_s, fake_dev, &g, err, sizeof err), 0);
+  fake_job jobs[2];
+  memset(jobs, 0, sizeof jobs);
+  jobs[0] = (fake_job){.g = g, .forwards = 0, .hold_us = hold_us};
+  jobs[1] = (fake_job){.g = g, .forwards = forwards};
+  run_fake_jobs(jobs, 2);
+  vs_forward_gate_get_stats(g, st);
+  assert_int_equal(jobs[1].wrong, 0);
+  vs_forward_gate_destroy(&g);
+  return jobs[1].elapsed;
+}
+
+/* A job that entered but sends nothing holds the others up for max_wait_s per forward,
+ * not for as long as it idles. */
+static void test_gate_wait_limit(void **state) {
+  (void)state;
+  vs_forward_gate_stats st;
+  double t = idle_beside_sender(0.03, 1500000, 4, &st);
+  assert_true(st.timeouts >= 3);
+  if (!(t < 1.0)) fail_msg("4 forwards with a 30 ms wait limit took %.2f s", t);
+}
+
+/* A job leaving the gate releases a forward waiting for it at once (the wait limit is long). */
+static void test_gate_leave_wakes(void **state) {
+  (void)state;
+  vs_forward_gate_stats st;
+  double t = idle_beside_sender(8.0, 200000, 1, &st);
+  if (!(t < 4.0)) fail_msg("the waiter took %.2f s after the leave", t);
+}
+
+static void test_gate_bad_config(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vs_forward_gate *g = (vs_forward_gate *)&g;
+  assert_int_equal(vs_forward_gate_create(0, 0.01, fake_dev, &g, err, sizeof err), VSPEC_ERANGE);
+  assert_null(g);
+  assert_non_null(strstr(err, "batch = 0"));
+  assert_int_equal(vs_forward_gate_create(2, 0, fake_dev, &g, err, sizeof err), VSPEC_ERANGE);
+  assert_int_equal(vs_forward_gate_create(2, 0.01, NULL, &g, err, sizeof err), VSPEC_EINVAL);
+  vs_forward_gate_destroy(&g); /* NULL is fine */
+}
+
+/* ---- whole jobs through a gate ---------------------------------------------------------- */
+
+typedef struct real_job {
+  vs_models *models;
+  vs_forward_gate *gate;
+  const char *method;
+  uint64_t seed;
+  int32_t tokens[1024];
+  int rc;
+  char err[VSPEC_ERRLEN];
+} real_job;
+
+static void *real_job_main(void *arg) {
+  real_job *j = arg;
+  vspec_dev *dev;
+  if ((j->rc = vs_dev_create(vs_cpu_ops(), 1, &dev, j->err, sizeof j->err))) return NULL;
+  vs_job job = {.method = j->method, .class_label = (int)(j->seed % 10), .seed = j->seed,
+                .sampling = j->models->defaults, .gate = j->gate};
+  vs_metrics mt;
+  j->rc = vs_generate(j->models, dev, &job, j->tokens, &mt, j->err, sizeof j->err);
+  vs_dev_destroy(dev);
+  return NULL;
+}
+
+/* Three jobs at once through a gate give the images they give alone (token maps agree: the
+ * batched logits differ from the lone ones by float rounding only, which moves a sample only
+ * where it falls on a boundary; at most 2 % of tokens may differ), and they did batch. */
+static void test_gate_jobs_match_alone(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vspec_dev *dev, *gate_dev;
+  vs_models *models;
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 2, &gate_dev, err, sizeof err), 0);
+  if (vs_models_open(reg, &host, dev, "models/fmnist", VS_ROLE_ALL, &models, err, sizeof err))
+    fail_msg("%s", err);
+  int N = models->target.info.grid_h * models->target.info.grid_w;
+  assert_true(N <= 1024);
+  const char *methods[] = {"ar", "sd:exact@standard:shape=chain,depth=3"};
+  for (size_t m = 0; m < sizeof methods / sizeof *methods; m++) {
+    vs_forward_gate *g;
+    assert_int_equal(vs_forward_gate_create(3, 0.2, gate_dev, &g, err, sizeof err), 0);
+    real_job batched[3], alone[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+      alone[i] = (real_job){.models = models, .method = methods[m], .seed = 11 + (uint64_t)i};
+      batched[i] = alone[i];
+      batched[i].gate = g;
+      real_job_main(&alone[i]);
+      if (alone[i].rc) fail_msg("%s", alone[i].err);
+    }
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, real_job_main, &batched[i]);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    vs_forward_gate_stats st;
+    vs_forward_gate_get_stats(g, &st);
+    for (int i = 0; i < 3; i++) {
+      if (batched[i].rc) fail_msg("%s: %s", methods[m], batched[i].err);
+      int diff = 0;
+      for (int k = 0; k < N; k++) diff += batched[i].tokens[k] != alone[i].tokens[k];
+      if (diff * 50 > N) fail_msg("%s job %d: %d of %d tokens differ", methods[m], i, diff, N);
+    }
+    if (!(st.multi * 2 > st.batches))
+      fail_msg("%s: %llu of %llu batches held several jobs", methods[m],
+               (unsigned long long)st.multi, (unsigned long long)st.batches);
+    vs_forward_gate_destroy(&g);
+  }
+  vs_models_close(models);
+  vs_dev_destroy(dev);
+  vs_dev_destroy(gate_dev);
+}
+
+int main(void) {
+  char err[VSPEC_ERRLEN], dir[1024];
+  const char *b = getenv("VSPEC_BUILD");
+  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
+  vs_host_init(&host, vs_cpu_ops());
+  if (vs_registry_open(dir, &host, &reg, err, sizeof err) ||
+      vs_dev_create(vs_cpu_ops(), 1, &fake_dev, err, sizeof err)) {
+    fprintf(stderr, "setup: %s\n", err);
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_forward_multi_micro),
+      cmocka_unit_test(test_forward_multi_fmnist),
+      cmocka_unit_test(test_gate_batches_in_step),
+      cmocka_unit_test(test_gate_wait_limit),
+      cmocka_unit_test(test_gate_leave_wakes),
+      cmocka_unit_test(test_gate_bad_config),
+      cmocka_unit_test(test_gate_jobs_match_alone),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  vs_dev_destroy(fake_dev);
+  vs_registry_close(reg);
+  return rc;
+}
