@@ -1,12 +1,13 @@
 /*
- * vspecd-bench --batch B: throughput of cross-job batching against the daemon without it.
+ * vspecd-bench --batch B [--lanes L]: throughput of cross-job batching against the daemon without it.
  *
  * Three daemons run side by side (idle ones cost nothing: their workers wait on the queue):
  *   one job   1 worker with every core, one job in flight: the time of one image;
- *   workers   a worker per core, one thread each, B jobs in flight: throughput without
- *             batching (jobs share the cores, each reads all weights for itself);
- *   batched   B workers with every core and [workers] batch = B, B jobs in flight: the
- *             jobs' target forwards run as one (core/forward_gate.h).
+ *   workers   a worker per core, one thread each, B x L jobs in flight: throughput
+ *             without batching (jobs share the cores, each reads all weights for itself);
+ *   batched   B x L workers and [workers] batch = B, batch_lanes = L, B x L jobs in flight:
+ *             the jobs' target and draft forwards run as batches of up to B, L at a time,
+ *             each lane on cores / L threads (core/forward_gate.h).
  * Each round measures every configuration once, in an order that rotates from round to round,
  * so drift on a shared machine falls on all three; ratios are taken within a round and their
  * median reported. The batched daemon's own count of batches is printed from its log.
@@ -25,7 +26,7 @@ enum { VS_CFG_ONE, VS_CFG_WORKERS, VS_CFG_BATCHED, VS_NCFG };
 
 typedef struct vs__cfg {
   const char *name;
-  int workers, threads, batch, inflight;
+  int workers, threads, batch, lanes, inflight;
   vs_bench_daemon d;
   vs_conn conn;
   int up;
@@ -33,15 +34,16 @@ typedef struct vs__cfg {
 } vs__cfg;
 
 static int vs__start(vs__cfg *c, const vs_batch_bench_opts *o) {
-  char model[1200], w[16], t[16], b[48], prec[64];
+  char model[1200], w[16], t[16], b[48], prec[64], lanes[48];
   snprintf(model, sizeof model, "bench=%s", o->model_dir);
   snprintf(w, sizeof w, "%d", c->workers);
   snprintf(t, sizeof t, "%d", c->threads);
   snprintf(b, sizeof b, "workers.batch=%d", c->batch);
   snprintf(prec, sizeof prec, "device.precision=%s", o->precision ? o->precision : "default");
+  snprintf(lanes, sizeof lanes, "workers.batch_lanes=%d", c->lanes);
   const char *args[] = {"--model", model, "--set", "models.fmnist=", "--default-model", "bench",
                         "--workers", w, "--threads", t, "--set", b, "--set", prec,
-                        "--log-level", "info", NULL};
+                        "--set", lanes, "--log-level", "info", NULL};
   char err[512];
   if (vs_bench_daemon_init(&c->d, o->prog) || vs_bench_daemon_start(&c->d, args, NULL))
     return -1;
@@ -89,12 +91,15 @@ static void vs__print_gate_line(const vs_bench_daemon *d) {
 
 int vs_daemon_batch_bench(const vs_batch_bench_opts *o) {
   int rounds = o->rounds < 1 ? 1 : o->rounds > 64 ? 64 : o->rounds;
+  int lanes = o->lanes > 0 ? o->lanes : 1;
   vs__cfg cfg[VS_NCFG] = {
-      {.name = "one job", .workers = 1, .threads = o->cores, .batch = 1, .inflight = 1},
-      {.name = "workers", .workers = o->cores, .threads = 1, .batch = 1, .inflight = o->batch},
+      {.name = "one job", .workers = 1, .threads = o->cores, .batch = 1, .lanes = 1,
+       .inflight = 1},
+      {.name = "workers", .workers = o->cores, .threads = 1, .batch = 1, .lanes = 1,
+       .inflight = o->batch * lanes},
       /* workers: cores / count threads (at least 1); batches: a device with every core */
-      {.name = "batched", .workers = o->batch, .threads = 0, .batch = o->batch,
-       .inflight = o->batch}};
+      {.name = "batched", .workers = o->batch * lanes, .threads = 0, .batch = o->batch,
+       .lanes = lanes, .inflight = o->batch * lanes}};
   vs_bench_jobres *res = calloc((size_t)o->jobs, sizeof *res);
   int status = 1;
   for (int k = 0; k < VS_NCFG; k++) {
@@ -105,7 +110,7 @@ int vs_daemon_batch_bench(const vs_batch_bench_opts *o) {
       goto done;
   }
   printf("### 4. cross-job batching (%d jobs in flight, %d core(s), %s precision, %d jobs per "
-         "measurement, %d rounds, interleaved)\n\n", o->batch, o->cores,
+         "measurement, %d rounds, interleaved)\n\n", o->batch * lanes, o->cores,
          o->precision ? o->precision : "default", o->jobs, rounds);
   for (int r = 0; r < rounds; r++)
     for (int j = 0; j < VS_NCFG; j++) {
@@ -119,10 +124,12 @@ int vs_daemon_batch_bench(const vs_batch_bench_opts *o) {
          "|---|---|---|---|\n");
   for (int k = 0; k < VS_NCFG; k++) {
     int threads = cfg[k].threads ? cfg[k].threads : o->cores / cfg[k].workers;
+    char how[160] = "";
+    if (k == VS_CFG_BATCHED)
+      snprintf(how, sizeof how, ", batches of up to %d on %d lane(s) of %d thread(s)", o->batch,
+               lanes, o->cores / lanes > 0 ? o->cores / lanes : 1);
     printf("| %s | %d x %d%s | %d | %.2f |\n", cfg[k].name, cfg[k].workers,
-           threads > 0 ? threads : 1,
-           k == VS_CFG_BATCHED ? ", batches on a device of every core ([workers] batch)" : "",
-           cfg[k].inflight, vs__median(cfg[k].ips, rounds));
+           threads > 0 ? threads : 1, how, cfg[k].inflight, vs__median(cfg[k].ips, rounds));
   }
   printf("\n| ratio of images/s | median over rounds | range |\n|---|---|---|\n");
   vs__ratio(&cfg[VS_CFG_BATCHED], &cfg[VS_CFG_ONE], rounds);

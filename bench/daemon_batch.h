@@ -14,6 +14,7 @@ typedef struct vs_batch_bench_opts {
   int rounds; /* measurements per configuration */
   int cores;
   const char *precision; /* [device] precision of all three daemons, NULL = default */
+  int lanes;             /* [workers] batch_lanes of the batched daemon */
 } vs_batch_bench_opts;
 
 /* Prints a markdown section; returns 0, or 1 on failure (message on stderr). */

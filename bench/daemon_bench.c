@@ -82,6 +82,8 @@ static void usage(FILE *f) {
           "                     (three daemons, interleaved rounds)\n"
           "  --rounds R         rounds of --batch (default 5)\n"
           "  --precision P      with --batch: the daemons' [device] precision (fp32, bf16)\n"
+          "  --lanes L          with --batch: [workers] batch_lanes (batches at once, default\n"
+          "                     1); B x L jobs in flight\n"
           "  --no-progress      submit jobs without progress events\n");
 }
 
@@ -92,10 +94,11 @@ int main(int argc, char **argv) {
   long images = 20, workers = sysconf(_SC_NPROCESSORS_ONLN), jobs = 16, threads = 1;
   long batch = 0, rounds = 5;
   const char *precision = NULL;
+  long lanes = 1;
   const char *model_dir = NULL, *method = "ar", *synthetic = NULL;
   enum {
     O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS, O_NOPROG, O_BATCH,
-    O_ROUNDS, O_PRECISION
+    O_ROUNDS, O_PRECISION, O_LANES
   };
   static const struct option opts[] = {
       {"model-dir", required_argument, 0, O_MODEL}, {"synthetic", required_argument, 0, O_SYN},
@@ -103,7 +106,7 @@ int main(int argc, char **argv) {
       {"threads", required_argument, 0, O_THREADS}, {"workers", required_argument, 0, O_WORKERS},
       {"jobs", required_argument, 0, O_JOBS},       {"no-progress", no_argument, 0, O_NOPROG},
       {"batch", required_argument, 0, O_BATCH},     {"rounds", required_argument, 0, O_ROUNDS},
-      {"precision", required_argument, 0, O_PRECISION},
+      {"precision", required_argument, 0, O_PRECISION}, {"lanes", required_argument, 0, O_LANES},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
@@ -121,6 +124,7 @@ int main(int argc, char **argv) {
       case O_BATCH: ok = vs_cli_long("--batch", optarg, 2, 64, &batch); break;
       case O_ROUNDS: ok = vs_cli_long("--rounds", optarg, 1, 64, &rounds); break;
       case O_PRECISION: precision = optarg; break;
+      case O_LANES: ok = vs_cli_long("--lanes", optarg, 1, 16, &lanes); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -166,7 +170,8 @@ int main(int argc, char **argv) {
     printf("## vspecd benchmark\n\nmodel: %s; method %s\n\n", label, method);
     vs_batch_bench_opts bo = {.prog = "vspecd-bench", .model_dir = b.model_dir, .method = method,
                               .batch = (int)batch, .jobs = (int)jobs, .rounds = (int)rounds,
-                              .cores = cores > 0 ? (int)cores : 1, .precision = precision};
+                              .cores = cores > 0 ? (int)cores : 1, .precision = precision,
+                              .lanes = (int)lanes};
     status = vs_daemon_batch_bench(&bo);
     if (vs_bench_daemon_cleanup(&b.d)) status = 1;
     return status;

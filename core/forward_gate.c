@@ -2,8 +2,8 @@
  * core/forward_gate.c - cross-job batching of target forwards (see forward_gate.h).
  *
  * Requests live on their callers' stacks and queue in arrival order. Whoever finds the queue
- * ready to go (and no batch running) leads: it takes up to max_batch requests, runs them
- * unlocked, marks them done and wakes everyone. A waiting thread is never left behind: each
+ * ready to go and a lane free leads: it takes up to max_batch requests, runs them unlocked on
+ * that lane's device, marks them done and wakes everyone. A waiting thread is never left behind: each
  * one rechecks the readiness rule whenever it wakes, on every batch's end, on every
  * enter/leave, and at its own deadline.
  */
@@ -16,7 +16,7 @@
 #include <time.h>
 
 
-enum { VS_GATE_MAX_BATCH = 64 };
+enum { VS_GATE_MAX_BATCH = 64, VS_GATE_MAX_LANES = 16 };
 
 typedef struct vs__gate_req {
   const vs_backend_model *t;
@@ -34,21 +34,28 @@ struct vs_forward_gate {
   pthread_cond_t cv;
   int max_batch;
   double max_wait_s;
-  vspec_dev *dev;
+  vspec_dev *lane_dev[VS_GATE_MAX_LANES]; /* one batch at a time on each */
+  int lane_busy[VS_GATE_MAX_LANES];
+  int lanes, lanes_busy;
   int active;    /* jobs that entered and have not left */
   int n_queued;
-  int running;   /* forwards in the batch being computed (0: none) */
+  int running;   /* forwards in the batches being computed */
   vs__gate_req *head, *tail;
   vs_forward_gate_stats stats;
 };
 
-int vs_forward_gate_create(int max_batch, double max_wait_s, vspec_dev *dev,
+int vs_forward_gate_create(int max_batch, double max_wait_s, vspec_dev *const *devs, int lanes,
                            vs_forward_gate **out, char *err, size_t errlen) {
   *out = NULL;
-  if (!dev) {
-    snprintf(err, errlen, "a forward gate needs a device to compute batches on");
-    return VSPEC_EINVAL;
+  if (lanes < 1 || lanes > VS_GATE_MAX_LANES) {
+    snprintf(err, errlen, "batch lanes = %d: give 1..%d", lanes, VS_GATE_MAX_LANES);
+    return VSPEC_ERANGE;
   }
+  for (int i = 0; i < lanes; i++)
+    if (!devs[i]) {
+      snprintf(err, errlen, "a forward gate needs a device per lane to compute batches on");
+      return VSPEC_EINVAL;
+    }
   if (max_batch < 1 || max_batch > VS_GATE_MAX_BATCH) {
     snprintf(err, errlen, "batch = %d: give 1..%d jobs per batched forward", max_batch,
              VS_GATE_MAX_BATCH);
@@ -71,7 +78,8 @@ int vs_forward_gate_create(int max_batch, double max_wait_s, vspec_dev *dev,
   pthread_cond_init(&g->cv, &ca);
   pthread_condattr_destroy(&ca);
   g->max_batch = max_batch;
-  g->dev = dev;
+  g->lanes = lanes;
+  for (int i = 0; i < lanes; i++) g->lane_dev[i] = devs[i];
   g->max_wait_s = max_wait_s;
   *out = g;
   return VSPEC_OK;
@@ -207,25 +215,30 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
     int expired = now >= deadline;
     /* Every job is here (queued, or in the batch that runs) or enough are. */
     int ready = g->n_queued + g->running >= g->active || g->n_queued >= g->max_batch || expired;
-    if (!g->running && g->head && ready) {
+    if (g->lanes_busy < g->lanes && g->head && ready) {
       vs__gate_req *batch[VS_GATE_MAX_BATCH];
-      int n = vs__take(g, batch);
-      g->running = n;
+      int n = vs__take(g, batch), lane = 0;
+      while (g->lane_busy[lane]) lane++;
+      g->lane_busy[lane] = 1;
+      g->lanes_busy++;
       g->stats.batches++;
       g->stats.multi += n > 1;
-      g->stats.timeouts += expired && g->n_queued + n < g->active && n < g->max_batch;
+      g->stats.timeouts += expired && g->n_queued + g->running + n < g->active && n < g->max_batch;
+      g->running += n;
       for (int i = 0; i < n; i++) g->stats.rows += (uint64_t)batch[i]->b->n_nodes;
       for (int i = 0; i < n; i++) g->stats.wait_s += now - batch[i]->arrived;
       pthread_mutex_unlock(&g->mu);
-      vs__run_batch(g->dev, batch, n);
+      vs__run_batch(g->lane_dev[lane], batch, n);
       pthread_mutex_lock(&g->mu);
       for (int i = 0; i < n; i++) batch[i]->done = 1;
-      g->running = 0;
+      g->running -= n;
+      g->lane_busy[lane] = 0;
+      g->lanes_busy--;
       pthread_cond_broadcast(&g->cv);
       continue;
     }
-    /* Past the deadline a waiter only waits for the running batch to end (its broadcast). */
-    if (g->running || expired) pthread_cond_wait(&g->cv, &g->mu);
+    /* Past the deadline a waiter only waits for a running batch to end (its broadcast). */
+    if (g->lanes_busy || expired) pthread_cond_wait(&g->cv, &g->mu);
     else if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT) continue;
   }
   pthread_mutex_unlock(&g->mu);

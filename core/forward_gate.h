@@ -7,7 +7,7 @@
  * the gate sends its target forwards, and its draft model's, through it: a forward waits
  * until every job in the gate has one ready or running (they fall into step: all draft, then
  * all verify), or until max_batch are ready, or until max_wait_s has passed; then one of the
- * waiting threads runs a batch of one model (the one most of them wait for) on the gate's
+ * waiting threads runs a batch of one model (the one most of them wait for) on a free lane's
  * device and wakes the others. A backend without forward_multi (EAGLE's) is not batched:
  * its forwards run on the job's own device and thread, as without a gate.
  *
@@ -34,9 +34,11 @@ typedef struct vs_forward_gate_stats {
 } vs_forward_gate_stats;
 
 /* max_batch: most sessions in one batched forward (>= 1); max_wait_s: the longest a ready
- * forward waits for the other jobs' (> 0); dev: the device batches compute on (not owned;
- * used by one batch at a time, by nothing else meanwhile), of the sessions' memory space. */
-int vs_forward_gate_create(int max_batch, double max_wait_s, vspec_dev *dev,
+ * forward waits for the other jobs' (> 0); devs[lanes]: the devices batches compute on, one
+ * batch at a time on each (not owned; nothing else uses them meanwhile), of the sessions'
+ * memory space. With several lanes, batches of different jobs run at once (each lane a
+ * share of the cores); with one, one batch takes every core. */
+int vs_forward_gate_create(int max_batch, double max_wait_s, vspec_dev *const *devs, int lanes,
                            vs_forward_gate **out, char *err, size_t errlen);
 /* Frees the gate and sets *g to NULL; no job may be inside. */
 void vs_forward_gate_destroy(vs_forward_gate **g);

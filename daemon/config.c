@@ -28,6 +28,7 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->threads = 0;
   c->batch = 1;
   c->batch_wait_ms = 20;
+  c->batch_lanes = 1;
   snprintf(c->device_kind, sizeof c->device_kind, "cpu");
   c->queue_size = 64;
   c->per_client = 16;
@@ -168,6 +169,7 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
     if (!strcmp(k, "batch")) return vs__int(key, v, 1, 64, &c->batch, err, errlen);
     if (!strcmp(k, "batch_wait_ms"))
       return vs__int(key, v, 1, 10000, &c->batch_wait_ms, err, errlen);
+    if (!strcmp(k, "batch_lanes")) return vs__int(key, v, 1, 16, &c->batch_lanes, err, errlen);
   } else if (!strcmp(s, "device")) {
     if (!strcmp(k, "kind")) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda")) {

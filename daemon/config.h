@@ -36,6 +36,7 @@ typedef struct vs_daemon_config {
                                  the batch device with batch > 1; 0 = cores there) */
   int batch;                  /* jobs per batched target forward; 1 = no cross-job batching */
   int batch_wait_ms;          /* the longest a ready forward waits for the other jobs' */
+  int batch_lanes;            /* batches that may run at once, each on a share of the cores */
   /* [device] */
   char device_kind[16];       /* "cpu" or "cuda" */
   int device_index;           /* which GPU (cuda:N) */

@@ -22,7 +22,7 @@ struct vs_model_table {
   vspec_dev *load_dev;
   pthread_mutex_t load_mu; /* one load at a time: the load device is single-threaded */
   int lut_exact;           /* [defaults] preview_table = exact */
-  int batch, batch_wait_ms; /* [workers]: cross-job batching (gates in the sets) */
+  int batch, batch_wait_ms, batch_lanes; /* [workers]: cross-job batching (gates in sets) */
   char batch_dev_spec[32];   /* the device of the sets' batches ([device]) ... */
   vs_device_options batch_dev_opt; /* ... with every core, or [workers] threads */
   int n;
@@ -110,15 +110,25 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
 
 /* Cross-job batching: the gate and the device its batches compute on, with every core (or
  * [workers] threads): while a batch runs, the jobs in it wait. */
+static void vs__set_gate_close(vs_model_set *s) {
+  vs_forward_gate_destroy(&s->gate);
+  for (int i = 0; i < s->gate_lanes; i++) vs_dev_destroy(s->gate_dev[i]);
+  s->gate_lanes = 0;
+}
+
 static int vs__set_gate(vs_model_table *t, vs_model_set *s, char *err, size_t errlen) {
   vs_device_options opt = t->batch_dev_opt;
+  /* the cores shared out between the lanes */
+  opt.threads = opt.threads / t->batch_lanes > 0 ? opt.threads / t->batch_lanes : 1;
   char inner[VSPEC_ERRLEN];
-  int rc = vs_device_open(t->batch_dev_spec, &opt, &s->gate_dev, inner, sizeof inner);
-  if (!rc) rc = vs_forward_gate_create(t->batch, 1e-3 * t->batch_wait_ms, s->gate_dev, &s->gate,
-                                       inner, sizeof inner);
+  int rc = VSPEC_OK;
+  for (int i = 0; i < t->batch_lanes && !rc; i++)
+    if (!(rc = vs_device_open(t->batch_dev_spec, &opt, &s->gate_dev[i], inner, sizeof inner)))
+      s->gate_lanes++;
+  if (!rc) rc = vs_forward_gate_create(t->batch, 1e-3 * t->batch_wait_ms, s->gate_dev,
+                                       s->gate_lanes, &s->gate, inner, sizeof inner);
   if (rc) {
-    if (s->gate_dev) vs_dev_destroy(s->gate_dev);
-    s->gate_dev = NULL;
+    vs__set_gate_close(s);
     snprintf(err, errlen, "cross-job batching: %s", inner);
   }
   return rc;
@@ -197,6 +207,7 @@ int vs_model_table_open(vs_registry *reg, const vspec_host *host, vspec_dev *loa
   t->lut_exact = cfg->preview_table_exact;
   t->batch = cfg->batch;
   t->batch_wait_ms = cfg->batch_wait_ms;
+  t->batch_lanes = cfg->batch_lanes;
   vs_config_device_spec(cfg, t->batch_dev_spec, sizeof t->batch_dev_spec);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   t->batch_dev_opt = (vs_device_options){
@@ -240,8 +251,7 @@ static void vs__set_close(vs_model_set *s) {
            (unsigned long long)gs.batches, (unsigned long long)gs.multi,
            (unsigned long long)gs.timeouts,
            gs.batches ? (double)gs.rows / (double)gs.batches : 0.0, gs.wait_s);
-    vs_forward_gate_destroy(&s->gate);
-    vs_dev_destroy(s->gate_dev);
+    vs__set_gate_close(s);
   }
   vs_models_close(s->models);
   vs_preview_lut_free(&s->lut);

@@ -36,7 +36,8 @@ typedef struct vs_model_set {
   /* cross-job batching ([workers] batch > 1): this generation's jobs batch their target
    * forwards here (core/forward_gate.h); NULL when off */
   struct vs_forward_gate *gate;
-  vspec_dev *gate_dev; /* what the gate's batches compute on */
+  vspec_dev *gate_dev[16]; /* what the gate's batches compute on, one per lane */
+  int gate_lanes;
   double load_s;
   int retired; /* replaced by a newer generation (guarded by the table's lock) */
 } vs_model_set;

@@ -83,6 +83,7 @@ static void test_config(void **state) {
                           {"[device]\nmemory_limit_mb = -1\n", "device.memory_limit_mb"},
                           {"[workers]\nbatch = 0\n", "workers.batch"},
                           {"[workers]\nbatch_wait_ms = 0\n", "workers.batch_wait_ms"},
+                          {"[workers]\nbatch_lanes = 17\n", "workers.batch_lanes"},
                           {"not an ini line\n", "line 1"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     vs_config_defaults(&c);

@@ -223,9 +223,16 @@ struct vspec_session {
   int id, forwards;
 };
 
-static vspec_dev *fake_dev; /* the gates' batch device */
+static vspec_dev *fake_dev, *fake_dev2; /* the gates' batch devices (lanes) */
 static atomic_int fake_multi_calls, fake_max_count, fake_sessions_in_multi;
-static atomic_int fake_concurrent; /* batches running at once: must stay <= 1 */
+static atomic_int fake_errors;          /* a batch on an unknown or busy lane device */
+static atomic_int fake_busy[2], fake_parallel, fake_max_parallel;
+
+static void fake_raise(atomic_int *max, int v) {
+  int m = atomic_load(max);
+  while (v > m && !atomic_compare_exchange_weak(max, &m, v)) {
+  }
+}
 
 static int fake_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
                         char *err, size_t errlen) {
@@ -235,23 +242,24 @@ static int fake_forward(vspec_session *s, const vspec_forward_batch *b, vspec_fo
   return VSPEC_OK;
 }
 
-static int fake_forward_multi(vspec_dev *dev, vspec_session *const *s, const vspec_forward_batch *const *b,
+static int fake_forward_multi(vspec_dev *dev, vspec_session *const *s,
+                              const vspec_forward_batch *const *b,
                               vspec_forward_out *const *out, int32_t count, char *err,
                               size_t errlen) {
-  assert_ptr_equal(dev, fake_dev);
-  if (atomic_fetch_add(&fake_concurrent, 1) != 0) {
-    snprintf(err, errlen, "two batches at once");
-    atomic_fetch_sub(&fake_concurrent, 1);
+  int lane = dev == fake_dev ? 0 : dev == fake_dev2 ? 1 : -1;
+  if (lane < 0) {
+    atomic_fetch_add(&fake_errors, 1);
     return VSPEC_EINVAL;
   }
+  if (atomic_fetch_add(&fake_busy[lane], 1) != 0) atomic_fetch_add(&fake_errors, 1);
+  fake_raise(&fake_max_parallel, atomic_fetch_add(&fake_parallel, 1) + 1);
   atomic_fetch_add(&fake_multi_calls, 1);
   atomic_fetch_add(&fake_sessions_in_multi, count);
-  int m = atomic_load(&fake_max_count);
-  while (count > m && !atomic_compare_exchange_weak(&fake_max_count, &m, count)) {
-  }
+  fake_raise(&fake_max_count, count);
   usleep(500); /* the compute */
   for (int i = 0; i < count; i++) fake_forward(s[i], b[i], out[i], err, errlen);
-  atomic_fetch_sub(&fake_concurrent, 1);
+  atomic_fetch_sub(&fake_parallel, 1);
+  atomic_fetch_sub(&fake_busy[lane], 1);
   return VSPEC_OK;
 }
 
@@ -310,6 +318,8 @@ static void reset_fake(void) {
   atomic_store(&fake_multi_calls, 0);
   atomic_store(&fake_max_count, 0);
   atomic_store(&fake_sessions_in_multi, 0);
+  atomic_store(&fake_errors, 0);
+  atomic_store(&fake_max_parallel, 0);
 }
 
 /* Jobs in step batch together, never more than max_batch (7 jobs, batches of 3: four wait
@@ -318,7 +328,7 @@ static void test_gate_batches_in_step(void **state) {
   (void)state;
   char err[VSPEC_ERRLEN];
   vs_forward_gate *g;
-  assert_int_equal(vs_forward_gate_create(3, 0.5, fake_dev, &g, err, sizeof err), 0);
+  assert_int_equal(vs_forward_gate_create(3, 0.5, &fake_dev, 1, &g, err, sizeof err), 0);
   reset_fake();
   fake_job jobs[7];
   memset(jobs, 0, sizeof jobs);
@@ -337,8 +347,29 @@ static void test_gate_batches_in_step(void **state) {
     fail_msg("%llu forwards in %llu batches: no batching", (unsigned long long)st.forwards,
              (unsigned long long)st.batches);
   assert_int_equal(atomic_load(&fake_sessions_in_multi) + (int)(st.batches - st.multi), 280);
+  assert_int_equal(atomic_load(&fake_errors), 0);
+  assert_int_equal(atomic_load(&fake_max_parallel), 1);
   vs_forward_gate_destroy(&g);
   assert_null(g);
+}
+
+/* Two lanes: batches of different jobs run at once, never two on one lane's device. */
+static void test_gate_lanes(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vs_forward_gate *g;
+  vspec_dev *devs[2] = {fake_dev, fake_dev2};
+  assert_int_equal(vs_forward_gate_create(2, 0.5, devs, 2, &g, err, sizeof err), 0);
+  reset_fake();
+  fake_job jobs[4];
+  memset(jobs, 0, sizeof jobs);
+  for (int i = 0; i < 4; i++) jobs[i] = (fake_job){.g = g, .forwards = 40, .think_us = 200};
+  run_fake_jobs(jobs, 4);
+  for (int i = 0; i < 4; i++) assert_int_equal(jobs[i].wrong, 0);
+  assert_int_equal(atomic_load(&fake_errors), 0);
+  assert_true(atomic_load(&fake_max_count) <= 2);
+  assert_int_equal(atomic_load(&fake_max_parallel), 2);
+  vs_forward_gate_destroy(&g);
 }
 
 /* An idle job (entered, sends nothing for hold_us, leaves) beside one that sends `forwards`
@@ -347,7 +378,7 @@ static double idle_beside_sender(double max_wait_s, useconds_t hold_us, int forw
                                  vs_forward_gate_stats *st) {
   char err[VSPEC_ERRLEN];
   vs_forward_gate *g;
-  assert_int_equal(vs_forward_gate_create(4, max_wait_s, fake_dev, &g, err, sizeof err), 0);
+  assert_int_equal(vs_forward_gate_create(4, max_wait_s, &fake_dev, 1, &g, err, sizeof err), 0);
   fake_job jobs[2];
   memset(jobs, 0, sizeof jobs);
   jobs[0] = (fake_job){.g = g, .forwards = 0, .hold_us = hold_us};
@@ -381,11 +412,14 @@ static void test_gate_bad_config(void **state) {
   (void)state;
   char err[VSPEC_ERRLEN];
   vs_forward_gate *g = (vs_forward_gate *)&g;
-  assert_int_equal(vs_forward_gate_create(0, 0.01, fake_dev, &g, err, sizeof err), VSPEC_ERANGE);
+  assert_int_equal(vs_forward_gate_create(0, 0.01, &fake_dev, 1, &g, err, sizeof err), VSPEC_ERANGE);
   assert_null(g);
   assert_non_null(strstr(err, "batch = 0"));
-  assert_int_equal(vs_forward_gate_create(2, 0, fake_dev, &g, err, sizeof err), VSPEC_ERANGE);
-  assert_int_equal(vs_forward_gate_create(2, 0.01, NULL, &g, err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(vs_forward_gate_create(2, 0, &fake_dev, 1, &g, err, sizeof err), VSPEC_ERANGE);
+  vspec_dev *none = NULL;
+  assert_int_equal(vs_forward_gate_create(2, 0.01, &none, 1, &g, err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(vs_forward_gate_create(2, 0.01, &fake_dev, 0, &g, err, sizeof err),
+                   VSPEC_ERANGE);
   vs_forward_gate_destroy(&g); /* NULL is fine */
 }
 
@@ -430,7 +464,7 @@ static void test_gate_jobs_match_alone(void **state) {
   const char *methods[] = {"ar", "sd:exact@standard:shape=chain,depth=3"};
   for (size_t m = 0; m < sizeof methods / sizeof *methods; m++) {
     vs_forward_gate *g;
-    assert_int_equal(vs_forward_gate_create(3, 0.2, gate_dev, &g, err, sizeof err), 0);
+    assert_int_equal(vs_forward_gate_create(3, 0.2, &gate_dev, 1, &g, err, sizeof err), 0);
     real_job batched[3], alone[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
@@ -466,7 +500,8 @@ int main(void) {
   snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
   vs_host_init(&host, vs_cpu_ops());
   if (vs_registry_open(dir, &host, &reg, err, sizeof err) ||
-      vs_dev_create(vs_cpu_ops(), 1, &fake_dev, err, sizeof err)) {
+      vs_dev_create(vs_cpu_ops(), 1, &fake_dev, err, sizeof err) ||
+      vs_dev_create(vs_cpu_ops(), 1, &fake_dev2, err, sizeof err)) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;
   }
@@ -474,6 +509,7 @@ int main(void) {
       cmocka_unit_test(test_forward_multi_micro),
       cmocka_unit_test(test_forward_multi_fmnist),
       cmocka_unit_test(test_gate_batches_in_step),
+      cmocka_unit_test(test_gate_lanes),
       cmocka_unit_test(test_gate_wait_limit),
       cmocka_unit_test(test_gate_leave_wakes),
       cmocka_unit_test(test_gate_bad_config),
@@ -481,6 +517,7 @@ int main(void) {
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_dev_destroy(fake_dev);
+  vs_dev_destroy(fake_dev2);
   vs_registry_close(reg);
   return rc;
 }
