@@ -156,6 +156,7 @@ int vs_autotune_measure(vs_models *models, vspec_dev *dev, const vs_method *m,
     if ((rc = vs_time_forward(dev, &models->target, rows, at_curve_nodes[i], AT_CURVE_MIN_TIME,
                               &curve[i], err, errlen)))
       return rc;
+  res->ar_ms = curve[0];
   int32_t *tokens = malloc((size_t)(models->target.info.grid_h * models->target.info.grid_w) *
                            sizeof *tokens);
   if (!tokens) {
@@ -216,10 +217,22 @@ void vs_autotune_describe(const vs_autotune_result *res, char *buf, size_t len) 
   if (res->best >= 0 && n < len) {
     const vs_autotune_cand *c = &res->cand[res->best];
     double ms = c->target_ms + c->draft_ms;
-    snprintf(buf + n, len - n, ": %.2f tokens/round in %.2f ms (target %.2f + draft and walk "
-             "%.2f), %.0f tokens/s expected", c->tokens_per_round, ms, c->target_ms, c->draft_ms,
-             ms > 0 ? 1e3 * c->tokens_per_round / ms : 0.0);
+    n += (size_t)snprintf(buf + n, len - n, ": %.2f tokens/round in %.2f ms (target %.2f + "
+                          "draft and walk %.2f), %.0f tokens/s expected", c->tokens_per_round,
+                          ms, c->target_ms, c->draft_ms,
+                          ms > 0 ? 1e3 * c->tokens_per_round / ms : 0.0);
   }
+  if (vs_autotune_slower_than_ar(res) && n < len)
+    snprintf(buf + n, len - n, "; slower than AR here (about %.0f tokens/s, one target forward "
+             "per token): this drafter and shape do not pay on this machine (docs/BENCHMARKS.md "
+             "lists the methods that do)", 1e3 / res->ar_ms);
+}
+
+int vs_autotune_slower_than_ar(const vs_autotune_result *res) {
+  if (res->best < 0 || res->best >= res->n_cand || !(res->ar_ms > 0)) return 0;
+  const vs_autotune_cand *c = &res->cand[res->best];
+  double ms = c->target_ms + c->draft_ms;
+  return ms > 0 && c->tokens_per_round / ms < 1.0 / res->ar_ms;
 }
 
 void vs_autotune_print_table(const vs_autotune_result *res, FILE *f) {
@@ -233,4 +246,7 @@ void vs_autotune_print_table(const vs_autotune_result *res, FILE *f) {
             c->param, c->tokens_per_round, c->target_ms, c->draft_ms, ms,
             ms > 0 ? 1e3 * c->tokens_per_round / ms : 0.0);
   }
+  if (res->ar_ms > 0)
+    fprintf(f, "  %-22s %12.2f %10.3f %10s %10.3f %10.0f\n", "(ar: no draft)", 1.0, res->ar_ms,
+            "-", res->ar_ms, 1e3 / res->ar_ms);
 }

@@ -161,6 +161,12 @@ static int at_parse(char *text, const char *base, const char *machine, const cha
   if (!known) return 0;
   snprintf(res->choice, sizeof res->choice, "%s", v);
   res->tuned_at = t;
+  /* optional (files written before it have none): the AR step's cost, for comparison */
+  res->ar_ms = 0;
+  if ((v = at_line(&p, "ar"))) {
+    double ar = strtod(v, &end);
+    if (end != v && !*end && ar > 0) res->ar_ms = ar;
+  }
   /* The table is for reading only; a malformed row just ends it. */
   res->n_cand = 0;
   while (res->n_cand < VS_AUTOTUNE_MAX_CAND && (v = at_line(&p, "candidate"))) {
@@ -179,6 +185,8 @@ static int at_store(const char *dir, const char *name, const vs_autotune_result 
   size_t n = (size_t)snprintf(buf, sizeof buf, "%s %d\nmethod %s\nmachine %s\ntuned %lld\n"
                               "choice %s\n", AT_MAGIC, VS_AUTOTUNE_VERSION, res->base,
                               res->machine, (long long)res->tuned_at, res->choice);
+  if (res->ar_ms > 0 && n < sizeof buf)
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "ar %.4f\n", res->ar_ms);
   for (int i = 0; i < res->n_cand && n < sizeof buf; i++) {
     const vs_autotune_cand *c = &res->cand[i];
     n += (size_t)snprintf(buf + n, sizeof buf - n, "candidate %s %.4f %.4f %.4f\n", c->param,

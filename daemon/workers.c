@@ -168,8 +168,10 @@ static int vs__resolve_size(vs_worker *w, vs_models *models, const char *who, co
   if (tune.choice[0]) {
     char note[1024];
     vs_autotune_describe(&tune, note, sizeof note);
-    /* not stored: every job tunes again and may choose differently (an unwritable cache) */
-    vs_log(tune.stored ? VSPEC_LOG_INFO : VSPEC_LOG_WARN, who, "%s", note);
+    /* not stored: every job tunes again and may choose differently (an unwritable cache);
+     * slower than AR: the operator should know what the default costs */
+    vs_log(tune.stored && !vs_autotune_slower_than_ar(&tune) ? VSPEC_LOG_INFO : VSPEC_LOG_WARN,
+           who, "%s", note);
   }
   return VSPEC_OK;
 }

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,10 +167,27 @@ static void test_cache_round_trip(void **state) {
   assert_string_equal(b.spec, a.spec);
   assert_string_equal(b.choice, a.choice);
   assert_int_equal(b.tuned_at, a.tuned_at);
+  /* the AR step's cost comes back too (4 decimals in the file) */
+  assert_true(a.ar_ms > 0);
+  assert_true(fabs(b.ar_ms - a.ar_ms) < 1e-4);
   char note[1024];
   vs_autotune_describe(&b, note, sizeof note);
   assert_non_null(strstr(note, "size=auto: chose depth="));
   assert_non_null(strstr(note, "(cached, tuned "));
+  /* the comparison with AR: said exactly when the choice makes fewer tokens per second */
+  vs_autotune_result slow = b;
+  const vs_autotune_cand *bc = &b.cand[b.best];
+  double sd_ms_per_token = (bc->target_ms + bc->draft_ms) / bc->tokens_per_round;
+  slow.ar_ms = 0.5 * sd_ms_per_token; /* AR twice as fast as the choice */
+  assert_true(vs_autotune_slower_than_ar(&slow));
+  vs_autotune_describe(&slow, note, sizeof note);
+  assert_non_null(strstr(note, "slower than AR"));
+  slow.ar_ms = 2.0 * sd_ms_per_token;
+  assert_false(vs_autotune_slower_than_ar(&slow));
+  vs_autotune_describe(&slow, note, sizeof note);
+  assert_null(strstr(note, "slower than AR"));
+  slow.ar_ms = 0; /* unknown (an older cache file): nothing said */
+  assert_false(vs_autotune_slower_than_ar(&slow));
 
   /* the same seed through both resolutions: the same grid */
   int n = w->models->target.info.grid_h * w->models->target.info.grid_w;
@@ -240,6 +258,16 @@ static void test_corrupt_cache(void **state) {
   resolve(w, CHAIN, 0, &b);
   assert_int_equal(b.from_cache, 1);
   assert_string_equal(b.spec, a.spec);
+  /* a file from before the AR line: still valid, the AR cost unknown */
+  char old[8192];
+  const char *ar = strstr(good, "\nar ");
+  assert_non_null(ar);
+  snprintf(old, sizeof old, "%.*s%s", (int)(ar + 1 - good), good, strchr(ar + 1, '\n') + 1);
+  write_file(path, old);
+  resolve(w, CHAIN, 0, &b);
+  assert_int_equal(b.from_cache, 1);
+  assert_string_equal(b.spec, a.spec);
+  assert_true(b.ar_ms == 0);
 }
 
 /* vspecd: a job with the default size=auto succeeds through the CLI; the worker tunes at first
