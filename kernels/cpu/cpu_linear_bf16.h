@@ -27,7 +27,12 @@
  * VSPEC_CPU_AMX=0 (AVX-512, one thread), ms per forward, bf16 rows / fp32:
  *   fmnist shape  m = 1: 0.70 / 1.00, m = 2: 0.83 / 1.04, m = 8: 1.69 / 1.29;
  *   GPT-B shape   m = 1: 19.6 / 26.1, m = 2: 23.3 / 27.3, m = 8: 34.3 / 34.7.
- * So without AMX a decode step and a tree verify use different weights (bf16 and fp32). */
+ * So without AMX a decode step and a tree verify use different weights (bf16 and fp32).
+ * AVX512-BF16 dot products (vdpbf16ps, bf16 activations too) were tried for the larger
+ * products and measured slower still on the machine at hand (an Intel Xeon with AMX, tiles
+ * off): one vdpbf16ps cost 1.6 fp32 FMAs there, and a 4x4 block kernel ran the GPT-B shape's
+ * 4-row forward in 42 ms against 25 ms in fp32 (2026-11-27). Not kept; to be measured on a
+ * CPU without AMX before it is tried again. */
 #define VS_BF16_ROWS_MAX_M 2
 
 /* y[m, n] = x[m, k] W^T + bias with W [n, k] given as row-major bf16 (round to nearest even of
