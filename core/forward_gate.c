@@ -24,7 +24,7 @@ typedef struct vs__gate_req {
   const vspec_forward_batch *b;
   vspec_forward_out *out;
   double arrived;
-  int done, rc;
+  int taken, done, rc; /* in a batch; its batch has run */
   char err[VSPEC_ERRLEN];
   struct vs__gate_req *next;
 } vs__gate_req;
@@ -186,6 +186,7 @@ static int vs__take(vs_forward_gate *g, vs__gate_req **batch) {
       continue;
     }
     batch[n++] = q;
+    q->taken = 1;
     *link = q->next;
   }
   g->tail = NULL;
@@ -212,7 +213,8 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
   g->stats.forwards++;
   while (!me.done) {
     double now = vs__mono();
-    int expired = now >= deadline;
+    /* the wait limit is for a forward still queued; once in a batch it waits for that */
+    int expired = !me.taken && now >= deadline;
     /* Every job is here (queued, or in the batch that runs) or enough are. */
     int ready = g->n_queued + g->running >= g->active || g->n_queued >= g->max_batch || expired;
     if (g->lanes_busy < g->lanes && g->head && ready) {
@@ -237,8 +239,9 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
       pthread_cond_broadcast(&g->cv);
       continue;
     }
-    /* Past the deadline a waiter only waits for a running batch to end (its broadcast). */
-    if (g->lanes_busy || expired) pthread_cond_wait(&g->cv, &g->mu);
+    /* In a batch, past the deadline, or with a batch running: woken by a batch's end (or an
+     * enter or leave); else also by the deadline. */
+    if (me.taken || g->lanes_busy || expired) pthread_cond_wait(&g->cv, &g->mu);
     else if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT) continue;
   }
   pthread_mutex_unlock(&g->mu);
