@@ -276,13 +276,15 @@ typedef struct fake_job {
   useconds_t think_us; /* between forwards (drafting) */
   useconds_t hold_us;  /* entered, sends nothing for this long, then leaves */
   int wrong;           /* answers that were not this session's */
-  double elapsed;
+  double elapsed;      /* from entering the gate to leaving it */
+  pthread_barrier_t *entered; /* optional: wait here once entered, until the others have */
 } fake_job;
 
 static void *fake_job_main(void *arg) {
   fake_job *j = arg;
-  double t0 = vs_now();
   vs_forward_gate_enter(j->g);
+  if (j->entered) pthread_barrier_wait(j->entered);
+  double t0 = vs_now();
   if (j->hold_us) usleep(j->hold_us);
   for (int k = 0; k < j->forwards; k++) {
     int32_t tok = k % 7, parent = -1;
@@ -381,9 +383,13 @@ static double idle_beside_sender(double max_wait_s, useconds_t hold_us, int forw
   assert_int_equal(vs_forward_gate_create(4, max_wait_s, &fake_dev, 1, &g, err, sizeof err), 0);
   fake_job jobs[2];
   memset(jobs, 0, sizeof jobs);
-  jobs[0] = (fake_job){.g = g, .forwards = 0, .hold_us = hold_us};
-  jobs[1] = (fake_job){.g = g, .forwards = forwards};
+  /* both in the gate before either goes on (thread start-up order is not the test) */
+  pthread_barrier_t entered;
+  pthread_barrier_init(&entered, NULL, 2);
+  jobs[0] = (fake_job){.g = g, .forwards = 0, .hold_us = hold_us, .entered = &entered};
+  jobs[1] = (fake_job){.g = g, .forwards = forwards, .entered = &entered};
   run_fake_jobs(jobs, 2);
+  pthread_barrier_destroy(&entered);
   vs_forward_gate_get_stats(g, st);
   assert_int_equal(jobs[1].wrong, 0);
   vs_forward_gate_destroy(&g);
@@ -396,8 +402,9 @@ static void test_gate_wait_limit(void **state) {
   (void)state;
   vs_forward_gate_stats st;
   double t = idle_beside_sender(0.03, 1500000, 4, &st);
-  assert_true(st.timeouts >= 3);
-  if (!(t < 1.0)) fail_msg("4 forwards with a 30 ms wait limit took %.2f s", t);
+  /* each forward waited out its limit (the idle job is in the gate all along) */
+  assert_int_equal((int)st.timeouts, 4);
+  if (!(t >= 0.11 && t < 1.0)) fail_msg("4 forwards with a 30 ms wait limit took %.2f s", t);
 }
 
 /* A job leaving the gate releases a forward waiting for it at once (the wait limit is long). */
@@ -405,7 +412,9 @@ static void test_gate_leave_wakes(void **state) {
   (void)state;
   vs_forward_gate_stats st;
   double t = idle_beside_sender(8.0, 200000, 1, &st);
-  if (!(t < 4.0)) fail_msg("the waiter took %.2f s after the leave", t);
+  /* it waited for the idle job (0.2 s), not for its 8 s limit */
+  if (!(t >= 0.19 && t < 4.0)) fail_msg("the waiter took %.2f s (the leave came at 0.2 s)", t);
+  assert_int_equal((int)st.timeouts, 0);
 }
 
 static void test_gate_bad_config(void **state) {
