@@ -33,6 +33,8 @@ static void usage(FILE *f) {
           "                           default ipc:///tmp/vspecd-admin.sock)\n"
           "      --workers N          worker threads (workers.count, default 1)\n"
           "      --threads N          compute threads per worker (workers.threads, 0 = auto)\n"
+          "      --batch N            cross-job batching: forwards of up to N jobs in flight as\n"
+          "                           one (workers.batch, default 1 = off; needs --workers >= N)\n"
           "      --plugins DIR        plugin directory (plugins.dir; default: plugins/ next to\n"
           "                           vspecd, else ../lib/vspec/plugins from it)\n"
           "      --model NAME=DIR     serve the model directory DIR as NAME ([models])\n"
@@ -72,11 +74,12 @@ int main(int argc, char **argv) {
   vs_daemon_config cfg;
   vs_config_defaults(&cfg);
   enum { O_SET = 256, O_EP, O_ADMIN, O_WORKERS, O_THREADS, O_PLUGINS, O_MODEL, O_DEFMODEL,
-         O_NODE, O_NODEID, O_LOG, O_CHECK, O_VERSION };
+         O_NODE, O_NODEID, O_LOG, O_CHECK, O_VERSION, O_BATCH };
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},    {"set", required_argument, 0, O_SET},
       {"endpoint", required_argument, 0, O_EP}, {"admin", required_argument, 0, O_ADMIN},
       {"workers", required_argument, 0, O_WORKERS}, {"threads", required_argument, 0, O_THREADS},
+      {"batch", required_argument, 0, O_BATCH},
       {"plugins", required_argument, 0, O_PLUGINS}, {"model", required_argument, 0, O_MODEL},
       {"default-model", required_argument, 0, O_DEFMODEL},
       {"node", required_argument, 0, O_NODE},   {"node-id", required_argument, 0, O_NODEID},
@@ -119,6 +122,7 @@ int main(int argc, char **argv) {
       case O_ADMIN: s = "server", k = "admin_endpoint"; break;
       case O_WORKERS: s = "workers", k = "count"; break;
       case O_THREADS: s = "workers", k = "threads"; break;
+      case O_BATCH: s = "workers", k = "batch"; break;
       case O_PLUGINS: s = "plugins", k = "dir"; break;
       case O_DEFMODEL: s = "models", k = "default"; break;
       case O_NODE: s = "server", k = "node"; break;
