@@ -44,7 +44,8 @@
 #define SLOW_S 5.0        /* a job that takes this long is named on stderr */
 
 typedef struct soak_opts {
-  long jobs, clients, reloads, vanish_every, preview_every, workers, rss_ms, quarantine_mb;
+  long jobs, clients, reloads, vanish_every, preview_every, workers, batch, rss_ms,
+      quarantine_mb;
   int keep;
   const char *model_dir, *rule, *rss_csv, *log_level;
 } soak_opts;
@@ -416,9 +417,10 @@ static int report(const soak *s, const soak_end *end, double wall) {
   const int sanitized = 0;
 #endif
   int failed = atomic_load(&s->failed), rfail = atomic_load(&s->reloads_failed);
-  printf("## vspecd soak\n\n%ld jobs from %ld clients, %ld reloads of accept/%s; %ld worker(s); "
-         "model %s (ar on it, %s on it drafting for itself); %s\n\n", s->o.jobs, s->o.clients,
-         s->o.reloads, s->o.rule, s->o.workers, s->o.model_dir, s->method_sd,
+  printf("## vspecd soak\n\n%ld jobs from %ld clients, %ld reloads of accept/%s; %ld worker(s), "
+         "batch %ld; model %s (ar on it, %s on it drafting for itself); %s\n\n", s->o.jobs,
+         s->o.clients, s->o.reloads, s->o.rule, s->o.workers, s->o.batch, s->o.model_dir,
+         s->method_sd,
          sanitized ? "vspecd built with ASan+UBSan, LeakSanitizer at its exit"
                    : "vspecd without sanitizers: leaks are not checked");
   printf("| | |\n|---|---|\n");
@@ -473,6 +475,8 @@ static void usage(FILE *f) {
           "  --preview-every P   every P-th job asks for a preview and grants no credit\n"
           "                      (default 5; 0: none)\n"
           "  --workers W         daemon workers (default 2)\n"
+          "  --batch B           the daemon's [workers] batch: cross-job batching (default 1,\n"
+          "                     off; at most --workers)\n"
           "  --model-dir DIR     the model (default tests/golden/micro_c2i)\n"
           "  --rss-ms MS         RSS sampling period (default 250)\n"
           "  --rss-csv FILE      the RSS samples as CSV\n"
@@ -484,10 +488,11 @@ static void usage(FILE *f) {
 
 static int parse_args(int argc, char **argv, soak_opts *o) {
   *o = (soak_opts){.jobs = 2000, .clients = 8, .reloads = 100, .vanish_every = 25,
-                   .preview_every = 5, .workers = 2, .rss_ms = 250, .quarantine_mb = 32,
+                   .preview_every = 5, .workers = 2, .batch = 1, .rss_ms = 250,
+                   .quarantine_mb = 32,
                    .model_dir = "tests/golden/micro_c2i", .rule = "exact", .log_level = "warn"};
   enum { O_JOBS = 256, O_CLIENTS, O_RELOADS, O_RULE, O_VANISH, O_PREVIEW, O_WORKERS, O_MODEL,
-         O_RSS, O_CSV, O_QUAR, O_LOG, O_KEEP };
+         O_RSS, O_CSV, O_QUAR, O_LOG, O_KEEP, O_BATCH };
   static const struct option opts[] = {
       {"jobs", required_argument, 0, O_JOBS},          {"clients", required_argument, 0, O_CLIENTS},
       {"reloads", required_argument, 0, O_RELOADS},    {"rule", required_argument, 0, O_RULE},
@@ -496,6 +501,7 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
       {"rss-ms", required_argument, 0, O_RSS},         {"rss-csv", required_argument, 0, O_CSV},
       {"quarantine-mb", required_argument, 0, O_QUAR}, {"log-level", required_argument, 0, O_LOG},
       {"keep", no_argument, 0, O_KEEP},                {"help", no_argument, 0, 'h'},
+      {"batch", required_argument, 0, O_BATCH},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -508,6 +514,7 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
       case O_VANISH: ok = vs_cli_long("--vanish-every", optarg, 0, 1000000, &o->vanish_every); break;
       case O_PREVIEW: ok = vs_cli_long("--preview-every", optarg, 0, 1000000, &o->preview_every); break;
       case O_WORKERS: ok = vs_cli_long("--workers", optarg, 1, 64, &o->workers); break;
+      case O_BATCH: ok = vs_cli_long("--batch", optarg, 1, 64, &o->batch); break;
       case O_MODEL: o->model_dir = optarg; break;
       case O_RSS: ok = vs_cli_long("--rss-ms", optarg, 10, 60000, &o->rss_ms); break;
       case O_CSV: o->rss_csv = optarg; break;
@@ -523,7 +530,8 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
 }
 
 static int start(soak *s) {
-  static char model_dir[1100], self_dir[1300], micro[1200], self[1400], workers[16], asan[256];
+  static char model_dir[1100], self_dir[1300], micro[1200], self[1400], workers[16], asan[256],
+      batch[48];
   if (!realpath(s->o.model_dir, model_dir)) {
     fprintf(stderr, "vspecd-soak: no model directory %s\n", s->o.model_dir);
     return -1;
@@ -536,13 +544,14 @@ static int start(soak *s) {
   snprintf(micro, sizeof micro, "micro=%s", model_dir);
   snprintf(self, sizeof self, "self=%s", self_dir);
   snprintf(workers, sizeof workers, "%ld", s->o.workers);
+  snprintf(batch, sizeof batch, "workers.batch=%ld", s->o.batch);
   /* Ours first, so that ASAN_OPTIONS from the environment can still override them. */
   const char *user = getenv("ASAN_OPTIONS");
   snprintf(asan, sizeof asan, "ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=%ld%s%s",
            s->o.quarantine_mb, user ? ":" : "", user ? user : "");
   const char *args[] = {"--model", micro, "--model", self, "--set", "models.fmnist=",
                         "--default-model", "micro", "--workers", workers, "--threads", "1",
-                        "--log-level", s->o.log_level, NULL};
+                        "--set", batch, "--log-level", s->o.log_level, NULL};
   const char *env[] = {asan, NULL};
   return vs_bench_daemon_start(&s->d, args, env);
 }
