@@ -16,7 +16,7 @@
 #include <time.h>
 
 
-enum { VS_GATE_MAX_BATCH = 64, VS_GATE_MAX_LANES = 16 };
+enum { VS_GATE_MAX_BATCH = 64, VS_GATE_MAX_LANES = VS_FORWARD_GATE_MAX_LANES };
 
 typedef struct vs__gate_req {
   const vs_backend_model *t;

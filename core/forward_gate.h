@@ -24,6 +24,9 @@
 
 typedef struct vs_forward_gate vs_forward_gate;
 
+/* Most lanes (batches at once) a gate can have. */
+#define VS_FORWARD_GATE_MAX_LANES 16
+
 typedef struct vs_forward_gate_stats {
   uint64_t forwards;     /* forwards that went through the gate */
   uint64_t batches;      /* batched forwards run (forwards / batches = mean batch) */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/forward_gate.h"
 #include "core/log.h"
 #include "core/method.h"
 #include "core/names.h"
@@ -169,7 +170,8 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
     if (!strcmp(k, "batch")) return vs__int(key, v, 1, 64, &c->batch, err, errlen);
     if (!strcmp(k, "batch_wait_ms"))
       return vs__int(key, v, 1, 10000, &c->batch_wait_ms, err, errlen);
-    if (!strcmp(k, "batch_lanes")) return vs__int(key, v, 1, 16, &c->batch_lanes, err, errlen);
+    if (!strcmp(k, "batch_lanes"))
+      return vs__int(key, v, 1, VS_FORWARD_GATE_MAX_LANES, &c->batch_lanes, err, errlen);
   } else if (!strcmp(s, "device")) {
     if (!strcmp(k, "kind")) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda")) {

@@ -108,8 +108,8 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
   s->previews = 1;
 }
 
-/* Cross-job batching: the gate and the device its batches compute on, with every core (or
- * [workers] threads): while a batch runs, the jobs in it wait. */
+/* Cross-job batching: the gate and its lanes' devices, which share every core (or [workers]
+ * threads) between them: while a batch runs, the jobs in it wait. */
 static void vs__set_gate_close(vs_model_set *s) {
   vs_forward_gate_destroy(&s->gate);
   for (int i = 0; i < s->gate_lanes; i++) vs_dev_destroy(s->gate_dev[i]);
@@ -245,9 +245,10 @@ static void vs__set_close(vs_model_set *s) {
   if (s->gate) {
     vs_forward_gate_stats gs;
     vs_forward_gate_get_stats(s->gate, &gs);
-    vs_log(VSPEC_LOG_INFO, "models", "%s generation %u: %llu forwards (target and draft) in %llu batches "
-           "(%llu of several jobs, %llu started by the wait limit), %.1f nodes per batch, "
-           "%.2f s waited", s->name, s->generation, (unsigned long long)gs.forwards,
+    vs_log(VSPEC_LOG_INFO, "models",
+           "%s generation %u: %llu forwards (target and draft) in %llu batches (%llu of several "
+           "jobs, %llu started by the wait limit), %.1f nodes per batch, %.2f s waited",
+           s->name, s->generation, (unsigned long long)gs.forwards,
            (unsigned long long)gs.batches, (unsigned long long)gs.multi,
            (unsigned long long)gs.timeouts,
            gs.batches ? (double)gs.rows / (double)gs.batches : 0.0, gs.wait_s);

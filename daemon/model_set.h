@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/forward_gate.h"
 #include "core/models.h"
 #include "daemon/config.h"
 #include "daemon/preview.h"
@@ -35,8 +36,8 @@ typedef struct vs_model_set {
                          decoder of a continuous-token model (which renders both kinds) */
   /* cross-job batching ([workers] batch > 1): this generation's jobs batch their target
    * forwards here (core/forward_gate.h); NULL when off */
-  struct vs_forward_gate *gate;
-  vspec_dev *gate_dev[16]; /* what the gate's batches compute on, one per lane */
+  vs_forward_gate *gate;
+  vspec_dev *gate_dev[VS_FORWARD_GATE_MAX_LANES]; /* what its batches run on, one per lane */
   int gate_lanes;
   double load_s;
   int retired; /* replaced by a newer generation (guarded by the table's lock) */
