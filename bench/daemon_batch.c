@@ -1,5 +1,6 @@
 /*
- * vspecd-bench --batch B [--lanes L]: throughput of cross-job batching against the daemon without it.
+ * vspecd-bench --batch B [--lanes L]: throughput of cross-job batching against the daemon
+ * without it.
  *
  * Three daemons run side by side (idle ones cost nothing: their workers wait on the queue):
  *   one job   1 worker with every core, one job in flight: the time of one image;
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/bootstrap.h" /* vs_quantile */
 #include "bench/daemon_jobs.h"
 #include "bench/daemon_proc.h"
 
@@ -55,16 +57,11 @@ static int vs__start(vs__cfg *c, const vs_batch_bench_opts *o) {
   return 0;
 }
 
-static int vs__cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
+/* The median of n values (type 7: the mean of the middle two for even n), v left as it is. */
 static double vs__median(const double *v, int n) {
   double c[64];
   memcpy(c, v, (size_t)n * sizeof *c);
-  qsort(c, (size_t)n, sizeof *c, vs__cmp);
-  return n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  return vs_quantile(c, n, 0.5);
 }
 
 /* Median, min and max over rounds of cfg a's images/s over cfg b's. */
@@ -79,13 +76,14 @@ static void vs__ratio(const vs__cfg *a, const vs__cfg *b, int rounds) {
          hi);
 }
 
-/* The batched daemon's summary line ("... forwards (target and draft) in ... batches ..."), logged when
- * its model set closes at shutdown. */
+/* The batched daemon's summary line ("... forwards (target and draft) in ... batches ..."),
+ * logged when its model set closes at shutdown. */
 static void vs__print_gate_line(const vs_bench_daemon *d) {
   FILE *f = fopen(d->log, "r");
   char line[1024];
   while (f && fgets(line, sizeof line, f))
-    if (strstr(line, "forwards (target and draft) in")) printf("\nbatched daemon: %s", strstr(line, "bench"));
+    if (strstr(line, "forwards (target and draft) in"))
+      printf("\nbatched daemon: %s", strstr(line, "bench"));
   if (f) fclose(f);
 }
 

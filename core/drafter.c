@@ -6,13 +6,12 @@
 
 #include "core/forward_gate.h"
 
-
 struct vs_drafter {
   const vs_backend_model *bm;
   vspec_dev *dev;
   const vs_job *job;
   vspec_session *sess;
-  struct vs_forward_gate *gate; /* batched with other jobs' drafts, or NULL */
+  vs_forward_gate *gate; /* batched with other jobs' drafts, or NULL */
   int rows, vocab, max_nodes, fdim_in, fdim_out;
   int uses_features;
   int64_t forwards;
@@ -158,8 +157,7 @@ static int vs__forward(vs_drafter *d, int n, int append, char *err, size_t errle
   vspec_forward_out o = {.struct_size = sizeof o, .logits = d->logits,
                          .features = d->uses_features ? d->out_feats : NULL};
   char inner[VSPEC_ERRLEN] = "";
-  int rc = d->gate ? vs_forward_gate_forward(d->gate, d->bm, d->sess, &b, &o, inner, sizeof inner)
-                   : d->bm->vt->forward(d->sess, &b, &o, inner, sizeof inner);
+  int rc = vs_forward_gate_forward(d->gate, d->bm, d->sess, &b, &o, inner, sizeof inner);
   if (rc) snprintf(err, errlen, "drafter forward: %s", inner);
   d->forwards++;
   return rc;

@@ -198,9 +198,10 @@ static int vs__take(vs_forward_gate *g, vs__gate_req **batch) {
 int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec_session *s,
                             const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                             size_t errlen) {
-  /* A backend that cannot batch runs on the job's own device and thread, as without a gate
-   * (through the gate it would only run one job at a time). */
-  if (!VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, forward_multi) || !t->vt->forward_multi)
+  /* No gate, or a backend that cannot batch: on the job's own device and thread (through the
+   * gate it would only run one job at a time). */
+  if (!g || !VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, forward_multi) ||
+      !t->vt->forward_multi)
     return t->vt->forward(s, b, out, err, errlen);
   vs__gate_req me = {.t = t, .s = s, .b = b, .out = out, .arrived = vs__mono()};
   double deadline = me.arrived + g->max_wait_s;

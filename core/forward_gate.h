@@ -51,8 +51,8 @@ void vs_forward_gate_destroy(vs_forward_gate **g);
 void vs_forward_gate_enter(vs_forward_gate *g);
 void vs_forward_gate_leave(vs_forward_gate *g);
 
-/* The target's forward of `s` (a session of t), batched with other jobs' ready forwards. Same
- * contract as t->vt->forward. */
+/* The forward of `s` (a session of t), batched with other jobs' ready forwards. Same contract
+ * as t->vt->forward, which it is when g is NULL (a job that is not batched). */
 int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec_session *s,
                             const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                             size_t errlen);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/forward_gate.h"
 #include "core/params.h"
 #include "core/round_loop.h"
 #include "kernels/common/vs_philox.h"
@@ -62,7 +61,7 @@ static int vs__plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t 
 }
 
 static void vs__rounds_free(vs_rounds *c) {
-  if (c->gated) vs_forward_gate_leave(c->job->gate);
+  if (c->gate) vs_forward_gate_leave(c->gate);
   if (c->rule) c->rule_vt->destroy(c->rule);
   if (c->sched) c->sched_vt->destroy(c->sched);
   vs_plugin_release(c->rule_plugin);
@@ -237,9 +236,7 @@ static int vs__verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, s
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp};
   out->features = c->drafter && vs_drafter_uses_features(c->drafter) ? c->feats : NULL;
   char inner[VSPEC_ERRLEN] = "";
-  int rc = c->gated ? vs_forward_gate_forward(c->job->gate, c->t, c->sess, &b, out, inner,
-                                              sizeof inner)
-                    : c->t->vt->forward(c->sess, &b, out, inner, sizeof inner);
+  int rc = vs_forward_gate_forward(c->gate, c->t, c->sess, &b, out, inner, sizeof inner);
   if (rc) snprintf(err, errlen, "target forward: %s", inner);
   else if ((rc = vs_dev_check(c->dev, inner, sizeof inner)))
     snprintf(err, errlen, "device error during the target forward: %s", inner);
@@ -411,8 +408,8 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
    * job's condition runs once). */
   if (job->gate) {
     vs_forward_gate_enter(job->gate);
-    c.gated = 1;
-    if (c.drafter) vs_drafter_set_gate(c.drafter, job->gate);
+    c.gate = job->gate;
+    if (c.drafter) vs_drafter_set_gate(c.drafter, c.gate);
   }
   if (c.drafter && (rc = vs_drafter_start(c.drafter, tokens[0], c.feats, err, errlen))) goto done;
 

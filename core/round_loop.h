@@ -16,6 +16,7 @@
 #define VS_ROUND_LOOP_H
 
 #include "core/drafter.h"
+#include "core/forward_gate.h"
 #include "core/engine.h"
 #include "core/method.h"
 #include "core/tree.h"
@@ -67,7 +68,7 @@ typedef struct vs_rounds {
   vs_sampler sampler;
   vspec_rng rng_target, rng_draft, rng_accept;
   vs_metrics *mt;
-  int gated;         /* entered job->gate: leave it when the job ends */
+  vs_forward_gate *gate; /* job->gate once entered (left when the job ends), else NULL */
 } vs_rounds;
 
 /* Runs one job's rounds (ar or sd) into tokens[N]; mt accumulates the metrics. */

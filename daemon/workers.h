@@ -21,7 +21,7 @@ typedef void (*vs_post_fn)(vs_djob *j, void *user);
 typedef struct vs_workers_config {
   int count;
   int threads; /* compute threads per worker, 0 = online cores / count (at least 1) */
-  int batch;   /* cross-job batching: jobs per batched target forward (1 = off); the gates,
+  int batch;   /* cross-job batching: jobs per batched forward (1 = off; logged); the gates,
                   and the devices their batches run on, live in the model sets
                   (daemon/model_set.h) */
   vs_job_queue *queue;

@@ -430,6 +430,18 @@ static void test_gate_bad_config(void **state) {
   assert_int_equal(vs_forward_gate_create(2, 0.01, &fake_dev, 0, &g, err, sizeof err),
                    VSPEC_ERANGE);
   vs_forward_gate_destroy(&g); /* NULL is fine */
+  /* no gate: the backend's own forward, on the caller's thread */
+  vs_backend_model t = {.vt = &fake_vt, .model = fake_model};
+  vspec_session s = {.id = 9};
+  int32_t tok = 4, parent = -1;
+  float logit = -1;
+  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tok,
+                           .parents = &parent};
+  vspec_forward_out o = {.struct_size = sizeof o, .logits = &logit};
+  reset_fake();
+  assert_int_equal(vs_forward_gate_forward(NULL, &t, &s, &b, &o, err, sizeof err), 0);
+  assert_true(logit == 9004.0f);
+  assert_int_equal(atomic_load(&fake_multi_calls), 0);
 }
 
 /* ---- whole jobs through a gate ---------------------------------------------------------- */
