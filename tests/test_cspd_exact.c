@@ -36,7 +36,7 @@
 /* The sanitizer build is several times slower; its run checks memory and that the exact rule
  * passes, the plain run also that the lossy variants fail (which needs the larger sample). */
 #ifdef VSPEC_SANITIZED
-#define SAMPLES 3000
+#define SAMPLES 600
 #define CHECK_POWER 0
 #else
 #define SAMPLES 10000

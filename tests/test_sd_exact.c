@@ -25,7 +25,15 @@
 #include "tests/support/stats.h"
 #include "tests/support/table_model.h"
 
+/* The sanitizer build is several times slower; its run checks memory and that the exact
+ * methods pass, the plain run also that the wrong rule fails (which needs the larger sample). */
+#ifdef VSPEC_SANITIZED
+#define SAMPLES 20000
+#define CHECK_POWER 0
+#else
 #define SAMPLES 200000
+#define CHECK_POWER 1
+#endif
 #define P_MIN 1e-3
 
 typedef struct world {
@@ -97,8 +105,10 @@ static void check_world(int vocab, int len, uint64_t seed) {
     if (i > 0) assert_true(tpf > 1.0); /* speculation really happened */
   }
   /* The wrong rule must be caught by the very same test. */
-  double p = sample_pvalue(&w, wrong_method, SAMPLES, &tpf);
-  if (!(p < P_MIN)) fail_msg("the wrong rule passed the chi-square test (p = %.3g)", p);
+  if (CHECK_POWER) {
+    double p = sample_pvalue(&w, wrong_method, SAMPLES, &tpf);
+    if (!(p < P_MIN)) fail_msg("the wrong rule passed the chi-square test (p = %.3g)", p);
+  }
   world_close(&w);
 }
 

@@ -34,7 +34,15 @@
 #include "tests/support/stats.h"
 #include "tests/support/table_model.h"
 
+/* The sanitizer build is several times slower; its run checks memory and the bounds, the plain
+ * run also that the deliberately wrong rules break them (which needs the larger sample). */
+#ifdef VSPEC_SANITIZED
+#define SAMPLES 50000
+#define CHECK_POWER 0
+#else
 #define SAMPLES 200000
+#define CHECK_POWER 1
+#endif
 
 typedef vs_table_world world;
 
@@ -69,10 +77,11 @@ static vs_metrics sample_joint(world *w, const char *method, int n, double *join
 /* ---- LANTERN ---------------------------------------------------------------------------- */
 
 /* Largest TV over first-token contexts seen at least min_count times: the second token's
- * empirical distribution against the target's q(. | t0). */
+ * empirical distribution against the target's q(. | t0). -1 when no context was seen that
+ * often (a check of nothing, which the callers reject). */
 static double lantern_context_tv(world *w, const double *joint, int n, int min_count) {
   int V = w->tm.vocab;
-  double worst = 0.0;
+  double worst = -1.0;
   double *q = malloc((size_t)V * sizeof(double)), *emp = malloc((size_t)V * sizeof(double));
   for (int32_t t0 = 0; t0 < V; t0++) {
     double mass = 0.0;
@@ -99,7 +108,7 @@ static void test_lantern_tv_within_delta(void **state) {
   world_open(&w, 8, 3, 21, 2.0);
   double *joint = malloc((size_t)w.cells * sizeof(double));
   const double delta = 0.1;
-  const int min_count = 20000;
+  const int min_count = SAMPLES / 10;
   /* Sampling tolerance: E[TV] of an empirical distribution of n draws over V outcomes is
    * below 1/2 sum sqrt(q/n) <= 1/2 sqrt(V/n); three times that. */
   double tol = 1.5 * sqrt(8.0 / min_count);
@@ -110,7 +119,7 @@ static void test_lantern_tv_within_delta(void **state) {
   double tv1 = lantern_context_tv(&w, joint, SAMPLES, min_count);
   printf("  lantern delta=0.1, 1 candidate:   worst context TV %.4f (bound %.4f + tol %.4f)\n",
          tv1, delta, tol);
-  assert_true(tv1 <= delta + tol);
+  assert_true(tv1 >= 0.0 && tv1 <= delta + tol);
 
   /* Three candidates: TV <= delta x E[candidates tried]. */
   vs_metrics mt = sample_joint(&w, "sd:lantern:k=4,delta=0.1@standard:shape=dynamic,top_k=3,"
@@ -119,14 +128,16 @@ static void test_lantern_tv_within_delta(void **state) {
   double tv3 = lantern_context_tv(&w, joint, SAMPLES, min_count);
   printf("  lantern delta=0.1, 3 candidates:  worst context TV %.4f (bound %.4f = delta x %.2f "
          "tried + tol %.4f)\n", tv3, delta * tried, tried, tol);
-  assert_true(tv3 <= delta * tried + tol);
+  assert_true(tv3 >= 0.0 && tv3 <= delta * tried + tol);
 
   /* The check can fail: a rule pooling up to 0.5 breaks the 0.1 bound. */
-  sample_joint(&w, "sd:lantern:k=4,delta=0.5@standard:shape=dynamic,top_k=1,depth=1,"
-               "total_tokens=1,drafter=model", SAMPLES, joint);
-  double tv_wrong = lantern_context_tv(&w, joint, SAMPLES, min_count);
-  printf("  lantern delta=0.5 against the 0.1 bound: worst context TV %.4f\n", tv_wrong);
-  assert_true(tv_wrong > delta + tol);
+  if (CHECK_POWER) {
+    sample_joint(&w, "sd:lantern:k=4,delta=0.5@standard:shape=dynamic,top_k=1,depth=1,"
+                 "total_tokens=1,drafter=model", SAMPLES, joint);
+    double tv_wrong = lantern_context_tv(&w, joint, SAMPLES, min_count);
+    printf("  lantern delta=0.5 against the 0.1 bound: worst context TV %.4f\n", tv_wrong);
+    assert_true(tv_wrong > delta + tol);
+  }
   free(joint);
   world_close(&w);
 }
@@ -296,15 +307,17 @@ static void test_coolsd_tv_bound(void **state) {
   assert_true(exact_tv[2] < exact_tv[3] - 0.01);
   /* The checks can fail: the engine running uniform omega = 4 is not the process of
    * Cool-SD delta = 1.1, and breaks its bound. */
-  dp s = {.w = &w, .depth = 3, .optimal = 1, .delta = 1.1, .nu = 0.7, .joint = exact};
-  dp_run(&s);
-  sample_joint(&w, "sd:uniform_rsd:omega=4,resample=rule@standard:shape=chain,depth=3,"
-               "drafter=model", SAMPLES, emp);
-  double pv = chi2_against(&w, emp, exact, SAMPLES), tv_wrong = tv_to_target(&w, emp);
-  printf("  uniform_rsd omega=4 against Cool-SD delta=1.1: p %.3g, TV %.4f vs bound %.4f\n", pv,
-         tv_wrong, s.bound);
-  assert_true(pv < 1e-3);
-  assert_true(tv_wrong > s.bound + tol);
+  if (CHECK_POWER) {
+    dp s = {.w = &w, .depth = 3, .optimal = 1, .delta = 1.1, .nu = 0.7, .joint = exact};
+    dp_run(&s);
+    sample_joint(&w, "sd:uniform_rsd:omega=4,resample=rule@standard:shape=chain,depth=3,"
+                 "drafter=model", SAMPLES, emp);
+    double pv = chi2_against(&w, emp, exact, SAMPLES), tv_wrong = tv_to_target(&w, emp);
+    printf("  uniform_rsd omega=4 against Cool-SD delta=1.1: p %.3g, TV %.4f vs bound %.4f\n",
+           pv, tv_wrong, s.bound);
+    assert_true(pv < 1e-3);
+    assert_true(tv_wrong > s.bound + tol);
+  }
   free(emp);
   free(exact);
   world_close(&w);
