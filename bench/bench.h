@@ -92,6 +92,7 @@ int vs_bench_cmd_eval(int argc, char **argv);
 int vs_bench_cmd_tune(int argc, char **argv);
 
 int vs_bench_cmd_linear(int argc, char **argv);
+int vs_bench_cmd_attention(int argc, char **argv);
 
 /* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`. */
 int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,

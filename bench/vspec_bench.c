@@ -19,6 +19,7 @@ static void usage(FILE *f) {
           "  quality     real-data reference values of the quality metrics: classifier\n"
           "              accuracy, FID floor, precision/recall of real vs real\n"
           "  linear      GPT-B linear layers: skinny kernel vs BLIS by row count\n"
+          "  attention   attention of one GPT-B forward by tree size (CPU kernel)\n"
           "  tune        tune size=auto for a model and method on this machine and store\n"
           "              the choice in the cache\n"
           "\n"
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "quality") == 0) return vs_bench_cmd_quality(argc - 1, argv + 1);
   if (strcmp(cmd, "tune") == 0) return vs_bench_cmd_tune(argc - 1, argv + 1);
   if (strcmp(cmd, "linear") == 0) return vs_bench_cmd_linear(argc - 1, argv + 1);
+  if (strcmp(cmd, "attention") == 0) return vs_bench_cmd_attention(argc - 1, argv + 1);
   fprintf(stderr, "vspec-bench: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;

@@ -2,8 +2,8 @@
  * kernels/cpu/cpu_attention.c - masked multi-head attention over a KV cache (LlamaGen
  * gpt.py, Attention.forward: PyTorch scaled_dot_product_attention with a boolean mask).
  *
- * Per query head: S = Q_h K_g^T / sqrt(hd) by sgemm into scratch, masked stable softmax
- * row by row, then each output row O_h[i] = sum over the visible slots j of W[i, j] V_g[j],
+ * Per query head: S = Q_h K_g^T / sqrt(hd) into scratch, masked stable softmax row by row
+ * (cpu_attention_softmax.c), then each output row O_h[i] = sum over the visible slots j of W[i, j] V_g[j],
  * accumulated slot by slot straight into the output. Queries are processed in chunks sized to
  * the scratch arena, so only one row of scores (n_kv floats) is ever required and the arena
  * never has to grow for realistic cache lengths.
@@ -23,7 +23,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/common/vs_math.h"
+#include "kernels/cpu/cpu_attention_softmax.h"
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_exp_simd.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
@@ -154,160 +154,135 @@ static void weighted_sum(const vspec_dev *dev, const float *w, const uint8_t *ma
 #endif
 }
 
-/* ---- masked softmax -------------------------------------------------------------------------
- * In place on scores s[0..n): masked entries -> 0, the rest -> e^(s - max) / sum. e is
- * vs_exp_poly; the sum is kept in 16 partial sums (entry j in sum j mod 16) that are added
- * in halves (8 + 8, 4 + 4, 2 + 2, 1 + 1), so the scalar and both vector loops give the same
- * bits. Returns 0 (and zeros the row) when nothing is visible. */
-static float sum16(float *part) {
-  for (int w = 8; w >= 1; w /= 2)
-    for (int i = 0; i < w; i++) part[i] = part[i] + part[i + w];
-  return part[0];
-}
-
-static int softmax_scalar(float *s, const uint8_t *mask, int n) {
-  float mx = -INFINITY;
-  int any = 0;
-  for (int j = 0; j < n; j++) {
-    if (mask && !mask[j]) continue;
-    if (!any || s[j] > mx) mx = s[j];
-    any = 1;
-  }
-  if (!any) {
-    memset(s, 0, (size_t)n * sizeof(float));
-    return 0;
-  }
-  float part[16] = {0};
-  for (int j = 0; j < n; j++) {
-    float e = mask && !mask[j] ? 0.0f : vs_exp_poly(s[j] - mx);
-    s[j] = e;
-    part[j % 16] += e;
-  }
-  float sum = sum16(part); /* >= 1: the maximum contributes e^0 */
-  for (int j = 0; j < n; j++) s[j] = s[j] / sum;
-  return 1;
-}
-
+/* ---- Q K^T ------------------------------------------------------------------------------------
+ * s[i, j] = scale * (q_i . k_j). For head_dim 64 on AVX-512, sixteen keys at a time: one
+ * accumulator per key (four multiply-adds over the 64 dimensions), then the 16 horizontal sums
+ * in one transpose-and-add tree. Through vs_sgemm the skinny kernel spent more on its
+ * reductions than on its four steps over 64 dimensions. Other shapes and instruction sets use
+ * vs_sgemm. */
 #if VS_EXP_SIMD
-/* Lanes of entries j .. j+15 that are present (j + lane < n) and visible. */
-__attribute__((target("avx512f"))) static __mmask16 visible16(const uint8_t *mask, int j, int n) {
-  int left = n - j;
-  __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-  if (!mask) return in;
-  uint8_t pad[16] = {0};
-  const uint8_t *m = mask + j;
-  if (left < 16) memcpy(pad, m, (size_t)left), m = pad;
-  __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)m));
-  return in & _mm512_test_epi32_mask(b, b);
+/* Sums of the 16 lanes of a0..a15, as lanes 0..15 of the result. */
+__attribute__((target("avx512f"))) static inline __m512 hsum4x4(__m512 a0, __m512 a1, __m512 a2,
+                                                                __m512 a3) {
+  /* per 128-bit lane: pairs, then quads, of a0..a3 */
+  __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
-__attribute__((target("avx512f"))) static int softmax_512(float *s, const uint8_t *mask, int n) {
-  __m512 vmx = _mm512_set1_ps(-INFINITY);
-  int any = 0;
-  for (int j = 0; j < n; j += 16) {
-    __mmask16 vis = visible16(mask, j, n);
-    any |= vis != 0;
-    vmx = _mm512_mask_max_ps(vmx, vis, vmx, _mm512_maskz_loadu_ps(vis, s + j));
-  }
-  if (!any) {
-    memset(s, 0, (size_t)n * sizeof(float));
-    return 0;
-  }
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
-  __m512 part = _mm512_setzero_ps();
-  int j = 0;
-  /* two chunks per step: an exponential is a long chain of dependent operations, and two
-   * independent ones fill the pipeline (entries still go to lane j mod 16 in order of j) */
-  for (; j + 32 <= n; j += 32) {
-    __mmask16 vis0 = visible16(mask, j, n), vis1 = visible16(mask, j + 16, n);
-    __m512 e0 = _mm512_maskz_mov_ps(vis0, exp_poly_512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mx)));
-    __m512 e1 = _mm512_maskz_mov_ps(
-        vis1, exp_poly_512(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), mx)));
-    _mm512_storeu_ps(s + j, e0);
-    _mm512_storeu_ps(s + j + 16, e1);
-    part = _mm512_add_ps(_mm512_add_ps(part, e0), e1);
-  }
-  for (; j < n; j += 16) {
-    int left = n - j;
-    __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-    __mmask16 vis = visible16(mask, j, n);
-    __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(vis, s + j), mx);
-    __m512 e = _mm512_maskz_mov_ps(vis, exp_poly_512(x));
-    _mm512_mask_storeu_ps(s + j, in, e);
-    part = _mm512_add_ps(part, e);
-  }
-  float p[16];
-  _mm512_storeu_ps(p, part);
-  const __m512 sum = _mm512_set1_ps(sum16(p));
-  for (int i = 0; i < n; i += 16) {
-    int left = n - i;
-    __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-    _mm512_mask_storeu_ps(s + i, in, _mm512_div_ps(_mm512_maskz_loadu_ps(in, s + i), sum));
-  }
-  return 1;
+__attribute__((target("avx512f"))) static inline __m512 hsum16(__m512 z0, __m512 z1, __m512 z2,
+                                                               __m512 z3) {
+  /* z_g holds, in 128-bit lane L, the part of keys 4g..4g+3 from dimensions of lane L */
+  __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(z0, z1, _MM_SHUFFLE(3, 1, 3, 1)));
+  __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(z2, z3, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(z2, z3, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* Lanes of entries j .. j+7 that are present and visible, as all-ones lanes. */
-__attribute__((target("avx2"))) static __m256i visible8(const uint8_t *mask, int j, int n) {
-  int left = n - j;
-  __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  if (!mask) return in;
-  uint8_t pad[8] = {0};
-  const uint8_t *m = mask + j;
-  if (left < 8) memcpy(pad, m, (size_t)left), m = pad;
-  __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m));
-  return _mm256_andnot_si256(_mm256_cmpeq_epi32(b, _mm256_setzero_si256()), in);
-}
+/* a = q . k over 64 dimensions as 16 lanes of partial sums (k: one key's 64 values). */
+#define VS_ATTN_DOT64(a, k)                                                             \
+  __m512 a = _mm512_mul_ps(q0, _mm512_loadu_ps(k));                                     \
+  a = _mm512_fmadd_ps(q1, _mm512_loadu_ps((k) + 16), a);                                \
+  a = _mm512_fmadd_ps(q2, _mm512_loadu_ps((k) + 32), a);                                \
+  a = _mm512_fmadd_ps(q3, _mm512_loadu_ps((k) + 48), a)
 
-/* Eight lanes at a time; chunks alternate between the partial sums of lanes 0-7 and 8-15. */
-__attribute__((target("avx2"))) static int softmax_256(float *s, const uint8_t *mask, int n) {
-  const __m256 ninf = _mm256_set1_ps(-INFINITY);
-  __m256 vmx = ninf;
-  int any = 0;
-  for (int j = 0; j < n; j += 8) {
-    __m256i vis = visible8(mask, j, n);
-    any |= !_mm256_testz_si256(vis, vis);
-    __m256 x = _mm256_blendv_ps(ninf, _mm256_maskload_ps(s + j, vis), _mm256_castsi256_ps(vis));
-    vmx = _mm256_max_ps(vmx, x);
+/* Four keys' dot products, reduced to their 128-bit-lane quads (see hsum4x4). */
+#define VS_ATTN_QUAD(z, j)                                                              \
+  __m512 z;                                                                             \
+  {                                                                                     \
+    VS_ATTN_DOT64(d0, key(j));                                                          \
+    VS_ATTN_DOT64(d1, key((j) + 1));                                                    \
+    VS_ATTN_DOT64(d2, key((j) + 2));                                                    \
+    VS_ATTN_DOT64(d3, key((j) + 3));                                                    \
+    z = hsum4x4(d0, d1, d2, d3);                                                        \
   }
-  if (!any) {
-    memset(s, 0, (size_t)n * sizeof(float));
-    return 0;
+
+/* Query rows i and i + 1 (q and q + q_stride: both read every key once). */
+#define VS_ATTN_DOT64X2(a, b, kp)                                                      \
+  __m512 a, b;                                                                          \
+  {                                                                                     \
+    const float *k_ = (kp);                                                             \
+    __m512 k0 = _mm512_loadu_ps(k_), k1 = _mm512_loadu_ps(k_ + 16);                     \
+    __m512 k2 = _mm512_loadu_ps(k_ + 32), k3 = _mm512_loadu_ps(k_ + 48);                \
+    a = _mm512_fmadd_ps(q3, k3, _mm512_fmadd_ps(q2, k2,                                 \
+        _mm512_fmadd_ps(q1, k1, _mm512_mul_ps(q0, k0))));                               \
+    b = _mm512_fmadd_ps(r3, k3, _mm512_fmadd_ps(r2, k2,                                 \
+        _mm512_fmadd_ps(r1, k1, _mm512_mul_ps(r0, k0))));                               \
   }
-  float m8[8];
-  _mm256_storeu_ps(m8, vmx);
-  float mxs = m8[0];
-  for (int i = 1; i < 8; i++) mxs = m8[i] > mxs ? m8[i] : mxs;
-  const __m256 mx = _mm256_set1_ps(mxs);
-  __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int j = 0; j < n; j += 8) {
-    int left = n - j;
-    __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256i vis = visible8(mask, j, n);
-    __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + j, vis), mx);
-    __m256 e = _mm256_and_ps(exp_poly_256(x), _mm256_castsi256_ps(vis));
-    _mm256_maskstore_ps(s + j, in, e);
-    part[(j / 8) & 1] = _mm256_add_ps(part[(j / 8) & 1], e);
+
+#define VS_ATTN_QUAD2(za, zb, j)                                                        \
+  __m512 za, zb;                                                                        \
+  {                                                                                     \
+    VS_ATTN_DOT64X2(a0, b0, key(j));                                                    \
+    VS_ATTN_DOT64X2(a1, b1, key((j) + 1));                                              \
+    VS_ATTN_DOT64X2(a2, b2, key((j) + 2));                                              \
+    VS_ATTN_DOT64X2(a3, b3, key((j) + 3));                                              \
+    za = hsum4x4(a0, a1, a2, a3);                                                       \
+    zb = hsum4x4(b0, b1, b2, b3);                                                       \
   }
-  float p[16];
-  _mm256_storeu_ps(p, part[0]);
-  _mm256_storeu_ps(p + 8, part[1]);
-  const __m256 sum = _mm256_set1_ps(sum16(p));
-  for (int j = 0; j < n; j += 8) {
-    int left = n - j;
-    __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    _mm256_maskstore_ps(s + j, in, _mm256_div_ps(_mm256_maskload_ps(s + j, in), sum));
+
+/* keys past the end repeat the last one; their lanes are not stored */
+#define key(j) (k + (size_t)(j0 + (j) < n_kv ? j0 + (j) : n_kv - 1) * 64)
+
+__attribute__((target("avx512f,fma"))) static void scores_512_hd64(const float *q, int q_stride,
+                                                                   int nc, const float *k,
+                                                                   int n_kv, float scale,
+                                                                   float *s) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  int i = 0;
+  for (; i + 2 <= nc; i += 2) {
+    const float *qi = q + (size_t)i * q_stride, *qn = qi + q_stride;
+    const __m512 q0 = _mm512_loadu_ps(qi), q1 = _mm512_loadu_ps(qi + 16);
+    const __m512 q2 = _mm512_loadu_ps(qi + 32), q3 = _mm512_loadu_ps(qi + 48);
+    const __m512 r0 = _mm512_loadu_ps(qn), r1 = _mm512_loadu_ps(qn + 16);
+    const __m512 r2 = _mm512_loadu_ps(qn + 32), r3 = _mm512_loadu_ps(qn + 48);
+    float *si = s + (size_t)i * n_kv, *sn = si + n_kv;
+    for (int j0 = 0; j0 < n_kv; j0 += 16) {
+      VS_ATTN_QUAD2(z0, y0, 0);
+      VS_ATTN_QUAD2(z1, y1, 4);
+      VS_ATTN_QUAD2(z2, y2, 8);
+      VS_ATTN_QUAD2(z3, y3, 12);
+      int left = n_kv - j0;
+      __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+      _mm512_mask_storeu_ps(si + j0, in, _mm512_mul_ps(sc, hsum16(z0, z1, z2, z3)));
+      _mm512_mask_storeu_ps(sn + j0, in, _mm512_mul_ps(sc, hsum16(y0, y1, y2, y3)));
+    }
   }
-  return 1;
+  for (; i < nc; i++) {
+    const float *qi = q + (size_t)i * q_stride;
+    const __m512 q0 = _mm512_loadu_ps(qi), q1 = _mm512_loadu_ps(qi + 16);
+    const __m512 q2 = _mm512_loadu_ps(qi + 32), q3 = _mm512_loadu_ps(qi + 48);
+    float *si = s + (size_t)i * n_kv;
+    for (int j0 = 0; j0 < n_kv; j0 += 16) {
+      VS_ATTN_QUAD(z0, 0);
+      VS_ATTN_QUAD(z1, 4);
+      VS_ATTN_QUAD(z2, 8);
+      VS_ATTN_QUAD(z3, 12);
+      int left = n_kv - j0;
+      __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+      _mm512_mask_storeu_ps(si + j0, in, _mm512_mul_ps(sc, hsum16(z0, z1, z2, z3)));
+    }
+  }
 }
+#undef key
+#undef VS_ATTN_QUAD2
+#undef VS_ATTN_DOT64X2
+#undef VS_ATTN_QUAD
+#undef VS_ATTN_DOT64
 #endif
 
-static int masked_softmax_row(const vspec_dev *dev, float *s, const uint8_t *mask_row, int n_kv) {
+static void scores(vspec_dev *dev, const float *q, int q_stride, int nc, const float *k, int n_kv,
+                   int hd, float scale, float *s) {
 #if VS_EXP_SIMD
-  if (dev->isa >= VS_ISA_AVX512) return softmax_512(s, mask_row, n_kv);
-  if (dev->isa >= VS_ISA_AVX2) return softmax_256(s, mask_row, n_kv);
+  if (dev->isa >= VS_ISA_AVX512 && hd == 64) {
+    scores_512_hd64(q, q_stride, nc, k, n_kv, scale, s);
+    return;
+  }
 #endif
-  return softmax_scalar(s, mask_row, n_kv);
+  vs_sgemm(dev, 0, 1, nc, n_kv, hd, scale, q, q_stride, k, hd, 0.0f, s, n_kv);
 }
 
 void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int n_heads,
@@ -337,10 +312,10 @@ void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int
       int nc = n_q - i0 < chunk ? n_q - i0 : chunk;
       const float *qh = q + (size_t)i0 * q_stride + (size_t)h * head_dim;
       float *oh = out + (size_t)i0 * out_stride + (size_t)h * head_dim;
-      vs_sgemm(dev, 0, 1, nc, n_kv, head_dim, scale, qh, q_stride, kh, head_dim, 0.0f, s, n_kv);
+      scores(dev, qh, q_stride, nc, kh, n_kv, head_dim, scale, s);
       for (int i = 0; i < nc; i++)
-        masked_softmax_row(dev, s + (size_t)i * n_kv,
-                           mask ? mask + (size_t)(i0 + i) * n_kv : NULL, n_kv);
+        vs_cpu_masked_softmax(dev, s + (size_t)i * n_kv,
+                              mask ? mask + (size_t)(i0 + i) * n_kv : NULL, n_kv);
       for (int i = 0; i < nc; i += VS_ATTN_ROW_GROUP) {
         int nr = nc - i < VS_ATTN_ROW_GROUP ? nc - i : VS_ATTN_ROW_GROUP;
         weighted_sum(dev, s + (size_t)i * n_kv, mask ? mask + (size_t)(i0 + i) * n_kv : NULL,

@@ -1,0 +1,148 @@
+/*
+ * vspec-bench attention: the attention of one target forward (every layer, every CFG row)
+ * through the CPU kernel, for a list of query counts, with the shape of a LlamaGen GPT
+ * (GPT-B by default: 12 layers, 12 heads of 64) and a cached prefix of L tokens. The queries
+ * form a chain, as a tree verify's nodes do: query i sees the prefix and queries 0..i.
+ * This is how the vector loops of kernels/cpu/cpu_attention.c were measured; run it in two
+ * builds, side by side, to compare them.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/bench.h"
+#include "core/cli_args.h"
+#include "kernels/cpu/cpu_linear_skinny.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vspec-bench attention [options]\n"
+          "\n"
+          "  --sizes LIST       query counts per row (tree nodes; default 1,2,4,8,16,32)\n"
+          "  --prefix L         cached tokens before the queries (default 129: half of a\n"
+          "                     16x16 image and the class token)\n"
+          "  --layers N         layers (default 12)\n"
+          "  --heads H          heads of 64 dimensions (default 12)\n"
+          "  --rows R           rows per node: 2 with CFG (default), 1 without\n"
+          "  --reps N           timed forwards per size; the median is printed (default 101)\n"
+          "  --isa NAME         scalar, avx2 or avx512 (default: the best this CPU has)\n"
+          "\n"
+          "Times are of the calling thread's CPU clock (one thread).\n");
+}
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+#define VS_ATTN_HD 64
+
+int vs_bench_cmd_attention(int argc, char **argv) {
+  const char *sizes_text = "1,2,4,8,16,32", *isa_name = NULL;
+  long prefix = 129, layers = 12, heads = 12, rows = 2, reps = 101;
+  enum { O_SIZES = 256, O_PREFIX, O_LAYERS, O_HEADS, O_ROWS, O_REPS, O_ISA };
+  static const struct option opts[] = {
+      {"sizes", required_argument, 0, O_SIZES},   {"prefix", required_argument, 0, O_PREFIX},
+      {"layers", required_argument, 0, O_LAYERS}, {"heads", required_argument, 0, O_HEADS},
+      {"rows", required_argument, 0, O_ROWS},     {"reps", required_argument, 0, O_REPS},
+      {"isa", required_argument, 0, O_ISA},       {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int ok = 1;
+    switch (c) {
+      case O_SIZES: sizes_text = optarg; break;
+      case O_PREFIX: ok = vs_cli_long("--prefix", optarg, 0, 4096, &prefix); break;
+      case O_LAYERS: ok = vs_cli_long("--layers", optarg, 1, 128, &layers); break;
+      case O_HEADS: ok = vs_cli_long("--heads", optarg, 1, 128, &heads); break;
+      case O_ROWS: ok = vs_cli_long("--rows", optarg, 1, 2, &rows); break;
+      case O_REPS: ok = vs_cli_long("--reps", optarg, 1, 100000, &reps); break;
+      case O_ISA: isa_name = optarg; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (!ok) return 2;
+  }
+  int sizes[32], n_sizes = 0, max_n = 0;
+  for (const char *p = sizes_text; *p && n_sizes < 32;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 1024 || (*end && *end != ',')) {
+      fprintf(stderr, "vspec-bench attention: --sizes '%s' must be a list of 1..1024\n",
+              sizes_text);
+      return 2;
+    }
+    sizes[n_sizes++] = (int)v;
+    if (v > max_n) max_n = (int)v;
+    p = *end ? end + 1 : end;
+  }
+  vspec_dev *dev = NULL;
+  char err[VSPEC_ERRLEN];
+  if (vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench attention: %s\n", err);
+    return 1;
+  }
+  if (isa_name) {
+    int isa = 0;
+    for (int i = VS_ISA_SCALAR; i <= VS_ISA_AVX512; i++)
+      if (strcmp(isa_name, vs_isa_name(i)) == 0) isa = i;
+    if (vs_cpu_set_isa(dev, isa) != VSPEC_OK) {
+      fprintf(stderr, "vspec-bench attention: --isa '%s' is unknown or not supported here\n",
+              isa_name);
+      vs_dev_destroy(dev);
+      return 2;
+    }
+  }
+  int H = (int)heads, slots = (int)prefix + max_n, width = H * VS_ATTN_HD;
+  size_t kv_n = (size_t)H * slots * VS_ATTN_HD;
+  /* q as the qkv rows of a forward: q, k, v of every head side by side */
+  float *q = malloc((size_t)max_n * 3 * width * sizeof(float));
+  float *k = malloc(kv_n * sizeof(float)), *v = malloc(kv_n * sizeof(float));
+  float *out = malloc((size_t)max_n * width * sizeof(float));
+  uint8_t *mask = malloc((size_t)max_n * slots);
+  double *t = malloc((size_t)reps * sizeof(double));
+  int status = 1;
+  if (!q || !k || !v || !out || !mask || !t) {
+    fprintf(stderr, "vspec-bench attention: out of memory\n");
+    goto done;
+  }
+  for (size_t i = 0; i < (size_t)max_n * 3 * width; i++) q[i] = (float)(i % 13) * 0.05f - 0.3f;
+  for (size_t i = 0; i < kv_n; i++) {
+    k[i] = (float)(i % 7) * 0.1f - 0.3f;
+    v[i] = (float)(i % 11) * 0.1f - 0.5f;
+  }
+  printf("\nattention of one forward: %ld layers x %ld rows, %d heads of %d, %ld cached tokens, "
+         "%s kernels, CPU time, median of %ld\n\n",
+         layers, rows, H, VS_ATTN_HD, prefix, vs_isa_name(dev->isa), reps);
+  printf("| nodes | ms per forward | us per node |\n|------:|---------------:|------------:|\n");
+  for (int s = 0; s < n_sizes; s++) {
+    int n = sizes[s], n_kv = (int)prefix + n;
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < n_kv; j++) mask[(size_t)i * n_kv + j] = j < prefix || j - prefix <= i;
+    for (long r = 0; r < reps; r++) {
+      double t0 = cpu_s();
+      for (long call = 0; call < layers * rows; call++)
+        vs_dev_ops(dev)->attention(dev, q, n, 3 * width, H, H, VS_ATTN_HD, k, v, slots, n_kv,
+                                   mask, out);
+      t[r] = cpu_s() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    double ms = 1e3 * t[reps / 2];
+    printf("| %5d | %14.3f | %11.1f |\n", n, ms, 1e3 * ms / n);
+    fflush(stdout);
+  }
+  status = 0;
+done:
+  free(q), free(k), free(v), free(out), free(mask), free(t);
+  vs_dev_destroy(dev);
+  return status;
+}

@@ -1,0 +1,16 @@
+/*
+ * kernels/cpu/cpu_attention_softmax.h - the masked softmax of one row of attention scores.
+ */
+#ifndef VS_CPU_ATTENTION_SOFTMAX_H
+#define VS_CPU_ATTENTION_SOFTMAX_H
+
+#include <stdint.h>
+
+#include "kernels/cpu/cpu_dev.h"
+
+/* In place on s[0..n): entries whose mask byte is 0 become 0, the rest e^(s - max) / sum over
+ * the visible ones (mask NULL: all visible), in the device's instruction set; every set gives
+ * the same bits. Returns 0, with the row zeroed, when nothing is visible. */
+int vs_cpu_masked_softmax(const vspec_dev *dev, float *s, const uint8_t *mask, int n);
+
+#endif /* VS_CPU_ATTENTION_SOFTMAX_H */
