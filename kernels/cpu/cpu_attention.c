@@ -3,8 +3,8 @@
  * gpt.py, Attention.forward: PyTorch scaled_dot_product_attention with a boolean mask).
  *
  * Per query head: S = Q_h K_g^T / sqrt(hd) into scratch, masked stable softmax row by row
- * (cpu_attention_softmax.c), then each output row O_h[i] = sum over the visible slots j of W[i, j] V_g[j],
- * accumulated slot by slot straight into the output. Queries are processed in chunks sized to
+ * (cpu_attention_softmax.c), then each output row O_h[i] = sum over the visible slots j of
+ * W[i, j] V_g[j], accumulated slot by slot straight into the output. Queries are processed in chunks sized to
  * the scratch arena, so only one row of scores (n_kv floats) is ever required and the arena
  * never has to grow for realistic cache lengths.
  *
@@ -14,11 +14,12 @@
  * slot never written (which may hold anything) is never read, and a row with nothing visible
  * comes out as zeros, as the ops contract says.
  *
- * Why the softmax and W V have vector loops of their own: once the linear layers ran on AMX,
- * attention was the part of a tree verify that grew with the rows. On a GPT-B shape with a
- * 16-node tree, two CFG rows and 129 cached tokens, the attention of one forward took 14.1 ms
- * of CPU time with a scalar expf softmax and one W V row at a time, and 5.6 ms with the
- * softmax below (vs_exp_poly on 16 lanes) and four rows per pass over V (Xeon SPR).
+ * Why Q K^T, the softmax and W V have vector loops of their own: once the linear layers ran on
+ * AMX, attention was the part of a tree verify that grew with the rows. `vspec-bench attention`
+ * (GPT-B: 12 layers x 2 CFG rows, 12 heads, 129 cached tokens) measured 13.0 ms of CPU time
+ * per forward at 16 nodes with a scalar expf softmax, one W V row at a time and Q K^T through
+ * the skinny GEMM, and 4.9 ms with the loops below; 1.79 against 0.66 ms for a one-node CFG
+ * step (Xeon SPR, AVX-512; docs/BENCHMARKS.md).
  */
 #include <math.h>
 #include <string.h>
