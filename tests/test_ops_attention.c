@@ -195,34 +195,44 @@ static void test_isas_agree(void **state) {
   }
 }
 
-/* With exact scores (q and k in quarters, so every dot product and the scale 1/8 are exact in
- * any order), every instruction set gives the scalar loops' bits: the softmax (vs_exp_poly, 16
+/* With exact scores (q and k in quarters, so every dot product and the scale are exact in any
+ * order), every instruction set gives the scalar loops' bits: the softmax (vs_exp_poly, 16
  * partial sums added in a fixed tree) and W V (slot order, one fused multiply-add each), for
  * a group of four rows and a remainder, rows seeing different slots, and a tail of the row
- * shorter than a vector. */
-static void test_isas_agree_bitwise(void **state) {
-  enum { NQ = 6, H = 2, HD = 64, NKV = 203 };
-  static float q[NQ * H * HD], k[NKV * HD], v[NKV * HD], out[3][NQ * H * HD];
+ * shorter than a vector. head_dim 64 takes the four-row loop on AVX-512; 256 and 16 the
+ * one-row loops in blocks of 64 dimensions and of 16 (AVX-512) or 8 (AVX2). These head sizes
+ * make the scale 1 / sqrt(head_dim) a power of two, so the scores stay exact. */
+static void check_isas_bitwise(int hd) {
+  enum { NQ = 6, H = 2, HD_MAX = 256, NKV = 203 };
+  static float q[NQ * H * HD_MAX], k[NKV * HD_MAX], v[NKV * HD_MAX], out[3][NQ * H * HD_MAX];
   uint8_t mask[NQ * NKV];
   vspec_rng rng;
   vs_rng_init(&rng, 72, 0);
-  vt_fill(&rng, v, NKV * HD, -2, 2);
-  for (int i = 0; i < NQ * H * HD; i++) q[i] = (float)((int)(vs_rng_uniform(&rng) * 9) - 4) / 4;
-  for (int i = 0; i < NKV * HD; i++) k[i] = (float)((int)(vs_rng_uniform(&rng) * 9) - 4) / 4;
+  vt_fill(&rng, v, NKV * hd, -2, 2);
+  for (int i = 0; i < NQ * H * hd; i++) q[i] = (float)((int)(vs_rng_uniform(&rng) * 9) - 4) / 4;
+  for (int i = 0; i < NKV * hd; i++) k[i] = (float)((int)(vs_rng_uniform(&rng) * 9) - 4) / 4;
   for (int i = 0; i < NQ; i++)
     for (int j = 0; j < NKV; j++) mask[i * NKV + j] = (uint8_t)(j <= 196 + i && (j * 7 + i) % 6 != 0);
   const int isas[] = {VS_ISA_SCALAR, VS_ISA_AVX2, VS_ISA_AVX512};
+  size_t n_out = (size_t)NQ * H * hd;
   int ran = 0;
   for (int t = 0; t < 3; t++) {
     vspec_dev *dev = vt_dev(1);
     if (vs_cpu_set_isa(dev, isas[t]) == VSPEC_OK) {
-      vs_dev_ops(dev)->attention(dev, q, NQ, H * HD, H, 1, HD, k, v, NKV, NKV, mask, out[t]);
-      if (ran) assert_memory_equal(out[t], out[0], sizeof out[0]);
+      vs_dev_ops(dev)->attention(dev, q, NQ, H * hd, H, 1, hd, k, v, NKV, NKV, mask, out[t]);
+      if (ran) assert_memory_equal(out[t], out[0], n_out * sizeof(float));
       ran++;
     }
     vs_dev_destroy(dev);
   }
   assert_true(ran >= 1);
+}
+
+static void test_isas_agree_bitwise(void **state) {
+  (void)state;
+  check_isas_bitwise(64);
+  check_isas_bitwise(256);
+  check_isas_bitwise(16);
 }
 
 int main(void) {
