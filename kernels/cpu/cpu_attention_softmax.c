@@ -127,6 +127,17 @@ __attribute__((target("avx2"))) static __m256i visible8(const uint8_t *mask, int
   return _mm256_andnot_si256(_mm256_cmpeq_epi32(b, _mm256_setzero_si256()), in);
 }
 
+/* e^(s - mx) of the visible entries j .. j+7 (zero elsewhere), stored back and returned. */
+__attribute__((target("avx2"))) static inline __m256 exp_chunk_256(float *s, const uint8_t *mask,
+                                                                   int j, int n, __m256 mx) {
+  __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256i vis = visible8(mask, j, n);
+  __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + j, vis), mx);
+  __m256 e = _mm256_and_ps(exp_poly_256(x), _mm256_castsi256_ps(vis));
+  _mm256_maskstore_ps(s + j, in, e);
+  return e;
+}
+
 /* Eight lanes at a time; chunks alternate between the partial sums of lanes 0-7 and 8-15. */
 __attribute__((target("avx2"))) static int softmax_256(float *s, const uint8_t *mask, int n) {
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -147,19 +158,16 @@ __attribute__((target("avx2"))) static int softmax_256(float *s, const uint8_t *
   float mxs = m8[0];
   for (int i = 1; i < 8; i++) mxs = m8[i] > mxs ? m8[i] : mxs;
   const __m256 mx = _mm256_set1_ps(mxs);
-  __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int j = 0; j < n; j += 8) {
-    int left = n - j;
-    __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256i vis = visible8(mask, j, n);
-    __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + j, vis), mx);
-    __m256 e = _mm256_and_ps(exp_poly_256(x), _mm256_castsi256_ps(vis));
-    _mm256_maskstore_ps(s + j, in, e);
-    part[(j / 8) & 1] = _mm256_add_ps(part[(j / 8) & 1], e);
+  /* sixteen entries per step: lanes 0-7 into part_lo, 8-15 into part_hi (two variables, not an
+   * array indexed by the step, which GCC would keep in memory) */
+  __m256 part_lo = _mm256_setzero_ps(), part_hi = part_lo;
+  for (int j = 0; j < n; j += 16) {
+    part_lo = _mm256_add_ps(part_lo, exp_chunk_256(s, mask, j, n, mx));
+    if (j + 8 < n) part_hi = _mm256_add_ps(part_hi, exp_chunk_256(s, mask, j + 8, n, mx));
   }
   float p[16];
-  _mm256_storeu_ps(p, part[0]);
-  _mm256_storeu_ps(p + 8, part[1]);
+  _mm256_storeu_ps(p, part_lo);
+  _mm256_storeu_ps(p + 8, part_hi);
   const __m256 inv = _mm256_set1_ps(1.0f / sum16(p));
   for (int j = 0; j < n; j += 8) {
     int left = n - j;
