@@ -201,15 +201,18 @@ static void test_isas_agree(void **state) {
  * a group of four rows and a remainder, rows seeing different slots, and a tail of the row
  * shorter than a vector. head_dim 64 takes the four-row loop on AVX-512; 256 and 16 the
  * one-row loops in blocks of 64 dimensions and of 16 (AVX-512) or 8 (AVX2). These head sizes
- * make the scale 1 / sqrt(head_dim) a power of two, so the scores stay exact. */
-static void check_isas_bitwise(int hd) {
+ * make the scale 1 / sqrt(head_dim) a power of two, so the scores stay exact. head_dim 96 (a
+ * block of 64, one of 32) has no exact scale: its queries are zero (every score 0, equal
+ * weights), which still checks W V. */
+static void check_isas_bitwise(int hd, int zero_q) {
   enum { NQ = 6, H = 2, HD_MAX = 256, NKV = 203 };
   static float q[NQ * H * HD_MAX], k[NKV * HD_MAX], v[NKV * HD_MAX], out[3][NQ * H * HD_MAX];
   uint8_t mask[NQ * NKV];
   vspec_rng rng;
   vs_rng_init(&rng, 72, 0);
   vt_fill(&rng, v, NKV * hd, -2, 2);
-  for (int i = 0; i < NQ * H * hd; i++) q[i] = (float)((int)(vs_rng_uniform(&rng) * 9) - 4) / 4;
+  for (int i = 0; i < NQ * H * hd; i++)
+    q[i] = zero_q ? 0.0f : (float)((int)(vs_rng_uniform(&rng) * 9) - 4) / 4;
   for (int i = 0; i < NKV * hd; i++) k[i] = (float)((int)(vs_rng_uniform(&rng) * 9) - 4) / 4;
   for (int i = 0; i < NQ; i++)
     for (int j = 0; j < NKV; j++) mask[i * NKV + j] = (uint8_t)(j <= 196 + i && (j * 7 + i) % 6 != 0);
@@ -230,9 +233,10 @@ static void check_isas_bitwise(int hd) {
 
 static void test_isas_agree_bitwise(void **state) {
   (void)state;
-  check_isas_bitwise(64);
-  check_isas_bitwise(256);
-  check_isas_bitwise(16);
+  check_isas_bitwise(64, 0);
+  check_isas_bitwise(256, 0);
+  check_isas_bitwise(16, 0);
+  check_isas_bitwise(96, 1);
 }
 
 int main(void) {

@@ -98,7 +98,8 @@ __attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd64(
 #undef VS_ATTN_ROW_FMA
 
 /* One row, hd a multiple of 16: 64 dimensions per pass over the slots (four accumulators that
- * stay in registers; an array indexed by a run-time count would live in memory), then 16. */
+ * stay in registers; an array indexed by a run-time count would live in memory), then 32,
+ * then 16. */
 __attribute__((target("avx512f,fma"))) static void weighted_sum_512(const float *w,
                                                                     const uint8_t *mask_row,
                                                                     int n_kv, const float *v,
@@ -120,6 +121,18 @@ __attribute__((target("avx512f,fma"))) static void weighted_sum_512(const float 
     _mm512_storeu_ps(o + d0 + 32, a2);
     _mm512_storeu_ps(o + d0 + 48, a3);
   }
+  if (d0 + 32 <= hd) { /* head_dim 32 (the shipped draft GPT): two chains, not two passes */
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (int j = 0; j < n_kv; j++) {
+      if (mask_row && !mask_row[j]) continue;
+      const __m512 wj = _mm512_set1_ps(w[j]);
+      a0 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + (size_t)j * hd + d0), a0);
+      a1 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + (size_t)j * hd + d0 + 16), a1);
+    }
+    _mm512_storeu_ps(o + d0, a0);
+    _mm512_storeu_ps(o + d0 + 16, a1);
+    d0 += 32;
+  }
   for (; d0 < hd; d0 += 16) {
     __m512 a = _mm512_setzero_ps();
     for (int j = 0; j < n_kv; j++)
@@ -129,7 +142,7 @@ __attribute__((target("avx512f,fma"))) static void weighted_sum_512(const float 
   }
 }
 
-/* One row, hd a multiple of 8: 64 dimensions per pass (eight accumulators), then 8. */
+/* One row, hd a multiple of 8: 64 dimensions per pass (eight accumulators), then 32, then 8. */
 __attribute__((target("avx2,fma"))) static void weighted_sum_256(const float *w,
                                                                  const uint8_t *mask_row,
                                                                  int n_kv, const float *v, int hd,
@@ -153,6 +166,23 @@ __attribute__((target("avx2,fma"))) static void weighted_sum_256(const float *w,
     }
     const __m256 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
     for (int t = 0; t < 8; t++) _mm256_storeu_ps(o + d0 + 8 * t, acc[t]);
+  }
+  if (d0 + 32 <= hd) { /* head_dim 32: four chains in one pass */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int j = 0; j < n_kv; j++) {
+      if (mask_row && !mask_row[j]) continue;
+      const __m256 wj = _mm256_set1_ps(w[j]);
+      const float *vj = v + (size_t)j * hd + d0;
+      a0 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj), a0);
+      a1 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 8), a1);
+      a2 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 16), a2);
+      a3 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 24), a3);
+    }
+    _mm256_storeu_ps(o + d0, a0);
+    _mm256_storeu_ps(o + d0 + 8, a1);
+    _mm256_storeu_ps(o + d0 + 16, a2);
+    _mm256_storeu_ps(o + d0 + 24, a3);
+    d0 += 32;
   }
   for (; d0 < hd; d0 += 8) {
     __m256 a = _mm256_setzero_ps();
