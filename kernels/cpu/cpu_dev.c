@@ -22,10 +22,11 @@
  * methods took 392 000 minor faults, and speculative decoding, whose jobs open two sessions and
  * run fewer steps, lost a tenth of its speed to them (`vspec-bench eval --no-quality`: Cool-SD
  * 1.37x over AR, 1.55-1.63x with the thresholds below; 26 000 faults). Blocks up to 32 MiB
- * now come from the heap, and up to 64 MiB of free heap is kept for the next job. Model
- * weights (larger blocks) are still mmap'ed and given back when freed. Process-wide, set once
- * at the first allocation, and not when the user set glibc's own MALLOC_MMAP_THRESHOLD_ or
- * MALLOC_TRIM_THRESHOLD_. */
+ * now come from the heap, and up to 64 MiB of free heap is kept for the next job (glibc's own
+ * dynamic threshold also rises to 32 MiB, but only after the first such block is freed, and it
+ * keeps trimming). Larger blocks are still mmap'ed and given back when freed. Process-wide,
+ * set once at the first allocation, and not when the user set glibc's own
+ * MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_. */
 #if defined(__GLIBC__)
 static void malloc_keep_job_memory(void) {
   if (getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_")) return;
