@@ -35,6 +35,14 @@ int vs_bench_parse_precision(const char *option, const char *text, int *out);
 void vs_bench_print_device(FILE *f, vspec_dev *dev);
 void vs_bench_env_close(vs_bench_env *env);
 double vs_bench_now(void);
+/* The calling thread's CPU clock in seconds (steadier than the wall on a shared machine). */
+double vs_bench_cpu_now(void);
+/* The --sizes option of `cmd`: a comma-separated list of lo..hi, at most max values (the rest
+ * are ignored). Returns how many (at least one), or -1 after printing the error. */
+int vs_bench_parse_sizes(const char *cmd, const char *text, int lo, int hi, int *sizes, int max);
+/* The --isa option (scalar, avx2, avx512) on a CPU device; prints the error and returns 0 when
+ * the name is unknown or this CPU lacks it. */
+int vs_bench_set_isa(vspec_dev *dev, const char *cmd, const char *name);
 /* The q-quantile (0..1) of n values by nearest rank, v unchanged; 0 when n is 0
  * (quantile.c). */
 double vs_bench_quantile(const double *v, int n, double q);

@@ -6,11 +6,47 @@
 
 #include "bench/bench.h"
 #include "core/paths.h"
+#include "kernels/cpu/cpu_linear_skinny.h"
 
 double vs_bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double vs_bench_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int vs_bench_parse_sizes(const char *cmd, const char *text, int lo, int hi, int *sizes,
+                         int max) {
+  int n = 0;
+  for (const char *p = text; *p && n < max;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < lo || v > hi || (*end && *end != ',')) {
+      fprintf(stderr, "vspec-bench %s: --sizes '%s' must be a list of %d..%d\n", cmd, text, lo,
+              hi);
+      return -1;
+    }
+    sizes[n++] = (int)v;
+    p = *end ? end + 1 : end;
+  }
+  if (n == 0) fprintf(stderr, "vspec-bench %s: --sizes is empty\n", cmd);
+  return n ? n : -1;
+}
+
+int vs_bench_set_isa(vspec_dev *dev, const char *cmd, const char *name) {
+  int isa = 0;
+  for (int i = VS_ISA_SCALAR; i <= VS_ISA_AVX512; i++)
+    if (strcmp(name, vs_isa_name(i)) == 0) isa = i;
+  if (vs_cpu_set_isa(dev, isa) != VSPEC_OK) {
+    fprintf(stderr, "vspec-bench %s: --isa '%s' is unknown or not supported here\n", cmd, name);
+    return 0;
+  }
+  return 1;
 }
 
 int vs_bench_parse_precision(const char *option, const char *text, int *out) {

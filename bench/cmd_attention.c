@@ -9,8 +9,6 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #include "bench/bench.h"
 #include "core/cli_args.h"
@@ -30,17 +28,6 @@ static void usage(FILE *f) {
           "  --isa NAME         scalar, avx2 or avx512 (default: the best this CPU has)\n"
           "\n"
           "Times are of the calling thread's CPU clock (one thread).\n");
-}
-
-static double cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 #define VS_ATTN_HD 64
@@ -72,35 +59,20 @@ int vs_bench_cmd_attention(int argc, char **argv) {
     }
     if (!ok) return 2;
   }
-  int sizes[32], n_sizes = 0, max_n = 0;
-  for (const char *p = sizes_text; *p && n_sizes < 32;) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 1024 || (*end && *end != ',')) {
-      fprintf(stderr, "vspec-bench attention: --sizes '%s' must be a list of 1..1024\n",
-              sizes_text);
-      return 2;
-    }
-    sizes[n_sizes++] = (int)v;
-    if (v > max_n) max_n = (int)v;
-    p = *end ? end + 1 : end;
-  }
+  int sizes[32], max_n = 0;
+  int n_sizes = vs_bench_parse_sizes("attention", sizes_text, 1, 1024, sizes, 32);
+  if (n_sizes < 0) return 2;
+  for (int i = 0; i < n_sizes; i++)
+    if (sizes[i] > max_n) max_n = sizes[i];
   vspec_dev *dev = NULL;
   char err[VSPEC_ERRLEN];
   if (vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err)) {
     fprintf(stderr, "vspec-bench attention: %s\n", err);
     return 1;
   }
-  if (isa_name) {
-    int isa = 0;
-    for (int i = VS_ISA_SCALAR; i <= VS_ISA_AVX512; i++)
-      if (strcmp(isa_name, vs_isa_name(i)) == 0) isa = i;
-    if (vs_cpu_set_isa(dev, isa) != VSPEC_OK) {
-      fprintf(stderr, "vspec-bench attention: --isa '%s' is unknown or not supported here\n",
-              isa_name);
-      vs_dev_destroy(dev);
-      return 2;
-    }
+  if (isa_name && !vs_bench_set_isa(dev, "attention", isa_name)) {
+    vs_dev_destroy(dev);
+    return 2;
   }
   int H = (int)heads, slots = (int)prefix + max_n, width = H * VS_ATTN_HD;
   size_t kv_n = (size_t)H * slots * VS_ATTN_HD;
@@ -129,14 +101,13 @@ int vs_bench_cmd_attention(int argc, char **argv) {
     for (int i = 0; i < n; i++)
       for (int j = 0; j < n_kv; j++) mask[(size_t)i * n_kv + j] = j < prefix || j - prefix <= i;
     for (long r = 0; r < reps; r++) {
-      double t0 = cpu_s();
+      double t0 = vs_bench_cpu_now();
       for (long call = 0; call < layers * rows; call++)
         vs_dev_ops(dev)->attention(dev, q, n, 3 * width, H, H, VS_ATTN_HD, k, v, slots, n_kv,
                                    mask, out);
-      t[r] = cpu_s() - t0;
+      t[r] = vs_bench_cpu_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    double ms = 1e3 * t[reps / 2];
+    double ms = 1e3 * vs_bench_quantile(t, (int)reps, 0.5);
     printf("| %5d | %14.3f | %11.1f |\n", n, ms, 1e3 * ms / n);
     fflush(stdout);
   }

@@ -166,20 +166,6 @@ static int time_image(vs_bench_env *env, const vs_backend_model *t, int reps, do
   return VSPEC_OK;
 }
 
-static int parse_sizes(const char *text, int *sizes, int max) {
-  int n = 0;
-  const char *p = text;
-  while (*p && n < max) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 64) return -1;
-    sizes[n++] = (int)v;
-    p = *end == ',' ? end + 1 : end;
-    if (*end && *end != ',') return -1;
-  }
-  return n;
-}
-
 int vs_bench_cmd_costcurve(int argc, char **argv) {
   const char *model_dir = NULL, *random = NULL, *label = NULL, *plugin_dir = NULL;
   const char *sizes_text = "1,2,4,8,16,32,64";
@@ -222,11 +208,8 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
     return 2;
   }
   int sizes[16];
-  int n_sizes = parse_sizes(sizes_text, sizes, 16);
-  if (n_sizes <= 0) {
-    fprintf(stderr, "vspec-bench costcurve: --sizes '%s' must be a list of 1..64\n", sizes_text);
-    return 2;
-  }
+  int n_sizes = vs_bench_parse_sizes("costcurve", sizes_text, 1, 64, sizes, 16);
+  if (n_sizes < 0) return 2;
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
   dv.threads = (int)threads;

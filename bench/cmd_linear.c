@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/bench.h"
 #include "core/cli_args.h"
@@ -38,11 +37,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double clock_s(int cpu) {
-  struct timespec ts;
-  clock_gettime(cpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double clock_s(int cpu) { return cpu ? vs_bench_cpu_now() : vs_bench_now(); }
 
 static void forward(vspec_dev *dev, const lin_layer *l, int m, const float *x, float *y) {
   for (int i = 0; i < VS_LIN_COUNT; i++)
@@ -92,34 +87,20 @@ int vs_bench_cmd_linear(int argc, char **argv) {
     }
     if (!ok) return 2;
   }
-  int sizes[32], n_sizes = 0, max_size = 0;
-  for (const char *p = sizes_text; *p && n_sizes < 32;) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 4096 || (*end && *end != ',')) {
-      fprintf(stderr, "vspec-bench linear: --sizes '%s' must be a list of 1..4096\n", sizes_text);
-      return 2;
-    }
-    sizes[n_sizes++] = (int)v;
-    if (v > max_size) max_size = (int)v;
-    p = *end ? end + 1 : end;
-  }
+  int sizes[32], max_size = 0;
+  int n_sizes = vs_bench_parse_sizes("linear", sizes_text, 1, 4096, sizes, 32);
+  if (n_sizes < 0) return 2;
+  for (int i = 0; i < n_sizes; i++)
+    if (sizes[i] > max_size) max_size = sizes[i];
   vspec_dev *dev = NULL;
   char err[VSPEC_ERRLEN];
   if (vs_dev_create(vs_cpu_ops(), (int)threads, &dev, err, sizeof err)) {
     fprintf(stderr, "vspec-bench linear: %s\n", err);
     return 1;
   }
-  if (isa_name) {
-    int isa = 0;
-    for (int i = VS_ISA_SCALAR; i <= VS_ISA_AVX512; i++)
-      if (strcmp(isa_name, vs_isa_name(i)) == 0) isa = i;
-    if (vs_cpu_set_isa(dev, isa) != VSPEC_OK) {
-      fprintf(stderr, "vspec-bench linear: --isa '%s' is unknown or not supported here\n",
-              isa_name);
-      vs_dev_destroy(dev);
-      return 2;
-    }
+  if (isa_name && !vs_bench_set_isa(dev, "linear", isa_name)) {
+    vs_dev_destroy(dev);
+    return 2;
   }
   int default_max_m = dev->skinny_max_m;
   /* GPT-B: width 768, FFN hidden 2048, vocab 16384 */
