@@ -200,7 +200,7 @@ static void test_isas_agree(void **state) {
  * partial sums added in a fixed tree) and W V (slot order, one fused multiply-add each), for
  * a group of four rows and a remainder, rows seeing different slots, and a tail of the row
  * shorter than a vector. head_dim 64 takes the four-row loop on AVX-512; 256 and 16 the
- * one-row loops in blocks of 64 dimensions and of 16 (AVX-512) or 8 (AVX2). These head sizes
+ * one-row loop in blocks of 64 and of 8 dimensions. These head sizes
  * make the scale 1 / sqrt(head_dim) a power of two, so the scores stay exact. head_dim 96 (a
  * block of 64, one of 32) has no exact scale: its queries are zero (every score 0, equal
  * weights), which still checks W V. */

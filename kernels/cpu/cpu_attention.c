@@ -97,52 +97,10 @@ __attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd64(
 }
 #undef VS_ATTN_ROW_FMA
 
-/* One row, hd a multiple of 16: 64 dimensions per pass over the slots (four accumulators that
- * stay in registers; an array indexed by a run-time count would live in memory), then 32,
- * then 16. */
-__attribute__((target("avx512f,fma"))) static void weighted_sum_512(const float *w,
-                                                                    const uint8_t *mask_row,
-                                                                    int n_kv, const float *v,
-                                                                    int hd, float *o) {
-  int d0 = 0;
-  for (; d0 + 64 <= hd; d0 += 64) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int j = 0; j < n_kv; j++) {
-      if (mask_row && !mask_row[j]) continue;
-      const __m512 wj = _mm512_set1_ps(w[j]);
-      const float *vj = v + (size_t)j * hd + d0;
-      a0 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(vj), a0);
-      a1 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(vj + 16), a1);
-      a2 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(vj + 32), a2);
-      a3 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(vj + 48), a3);
-    }
-    _mm512_storeu_ps(o + d0, a0);
-    _mm512_storeu_ps(o + d0 + 16, a1);
-    _mm512_storeu_ps(o + d0 + 32, a2);
-    _mm512_storeu_ps(o + d0 + 48, a3);
-  }
-  if (d0 + 32 <= hd) { /* head_dim 32 (the shipped draft GPT): two chains, not two passes */
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    for (int j = 0; j < n_kv; j++) {
-      if (mask_row && !mask_row[j]) continue;
-      const __m512 wj = _mm512_set1_ps(w[j]);
-      a0 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + (size_t)j * hd + d0), a0);
-      a1 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + (size_t)j * hd + d0 + 16), a1);
-    }
-    _mm512_storeu_ps(o + d0, a0);
-    _mm512_storeu_ps(o + d0 + 16, a1);
-    d0 += 32;
-  }
-  for (; d0 < hd; d0 += 16) {
-    __m512 a = _mm512_setzero_ps();
-    for (int j = 0; j < n_kv; j++)
-      if (!mask_row || mask_row[j])
-        a = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), _mm512_loadu_ps(v + (size_t)j * hd + d0), a);
-    _mm512_storeu_ps(o + d0, a);
-  }
-}
-
-/* One row, hd a multiple of 8: 64 dimensions per pass (eight accumulators), then 32, then 8. */
+/* One row, hd a multiple of 8: 64 dimensions per pass over the slots (eight accumulators that
+ * stay in registers; an array indexed by a run-time count would live in memory), then 32, then
+ * 8. AVX-512 CPUs run it too for head sizes other than 64: those are rare, and the results are
+ * the same bits. */
 __attribute__((target("avx2,fma"))) static void weighted_sum_256(const float *w,
                                                                  const uint8_t *mask_row,
                                                                  int n_kv, const float *v, int hd,
@@ -205,9 +163,7 @@ static void weighted_sum(const vspec_dev *dev, const float *w, const uint8_t *ma
   for (int r = 0; r < nr; r++) {
     const float *wr = w + (size_t)r * n_kv;
     const uint8_t *mr = mask ? mask + (size_t)r * n_kv : NULL;
-    if (dev->isa >= VS_ISA_AVX512 && hd % 16 == 0)
-      weighted_sum_512(wr, mr, n_kv, v, hd, o + (size_t)r * o_stride);
-    else if (dev->isa >= VS_ISA_AVX2 && hd % 8 == 0)
+    if (dev->isa >= VS_ISA_AVX2 && hd % 8 == 0)
       weighted_sum_256(wr, mr, n_kv, v, hd, o + (size_t)r * o_stride);
     else
       weighted_sum_scalar(wr, mr, 1, n_kv, v, hd, o + (size_t)r * o_stride, o_stride);
