@@ -127,6 +127,20 @@ static void test_add_cfg(void **state) {
   ops->add(dev, y, b, N);
   for (int i = 0; i < N; i++) ref[i] = (double)a[i] + b[i];
   vt_assert_close(y, ref, N, 1e-7, 1e-7, "add");
+  /* every instruction set, every length up to N: the same bits as one float add each */
+  const int isas[] = {VS_ISA_SCALAR, VS_ISA_AVX2, VS_ISA_AVX512};
+  for (int t = 0; t < 3; t++) {
+    vspec_dev *d2 = vt_dev(1);
+    if (vs_cpu_set_isa(d2, isas[t]) == VSPEC_OK)
+      for (int n = 0; n <= N; n++) {
+        memcpy(y, a, sizeof y);
+        vs_dev_ops(d2)->add(d2, y, b, (size_t)n);
+        for (int i = 0; i < N; i++)
+          if (vs_f32_bits(y[i]) != vs_f32_bits(i < n ? a[i] + b[i] : a[i]))
+            fail_msg("add %s length %d element %d", vs_isa_name(isas[t]), n, i);
+      }
+    vs_dev_destroy(d2);
+  }
 
   const float scales[] = {1.0f, 4.0f, 1.75f, 0.0f};
   for (size_t s = 0; s < sizeof scales / sizeof scales[0]; s++) {

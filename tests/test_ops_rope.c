@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+#include "kernels/common/vs_math.h"
+#include "kernels/cpu/cpu_linear_skinny.h"
 #include "tests/support/kernels_testutil.h"
 
 /* precompute_freqs_cis_2d written out directly in double: theta_k = base^(-4k/hd), the first
@@ -130,11 +132,56 @@ static void test_apply(void **state) {
   check_apply(2, 6, 100, 3);
 }
 
+/* The AVX2 and AVX-512 rotations give vs_rope_rotate's bits (cpu_rope.c), for head sizes
+ * that leave scalar pairs after the vector ones (20, 36) and none (16, 64), heads packed in a
+ * row with padding, every position of the table. */
+static void test_apply_isas_agree_bitwise(void **state) {
+  (void)state;
+  const int hds[] = {4, 16, 20, 36, 64};
+  const int isas[] = {VS_ISA_AVX2, VS_ISA_AVX512};
+  vspec_rng rng;
+  vs_rng_init(&rng, 45, 0);
+  vspec_dev *ref = vt_dev(1);
+  assert_int_equal(vs_cpu_set_isa(ref, VS_ISA_SCALAR), VSPEC_OK);
+  for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
+    int hd = hds[h], heads = 3, grid = 4, n_cond = 1, rows = n_cond + grid * grid;
+    int stride = heads * hd + 5;
+    float *t = vt_malloc((size_t)rows * hd * sizeof(float));
+    vs_cpu_ops()->rope2d_table(n_cond, grid, hd, 10000.0f, t);
+    int32_t pos[32];
+    for (int r = 0; r < rows; r++) pos[r] = (r * 7) % rows;
+    size_t n = (size_t)rows * stride;
+    float *x = vt_malloc(n * sizeof(float)), *want = vt_malloc(n * sizeof(float));
+    float *y = vt_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+      x[i] = (float)((vs_rng_uniform(&rng) - 0.5) * pow(10.0, 8.0 * vs_rng_uniform(&rng) - 4.0));
+    memcpy(want, x, n * sizeof(float));
+    vs_dev_ops(ref)->rope_apply(ref, want, rows, stride, heads, hd, pos, t);
+    for (int k = 0; k < 2; k++) {
+      vspec_dev *dev = vt_dev(1);
+      if (vs_cpu_set_isa(dev, isas[k]) != VSPEC_OK) {
+        vs_dev_destroy(dev);
+        continue;
+      }
+      memcpy(y, x, n * sizeof(float));
+      vs_dev_ops(dev)->rope_apply(dev, y, rows, stride, heads, hd, pos, t);
+      for (size_t i = 0; i < n; i++)
+        if (vs_f32_bits(y[i]) != vs_f32_bits(want[i]))
+          fail_msg("rope %s head_dim %d element %zu: %.9g, scalar %.9g", vs_isa_name(isas[k]), hd,
+                   i, (double)y[i], (double)want[i]);
+      vs_dev_destroy(dev);
+    }
+    free(t), free(x), free(want), free(y);
+  }
+  vs_dev_destroy(ref);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_layout),
       cmocka_unit_test(test_table_values),
       cmocka_unit_test(test_apply),
+      cmocka_unit_test(test_apply_isas_agree_bitwise),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,8 +71,31 @@ void vs_cpu_mul(vspec_dev *dev, float *y, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] *= x[i];
 }
 
+/* The residual adds of every layer: GCC at -O2 leaves the plain loop scalar,
+ * and at 32 rows it cost 3 % of a verify on models/fmnist. Lane by lane the same adds. */
+#if VS_EXP_SIMD
+__attribute__((target("avx512f"))) static size_t add_512(float *y, const float *x, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
+  return i;
+}
+
+__attribute__((target("avx2"))) static size_t add_256(float *y, const float *x, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+  return i;
+}
+#endif
+
 void vs_cpu_add(vspec_dev *dev, float *y, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) y[i] += x[i];
+  size_t i = 0;
+#if VS_EXP_SIMD
+  if (dev->isa >= VS_ISA_AVX512) i = add_512(y, x, n);
+  else if (dev->isa >= VS_ISA_AVX2) i = add_256(y, x, n);
+#endif
+  for (; i < n; i++) y[i] += x[i];
 }
 
 /* LlamaGen generate.py (prefill, decode_one_token): l_u + s (l_c - l_u). Both inputs are
