@@ -23,6 +23,9 @@ static void usage(FILE *f) {
           "  --random SHAPE     a random-weight GPT: gpt-b (12 layers, width 768, vocab 16384,\n"
           "                     16x16 grid), micro (2 layers, width 64, vocab 64, 4x4 grid) or\n"
           "                     LAYERSxDIMxHEADSxVOCABxGRID\n"
+          "  --weight-format F  with --random: default (the device's precision) or int8\n"
+          "                     (llamagen's weight_format: int8 linear weights where the CPU\n"
+          "                     has AMX-INT8 and runs bf16)\n"
           "  --label TEXT       name printed in the table\n"
           "  --sizes LIST       node counts (default 1,2,4,8,16,32,64)\n"
           "  --min-time S       seconds measured per point (default 0.5)\n"
@@ -168,20 +171,20 @@ static int time_image(vs_bench_env *env, const vs_backend_model *t, int reps, do
 
 int vs_bench_cmd_costcurve(int argc, char **argv) {
   const char *model_dir = NULL, *random = NULL, *label = NULL, *plugin_dir = NULL;
-  const char *sizes_text = "1,2,4,8,16,32,64";
+  const char *sizes_text = "1,2,4,8,16,32,64", *weight_format = NULL;
   double min_time = 0.5;
   long threads = 0;
   int image = 0;
   vs_bench_device dv = {0};
   enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
-         O_IMAGE };
+         O_IMAGE, O_WFORMAT };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},      {"random", required_argument, 0, O_RANDOM},
       {"label", required_argument, 0, O_LABEL},  {"sizes", required_argument, 0, O_SIZES},
       {"min-time", required_argument, 0, O_MIN}, {"threads", required_argument, 0, O_THREADS},
       {"plugins", required_argument, 0, O_PLUGINS}, {"help", no_argument, 0, 'h'},
       {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
-      {"image", no_argument, 0, O_IMAGE},
+      {"image", no_argument, 0, O_IMAGE}, {"weight-format", required_argument, 0, O_WFORMAT},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -197,6 +200,7 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_DEVICE: dv.spec = optarg; break;
       case O_IMAGE: image = 1; break;
+      case O_WFORMAT: weight_format = optarg; break;
       case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -205,6 +209,11 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
   }
   if (!model_dir == !random) {
     fprintf(stderr, "vspec-bench costcurve: give exactly one of --model and --random\n");
+    return 2;
+  }
+  if (weight_format && !random) {
+    fprintf(stderr, "vspec-bench costcurve: --weight-format goes with --random (a model "
+            "directory's manifest sets weight_format per role)\n");
     return 2;
   }
   int sizes[16];
@@ -238,13 +247,16 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
       status = 2;
       goto done;
     }
+    char load_params[128] = "max_nodes=64";
+    if (weight_format)
+      snprintf(load_params, sizeof load_params, "max_nodes=64,weight_format=%s", weight_format);
     const char *td = getenv("TMPDIR");
     snprintf(tmp_path, sizeof tmp_path, "%s/vspec-random-%s-%ld.safetensors",
              td && *td ? td : "/tmp", random, (long)getpid());
     fprintf(stderr, "writing a random-weight %s checkpoint to %s ...\n", random, tmp_path);
     if (vs_bench_write_random_gpt(tmp_path, layers, dim, heads, vocab, grid, 1000, 1, err,
                                   sizeof err) ||
-        vs_backend_model_load(env.reg, &env.host, env.dev, "llamagen", tmp_path, "max_nodes=64",
+        vs_backend_model_load(env.reg, &env.host, env.dev, "llamagen", tmp_path, load_params,
                               &rnd, err, sizeof err)) {
       fprintf(stderr, "vspec-bench costcurve: %s\n", err);
       goto done;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_linear_amx.h"
+#include "kernels/cpu/cpu_linear_amx8.h"
 #include "kernels/cpu/cpu_weights.h"
 #include "tests/support/kernels_testutil.h"
 
@@ -140,11 +141,70 @@ static void test_bf16_device(void **state) {
   vs_dev_destroy(dev);
 }
 
+/* weight_format: a weight marked for int8 runs the int8 kernel on its packed copy (its bits)
+ * at bf16 precision, activations that are not finite fall back to bf16, fp32 devices ignore
+ * the mark, the copy is freed with the weight, and bad requests are refused. */
+static void test_int8_weights(void **state) {
+  vs_device_options opt = {.threads = 1, .precision = VS_PRECISION_BF16};
+  vspec_dev *dev = NULL, *fp32 = vt_dev(1);
+  char err[VSPEC_ERRLEN] = "";
+  int rc = vs_device_open("cpu", &opt, &dev, err, sizeof err);
+  const vspec_ops *ops = vs_dev_ops(fp32);
+  enum { M = 5, K = 96, N = 80 };
+  float *w = ops->alloc(fp32, (size_t)N * K * sizeof(float));
+  float x[M * K], y[M * N], want[M * N];
+  vspec_rng rng;
+  vs_rng_init(&rng, 43, 0);
+  vt_fill(&rng, w, (size_t)N * K, -0.5f, 0.5f);
+  vt_fill(&rng, x, M * K, -2, 2);
+  assert_int_equal(ops->weight_format(fp32, w + K, N - 1, K, VSPEC_WEIGHTS_INT8), VSPEC_EINVAL);
+  assert_int_equal(ops->weight_format(fp32, w, N, K, 7), VSPEC_EINVAL);
+  /* an fp32 device remembers the request but keeps fp32 */
+  assert_int_equal(ops->weight_format(fp32, w, N, K, VSPEC_WEIGHTS_INT8), VSPEC_ENOTSUP);
+  if (rc != VSPEC_OK || !vs_amx8_available()) {
+    print_message("  (no AMX-INT8 on this CPU or OS: the int8 device path is not tested)\n");
+    ops->free(fp32, w);
+    vs_dev_destroy(dev);
+    vs_dev_destroy(fp32);
+    skip();
+  }
+  assert_int_equal(ops->weight_format(dev, w, N, K, VSPEC_WEIGHTS_INT8), VSPEC_OK);
+  size_t before, held;
+  vs_cpu_weights_stats(NULL, &before);
+  ops->linear(dev, x, M, K, w, N, NULL, y);
+  void *packed = vt_malloc(vs_amx8_packed_bytes(N, K));
+  assert_int_equal(vs_amx8_pack(w, N, K, packed), 0);
+  assert_int_equal(vs_amx8_linear(dev, x, M, K, packed, N, NULL, want), 0);
+  assert_memory_equal(y, want, sizeof y);
+  vs_cpu_weights_stats(NULL, &held);
+  assert_int_equal(held, before + vs_amx8_packed_bytes(N, K));
+  /* a NaN in the activations: the bf16 kernel's result (NaN in that row, the rest as bf16) */
+  x[2 * K + 5] = NAN;
+  ops->linear(dev, x, M, K, w, N, NULL, y);
+  uint16_t *bf = vt_malloc(vs_amx_packed_bytes(N, K));
+  vs_amx_pack(w, N, K, bf);
+  vs_amx_linear(dev, x, M, K, bf, N, NULL, want);
+  assert_memory_equal(y, want, sizeof y);
+  /* fp32 precision: the fp32 product, not the int8 one */
+  x[2 * K + 5] = 1.0f;
+  ops->linear(fp32, x, M, K, w, N, NULL, y);
+  assert_int_equal(vs_amx8_linear(dev, x, M, K, packed, N, NULL, want), 0);
+  assert_memory_not_equal(y, want, sizeof y);
+  ops->free(fp32, w); /* both copies go with the weight */
+  vs_cpu_weights_stats(NULL, &held);
+  assert_int_equal(held, before);
+  free(packed);
+  free(bf);
+  vs_dev_destroy(dev);
+  vs_dev_destroy(fp32);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_matches_list),
       cmocka_unit_test(test_copy_lifecycle),
       cmocka_unit_test(test_bf16_device),
+      cmocka_unit_test(test_int8_weights),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

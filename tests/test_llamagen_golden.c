@@ -439,6 +439,43 @@ static void test_head_dim_100(void **state) {
   close_golden(&gd);
 }
 
+/* weight_format=int8 only asks the device; the fp32 device of these tests keeps fp32, so the
+ * logits are those of the plain load, bit for bit (golden tests stay fp32). A format the
+ * backend does not know is refused by name. */
+static void test_weight_format_param(void **state) {
+  (void)state;
+  const char *gpt = "models/fmnist/draft.safetensors";
+  char err[VSPEC_ERRLEN] = "";
+  vs_backend_model plain, int8, bad;
+  assert_int_equal(vs_backend_model_load(reg, &host, dev, "llamagen", gpt, "", &plain, err,
+                                         sizeof err), 0);
+  assert_int_equal(vs_backend_model_load(reg, &host, dev, "llamagen", gpt, "weight_format=int8",
+                                         &int8, err, sizeof err), 0);
+  assert_int_equal(vs_backend_model_load(reg, &host, dev, "llamagen", gpt, "weight_format=int4",
+                                         &bad, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "weight_format=int4"));
+  int V = plain.info.vocab;
+  float *a = malloc(sizeof(float) * 2 * V), *b = malloc(sizeof(float) * 2 * V);
+  assert_non_null(a);
+  assert_non_null(b);
+  const vs_backend_model *models[2] = {&plain, &int8};
+  float *outs[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 3, .rows = 2,
+                                .max_nodes = 4};
+    vspec_session *s;
+    assert_int_equal(models[i]->vt->session_open(models[i]->model, dev, &cfg, &s, err, sizeof err), 0);
+    vspec_forward_out o = {.struct_size = sizeof o, .logits = outs[i]};
+    assert_int_equal(models[i]->vt->prefill(s, &o, err, sizeof err), 0);
+    models[i]->vt->session_close(s);
+  }
+  assert_memory_equal(a, b, sizeof(float) * 2 * V);
+  free(a);
+  free(b);
+  vs_backend_model_unload(&plain);
+  vs_backend_model_unload(&int8);
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024];
   const char *b = getenv("VSPEC_BUILD");
@@ -460,6 +497,7 @@ int main(void) {
       cmocka_unit_test(test_session_errors),
       cmocka_unit_test(test_t2i_caption_path),
       cmocka_unit_test(test_head_dim_100),
+      cmocka_unit_test(test_weight_format_param),
       /* The trained target and tokenizer shipped in models/fmnist (issue 3). */
       cmocka_unit_test_prestate(test_c2i_prefill_and_decode, (void *)&fmnist),
       cmocka_unit_test_prestate(test_c2i_tree_forward_and_commit, (void *)&fmnist),

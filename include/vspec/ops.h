@@ -152,7 +152,22 @@ typedef struct vspec_ops {
   void (*gelu)(vspec_dev *dev, float *x, size_t n);
   /* y *= x elementwise. */
   void (*mul)(vspec_dev *dev, float *y, const float *x, size_t n);
+  /* ---- ABI 1.2 ------------------------------------------------------------------------ */
+  /* Asks that `linear` multiply by the weight w [n_out, n_in] (a whole allocation from
+   * `alloc`, as `linear` takes it) in `format` (VSPEC_WEIGHTS_*) whenever the device runs at
+   * a precision below fp32; at fp32 every weight stays fp32. Call at load time. VSPEC_OK when
+   * this device will (a CPU with AMX-INT8 at bf16 precision), VSPEC_ENOTSUP when it keeps its
+   * own precision for this weight (the request is still remembered where the device records
+   * weights: another device of the process may use it), VSPEC_EINVAL for a bad argument.
+   * NULL on devices that have no other format. */
+  int (*weight_format)(vspec_dev *dev, const float *w, int n_out, int n_in, int format);
 } vspec_ops;
+
+/* Formats for weight_format. */
+enum {
+  VSPEC_WEIGHTS_INT8 = 1 /* int8 per output channel (scale = max |row| / 127); activations
+                          * quantised per row when the product runs */
+};
 
 #ifdef __cplusplus
 }

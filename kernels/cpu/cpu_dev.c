@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 #include "kernels/cpu/cpu_linear_amx.h"
+#include "kernels/cpu/cpu_linear_amx8.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/cpu_weights.h"
 
@@ -179,6 +180,7 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
   dev->skinny_max_m = vs_skinny_max_m(dev->isa, vs_blis_tuned());
   dev->precision = opt->precision == VS_PRECISION_BF16 ? VS_PRECISION_BF16 : VS_PRECISION_FP32;
   dev->amx = amx;
+  dev->amx_int8 = amx && vs_amx8_available();
   if (vs_cpu_reserve_scratch(dev, VS_CPU_SCRATCH_DEFAULT) != VSPEC_OK) {
     free(dev);
     set_err(err, errlen, "cpu device: cannot allocate the scratch arena");

@@ -30,6 +30,7 @@ struct vspec_dev {
                          * copies of the weights, on AMX tiles (cpu_linear_amx.h) or widened
                          * in fp32 FMAs (cpu_linear_bf16.h) */
   int amx;              /* AMX tiles usable (with isa == VS_ISA_AVX512) */
+  int amx_int8;         /* and AMX-INT8: weights marked for int8 use it (cpu_linear_amx8.h) */
   void *scratch;        /* VS_CPU_ALIGN-aligned, contents undefined between ops */
   size_t scratch_bytes;
 };
@@ -72,6 +73,8 @@ int vs_blis_tuned(void);
  * device's pool (cpu_gemm.c says why). */
 void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+int vs_cpu_weight_format(vspec_dev *dev, const float *w, int n_out, int n_in, int format);
 
 /* cpu_norm.c */
 void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,

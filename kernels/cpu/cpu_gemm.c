@@ -40,6 +40,8 @@
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 #include "kernels/cpu/cpu_linear_amx.h"
+#include "kernels/cpu/cpu_linear_amx8.h"
+#include "kernels/cpu/cpu_weights.h"
 #include "kernels/cpu/cpu_linear_bf16.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/cpu_weights.h"
@@ -142,6 +144,14 @@ void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, 
   vs_sgemm(dev, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+int vs_cpu_weight_format(vspec_dev *dev, const float *w, int n_out, int n_in, int format) {
+  if (!dev || !w || format != VSPEC_WEIGHTS_INT8) return VSPEC_EINVAL;
+  int rc = vs_cpu_weights_want_int8(w, n_out, n_in);
+  if (rc) return rc;
+  int used = dev->precision == VS_PRECISION_BF16 && dev->amx_int8 && dev->isa == VS_ISA_AVX512;
+  return used ? VSPEC_OK : VSPEC_ENOTSUP;
+}
+
 void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
                    const float *bias, float *y) {
   if (m <= 0 || n_out <= 0) return;
@@ -151,6 +161,10 @@ void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float 
    * allocation) and, without AMX, for larger products. */
   if (dev->precision == VS_PRECISION_BF16) {
     if (dev->amx && dev->isa == VS_ISA_AVX512) {
+      /* a weight its backend asked to keep in int8 (vs_cpu_weight_format); a call whose
+       * activations are not finite falls through to bf16 */
+      const void *int8 = dev->amx_int8 ? vs_cpu_weights_amx8(w, n_out, n_in) : NULL;
+      if (int8 && vs_amx8_linear(dev, x, m, n_in, int8, n_out, bias, y) == 0) return;
       const uint16_t *packed = vs_cpu_weights_amx(w, n_out, n_in);
       if (packed) {
         vs_amx_linear(dev, x, m, n_in, packed, n_out, bias, y);

@@ -44,6 +44,7 @@ static const vspec_ops cpu_ops = {
     .layernorm = vs_cpu_layernorm,
     .gelu = vs_cpu_gelu,
     .mul = vs_cpu_mul,
+    .weight_format = vs_cpu_weight_format,
 };
 
 const vspec_ops *vs_cpu_ops(void) { return &cpu_ops; }

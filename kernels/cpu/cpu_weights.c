@@ -13,6 +13,7 @@
 #include "vspec/types.h"
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_linear_amx.h"
+#include "kernels/cpu/cpu_linear_amx8.h"
 #include "kernels/cpu/cpu_weights.h"
 #include "kernels/vs_kernels.h"
 
@@ -22,6 +23,9 @@ typedef struct weight_entry {
   uint16_t *amx;  /* packed copy (AMX tile order), or NULL */
   uint16_t *rows; /* row-major bf16 copy (CPUs without AMX), or NULL */
   int n, k;       /* shape the copy was made for */
+  void *int8;     /* packed int8 copy (cpu_linear_amx8.h), or NULL */
+  int int8_n, int8_k;
+  int want_int8;  /* a backend asked for int8 (weight_format); cleared when it cannot pack */
 } weight_entry;
 
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -95,19 +99,58 @@ static void remove_at(size_t i) {
 
 void vs_cpu_weights_untrack(void *p) {
   uint16_t *amx = NULL, *rows = NULL;
+  void *int8 = NULL;
   pthread_mutex_lock(&table_mu);
   weight_entry *e = find(p);
   if (e) {
     amx = e->amx;
     rows = e->rows;
+    int8 = e->int8;
     if (amx) copy_bytes -= vs_amx_packed_bytes(e->n, e->k);
     if (rows) copy_bytes -= (size_t)e->n * e->k * sizeof(uint16_t);
+    if (int8) copy_bytes -= vs_amx8_packed_bytes(e->int8_n, e->int8_k);
     remove_at((size_t)(e - table));
     table_used--;
   }
   pthread_mutex_unlock(&table_mu);
   free(amx);
   free(rows);
+  free(int8);
+}
+
+int vs_cpu_weights_want_int8(const float *w, int n, int k) {
+  if (n <= 0 || k <= 0) return VSPEC_EINVAL;
+  pthread_mutex_lock(&table_mu);
+  weight_entry *e = find(w);
+  int rc = e && e->bytes >= (size_t)n * k * sizeof(float) ? VSPEC_OK : VSPEC_EINVAL;
+  if (rc == VSPEC_OK) e->want_int8 = 1;
+  pthread_mutex_unlock(&table_mu);
+  return rc;
+}
+
+const void *vs_cpu_weights_amx8(const float *w, int n, int k) {
+  if (n <= 0 || k <= 0) return NULL;
+  pthread_mutex_lock(&table_mu);
+  const void *out = NULL;
+  weight_entry *e = find(w);
+  if (e && e->want_int8 && e->bytes >= (size_t)n * k * sizeof(float)) {
+    if (e->int8) {
+      if (e->int8_n == n && e->int8_k == k) out = e->int8;
+    } else {
+      size_t bytes = vs_amx8_packed_bytes(n, k);
+      void *copy = aligned_alloc(64, (bytes + 63) / 64 * 64);
+      if (copy && vs_amx8_pack(w, n, k, copy) == 0) {
+        e->int8 = copy, e->int8_n = n, e->int8_k = k;
+        copy_bytes += bytes;
+        out = copy;
+      } else { /* no memory, or a weight that is not finite: it stays in bf16 */
+        free(copy);
+        e->want_int8 = 0;
+      }
+    }
+  }
+  pthread_mutex_unlock(&table_mu);
+  return out;
 }
 
 const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k) {

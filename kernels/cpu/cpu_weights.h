@@ -34,6 +34,16 @@ const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k);
  * first use asked for. */
 const uint16_t *vs_cpu_weights_bf16_rows(const float *w, int n, int k);
 
+/* Marks the weight w [n, k] for int8 (the weight_format op): VSPEC_OK, or VSPEC_EINVAL when
+ * w is not the start of a recorded allocation of at least n * k floats. */
+int vs_cpu_weights_want_int8(const float *w, int n, int k);
+
+/* The packed int8 copy (cpu_linear_amx8.h) of a weight marked for int8, made on first use;
+ * NULL when w is not marked, was packed for another shape, has a weight that is not finite
+ * (then the mark is dropped) or memory is short. Independent of the bf16 copies: a marked
+ * weight may have both (the bf16 one serves the calls int8 cannot, see vs_cpu_linear). */
+const void *vs_cpu_weights_amx8(const float *w, int n, int k);
+
 /* Allocations recorded and bytes of converted copies held (for tests and status). */
 void vs_cpu_weights_stats(size_t *allocations, size_t *copy_bytes);
 

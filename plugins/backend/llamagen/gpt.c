@@ -34,6 +34,25 @@ static int lg__dims(vspec_model *m, vspec_tensor_file *f, const char *name, vspe
   return m->host->tensors_find(f, name, t);
 }
 
+void lg_gpt_ask_int8(vspec_model *m) {
+  const vspec_ops *ops = m->host->dev_ops(m->load_dev);
+  if (!VSPEC_HAS_FIELD(ops, vspec_ops, weight_format) || !ops->weight_format) return;
+  const lg_gpt *g = &m->gpt;
+  int d = g->dim, qkv_rows = (g->n_head + 2 * g->n_kv_head) * g->head_dim, used = 0;
+  for (int l = 0; l < g->n_layer; l++) {
+    const lg_layer *L = &g->layers[l];
+    used += ops->weight_format(m->load_dev, L->wqkv, qkv_rows, d, VSPEC_WEIGHTS_INT8) == 0;
+    used += ops->weight_format(m->load_dev, L->wo, d, g->n_head * g->head_dim,
+                               VSPEC_WEIGHTS_INT8) == 0;
+    used += ops->weight_format(m->load_dev, L->w1, g->ffn_hidden, d, VSPEC_WEIGHTS_INT8) == 0;
+    used += ops->weight_format(m->load_dev, L->w3, g->ffn_hidden, d, VSPEC_WEIGHTS_INT8) == 0;
+    used += ops->weight_format(m->load_dev, L->w2, d, g->ffn_hidden, VSPEC_WEIGHTS_INT8) == 0;
+  }
+  used += ops->weight_format(m->load_dev, g->output, g->vocab, d, VSPEC_WEIGHTS_INT8) == 0;
+  m->host->log(VSPEC_LOG_DEBUG, "llamagen", "weight_format=int8: %d of %d linear weights in "
+               "int8 on %s", used, 5 * g->n_layer + 1, ops->name);
+}
+
 int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
   const vspec_host *H = m->host;
   lg_gpt *g = &m->gpt;

@@ -6,6 +6,12 @@
  *                 a decoder-only model
  *   vq=FILE       the VQ tokenizer safetensors, needed for decode()
  *   max_nodes=N   the largest tree one forward may verify (default 256)
+ *   weight_format=F
+ *                 default: the linear layers at the device's precision; int8: ask the device
+ *                 for int8 copies of them (weight_format op) where it runs below fp32 (a CPU
+ *                 with AMX-INT8 at bf16 precision; elsewhere the device's precision stays).
+ *                 Meant for a draft GPT: its weights are read once per drafted token, and a
+ *                 draft's quality moves only the acceptance rate, not what exact SD samples.
  * The same plugin serves the target and a small standalone draft GPT.
  */
 #include <errno.h>
@@ -65,13 +71,18 @@ static void lg_unload(vspec_model *m) {
 
 static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
                    const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
-  static const char *const known[] = {"vq", "max_nodes", NULL};
+  static const char *const known[] = {"vq", "max_nodes", "weight_format", NULL};
   int rc = host->param_check_known(params, known, err, errlen);
   if (rc) return rc;
   long max_nodes;
   if ((rc = host->param_int(params, "max_nodes", LG_DEFAULT_MAX_NODES, 1, 4096, &max_nodes, err,
                             errlen)))
     return rc;
+  const char *weights = host->param_string(params, "weight_format");
+  if (weights && strcmp(weights, "default") != 0 && strcmp(weights, "int8") != 0) {
+    snprintf(err, errlen, "llamagen: weight_format=%s: use default or int8", weights);
+    return VSPEC_EINVAL;
+  }
   const char *vq_path = host->param_string(params, "vq");
   int want_gpt = path && *path && strcmp(path, "-") != 0;
   if (!want_gpt && !vq_path) {
@@ -94,6 +105,7 @@ static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
       goto fail;
     }
     m->has_gpt = 1;
+    if (weights && strcmp(weights, "int8") == 0) lg_gpt_ask_int8(m);
   }
   if (vq_path) {
     if ((rc = host->tensors_open(vq_path, &m->vq_file, err, errlen))) goto fail;
