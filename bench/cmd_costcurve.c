@@ -211,6 +211,11 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
     fprintf(stderr, "vspec-bench costcurve: give exactly one of --model and --random\n");
     return 2;
   }
+  if (weight_format && strcmp(weight_format, "default") != 0 && strcmp(weight_format, "int8") != 0) {
+    fprintf(stderr, "vspec-bench costcurve: --weight-format '%s': use default or int8\n",
+            weight_format);
+    return 2;
+  }
   if (weight_format && !random) {
     fprintf(stderr, "vspec-bench costcurve: --weight-format goes with --random (a model "
             "directory's manifest sets weight_format per role)\n");

@@ -476,6 +476,72 @@ static void test_weight_format_param(void **state) {
   vs_backend_model_unload(&int8);
 }
 
+/* Prefill logits of `bm` on `d` (class 3, CFG rows) into out [2 V]. */
+static void prefill_logits(const vs_backend_model *bm, vspec_dev *d, float *out) {
+  char err[VSPEC_ERRLEN];
+  vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 3, .rows = 2,
+                              .max_nodes = 4};
+  vspec_session *s;
+  if (bm->vt->session_open(bm->model, d, &cfg, &s, err, sizeof err)) fail_msg("%s", err);
+  vspec_forward_out o = {.struct_size = sizeof o, .logits = out};
+  if (bm->vt->prefill(s, &o, err, sizeof err)) fail_msg("%s", err);
+  bm->vt->session_close(s);
+}
+
+/* On a bf16 CPU device with AMX-INT8: weight_format=int8 changes a GPT's logits (int8
+ * products), and unloading that model withdraws its requests, so a plain load of the same file
+ * is bf16 again. The micro model's file is F32, whose tensors are lent zero-copy: both loads
+ * multiply by the same memory, and while the int8 model is loaded the plain one is int8 too
+ * (requests belong to the memory, include/vspec/ops.h). */
+static void test_weight_format_int8_on_bf16(void **state) {
+  (void)state;
+  vs_device_options opt = {.threads = 1, .precision = VS_PRECISION_BF16};
+  vspec_dev *bf = NULL;
+  char err[VSPEC_ERRLEN] = "";
+  if (vs_device_open("cpu", &opt, &bf, err, sizeof err) != VSPEC_OK) {
+    print_message("  (no bf16 CPU device here: %s)\n", err);
+    skip();
+  }
+  const vspec_ops *ops = vs_dev_ops(bf);
+  float probe_w[32 * 64] = {0}, *w = ops->alloc(bf, sizeof probe_w);
+  int int8_here = ops->weight_format(bf, w, 32, 64, VSPEC_WEIGHTS_INT8) == VSPEC_OK;
+  ops->weight_format(bf, w, 32, 64, VSPEC_WEIGHTS_DEFAULT);
+  ops->free(bf, w);
+  if (!int8_here) {
+    print_message("  (no AMX-INT8 on this CPU: int8 weights are not used here)\n");
+    vs_dev_destroy(bf);
+    skip();
+  }
+  const char *gpt = "tests/golden/micro_c2i/gpt.safetensors";
+  vs_backend_model plain, int8;
+  if (vs_backend_model_load(reg, &host, bf, "llamagen", gpt, "", &plain, err, sizeof err))
+    fail_msg("%s", err);
+  int V = plain.info.vocab;
+  float *p1 = malloc(sizeof(float) * 2 * V), *i1 = malloc(sizeof(float) * 2 * V);
+  float *p2 = malloc(sizeof(float) * 2 * V);
+  assert_true(p1 && i1 && p2);
+  prefill_logits(&plain, bf, p1);
+  if (vs_backend_model_load(reg, &host, bf, "llamagen", gpt, "weight_format=int8", &int8, err,
+                            sizeof err))
+    fail_msg("%s", err);
+  prefill_logits(&int8, bf, i1);
+  assert_memory_not_equal(p1, i1, sizeof(float) * 2 * V);
+  prefill_logits(&plain, bf, p2); /* the shared memory has a request standing */
+  assert_memory_equal(p2, i1, sizeof(float) * 2 * V);
+  double max_diff = 0, max_ref = 0; /* int8 stays close: a draft, not another model */
+  for (int i = 0; i < 2 * V; i++) {
+    max_diff = fmax(max_diff, fabs((double)p1[i] - i1[i]));
+    max_ref = fmax(max_ref, fabs((double)p1[i]));
+  }
+  assert_true(max_diff < 0.1 * max_ref);
+  vs_backend_model_unload(&int8);
+  prefill_logits(&plain, bf, p2);
+  assert_memory_equal(p1, p2, sizeof(float) * 2 * V);
+  vs_backend_model_unload(&plain);
+  free(p1), free(i1), free(p2);
+  vs_dev_destroy(bf);
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024];
   const char *b = getenv("VSPEC_BUILD");
@@ -498,6 +564,7 @@ int main(void) {
       cmocka_unit_test(test_t2i_caption_path),
       cmocka_unit_test(test_head_dim_100),
       cmocka_unit_test(test_weight_format_param),
+      cmocka_unit_test(test_weight_format_int8_on_bf16),
       /* The trained target and tokenizer shipped in models/fmnist (issue 3). */
       cmocka_unit_test_prestate(test_c2i_prefill_and_decode, (void *)&fmnist),
       cmocka_unit_test_prestate(test_c2i_tree_forward_and_commit, (void *)&fmnist),

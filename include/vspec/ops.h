@@ -153,20 +153,24 @@ typedef struct vspec_ops {
   /* y *= x elementwise. */
   void (*mul)(vspec_dev *dev, float *y, const float *x, size_t n);
   /* ---- ABI 1.2 ------------------------------------------------------------------------ */
-  /* Asks that `linear` multiply by the weight w [n_out, n_in] (a whole allocation from
-   * `alloc`, as `linear` takes it) in `format` (VSPEC_WEIGHTS_*) whenever the device runs at
-   * a precision below fp32; at fp32 every weight stays fp32. Call at load time. VSPEC_OK when
-   * this device will (a CPU with AMX-INT8 at bf16 precision), VSPEC_ENOTSUP when it keeps its
-   * own precision for this weight (the request is still remembered where the device records
-   * weights: another device of the process may use it), VSPEC_EINVAL for a bad argument.
-   * NULL on devices that have no other format. */
+  /* Asks that `linear` multiply by the weight w [n_out, n_in] (as `linear` takes it: the start
+   * of memory from `alloc` or from tensors_get_f32) in `format` whenever the device runs at a
+   * precision below fp32; at fp32 every weight stays fp32. VSPEC_WEIGHTS_INT8 adds a request,
+   * VSPEC_WEIGHTS_DEFAULT withdraws one made earlier: a backend withdraws each of its requests
+   * before it lets the weight go (unload), because requests belong to the memory and models
+   * that share it (the same file opened twice) share the format while one stands. Call at load
+   * and unload, not while forwards run. VSPEC_OK when this device will use the format (a CPU
+   * with AMX-INT8 at bf16 precision) or the request was withdrawn, VSPEC_ENOTSUP when it
+   * keeps its own precision for this weight (the request still counts: another device of the
+   * process may use it), VSPEC_EINVAL for a bad argument. NULL on devices with one format. */
   int (*weight_format)(vspec_dev *dev, const float *w, int n_out, int n_in, int format);
 } vspec_ops;
 
 /* Formats for weight_format. */
 enum {
-  VSPEC_WEIGHTS_INT8 = 1 /* int8 per output channel (scale = max |row| / 127); activations
-                          * quantised per row when the product runs */
+  VSPEC_WEIGHTS_DEFAULT = 0, /* the device's precision: withdraws an earlier request */
+  VSPEC_WEIGHTS_INT8 = 1     /* int8 per output channel (scale = max |row| / 127); activations
+                              * quantised per row when the product runs */
 };
 
 #ifdef __cplusplus

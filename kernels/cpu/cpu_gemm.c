@@ -41,7 +41,6 @@
 #include "kernels/cpu/cpu_linear_skinny.h"
 #include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_linear_amx8.h"
-#include "kernels/cpu/cpu_weights.h"
 #include "kernels/cpu/cpu_linear_bf16.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/cpu_weights.h"
@@ -145,9 +144,10 @@ void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, 
 }
 
 int vs_cpu_weight_format(vspec_dev *dev, const float *w, int n_out, int n_in, int format) {
-  if (!dev || !w || format != VSPEC_WEIGHTS_INT8) return VSPEC_EINVAL;
-  int rc = vs_cpu_weights_want_int8(w, n_out, n_in);
-  if (rc) return rc;
+  if (!dev || !w || (format != VSPEC_WEIGHTS_INT8 && format != VSPEC_WEIGHTS_DEFAULT))
+    return VSPEC_EINVAL;
+  int rc = vs_cpu_weights_request_int8(w, n_out, n_in, format == VSPEC_WEIGHTS_INT8 ? 1 : -1);
+  if (rc || format == VSPEC_WEIGHTS_DEFAULT) return rc;
   int used = dev->precision == VS_PRECISION_BF16 && dev->amx_int8 && dev->isa == VS_ISA_AVX512;
   return used ? VSPEC_OK : VSPEC_ENOTSUP;
 }

@@ -56,6 +56,7 @@ float vs_amx8_quantize_row(const float *x, int k, int8_t *q) { return quantize(x
 int vs_amx8_pack(const float *w, int n, int k, void *packed) {
   int np = round_up(n, 2 * VS_AMX8_NBLOCK), kp = round_up(k, VS_AMX8_KBLOCK);
   int kbs = kp / VS_AMX8_KBLOCK;
+  if (k <= 0 || k > VS_AMX8_MAX_K || n <= 0) return -1;
   int8_t *tiles = packed, *row = malloc((size_t)k);
   float *scale = (float *)(tiles + (size_t)np * kp);
   if (!row) return -1;

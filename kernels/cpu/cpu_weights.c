@@ -25,12 +25,16 @@ typedef struct weight_entry {
   int n, k;       /* shape the copy was made for */
   void *int8;     /* packed int8 copy (cpu_linear_amx8.h), or NULL */
   int int8_n, int8_k;
-  int want_int8;  /* a backend asked for int8 (weight_format); cleared when it cannot pack */
+  int int8_requests; /* weight_format requests standing (asked minus withdrawn) */
+  int int8_failed;   /* the weight could not be packed (not finite, no memory): stays bf16 */
 } weight_entry;
 
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
 static weight_entry *table;
 static size_t table_cap, table_used, copy_bytes;
+/* Set once a weight was ever asked for in int8: until then vs_cpu_weights_amx8 returns at
+ * once, without the mutex (most processes never ask). */
+static volatile int any_int8_request;
 
 static size_t slot_of(const void *p, size_t cap) {
   uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull; /* Fibonacci hashing */
@@ -118,22 +122,27 @@ void vs_cpu_weights_untrack(void *p) {
   free(int8);
 }
 
-int vs_cpu_weights_want_int8(const float *w, int n, int k) {
-  if (n <= 0 || k <= 0) return VSPEC_EINVAL;
+int vs_cpu_weights_request_int8(const float *w, int n, int k, int delta) {
+  if (n <= 0 || k <= 0 || (delta != 1 && delta != -1)) return VSPEC_EINVAL;
   pthread_mutex_lock(&table_mu);
   weight_entry *e = find(w);
   int rc = e && e->bytes >= (size_t)n * k * sizeof(float) ? VSPEC_OK : VSPEC_EINVAL;
-  if (rc == VSPEC_OK) e->want_int8 = 1;
+  if (rc == VSPEC_OK && delta > 0) {
+    e->int8_requests++;
+    any_int8_request = 1;
+  } else if (rc == VSPEC_OK && e->int8_requests > 0) {
+    e->int8_requests--; /* the copy stays until the weight goes: a forward may be using it */
+  }
   pthread_mutex_unlock(&table_mu);
   return rc;
 }
 
 const void *vs_cpu_weights_amx8(const float *w, int n, int k) {
-  if (n <= 0 || k <= 0) return NULL;
+  if (n <= 0 || k <= 0 || !any_int8_request) return NULL;
   pthread_mutex_lock(&table_mu);
   const void *out = NULL;
   weight_entry *e = find(w);
-  if (e && e->want_int8 && e->bytes >= (size_t)n * k * sizeof(float)) {
+  if (e && e->int8_requests > 0 && !e->int8_failed && e->bytes >= (size_t)n * k * sizeof(float)) {
     if (e->int8) {
       if (e->int8_n == n && e->int8_k == k) out = e->int8;
     } else {
@@ -145,7 +154,7 @@ const void *vs_cpu_weights_amx8(const float *w, int n, int k) {
         out = copy;
       } else { /* no memory, or a weight that is not finite: it stays in bf16 */
         free(copy);
-        e->want_int8 = 0;
+        e->int8_failed = 1;
       }
     }
   }

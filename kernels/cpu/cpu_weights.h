@@ -34,14 +34,17 @@ const uint16_t *vs_cpu_weights_amx(const float *w, int n, int k);
  * first use asked for. */
 const uint16_t *vs_cpu_weights_bf16_rows(const float *w, int n, int k);
 
-/* Marks the weight w [n, k] for int8 (the weight_format op): VSPEC_OK, or VSPEC_EINVAL when
- * w is not the start of a recorded allocation of at least n * k floats. */
-int vs_cpu_weights_want_int8(const float *w, int n, int k);
+/* One more (delta 1) or one fewer (delta -1) request for the weight w [n, k] in int8 (the
+ * weight_format op). The requests belong to the memory, not to whoever made them: models that
+ * share a weight (one file opened twice) share its format while a request stands. VSPEC_OK,
+ * or VSPEC_EINVAL when w is not the start of a recorded allocation of at least n * k floats. */
+int vs_cpu_weights_request_int8(const float *w, int n, int k, int delta);
 
-/* The packed int8 copy (cpu_linear_amx8.h) of a weight marked for int8, made on first use;
- * NULL when w is not marked, was packed for another shape, has a weight that is not finite
- * (then the mark is dropped) or memory is short. Independent of the bf16 copies: a marked
- * weight may have both (the bf16 one serves the calls int8 cannot, see vs_cpu_linear). */
+/* The packed int8 copy (cpu_linear_amx8.h) of a weight with an int8 request standing, made on
+ * first use and kept until the weight goes; NULL when no request stands, the copy was made for
+ * another shape, a weight is not finite or memory is short (those two for good). Independent
+ * of the bf16 copies: a weight may have both (the bf16 one serves the calls int8 cannot, see
+ * vs_cpu_linear). */
 const void *vs_cpu_weights_amx8(const float *w, int n, int k);
 
 /* Allocations recorded and bytes of converted copies held (for tests and status). */

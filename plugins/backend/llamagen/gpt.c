@@ -34,23 +34,31 @@ static int lg__dims(vspec_model *m, vspec_tensor_file *f, const char *name, vspe
   return m->host->tensors_find(f, name, t);
 }
 
-void lg_gpt_ask_int8(vspec_model *m) {
+/* Asks for (VSPEC_WEIGHTS_INT8) or withdraws (VSPEC_WEIGHTS_DEFAULT) int8 for every linear
+ * weight; returns how many requests the device will use. */
+static int lg__weight_format(vspec_model *m, int format) {
   const vspec_ops *ops = m->host->dev_ops(m->load_dev);
-  if (!VSPEC_HAS_FIELD(ops, vspec_ops, weight_format) || !ops->weight_format) return;
+  if (!VSPEC_HAS_FIELD(ops, vspec_ops, weight_format) || !ops->weight_format) return 0;
   const lg_gpt *g = &m->gpt;
-  int d = g->dim, qkv_rows = (g->n_head + 2 * g->n_kv_head) * g->head_dim, used = 0;
+  int d = g->dim, hd = g->head_dim, qkv_rows = (g->n_head + 2 * g->n_kv_head) * hd, used = 0;
+  vspec_dev *dev = m->load_dev;
   for (int l = 0; l < g->n_layer; l++) {
     const lg_layer *L = &g->layers[l];
-    used += ops->weight_format(m->load_dev, L->wqkv, qkv_rows, d, VSPEC_WEIGHTS_INT8) == 0;
-    used += ops->weight_format(m->load_dev, L->wo, d, g->n_head * g->head_dim,
-                               VSPEC_WEIGHTS_INT8) == 0;
-    used += ops->weight_format(m->load_dev, L->w1, g->ffn_hidden, d, VSPEC_WEIGHTS_INT8) == 0;
-    used += ops->weight_format(m->load_dev, L->w3, g->ffn_hidden, d, VSPEC_WEIGHTS_INT8) == 0;
-    used += ops->weight_format(m->load_dev, L->w2, d, g->ffn_hidden, VSPEC_WEIGHTS_INT8) == 0;
+    used += ops->weight_format(dev, L->wqkv, qkv_rows, d, format) == VSPEC_OK;
+    used += ops->weight_format(dev, L->wo, d, g->n_head * hd, format) == VSPEC_OK;
+    used += ops->weight_format(dev, L->w1, g->ffn_hidden, d, format) == VSPEC_OK;
+    used += ops->weight_format(dev, L->w3, g->ffn_hidden, d, format) == VSPEC_OK;
+    used += ops->weight_format(dev, L->w2, d, g->ffn_hidden, format) == VSPEC_OK;
   }
-  used += ops->weight_format(m->load_dev, g->output, g->vocab, d, VSPEC_WEIGHTS_INT8) == 0;
-  m->host->log(VSPEC_LOG_DEBUG, "llamagen", "weight_format=int8: %d of %d linear weights in "
-               "int8 on %s", used, 5 * g->n_layer + 1, ops->name);
+  used += ops->weight_format(dev, g->output, g->vocab, d, format) == VSPEC_OK;
+  return used;
+}
+
+void lg_gpt_ask_int8(vspec_model *m) {
+  int used = lg__weight_format(m, VSPEC_WEIGHTS_INT8);
+  m->int8_asked = 1;
+  m->host->log(VSPEC_LOG_DEBUG, "llamagen", "weight_format=int8: the device takes %d of %d "
+               "linear weights in int8", used, 5 * m->gpt.n_layer + 1);
 }
 
 int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
@@ -227,6 +235,8 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
 }
 
 void lg_gpt_unload(vspec_model *m) {
+  if (m->int8_asked) (void)lg__weight_format(m, VSPEC_WEIGHTS_DEFAULT); /* before the file closes */
+  m->int8_asked = 0;
   if (m->gpt.rope_table) m->host->dev_ops(m->load_dev)->free(m->load_dev, m->gpt.rope_table);
   m->gpt.rope_table = NULL;
 }

@@ -77,6 +77,7 @@ struct vspec_model {
   lg_gpt gpt;
   lg_vq vq;
   int max_nodes;
+  int int8_asked; /* weight_format=int8 requests stand for the GPT's linears (gpt.c) */
   char arch[32];
 };
 
@@ -109,7 +110,8 @@ struct vspec_session {
 
 /* gpt.c */
 int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);
-/* Asks the load device for int8 copies of the GPT's linear weights (weight_format=int8). */
+/* Asks the load device for int8 copies of the GPT's linear weights (weight_format=int8);
+ * lg_gpt_unload withdraws the requests. */
 void lg_gpt_ask_int8(vspec_model *m);
 void lg_gpt_unload(vspec_model *m);
 int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
