@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+#include "kernels/common/vs_math.h"
+#include "kernels/host/host_math.h"
 #include "tests/support/kernels_testutil.h"
 
 static vspec_dev *g_dev;
@@ -65,6 +67,62 @@ static void test_argmax(void **state) {
   assert_int_equal(g_ops->argmax(g_dev, y, 3), 2);
   float z[2] = {NAN, 3};
   assert_int_equal(g_ops->argmax(g_dev, z, 2), 1);
+}
+
+/* The host's softmax gives the same bits at every vector level (host_sampling.c): rows of
+ * every length around the vector widths, -inf entries (filtered tokens), a NaN row, an all
+ * -inf row; and logits_to_probs with top-k and top-p on a 1024-token row. It catches a wrong
+ * exponential or an entry in the wrong place; the order of the double partial sums hardly
+ * ever shows in their float total, so these rows do not test it (the code keeps it anyway). */
+static void test_softmax_simd_levels_agree(void **state) {
+  (void)state;
+  enum { MAXN = 1100 };
+  static float x[MAXN], want[MAXN], got[MAXN];
+  vspec_rng rng;
+  vs_rng_init(&rng, 77, 0);
+  vt_fill(&rng, x, MAXN, -30, 30);
+  for (int i = 0; i < MAXN; i += 7) x[i] = -INFINITY;
+  int best = vs_host_simd_set(-1), levels = 0;
+  const int lens[] = {1, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1024, 1099};
+  for (int level = VS_HOST_SIMD_AVX2; level <= best; level++, levels++)
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      int n = lens[l];
+      memcpy(want, x, n * sizeof(float));
+      vs_host_simd_set(VS_HOST_SIMD_NONE);
+      vs_host_softmax(want, 1, n);
+      memcpy(got, x, n * sizeof(float));
+      vs_host_simd_set(level);
+      vs_host_softmax(got, 1, n);
+      for (int i = 0; i < n; i++)
+        if (vs_f32_bits(got[i]) != vs_f32_bits(want[i]))
+          fail_msg("softmax level %d length %d entry %d: %.9g, scalar %.9g", level, n, i,
+                   (double)got[i], (double)want[i]);
+    }
+  /* a NaN poisons the row the same way at every level; an all -inf row becomes zeros */
+  float nan_row[40], inf_row[40];
+  for (int level = VS_HOST_SIMD_NONE; level <= best; level++) {
+    vs_host_simd_set(level);
+    for (int i = 0; i < 40; i++) nan_row[i] = (float)i, inf_row[i] = -INFINITY;
+    nan_row[21] = NAN;
+    vs_host_softmax(nan_row, 1, 40);
+    vs_host_softmax(inf_row, 1, 40);
+    for (int i = 0; i < 40; i++) assert_true(isnan(nan_row[i]) && inf_row[i] == 0.0f);
+  }
+  static float pw[1024], pg[1024];
+  char work[65536];
+  x[5] = NAN; /* a NaN logit: probability 0 at every level */
+  assert_true(vs_host_probs_work_bytes(1024) <= sizeof work);
+  for (int level = VS_HOST_SIMD_AVX2; level <= best; level++) {
+    vs_host_simd_set(VS_HOST_SIMD_NONE);
+    int nw = vs_host_logits_to_probs(x, 1024, 0.9f, 300, 0.95f, pw, work);
+    vs_host_simd_set(level);
+    int ng = vs_host_logits_to_probs(x, 1024, 0.9f, 300, 0.95f, pg, work);
+    assert_int_equal(nw, ng);
+    assert_memory_equal(pw, pg, sizeof pw);
+    assert_true(pw[5] == 0.0f);
+  }
+  vs_host_simd_set(best);
+  if (!levels) print_message("  (no AVX2 on this CPU: nothing to compare)\n");
 }
 
 /* ---- logits_to_probs: hand-made cases ------------------------------------------------- */
@@ -312,6 +370,7 @@ static void test_sample_distribution(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_softmax_simd_levels_agree),
       cmocka_unit_test(test_argmax),
       cmocka_unit_test(test_top_k_ties),
       cmocka_unit_test(test_top_p_keeps_crossing_token),

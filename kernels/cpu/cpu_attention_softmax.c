@@ -7,7 +7,7 @@
 
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_attention_softmax.h"
-#include "kernels/cpu/cpu_exp_simd.h"
+#include "kernels/common/vs_exp_simd.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 
 /* Masked entries -> 0, the rest -> e^(s - max) times 1 / sum (a multiply: a vector division

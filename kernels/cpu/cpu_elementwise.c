@@ -9,7 +9,7 @@
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_dev.h"
-#include "kernels/cpu/cpu_exp_simd.h"
+#include "kernels/common/vs_exp_simd.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 #include "kernels/host/host_math.h"
 

@@ -19,7 +19,9 @@ extern "C" {
 #endif
 
 /* Row-wise in place, numerically stable; -INFINITY entries get probability 0; a row with
- * no finite entry becomes all zeros (softmax) or stays all -inf (log_softmax). */
+ * no finite entry becomes all zeros (softmax) or stays all -inf (log_softmax). softmax (and
+ * logits_to_probs) take e^x from vs_exp_poly and sum in double, in vector loops chosen from
+ * CPUID that give the scalar loop's bits. */
 void vs_host_softmax(float *x, int rows, int n);
 void vs_host_log_softmax(float *x, int rows, int n);
 /* Index of the first maximum; NaN never wins; -1 for n <= 0. */
@@ -42,6 +44,12 @@ void vs_host_cfg_combine(const float *cond, const float *uncond, size_t n, float
 
 /* LlamaGen's 2-D RoPE table (vspec_ops.rope2d_table) into host memory. */
 void vs_host_rope2d_table(int n_cond, int grid, int head_dim, float base, float *table);
+
+/* The vector loops of the host's softmax: VS_HOST_SIMD_* levels. vs_host_simd_set(level)
+ * sets the level in force (capped at what this CPU has; a negative level only asks) and
+ * returns it. Results do not depend on it: tests compare the levels bit for bit. */
+enum { VS_HOST_SIMD_NONE = 0, VS_HOST_SIMD_AVX2 = 1, VS_HOST_SIMD_AVX512 = 2 };
+int vs_host_simd_set(int level);
 
 /* 64-byte rounding for carving several arrays out of one work buffer. */
 static inline size_t vs_host_align_up(size_t n) { return (n + 63) & ~(size_t)63; }

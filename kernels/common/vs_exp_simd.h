@@ -1,17 +1,19 @@
 /*
- * kernels/cpu/cpu_exp_simd.h - vs_exp_poly (kernels/common/vs_math.h) on 16 lanes (AVX-512) and
- * on 8 lanes (AVX2), for the loops of cpu_elementwise.c (SiLU) and cpu_attention.c (softmax).
+ * kernels/common/vs_exp_simd.h - vs_exp_poly (kernels/common/vs_math.h) on 16 lanes (AVX-512)
+ * and on 8 lanes (AVX2), for the CPU's SiLU and attention softmax (kernels/cpu/) and the host's
+ * softmax over a vocabulary (kernels/host/host_sampling.c).
  *
  * They repeat vs_exp_poly's operations lane by lane, in its order and without fused
  * multiply-adds, so every lane gives the scalar function's bits (tests/test_ops_elementwise.c
- * checks this bit for bit). Include only from x86-64 GCC/clang code (VS_EXP_SIMD says so).
+ * checks this bit for bit). Host code only (not CUDA device code): on x86-64 GCC/clang it
+ * defines VS_EXP_SIMD and the two functions, elsewhere nothing.
  */
-#ifndef VS_CPU_EXP_SIMD_H
-#define VS_CPU_EXP_SIMD_H
+#ifndef VS_EXP_SIMD_H
+#define VS_EXP_SIMD_H
 
 #include <math.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define VS_EXP_SIMD 1
 #include <immintrin.h>
 
@@ -81,4 +83,4 @@ __attribute__((target("avx2"))) static inline __m256 exp_poly_256(__m256 x) {
 #define VS_EXP_SIMD 0
 #endif
 
-#endif /* VS_CPU_EXP_SIMD_H */
+#endif /* VS_EXP_SIMD_H */
