@@ -23,6 +23,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   vs_dev_destroy(g_dev);
+  vs_host_simd_set(VS_HOST_SIMD_AVX512); /* back to the best this CPU has, if a test failed */
   return 0;
 }
 
@@ -69,24 +70,47 @@ static void test_argmax(void **state) {
   assert_int_equal(g_ops->argmax(g_dev, z, 2), 1);
 }
 
-/* The host's softmax gives the same bits at every vector level (host_sampling.c): rows of
- * every length around the vector widths, -inf entries (filtered tokens), a NaN row, an all
- * -inf row; and logits_to_probs with top-k and top-p on a 1024-token row. It catches a wrong
- * exponential or an entry in the wrong place; the order of the double partial sums hardly
- * ever shows in their float total, so these rows do not test it (the code keeps it anyway). */
+/* The exponentials and their double sum (vs_host_exp_row) in the documented order: entry i
+ * into partial sum i mod 8, the eight added in the fixed tree. */
+static double ref_exp_row(float *x, int n, float mx) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < n; i++) {
+    x[i] = vs_exp_poly(x[i] - mx);
+    s[i % 8] += x[i];
+  }
+  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+/* The host's softmax at every vector level (host_sampling.c): the level in force is the best
+ * this CPU has; the exponentials and their double sum match the documented order bit for bit
+ * (rows reaching below exp's range too); softmax rows of every length around the vector widths,
+ * several rows, n = 0, -inf entries, a NaN row and an all -inf row give the scalar bits; and so
+ * does logits_to_probs with top-k, top-p and a NaN logit on a 1024-token row. */
 static void test_softmax_simd_levels_agree(void **state) {
   (void)state;
   enum { MAXN = 1100 };
   static float x[MAXN], want[MAXN], got[MAXN];
   vspec_rng rng;
   vs_rng_init(&rng, 77, 0);
-  vt_fill(&rng, x, MAXN, -30, 30);
+  vt_fill(&rng, x, MAXN, -120, 30); /* reaches below vs_exp_poly's range from the maximum */
   for (int i = 0; i < MAXN; i += 7) x[i] = -INFINITY;
-  int best = vs_host_simd_set(-1), levels = 0;
-  const int lens[] = {1, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1024, 1099};
-  for (int level = VS_HOST_SIMD_AVX2; level <= best; level++, levels++)
+  int best = vs_host_simd_set(-1);
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  assert_int_equal(best, __builtin_cpu_supports("avx512f") ? VS_HOST_SIMD_AVX512
+                         : __builtin_cpu_supports("avx2")  ? VS_HOST_SIMD_AVX2
+                                                           : VS_HOST_SIMD_NONE);
+#endif
+  const int lens[] = {0, 1, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1024, 1099};
+  for (int level = VS_HOST_SIMD_NONE; level <= best; level++) {
+    assert_int_equal(vs_host_simd_set(level), level);
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
       int n = lens[l];
+      memcpy(want, x, n * sizeof(float));
+      memcpy(got, x, n * sizeof(float));
+      double ws = ref_exp_row(want, n, 30.0f), gs = vs_host_exp_row(got, n, 30.0f);
+      if (memcmp(&ws, &gs, sizeof ws) || memcmp(want, got, n * sizeof(float)))
+        fail_msg("exp row level %d length %d: sum %.17g, reference %.17g", level, n, gs, ws);
       memcpy(want, x, n * sizeof(float));
       vs_host_simd_set(VS_HOST_SIMD_NONE);
       vs_host_softmax(want, 1, n);
@@ -98,20 +122,31 @@ static void test_softmax_simd_levels_agree(void **state) {
           fail_msg("softmax level %d length %d entry %d: %.9g, scalar %.9g", level, n, i,
                    (double)got[i], (double)want[i]);
     }
-  /* a NaN poisons the row the same way at every level; an all -inf row becomes zeros */
-  float nan_row[40], inf_row[40];
+    /* three rows of 333 in one call: each row on its own */
+    memcpy(got, x, 999 * sizeof(float));
+    vs_host_softmax(got, 3, 333);
+    for (int r = 0; r < 3; r++) {
+      memcpy(want, x + 333 * r, 333 * sizeof(float));
+      vs_host_softmax(want, 1, 333);
+      assert_memory_equal(got + 333 * r, want, 333 * sizeof(float));
+    }
+  }
+  /* a NaN poisons the row with the same bits at every level; an all -inf row becomes zeros */
+  float nan_row[40], nan_want[40], inf_row[40];
   for (int level = VS_HOST_SIMD_NONE; level <= best; level++) {
     vs_host_simd_set(level);
     for (int i = 0; i < 40; i++) nan_row[i] = (float)i, inf_row[i] = -INFINITY;
     nan_row[21] = NAN;
     vs_host_softmax(nan_row, 1, 40);
     vs_host_softmax(inf_row, 1, 40);
+    if (level == VS_HOST_SIMD_NONE) memcpy(nan_want, nan_row, sizeof nan_row);
+    assert_memory_equal(nan_row, nan_want, sizeof nan_row);
     for (int i = 0; i < 40; i++) assert_true(isnan(nan_row[i]) && inf_row[i] == 0.0f);
   }
   static float pw[1024], pg[1024];
   char work[65536];
-  x[5] = NAN; /* a NaN logit: probability 0 at every level */
   assert_true(vs_host_probs_work_bytes(1024) <= sizeof work);
+  x[5] = NAN; /* a NaN logit: probability 0 at every level */
   for (int level = VS_HOST_SIMD_AVX2; level <= best; level++) {
     vs_host_simd_set(VS_HOST_SIMD_NONE);
     int nw = vs_host_logits_to_probs(x, 1024, 0.9f, 300, 0.95f, pw, work);
@@ -122,7 +157,7 @@ static void test_softmax_simd_levels_agree(void **state) {
     assert_true(pw[5] == 0.0f);
   }
   vs_host_simd_set(best);
-  if (!levels) print_message("  (no AVX2 on this CPU: nothing to compare)\n");
+  if (best == VS_HOST_SIMD_NONE) print_message("  (no AVX2 on this CPU: the scalar loop only)\n");
 }
 
 /* ---- logits_to_probs: hand-made cases ------------------------------------------------- */

@@ -46,7 +46,9 @@ __device__ static double vs_row_sum(double v, double *red) {
 }
 
 /* One block per row. as_log = 0: softmax (a row with no finite entry becomes zeros);
- * as_log = 1: log-softmax (such a row stays -inf). As the CPU: exp in float, sums in double. */
+ * as_log = 1: log-softmax (such a row stays -inf). expf in float, sums in double; the host's
+ * softmax (kernels/host/host_sampling.c) uses vs_exp_poly, so the two agree within a few ulps,
+ * not bit for bit (tests/gpu/test_cuda_ops.c compares them with a tolerance). */
 __global__ void vs_k_softmax(float *x, int n, int as_log) {
   __shared__ float fred[32];
   __shared__ double dred[32];

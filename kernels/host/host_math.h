@@ -20,8 +20,8 @@ extern "C" {
 
 /* Row-wise in place, numerically stable; -INFINITY entries get probability 0; a row with
  * no finite entry becomes all zeros (softmax) or stays all -inf (log_softmax). softmax (and
- * logits_to_probs) take e^x from vs_exp_poly and sum in double, in vector loops chosen from
- * CPUID that give the scalar loop's bits. */
+ * logits_to_probs) take e^x from vs_exp_poly (0 below x - max = -87.34) and sum in double, in
+ * vector loops chosen from CPUID that give the scalar loop's bits. */
 void vs_host_softmax(float *x, int rows, int n);
 void vs_host_log_softmax(float *x, int rows, int n);
 /* Index of the first maximum; NaN never wins; -1 for n <= 0. */
@@ -50,6 +50,10 @@ void vs_host_rope2d_table(int n_cond, int grid, int head_dim, float base, float 
  * returns it. Results do not depend on it: tests compare the levels bit for bit. */
 enum { VS_HOST_SIMD_NONE = 0, VS_HOST_SIMD_AVX2 = 1, VS_HOST_SIMD_AVX512 = 2 };
 int vs_host_simd_set(int level);
+/* softmax's inner step, exposed for tests: x[i] = vs_exp_poly(x[i] - mx) for i < n, and the
+ * sum of the results with entry i in double partial sum i mod 8, the eight added as
+ * ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)). */
+double vs_host_exp_row(float *x, int n, float mx);
 
 /* 64-byte rounding for carving several arrays out of one work buffer. */
 static inline size_t vs_host_align_up(size_t n) { return (n + 63) & ~(size_t)63; }

@@ -9,7 +9,7 @@
  * specified (that only matters for top-p when equal logits straddle the cut).
  */
 #include <math.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/common/vs_exp_simd.h"
@@ -20,8 +20,10 @@
 
 /* e = vs_exp_poly(x - max), and entry i's e goes to double partial sum i mod 8 (the sums are
  * added in a fixed tree after): every instruction set gives the same bits. The row softmax of
- * a 1024-code vocabulary, once per drafted and per verified node, was 3 % of a speculative
- * job on models/fmnist with expf one entry at a time (perf, 2026-11-27). */
+ * a 1024-code vocabulary, once per drafted and per verified node, was 4 % of a speculative
+ * job on models/fmnist with expf one entry at a time (perf, 2026-11-27). vs_exp_poly is 0
+ * below -87.34 where expf still gave denormals (down to e^-104): entries that far below the
+ * row's maximum now get probability 0 instead of less than 1e-37. */
 static double sum8(const double *s) {
   return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
@@ -34,23 +36,35 @@ static void exp_scalar(float *x, int from, int n, float mx, double *s) {
   }
 }
 
-static int host_simd_best = -1, host_simd = -1; /* VS_HOST_SIMD_* */
-static pthread_once_t host_simd_once = PTHREAD_ONCE_INIT;
+/* The level in force (VS_HOST_SIMD_*; -1 until first use). Atomic, not pthread_once: the
+ * probe is pure CPUID, so threads that race on the first use compute the same value, and the
+ * CUDA module, which links this file, needs no libpthread. */
+static atomic_int host_simd = -1;
 
-static void host_simd_probe(void) {
-  host_simd_best = VS_HOST_SIMD_NONE;
+static int host_simd_best(void) {
+  int best = VS_HOST_SIMD_NONE;
 #if VS_EXP_SIMD
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) host_simd_best = VS_HOST_SIMD_AVX2;
-  if (__builtin_cpu_supports("avx512f")) host_simd_best = VS_HOST_SIMD_AVX512;
+  __builtin_cpu_init(); /* libgcc's checks include the OS's register state (XCR0) */
+  if (__builtin_cpu_supports("avx2")) best = VS_HOST_SIMD_AVX2;
+  if (__builtin_cpu_supports("avx512f")) best = VS_HOST_SIMD_AVX512;
 #endif
-  if (host_simd < 0) host_simd = host_simd_best;
+  return best;
+}
+
+static int host_simd_level(void) {
+  int level = atomic_load_explicit(&host_simd, memory_order_relaxed);
+  if (level < 0) {
+    int expected = -1;
+    atomic_compare_exchange_strong(&host_simd, &expected, host_simd_best());
+    level = atomic_load(&host_simd);
+  }
+  return level;
 }
 
 int vs_host_simd_set(int level) {
-  pthread_once(&host_simd_once, host_simd_probe);
-  if (level >= 0) host_simd = level < host_simd_best ? level : host_simd_best;
-  return host_simd;
+  int best = host_simd_best();
+  if (level >= 0) atomic_store(&host_simd, level < best ? level : best);
+  return host_simd_level();
 }
 
 #if VS_EXP_SIMD
@@ -121,23 +135,22 @@ __attribute__((target("avx2"))) static int div_256(const float *x, int n, float 
 #endif
 
 static void div_row(const float *x, int n, float d, int nan_to_ninf, float *y) {
-  pthread_once(&host_simd_once, host_simd_probe);
   int done = 0;
 #if VS_EXP_SIMD
-  if (host_simd >= VS_HOST_SIMD_AVX512) done = div_512(x, n, d, nan_to_ninf, y);
-  else if (host_simd >= VS_HOST_SIMD_AVX2) done = div_256(x, n, d, nan_to_ninf, y);
+  int level = host_simd_level();
+  if (level >= VS_HOST_SIMD_AVX512) done = div_512(x, n, d, nan_to_ninf, y);
+  else if (level >= VS_HOST_SIMD_AVX2) done = div_256(x, n, d, nan_to_ninf, y);
 #endif
   div_scalar(x, done, n, d, nan_to_ninf, y);
 }
 
-/* x[i] = e^(x[i] - mx) for the whole row; returns the sum of the e's. */
-static double exp_row(float *x, int n, float mx) {
-  pthread_once(&host_simd_once, host_simd_probe);
+double vs_host_exp_row(float *x, int n, float mx) {
   double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int done = 0;
 #if VS_EXP_SIMD
-  if (host_simd >= VS_HOST_SIMD_AVX512) done = exp_512(x, n, mx, s);
-  else if (host_simd >= VS_HOST_SIMD_AVX2) done = exp_256(x, n, mx, s);
+  int level = host_simd_level();
+  if (level >= VS_HOST_SIMD_AVX512) done = exp_512(x, n, mx, s);
+  else if (level >= VS_HOST_SIMD_AVX2) done = exp_256(x, n, mx, s);
 #endif
   exp_scalar(x, done, n, mx, s);
   return sum8(s);
@@ -163,7 +176,7 @@ static void softmax_row(float *x, int n) {
     memset(x, 0, (size_t)n * sizeof(float));
     return;
   }
-  float fsum = (float)exp_row(x, n, mx);
+  float fsum = (float)vs_host_exp_row(x, n, mx);
   div_row(x, n, fsum, 0, x);
 }
 
