@@ -96,6 +96,18 @@ typedef struct amx_tilecfg {
   uint8_t rows[16];
 } amx_tilecfg;
 
+__attribute__((target("amx-tile"))) void vs_amx_tile_config(int tile_rows) {
+  amx_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.rows[t] = VS_AMX_ROWS, cfg.colsb[t] = 64;
+  for (int t = 0; t < 6; t++) cfg.rows[t] = (uint8_t)tile_rows; /* C and A tiles */
+  /* GCC's _tile_loadconfig does not tell the compiler that it reads all 64 bytes, and
+   * without this barrier it dropped the stores above (LDTILECFG then faults) */
+  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
 typedef struct amx_job {
   const uint16_t *xb, *packed;
   const float *bias;
@@ -196,12 +208,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_task(void *
   int c0 = task * jb->pairs_per_task;
   int c1 = c0 + jb->pairs_per_task < jb->pairs ? c0 + jb->pairs_per_task : jb->pairs;
   if (c0 >= c1) return;
-  amx_tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.rows[t] = VS_AMX_ROWS, cfg.colsb[t] = 64;
-  for (int t = 0; t < 6; t++) cfg.rows[t] = (uint8_t)jb->tile_rows; /* C and A tiles */
-  _tile_loadconfig(&cfg);
+  vs_amx_tile_config(jb->tile_rows);
   for (int c = c0; c < c1; c++) amx_pair(jb, c);
   _tile_release();
 }
@@ -217,6 +224,18 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_task(void *
 #define VS_AMX_TASK_MIN_BYTES ((size_t)512 << 10)
 #define VS_AMX_TASKS_PER_THREAD 4
 
+int vs_amx_split(const vspec_dev *dev, int pairs, size_t bytes, int *pairs_per_task) {
+  int threads = vs_pool_threads(dev->pool), tasks = 1;
+  *pairs_per_task = pairs;
+  if (threads > 1 && bytes >= 2 * VS_AMX_TASK_MIN_BYTES) {
+    int want = threads * VS_AMX_TASKS_PER_THREAD;
+    if ((size_t)want > bytes / VS_AMX_TASK_MIN_BYTES) want = (int)(bytes / VS_AMX_TASK_MIN_BYTES);
+    *pairs_per_task = (pairs + want - 1) / want;
+    tasks = (pairs + *pairs_per_task - 1) / *pairs_per_task;
+  }
+  return tasks;
+}
+
 void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t *packed, int n,
                    const float *bias, float *y) {
   if (m <= 0 || n <= 0) return;
@@ -228,15 +247,7 @@ void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t 
   uint16_t *xb = vs_scratch(dev, (size_t)jb.mp * jb.kp * sizeof(uint16_t));
   amx_convert_rows(x, m, k, xb, jb.mp, jb.kp);
   jb.xb = xb;
-  int threads = vs_pool_threads(dev->pool), tasks = 1;
-  jb.pairs_per_task = jb.pairs;
-  size_t bytes = vs_amx_packed_bytes(n, k);
-  if (threads > 1 && bytes >= 2 * VS_AMX_TASK_MIN_BYTES) {
-    int want = threads * VS_AMX_TASKS_PER_THREAD;
-    if ((size_t)want > bytes / VS_AMX_TASK_MIN_BYTES) want = (int)(bytes / VS_AMX_TASK_MIN_BYTES);
-    jb.pairs_per_task = (jb.pairs + want - 1) / want;
-    tasks = (jb.pairs + jb.pairs_per_task - 1) / jb.pairs_per_task;
-  }
+  int tasks = vs_amx_split(dev, jb.pairs, vs_amx_packed_bytes(n, k), &jb.pairs_per_task);
   vs_pool_run(dev->pool, tasks, amx_task, &jb);
 }
 

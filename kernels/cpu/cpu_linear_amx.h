@@ -46,4 +46,15 @@ void vs_amx_pack(const float *w, int n, int k, uint16_t *packed);
 void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t *packed, int n,
                    const float *bias, float *y);
 
+/* For the AMX kernels (this one and cpu_linear_amx8.c), which use the same tiles: loads
+ * palette 1 with all eight tiles at 16 rows x 64 bytes, tiles 0-5 (C and A) at tile_rows
+ * rows. Per thread: call in each task before its tile instructions, _tile_release after.
+ * Defined only where AMX builds (x86-64 Linux, GCC or clang). */
+void vs_amx_tile_config(int tile_rows);
+
+/* The split of a product over `pairs` 32-column pairs that streams `bytes` of weights over
+ * dev's pool: the number of tasks, with *pairs_per_task pairs each (one task unless every
+ * task streams at least 512 KiB; see cpu_linear_amx.c). */
+int vs_amx_split(const vspec_dev *dev, int pairs, size_t bytes, int *pairs_per_task);
+
 #endif /* VS_CPU_LINEAR_AMX_H */

@@ -190,32 +190,16 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) static void amx8_pair(const
   }
 }
 
-typedef struct amx8_tilecfg {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} amx8_tilecfg;
-
 /* Tile configuration is per thread: every task loads it and releases the tiles after. */
 __attribute__((target("amx-tile,amx-int8,avx512f"))) static void amx8_task(void *ctx, int task) {
   const amx8_job *jb = ctx;
   int c0 = task * jb->pairs_per_task;
   int c1 = c0 + jb->pairs_per_task < jb->pairs ? c0 + jb->pairs_per_task : jb->pairs;
   if (c0 >= c1) return;
-  amx8_tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.rows[t] = VS_AMX8_ROWS, cfg.colsb[t] = 64;
-  for (int t = 0; t < 6; t++) cfg.rows[t] = (uint8_t)jb->tile_rows; /* C and A tiles */
-  _tile_loadconfig(&cfg);
+  vs_amx_tile_config(jb->tile_rows); /* the bf16 kernel's shapes: 16 rows x 64 bytes */
   for (int c = c0; c < c1; c++) amx8_pair(jb, c);
   _tile_release();
 }
-
-/* As the bf16 kernel: split over the pool only for at least this many weight bytes per task
- * (waking a helper costs more than streaming less), at most four tasks per thread. */
-#define VS_AMX8_TASK_MIN_BYTES ((size_t)512 << 10)
-#define VS_AMX8_TASKS_PER_THREAD 4
 
 int vs_amx8_linear(vspec_dev *dev, const float *x, int m, int k, const void *packed, int n,
                    const float *bias, float *y) {
@@ -233,15 +217,8 @@ int vs_amx8_linear(vspec_dev *dev, const float *x, int m, int k, const void *pac
   float *sx = (float *)(scratch + xq_bytes);
   if (amx8_quantize_rows(x, m, k, xq, sx, jb.mp, jb.kp)) return -1;
   jb.xq = xq, jb.sx = sx;
-  int threads = vs_pool_threads(dev->pool), tasks = 1;
-  jb.pairs_per_task = jb.pairs;
-  size_t bytes = (size_t)np * jb.kp;
-  if (threads > 1 && bytes >= 2 * VS_AMX8_TASK_MIN_BYTES) {
-    int want = threads * VS_AMX8_TASKS_PER_THREAD;
-    if ((size_t)want > bytes / VS_AMX8_TASK_MIN_BYTES) want = (int)(bytes / VS_AMX8_TASK_MIN_BYTES);
-    jb.pairs_per_task = (jb.pairs + want - 1) / want;
-    tasks = (jb.pairs + jb.pairs_per_task - 1) / jb.pairs_per_task;
-  }
+  /* split over the pool as the bf16 kernel is, by weight bytes per task */
+  int tasks = vs_amx_split(dev, jb.pairs, (size_t)np * jb.kp, &jb.pairs_per_task);
   vs_pool_run(dev->pool, tasks, amx8_task, &jb);
   return 0;
 }
