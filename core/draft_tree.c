@@ -228,7 +228,10 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
     int32_t tp = remap[pn->parent];
     if (tp < 0) continue; /* cannot happen (ancestor-closed), kept for safety */
     remap[c->order[j]] = vs_tree_add(t, tp, pn->token, 1.0f, pn->logp);
-    if (remap[c->order[j]] >= 0) c->feat_node[remap[c->order[j]]] = c->order[j];
+    if (remap[c->order[j]] < 0) continue;
+    c->feat_node[remap[c->order[j]]] = c->order[j];
+    /* the drafter's pending entry for the node, if it was fed (vs_drafter_end keeps it) */
+    t->nodes[remap[c->order[j]]].draft_slot = pn->draft_slot;
   }
   return VSPEC_OK;
 }

@@ -224,29 +224,45 @@ int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
   return VSPEC_OK;
 }
 
-int vs_drafter_end(vs_drafter *d, const int32_t *accepted, int n, const float *features,
-                   int32_t next_root, char *err, size_t errlen) {
+/* How many of the n accepted tokens a plain draft model fed itself this round, in order
+ * along the accepted path: their KV entries depend on the tokens alone, so they are kept
+ * rather than fed again. A feature head's entries depend on its input features, which the
+ * target's features replace once verified (EAGLE), so a head keeps none. */
+static int vs__reusable(const vs_drafter *d, const vs_tree *tree, const int32_t *path, int n) {
+  if (d->uses_features || !tree || !path) return 0;
+  int k = 0;
+  while (k < n && tree->nodes[path[k + 1]].draft_slot >= 0) k++;
+  return k;
+}
+
+int vs_drafter_end(vs_drafter *d, const vs_tree *tree, const int32_t *path,
+                   const int32_t *accepted, int n, const float *features, int32_t next_root,
+                   char *err, size_t errlen) {
   if (n + 1 > d->max_nodes) {
     snprintf(err, errlen, "drafter: %d accepted tokens exceed its capacity", n);
     return VSPEC_ERANGE;
   }
-  /* Commit what was fed with exact inputs this round: the catch-up chain and the root. */
-  int head = d->n_chain + 1;
-  int32_t *path = d->parents; /* free until the next forward */
-  for (int i = 0; i < head; i++) path[i] = i;
+  /* Commit what was fed with exact inputs this round: the catch-up chain, the root and,
+   * for a plain draft model, the accepted nodes it fed. Their pending slots form a chain
+   * (each expanded node's parent slot is its tree parent's), as commit requires. */
+  int head = d->n_chain + 1, kept = vs__reusable(d, tree, path, n);
+  int32_t *commit = d->parents; /* free until the next forward; head + kept <= pending */
+  for (int i = 0; i < head; i++) commit[i] = i;
+  for (int j = 0; j < kept; j++) commit[head + j] = tree->nodes[path[j + 1]].draft_slot;
   char inner[VSPEC_ERRLEN] = "";
-  int rc = d->bm->vt->commit(d->sess, path, head, inner, sizeof inner);
+  int rc = d->bm->vt->commit(d->sess, commit, head + kept, inner, sizeof inner);
   if (rc) {
     snprintf(err, errlen, "drafter commit: %s", inner);
     return rc;
   }
   size_t fsz = (size_t)d->rows * d->fdim_in;
   /* Accepted token j is fed after the target feature of the node before it. */
-  for (int j = 0; j < n; j++) {
-    d->chain_tokens[j] = accepted[j];
-    if (d->uses_features) memcpy(d->chain_feats + j * fsz, features + j * fsz, fsz * sizeof(float));
+  for (int j = kept; j < n; j++) {
+    d->chain_tokens[j - kept] = accepted[j];
+    if (d->uses_features)
+      memcpy(d->chain_feats + (j - kept) * fsz, features + j * fsz, fsz * sizeof(float));
   }
-  d->n_chain = n;
+  d->n_chain = n - kept;
   d->root_token = next_root;
   if (d->uses_features) memcpy(d->root_feat, features + (size_t)n * fsz, fsz * sizeof(float));
   d->n_head_slots = 0;

@@ -8,10 +8,12 @@
  *     emitted last round that it has not consumed yet (the catch-up chain), each with the
  *     target feature that precedes it, in the same forward as the root;
  *   - tree nodes are then expanded level by level (appending forwards);
- *   - at the end of the round only the catch-up chain and the root are committed: accepted
- *     draft tokens are fed again next round with the target's own features, as EAGLE does
- *     (update_inference_inputs in SafeAILab/EAGLE eagle/model/utils.py). For a plain draft
- *     GPT this costs one slightly wider forward and keeps one code path.
+ *   - at the end of the round a feature head commits only the catch-up chain and the root:
+ *     accepted draft tokens are fed again next round with the target's own features, as
+ *     EAGLE does (update_inference_inputs in SafeAILab/EAGLE eagle/model/utils.py). A plain
+ *     draft GPT also keeps the accepted nodes it fed while drafting (their KV entries depend
+ *     on the tokens alone), so next round it feeds only the root and, when the whole path
+ *     was accepted, the leaf it never fed.
  * Draft distributions are the drafter's logits with the same CFG scale and schedule and the
  * same temperature / top-k / top-p as the target (LANTERN's convention: Model.topK_genrate in
  * jadohu/LANTERN models/drafters/cnets_llamagen.py processes the drafter's logits so).
@@ -50,11 +52,13 @@ int vs_drafter_begin(vs_drafter *d, vs_tree *tree, int32_t root_index, char *err
  * distributions. */
 int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
                       int32_t root_index, char *err, size_t errlen);
-/* Ends the round: `accepted` are the drafted tokens accepted after the root, `features`
- * the target features at the root and at each accepted node ([n + 1, rows, dim]; NULL for
- * a plain draft model), `next_root` the token sampled after them. */
-int vs_drafter_end(vs_drafter *d, const int32_t *accepted, int n, const float *features,
-                   int32_t next_root, char *err, size_t errlen);
+/* Ends the round: `accepted` are the drafted tokens accepted after the root, `path` their
+ * nodes in `tree` ([n + 1], path[0] the root; NULL: keep none of the drafter's entries),
+ * `features` the target features at the root and at each accepted node ([n + 1, rows,
+ * dim]; NULL for a plain draft model), `next_root` the token sampled after them. */
+int vs_drafter_end(vs_drafter *d, const vs_tree *tree, const int32_t *path,
+                   const int32_t *accepted, int n, const float *features, int32_t next_root,
+                   char *err, size_t errlen);
 /* Ends a round the drafter sat out (an AR step): the root joins the catch-up chain;
  * `root_feature` is the target feature at the root ([rows, dim]; NULL for a plain model). */
 int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root, char *err,

@@ -288,7 +288,8 @@ static int vs__finish_round(vs_rounds *c, int drafted, int32_t root_index, const
     for (int j = 0; j < n_path; j++)
       memcpy(pf + j * fs, c->feats + ((size_t)u + path[j]) * fs, fs * sizeof(float));
   }
-  return drafted ? vs_drafter_end(c->drafter, acc_tokens, n_path - 1, pf, next, err, errlen)
+  return drafted ? vs_drafter_end(c->drafter, &c->tree, path, acc_tokens, n_path - 1, pf, next,
+                                  err, errlen)
                  : vs_drafter_skip(c->drafter, pf, next, err, errlen);
 }
 

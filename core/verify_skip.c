@@ -90,5 +90,5 @@ int vs_skip_accept(vs_rounds *c, const vspec_skip_decision *dec, int32_t root_in
                                                           : 0.5f * (stale[k] + own[k]);
     }
   }
-  return vs_drafter_end(c->drafter, acc, gamma - 1, pf, acc[gamma - 1], err, errlen);
+  return vs_drafter_end(c->drafter, t, pathn, acc, gamma - 1, pf, acc[gamma - 1], err, errlen);
 }
