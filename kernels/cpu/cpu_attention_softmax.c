@@ -44,19 +44,71 @@ static int softmax_scalar(float *s, const uint8_t *mask, int n) {
 }
 
 #if VS_EXP_SIMD
-/* Lanes of entries j .. j+15 that are present (j + lane < n) and visible. */
-__attribute__((target("avx512f"))) static __mmask16 visible16(const uint8_t *mask, int j, int n) {
+/* sum16 of the 16 lanes in registers: the same additions in the same order (lane i plus
+ * lane i + w, for w = 8, 4, 2, 1), without the round trips through memory that made the
+ * scalar tree the largest single cost of a short row. */
+__attribute__((target("avx512f"))) static inline float sum16_512(__m512 v) {
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+/* Lanes of entries j .. j+15 that are present (j + lane < n) and visible. A short tail is
+ * read byte by byte: a 16-byte load could pass the end of the mask, and copying the tail
+ * into a padded buffer (memcpy of a run-time length) cost more than the rest of a short
+ * row's softmax. */
+__attribute__((target("avx512f"))) static inline __mmask16 visible16(const uint8_t *mask, int j,
+                                                                     int n) {
   int left = n - j;
-  __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-  if (!mask) return in;
-  uint8_t pad[16] = {0};
-  const uint8_t *m = mask + j;
-  if (left < 16) memcpy(pad, m, (size_t)left), m = pad;
-  __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)m));
-  return in & _mm512_test_epi32_mask(b, b);
+  if (left >= 16) {
+    if (!mask) return (__mmask16)0xffff;
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mask + j)));
+    return _mm512_test_epi32_mask(b, b);
+  }
+  if (!mask) return (__mmask16)((1u << left) - 1u);
+  unsigned bits = 0;
+  for (int t = 0; t < left; t++) bits |= (unsigned)(mask[j + t] != 0) << t;
+  return (__mmask16)bits;
+}
+
+/* Rows of at most 64 entries (attention over a short prefix: a small image, a tree's first
+ * rows) stay in four registers: one pass for the maximum, one for the exponentials and
+ * their sum, one for the scaling, with each row's visibility computed once. The additions
+ * are those of softmax_512 below (lane j mod 16, chunks in order), so the bits are too. */
+__attribute__((target("avx512f"))) static int softmax_512_short(float *s, const uint8_t *mask,
+                                                                int n) {
+  const int chunks = (n + 15) / 16;
+  __mmask16 vis[4] = {0, 0, 0, 0}, in[4] = {0, 0, 0, 0};
+  __m512 x[4];
+  __m512 vmx = _mm512_set1_ps(-INFINITY);
+  unsigned any = 0;
+  for (int c = 0; c < chunks; c++) {
+    int left = n - 16 * c;
+    in[c] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+    vis[c] = visible16(mask, 16 * c, n);
+    any |= vis[c];
+    x[c] = _mm512_maskz_loadu_ps(vis[c], s + 16 * c);
+    vmx = _mm512_mask_max_ps(vmx, vis[c], vmx, x[c]);
+  }
+  if (!any) {
+    memset(s, 0, (size_t)n * sizeof(float));
+    return 0;
+  }
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
+  __m512 part = _mm512_setzero_ps();
+  for (int c = 0; c < chunks; c++) {
+    x[c] = _mm512_maskz_mov_ps(vis[c], exp_poly_512(_mm512_sub_ps(x[c], mx)));
+    part = _mm512_add_ps(part, x[c]);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / sum16_512(part));
+  for (int c = 0; c < chunks; c++) _mm512_mask_storeu_ps(s + 16 * c, in[c], _mm512_mul_ps(x[c], inv));
+  return 1;
 }
 
 __attribute__((target("avx512f"))) static int softmax_512(float *s, const uint8_t *mask, int n) {
+  if (n <= 64) return softmax_512_short(s, mask, n);
   __m512 vmx = _mm512_set1_ps(-INFINITY);
   int any = 0;
   for (int j = 0; j < n; j += 16) {
@@ -104,9 +156,7 @@ __attribute__((target("avx512f"))) static int softmax_512(float *s, const uint8_
     _mm512_mask_storeu_ps(s + j, in, e);
     part = _mm512_add_ps(part, e);
   }
-  float p[16];
-  _mm512_storeu_ps(p, part);
-  const __m512 inv = _mm512_set1_ps(1.0f / sum16(p));
+  const __m512 inv = _mm512_set1_ps(1.0f / sum16_512(part));
   for (int i = 0; i < n; i += 16) {
     int left = n - i;
     __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
