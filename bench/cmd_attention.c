@@ -22,7 +22,8 @@ static void usage(FILE *f) {
           "  --prefix L         cached tokens before the queries (default 129: half of a\n"
           "                     16x16 image and the class token)\n"
           "  --layers N         layers (default 12)\n"
-          "  --heads H          heads of 64 dimensions (default 12)\n"
+          "  --heads H          heads (default 12)\n"
+          "  --head-dim D       dimensions per head (default 64; the shipped draft GPT has 32)\n"
           "  --rows R           rows per node: 2 with CFG (default), 1 without\n"
           "  --reps N           timed forwards per size; the median is printed (default 101)\n"
           "  --isa NAME         scalar, avx2 or avx512 (default: the best this CPU has)\n"
@@ -30,17 +31,16 @@ static void usage(FILE *f) {
           "Times are of the calling thread's CPU clock (one thread).\n");
 }
 
-#define VS_ATTN_HD 64
-
 int vs_bench_cmd_attention(int argc, char **argv) {
   const char *sizes_text = "1,2,4,8,16,32", *isa_name = NULL;
-  long prefix = 129, layers = 12, heads = 12, rows = 2, reps = 101;
-  enum { O_SIZES = 256, O_PREFIX, O_LAYERS, O_HEADS, O_ROWS, O_REPS, O_ISA };
+  long prefix = 129, layers = 12, heads = 12, rows = 2, reps = 101, head_dim = 64;
+  enum { O_SIZES = 256, O_PREFIX, O_LAYERS, O_HEADS, O_ROWS, O_REPS, O_ISA, O_HEAD_DIM };
   static const struct option opts[] = {
       {"sizes", required_argument, 0, O_SIZES},   {"prefix", required_argument, 0, O_PREFIX},
       {"layers", required_argument, 0, O_LAYERS}, {"heads", required_argument, 0, O_HEADS},
       {"rows", required_argument, 0, O_ROWS},     {"reps", required_argument, 0, O_REPS},
-      {"isa", required_argument, 0, O_ISA},       {"help", no_argument, 0, 'h'},
+      {"isa", required_argument, 0, O_ISA},       {"head-dim", required_argument, 0, O_HEAD_DIM},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -51,6 +51,7 @@ int vs_bench_cmd_attention(int argc, char **argv) {
       case O_PREFIX: ok = vs_cli_long("--prefix", optarg, 0, 4096, &prefix); break;
       case O_LAYERS: ok = vs_cli_long("--layers", optarg, 1, 128, &layers); break;
       case O_HEADS: ok = vs_cli_long("--heads", optarg, 1, 128, &heads); break;
+      case O_HEAD_DIM: ok = vs_cli_long("--head-dim", optarg, 1, 512, &head_dim); break;
       case O_ROWS: ok = vs_cli_long("--rows", optarg, 1, 2, &rows); break;
       case O_REPS: ok = vs_cli_long("--reps", optarg, 1, 100000, &reps); break;
       case O_ISA: isa_name = optarg; break;
@@ -74,8 +75,8 @@ int vs_bench_cmd_attention(int argc, char **argv) {
     vs_dev_destroy(dev);
     return 2;
   }
-  int H = (int)heads, slots = (int)prefix + max_n, width = H * VS_ATTN_HD;
-  size_t kv_n = (size_t)H * slots * VS_ATTN_HD;
+  int H = (int)heads, HD = (int)head_dim, slots = (int)prefix + max_n, width = H * HD;
+  size_t kv_n = (size_t)H * slots * HD;
   /* q as the qkv rows of a forward: q, k, v of every head side by side */
   float *q = malloc((size_t)max_n * 3 * width * sizeof(float));
   float *k = malloc(kv_n * sizeof(float)), *v = malloc(kv_n * sizeof(float));
@@ -94,7 +95,7 @@ int vs_bench_cmd_attention(int argc, char **argv) {
   }
   printf("\nattention of one forward: %ld layers x %ld rows, %d heads of %d, %ld cached tokens, "
          "%s kernels, CPU time, median of %ld\n\n",
-         layers, rows, H, VS_ATTN_HD, prefix, vs_isa_name(dev->isa), reps);
+         layers, rows, H, HD, prefix, vs_isa_name(dev->isa), reps);
   printf("| nodes | ms per forward | us per node |\n|------:|---------------:|------------:|\n");
   for (int s = 0; s < n_sizes; s++) {
     int n = sizes[s], n_kv = (int)prefix + n;
@@ -103,7 +104,7 @@ int vs_bench_cmd_attention(int argc, char **argv) {
     for (long r = 0; r < reps; r++) {
       double t0 = vs_bench_cpu_now();
       for (long call = 0; call < layers * rows; call++)
-        vs_dev_ops(dev)->attention(dev, q, n, 3 * width, H, H, VS_ATTN_HD, k, v, slots, n_kv,
+        vs_dev_ops(dev)->attention(dev, q, n, 3 * width, H, H, HD, k, v, slots, n_kv,
                                    mask, out);
       t[r] = vs_bench_cpu_now() - t0;
     }

@@ -199,9 +199,10 @@ static void test_isas_agree(void **state) {
  * order), every instruction set gives the scalar loops' bits: the softmax (vs_exp_poly, 16
  * partial sums added in a fixed tree) and W V (slot order, one fused multiply-add each), for
  * a group of four rows and a remainder, rows seeing different slots, and a tail of the row
- * shorter than a vector. head_dim 64 takes the four-row loop on AVX-512; 256 and 16 the
- * one-row loop in blocks of 64 and of 8 dimensions. These head sizes
- * make the scale 1 / sqrt(head_dim) a power of two, so the scores stay exact. head_dim 96 (a
+ * shorter than a vector. head_dim 64 and 32 take the four-row loops on AVX-512; 256 and 16
+ * the one-row loop in blocks of 64 and of 8 dimensions. The dot products are exact, and
+ * every path multiplies each by the scale 1 / sqrt(head_dim) once (a power of two except
+ * at 32), so the scores agree. head_dim 96 (a
  * block of 64, one of 32) has no exact scale: its queries are zero (every score 0, equal
  * weights), which still checks W V. */
 static void check_isas_bitwise_n(int hd, int zero_q, int NKV) {
@@ -245,6 +246,7 @@ static void check_isas_bitwise(int hd, int zero_q) {
 static void test_isas_agree_bitwise(void **state) {
   (void)state;
   check_isas_bitwise(64, 0);
+  check_isas_bitwise(32, 0);
   check_isas_bitwise(256, 0);
   check_isas_bitwise(16, 0);
   check_isas_bitwise(96, 1);

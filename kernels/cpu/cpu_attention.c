@@ -53,24 +53,27 @@ static void weighted_sum_scalar(const float *w, const uint8_t *mask, int nr, int
 }
 
 #if VS_EXP_SIMD
-/* head_dim 64, up to four rows: one load of a slot's values serves every row that sees it,
- * and the 16 independent accumulators keep both FMA ports busy (one row alone waits on the
- * latency of its four). Written out row by row: as an array indexed by the row, GCC kept
- * the accumulators in memory. */
+/* head_dim 64 or 32 (HD, a constant in each copy), up to four rows: one load of a slot's
+ * values serves every row that sees it, and the independent accumulators (four per row at
+ * 64, two at 32) keep both FMA ports busy (one row alone waits on the latency of its
+ * own). Written out row by row: as an array indexed by the row, GCC kept the accumulators
+ * in memory. */
 #define VS_ATTN_ROW_FMA(r, a0, a1, a2, a3)                           \
   do {                                                               \
     if (see##r) {                                                    \
       const __m512 wj = _mm512_set1_ps(w[(size_t)(r) * n_kv + j]);   \
       a0 = _mm512_fmadd_ps(wj, v0, a0);                              \
       a1 = _mm512_fmadd_ps(wj, v1, a1);                              \
-      a2 = _mm512_fmadd_ps(wj, v2, a2);                              \
-      a3 = _mm512_fmadd_ps(wj, v3, a3);                              \
+      if (HD == 64) {                                                \
+        a2 = _mm512_fmadd_ps(wj, v2, a2);                            \
+        a3 = _mm512_fmadd_ps(wj, v3, a3);                            \
+      }                                                              \
     }                                                                \
   } while (0)
 
-__attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd64(
+__attribute__((target("avx512f,fma"), always_inline)) static inline void weighted_sum_512_rows(
     const float *w, const uint8_t *mask, int nr, int n_kv, const float *v, float *o,
-    size_t o_stride) {
+    size_t o_stride, const int HD) {
   __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
   __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
@@ -82,9 +85,10 @@ __attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd64(
     const int see0 = !m0 || m0[j], see1 = nr > 1 && (!m1 || m1[j]);
     const int see2 = nr > 2 && (!m2 || m2[j]), see3 = nr > 3 && (!m3 || m3[j]);
     if (!(see0 | see1 | see2 | see3)) continue;
-    const float *vj = v + (size_t)j * 64;
+    const float *vj = v + (size_t)j * HD;
     const __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16);
-    const __m512 v2 = _mm512_loadu_ps(vj + 32), v3 = _mm512_loadu_ps(vj + 48);
+    const __m512 v2 = HD == 64 ? _mm512_loadu_ps(vj + 32) : v0;
+    const __m512 v3 = HD == 64 ? _mm512_loadu_ps(vj + 48) : v0;
     VS_ATTN_ROW_FMA(0, a00, a01, a02, a03);
     VS_ATTN_ROW_FMA(1, a10, a11, a12, a13);
     VS_ATTN_ROW_FMA(2, a20, a21, a22, a23);
@@ -93,9 +97,22 @@ __attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd64(
   const __m512 acc[VS_ATTN_ROW_GROUP][4] = {
       {a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
   for (int r = 0; r < nr; r++)
-    for (int t = 0; t < 4; t++) _mm512_storeu_ps(o + (size_t)r * o_stride + 16 * t, acc[r][t]);
+    for (int t = 0; t < HD / 16; t++) _mm512_storeu_ps(o + (size_t)r * o_stride + 16 * t, acc[r][t]);
 }
 #undef VS_ATTN_ROW_FMA
+
+__attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd64(
+    const float *w, const uint8_t *mask, int nr, int n_kv, const float *v, float *o,
+    size_t o_stride) {
+  weighted_sum_512_rows(w, mask, nr, n_kv, v, o, o_stride, 64);
+}
+
+/* head_dim 32: the shipped draft GPT's (width 128, four heads) */
+__attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd32(
+    const float *w, const uint8_t *mask, int nr, int n_kv, const float *v, float *o,
+    size_t o_stride) {
+  weighted_sum_512_rows(w, mask, nr, n_kv, v, o, o_stride, 32);
+}
 
 /* One row, hd a multiple of 8: 64 dimensions per pass over the slots (eight accumulators that
  * stay in registers; an array indexed by a run-time count would live in memory), then 32, then
@@ -156,8 +173,8 @@ __attribute__((target("avx2,fma"))) static void weighted_sum_256(const float *w,
 static void weighted_sum(const vspec_dev *dev, const float *w, const uint8_t *mask, int nr,
                          int n_kv, const float *v, int hd, float *o, size_t o_stride) {
 #if VS_EXP_SIMD
-  if (dev->isa >= VS_ISA_AVX512 && hd == 64) {
-    weighted_sum_512_hd64(w, mask, nr, n_kv, v, o, o_stride);
+  if (dev->isa >= VS_ISA_AVX512 && (hd == 64 || hd == 32)) {
+    (hd == 64 ? weighted_sum_512_hd64 : weighted_sum_512_hd32)(w, mask, nr, n_kv, v, o, o_stride);
     return;
   }
   for (int r = 0; r < nr; r++) {
@@ -205,8 +222,10 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16(__m512 z0, __m512
 #define VS_ATTN_DOT64(a, k)                                                             \
   __m512 a = _mm512_mul_ps(q0, _mm512_loadu_ps(k));                                     \
   a = _mm512_fmadd_ps(q1, _mm512_loadu_ps((k) + 16), a);                                \
-  a = _mm512_fmadd_ps(q2, _mm512_loadu_ps((k) + 32), a);                                \
-  a = _mm512_fmadd_ps(q3, _mm512_loadu_ps((k) + 48), a)
+  if (HD == 64) {                                                                       \
+    a = _mm512_fmadd_ps(q2, _mm512_loadu_ps((k) + 32), a);                              \
+    a = _mm512_fmadd_ps(q3, _mm512_loadu_ps((k) + 48), a);                              \
+  }
 
 /* Four keys' dot products, reduced to their 128-bit-lane quads (see hsum4x4). */
 #define VS_ATTN_QUAD(z, j)                                                              \
@@ -225,11 +244,13 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16(__m512 z0, __m512
   {                                                                                     \
     const float *k_ = (kp);                                                             \
     __m512 k0 = _mm512_loadu_ps(k_), k1 = _mm512_loadu_ps(k_ + 16);                     \
-    __m512 k2 = _mm512_loadu_ps(k_ + 32), k3 = _mm512_loadu_ps(k_ + 48);                \
-    a = _mm512_fmadd_ps(q3, k3, _mm512_fmadd_ps(q2, k2,                                 \
-        _mm512_fmadd_ps(q1, k1, _mm512_mul_ps(q0, k0))));                               \
-    b = _mm512_fmadd_ps(r3, k3, _mm512_fmadd_ps(r2, k2,                                 \
-        _mm512_fmadd_ps(r1, k1, _mm512_mul_ps(r0, k0))));                               \
+    a = _mm512_fmadd_ps(q1, k1, _mm512_mul_ps(q0, k0));                                 \
+    b = _mm512_fmadd_ps(r1, k1, _mm512_mul_ps(r0, k0));                                 \
+    if (HD == 64) {                                                                     \
+      __m512 k2 = _mm512_loadu_ps(k_ + 32), k3 = _mm512_loadu_ps(k_ + 48);              \
+      a = _mm512_fmadd_ps(q3, k3, _mm512_fmadd_ps(q2, k2, a));                          \
+      b = _mm512_fmadd_ps(r3, k3, _mm512_fmadd_ps(r2, k2, b));                          \
+    }                                                                                   \
   }
 
 #define VS_ATTN_QUAD2(za, zb, j)                                                        \
@@ -244,20 +265,22 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16(__m512 z0, __m512
   }
 
 /* keys past the end repeat the last one; their lanes are not stored */
-#define key(j) (k + (size_t)(j0 + (j) < n_kv ? j0 + (j) : n_kv - 1) * 64)
+#define key(j) (k + (size_t)(j0 + (j) < n_kv ? j0 + (j) : n_kv - 1) * HD)
 
-__attribute__((target("avx512f,fma"))) static void scores_512_hd64(const float *q, int q_stride,
-                                                                   int nc, const float *k,
-                                                                   int n_kv, float scale,
-                                                                   float *s) {
+/* HD (64 or 32) is a constant in each copy below; at 32 the upper two quarters drop out. */
+__attribute__((target("avx512f,fma"), always_inline)) static inline void scores_512_rows(
+    const float *q, int q_stride, int nc, const float *k, int n_kv, float scale, float *s,
+    const int HD) {
   const __m512 sc = _mm512_set1_ps(scale);
   int i = 0;
   for (; i + 2 <= nc; i += 2) {
     const float *qi = q + (size_t)i * q_stride, *qn = qi + q_stride;
     const __m512 q0 = _mm512_loadu_ps(qi), q1 = _mm512_loadu_ps(qi + 16);
-    const __m512 q2 = _mm512_loadu_ps(qi + 32), q3 = _mm512_loadu_ps(qi + 48);
+    const __m512 q2 = HD == 64 ? _mm512_loadu_ps(qi + 32) : q0;
+    const __m512 q3 = HD == 64 ? _mm512_loadu_ps(qi + 48) : q0;
     const __m512 r0 = _mm512_loadu_ps(qn), r1 = _mm512_loadu_ps(qn + 16);
-    const __m512 r2 = _mm512_loadu_ps(qn + 32), r3 = _mm512_loadu_ps(qn + 48);
+    const __m512 r2 = HD == 64 ? _mm512_loadu_ps(qn + 32) : r0;
+    const __m512 r3 = HD == 64 ? _mm512_loadu_ps(qn + 48) : r0;
     float *si = s + (size_t)i * n_kv, *sn = si + n_kv;
     for (int j0 = 0; j0 < n_kv; j0 += 16) {
       VS_ATTN_QUAD2(z0, y0, 0);
@@ -273,7 +296,8 @@ __attribute__((target("avx512f,fma"))) static void scores_512_hd64(const float *
   for (; i < nc; i++) {
     const float *qi = q + (size_t)i * q_stride;
     const __m512 q0 = _mm512_loadu_ps(qi), q1 = _mm512_loadu_ps(qi + 16);
-    const __m512 q2 = _mm512_loadu_ps(qi + 32), q3 = _mm512_loadu_ps(qi + 48);
+    const __m512 q2 = HD == 64 ? _mm512_loadu_ps(qi + 32) : q0;
+    const __m512 q3 = HD == 64 ? _mm512_loadu_ps(qi + 48) : q0;
     float *si = s + (size_t)i * n_kv;
     for (int j0 = 0; j0 < n_kv; j0 += 16) {
       VS_ATTN_QUAD(z0, 0);
@@ -286,6 +310,21 @@ __attribute__((target("avx512f,fma"))) static void scores_512_hd64(const float *
     }
   }
 }
+
+__attribute__((target("avx512f,fma"))) static void scores_512_hd64(const float *q, int q_stride,
+                                                                   int nc, const float *k,
+                                                                   int n_kv, float scale,
+                                                                   float *s) {
+  scores_512_rows(q, q_stride, nc, k, n_kv, scale, s, 64);
+}
+
+/* head_dim 32 (the shipped draft GPT): through vs_sgemm it was a tenth of a draft forward */
+__attribute__((target("avx512f,fma"))) static void scores_512_hd32(const float *q, int q_stride,
+                                                                   int nc, const float *k,
+                                                                   int n_kv, float scale,
+                                                                   float *s) {
+  scores_512_rows(q, q_stride, nc, k, n_kv, scale, s, 32);
+}
 #undef key
 #undef VS_ATTN_QUAD2
 #undef VS_ATTN_DOT64X2
@@ -296,8 +335,8 @@ __attribute__((target("avx512f,fma"))) static void scores_512_hd64(const float *
 static void scores(vspec_dev *dev, const float *q, int q_stride, int nc, const float *k, int n_kv,
                    int hd, float scale, float *s) {
 #if VS_EXP_SIMD
-  if (dev->isa >= VS_ISA_AVX512 && hd == 64) {
-    scores_512_hd64(q, q_stride, nc, k, n_kv, scale, s);
+  if (dev->isa >= VS_ISA_AVX512 && (hd == 64 || hd == 32)) {
+    (hd == 64 ? scores_512_hd64 : scores_512_hd32)(q, q_stride, nc, k, n_kv, scale, s);
     return;
   }
 #endif
