@@ -48,8 +48,10 @@ void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t 
 
 /* For the AMX kernels (this one and cpu_linear_amx8.c), which use the same tiles: loads
  * palette 1 with all eight tiles at 16 rows x 64 bytes, tiles 0-5 (C and A) at tile_rows
- * rows. Per thread: call in each task before its tile instructions, _tile_release after.
- * Defined only where AMX builds (x86-64 Linux, GCC or clang). */
+ * rows. Per thread: call in each task before its tile instructions. A thread keeps its
+ * configuration (and its tiles) between tasks: the call loads it only when tile_rows
+ * differs from what the thread holds. Defined only where AMX builds (x86-64 Linux, GCC or
+ * clang). */
 void vs_amx_tile_config(int tile_rows);
 
 /* The split of a product over `pairs` 32-column pairs that streams `bytes` of weights over

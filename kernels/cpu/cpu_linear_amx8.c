@@ -163,8 +163,10 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) static void amx8_pair(const
     const int8_t *a0 = jb->xq + (size_t)r * jb->kp, *a1 = a0 + (size_t)VS_AMX8_ROWS * jb->kp;
     _tile_zero(0);
     _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    if (two) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
     for (int kb = 0; kb < kbs; kb++) {
       _tile_loadd(4, a0 + kb * VS_AMX8_KBLOCK, jb->kp);
       _tile_loadd(6, b0 + (size_t)kb * VS_AMX8_BLOCK, 64);
@@ -190,7 +192,7 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) static void amx8_pair(const
   }
 }
 
-/* Tile configuration is per thread: every task loads it and releases the tiles after. */
+/* Tile configuration is per thread: every task makes sure its thread holds it. */
 __attribute__((target("amx-tile,amx-int8,avx512f"))) static void amx8_task(void *ctx, int task) {
   const amx8_job *jb = ctx;
   int c0 = task * jb->pairs_per_task;
@@ -198,7 +200,6 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) static void amx8_task(void 
   if (c0 >= c1) return;
   vs_amx_tile_config(jb->tile_rows); /* the bf16 kernel's shapes: 16 rows x 64 bytes */
   for (int c = c0; c < c1; c++) amx8_pair(jb, c);
-  _tile_release();
 }
 
 int vs_amx8_linear(vspec_dev *dev, const float *x, int m, int k, const void *packed, int n,
