@@ -24,6 +24,8 @@
 #ifndef VSPEC_OPS_H
 #define VSPEC_OPS_H
 
+#include <stddef.h>
+
 #include "vspec/types.h"
 
 #ifdef __cplusplus
@@ -164,6 +166,13 @@ typedef struct vspec_ops {
    * keeps its own precision for this weight (the request still counts: another device of the
    * process may use it), VSPEC_EINVAL for a bad argument. NULL on devices with one format. */
   int (*weight_format)(vspec_dev *dev, const float *w, int n_out, int n_in, int format);
+  /* ---- ABI 1.3 ------------------------------------------------------------------------ */
+  /* As alloc, but the contents are unspecified (not zero-filled): for buffers that are only
+   * read where they were written first, such as KV caches (attention never reads a masked
+   * slot) and activations. A session of a speculative job is sized for the largest tree, and
+   * zero-filling its megabytes was a twentieth of a job on a small model. Free with `free`.
+   * NULL where zero-filling costs nothing extra: use alloc then. */
+  void *(*alloc_uninit)(vspec_dev *dev, size_t bytes);
 } vspec_ops;
 
 /* Formats for weight_format. */
@@ -172,6 +181,14 @@ enum {
   VSPEC_WEIGHTS_INT8 = 1     /* int8 per output channel (scale = max |row| / 127); activations
                               * quantised per row when the product runs */
 };
+
+/* alloc_uninit where the device has it and the host's table is recent enough (struct_size
+ * covers the field), else alloc. */
+static inline void *vspec_alloc_uninit(const vspec_ops *ops, vspec_dev *dev, size_t bytes) {
+  size_t end = offsetof(vspec_ops, alloc_uninit) + sizeof ops->alloc_uninit;
+  if (ops->struct_size >= end && ops->alloc_uninit) return ops->alloc_uninit(dev, bytes);
+  return ops->alloc(dev, bytes);
+}
 
 #ifdef __cplusplus
 }

@@ -41,26 +41,40 @@ static void malloc_keep_job_memory(void) {}
 
 static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
 
-static void *aligned_zalloc(size_t bytes) {
+/* fill: the byte every new block starts with, or -1 to leave it as malloc gives it. */
+static void *aligned_fill_alloc(size_t bytes, int fill) {
   pthread_once(&malloc_once, malloc_keep_job_memory);
   /* aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
    * distinct pointer so that callers can treat NULL as failure only. */
   size_t rounded = vs_align_up(bytes ? bytes : 1);
   if (rounded < bytes) return NULL; /* overflow */
   void *p = aligned_alloc(VS_CPU_ALIGN, rounded);
-  if (p) memset(p, 0, rounded);
+  if (p && fill >= 0) memset(p, fill, rounded);
   return p;
 }
 
 /* Every allocation is recorded (cpu_weights.h): that is how a linear layer knows its weight
  * is a whole allocation, and how the weight's bf16 copy goes when the weight does. */
-void *vs_cpu_alloc(vspec_dev *dev, size_t bytes) {
-  void *p = aligned_zalloc(bytes);
+static void *tracked_alloc(size_t bytes, int fill) {
+  void *p = aligned_fill_alloc(bytes, fill);
   if (p && vs_cpu_weights_track(p, bytes) != VSPEC_OK) {
     free(p);
     return NULL;
   }
   return p;
+}
+
+void *vs_cpu_alloc(vspec_dev *dev, size_t bytes) { return tracked_alloc(bytes, 0); }
+
+/* The sanitizer build (make test runs every test in it) fills these blocks with 0xff bytes,
+ * a NaN in every float: a read of a place nothing wrote first then spreads NaN into the
+ * outputs the golden and statistical tests compare, instead of passing on zeros. */
+void *vs_cpu_alloc_uninit(vspec_dev *dev, size_t bytes) {
+#ifdef VSPEC_SANITIZED
+  return tracked_alloc(bytes, 0xff);
+#else
+  return tracked_alloc(bytes, -1);
+#endif
 }
 
 void vs_cpu_free(vspec_dev *dev, void *ptr) {

@@ -51,6 +51,7 @@ static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(V
 
 /* cpu_dev.c */
 void *vs_cpu_alloc(vspec_dev *dev, size_t bytes);
+void *vs_cpu_alloc_uninit(vspec_dev *dev, size_t bytes);
 void vs_cpu_free(vspec_dev *dev, void *ptr);
 int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes);
 int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes);

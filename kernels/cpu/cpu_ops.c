@@ -45,6 +45,7 @@ static const vspec_ops cpu_ops = {
     .gelu = vs_cpu_gelu,
     .mul = vs_cpu_mul,
     .weight_format = vs_cpu_weight_format,
+    .alloc_uninit = vs_cpu_alloc_uninit,
 };
 
 const vspec_ops *vs_cpu_ops(void) { return &cpu_ops; }

@@ -49,8 +49,9 @@ static inline int vs_kv_tree_init(vs_kv_tree *t, const vspec_host *host, vspec_d
   t->slots = slots;
   t->max_pending = max_pending;
   size_t bytes = (size_t)layers * vs_kv_layer_elems(t) * sizeof(float);
-  t->k = t->ops->alloc(dev, bytes);
-  t->v = t->ops->alloc(dev, bytes);
+  /* not zero-filled: a slot is read only once a forward has written it */
+  t->k = vspec_alloc_uninit(t->ops, dev, bytes);
+  t->v = vspec_alloc_uninit(t->ops, dev, bytes);
   t->parents = host->calloc((size_t)max_pending, sizeof(int32_t));
   t->depth = host->calloc((size_t)max_pending, sizeof(int32_t));
   return t->k && t->v && t->parents && t->depth ? VSPEC_OK : VSPEC_ENOMEM;

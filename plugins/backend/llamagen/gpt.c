@@ -248,13 +248,16 @@ static int lg__work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *
                           const lg_gpt *g, size_t rows, size_t h_rows, lg_work *w) {
   size_t f = sizeof(float), qkv_w = (size_t)(g->n_head + 2 * g->n_kv_head) * g->head_dim;
   memset(w, 0, sizeof *w);
-  w->x = ops->alloc(dev, rows * g->dim * f);
-  w->h = ops->alloc(dev, (h_rows > rows ? h_rows : rows) * g->dim * f);
-  w->qkv = ops->alloc(dev, rows * qkv_w * f);
-  w->att = ops->alloc(dev, rows * g->n_head * g->head_dim * f);
-  w->ff1 = ops->alloc(dev, rows * g->ffn_hidden * f);
-  w->ff3 = ops->alloc(dev, rows * g->ffn_hidden * f);
-  w->logits = ops->alloc(dev, rows * g->vocab * f);
+  /* Not zero-filled: a forward writes the rows it reads. A speculative job's target session
+   * is sized for the largest tree (rows = 2 x 128), and zeroing these and the KV cache was
+   * 4.5 % of a Cool-SD job on models/fmnist (perf, memset under session_open). */
+  w->x = vspec_alloc_uninit(ops, dev, rows * g->dim * f);
+  w->h = vspec_alloc_uninit(ops, dev, (h_rows > rows ? h_rows : rows) * g->dim * f);
+  w->qkv = vspec_alloc_uninit(ops, dev, rows * qkv_w * f);
+  w->att = vspec_alloc_uninit(ops, dev, rows * g->n_head * g->head_dim * f);
+  w->ff1 = vspec_alloc_uninit(ops, dev, rows * g->ffn_hidden * f);
+  w->ff3 = vspec_alloc_uninit(ops, dev, rows * g->ffn_hidden * f);
+  w->logits = vspec_alloc_uninit(ops, dev, rows * g->vocab * f);
   w->pos = H->calloc(rows, sizeof(int32_t));
   w->rows = rows;
   return w->x && w->h && w->qkv && w->att && w->ff1 && w->ff3 && w->logits && w->pos
