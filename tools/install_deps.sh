@@ -15,7 +15,7 @@ PKGS="build-essential pkg-config
   libjansson-dev libinih-dev libcmocka-dev libhiredis-dev redis-server
   libmicrohttpd-dev curl
   clang libclang-rt-dev llvm
-  python3 python3-numpy python3-torch dataset-fashion-mnist
+  python3 python3-numpy python3-torch python3-pil dataset-fashion-mnist
   python3-zmq python3-protobuf protobuf-compiler"
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi

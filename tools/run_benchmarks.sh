@@ -61,6 +61,10 @@ case "$table" in
     methods="$methods;sd:lanternpp:lambda=2@standard:shape=static,$H,size=auto"
     methods="$methods;sd:coolsd:delta=2@standard:shape=static,$H,size=auto"
     methods="$methods;sd:coolsd:delta=2@standard:shape=chain,drafter=model,size=auto"
+    # Cool-SD's one knob past the paper's settings (1.1, 2): more relaxation early in the
+    # chain, still annealed to below 1 at its end
+    methods="$methods;sd:coolsd:delta=3@standard:shape=chain,drafter=model,size=auto"
+    methods="$methods;sd:coolsd:delta=4@standard:shape=chain,drafter=model,size=auto"
     ;;
   vvs)
     # LANTERN and VVS on the same fixed tree, so the forward counts compare like for like.
@@ -100,6 +104,7 @@ case "$table" in
     methods="ar"
     methods="$methods;sd:exact@standard:shape=static,$H,size=auto"
     methods="$methods;sd:coolsd:delta=2@standard:shape=chain,drafter=model,size=auto"
+    methods="$methods;sd:coolsd:delta=4@standard:shape=chain,drafter=model,size=auto"
     methods="$methods;sd:coolsd:delta=2@standard:$S"
     methods="$methods;$L2@standard:$S"
     methods="$methods;sd:lanternpp:lambda=2@standard:$S"

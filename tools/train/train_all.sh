@@ -13,6 +13,7 @@
 #   vq  ||  classifier
 #   tokenize
 #   target  ||  draft
+#   distill  (the draft pulled towards the target's guided distribution)
 #   eagle
 #   eval  (cfg sweep -> defaults.cfg_scale in models/fmnist/vspec-model.json)
 #   card  (models/fmnist/MODEL_CARD.md from the results)
@@ -51,8 +52,10 @@ run_target() {
 }
 run_draft() {
 	stage draft 1 tools/train/train_gpt.py --name draft --dim 128 --n-layer 4 --n-head 4 \
-		--steps 9000 --bs 32 --lr 1e-3
+		--steps 9000 --bs 32 --lr 1e-3 --out "$W/draft/draft.safetensors"
 }
+# reads $W/draft/draft.safetensors, writes models/fmnist/draft.safetensors
+run_distill() { stage distill 1 tools/train/distill_draft.py --steps 1200 --lr 3e-4; }
 run_eagle() { stage eagle auto tools/train/train_eagle.py --steps 2000 --bs 32; }
 run_eval() { stage eval auto tools/train/eval_samples.py; }
 run_card() { stage card 1 tools/train/write_model_card.py; }
@@ -98,6 +101,7 @@ wait $a || r=1
 wait $b || r=1
 [ $r -eq 0 ] || exit 1
 
+run_distill
 run_eagle
 run_eval
 rm -f "$W/done/card"

@@ -103,7 +103,10 @@ def main():
       f"{ta.get('bs')} --lr {ta.get('lr')}   # || draft")
     A(f"python3 tools/train/train_gpt.py --name draft --dim {da.get('dim')} --n-layer "
       f"{da.get('n_layer')} --n-head {da.get('n_head')} --steps {da.get('steps')} --bs "
-      f"{da.get('bs')} --lr {da.get('lr')}")
+      f"{da.get('bs')} --lr {da.get('lr')} --out tools/train/work/draft/draft.safetensors")
+    dia = r("distill").get("args", {})
+    A(f"python3 tools/train/distill_draft.py --steps {dia.get('steps')} --lr {dia.get('lr')}"
+      f"   # -> draft.safetensors")
     A(f"python3 tools/train/train_eagle.py --steps {ea.get('steps')} --bs {ea.get('batch')}")
     A("python3 tools/train/eval_samples.py        # cfg sweep, writes vspec-model.json")
     A("python3 tools/train/write_model_card.py")
@@ -179,6 +182,25 @@ def main():
 
     gpt_section("Target GPT", tg, ta, "target.safetensors")
     gpt_section("Draft GPT", dr, da, "draft.safetensors")
+    di = r("distill")
+    if di:
+        dia = di.get("args", {})
+        A(f"**Distilled towards the target** (`tools/train/distill_draft.py`, starting from "
+          f"the model above): {di.get('steps')} steps x batch {di.get('batch')} of the training "
+          f"codes, teacher forced; both models see each prefix with the class and with the null "
+          f"class, both pairs of logits are mixed by the CFG rule at the model's default scale "
+          f"({di.get('cfg')}), and the draft's mixed distribution p is pulled towards the "
+          f"target's q by TV(q, p) + {dia.get('kl_weight')} KL(q || p): at temperature 1 a "
+          f"drafted token is accepted with probability 1 - TV(q, p). AdamW lr {dia.get('lr')} "
+          f"(warmup {dia.get('warmup')}, cosine to 5%), weight decay {dia.get('wd')}. Wall time "
+          f"{tm(di.get('train_time_s'))}. Acceptance proxy (mean over positions of "
+          f"sum_v min(q, p)) on {di.get('held_out')} held-out target samples drawn at the "
+          f"default cfg: {di.get('accept_proxy_before', float('nan')):.4f} before, "
+          f"{di.get('accept_proxy', float('nan')):.4f} after ({di.get('accept_proxy_fp16', float('nan')):.4f} "
+          f"in the fp16 export). Test loss on the data: {di.get('test_loss_before', float('nan')):.4f} "
+          f"before, {di.get('test_loss', float('nan')):.4f} after (uncond "
+          f"{di.get('test_loss_uncond', float('nan')):.4f}): the draft moves towards the "
+          f"target's guided distribution, not the data's.\n")
     A("vspec-model.json asks for int8 copies of this model's linear weights "
       "(`\"weight_format\": \"int8\"`): where the CPU runs bf16 with AMX-INT8, its 1.2 MB of "
       "int8 weights stay in a core's L2 between the forwards of a round; elsewhere the key "
