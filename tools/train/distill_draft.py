@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Distil the draft GPT towards the target's guided distribution (knowledge distillation for
-speculative decoding, as DistillSpec, arXiv 2310.08461, Sec. 3: train the draft on the
-divergence that the acceptance rule pays for).
+speculative decoding, as DistillSpec, arXiv 2310.08461: train the draft on the divergence
+that the acceptance rule pays for).
 
 Why: a drafted token is accepted with probability sum_v min(q, p) at T = 1, where q is the
 target's and p the draft's distribution after CFG (Leviathan et al., arXiv 2211.17192,
-Sec. 3.5: the acceptance rate is 1 - TV(q, p)). The draft trained on the data
+Sec. 3: the acceptance rate is 1 - TV(q, p)). The draft trained on the data
 (train_gpt.py) only learns q indirectly. Here both models see the same prefix with the class
 and with the null class, both pairs of logits are mixed by LlamaGen's CFG rule
 (u + s (c - u), s = the model's default cfg_scale) and the draft's mixed distribution is
