@@ -24,8 +24,6 @@
 #ifndef VSPEC_OPS_H
 #define VSPEC_OPS_H
 
-#include <stddef.h>
-
 #include "vspec/types.h"
 
 #ifdef __cplusplus
@@ -182,11 +180,10 @@ enum {
                               * quantised per row when the product runs */
 };
 
-/* alloc_uninit where the device has it and the host's table is recent enough (struct_size
- * covers the field), else alloc. */
+/* alloc_uninit where the device has it and the host's table is recent enough, else alloc. */
 static inline void *vspec_alloc_uninit(const vspec_ops *ops, vspec_dev *dev, size_t bytes) {
-  size_t end = offsetof(vspec_ops, alloc_uninit) + sizeof ops->alloc_uninit;
-  if (ops->struct_size >= end && ops->alloc_uninit) return ops->alloc_uninit(dev, bytes);
+  if (VSPEC_HAS_FIELD(ops, vspec_ops, alloc_uninit) && ops->alloc_uninit)
+    return ops->alloc_uninit(dev, bytes);
   return ops->alloc(dev, bytes);
 }
 

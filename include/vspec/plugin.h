@@ -51,10 +51,6 @@ extern "C" {
 #define VSPEC_STR_(x) #x
 #define VSPEC_STR(x) VSPEC_STR_(x)
 
-/* True when a struct that starts with uint32_t struct_size includes `field`. */
-#define VSPEC_HAS_FIELD(ptr, type, field) \
-  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
-
 #if defined(__GNUC__)
 #define VSPEC_PLUGIN_EXPORT __attribute__((visibility("default")))
 #define VSPEC_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -38,6 +38,11 @@ typedef enum vspec_status {
  * NUL-terminated message of at most errlen bytes; it never allocates the message. */
 #define VSPEC_ERRLEN 512
 
+/* True when a struct that starts with uint32_t struct_size includes `field` (every table
+ * and vtable of the ABI: check before touching a field added in a later minor version). */
+#define VSPEC_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
 /* Log levels for vspec_host.log. */
 typedef enum vspec_log_level {
   VSPEC_LOG_ERROR = 0,
