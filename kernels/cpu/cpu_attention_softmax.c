@@ -178,7 +178,7 @@ __attribute__((target("avx2"))) static __m256i visible8(const uint8_t *mask, int
 }
 
 /* e^(s - mx) of the visible entries j .. j+7 (zero elsewhere), stored back and returned. */
-__attribute__((target("avx2"))) static inline __m256 exp_chunk_256(float *s, const uint8_t *mask,
+__attribute__((target("avx2,fma"))) static inline __m256 exp_chunk_256(float *s, const uint8_t *mask,
                                                                    int j, int n, __m256 mx) {
   __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   __m256i vis = visible8(mask, j, n);
@@ -189,7 +189,7 @@ __attribute__((target("avx2"))) static inline __m256 exp_chunk_256(float *s, con
 }
 
 /* Eight lanes at a time; chunks alternate between the partial sums of lanes 0-7 and 8-15. */
-__attribute__((target("avx2"))) static int softmax_256(float *s, const uint8_t *mask, int n) {
+__attribute__((target("avx2,fma"))) static int softmax_256(float *s, const uint8_t *mask, int n) {
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
   __m256 vmx = ninf;
   int any = 0;

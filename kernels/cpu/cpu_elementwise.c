@@ -4,8 +4,8 @@
  * The per-element formulas live in kernels/common/vs_math.h so that the CUDA kernels
  * compute exactly the same expressions. SiLU and SwiGLU also run in AVX-512 or AVX2 loops
  * (picked from the device's instruction set, cpu_linear_skinny.h): they repeat vs_exp_poly's
- * operations lane by lane, in its order and without fused multiply-adds, so every lane gives
- * the scalar function's bits (tests/test_ops_elementwise.c checks this bit for bit).
+ * operations lane by lane, in its order and with an FMA where it calls fmaf, so every lane
+ * gives the scalar function's bits (tests/test_ops_elementwise.c checks this bit for bit).
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_dev.h"
@@ -27,7 +27,7 @@ __attribute__((target("avx512f"))) static size_t swiglu_512(const float *g, cons
   return i;
 }
 
-__attribute__((target("avx2"))) static size_t swiglu_256(const float *g, const float *u, size_t n,
+__attribute__((target("avx2,fma"))) static size_t swiglu_256(const float *g, const float *u, size_t n,
                                                          float *y) {
   size_t i = 0;
   const __m256 one = _mm256_set1_ps(1.0f);

@@ -45,7 +45,7 @@ static int host_simd_best(void) {
   int best = VS_HOST_SIMD_NONE;
 #if VS_EXP_SIMD
   __builtin_cpu_init(); /* libgcc's checks include the OS's register state (XCR0) */
-  if (__builtin_cpu_supports("avx2")) best = VS_HOST_SIMD_AVX2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = VS_HOST_SIMD_AVX2;
   if (__builtin_cpu_supports("avx512f")) best = VS_HOST_SIMD_AVX512;
 #endif
   return best;
@@ -83,7 +83,7 @@ __attribute__((target("avx512f"))) static int exp_512(float *x, int n, float mx,
   return i;
 }
 
-__attribute__((target("avx2"))) static int exp_256(float *x, int n, float mx, double *s) {
+__attribute__((target("avx2,fma"))) static int exp_256(float *x, int n, float mx, double *s) {
   __m256d lo = _mm256_loadu_pd(s), hi = _mm256_loadu_pd(s + 4); /* sums 0-3 and 4-7 */
   const __m256 m = _mm256_set1_ps(mx);
   int i = 0;
