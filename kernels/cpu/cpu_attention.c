@@ -35,12 +35,12 @@
 /* ---- W V ------------------------------------------------------------------------------------
  * o_r[0..hd) = sum over the slots j visible to row r of w_r[j] v[j, 0..hd), slot by slot in
  * order of j, one fused multiply-add per element (fmaf in the scalar loop, the same bits as
- * the vector instructions'). Rows r < nr of a group: weights at w + r * n_kv, mask rows at
- * mask + r * n_kv, outputs at o + r * o_stride. */
-static void weighted_sum_scalar(const float *w, const uint8_t *mask, int nr, int n_kv,
-                                const float *v, int hd, float *o, size_t o_stride) {
+ * the vector instructions'). Rows r < nr of a group: weights at w + r * w_stride, mask rows
+ * at mask + r * n_kv, outputs at o + r * o_stride. */
+static void weighted_sum_scalar(const float *w, size_t w_stride, const uint8_t *mask, int nr,
+                                int n_kv, const float *v, int hd, float *o, size_t o_stride) {
   for (int r = 0; r < nr; r++) {
-    const float *wr = w + (size_t)r * n_kv;
+    const float *wr = w + (size_t)r * w_stride;
     const uint8_t *mr = mask ? mask + (size_t)r * n_kv : NULL;
     float *orow = o + (size_t)r * o_stride;
     for (int d = 0; d < hd; d++) orow[d] = 0.0f;
@@ -61,7 +61,7 @@ static void weighted_sum_scalar(const float *w, const uint8_t *mask, int nr, int
 #define VS_ATTN_ROW_FMA(r, a0, a1, a2, a3)                           \
   do {                                                               \
     if (see##r) {                                                    \
-      const __m512 wj = _mm512_set1_ps(w[(size_t)(r) * n_kv + j]);   \
+      const __m512 wj = _mm512_set1_ps(w[(size_t)(r) * w_stride + j]); \
       a0 = _mm512_fmadd_ps(wj, v0, a0);                              \
       a1 = _mm512_fmadd_ps(wj, v1, a1);                              \
       if (HD == 64) {                                                \
@@ -72,8 +72,8 @@ static void weighted_sum_scalar(const float *w, const uint8_t *mask, int nr, int
   } while (0)
 
 __attribute__((target("avx512f,fma"), always_inline)) static inline void weighted_sum_512_rows(
-    const float *w, const uint8_t *mask, int nr, int n_kv, const float *v, float *o,
-    size_t o_stride, const int HD) {
+    const float *w, size_t w_stride, const uint8_t *mask, int nr, int n_kv, const float *v,
+    float *o, size_t o_stride, const int HD) {
   __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
   __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
@@ -102,16 +102,16 @@ __attribute__((target("avx512f,fma"), always_inline)) static inline void weighte
 #undef VS_ATTN_ROW_FMA
 
 __attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd64(
-    const float *w, const uint8_t *mask, int nr, int n_kv, const float *v, float *o,
-    size_t o_stride) {
-  weighted_sum_512_rows(w, mask, nr, n_kv, v, o, o_stride, 64);
+    const float *w, size_t w_stride, const uint8_t *mask, int nr, int n_kv, const float *v,
+    float *o, size_t o_stride) {
+  weighted_sum_512_rows(w, w_stride, mask, nr, n_kv, v, o, o_stride, 64);
 }
 
 /* head_dim 32: the shipped draft GPT's (width 128, four heads) */
 __attribute__((target("avx512f,fma"))) static void weighted_sum_512_hd32(
-    const float *w, const uint8_t *mask, int nr, int n_kv, const float *v, float *o,
-    size_t o_stride) {
-  weighted_sum_512_rows(w, mask, nr, n_kv, v, o, o_stride, 32);
+    const float *w, size_t w_stride, const uint8_t *mask, int nr, int n_kv, const float *v,
+    float *o, size_t o_stride) {
+  weighted_sum_512_rows(w, w_stride, mask, nr, n_kv, v, o, o_stride, 32);
 }
 
 /* One row, hd a multiple of 8: 64 dimensions per pass over the slots (eight accumulators that
@@ -170,23 +170,25 @@ __attribute__((target("avx2,fma"))) static void weighted_sum_256(const float *w,
 #endif
 
 /* W V for rows 0..nr-1 (nr <= VS_ATTN_ROW_GROUP) of a chunk, in the device's instruction set. */
-static void weighted_sum(const vspec_dev *dev, const float *w, const uint8_t *mask, int nr,
-                         int n_kv, const float *v, int hd, float *o, size_t o_stride) {
+static void weighted_sum(const vspec_dev *dev, const float *w, size_t w_stride,
+                         const uint8_t *mask, int nr, int n_kv, const float *v, int hd, float *o,
+                         size_t o_stride) {
 #if VS_EXP_SIMD
   if (dev->isa >= VS_ISA_AVX512 && (hd == 64 || hd == 32)) {
-    (hd == 64 ? weighted_sum_512_hd64 : weighted_sum_512_hd32)(w, mask, nr, n_kv, v, o, o_stride);
+    (hd == 64 ? weighted_sum_512_hd64 : weighted_sum_512_hd32)(w, w_stride, mask, nr, n_kv, v, o,
+                                                               o_stride);
     return;
   }
   for (int r = 0; r < nr; r++) {
-    const float *wr = w + (size_t)r * n_kv;
+    const float *wr = w + (size_t)r * w_stride;
     const uint8_t *mr = mask ? mask + (size_t)r * n_kv : NULL;
     if (dev->isa >= VS_ISA_AVX2 && hd % 8 == 0)
       weighted_sum_256(wr, mr, n_kv, v, hd, o + (size_t)r * o_stride);
     else
-      weighted_sum_scalar(wr, mr, 1, n_kv, v, hd, o + (size_t)r * o_stride, o_stride);
+      weighted_sum_scalar(wr, w_stride, mr, 1, n_kv, v, hd, o + (size_t)r * o_stride, o_stride);
   }
 #else
-  weighted_sum_scalar(w, mask, nr, n_kv, v, hd, o, o_stride);
+  weighted_sum_scalar(w, w_stride, mask, nr, n_kv, v, hd, o, o_stride);
 #endif
 }
 
@@ -270,7 +272,7 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16(__m512 z0, __m512
 /* HD (64 or 32) is a constant in each copy below; at 32 the upper two quarters drop out. */
 __attribute__((target("avx512f,fma"), always_inline)) static inline void scores_512_rows(
     const float *q, int q_stride, int nc, const float *k, int n_kv, float scale, float *s,
-    const int HD) {
+    int s_stride, const int HD) {
   const __m512 sc = _mm512_set1_ps(scale);
   int i = 0;
   for (; i + 2 <= nc; i += 2) {
@@ -281,16 +283,14 @@ __attribute__((target("avx512f,fma"), always_inline)) static inline void scores_
     const __m512 r0 = _mm512_loadu_ps(qn), r1 = _mm512_loadu_ps(qn + 16);
     const __m512 r2 = HD == 64 ? _mm512_loadu_ps(qn + 32) : r0;
     const __m512 r3 = HD == 64 ? _mm512_loadu_ps(qn + 48) : r0;
-    float *si = s + (size_t)i * n_kv, *sn = si + n_kv;
+    float *si = s + (size_t)i * s_stride, *sn = si + s_stride;
     for (int j0 = 0; j0 < n_kv; j0 += 16) {
       VS_ATTN_QUAD2(z0, y0, 0);
       VS_ATTN_QUAD2(z1, y1, 4);
       VS_ATTN_QUAD2(z2, y2, 8);
       VS_ATTN_QUAD2(z3, y3, 12);
-      int left = n_kv - j0;
-      __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-      _mm512_mask_storeu_ps(si + j0, in, _mm512_mul_ps(sc, hsum16(z0, z1, z2, z3)));
-      _mm512_mask_storeu_ps(sn + j0, in, _mm512_mul_ps(sc, hsum16(y0, y1, y2, y3)));
+      _mm512_storeu_ps(si + j0, _mm512_mul_ps(sc, hsum16(z0, z1, z2, z3)));
+      _mm512_storeu_ps(sn + j0, _mm512_mul_ps(sc, hsum16(y0, y1, y2, y3)));
     }
   }
   for (; i < nc; i++) {
@@ -298,15 +298,13 @@ __attribute__((target("avx512f,fma"), always_inline)) static inline void scores_
     const __m512 q0 = _mm512_loadu_ps(qi), q1 = _mm512_loadu_ps(qi + 16);
     const __m512 q2 = HD == 64 ? _mm512_loadu_ps(qi + 32) : q0;
     const __m512 q3 = HD == 64 ? _mm512_loadu_ps(qi + 48) : q0;
-    float *si = s + (size_t)i * n_kv;
+    float *si = s + (size_t)i * s_stride;
     for (int j0 = 0; j0 < n_kv; j0 += 16) {
       VS_ATTN_QUAD(z0, 0);
       VS_ATTN_QUAD(z1, 4);
       VS_ATTN_QUAD(z2, 8);
       VS_ATTN_QUAD(z3, 12);
-      int left = n_kv - j0;
-      __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-      _mm512_mask_storeu_ps(si + j0, in, _mm512_mul_ps(sc, hsum16(z0, z1, z2, z3)));
+      _mm512_storeu_ps(si + j0, _mm512_mul_ps(sc, hsum16(z0, z1, z2, z3)));
     }
   }
 }
@@ -314,16 +312,16 @@ __attribute__((target("avx512f,fma"), always_inline)) static inline void scores_
 __attribute__((target("avx512f,fma"))) static void scores_512_hd64(const float *q, int q_stride,
                                                                    int nc, const float *k,
                                                                    int n_kv, float scale,
-                                                                   float *s) {
-  scores_512_rows(q, q_stride, nc, k, n_kv, scale, s, 64);
+                                                                   float *s, int s_stride) {
+  scores_512_rows(q, q_stride, nc, k, n_kv, scale, s, s_stride, 64);
 }
 
 /* head_dim 32 (the shipped draft GPT): through vs_sgemm it was a tenth of a draft forward */
 __attribute__((target("avx512f,fma"))) static void scores_512_hd32(const float *q, int q_stride,
                                                                    int nc, const float *k,
                                                                    int n_kv, float scale,
-                                                                   float *s) {
-  scores_512_rows(q, q_stride, nc, k, n_kv, scale, s, 32);
+                                                                   float *s, int s_stride) {
+  scores_512_rows(q, q_stride, nc, k, n_kv, scale, s, s_stride, 32);
 }
 #undef key
 #undef VS_ATTN_QUAD2
@@ -333,14 +331,14 @@ __attribute__((target("avx512f,fma"))) static void scores_512_hd32(const float *
 #endif
 
 static void scores(vspec_dev *dev, const float *q, int q_stride, int nc, const float *k, int n_kv,
-                   int hd, float scale, float *s) {
+                   int hd, float scale, float *s, int s_stride) {
 #if VS_EXP_SIMD
   if (dev->isa >= VS_ISA_AVX512 && (hd == 64 || hd == 32)) {
-    (hd == 64 ? scores_512_hd64 : scores_512_hd32)(q, q_stride, nc, k, n_kv, scale, s);
+    (hd == 64 ? scores_512_hd64 : scores_512_hd32)(q, q_stride, nc, k, n_kv, scale, s, s_stride);
     return;
   }
 #endif
-  vs_sgemm(dev, 0, 1, nc, n_kv, hd, scale, q, q_stride, k, hd, 0.0f, s, n_kv);
+  vs_sgemm(dev, 0, 1, nc, n_kv, hd, scale, q, q_stride, k, hd, 0.0f, s, s_stride);
 }
 
 void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int n_heads,
@@ -357,7 +355,12 @@ void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int
   if (group < 1) group = 1;
   float scale = (float)(1.0 / sqrt((double)head_dim));
 
-  size_t row_bytes = (size_t)n_kv * sizeof(float);
+  /* Score rows padded to whole vectors: the kernels store whole vectors, never a masked tail.
+   * A load of a line a masked store has not yet written back cannot take its data from the
+   * store (Intel), and with unpadded rows each row's first load met the previous row's
+   * masked tail: a 39-entry row's softmax took 69 ns that way and 38 ns padded. */
+  const int s_stride = VS_SOFTMAX_ROW_FLOATS(n_kv);
+  size_t row_bytes = (size_t)s_stride * sizeof(float);
   size_t fit = vs_scratch_size(dev) / row_bytes;
   int chunk = fit < 1 ? 1 : (fit < (size_t)n_q ? (int)fit : n_q);
   float *s = vs_scratch(dev, (size_t)chunk * row_bytes);
@@ -370,14 +373,15 @@ void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int
       int nc = n_q - i0 < chunk ? n_q - i0 : chunk;
       const float *qh = q + (size_t)i0 * q_stride + (size_t)h * head_dim;
       float *oh = out + (size_t)i0 * out_stride + (size_t)h * head_dim;
-      scores(dev, qh, q_stride, nc, kh, n_kv, head_dim, scale, s);
+      scores(dev, qh, q_stride, nc, kh, n_kv, head_dim, scale, s, s_stride);
       for (int i = 0; i < nc; i++)
-        vs_cpu_masked_softmax(dev, s + (size_t)i * n_kv,
+        vs_cpu_masked_softmax(dev, s + (size_t)i * s_stride,
                               mask ? mask + (size_t)(i0 + i) * n_kv : NULL, n_kv);
       for (int i = 0; i < nc; i += VS_ATTN_ROW_GROUP) {
         int nr = nc - i < VS_ATTN_ROW_GROUP ? nc - i : VS_ATTN_ROW_GROUP;
-        weighted_sum(dev, s + (size_t)i * n_kv, mask ? mask + (size_t)(i0 + i) * n_kv : NULL,
-                     nr, n_kv, vh, head_dim, oh + (size_t)i * out_stride, out_stride);
+        weighted_sum(dev, s + (size_t)i * s_stride, (size_t)s_stride,
+                     mask ? mask + (size_t)(i0 + i) * n_kv : NULL, nr, n_kv, vh, head_dim,
+                     oh + (size_t)i * out_stride, out_stride);
       }
     }
   }

@@ -55,38 +55,31 @@ __attribute__((target("avx512f"))) static inline float sum16_512(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
-/* Lanes of entries j .. j+15 that are present (j + lane < n) and visible. A short tail is
- * read byte by byte: a 16-byte load could pass the end of the mask, and copying the tail
- * into a padded buffer (memcpy of a run-time length) cost more than the rest of a short
- * row's softmax. */
-__attribute__((target("avx512f"))) static inline __mmask16 visible16(const uint8_t *mask, int j,
-                                                                     int n) {
+/* Lanes of entries j .. j+15 that are present (j + lane < n) and visible. A short tail is a
+ * masked byte load (AVX512BW, which VS_ISA_AVX512 requires): a plain 16-byte load could pass
+ * the end of the mask, and reading the tail byte by byte was a third of a 39-entry row's
+ * softmax. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __mmask16 visible16(
+    const uint8_t *mask, int j, int n) {
   int left = n - j;
-  if (left >= 16) {
-    if (!mask) return (__mmask16)0xffff;
-    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mask + j)));
-    return _mm512_test_epi32_mask(b, b);
-  }
-  if (!mask) return (__mmask16)((1u << left) - 1u);
-  unsigned bits = 0;
-  for (int t = 0; t < left; t++) bits |= (unsigned)(mask[j + t] != 0) << t;
-  return (__mmask16)bits;
+  __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+  if (!mask) return in;
+  __m128i b = _mm_maskz_loadu_epi8(in, mask + j);
+  return _mm_test_epi8_mask(b, b);
 }
 
 /* Rows of at most 64 entries (attention over a short prefix: a small image, a tree's first
  * rows) stay in four registers: one pass for the maximum, one for the exponentials and
  * their sum, one for the scaling, with each row's visibility computed once. The additions
  * are those of softmax_512 below (lane j mod 16, chunks in order), so the bits are too. */
-__attribute__((target("avx512f"))) static int softmax_512_short(float *s, const uint8_t *mask,
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static int softmax_512_short(float *s, const uint8_t *mask,
                                                                 int n) {
   const int chunks = (n + 15) / 16;
-  __mmask16 vis[4] = {0, 0, 0, 0}, in[4] = {0, 0, 0, 0};
+  __mmask16 vis[4] = {0, 0, 0, 0};
   __m512 x[4];
   __m512 vmx = _mm512_set1_ps(-INFINITY);
   unsigned any = 0;
   for (int c = 0; c < chunks; c++) {
-    int left = n - 16 * c;
-    in[c] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
     vis[c] = visible16(mask, 16 * c, n);
     any |= vis[c];
     x[c] = _mm512_maskz_loadu_ps(vis[c], s + 16 * c);
@@ -103,11 +96,11 @@ __attribute__((target("avx512f"))) static int softmax_512_short(float *s, const 
     part = _mm512_add_ps(part, x[c]);
   }
   const __m512 inv = _mm512_set1_ps(1.0f / sum16_512(part));
-  for (int c = 0; c < chunks; c++) _mm512_mask_storeu_ps(s + 16 * c, in[c], _mm512_mul_ps(x[c], inv));
+  for (int c = 0; c < chunks; c++) _mm512_storeu_ps(s + 16 * c, _mm512_mul_ps(x[c], inv));
   return 1;
 }
 
-__attribute__((target("avx512f"))) static int softmax_512(float *s, const uint8_t *mask, int n) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static int softmax_512(float *s, const uint8_t *mask, int n) {
   if (n <= 64) return softmax_512_short(s, mask, n);
   __m512 vmx = _mm512_set1_ps(-INFINITY);
   int any = 0;
@@ -148,20 +141,14 @@ __attribute__((target("avx512f"))) static int softmax_512(float *s, const uint8_
   }
 #undef VS_ATTN_EXP16
   for (; j < n; j += 16) {
-    int left = n - j;
-    __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
     __mmask16 vis = visible16(mask, j, n);
     __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(vis, s + j), mx);
     __m512 e = _mm512_maskz_mov_ps(vis, exp_poly_512(x));
-    _mm512_mask_storeu_ps(s + j, in, e);
+    _mm512_storeu_ps(s + j, e); /* lanes past n get 0 */
     part = _mm512_add_ps(part, e);
   }
   const __m512 inv = _mm512_set1_ps(1.0f / sum16_512(part));
-  for (int i = 0; i < n; i += 16) {
-    int left = n - i;
-    __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-    _mm512_mask_storeu_ps(s + i, in, _mm512_mul_ps(_mm512_maskz_loadu_ps(in, s + i), inv));
-  }
+  for (int i = 0; i < n; i += 16) _mm512_storeu_ps(s + i, _mm512_mul_ps(_mm512_loadu_ps(s + i), inv));
   return 1;
 }
 

@@ -363,7 +363,7 @@ int vs_isa_supported(int isa) {
       /* libgcc's check includes the OS's XCR0 state for the zmm registers */
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
 #endif
     default: return 0;
   }

@@ -17,7 +17,7 @@
 enum {
   VS_ISA_SCALAR = 1, /* portable C, any CPU */
   VS_ISA_AVX2 = 2,   /* AVX2 + FMA */
-  VS_ISA_AVX512 = 3  /* AVX-512F/VL + FMA */
+  VS_ISA_AVX512 = 3  /* AVX-512F/VL/BW + FMA */
 };
 
 /* The best instruction set this CPU (and OS) supports. */
