@@ -98,7 +98,8 @@ static void test_softmax_simd_levels_agree(void **state) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
   assert_int_equal(best, __builtin_cpu_supports("avx512f") ? VS_HOST_SIMD_AVX512
-                         : __builtin_cpu_supports("avx2")  ? VS_HOST_SIMD_AVX2
+                         : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                             ? VS_HOST_SIMD_AVX2
                                                            : VS_HOST_SIMD_NONE);
 #endif
   const int lens[] = {0, 1, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1024, 1099};
