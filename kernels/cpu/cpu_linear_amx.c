@@ -150,16 +150,22 @@ __attribute__((target("avx512f"))) static void amx_convert_rows(const float *x, 
 }
 
 /* Copies the valid part of a 16 x 16 C tile (rows row.., columns col..) to y, adding bias:
- * one masked vector per row. */
+ * one vector per row, masked only at y's right edge (a load of a line a masked store wrote
+ * waits for that store to reach the cache, and the next op reads y at once). */
 __attribute__((target("avx512f"))) static void amx_emit(const amx_job *jb, const float *tile,
                                                         int row, int col) {
   int rows = jb->m - row < VS_AMX_ROWS ? jb->m - row : VS_AMX_ROWS;
   int cols = jb->n - col < VS_AMX_NBLOCK ? jb->n - col : VS_AMX_NBLOCK;
   __mmask16 mk = (__mmask16)((1u << cols) - 1u);
   __m512 b = jb->bias ? _mm512_maskz_loadu_ps(mk, jb->bias + col) : _mm512_setzero_ps();
-  for (int i = 0; i < rows; i++)
-    _mm512_mask_storeu_ps(jb->y + (size_t)(row + i) * jb->n + col, mk,
-                          _mm512_add_ps(_mm512_loadu_ps(tile + i * VS_AMX_NBLOCK), b));
+  for (int i = 0; i < rows; i++) {
+    float *dst = jb->y + (size_t)(row + i) * jb->n + col;
+    __m512 v = _mm512_add_ps(_mm512_loadu_ps(tile + i * VS_AMX_NBLOCK), b);
+    if (cols == VS_AMX_NBLOCK)
+      _mm512_storeu_ps(dst, v);
+    else
+      _mm512_mask_storeu_ps(dst, mk, v);
+  }
 }
 
 /* C tile t (rows row.., columns col..) to y: straight from the tile when it lies wholly

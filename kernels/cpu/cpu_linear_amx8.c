@@ -145,8 +145,11 @@ __attribute__((target("avx512f"))) static void amx8_emit(const amx8_job *jb, con
   for (int i = 0; i < rows; i++) {
     __m512 s = _mm512_mul_ps(_mm512_set1_ps(jb->sx[row + i]), sw);
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + i * VS_AMX8_NBLOCK)), s);
-    _mm512_mask_storeu_ps(jb->y + (size_t)(row + i) * jb->n + col, mk,
-                          jb->bias ? _mm512_add_ps(v, b) : v);
+    if (jb->bias) v = _mm512_add_ps(v, b);
+    if (cols == VS_AMX8_NBLOCK) /* as amx_emit: plain stores but at y's right edge */
+      _mm512_storeu_ps(jb->y + (size_t)(row + i) * jb->n + col, v);
+    else
+      _mm512_mask_storeu_ps(jb->y + (size_t)(row + i) * jb->n + col, mk, v);
   }
 }
 

@@ -58,9 +58,13 @@ __attribute__((target("avx512f,avx512vl"))) static void rms_row_512(const float 
   double p[8];
   _mm512_storeu_pd(p, s);
   const __m512 inv = _mm512_set1_ps(vs_rms_inv(sum8(p), dim, eps));
-  for (i = 0; i < dim; i += 16) {
-    int left = dim - i;
-    __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+  /* whole vectors by plain stores: the next op reads y at once, and a load waits for a masked
+   * store to reach the cache */
+  for (i = 0; i + 16 <= dim; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv),
+                                          _mm512_loadu_ps(w + i)));
+  if (i < dim) {
+    __mmask16 in = (__mmask16)((1u << (dim - i)) - 1u);
     __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + i), inv);
     _mm512_mask_storeu_ps(y + i, in, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(in, w + i)));
   }
