@@ -55,12 +55,12 @@ __attribute__((target("avx512f"))) static inline float sum16_512(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
+#define VS_TARGET_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+
 /* Lanes of entries j .. j+15 that are present (j + lane < n) and visible. A short tail is a
- * masked byte load (AVX512BW, which VS_ISA_AVX512 requires): a plain 16-byte load could pass
- * the end of the mask, and reading the tail byte by byte was a third of a 39-entry row's
- * softmax. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __mmask16 visible16(
-    const uint8_t *mask, int j, int n) {
+ * masked byte load (AVX512BW, which VS_ISA_AVX512 requires), which cannot fault past the end
+ * of the mask as a plain 16-byte load could; no byte-by-byte loop or copy for the tail. */
+VS_TARGET_AVX512_BW static inline __mmask16 visible16(const uint8_t *mask, int j, int n) {
   int left = n - j;
   __mmask16 in = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
   if (!mask) return in;
@@ -72,8 +72,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __mmask16 vis
  * rows) stay in four registers: one pass for the maximum, one for the exponentials and
  * their sum, one for the scaling, with each row's visibility computed once. The additions
  * are those of softmax_512 below (lane j mod 16, chunks in order), so the bits are too. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static int softmax_512_short(float *s, const uint8_t *mask,
-                                                                int n) {
+VS_TARGET_AVX512_BW static int softmax_512_short(float *s, const uint8_t *mask, int n) {
   const int chunks = (n + 15) / 16;
   __mmask16 vis[4] = {0, 0, 0, 0};
   __m512 x[4];
@@ -100,7 +99,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static int softmax_512_shor
   return 1;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static int softmax_512(float *s, const uint8_t *mask, int n) {
+VS_TARGET_AVX512_BW static int softmax_512(float *s, const uint8_t *mask, int n) {
   if (n <= 64) return softmax_512_short(s, mask, n);
   __m512 vmx = _mm512_set1_ps(-INFINITY);
   int any = 0;
@@ -148,7 +147,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static int softmax_512(floa
     part = _mm512_add_ps(part, e);
   }
   const __m512 inv = _mm512_set1_ps(1.0f / sum16_512(part));
-  for (int i = 0; i < n; i += 16) _mm512_storeu_ps(s + i, _mm512_mul_ps(_mm512_loadu_ps(s + i), inv));
+  for (int i = 0; i < n; i += 16)
+    _mm512_storeu_ps(s + i, _mm512_mul_ps(_mm512_loadu_ps(s + i), inv));
   return 1;
 }
 
@@ -165,8 +165,9 @@ __attribute__((target("avx2"))) static __m256i visible8(const uint8_t *mask, int
 }
 
 /* e^(s - mx) of the visible entries j .. j+7 (zero elsewhere), stored back and returned. */
-__attribute__((target("avx2,fma"))) static inline __m256 exp_chunk_256(float *s, const uint8_t *mask,
-                                                                   int j, int n, __m256 mx) {
+__attribute__((target("avx2,fma"))) static inline __m256 exp_chunk_256(float *s,
+                                                                       const uint8_t *mask,
+                                                                       int j, int n, __m256 mx) {
   __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   __m256i vis = visible8(mask, j, n);
   __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + j, vis), mx);

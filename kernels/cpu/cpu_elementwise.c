@@ -27,8 +27,8 @@ __attribute__((target("avx512f"))) static size_t swiglu_512(const float *g, cons
   return i;
 }
 
-__attribute__((target("avx2,fma"))) static size_t swiglu_256(const float *g, const float *u, size_t n,
-                                                         float *y) {
+__attribute__((target("avx2,fma"))) static size_t swiglu_256(const float *g, const float *u,
+                                                             size_t n, float *y) {
   size_t i = 0;
   const __m256 one = _mm256_set1_ps(1.0f);
   for (; i + 8 <= n; i += 8) {
