@@ -190,6 +190,24 @@ def save_grid(path, grey, nrow=10, scale=3):
     img.save(path)
 
 
+# ---- optimisation ------------------------------------------------------------------------
+
+def adamw(decay, no_decay, lr, wd):
+    """AdamW as every trainer here uses it: weight decay on `decay` only, betas (0.9, 0.95)."""
+    import torch
+    return torch.optim.AdamW([{"params": decay, "weight_decay": wd},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95))
+
+
+def warmup_cosine(step, lr, warmup, steps):
+    """Linear warmup over `warmup` steps, then cosine to 5 % of the peak at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return lr * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * t)))
+
+
 # ---- checkpoints / logging ---------------------------------------------------------------
 
 def epoch_batch(n, bs, step, seed):

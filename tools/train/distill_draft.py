@@ -122,13 +122,6 @@ def acceptance_proxy(target, draft, codes, labels, cfg, bs=100):
     return float(per_pos.mean()), per_pos
 
 
-def lr_at(step, a):
-    if step < a.warmup:
-        return a.lr * (step + 1) / a.warmup
-    t = (step - a.warmup) / max(1, a.steps - a.warmup)
-    return a.lr * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * min(1.0, t))))
-
-
 def main():
     a = parse()
     torch.set_num_threads(a.threads)
@@ -150,8 +143,7 @@ def main():
 
     decay = [p_ for p_ in draft.parameters() if p_.dim() >= 2]
     no_decay = [p_ for p_ in draft.parameters() if p_.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+    opt = common.adamw(decay, no_decay, a.lr, a.wd)
     ck_path = os.path.join(a.work, "ckpt.pt")
     step, elapsed = 0, 0.0
     ck = common.load_ckpt(ck_path)
@@ -171,7 +163,7 @@ def main():
         j = torch.from_numpy(common.epoch_batch(len(data_codes), a.bs, step, a.seed + 1))
         x, c = data_codes[j], data_labels[j]
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, a)
+            g["lr"] = common.warmup_cosine(step, a.lr, a.warmup, a.steps)
         with torch.no_grad():
             q = F.softmax(guided_logits(target, c, x, cfg), -1)
         logp = F.log_softmax(guided_logits(draft, c, x, cfg), -1)
@@ -185,7 +177,7 @@ def main():
         hist.append((tv.mean().item(), kl.mean().item()))
         if step % 50 == 0:
             h = np.mean(hist, 0)
-            log(f"step {step}/{a.steps} TV {h[0]:.4f} KL {h[1]:.4f} lr {lr_at(step, a):.2e}")
+            log(f"step {step}/{a.steps} TV {h[0]:.4f} KL {h[1]:.4f} lr {common.warmup_cosine(step, a.lr, a.warmup, a.steps):.2e}")
             hist = []
         if step % a.eval_every == 0 or step == a.steps:
             draft.eval()
@@ -210,7 +202,8 @@ def main():
         f"(before: {meta.get('test_loss_cond')}, uncond {meta.get('test_loss_uncond')})")
     extra = {k: v for k, v in meta.items() if k.startswith("train_")}
     extra.update({"test_loss_cond": f"{vl:.4f}", "test_loss_uncond": f"{vlu:.4f}",
-                  "data_test_loss_before_distill": meta.get("test_loss_cond", ""),"distilled_from": "target.safetensors", "distill_steps": step,
+                  "data_test_loss_before_distill": meta.get("test_loss_cond", ""),
+                  "distilled_from": "target.safetensors", "distill_steps": step,
                   "distill_cfg": cfg, "distill_loss": f"TV + {a.kl_weight} KL(q||p)",
                   "distill_accept_proxy": f"{acc:.4f}", "params": meta.get("params", "")})
     common.export_state(a.out, draft.state_dict(), gpt_metadata(draft, extra), fp16=True)

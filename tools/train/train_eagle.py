@@ -131,10 +131,7 @@ def main():
         log(f"resumed at step {step}")
 
     def lr_at(s):
-        if s < a.warmup:
-            return a.lr * (s + 1) / a.warmup
-        t = min(1.0, (s - a.warmup) / max(1, a.steps - a.warmup))
-        return a.lr * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * t)))
+        return common.warmup_cosine(s, a.lr, a.warmup, a.steps)
 
     @torch.no_grad()
     def evaluate():

@@ -111,9 +111,7 @@ def main():
                 dropout=a.dropout)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95))
+    opt = common.adamw(decay, no_decay, a.lr, a.wd)
     log(f"GPT {a.name}: dim {a.dim} layers {a.n_layer} heads {a.n_head} ffn {model.hidden} "
         f"params {count_params(model)} ({count_params(model) / 1e6:.3f}M); "
         f"{a.steps} steps x bs {a.bs} = {a.steps * a.bs / len(codes):.2f} epochs of {len(codes)}")

@@ -78,11 +78,7 @@ def parse():
 
 
 def lr_at(step, a):
-    """Linear warmup, then cosine to 5 % of the peak."""
-    if step < a.warmup:
-        return a.lr * (step + 1) / a.warmup
-    t = min(1.0, (step - a.warmup) / max(1, a.steps - a.warmup))
-    return a.lr * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * t)))
+    return common.warmup_cosine(step, a.lr, a.warmup, a.steps)
 
 
 def build(a):
@@ -127,9 +123,7 @@ def main():
     for n, p in model.named_parameters():
         (no_decay if p.dim() < 2 or "pos_embed" in n or "token" in n or "fake_latent" in n
          else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95))
+    opt = common.adamw(decay, no_decay, a.lr, a.wd)
     diffusion = M.Diffusion(None)
     ck_path = os.path.join(a.work, "ckpt.pt")
     step = 0
