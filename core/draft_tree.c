@@ -166,6 +166,27 @@ static int vs__cmp_index(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Drops the frontier nodes none of whose descendants can be kept, and returns how many are
+ * left (in order). The rerank keeps the `keep` best pool nodes by (score desc, index asc).
+ * A descendant of node f scores at most f's score and is created after every node now in the
+ * pool, so every pool node scoring at least f's (f included) ranks before it: once there are
+ * `keep` of them, expanding f cannot change the kept tree. The authors' pool
+ * (Model.topK_genrate) expands all top_k frontier nodes at every step, depth x top_k drafter
+ * nodes a round whatever total_tokens is; this keeps their tree exactly (the same nodes in
+ * the same order: what is dropped would only have added nodes that rank after the kept
+ * ones) with as few as total_tokens drafter nodes per step, which is what makes small
+ * dynamic trees affordable where a drafter forward is not free (a CPU). */
+static int vs__prune_frontier(const vs_tree *pool, int32_t *frontier, int nf, int keep) {
+  int kept = 0;
+  for (int f = 0; f < nf; f++) {
+    float s = pool->nodes[frontier[f]].logp;
+    int ahead = 0;
+    for (int i = 1; i < pool->n && ahead < keep; i++) ahead += pool->nodes[i].logp >= s;
+    if (ahead < keep) frontier[kept++] = frontier[f];
+  }
+  return kept;
+}
+
 /* EAGLE-2 (as Model.topK_genrate in LANTERN's cnets_llamagen.py): grow a candidate pool by
  * cumulative log-probability, then keep the total_tokens best as the tree. Drafts are
  * deterministic (p := 1). */
@@ -187,8 +208,12 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
     int32_t ch = vs_tree_add(pool, 0, top[j], 1.0f, lp[top[j]]);
     if (ch >= 0) frontier[nf++] = ch;
   }
+  /* The tree keeps at most `keep_max` pool nodes (room left for the unverified prefix). */
+  int keep_max = total < t->cap - 1 - c->n_unv ? total : t->cap - 1 - c->n_unv;
   for (int step = 1; step <= steps && nf > 0; step++) {
     if (pool->nodes[frontier[0]].depth >= depth_limit) break;
+    nf = vs__prune_frontier(pool, frontier, nf, keep_max);
+    if (nf == 0) break;
     if (pool->n + nf * K > pool->cap) break;
     int rc = vs_drafter_expand(c->drafter, pool, frontier, nf, root_index, err, errlen);
     if (rc) return rc;
@@ -214,8 +239,7 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
   for (int i = 1; i < pool->n; i++) c->order[n_cand++] = i;
   for (int i = 0; i < pool->n; i++) c->pool_cu[i] = pool->nodes[i].logp;
   qsort_r(c->order, (size_t)n_cand, sizeof(int32_t), vs__cmp_pool, c->pool_cu);
-  int keep = n_cand < total ? n_cand : total;
-  if (keep > t->cap - 1 - c->n_unv) keep = t->cap - 1 - c->n_unv; /* room for the unverified prefix */
+  int keep = n_cand < keep_max ? n_cand : keep_max;
   qsort(c->order, (size_t)keep, sizeof(int32_t), vs__cmp_index);
   /* Rebuild as the verified tree: creation order puts parents first and siblings in
    * descending draft probability. */

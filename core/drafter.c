@@ -14,7 +14,7 @@ struct vs_drafter {
   vs_forward_gate *gate; /* batched with other jobs' drafts, or NULL */
   int rows, vocab, max_nodes, fdim_in, fdim_out;
   int uses_features;
-  int64_t forwards;
+  int64_t forwards, nodes;
   /* tokens to feed before the next root, with the target feature preceding each */
   int32_t *chain_tokens;
   float *chain_feats;   /* [max_nodes, rows, fdim_in] */
@@ -34,6 +34,7 @@ struct vs_drafter {
 
 int vs_drafter_uses_features(const vs_drafter *d) { return d->uses_features; }
 int64_t vs_drafter_forwards(const vs_drafter *d) { return d->forwards; }
+int64_t vs_drafter_nodes(const vs_drafter *d) { return d->nodes; }
 
 void vs_drafter_set_gate(vs_drafter *d, struct vs_forward_gate *gate) { d->gate = gate; }
 
@@ -160,6 +161,7 @@ static int vs__forward(vs_drafter *d, int n, int append, char *err, size_t errle
   int rc = vs_forward_gate_forward(d->gate, d->bm, d->sess, &b, &o, inner, sizeof inner);
   if (rc) snprintf(err, errlen, "drafter forward: %s", inner);
   d->forwards++;
+  d->nodes += n;
   return rc;
 }
 

@@ -64,6 +64,8 @@ int vs_drafter_end(vs_drafter *d, const vs_tree *tree, const int32_t *path,
 int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root, char *err,
                     size_t errlen);
 int64_t vs_drafter_forwards(const vs_drafter *d);
+/* Nodes fed by those forwards. */
+int64_t vs_drafter_nodes(const vs_drafter *d);
 /* From now on the drafter's forwards go through `gate` (cross-job batching; the job has
  * entered it), or alone again with NULL. */
 struct vs_forward_gate;

@@ -32,6 +32,7 @@ void vs_metrics_add(vs_metrics *a, const vs_metrics *b) {
   a->accepted += b->accepted;
   a->siblings_tried += b->siblings_tried;
   a->draft_forwards += b->draft_forwards;
+  a->draft_nodes += b->draft_nodes;
   a->tree_nodes += b->tree_nodes;
   a->residual_fallbacks += b->residual_fallbacks;
   for (int d = 0; d <= VS_MAX_DEPTH; d++) {

@@ -24,6 +24,7 @@ typedef struct vs_metrics {
                               unverified VVS tokens not included) */
   int64_t siblings_tried;  /* candidates tested, all siblings counted */
   int64_t draft_forwards;  /* drafter passes */
+  int64_t draft_nodes;     /* nodes those passes fed (catch-up, roots and expanded nodes) */
   int64_t tree_nodes;      /* nodes verified by the target, roots included */
   int64_t residual_fallbacks; /* rejections whose residual had no mass (docs/SPECULATIVE.md) */
   int64_t reached[VS_MAX_DEPTH + 1];  /* walks that examined depth d (1-based) */

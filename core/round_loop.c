@@ -440,6 +440,10 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
     int drafted = c.drafter && depth_limit > 0 && plan.shape != VSPEC_DRAFT_NONE;
     if (drafted && (rc = vs__draft(&c, &plan, depth_limit, root_index, err, errlen))) goto done;
     mt->draft_s += vs_now() - td;
+    if (c.drafter) { /* live, for round callbacks */
+      mt->draft_forwards = vs_drafter_forwards(c.drafter);
+      mt->draft_nodes = vs_drafter_nodes(c.drafter);
+    }
 
     /* Verify, or accept a path without the target (VVS). */
     vspec_skip_decision dec = {.struct_size = sizeof dec};
@@ -475,6 +479,7 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
   }
   mt->tokens = emitted;
   mt->draft_forwards = c.drafter ? vs_drafter_forwards(c.drafter) : 0;
+  mt->draft_nodes = c.drafter ? vs_drafter_nodes(c.drafter) : 0;
 done:
   vs__rounds_free(&c);
   return rc;
