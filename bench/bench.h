@@ -72,6 +72,11 @@ int vs_bench_generate(vs_models *m, vspec_dev *dev, vs_job *job, vs_bench_grid *
  * on failure. */
 int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, const char *text,
                             char *spec, size_t cap);
+/* size=auto's progress on stderr (a vs_autotune_progress_fn; `user` unused): one line that
+ * redraws itself on a terminal, else a line every few seconds. */
+void vs_bench_tune_progress(void *user, double done, const char *message);
+/* Clears that line on a terminal (call when the tuning ended). */
+void vs_bench_tune_progress_end(void);
 
 /* --num-iter and --cfg-schedule (generate, eval, demo): continuous-token models only. */
 typedef struct vs_bench_mar_opts {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "core/autotune.h"
@@ -84,6 +85,24 @@ int vs_bench_num_iter(const vs_models *m, const vs_sampling *s) {
   return in->num_iter > 0 ? in->num_iter : in->grid_h * in->grid_w;
 }
 
+void vs_bench_tune_progress(void *user, double done, const char *message) {
+  (void)user;
+  static double last;
+  double now = vs_now();
+  int tty = isatty(2);
+  if (now - last < (tty ? 0.1 : 2.0) && done > 0) return;
+  last = now;
+  if (tty)
+    fprintf(stderr, "\r\033[K%3.0f%% %.*s", 100.0 * done, 110, message);
+  else
+    fprintf(stderr, "%3.0f%% %s\n", 100.0 * done, message);
+  if (tty && done >= 1.0) fputc('\n', stderr);
+}
+
+void vs_bench_tune_progress_end(void) {
+  if (isatty(2)) fprintf(stderr, "\r\033[K");
+}
+
 int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, const char *text,
                             char *spec, size_t cap) {
   char err[VSPEC_ERRLEN];
@@ -94,10 +113,13 @@ int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, co
     return 0;
   }
   vs_autotune_default(&me, vs_bench_is_continuous(m));
-  if (vs_autotune_resolve(m, env->dev, &me, 0, &tune, err, sizeof err)) {
+  vs_autotune_opts o = {.progress = vs_bench_tune_progress};
+  if (vs_autotune_resolve(m, env->dev, &me, &o, &tune, err, sizeof err)) {
+    vs_bench_tune_progress_end();
     fprintf(stderr, "vspec-bench %s: %s: %s\n", cmd, me.text, err);
     return 0;
   }
+  if (!tune.from_cache) vs_bench_tune_progress_end();
   if (tune.choice[0]) {
     char note[1024];
     vs_autotune_describe(&tune, note, sizeof note);

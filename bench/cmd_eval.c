@@ -30,7 +30,8 @@
 
 typedef struct eval_method {
   vs_method m;
-  char spec[1100];     /* the method actually run (tree=auto resolved) */
+  char spec[1100];     /* the method actually run (size=auto resolved) */
+  char label[1200];    /* how the tables name it: spec, or what ran as AR */
   char note[1400];     /* e.g. what auto-tuning chose */
   vs_metrics total;
   double *times;       /* [images] wall seconds per image */
@@ -178,7 +179,7 @@ static void write_paired_table(FILE *f, const eval_method *em, int n) {
   fprintf(f, "\n| method | FID / AR [95 %% CI] | class acc - AR [95 %% CI] | speed-up vs AR "
              "[95 %% CI] |\n|---|---:|---:|---:|\n");
   for (int i = 0; i < n; i++) {
-    fprintf(f, "| `%s` | %.3f", em[i].spec, em[i].fid_ratio_ar);
+    fprintf(f, "| `%s` | %.3f", em[i].label, em[i].fid_ratio_ar);
     interval_cell(f, em[i].ci.fid_ratio_ar, "%.3f");
     fprintf(f, " | %+.3f", em[i].acc_diff_ar);
     interval_cell(f, em[i].ci.acc_diff_ar, "%+.3f");
@@ -193,9 +194,14 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
   table_header(f, tk->continuous);
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
-    fprintf(f, "| `%s` | %.3f | %.3f | %.3f | %.3f | ", em[i].spec, vs_metrics_tpf(t),
-            vs_metrics_mal(t), vs_metrics_accept_rate(t), vs_metrics_walk_accept_rate(t));
-    table_accept_cells(f, t, tk->continuous);
+    fprintf(f, "| `%s` | %.3f | %.3f | ", em[i].label, vs_metrics_tpf(t), vs_metrics_mal(t));
+    /* Nothing drafted (AR): no acceptance to speak of. */
+    if (t->draft_tokens == 0 && !tk->continuous)
+      fprintf(f, "- | - | - | ");
+    else {
+      fprintf(f, "%.3f | %.3f | ", vs_metrics_accept_rate(t), vs_metrics_walk_accept_rate(t));
+      table_accept_cells(f, t, tk->continuous);
+    }
     if (isfinite(em[i].speedup_median)) {
       fprintf(f, "%.2fx", em[i].speedup_median);
       interval_cell(f, em[i].ci.speedup, "%.2f");
@@ -224,7 +230,7 @@ static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor 
     double w = t->wall_s > 0 ? t->wall_s : 1;
     double other = t->wall_s - t->draft_s - t->verify_s - t->accept_s;
     fprintf(f, "| `%s` | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% |\n",
-            em[i].spec, 100 * t->draft_s / w, 100 * t->verify_s / w, 100 * t->accept_s / w,
+            em[i].label, 100 * t->draft_s / w, 100 * t->verify_s / w, 100 * t->accept_s / w,
             100 * (other > 0 ? other : 0) / w,
             t->rounds + t->skipped_rounds
                 ? 100.0 * t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0,
@@ -622,11 +628,17 @@ int vs_bench_cmd_eval(int argc, char **argv) {
      * model and machine, or a tuning that stores one (core/autotune.h). */
     vs_autotune_default(&parsed[i], tk.continuous);
     vs_autotune_result tune;
-    if (vs_autotune_resolve(models, env.dev, &parsed[i], 0, &tune, err, sizeof err)) {
-      fprintf(stderr, "vspec-bench eval: %s: %s\n", parsed[i].text, err);
+    vs_autotune_opts o = {.progress = vs_bench_tune_progress};
+    if (vs_autotune_resolve(models, env.dev, &parsed[i], &o, &tune, err, sizeof err)) {
+      fprintf(stderr, "\nvspec-bench eval: %s: %s\n", parsed[i].text, err);
       goto done_labels;
     }
+    if (!tune.from_cache) vs_bench_tune_progress_end();
     snprintf(em[i].spec, sizeof em[i].spec, "%s", tune.spec);
+    if (vs_autotune_is_ar(&tune))
+      snprintf(em[i].label, sizeof em[i].label, "%s (runs as ar)", parsed[i].text);
+    else
+      snprintf(em[i].label, sizeof em[i].label, "%s", tune.spec);
     if (tune.choice[0]) {
       vs_autotune_describe(&tune, em[i].note, sizeof em[i].note);
       fprintf(stderr, "%s: %s\n", parsed[i].text, em[i].note);

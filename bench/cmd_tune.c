@@ -16,11 +16,12 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: vspec-bench tune --method M [options]\n"
           "\n"
-          "Measures the target's forward cost and each candidate draft size's acceptance on\n"
-          "calibration images, prints the table and the choice (most expected tokens/s), and\n"
-          "stores it in the cache ($VSPEC_CACHE_DIR, else $XDG_CACHE_HOME/vspec, else\n"
-          "~/.cache/vspec) under the model's files, the method and this machine (CPU model,\n"
-          "kernel ISA and threads; the GPU's name). size=auto then uses it everywhere.\n"
+          "Measures the target's forward cost and, for every drafter, shape and size the\n"
+          "method leaves open, the acceptance on calibration images; prints the table and the\n"
+          "choice (most expected tokens/s, or AR for an exact rule when nothing beats it by\n"
+          "10 %%), and stores it in the cache ($VSPEC_CACHE_DIR, else $XDG_CACHE_HOME/vspec,\n"
+          "else ~/.cache/vspec) under the model's files, the method and this machine (CPU\n"
+          "model, kernel ISA and threads; the GPU's name). size=auto then uses it everywhere.\n"
           "\n"
           "  --model DIR        model directory (default models/fmnist)\n"
           "  --method M         speculative method, e.g. sd:exact or\n"
@@ -28,6 +29,8 @@ static void usage(FILE *f) {
           "                     size=auto is added when the method names no size (a method\n"
           "                     that names depth, total_tokens or tree has nothing to tune)\n"
           "  --threads N        compute threads (default: all cores; part of the key)\n"
+          "  --images N         calibration images of the final candidates (default 4;\n"
+          "                     more take longer and choose more surely)\n"
           "  --device D         cpu (default), cuda or cuda:N\n"
           "  --precision P      weights: fp32 or bf16 (bf16 is the GPU's default;\n"
           "                     on the CPU: AMX tiles, else AVX2 for decode steps)\n"
@@ -56,14 +59,15 @@ static int tune_method(const char *text, const vs_models *models, vs_method *me,
 
 int vs_bench_cmd_tune(int argc, char **argv) {
   const char *model_dir = "models/fmnist", *method = NULL, *plugin_dir = NULL;
-  long threads = 0;
+  long threads = 0, images = 0;
   vs_bench_device dv = {0};
-  enum { O_THREADS = 256, O_PLUGINS, O_DEVICE, O_PRECISION };
+  enum { O_THREADS = 256, O_PLUGINS, O_DEVICE, O_PRECISION, O_IMAGES };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},         {"method", required_argument, 0, 'M'},
       {"threads", required_argument, 0, O_THREADS}, {"plugins", required_argument, 0, O_PLUGINS},
       {"device", required_argument, 0, O_DEVICE},
       {"precision", required_argument, 0, O_PRECISION},
+      {"images", required_argument, 0, O_IMAGES},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -74,6 +78,7 @@ int vs_bench_cmd_tune(int argc, char **argv) {
       case 'M': method = optarg; break;
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_PLUGINS: plugin_dir = optarg; break;
+      case O_IMAGES: ok = vs_cli_long("--images", optarg, 1, 1000, &images); break;
       case O_DEVICE: dv.spec = optarg; break;
       case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
       case 'h': usage(stdout); return 0;
@@ -101,10 +106,14 @@ int vs_bench_cmd_tune(int argc, char **argv) {
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
                      sizeof err) ||
       tune_method(method, models, &me, err, sizeof err) ||
-      vs_autotune_resolve(models, env.dev, &me, VS_AUTOTUNE_REFRESH, &res, err, sizeof err)) {
+      vs_autotune_resolve(models, env.dev, &me,
+                          &(vs_autotune_opts){.flags = VS_AUTOTUNE_REFRESH, .images = (int)images,
+                                              .progress = vs_bench_tune_progress},
+                          &res, err, sizeof err)) {
     fprintf(stderr, "vspec-bench tune: %s\n", err);
     goto done;
   }
+  vs_bench_tune_progress_end();
   char note[1024];
   vs_bench_print_device(stdout, env.dev);
   printf("model: %s (%s)\nmethod: %s\n", models->name, model_dir, me.text);

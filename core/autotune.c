@@ -1,202 +1,302 @@
+/*
+ * size=auto's search (core/autotune.h): screen every (drafter, shape) family size by size on
+ * one calibration image, confirm the best few on more images, and weigh the winner against
+ * AR.
+ */
 #include "core/autotune.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/engine.h"
-#include "core/forward_timing.h"
-#include "core/params.h"
+#include "core/metrics.h"
 
-#define AT_CALIBRATION_IMAGES 6
 /* The calibration images' first seed: fixed, so that a tuning does not depend on the job
- * that triggered it (only timings vary between tunings). */
+ * that triggered it (only timings vary between tunings). Image i has class 7i mod classes,
+ * which spreads the few images over the classes. */
 #define AT_CALIBRATION_SEED 1000000u
-#define AT_CURVE_MIN_TIME 0.2 /* seconds per cost-curve point */
+#define AT_IMAGES_DEFAULT 4 /* images of each final candidate, after the screening one */
+#define AT_FINALISTS 3
+/* A family stops after this many sizes in a row below its best (acceptance levels off while
+ * the cost keeps growing); a size is skipped when even its bound is below this share of the
+ * best score so far. */
+#define AT_PATIENCE 2
+#define AT_BOUND_SHARE 0.9
 
-static const int at_curve_nodes[] = {1, 2, 4, 8, 16, 32, 64};
-#define AT_CURVE_N ((int)(sizeof at_curve_nodes / sizeof at_curve_nodes[0]))
-
-/* The scheduler parameters that set a draft size: a method naming one is not defaulted. */
-static const char *const at_size_keys[] = {"size", "depth", "total_tokens", "tree"};
+const int vs__at_curve_nodes[VS_AT_CURVE_N] = {1, 2, 4, 8, 16, 32, 64};
 
 /* Linear interpolation of the cost curve at `nodes` (extrapolated past 64). */
 static double at_cost(const double *ms, double nodes) {
-  if (nodes <= at_curve_nodes[0]) return ms[0];
-  for (int i = 1; i < AT_CURVE_N; i++)
-    if (nodes <= at_curve_nodes[i]) {
-      double f = (nodes - at_curve_nodes[i - 1]) / (at_curve_nodes[i] - at_curve_nodes[i - 1]);
+  const int *x = vs__at_curve_nodes;
+  if (nodes <= x[0]) return ms[0];
+  for (int i = 1; i < VS_AT_CURVE_N; i++)
+    if (nodes <= x[i]) {
+      double f = (nodes - x[i - 1]) / (x[i] - x[i - 1]);
       return ms[i - 1] + f * (ms[i] - ms[i - 1]);
     }
-  int a = AT_CURVE_N - 2, b = AT_CURVE_N - 1;
-  return ms[b] + (nodes - at_curve_nodes[b]) * (ms[b] - ms[a]) / (at_curve_nodes[b] - at_curve_nodes[a]);
+  int a = VS_AT_CURVE_N - 2, b = VS_AT_CURVE_N - 1;
+  return ms[b] + (nodes - x[b]) * (ms[b] - ms[a]) / (x[b] - x[a]);
 }
 
-/* The scheduler parameters of m without `size` and `skip` (NULL: none), as "k=v,...". */
-static void at_params_without(const vspec_params *p, const char *skip, char *out, size_t cap) {
-  size_t used = 0;
-  out[0] = 0;
-  for (size_t i = 0; i < vs_params_count(p); i++) {
-    const char *k = vs_params_key(p, i);
-    if (strcmp(k, "size") == 0 || (skip && strcmp(k, skip) == 0)) continue;
-    used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s=%s",
-                             used ? "," : "", k, vs_params_value(p, i));
-  }
+/* The time of every steady round of the images an entry ran (target forward, drafting and
+ * walk), for the median. */
+typedef struct at_rounds {
+  double *ms;
+  int n, cap;
+  double last; /* the job's verify + draft + walk seconds at the previous round */
+} at_rounds;
+
+/* What the search keeps per candidate (and for AR): the metrics summed over the images it ran
+ * last, and their rounds. A finalist is scored on its confirmation images alone: the
+ * screening image picked it, and would make the winner look better than it is. */
+typedef struct at_entry {
+  int fam, size; /* fam -1: AR */
+  vs_metrics sum;
+  int images;
+  at_rounds *rounds;
+  double score;  /* expected tokens per second, 0 when not measured */
+  vs_autotune_cand c; /* its figures, as last scored */
+} at_entry;
+
+typedef struct at_search {
+  vs_models *models;
+  vspec_dev *dev;
+  const vs_method *m;
+  const vs_at_space *sp;
+  const double *curve;
+  const vs_autotune_opts *opts;
+  vs_autotune_result *res;
+  int32_t *tokens;
+  at_entry ar, e[VS_AUTOTUNE_MAX_CAND];
+  int n;
+  at_rounds rounds[AT_FINALISTS + 1]; /* [0] for screening, then one per finalist and AR */
+  double best;             /* the best score so far (tokens per second) */
+  int done_units, units;   /* images run, images planned (for progress) */
+} at_search;
+
+static void at_progress(at_search *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void at_progress(at_search *s, const char *fmt, ...) {
+  if (!s->opts || !s->opts->progress) return;
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  double done = s->units > 0 ? (double)s->done_units / s->units : 0.0;
+  s->opts->progress(s->opts->user, done < 0.99 ? done : 0.99, msg);
 }
 
-int vs_autotune_wanted(const vs_method *m, char *base, size_t base_len, char *err,
-                       size_t errlen) {
-  if (base && base_len) snprintf(base, base_len, "%s", m->sched_params);
-  if (m->kind != VS_METHOD_SD) return 0;
-  vspec_params *p;
-  int rc = vs_params_parse(m->sched_params, &p, err, errlen);
+static void at_on_round(void *user, const vs_round_info *in) {
+  at_rounds *r = user;
+  double t = in->metrics->verify_s + in->metrics->draft_s + in->metrics->accept_s;
+  if (in->round > 0 && !in->skipped && r->n < r->cap) r->ms[r->n++] = 1e3 * (t - r->last);
+  r->last = t;
+}
+
+static int at_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Starts (or restarts) an entry's measurement on the rounds buffer r. */
+static void at_begin(at_entry *e, at_rounds *r) {
+  memset(&e->sum, 0, sizeof e->sum);
+  e->images = 0;
+  e->rounds = r;
+  r->n = 0;
+}
+
+/* Runs calibration image i of entry e. */
+static int at_image(at_search *s, at_entry *e, int i, char *err, size_t errlen) {
+  char spec[1100], param[VS_AUTOTUNE_PARAM_LEN] = VS_AUTOTUNE_AR;
+  if (e->fam >= 0) vs__autotune_param(s->sp, e->fam, e->size, param, sizeof param);
+  vs__autotune_spec(s->m, s->sp, param, spec, sizeof spec);
+  at_progress(s, "size=auto: tuning %s on this machine: %s, image %d", s->m->text, param, i + 1);
+  int classes = s->models->target.info.num_classes > 0 ? s->models->target.info.num_classes : 1;
+  e->rounds->last = 0;
+  vs_job job = {.method = spec, .class_label = (int32_t)((7 * i) % classes),
+                .seed = AT_CALIBRATION_SEED + (uint64_t)i, .sampling = s->models->defaults,
+                .on_round = at_on_round, .user = e->rounds};
+  vs_metrics mt;
+  int rc = vs_generate(s->models, s->dev, &job, s->tokens, &mt, err, errlen);
   if (rc) return rc;
-  const char *size = vs_param_string(p, "size");
-  if (size && strcmp(size, "auto") != 0) {
-    snprintf(err, errlen, "size=%s: only size=auto is understood (set the size itself with "
-             "depth, total_tokens or tree)", size);
-    vs_params_free(p);
-    return VSPEC_EINVAL;
-  }
-  if (size && base && base_len) at_params_without(p, NULL, base, base_len);
-  vs_params_free(p);
-  return size != NULL;
+  vs_metrics_add(&e->sum, &mt);
+  e->images++;
+  s->res->timed++;
+  s->done_units++;
+  return VSPEC_OK;
 }
 
-int vs_autotune_default(vs_method *m, int continuous) {
-  if (m->kind != VS_METHOD_SD || continuous || strcmp(m->sched, "standard") != 0) return 0;
-  vspec_params *p;
-  char err[VSPEC_ERRLEN];
-  if (vs_params_parse(m->sched_params, &p, err, sizeof err)) return 0; /* the plugin says why */
-  int named = 0;
-  for (size_t i = 0; i < sizeof at_size_keys / sizeof at_size_keys[0]; i++)
-    named |= vs_param_string(p, at_size_keys[i]) != NULL;
-  vs_params_free(p);
-  if (named) return 0;
-  char sp[sizeof m->sched_params];
-  if ((size_t)snprintf(sp, sizeof sp, "%s%ssize=auto", m->sched_params,
-                       *m->sched_params ? "," : "") >= sizeof sp)
-    return 0;
-  vs_method d;
-  char text[sizeof m->text];
-  snprintf(text, sizeof text, "sd:%s%s%s@%s:%s", m->rule, *m->rule_params ? ":" : "",
-           m->rule_params, m->sched, sp);
-  if (vs_method_parse(text, &d, err, sizeof err)) return 0;
-  *m = d;
-  return 1;
+/* Scores an entry on what it ran since at_begin: steady-state tokens per round (each image's
+ * prefill round left out) over the median round's time. Rounds are timed as the jobs ran
+ * them, so what the drafter does to the target's caches counts (a target forward right
+ * after the drafter's is slower than one timed in a loop), and the median keeps rounds the
+ * machine took away from counting. */
+static void at_score(at_search *s, at_entry *e) {
+  vs_autotune_cand *c = &e->c;
+  at_rounds *r = e->rounds;
+  double rounds = (double)(e->sum.rounds - e->images);
+  memset(c, 0, sizeof *c);
+  c->images = e->images;
+  e->score = 0.0;
+  if (rounds <= 0 || r->n == 0) return;
+  c->tokens_per_round = (double)(e->sum.tokens - e->images) / rounds;
+  c->target_ms = 1e3 * e->sum.verify_s / (double)e->sum.rounds;
+  c->draft_ms = 1e3 * (e->sum.draft_s + e->sum.accept_s) / (double)e->sum.rounds;
+  qsort(r->ms, (size_t)r->n, sizeof r->ms[0], at_cmp_double);
+  double med = r->n % 2 ? r->ms[r->n / 2] : 0.5 * (r->ms[r->n / 2 - 1] + r->ms[r->n / 2]);
+  c->rate = med > 0 ? 1e3 * c->tokens_per_round / med : 0.0;
+  e->score = c->rate;
+  if (e->fam >= 0 && e->score > s->best) s->best = e->score;
 }
 
-/* The parameter a shape tunes and its candidates. */
-int vs__autotune_candidates(const char *shape, const char **tuned, char cands[][48]) {
-  int nc = 0;
-  if (strcmp(shape, "chain") == 0) {
-    *tuned = "depth";
-    for (int d = 1; d <= 8; d++) snprintf(cands[nc++], 48, "depth=%d", d);
-  } else if (strcmp(shape, "static") == 0) {
-    static const char *const trees[] = {"chain1", "chain2", "chain3", "chain4", "fmnist",
-                                        "mc_sim_7b_63"};
-    *tuned = "tree";
-    for (int i = 0; i < 6; i++) snprintf(cands[nc++], 48, "tree=%s", trees[i]);
-  } else {
-    static const int sizes[] = {2, 4, 8, 12, 16, 24, 32, 48, 58};
-    *tuned = "total_tokens";
-    for (int i = 0; i < 9; i++) snprintf(cands[nc++], 48, "total_tokens=%d", sizes[i]);
-  }
-  return nc;
-}
-
-/* One candidate's acceptance and per-round cost on the calibration images. */
-static int at_measure_one(vs_models *models, vspec_dev *dev, const char *spec, const double *curve,
-                          int32_t *tokens, vs_autotune_cand *c, char *err, size_t errlen) {
-  int classes = models->target.info.num_classes > 0 ? models->target.info.num_classes : 1;
-  vs_metrics total;
-  memset(&total, 0, sizeof total);
-  for (int i = 0; i < AT_CALIBRATION_IMAGES; i++) {
-    vs_job job = {.method = spec, .class_label = i % classes,
-                  .seed = AT_CALIBRATION_SEED + (uint64_t)i, .sampling = models->defaults};
-    vs_metrics mt;
-    int rc = vs_generate(models, dev, &job, tokens, &mt, err, errlen);
+/* Screens one family: sizes in order, one image each, until AT_PATIENCE sizes in a row fall
+ * below the family's best. A size whose bound (every draft accepted, drafting free, the
+ * target at its cost-curve latency) cannot come near the best so far is skipped. */
+static int at_screen_family(at_search *s, int fam, char *err, size_t errlen) {
+  const vs_at_family *f = &s->sp->fam[fam];
+  double fam_best = 0.0;
+  int worse = 0;
+  for (int z = 0; z < f->n_sizes && worse < AT_PATIENCE && s->n < VS_AUTOTUNE_MAX_CAND; z++) {
+    at_entry *e = &s->e[s->n++];
+    memset(e, 0, sizeof *e);
+    e->fam = fam;
+    e->size = z;
+    double bound = 1e3 * f->max_tokens[z] / at_cost(s->curve, f->nodes[z]);
+    if (bound < AT_BOUND_SHARE * s->best) continue;
+    at_begin(e, &s->rounds[0]);
+    int rc = at_image(s, e, 0, err, errlen);
     if (rc) return rc;
-    vs_metrics_add(&total, &mt);
+    at_score(s, e);
+    if (e->score > fam_best) {
+      fam_best = e->score;
+      worse = 0;
+    } else {
+      worse++;
+    }
   }
-  /* Steady-state rounds: leave out each image's prefill round. */
-  double rounds = (double)(total.rounds - AT_CALIBRATION_IMAGES);
-  if (rounds <= 0) return 1;
-  c->tokens_per_round = (double)(total.tokens - AT_CALIBRATION_IMAGES) / rounds;
-  c->target_ms = at_cost(curve, (double)(total.tree_nodes - AT_CALIBRATION_IMAGES) / rounds);
-  /* The verification walk (rules, residuals) is part of a round's cost too. */
-  c->draft_ms = 1e3 * (total.draft_s + total.accept_s) / rounds;
-  return 0;
+  return VSPEC_OK;
 }
 
-int vs_autotune_measure(vs_models *models, vspec_dev *dev, const vs_method *m,
-                        vs_autotune_result *res, char *err, size_t errlen) {
-  /* size=auto weighs acceptance against the target's cost of verifying a token tree; a MAR
-   * target verifies a group of generation steps with a bidirectional pass and a diffusion head
-   * per token, a cost that curve does not describe. */
-  if (models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS) {
-    snprintf(err, errlen, "size=auto is not supported for continuous-token (MAR) models "
-             "(model '%s'); use depth=L explicitly", models->name);
-    return VSPEC_ENOTSUP;
-  }
-  vspec_params *p;
-  int rc = vs_params_parse(m->sched_params, &p, err, errlen);
-  if (rc) return rc;
-  const char *shape = vs_param_string(p, "shape"), *tuned;
-  char cands[VS_AUTOTUNE_MAX_CAND][48], base[512];
-  int nc = vs__autotune_candidates(shape ? shape : "dynamic", &tuned, cands);
-  at_params_without(p, tuned, base, sizeof base);
-  vs_params_free(p);
+static int at_cmp_score(const void *a, const void *b) {
+  const at_entry *x = *(const at_entry *const *)a, *y = *(const at_entry *const *)b;
+  return (x->score < y->score) - (x->score > y->score);
+}
 
-  /* The cost curve, with the CFG rows the jobs will use. */
-  int rows = models->defaults.cfg_scale > 1.0f ? 2 : 1;
-  double curve[AT_CURVE_N];
-  for (int i = 0; i < AT_CURVE_N; i++, res->timed++)
-    if ((rc = vs_time_forward(dev, &models->target, rows, at_curve_nodes[i], AT_CURVE_MIN_TIME,
-                              &curve[i], err, errlen)))
-      return rc;
-  res->ar_ms = curve[0];
-  int32_t *tokens = malloc((size_t)(models->target.info.grid_h * models->target.info.grid_w) *
-                           sizeof *tokens);
-  if (!tokens) {
+/* Runs the search; the best speculative entry or NULL. AR runs the same images as every
+ * candidate: the screening image first; then the finalists and AR take turns, image by
+ * image, so that a change in the machine's load hits them alike. */
+static int at_search_run(at_search *s, const at_entry **winner, char *err, size_t errlen) {
+  int images = s->opts && s->opts->images > 0 ? s->opts->images : AT_IMAGES_DEFAULT;
+  /* Chains first: cheap to measure, and the best of them bounds the other shapes. */
+  static const int shape_order[] = {0, 2, 1};
+  s->units = 1 + (AT_FINALISTS + 1) * images;
+  for (int f = 0; f < s->sp->n_fam; f++) s->units += s->sp->fam[f].shape_id == 0 ? 5 : 3;
+  s->ar.fam = -1;
+  at_begin(&s->ar, &s->rounds[0]);
+  int rc = at_image(s, &s->ar, 0, err, errlen);
+  if (rc) return rc;
+  at_score(s, &s->ar);
+  /* AR sets the first bar for an exact rule (which may run as AR); a relaxed rule needs a
+   * speculative choice whatever it costs, so its first candidate is always measured. */
+  s->best = s->sp->exact ? s->ar.score : 0.0;
+  for (int k = 0; k < 3; k++)
+    for (int f = 0; f < s->sp->n_fam; f++) {
+      if (s->sp->fam[f].shape_id != shape_order[k]) continue;
+      if ((rc = at_screen_family(s, f, err, errlen))) return rc;
+    }
+  at_entry *order[VS_AUTOTUNE_MAX_CAND + 1];
+  int n = 0;
+  for (int i = 0; i < s->n; i++)
+    if (s->e[i].images > 0 && s->e[i].score > 0) order[n++] = &s->e[i];
+  qsort(order, (size_t)n, sizeof order[0], at_cmp_score);
+  if (n > AT_FINALISTS) n = AT_FINALISTS;
+  order[n] = &s->ar;
+  s->units = s->done_units + (n + 1) * images;
+  for (int k = 0; k <= n; k++) at_begin(order[k], &s->rounds[k]);
+  for (int i = 1; i <= images; i++)
+    for (int k = 0; k <= n; k++)
+      if ((rc = at_image(s, order[k], i, err, errlen))) return rc;
+  for (int k = 0; k <= n; k++) at_score(s, order[k]);
+  qsort(order, (size_t)n, sizeof order[0], at_cmp_score);
+  *winner = n > 0 ? order[0] : NULL;
+  return VSPEC_OK;
+}
+
+int vs__autotune_measure(vs_models *models, vspec_dev *dev, const vs_method *m,
+                         const vs_at_space *sp, const double *curve,
+                         const vs_autotune_opts *opts, vs_autotune_result *res, char *err,
+                         size_t errlen) {
+  int grid = models->target.info.grid_h * models->target.info.grid_w;
+  int images = opts && opts->images > 0 ? opts->images : AT_IMAGES_DEFAULT;
+  size_t cap = (size_t)images * (size_t)grid; /* rounds of `images` images at most */
+  at_search *s = calloc(1, sizeof *s);
+  int32_t *tokens = malloc((size_t)grid * sizeof *tokens);
+  double *round_ms = malloc((AT_FINALISTS + 1) * cap * sizeof *round_ms);
+  if (!s || !tokens || !round_ms) {
+    free(s);
+    free(tokens);
+    free(round_ms);
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
-  double best = -1.0;
+  *s = (at_search){.models = models, .dev = dev, .m = m, .sp = sp, .curve = curve,
+                   .opts = opts, .res = res, .tokens = tokens};
+  for (int k = 0; k <= AT_FINALISTS; k++)
+    s->rounds[k] = (at_rounds){.ms = round_ms + (size_t)k * cap, .cap = (int)cap};
+  const at_entry *win = NULL;
+  int rc = at_search_run(s, &win, err, errlen);
   res->n_cand = 0;
   res->best = -1;
-  for (int c = 0; c < nc; c++) {
-    char spec[1100];
-    snprintf(spec, sizeof spec, "sd:%s%s%s@%s:%s%s%s", m->rule, *m->rule_params ? ":" : "",
-             m->rule_params, m->sched, base, *base ? "," : "", cands[c]);
-    vs_autotune_cand *k = &res->cand[res->n_cand];
-    memset(k, 0, sizeof *k);
-    snprintf(k->param, sizeof k->param, "%s", cands[c]);
-    rc = at_measure_one(models, dev, spec, curve, tokens, k, err, errlen);
-    res->timed += AT_CALIBRATION_IMAGES;
-    if (rc < 0) break;
-    if (rc > 0) { /* no steady-state round: nothing to weigh */
-      rc = 0;
-      continue;
-    }
-    double score = k->tokens_per_round / (k->target_ms + k->draft_ms);
-    if (score > best) {
-      best = score;
-      res->best = res->n_cand;
-      snprintf(res->spec, sizeof res->spec, "%s", spec);
-      snprintf(res->choice, sizeof res->choice, "%s", cands[c]);
-    }
+  res->ar_ms = s->ar.score > 0 ? 1e3 / s->ar.score : 0.0;
+  for (int i = 0; !rc && i < s->n; i++) {
+    vs_autotune_cand *c = &res->cand[res->n_cand];
+    *c = s->e[i].c; /* zero when skipped */
+    vs__autotune_param(sp, s->e[i].fam, s->e[i].size, c->param, sizeof c->param);
+    if (&s->e[i] == win) res->best = res->n_cand;
     res->n_cand++;
   }
+  free(round_ms);
   free(tokens);
+  free(s);
   if (rc) return rc;
-  if (res->best < 0) {
-    snprintf(err, errlen, "size=auto: no candidate completed a round");
+  double ar_rate = res->ar_ms > 0 ? 1e3 / res->ar_ms : 0.0;
+  double win_rate = res->best >= 0 ? res->cand[res->best].rate : 0.0;
+  if (vs__autotune_prefer_ar(sp->exact, win_rate, ar_rate)) {
+    snprintf(res->choice, sizeof res->choice, "%s", VS_AUTOTUNE_AR);
+  } else if (res->best >= 0) {
+    snprintf(res->choice, sizeof res->choice, "%s", res->cand[res->best].param);
+  } else {
+    snprintf(err, errlen, "size=auto: no candidate of %s completed a round on model '%s'",
+             m->text, models->name);
     return VSPEC_EINVAL;
   }
+  vs__autotune_spec(m, sp, res->choice, res->spec, sizeof res->spec);
   res->tuned_at = (int64_t)time(NULL);
   return VSPEC_OK;
+}
+
+int vs__autotune_prefer_ar(int exact, double sd_rate, double ar_rate) {
+  /* The winner, unless it is not clearly faster than AR and AR samples the same
+   * distribution. */
+  return exact && !(sd_rate >= VS_AUTOTUNE_AR_MARGIN * ar_rate && sd_rate > 0);
+}
+
+int vs_autotune_is_ar(const vs_autotune_result *res) {
+  return strcmp(res->choice, VS_AUTOTUNE_AR) == 0;
+}
+
+/* The best speculative candidate's tokens per second, 0 when unknown. */
+static double at_best_rate(const vs_autotune_result *res) {
+  return res->best >= 0 && res->best < res->n_cand ? res->cand[res->best].rate : 0.0;
+}
+
+int vs_autotune_slower_than_ar(const vs_autotune_result *res) {
+  double rate = at_best_rate(res);
+  return !vs_autotune_is_ar(res) && rate > 0 && res->ar_ms > 0 && rate < 1e3 / res->ar_ms;
 }
 
 void vs_autotune_describe(const vs_autotune_result *res, char *buf, size_t len) {
@@ -204,49 +304,59 @@ void vs_autotune_describe(const vs_autotune_result *res, char *buf, size_t len) 
     snprintf(buf, len, "%s", res->spec);
     return;
   }
-  char day[32] = "?";
+  char day[32] = "?", when[400];
   time_t t = (time_t)res->tuned_at;
   struct tm tm;
   if (gmtime_r(&t, &tm)) strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", &tm);
-  size_t n = res->from_cache
-                 ? (size_t)snprintf(buf, len, "size=auto: chose %s (cached, tuned %s on %s)",
-                                    res->choice, day, res->machine)
-                 : (size_t)snprintf(buf, len, "size=auto: chose %s (tuned now on %s, %s)",
-                                    res->choice, res->machine,
-                                    res->stored ? "cached" : "not cached");
+  if (res->from_cache)
+    snprintf(when, sizeof when, "cached, tuned %s on %s", day, res->machine);
+  else
+    snprintf(when, sizeof when, "tuned now in %.1f s on %s, %s", res->tune_s, res->machine,
+             res->stored ? "cached" : "not cached");
+  double rate = at_best_rate(res), ar = res->ar_ms > 0 ? 1e3 / res->ar_ms : 0.0;
+  size_t n;
+  if (vs_autotune_is_ar(res)) {
+    n = (size_t)snprintf(buf, len, "size=auto: runs as AR (%s): no drafter and shape is expected "
+                         "to beat AR here by %.0f %%", when, 100.0 * (VS_AUTOTUNE_AR_MARGIN - 1));
+    if (rate > 0 && ar > 0 && n < len)
+      n += (size_t)snprintf(buf + n, len - n, " (the best, %s, %.0f tokens/s against AR's %.0f)",
+                            res->cand[res->best].param, rate, ar);
+    if (n < len)
+      snprintf(buf + n, len - n, "; the rule is exact, so AR samples the same distribution");
+    return;
+  }
+  n = (size_t)snprintf(buf, len, "size=auto: chose %s (%s)", res->choice, when);
   if (res->best >= 0 && n < len) {
     const vs_autotune_cand *c = &res->cand[res->best];
-    double ms = c->target_ms + c->draft_ms;
     n += (size_t)snprintf(buf + n, len - n, ": %.2f tokens/round in %.2f ms (target %.2f + "
-                          "draft and walk %.2f), %.0f tokens/s expected", c->tokens_per_round,
-                          ms, c->target_ms, c->draft_ms,
-                          ms > 0 ? 1e3 * c->tokens_per_round / ms : 0.0);
+                          "draft and walk %.2f), %.0f tokens/s", c->tokens_per_round,
+                          c->target_ms + c->draft_ms, c->target_ms, c->draft_ms, rate);
+    if (ar > 0 && n < len)
+      n += (size_t)snprintf(buf + n, len - n, " against AR's %.0f (%.2fx)", ar, rate / ar);
   }
   if (vs_autotune_slower_than_ar(res) && n < len)
-    snprintf(buf + n, len - n, "; slower than AR here (about %.0f tokens/s, one target forward "
-             "per token): this drafter and shape do not pay on this machine (docs/BENCHMARKS.md "
-             "lists the methods that do)", 1e3 / res->ar_ms);
-}
-
-int vs_autotune_slower_than_ar(const vs_autotune_result *res) {
-  if (res->best < 0 || res->best >= res->n_cand || !(res->ar_ms > 0)) return 0;
-  const vs_autotune_cand *c = &res->cand[res->best];
-  double ms = c->target_ms + c->draft_ms;
-  return ms > 0 && c->tokens_per_round / ms < 1.0 / res->ar_ms;
+    snprintf(buf + n, len - n, "; slower than AR here (about %.0f tokens/s): no drafter and "
+             "shape pays on this machine, and this relaxed rule cannot fall back to AR (its "
+             "images differ)", ar);
 }
 
 void vs_autotune_print_table(const vs_autotune_result *res, FILE *f) {
   if (res->n_cand == 0) return;
-  fprintf(f, "  %-22s %12s %10s %10s %10s %10s\n", "candidate", "tok/round", "target ms",
-          "draft ms", "round ms", "tok/s");
+  fprintf(f, "  %-44s %6s %9s %9s %9s %9s %7s\n", "candidate", "images", "tok/round",
+          "target ms", "draft ms", "round ms", "tok/s");
   for (int i = 0; i < res->n_cand; i++) {
     const vs_autotune_cand *c = &res->cand[i];
     double ms = c->target_ms + c->draft_ms;
-    fprintf(f, "%s %-22s %12.2f %10.3f %10.3f %10.3f %10.0f\n", i == res->best ? "*" : " ",
-            c->param, c->tokens_per_round, c->target_ms, c->draft_ms, ms,
-            ms > 0 ? 1e3 * c->tokens_per_round / ms : 0.0);
+    if (c->images == 0) {
+      fprintf(f, "  %-44s %6s  (skipped: cannot beat the best even if every draft is accepted)\n",
+              c->param, "-");
+      continue;
+    }
+    fprintf(f, "%s %-44s %6d %9.2f %9.3f %9.3f %9.3f %7.0f\n",
+            i == res->best && !vs_autotune_is_ar(res) ? "*" : " ", c->param, c->images,
+            c->tokens_per_round, c->target_ms, c->draft_ms, ms, c->rate);
   }
   if (res->ar_ms > 0)
-    fprintf(f, "  %-22s %12.2f %10.3f %10s %10.3f %10.0f\n", "(ar: no draft)", 1.0, res->ar_ms,
-            "-", res->ar_ms, 1e3 / res->ar_ms);
+    fprintf(f, "%s %-44s %6s %9.2f %9s %9s %9.3f %7.0f\n", vs_autotune_is_ar(res) ? "*" : " ",
+            "ar (no draft)", "-", 1.0, "-", "-", res->ar_ms, 1e3 / res->ar_ms);
 }

@@ -1,19 +1,23 @@
 /*
- * size=auto's stored choices (core/autotune.h): the key, the file and the resolve that reads
+ * size=auto's stored results (core/autotune.h): the keys, the files and the resolve that reads
  * the cache before tuning.
  *
  * One small text file per (model files, method without its size, CFG rows, machine), named
  * autotune-<key>.txt in the cache directory (core/disk_cache.h):
- *   vspec-autotune 1
- *   method sd:exact@standard:shape=chain,drafter=model
+ *   vspec-autotune 2
+ *   method sd:exact@standard
  *   machine cpu (avx2, 2 threads) fp32 / Intel(R) Xeon(R) ...
  *   tuned 1795467600
- *   choice depth=3
- *   candidate depth=1 1.8900 1.7000 0.2000      (tokens/round, target ms, draft ms)
- *   ...
+ *   choice drafter=model,shape=chain,depth=3          (or "ar")
+ *   ar 1.4840                                          (AR, ms per token)
+ *   candidate drafter=model,shape=chain,depth=1 1 1.7400 2.0990 0.4690 802.0
+ *   ...                       (images, tokens/round, target ms, draft ms, tokens/s)
+ *   best 2
+ * and one per (model files, CFG rows, machine) for the target's cost curve that every method
+ * shares, autotune-curve-<key>.txt ("ms" and the forward latency at 1, 2, 4 ... 64 nodes).
  * Text, so that a user can read what was chosen. A reader checks every line: a file of
  * another version, another method or machine (a hash collision, a copied cache), a choice
- * that is not one of the shape's candidates, or anything malformed is ignored and the method
+ * that is not one of the method's candidates, or anything malformed is ignored and the method
  * tuned again, as if there were no file.
  */
 #include "core/autotune.h"
@@ -27,10 +31,14 @@
 #include <sys/stat.h>
 
 #include "core/disk_cache.h"
+#include "core/forward_timing.h"
+#include "core/metrics.h"
 #include "core/params.h"
 #include "kernels/vs_kernels.h"
 
 #define AT_MAGIC "vspec-autotune"
+#define AT_CURVE_MAGIC "vspec-autotune-curve"
+#define AT_CURVE_MIN_TIME 0.1 /* seconds per cost-curve point */
 #define AT_FILE_MAX 8192
 
 /* Tunings run one at a time in a process: jobs asking for the same method together tune it
@@ -127,8 +135,8 @@ static int at_key(const char *dir, const char *purpose, const char *machine,
   return rc;
 }
 
-static void at_file_name(const char *key, char *out, size_t cap) {
-  snprintf(out, cap, "autotune-%s.txt", key);
+static void at_file_name(const char *prefix, const char *key, char *out, size_t cap) {
+  snprintf(out, cap, "%s-%s.txt", prefix, key);
 }
 
 /* "name value\n" at *p: checks the name and returns the value (NUL-terminated in place). */
@@ -141,8 +149,9 @@ static char *at_line(char **p, const char *name) {
   return s + n + 1;
 }
 
-/* Parses a cache file into res when it is whole and made for `base` on `machine`. */
-static int at_parse(char *text, const char *base, const char *machine, const char *shape,
+/* Parses a choice file into res when it is whole and made for `base` on `machine`, with a
+ * choice of the space. */
+static int at_parse(char *text, const char *base, const char *machine, const vs_at_space *sp,
                     vs_autotune_result *res) {
   char *p = text, *v, *end;
   char version[16];
@@ -153,29 +162,26 @@ static int at_parse(char *text, const char *base, const char *machine, const cha
   if (!(v = at_line(&p, "tuned"))) return 0;
   long long t = strtoll(v, &end, 10);
   if (end == v || *end || t <= 0) return 0;
-  if (!(v = at_line(&p, "choice"))) return 0;
-  const char *tuned;
-  char cands[VS_AUTOTUNE_MAX_CAND][48];
-  int nc = vs__autotune_candidates(shape, &tuned, cands), known = 0;
-  for (int i = 0; i < nc; i++) known |= strcmp(v, cands[i]) == 0;
-  if (!known) return 0;
+  if (!(v = at_line(&p, "choice")) || !vs__autotune_valid(sp, v)) return 0;
   snprintf(res->choice, sizeof res->choice, "%s", v);
   res->tuned_at = t;
-  /* optional (files written before it have none): the AR step's cost, for comparison */
   res->ar_ms = 0;
-  if ((v = at_line(&p, "ar"))) {
-    double ar = strtod(v, &end);
-    if (end != v && !*end && ar > 0) res->ar_ms = ar;
-  }
-  /* The table is for reading only; a malformed row just ends it. */
+  if (!(v = at_line(&p, "ar"))) return 0;
+  double ar = strtod(v, &end);
+  if (end == v || *end || !(ar > 0)) return 0;
+  res->ar_ms = ar;
+  /* The table is for reading (and the note's figures); a malformed row just ends it. */
   res->n_cand = 0;
   while (res->n_cand < VS_AUTOTUNE_MAX_CAND && (v = at_line(&p, "candidate"))) {
     vs_autotune_cand *c = &res->cand[res->n_cand];
-    if (sscanf(v, "%47s %lf %lf %lf", c->param, &c->tokens_per_round, &c->target_ms,
-               &c->draft_ms) != 4)
+    if (sscanf(v, "%63s %d %lf %lf %lf %lf", c->param, &c->images, &c->tokens_per_round,
+               &c->target_ms, &c->draft_ms, &c->rate) != 6)
       break;
-    if (strcmp(c->param, res->choice) == 0) res->best = res->n_cand;
     res->n_cand++;
+  }
+  if ((v = at_line(&p, "best"))) {
+    long b = strtol(v, &end, 10);
+    if (end != v && !*end && b >= 0 && b < res->n_cand) res->best = (int)b;
   }
   return 1;
 }
@@ -183,86 +189,134 @@ static int at_parse(char *text, const char *base, const char *machine, const cha
 static int at_store(const char *dir, const char *name, const vs_autotune_result *res) {
   char buf[AT_FILE_MAX];
   size_t n = (size_t)snprintf(buf, sizeof buf, "%s %d\nmethod %s\nmachine %s\ntuned %lld\n"
-                              "choice %s\n", AT_MAGIC, VS_AUTOTUNE_VERSION, res->base,
-                              res->machine, (long long)res->tuned_at, res->choice);
-  if (res->ar_ms > 0 && n < sizeof buf)
-    n += (size_t)snprintf(buf + n, sizeof buf - n, "ar %.4f\n", res->ar_ms);
+                              "choice %s\nar %.4f\n", AT_MAGIC, VS_AUTOTUNE_VERSION, res->base,
+                              res->machine, (long long)res->tuned_at, res->choice, res->ar_ms);
   for (int i = 0; i < res->n_cand && n < sizeof buf; i++) {
     const vs_autotune_cand *c = &res->cand[i];
-    n += (size_t)snprintf(buf + n, sizeof buf - n, "candidate %s %.4f %.4f %.4f\n", c->param,
-                          c->tokens_per_round, c->target_ms, c->draft_ms);
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "candidate %s %d %.4f %.4f %.4f %.1f\n",
+                          c->param, c->images, c->tokens_per_round, c->target_ms, c->draft_ms,
+                          c->rate);
   }
+  if (res->best >= 0 && n < sizeof buf)
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "best %d\n", res->best);
   if (n >= sizeof buf) return VSPEC_ERANGE;
   return vs_cache_write(dir, name, buf, n);
 }
 
-/* The spec of the cached choice: the base method with the choice's parameter added (the
- * parameter it replaces was left out of the base). */
-static void at_spec(const vs_method *m, const char *params, const char *choice, char *out,
-                    size_t cap) {
-  vspec_params *p;
-  char err[VSPEC_ERRLEN], rest[512];
-  const char *key_end = strchr(choice, '=');
-  size_t klen = key_end ? (size_t)(key_end - choice) : strlen(choice);
-  rest[0] = 0;
-  if (!vs_params_parse(params, &p, err, sizeof err)) {
-    size_t used = 0;
-    for (size_t i = 0; i < vs_params_count(p); i++) {
-      const char *k = vs_params_key(p, i);
-      if (strlen(k) == klen && strncmp(k, choice, klen) == 0) continue;
-      used += (size_t)snprintf(rest + used, used < sizeof rest ? sizeof rest - used : 0,
-                               "%s%s=%s", used ? "," : "", k, vs_params_value(p, i));
-    }
-    vs_params_free(p);
+/* ---- the target's cost curve, shared by every method of a model on a machine ----------- */
+
+/* "vspec-autotune-curve 2\nmachine M\nms a b c d e f g\n" */
+static int at_curve_parse(char *text, const char *machine, double ms[VS_AT_CURVE_N]) {
+  char *p = text, *v, version[16];
+  snprintf(version, sizeof version, "%d", VS_AUTOTUNE_VERSION);
+  if (!(v = at_line(&p, AT_CURVE_MAGIC)) || strcmp(v, version) != 0) return 0;
+  if (!(v = at_line(&p, "machine")) || strcmp(v, machine) != 0) return 0;
+  if (!(v = at_line(&p, "ms"))) return 0;
+  for (int i = 0; i < VS_AT_CURVE_N; i++) {
+    char *end;
+    ms[i] = strtod(v, &end);
+    if (end == v || !(ms[i] > 0) || ms[i] > 1e6) return 0;
+    v = end;
   }
-  snprintf(out, cap, "sd:%s%s%s@%s:%s%s%s", m->rule, *m->rule_params ? ":" : "", m->rule_params,
-           m->sched, rest, *rest ? "," : "", choice);
+  return *v == 0;
 }
 
-int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m, unsigned flags,
-                        vs_autotune_result *res, char *err, size_t errlen) {
+int vs__autotune_curve(vs_models *models, vspec_dev *dev, const char *machine, int refresh,
+                       double ms[VS_AT_CURVE_N], int *timed, char *err, size_t errlen) {
+  int rows = models->defaults.cfg_scale > 1.0f ? 2 : 1;
+  char purpose[128], key[VS_CACHE_KEY_LEN + 1], dir[1024], name[128];
+  snprintf(purpose, sizeof purpose, "autotune-curve/%d cfg_rows=%d", VS_AUTOTUNE_VERSION, rows);
+  vs_cache_dir(dir, sizeof dir);
+  if (at_key(models->dir, purpose, machine, key)) dir[0] = 0;
+  at_file_name("autotune-curve", key, name, sizeof name);
+  unsigned char *buf = NULL;
+  size_t len = 0;
+  if (!refresh && *dir && vs_cache_read(dir, name, AT_FILE_MAX, &buf, &len)) {
+    buf[len] = 0;
+    int ok = memchr(buf, 0, len) == NULL && at_curve_parse((char *)buf, machine, ms);
+    free(buf);
+    if (ok) return VSPEC_OK;
+  }
+  for (int i = 0; i < VS_AT_CURVE_N; i++, (*timed)++) {
+    int rc = vs_time_forward(dev, &models->target, rows, vs__at_curve_nodes[i], AT_CURVE_MIN_TIME,
+                             &ms[i], err, errlen);
+    if (rc) return rc;
+  }
+  if (*dir) {
+    char text[512];
+    size_t n = (size_t)snprintf(text, sizeof text, "%s %d\nmachine %s\nms", AT_CURVE_MAGIC,
+                                VS_AUTOTUNE_VERSION, machine);
+    for (int i = 0; i < VS_AT_CURVE_N && n < sizeof text; i++)
+      n += (size_t)snprintf(text + n, sizeof text - n, " %.4f", ms[i]);
+    if (n + 1 < sizeof text) {
+      text[n++] = '\n';
+      vs_cache_write(dir, name, text, n); /* a failed write costs the next tuning 1 s */
+    }
+  }
+  return VSPEC_OK;
+}
+
+/* ---- resolve -------------------------------------------------------------------------- */
+
+/* Reads a valid cached choice into res; 1 when found. */
+static int at_read_choice(const char *dir, const char *name, const vs_method *m,
+                          const vs_at_space *sp, vs_autotune_result *res) {
+  unsigned char *buf = NULL;
+  size_t len = 0;
+  if (!*dir || !vs_cache_read(dir, name, AT_FILE_MAX, &buf, &len)) return 0;
+  buf[len] = 0; /* vs_cache_read leaves a byte to spare */
+  int ok = memchr(buf, 0, len) == NULL && at_parse((char *)buf, res->base, res->machine, sp, res);
+  free(buf);
+  if (ok) vs__autotune_spec(m, sp, res->choice, res->spec, sizeof res->spec);
+  return ok;
+}
+
+int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m,
+                        const vs_autotune_opts *opts, vs_autotune_result *res, char *err,
+                        size_t errlen) {
   memset(res, 0, sizeof *res);
   res->best = -1;
   snprintf(res->spec, sizeof res->spec, "%s", m->text);
   char params[512];
   int rc = vs_autotune_wanted(m, params, sizeof params, err, errlen);
   if (rc <= 0) return rc;
-  if (models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS)
-    return vs_autotune_measure(models, dev, m, res, err, errlen); /* says why not */
+  /* size=auto weighs acceptance against the target's cost of verifying a token tree; a MAR
+   * target verifies a group of generation steps with a bidirectional pass and a diffusion
+   * head per token, a cost that curve does not describe. */
+  if (models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS) {
+    snprintf(err, errlen, "size=auto is not supported for continuous-token (MAR) models "
+             "(model '%s'); use depth=L explicitly", models->name);
+    return VSPEC_ENOTSUP;
+  }
+  vs_at_space sp;
+  if ((rc = vs__autotune_space(models, m, &sp, err, errlen))) return rc;
   int rows = models->defaults.cfg_scale > 1.0f ? 2 : 1;
+  unsigned flags = opts ? opts->flags : 0;
   snprintf(res->base, sizeof res->base, "sd:%s%s%s@%s%s%s", m->rule, *m->rule_params ? ":" : "",
            m->rule_params, m->sched, *params ? ":" : "", params);
   at_machine(dev, res->machine, sizeof res->machine);
-  char purpose[1200], key[VS_CACHE_KEY_LEN + 1], dir[1024], name[128], shape[32] = "dynamic";
+  char purpose[1200], key[VS_CACHE_KEY_LEN + 1], dir[1024], name[128];
   snprintf(purpose, sizeof purpose, "autotune/%d %s cfg_rows=%d", VS_AUTOTUNE_VERSION,
            res->base, rows);
-  vspec_params *p;
-  if (!vs_params_parse(params, &p, err, errlen)) {
-    const char *s = vs_param_string(p, "shape");
-    if (s) snprintf(shape, sizeof shape, "%s", s);
-    vs_params_free(p);
-  }
 
   pthread_mutex_lock(&at_lock);
   vs_cache_dir(dir, sizeof dir);
   /* No key (an unreadable model directory): tune without the cache. */
   if (at_key(models->dir, purpose, res->machine, key)) dir[0] = 0;
-  at_file_name(key, name, sizeof name);
-  unsigned char *buf = NULL;
-  size_t len = 0;
-  if (!(flags & VS_AUTOTUNE_REFRESH) && *dir && vs_cache_read(dir, name, AT_FILE_MAX, &buf, &len)) {
-    buf[len] = 0; /* vs_cache_read leaves a byte to spare */
-    if (memchr(buf, 0, len) == NULL && at_parse((char *)buf, res->base, res->machine, shape, res)) {
-      res->from_cache = res->stored = 1;
-      at_spec(m, params, res->choice, res->spec, sizeof res->spec);
-    }
-    free(buf);
+  at_file_name("autotune", key, name, sizeof name);
+  if (!(flags & VS_AUTOTUNE_REFRESH) && at_read_choice(dir, name, m, &sp, res)) {
+    res->from_cache = res->stored = 1;
+    pthread_mutex_unlock(&at_lock);
+    return VSPEC_OK;
   }
-  rc = VSPEC_OK;
-  if (!res->from_cache) {
-    rc = vs_autotune_measure(models, dev, m, res, err, errlen);
-    if (!rc && *dir) res->stored = at_store(dir, name, res) == VSPEC_OK;
-  }
+  double t0 = vs_now(), curve[VS_AT_CURVE_N];
+  if (opts && opts->progress)
+    opts->progress(opts->user, 0.0, "size=auto: timing the target's forwards on this machine");
+  rc = vs__autotune_curve(models, dev, res->machine, flags & VS_AUTOTUNE_REFRESH, curve,
+                          &res->timed, err, errlen);
+  if (!rc) rc = vs__autotune_measure(models, dev, m, &sp, curve, opts, res, err, errlen);
+  res->tune_s = vs_now() - t0;
+  if (!rc && *dir) res->stored = at_store(dir, name, res) == VSPEC_OK;
   pthread_mutex_unlock(&at_lock);
   return rc;
 }

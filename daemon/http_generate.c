@@ -218,6 +218,11 @@ static void vs__result(const vs__gen *g, const vs_conn_event *e, const char *mod
     json_object_set_new(stats, "target_forwards", json_integer((json_int_t)st->target_forwards));
     json_object_set_new(stats, "generate_s", json_real(st->generate_s));
   }
+  /* What the daemon said about how the job ran (size=auto's choice, a fallback to AR). */
+  json_t *notes = stats ? json_array() : NULL;
+  for (size_t i = 0; notes && i < res->n_notes; i++)
+    json_array_append_new(notes, json_string(res->notes[i]));
+  if (notes) json_object_set_new(stats, "notes", notes);
   json_t *out = json_pack("{s:I,s:[{s:s,s:n}],s:o?}", "created", (json_int_t)time(NULL), "data",
                           "b64_json", b64, "revised_prompt", "vspec", stats);
   free(b64);

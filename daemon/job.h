@@ -48,6 +48,9 @@ enum {
 
 struct vs_client;
 
+#define VS_DJOB_MAX_NOTES 4
+#define VS_DJOB_NOTE_LEN 640
+
 typedef struct vs_djob_stats {
   int64_t tokens, target_forwards, rounds, drafted, draft_tokens, accepted, skipped_rounds,
       unverified;
@@ -114,6 +117,14 @@ struct vs_djob {
                                token models reveal positions in any order); else only their
                                first n_tokens entries are (raster order) */
     double tpf, mal, accept_rate, walk_accept_rate, elapsed_s;
+    /* a phase before generation (size=auto tuning): the newest state, for a Phase event */
+    int phase_dirty;
+    char phase_name[16];
+    char phase_msg[256];
+    double phase_done;
+    /* notices for the client (size=auto's choice), in order; the Result repeats them */
+    int n_notes;
+    char notes[VS_DJOB_MAX_NOTES][VS_DJOB_NOTE_LEN];
     /* the newest preview the loop has not sent yet */
     uint8_t *preview_png;
     size_t preview_len;
@@ -154,6 +165,7 @@ struct vs_djob {
     int queued_reported;      /* last queue position sent */
     double last_event;        /* anything last went along env (daemon/server_events.c) */
     double last_progress;     /* when the last progress event went out */
+    int notes_sent;           /* notices the client was sent */
   } lp;
 };
 

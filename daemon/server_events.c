@@ -128,8 +128,9 @@ int vs__send_terminal(vs_server *s, vs_djob *j) {
   Vspec__Error er = VSPEC__ERROR__INIT;
   vs_wire_blob blobs[3];
   int n_blobs = 0;
-  char msg[700];
+  char msg[700], *notes[VS_DJOB_MAX_NOTES];
   pthread_mutex_lock(&j->mu);
+  for (int i = 0; i < j->sh.n_notes; i++) notes[i] = j->sh.notes[i];
   int rc = j->sh.rc;
   int reason = atomic_load(&j->cancel_reason);
   if (rc == 0) {
@@ -143,6 +144,8 @@ int vs__send_terminal(vs_server *s, vs_djob *j) {
     res.node = s->cfg.node;
     res.has_seed = 1;
     res.seed = j->seed;
+    res.n_notes = (size_t)j->sh.n_notes;
+    res.notes = notes;
     st.has_tokens = st.has_target_forwards = st.has_rounds = st.has_drafted = 1;
     st.has_accepted = st.has_tpf = st.has_mal = st.has_accept_rate = 1;
     st.has_generate_s = st.has_decode_s = st.has_queue_s = st.has_preview_s = 1;
@@ -257,6 +260,57 @@ void vs__finish_unstarted(vs_server *s, vs_djob *j, int reason) {
   vs__finish(s, j);
 }
 
+/* ---- phases and notices ---------------------------------------------------------------------- */
+
+/* Sends the newest phase state and the notices the client has not had. They cost no credit:
+ * the worker sends a phase a few times a second at most, and a job has a few notices. Returns
+ * -EAGAIN when the client's queue is full (the tick tries again). */
+static int vs__send_side_events(vs_server *s, vs_djob *j) {
+  char name[16], msg[256], note[VS_DJOB_NOTE_LEN];
+  double done = 0;
+  pthread_mutex_lock(&j->mu);
+  int phase = j->sh.phase_dirty, notes = j->sh.n_notes;
+  if (phase) {
+    snprintf(name, sizeof name, "%s", j->sh.phase_name);
+    snprintf(msg, sizeof msg, "%s", j->sh.phase_msg);
+    done = j->sh.phase_done;
+    j->sh.phase_dirty = 0;
+  }
+  pthread_mutex_unlock(&j->mu);
+  if (phase) {
+    Vspec__Event ev = VSPEC__EVENT__INIT;
+    Vspec__Phase ph = VSPEC__PHASE__INIT;
+    ph.name = name;
+    ph.message = msg;
+    ph.has_done = 1;
+    ph.done = done;
+    ev.body_case = VSPEC__EVENT__BODY_PHASE;
+    ev.phase = &ph;
+    int rc = vs__job_send(s, j, &ev, NULL, 0);
+    if (rc == -EAGAIN) {
+      pthread_mutex_lock(&j->mu);
+      j->sh.phase_dirty = 1; /* unless a newer state came meanwhile: the same flag */
+      pthread_mutex_unlock(&j->mu);
+      return rc;
+    }
+  }
+  while (j->lp.notes_sent < notes) {
+    pthread_mutex_lock(&j->mu);
+    snprintf(note, sizeof note, "%s", j->sh.notes[j->lp.notes_sent]);
+    pthread_mutex_unlock(&j->mu);
+    Vspec__Event ev = VSPEC__EVENT__INIT;
+    Vspec__Notice nt = VSPEC__NOTICE__INIT;
+    nt.kind = !strncmp(note, "size=auto: runs as AR", 21) ? "fallback" : "autotune";
+    nt.message = note;
+    ev.body_case = VSPEC__EVENT__BODY_NOTICE;
+    ev.notice = &nt;
+    int rc = vs__job_send(s, j, &ev, NULL, 0);
+    if (rc == -EAGAIN) return rc;
+    j->lp.notes_sent++; /* sent, or the client is gone */
+  }
+  return 0;
+}
+
 /* ---- progress and previews ------------------------------------------------------------------ */
 
 /* Sends what the job's client can take now: the token-map delta since the last progress
@@ -282,6 +336,11 @@ void vs__pump(vs_server *s, vs_djob *j) {
       vs__start_tick(s);
     }
     return;
+  }
+  if (vs__send_side_events(s, j) == -EAGAIN) {
+    j->lp.retry = 1;
+    vs__start_tick(s);
+    if (!finished) return;
   }
   /* The last state goes out before the terminal event (credit permitting), so a client that
    * follows the deltas ends up with the complete map. */

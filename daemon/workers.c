@@ -38,7 +38,8 @@ typedef struct vs__run {
   vs_djob *j;
   vs_model_set *set;
   int total;
-  double t0;
+  double t0;       /* when generation started (after size=auto's tuning): elapsed and ETA */
+  double phase_at; /* when the last phase update went to the loop */
   int last_preview_tokens;
   int64_t last_preview_round;
   int every_tokens, every_rounds;
@@ -152,22 +153,60 @@ static int vs__revealed(const uint8_t *status, int n) {
   return k;
 }
 
+/* A phase before generation for the client (Phase events), and a notice (Notice events and
+ * the Result's notes). */
+static void vs__set_phase(vs__run *r, const char *name, const char *msg, double done) {
+  vs_djob *j = r->j;
+  pthread_mutex_lock(&j->mu);
+  snprintf(j->sh.phase_name, sizeof j->sh.phase_name, "%s", name);
+  snprintf(j->sh.phase_msg, sizeof j->sh.phase_msg, "%s", msg);
+  j->sh.phase_done = done;
+  j->sh.phase_dirty = 1;
+  pthread_mutex_unlock(&j->mu);
+  r->phase_at = vs_now();
+  r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
+}
+
+static void vs__add_note(vs__run *r, const char *note) {
+  vs_djob *j = r->j;
+  pthread_mutex_lock(&j->mu);
+  if (j->sh.n_notes < VS_DJOB_MAX_NOTES)
+    snprintf(j->sh.notes[j->sh.n_notes++], sizeof j->sh.notes[0], "%s", note);
+  pthread_mutex_unlock(&j->mu);
+  r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
+}
+
+/* size=auto's progress (core/autotune.h), a few updates a second at most. */
+static void vs__tune_progress(void *user, double done, const char *message) {
+  vs__run *r = user;
+  if (done > 0 && vs_now() - r->phase_at < 0.25) return;
+  vs__set_phase(r, "tuning", message, done);
+}
+
 /* The method as it runs: size=auto (asked for, or the default the submit added) replaced by
  * the choice stored for this model and machine, or by a tuning done here. Here, on the worker
  * that runs the job, so that the loop thread never waits for a tuning; other workers go on
  * with their jobs (tunings are serialised process-wide: a second job asking for the same
- * method waits for the first's tuning and reads its choice, core/autotune.h). */
-static int vs__resolve_size(vs_worker *w, vs_models *models, const char *who, const char *method,
+ * method waits for the first's tuning and reads its choice, core/autotune.h). The client
+ * sees the tuning as a phase and the choice as a notice. */
+static int vs__resolve_size(vs__run *r, vs_models *models, const char *who, const char *method,
                             char *spec, size_t cap, char *err, size_t errlen) {
   vs_method me;
   vs_autotune_result tune;
+  vs_autotune_opts opts = {.progress = vs__tune_progress, .user = r};
   int rc = vs_method_parse(method, &me, err, errlen);
-  if (!rc) rc = vs_autotune_resolve(models, w->dev, &me, 0, &tune, err, errlen);
+  if (!rc) rc = vs_autotune_resolve(models, r->w->dev, &me, &opts, &tune, err, errlen);
   if (rc) return rc;
   snprintf(spec, cap, "%s", tune.spec);
   if (tune.choice[0]) {
-    char note[1024];
+    char note[VS_DJOB_NOTE_LEN];
     vs_autotune_describe(&tune, note, sizeof note);
+    if (!tune.from_cache) {
+      char done[128];
+      snprintf(done, sizeof done, "size=auto: tuned %s in %.1f s", me.text, tune.tune_s);
+      vs__set_phase(r, "tuning", done, 1.0);
+    }
+    vs__add_note(r, note);
     /* not stored: every job tunes again and may choose differently (an unwritable cache);
      * slower than AR: the operator should know what the default costs */
     vs_log(tune.stored && !vs_autotune_slower_than_ar(&tune) ? VSPEC_LOG_INFO : VSPEC_LOG_WARN,
@@ -226,9 +265,10 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
     goto finish;
   }
   char spec[1100];
-  if ((rc = vs__resolve_size(w, r.set->models, who, j->method, spec, sizeof spec, err,
+  if ((rc = vs__resolve_size(&r, r.set->models, who, j->method, spec, sizeof spec, err,
                              sizeof err)))
     goto finish;
+  r.t0 = vs_now(); /* progress's elapsed time (and a client's ETA) count generation only */
   vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
                 .caption_mask = j->caption_mask, .seed = j->seed,
                 .sampling = r.set->models->defaults, .on_round = vs__on_round, .user = &r,
@@ -264,7 +304,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   if (r.every_tokens < 1) r.every_tokens = 1;
   r.every_rounds = j->preview_every_rounds;
   rc = vs_generate(r.set->models, w->dev, &job, tokens, &mt, err, sizeof err);
-  st.generate_s = vs_now() - started;
+  st.generate_s = vs_now() - r.t0;
   vs_job_describe(&job, r.set->models->name, desc, sizeof desc);
   if (!rc && !px) {
     rc = VSPEC_ENOTSUP;

@@ -1,10 +1,15 @@
 /*
- * size=auto (core/autotune.h): the default, the stored choice and its reuse, a corrupt or
- * foreign cache file, and vspecd / the CLI running a job with it.
+ * size=auto (core/autotune.h): the default, what a method leaves to tune, the choice between
+ * a speculative combination and AR, the stored choice and its reuse, a corrupt or foreign
+ * cache file, and vspecd / the CLI running a job with it (the tuning as a Phase, the choice
+ * as a Notice and in the Result's notes).
  *
  * The model is the harness's "self" (the micro LlamaGen model drafting for itself): a chain
- * tuning on it takes about half a second. The fixture's cache directory ($VSPEC_CACHE_DIR,
- * set by vs_fixture_make) holds the choices, so nothing touches the user's cache.
+ * tuning on it takes about half a second. Which combination wins there depends on the
+ * machine's timings, so the tests that need a speculative choice use a relaxed rule (which
+ * never falls back to AR), and the AR fallback is checked on a stored choice. The fixture's
+ * cache directory ($VSPEC_CACHE_DIR, set by vs_fixture_make) holds the choices, so nothing
+ * touches the user's cache.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,7 +27,12 @@
 #include "kernels/vs_kernels.h"
 #include "tests/support/daemon_harness.h"
 
-#define CHAIN "sd:exact@standard:shape=chain,drafter=model,size=auto"
+/* A relaxed rule: a speculative choice whatever the timings. */
+#define CHAIN "sd:coolsd:delta=2@standard:shape=chain,drafter=model,size=auto"
+#define CHAIN_BASE "sd:coolsd:delta=2@standard:shape=chain,drafter=model"
+/* An exact rule: AR may replace it. */
+#define EXACT "sd:exact@standard:shape=chain,size=auto"
+#define EXACT_BASE "sd:exact@standard:shape=chain"
 
 /* Each tuning takes about 0.5 s here and several under the sanitizers: there, one tuning
  * in-process and one in the daemon; the corrupt files and the refresh (three more tunings)
@@ -82,24 +92,53 @@ static void resolve(world *w, const char *text, unsigned flags, vs_autotune_resu
   vs_method m;
   char err[VSPEC_ERRLEN];
   parse(text, &m);
-  if (vs_autotune_resolve(w->models, w->dev, &m, flags, res, err, sizeof err))
+  vs_autotune_opts o = {.flags = flags};
+  if (vs_autotune_resolve(w->models, w->dev, &m, &o, res, err, sizeof err))
     fail_msg("%s: %s", text, err);
 }
 
-/* The path of the one cache file of size=auto in the fixture's cache. */
-static void cache_file(const world *w, char *path, size_t cap) {
-  char dir[300];
+static size_t read_file(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t len = fread(buf, 1, cap - 1, f);
+  fclose(f);
+  buf[len] = 0;
+  return len;
+}
+
+/* The path of the choice file of method `base` in the fixture's cache (exactly one). */
+static void cache_file(const world *w, const char *base, char *path, size_t cap) {
+  char dir[300], want[1200], text[8192];
   snprintf(dir, sizeof dir, "%s/cache", w->fx.dir);
+  snprintf(want, sizeof want, "\nmethod %s\n", base);
   DIR *d = opendir(dir);
   assert_non_null(d);
   int found = 0;
-  for (struct dirent *e; (e = readdir(d));)
-    if (!strncmp(e->d_name, "autotune-", 9)) {
-      snprintf(path, cap, "%s/%s", dir, e->d_name);
-      found++;
-    }
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, "autotune-", 9) || !strncmp(e->d_name, "autotune-curve-", 15)) continue;
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    read_file(p, text, sizeof text);
+    if (!strstr(text, want)) continue;
+    snprintf(path, cap, "%s", p);
+    found++;
+  }
   closedir(d);
   assert_int_equal(found, 1);
+}
+
+/* Rewrites the choice line of the file at `path`. */
+static void set_choice(const char *path, const char *choice) {
+  char text[8192], out[8192];
+  read_file(path, text, sizeof text);
+  char *line = strstr(text, "\nchoice ");
+  assert_non_null(line);
+  snprintf(out, sizeof out, "%.*s\nchoice %s%s", (int)(line - text), text, choice,
+           strchr(line + 1, '\n'));
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(out, f);
+  fclose(f);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -146,6 +185,60 @@ static void test_default_and_wanted(void **state) {
   assert_non_null(strstr(err, "size=4: only size=auto"));
 }
 
+/* What a method leaves to tune on the self model (a draft model, no EAGLE head), how a
+ * choice is spelled and checked, and when AR replaces the winner. */
+static void test_space(void **state) {
+  world *w = *state;
+  vs_method m;
+  vs_at_space sp;
+  char err[VSPEC_ERRLEN], param[VS_AUTOTUNE_PARAM_LEN], spec[1100];
+  parse("sd:exact@standard:size=auto", &m);
+  assert_int_equal(vs__autotune_space(w->models, &m, &sp, err, sizeof err), 0);
+  assert_int_equal(sp.exact, 1);
+  assert_string_equal(sp.rest, "");
+  assert_int_equal(sp.n_fam, 3); /* the draft model's chain, dynamic and static families */
+  vs__autotune_param(&sp, 0, 2, param, sizeof param);
+  assert_string_equal(param, "drafter=model,shape=chain,depth=3");
+  assert_int_equal(vs__autotune_valid(&sp, param), 1);
+  assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=chain,depth=9"), 0);
+  assert_int_equal(vs__autotune_valid(&sp, "drafter=head,shape=chain,depth=3"), 0);
+  assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=static,tree=chain2"), 0);
+  assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=static,tree=fmnist"), 1);
+  assert_int_equal(vs__autotune_valid(&sp, "ar"), 1);
+  vs__autotune_spec(&m, &sp, param, spec, sizeof spec);
+  assert_string_equal(spec, "sd:exact@standard:drafter=model,shape=chain,depth=3");
+  vs__autotune_spec(&m, &sp, "ar", spec, sizeof spec);
+  assert_string_equal(spec, "ar");
+
+  /* named axes stay as written; a relaxed rule has no AR choice */
+  parse("sd:coolsd:delta=2@standard:shape=chain,drafter=model,top_k=3,size=auto", &m);
+  assert_int_equal(vs__autotune_space(w->models, &m, &sp, err, sizeof err), 0);
+  assert_int_equal(sp.exact, 0);
+  assert_int_equal(sp.n_fam, 1);
+  assert_string_equal(sp.rest, "shape=chain,drafter=model,top_k=3");
+  vs__autotune_param(&sp, 0, 0, param, sizeof param);
+  assert_string_equal(param, "depth=1");
+  assert_int_equal(vs__autotune_valid(&sp, "ar"), 0);
+  vs__autotune_spec(&m, &sp, param, spec, sizeof spec);
+  assert_string_equal(spec, "sd:coolsd:delta=2@standard:shape=chain,drafter=model,top_k=3,depth=1");
+
+  /* drafter=auto is left to the tuning; a named static shape keeps its chainN trees */
+  parse("sd:exact@standard:shape=static,drafter=auto,size=auto", &m);
+  assert_int_equal(vs__autotune_space(w->models, &m, &sp, err, sizeof err), 0);
+  assert_int_equal(sp.n_fam, 1);
+  assert_string_equal(sp.rest, "shape=static");
+  vs__autotune_param(&sp, 0, 1, param, sizeof param);
+  assert_string_equal(param, "drafter=model,tree=chain2");
+
+  /* AR replaces the winner only for an exact rule, and only when the winner is not 10 %
+   * faster */
+  assert_int_equal(vs__autotune_prefer_ar(1, 100.0, 100.0), 1);
+  assert_int_equal(vs__autotune_prefer_ar(1, 109.0, 100.0), 1);
+  assert_int_equal(vs__autotune_prefer_ar(1, 111.0, 100.0), 0);
+  assert_int_equal(vs__autotune_prefer_ar(1, 0.0, 100.0), 1);
+  assert_int_equal(vs__autotune_prefer_ar(0, 50.0, 100.0), 0);
+}
+
 /* Tuned once, read back the second time without timing anything; the same seed then gives
  * the same tokens; REFRESH tunes again. */
 static void test_cache_round_trip(void **state) {
@@ -155,11 +248,14 @@ static void test_cache_round_trip(void **state) {
   assert_int_equal(a.from_cache, 0);
   assert_true(a.timed > 0);
   assert_int_equal(a.stored, 1);
-  assert_int_equal(a.n_cand, 8);
-  assert_true(a.best >= 0 && a.best < 8);
+  assert_true(a.n_cand >= 2 && a.n_cand <= 8); /* depths screened until two were worse */
+  assert_true(a.best >= 0 && a.best < a.n_cand);
+  assert_int_equal(a.cand[a.best].images, 4); /* a finalist, scored on its own images */
   assert_string_equal(a.choice, a.cand[a.best].param);
+  assert_false(vs_autotune_is_ar(&a));
   assert_non_null(strstr(a.spec, a.choice));
   assert_null(strstr(a.spec, "size="));
+  assert_true(a.ar_ms > 0);
 
   resolve(w, CHAIN, 0, &b);
   assert_int_equal(b.from_cache, 1);
@@ -167,27 +263,25 @@ static void test_cache_round_trip(void **state) {
   assert_string_equal(b.spec, a.spec);
   assert_string_equal(b.choice, a.choice);
   assert_int_equal(b.tuned_at, a.tuned_at);
-  /* the AR step's cost comes back too (4 decimals in the file) */
-  assert_true(a.ar_ms > 0);
+  assert_int_equal(b.best, a.best);
+  /* AR's cost per token comes back too (4 decimals in the file) */
   assert_true(fabs(b.ar_ms - a.ar_ms) < 1e-4);
   char note[1024];
   vs_autotune_describe(&b, note, sizeof note);
   assert_non_null(strstr(note, "size=auto: chose depth="));
   assert_non_null(strstr(note, "(cached, tuned "));
+  assert_non_null(strstr(note, "against AR's"));
   /* the comparison with AR: said exactly when the choice makes fewer tokens per second */
   vs_autotune_result slow = b;
-  const vs_autotune_cand *bc = &b.cand[b.best];
-  double sd_ms_per_token = (bc->target_ms + bc->draft_ms) / bc->tokens_per_round;
-  slow.ar_ms = 0.5 * sd_ms_per_token; /* AR twice as fast as the choice */
+  double rate = b.cand[b.best].rate;
+  slow.ar_ms = 0.5 * 1e3 / rate; /* AR twice as fast as the choice */
   assert_true(vs_autotune_slower_than_ar(&slow));
   vs_autotune_describe(&slow, note, sizeof note);
   assert_non_null(strstr(note, "slower than AR"));
-  slow.ar_ms = 2.0 * sd_ms_per_token;
+  slow.ar_ms = 2.0 * 1e3 / rate;
   assert_false(vs_autotune_slower_than_ar(&slow));
   vs_autotune_describe(&slow, note, sizeof note);
   assert_null(strstr(note, "slower than AR"));
-  slow.ar_ms = 0; /* unknown (an older cache file): nothing said */
-  assert_false(vs_autotune_slower_than_ar(&slow));
 
   /* the same seed through both resolutions: the same grid */
   int n = w->models->target.info.grid_h * w->models->target.info.grid_w;
@@ -211,6 +305,46 @@ static void test_cache_round_trip(void **state) {
   assert_true(c.tuned_at >= a.tuned_at);
 }
 
+/* An exact rule whose stored choice is AR runs as AR and says why; AR is no choice for a
+ * relaxed rule (its images differ), so such a file is ignored and the method tuned again. */
+static void test_ar_fallback(void **state) {
+  world *w = *state;
+  vs_autotune_result a, b;
+  char path[700], note[1024];
+  resolve(w, EXACT, 0, &a);
+  cache_file(w, EXACT_BASE, path, sizeof path);
+  set_choice(path, "ar");
+  resolve(w, EXACT, 0, &b);
+  assert_int_equal(b.from_cache, 1);
+  assert_true(vs_autotune_is_ar(&b));
+  assert_string_equal(b.spec, "ar");
+  vs_autotune_describe(&b, note, sizeof note);
+  assert_non_null(strstr(note, "size=auto: runs as AR"));
+  assert_non_null(strstr(note, "AR samples the same distribution"));
+  assert_false(vs_autotune_slower_than_ar(&b));
+  /* and it runs: AR's tokens */
+  int n = w->models->target.info.grid_h * w->models->target.info.grid_w;
+  int32_t *t1 = calloc((size_t)n, sizeof *t1), *t2 = calloc((size_t)n, sizeof *t2);
+  char err[VSPEC_ERRLEN];
+  vs_metrics mt;
+  vs_job j1 = {.method = b.spec, .class_label = 1, .seed = 3, .sampling = w->models->defaults};
+  vs_job j2 = {.method = "ar", .class_label = 1, .seed = 3, .sampling = w->models->defaults};
+  assert_int_equal(vs_generate(w->models, w->dev, &j1, t1, &mt, err, sizeof err), 0);
+  assert_int_equal(mt.draft_tokens, 0);
+  assert_int_equal(vs_generate(w->models, w->dev, &j2, t2, &mt, err, sizeof err), 0);
+  assert_memory_equal(t1, t2, (size_t)n * sizeof *t1);
+  free(t1);
+  free(t2);
+
+  if (SANITIZED) return;
+  resolve(w, CHAIN, 0, &a); /* cached by the round trip, or tuned now */
+  cache_file(w, CHAIN_BASE, path, sizeof path);
+  set_choice(path, "ar");
+  resolve(w, CHAIN, 0, &b);
+  assert_int_equal(b.from_cache, 0);
+  assert_false(vs_autotune_is_ar(&b));
+}
+
 /* A corrupt, truncated or foreign cache file is ignored: tuned again and rewritten. */
 static void test_corrupt_cache(void **state) {
   SKIP_UNDER_SANITIZERS();
@@ -218,22 +352,20 @@ static void test_corrupt_cache(void **state) {
   vs_autotune_result a, b;
   resolve(w, CHAIN, 0, &a);
   char path[700];
-  cache_file(w, path, sizeof path);
-  FILE *f = fopen(path, "r");
+  cache_file(w, CHAIN_BASE, path, sizeof path);
   char good[8192];
-  size_t len = fread(good, 1, sizeof good - 1, f);
-  fclose(f);
-  good[len] = 0;
-  assert_non_null(strstr(good, "vspec-autotune 1\nmethod sd:exact@standard:shape=chain,drafter=model\n"));
+  read_file(path, good, sizeof good);
+  assert_non_null(strstr(good, "vspec-autotune 2\nmethod " CHAIN_BASE "\n"));
 
   char bad[8192];
   const char *choice = strstr(good, "choice ");
   assert_non_null(choice);
-  /* a choice that is not one of the shape's candidates */
-  snprintf(bad, sizeof bad, "%.*schoice depth=99\n", (int)(choice - good), good);
+  /* a choice that is not one of the method's candidates */
+  snprintf(bad, sizeof bad, "%.*schoice depth=99%s", (int)(choice - good), good,
+           strchr(choice, '\n'));
   const char *corrupt[] = {
-      "\x01\x02garbage\n",                                 /* not the format */
-      bad,                                                 /* a choice out of the candidates */
+      "\x01\x02garbage\n", /* not the format */
+      bad,                 /* a choice out of the candidates */
   };
   for (size_t i = 0; i < sizeof corrupt / sizeof corrupt[0]; i++) {
     write_file(path, corrupt[i]);
@@ -258,33 +390,93 @@ static void test_corrupt_cache(void **state) {
   resolve(w, CHAIN, 0, &b);
   assert_int_equal(b.from_cache, 1);
   assert_string_equal(b.spec, a.spec);
-  /* a file from before the AR line: still valid, the AR cost unknown */
+  /* a file without AR's cost (the comparison every choice rests on) is not whole */
   char old[8192];
   const char *ar = strstr(good, "\nar ");
   assert_non_null(ar);
   snprintf(old, sizeof old, "%.*s%s", (int)(ar + 1 - good), good, strchr(ar + 1, '\n') + 1);
   write_file(path, old);
   resolve(w, CHAIN, 0, &b);
-  assert_int_equal(b.from_cache, 1);
-  assert_string_equal(b.spec, a.spec);
-  assert_true(b.ar_ms == 0);
+  assert_int_equal(b.from_cache, 0);
+}
+
+/* One job through a raw client: the tuning shows as Phase events ending at done = 1 (when
+ * this job tunes; expect_tuning 1: it must, 0: it must not, -1: either), the choice as one
+ * Notice before the Result, which repeats it. Returns the result's describe text. */
+static void daemon_events(const char *ep, const char *method, int expect_tuning, char *notice,
+                          size_t cap, char *describe, size_t dcap) {
+  vs_conn c;
+  vs_client_open(&c, ep);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "self";
+  s.method = (char *)method;
+  s.has_seed = 1;
+  s.seed = 9;
+  s.has_credit = 1;
+  s.credit = 64;
+  uint64_t rid = vs_client_submit(&c, &s), job = 0;
+  int phases = 0, notices = 0, ended = 0;
+  double last_done = -1;
+  while (!ended) {
+    vs_conn_event e;
+    vs_client_next(&c, 60000, &e);
+    Vspec__Event *ev = e.ev;
+    if (!job && ev->has_request_id && ev->request_id == rid) job = ev->job_id;
+    if (ev->body_case == VSPEC__EVENT__BODY_PHASE) {
+      assert_string_equal(ev->phase->name, "tuning");
+      assert_true(ev->phase->has_done && ev->phase->done >= last_done);
+      assert_int_equal(notices, 0); /* the choice comes after the tuning */
+      last_done = ev->phase->done;
+      phases++;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_NOTICE) {
+      snprintf(notice, cap, "%s", ev->notice->message);
+      notices++;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_RESULT) {
+      assert_int_equal(notices, 1);
+      assert_int_equal(ev->result->n_notes, 1);
+      assert_string_equal(ev->result->notes[0], notice);
+      snprintf(describe, dcap, "%s", ev->result->describe);
+      ended = 1;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+      fail_msg("%s: %s", method, ev->error->message);
+    }
+    vs_conn_event_free(&e);
+  }
+  vs_conn_close(&c);
+  if (expect_tuning > 0) {
+    assert_true(phases >= 2);
+    assert_true(last_done == 1.0);
+  } else if (expect_tuning == 0) {
+    assert_int_equal(phases, 0);
+  }
 }
 
 /* vspecd: a job with the default size=auto succeeds through the CLI; the worker tunes at first
- * use, logs the choice, and the second job (same seed) reads it back and gives the same PNG. */
+ * use, tells the client, logs the choice, and the second job (same seed) reads it back and
+ * gives the same PNG. A stored AR choice runs the job as AR. */
 static void test_daemon_job(void **state) {
   world *w = *state;
   vs_daemon dm;
   const char *extra[] = {"--set", "defaults.auto_size=true", NULL};
   vs_daemon_start(&dm, &w->fx, "autosize", extra);
+  char notice[1024], describe[1024];
+  daemon_events(dm.job_ep, "sd:coolsd:delta=3@standard:shape=chain", 1, notice, sizeof notice,
+                describe, sizeof describe);
+  assert_non_null(strstr(notice, "size=auto: chose "));
+  assert_non_null(strstr(notice, "tuned now in "));
+  daemon_events(dm.job_ep, "sd:coolsd:delta=3@standard:shape=chain", 0, notice, sizeof notice,
+                describe, sizeof describe);
+  assert_non_null(strstr(notice, "(cached, tuned "));
+  assert_non_null(strstr(describe, "method=sd:coolsd:delta=3@standard:shape=chain,"));
+
   char out[2][300], buf[8192];
   uint8_t png[2][8192];
   size_t n[2];
   for (int i = 0; i < 2; i++) {
     snprintf(out[i], sizeof out[i], "%s/auto%d.png", w->fx.dir, i);
     const char *args[] = {"generate", "--server", dm.job_ep, "--model", "self", "--class", "1",
-                          "--method", "sd:exact@standard:shape=chain", "--seed", "5", "--out",
-                          out[i], "--json", NULL};
+                          "--method", "sd:coolsd:delta=2@standard:shape=chain", "--seed", "5",
+                          "--out", out[i], "--json", NULL};
     if (vs_run_tool("vspec", args, buf, sizeof buf) != 0) {
       vs_daemon_dump_log(&dm);
       fail_msg("vspec generate failed: %s", buf);
@@ -297,11 +489,23 @@ static void test_daemon_job(void **state) {
   }
   assert_int_equal(n[0], n[1]);
   assert_memory_equal(png[0], png[1], n[0]);
-  /* an explicit size=auto on a model with continuous tokens is refused at submission: the
-   * fixture has none, so check a bad size value instead */
+  /* a bad size value is refused at submission */
   const char *bad[] = {"generate", "--server", dm.job_ep, "--model", "self", "--method",
                        "sd:exact@standard:shape=chain,size=big", "--out", out[0], NULL};
   assert_int_not_equal(vs_run_tool("vspec", bad, buf, sizeof buf), 0);
+
+  /* the exact rule: tuned by a first job (or by test_ar_fallback in this process: the daemon
+   * runs one thread per job, so its machine is the same), its stored choice made AR, then
+   * run as AR */
+  daemon_events(dm.job_ep, "sd:exact@standard:shape=chain", -1, notice, sizeof notice, describe,
+                sizeof describe);
+  char path[700];
+  cache_file(w, EXACT_BASE, path, sizeof path);
+  set_choice(path, "ar");
+  daemon_events(dm.job_ep, "sd:exact@standard:shape=chain", 0, notice, sizeof notice, describe,
+                sizeof describe);
+  assert_non_null(strstr(notice, "size=auto: runs as AR"));
+  assert_non_null(strstr(describe, "method=ar "));
   assert_int_equal(vs_daemon_stop(&dm, 15, 20000), 0);
   /* the log says what was chosen, tuned the first time and cached the second */
   FILE *f = fopen(dm.log, "r");
@@ -310,9 +514,9 @@ static void test_daemon_job(void **state) {
   size_t ln = fread(log, 1, sizeof log - 1, f);
   fclose(f);
   log[ln] = 0;
-  const char *first = strstr(log, "size=auto: chose depth=");
+  const char *first = strstr(log, "size=auto: chose drafter=model,depth=");
   assert_non_null(first);
-  assert_non_null(strstr(first, "tuned now on "));
+  assert_non_null(strstr(first, "tuned now in "));
   assert_non_null(strstr(first + 1, "(cached, tuned "));
 }
 
@@ -322,11 +526,12 @@ static void test_bench_tune(void **state) {
   world *w = *state;
   char out[8192], model[300];
   snprintf(model, sizeof model, "%s", w->fx.self_model);
-  const char *tune[] = {"tune", "--model", model, "--method", "sd:exact@standard:shape=chain",
-                        "--threads", "1", "--plugins", w->fx.plugins, NULL};
+  const char *method = "sd:coolsd:delta=4@standard:shape=chain";
+  const char *tune[] = {"tune", "--model", model, "--method", method, "--threads", "1",
+                        "--images", "2", "--plugins", w->fx.plugins, NULL};
   assert_int_equal(vs_run_tool("vspec-bench", tune, out, sizeof out), 0);
-  assert_non_null(strstr(out, "\n* depth="));
-  const char *runs = strstr(out, "runs as: sd:exact@standard:shape=chain,depth=");
+  assert_non_null(strstr(out, "\n* drafter=model,depth="));
+  const char *runs = strstr(out, "runs as: sd:coolsd:delta=4@standard:shape=chain,drafter=model,depth=");
   assert_non_null(runs);
   char want[200];
   snprintf(want, sizeof want, "method=%.*s", (int)strcspn(runs + 9, "\n"), runs + 9);
@@ -335,9 +540,8 @@ static void test_bench_tune(void **state) {
   for (int i = 0; i < 2; i++) {
     char path[300];
     snprintf(path, sizeof path, "%s/bench%d.png", w->fx.dir, i);
-    const char *gen[] = {"generate", "--model", model, "--method", "sd:exact@standard:shape=chain",
-                         "--seed", "4", "--threads", "1", "--plugins", w->fx.plugins, "--out",
-                         path, NULL};
+    const char *gen[] = {"generate", "--model", model, "--method", method, "--seed", "4",
+                         "--threads", "1", "--plugins", w->fx.plugins, "--out", path, NULL};
     assert_int_equal(vs_run_tool("vspec-bench", gen, NULL, 0), 0);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
@@ -355,7 +559,9 @@ int main(void) {
    * (it tunes once more when run alone). */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_default_and_wanted),
+      cmocka_unit_test(test_space),
       cmocka_unit_test(test_cache_round_trip),
+      cmocka_unit_test(test_ar_fallback),
       cmocka_unit_test(test_corrupt_cache),
       cmocka_unit_test(test_daemon_job),
       cmocka_unit_test(test_bench_tune),

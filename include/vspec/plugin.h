@@ -76,6 +76,10 @@ typedef enum vspec_plugin_kind {
  * neighbours fields). The host builds the table (seconds for a 16384-code codebook) only
  * for the jobs of such rules; every other rule sees those fields NULL / 0. */
 #define VSPEC_PLUGIN_USES_NEIGHBOURS 0x8u
+/* An acceptance rule whose output follows the target's distribution exactly (speculative
+ * sampling): where no drafter is expected to pay, size=auto may run its methods as plain AR,
+ * which samples the same distribution. Relaxed rules must not set it. */
+#define VSPEC_PLUGIN_EXACT 0x10u
 
 /* ---- tensors (safetensors files opened by the host) -------------------------------- */
 

@@ -64,7 +64,7 @@ static const vspec_accept_vtable ex_vtable = {
 
 static const vspec_plugin_desc ex_desc = {
     VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "exact", "1.0.0",
-                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD),
+                      VSPEC_PLUGIN_THREAD_SAFE | VSPEC_PLUGIN_MAY_UNLOAD | VSPEC_PLUGIN_EXACT),
     .description = "exact speculative sampling: min(1, q/p), residual norm(max(0, q - p))",
     .vtable = &ex_vtable,
 };

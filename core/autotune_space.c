@@ -1,0 +1,194 @@
+/*
+ * What size=auto tunes for a method (core/autotune.h): the axes the method leaves open
+ * (drafter, shape, size), the candidates of each (drafter, shape) family, and the spelling of
+ * a choice ("drafter=model,shape=chain,depth=3") that the cache stores and checks.
+ */
+#include "core/autotune.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/params.h"
+
+/* The scheduler parameters that set a draft size: a method naming one is not tuned. */
+static const char *const at_size_keys[] = {"size", "depth", "total_tokens", "tree"};
+
+/* Static trees by name (plugins/sched/shape.h): verified nodes without the root, depth. */
+static const struct {
+  const char *name;
+  int nodes, depth;
+} at_static_trees[] = {
+    {"chain1", 1, 1}, {"chain2", 2, 2}, {"chain3", 3, 3}, {"chain4", 4, 4},
+    {"fmnist", 15, 4}, {"mc_sim_7b_63", 25, 5},
+};
+static const char *const at_chain_depths[] = {"1", "2", "3", "4", "5", "6", "7", "8"};
+static const char *const at_dynamic_totals[] = {"2", "4", "8", "12", "16", "24", "32", "48", "58"};
+/* The dynamic tree's expansion steps when the method names none (plugins/sched/shape.h):
+ * its tree is at most one deeper. */
+#define AT_DYNAMIC_STEPS 4
+
+int vs_autotune_wanted(const vs_method *m, char *base, size_t base_len, char *err,
+                       size_t errlen) {
+  if (base && base_len) snprintf(base, base_len, "%s", m->sched_params);
+  if (m->kind != VS_METHOD_SD) return 0;
+  vspec_params *p;
+  int rc = vs_params_parse(m->sched_params, &p, err, errlen);
+  if (rc) return rc;
+  const char *size = vs_param_string(p, "size");
+  if (size && strcmp(size, "auto") != 0) {
+    snprintf(err, errlen, "size=%s: only size=auto is understood (set the size itself with "
+             "depth, total_tokens or tree)", size);
+    vs_params_free(p);
+    return VSPEC_EINVAL;
+  }
+  if (size && base && base_len) {
+    size_t used = 0;
+    base[0] = 0;
+    for (size_t i = 0; i < vs_params_count(p); i++) {
+      const char *k = vs_params_key(p, i);
+      if (strcmp(k, "size") == 0) continue;
+      used += (size_t)snprintf(base + used, used < base_len ? base_len - used : 0, "%s%s=%s",
+                               used ? "," : "", k, vs_params_value(p, i));
+    }
+  }
+  vs_params_free(p);
+  return size != NULL;
+}
+
+int vs_autotune_default(vs_method *m, int continuous) {
+  if (m->kind != VS_METHOD_SD || continuous || strcmp(m->sched, "standard") != 0) return 0;
+  vspec_params *p;
+  char err[VSPEC_ERRLEN];
+  if (vs_params_parse(m->sched_params, &p, err, sizeof err)) return 0; /* the plugin says why */
+  int named = 0;
+  for (size_t i = 0; i < sizeof at_size_keys / sizeof at_size_keys[0]; i++)
+    named |= vs_param_string(p, at_size_keys[i]) != NULL;
+  vs_params_free(p);
+  if (named) return 0;
+  char sp[sizeof m->sched_params];
+  if ((size_t)snprintf(sp, sizeof sp, "%s%ssize=auto", m->sched_params,
+                       *m->sched_params ? "," : "") >= sizeof sp)
+    return 0;
+  vs_method d;
+  char text[sizeof m->text];
+  snprintf(text, sizeof text, "sd:%s%s%s@%s:%s", m->rule, *m->rule_params ? ":" : "",
+           m->rule_params, m->sched, sp);
+  if (vs_method_parse(text, &d, err, sizeof err)) return 0;
+  *m = d;
+  return 1;
+}
+
+/* Adds the family (drafter, shape) with its sizes. */
+static void at_add_family(vs_at_space *sp, const char *drafter, const char *shape, int shape_id,
+                          int free_shape) {
+  vs_at_family *f = &sp->fam[sp->n_fam++];
+  memset(f, 0, sizeof *f);
+  f->drafter = drafter;
+  f->shape = free_shape ? shape : NULL;
+  f->shape_id = shape_id;
+  if (shape_id == 0) {
+    f->size_key = "depth";
+    for (int i = 0; i < 8; i++) {
+      f->sizes[f->n_sizes] = at_chain_depths[i];
+      f->nodes[f->n_sizes] = i + 2;
+      f->max_tokens[f->n_sizes++] = i + 2;
+    }
+  } else if (shape_id == 2) {
+    f->size_key = "total_tokens";
+    for (int i = 0; i < 9; i++) {
+      int total = atoi(at_dynamic_totals[i]);
+      f->sizes[f->n_sizes] = at_dynamic_totals[i];
+      f->nodes[f->n_sizes] = total + 1;
+      f->max_tokens[f->n_sizes++] =
+          (total < AT_DYNAMIC_STEPS + 1 ? total : AT_DYNAMIC_STEPS + 1) + 1;
+    }
+  } else {
+    /* A free shape leaves chainN to shape=chain, which drafts the same tokens. */
+    f->size_key = "tree";
+    for (size_t i = 0; i < sizeof at_static_trees / sizeof at_static_trees[0]; i++) {
+      if (free_shape && !strncmp(at_static_trees[i].name, "chain", 5)) continue;
+      f->sizes[f->n_sizes] = at_static_trees[i].name;
+      f->nodes[f->n_sizes] = at_static_trees[i].nodes + 1;
+      f->max_tokens[f->n_sizes++] = at_static_trees[i].depth + 1;
+    }
+  }
+}
+
+/* Whether the method's rule says it samples the target's distribution. */
+static int at_rule_exact(vs_models *models, const char *rule) {
+  vs_plugin *p;
+  char err[VSPEC_ERRLEN];
+  if (vs_registry_acquire(models->reg, VSPEC_PLUGIN_ACCEPT, rule, &p, err, sizeof err))
+    return 0; /* the job fails with the registry's reason when it runs */
+  int exact = (vs_plugin_desc(p)->flags & VSPEC_PLUGIN_EXACT) != 0;
+  vs_plugin_release(p);
+  return exact;
+}
+
+int vs__autotune_space(vs_models *models, const vs_method *m, vs_at_space *sp, char *err,
+                       size_t errlen) {
+  memset(sp, 0, sizeof *sp);
+  vspec_params *p;
+  int rc = vs_params_parse(m->sched_params, &p, err, errlen);
+  if (rc) return rc;
+  const char *shape = vs_param_string(p, "shape"), *drafter = vs_param_string(p, "drafter");
+  if (drafter && !strcmp(drafter, "auto")) drafter = NULL; /* auto leaves it to the tuning */
+  /* What stays: everything but the size and the keys the tuning sets. */
+  size_t used = 0;
+  for (size_t i = 0; i < vs_params_count(p); i++) {
+    const char *k = vs_params_key(p, i);
+    if (!strcmp(k, "size") || (!drafter && !strcmp(k, "drafter")) ||
+        (!shape && !strcmp(k, "shape")))
+      continue;
+    used += (size_t)snprintf(sp->rest + used, used < sizeof sp->rest ? sizeof sp->rest - used : 0,
+                             "%s%s=%s", used ? "," : "", k, vs_params_value(p, i));
+  }
+  static const char *const drafters[] = {"model", "head"};
+  int have[2] = {models->draft.model != NULL, models->eagle.model != NULL};
+  for (int d = 0; d < 2; d++) {
+    if (drafter ? strcmp(drafter, drafters[d]) != 0 : !have[d]) continue;
+    const char *dn = drafter ? NULL : drafters[d];
+    if (!shape || !strcmp(shape, "chain")) at_add_family(sp, dn, "chain", 0, !shape);
+    if (!shape || !strcmp(shape, "dynamic")) at_add_family(sp, dn, "dynamic", 2, !shape);
+    if (!shape || !strcmp(shape, "static")) at_add_family(sp, dn, "static", 1, !shape);
+  }
+  vs_params_free(p);
+  if (sp->n_fam == 0) {
+    snprintf(err, errlen, "size=auto: model '%s' has no drafter to tune (a draft model or an "
+             "EAGLE head in its vspec-model.json)%s", models->name,
+             shape && strcmp(shape, "chain") && strcmp(shape, "dynamic") && strcmp(shape, "static")
+                 ? ", or the shape is not chain, dynamic or static" : "");
+    return VSPEC_EINVAL;
+  }
+  sp->exact = at_rule_exact(models, m->rule);
+  return VSPEC_OK;
+}
+
+void vs__autotune_param(const vs_at_space *sp, int fam, int size, char *out, size_t cap) {
+  const vs_at_family *f = &sp->fam[fam];
+  snprintf(out, cap, "%s%s%s%s%s%s%s=%s", f->drafter ? "drafter=" : "",
+           f->drafter ? f->drafter : "", f->drafter ? "," : "", f->shape ? "shape=" : "",
+           f->shape ? f->shape : "", f->shape ? "," : "", f->size_key, f->sizes[size]);
+}
+
+int vs__autotune_valid(const vs_at_space *sp, const char *choice) {
+  if (!strcmp(choice, VS_AUTOTUNE_AR)) return sp->exact;
+  char param[VS_AUTOTUNE_PARAM_LEN];
+  for (int f = 0; f < sp->n_fam; f++)
+    for (int s = 0; s < sp->fam[f].n_sizes; s++) {
+      vs__autotune_param(sp, f, s, param, sizeof param);
+      if (!strcmp(param, choice)) return 1;
+    }
+  return 0;
+}
+
+void vs__autotune_spec(const vs_method *m, const vs_at_space *sp, const char *choice, char *out,
+                       size_t cap) {
+  if (!strcmp(choice, VS_AUTOTUNE_AR)) {
+    snprintf(out, cap, "ar");
+    return;
+  }
+  snprintf(out, cap, "sd:%s%s%s@%s:%s%s%s", m->rule, *m->rule_params ? ":" : "", m->rule_params,
+           m->sched, sp->rest, *sp->rest ? "," : "", choice);
+}
