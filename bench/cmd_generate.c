@@ -16,7 +16,9 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: vspec-bench generate [options]\n"
           "\n"
-          "  --model DIR         model directory (default models/fmnist)\n"
+          "  --model DIR         model directory (default models/fmnist); a relative DIR that\n"
+          "                      is not here is taken from the installed models\n"
+          "                      (PREFIX/share/vspec/DIR), as vspecd does\n"
           "  --class C           class label (default 0)\n"
           "  --seed S            job seed (default 0); the same seed gives the same bytes\n"
           "  --method M          decoding method: ar or sd:RULE[:PARAMS][@SCHED[:PARAMS]]\n"
@@ -102,6 +104,7 @@ int vs_bench_cmd_generate(int argc, char **argv) {
     return 2;
   }
 
+  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
   dv.threads = (int)threads;

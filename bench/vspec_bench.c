@@ -23,6 +23,9 @@ static void usage(FILE *f) {
           "  tune        tune size=auto for a model and method on this machine and store\n"
           "              the choice in the cache\n"
           "\n"
+          "A relative --model DIR (default models/fmnist) that does not exist here is taken\n"
+          "from the models installed with this program (PREFIX/share/vspec/DIR).\n"
+          "\n"
           "Run 'vspec-bench COMMAND --help' for the options of a command.\n");
 }
 
