@@ -51,7 +51,9 @@ STAGE=$T/root
 
 # The installed programs from another directory: no build tree, no models/ in sight.
 cd "$T"
-"$R/bin/vspec" --version | grep -q "plugin ABI" || fail "vspec --version"
+for p in vspecd vspec vspec-broker vspec-gateway vspec-bench; do
+  "$R/bin/$p" --version | grep -q "^$p (vspec) .*, plugin ABI " || fail "$p --version"
+done
 # (defaults.auto_size off: tuning the draft size, seconds, is tests/test_autotune.c's subject)
 VSPEC_CACHE_DIR=$T/cache "$R/bin/vspecd" --endpoint "ipc://$T/jobs.sock" --admin "ipc://$T/admin.sock" \
   --set defaults.auto_size=false >"$T/vspecd.log" 2>&1 &
