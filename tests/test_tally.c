@@ -78,7 +78,8 @@ static void check_run(const tmp_dir *t, const char *out, int status, const char 
   assert_non_null(fgets(line, sizeof line, f));
   fclose(f);
   line[strcspn(line, "\n")] = '\0';
-  if (strcmp(line, expect) != 0) fail_msg("counted '%s', expected '%s' for:\n%s", line, expect, out);
+  if (strcmp(line, expect) != 0)
+    fail_msg("counted '%s', expected '%s' for:\n%s", line, expect, out);
 }
 
 static void test_counts_each_kind_of_output(void **state) {
