@@ -1,7 +1,8 @@
 # vspec - build, test, bench, demo.
 #
 #   make            build everything into build/
-#   make test       build and run every test, once normally and once under ASan+UBSan
+#   make test       build and run every test, once normally and once under ASan+UBSan, then
+#                   a short fuzz pass; ends with "N passed, N failed, N skipped" (test cases)
 #   make bench      CPU cost curve and decode throughput (not a test)
 #   make demo       install deps, build, generate images with the shipped model
 #                   (DAEMON=1: through vspecd and the vspec CLI)
@@ -328,7 +329,9 @@ $(BUILD)/targets/request_seeds: $(BUILD)/obj/tests/fuzz/request_seeds.o $(SVC_LI
 fuzz-targets: $(FUZZ_TARGETS) $(BUILD)/targets/request_seeds $(PLUGINS)
 
 # Runs every test binary from the repository root; VSPEC_BUILD tells tests where the
-# plugins are. A failing test fails the target but the rest still run.
+# plugins are. A failing test fails the target but the rest still run. Each runs through
+# tests/tally.sh, which shows its output and adds its counts of test cases to
+# $(BUILD)/tests/results.txt, for make test's closing line.
 # The statistical tests are long, single-threaded and talk to no daemon: they run one after
 # the other beside the other tests that start no daemon either, which keeps the second core
 # busy; their output is printed when they are done. The tests that run daemons come after:
@@ -336,19 +339,22 @@ fuzz-targets: $(FUZZ_TARGETS) $(BUILD)/targets/request_seeds $(PLUGINS)
 BESIDE_TESTS := $(filter %/test_cspd_exact %/test_sd_exact %/test_sd_relaxed,$(TESTS))
 DAEMON_TESTS := $(foreach t,$(shell grep -l 'daemon_harness\|vs_daemon_start\|vspecd' \
                   tests/test_*.c),$(BUILD)/tests/$(basename $(notdir $(t))))
+TALLY := tests/tally.sh
 check: all $(TESTS)
-	@fail=0; beside=$(BUILD)/tests/beside.log; \
+	@fail=0; beside=$(BUILD)/tests/beside.log; res=$(BUILD)/tests/results.txt; rm -f $$res; \
 	( bf=0; for t in $(BESIDE_TESTS); do \
 	    echo "== $$t (beside the others)"; \
-	    VSPEC_BUILD=$(BUILD) ./$$t || { echo "FAILED: $$t"; bf=1; }; \
+	    VSPEC_BUILD=$(BUILD) $(TALLY) run $$res $$t ./$$t || { echo "FAILED: $$t"; bf=1; }; \
 	  done; exit $$bf ) > $$beside 2>&1 & bpid=$$!; \
 	for t in $(filter-out $(BESIDE_TESTS) $(DAEMON_TESTS),$(TESTS)) -- $(DAEMON_TESTS); do \
 	  if [ "$$t" = -- ]; then wait $$bpid || fail=1; cat $$beside; continue; fi; \
 	  echo "== $$t"; \
-	  VSPEC_BUILD=$(BUILD) ./$$t || { echo "FAILED: $$t"; fail=1; }; \
+	  VSPEC_BUILD=$(BUILD) $(TALLY) run $$res $$t ./$$t || { echo "FAILED: $$t"; fail=1; }; \
 	done; \
-	if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory install-check || fail=1; fi; \
-	if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory python-check || fail=1; fi; \
+	if [ "$(SAN)" = 0 ]; then \
+	  $(TALLY) run $$res install-check $(MAKE) --no-print-directory install-check || fail=1; \
+	  $(TALLY) run $$res python-check $(MAKE) --no-print-directory python-check || fail=1; \
+	fi; \
 	exit $$fail
 
 # make install into a temporary DESTDIR and use the result (tests/install/test_install.sh).
@@ -369,20 +375,32 @@ python-client: $(PY_PKG)/vspec_pb2.py
 python-check: all $(PY_PKG)/vspec_pb2.py
 	VSPEC_BUILD=$(BUILD) PYTHONPATH=$(BUILD)/python $(PYTHON) tests/python/test_client.py
 
+# make test ends with one line, "N passed, N failed, N skipped" (tests/tally.sh): test
+# cases, over the plain run, the ASan run and the fuzz pass. A cmocka case that called skip()
+# (no AMX, no redis-server, smaller under the sanitizers) is skipped; the install test is one
+# case, each fuzz target one (all skipped without clang). As before, the first of the three
+# runs that fails ends make test with exit status 1; a failure no case shows (a build error)
+# counts as one failed case.
+TEST_TALLIES := build/tests/results.txt build/asan/tests/results.txt build/fuzz/results.txt
 test:
-	$(MAKE) check
-	$(MAKE) check SAN=1
-	$(MAKE) fuzz-check
+	@rm -f $(TEST_TALLIES); st=0; \
+	{ $(MAKE) check && $(MAKE) check SAN=1 && $(MAKE) fuzz-check; } || st=1; \
+	$(TALLY) summary $$st $(TEST_TALLIES); exit $$st
 
 # Fuzzing (tests/fuzz/run.sh; docs/RELIABILITY.md, "Fuzzing"): make fuzz runs each target for
 # FUZZ_RUNS inputs (at most FUZZ_TIME seconds), make fuzz-check replays the seed corpus and the
 # regression inputs and fuzzes FUZZ_CHECK_TIME seconds per target, make fuzz-seeds rewrites
 # the request target's seeds. Without clang and libFuzzer each says so and succeeds.
+# make fuzz-check counts its targets in build/fuzz/results.txt for make test's closing line.
+FUZZ_RESULTS := build/fuzz/results.txt
 fuzz fuzz-check fuzz-seeds:
-	@if FUZZ_CC="$(FUZZ_CC)" tests/fuzz/run.sh probe; then \
+	@$(if $(filter fuzz-check,$@),rm -f $(FUZZ_RESULTS);) \
+	if FUZZ_CC="$(FUZZ_CC)" tests/fuzz/run.sh probe; then \
 	  $(MAKE) --no-print-directory SAN=fuzz fuzz-targets && \
 	  FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_TIME=$(FUZZ_TIME) FUZZ_CHECK_TIME=$(FUZZ_CHECK_TIME) \
+	    $(if $(filter fuzz-check,$@),$(TALLY) run $(FUZZ_RESULTS) fuzz-check) \
 	    tests/fuzz/run.sh $(if $(filter fuzz,$@),run,$(@:fuzz-%=%)) build/fuzz; \
+	$(if $(filter fuzz-check,$@),else $(TALLY) skip $(FUZZ_RESULTS) $(words $(FUZZ_SRC)) fuzz-check;) \
 	fi
 
 # The GPU suite (tests/gpu/ and the golden tests on cuda); every test reports "skipped"

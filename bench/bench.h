@@ -26,6 +26,13 @@ typedef struct vs_bench_device {
   int precision;    /* VS_PRECISION_*: fp32 parity or bf16 weights on a GPU */
 } vs_bench_device;
 
+/* The model directory a subcommand opens for --model `dir`: `dir` itself when it exists here
+ * (models/fmnist from the checkout), else the one installed with this program when it is
+ * there (PREFIX/share/vspec/`dir`, core/paths.h), as vspecd finds its default model; else
+ * `dir`, so that the error names what the user gave. The result lives until the next call
+ * (one per subcommand, after its options are parsed). */
+const char *vs_bench_model_dir(const char *dir);
+
 /* dv NULL: the CPU with all cores. */
 int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_dir,
                       const vs_bench_device *dv, char *err, size_t errlen);

@@ -66,6 +66,14 @@ void vs_bench_print_device(FILE *f, vspec_dev *dev) {
           info.precision == VS_PRECISION_BF16 ? "bf16" : "fp32");
 }
 
+const char *vs_bench_model_dir(const char *dir) {
+  static char buf[4096];
+  /* an absolute path is what the user means, wherever the program is */
+  if (dir[0] == '/') return dir;
+  vs_default_data_path(dir, buf, sizeof buf);
+  return buf;
+}
+
 int vs_bench_env_open(vs_bench_env *env, const char *argv0, const char *plugin_dir,
                       const vs_bench_device *dv, char *err, size_t errlen) {
   memset(env, 0, sizeof *env);

@@ -68,6 +68,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
     }
     if (!ok) return 2;
   }
+  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
   if (vs_bench_env_open(&env, argv[0], plugin_dir, NULL, err, sizeof err)) {

@@ -533,6 +533,7 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     fprintf(stderr, "vspec-bench eval: unexpected argument '%s'\n", argv[optind]);
     return 2;
   }
+  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
   eval_method em[EVAL_MAX_METHODS];
   memset(em, 0, sizeof em);

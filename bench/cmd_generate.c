@@ -10,13 +10,16 @@
 
 #include "bench/bench.h"
 #include "core/cli_args.h"
+#include "core/png_meta.h"
 #include "core/png_write.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: vspec-bench generate [options]\n"
           "\n"
-          "  --model DIR         model directory (default models/fmnist)\n"
+          "  --model DIR         model directory (default models/fmnist); a relative DIR that\n"
+          "                      is not here is taken from the installed models\n"
+          "                      (PREFIX/share/vspec/DIR), as vspecd does\n"
           "  --class C           class label (default 0)\n"
           "  --seed S            job seed (default 0); the same seed gives the same bytes\n"
           "  --method M          decoding method: ar or sd:RULE[:PARAMS][@SCHED[:PARAMS]]\n"
@@ -102,6 +105,7 @@ int vs_bench_cmd_generate(int argc, char **argv) {
     return 2;
   }
 
+  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
   dv.threads = (int)threads;
@@ -153,9 +157,9 @@ int vs_bench_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "vspec-bench generate: decode: %s\n", err);
     goto done;
   }
-  char desc[512];
-  vs_job_describe(&job, models->name, desc, sizeof desc);
-  vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench"}};
+  vs_png_meta meta; /* the vspec and parameters chunks (core/png_meta.h) */
+  int n_texts = vs_png_meta_init(&meta, &job, models, "vspec-bench");
+  const char *desc = meta.describe;
   int w = t->info.image_w, h = t->info.image_h;
   const uint8_t *pixels = rgb;
   if (upscale > 1) {
@@ -167,7 +171,7 @@ int vs_bench_cmd_generate(int argc, char **argv) {
     w *= (int)upscale;
     h *= (int)upscale;
   }
-  if (vs_png_write_file(out_path, pixels, w, h, text, 2, err, sizeof err)) {
+  if (vs_png_write_file(out_path, pixels, w, h, meta.texts, n_texts, err, sizeof err)) {
     fprintf(stderr, "vspec-bench generate: %s\n", err);
     goto done;
   }

@@ -68,6 +68,7 @@ int vs_bench_cmd_quality(int argc, char **argv) {
     return 2;
   }
 
+  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
   vspec_dev *dev = NULL;
   if (vs_dev_create(vs_cpu_ops(), (int)threads, &dev, err, sizeof err)) {

@@ -92,6 +92,7 @@ int vs_bench_cmd_tune(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
   dv.threads = (int)threads;

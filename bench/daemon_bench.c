@@ -29,6 +29,7 @@
 #include "clients/conn.h"
 #include "core/cli_args.h"
 #include "core/png_write.h"
+#include "core/version.h"
 
 typedef struct vs__bd {
   vs_bench_daemon d;
@@ -84,7 +85,8 @@ static void usage(FILE *f) {
           "  --precision P      with --batch: the daemons' [device] precision (fp32, bf16)\n"
           "  --lanes L          with --batch: [workers] batch_lanes (batches at once, default\n"
           "                     1); B x L jobs in flight\n"
-          "  --no-progress      submit jobs without progress events\n");
+          "  --no-progress      submit jobs without progress events\n"
+          "  --version          version and plugin ABI\n");
 }
 
 int main(int argc, char **argv) {
@@ -98,7 +100,7 @@ int main(int argc, char **argv) {
   const char *model_dir = NULL, *method = "ar", *synthetic = NULL;
   enum {
     O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS, O_NOPROG, O_BATCH,
-    O_ROUNDS, O_PRECISION, O_LANES
+    O_ROUNDS, O_PRECISION, O_LANES, O_VERSION
   };
   static const struct option opts[] = {
       {"model-dir", required_argument, 0, O_MODEL}, {"synthetic", required_argument, 0, O_SYN},
@@ -107,7 +109,7 @@ int main(int argc, char **argv) {
       {"jobs", required_argument, 0, O_JOBS},       {"no-progress", no_argument, 0, O_NOPROG},
       {"batch", required_argument, 0, O_BATCH},     {"rounds", required_argument, 0, O_ROUNDS},
       {"precision", required_argument, 0, O_PRECISION}, {"lanes", required_argument, 0, O_LANES},
-      {"help", no_argument, 0, 'h'},
+      {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -126,6 +128,7 @@ int main(int argc, char **argv) {
       case O_PRECISION: precision = optarg; break;
       case O_LANES: ok = vs_cli_long("--lanes", optarg, 1, 16, &lanes); break;
       case 'h': usage(stdout); return 0;
+      case O_VERSION: vs_print_version(stdout, "vspecd-bench"); return 0;
       default: usage(stderr); return 2;
     }
     if (!ok) return 2;

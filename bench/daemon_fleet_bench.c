@@ -29,6 +29,7 @@
 #include "bench/daemon_fleet_load.h"
 #include "clients/conn.h"
 #include "core/cli_args.h"
+#include "core/version.h"
 
 #define VS__JOB_TIMEOUT_S 60.0 /* one image of phase 1, submit to result */
 #define VS__GOAL_PCT 5.0       /* the goal for the added p50 latency */
@@ -347,7 +348,8 @@ static void vs__usage(FILE *f) {
           "  --json FILE          also write the figures as JSON\n"
           "  --keep               leave the temporary directories (logs, the append-only\n"
           "                       file) and name them on stderr\n"
-          "  --quick              a smoke run: 6 images, 40 jobs (unless given)\n");
+          "  --quick              a smoke run: 6 images, 40 jobs (unless given)\n"
+          "  --version            version and plugin ABI\n");
 }
 
 static int vs__model_dir(vs__opts *o, const char *model) {
@@ -375,7 +377,7 @@ typedef struct vs__raw {
 } vs__raw;
 
 enum { O_MODEL = 256, O_METHOD, O_THREADS, O_WORKERS, O_IMAGES, O_JOBS, O_INFLIGHT, O_CLAIM,
-       O_FSYNC, O_DOWN, O_JSON, O_QUICK, O_KEEP };
+       O_FSYNC, O_DOWN, O_JSON, O_QUICK, O_KEEP, O_VERSION };
 
 /* One option; 0 when its value is refused (message printed). */
 static int vs__option(int c, const char *arg, vs__opts *o, vs__raw *w) {
@@ -401,7 +403,7 @@ static int vs__option(int c, const char *arg, vs__opts *o, vs__raw *w) {
   }
 }
 
-/* Returns 0, 1 (--help: done) or 2 (usage error). */
+/* Returns 0, 1 (--help or --version: done) or 2 (usage error). */
 static int vs__parse(int argc, char **argv, vs__opts *o) {
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},
@@ -418,6 +420,7 @@ static int vs__parse(int argc, char **argv, vs__opts *o) {
       {"quick", no_argument, 0, O_QUICK},
       {"keep", no_argument, 0, O_KEEP},
       {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
   vs__raw w = {.threads = 1, .workers = 1, .claim = 2000, .model = "models/fmnist"};
   o->images = 40, o->jobs = 300, o->in_flight = 4, o->redis_down_ms = 1000;
@@ -425,8 +428,9 @@ static int vs__parse(int argc, char **argv, vs__opts *o) {
   o->fleet.appendfsync = "always";
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'h') {
-      vs__usage(stdout);
+    if (c == 'h' || c == O_VERSION) {
+      if (c == 'h') vs__usage(stdout);
+      else vs_print_version(stdout, "vspecd-fleet-bench");
       return 1;
     }
     if (c == '?') {

@@ -39,6 +39,7 @@
 #include "bench/daemon_proc.h"
 #include "clients/conn.h"
 #include "core/cli_args.h"
+#include "core/version.h"
 
 #define SILENCE_MS 60000 /* a job its client hears nothing of for this long has failed */
 #define SLOW_S 5.0        /* a job that takes this long is named on stderr */
@@ -483,7 +484,8 @@ static void usage(FILE *f) {
           "  --log-level L       the daemon's (default warn)\n"
           "  --keep              keep the daemon's directory (log, sockets) also when all is well\n"
           "  --quarantine-mb M   ASan's quarantine in the daemon (default 32; ASan's own 256\n"
-          "                      would make the first 256 MB of freed memory look like growth)\n");
+          "                      would make the first 256 MB of freed memory look like growth)\n"
+          "  --version           version and plugin ABI\n");
 }
 
 static int parse_args(int argc, char **argv, soak_opts *o) {
@@ -492,7 +494,7 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
                    .quarantine_mb = 32,
                    .model_dir = "tests/golden/micro_c2i", .rule = "exact", .log_level = "warn"};
   enum { O_JOBS = 256, O_CLIENTS, O_RELOADS, O_RULE, O_VANISH, O_PREVIEW, O_WORKERS, O_MODEL,
-         O_RSS, O_CSV, O_QUAR, O_LOG, O_KEEP, O_BATCH };
+         O_RSS, O_CSV, O_QUAR, O_LOG, O_KEEP, O_BATCH, O_VERSION };
   static const struct option opts[] = {
       {"jobs", required_argument, 0, O_JOBS},          {"clients", required_argument, 0, O_CLIENTS},
       {"reloads", required_argument, 0, O_RELOADS},    {"rule", required_argument, 0, O_RULE},
@@ -501,7 +503,7 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
       {"rss-ms", required_argument, 0, O_RSS},         {"rss-csv", required_argument, 0, O_CSV},
       {"quarantine-mb", required_argument, 0, O_QUAR}, {"log-level", required_argument, 0, O_LOG},
       {"keep", no_argument, 0, O_KEEP},                {"help", no_argument, 0, 'h'},
-      {"batch", required_argument, 0, O_BATCH},
+      {"batch", required_argument, 0, O_BATCH},        {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -522,6 +524,7 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
       case O_LOG: o->log_level = optarg; break;
       case O_KEEP: o->keep = 1; break;
       case 'h': usage(stdout); exit(0);
+      case O_VERSION: vs_print_version(stdout, "vspecd-soak"); exit(0);
       default: usage(stderr); return -1;
     }
     if (!ok) return -1;

@@ -19,6 +19,7 @@
 
 #include "bench/bench.h"
 #include "bench/daemon_proc.h"
+#include "core/version.h"
 #include "daemon/preview_fit.h"
 
 static int vs__cmp(const void *a, const void *b) {
@@ -176,17 +177,18 @@ static void vs__usage(FILE *f) {
   fprintf(f, "usage: vspecd-startup-bench [--runs N] [--model DIR] [--random-gptb DIR]\n"
              "       vspecd-startup-bench --lut-error DIR [--samples N] [--tiles K] "
              "[--linear]\n"
-             "       vspecd-startup-bench --neighbours DIR\n");
+             "       vspecd-startup-bench --neighbours DIR\n"
+             "       vspecd-startup-bench --version\n");
 }
 
 int main(int argc, char **argv) {
-  enum { O_RUNS = 256, O_MODEL, O_GPTB, O_LUT, O_SAMPLES, O_TILES, O_LINEAR, O_NBR };
+  enum { O_RUNS = 256, O_MODEL, O_GPTB, O_LUT, O_SAMPLES, O_TILES, O_LINEAR, O_NBR, O_VERSION };
   static const struct option opts[] = {
       {"runs", required_argument, 0, O_RUNS},    {"model", required_argument, 0, O_MODEL},
       {"random-gptb", required_argument, 0, O_GPTB}, {"lut-error", required_argument, 0, O_LUT},
       {"samples", required_argument, 0, O_SAMPLES}, {"tiles", required_argument, 0, O_TILES},
       {"linear", no_argument, 0, O_LINEAR},      {"neighbours", required_argument, 0, O_NBR},
-      {"help", no_argument, 0, 'h'},
+      {"help", no_argument, 0, 'h'},             {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
   int runs = 3, c;
   const char *model = NULL, *gptb = NULL, *lut = NULL, *nbr = NULL;
@@ -202,6 +204,7 @@ int main(int argc, char **argv) {
       case O_LINEAR: fo.quadratic = 0; break;
       case O_NBR: nbr = optarg; break;
       case 'h': vs__usage(stdout); return 0;
+      case O_VERSION: vs_print_version(stdout, "vspecd-startup-bench"); return 0;
       default: vs__usage(stderr); return 2;
     }
   }

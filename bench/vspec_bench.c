@@ -5,10 +5,12 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "core/version.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: vspec-bench COMMAND [options]\n"
+          "       vspec-bench --version\n"
           "\n"
           "commands:\n"
           "  generate    generate one image and write it as PNG\n"
@@ -23,6 +25,9 @@ static void usage(FILE *f) {
           "  tune        tune size=auto for a model and method on this machine and store\n"
           "              the choice in the cache\n"
           "\n"
+          "A relative --model DIR (default models/fmnist) that does not exist here is taken\n"
+          "from the models installed with this program (PREFIX/share/vspec/DIR).\n"
+          "\n"
           "Run 'vspec-bench COMMAND --help' for the options of a command.\n");
 }
 
@@ -32,6 +37,10 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   const char *cmd = argv[1];
+  if (strcmp(cmd, "--version") == 0) {
+    vs_print_version(stdout, "vspec-bench");
+    return 0;
+  }
   if (strcmp(cmd, "generate") == 0) return vs_bench_cmd_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "costcurve") == 0) return vs_bench_cmd_costcurve(argc - 1, argv + 1);
   if (strcmp(cmd, "demo") == 0) return vs_bench_cmd_demo(argc - 1, argv + 1);

@@ -11,7 +11,7 @@
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/method.h"
-#include "core/png_write.h"
+#include "core/png_meta.h"
 #include "kernels/vs_kernels.h"
 #include "proto/vspec.pb-c.h"
 
@@ -49,6 +49,7 @@ typedef struct vs__run {
   double preview_s;
   int previews;
   char rule_version[96], sched_version[96]; /* of the generations the engine runs with */
+  const vs_job *job; /* as it runs: the previews' text chunks (core/png_meta.h) */
 } vs__run;
 
 /* Renders the preview of a round into r->rgb. A continuous-token model has no codes to paint:
@@ -83,7 +84,7 @@ static void vs__preview(vs__run *r, const vs_round_info *info) {
   }
   uint8_t *png = NULL;
   size_t len = 0;
-  if (vs_png_encode(r->rgb, in->image_w, in->image_h, NULL, 0, &png, &len, err, sizeof err)) {
+  if (vs_png_encode_job(r->rgb, r->job, r->set->models, "vspecd", &png, &len, err, sizeof err)) {
     vs_log(VSPEC_LOG_WARN, "worker", "job %llu: preview PNG: %s", (unsigned long long)j->id, err);
     return;
   }
@@ -300,6 +301,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   }
   job.status = status;
   job.latents = latents;
+  r.job = &job;
   r.every_tokens = j->preview_every_tokens > 0 ? j->preview_every_tokens : r.total / 8;
   if (r.every_tokens < 1) r.every_tokens = 1;
   r.every_rounds = j->preview_every_rounds;
@@ -317,9 +319,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
     if (rc) {
       snprintf(err, sizeof err, "decode: %s", inner);
     } else {
-      vs_png_text text[] = {{"vspec", desc}, {"Software", "vspecd"}};
-      rc = vs_png_encode(rgb, t->info.image_w, t->info.image_h, text, 2, &png, &png_len, err,
-                         sizeof err);
+      rc = vs_png_encode_job(rgb, &job, r.set->models, "vspecd", &png, &png_len, err, sizeof err);
     }
     st.decode_s = vs_now() - d0;
   }

@@ -1,8 +1,9 @@
 #!/bin/sh
 # make install into a staging DESTDIR, then use the staged tree as a user and a plugin author
 # would: the layout, the SONAME, pkg-config, a plugin built against the installed headers
-# alone, and the installed vspecd (its plugins, models and the CLI found from its own place)
-# generating an image with that plugin loaded. Run by make check (SAN=0) as install-check.
+# alone (README.md's DESTDIR recipe), the installed vspecd (its plugins, models and the CLI
+# found from its own place) generating an image with that plugin loaded, and the installed
+# vspec-bench generating with the installed model. Run by make check (SAN=0) as install-check.
 # Usage: tests/install/test_install.sh BUILD
 set -eu
 BUILD=${1:-build}
@@ -33,18 +34,26 @@ grep -q "^admin_endpoint = ipc:///run/vspecd/admin.sock" "$R/etc/vspec/vspecd.co
   fail "the installed configuration's admin socket is not the unit's runtime directory"
 grep -q "^dir = $P/lib/vspec/plugins" "$R/etc/vspec/vspecd.conf" || fail "plugins.dir not rewritten"
 
-# A plugin author's build: the installed headers through pkg-config, nothing else.
-CFLAGS=$(PKG_CONFIG_PATH="$R/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$T/root" pkg-config --cflags vspec-plugin) ||
-  fail "pkg-config --cflags vspec-plugin"
-PLUGDIR=$(PKG_CONFIG_PATH="$R/lib/pkgconfig" pkg-config --variable=plugindir vspec-plugin)
-[ "$PLUGDIR" = "$P/lib/vspec/plugins" ] || fail "plugindir is '$PLUGDIR'"
-cc $CFLAGS -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -fPIC -shared \
-  tests/plugins/testrule.c -o "$R/lib/vspec/plugins/accept_testrule.so" || fail "testrule.c against the installed headers"
-chmod go-w "$R/lib/vspec/plugins/accept_testrule.so"
+# A plugin author's build against the staged tree, exactly as README.md ("Writing a plugin")
+# says: the .pc files hold the final paths, PKG_CONFIG_SYSROOT_DIR puts the stage in front of
+# them (pkgconf does so for --variable too). In a subshell: make below must not see them.
+grep -q "^plugindir=$P/lib/vspec/plugins$" "$R/lib/pkgconfig/vspec-plugin.pc" ||
+  fail "vspec-plugin.pc: plugindir is not $P/lib/vspec/plugins"
+STAGE=$T/root
+(
+  umask 022 # vspecd refuses a plugin that group or others can write
+  export PKG_CONFIG_PATH=$STAGE$P/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$STAGE
+  cc $(pkg-config --cflags vspec-plugin) -fPIC -shared tests/plugins/testrule.c \
+     -o "$(pkg-config --variable=plugindir vspec-plugin)/accept_testrule.so"
+) || fail "the README's recipe: testrule.c against the staged headers"
+[ -f "$R/lib/vspec/plugins/accept_testrule.so" ] ||
+  fail "the README's recipe did not put accept_testrule.so into the staged plugin directory"
 
 # The installed programs from another directory: no build tree, no models/ in sight.
 cd "$T"
-"$R/bin/vspec" --version | grep -q "plugin ABI" || fail "vspec --version"
+for p in vspecd vspec vspec-broker vspec-gateway vspec-bench; do
+  "$R/bin/$p" --version | grep -q "^$p (vspec) .*, plugin ABI " || fail "$p --version"
+done
 # (defaults.auto_size off: tuning the draft size, seconds, is tests/test_autotune.c's subject)
 VSPEC_CACHE_DIR=$T/cache "$R/bin/vspecd" --endpoint "ipc://$T/jobs.sock" --admin "ipc://$T/admin.sock" \
   --set defaults.auto_size=false >"$T/vspecd.log" 2>&1 &
@@ -61,6 +70,11 @@ grep -q "testrule" "$T/plugins.txt" || { cat "$T/plugins.txt"; fail "the plugin 
 [ "$(head -c 4 "$T/img.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "no PNG written"
 kill "$PID" && wait "$PID" 2>/dev/null || true
 PID=
+# The installed vspec-bench finds the installed model as vspecd does (its default
+# models/fmnist is not here).
+VSPEC_CACHE_DIR=$T/cache "$R/bin/vspec-bench" generate --class 3 --seed 1 --out "$T/bench.png" \
+  >"$T/bench.log" 2>&1 || { cat "$T/bench.log"; fail "the installed vspec-bench generate"; }
+[ "$(head -c 4 "$T/bench.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "vspec-bench wrote no PNG"
 
 cd - >/dev/null
 make --no-print-directory -s uninstall BUILD="$BUILD" DESTDIR="$T/root" PREFIX=$P >/dev/null
