@@ -216,6 +216,32 @@ static int vs__resolve_size(vs__run *r, vs_models *models, const char *who, cons
   return VSPEC_OK;
 }
 
+/* The codebook neighbour table, made on the first job whose rule reads it (core/models.h:
+ * seconds for a large codebook when the disk cache has no copy), is made here, before the
+ * job's first round, so that its client sees the wait as a phase. */
+static int vs__prepare_neighbours(vs__run *r, vs_models *models, const char *spec, char *err,
+                                  size_t errlen) {
+  vs_method me;
+  vs_plugin *p;
+  char inner[VSPEC_ERRLEN];
+  if (vs_method_parse(spec, &me, inner, sizeof inner) || me.kind != VS_METHOD_SD) return 0;
+  if (vs_registry_acquire_loaded(models->reg, VSPEC_PLUGIN_ACCEPT, me.rule, &p, inner,
+                                 sizeof inner))
+    return 0; /* the engine says why */
+  int uses = (vs_plugin_desc(p)->flags & VSPEC_PLUGIN_USES_NEIGHBOURS) != 0;
+  vs_plugin_release(p);
+  pthread_mutex_lock(&models->neighbours_mu);
+  int made = models->neighbours != NULL;
+  pthread_mutex_unlock(&models->neighbours_mu);
+  if (!uses || made) return 0;
+  const int32_t *table;
+  int k;
+  vs__set_phase(r, "loading", "making the codebook neighbour table (once per model)", 0.0);
+  int rc = vs_models_neighbours(models, &table, &k, err, errlen);
+  if (!rc) vs__set_phase(r, "loading", "the codebook neighbour table is ready", 1.0);
+  return rc;
+}
+
 static void vs__run_job(vs_worker *w, vs_djob *j) {
   vs_workers *pool = w->pool;
   double started = vs_now();
@@ -269,6 +295,7 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   if ((rc = vs__resolve_size(&r, r.set->models, who, j->method, spec, sizeof spec, err,
                              sizeof err)))
     goto finish;
+  if ((rc = vs__prepare_neighbours(&r, r.set->models, spec, err, sizeof err))) goto finish;
   r.t0 = vs_now(); /* progress's elapsed time (and a client's ETA) count generation only */
   vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
                 .caption_mask = j->caption_mask, .seed = j->seed,

@@ -451,6 +451,44 @@ static void daemon_events(const char *ep, const char *method, int expect_tuning,
   }
 }
 
+/* The first LANTERN job on a model makes its codebook neighbour table before its first round:
+ * its client sees that as a "loading" phase ending at done = 1 (the newest state wins: the
+ * start may be folded into it), before any progress; the next job has nothing to wait for.
+ * Returns the phase events seen. */
+static int loading_phases(const char *ep) {
+  vs_conn c;
+  vs_client_open(&c, ep);
+  Vspec__Submit s = VSPEC__SUBMIT__INIT;
+  s.model = "self";
+  s.method = "sd:lantern:delta=0.2@standard:shape=chain,depth=2";
+  s.has_credit = 1;
+  s.credit = 64;
+  uint64_t rid = vs_client_submit(&c, &s);
+  int phases = 0, progress = 0, ended = 0;
+  double last = -1;
+  while (!ended) {
+    vs_conn_event e;
+    vs_client_next(&c, 60000, &e);
+    Vspec__Event *ev = e.ev;
+    if (ev->body_case == VSPEC__EVENT__BODY_PHASE) {
+      assert_string_equal(ev->phase->name, "loading");
+      assert_int_equal(progress, 0);
+      last = ev->phase->done;
+      phases++;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_PROGRESS && ev->progress->round >= 0) {
+      progress++;
+    } else if (ev->body_case == VSPEC__EVENT__BODY_ERROR) {
+      fail_msg("%s", ev->error->message);
+    }
+    ended = ev->body_case == VSPEC__EVENT__BODY_RESULT ||
+            (ev->has_request_id && ev->request_id == rid && ev->body_case == VSPEC__EVENT__BODY_ERROR);
+    vs_conn_event_free(&e);
+  }
+  vs_conn_close(&c);
+  if (phases) assert_true(last == 1.0);
+  return phases;
+}
+
 /* vspecd: a job with the default size=auto succeeds through the CLI; the worker tunes at first
  * use, tells the client, logs the choice, and the second job (same seed) reads it back and
  * gives the same PNG. A stored AR choice runs the job as AR. */
@@ -506,6 +544,8 @@ static void test_daemon_job(void **state) {
                 sizeof describe);
   assert_non_null(strstr(notice, "size=auto: runs as AR"));
   assert_non_null(strstr(describe, "method=ar "));
+  assert_true(loading_phases(dm.job_ep) >= 1);
+  assert_int_equal(loading_phases(dm.job_ep), 0);
   assert_int_equal(vs_daemon_stop(&dm, 15, 20000), 0);
   /* the log says what was chosen, tuned the first time and cached the second */
   FILE *f = fopen(dm.log, "r");
