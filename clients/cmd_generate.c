@@ -261,6 +261,11 @@ int vs_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "vspec generate: unexpected argument '%s' (see --help)\n", argv[optind]);
     return EXIT_USAGE;
   }
+  char eperr[1024];
+  if (vs__net_env_check(&net, eperr, sizeof eperr)) {
+    fprintf(stderr, "vspec: %s\n", eperr);
+    return EXIT_USAGE;
+  }
   if (sub.method && (sub.accept || sub.sched || *accept_params || *sched_params || sub.draft)) {
     fprintf(stderr, "vspec generate: give --method or --accept/--sched/--param/--draft, not both\n");
     return EXIT_USAGE;
