@@ -116,5 +116,6 @@ int vs_cmd_plugins(int argc, char **argv);
 int vs_cmd_cancel(int argc, char **argv);
 int vs_cmd_ping(int argc, char **argv);
 int vs_cmd_keygen(int argc, char **argv);
+int vs_cmd_completion(int argc, char **argv);
 
 #endif /* VS_CLI_H */

@@ -28,6 +28,7 @@ static const vs__command vs__commands[] = {
     {"ping", "ping", "round trip to the daemon", vs_cmd_ping},
     {"keygen", "keygen PREFIX", "make a CURVE key pair", vs_cmd_keygen},
     {"version", "version", "the version and plugin ABI (also --version)", vs__cmd_version},
+    {"completion", "completion bash|zsh", "a shell completion script", vs_cmd_completion},
 };
 #define VS_N_COMMANDS (sizeof vs__commands / sizeof vs__commands[0])
 
