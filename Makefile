@@ -467,7 +467,9 @@ train:
 # libvspec, found through their RUNPATH $ORIGIN/../lib), libvspec.so with its SONAME, the CUDA
 # module when built, the plugins in LIBDIR/vspec/plugins, the plugin headers and pkg-config
 # files (pkg-config --cflags vspec-plugin), the shipped models, vspecd.conf and the systemd
-# unit with this layout's paths (tools/install.sh). make uninstall removes the same files.
+# unit with this layout's paths, vspec's shell completion for bash
+# (DATADIR/bash-completion/completions/vspec) and zsh (DATADIR/zsh/site-functions/_vspec)
+# (tools/install.sh). make uninstall removes the same files.
 PREFIX ?= /usr/local
 DESTDIR ?=
 BINDIR ?= $(PREFIX)/bin

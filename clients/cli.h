@@ -21,6 +21,7 @@
 #include "core/png_read.h"
 #include "core/png_write.h"
 #include "clients/conn.h"
+#include "clients/json_out.h"
 #include "clients/progress_line.h"
 #include "core/cli_args.h"
 #include "proto/curve_keys.h"
@@ -81,9 +82,16 @@ int cmd_status(int argc, char **argv);
 int vs__call(const vs_net_opts *net, int admin, Vspec__Request *rq, vs_conn_event *e,
              vs_conn *conn);
 int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve);
+/* As vs__connect, with the reason it failed in err instead of on stderr. */
+int vs__connect_msg(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve,
+                    char *err, size_t errlen);
+/* Endpoint syntax, checked where a value enters (options, environment) so that a typo is a
+ * usage error that shows the right forms: 0, or -1 with err naming `what` and the fix. */
+int vs__endpoint_check(const char *what, const char *ep, char *err, size_t errlen);
+/* The endpoints taken from $VSPEC_SERVER / $VSPEC_ADMIN (not overridden by an option). */
+int vs__net_env_check(const vs_net_opts *n, char *err, size_t errlen);
 int vs__connect_admin(vs_conn *c, const vs_net_opts *n);
 int vs__exit_for(int code);
-void vs__json_str(FILE *f, const char *s);
 void vs__net_defaults(vs_net_opts *n);
 int vs__net_opt(vs_net_opts *n, int c, const char *arg);
 /* Options of a command that takes the network options and on/off flags only (status,
@@ -97,6 +105,9 @@ void vs__on_sigint(int sig);
 void vs__print_plugin(const Vspec__PluginInfo *p);
 void vs__print_plugin_json(const Vspec__PluginInfo *p);
 int vs__write_file(const char *path, const void *data, size_t len);
+/* As vs__write_file (a temporary file renamed into place), with the reason in err. */
+int vs__write_file_msg(const char *path, const void *data, size_t len, char *err,
+                       size_t errlen);
 
 /* The commands (clients/cmd_*.c): each parses its own options and returns an exit code. */
 int vs_cmd_generate(int argc, char **argv);
@@ -105,5 +116,6 @@ int vs_cmd_plugins(int argc, char **argv);
 int vs_cmd_cancel(int argc, char **argv);
 int vs_cmd_ping(int argc, char **argv);
 int vs_cmd_keygen(int argc, char **argv);
+int vs_cmd_completion(int argc, char **argv);
 
 #endif /* VS_CLI_H */

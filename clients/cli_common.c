@@ -38,18 +38,6 @@ int vs__exit_for(int code) {
   }
 }
 
-/* JSON string (the caller prints the quotes' surroundings). */
-void vs__json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; s && *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 void vs__net_defaults(vs_net_opts *n) {
   n->server = vs__default_server();
   n->admin = vs__default_admin();
@@ -61,11 +49,60 @@ void vs__net_defaults(vs_net_opts *n) {
   n->timeout_s = 30;
 }
 
-/* 1 if c was a network option (consumed), 0 if not, -1 on a bad value. */
+/* The forms the CLI connects to, for every message about an endpoint. */
+#define VS_EP_FORMS                                                                       \
+  "write tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555, vspecd's job endpoint) or ipc://PATH " \
+  "(e.g. ipc:///tmp/vspecd-admin.sock, its admin endpoint)"
+
+/* tcp://HOST:PORT with a port of 1 to 65535 (HOST may be [v6]). */
+static int vs__tcp_ok(const char *hp) {
+  const char *colon = strrchr(hp, ':');
+  if (!colon || colon == hp || !colon[1] || strlen(colon + 1) > 5) return 0;
+  for (const char *d = colon + 1; *d; d++)
+    if (*d < '0' || *d > '9') return 0;
+  long port = atol(colon + 1);
+  return port >= 1 && port <= 65535;
+}
+
+int vs__endpoint_check(const char *what, const char *ep, char *err, size_t errlen) {
+  const char *sep = strstr(ep, "://");
+  if (!strncmp(ep, "tcp://", 6) && vs__tcp_ok(ep + 6)) return 0;
+  if (!strncmp(ep, "ipc://", 6) && ep[6]) return 0;
+  if (!strncmp(ep, "http://", 7) || !strncmp(ep, "https://", 8))
+    snprintf(err, errlen, "%s '%s' is an HTTP URL, but vspec speaks ZeroMQ to vspecd (its "
+             "HTTP endpoint is for curl and other HTTP clients): " VS_EP_FORMS, what, ep);
+  else if (!sep && strchr(ep, ':'))
+    snprintf(err, errlen, "%s '%s' has no transport: did you mean tcp://%s? " VS_EP_FORMS,
+             what, ep, ep);
+  else if (!sep)
+    snprintf(err, errlen, "%s '%s' is not an endpoint: " VS_EP_FORMS, what, ep);
+  else if (!strncmp(ep, "tcp://", 6))
+    snprintf(err, errlen, "%s '%s' needs HOST:PORT with a port of 1 to 65535: " VS_EP_FORMS,
+             what, ep);
+  else
+    snprintf(err, errlen, "%s '%s': vspec connects over tcp or ipc only: " VS_EP_FORMS, what,
+             ep);
+  return -1;
+}
+
+/* 1 if c was a network option (consumed), 0 if not, -1 on a bad value (said on stderr). */
 int vs__net_opt(vs_net_opts *n, int c, const char *arg) {
+  char err[1024];
   switch (c) {
-    case O_SERVER: n->server = arg; n->server_given = 1; return 1;
-    case O_ADMIN: n->admin = arg; n->admin_given = 1; return 1;
+    case O_SERVER:
+    case O_ADMIN:
+      if (vs__endpoint_check(c == O_SERVER ? "--server" : "--admin", arg, err, sizeof err)) {
+        fprintf(stderr, "vspec: %s\n", err);
+        return -1;
+      }
+      if (c == O_SERVER) {
+        n->server = arg;
+        n->server_given = 1;
+      } else {
+        n->admin = arg;
+        n->admin_given = 1;
+      }
+      return 1;
     case O_SKEY: n->server_key = arg; return 1;
     case O_CKEY: n->client_key = arg; return 1;
     case O_TIMEOUT: return vs_cli_double("--timeout", arg, 0.1, 86400, &n->timeout_s) ? 1 : -1;
@@ -73,31 +110,47 @@ int vs__net_opt(vs_net_opts *n, int c, const char *arg) {
   }
 }
 
-int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve) {
-  char err[1024];
+int vs__net_env_check(const vs_net_opts *n, char *err, size_t errlen) {
+  if (!n->server_given && getenv("VSPEC_SERVER") && *getenv("VSPEC_SERVER") &&
+      vs__endpoint_check("$VSPEC_SERVER", n->server, err, errlen))
+    return -1;
+  if (!n->admin_given && getenv("VSPEC_ADMIN") && *getenv("VSPEC_ADMIN") &&
+      vs__endpoint_check("$VSPEC_ADMIN", n->admin, err, errlen))
+    return -1;
+  return 0;
+}
+
+int vs__connect_msg(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve,
+                    char *err, size_t errlen) {
+  char why[1024];
   /* ZeroMQ would retry quietly until our timeout: say now that nobody is there. */
-  int probe = vs_endpoint_probe(endpoint, 2000, err, sizeof err);
+  int probe = vs_endpoint_probe(endpoint, 2000, why, sizeof why);
   if (probe == 0) {
-    fprintf(stderr, "vspec: cannot reach %s: %s; is vspecd (or vspec-gateway) running there?\n",
-            endpoint, err);
+    snprintf(err, errlen, "cannot reach %s: %s; is vspecd (or vspec-gateway) running there?",
+             endpoint, why);
     return -1;
   }
   if (probe == VS_PROBE_DENIED) {
-    fprintf(stderr, "vspec: cannot reach %s: %s\n", endpoint, err);
+    snprintf(err, errlen, "cannot reach %s: %s", endpoint, why);
     return -1;
   }
   vs_conn_opts o = {.server_key = curve ? n->server_key : NULL, .client_key = n->client_key,
                     .watch_handshake = 1};
-  if (vs_conn_open(c, endpoint, &o, err, sizeof err)) {
-    fprintf(stderr, "vspec: %s\n", err);
-    return -1;
-  }
+  if (vs_conn_open(c, endpoint, &o, err, errlen)) return -1;
   /* A refused key or a plaintext/CURVE mismatch would otherwise also look like silence. */
   int window = n->timeout_s < VS_HANDSHAKE_WINDOW_S ? (int)(n->timeout_s * 1000)
                                                      : VS_HANDSHAKE_WINDOW_S * 1000;
-  if (vs_conn_wait_ready(c, window, err, sizeof err) < 0) {
-    fprintf(stderr, "vspec: %s\n", err);
+  if (vs_conn_wait_ready(c, window, err, errlen) < 0) {
     vs_conn_close(c);
+    return -1;
+  }
+  return 0;
+}
+
+int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve) {
+  char err[1024];
+  if (vs__connect_msg(c, n, endpoint, curve, err, sizeof err)) {
+    fprintf(stderr, "vspec: %s\n", err);
     return -1;
   }
   return 0;
@@ -110,19 +163,29 @@ int vs__connect_admin(vs_conn *c, const vs_net_opts *n) {
   return vs__connect(c, n, n->admin, 0);
 }
 
-int vs__write_file(const char *path, const void *data, size_t len) {
+int vs__write_file_msg(const char *path, const void *data, size_t len, char *err,
+                      size_t errlen) {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) {
-    fprintf(stderr, "vspec: cannot write %s: %s\n", path, strerror(errno));
+    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     return -1;
   }
   int ok = fwrite(data, 1, len, f) == len;
   ok = fclose(f) == 0 && ok;
   if (!ok || rename(tmp, path)) {
-    fprintf(stderr, "vspec: cannot write %s: %s\n", path, strerror(errno));
+    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+int vs__write_file(const char *path, const void *data, size_t len) {
+  char err[4400];
+  if (vs__write_file_msg(path, data, len, err, sizeof err)) {
+    fprintf(stderr, "vspec: %s\n", err);
     return -1;
   }
   return 0;
@@ -198,6 +261,11 @@ int vs__parse_flags(int argc, char **argv, const char *cmd, const char *const *f
       fprintf(stderr, "see vspec %s --help\n", cmd);
       return EXIT_USAGE;
     }
+  }
+  char err[1024];
+  if (vs__net_env_check(net, err, sizeof err)) {
+    fprintf(stderr, "vspec: %s\n", err);
+    return EXIT_USAGE;
   }
   return -1;
 }

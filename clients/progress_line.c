@@ -1,14 +1,26 @@
+/*
+ * clients/progress_line.c - the live line (or plain lines) of `vspec generate`
+ * (clients/progress_line.h).
+ */
 #include "clients/progress_line.h"
 
 #include <stdarg.h>
+#include <string.h>
 #include <unistd.h>
 
-void vs_progress_line_init(vs_progress_line *p, FILE *f, int force_plain) {
+void vs_progress_line_init(vs_progress_line *p, FILE *f, int mode, double now) {
+  memset(p, 0, sizeof *p);
   p->f = f;
-  p->tty = !force_plain && isatty(fileno(f));
-  p->live = 0;
+  p->tty = mode == VS_PL_LIVE || (mode == VS_PL_AUTO && isatty(fileno(f)));
+  p->last_tenth = p->phase_tenth = -1;
+  p->t0 = p->gen_t0 = now;
+}
+
+void vs_progress_line_pause(vs_progress_line *p, double now) { p->gen_t0 = now; }
+
+void vs_progress_line_restart(vs_progress_line *p, double now) {
+  p->gen_t0 = now;
   p->last_tenth = -1;
-  p->job = 0;
 }
 
 static void vs__fmt_time(char *buf, size_t n, double s) {
@@ -16,27 +28,67 @@ static void vs__fmt_time(char *buf, size_t n, double s) {
   else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
-void vs_progress_line_update(vs_progress_line *p, unsigned done, unsigned total, double tpf,
-                             double mal, double accept, double elapsed_s) {
-  char el[32], eta[32] = "?", acc[32] = "", plain_acc[32] = "";
-  if (accept >= 0) {
-    snprintf(acc, sizeof acc, "  accept %.0f%%", 100.0 * accept);
-    snprintf(plain_acc, sizeof plain_acc, ", accept %.0f%%", 100.0 * accept);
-  }
-  vs__fmt_time(el, sizeof el, elapsed_s);
-  if (done > 0 && total >= done) vs__fmt_time(eta, sizeof eta, elapsed_s / done * (total - done));
+/* "accept 3%" (or "accept -" when nothing is drafted), then the unverified share if any;
+ * sep separates the figures (two spaces on the live line, a comma in plain lines). */
+static void vs__fmt_accept(char *buf, size_t n, const vs_progress_figures *x, const char *sep) {
+  int k = x->accept < 0 ? snprintf(buf, n, "%saccept -", sep)
+                        : snprintf(buf, n, "%saccept %.0f%%", sep, 100.0 * x->accept);
+  if (x->unverified > 0 && k > 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, "%sunverified %.0f%%", sep, 100.0 * x->unverified);
+}
+
+/* Generation time so far: since the clock last restarted, or the daemon's own figure when
+ * that is shorter (a daemon that reports no phase still knows when it started generating). */
+static double vs__gen_time(const vs_progress_line *p, const vs_progress_figures *x,
+                           double now) {
+  double gen = now - p->gen_t0;
+  if (x->gen_s > 0 && x->gen_s < gen) gen = x->gen_s;
+  return gen;
+}
+
+void vs_progress_line_update(vs_progress_line *p, const vs_progress_figures *x, double now) {
+  char el[32], eta[32] = "?", acc[64], plain_acc[64];
+  vs__fmt_accept(acc, sizeof acc, x, "  ");
+  vs__fmt_accept(plain_acc, sizeof plain_acc, x, ", ");
+  vs__fmt_time(el, sizeof el, now - p->t0);
+  if (x->done > 0 && x->total >= x->done)
+    vs__fmt_time(eta, sizeof eta, vs__gen_time(p, x, now) / x->done * (x->total - x->done));
+  p->phase[0] = 0;
   if (p->tty) {
     fprintf(p->f, "\r\033[K[job %llu] %u/%u tokens  TPF %.2f  MAL %.2f%s  %s  ETA %s", p->job,
-            done, total, tpf, mal, acc, el, eta);
+            x->done, x->total, x->tpf, x->mal, acc, el, eta);
     fflush(p->f);
     p->live = 1;
     return;
   }
-  int tenth = total ? (int)(10ull * done / total) : 0;
+  int tenth = x->total ? (int)(10ull * x->done / x->total) : 0;
   if (tenth == p->last_tenth) return;
   p->last_tenth = tenth;
   fprintf(p->f, "job %llu: %u/%u tokens, TPF %.2f, MAL %.2f%s, %s elapsed, ETA %s\n", p->job,
-          done, total, tpf, mal, plain_acc, el, eta);
+          x->done, x->total, x->tpf, x->mal, plain_acc, el, eta);
+}
+
+void vs_progress_line_phase(vs_progress_line *p, const char *name, const char *message,
+                            double done, double eta_s, double now) {
+  char pct[16] = "", left[40] = "";
+  if (!message) message = "";
+  if (done >= 0) snprintf(pct, sizeof pct, " %.0f%%", 100.0 * (done > 1 ? 1 : done));
+  if (eta_s >= 0 && (done < 0 || done < 1)) snprintf(left, sizeof left, " (%.0f s left)", eta_s);
+  p->gen_t0 = now;
+  if (p->tty) {
+    fprintf(p->f, "\r\033[K[job %llu] %s%s%s", p->job, message, pct, left);
+    fflush(p->f);
+    p->live = 1;
+    return;
+  }
+  /* Plain lines: a new phase, then one line per tenth of it (its message may change with
+   * every event: "3 of 9", "4 of 9"; a phase of unknown length prints each new message). */
+  const char *key = name && *name && done >= 0 ? name : message;
+  int tenth = done >= 0 ? (int)(10.0 * (done > 1 ? 1 : done)) : -1;
+  if (!strcmp(p->phase, key) && tenth == p->phase_tenth) return;
+  snprintf(p->phase, sizeof p->phase, "%s", key);
+  p->phase_tenth = tenth;
+  fprintf(p->f, "job %llu: %s%s%s\n", p->job, message, pct, left);
 }
 
 void vs_progress_line_note(vs_progress_line *p, const char *fmt, ...) {

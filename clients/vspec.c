@@ -23,17 +23,19 @@ static const vs__command vs__commands[] = {
     {"status", "status", "queue, workers, models, plugins, totals", vs_cmd_status},
     {"plugins", "plugins list", "loaded plugins with generations", vs_cmd_plugins},
     {NULL, "plugins reload", "hot-swap a plugin", NULL}, /* the same command, for the usage */
-    {"cancel", "cancel JOB", "cancel a job", vs_cmd_cancel},
+    {"cancel", "cancel JOB|--last", "cancel a job (--last: the last one you submitted)",
+     vs_cmd_cancel},
     {"ping", "ping", "round trip to the daemon", vs_cmd_ping},
     {"keygen", "keygen PREFIX", "make a CURVE key pair", vs_cmd_keygen},
     {"version", "version", "the version and plugin ABI (also --version)", vs__cmd_version},
+    {"completion", "completion bash|zsh", "a shell completion script", vs_cmd_completion},
 };
 #define VS_N_COMMANDS (sizeof vs__commands / sizeof vs__commands[0])
 
 static void usage(FILE *f) {
   fprintf(f, "usage: vspec COMMAND [options]     (vspec COMMAND --help for each)\n\n");
   for (size_t i = 0; i < VS_N_COMMANDS; i++)
-    fprintf(f, "  %-15s %s\n", vs__commands[i].synopsis, vs__commands[i].summary);
+    fprintf(f, "  %-20s %s\n", vs__commands[i].synopsis, vs__commands[i].summary);
   fprintf(f,
           "\n"
           "Examples:\n"

@@ -5,6 +5,8 @@
 # Everything lands under $DESTDIR (a staging root: empty for the real thing). The paths
 # written into vspecd.conf, the unit and the pkg-config files are the final ones, without
 # DESTDIR. An existing vspecd.conf is kept (the new one is written next to it as .new).
+# The shell completion scripts are written by the built CLI (`vspec completion bash|zsh`)
+# into the directories bash-completion and zsh search under DATADIR.
 set -eu
 
 mode=${1:-install}
@@ -13,6 +15,8 @@ PLUGINDIR=$LIBDIR/vspec/plugins
 SHAREDIR=$DATADIR/vspec
 PROGS="vspecd vspec vspec-broker vspec-gateway vspec-bench"
 MODELS="fmnist fmnist-mar"
+BASH_COMPLETION=$DATADIR/bash-completion/completions/vspec
+ZSH_COMPLETION=$DATADIR/zsh/site-functions/_vspec
 
 if [ "$mode" = uninstall ]; then
   for p in $PROGS; do rm -f "$D$BINDIR/$p"; done
@@ -20,6 +24,7 @@ if [ "$mode" = uninstall ]; then
         "$D$LIBDIR/libvspec-cuda.so" "$D$LIBDIR/pkgconfig/vspec.pc" \
         "$D$LIBDIR/pkgconfig/vspec-plugin.pc" "$D$UNITDIR/vspecd.service"
   rm -rf "$D$PLUGINDIR" "$D$INCLUDEDIR/vspec" "$D$SHAREDIR" "$D$DATADIR/doc/vspec"
+  rm -f "$D$BASH_COMPLETION" "$D$ZSH_COMPLETION"
   rmdir "$D$LIBDIR/vspec" 2>/dev/null || true
   echo "uninstalled from $D$PREFIX (kept $D$SYSCONFDIR/vspec/vspecd.conf)"
   exit 0
@@ -47,6 +52,10 @@ for m in $MODELS; do
   find "models/$m" -maxdepth 1 -type f -exec install -m 0644 {} "$D$SHAREDIR/models/$m/" \;
 done
 for f in README.md docs/*.md; do install -m 0644 "$f" "$D$DATADIR/doc/vspec/"; done
+dirs "$(dirname "$D$BASH_COMPLETION")" "$(dirname "$D$ZSH_COMPLETION")"
+"$BUILD/vspec" completion bash > "$D$BASH_COMPLETION"
+"$BUILD/vspec" completion zsh > "$D$ZSH_COMPLETION"
+chmod 0644 "$D$BASH_COMPLETION" "$D$ZSH_COMPLETION"
 
 abi_major=$(sed -n 's/^#define VSPEC_ABI_MAJOR \([0-9]*\)/\1/p' include/vspec/plugin.h)
 abi_minor=$(sed -n 's/^#define VSPEC_ABI_MINOR \([0-9]*\)/\1/p' include/vspec/plugin.h)

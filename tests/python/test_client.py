@@ -1,4 +1,5 @@
-"""tests/python/test_client.py - the Python client (clients/python) against a real vspecd.
+"""tests/python/test_client.py - the Python client (clients/python) against a real vspecd,
+and its typed events of messages built here (EventsTest, no daemon).
 
 One vspecd for the class, on private ipc sockets in a temporary directory, serving the
 shipped model models/fmnist with the project's plugins and the tests' slow scheduler
@@ -277,6 +278,45 @@ class CurveTest(_Daemon):
             self.assertIn("refused this client's CURVE key", str(cm.exception))
         with self.assertRaises(ValueError):  # a server key without a client key
             vspec.Client(self.job_ep, server_key=server)
+
+
+class EventsTest(unittest.TestCase):
+    """The typed events of messages built here (no daemon): Phase, Notice, Result.notes."""
+
+    @staticmethod
+    def _message(fill):
+        from vspec import vspec_pb2 as pb
+        from vspec.wire import Message
+        ev = pb.Event(version=pb.PROTOCOL_V1, job_id=9, seq=3)
+        fill(ev)
+        return Message(ev, {})
+
+    def test_phase(self):
+        def fill(ev):
+            ev.phase.name = "tuning"
+            ev.phase.message = "size=auto: tuning sd:exact (3 of 9)"
+            ev.phase.done = 0.4
+        e = vspec.events.from_message(self._message(fill), 0.0)
+        self.assertIsInstance(e, vspec.Phase)
+        self.assertEqual((e.job_id, e.seq, e.name, e.done, e.eta_s), (9, 3, "tuning", 0.4, None))
+        self.assertEqual(e.message, "size=auto: tuning sd:exact (3 of 9)")
+
+    def test_notice(self):
+        def fill(ev):
+            ev.notice.kind = "autotune"
+            ev.notice.message = "size=auto: chose depth=3"
+        e = vspec.events.from_message(self._message(fill), 0.0)
+        self.assertIsInstance(e, vspec.Notice)
+        self.assertEqual((e.kind, e.message), ("autotune", "size=auto: chose depth=3"))
+
+    def test_result_notes(self):
+        def fill(ev):
+            ev.result.seed = 5
+            ev.result.notes.extend(["size=auto: chose depth=3", "runs as AR"])
+        e = vspec.events.from_message(self._message(fill), 0.0)
+        self.assertIsInstance(e, vspec.Done)
+        self.assertEqual(e.result.notes, ["size=auto: chose depth=3", "runs as AR"])
+        self.assertEqual(e.result.seed, 5)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ from .client import DEFAULT_ENDPOINT, Client
 from .job import Job
 from .errors import (VspecError, VspecProtocolError, VspecTimeout, VspecUnreachable,
                      error_name)
-from .events import (Accepted, Done, Event, Failed, Preview, Progress, Restarted, Result,
-                     Stats)
+from .events import (Accepted, Done, Event, Failed, Notice, Phase, Preview, Progress,
+                     Restarted, Result, Stats)
 
 __all__ = ["Client", "Job", "DEFAULT_ENDPOINT", "VspecError", "VspecUnreachable",
            "VspecTimeout", "VspecProtocolError", "error_name", "Event", "Accepted",
-           "Progress", "Preview", "Restarted", "Done", "Failed", "Result", "Stats"]
+           "Progress", "Preview", "Phase", "Notice", "Restarted", "Done", "Failed", "Result",
+           "Stats"]

@@ -163,7 +163,7 @@ class Client:
         "sd:RULE[:PARAMS][@SCHED[:PARAMS]]" (or give accept=, accept_params=, sched=,
         sched_params=, draft=). model: a model the daemon serves (unset: its default).
         seed: unset draws a fresh one in the daemon, reported in Accepted.seed and
-        Result.seed (the CLI sends 0 unless told). preview: "lut", "decode" or "tokens" for
+        Result.seed (the CLI and the HTTP endpoint do the same). preview: "lut", "decode" or "tokens" for
         previews (with preview_every_tokens= or preview_every_rounds=). Other keywords are
         Submit fields: temperature, top_k, top_p, cfg_scale, cfg_interval, num_iter,
         cfg_schedule, deadline_ms, priority, tag, progress, progress_interval_ms, job_id.

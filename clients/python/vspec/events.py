@@ -1,9 +1,11 @@
 """vspec.events - the typed events of a job's stream and the result of a finished job.
 
 Client.stream() yields, in order: Accepted (always first), then Progress and Preview as
-the job runs (and Restarted in fleet mode), and last exactly one Done (with the Result) or
-Failed (with the VspecError). Every event has the job's id and its sequence number (from 0,
-no gaps in what the daemon sent).
+the job runs, Phase while it does something else for a while (size=auto tuning, a model
+loading, a fleet job waiting for another daemon), Notice for what its user should read once
+(size=auto's choice, a fallback to AR), Restarted in fleet mode, and last exactly one Done
+(with the Result) or Failed (with the VspecError). Every event has the job's id and its
+sequence number (from 0, no gaps in what the daemon sent).
 """
 
 import struct
@@ -77,6 +79,7 @@ class Result:
     node: Optional[str] = None
     tokens: List[int] = field(default_factory=list)  # raster order (all 0: continuous model)
     token_status: bytes = b""  # one TokenStatus per token
+    notes: List[str] = field(default_factory=list)  # what the job's Notice events said
 
     def save(self, path):
         """Writes the PNG to `path`."""
@@ -140,6 +143,26 @@ class Restarted(Event):
 
 
 @dataclass
+class Phase(Event):
+    """A phase other than generating: "tuning", "loading", "waiting" (fleet mode). Sent when
+    it starts, as it advances and with done = 1 when it ends; a client's ETA should count
+    the generation only."""
+
+    name: Optional[str] = None
+    message: Optional[str] = None  # for people: "size=auto: tuning sd:exact (3 of 9)"
+    done: Optional[float] = None  # share done, 0..1; None: unknown
+    eta_s: Optional[float] = None  # seconds it should still take; None: unknown
+
+
+@dataclass
+class Notice(Event):
+    """Something about how the job runs to tell its user once (Result.notes repeats it)."""
+
+    kind: Optional[str] = None  # "autotune", "fallback", ...
+    message: Optional[str] = None
+
+
+@dataclass
 class Done(Event):
     result: Optional[Result] = None
 
@@ -174,6 +197,12 @@ def from_message(msg, latency_s):
                        p.tokens_done, p.tokens_total, p.width, p.height, msg.blob(pb.BLOB_PNG))
     if kind == "restarted":
         return Restarted(job, seq, ev.restarted.delivery, _opt(ev.restarted, "node"))
+    if kind == "phase":
+        p = ev.phase
+        return Phase(job, seq, _opt(p, "name"), _opt(p, "message"), _opt(p, "done"),
+                     _opt(p, "eta_s"))
+    if kind == "notice":
+        return Notice(job, seq, _opt(ev.notice, "kind"), _opt(ev.notice, "message"))
     if kind == "error":
         return Failed(job, seq, VspecError.from_pb(ev.error, job or None))
     if kind == "result":
@@ -184,6 +213,6 @@ def from_message(msg, latency_s):
                      height=r.height, grid_h=r.grid_h, grid_w=r.grid_w, seed=seed,
                      describe=_opt(r, "describe"), node=_opt(r, "node"),
                      tokens=_tokens_i32(msg.blob(pb.BLOB_TOKENS_I32LE) or b""),
-                     token_status=msg.blob(pb.BLOB_STATUS_U8) or b"")
+                     token_status=msg.blob(pb.BLOB_STATUS_U8) or b"", notes=list(r.notes))
         return Done(job, seq, res)
     return None

@@ -15,10 +15,11 @@ from .errors import VspecError
 class Job:
     """A submitted job's events, as an iterator of typed events (vspec.events).
 
-    Iterating takes the job's events in order: Accepted, Progress/Preview/Restarted, then
-    Done or Failed, after which the iteration stops. Credit for each progress or preview
-    event is given back when the next event is asked for, so a slow consumer slows the
-    events down instead of piling them up (the daemon keeps only the newest state).
+    Iterating takes the job's events in order: Accepted, Progress/Preview/Phase/Notice/
+    Restarted, then Done or Failed, after which the iteration stops. Credit for each progress
+    or preview event is given back when the next event is asked for, so a slow consumer slows
+    the events down instead of piling them up (the daemon keeps only the newest state);
+    phases and notices take no credit.
     close() (or leaving a `with` block) before the end cancels the job.
     """
 
