@@ -21,7 +21,7 @@ typedef struct vs_gen_job {
 /* Writes the result's PNG; with upscale > 1, enlarged nearest-neighbour on this side (the
  * daemon sends the image at the model's size: decoding its PNG here needs no protocol change
  * and works with any daemon, broker or gateway). The text chunks the daemon writes are
- * written again. *w, *h: the size written. */
+ * written again: `vspec` and the `parameters` image browsers read. *w, *h: the size written. */
 static int vs__write_image(const char *path, const void *png, size_t len, int upscale,
                            const char *describe, unsigned *w, unsigned *h, char *err,
                            size_t errlen) {
@@ -40,9 +40,13 @@ static int vs__write_image(const char *path, const void *png, size_t len, int up
     free(rgb);
     return -1;
   }
-  vs_png_text text[] = {{"vspec", describe}, {"Software", "vspecd"}};
-  rc = vs_png_write_file(path, big, width * upscale, height * upscale, describe ? text : text + 1,
-                         describe ? 2 : 1, err, errlen);
+  char params[2048], inner[256];
+  vs_png_text text[3] = {{"Software", "vspecd"}};
+  int nt = 1;
+  if (describe) text[nt++] = (vs_png_text){"vspec", describe};
+  if (vs_png_text_get(png, len, "parameters", params, sizeof params, inner, sizeof inner) == 1)
+    text[nt++] = (vs_png_text){"parameters", params};
+  rc = vs_png_write_file(path, big, width * upscale, height * upscale, text, nt, err, errlen);
   *w = (unsigned)(width * upscale);
   *h = (unsigned)(height * upscale);
   free(rgb);

@@ -276,6 +276,20 @@ static void test_upscale(void **state) {
   assert_non_null(strstr(out, dims));
   free(a);
   free(b);
+  /* the enlarged file keeps the daemon's text chunks, image browsers' `parameters` too */
+  static const char *const keys[] = {"vspec", "parameters"};
+  for (int k = 0; k < 2; k++) {
+    char t1[2048], t3[2048], e[256];
+    static uint8_t f1[1 << 16], f3[1 << 18];
+    FILE *p1 = fopen(one, "rb"), *p3 = fopen(three, "rb");
+    assert_true(p1 && p3);
+    size_t n1 = fread(f1, 1, sizeof f1, p1), n3 = fread(f3, 1, sizeof f3, p3);
+    fclose(p1);
+    fclose(p3);
+    assert_int_equal(vs_png_text_get(f1, n1, keys[k], t1, sizeof t1, e, sizeof e), 1);
+    assert_int_equal(vs_png_text_get(f3, n3, keys[k], t3, sizeof t3, e, sizeof e), 1);
+    assert_string_equal(t1, t3);
+  }
   const char *bad[] = {"generate", "--upscale", "65", "--out", three, NULL};
   double secs;
   assert_int_equal(run_err(bad, err, sizeof err, &secs), 2);

@@ -23,9 +23,11 @@ R=$T/root$P
 for f in bin/vspecd bin/vspec bin/vspec-bench bin/vspec-broker bin/vspec-gateway \
          lib/libvspec.so lib/pkgconfig/vspec-plugin.pc include/vspec/plugin.h \
          lib/vspec/plugins/accept_exact.so share/vspec/models/fmnist/vspec-model.json \
-         etc/vspec/vspecd.conf lib/systemd/system/vspecd.service; do
+         etc/vspec/vspecd.conf lib/systemd/system/vspecd.service \
+         share/bash-completion/completions/vspec share/zsh/site-functions/_vspec; do
   [ -e "$R/$f" ] || fail "$f is not installed"
 done
+bash -n "$R/share/bash-completion/completions/vspec" || fail "the bash completion does not parse"
 readelf -d "$R/lib/libvspec.so" | grep -q 'SONAME.*libvspec\.so\.[0-9]' || fail "no SONAME"
 readelf -d "$R/bin/vspecd" | grep -q 'NEEDED.*libvspec\.so\.' || fail "vspecd does not use the shared libvspec"
 grep -q "^ExecStart=$P/bin/vspecd -c $P/etc/vspec/vspecd.conf" "$R/lib/systemd/system/vspecd.service" ||

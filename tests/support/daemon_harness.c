@@ -78,6 +78,10 @@ void vs_fixture_make(vs_fixture *f) {
   char cache[200];
   snprintf(cache, sizeof cache, "%s/cache", f->dir);
   setenv("VSPEC_CACHE_DIR", cache, 1);
+  /* vspec generate records its jobs for `vspec cancel --last` there: not in the user's home */
+  char state[200];
+  snprintf(state, sizeof state, "%s/state", f->dir);
+  setenv("XDG_STATE_HOME", state, 1);
   /* The project's plugins, symlinked (the registry copies each generation anyway). */
   char built[1000], absb[1100];
   snprintf(built, sizeof built, "%s/plugins", vs_harness_build());
