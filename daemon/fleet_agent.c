@@ -318,8 +318,8 @@ static int vs__holds(const vs_fleet_agent *a, const vs__slot *fresh) {
   return 0;
 }
 
-/* New jobs while a slot is free: abandoned ones first (a periodic XAUTOCLAIM sweep), then
- * ones never delivered. */
+/* New jobs while a slot is free: abandoned ones first (an XAUTOCLAIM sweep every heartbeat),
+ * then ones never delivered. */
 static void vs__fetch(vs_fleet_agent *a, int block_ms) {
   char err[VSPEC_ERRLEN];
   double now = vs_now();
@@ -327,7 +327,7 @@ static void vs__fetch(vs_fleet_agent *a, int block_ms) {
   while (!a->draining && vs__redis_ok(a) && (s = vs__free_one(a))) {
     int rc;
     if (now >= a->next_claim) {
-      a->next_claim = now + a->cfg->fleet_claim_idle_ms / 2000.0;
+      a->next_claim = now + a->cfg->fleet_heartbeat_ms / 1000.0;
       rc = vs__redis_result(a, vs_fleet_claim(a->q, a->cfg->fleet_claim_idle_ms, &s->job, 1, err,
                                               sizeof err), err);
       if (rc > 0) {
@@ -342,6 +342,9 @@ static void vs__fetch(vs_fleet_agent *a, int block_ms) {
         continue;
       }
     }
+    /* an idle daemon's blocking read must not put off its next sweep */
+    int to_sweep = (int)((a->next_claim - now) * 1000) + 1;
+    if (block_ms > to_sweep) block_ms = to_sweep;
     rc = vs__redis_result(a, vs_fleet_read(a->q, block_ms, &s->job, err, sizeof err), err);
     block_ms = 0;
     if (rc == VS_FLEET_EREDIS && strstr(err, "NOGROUP")) {
@@ -465,10 +468,13 @@ static void vs__touch_and_poll(vs_fleet_agent *a) {
     if (a->slot[i].state != VS__FREE && !a->slot[i].lost) held[n++] = &a->slot[i];
   if (!n || !vs__redis_ok(a)) return;
   if (now >= a->next_touch) {
-    a->next_touch = now + a->cfg->fleet_claim_idle_ms / 3000.0;
+    a->next_touch = now + a->cfg->fleet_heartbeat_ms / 1000.0;
     for (int i = 0; i < n; i++) ids[i] = held[i]->job.entry_id;
     int rc = vs__redis_result(a, vs_fleet_touch(a->q, ids, n, flag, err, sizeof err), err);
-    if (rc == VSPEC_EIO) return;
+    if (rc == VSPEC_EIO) {
+      a->next_touch = now; /* again as soon as the backoff allows: it is the heartbeat */
+      return;
+    }
     for (int i = 0; rc >= 0 && i < n; i++) {
       if (flag[i]) continue;
       vs__slot *s = held[i];
@@ -549,8 +555,9 @@ static void *vs__main(void *arg) {
     double now = vs_now();
     if (rc > 0 && now < next_periodic) continue;
     next_periodic = now + 0.02;
-    vs__retry(a);
+    /* the refresh first: nothing else may put off a live daemon's heartbeat */
     vs__touch_and_poll(a);
+    vs__retry(a);
     vs__fetch(a, idle ? 200 : 0);
   }
   return NULL;

@@ -10,10 +10,11 @@
  * is there. It never holds more jobs than the daemon has workers, so a job waits in Redis, not
  * in one daemon's queue, while another daemon could run it.
  *
- * While it runs a job the agent keeps the job's claim fresh (vs_fleet_touch), polls its
- * cancel flag, and sweeps the group for jobs idle too long on a daemon that died
- * (vs_fleet_claim); a job delivered more than [fleet] max_deliveries times is failed as a
- * poison job. Redis unreachable is retried with a backoff, logged once each way.
+ * While it runs a job the agent keeps the job's claim fresh every [fleet] heartbeat_ms
+ * (vs_fleet_touch) and polls its cancel flag; with a free slot it sweeps the group every
+ * heartbeat for jobs idle for claim_idle_ms on a daemon that died (vs_fleet_claim); a job
+ * delivered more than [fleet] max_deliveries times is failed as a poison job. Redis
+ * unreachable is retried with a backoff, logged once each way.
  */
 #ifndef VS_FLEET_AGENT_H
 #define VS_FLEET_AGENT_H

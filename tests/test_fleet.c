@@ -20,6 +20,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "daemon/config.h"
 #include "daemon/fleet_event.h"
 #include "daemon/fleet_queue.h"
 #include "tests/support/daemon_harness.h"
@@ -35,12 +36,18 @@ typedef struct fleet_fx {
   char gw_log[2][256];
 } fleet_fx;
 
-/* What every daemon of these tests gets: claims after 1 s of silence, poison after 2, and
- * a drain that cancels running jobs (a fleet daemon hands them over). */
+/* Every daemon of these tests: heartbeats every 250 ms, so that a job is taken over after
+ * 1 s of silence (the least claim time three heartbeats allow), poison after 2 deliveries,
+ * and a drain that cancels running jobs (a fleet daemon hands them over). */
+#define HEARTBEAT_MS 250
+#define CLAIM_MS 1000
+
 static void start_daemon(fleet_fx *t, int i, const char *name) {
-  char redis[300];
+  char redis[300], hb[64], claim[64];
   snprintf(redis, sizeof redis, "fleet.redis=%s", t->redis->url);
-  const char *extra[] = {"--set", redis, "--set", "fleet.claim_idle_ms=1000",
+  snprintf(hb, sizeof hb, "fleet.heartbeat_ms=%d", HEARTBEAT_MS);
+  snprintf(claim, sizeof claim, "fleet.claim_idle_ms=%d", CLAIM_MS);
+  const char *extra[] = {"--set", redis, "--set", hb, "--set", claim,
                          "--set", "fleet.max_deliveries=2", "--set", "fleet.cancel_poll_ms=50",
                          "--set", "shutdown.drain=cancel", NULL};
   vs_daemon_start(&t->d[i], &t->fx, name, extra);
@@ -691,6 +698,53 @@ static void test_retry_same_job_id(void **state) {
   vs_conn_close(&b);
 }
 
+/* A daemon running a long job with its claim time at three heartbeats: another daemon, free
+ * and sweeping for lost jobs every heartbeat all along, never takes the job over; the job
+ * ends where it started, run once. */
+static void test_live_daemon_keeps_job(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  SKIP_UNDER_SANITIZERS();
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  uint64_t job = 0, rid = submit(&c, 400, 21);
+  assert_int_equal(wait_running_on(t, &c, rid, &job, NULL), 0);
+  double t0 = vs_harness_now();
+  start_daemon(t, 1, "d1"); /* free from now on: it would take a job left idle for 1 s */
+  vs_conn_event e;
+  for (;;) {
+    assert_true(vs_harness_now() < t0 + 30);
+    vs_client_next(&c, 30000, &e);
+    if (e.ev->job_id == job) {
+      assert_int_not_equal(e.ev->body_case, VSPEC__EVENT__BODY_RESTARTED);
+      if (ev_is_terminal_of(e.ev, job)) break;
+    }
+    vs_conn_event_free(&e);
+  }
+  double ran = vs_harness_now() - t0;
+  print_message("the job ran %.1f s on d0 with d1 sweeping (claims after %d ms)\n", ran,
+                CLAIM_MS);
+  if (e.ev->body_case != VSPEC__EVENT__BODY_RESULT) {
+    dump_all(t);
+    fail_msg("the job ended with: %s", e.ev->error->message);
+  }
+  assert_string_equal(e.ev->result->node, "d0");
+  vs_conn_event_free(&e);
+  assert_true(ran > 2.5 * CLAIM_MS / 1000.0); /* a few claim times: a test of something */
+  vs_fleet_queue *q = open_fleet_queue(t);
+  int accepted, results, restarts;
+  count_in_redis(q, job, &accepted, &results, &restarts);
+  assert_int_equal(accepted, 1);
+  assert_int_equal(restarts, 0);
+  vs_fleet_queue_destroy(&q);
+  vs_client_status(t->d[1].admin_ep, &e);
+  assert_int_equal(e.ev->status->totals->submitted, 0);
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
 /* A daemon stopped with SIGTERM (drain = cancel) in the middle of a job hands it over: the
  * job is left pending, not failed, and the other daemon runs it to its result. */
 static void test_daemon_drained(void **state) {
@@ -798,10 +852,39 @@ static void test_redis_refuses_writes(void **state) {
   vs_conn_close(&c);
 }
 
+/* claim_idle_ms must be at least three heartbeats, and the default is that least value: a
+ * config that breaks the rule is refused with both keys named. No Redis needed. */
+static void test_claim_rule(void **state) {
+  (void)state;
+  vs_daemon_config c;
+  char err[1024];
+  vs_config_defaults(&c);
+  assert_int_equal(c.fleet_claim_idle_ms, VS_FLEET_CLAIM_HEARTBEATS * c.fleet_heartbeat_ms);
+  assert_true(c.fleet_claim_idle_ms <= 5000); /* was 30000: 44 s before a job ran again */
+  assert_int_equal(vs_config_set_arg(&c, "fleet.redis=unix:///tmp/redis.sock", err, sizeof err),
+                   0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "fleet.claim_idle_ms=2999", err, sizeof err), 0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), VSPEC_EINVAL);
+  print_message("refused: %s\n", err);
+  assert_non_null(strstr(err, "fleet.claim_idle_ms = 2999"));
+  assert_non_null(strstr(err, "fleet.heartbeat_ms (1000)"));
+  assert_non_null(strstr(err, "at least 3000"));
+  assert_int_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=999", err, sizeof err), 0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  /* fleet mode off: the keys are not used, nothing to refuse */
+  assert_int_equal(vs_config_set_arg(&c, "fleet.redis=", err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=2000", err, sizeof err), 0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_not_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=10", err, sizeof err), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_claim_rule),
       cmocka_unit_test_setup_teardown(test_job_through_gateway, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_killed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_live_daemon_keeps_job, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_drained, setup, teardown),
       cmocka_unit_test_setup_teardown(test_poison_job, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
