@@ -9,21 +9,26 @@
 #include <hiredis/hiredis.h>
 
 #include "bench/bench.h"
+#include "daemon/config.h" /* VS_FLEET_CLAIM_HEARTBEATS */
 
 #define VS__START_TIMEOUT_S 60.0 /* a daemon loads its model before it answers */
 
 int vs_bench_fleet_spawn_daemon(vs_bench_fleet *f, int i) {
-  char model[1200], workers[16], threads[16], redis[400], claim[64];
+  char model[1200], workers[16], threads[16], redis[400], claim[64], hb[64];
   snprintf(model, sizeof model, "bench=%s", f->o.model_dir);
   snprintf(workers, sizeof workers, "%d", f->o.workers);
   snprintf(threads, sizeof threads, "%d", f->o.threads);
   snprintf(redis, sizeof redis, "fleet.redis=%s", f->redis.url);
   snprintf(claim, sizeof claim, "fleet.claim_idle_ms=%d", f->o.claim_idle_ms);
+  /* the slowest heartbeat the claim time allows (vspecd refuses a slower one) */
+  snprintf(hb, sizeof hb, "fleet.heartbeat_ms=%d",
+           f->o.claim_idle_ms / VS_FLEET_CLAIM_HEARTBEATS);
   /* As vspecd-bench runs its daemon (models.fmnist= drops the built-in model), plus fleet
    * mode under this daemon's own consumer name. */
   const char *args[] = {"--model", model, "--set", "models.fmnist=", "--default-model", "bench",
                         "--workers", workers, "--threads", threads, "--node", f->d_name[i],
-                        "--set", redis, "--set", claim, "--log-level", "info", NULL};
+                        "--set", redis, "--set", claim, "--set", hb, "--log-level", "info",
+                        NULL};
   return vs_bench_daemon_spawn(&f->d[i], args, NULL);
 }
 

@@ -65,7 +65,8 @@ void vs_config_defaults(vs_daemon_config *c) {
   snprintf(c->fleet_group, sizeof c->fleet_group, "vspec");
   snprintf(c->fleet_events_prefix, sizeof c->fleet_events_prefix, "vspec:events:");
   c->fleet_events_ttl_s = 3600;
-  c->fleet_claim_idle_ms = 30000;
+  c->fleet_heartbeat_ms = 1000;
+  c->fleet_claim_idle_ms = VS_FLEET_CLAIM_HEARTBEATS * 1000;
   c->fleet_max_deliveries = 3;
   c->fleet_cancel_poll_ms = 250;
   c->http_listen[0] = '\0';
@@ -289,6 +290,8 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__str(key, v, c->fleet_events_prefix, sizeof c->fleet_events_prefix, err, errlen);
     if (!strcmp(k, "events_ttl_s"))
       return vs__long(key, v, 1, 30l * 24 * 3600, &c->fleet_events_ttl_s, err, errlen);
+    if (!strcmp(k, "heartbeat_ms"))
+      return vs__int(key, v, 50, 60000, &c->fleet_heartbeat_ms, err, errlen);
     if (!strcmp(k, "claim_idle_ms"))
       return vs__int(key, v, 300, 24 * 3600 * 1000, &c->fleet_claim_idle_ms, err, errlen);
     if (!strcmp(k, "max_deliveries"))
@@ -435,6 +438,19 @@ void vs_fleet_config_opts(const vs_daemon_config *c, vs_fleet_opts *o) {
   o->max_payload = 512u << 20;
 }
 
+/* The rule that links the two (DESIGN.md, "Fleet mode"): a claim time shorter than a few
+ * heartbeats lets a live daemon's jobs be taken over. */
+static int vs__fleet_check_claim(const vs_daemon_config *c, char *err, size_t errlen) {
+  long long least = (long long)VS_FLEET_CLAIM_HEARTBEATS * c->fleet_heartbeat_ms;
+  if (c->fleet_claim_idle_ms >= least) return VSPEC_OK;
+  snprintf(err, errlen, "fleet.claim_idle_ms = %d is less than %d x fleet.heartbeat_ms (%d): "
+           "another daemon would take over the jobs of a live daemon whose refreshes are a "
+           "little late; set claim_idle_ms to at least %lld or heartbeat_ms to at most %d",
+           c->fleet_claim_idle_ms, VS_FLEET_CLAIM_HEARTBEATS, c->fleet_heartbeat_ms, least,
+           c->fleet_claim_idle_ms / VS_FLEET_CLAIM_HEARTBEATS);
+  return VSPEC_EINVAL;
+}
+
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (!strcmp(c->device_kind, "cpu") &&
       (c->device_index != 0 || c->device_memory_mb != 0)) {
@@ -486,6 +502,7 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
     int rc = vs_fleet_queue_open(&o, &q, err, errlen);
     vs_fleet_queue_destroy(&q);
     if (rc) return rc;
+    if ((rc = vs__fleet_check_claim(c, err, errlen))) return rc;
   }
   if (c->http_listen[0]) {
     /* The address the HTTP endpoint will bind, parsed now: a typo stops the start. */

@@ -85,7 +85,9 @@ typedef struct vs_daemon_config {
   char fleet_group[65];       /* the daemons' consumer group */
   char fleet_events_prefix[65];
   long fleet_events_ttl_s;    /* a job's events expire this long after the last one */
-  int fleet_claim_idle_ms;    /* a job idle this long on another daemon is taken over */
+  int fleet_heartbeat_ms;     /* refresh of running jobs' claims, and sweep for lost ones */
+  int fleet_claim_idle_ms;    /* a job idle this long on another daemon is taken over;
+                                 at least VS_FLEET_CLAIM_HEARTBEATS heartbeats */
   int fleet_max_deliveries;   /* a job delivered more often than this is failed (poison) */
   int fleet_cancel_poll_ms;   /* how often running jobs' cancel flags are looked at */
   /* [http] (DESIGN.md "HTTP endpoint"): off while listen is "" */
@@ -114,6 +116,10 @@ int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t er
 /* Cross-key checks after everything is read (a default model that exists, CURVE files, an
  * admin endpoint that only this machine can reach unless admin_allow_remote). */
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen);
+/* [fleet] claim_idle_ms >= this many heartbeat_ms: a live daemon keeps its jobs through two
+ * refreshes missed or late (DESIGN.md, "Fleet mode"). */
+#define VS_FLEET_CLAIM_HEARTBEATS 3
+
 /* The fleet queue's options from [fleet] (consumer = server.node); strings point into c. */
 struct vs_fleet_opts;
 void vs_fleet_config_opts(const vs_daemon_config *c, struct vs_fleet_opts *o);

@@ -17,6 +17,7 @@
 
 #define VS_AGENT_MAX_SLOTS 64
 #define VS_AGENT_STOP_GRACE_S 3.0 /* what stop waits for events already sent */
+#define VS_AGENT_STALE_MAX 8      /* lost jobs looked at per sweep */
 
 /* One job this daemon holds. */
 typedef enum {
@@ -54,7 +55,7 @@ struct vs_fleet_agent {
   /* Redis unreachable: no command before redis_retry_at; backoff doubles up to 5 s */
   double redis_retry_at, backoff_s;
   int redis_down;
-  double next_touch, next_cancel_poll, next_claim;
+  double next_touch, next_cancel_poll, next_sweep;
 };
 
 static const char *vs__who = "fleet";
@@ -187,6 +188,17 @@ static uint64_t vs__seed_of(uint64_t id) {
   return z ^ (z >> 31);
 }
 
+/* Gateways name jobs by a decimal id; any other name (a job enqueued by something else) gets
+ * a stable number from its name, so its events and its seed are the same each time. */
+static uint64_t vs__fleet_id_of(const char *job_id) {
+  char *end;
+  uint64_t id = strtoull(job_id, &end, 10);
+  if (!*end && id) return id;
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = job_id; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  return (h >> 1) | 1;
+}
+
 static void vs__submit(vs_fleet_agent *a, vs__slot *s) {
   char err[VSPEC_ERRLEN];
   const unsigned char *frame[VS_FLEET_MAX_FRAMES];
@@ -263,15 +275,7 @@ static void vs__take(vs_fleet_agent *a, vs__slot *s) {
     vs__free_slot(s);
     return;
   }
-  /* Gateways name jobs by a decimal id; any other name (a job enqueued by something else)
-   * gets a stable number from its name, so its events and its seed are the same each time. */
-  char *end;
-  s->fleet_id = strtoull(j->job_id, &end, 10);
-  if (*end || !s->fleet_id) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = j->job_id; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    s->fleet_id = (h >> 1) | 1;
-  }
+  s->fleet_id = vs__fleet_id_of(j->job_id);
   if (j->deliveries > a->cfg->fleet_max_deliveries) {
     snprintf(msg, sizeof msg, "poison job: delivered %lld times, and each daemon that ran it "
              "stopped before it ended ([fleet] max_deliveries = %d)", j->deliveries,
@@ -310,39 +314,143 @@ static vs__slot *vs__free_one(vs_fleet_agent *a) {
   return NULL;
 }
 
-static int vs__holds(const vs_fleet_agent *a, const vs__slot *fresh) {
+/* ---- lost runs ---------------------------------------------------------------------------- */
+
+/* 1 while one of this daemon's slots holds the entry. */
+static int vs__holds(const vs_fleet_agent *a, const char *entry_id) {
   for (int i = 0; i < a->n_slots; i++)
-    if (&a->slot[i] != fresh && a->slot[i].state != VS__FREE &&
-        !strcmp(a->slot[i].job.entry_id, fresh->job.entry_id))
-      return 1;
+    if (a->slot[i].state != VS__FREE && !strcmp(a->slot[i].job.entry_id, entry_id)) return 1;
   return 0;
 }
 
-/* New jobs while a slot is free: abandoned ones first (a periodic XAUTOCLAIM sweep), then
- * ones never delivered. */
+/* The Phase "waiting" that tells a job's client its run stopped (`what`: why) and when the
+ * next one should start: at the next sweep of a free daemon, every heartbeat_ms. `sure`: this
+ * daemon takes the job itself now; else every daemon may be busy. Encoded for the job's event
+ * stream; 0 or VSPEC_ENOMEM. */
+static int vs__waiting_event(const vs_fleet_agent *a, const char *job_id, const char *what,
+                             long long deliveries, int sure, unsigned char **out,
+                             size_t *len) {
+  const vs_daemon_config *c = a->cfg;
+  char msg[400];
+  int n = (c->fleet_heartbeat_ms + 999) / 1000;
+  if (deliveries >= c->fleet_max_deliveries)
+    snprintf(msg, sizeof msg, "%s; the job was delivered %lld times ([fleet] max_deliveries = "
+             "%d): it ends with an error within %d s", what, deliveries, c->fleet_max_deliveries,
+             n);
+  else
+    snprintf(msg, sizeof msg, "%s; the job restarts on another daemon within %d s%s", what, n,
+             sure ? "" : ", or once one is free");
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Phase ph = VSPEC__PHASE__INIT;
+  ph.name = "waiting";
+  ph.message = msg;
+  ph.has_eta_s = 1;
+  ph.eta_s = c->fleet_heartbeat_ms / 1000.0;
+  ev.version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
+  ev.has_job_id = 1;
+  ev.job_id = vs__fleet_id_of(job_id);
+  ev.body_case = VSPEC__EVENT__BODY_PHASE;
+  ev.phase = &ph;
+  return vs_fleet_event_encode(&ev, NULL, NULL, 0, out, len);
+}
+
+/* Tells the client of a lost run, unless someone did already (the queue's mark makes it once
+ * per run, whichever daemon sees it first). Returns the announce's status. */
+static int vs__announce(vs_fleet_agent *a, const vs_fleet_stale_job *st, int sure) {
+  char err[VSPEC_ERRLEN], what[160];
+  snprintf(what, sizeof what, "daemon %s lost (no heartbeat for %.1f s)", st->consumer,
+           st->idle_ms / 1000.0);
+  unsigned char *v;
+  size_t len;
+  if (vs__waiting_event(a, st->job_id, what, st->deliveries, sure, &v, &len)) return VSPEC_ENOMEM;
+  int rc = vs__redis_result(a, vs_fleet_announce_loss(a->q, st, a->cfg->fleet_claim_idle_ms, v,
+                                                      len, err, sizeof err), err);
+  free(v);
+  if (rc > 0)
+    vs_log(VSPEC_LOG_INFO, vs__who, "[job %s] %s: its client is told, the job runs again",
+           st->job_id, what);
+  else if (rc < 0 && rc != VSPEC_EIO)
+    vs_log(VSPEC_LOG_WARN, vs__who, "[job %s] cannot announce the loss of its run: %s",
+           st->job_id, err);
+  return rc;
+}
+
+/* A job this daemon leaves without running it (it drains): its client is told, and the entry
+ * is made claimable at once instead of after the claim time. Best effort: without Redis, the
+ * other daemons announce it once it has been idle for the claim time. */
+static void vs__release(vs_fleet_agent *a, const vs__slot *s) {
+  char err[VSPEC_ERRLEN], what[160];
+  snprintf(what, sizeof what, "daemon %s is stopping", a->cfg->node);
+  unsigned char *v;
+  size_t len;
+  if (!vs__redis_ok(a) ||
+      vs__waiting_event(a, s->job.job_id, what, s->job.deliveries, 0, &v, &len))
+    return;
+  int rc = vs__redis_result(a, vs_fleet_release(a->q, s->job.entry_id, s->job.job_id,
+                                                s->job.deliveries, a->cfg->fleet_claim_idle_ms,
+                                                v, len, err, sizeof err), err);
+  free(v);
+  if (rc < 0 && rc != VSPEC_EIO)
+    vs_log(VSPEC_LOG_WARN, vs__who, "[job %s] cannot hand it over at once: %s", s->job.job_id,
+           err);
+}
+
+/* Every heartbeat, busy or not: jobs idle for the claim time are lost runs. Each one's client
+ * is told (by whichever daemon sees it first), and a daemon with a free slot takes the job
+ * over. Returns how many jobs this daemon took. */
+static int vs__sweep(vs_fleet_agent *a) {
+  char err[VSPEC_ERRLEN];
+  vs_fleet_stale_job st[VS_AGENT_STALE_MAX];
+  long long claim = a->cfg->fleet_claim_idle_ms;
+  int n = vs__redis_result(a, vs_fleet_stale(a->q, claim, st, VS_AGENT_STALE_MAX, err,
+                                             sizeof err), err);
+  if (n == VS_FLEET_EREDIS && strstr(err, "NOGROUP")) {
+    /* Redis restarted empty (no persistence): the group is made again, as a read does */
+    vs__redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
+    return 0;
+  }
+  if (n < 0 && n != VSPEC_EIO) {
+    vs_log(VSPEC_LOG_ERROR, vs__who, "looking for lost jobs: %s", err);
+    a->redis_retry_at = vs_now() + 1;
+  }
+  int taken = 0;
+  for (int i = 0; i < n && vs__redis_ok(a); i++) {
+    /* One of ours, idle because Redis was away: we still run it unless its refresh finds it
+     * announced or claimed (vs__touch_and_poll); never a second time here. */
+    if (vs__holds(a, st[i].entry_id)) continue;
+    vs__slot *s = a->draining ? NULL : vs__free_one(a);
+    /* an entry without a job has no client to tell: taken over, it is acked and dropped */
+    if (st[i].job_id[0] && vs__announce(a, &st[i], s != NULL) < 0) continue;
+    if (!s) continue;
+    int rc = vs__redis_result(a, vs_fleet_claim(a->q, st[i].entry_id, claim, &s->job, err,
+                                                sizeof err), err);
+    if (rc < 0 && rc != VSPEC_EIO)
+      vs_log(VSPEC_LOG_ERROR, vs__who, "taking over entry %s: %s", st[i].entry_id, err);
+    if (rc <= 0) continue;
+    if (s->job.deliveries == 0) { /* acked in between (its old daemon finished after all) */
+      vs_fleet_job_clear(&s->job);
+      continue;
+    }
+    vs__take(a, s);
+    taken++;
+  }
+  return taken;
+}
+
+/* New jobs while a slot is free: lost ones first (the sweep), then ones never delivered. */
 static void vs__fetch(vs_fleet_agent *a, int block_ms) {
   char err[VSPEC_ERRLEN];
   double now = vs_now();
   vs__slot *s;
+  if (vs__redis_ok(a) && now >= a->next_sweep) {
+    a->next_sweep = now + a->cfg->fleet_heartbeat_ms / 1000.0;
+    if (vs__sweep(a)) block_ms = 0; /* a job to look after now */
+  }
+  /* an idle daemon's blocking read must not put off its next sweep */
+  int to_sweep = (int)((a->next_sweep - now) * 1000) + 1;
+  if (block_ms > to_sweep) block_ms = to_sweep;
   while (!a->draining && vs__redis_ok(a) && (s = vs__free_one(a))) {
-    int rc;
-    if (now >= a->next_claim) {
-      a->next_claim = now + a->cfg->fleet_claim_idle_ms / 2000.0;
-      rc = vs__redis_result(a, vs_fleet_claim(a->q, a->cfg->fleet_claim_idle_ms, &s->job, 1, err,
-                                              sizeof err), err);
-      if (rc > 0) {
-        /* One of ours, idle because Redis was away: we still run it; not a second time. */
-        if (s->job.deliveries == 0 || vs__holds(a, s)) {
-          vs_fleet_job_clear(&s->job);
-          continue;
-        }
-        vs__take(a, s);
-        a->next_claim = now; /* there may be more */
-        block_ms = 0;        /* and a job to look after now */
-        continue;
-      }
-    }
-    rc = vs__redis_result(a, vs_fleet_read(a->q, block_ms, &s->job, err, sizeof err), err);
+    int rc = vs__redis_result(a, vs_fleet_read(a->q, block_ms, &s->job, err, sizeof err), err);
     block_ms = 0;
     if (rc == VS_FLEET_EREDIS && strstr(err, "NOGROUP")) {
       /* Redis restarted empty (no persistence): the group is made again. */
@@ -408,6 +516,7 @@ static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
       ev->error->code == VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN) {
     vs_log(VSPEC_LOG_INFO, vs__who, "[job %s] left to another daemon: this one is draining",
            s->job.job_id);
+    if (!s->lost) vs__release(a, s);
     vs__free_slot(s);
     return;
   }
@@ -465,14 +574,18 @@ static void vs__touch_and_poll(vs_fleet_agent *a) {
     if (a->slot[i].state != VS__FREE && !a->slot[i].lost) held[n++] = &a->slot[i];
   if (!n || !vs__redis_ok(a)) return;
   if (now >= a->next_touch) {
-    a->next_touch = now + a->cfg->fleet_claim_idle_ms / 3000.0;
+    a->next_touch = now + a->cfg->fleet_heartbeat_ms / 1000.0;
     for (int i = 0; i < n; i++) ids[i] = held[i]->job.entry_id;
     int rc = vs__redis_result(a, vs_fleet_touch(a->q, ids, n, flag, err, sizeof err), err);
-    if (rc == VSPEC_EIO) return;
+    if (rc == VSPEC_EIO) {
+      a->next_touch = now; /* again as soon as the backoff allows: it is the heartbeat */
+      return;
+    }
     for (int i = 0; rc >= 0 && i < n; i++) {
       if (flag[i]) continue;
       vs__slot *s = held[i];
-      /* Another daemon has it (this one was silent past claim_idle_ms), or it was acked. */
+      /* Another daemon has it or announced its loss (this one was silent past
+       * claim_idle_ms), or it was acked. */
       vs_log(VSPEC_LOG_WARN, vs__who, "[job %s] no longer ours: stopped here", s->job.job_id);
       s->lost = 1;
       if (s->state == VS__RUNNING && s->local_id) vs__send_small(a, 1, s->local_id, 0);
@@ -549,8 +662,9 @@ static void *vs__main(void *arg) {
     double now = vs_now();
     if (rc > 0 && now < next_periodic) continue;
     next_periodic = now + 0.02;
-    vs__retry(a);
+    /* the refresh first: nothing else may put off a live daemon's heartbeat */
     vs__touch_and_poll(a);
+    vs__retry(a);
     vs__fetch(a, idle ? 200 : 0);
   }
   return NULL;

@@ -10,10 +10,14 @@
  * is there. It never holds more jobs than the daemon has workers, so a job waits in Redis, not
  * in one daemon's queue, while another daemon could run it.
  *
- * While it runs a job the agent keeps the job's claim fresh (vs_fleet_touch), polls its
- * cancel flag, and sweeps the group for jobs idle too long on a daemon that died
- * (vs_fleet_claim); a job delivered more than [fleet] max_deliveries times is failed as a
- * poison job. Redis unreachable is retried with a backoff, logged once each way.
+ * While it runs a job the agent keeps the job's claim fresh every [fleet] heartbeat_ms
+ * (vs_fleet_touch) and polls its cancel flag. Every heartbeat, busy or not, it sweeps the
+ * group for jobs idle for claim_idle_ms (a daemon that died): it tells each one's client
+ * (a Phase "waiting", once per lost run, vs_fleet_announce_loss) and, with a free slot,
+ * takes the job over (vs_fleet_claim); a job delivered more than [fleet] max_deliveries
+ * times is failed as a poison job. Jobs it leaves while draining are announced and handed
+ * over at once (vs_fleet_release). Redis unreachable is retried with a backoff, logged once
+ * each way.
  */
 #ifndef VS_FLEET_AGENT_H
 #define VS_FLEET_AGENT_H
@@ -32,7 +36,7 @@ int vs_fleet_agent_start(const vs_daemon_config *cfg, void *zctx, const char *en
 void vs_fleet_agent_drain(vs_fleet_agent *a);
 /* Stops the thread after it has written what its daemon already sent (up to a few seconds),
  * frees the agent and sets *a to NULL. Jobs not finished stay pending in Redis, where another
- * daemon claims them once they have been idle for claim_idle_ms. */
+ * daemon takes them over once they have been idle for claim_idle_ms. */
 void vs_fleet_agent_stop(vs_fleet_agent **a);
 
 #endif /* VS_FLEET_AGENT_H */

@@ -30,7 +30,7 @@ struct vs_fleet_queue {
   long long max_len, events_max_len, events_ttl_ms;
   size_t max_payload;
   int connect_timeout_ms, command_timeout_ms;
-  char cursor[VS_FLEET_ID_MAX]; /* where the next XAUTOCLAIM resumes its scan */
+  char cursor[VS_FLEET_ID_MAX + 1]; /* where the next stale scan starts: "-" or "(<id>" */
 };
 
 static void vs__err(char *err, size_t errlen, const char *fmt, ...)
@@ -402,7 +402,7 @@ int vs_fleet_queue_open(const vs_fleet_opts *o, vs_fleet_queue **out, char *err,
   q->max_payload = o->max_payload;
   q->connect_timeout_ms = o->connect_timeout_ms;
   q->command_timeout_ms = o->command_timeout_ms;
-  snprintf(q->cursor, sizeof q->cursor, "0-0");
+  snprintf(q->cursor, sizeof q->cursor, "-");
   *out = q;
   return VSPEC_OK;
 }
@@ -736,47 +736,6 @@ int vs_fleet_ack(vs_fleet_queue *q, const char *entry_id, char *err, size_t errl
   return rc;
 }
 
-int vs_fleet_claim(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_job *jobs, int max,
-                   char *err, size_t errlen) {
-  if (!q->has_consumer || max < 1 || max > 1000 || min_idle_ms < 0) {
-    vs__err(err, errlen, "XAUTOCLAIM: %s",
-            !q->has_consumer ? "this queue was opened without a consumer name"
-                             : "max must be 1-1000, min_idle_ms >= 0");
-    return VSPEC_EINVAL;
-  }
-  for (int i = 0; i < max; i++) memset(&jobs[i], 0, sizeof jobs[i]);
-  char idle[24], count[16];
-  snprintf(idle, sizeof idle, "%lld", min_idle_ms);
-  snprintf(count, sizeof count, "%d", max);
-  redisReply *r;
-  int rc = vs__run(q, "XAUTOCLAIM", 0, &r, err, errlen, "XAUTOCLAIM %s %s %s %s %s COUNT %s",
-                   q->stream, q->group, q->consumer, idle, q->cursor, count);
-  if (rc) return rc;
-  int n = 0;
-  if ((rc = vs__want(q, "XAUTOCLAIM", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
-  /* 7.0: [cursor, entries, deleted ids]; 6.2 had no third element. */
-  if ((r->elements != 2 && r->elements != 3) || !vs__is_str(r->element[0]) ||
-      !vs__id_ok(r->element[0]->str, 0) || r->element[1]->type != REDIS_REPLY_ARRAY ||
-      r->element[1]->elements > (size_t)max) {
-    rc = vs__bad_shape(q, "XAUTOCLAIM", "not [cursor, entries, deleted]", err, errlen);
-    goto out;
-  }
-  snprintf(q->cursor, sizeof q->cursor, "%s", r->element[0]->str);
-  for (size_t i = 0; i < r->element[1]->elements; i++) {
-    if ((rc = vs__job_from(q, "XAUTOCLAIM", r->element[1]->element[i], &jobs[n], err, errlen)))
-      goto out;
-    n++;
-  }
-out:
-  freeReplyObject(r);
-  if (!rc && n) rc = vs__deliveries(q, jobs, n, err, errlen);
-  if (rc) {
-    for (int i = 0; i < max; i++) vs_fleet_job_clear(&jobs[i]);
-    return rc;
-  }
-  return n;
-}
-
 static int vs__events_key(const vs_fleet_queue *q, const char *what, const char *job_id,
                           char *key, size_t cap, char *err, size_t errlen) {
   char field[48];
@@ -785,6 +744,190 @@ static int vs__events_key(const vs_fleet_queue *q, const char *what, const char 
   if (rc) return rc;
   snprintf(key, cap, "%s%s", q->events_prefix, job_id);
   return VSPEC_OK;
+}
+
+/* A script's EVAL: argv[0] "EVAL", argv[1] the script, then its key count, keys and
+ * arguments; argl NULL for strings only. One round trip; the reply as vs__run's. */
+static int vs__eval(vs_fleet_queue *q, const char *what, int argc, const char **argv,
+                    const size_t *argl, redisReply **out, char *err, size_t errlen) {
+  *out = NULL;
+  int rc = vs__connect(q, what, err, errlen);
+  if (rc) return rc;
+  if (redisAppendCommandArgv(q->c, argc, argv, argl) != REDIS_OK) {
+    int oom = q->c->err == REDIS_ERR_OOM;
+    vs__err(err, errlen, "%s: cannot format the command: %s", what, q->c->errstr);
+    vs__drop(q);
+    return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
+  }
+  return vs__getn(q, what, 1, out, q->command_timeout_ms, err, errlen);
+}
+
+/* KEYS: the jobs stream. ARGV: group, min idle, first id of the scan, count. Each pending
+ * entry idle that long, with its `job` field ('' when the entry has none or is gone). */
+static const char vs__stale_lua[] =
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[2], ARGV[3], '+', ARGV[4])\n"
+    "local out = {}\n"
+    "for i, e in ipairs(p) do\n"
+    "  local job = ''\n"
+    "  local r = redis.call('XRANGE', KEYS[1], e[1], e[1])\n"
+    "  if #r == 1 then\n"
+    "    local f = r[1][2]\n"
+    "    for k = 1, #f - 1, 2 do\n"
+    "      if f[k] == 'job' then job = f[k + 1] break end\n"
+    "    end\n"
+    "  end\n"
+    "  out[i] = {e[1], e[2], e[3], e[4], job}\n"
+    "end\n"
+    "return out\n";
+
+/* One row of the stale script's reply into s; 0, or -1 when it is not that shape. */
+static int vs__stale_from(const redisReply *e, vs_fleet_stale_job *s) {
+  memset(s, 0, sizeof *s);
+  if (e->type != REDIS_REPLY_ARRAY || e->elements != 5 || !vs__is_str(e->element[0]) ||
+      !vs__is_str(e->element[1]) || e->element[2]->type != REDIS_REPLY_INTEGER ||
+      e->element[3]->type != REDIS_REPLY_INTEGER || !vs__is_str(e->element[4]) ||
+      e->element[0]->len >= sizeof s->entry_id || !vs__id_ok(e->element[0]->str, 0))
+    return -1;
+  memcpy(s->entry_id, e->element[0]->str, e->element[0]->len + 1);
+  /* only for messages: a longer name (not a vspecd's) is cut */
+  snprintf(s->consumer, sizeof s->consumer, "%s", e->element[1]->str);
+  s->idle_ms = e->element[2]->integer;
+  s->deliveries = e->element[3]->integer;
+  char ignored[8];
+  const redisReply *j = e->element[4];
+  if (j->len <= VS_FLEET_JOB_ID_MAX && !memchr(j->str, 0, j->len) &&
+      !vs_name_check(&vs__job_name, "job", j->str, ignored, sizeof ignored))
+    memcpy(s->job_id, j->str, j->len + 1);
+  return 0;
+}
+
+int vs_fleet_stale(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_stale_job *out, int max,
+                   char *err, size_t errlen) {
+  if (max < 1 || max > 1000 || min_idle_ms < 0) {
+    vs__err(err, errlen, "XPENDING (stale): max must be 1-1000, min_idle_ms >= 0");
+    return VSPEC_EINVAL;
+  }
+  char idle[24], count[16];
+  snprintf(idle, sizeof idle, "%lld", min_idle_ms);
+  snprintf(count, sizeof count, "%d", max);
+  const char *argv[] = {"EVAL", vs__stale_lua, "1", q->stream, q->group, idle, q->cursor, count};
+  redisReply *r;
+  int rc = vs__eval(q, "XPENDING (stale)", 8, argv, NULL, &r, err, errlen);
+  if (rc) return rc;
+  int n = 0;
+  if (!(rc = vs__want(q, "XPENDING (stale)", r, REDIS_REPLY_ARRAY, err, errlen)) &&
+      r->elements > (size_t)max)
+    rc = vs__bad_shape(q, "XPENDING (stale)", "more entries than asked for", err, errlen);
+  for (size_t i = 0; !rc && i < r->elements; i++, n++)
+    if (vs__stale_from(r->element[i], &out[n]))
+      rc = vs__bad_shape(q, "XPENDING (stale)", "an entry is not [id, consumer, idle, "
+                         "deliveries, job]", err, errlen);
+  freeReplyObject(r);
+  if (rc) return rc;
+  /* a full page: the next scan starts after its last entry; else from the start again */
+  if (n == max) snprintf(q->cursor, sizeof q->cursor, "(%s", out[n - 1].entry_id);
+  else snprintf(q->cursor, sizeof q->cursor, "-");
+  return n;
+}
+
+/* KEYS: the jobs stream, the run's lost mark, the job's event stream. ARGV: group, entry id,
+ * delivery count, min idle (release: the idle time to set), event, events kept, ttl, mode
+ * ('watch' or 'release'), consumer (release: this one). See vs_fleet_announce_loss. */
+static const char vs__announce_lua[] =
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)\n"
+    "if #p ~= 1 or p[1][4] ~= tonumber(ARGV[3]) then return 0 end\n"
+    "if ARGV[8] == 'release' then\n"
+    "  if p[1][2] ~= ARGV[9] then return 0 end\n"
+    "elseif p[1][3] < tonumber(ARGV[4]) then\n"
+    "  return 0\n"
+    "end\n"
+    "if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[7]) then return 0 end\n"
+    "redis.call('XADD', KEYS[3], 'MAXLEN', ARGV[6], '*', 'data', ARGV[5])\n"
+    "redis.call('PEXPIRE', KEYS[3], ARGV[7])\n"
+    "if ARGV[8] == 'release' then\n"
+    "  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[9], 0, ARGV[2], 'IDLE', ARGV[4], 'JUSTID')\n"
+    "end\n"
+    "return 1\n";
+
+static int vs__announce(vs_fleet_queue *q, const char *mode, const char *entry_id,
+                        const char *job_id, long long deliveries, long long idle_ms,
+                        const void *event, size_t len, char *err, size_t errlen) {
+  const char *what = !strcmp(mode, "release") ? "release" : "announce (lost)";
+  char ekey[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
+  char mark[sizeof q->stream + 8 + VS_FLEET_ID_MAX + 24];
+  int rc = vs__events_key(q, what, job_id, ekey, sizeof ekey, err, errlen);
+  if (!rc) rc = vs__check_id(what, entry_id, 0, err, errlen);
+  if (rc) return rc;
+  if (deliveries < 1 || idle_ms < 0 || len > q->max_payload || (len && !event)) {
+    vs__err(err, errlen, "%s: deliveries >= 1, idle >= 0 and an event of at most %zu bytes",
+            what, q->max_payload);
+    return VSPEC_EINVAL;
+  }
+  snprintf(mark, sizeof mark, "%s:lost:%s:%lld", q->stream, entry_id, deliveries);
+  char dl[24], idle[24], ev_max[24], ttl[24];
+  snprintf(dl, sizeof dl, "%lld", deliveries);
+  snprintf(idle, sizeof idle, "%lld", idle_ms);
+  snprintf(ev_max, sizeof ev_max, "%lld", q->events_max_len);
+  snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
+  const char *argv[] = {"EVAL", vs__announce_lua, "3", q->stream, mark, ekey, q->group, entry_id,
+                        dl, idle, len ? event : "", ev_max, ttl, mode, q->consumer};
+  size_t argl[15];
+  for (int i = 0; i < 15; i++) argl[i] = i == 10 ? len : strlen(argv[i]); /* the event: bytes */
+  redisReply *r;
+  if ((rc = vs__eval(q, what, 15, argv, argl, &r, err, errlen))) return rc;
+  if (!(rc = vs__want(q, what, r, REDIS_REPLY_INTEGER, err, errlen))) rc = r->integer > 0;
+  freeReplyObject(r);
+  return rc;
+}
+
+int vs_fleet_announce_loss(vs_fleet_queue *q, const vs_fleet_stale_job *s, long long min_idle_ms,
+                           const void *event, size_t len, char *err, size_t errlen) {
+  return vs__announce(q, "watch", s->entry_id, s->job_id, s->deliveries, min_idle_ms, event, len,
+                      err, errlen);
+}
+
+int vs_fleet_release(vs_fleet_queue *q, const char *entry_id, const char *job_id,
+                     long long deliveries, long long idle_ms, const void *event, size_t len,
+                     char *err, size_t errlen) {
+  if (!q->has_consumer) {
+    vs__err(err, errlen, "release: this queue was opened without a consumer name");
+    return VSPEC_EINVAL;
+  }
+  return vs__announce(q, "release", entry_id, job_id, deliveries, idle_ms, event, len, err,
+                      errlen);
+}
+
+int vs_fleet_claim(vs_fleet_queue *q, const char *entry_id, long long min_idle_ms,
+                   vs_fleet_job *job, char *err, size_t errlen) {
+  memset(job, 0, sizeof *job);
+  if (!q->has_consumer || min_idle_ms < 0) {
+    vs__err(err, errlen, "XCLAIM: %s", !q->has_consumer
+                                           ? "this queue was opened without a consumer name"
+                                           : "min_idle_ms must be >= 0");
+    return VSPEC_EINVAL;
+  }
+  int rc = vs__check_id("XCLAIM", entry_id, 0, err, errlen);
+  if (rc) return rc;
+  char idle[24];
+  snprintf(idle, sizeof idle, "%lld", min_idle_ms);
+  redisReply *r;
+  if ((rc = vs__run(q, "XCLAIM", 0, &r, err, errlen, "XCLAIM %s %s %s %s %s", q->stream,
+                    q->group, q->consumer, idle, entry_id)))
+    return rc;
+  int got = 0;
+  /* 7.0 leaves out an entry deleted while pending (and drops it from the list) */
+  if (!(rc = vs__want(q, "XCLAIM", r, REDIS_REPLY_ARRAY, err, errlen)) && r->elements > 1)
+    rc = vs__bad_shape(q, "XCLAIM", "more than the one entry claimed", err, errlen);
+  if (!rc && r->elements == 1 && r->element[0]->type != REDIS_REPLY_NIL &&
+      !(rc = vs__job_from(q, "XCLAIM", r->element[0], job, err, errlen)))
+    got = 1;
+  freeReplyObject(r);
+  if (!rc && got) rc = vs__deliveries(q, job, 1, err, errlen);
+  if (rc) {
+    vs_fleet_job_clear(job);
+    return rc;
+  }
+  return got;
 }
 
 int vs_fleet_event_append(vs_fleet_queue *q, const char *job_id, const void *data, size_t len,
@@ -907,14 +1050,17 @@ int vs_fleet_depth(vs_fleet_queue *q, long long *length, long long *pending, cha
 
 /* ---- running jobs: claims and cancel flags ------------------------------------------------ */
 
-/* Atomically, for each id: still pending on this consumer? Then reset its idle time (XCLAIM
- * JUSTID with min-idle 0 does not raise the delivery count) and return it. A job claimed away
- * by another daemon is left alone: a refresh must never steal a job back. */
+/* Atomically, for each id: still pending on this consumer, and its run not announced lost
+ * (vs_fleet_announce_loss's mark)? Then reset its idle time (XCLAIM JUSTID with min-idle 0
+ * does not raise the delivery count) and return it. A job claimed away by another daemon, or
+ * announced lost to its client, is left alone: a refresh must never steal a job back, nor
+ * keep one whose client was told it runs again elsewhere. */
 static const char vs__touch_lua[] =
     "local out = {}\n"
     "for i = 3, #ARGV do\n"
     "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)\n"
-    "  if #p == 1 and p[1][2] == ARGV[2] then\n"
+    "  if #p == 1 and p[1][2] == ARGV[2] and\n"
+    "     redis.call('EXISTS', KEYS[1] .. ':lost:' .. ARGV[i] .. ':' .. p[1][4]) == 0 then\n"
     "    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')\n"
     "    out[#out + 1] = ARGV[i]\n"
     "  end\n"
@@ -947,16 +1093,10 @@ int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *
   argv[4] = q->group;
   argv[5] = q->consumer;
   for (int i = 0; i < n; i++) argv[6 + i] = entry_ids[i];
-  if ((rc = vs__connect(q, "XCLAIM", err, errlen))) goto out;
-  if (redisAppendCommandArgv(q->c, argc, argv, NULL) != REDIS_OK) {
-    int oom = q->c->err == REDIS_ERR_OOM;
-    vs__err(err, errlen, "XCLAIM: cannot format the command: %s", q->c->errstr);
-    vs__drop(q);
-    rc = oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
-    goto out;
-  }
   redisReply *r;
-  if ((rc = vs__getn(q, "XCLAIM (refresh)", 1, &r, q->command_timeout_ms, err, errlen))) goto out;
+  rc = vs__eval(q, "XCLAIM (refresh)", argc, argv, NULL, &r, err, errlen);
+  free(argv);
+  if (rc) return rc;
   if (!(rc = vs__want(q, "XCLAIM (refresh)", r, REDIS_REPLY_ARRAY, err, errlen))) {
     int kept = 0;
     for (size_t k = 0; k < r->elements; k++) {
@@ -971,8 +1111,6 @@ int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *
     rc = kept;
   }
   freeReplyObject(r);
-out:
-  free(argv);
   return rc;
 }
 

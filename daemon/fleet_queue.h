@@ -7,8 +7,11 @@
  * request, any bytes), the daemons read it through one consumer group, and each job's events
  * go to a stream of its own (`<events_prefix><job id>`, field `data`) that expires some time
  * after its last event. An entry stays pending (XPENDING) from the read until the ack, so a
- * daemon that dies mid-job leaves it there for another one to claim (XAUTOCLAIM) once it has
- * been idle long enough; Redis counts the deliveries, which is what bounds a poison job.
+ * daemon that dies mid-job leaves it there for another one to claim (XCLAIM) once it has
+ * been idle long enough (vs_fleet_stale, vs_fleet_claim); Redis counts the deliveries, which
+ * is what bounds a poison job. The daemon running a job refreshes its claim (vs_fleet_touch)
+ * every heartbeat; a job idle for the claim time is a lost run, announced to its client
+ * once (vs_fleet_announce_loss) before another daemon takes it over.
  *
  * This file is only the queue: commands, their replies and their errors. What a job means,
  * when to ack it, how often to retry, is the caller's. Nothing here is thread-safe: one
@@ -140,13 +143,50 @@ int vs_fleet_read(vs_fleet_queue *q, int block_ms, vs_fleet_job *job, char *err,
  * means, DESIGN.md). */
 int vs_fleet_ack(vs_fleet_queue *q, const char *entry_id, char *err, size_t errlen);
 
-/* Takes over up to max jobs pending for at least min_idle_ms on any consumer (their daemon is
- * presumed dead): XAUTOCLAIM COUNT max, then XPENDING for each one's delivery count (which
- * the claim raised). One XAUTOCLAIM per call, resuming where the previous call's scan
- * stopped, so calling it periodically sweeps the whole pending list. Entries deleted while
- * pending are dropped by Redis itself. Returns the number of jobs filled in jobs[]. */
-int vs_fleet_claim(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_job *jobs, int max,
+/* A job whose daemon stopped refreshing its claim: pending for at least the claim time. */
+typedef struct vs_fleet_stale_job {
+  char entry_id[VS_FLEET_ID_MAX];
+  char job_id[VS_FLEET_JOB_ID_MAX + 1]; /* "" for an entry without a valid `job` field (not
+                                           written by enqueue: no event stream to tell) */
+  char consumer[64];                    /* the daemon that held it */
+  long long idle_ms;
+  long long deliveries;                 /* of the run that stopped (1 the first time) */
+} vs_fleet_stale_job;
+
+/* Up to max jobs pending for at least min_idle_ms on any consumer (their daemon is presumed
+ * dead), with who held them: XPENDING IDLE and each entry's `job` field, in one Lua script.
+ * Each call resumes where the previous one's scan stopped (from the start again after a
+ * short page), so calling it periodically visits the whole pending list. Reads only: see
+ * vs_fleet_announce_loss and vs_fleet_claim. Returns the number filled in out[]. */
+int vs_fleet_stale(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_stale_job *out, int max,
                    char *err, size_t errlen);
+
+/* Tells a lost run's client, exactly once per lost run: atomically (one Lua script), if the
+ * entry is still pending with the same delivery count and still idle for min_idle_ms, and no
+ * one has announced this run's loss yet, marks it lost (`<stream>:lost:<entry id>:<delivery>`,
+ * expiring with the events) and appends `event` (an encoded fleet event, fleet_event.h) to
+ * the job's event stream as vs_fleet_event_append does. The mark is a commitment: from then
+ * on vs_fleet_touch no longer refreshes that run's claim, so its daemon, if it was only slow,
+ * gives the job up instead of racing the one that runs it again. Returns 1 when this call
+ * announced it, 0 when the run was announced already, refreshed, claimed or acked. */
+int vs_fleet_announce_loss(vs_fleet_queue *q, const vs_fleet_stale_job *s, long long min_idle_ms,
+                           const void *event, size_t len, char *err, size_t errlen);
+
+/* The same announcement by the daemon holding the job, which stops (drains) without running
+ * it: if the entry is pending on this consumer with that delivery count, marks the run lost,
+ * appends `event` and sets the entry's idle time to idle_ms (the fleet's claim time), so that
+ * the next sweep of any daemon takes it over instead of waiting out the claim time. Returns 1,
+ * or 0 when the run was announced already or is no longer this consumer's. */
+int vs_fleet_release(vs_fleet_queue *q, const char *entry_id, const char *job_id,
+                     long long deliveries, long long idle_ms, const void *event, size_t len,
+                     char *err, size_t errlen);
+
+/* Takes over one job found by vs_fleet_stale if it is still idle for min_idle_ms (XCLAIM,
+ * which raises its delivery count; so two daemons never both take it), then reads its
+ * delivery count. Returns 1 with *job filled, 0 when another daemon took it first, it was
+ * acked, or its entry is gone (Redis then drops it from the pending list). */
+int vs_fleet_claim(vs_fleet_queue *q, const char *entry_id, long long min_idle_ms,
+                   vs_fleet_job *job, char *err, size_t errlen);
 
 /* One event of a job's event stream; data is malloc'd (NUL after it, not counted), NULL for an
  * entry without a `data` field (not written by vs_fleet_event_append). */
@@ -178,11 +218,12 @@ int vs_fleet_depth(vs_fleet_queue *q, long long *length, long long *pending, cha
                    size_t errlen);
 
 /* Keeps running jobs un-idle, so that no other daemon claims them: for each entry id still
- * pending on this consumer, resets its idle time (XCLAIM JUSTID, which leaves the delivery
- * count alone) and sets still_ours[i] = 1; an entry acked, or claimed by another consumer
- * (this daemon was taken for dead), gets 0 and is not touched: one Lua script, atomic, so a
- * refresh never steals a job back. Call it more often than the others' claim idle time.
- * Returns how many are still ours. */
+ * pending on this consumer whose run was not announced lost (vs_fleet_announce_loss), resets
+ * its idle time (XCLAIM JUSTID, which leaves the delivery count alone) and sets
+ * still_ours[i] = 1; an entry acked, claimed by another consumer or announced lost (this
+ * daemon was taken for dead) gets 0 and is not touched: one Lua script, atomic, so a refresh
+ * never steals a job back. Call it every [fleet] heartbeat_ms, at most a third of the
+ * others' claim time (DESIGN.md, "Fleet mode"). Returns how many are still ours. */
 int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *still_ours,
                    char *err, size_t errlen);
 

@@ -20,6 +20,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "daemon/config.h"
 #include "daemon/fleet_event.h"
 #include "daemon/fleet_queue.h"
 #include "tests/support/daemon_harness.h"
@@ -35,12 +36,18 @@ typedef struct fleet_fx {
   char gw_log[2][256];
 } fleet_fx;
 
-/* What every daemon of these tests gets: claims after 1 s of silence, poison after 2, and
- * a drain that cancels running jobs (a fleet daemon hands them over). */
+/* Every daemon of these tests: heartbeats every 250 ms, so that a job is taken over after
+ * 1 s of silence (the least claim time three heartbeats allow), poison after 2 deliveries,
+ * and a drain that cancels running jobs (a fleet daemon hands them over). */
+#define HEARTBEAT_MS 250
+#define CLAIM_MS 1000
+
 static void start_daemon(fleet_fx *t, int i, const char *name) {
-  char redis[300];
+  char redis[300], hb[64], claim[64];
   snprintf(redis, sizeof redis, "fleet.redis=%s", t->redis->url);
-  const char *extra[] = {"--set", redis, "--set", "fleet.claim_idle_ms=1000",
+  snprintf(hb, sizeof hb, "fleet.heartbeat_ms=%d", HEARTBEAT_MS);
+  snprintf(claim, sizeof claim, "fleet.claim_idle_ms=%d", CLAIM_MS);
+  const char *extra[] = {"--set", redis, "--set", hb, "--set", claim,
                          "--set", "fleet.max_deliveries=2", "--set", "fleet.cancel_poll_ms=50",
                          "--set", "shutdown.drain=cancel", NULL};
   vs_daemon_start(&t->d[i], &t->fx, name, extra);
@@ -237,13 +244,32 @@ static int wait_running_on(fleet_fx *t, vs_conn *c, uint64_t rid, uint64_t *job,
   return -1;
 }
 
-/* SIGKILL of the daemon running a job: the other one claims it once it has been idle for the
- * claim time, runs it again from the start, and the client gets a restarted event and the
- * same bytes as an undisturbed run. The job names no seed: every delivery must draw the same
- * one (the agent derives it from the job id), or the bytes could not be the same. */
+/* The Phase "waiting" a lost run's client gets: naming the lost daemon and when the job runs
+ * again (at a free daemon's next sweep, a heartbeat). */
+static void check_waiting(const Vspec__Event *ev, const char *lost_node) {
+  assert_int_equal(ev->body_case, VSPEC__EVENT__BODY_PHASE);
+  print_message("waiting: %s\n", ev->phase->message);
+  assert_string_equal(ev->phase->name, "waiting");
+  char want[64];
+  snprintf(want, sizeof want, "daemon %s lost", lost_node);
+  assert_non_null(strstr(ev->phase->message, want));
+  assert_non_null(strstr(ev->phase->message, "the job restarts on another daemon within 1 s"));
+  assert_true(ev->phase->has_eta_s);
+  assert_true(ev->phase->eta_s > HEARTBEAT_MS / 1000.0 - 1e-6 &&
+              ev->phase->eta_s < HEARTBEAT_MS / 1000.0 + 1e-6);
+}
+
+/* SIGKILL of the daemon running a job: once the job has been idle for the claim time, the
+ * client is told that its daemon is lost and when the job runs again (a Phase "waiting",
+ * once), then the other daemon takes the job over, within the claim time and a heartbeat
+ * (plus a margin) of the kill, runs it again from the start, and the client gets a restarted
+ * event and the same bytes as an undisturbed run. The job names no seed: every
+ * delivery must draw the same one (the agent derives it from the job id), or the bytes could
+ * not be the same. */
 static void test_daemon_killed(void **state) {
   fleet_fx *t = *state;
   NEED(t);
+  const double bound = (CLAIM_MS + HEARTBEAT_MS) / 1000.0 + 1.5;
   start_daemon(t, 0, "d0");
   start_daemon(t, 1, "d1");
   start_gateway(t, 0);
@@ -253,19 +279,29 @@ static void test_daemon_killed(void **state) {
   int victim = wait_running_on(t, &c, rid, &job, &seed);
   vs_harness_sleep_ms(300);
   kill(t->d[victim].pid, SIGKILL);
+  double killed_at = vs_harness_now();
   vs_wait_pid(t->d[victim].pid, 3000);
   t->d[victim].pid = 0;
-  int restarted = 0;
+  int restarted = 0, waiting = 0;
   vs_conn_event e;
-  double end = vs_harness_now() + 40;
   for (;;) {
-    assert_true(vs_harness_now() < end);
+    assert_true(vs_harness_now() < killed_at + 40);
     vs_client_next(&c, 40000, &e);
     if (e.ev->job_id != job) {
       vs_conn_event_free(&e);
       continue;
     }
+    if (e.ev->body_case == VSPEC__EVENT__BODY_PHASE) {
+      assert_int_equal(restarted, 0); /* before the new run, and once */
+      assert_int_equal(waiting, 0);
+      check_waiting(e.ev, t->d[victim].name);
+      waiting = 1;
+    }
     if (e.ev->body_case == VSPEC__EVENT__BODY_RESTARTED) {
+      double after = vs_harness_now() - killed_at;
+      print_message("restarted %.2f s after the kill (bound %.2f s)\n", after, bound);
+      assert_true(waiting);
+      assert_true(after < bound);
       restarted = 1;
       assert_int_equal(e.ev->restarted->delivery, 2);
       assert_string_equal(e.ev->restarted->node, t->d[1 - victim].name);
@@ -504,12 +540,13 @@ static void until_result_of(vs_conn *c, uint64_t job, vs_conn_event *e) {
 }
 
 /* Counts the events of a job's stream in Redis by kind: daemons' Accepted (node not a
- * gateway's), results, restarted. */
+ * gateway's), results, restarted, and (phases may be NULL) phases. */
 static void count_in_redis(vs_fleet_queue *q, uint64_t job, int *accepted, int *results,
-                           int *restarts) {
+                           int *restarts, int *phases) {
   char id[32], after[VS_FLEET_ID_MAX] = "0-0", err[512];
   snprintf(id, sizeof id, "%llu", (unsigned long long)job);
   *accepted = *results = *restarts = 0;
+  if (phases) *phases = 0;
   for (;;) {
     vs_fleet_event ev[64];
     int n = vs_fleet_events_read(q, id, after, 0, ev, 64, err, sizeof err);
@@ -527,6 +564,7 @@ static void count_in_redis(vs_fleet_queue *q, uint64_t job, int *accepted, int *
         (*accepted)++;
       *results += e->body_case == VSPEC__EVENT__BODY_RESULT;
       *restarts += e->body_case == VSPEC__EVENT__BODY_RESTARTED;
+      if (phases) *phases += e->body_case == VSPEC__EVENT__BODY_PHASE;
       vs_wire_event_free(e, &a);
       snprintf(after, sizeof after, "%s", ev[i].id);
       vs_fleet_event_clear(&ev[i]);
@@ -628,9 +666,11 @@ static void test_many_jobs(void **state) {
   int restarted_jobs = 0;
   for (int i = 0; i < N; i++) {
     assert_int_equal(ended[i], 1);
-    int accepted, results, restarts;
-    count_in_redis(q, job[i], &accepted, &results, &restarts);
+    int accepted, results, restarts, phases;
+    count_in_redis(q, job[i], &accepted, &results, &restarts, &phases);
     restarted_jobs += restarts > 0;
+    /* each lost run announced to its client once, before its next run */
+    assert_int_equal(phases, restarts);
     /* a run can die before its daemon accepted the job: no Accepted of its own */
     assert_true(accepted >= 1 && accepted <= 1 + restarts);
     assert_true(results == 1 || (results == 2 && restarts > 0));
@@ -674,7 +714,7 @@ static void test_retry_same_job_id(void **state) {
   /* ran once: one daemon Accepted, one result in the job's events */
   vs_fleet_queue *q = open_fleet_queue(t);
   int accepted, results, restarts;
-  count_in_redis(q, id, &accepted, &results, &restarts);
+  count_in_redis(q, id, &accepted, &results, &restarts, NULL);
   assert_int_equal(accepted, 1);
   assert_int_equal(results, 1);
   vs_fleet_queue_destroy(&q);
@@ -691,8 +731,59 @@ static void test_retry_same_job_id(void **state) {
   vs_conn_close(&b);
 }
 
+/* A daemon running a long job with its claim time at three heartbeats: another daemon, free
+ * and sweeping for lost jobs every heartbeat all along, neither takes the job over nor tells
+ * its client it was lost; the job ends where it started, run once. */
+static void test_live_daemon_keeps_job(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  SKIP_UNDER_SANITIZERS();
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  uint64_t job = 0, rid = submit(&c, 400, 21);
+  assert_int_equal(wait_running_on(t, &c, rid, &job, NULL), 0);
+  double t0 = vs_harness_now();
+  start_daemon(t, 1, "d1"); /* free from now on: it would take a job left idle for 1 s */
+  vs_conn_event e;
+  for (;;) {
+    assert_true(vs_harness_now() < t0 + 30);
+    vs_client_next(&c, 30000, &e);
+    if (e.ev->job_id == job) {
+      assert_int_not_equal(e.ev->body_case, VSPEC__EVENT__BODY_PHASE);
+      assert_int_not_equal(e.ev->body_case, VSPEC__EVENT__BODY_RESTARTED);
+      if (ev_is_terminal_of(e.ev, job)) break;
+    }
+    vs_conn_event_free(&e);
+  }
+  double ran = vs_harness_now() - t0;
+  print_message("the job ran %.1f s on d0 with d1 sweeping (claims after %d ms)\n", ran,
+                CLAIM_MS);
+  if (e.ev->body_case != VSPEC__EVENT__BODY_RESULT) {
+    dump_all(t);
+    fail_msg("the job ended with: %s", e.ev->error->message);
+  }
+  assert_string_equal(e.ev->result->node, "d0");
+  vs_conn_event_free(&e);
+  assert_true(ran > 2.5 * CLAIM_MS / 1000.0); /* a few claim times: a test of something */
+  vs_fleet_queue *q = open_fleet_queue(t);
+  int accepted, results, restarts, phases;
+  count_in_redis(q, job, &accepted, &results, &restarts, &phases);
+  assert_int_equal(accepted, 1);
+  assert_int_equal(restarts, 0);
+  assert_int_equal(phases, 0);
+  vs_fleet_queue_destroy(&q);
+  vs_client_status(t->d[1].admin_ep, &e);
+  assert_int_equal(e.ev->status->totals->submitted, 0);
+  vs_conn_event_free(&e);
+  vs_conn_close(&c);
+}
+
 /* A daemon stopped with SIGTERM (drain = cancel) in the middle of a job hands it over: the
- * job is left pending, not failed, and the other daemon runs it to its result. */
+ * job is left pending, not failed, its client is told (a Phase "waiting" naming the stopping
+ * daemon, once), and the other daemon takes it at its next sweep, without waiting out the
+ * claim time, and runs it to its result. */
 static void test_daemon_drained(void **state) {
   fleet_fx *t = *state;
   NEED(t);
@@ -705,9 +796,32 @@ static void test_daemon_drained(void **state) {
   uint64_t job = 0, rid = submit(&c, 150, 31);
   int i = wait_running_on(t, &c, rid, &job, NULL);
   vs_harness_sleep_ms(200);
+  double stopped_at = vs_harness_now();
   assert_int_equal(vs_daemon_stop(&t->d[i], SIGTERM, 10000), 0);
   vs_conn_event e;
-  until_result_of(&c, job, &e);
+  int waiting = 0, restarted = 0;
+  for (;;) {
+    assert_true(vs_harness_now() < stopped_at + 30);
+    vs_client_next(&c, 30000, &e);
+    if (ev_is_terminal_of(e.ev, job)) break;
+    if (e.ev->job_id == job && e.ev->body_case == VSPEC__EVENT__BODY_PHASE) {
+      char want[64];
+      snprintf(want, sizeof want, "daemon %s is stopping", t->d[i].name);
+      print_message("waiting: %s\n", e.ev->phase->message);
+      assert_non_null(strstr(e.ev->phase->message, want));
+      assert_int_equal(restarted + waiting++, 0);
+    }
+    if (e.ev->job_id == job && e.ev->body_case == VSPEC__EVENT__BODY_RESTARTED) {
+      /* a free daemon's next sweep (a heartbeat), not the claim time: the stop itself takes
+       * most of this (the daemon cancels its job and exits) */
+      print_message("restarted %.2f s after SIGTERM\n", vs_harness_now() - stopped_at);
+      assert_true(vs_harness_now() - stopped_at < 0.9 * CLAIM_MS / 1000.0);
+      assert_int_equal(waiting, 1);
+      restarted = 1;
+    }
+    vs_conn_event_free(&e);
+  }
+  assert_int_equal(restarted, 1);
   if (e.ev->body_case != VSPEC__EVENT__BODY_RESULT) {
     dump_all(t);
     fail_msg("the job ended with: %s", e.ev->error->message);
@@ -786,7 +900,7 @@ static void test_redis_refuses_writes(void **state) {
   /* and it ran once: kept, not dropped and claimed again */
   vs_fleet_queue *q = open_fleet_queue(t);
   int accepted, results, restarts;
-  count_in_redis(q, job, &accepted, &results, &restarts);
+  count_in_redis(q, job, &accepted, &results, &restarts, NULL);
   assert_int_equal(restarts, 0);
   assert_int_equal(results, 1);
   vs_fleet_queue_destroy(&q);
@@ -798,15 +912,86 @@ static void test_redis_refuses_writes(void **state) {
   vs_conn_close(&c);
 }
 
+/* claim_idle_ms must be at least three heartbeats, and the default is that least value: a
+ * config that breaks the rule is refused with both keys named. No Redis needed. */
+static void test_claim_rule(void **state) {
+  (void)state;
+  vs_daemon_config c;
+  char err[1024];
+  vs_config_defaults(&c);
+  assert_int_equal(c.fleet_claim_idle_ms, VS_FLEET_CLAIM_HEARTBEATS * c.fleet_heartbeat_ms);
+  assert_true(c.fleet_claim_idle_ms <= 5000); /* was 30000: 44 s before a job ran again */
+  assert_int_equal(vs_config_set_arg(&c, "fleet.redis=unix:///tmp/redis.sock", err, sizeof err),
+                   0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "fleet.claim_idle_ms=2999", err, sizeof err), 0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), VSPEC_EINVAL);
+  print_message("refused: %s\n", err);
+  assert_non_null(strstr(err, "fleet.claim_idle_ms = 2999"));
+  assert_non_null(strstr(err, "fleet.heartbeat_ms (1000)"));
+  assert_non_null(strstr(err, "at least 3000"));
+  assert_int_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=999", err, sizeof err), 0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  /* fleet mode off: the keys are not used, nothing to refuse */
+  assert_int_equal(vs_config_set_arg(&c, "fleet.redis=", err, sizeof err), 0);
+  assert_int_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=2000", err, sizeof err), 0);
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_not_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=10", err, sizeof err), 0);
+}
+
+/* Redis emptied under a running fleet (a restart without persistence): the idle daemon makes
+ * the consumer group again by itself (its sweep, which comes before its read, must not fail
+ * on the missing group for ever; a gateway's submit would make it too, so the group is looked
+ * for before any), and the next job runs. */
+static void test_redis_emptied(void **state) {
+  fleet_fx *t = *state;
+  NEED(t);
+  SKIP_UNDER_SANITIZERS();
+  start_daemon(t, 0, "d0");
+  start_gateway(t, 0);
+  vs_conn c;
+  vs_client_open(&c, t->gw_ep[0]);
+  vs_conn_event e;
+  for (int k = 0; k < 2; k++) {
+    if (k == 1) {
+      redisContext *rc = redisConnectUnix(t->redis->sock);
+      assert_true(rc && !rc->err);
+      freeReplyObject(redisCommand(rc, "FLUSHALL"));
+      long long groups = 0;
+      for (double end = vs_harness_now() + 2; !groups && vs_harness_now() < end;) {
+        vs_harness_sleep_ms(50);
+        redisReply *r = redisCommand(rc, "EXISTS vspec:jobs"); /* XGROUP CREATE MKSTREAM */
+        assert_true(r && r->type == REDIS_REPLY_INTEGER);
+        groups = r->integer;
+        freeReplyObject(r);
+      }
+      redisFree(rc);
+      if (!groups) dump_all(t);
+      assert_true(groups);
+    }
+    uint64_t job = 0, rid = submit(&c, 0, 60 + (uint64_t)k);
+    vs_client_until_end(&c, rid, &job, 10000, &e);
+    if (e.ev->body_case != VSPEC__EVENT__BODY_RESULT) {
+      dump_all(t);
+      fail_msg("job %d ended with: %s", k, e.ev->error->message);
+    }
+    vs_conn_event_free(&e);
+  }
+  vs_conn_close(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_claim_rule),
       cmocka_unit_test_setup_teardown(test_job_through_gateway, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_killed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_live_daemon_keeps_job, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_drained, setup, teardown),
       cmocka_unit_test_setup_teardown(test_poison_job, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gateway_restart_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_restart_aof, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_emptied, setup, teardown),
       cmocka_unit_test_setup_teardown(test_many_jobs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_retry_same_job_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversized_submit, setup, teardown),

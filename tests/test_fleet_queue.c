@@ -292,7 +292,8 @@ static void test_claim(void **state) {
   OK(vs_fleet_ensure_group(b, err, sizeof err));
   const char payload[] = "req\0uest";
   OK(vs_fleet_enqueue(a, "job-x", payload, sizeof payload, id, err, sizeof err));
-  vs_fleet_job j, got[4];
+  vs_fleet_job j, got;
+  vs_fleet_stale_job st[4];
   assert_int_equal(vs_fleet_read(a, 0, &j, err, sizeof err), 1);
   assert_int_equal(j.deliveries, 1);
   vs_fleet_job_clear(&j);
@@ -300,33 +301,159 @@ static void test_claim(void **state) {
 
   /* b never reads it as new: it is another consumer's, and not idle long enough yet */
   assert_int_equal(vs_fleet_read(b, 0, &j, err, sizeof err), 0);
-  assert_int_equal(vs_fleet_claim(b, 200, got, 4, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_stale(b, 200, st, 4, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_claim(b, id, 200, &got, err, sizeof err), 0);
   vs_harness_sleep_ms(230);
-  int n = vs_fleet_claim(b, 200, got, 4, err, sizeof err);
+  int n = vs_fleet_stale(b, 200, st, 4, err, sizeof err);
+  if (n < 0) fail_msg("stale: %s", err);
+  assert_int_equal(n, 1);
+  assert_string_equal(st[0].entry_id, id);
+  assert_string_equal(st[0].job_id, "job-x");
+  assert_string_equal(st[0].consumer, "node-a");
+  assert_true(st[0].idle_ms >= 200);
+  assert_int_equal(st[0].deliveries, 1);
+  n = vs_fleet_claim(b, id, 200, &got, err, sizeof err);
   if (n < 0) fail_msg("claim: %s", err);
   assert_int_equal(n, 1);
-  assert_string_equal(got[0].entry_id, id);
-  assert_string_equal(got[0].job_id, "job-x");
-  assert_int_equal(got[0].payload_len, sizeof payload);
-  assert_memory_equal(got[0].payload, payload, sizeof payload);
-  assert_int_equal(got[0].deliveries, 2);
-  /* claimed: idle again from now */
-  assert_int_equal(vs_fleet_claim(b, 200, got + 1, 3, err, sizeof err), 0);
+  assert_string_equal(got.entry_id, id);
+  assert_string_equal(got.job_id, "job-x");
+  assert_int_equal(got.payload_len, sizeof payload);
+  assert_memory_equal(got.payload, payload, sizeof payload);
+  assert_int_equal(got.deliveries, 2);
+  /* claimed: idle again from now, so neither stale nor claimable a second time */
+  assert_int_equal(vs_fleet_stale(b, 200, st, 4, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_claim(b, id, 200, &j, err, sizeof err), 0);
   long long len = -1, pend = -1;
   OK(vs_fleet_depth(b, &len, &pend, err, sizeof err));
   assert_int_equal(len, 1);
   assert_int_equal(pend, 1);
-  assert_int_equal(vs_fleet_ack(b, got[0].entry_id, err, sizeof err), 1);
-  vs_fleet_job_clear(&got[0]);
+  assert_int_equal(vs_fleet_ack(b, got.entry_id, err, sizeof err), 1);
+  vs_fleet_job_clear(&got);
   OK(vs_fleet_depth(b, &len, &pend, err, sizeof err));
   assert_int_equal(len, 0);
   assert_int_equal(pend, 0);
-  assert_int_equal(vs_fleet_claim(b, 0, got, 4, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_stale(b, 0, st, 4, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_claim(b, id, 0, &got, err, sizeof err), 0);
   /* a queue without a consumer cannot read or claim */
   vs_fleet_queue *g = open_queue(f, NULL, 8);
   assert_int_equal(vs_fleet_read(g, 0, &j, err, sizeof err), VSPEC_EINVAL);
-  assert_int_equal(vs_fleet_claim(g, 0, got, 4, err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(vs_fleet_claim(g, id, 0, &got, err, sizeof err), VSPEC_EINVAL);
   vs_fleet_queue_destroy(&g);
+  vs_fleet_queue_destroy(&b);
+}
+
+/* The events of job-id's stream whose data equal `data` (len bytes). */
+static int count_events(vs_fleet_queue *q, const char *job_id, const char *data, size_t len) {
+  vs_fleet_event ev[16];
+  char err[VSPEC_ERRLEN];
+  int n = vs_fleet_events_read(q, job_id, "0", 0, ev, 16, err, sizeof err), found = 0;
+  if (n < 0) fail_msg("events of %s: %s", job_id, err);
+  for (int i = 0; i < n; i++) {
+    found += ev[i].len == len && !memcmp(ev[i].data, data, len);
+    vs_fleet_event_clear(&ev[i]);
+  }
+  return found;
+}
+
+/* A lost run is announced once, only once it is idle for the claim time, and the mark is a
+ * commitment: the daemon that held the job (only slow, here) can no longer refresh it, so it
+ * gives the job up instead of racing the daemon that runs it again. */
+static void test_announce_loss(void **state) {
+  NEED_REDIS(state);
+  vs_redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "", id[VS_FLEET_ID_MAX];
+  vs_fleet_queue *a = open_queue(f, "node-a", 8), *b = open_queue(f, "node-b", 8),
+                 *c = open_queue(f, "node-c", 8);
+  OK(vs_fleet_ensure_group(a, err, sizeof err));
+  OK(vs_fleet_enqueue(a, "job-l", "p", 1, id, err, sizeof err));
+  vs_fleet_job j;
+  assert_int_equal(vs_fleet_read(a, 0, &j, err, sizeof err), 1);
+  vs_fleet_stale_job st[2];
+  const char *ids[] = {id};
+  int ours;
+  vs_harness_sleep_ms(120);
+  assert_int_equal(vs_fleet_stale(b, 100, st, 2, err, sizeof err), 1);
+  /* refreshed in between: no longer idle, not announced */
+  assert_int_equal(vs_fleet_touch(a, ids, 1, &ours, err, sizeof err), 1);
+  assert_int_equal(vs_fleet_announce_loss(b, &st[0], 100, "lost", 4, err, sizeof err), 0);
+  assert_int_equal(count_events(b, "job-l", "lost", 4), 0);
+  vs_harness_sleep_ms(120);
+  assert_int_equal(vs_fleet_stale(b, 100, st, 2, err, sizeof err), 1);
+  /* once, whoever sees it first */
+  assert_int_equal(vs_fleet_announce_loss(b, &st[0], 100, "lost", 4, err, sizeof err), 1);
+  assert_int_equal(vs_fleet_announce_loss(c, &st[0], 100, "lost", 4, err, sizeof err), 0);
+  assert_int_equal(count_events(b, "job-l", "lost", 4), 1);
+  /* announced: its holder's refresh keeps it no longer, and it stays claimable */
+  assert_int_equal(vs_fleet_touch(a, ids, 1, &ours, err, sizeof err), 0);
+  assert_int_equal(ours, 0);
+  vs_fleet_job got;
+  assert_int_equal(vs_fleet_claim(c, id, 100, &got, err, sizeof err), 1);
+  assert_int_equal(got.deliveries, 2);
+  /* the next run is another one: its own loss is announced again, once */
+  vs_harness_sleep_ms(120);
+  assert_int_equal(vs_fleet_stale(b, 100, st, 2, err, sizeof err), 1);
+  assert_string_equal(st[0].consumer, "node-c");
+  assert_int_equal(st[0].deliveries, 2);
+  assert_int_equal(vs_fleet_announce_loss(b, &st[0], 100, "lost", 4, err, sizeof err), 1);
+  assert_int_equal(count_events(b, "job-l", "lost", 4), 2);
+  vs_fleet_job_clear(&j);
+  vs_fleet_job_clear(&got);
+  vs_fleet_queue_destroy(&a);
+  vs_fleet_queue_destroy(&b);
+  vs_fleet_queue_destroy(&c);
+}
+
+/* A draining daemon releases a job it will not run: announced, and claimable at once. */
+static void test_release(void **state) {
+  NEED_REDIS(state);
+  vs_redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "", id[VS_FLEET_ID_MAX];
+  vs_fleet_queue *a = open_queue(f, "node-a", 8), *b = open_queue(f, "node-b", 8);
+  OK(vs_fleet_ensure_group(a, err, sizeof err));
+  OK(vs_fleet_enqueue(a, "job-r", "p", 1, id, err, sizeof err));
+  vs_fleet_job j;
+  assert_int_equal(vs_fleet_read(a, 0, &j, err, sizeof err), 1);
+  /* only its holder releases it, and only the run it holds */
+  assert_int_equal(vs_fleet_release(b, id, "job-r", 1, 60000, "bye", 3, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_release(a, id, "job-r", 2, 60000, "bye", 3, err, sizeof err), 0);
+  assert_int_equal(vs_fleet_release(a, id, "job-r", 1, 60000, "bye", 3, err, sizeof err), 1);
+  assert_int_equal(vs_fleet_release(a, id, "job-r", 1, 60000, "bye", 3, err, sizeof err), 0);
+  assert_int_equal(count_events(b, "job-r", "bye", 3), 1);
+  vs_fleet_stale_job st[2];
+  assert_int_equal(vs_fleet_stale(b, 60000, st, 2, err, sizeof err), 1);
+  assert_int_equal(vs_fleet_announce_loss(b, &st[0], 60000, "lost", 4, err, sizeof err), 0);
+  vs_fleet_job got;
+  assert_int_equal(vs_fleet_claim(b, id, 60000, &got, err, sizeof err), 1);
+  assert_int_equal(got.deliveries, 2);
+  vs_fleet_job_clear(&j);
+  vs_fleet_job_clear(&got);
+  vs_fleet_queue_destroy(&a);
+  vs_fleet_queue_destroy(&b);
+}
+
+/* The stale scan pages through a long pending list and starts over after a short page. */
+static void test_stale_pages(void **state) {
+  NEED_REDIS(state);
+  vs_redis_fx *f = *state;
+  char err[VSPEC_ERRLEN] = "";
+  vs_fleet_queue *a = open_queue(f, "node-a", 8), *b = open_queue(f, "node-b", 8);
+  OK(vs_fleet_ensure_group(a, err, sizeof err));
+  for (int i = 0; i < 5; i++) {
+    char job[16];
+    snprintf(job, sizeof job, "job-%d", i);
+    OK(vs_fleet_enqueue(a, job, "p", 1, NULL, err, sizeof err));
+    vs_fleet_job j;
+    assert_int_equal(vs_fleet_read(a, 0, &j, err, sizeof err), 1);
+    vs_fleet_job_clear(&j);
+  }
+  vs_fleet_stale_job st[2];
+  const char *want[] = {"job-0", "job-1", "job-2", "job-3", "job-4", "job-0"};
+  int k = 0, pages[] = {2, 2, 1, 2};
+  for (int p = 0; p < 4; p++) {
+    assert_int_equal(vs_fleet_stale(b, 0, st, 2, err, sizeof err), pages[p]);
+    for (int i = 0; i < pages[p] && k < 6; i++) assert_string_equal(st[i].job_id, want[k++]);
+  }
+  vs_fleet_queue_destroy(&a);
   vs_fleet_queue_destroy(&b);
 }
 
@@ -486,6 +613,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_submit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_announce_loss, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_release, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stale_pages, setup, teardown),
       cmocka_unit_test_setup_teardown(test_events, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_restart, setup, teardown),
       cmocka_unit_test_setup_teardown(test_auth, setup, teardown),
