@@ -50,6 +50,19 @@ void vs_backend_model_unload(vs_backend_model *bm) {
   memset(bm, 0, sizeof *bm);
 }
 
+int vs_models_backends(const vs_models *m, char names[3][64]) {
+  const vs_backend_model *roles[] = {&m->target, &m->draft, &m->eagle};
+  int n = 0;
+  for (int r = 0; r < 3; r++) {
+    if (!roles[r]->plugin) continue;
+    const char *name = vs_plugin_name(roles[r]->plugin);
+    int seen = 0;
+    for (int i = 0; i < n && !seen; i++) seen = !strcmp(names[i], name);
+    if (!seen) snprintf(names[n++], 64, "%s", name);
+  }
+  return n;
+}
+
 size_t vs_models_latent_count(const vs_models *m) {
   const vspec_model_info *in = &m->target.info;
   if (in->token_kind != VSPEC_TOKENS_CONTINUOUS) return 0;

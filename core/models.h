@@ -85,6 +85,10 @@ int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *d
                           vs_backend_model *out, char *err, size_t errlen);
 void vs_backend_model_unload(vs_backend_model *bm);
 
+/* The backend plugins of the loaded roles (target, draft, eagle), each name once, into
+ * names; returns how many. */
+int vs_models_backends(const vs_models *m, char names[3][64]);
+
 /* Values one job's latents hold for a continuous-token target (grid x token_dim; the
  * buffer vs_job.latents must have), 0 for a discrete one. */
 size_t vs_models_latent_count(const vs_models *m);

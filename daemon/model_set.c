@@ -364,6 +364,7 @@ int vs_model_table_status(vs_model_table *t, vs_model_status *out, int max) {
       o->info = s->models->target.info;
       o->has_draft = s->models->draft.model != NULL;
       o->has_eagle = s->models->eagle.model != NULL;
+      o->n_backends = vs_models_backends(s->models, o->backends);
     }
   }
   pthread_mutex_unlock(&t->mu);

@@ -54,6 +54,8 @@ typedef struct vs_model_status {
   int retired_alive; /* older sets still held by jobs */
   vspec_model_info info;
   int has_draft, has_eagle;
+  char backends[3][64]; /* the plugins its target, draft and eagle use, each once */
+  int n_backends;
 } vs_model_status;
 
 /* The loading side: registry, host and a device used only for loading (backends keep the
