@@ -7,8 +7,9 @@ static void usage_status(FILE *f) {
   fprintf(f,
           "usage: vspec status [options]\n"
           "\n"
-          "Shows the daemon's queue, workers, models, loaded plugins with their generations,\n"
-          "and totals since it started.\n"
+          "Shows the daemon's queue, workers, models (with the names of their classes, what\n"
+          "`vspec generate --class N` asks for), loaded plugins with their generations, and\n"
+          "totals since it started.\n"
           "\n"
           "  --json               one JSON object on stdout\n" VS_NET_OPTIONS_HELP
           "\nExit status: 0, 3 daemon unreachable.\n");
@@ -40,6 +41,21 @@ static void vs__print_backend(const Vspec__PluginInfo *p, const Vspec__StatusRep
   if (n) printf("held by %d model(s) (%s), %d job(s) on them", n, names, jobs);
   else printf("held by no model");
   if (p->retired_alive) printf(", %d older generation(s) still in use", p->retired_alive);
+  printf("\n");
+}
+
+/* "classes 0 T-shirt/top, 1 Trouser, ..." under a model's line, wrapped at 80 columns:
+ * what `--class` numbers mean. */
+static void vs__print_classes(const Vspec__ModelInfo *m) {
+  if (!m->n_class_names) return;
+  int col = printf("             classes");
+  for (size_t c = 0; c < m->n_class_names; c++) {
+    char item[96];
+    int n = snprintf(item, sizeof item, " %zu %s%s", c, m->class_names[c],
+                     c + 1 < m->n_class_names ? "," : "");
+    if (col + n > 80) col = printf("\n                    ");
+    col += printf("%s", item);
+  }
   printf("\n");
 }
 
@@ -125,6 +141,11 @@ int vs_cmd_status(int argc, char **argv) {
         if (b) printf(", ");
         vs__json_str(stdout, m->backends[b]);
       }
+      printf("], \"class_names\": [");
+      for (size_t c = 0; c < m->n_class_names; c++) {
+        if (c) printf(", ");
+        vs__json_str(stdout, m->class_names[c]);
+      }
       printf("]}");
     }
     printf("], \"plugins\": [");
@@ -179,14 +200,16 @@ int vs_cmd_status(int argc, char **argv) {
       printf("models (default %s):\n", s->default_model ? s->default_model : "?");
     for (size_t i = 0; i < s->n_models; i++) {
       const Vspec__ModelInfo *m = s->models[i];
-      if (m->has_grid_h)
+      if (m->has_grid_h) {
         printf("  %-10s generation %u, %ux%u %stokens, %u classes, draft %s, eagle %s, %d job(s)"
                "%s  [%s]\n", m->name, m->generation, m->grid_h, m->grid_w,
                m->continuous ? "continuous " : "", m->num_classes,
                m->has_draft ? "yes" : "no", m->has_eagle ? "yes" : "no", m->jobs,
                m->retired_alive ? ", older generation in use" : "", m->dir);
-      else
+        vs__print_classes(m);
+      } else {
         printf("  %-10s not loaded  [%s]\n", m->name, m->dir);
+      }
     }
     if (s->n_plugins) printf("plugins:\n");
     for (size_t i = 0; i < s->n_plugins; i++) {

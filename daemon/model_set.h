@@ -79,5 +79,8 @@ int vs_model_table_reload_backend(vs_model_table *t, const char *backend, char n
                                   int max, char *err, size_t errlen);
 
 int vs_model_table_status(vs_model_table *t, vs_model_status *out, int max);
+/* A copy of the class names of the current set of model number i (vs_model_table_status's
+ * order) in one allocation (free() it), or NULL with *n = 0: not loaded, or no names. */
+char **vs_model_table_class_names(vs_model_table *t, int i, int *n);
 
 #endif /* VS_MODEL_SET_H */

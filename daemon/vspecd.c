@@ -64,6 +64,7 @@ static int vs__check_model(const vs_model_conf *m, char *err, size_t errlen) {
   vs_sampling base = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 4.0f, .cfg_interval = -1};
   vs_manifest mf;
   int rc = vs_manifest_read(m->dir, &base, VS_ROLE_ALL, &mf, err, errlen);
+  vs_manifest_free(&mf);
   if (rc != VSPEC_ENOENT) return rc;
   char gpt[VS_CONF_PATH + 32];
   snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", m->dir);
