@@ -32,7 +32,33 @@ static void usage(FILE *f) {
           "                   (default: the model's); an error on a discrete model\n"
           "  --cfg-schedule S continuous-token (MAR) models: CFG scale over the steps,\n"
           "                   linear (MAR's) or constant (default: the model's)\n"
-          "  --plugins DIR    plugin directory\n");
+          "  --plugins DIR    plugin directory\n"
+          "  --quiet          no progress lines on stderr (one per image, with the time\n"
+          "                   elapsed and an estimate of what is left)\n");
+}
+
+/* "12.3 s", "3 min 40 s", "1 h 05 min": durations a person reads at a glance. */
+static void vs__demo_duration(char *out, size_t cap, double s) {
+  if (s < 60) snprintf(out, cap, "%.1f s", s);
+  else if (s < 3600) snprintf(out, cap, "%d min %02d s", (int)(s / 60), (int)s % 60);
+  else snprintf(out, cap, "%d h %02d min", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+/* One line per image on stderr: a MAR demo takes minutes (4 for models/fmnist-mar with
+ * --per-class 4 on 2 cores), and a silent terminal looks hung. What is left is estimated
+ * from the mean time of the images so far. */
+static void vs__demo_progress(const vs_models *m, int k, int n_images, int label,
+                              double image_s, double elapsed_s) {
+  const char *name = vs_models_class_name(m, label);
+  char took[32], el[32], left[32];
+  vs__demo_duration(took, sizeof took, image_s);
+  vs__demo_duration(el, sizeof el, elapsed_s);
+  if (k + 1 < n_images)
+    vs__demo_duration(left, sizeof left, elapsed_s / (k + 1) * (n_images - k - 1));
+  fprintf(stderr, "vspec-bench demo: image %d/%d (class %d%s%s) in %s; %s elapsed, %s%s%s\n",
+          k + 1, n_images, label, name ? " " : "", name ? name : "", took, el,
+          k + 1 < n_images ? "about " : "done", k + 1 < n_images ? left : "",
+          k + 1 < n_images ? " left" : "");
 }
 
 /* Where the demo's images and labels go: each image K times its size, 2K pixels apart, with
@@ -109,15 +135,16 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   const char *method = "ar";
   unsigned long long seed = 0;
   long upscale = 4, per_class = 1;
+  int quiet = 0;
   vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
-  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED, O_PER_CLASS };
+  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED, O_PER_CLASS, O_QUIET };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'},
       {"seed", required_argument, 0, 's'},  {"upscale", required_argument, 0, O_UP},
       {"method", required_argument, 0, 'M'}, {"plugins", required_argument, 0, O_PLUGINS},
       {"num-iter", required_argument, 0, O_NUM_ITER},
       {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
-      {"per-class", required_argument, 0, O_PER_CLASS},
+      {"per-class", required_argument, 0, O_PER_CLASS}, {"quiet", no_argument, 0, O_QUIET},
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -131,6 +158,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
       case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &upscale); break;
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_PER_CLASS: ok = vs_cli_long("--per-class", optarg, 1, 100, &per_class); break;
+      case O_QUIET: quiet = 1; break;
       case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
       case O_CFG_SCHED:
         ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
@@ -152,11 +180,16 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   uint8_t *grid = NULL, *rgb = NULL, *big = NULL;
   /* a speculative method needs the drafters; plain AR loads the target alone */
   unsigned roles = strcmp(method, "ar") == 0 ? VS_ROLE_TARGET : VS_ROLE_ALL;
+  double t0 = vs_bench_now();
+  if (!quiet) fprintf(stderr, "vspec-bench demo: loading %s\n", model_dir);
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, roles, &models, err, sizeof err)) {
     fprintf(stderr, "vspec-bench demo: %s\n", err);
     goto done;
   }
   char spec[1100];
+  if (!quiet && strcmp(method, "ar"))
+    fprintf(stderr, "vspec-bench demo: preparing %s (a first size=auto tunes the draft size, "
+            "once per model and machine)\n", method);
   if (!vs_bench_resolve_method("demo", &env, models, method, spec, sizeof spec)) goto done;
   const vs_backend_model *t = &models->target;
   int classes = t->info.num_classes;
@@ -182,7 +215,10 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   }
   memset(grid, 255, (size_t)lay.width * lay.height * 3);
   vs_canvas canvas = {grid, lay.width, lay.height};
-  double total = 0;
+  double total = 0, start = vs_bench_now();
+  if (!quiet)
+    fprintf(stderr, "vspec-bench demo: %d images of '%s' (%s), ready in %.1f s\n", n_images,
+            models->name, spec, start - t0);
   for (int k = 0; k < n_images; k++) {
     vs_job job = {.method = spec, .class_label = k % classes, .seed = seed + (uint64_t)k,
                   .sampling = sampling};
@@ -200,6 +236,8 @@ int vs_bench_cmd_demo(int argc, char **argv) {
       goto done;
     }
     vs__demo_place(&lay, &canvas, models, k, classes, big);
+    if (!quiet)
+      vs__demo_progress(models, k, n_images, k % classes, mt.wall_s, vs_bench_now() - start);
   }
   char desc[512];
   /* latents set: the description names a MAR job's steps and CFG schedule */
