@@ -1,5 +1,6 @@
 /*
- * vspec-bench demo: one image per class in a grid, enlarged so a person can see it.
+ * vspec-bench demo: one image per class in a grid, enlarged so a person can see it, each
+ * class labelled with its number and its name (vspec-model.json "class_names").
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/bitmap_font.h"
 #include "core/cli_args.h"
 #include "core/png_write.h"
 
@@ -15,7 +17,8 @@ static void usage(FILE *f) {
           "usage: vspec-bench demo [options]\n"
           "\n"
           "Generates one image per class (vanilla AR decoding unless --method says otherwise)\n"
-          "and writes them as one PNG grid, enlarged with nearest-neighbour scaling.\n"
+          "and writes them as one PNG grid, enlarged with nearest-neighbour scaling, each\n"
+          "class labelled with its number and name.\n"
           "\n"
           "  --model DIR      model directory (default models/fmnist)\n"
           "  --out FILE       output PNG (default build/demo.png)\n"
@@ -29,7 +32,102 @@ static void usage(FILE *f) {
           "                   (default: the model's); an error on a discrete model\n"
           "  --cfg-schedule S continuous-token (MAR) models: CFG scale over the steps,\n"
           "                   linear (MAR's) or constant (default: the model's)\n"
-          "  --plugins DIR    plugin directory\n");
+          "  --plugins DIR    plugin directory\n"
+          "  --quiet          no progress lines on stderr (one per image, with the time\n"
+          "                   elapsed and an estimate of what is left)\n");
+}
+
+/* "12.3 s", "3 min 40 s", "1 h 05 min": durations a person reads at a glance. */
+static void vs__demo_duration(char *out, size_t cap, double s) {
+  if (s < 60) snprintf(out, cap, "%.1f s", s);
+  else if (s < 3600) snprintf(out, cap, "%d min %02d s", (int)(s / 60), (int)s % 60);
+  else snprintf(out, cap, "%d h %02d min", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+/* One line per image on stderr: a MAR demo takes minutes (4 for models/fmnist-mar with
+ * --per-class 4 on 2 cores), and a silent terminal looks hung. What is left is estimated
+ * from the mean time of the images so far. */
+static void vs__demo_progress(const vs_models *m, int k, int n_images, int label,
+                              double image_s, double elapsed_s) {
+  const char *name = vs_models_class_name(m, label);
+  char took[32], el[32], left[32];
+  vs__demo_duration(took, sizeof took, image_s);
+  vs__demo_duration(el, sizeof el, elapsed_s);
+  if (k + 1 < n_images)
+    vs__demo_duration(left, sizeof left, elapsed_s / (k + 1) * (n_images - k - 1));
+  fprintf(stderr, "vspec-bench demo: image %d/%d (class %d%s%s) in %s; %s elapsed, %s%s%s\n",
+          k + 1, n_images, label, name ? " " : "", name ? name : "", took, el,
+          k + 1 < n_images ? "about " : "done", k + 1 < n_images ? left : "",
+          k + 1 < n_images ? " left" : "");
+}
+
+/* Where the demo's images and labels go: each image K times its size, 2K pixels apart, with
+ * a band of label text above every row (one image per class: rows of 5, each image
+ * labelled) or above the first row only (--per-class N: a column per class). */
+typedef struct vs__demo_layout {
+  int cols, rows, cell_w, cell_h, gap;
+  int band, scale;    /* label band height and text scale */
+  int label_rows;     /* rows with a label band: all, or the first */
+  int width, height;
+} vs__demo_layout;
+
+/* "7 Sneaker", or "7" for a model without class names, cut to `chars` characters. */
+static void vs__demo_label(const vs_models *m, int c, int chars, char *out, size_t cap) {
+  const char *name = vs_models_class_name(m, c);
+  snprintf(out, cap, "%d%s%s", c, name ? " " : "", name ? name : "");
+  if (chars >= 0 && (size_t)chars < strlen(out)) out[chars] = 0;
+}
+
+static void vs__demo_layout_make(const vs_models *m, int classes, int per_class, int k,
+                                 vs__demo_layout *l) {
+  const vspec_model_info *in = &m->target.info;
+  int n_images = classes * per_class;
+  l->cols = per_class > 1 ? classes : classes < 5 ? classes : 5;
+  l->rows = (n_images + l->cols - 1) / l->cols;
+  l->cell_w = in->image_w * k;
+  l->cell_h = in->image_h * k;
+  l->gap = 2 * k;
+  /* The text scale the longest label fits a cell at, 1 to 3, and at most a quarter of
+   * the image's height: labels name the images, they do not cover the page. */
+  int longest = 0;
+  for (int c = 0; c < classes; c++) {
+    char label[96];
+    vs__demo_label(m, c, -1, label, sizeof label);
+    int w = vs_text_width(label, 1);
+    if (w > longest) longest = w;
+  }
+  l->scale = 1;
+  while (l->scale < 3 && longest * (l->scale + 1) <= l->cell_w &&
+         vs_text_height(l->scale + 1) * 4 <= l->cell_h)
+    l->scale++;
+  l->band = vs_text_height(l->scale) + l->scale;
+  l->label_rows = per_class > 1 ? 1 : l->rows;
+  l->width = l->cols * l->cell_w + (l->cols + 1) * l->gap;
+  l->height = l->rows * l->cell_h + (l->rows + 1) * l->gap + l->label_rows * l->band;
+}
+
+/* Top-left corner of image k's cell. */
+static void vs__demo_cell(const vs__demo_layout *l, int k, int *x, int *y) {
+  int r = k / l->cols, c = k % l->cols;
+  *x = l->gap + c * (l->cell_w + l->gap);
+  *y = l->gap + r * (l->cell_h + l->gap) + (l->label_rows > 1 ? r + 1 : 1) * l->band;
+}
+
+/* Image k (already enlarged to a cell) into the grid, with its label above it where the
+ * layout has one: every image of a labelled row, or the first row's columns. */
+static void vs__demo_place(const vs__demo_layout *l, const vs_canvas *grid, const vs_models *m,
+                           int k, int classes, const uint8_t *cell) {
+  int x, y;
+  vs__demo_cell(l, k, &x, &y);
+  for (int row = 0; row < l->cell_h; row++)
+    memcpy(grid->rgb + ((size_t)(y + row) * grid->width + x) * 3,
+           cell + (size_t)row * l->cell_w * 3, (size_t)l->cell_w * 3);
+  if (l->label_rows == 1 && k >= l->cols) return;
+  static const uint8_t ink[3] = {0, 0, 0};
+  char label[96];
+  int chars = (l->cell_w + l->scale) / (VS_FONT_CELL_W * l->scale);
+  vs__demo_label(m, k % classes, chars, label, sizeof label);
+  vs_draw_text(grid, x, y - l->band, label, ink, l->scale);
 }
 
 int vs_bench_cmd_demo(int argc, char **argv) {
@@ -37,15 +135,16 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   const char *method = "ar";
   unsigned long long seed = 0;
   long upscale = 4, per_class = 1;
+  int quiet = 0;
   vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
-  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED, O_PER_CLASS };
+  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED, O_PER_CLASS, O_QUIET };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'},
       {"seed", required_argument, 0, 's'},  {"upscale", required_argument, 0, O_UP},
       {"method", required_argument, 0, 'M'}, {"plugins", required_argument, 0, O_PLUGINS},
       {"num-iter", required_argument, 0, O_NUM_ITER},
       {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
-      {"per-class", required_argument, 0, O_PER_CLASS},
+      {"per-class", required_argument, 0, O_PER_CLASS}, {"quiet", no_argument, 0, O_QUIET},
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -59,6 +158,7 @@ int vs_bench_cmd_demo(int argc, char **argv) {
       case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &upscale); break;
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_PER_CLASS: ok = vs_cli_long("--per-class", optarg, 1, 100, &per_class); break;
+      case O_QUIET: quiet = 1; break;
       case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
       case O_CFG_SCHED:
         ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
@@ -81,11 +181,16 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   uint8_t *grid = NULL, *rgb = NULL, *big = NULL;
   /* a speculative method needs the drafters; plain AR loads the target alone */
   unsigned roles = strcmp(method, "ar") == 0 ? VS_ROLE_TARGET : VS_ROLE_ALL;
+  double t0 = vs_bench_now();
+  if (!quiet) fprintf(stderr, "vspec-bench demo: loading %s\n", model_dir);
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, roles, &models, err, sizeof err)) {
     fprintf(stderr, "vspec-bench demo: %s\n", err);
     goto done;
   }
   char spec[1100];
+  if (!quiet && strcmp(method, "ar"))
+    fprintf(stderr, "vspec-bench demo: preparing %s (a first size=auto tunes the draft size, "
+            "once per model and machine)\n", method);
   if (!vs_bench_resolve_method("demo", &env, models, method, spec, sizeof spec)) goto done;
   const vs_backend_model *t = &models->target;
   int classes = t->info.num_classes;
@@ -100,19 +205,21 @@ int vs_bench_cmd_demo(int argc, char **argv) {
     goto done;
   }
   int h = t->info.image_h, w = t->info.image_w;
-  /* one image per class: rows of 5; several: a column per class, a row per sample */
   int n_images = classes * (int)per_class;
-  int cols = per_class > 1 ? classes : classes < 5 ? classes : 5;
-  int rows = (n_images + cols - 1) / cols, gap = 2;
-  int gw = cols * w + (cols + 1) * gap, gh = rows * h + (rows + 1) * gap;
+  vs__demo_layout lay;
+  vs__demo_layout_make(models, classes, (int)per_class, (int)upscale, &lay);
   rgb = malloc((size_t)h * w * 3);
-  grid = malloc((size_t)gw * gh * 3);
+  grid = malloc((size_t)lay.width * lay.height * 3);
   if (!rgb || !grid || vs_bench_grid_alloc(&out, models, err, sizeof err)) {
     fprintf(stderr, "vspec-bench demo: out of memory\n");
     goto done;
   }
-  memset(grid, 255, (size_t)gw * gh * 3);
-  double total = 0;
+  memset(grid, 255, (size_t)lay.width * lay.height * 3);
+  vs_canvas canvas = {grid, lay.width, lay.height};
+  double total = 0, start = vs_bench_now();
+  if (!quiet)
+    fprintf(stderr, "vspec-bench demo: %d images of '%s' (%s), ready in %.1f s\n", n_images,
+            models->name, spec, start - t0);
   for (int k = 0; k < n_images; k++) {
     vs_job job = {.method = spec, .class_label = k % classes, .seed = seed + (uint64_t)k,
                   .sampling = sampling};
@@ -123,13 +230,15 @@ int vs_bench_cmd_demo(int argc, char **argv) {
       goto done;
     }
     total += mt.wall_s;
-    int x0 = gap + (k % cols) * (w + gap), y0 = gap + (k / cols) * (h + gap);
-    for (int y = 0; y < h; y++)
-      memcpy(grid + ((size_t)(y0 + y) * gw + x0) * 3, rgb + (size_t)y * w * 3, (size_t)w * 3);
-  }
-  if (vs_rgb_upscale(grid, gw, gh, (int)upscale, &big)) {
-    fprintf(stderr, "vspec-bench demo: out of memory\n");
-    goto done;
+    free(big);
+    big = NULL;
+    if (vs_rgb_upscale(rgb, w, h, (int)upscale, &big)) {
+      fprintf(stderr, "vspec-bench demo: out of memory\n");
+      goto done;
+    }
+    vs__demo_place(&lay, &canvas, models, k, classes, big);
+    if (!quiet)
+      vs__demo_progress(models, k, n_images, k % classes, mt.wall_s, vs_bench_now() - start);
   }
   char desc[512];
   /* latents set: the description names a MAR job's steps and CFG schedule */
@@ -137,19 +246,18 @@ int vs_bench_cmd_demo(int argc, char **argv) {
                      .latents = out.latents};
   vs_job_describe(&demo_job, models->name, desc, sizeof desc);
   vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench demo"}};
-  if (vs_png_write_file(out_path, big, gw * (int)upscale, gh * (int)upscale, text, 2, err,
-                        sizeof err)) {
+  if (vs_png_write_file(out_path, grid, lay.width, lay.height, text, 2, err, sizeof err)) {
     fprintf(stderr, "vspec-bench demo: %s\n", err);
     goto done;
   }
   printf("vspec demo: %d images of '%s' generated in %.2f s (%s)\n", n_images, models->name,
          total, spec);
   if (per_class > 1)
-    printf("wrote %s: %ld images per class, one column per class (0..%d left to right)\n",
-           out_path, per_class, classes - 1);
+    printf("wrote %s: %ld images per class, one labelled column per class (0..%d left to "
+           "right)\n", out_path, per_class, classes - 1);
   else
-    printf("wrote %s: one image per class, classes 0..%d left to right, top to bottom\n",
-           out_path, classes - 1);
+    printf("wrote %s: one labelled image per class, classes 0..%d left to right, top to "
+           "bottom\n", out_path, classes - 1);
   status = 0;
 done:
   vs_bench_grid_free(&out);

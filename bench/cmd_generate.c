@@ -9,18 +9,24 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/classes.h"
 #include "core/cli_args.h"
 #include "core/png_meta.h"
 #include "core/png_write.h"
 
-static void usage(FILE *f) {
+/* The class names listed are those of the model directory named so far (the default's, or
+ * --model's when it comes before --help). */
+static void usage(FILE *f, const char *model_dir) {
   fprintf(f,
           "usage: vspec-bench generate [options]\n"
           "\n"
           "  --model DIR         model directory (default models/fmnist); a relative DIR that\n"
           "                      is not here is taken from the installed models\n"
           "                      (PREFIX/share/vspec/DIR), as vspecd does\n"
-          "  --class C           class label (default 0)\n"
+          "  --class C           class label, or its name in the model's class_names\n"
+          "                      (default 0)\n");
+  vs_bench_print_classes(f, model_dir, "                      ");
+  fprintf(f,
           "  --seed S            job seed (default 0); the same seed gives the same bytes\n"
           "  --method M          decoding method: ar or sd:RULE[:PARAMS][@SCHED[:PARAMS]]\n"
           "                      (default ar); a rule named without a size (depth,\n"
@@ -48,7 +54,7 @@ static void usage(FILE *f) {
 
 int vs_bench_cmd_generate(int argc, char **argv) {
   const char *model_dir = "models/fmnist", *method = "ar", *out_path = "out.png";
-  const char *plugin_dir = NULL;
+  const char *plugin_dir = NULL, *class_name = NULL;
   long class_label = 0, threads = 0, upscale = 1;
   unsigned long long seed = 0;
   int json = 0;
@@ -77,7 +83,10 @@ int vs_bench_cmd_generate(int argc, char **argv) {
     int ok = 1;
     switch (c) {
       case 'm': model_dir = optarg; break;
-      case 'c': ok = vs_cli_long("--class", optarg, 0, 1 << 30, &class_label); break;
+      case 'c': /* a number now, a name once the model is loaded */
+        class_name = strspn(optarg, "0123456789") == strlen(optarg) ? NULL : optarg;
+        ok = class_name || vs_cli_long("--class", optarg, 0, 1 << 30, &class_label);
+        break;
       case 's': ok = vs_cli_u64("--seed", optarg, &seed); break;
       case 'M': method = optarg; break;
       case 'o': out_path = optarg; break;
@@ -96,8 +105,8 @@ int vs_bench_cmd_generate(int argc, char **argv) {
       case O_CFG_SCHED:
         ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
         break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'h': usage(stdout, model_dir); return 0;
+      default: usage(stderr, model_dir); return 2;
     }
     if (!ok) return 2;
   }
@@ -130,6 +139,14 @@ int vs_bench_cmd_generate(int argc, char **argv) {
   }
   /* size=auto, asked for or by default: the stored choice for this model and machine, so
    * that the same seed gives the same image. */
+  int named_label;
+  if (class_name) {
+    if (!vs_bench_class_arg("generate", models, class_name, &named_label)) {
+      status = 2;
+      goto done;
+    }
+    class_label = named_label;
+  }
   char spec[1100];
   if (!vs_bench_resolve_method("generate", &env, models, method, spec, sizeof spec)) goto done;
   vs_job job = {.method = spec, .class_label = (int32_t)class_label, .seed = seed,

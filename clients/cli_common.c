@@ -218,8 +218,12 @@ int vs__call(const vs_net_opts *net, int admin, Vspec__Request *rq, vs_conn_even
 }
 
 void vs__print_plugin(const Vspec__PluginInfo *p) {
-  printf("  %-8s %-14s %-10s generation %u, %d job(s)%s", p->kind ? p->kind : "?",
-         p->name ? p->name : "?", p->version ? p->version : "?", p->generation, p->users,
+  /* Jobs hold rules and schedulers; backends are held by the loaded models, once per role
+   * (target, draft, eagle), whatever the jobs: `vspec status` names the models. */
+  int backend = p->kind && !strcmp(p->kind, "backend");
+  printf("  %-8s %-14s %-10s generation %u, %s%d %s%s", p->kind ? p->kind : "?",
+         p->name ? p->name : "?", p->version ? p->version : "?", p->generation,
+         backend ? "held by " : "", p->users, backend ? "model role(s)" : "job(s)",
          p->retired_alive ? "," : "\n");
   if (p->retired_alive) printf(" %d older generation(s) still in use\n", p->retired_alive);
 }

@@ -19,10 +19,11 @@ int vs_cmd_keygen(int argc, char **argv) {
             "usage: vspec keygen [--force] PREFIX\n\n"
             "Writes a CURVE key pair: PREFIX.key (public and secret, mode 0600) and PREFIX.pub\n"
             "(public), and prints the public key. Give PREFIX.key to the client (--curve-key)\n"
-            "or to vspecd ([curve] secret_key_file); put a client's public key on the daemon's\n"
-            "allow-list ([curve] allowed_clients) and the server's public key to clients\n"
-            "(--curve-server-key). Existing files are kept unless --force: a replaced key\n"
-            "locks out whoever holds the old one.\n");
+            "or to vspecd ([curve] secret_key_file); append a client's PREFIX.pub as it is\n"
+            "to the daemon's allow-list ([curve] allowed_clients: cat PREFIX.pub >> FILE)\n"
+            "and give the server's PREFIX.pub to clients (--curve-server-key). Existing\n"
+            "files are kept unless --force: a replaced key locks out whoever holds the old\n"
+            "one.\n");
     return help ? EXIT_OK : EXIT_USAGE;
   }
   char path[2][1100];

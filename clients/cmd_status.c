@@ -7,11 +7,63 @@ static void usage_status(FILE *f) {
   fprintf(f,
           "usage: vspec status [options]\n"
           "\n"
-          "Shows the daemon's queue, workers, models, loaded plugins with their generations,\n"
-          "and totals since it started.\n"
+          "Shows the daemon's queue, workers, models (with the names of their classes, what\n"
+          "`vspec generate --class N` asks for), loaded plugins with their generations, and\n"
+          "totals since it started.\n"
           "\n"
           "  --json               one JSON object on stdout\n" VS_NET_OPTIONS_HELP
           "\nExit status: 0, 3 daemon unreachable.\n");
+}
+
+static int vs__uses(const Vspec__ModelInfo *m, const char *backend) {
+  for (size_t b = 0; b < m->n_backends; b++)
+    if (!strcmp(m->backends[b], backend)) return 1;
+  return 0;
+}
+
+/* A backend plugin is held by the models it serves, once per role (fmnist-mar's target and
+ * draft are two), and jobs hold models, not backends: its own reference count read as
+ * "4 job(s)" on an idle daemon. Shown instead: the models that use it, the jobs on them. */
+static void vs__print_backend(const Vspec__PluginInfo *p, const Vspec__StatusReply *s) {
+  int n = 0, jobs = 0;
+  char names[512] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < s->n_models; i++) {
+    const Vspec__ModelInfo *m = s->models[i];
+    if (!p->name || !vs__uses(m, p->name)) continue;
+    if (used + 1 < sizeof names)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", n ? ", " : "", m->name);
+    n++;
+    jobs += m->jobs;
+  }
+  printf("  %-8s %-14s %-10s generation %u, ", p->kind, p->name ? p->name : "?",
+         p->version ? p->version : "?", p->generation);
+  if (n) printf("held by %d model(s) (%s), %d job(s) on them", n, names, jobs);
+  else printf("held by no model");
+  if (p->retired_alive) printf(", %d older generation(s) still in use", p->retired_alive);
+  printf("\n");
+}
+
+/* "classes 0 T-shirt/top, 1 Trouser, ..." under a model's line, wrapped at 80 columns:
+ * what `--class` numbers mean. */
+static void vs__print_classes(const Vspec__ModelInfo *m) {
+  if (!m->n_class_names) return;
+  int col = printf("             classes");
+  for (size_t c = 0; c < m->n_class_names; c++) {
+    char item[96];
+    int n = snprintf(item, sizeof item, " %zu %s%s", c, m->class_names[c],
+                     c + 1 < m->n_class_names ? "," : "");
+    if (col + n > 80) col = printf("\n                    ");
+    col += printf("%s", item);
+  }
+  printf("\n");
+}
+
+/* Whether the daemon says which backends its models use (older ones do not). */
+static int vs__knows_backends(const Vspec__StatusReply *s) {
+  for (size_t i = 0; i < s->n_models; i++)
+    if (s->models[i]->n_backends) return 1;
+  return 0;
 }
 
 int vs_cmd_status(int argc, char **argv) {
@@ -81,9 +133,20 @@ int vs_cmd_status(int argc, char **argv) {
       printf(", \"dir\": ");
       vs__json_str(stdout, m->dir);
       printf(", \"generation\": %u, \"jobs\": %d, \"retired_alive\": %d, \"loaded\": %s, "
-             "\"num_classes\": %u, \"grid_h\": %u, \"grid_w\": %u, \"continuous\": %s}",
+             "\"num_classes\": %u, \"grid_h\": %u, \"grid_w\": %u, \"continuous\": %s",
              m->generation, m->jobs, m->retired_alive, m->has_grid_h ? "true" : "false",
              m->num_classes, m->grid_h, m->grid_w, m->continuous ? "true" : "false");
+      printf(", \"backends\": [");
+      for (size_t b = 0; b < m->n_backends; b++) {
+        if (b) printf(", ");
+        vs__json_str(stdout, m->backends[b]);
+      }
+      printf("], \"class_names\": [");
+      for (size_t c = 0; c < m->n_class_names; c++) {
+        if (c) printf(", ");
+        vs__json_str(stdout, m->class_names[c]);
+      }
+      printf("]}");
     }
     printf("], \"plugins\": [");
     for (size_t i = 0; i < s->n_plugins; i++) {
@@ -137,17 +200,25 @@ int vs_cmd_status(int argc, char **argv) {
       printf("models (default %s):\n", s->default_model ? s->default_model : "?");
     for (size_t i = 0; i < s->n_models; i++) {
       const Vspec__ModelInfo *m = s->models[i];
-      if (m->has_grid_h)
+      if (m->has_grid_h) {
         printf("  %-10s generation %u, %ux%u %stokens, %u classes, draft %s, eagle %s, %d job(s)"
                "%s  [%s]\n", m->name, m->generation, m->grid_h, m->grid_w,
                m->continuous ? "continuous " : "", m->num_classes,
                m->has_draft ? "yes" : "no", m->has_eagle ? "yes" : "no", m->jobs,
                m->retired_alive ? ", older generation in use" : "", m->dir);
-      else
+        vs__print_classes(m);
+      } else {
         printf("  %-10s not loaded  [%s]\n", m->name, m->dir);
+      }
     }
     if (s->n_plugins) printf("plugins:\n");
-    for (size_t i = 0; i < s->n_plugins; i++) vs__print_plugin(s->plugins[i]);
+    for (size_t i = 0; i < s->n_plugins; i++) {
+      const Vspec__PluginInfo *p = s->plugins[i];
+      if (p->kind && !strcmp(p->kind, "backend") && vs__knows_backends(s))
+        vs__print_backend(p, s);
+      else
+        vs__print_plugin(p);
+    }
     if (t)
       printf("totals: %llu submitted, %llu completed, %llu failed, %llu cancelled, %llu busy, "
              "%llu client(s) lost, %llu malformed, %llu tokens\n",

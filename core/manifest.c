@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "core/models.h"
 #include "core/params.h"
+#include "core/text.h"
 
 /* A manifest is a few hundred bytes; anything near this is not one. */
 #define VS_MANIFEST_MAX_BYTES (1 << 20)
@@ -162,6 +165,93 @@ static int vs__read_role(json_t *obj, const char *role, const char *dir, const c
   return rc;
 }
 
+/* Class names can be typed for --class (vspec-bench) and are shown in status and on the
+ * demo grid: short, printable, not a number, and one name for one class. */
+static int vs__class_name_ok(json_t *v, int i, const char *path, char *err, size_t errlen) {
+  const char *s = json_string_value(v);
+  size_t n = s ? json_string_length(v) : 0;
+  const char *why = NULL;
+  if (!s) why = "is not a string";
+  else if (n == 0 || n >= VS_CLASS_NAME_MAX) why = "must be 1-63 bytes long";
+  else if (strlen(s) != n || vs_text_clean_prefix(s, n) != n)
+    why = "is not UTF-8 text without control characters";
+  else if (s[0] == ' ' || s[n - 1] == ' ') why = "starts or ends with a blank";
+  else if (strspn(s, "0123456789") == n) why = "is a number (--class takes numbers as labels)";
+  if (!why) return VSPEC_OK;
+  snprintf(err, errlen, "%s: class_names[%d] %s", path, i, why);
+  return VSPEC_EFORMAT;
+}
+
+static int vs__casecmp_ptr(const void *a, const void *b) {
+  return strcasecmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Two names for one class (letter case ignored) in names[0..n), or 0; *dup gets one. */
+static int vs__duplicate(char **names, int n, const char **dup) {
+  char **sorted = malloc((size_t)n * sizeof *sorted);
+  if (!sorted) return VSPEC_ENOMEM;
+  memcpy(sorted, names, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, vs__casecmp_ptr);
+  int found = 0;
+  for (int i = 1; i < n && !found; i++)
+    if (!strcasecmp(sorted[i - 1], sorted[i])) {
+      *dup = sorted[i];
+      found = 1;
+    }
+  free(sorted);
+  return found;
+}
+
+/* "class_names": an array of names, checked, into one allocation (pointers, then text). */
+static int vs__read_class_names(json_t *a, vs_manifest *m, const char *path, char *err,
+                                size_t errlen) {
+  int n = json_is_array(a) ? (int)json_array_size(a) : -1;
+  if (n <= 0) {
+    snprintf(err, errlen, "%s: \"class_names\" must be a non-empty array of strings, one per "
+             "class label", path);
+    return VSPEC_EFORMAT;
+  }
+  size_t bytes = (size_t)n * sizeof(char *);
+  for (int i = 0; i < n; i++) {
+    json_t *v = json_array_get(a, (size_t)i);
+    int rc = vs__class_name_ok(v, i, path, err, errlen);
+    if (rc) return rc;
+    bytes += json_string_length(v) + 1;
+  }
+  char **names = malloc(bytes);
+  if (!names) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  char *text = (char *)(names + n);
+  for (int i = 0; i < n; i++) {
+    json_t *v = json_array_get(a, (size_t)i);
+    names[i] = text;
+    memcpy(text, json_string_value(v), json_string_length(v) + 1);
+    text += json_string_length(v) + 1;
+  }
+  const char *dup = NULL;
+  int rc = vs__duplicate(names, n, &dup);
+  if (rc == 1)
+    snprintf(err, errlen, "%s: class_names has '%s' twice (letter case aside): a name must say "
+             "which class it is", path, dup);
+  else if (rc)
+    snprintf(err, errlen, "out of memory");
+  if (rc) {
+    free(names);
+    return rc == 1 ? VSPEC_EFORMAT : rc;
+  }
+  m->class_names = names;
+  m->n_class_names = n;
+  return VSPEC_OK;
+}
+
+void vs_manifest_free(vs_manifest *m) {
+  free(m->class_names);
+  m->class_names = NULL;
+  m->n_class_names = 0;
+}
+
 int vs_manifest_parse(const char *text, size_t len, const char *dir, const char *path,
                       const vs_sampling *base, unsigned roles, vs_manifest *m, char *err,
                       size_t errlen) {
@@ -186,6 +276,8 @@ int vs_manifest_parse(const char *text, size_t len, const char *dir, const char 
   if (name) snprintf(m->name, sizeof m->name, "%s", json_string_value(name));
   json_t *d = json_object_get(root, "defaults");
   if (d && (rc = vs__read_defaults(d, &m->defaults, path, err, errlen))) goto out;
+  json_t *cn = json_object_get(root, "class_names");
+  if (cn && (rc = vs__read_class_names(cn, m, path, err, errlen))) goto out;
   static const struct {
     unsigned bit;
     const char *key;
@@ -206,11 +298,13 @@ int vs_manifest_parse(const char *text, size_t len, const char *dir, const char 
   }
 out:
   json_decref(root);
+  if (rc) vs_manifest_free(m);
   return rc;
 }
 
 int vs_manifest_read(const char *dir, const vs_sampling *base, unsigned roles, vs_manifest *m,
                      char *err, size_t errlen) {
+  memset(m, 0, sizeof *m); /* nothing to free, whatever fails */
   char path[2048];
   if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, VS_MANIFEST_FILE) >= sizeof path) {
     snprintf(err, errlen, "model directory path is too long");

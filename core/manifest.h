@@ -26,10 +26,20 @@ typedef struct vs_manifest_role {
   char params[4096];  /* the role's other keys as backend parameters; files as DIR/FILE */
 } vs_manifest_role;
 
+/* A class name's bytes, its NUL included. */
+#define VS_CLASS_NAME_MAX 64
+
 typedef struct vs_manifest {
   char name[64]; /* "" when the manifest names none */
   vs_sampling defaults;
   vs_manifest_role target, draft, eagle;
+  /* "class_names": one per class label, in label order; NULL (0) when the manifest has none.
+   * One allocation (vs_manifest_free, or taken over by vs_models). Each is 1-63 bytes of
+   * UTF-8 without control characters, blanks at neither end, not a number (a --class
+   * argument is either), unique regardless of letter case. That there is one per class is
+   * checked at load, against the target's num_classes. */
+  char **class_names;
+  int n_class_names;
 } vs_manifest;
 
 /* Parses `len` bytes of manifest text (JSON; need not end in NUL) of model directory `dir`;
@@ -39,6 +49,10 @@ typedef struct vs_manifest {
 int vs_manifest_parse(const char *text, size_t len, const char *dir, const char *path,
                       const vs_sampling *base, unsigned roles, vs_manifest *m, char *err,
                       size_t errlen);
+
+/* Frees what a parse allocated (the class names); the manifest may be parsed into again.
+ * A parse into a manifest that holds class names does not free them: free it first. */
+void vs_manifest_free(vs_manifest *m);
 
 /* The same for DIR/vspec-model.json. VSPEC_ENOENT when there is none (not an error for
  * vs_models_open: a directory with gpt.safetensors needs no manifest). */

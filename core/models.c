@@ -3,10 +3,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "core/manifest.h"
 #include "core/params.h"
+#include "core/suggest.h"
 #include "kernels/vs_kernels.h"
 
 int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *dev,
@@ -48,6 +50,67 @@ void vs_backend_model_unload(vs_backend_model *bm) {
   bm->vt->unload(bm->model);
   vs_plugin_release(bm->plugin);
   memset(bm, 0, sizeof *bm);
+}
+
+const char *vs_models_class_name(const vs_models *m, int label) {
+  return m && label >= 0 && label < m->n_class_names ? m->class_names[label] : NULL;
+}
+
+char **vs_models_class_names_copy(const vs_models *m, int *n) {
+  *n = 0;
+  if (!m->class_names) return NULL;
+  size_t bytes = (size_t)m->n_class_names * sizeof(char *);
+  for (int i = 0; i < m->n_class_names; i++) bytes += strlen(m->class_names[i]) + 1;
+  char **copy = malloc(bytes);
+  if (!copy) return NULL;
+  char *text = (char *)(copy + m->n_class_names);
+  for (int i = 0; i < m->n_class_names; i++) {
+    size_t l = strlen(m->class_names[i]) + 1;
+    copy[i] = memcpy(text, m->class_names[i], l);
+    text += l;
+  }
+  *n = m->n_class_names;
+  return copy;
+}
+
+int vs_models_class_label(const vs_models *m, const char *text, int *label, char *err,
+                          size_t errlen) {
+  int classes = m->target.info.num_classes;
+  char *end;
+  long v = strtol(text, &end, 10);
+  if (end != text && !*end && v >= 0 && v < classes) {
+    *label = (int)v;
+    return VSPEC_OK;
+  }
+  for (int i = 0; i < m->n_class_names; i++)
+    if (!strcasecmp(text, m->class_names[i])) {
+      *label = i;
+      return VSPEC_OK;
+    }
+  size_t used = (size_t)snprintf(err, errlen, "--class '%s': model '%s' has classes 0..%d", text,
+                                 m->name, classes - 1);
+  for (int i = 0; i < m->n_class_names && used + 1 < errlen; i++)
+    used += (size_t)snprintf(err + used, errlen - used, "%s%d %s", i ? ", " : " (", i,
+                             m->class_names[i]);
+  if (m->n_class_names && used + 1 < errlen)
+    used += (size_t)snprintf(err + used, errlen - used, ")");
+  int near = vs_suggest_nearest(text, (const char *const *)m->class_names, m->n_class_names);
+  if (near >= 0 && used + 1 < errlen)
+    snprintf(err + used, errlen - used, "; did you mean '%s'?", m->class_names[near]);
+  return VSPEC_EINVAL;
+}
+
+int vs_models_backends(const vs_models *m, char names[3][64]) {
+  const vs_backend_model *roles[] = {&m->target, &m->draft, &m->eagle};
+  int n = 0;
+  for (int r = 0; r < 3; r++) {
+    if (!roles[r]->plugin) continue;
+    const char *name = vs_plugin_name(roles[r]->plugin);
+    int seen = 0;
+    for (int i = 0; i < n && !seen; i++) seen = !strcmp(names[i], name);
+    if (!seen) snprintf(names[n++], 64, "%s", name);
+  }
+  return n;
 }
 
 size_t vs_models_latent_count(const vs_models *m) {
@@ -108,6 +171,16 @@ static int vs__load_bare(vs_models *m, vs_registry *reg, const vspec_host *host,
   return vs_backend_model_load(reg, host, dev, "llamagen", gpt, params, &m->target, err, errlen);
 }
 
+/* One class name per class label of the target, which the manifest could not know. */
+static int vs__check_class_names(const vs_models *m, char *err, size_t errlen) {
+  int classes = m->target.info.num_classes;
+  if (!m->class_names || !m->target.model || m->n_class_names == classes) return VSPEC_OK;
+  snprintf(err, errlen, "%s/%s: class_names has %d name(s), the target has %d class label(s): "
+           "give one name per label, in label order", m->dir, VS_MANIFEST_FILE,
+           m->n_class_names, classes);
+  return VSPEC_EFORMAT;
+}
+
 int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, const char *dir,
                    unsigned roles, vs_models **out, char *err, size_t errlen) {
   vs_models *m = calloc(1, sizeof *m);
@@ -141,6 +214,9 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
   } else {
     if (*mf->name) snprintf(m->name, sizeof m->name, "%s", mf->name);
     m->defaults = mf->defaults;
+    m->class_names = mf->class_names; /* the models own them now */
+    m->n_class_names = mf->n_class_names;
+    mf->class_names = NULL;
     if ((mf->target.present &&
          (rc = vs__load_role(reg, host, dev, &mf->target, &m->target, err, errlen))) ||
         (mf->draft.present &&
@@ -148,6 +224,7 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
         (mf->eagle.present &&
          (rc = vs__load_role(reg, host, dev, &mf->eagle, &m->eagle, err, errlen))))
       goto fail;
+    if ((rc = vs__check_class_names(m, err, errlen))) goto fail;
   }
   free(mf);
   *out = m;
@@ -160,6 +237,7 @@ fail:
 
 void vs_models_close(vs_models *m) {
   if (!m) return;
+  free(m->class_names);
   free(m->neighbours);
   pthread_mutex_destroy(&m->neighbours_mu);
   vs_backend_model_unload(&m->eagle);

@@ -7,6 +7,7 @@
  *     "target": {"backend": "llamagen", "gpt": "target.safetensors", "vq": "vq.safetensors"},
  *     "draft":  {"backend": "llamagen", "gpt": "draft.safetensors"},
  *     "eagle":  {"backend": "eagle", "weights": "eagle.safetensors"},
+ *     "class_names": ["T-shirt/top", "Trouser", ...],      (optional: one per class label)
  *     "defaults": {"cfg_scale": 2.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
  *                  "cfg_interval": -1} }
  * Without a manifest, gpt.safetensors (or target.safetensors) and vq.safetensors are
@@ -49,6 +50,10 @@ typedef struct vs_models {
   vs_backend_model draft; /* a small draft GPT; .model == NULL when absent */
   vs_backend_model eagle; /* an EAGLE head over the target's features; .model == NULL when absent */
   vs_sampling defaults;
+  /* The manifest's class_names, one per label of the target (core/manifest.h); NULL when
+   * it has none. One allocation, freed with the models. */
+  char **class_names;
+  int n_class_names;
   /* Codebook neighbours of the target's tokens for LANTERN-style rules (core/neighbours.h):
    * built (or read from the disk cache) by vs_models_neighbours on the first job whose rule
    * uses them, never for the others; NULL until then and when the target has no codebook.
@@ -84,6 +89,20 @@ int vs_backend_model_load(vs_registry *reg, const vspec_host *host, vspec_dev *d
                           const char *backend, const char *path, const char *params,
                           vs_backend_model *out, char *err, size_t errlen);
 void vs_backend_model_unload(vs_backend_model *bm);
+
+/* The name of class `label`, or NULL (no class_names, or out of range). */
+const char *vs_models_class_name(const vs_models *m, int label);
+/* A copy of the class names in one allocation (free() it), or NULL (none, or out of
+ * memory); *n gets their number. For status replies, which outlive no model. */
+char **vs_models_class_names_copy(const vs_models *m, int *n);
+/* A --class argument: a label 0..num_classes-1, or one of the class names (letter case
+ * ignored). 0 with *label, or VSPEC_EINVAL with a message naming the labels and names. */
+int vs_models_class_label(const vs_models *m, const char *text, int *label, char *err,
+                          size_t errlen);
+
+/* The backend plugins of the loaded roles (target, draft, eagle), each name once, into
+ * names; returns how many. */
+int vs_models_backends(const vs_models *m, char names[3][64]);
 
 /* Values one job's latents hold for a continuous-token target (grid x token_dim; the
  * buffer vs_job.latents must have), 0 for a discrete one. */

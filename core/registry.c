@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/suggest.h"
 
 /* Minimum sizes this host needs: everything defined in ABI 1.0. */
 #define VS_DESC_MIN_SIZE (offsetof(vspec_plugin_desc, shutdown) + sizeof(void (*)(void)))
@@ -479,6 +480,49 @@ static int vs__plugin_path(const vs_registry *reg, int kind, const char *name, c
   return VSPEC_OK;
 }
 
+static int vs__parse_file_name(const char *n, char name[64]);
+
+#define VS__MAX_NAMES 64
+
+static int vs__cmp_name(const void *a, const void *b) {
+  return strcmp((const char *)a, (const char *)b);
+}
+
+/* The names of the loaded plugins of `kind` and, with `files`, of the plugin directory's
+ * files of that kind too: sorted, each once, at most VS__MAX_NAMES. Caller holds reg->lock. */
+static int vs__kind_names_locked(vs_registry *reg, int kind, int files,
+                                 char names[VS__MAX_NAMES][64]) {
+  int n = 0;
+  for (int i = 0; i < reg->n_entries && n < VS__MAX_NAMES; i++)
+    if (reg->entries[i].kind == kind && reg->entries[i].current)
+      snprintf(names[n++], 64, "%s", reg->entries[i].name);
+  DIR *d = files ? opendir(reg->dir) : NULL;
+  for (struct dirent *de; d && n < VS__MAX_NAMES && (de = readdir(d));) {
+    char name[64];
+    if (vs__parse_file_name(de->d_name, name) != kind || !vs__name_ok(name)) continue;
+    int seen = 0;
+    for (int i = 0; i < n && !seen; i++) seen = !strcmp(names[i], name);
+    if (!seen) snprintf(names[n++], 64, "%s", name);
+  }
+  if (d) closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], vs__cmp_name);
+  return n;
+}
+
+/* For a name that matches no plugin file, the names there are instead: "there is no KIND
+ * plugin 'NAME' (loaded: a, b); did you mean 'x'?", or with `path` (the file it would be),
+ * "...: no file PATH (the directory has: a, b, c); ...". Caller holds reg->lock. */
+static void vs__no_such_plugin_locked(vs_registry *reg, int kind, const char *name,
+                                      const char *path, char *err, size_t errlen) {
+  static char names[VS__MAX_NAMES][64]; /* under reg->lock */
+  const char *ptr[VS__MAX_NAMES];
+  int n = vs__kind_names_locked(reg, kind, path != NULL, names);
+  for (int i = 0; i < n; i++) ptr[i] = names[i];
+  snprintf(err, errlen, "there is no %s plugin '%s'%s%s", vs_plugin_kind_name(kind), name,
+           path ? ": no file " : "", path ? path : "");
+  vs_suggest_append(err, errlen, path ? "the directory has" : "loaded", name, ptr, n);
+}
+
 /* Loads (kind, name) as a new current generation. Caller holds reg->lock. */
 static int vs__load_locked(vs_registry *reg, int kind, const char *name, vs__entry **entry_out,
                            char *err, size_t errlen) {
@@ -487,8 +531,7 @@ static int vs__load_locked(vs_registry *reg, int kind, const char *name, vs__ent
   if (rc) return rc;
   struct stat st;
   if (lstat(path, &st) != 0) {
-    snprintf(err, errlen, "%s plugin '%s' not found: no file %s", vs_plugin_kind_name(kind), name,
-             path);
+    vs__no_such_plugin_locked(reg, kind, name, path, err, errlen);
     return VSPEC_ENOENT;
   }
   vs__entry *e = vs__find_entry(reg, kind, name);
@@ -570,13 +613,15 @@ int vs_registry_acquire_loaded(vs_registry *reg, int kind, const char *name, vs_
   vs__entry *e = vs__find_entry(reg, kind, name);
   vs_plugin *p = e ? e->current : NULL;
   if (p) atomic_fetch_add(&p->refs, 1);
-  pthread_mutex_unlock(&reg->lock);
-  if (!p) {
+  struct stat st;
+  /* A reload helps only where there is a file to load; a typo gets the loaded names. */
+  if (!p && lstat(path, &st) != 0) vs__no_such_plugin_locked(reg, kind, name, NULL, err, errlen);
+  else if (!p)
     snprintf(err, errlen, "%s plugin '%s' is not loaded: jobs use only plugins loaded at start "
              "or by an admin reload (vspec plugins reload %s/%s); plugins.on_demand = true lets "
              "jobs load them", vs_plugin_kind_name(kind), name, vs_plugin_kind_name(kind), name);
-    return VSPEC_ENOENT;
-  }
+  pthread_mutex_unlock(&reg->lock);
+  if (!p) return VSPEC_ENOENT;
   *out = p;
   return VSPEC_OK;
 }

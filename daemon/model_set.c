@@ -364,8 +364,18 @@ int vs_model_table_status(vs_model_table *t, vs_model_status *out, int max) {
       o->info = s->models->target.info;
       o->has_draft = s->models->draft.model != NULL;
       o->has_eagle = s->models->eagle.model != NULL;
+      o->n_backends = vs_models_backends(s->models, o->backends);
     }
   }
   pthread_mutex_unlock(&t->mu);
   return n;
+}
+
+char **vs_model_table_class_names(vs_model_table *t, int i, int *n) {
+  *n = 0;
+  pthread_mutex_lock(&t->mu);
+  char **names = i >= 0 && i < t->n && t->e[i].cur
+                     ? vs_models_class_names_copy(t->e[i].cur->models, n) : NULL;
+  pthread_mutex_unlock(&t->mu);
+  return names;
 }

@@ -54,6 +54,8 @@ typedef struct vs_model_status {
   int retired_alive; /* older sets still held by jobs */
   vspec_model_info info;
   int has_draft, has_eagle;
+  char backends[3][64]; /* the plugins its target, draft and eagle use, each once */
+  int n_backends;
 } vs_model_status;
 
 /* The loading side: registry, host and a device used only for loading (backends keep the
@@ -77,5 +79,8 @@ int vs_model_table_reload_backend(vs_model_table *t, const char *backend, char n
                                   int max, char *err, size_t errlen);
 
 int vs_model_table_status(vs_model_table *t, vs_model_status *out, int max);
+/* A copy of the class names of the current set of model number i (vs_model_table_status's
+ * order) in one allocation (free() it), or NULL with *n = 0: not loaded, or no names. */
+char **vs_model_table_class_names(vs_model_table *t, int i, int *n);
 
 #endif /* VS_MODEL_SET_H */

@@ -26,6 +26,8 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
   Vspec__PluginInfo *pip[VS_MAX_PLUGINS];
   vs_model_status ms[VS_CONF_MAX_MODELS];
   Vspec__ModelInfo mi[VS_CONF_MAX_MODELS], *mip[VS_CONF_MAX_MODELS];
+  char *backends[VS_CONF_MAX_MODELS][3];
+  char **class_names[VS_CONF_MAX_MODELS] = {0};
   vs_worker_status ws[256];
   Vspec__WorkerInfo wi[256], *wip[256];
   st.node = s->cfg.node;
@@ -90,6 +92,13 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
       mi[i].has_draft = ms[i].has_draft;
       mi[i].has_eagle = ms[i].has_eagle;
       mi[i].continuous = ms[i].info.token_kind == VSPEC_TOKENS_CONTINUOUS;
+      for (int b = 0; b < ms[i].n_backends; b++) backends[i][b] = ms[i].backends[b];
+      mi[i].n_backends = (size_t)ms[i].n_backends;
+      mi[i].backends = backends[i];
+      int nc = 0;
+      class_names[i] = vs_model_table_class_names(s->models, i, &nc);
+      mi[i].n_class_names = (size_t)nc;
+      mi[i].class_names = class_names[i];
     }
     mip[i] = &mi[i];
   }
@@ -120,6 +129,7 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
     ev.request_id = rid;
   }
   vs__send(s, sock, env, &ev, NULL, 0);
+  for (int i = 0; i < nm; i++) free(class_names[i]);
 }
 
 void vs__handle_plugins(vs_server *s, int sock, const vs_wire_envelope *env,

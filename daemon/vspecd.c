@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "daemon/allow_list.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "core/manifest.h"
 #include "core/models.h"
 #include "core/version.h"
 #include "daemon/sd_notify.h"
+#include "proto/curve_keys.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -42,7 +44,9 @@ static void usage(FILE *f) {
           "      --node NAME          this daemon's name in events and logs (server.node)\n"
           "      --node-id N          job-id prefix, distinct per daemon behind a broker\n"
           "      --log-level L        error, warn, info (default) or debug\n"
-          "      --check              check the configuration and exit\n"
+          "      --check              check the configuration and exit: every model's\n"
+          "                           manifest and, with [curve], the server's key and the\n"
+          "                           client allow-list, read as the daemon reads them\n"
           "  -h, --help               this text\n"
           "      --version            version and plugin ABI\n"
           "\n"
@@ -60,6 +64,7 @@ static int vs__check_model(const vs_model_conf *m, char *err, size_t errlen) {
   vs_sampling base = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 4.0f, .cfg_interval = -1};
   vs_manifest mf;
   int rc = vs_manifest_read(m->dir, &base, VS_ROLE_ALL, &mf, err, errlen);
+  vs_manifest_free(&mf);
   if (rc != VSPEC_ENOENT) return rc;
   char gpt[VS_CONF_PATH + 32];
   snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", m->dir);
@@ -68,6 +73,22 @@ static int vs__check_model(const vs_model_conf *m, char *err, size_t errlen) {
     return VSPEC_ENOENT;
   }
   return VSPEC_OK;
+}
+
+/* [curve] as `--check` sees it: the server's secret key and the allow-list read by the
+ * parsers the daemon uses (proto/curve_keys.h, daemon/allow_list.h), so that a file the
+ * daemon would refuse fails the check, with its line. *n_keys gets the allowed keys. */
+static int vs__check_curve(const vs_daemon_config *c, int *n_keys, char *err, size_t errlen) {
+  char secret[41], inner[1024];
+  if (vs_curve_read_key(c->curve_secret_file, "secret", secret, inner, sizeof inner)) {
+    snprintf(err, errlen, "[curve] secret_key_file: %s", inner);
+    return VSPEC_EFORMAT;
+  }
+  vs_allow_entry *list = NULL;
+  int rc = vs_allow_list_read(c->curve_allow_file, &list, n_keys, inner, sizeof inner);
+  free(list);
+  if (rc) snprintf(err, errlen, "[curve] allowed_clients: %s", inner);
+  return rc;
 }
 
 int main(int argc, char **argv) {
@@ -162,9 +183,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "vspecd: model '%s': %s\n", cfg.models[i].name, err);
         bad++;
       }
+    int n_keys = 0;
+    if (cfg.curve && vs__check_curve(&cfg, &n_keys, err, sizeof err)) {
+      fprintf(stderr, "vspecd: %s\n", err);
+      bad++;
+    }
     if (bad) return 2;
-    printf("vspecd: configuration OK (%d model(s), %d worker(s), jobs on %s, admin on %s%s)\n",
-           cfg.n_models, cfg.workers, cfg.endpoint, cfg.admin_endpoint,
+    char curve[64] = "";
+    if (cfg.curve) snprintf(curve, sizeof curve, ", CURVE with %d allowed client key(s)", n_keys);
+    printf("vspecd: configuration OK (%d model(s), %d worker(s), jobs on %s, admin on %s%s%s)\n",
+           cfg.n_models, cfg.workers, cfg.endpoint, cfg.admin_endpoint, curve,
            cfg.fleet_redis[0] ? ", fleet mode" : "");
     return 0;
   }

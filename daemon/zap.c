@@ -1,6 +1,5 @@
 #include "daemon/zap.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -10,70 +9,17 @@
 #include <zmq.h>
 
 #include "core/log.h"
+#include "daemon/allow_list.h"
 #include "proto/curve_keys.h"
 #include "vspec/types.h"
-
-#define VS_ZAP_MAX 4096
-
-typedef struct vs__entry {
-  uint8_t key[32];
-  char name[64];
-} vs__entry;
 
 struct vs_zap {
   void *sock;
   pthread_t thread;
   atomic_int stop;
-  vs__entry *allow;
+  vs_allow_entry *allow;
   int n;
 };
-
-static int vs__load(vs_zap *z, const char *path, char *err, size_t errlen) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    snprintf(err, errlen, "cannot open allow-list %s: %s", path, strerror(errno));
-    return VSPEC_ENOENT;
-  }
-  z->allow = calloc(VS_ZAP_MAX, sizeof *z->allow);
-  if (!z->allow) {
-    fclose(f);
-    snprintf(err, errlen, "out of memory");
-    return VSPEC_ENOMEM;
-  }
-  char line[512];
-  int lineno = 0, rc = VSPEC_OK;
-  while (fgets(line, sizeof line, f)) {
-    lineno++;
-    char *p = line;
-    while (*p && isspace((unsigned char)*p)) p++;
-    if (*p == '#' || !*p) continue;
-    size_t n = 0;
-    while (p[n] && !isspace((unsigned char)p[n])) n++;
-    if (n != 40 || !vs_curve_is_z85(p, 40)) {
-      snprintf(err, errlen, "%s:%d: expected a 40-character Z85 public key", path, lineno);
-      rc = VSPEC_EFORMAT;
-      break;
-    }
-    if (z->n == VS_ZAP_MAX) {
-      snprintf(err, errlen, "%s: more than %d keys", path, VS_ZAP_MAX);
-      rc = VSPEC_ERANGE;
-      break;
-    }
-    char text[41];
-    memcpy(text, p, 40);
-    text[40] = 0;
-    vs__entry *e = &z->allow[z->n];
-    zmq_z85_decode(e->key, text);
-    char *name = p + n;
-    while (*name && isspace((unsigned char)*name)) name++;
-    size_t nl = strcspn(name, " \t\r\n#");
-    if (nl) snprintf(e->name, sizeof e->name, "%.*s", (int)(nl < 63 ? nl : 63), name);
-    else snprintf(e->name, sizeof e->name, "%.8s", text);
-    z->n++;
-  }
-  fclose(f);
-  return rc;
-}
 
 static const char *vs__lookup(const vs_zap *z, const uint8_t *key, size_t len) {
   if (len != 32) return NULL;
@@ -150,7 +96,7 @@ int vs_zap_start(void *zctx, const char *allow_file, vs_zap **out, char *err, si
     return VSPEC_ENOMEM;
   }
   atomic_init(&z->stop, 0);
-  int rc = vs__load(z, allow_file, err, errlen);
+  int rc = vs_allow_list_read(allow_file, &z->allow, &z->n, err, errlen);
   if (rc) goto fail;
   z->sock = zmq_socket(zctx, ZMQ_REP);
   int linger = 0;

@@ -7,7 +7,7 @@
  * per ZeroMQ context. It runs on its own small thread with a REP socket, so an allow-list
  * check never waits behind the job loop.
  *
- * Allow-list file: one client per line, "Z85-PUBLIC-KEY [name]"; '#' starts a comment. The
+ * Allow-list file: daemon/allow_list.h (NAME.pub lines or bare keys, with names). The
  * connection's user id (zmq_msg_gets "User-Id") is the client's public key in Z85, so it
  * names exactly one key whatever names the list gives (job ownership rests on it); the name
  * (default: the key's first 8 characters) is for the log, through vs_zap_name.

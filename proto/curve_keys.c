@@ -20,6 +20,52 @@ int vs_curve_is_z85(const char *s, size_t n) {
   return 1;
 }
 
+/* A token of exactly 40 Z85 characters at p, ended by a blank or the line's end. */
+static int vs__key_token(const char *p) {
+  size_t n = 0;
+  while (p[n] && !isspace((unsigned char)p[n])) n++;
+  return n == 40 && vs_curve_is_z85(p, 40);
+}
+
+void vs_curve_parse_line(const char *line, vs_curve_line *out) {
+  memset(out, 0, sizeof *out);
+  const char *p = line;
+  while (*p && isspace((unsigned char)*p)) p++;
+  out->kind = VS_CURVE_LINE_BAD;
+  out->at = p;
+  /* A Z85 key never starts with '#' (its first character encodes at most 0xffffffff / 85^4,
+   * '%'), so '#' always starts a comment. */
+  if (*p == '#' || !*p) {
+    out->kind = VS_CURVE_LINE_BLANK;
+    return;
+  }
+  /* A bare key first: "public=" followed by 33 characters is no named key anyway. */
+  if (vs__key_token(p)) {
+    out->kind = VS_CURVE_LINE_KEY;
+  } else {
+    /* "NAME = KEY": Z85 has '=' in its alphabet, so split only after a known name. */
+    static const char *const names[] = {"public", "secret"};
+    for (int i = 0; i < 2; i++) {
+      size_t l = strlen(names[i]);
+      /* The prefix first: p + l is inside the line only if the line starts with the name. */
+      if (strncmp(p, names[i], l)) continue;
+      const char *q = p + l;
+      while (*q == ' ' || *q == '\t') q++;
+      if (*q != '=') continue;
+      snprintf(out->label, sizeof out->label, "%s", names[i]);
+      for (q++; *q && isspace((unsigned char)*q); q++) {}
+      p = out->at = q;
+      if (vs__key_token(p)) out->kind = VS_CURVE_LINE_KEY;
+      break;
+    }
+    if (out->kind != VS_CURVE_LINE_KEY) return;
+  }
+  memcpy(out->key, p, 40);
+  out->key[40] = 0;
+  for (p += 40; *p && isspace((unsigned char)*p); p++) {}
+  out->rest = p;
+}
+
 int vs_curve_read_key(const char *path, const char *which, char key[41], char *err,
                       size_t errlen) {
   FILE *f = fopen(path, "r");
@@ -30,33 +76,11 @@ int vs_curve_read_key(const char *path, const char *which, char key[41], char *e
   char line[512];
   int rc = VSPEC_EFORMAT;
   while (rc && fgets(line, sizeof line, f)) {
-    char *p = line;
-    while (*p && isspace((unsigned char)*p)) p++;
-    if (*p == '#' || !*p) continue;
-    /* "NAME = KEY": Z85 has '=' in its alphabet, so split only after a known name. */
-    const char *names[] = {"public", "secret"};
-    int named = 0;
-    for (int i = 0; i < 2; i++) {
-      size_t l = strlen(names[i]);
-      /* The prefix first: p + l is inside the line only if the line starts with the name. */
-      if (strncmp(p, names[i], l)) continue;
-      char *q = p + l;
-      while (*q == ' ' || *q == '\t') q++;
-      if (*q == '=') {
-        if (strcmp(names[i], which)) named = -1;
-        else {
-          named = 1;
-          p = q + 1;
-        }
-      }
-    }
-    if (named < 0) continue;
-    while (*p && isspace((unsigned char)*p)) p++;
-    size_t n = 0;
-    while (p[n] && !isspace((unsigned char)p[n])) n++;
-    if (n == 40 && vs_curve_is_z85(p, 40)) {
-      memcpy(key, p, 40);
-      key[40] = 0;
+    vs_curve_line l;
+    vs_curve_parse_line(line, &l);
+    /* A bare key is whatever is asked for; a named one only when its name is. */
+    if (l.kind == VS_CURVE_LINE_KEY && (!*l.label || !strcmp(l.label, which))) {
+      memcpy(key, l.key, 41);
       rc = VSPEC_OK;
     }
   }

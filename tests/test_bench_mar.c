@@ -272,13 +272,14 @@ static void test_demo_png(void **state) {
   path_in(png, sizeof png, "demo.png");
   const char *args[] = {"demo", "--model", MAR, "--upscale", "2", "--out", png, NULL};
   assert_int_equal(run_bench(args, out, sizeof out, err, sizeof err), 0);
-  /* 10 classes: 5 columns x 2 rows of 16x16 images with 2-pixel gaps, enlarged twice */
-  expect_png(png, 2 * (5 * 16 + 6 * 2), 2 * (2 * 16 + 3 * 2));
-  /* --per-class 2: one column per class, two rows */
+  /* 10 classes: 5 columns x 2 rows of 16x16 images with 2-pixel gaps, enlarged twice, and
+   * above each row a band of labels (9-pixel text at scale 1 and 1 pixel) */
+  expect_png(png, 2 * (5 * 16 + 6 * 2), 2 * (2 * 16 + 3 * 2) + 2 * 10);
+  /* --per-class 2: one column per class, two rows, labels above the first */
   const char *per[] = {"demo", "--model", MAR, "--upscale", "1", "--per-class", "2", "--out",
                        png, NULL};
   assert_int_equal(run_bench(per, out, sizeof out, err, sizeof err), 0);
-  expect_png(png, 10 * 16 + 11 * 2, 2 * 16 + 3 * 2);
+  expect_png(png, 10 * 16 + 11 * 2, 2 * 16 + 3 * 2 + 10);
 }
 
 /* ---- refusals ------------------------------------------------------------------------- */

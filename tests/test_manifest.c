@@ -31,10 +31,12 @@ static void test_fmnist(void **state) {
   assert_string_equal(m.eagle.params, "target=models/fmnist/target.safetensors");
   assert_float_equal(m.defaults.cfg_scale, 1.5, 1e-6);
   assert_int_equal(m.defaults.cfg_interval, -1);
+  vs_manifest_free(&m);
   /* roles not asked for are not read */
   if (vs_manifest_read("models/fmnist", &base, VS_ROLE_TARGET, &m, err, sizeof err))
     fail_msg("%s", err);
   assert_false(m.draft.present || m.eagle.present);
+  vs_manifest_free(&m);
   assert_int_equal(vs_manifest_read("tests/golden/micro_c2i", &base, VS_ROLE_ALL, &m, err,
                                     sizeof err), VSPEC_ENOENT);
 }

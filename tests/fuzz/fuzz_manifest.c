@@ -49,5 +49,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check_role(&m.eagle, "eagle");
   VS_FUZZ_REQUIRE(m.defaults.top_k >= 0 && m.defaults.cfg_interval >= -1 &&
                   m.defaults.num_iter >= 0, "defaults out of range");
+  for (int i = 0; i < m.n_class_names; i++)
+    VS_FUZZ_REQUIRE(*m.class_names[i] && strlen(m.class_names[i]) < VS_CLASS_NAME_MAX,
+                    "class name %d is empty or too long", i);
+  vs_manifest_free(&m);
   return 0;
 }

@@ -185,6 +185,7 @@ def main():
                       "weight_format": "int8"},
             "eagle": {"backend": "eagle", "weights": "eagle.safetensors",
                       "target": "target.safetensors"},
+            "class_names": common.CLASSES,
             "classifier": "classifier.safetensors", "fid_ref": "fid_ref.safetensors",
             "defaults": {"cfg_scale": best, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
                          "cfg_interval": -1}}

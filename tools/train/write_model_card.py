@@ -71,7 +71,7 @@ def main():
       f"| {mb(size('fid_ref.safetensors'))} |")
     A(f"| classifier_golden.safetensors | 16 test images + their features/logits | - | F32/I64 | "
       f"{mb(size('classifier_golden.safetensors'))} |")
-    A("| vspec-model.json | model bundle description + sampling defaults | - | - | - |")
+    A("| vspec-model.json | model bundle description + sampling defaults + class names | - | - | - |")
     A("| samples_target.png, samples_draft.png | 10 samples per class (columns = classes "
       "0..9) at the default cfg | - | - | - |")
     total = sum(size(f) for f in files)
