@@ -837,7 +837,9 @@ static void test_totals_count_every_job(void **state) {
   }
   vs_conn_close(&adm);
   wait_idle_at(d.admin_ep);
-  /* The last job is counted when the loop hears from its worker, just after it is idle. */
+  /* The last job is counted when the loop hears from its worker, just after it is idle; and
+   * the last round's submit may still wait behind the reload's answer (the loop answers the
+   * admin socket first), so the status is asked again until both are in. */
   double end = vs_harness_now() + 2;
   for (;;) {
     vs_conn_event e;
@@ -848,10 +850,11 @@ static void test_totals_count_every_job(void **state) {
            (unsigned long long)sub, (unsigned long long)t->completed,
            (unsigned long long)t->failed, (unsigned long long)t->cancelled);
     vs_conn_event_free(&e);
-    assert_int_equal(sub, 2 * ROUNDS);
-    if (ended == sub) break;
-    if (vs_harness_now() > end) fail_msg("%llu of %llu jobs counted", (unsigned long long)ended,
-                                         (unsigned long long)sub);
+    assert_true(sub <= 2 * ROUNDS && ended <= sub);
+    if (sub == 2 * ROUNDS && ended == sub) break;
+    if (vs_harness_now() > end)
+      fail_msg("%llu of %d jobs submitted, %llu counted", (unsigned long long)sub, 2 * ROUNDS,
+               (unsigned long long)ended);
     vs_harness_sleep_ms(50);
   }
   stop_ok(&d);
