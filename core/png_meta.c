@@ -156,6 +156,9 @@ size_t vs_png_parameters(const vs_job *job, const vs_models *models, char *buf, 
   if (!cap) return 0;
   buf[0] = '\0';
   if (job->caption) vs__add(buf, cap, &n, "(a caption embedding)\n");
+  else if (vs_models_class_name(models, job->class_label))
+    vs__add(buf, cap, &n, "class %d (%s)\n", job->class_label,
+            vs_models_class_name(models, job->class_label));
   else vs__add(buf, cap, &n, "class %d\n", job->class_label);
   vs__pairf(buf, cap, &n, "Steps", "%d", vs__steps(models, s));
   vs__pair(buf, cap, &n, "Sampler", job->method ? job->method : "ar");

@@ -8,10 +8,11 @@
  *               and stable-diffusion.cpp write and image browsers, "PNG info" tabs and model
  *               sites read: the prompt on the first line, then one line of "Key: value"
  *               pairs separated by ", ":
- *                 class 7
+ *                 class 7 (Sneaker)
  *                 Steps: 64, Sampler: ar, CFG scale: 1.5, Seed: 1, Size: 32x32,
  *                 Model hash: 5f0c3e1a2b, Model: fmnist, Temperature: 1, Version: vspec 0.9.0
- *               The prompt is the class (these models have no text prompt); Steps the
+ *               The prompt is the class, with its name when the manifest has class_names
+ *               (these models have no text prompt); Steps the
  *               tokens sampled (a continuous-token model's generation steps); Sampler the
  *               decoding method as it ran ("sd:exact@standard:shape=chain,depth=3"); Size
  *               the model's image; Model hash A1111's short hash (the first 10 hex digits of

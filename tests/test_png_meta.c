@@ -50,13 +50,17 @@ static void sha256sum10(const char *path, char out[11]) {
 static void test_parameters_text(void **state) {
   (void)state;
   vs_models m = fake_models("models/fmnist", "fmnist", 0);
+  static char *names[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+  m.class_names = names; /* the prompt names the class when the manifest does */
+  m.n_class_names = 10;
   vs_job job = {.method = "ar", .class_label = 7, .seed = 1,
                 .sampling = {.temperature = 1, .top_p = 1, .cfg_scale = 1.5f, .cfg_interval = -1}};
   char hash[11], got[1024], want[1024];
   sha256sum10("models/fmnist/target.safetensors", hash);
   vs_png_parameters(&job, &m, got, sizeof got);
   snprintf(want, sizeof want,
-           "class 7\nSteps: 64, Sampler: ar, CFG scale: 1.5, Seed: 1, Size: 32x32, Model hash: %s, "
+           "class 7 (Sneaker)\nSteps: 64, Sampler: ar, CFG scale: 1.5, Seed: 1, Size: 32x32, Model hash: %s, "
            "Model: fmnist, Temperature: 1, Version: vspec %s", hash, VSPEC_VERSION);
   assert_string_equal(got, want);
 
@@ -142,7 +146,7 @@ static void test_bench_generate(void **state) {
   assert_int_equal(vs_run_tool("vspec-bench", args, NULL, 0), 0);
   chunks_of(out, params, sizeof params);
   sha256sum10("models/fmnist/target.safetensors", hash);
-  const char *head = "class 7\nSteps: 64, Sampler: \"sd:exact@standard:shape=chain,depth=2\", "
+  const char *head = "class 7 (Sneaker)\nSteps: 64, Sampler: \"sd:exact@standard:shape=chain,depth=2\", "
                      "CFG scale: 1.5, Seed: 1, ";
   if (strncmp(params, head, strlen(head)) != 0) fail_msg("'%s'", params);
   assert_non_null(strstr(params, ", Size: 32x32, "));
@@ -170,7 +174,7 @@ static void test_bench_generate(void **state) {
   if (!fgets(line, sizeof line, p)) line[0] = '\0';
   assert_int_equal(pclose(p), 0);
   assert_string_equal(line,
-                      "class 7 64 sd:exact@standard:shape=chain,depth=2 1.5 1 32x32 fmnist\n");
+                      "class 7 (Sneaker) 64 sd:exact@standard:shape=chain,depth=2 1.5 1 32x32 fmnist\n");
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
 }
