@@ -94,6 +94,7 @@ int vs_model_short_hash(const char *dir, char out[11]) {
   } else {
     out[0] = '\0';
   }
+  if (mf) vs_manifest_free(mf); /* read zeroes it first: safe whatever failed */
   free(mf);
   return rc;
 }
