@@ -9,16 +9,17 @@
  *   - the shape (`shape`: chain, dynamic EAGLE-2 tree, static EAGLE-1 tree) unless named;
  *   - the size of each (chain depth 1..8; total_tokens 2..58; named static trees).
  * How (core/autotune.c):
- *   - a candidate's score is the tokens per second of whole calibration images (wall clock:
- *     drafting, target forwards, the walk and what they do to each other's caches), AR's
- *     the same on the same images;
+ *   - a candidate's score is tokens per round over the (trimmed) mean round time as its jobs
+ *     ran (drafting, target forwards, the walk and what they do to each other's caches),
+ *     AR's the same on the same images;
  *   - every (drafter, shape) family is screened size by size, smallest first, on one
  *     calibration image; a family stops after two sizes worse than its best, and skips a
  *     size whose bound (every draft accepted, drafting free, the target at the latency of
  *     its cost curve: median forward time against tree nodes, measured once per model and
  *     machine and cached) is below 90 % of the best so far;
  *   - the three best are measured on four more images (scored on those alone, so that the
- *     image that picked them does not flatter them) and the best of those wins;
+ *     image that picked them does not flatter them) and the best of those wins; for an exact
+ *     rule, a winner close to AR and AR run four images more;
  *   - when it is not expected to beat AR by VS_AUTOTUNE_AR_MARGIN, an exact rule (one that
  *     samples the target's distribution, VSPEC_PLUGIN_EXACT) runs as AR: the same images'
  *     distribution, faster; a relaxed rule keeps its best combination (its output differs
@@ -56,7 +57,7 @@ typedef struct vs_autotune_cand {
   double tokens_per_round;  /* steady state (prefill rounds left out) */
   double target_ms;         /* target forwards, per round */
   double draft_ms;          /* drafting and the verification walk, per round */
-  double rate;              /* tokens per second of whole calibration images (the score) */
+  double rate;              /* tokens per second as measured (the score) */
   int images;               /* calibration images it was scored on (0: skipped by its bound,
                                1: screened only) */
 } vs_autotune_cand;
