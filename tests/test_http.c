@@ -291,6 +291,29 @@ static void test_generate(void **state) {
   reply_free(&r);
   assert_true(metric_now("vspec_jobs_total{state=\"completed\"}") == before + 2);
   assert_true(metric_now("vspec_method_completed_jobs_total{method=\"ar\"}") >= 2);
+
+  /* What the daemon tells a job's client about how it ran comes back in vspec.notes: a
+   * size=auto method on the harness's self-drafting micro model (tuned in under a second)
+   * reports its choice; an AR job has nothing to say. */
+  r = curl_post("/v1/images/generations",
+                "{\"model\":\"self\",\"method\":\"sd:coolsd:delta=2@standard:shape=chain,"
+                "size=auto\",\"seed\":3}");
+  if (r.code != 200) fail_msg("status %d: %s", r.code, r.body);
+  j = json_loads(r.body, 0, &je);
+  assert_non_null(j);
+  json_t *notes = json_object_get(json_object_get(j, "vspec"), "notes");
+  assert_int_equal(json_array_size(notes), 1);
+  assert_non_null(strstr(json_string_value(json_array_get(notes, 0)), "size=auto: chose "));
+  json_decref(j);
+  reply_free(&r);
+  snprintf(body, sizeof body, "{\"model\":\"%s\",\"class\":3,\"method\":\"ar\",\"seed\":7}",
+           g_model);
+  r = curl_post("/v1/images/generations", body);
+  j = json_loads(r.body, 0, &je);
+  assert_non_null(j);
+  assert_int_equal(json_array_size(json_object_get(json_object_get(j, "vspec"), "notes")), 0);
+  json_decref(j);
+  reply_free(&r);
 }
 
 static void test_bad_requests(void **state) {
