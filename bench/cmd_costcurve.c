@@ -34,7 +34,10 @@ static void usage(FILE *f) {
           "  --precision P      weights: fp32 or bf16 (bf16 is the GPU's default;\n"
           "                     on the CPU: AMX tiles, else AVX2 for decode steps)\n"
           "  --plugins DIR      plugin directory\n"
-          "  --image            also time one whole image by AR with CFG (median of 5)\n");
+          "  --image            also time one whole image by AR with CFG (median of 5)\n"
+          "  --counters         also count what one forward issues on the device at each\n"
+          "                     size: ops (kernel launches on a GPU), host<->device\n"
+          "                     transfers and waits\n");
 }
 
 /* ---- memory bandwidth ------------------------------------------------------------ */
@@ -169,15 +172,34 @@ static int time_image(vs_bench_env *env, const vs_backend_model *t, int reps, do
   return VSPEC_OK;
 }
 
+/* What one forward issues at each size, 1 and 2 rows (core/forward_timing.h). */
+static int print_counters(vs_bench_env *env, const vs_backend_model *t, const int *sizes,
+                          int n_sizes, char *err, size_t errlen) {
+  printf("\nwhat one forward issues on the device (ops: kernel launches on a GPU)\n\n");
+  printf("| nodes | rows | ops | uploads | bytes up | downloads | bytes down | waits |\n");
+  printf("|------:|-----:|----:|--------:|---------:|----------:|-----------:|------:|\n");
+  for (int i = 0; i < n_sizes; i++)
+    for (int rows = 1; rows <= 2; rows++) {
+      vs_dev_counters c;
+      int rc = vs_count_forward(env->dev, t, rows, sizes[i], &c, err, errlen);
+      if (rc) return rc;
+      printf("| %5d | %4d | %llu | %llu | %llu | %llu | %llu | %llu |\n", sizes[i], rows,
+             (unsigned long long)c.ops, (unsigned long long)c.uploads,
+             (unsigned long long)c.upload_bytes, (unsigned long long)c.downloads,
+             (unsigned long long)c.download_bytes, (unsigned long long)c.syncs);
+    }
+  return VSPEC_OK;
+}
+
 int vs_bench_cmd_costcurve(int argc, char **argv) {
   const char *model_dir = NULL, *random = NULL, *label = NULL, *plugin_dir = NULL;
   const char *sizes_text = "1,2,4,8,16,32,64", *weight_format = NULL;
   double min_time = 0.5;
   long threads = 0;
-  int image = 0;
+  int image = 0, counters = 0;
   vs_bench_device dv = {0};
   enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
-         O_IMAGE, O_WFORMAT };
+         O_IMAGE, O_WFORMAT, O_COUNTERS };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},      {"random", required_argument, 0, O_RANDOM},
       {"label", required_argument, 0, O_LABEL},  {"sizes", required_argument, 0, O_SIZES},
@@ -185,6 +207,7 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
       {"plugins", required_argument, 0, O_PLUGINS}, {"help", no_argument, 0, 'h'},
       {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
       {"image", no_argument, 0, O_IMAGE}, {"weight-format", required_argument, 0, O_WFORMAT},
+      {"counters", no_argument, 0, O_COUNTERS},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -200,6 +223,7 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_DEVICE: dv.spec = optarg; break;
       case O_IMAGE: image = 1; break;
+      case O_COUNTERS: counters = 1; break;
       case O_WFORMAT: weight_format = optarg; break;
       case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
       case 'h': usage(stdout); return 0;
@@ -302,6 +326,10 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
     printf("| %5d | %9.3f | %7.3f | %8.2f | %16.3f | %7.3f | %8.2f |\n", sizes[i], ms[1],
            ms[1] / sizes[i], ms[1] / base[1], ms[2], ms[2] / sizes[i], ms[2] / base[2]);
     fflush(stdout);
+  }
+  if (counters && print_counters(&env, t, sizes, n_sizes, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+    goto done;
   }
   /* Batch-1 decode reads every weight once per token except the embedding tables (one
    * row each), so weight bytes / bandwidth bounds its speed from above. */

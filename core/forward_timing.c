@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/metrics.h" /* vs_now */
 
@@ -15,9 +16,25 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
-                          double min_time, double *median_ms, char *err, size_t errlen) {
+/* A session of t after its prefill and a committed half-image prefix (attention then sees a
+ * realistic cache), with a binary tree of n nodes in *b; logits [64, rows, V] in *logits. */
+typedef struct vs__probe {
+  vspec_session *s;
+  float *logits;
+  int32_t tokens[64], parents[64];
+  vspec_forward_batch b;
+  vspec_forward_out out;
+} vs__probe;
+
+static void vs__probe_close(const vs_backend_model *t, vs__probe *p) {
+  free(p->logits);
+  if (p->s) t->vt->session_close(p->s);
+}
+
+static int vs__probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+                          vs__probe *p, char *err, size_t errlen) {
   const int cap = 64;
+  memset(p, 0, sizeof *p);
   /* The timed forward feeds token ids and reads logits: a continuous-token target has
    * neither (costcurve and size=auto refuse such models first; this is the backstop). */
   if (t->info.token_kind == VSPEC_TOKENS_CONTINUOUS || t->info.vocab <= 0) {
@@ -25,57 +42,81 @@ int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
              "continuous-token (MAR) models");
     return VSPEC_ENOTSUP;
   }
+  if (n < 1 || n > cap) {
+    snprintf(err, errlen, "forward timing: %d nodes (1..%d)", n, cap);
+    return VSPEC_EINVAL;
+  }
   vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 0, .rows = rows,
                               .max_nodes = cap};
-  vspec_session *s;
-  int rc = t->vt->session_open(t->model, dev, &cfg, &s, err, errlen);
+  int rc = t->vt->session_open(t->model, dev, &cfg, &p->s, err, errlen);
   if (rc) return rc;
   int V = t->info.vocab, N = t->info.grid_h * t->info.grid_w;
-  float *logits = malloc((size_t)cap * rows * V * sizeof(float));
-  if (!logits) {
-    t->vt->session_close(s);
+  p->logits = malloc((size_t)cap * rows * V * sizeof(float));
+  if (!p->logits) {
+    vs__probe_close(t, p);
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
-  int32_t tokens[64], parents[64], path[64];
-  vspec_forward_out out = {.struct_size = sizeof out, .logits = logits};
-  rc = t->vt->prefill(s, &out, err, errlen);
+  int32_t path[64];
+  p->out = (vspec_forward_out){.struct_size = sizeof p->out, .logits = p->logits};
+  rc = t->vt->prefill(p->s, &p->out, err, errlen);
   /* Commit half of the image as a chain so attention sees a realistic prefix. */
   int prefix = N / 2, done = 0;
   while (!rc && done < prefix) {
     int m = prefix - done < cap ? prefix - done : cap;
     for (int i = 0; i < m; i++) {
-      tokens[i] = (done + i) % V;
-      parents[i] = i - 1;
+      p->tokens[i] = (done + i) % V;
+      p->parents[i] = i - 1;
       path[i] = i;
     }
-    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = m, .tokens = tokens,
-                             .parents = parents};
-    rc = t->vt->forward(s, &b, &out, err, errlen);
-    if (!rc) rc = t->vt->commit(s, path, m, err, errlen);
+    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = m, .tokens = p->tokens,
+                             .parents = p->parents};
+    rc = t->vt->forward(p->s, &b, &p->out, err, errlen);
+    if (!rc) rc = t->vt->commit(p->s, path, m, err, errlen);
     done += m;
   }
   for (int i = 0; i < n; i++) {
-    tokens[i] = (7 * i) % V;
-    parents[i] = i == 0 ? -1 : (i - 1) / 2;
+    p->tokens[i] = (7 * i) % V;
+    p->parents[i] = i == 0 ? -1 : (i - 1) / 2;
   }
-  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = n, .tokens = tokens,
-                           .parents = parents};
+  p->b = (vspec_forward_batch){.struct_size = sizeof p->b, .n_nodes = n, .tokens = p->tokens,
+                               .parents = p->parents};
+  if (rc) vs__probe_close(t, p);
+  return rc;
+}
+
+int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+                    double min_time, double *median_ms, char *err, size_t errlen) {
+  vs__probe p;
+  int rc = vs__probe_open(dev, t, rows, n, &p, err, errlen);
+  if (rc) return rc;
   double samples[256];
   int k = 0;
-  if (!rc) rc = t->vt->forward(s, &b, &out, err, errlen); /* warm-up */
+  rc = t->vt->forward(p.s, &p.b, &p.out, err, errlen); /* warm-up */
   double start = vs_now();
   while (!rc && k < 256 && (k < 3 || vs_now() - start < min_time)) {
     double t0 = vs_now();
-    rc = t->vt->forward(s, &b, &out, err, errlen);
+    rc = t->vt->forward(p.s, &p.b, &p.out, err, errlen);
     samples[k++] = vs_now() - t0;
   }
   if (!rc) {
     qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
     *median_ms = 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
   }
-  free(logits);
-  t->vt->session_close(s);
+  vs__probe_close(t, &p);
   return rc;
 }
 
+int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+                     vs_dev_counters *out, char *err, size_t errlen) {
+  vs__probe p;
+  int rc = vs__probe_open(dev, t, rows, n, &p, err, errlen);
+  if (rc) return rc;
+  vs_dev_counters before;
+  vs_dev_counters_get(dev, &before);
+  rc = t->vt->forward(p.s, &p.b, &p.out, err, errlen);
+  vs_dev_counters_get(dev, out);
+  vs_dev_counters_sub(out, &before);
+  vs__probe_close(t, &p);
+  return rc;
+}

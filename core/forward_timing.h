@@ -6,11 +6,16 @@
 #define VS_FORWARD_TIMING_H
 
 #include "core/models.h"
+#include "kernels/vs_kernels.h"
 
 /* Median latency (ms) of one forward of an n-node binary tree (n <= 64) after a committed
  * half-image prefix, with `rows` CFG rows; measured for at least min_time seconds (and at
  * least three forwards). VSPEC_ENOTSUP for a continuous-token (MAR) target. */
 int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                     double min_time, double *median_ms, char *err, size_t errlen);
+/* What one such forward issues on its device: ops, transfers and waits (kernels/vs_device.h,
+ * vs_dev_counters), after the same prefix. */
+int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+                     vs_dev_counters *out, char *err, size_t errlen);
 
 #endif /* VS_FORWARD_TIMING_H */

@@ -161,5 +161,9 @@ int vs_device_open(const char *spec, const vs_device_options *opt, vspec_dev **o
   const vs_device_class *cls =
       kind == VSPEC_DEVICE_CPU ? vs_cpu_device_class() : vs__cuda(err, errlen);
   if (!cls) return VSPEC_ENOTSUP;
-  return cls->open(&o, out, err, errlen);
+  rc = cls->open(&o, out, err, errlen);
+  /* The head hands out the counting table (kernels/op_counts.c); the module's own stays in
+   * its class. */
+  if (!rc) ((vs_dev_head *)(void *)*out)->ops = vs__counted_ops(cls);
+  return rc;
 }

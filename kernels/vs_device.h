@@ -48,7 +48,7 @@ typedef struct vs_device_info {
   int precision;       /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
 } vs_device_info;
 
-#define VS_DEVICE_CLASS_VERSION 1
+#define VS_DEVICE_CLASS_VERSION 2 /* 2: vs_dev_head holds the counters */
 #define VS_CUDA_CLASS_SYMBOL "vs_cuda_device_class"
 
 typedef struct vs_device_class {
@@ -74,12 +74,41 @@ typedef struct vs_device_class {
   const char *(*alloc_error)(vspec_dev *dev);
 } vs_device_class;
 
+/* What a device context has done since it was opened: every call of its ops table
+ * (kernels/op_counts.c counts them, whatever the device) and the transfers and waits a device
+ * makes inside an op (a GPU uploads an attention mask, waits for its stream). What one
+ * forward costs is the difference of two readings (vs_dev_counters_get). Counted with
+ * relaxed atomic adds: a context belongs to one thread at a time, but readers may be others. */
+typedef struct vs_dev_counters {
+  uint64_t ops;            /* work issued: every ops-table call but memory management and
+                              the host-side RoPE table (on a GPU, about one launch each) */
+  uint64_t uploads, upload_bytes;     /* host -> device: the upload op, and inside ops */
+  uint64_t downloads, download_bytes; /* device -> host */
+  uint64_t syncs;          /* waits until the device's queued work is done (0 on the CPU) */
+} vs_dev_counters;
+
 /* The first member of every device context. */
 typedef struct vs_dev_head {
-  const vspec_ops *ops;
-  const vs_device_class *cls;
+  const vspec_ops *ops; /* what the host hands out: the counting table (kernels/op_counts.c) */
+  const vs_device_class *cls; /* cls->ops: the device's own table */
   int index;
+  vs_dev_counters counters;
 } vs_dev_head;
+
+/* Adds n to a counter of the head (any thread). */
+static inline void vs_dev_count(uint64_t *counter, uint64_t n) {
+  __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
+/* Counts one host <-> device transfer of `bytes` (down: to the host). Devices call it where
+ * they copy, so that a transfer an op makes inside (a GPU's sampler downloading logits) counts
+ * as the upload and download ops' do. dev may be NULL (host code's copies: not counted). */
+static inline void vs_dev_count_transfer(vspec_dev *dev, int down, size_t bytes) {
+  if (!dev) return;
+  vs_dev_counters *c = &((vs_dev_head *)(void *)dev)->counters;
+  vs_dev_count(down ? &c->downloads : &c->uploads, 1);
+  vs_dev_count(down ? &c->download_bytes : &c->upload_bytes, bytes);
+}
 
 typedef const vs_device_class *(*vs_device_class_fn)(void);
 

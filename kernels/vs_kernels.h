@@ -55,4 +55,11 @@ int vs_dev_info(vspec_dev *dev, vs_device_info *out);
  * other may use (the CPU is space 0, cuda:N is 0x100 + N). */
 uint32_t vs_dev_space(const vspec_dev *dev);
 
+/* The device's counters so far (kernels/vs_device.h, vs_dev_counters); a - b into a. */
+int vs_dev_counters_get(const vspec_dev *dev, vs_dev_counters *out);
+void vs_dev_counters_sub(vs_dev_counters *a, const vs_dev_counters *b);
+/* internal (kernels/op_counts.c): the counting copy of a class's ops table, which every
+ * device context's head points to (kernels/device.c, kernels/cpu/cpu_dev.c). */
+const vspec_ops *vs__counted_ops(const vs_device_class *cls);
+
 #endif /* VS_KERNELS_H */

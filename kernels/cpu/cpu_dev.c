@@ -86,6 +86,7 @@ void vs_cpu_free(vspec_dev *dev, void *ptr) {
 int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes) {
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src_host) return VSPEC_EINVAL;
+  vs_dev_count_transfer(dev, 0, bytes); /* a memcpy here; a bus transfer on a GPU */
   memcpy(dst, src_host, bytes);
   return VSPEC_OK;
 }
@@ -93,6 +94,7 @@ int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes)
 int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes) {
   if (bytes == 0) return VSPEC_OK;
   if (!dst_host || !src) return VSPEC_EINVAL;
+  vs_dev_count_transfer(dev, 1, bytes);
   memcpy(dst_host, src, bytes);
   return VSPEC_OK;
 }
@@ -187,8 +189,8 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
     set_err(err, errlen, "cpu device: out of memory");
     return VSPEC_ENOMEM;
   }
-  dev->head.ops = vs_cpu_ops();
   dev->head.cls = vs_cpu_device_class();
+  dev->head.ops = vs__counted_ops(dev->head.cls);
   dev->threads = opt->threads ? opt->threads : online_cores();
   dev->isa = default_isa();
   dev->skinny_max_m = vs_skinny_max_m(dev->isa, vs_blis_tuned());

@@ -88,6 +88,13 @@ static inline int vs_cuda_enter(vs_cuda_dev *d) {
   return vs_cuda_check_rt(d, cudaSetDevice(d->head.index), "cudaSetDevice");
 }
 
+/* Waits for the context's stream, counted (vs_dev_counters.syncs): what a forward costs in
+ * waits is reported whatever op waits. 1 when it went well. */
+static inline int vs_cuda_wait(vs_cuda_dev *d, const char *what) {
+  vs_dev_count(&d->head.counters.syncs, 1);
+  return vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), what);
+}
+
 /* Scratch of at least `bytes` (grows, waiting for the stream first); NULL on failure. */
 void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes);
 /* Device copies of a host int32 / byte array, uploaded only when it changed. */

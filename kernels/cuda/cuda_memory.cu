@@ -171,9 +171,10 @@ int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src_host) return VSPEC_EINVAL;
   if (!vs_cuda_enter(d)) return d->fail_status;
+  vs_dev_count_transfer(dev, 0, bytes);
   if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
                                            d->stream), "upload") ||
-      !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "upload (wait)"))
+      !vs_cuda_wait(d, "upload (wait)"))
     return d->fail_status;
   return VSPEC_OK;
 }
@@ -185,9 +186,10 @@ int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t byt
   /* A context that has failed hands back nothing it computed after the failure. */
   if (d->failed) return d->fail_status;
   if (!vs_cuda_enter(d)) return d->fail_status;
+  vs_dev_count_transfer(dev, 1, bytes);
   if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
                                            d->stream), "download") ||
-      !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "download (wait)"))
+      !vs_cuda_wait(d, "download (wait)"))
     return d->fail_status;
   return VSPEC_OK;
 }
@@ -262,7 +264,7 @@ static int vs__grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
   size_t want = bytes + bytes / 2;
   /* The old buffer may still be read by queued work: wait before freeing it. */
   if (*buf) {
-    vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "scratch grow (wait)");
+    vs_cuda_wait(d, "scratch grow (wait)");
     vs_cuda_free((vspec_dev *)(void *)d, *buf);
   }
   *buf = vs_cuda_alloc((vspec_dev *)(void *)d, want);
@@ -304,6 +306,7 @@ static const void *vs__stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void *
    * were that page-locked (cudaHostAlloc, cudaHostRegister), the copy would be a real DMA
    * at some later point of the stream, and a caller that refills its mask for the next
    * forward would change what this one reads. */
+  vs_dev_count_transfer((vspec_dev *)(void *)d, 0, bytes); /* an upload inside an op */
   if (!vs_cuda_check_rt(d, cudaMemcpyAsync(*dev_buf, *host_copy, bytes, cudaMemcpyHostToDevice,
                                            d->stream), "stage op input")) {
     *len = 0;
@@ -368,7 +371,7 @@ const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count
   vs_k_to_bf16<<<vs_cuda_grid(count, 256), 256, 0, d->stream>>>(copy, w, count);
   /* Other contexts of this GPU may use the copy on their streams: finish it first. */
   if (!VS_CUDA_LAUNCHED(d, "bf16 weight conversion") ||
-      !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "bf16 weight conversion (wait)")) {
+      !vs_cuda_wait(d, "bf16 weight conversion (wait)")) {
     cudaFree(copy);
     return nullptr;
   }

@@ -155,7 +155,7 @@ static int cuda_check(vspec_dev *dev, char *err, size_t errlen) {
 static int cuda_sync(vspec_dev *dev) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (!vs_cuda_enter(d)) return d->fail_status;
-  return vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "sync") ? VSPEC_OK
+  return vs_cuda_wait(d, "sync") ? VSPEC_OK
                                                                        : d->fail_status;
 }
 

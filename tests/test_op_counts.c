@@ -1,0 +1,201 @@
+/*
+ * What a forward costs in ops, transfers and waits (kernels/op_counts.c): every device
+ * context hands out a counting ops table, so a budget asserted here, on the CPU, holds on a
+ * GPU too, where each op is a kernel launch and each transfer a trip over the bus.
+ *
+ * - Every op of the device's table is counted: a new op without a wrapper would escape the
+ *   budget. Memory management is not counted, nor is the host-side RoPE table.
+ * - Transfers count calls and bytes; a NULL device (host code's copies) counts nothing.
+ * - The budget of one LlamaGen forward (core/forward_timing.h, vs_count_forward) on the
+ *   micro test model and on random GPTs of 2 to 4 layers, at 1, 2 and 16 nodes with 1 and 2
+ *   CFG rows: at most the count below, and exactly one download (the logits). The budget is
+ *   today's count (issue 29): one forward issues per layer RMSNorm, QKV, two RoPE, two KV
+ *   stores, an attention per CFG row, the output projection, a residual add, RMSNorm, w1, w3,
+ *   SwiGLU, w2 and a residual add (12 + 3 x rows with the two stores of each row), two
+ *   copies per node and row (embedding and head rows) and two more ops (final norm, head).
+ *   Fused ops are to bring it down to 6 per layer plus 3; nothing may raise it unnoticed.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "core/forward_timing.h"
+#include "core/host.h"
+#include "core/models.h"
+#include "kernels/vs_kernels.h"
+#include "tests/support/daemon_harness.h"
+
+/* Members that are not work: never counted. */
+static const size_t uncounted[] = {
+    offsetof(vspec_ops, alloc),        offsetof(vspec_ops, free),
+    offsetof(vspec_ops, upload),       offsetof(vspec_ops, download),
+    offsetof(vspec_ops, reserve_scratch), offsetof(vspec_ops, rope2d_table),
+    offsetof(vspec_ops, weight_format), offsetof(vspec_ops, alloc_uninit),
+};
+
+static void test_table_wraps_every_op(void **state) {
+  (void)state;
+  vspec_dev *dev;
+  char err[VSPEC_ERRLEN];
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  const vspec_ops *own = vs_cpu_ops(), *handed = vs_dev_ops(dev);
+  assert_ptr_not_equal(own, handed);
+  assert_int_equal(handed->struct_size, own->struct_size);
+  assert_string_equal(handed->name, own->name);
+  int wrapped = 0;
+  for (size_t off = offsetof(vspec_ops, alloc); off + sizeof(void *) <= sizeof(vspec_ops);
+       off += sizeof(void *)) {
+    void *a, *b;
+    memcpy(&a, (const char *)own + off, sizeof a);
+    memcpy(&b, (const char *)handed + off, sizeof b);
+    int skip = !a;
+    for (size_t i = 0; i < sizeof uncounted / sizeof uncounted[0]; i++) skip |= off == uncounted[i];
+    if (skip) {
+      assert_ptr_equal(a, b); /* passed through as it is */
+      continue;
+    }
+    if (a == b) fail_msg("the ops table member at offset %zu is not counted", off);
+    wrapped++;
+  }
+  printf("  %d ops counted\n", wrapped);
+  assert_true(wrapped >= 23);
+  vs_dev_destroy(dev);
+}
+
+static void test_counts(void **state) {
+  (void)state;
+  vspec_dev *dev;
+  char err[VSPEC_ERRLEN];
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
+  const vspec_ops *ops = vs_dev_ops(dev);
+  vs_dev_counters c;
+  float host[64] = {1}, back[64];
+  float *a = ops->alloc(dev, sizeof host), *b = ops->alloc(dev, sizeof host);
+  vs_dev_counters_get(dev, &c);
+  assert_int_equal(c.ops + c.uploads + c.downloads + c.syncs, 0); /* allocations are free */
+  ops->upload(dev, a, host, sizeof host);
+  ops->upload(dev, b, host, 10 * sizeof(float));
+  ops->add(dev, a, b, 64);
+  ops->mul(dev, a, b, 64);
+  ops->download(dev, back, a, sizeof back);
+  ops->upload(dev, b, host, 0); /* nothing moves: not a transfer */
+  vs_dev_counters_get(dev, &c);
+  assert_int_equal(c.ops, 2);
+  assert_int_equal(c.uploads, 2);
+  assert_int_equal(c.upload_bytes, sizeof host + 10 * sizeof(float));
+  assert_int_equal(c.downloads, 1);
+  assert_int_equal(c.download_bytes, sizeof back);
+  assert_int_equal(c.syncs, 0); /* the CPU never waits */
+  vs_dev_counters d = c;
+  ops->softmax(dev, a, 1, 64);
+  vs_dev_counters_get(dev, &c);
+  vs_dev_counters_sub(&c, &d);
+  assert_int_equal(c.ops, 1);
+  assert_int_equal(c.uploads + c.downloads, 0);
+  vs_cpu_ops()->download(NULL, back, a, sizeof back); /* host code: no device to count on */
+  ops->free(dev, a);
+  ops->free(dev, b);
+  vs_dev_destroy(dev);
+}
+
+typedef struct world {
+  vs_fixture fx;
+  vspec_host host;
+  vspec_dev *dev;
+  vs_registry *reg;
+} world;
+
+static int setup(void **state) {
+  world *w = calloc(1, sizeof *w);
+  char err[VSPEC_ERRLEN];
+  vs_fixture_make(&w->fx);
+  vs_host_init(&w->host, vs_cpu_ops());
+  assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &w->dev, err, sizeof err), 0);
+  assert_int_equal(vs_registry_open(w->fx.plugins, &w->host, &w->reg, err, sizeof err), 0);
+  *state = w;
+  return 0;
+}
+
+static int teardown(void **state) {
+  world *w = *state;
+  vs_registry_close(w->reg);
+  vs_dev_destroy(w->dev);
+  vs_fixture_remove(&w->fx);
+  free(w);
+  return 0;
+}
+
+/* Today's budget of one forward (see the top of this file). */
+static uint64_t budget(int layers, int nodes, int rows) {
+  return (uint64_t)((12 + 3 * rows) * layers + 2 * rows * nodes + 2);
+}
+
+static void check_model(world *w, const vs_backend_model *t, int layers, const char *what) {
+  static const int nodes[] = {1, 2, 16};
+  char err[VSPEC_ERRLEN];
+  for (int i = 0; i < 3; i++)
+    for (int rows = 1; rows <= 2; rows++) {
+      vs_dev_counters c;
+      if (vs_count_forward(w->dev, t, rows, nodes[i], &c, err, sizeof err))
+        fail_msg("%s: %s", what, err);
+      uint64_t b = budget(layers, nodes[i], rows);
+      printf("  %s, %d node(s), %d row(s): %llu ops (budget %llu), %llu download(s) of %llu "
+             "bytes, %llu upload(s)\n", what, nodes[i], rows, (unsigned long long)c.ops,
+             (unsigned long long)b, (unsigned long long)c.downloads,
+             (unsigned long long)c.download_bytes, (unsigned long long)c.uploads);
+      if (c.ops > b) fail_msg("%s: %llu ops, over the budget of %llu", what,
+                              (unsigned long long)c.ops, (unsigned long long)b);
+      assert_int_equal(c.downloads, 1);
+      assert_int_equal(c.download_bytes,
+                       (uint64_t)nodes[i] * rows * t->info.vocab * sizeof(float));
+      assert_int_equal(c.uploads, 0);
+      assert_int_equal(c.syncs, 0);
+    }
+}
+
+static void test_budget_micro(void **state) {
+  world *w = *state;
+  vs_models *m;
+  char err[VSPEC_ERRLEN];
+  if (vs_models_open(w->reg, &w->host, w->dev, "tests/golden/micro_c2i", VS_ROLE_TARGET, &m, err,
+                     sizeof err))
+    fail_msg("%s", err);
+  check_model(w, &m->target, 2, "micro_c2i");
+  vs_models_close(m);
+}
+
+/* GPT-B's layer (4 heads of 16 instead of 12 of 64: the count does not depend on widths) at
+ * 2, 3 and 4 layers: what the budget says per layer holds per layer. */
+static void test_budget_random(void **state) {
+  world *w = *state;
+  char err[VSPEC_ERRLEN], path[300], what[32];
+  for (int layers = 2; layers <= 4; layers++) {
+    snprintf(path, sizeof path, "%s/random-%d.safetensors", w->fx.dir, layers);
+    vs_backend_model bm = {0};
+    if (vs_bench_write_random_gpt(path, layers, 64, 4, 64, 8, 10, 1, err, sizeof err) ||
+        vs_backend_model_load(w->reg, &w->host, w->dev, "llamagen", path, "max_nodes=64", &bm,
+                              err, sizeof err))
+      fail_msg("%s", err);
+    snprintf(what, sizeof what, "random, %d layers", layers);
+    check_model(w, &bm, layers, what);
+    vs_backend_model_unload(&bm);
+    unlink(path);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_table_wraps_every_op),
+      cmocka_unit_test(test_counts),
+      cmocka_unit_test_setup_teardown(test_budget_micro, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_budget_random, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
