@@ -146,7 +146,11 @@ int vs_cmd_status(int argc, char **argv) {
         if (c) printf(", ");
         vs__json_str(stdout, m->class_names[c]);
       }
-      printf("]}");
+      printf("]");
+      if (m->has_step_ops)
+        printf(", \"step_ops\": %u, \"step_downloads\": %u, \"verify16_ops\": %u", m->step_ops,
+               m->step_downloads, m->verify16_ops);
+      printf("}");
     }
     printf("], \"plugins\": [");
     for (size_t i = 0; i < s->n_plugins; i++) {
@@ -207,6 +211,9 @@ int vs_cmd_status(int argc, char **argv) {
                m->has_draft ? "yes" : "no", m->has_eagle ? "yes" : "no", m->jobs,
                m->retired_alive ? ", older generation in use" : "", m->dir);
         vs__print_classes(m);
+        if (m->has_step_ops)
+          printf("             a forward issues %u ops and %u download(s) per token step, %u ops "
+                 "per 16-node verify\n", m->step_ops, m->step_downloads, m->verify16_ops);
       } else {
         printf("  %-10s not loaded  [%s]\n", m->name, m->dir);
       }

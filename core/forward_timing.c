@@ -16,8 +16,9 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* A session of t after its prefill and a committed half-image prefix (attention then sees a
- * realistic cache), with a binary tree of n nodes in *b; logits [64, rows, V] in *logits. */
+/* A session of t after its prefill and, with `prefix`, a committed half-image prefix
+ * (attention then sees a realistic cache), with a binary tree of n nodes in *b; logits
+ * [64, rows, V] in *logits. */
 typedef struct vs__probe {
   vspec_session *s;
   float *logits;
@@ -32,7 +33,7 @@ static void vs__probe_close(const vs_backend_model *t, vs__probe *p) {
 }
 
 static int vs__probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
-                          vs__probe *p, char *err, size_t errlen) {
+                          int prefix_wanted, vs__probe *p, char *err, size_t errlen) {
   const int cap = 64;
   memset(p, 0, sizeof *p);
   /* The timed forward feeds token ids and reads logits: a continuous-token target has
@@ -61,7 +62,7 @@ static int vs__probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, i
   p->out = (vspec_forward_out){.struct_size = sizeof p->out, .logits = p->logits};
   rc = t->vt->prefill(p->s, &p->out, err, errlen);
   /* Commit half of the image as a chain so attention sees a realistic prefix. */
-  int prefix = N / 2, done = 0;
+  int prefix = prefix_wanted ? N / 2 : 0, done = 0;
   while (!rc && done < prefix) {
     int m = prefix - done < cap ? prefix - done : cap;
     for (int i = 0; i < m; i++) {
@@ -88,7 +89,7 @@ static int vs__probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, i
 int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                     double min_time, double *median_ms, char *err, size_t errlen) {
   vs__probe p;
-  int rc = vs__probe_open(dev, t, rows, n, &p, err, errlen);
+  int rc = vs__probe_open(dev, t, rows, n, 1, &p, err, errlen);
   if (rc) return rc;
   double samples[256];
   int k = 0;
@@ -109,8 +110,9 @@ int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
 
 int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                      vs_dev_counters *out, char *err, size_t errlen) {
+  /* What a forward issues does not depend on the cache's length: no prefix to pay for. */
   vs__probe p;
-  int rc = vs__probe_open(dev, t, rows, n, &p, err, errlen);
+  int rc = vs__probe_open(dev, t, rows, n, 0, &p, err, errlen);
   if (rc) return rc;
   vs_dev_counters before;
   vs_dev_counters_get(dev, &before);

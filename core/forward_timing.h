@@ -14,7 +14,7 @@
 int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                     double min_time, double *median_ms, char *err, size_t errlen);
 /* What one such forward issues on its device: ops, transfers and waits (kernels/vs_device.h,
- * vs_dev_counters), after the same prefix. */
+ * vs_dev_counters); right after the prefill (the counts do not depend on the cache). */
 int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                      vs_dev_counters *out, char *err, size_t errlen);
 

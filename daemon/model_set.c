@@ -1,5 +1,7 @@
 #include "daemon/model_set.h"
 
+#include "core/forward_timing.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +112,29 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
 
 /* Cross-job batching: the gate and its lanes' devices, which share every core (or [workers]
  * threads) between them: while a batch runs, the jobs in it wait. */
+/* What one target forward issues, counted once at load on the load device (a step and a
+ * 16-node verify, the default CFG rows), for `vspec status`. A failure leaves the costs
+ * unknown and is only logged: it costs the model nothing else. */
+static void vs__set_costs(vs_model_table *t, vs_model_set *s) {
+  if (s->continuous) return;
+  const vs_backend_model *tg = &s->models->target;
+  int rows = s->models->defaults.cfg_scale > 1.0f ? 2 : 1;
+  char err[VSPEC_ERRLEN];
+  pthread_mutex_lock(&t->load_mu);
+  int rc = vs_count_forward(t->load_dev, tg, rows, 1, &s->step_cost, err, sizeof err);
+  if (!rc) rc = vs_count_forward(t->load_dev, tg, rows, 16, &s->verify16_cost, err, sizeof err);
+  pthread_mutex_unlock(&t->load_mu);
+  if (rc) {
+    vs_log(VSPEC_LOG_WARN, "models", "%s: what a forward issues could not be counted: %s",
+           s->name, err);
+    return;
+  }
+  s->costed = 1;
+  vs_log(VSPEC_LOG_INFO, "models", "%s: a step issues %llu ops and %llu download(s), a 16-node "
+         "verify %llu ops", s->name, (unsigned long long)s->step_cost.ops,
+         (unsigned long long)s->step_cost.downloads, (unsigned long long)s->verify16_cost.ops);
+}
+
 static void vs__set_gate_close(vs_model_set *s) {
   vs_forward_gate_destroy(&s->gate);
   for (int i = 0; i < s->gate_lanes; i++) vs_dev_destroy(s->gate_dev[i]);
@@ -170,6 +195,7 @@ static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_mode
     free(s);
     return rc;
   }
+  vs__set_costs(t, s);
   s->load_s = vs_now() - t0;
   const vspec_model_info *in = &s->models->target.info;
   char tokens[64];
@@ -365,6 +391,9 @@ int vs_model_table_status(vs_model_table *t, vs_model_status *out, int max) {
       o->has_draft = s->models->draft.model != NULL;
       o->has_eagle = s->models->eagle.model != NULL;
       o->n_backends = vs_models_backends(s->models, o->backends);
+      o->costed = s->costed;
+      o->step_cost = s->step_cost;
+      o->verify16_cost = s->verify16_cost;
     }
   }
   pthread_mutex_unlock(&t->mu);

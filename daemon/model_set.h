@@ -19,6 +19,7 @@
 #include "core/models.h"
 #include "daemon/config.h"
 #include "daemon/preview.h"
+#include "kernels/vs_device.h"
 
 typedef struct vs_model_table vs_model_table;
 
@@ -41,6 +42,10 @@ typedef struct vs_model_set {
   int gate_lanes;
   double load_s;
   int retired; /* replaced by a newer generation (guarded by the table's lock) */
+  /* what one target forward issues (kernels/vs_device.h), counted at load with the default
+   * CFG rows: a one-token step and a 16-node verify; costed 0 for a continuous-token model */
+  int costed;
+  vs_dev_counters step_cost, verify16_cost;
 } vs_model_set;
 
 /* Summary for status replies. */
@@ -56,6 +61,8 @@ typedef struct vs_model_status {
   int has_draft, has_eagle;
   char backends[3][64]; /* the plugins its target, draft and eagle use, each once */
   int n_backends;
+  int costed; /* the set's costs below are known */
+  vs_dev_counters step_cost, verify16_cost;
 } vs_model_status;
 
 /* The loading side: registry, host and a device used only for loading (backends keep the

@@ -99,6 +99,12 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
       class_names[i] = vs_model_table_class_names(s->models, i, &nc);
       mi[i].n_class_names = (size_t)nc;
       mi[i].class_names = class_names[i];
+      if (ms[i].costed) {
+        mi[i].has_step_ops = mi[i].has_step_downloads = mi[i].has_verify16_ops = 1;
+        mi[i].step_ops = (uint32_t)ms[i].step_cost.ops;
+        mi[i].step_downloads = (uint32_t)ms[i].step_cost.downloads;
+        mi[i].verify16_ops = (uint32_t)ms[i].verify16_cost.ops;
+      }
     }
     mip[i] = &mi[i];
   }

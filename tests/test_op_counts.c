@@ -6,6 +6,7 @@
  * - Every op of the device's table is counted: a new op without a wrapper would escape the
  *   budget. Memory management is not counted, nor is the host-side RoPE table.
  * - Transfers count calls and bytes; a NULL device (host code's copies) counts nothing.
+ * - vspecd counts the same at load and `vspec status` reports it per model.
  * - The budget of one LlamaGen forward (core/forward_timing.h, vs_count_forward) on the
  *   micro test model and on random GPTs of 2 to 4 layers, at 1, 2 and 16 nodes with 1 and 2
  *   CFG rows: at most the count below, and exactly one download (the logits). The budget is
@@ -190,12 +191,55 @@ static void test_budget_random(void **state) {
   }
 }
 
+/* vspecd's status reports, per model, what a step and a 16-node verify issue: the figures
+ * counted here in-process for the same model, with the model's default CFG rows. */
+static void test_status_reports_costs(void **state) {
+  world *w = *state;
+  vs_models *m;
+  char err[VSPEC_ERRLEN];
+  if (vs_models_open(w->reg, &w->host, w->dev, "tests/golden/micro_c2i", VS_ROLE_TARGET, &m, err,
+                     sizeof err))
+    fail_msg("%s", err);
+  int rows = m->defaults.cfg_scale > 1.0f ? 2 : 1;
+  vs_dev_counters step, verify;
+  assert_int_equal(vs_count_forward(w->dev, &m->target, rows, 1, &step, err, sizeof err), 0);
+  assert_int_equal(vs_count_forward(w->dev, &m->target, rows, 16, &verify, err, sizeof err), 0);
+  vs_models_close(m);
+  vs_daemon d;
+  vs_daemon_start(&d, &w->fx, "costs", NULL);
+  vs_conn_event e;
+  vs_client_status(d.admin_ep, &e);
+  int found = 0;
+  for (size_t i = 0; i < e.ev->status->n_models; i++) {
+    const Vspec__ModelInfo *mi = e.ev->status->models[i];
+    if (strcmp(mi->name, "micro")) continue;
+    found = 1;
+    assert_true(mi->has_step_ops && mi->has_step_downloads && mi->has_verify16_ops);
+    assert_int_equal(mi->step_ops, step.ops);
+    assert_int_equal(mi->step_downloads, 1);
+    assert_int_equal(mi->verify16_ops, verify.ops);
+    printf("  status: micro issues %u ops a step, %u a 16-node verify\n", mi->step_ops,
+           mi->verify16_ops);
+  }
+  vs_conn_event_free(&e);
+  assert_true(found);
+  char out[8192];
+  const char *args[] = {"status", "--admin", d.admin_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", args, out, sizeof out), 0);
+  char want[96];
+  snprintf(want, sizeof want, "a forward issues %llu ops and 1 download(s) per token step",
+           (unsigned long long)step.ops);
+  assert_non_null(strstr(out, want));
+  assert_int_equal(vs_daemon_stop(&d, 15, 20000), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_wraps_every_op),
       cmocka_unit_test(test_counts),
       cmocka_unit_test_setup_teardown(test_budget_micro, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_random, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_status_reports_costs, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
