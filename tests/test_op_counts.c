@@ -161,13 +161,19 @@ static void check_model(world *w, const vs_backend_model *t, int layers, const c
     }
 }
 
-static void test_budget_micro(void **state) {
-  world *w = *state;
+/* The micro test model (tests/golden/micro_c2i, 2 layers), its target alone. */
+static vs_models *open_micro(world *w) {
   vs_models *m;
   char err[VSPEC_ERRLEN];
   if (vs_models_open(w->reg, &w->host, w->dev, "tests/golden/micro_c2i", VS_ROLE_TARGET, &m, err,
                      sizeof err))
     fail_msg("%s", err);
+  return m;
+}
+
+static void test_budget_micro(void **state) {
+  world *w = *state;
+  vs_models *m = open_micro(w);
   check_model(w, &m->target, 2, "micro_c2i");
   vs_models_close(m);
 }
@@ -195,11 +201,8 @@ static void test_budget_random(void **state) {
  * counted here in-process for the same model, with the model's default CFG rows. */
 static void test_status_reports_costs(void **state) {
   world *w = *state;
-  vs_models *m;
+  vs_models *m = open_micro(w);
   char err[VSPEC_ERRLEN];
-  if (vs_models_open(w->reg, &w->host, w->dev, "tests/golden/micro_c2i", VS_ROLE_TARGET, &m, err,
-                     sizeof err))
-    fail_msg("%s", err);
   int rows = m->defaults.cfg_scale > 1.0f ? 2 : 1;
   vs_dev_counters step, verify;
   assert_int_equal(vs_count_forward(w->dev, &m->target, rows, 1, &step, err, sizeof err), 0);
