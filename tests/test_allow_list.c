@@ -22,7 +22,7 @@
 #include "daemon/allow_list.h"
 #include "proto/curve_keys.h"
 #include "tests/support/daemon_harness.h"
-#include "tests/support/tool_output.h"
+#include "tests/support/cli_run.h"
 #include "vspec/types.h"
 
 static void write_text(const char *path, const char *mode, const char *text) {

@@ -26,7 +26,7 @@
 #include "core/png_read.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/daemon_harness.h"
-#include "tests/support/tool_output.h"
+#include "tests/support/cli_run.h"
 
 static const vs_sampling base = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 4.0f,
                                  .cfg_interval = -1};

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "tests/support/daemon_harness.h"
-#include "tests/support/tool_output.h"
+#include "tests/support/cli_run.h"
 
 static void expect_progress(const char *model, const char *per_class) {
   char png[64] = "/tmp/vspec-demo-progress-XXXXXX";

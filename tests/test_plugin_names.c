@@ -23,7 +23,7 @@
 #include "core/suggest.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/daemon_harness.h"
-#include "tests/support/tool_output.h"
+#include "tests/support/cli_run.h"
 #include "vspec/types.h"
 
 static void test_edit_distance(void **state) {

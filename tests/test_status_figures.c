@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "tests/support/daemon_harness.h"
-#include "tests/support/tool_output.h"
+#include "tests/support/cli_run.h"
 
 /* The line of `out` that contains `key`, into line. */
 static void line_of(const char *out, const char *key, char *line, size_t cap) {

@@ -14,7 +14,7 @@
 
 #include "core/version.h"
 #include "tests/support/daemon_harness.h"
-#include "tests/support/tool_output.h"
+#include "tests/support/cli_run.h"
 
 static void test_version(void **state) {
   (void)state;

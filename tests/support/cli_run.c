@@ -32,10 +32,10 @@ static void vs__child_env(const char *state_dir, const char *const *env) {
   }
 }
 
-void vs_cli_start(vs_cli_proc *p, const char *const *args, const char *state_dir,
-                  const char *const *env) {
+void vs_tool_start(vs_cli_proc *p, const char *tool, const char *const *args,
+                   const char *state_dir, const char *const *env) {
   char path[600];
-  snprintf(path, sizeof path, "%s/vspec", vs_harness_build());
+  snprintf(path, sizeof path, "%s/%s", vs_harness_build(), tool);
   int o[2], e[2];
   assert_int_equal(pipe(o), 0);
   assert_int_equal(pipe(e), 0);
@@ -83,7 +83,7 @@ void vs_cli_finish(vs_cli_proc *p, vs_cli_result *r, int timeout_ms) {
     if (left <= 0 || poll(fds, 2, left) <= 0) {
       kill(p->pid, SIGKILL);
       waitpid(p->pid, NULL, 0);
-      fail_msg("vspec did not finish within %d ms; stderr so far: %s", timeout_ms, r->err);
+      fail_msg("the program did not finish within %d ms; stderr so far: %s", timeout_ms, r->err);
     }
     if (fds[0].revents) open_out = vs__drain(p->out_fd, r->out, sizeof r->out, &nout);
     if (fds[1].revents) open_err = vs__drain(p->err_fd, r->err, sizeof r->err, &nerr);
@@ -96,11 +96,26 @@ void vs_cli_finish(vs_cli_proc *p, vs_cli_result *r, int timeout_ms) {
   r->secs = vs_harness_now() - p->t0;
 }
 
+void vs_cli_start(vs_cli_proc *p, const char *const *args, const char *state_dir,
+                  const char *const *env) {
+  vs_tool_start(p, "vspec", args, state_dir, env);
+}
+
 void vs_cli_run(vs_cli_result *r, const char *const *args, const char *state_dir,
                 const char *const *env, int timeout_ms) {
   vs_cli_proc p;
   vs_cli_start(&p, args, state_dir, env);
   vs_cli_finish(&p, r, timeout_ms);
+}
+
+int vs_run_tool_all(const char *tool, const char *const *args, int timeout_s, char *out,
+                    size_t outlen) {
+  static vs_cli_result r; /* large: not on the stack */
+  vs_cli_proc p;
+  vs_tool_start(&p, tool, args, NULL, NULL);
+  vs_cli_finish(&p, &r, timeout_s * 1000);
+  if (outlen) snprintf(out, outlen, "%s%s", r.out, r.err);
+  return r.status;
 }
 
 const char *vs_cli_last_line(const char *text, char *buf, size_t n) {

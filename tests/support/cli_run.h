@@ -1,6 +1,6 @@
 /*
- * tests/support/cli_run.h - running the vspec CLI from tests with its stdout and stderr kept
- * apart, a chosen environment, and a bounded wait.
+ * tests/support/cli_run.h - running the vspec CLI (or another program of the build) from
+ * tests with its stdout and stderr kept apart, a chosen environment, and a bounded wait.
  *
  * The child gets no $VSPEC_SERVER, $VSPEC_ADMIN or CURVE variables of the person running the
  * tests, and $XDG_STATE_HOME is the caller's state directory (so `vspec cancel --last` state
@@ -25,8 +25,11 @@ typedef struct vs_cli_result {
   char err[1 << 14];
 } vs_cli_result;
 
-/* Starts $VSPEC_BUILD/vspec with args (NULL-ended). state_dir: its $XDG_STATE_HOME. env:
- * NULL-ended "NAME=VALUE" to set, or "NAME" to unset; may be NULL. */
+/* Starts $VSPEC_BUILD/tool with args (NULL-ended). state_dir: its $XDG_STATE_HOME (NULL:
+ * the caller's). env: NULL-ended "NAME=VALUE" to set, or "NAME" to unset; may be NULL. */
+void vs_tool_start(vs_cli_proc *p, const char *tool, const char *const *args,
+                   const char *state_dir, const char *const *env);
+/* vs_tool_start for $VSPEC_BUILD/vspec. */
 void vs_cli_start(vs_cli_proc *p, const char *const *args, const char *state_dir,
                   const char *const *env);
 /* Reads both outputs to their end and reaps the child; kills it (and fails the test) after
@@ -34,6 +37,12 @@ void vs_cli_start(vs_cli_proc *p, const char *const *args, const char *state_dir
 void vs_cli_finish(vs_cli_proc *p, vs_cli_result *r, int timeout_ms);
 void vs_cli_run(vs_cli_result *r, const char *const *args, const char *state_dir,
                 const char *const *env, int timeout_ms);
+/* Runs $VSPEC_BUILD/tool with args and returns its exit status; out gets its stdout, then its
+ * stderr (where the messages under test go, which vs_run_tool of daemon_harness.h drops),
+ * cut to outlen. A run over timeout_s fails the test. */
+int vs_run_tool_all(const char *tool, const char *const *args, int timeout_s, char *out,
+                    size_t outlen);
+
 /* The last non-empty line of text (without its newline) into buf. */
 const char *vs_cli_last_line(const char *text, char *buf, size_t n);
 
