@@ -122,9 +122,11 @@ struct vs_djob {
     char phase_name[16];
     char phase_msg[256];
     double phase_done;
-    /* notices for the client (size=auto's choice), in order; the Result repeats them */
+    /* notices for the client (size=auto's choice), in order, each with its Notice.kind; the
+     * Result repeats them */
     int n_notes;
     char notes[VS_DJOB_MAX_NOTES][VS_DJOB_NOTE_LEN];
+    char note_kinds[VS_DJOB_MAX_NOTES][16];
     /* the newest preview the loop has not sent yet */
     uint8_t *preview_png;
     size_t preview_len;

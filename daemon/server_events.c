@@ -266,7 +266,7 @@ void vs__finish_unstarted(vs_server *s, vs_djob *j, int reason) {
  * the worker sends a phase a few times a second at most, and a job has a few notices. Returns
  * -EAGAIN when the client's queue is full (the tick tries again). */
 static int vs__send_side_events(vs_server *s, vs_djob *j) {
-  char name[16], msg[256], note[VS_DJOB_NOTE_LEN];
+  char name[16], msg[256], note[VS_DJOB_NOTE_LEN], kind[16];
   double done = 0;
   pthread_mutex_lock(&j->mu);
   int phase = j->sh.phase_dirty, notes = j->sh.n_notes;
@@ -297,10 +297,11 @@ static int vs__send_side_events(vs_server *s, vs_djob *j) {
   while (j->lp.notes_sent < notes) {
     pthread_mutex_lock(&j->mu);
     snprintf(note, sizeof note, "%s", j->sh.notes[j->lp.notes_sent]);
+    snprintf(kind, sizeof kind, "%s", j->sh.note_kinds[j->lp.notes_sent]);
     pthread_mutex_unlock(&j->mu);
     Vspec__Event ev = VSPEC__EVENT__INIT;
     Vspec__Notice nt = VSPEC__NOTICE__INIT;
-    nt.kind = !strncmp(note, "size=auto: runs as AR", 21) ? "fallback" : "autotune";
+    nt.kind = kind;
     nt.message = note;
     ev.body_case = VSPEC__EVENT__BODY_NOTICE;
     ev.notice = &nt;

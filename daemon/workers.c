@@ -168,11 +168,13 @@ static void vs__set_phase(vs__run *r, const char *name, const char *msg, double 
   r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
 }
 
-static void vs__add_note(vs__run *r, const char *note) {
+static void vs__add_note(vs__run *r, const char *kind, const char *note) {
   vs_djob *j = r->j;
   pthread_mutex_lock(&j->mu);
-  if (j->sh.n_notes < VS_DJOB_MAX_NOTES)
+  if (j->sh.n_notes < VS_DJOB_MAX_NOTES) {
+    snprintf(j->sh.note_kinds[j->sh.n_notes], sizeof j->sh.note_kinds[0], "%s", kind);
     snprintf(j->sh.notes[j->sh.n_notes++], sizeof j->sh.notes[0], "%s", note);
+  }
   pthread_mutex_unlock(&j->mu);
   r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
 }
@@ -207,7 +209,7 @@ static int vs__resolve_size(vs__run *r, vs_models *models, const char *who, cons
       snprintf(done, sizeof done, "size=auto: tuned %s in %.1f s", me.text, tune.tune_s);
       vs__set_phase(r, "tuning", done, 1.0);
     }
-    vs__add_note(r, note);
+    vs__add_note(r, vs_autotune_is_ar(&tune) ? "fallback" : "autotune", note);
     /* not stored: every job tunes again and may choose differently (an unwritable cache);
      * slower than AR: the operator should know what the default costs */
     vs_log(tune.stored && !vs_autotune_slower_than_ar(&tune) ? VSPEC_LOG_INFO : VSPEC_LOG_WARN,

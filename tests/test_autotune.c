@@ -430,6 +430,9 @@ static void daemon_events(const char *ep, const char *method, int expect_tuning,
       phases++;
     } else if (ev->body_case == VSPEC__EVENT__BODY_NOTICE) {
       snprintf(notice, cap, "%s", ev->notice->message);
+      /* the kind says which: a fallback to AR, or size=auto's choice */
+      assert_string_equal(ev->notice->kind,
+                          strstr(notice, "runs as AR") ? "fallback" : "autotune");
       notices++;
     } else if (ev->body_case == VSPEC__EVENT__BODY_RESULT) {
       assert_int_equal(notices, 1);
