@@ -37,6 +37,32 @@ typedef enum vspec_device_kind {
   VSPEC_DEVICE_CUDA = 2
 } vspec_device_kind;
 
+/* ABI 1.4: one layer's KV cache as the fused ops see it. Keys of CFG row r, kv head h and
+ * slot s start at k + ((r kv_heads + h) slots + s) head_dim, values likewise at v. Query head
+ * q uses kv head q / (n_heads / kv_heads). The layout is fixed: a later op that needs more
+ * takes another struct. */
+typedef struct vspec_kv_cache {
+  float *k, *v; /* device */
+  int32_t rows, n_heads, kv_heads, head_dim, slots;
+} vspec_kv_cache;
+
+/* ABI 1.4: which cache slots each query of a forward sees (speculative trees). Slots
+ * [0, committed) hold the accepted sequence; pending node p (forwarded since the last
+ * commit) sits at slot committed + p. The forward's query i is pending node base + i, at slot
+ * committed + base + i, and sees slot s < committed + base + n iff
+ *   (s < committed, or s - committed is base + i or one of its ancestors by `parents`), and
+ *   (s >= n_prefix, or prefix[s] != 0, or s is the query's own slot).
+ * The prefix rule is LlamaGen's caption mask (t2i: padding slots hidden, the diagonal kept;
+ * generate.py); a prefill is the chain parents[i] = i - 1 with committed = 0. */
+typedef struct vspec_kv_tree_view {
+  int32_t n;              /* queries per CFG row */
+  int32_t base;           /* pending index of query 0 */
+  int32_t committed;      /* slots of the accepted sequence */
+  int32_t n_prefix;       /* slots under the prefix rule (0: none) */
+  const uint8_t *prefix;  /* device [n_prefix], NULL when n_prefix is 0 */
+  const int32_t *parents; /* device [base + n]: pending index of the parent, or -1 */
+} vspec_kv_tree_view;
+
 typedef struct vspec_ops {
   uint32_t struct_size; /* sizeof(vspec_ops) as built into the host */
   uint32_t device;      /* vspec_device_kind */
@@ -171,6 +197,43 @@ typedef struct vspec_ops {
    * zero-filling its megabytes was a twentieth of a job on a small model. Free with `free`.
    * NULL where zero-filling costs nothing extra: use alloc then. */
   void *(*alloc_uninit)(vspec_dev *dev, size_t bytes);
+  /* ---- ABI 1.4: fused ops --------------------------------------------------------------- */
+  /* A transformer decode step in five ops per layer plus three, where the ops above take
+   * 12 + 3 x rows per layer plus 2 per node and row: on a GPU each op is at least one kernel
+   * launch, microseconds that a step at the memory-bandwidth bound cannot afford. Each does
+   * what the sequence of ops named in its comment does, with the same numbers on the CPU.
+   * Integer and byte arrays here (idx, pos, parents, prefix) are device memory from `alloc`
+   * (ordinary host memory on the CPU), so that a forward uploads them once. NULL on a device
+   * without them: use the unfused ops then (vspec_has_fused_ops). */
+  /* dst[i, :] = src[idx[i], :] for i < n, rows of dim floats (embedding and head-row
+   * gathers). dst must not overlap src. */
+  void (*gather_rows)(vspec_dev *dev, const float *src, const int32_t *idx, int n, int dim,
+                      float *dst);
+  /* y[i, :] = rmsnorm(x[idx[i], :]) * w, as gather_rows then rmsnorm. y must not overlap x. */
+  void (*rmsnorm_rows)(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
+                       const float *w, float eps, float *y);
+  /* y[m, n_out] += x[m, n_in] W^T (a linear layer into a residual stream): linear into a
+   * temporary, then add. y must not overlap x. */
+  void (*linear_add)(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
+                     float *y);
+  /* y[m, hidden] = silu(h W1^T) * (h W3^T) with h = rmsnorm(x[m, dim]) * norm_w (LlamaGen's
+   * FeedForward after ffn_norm): rmsnorm, linear w1, linear w3, swiglu. */
+  void (*norm_swiglu)(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
+                      float eps, const float *w1, const float *w3, int hidden, float *y);
+  /* Attention's input for m = kv->rows x n rows of x, ordered (CFG row, node): qkv[m, qkv_w]
+   * = rmsnorm(x) * norm_w times wqkv^T (qkv_w = (n_heads + 2 kv_heads) head_dim: q, then k,
+   * then v), q and k rotated by rope_apply with table row pos[i], then the keys and values
+   * of node j of CFG row r stored at cache slot first_slot + j (vspec_kv_cache). */
+  void (*norm_qkv_rope)(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
+                        float eps, const float *wqkv, const int32_t *pos,
+                        const float *rope_table, const vspec_kv_cache *kv, int first_slot,
+                        float *qkv);
+  /* Attention of a forward's nodes over the cache, every CFG row and head in one op: query
+   * rows come from qkv as norm_qkv_rope wrote them (row r, node i at qkv + (r n + i) qkv_w),
+   * out[(r n + i), n_heads head_dim] as `attention` writes it, with the visibility of
+   * vspec_kv_tree_view instead of a byte mask. */
+  void (*tree_attention)(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
+                         const vspec_kv_tree_view *tree, float *out);
 } vspec_ops;
 
 /* Formats for weight_format. */
@@ -185,6 +248,13 @@ static inline void *vspec_alloc_uninit(const vspec_ops *ops, vspec_dev *dev, siz
   if (VSPEC_HAS_FIELD(ops, vspec_ops, alloc_uninit) && ops->alloc_uninit)
     return ops->alloc_uninit(dev, bytes);
   return ops->alloc(dev, bytes);
+}
+
+/* Whether a device (and the host's table) has every fused op of ABI 1.4. */
+static inline int vspec_has_fused_ops(const vspec_ops *ops) {
+  return VSPEC_HAS_FIELD(ops, vspec_ops, tree_attention) && ops->gather_rows &&
+         ops->rmsnorm_rows && ops->linear_add && ops->norm_swiglu && ops->norm_qkv_rope &&
+         ops->tree_attention;
 }
 
 #ifdef __cplusplus

@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 3
+#define VSPEC_ABI_MINOR 4
 #endif
 
 #define VSPEC_STR_(x) #x
