@@ -114,8 +114,10 @@ int vs_bench_cmd_tune(int argc, char **argv);
 int vs_bench_cmd_linear(int argc, char **argv);
 int vs_bench_cmd_attention(int argc, char **argv);
 
-/* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`. */
-int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,
+/* Writes a random-weight LlamaGen GPT (c2i) with the given shape to `path`; n_kv_head <
+ * n_head gives grouped-query attention (n_head a multiple of n_kv_head). */
+int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int n_kv_head,
+                              int vocab,
                               int grid, int num_classes, uint64_t seed, char *err, size_t errlen);
 
 /* Writes a random-weight LlamaGen VQ (codebook and decoder, vq_model.py's layout) with a

@@ -283,7 +283,7 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
     snprintf(tmp_path, sizeof tmp_path, "%s/vspec-random-%s-%ld.safetensors",
              td && *td ? td : "/tmp", random, (long)getpid());
     fprintf(stderr, "writing a random-weight %s checkpoint to %s ...\n", random, tmp_path);
-    if (vs_bench_write_random_gpt(tmp_path, layers, dim, heads, vocab, grid, 1000, 1, err,
+    if (vs_bench_write_random_gpt(tmp_path, layers, dim, heads, heads, vocab, grid, 1000, 1, err,
                                   sizeof err) ||
         vs_backend_model_load(env.reg, &env.host, env.dev, "llamagen", tmp_path, load_params,
                               &rnd, err, sizeof err)) {

@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
     snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", b.model_dir);
     snprintf(vq, sizeof vq, "%s/vq.safetensors", b.model_dir);
     snprintf(src, sizeof src, "%s/tests/golden/micro_c2i/vq.safetensors", cwd);
-    if (vs_bench_write_random_gpt(gpt, L, D, D / 64 > 0 ? D / 64 : 1, 64, G, 10, 1, err,
+    if (vs_bench_write_random_gpt(gpt, L, D, D / 64 > 0 ? D / 64 : 1, D / 64 > 0 ? D / 64 : 1, 64, G, 10, 1, err,
                                   sizeof err) || symlink(src, vq)) {
       fprintf(stderr, "vspecd-bench: %s\n", err);
       return 1;

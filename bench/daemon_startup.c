@@ -92,7 +92,7 @@ static int vs__write_gptb(const char *dir) {
   printf("writing a random GPT-B / VQ-16 model into %s\n", dir);
   fflush(stdout);
   static const int mult[] = {1, 1, 2, 2, 4};
-  if (vs_bench_write_random_gpt(gpt, 12, 768, 12, 16384, 16, 1000, 1, err, sizeof err) ||
+  if (vs_bench_write_random_gpt(gpt, 12, 768, 12, 12, 16384, 16, 1000, 1, err, sizeof err) ||
       vs_bench_write_random_vq(vq, 16384, 8, 128, mult, 5, 256, 256, 2, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     return -1;

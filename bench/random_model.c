@@ -22,8 +22,10 @@ static uint64_t vs__splitmix(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int vocab,
-                              int grid, int num_classes, uint64_t seed, char *err, size_t errlen) {
+int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head, int n_kv_head,
+                              int vocab, int grid, int num_classes, uint64_t seed, char *err,
+                              size_t errlen) {
+  int qkv_rows = dim + 2 * n_kv_head * (dim / n_head);
   int ffn = (2 * 4 * dim) / 3;
   ffn = (ffn + 255) / 256 * 256; /* LlamaGen's find_multiple(int(2*4d/3), 256) */
   int n = 4 + 7 * n_layer;
@@ -37,7 +39,7 @@ int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head
   t[k++] = (vs__tensor_spec){"cls_embedding.embedding_table.weight", num_classes + 1, dim, 0};
   for (int l = 0; l < n_layer; l++) {
     struct { const char *n; int64_t r, c; int ones; } L[] = {
-        {"attention_norm.weight", dim, 0, 1}, {"attention.wqkv.weight", 3 * dim, dim, 0},
+        {"attention_norm.weight", dim, 0, 1}, {"attention.wqkv.weight", qkv_rows, dim, 0},
         {"attention.wo.weight", dim, dim, 0},  {"ffn_norm.weight", dim, 0, 1},
         {"feed_forward.w1.weight", ffn, dim, 0}, {"feed_forward.w3.weight", ffn, dim, 0},
         {"feed_forward.w2.weight", dim, ffn, 0}};
@@ -58,6 +60,7 @@ int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head
   VS_META("vspec.kind", "%s", "llamagen-gpt");
   VS_META("model_type", "%s", "c2i");
   VS_META("n_head", "%d", n_head);
+  if (n_kv_head != n_head) VS_META("n_kv_head", "%d", n_kv_head);
   VS_META("block_size", "%d", grid * grid);
   VS_META("cls_token_num", "%d", 1);
   VS_META("num_classes", "%d", num_classes);

@@ -186,7 +186,7 @@ static void test_budget_random(void **state) {
   for (int layers = 2; layers <= 4; layers++) {
     snprintf(path, sizeof path, "%s/random-%d.safetensors", w->fx.dir, layers);
     vs_backend_model bm = {0};
-    if (vs_bench_write_random_gpt(path, layers, 64, 4, 64, 8, 10, 1, err, sizeof err) ||
+    if (vs_bench_write_random_gpt(path, layers, 64, 4, 4, 64, 8, 10, 1, err, sizeof err) ||
         vs_backend_model_load(w->reg, &w->host, w->dev, "llamagen", path, "max_nodes=64", &bm,
                               err, sizeof err))
       fail_msg("%s", err);

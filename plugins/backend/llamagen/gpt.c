@@ -1,5 +1,5 @@
 /*
- * The LlamaGen GPT: weights, sessions with a KV cache, tree forward and commit.
+ * The LlamaGen GPT: weights and sessions with a KV cache (the forward: gpt_forward.c).
  *
  * Semantics follow LlamaGen autoregressive/models/gpt.py (masks: generate.py):
  *  - pre-norm blocks, RMSNorm eps from the checkpoint (1e-5), fused bias-free wqkv,
@@ -11,9 +11,6 @@
  *    or the t2i caption MLP with tanh-GELU and the learned uncond_embedding (LabelEmbedder,
  *    CaptionEmbedder);
  *  - t2i emb mask: caption columns masked for every query, diagonal forced on (generate).
- *
- * Work buffers hold rows * nodes vectors ordered (row, node): each CFG row's nodes are
- * contiguous, so one attention call per row covers all of its queries.
  */
 #include <math.h>
 #include <stdio.h>
@@ -243,8 +240,8 @@ void lg_gpt_unload(vspec_model *m) {
 
 /* ---- sessions ---------------------------------------------------------------------- */
 
-/* Work buffers for `rows` forward rows; h holds at least h_rows (the caption MLP's). */
-static int lg__work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev,
+/* (llamagen.h) */
+int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev,
                           const lg_gpt *g, size_t rows, size_t h_rows, lg_work *w) {
   size_t f = sizeof(float), qkv_w = (size_t)(g->n_head + 2 * g->n_kv_head) * g->head_dim;
   memset(w, 0, sizeof *w);
@@ -259,26 +256,34 @@ static int lg__work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *
   w->ff3 = vspec_alloc_uninit(ops, dev, rows * g->ffn_hidden * f);
   w->logits = vspec_alloc_uninit(ops, dev, rows * g->vocab * f);
   w->pos = H->calloc(rows, sizeof(int32_t));
+  w->tok = H->calloc(rows, sizeof(int32_t));
+  w->idx_host = H->calloc(4 * rows, sizeof(int32_t));
+  w->idx_dev = vspec_alloc_uninit(ops, dev, 4 * rows * sizeof(int32_t));
   w->rows = rows;
-  return w->x && w->h && w->qkv && w->att && w->ff1 && w->ff3 && w->logits && w->pos
+  return w->x && w->h && w->qkv && w->att && w->ff1 && w->ff3 && w->logits && w->pos &&
+                 w->tok && w->idx_host && w->idx_dev
              ? VSPEC_OK
              : VSPEC_ENOMEM;
 }
 
-static void lg__work_free(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev,
+void lg_work_free(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev,
                           lg_work *w) {
   float *bufs[] = {w->x, w->h, w->qkv, w->att, w->ff1, w->ff3, w->logits};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) ops->free(dev, bufs[i]);
+  if (w->idx_dev) ops->free(dev, w->idx_dev);
   H->free(w->pos);
+  H->free(w->tok);
+  H->free(w->idx_host);
   memset(w, 0, sizeof *w);
 }
 
 void lg_session_close(vspec_session *s) {
   if (!s) return;
   if (s->cond_embed) s->ops->free(s->dev, s->cond_embed);
-  lg__work_free(s->host, s->ops, s->dev, &s->w);
-  lg__work_free(s->host, s->ops, s->dev, &s->multi);
+  if (s->prefix_dev) s->ops->free(s->dev, s->prefix_dev);
+  lg_work_free(s->host, s->ops, s->dev, &s->w);
+  lg_work_free(s->host, s->ops, s->dev, &s->multi);
   vs_kv_tree_free(&s->kv, s->host);
   s->host->free(s->cond_valid);
   s->host->free(s->mask);
@@ -359,7 +364,7 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
   size_t M = (size_t)s->rows * s->max_nodes;
   size_t cache = (size_t)g->n_layer * vs_kv_layer_elems(&s->kv) * sizeof(float);
   s->cond_embed = ops->alloc(dev, (size_t)s->rows * g->n_cond * g->dim * sizeof(float));
-  int work_rc = lg__work_alloc(H, ops, dev, g, M, (size_t)g->caption_len, &s->w);
+  int work_rc = lg_work_alloc(H, ops, dev, g, M, (size_t)g->caption_len, &s->w);
   s->cond_valid = H->calloc((size_t)g->n_cond, 1);
   s->mask = H->calloc((size_t)s->max_nodes * slots, 1);
   if (kv_rc || work_rc || !s->cond_embed || !s->cond_valid || !s->mask) {
@@ -398,6 +403,8 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
                                                     : 0.0f;
     }
     ops->upload(dev, cap_dev, cap, n * sizeof(float));
+    s->prefix_dev = ops->alloc(dev, (size_t)g->n_cond);
+    if (s->prefix_dev) ops->upload(dev, s->prefix_dev, s->cond_valid, (size_t)g->n_cond);
     lg__caption_embed(s, cap_dev, s->cond_embed);
     if (s->rows == 2) {
       /* The unconditional row feeds the learned uncond_embedding through the same MLP. */
@@ -405,230 +412,14 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
     }
     ops->free(dev, cap_dev);
     H->free(cap);
+    if (!s->prefix_dev) {
+      lg_session_close(s);
+      snprintf(err, errlen, "out of memory");
+      return VSPEC_ENOMEM;
+    }
   }
+  s->fused = vspec_has_fused_ops(ops);
   *out = s;
   return VSPEC_OK;
 }
 
-/* ---- the transformer stack ----------------------------------------------------------- */
-
-/* One session's part of a forward: n nodes whose keys and values go to slots first_slot ..
- * first_slot + n - 1 of its cache, at rows row0 .. row0 + rows * n - 1 of the work buffers
- * (ordered (row, node)); the head reads nodes head_first .. head_first + head_count - 1. */
-typedef struct lg_seg {
-  vspec_session *s;
-  int n, first_slot, row0;
-  int head_first, head_count;
-  vspec_forward_out *out;
-} lg_seg;
-
-/* Runs all layers over the segments' nodes: embeddings in w->x, positions in w->pos, each
- * session's attention mask in its s->mask ([n, first_slot + n]). The linear layers run once
- * over the rows of every segment (one pass over the weights), attention per session and row
- * against that session's cache. */
-static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                           const lg_seg *seg, int count, int M) {
-  int d = g->dim, hd = g->head_dim, H = g->n_head, Hkv = g->n_kv_head;
-  int qkv_w = (H + 2 * Hkv) * hd;
-  for (int l = 0; l < g->n_layer; l++) {
-    const lg_layer *W = &g->layers[l];
-    ops->rmsnorm(dev, w->x, W->attention_norm, M, d, g->norm_eps, w->h);
-    ops->linear(dev, w->h, M, d, W->wqkv, qkv_w, NULL, w->qkv);
-    /* q and k rotate; condition positions have cos = sin = 0 and become zero. */
-    ops->rope_apply(dev, w->qkv, M, qkv_w, H, hd, w->pos, g->rope_table);
-    ops->rope_apply(dev, w->qkv + (size_t)H * hd, M, qkv_w, Hkv, hd, w->pos, g->rope_table);
-    for (int i = 0; i < count; i++) {
-      vspec_session *s = seg[i].s;
-      int n = seg[i].n, L = seg[i].first_slot;
-      const float *qkv = w->qkv + (size_t)seg[i].row0 * qkv_w;
-      vs_kv_store(&s->kv, l, n, L, qkv, qkv_w, H * hd, (H + Hkv) * hd);
-      for (int r = 0; r < s->rows; r++)
-        ops->attention(dev, qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
-                       vs_kv_at(&s->kv, s->kv.k, l, r, 0), vs_kv_at(&s->kv, s->kv.v, l, r, 0),
-                       s->kv.slots, L + n, s->mask,
-                       w->att + (size_t)(seg[i].row0 + r * n) * H * hd);
-    }
-    ops->linear(dev, w->att, M, H * hd, W->wo, d, NULL, w->h);
-    ops->add(dev, w->x, w->h, (size_t)M * d);
-    ops->rmsnorm(dev, w->x, W->ffn_norm, M, d, g->norm_eps, w->h);
-    ops->linear(dev, w->h, M, d, W->w1, g->ffn_hidden, NULL, w->ff1);
-    ops->linear(dev, w->h, M, d, W->w3, g->ffn_hidden, NULL, w->ff3);
-    ops->swiglu(dev, w->ff1, w->ff3, (size_t)M * g->ffn_hidden, w->ff1);
-    ops->linear(dev, w->ff1, M, g->ffn_hidden, W->w2, d, NULL, w->h);
-    ops->add(dev, w->x, w->h, (size_t)M * d);
-  }
-}
-
-/* Final norm and output head for each segment's head nodes; results go to the segment's
- * `out` in the ABI's (node, row) order. One norm and one GEMM over all segments. */
-static void lg__head(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                     const lg_seg *seg, int count) {
-  int d = g->dim, V = g->vocab, rows = 0;
-  for (int i = 0; i < count; i++) {
-    int R = seg[i].s->rows, n = seg[i].n;
-    for (int j = 0; j < seg[i].head_count; j++)
-      for (int r = 0; r < R; r++, rows++)
-        ops->copy(dev, w->h + (size_t)rows * d,
-                  w->x + (size_t)(seg[i].row0 + r * n + seg[i].head_first + j) * d,
-                  (size_t)d * sizeof(float));
-  }
-  ops->rmsnorm(dev, w->h, g->norm, rows, d, g->norm_eps, w->h);
-  int logits = 0;
-  for (int i = 0, at = 0; i < count; i++) {
-    int k = seg[i].head_count * seg[i].s->rows;
-    vspec_forward_out *out = seg[i].out;
-    if (out && out->features)
-      ops->download(dev, out->features, w->h + (size_t)at * d, (size_t)k * d * sizeof(float));
-    logits |= out && out->logits;
-    at += k;
-  }
-  if (!logits) return;
-  ops->linear(dev, w->h, rows, d, g->output, V, NULL, w->logits);
-  for (int i = 0, at = 0; i < count; i++) {
-    int k = seg[i].head_count * seg[i].s->rows;
-    vspec_forward_out *out = seg[i].out;
-    if (out && out->logits)
-      ops->download(dev, out->logits, w->logits + (size_t)at * V, (size_t)k * V * sizeof(float));
-    at += k;
-  }
-}
-
-int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen) {
-  const lg_gpt *g = &s->m->gpt;
-  if (s->prefilled) {
-    snprintf(err, errlen, "prefill called twice on one session");
-    return VSPEC_EINVAL;
-  }
-  int T = g->n_cond, R = s->rows, d = g->dim;
-  for (int r = 0; r < R; r++) {
-    s->ops->copy(s->dev, s->w.x + (size_t)r * T * d, s->cond_embed + (size_t)r * T * d,
-                 (size_t)T * d * sizeof(float));
-    for (int i = 0; i < T; i++) s->w.pos[r * T + i] = i;
-  }
-  /* Causal over the condition positions, caption columns masked by validity, the
-   * diagonal forced on (generate.py, generate: mask * (1 - I) + I). */
-  int kv = T;
-  for (int i = 0; i < T; i++)
-    for (int j = 0; j < kv; j++)
-      s->mask[(size_t)i * kv + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
-  s->kv.committed = 0;
-  /* Logits at the last condition position predict image token 0 (generate.py, prefill). */
-  lg_seg seg = {.s = s, .n = T, .first_slot = 0, .row0 = 0, .head_first = T - 1,
-                .head_count = 1, .out = out};
-  lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
-  s->kv.committed = T;
-  s->kv.n_pending = 0;
-  s->prefilled = 1;
-  lg__head(g, s->ops, s->dev, &s->w, &seg, 1);
-  return VSPEC_OK;
-}
-
-/* Adds a batch's nodes to the session's pending tree and writes their mask, embeddings (into
- * w->x) and positions (into w->pos) from row `row0` on; fills the segment. */
-static int lg__stage(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
-                     lg_work *w, int row0, const vspec_ops *ops, vspec_dev *dev, lg_seg *seg,
-                     char *err, size_t errlen) {
-  const lg_gpt *g = &s->m->gpt;
-  int n = b->n_nodes, R = s->rows, d = g->dim;
-  if (!s->prefilled) {
-    snprintf(err, errlen, "forward before prefill");
-    return VSPEC_EINVAL;
-  }
-  /* Position T+N-1 (the last image token) is the last one the RoPE table covers; the
-   * reference never feeds it, but a caller that does gets a valid answer. */
-  int base, rc = vs_kv_tree_add(&s->kv, b, g->vocab, g->n_cond + g->n_image - 1, &base, err,
-                                errlen);
-  if (rc) return rc;
-  int L = s->kv.committed;
-  /* Caption slots are visible only where the caption is valid (generate.py, emb_masks). */
-  vs_kv_tree_mask(&s->kv, base, n, s->cond_valid, g->n_cond, s->mask);
-  for (int r = 0; r < R; r++)
-    for (int i = 0; i < n; i++) {
-      ops->copy(dev, w->x + (size_t)(row0 + r * n + i) * d,
-                g->tok_embeddings + (size_t)b->tokens[i] * d, (size_t)d * sizeof(float));
-      w->pos[row0 + r * n + i] = L + s->kv.depth[base + i];
-    }
-  *seg = (lg_seg){.s = s, .n = n, .first_slot = L + base, .row0 = row0, .head_first = 0,
-                  .head_count = n, .out = out};
-  return VSPEC_OK;
-}
-
-int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
-               size_t errlen) {
-  lg_seg seg;
-  int rc = lg__stage(s, b, out, &s->w, 0, s->ops, s->dev, &seg, err, errlen);
-  if (rc) return rc;
-  lg__run_layers(&s->m->gpt, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
-  lg__head(&s->m->gpt, s->ops, s->dev, &s->w, &seg, 1);
-  return VSPEC_OK;
-}
-
-/* Several sessions of this model in one pass over the weights (cross-job batching): each
- * session's nodes are staged as by lg_forward, then the layers run over all of their rows on
- * `dev`, in the first session's workspace, which grows to the batch. All must share a memory
- * space; on a GPU they must also be one device context, whose stream orders every cache
- * write (sessions of other contexts are refused). */
-int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
-                     vspec_forward_out *const *outs, int32_t count, char *err, size_t errlen) {
-  enum { LG_MULTI_MAX = 64 };
-  if (count < 1 || count > LG_MULTI_MAX) {
-    snprintf(err, errlen, "forward_multi of %d sessions: give 1..%d", count, LG_MULTI_MAX);
-    return VSPEC_EINVAL;
-  }
-  vspec_session *lead = ss[0];
-  const vspec_host *H = lead->host;
-  size_t rows = 0;
-  for (int i = 0; i < count; i++) {
-    const vspec_session *s = ss[i];
-    if (s->m != lead->m) {
-      snprintf(err, errlen, "forward_multi: session %d belongs to another model", i);
-      return VSPEC_EINVAL;
-    }
-    if (H->dev_space(s->dev) != H->dev_space(dev) || (H->dev_space(dev) != 0 && s->dev != dev)) {
-      snprintf(err, errlen, "forward_multi: session %d lives on another device than the "
-               "batch's: batch host-memory sessions, or sessions of the batch's GPU context", i);
-      return VSPEC_EINVAL;
-    }
-    for (int j = 0; j < i; j++)
-      if (ss[j] == s) {
-        snprintf(err, errlen, "forward_multi: session %d appears twice", i);
-        return VSPEC_EINVAL;
-      }
-    rows += (size_t)s->rows * (bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0);
-  }
-  const lg_gpt *g = &lead->m->gpt;
-  const vspec_ops *ops = H->dev_ops(dev);
-  /* the workspace belongs to the lead session (freed with it, by its own device) */
-  if (rows > lead->multi.rows) {
-    lg__work_free(H, lead->ops, lead->dev, &lead->multi);
-    if (lg__work_alloc(H, lead->ops, lead->dev, g, rows, 0, &lead->multi)) {
-      lg__work_free(H, lead->ops, lead->dev, &lead->multi);
-      snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
-      return VSPEC_ENOMEM;
-    }
-  }
-  lg_seg seg[LG_MULTI_MAX];
-  int row0 = 0, pending[LG_MULTI_MAX];
-  for (int i = 0; i < count; i++) {
-    char inner[256];
-    pending[i] = bs[i]->append ? ss[i]->kv.n_pending : 0;
-    int rc = lg__stage(ss[i], bs[i], outs[i], &lead->multi, row0, ops, dev, &seg[i], inner,
-                       sizeof inner);
-    if (rc) {
-      /* Sessions staged before this one would keep new pending nodes without keys and
-       * values: take them back (an appending batch keeps what was pending before it). */
-      for (int j = 0; j < i; j++) ss[j]->kv.n_pending = pending[j];
-      snprintf(err, errlen, "forward_multi: session %d: %s", i, inner);
-      return rc;
-    }
-    row0 += ss[i]->rows * seg[i].n;
-  }
-  lg__run_layers(g, ops, dev, &lead->multi, seg, count, row0);
-  lg__head(g, ops, dev, &lead->multi, seg, count);
-  return VSPEC_OK;
-}
-
-int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen) {
-  const lg_gpt *g = &s->m->gpt;
-  return vs_kv_tree_commit(&s->kv, path, n, g->n_cond + g->n_image, err, errlen);
-}

@@ -85,7 +85,11 @@ struct vspec_model {
  * sized for its max_nodes, or the growable batch workspace of lg_forward_multi. */
 typedef struct lg_work {
   float *x, *h, *qkv, *att, *ff1, *ff3, *logits;
-  int32_t *pos;    /* host */
+  int32_t *pos;    /* host [rows] */
+  int32_t *tok;    /* host [rows]: the token of each row (its embedding row) */
+  /* The integer inputs of a fused forward, staged on the host and uploaded in one transfer
+   * (lg_idx): tokens, positions, head rows and tree parents, [4 x rows]. */
+  int32_t *idx_host, *idx_dev;
   size_t rows;     /* capacity in rows */
 } lg_work;
 
@@ -97,9 +101,11 @@ struct vspec_session {
   int rows;            /* 1 or 2 (CFG) */
   int max_nodes;       /* forward batch capacity (>= n_cond for prefill) */
   int prefilled;
+  int fused;           /* the device has the fused ops of ABI 1.4: a forward uses them */
   int32_t class_label;
   float *cond_embed;   /* device [rows, n_cond, dim]: condition embeddings */
   uint8_t *cond_valid; /* host [n_cond]: t2i caption validity (1 for c2i) */
+  uint8_t *prefix_dev; /* device copy of cond_valid for the fused attention; t2i only */
   vs_kv_tree kv;       /* committed + pending nodes (plugins/backend/kv_tree.h) */
   /* per-forward work buffers, [rows * max_nodes, ...] (h: at least caption_len rows) */
   lg_work w;
@@ -108,7 +114,11 @@ struct vspec_session {
   lg_work multi;
 };
 
-/* gpt.c */
+/* gpt.c: weights and sessions */
+/* Work buffers for `rows` forward rows; h holds at least h_rows (the caption MLP's). */
+int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, const lg_gpt *g,
+                  size_t rows, size_t h_rows, lg_work *w);
+void lg_work_free(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, lg_work *w);
 int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);
 /* Asks the load device for int8 copies of the GPT's linear weights (weight_format=int8);
  * lg_gpt_unload withdraws the requests. */
@@ -117,6 +127,7 @@ void lg_gpt_unload(vspec_model *m);
 int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
                     vspec_session **out, char *err, size_t errlen);
 void lg_session_close(vspec_session *s);
+/* gpt_forward.c */
 int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen);
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen);

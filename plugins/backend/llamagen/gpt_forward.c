@@ -1,0 +1,339 @@
+/*
+ * The LlamaGen GPT's forward: prefill, tree forwards, cross-job batches and commits.
+ *
+ * Two paths compute the same numbers (LlamaGen autoregressive/models/gpt.py, Transformer
+ * and TransformerBlock):
+ *  - the fused path (ABI 1.4, vspec_has_fused_ops): five ops per layer plus three per
+ *    forward, the integer inputs (tokens, positions, head rows, tree parents) uploaded in one
+ *    transfer, the attention mask made on the device from the tree's parents. On the CPU the
+ *    fused ops are the unfused sequences below, so the outputs are bit-identical; on a GPU
+ *    each op is a kernel launch or a few, and launches are what a decode step there costs.
+ *  - the unfused path, for devices without the fused ops and for cross-job batches, whose
+ *    linear layers run once over the rows of several sessions with different caches.
+ *
+ * Work buffers hold rows * nodes vectors ordered (row, node): each CFG row's nodes are
+ * contiguous, so one attention call per row covers all of its queries.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "llamagen.h"
+
+/* One session's part of a forward: n nodes whose keys and values go to slots first_slot ..
+ * first_slot + n - 1 of its cache, at rows row0 .. row0 + rows * n - 1 of the work buffers
+ * (ordered (row, node)); the head reads nodes head_first .. head_first + head_count - 1. */
+typedef struct lg_seg {
+  vspec_session *s;
+  int n, first_slot, row0;
+  int head_first, head_count;
+  vspec_forward_out *out;
+} lg_seg;
+
+/* ---- the unfused path ------------------------------------------------------------------ */
+
+/* Runs all layers over the segments' nodes: embeddings in w->x, positions in w->pos, each
+ * session's attention mask in its s->mask ([n, first_slot + n]). The linear layers run once
+ * over the rows of every segment (one pass over the weights), attention per session and row
+ * against that session's cache. */
+static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                           const lg_seg *seg, int count, int M) {
+  int d = g->dim, hd = g->head_dim, H = g->n_head, Hkv = g->n_kv_head;
+  int qkv_w = (H + 2 * Hkv) * hd;
+  for (int l = 0; l < g->n_layer; l++) {
+    const lg_layer *W = &g->layers[l];
+    ops->rmsnorm(dev, w->x, W->attention_norm, M, d, g->norm_eps, w->h);
+    ops->linear(dev, w->h, M, d, W->wqkv, qkv_w, NULL, w->qkv);
+    /* q and k rotate; condition positions have cos = sin = 0 and become zero. */
+    ops->rope_apply(dev, w->qkv, M, qkv_w, H, hd, w->pos, g->rope_table);
+    ops->rope_apply(dev, w->qkv + (size_t)H * hd, M, qkv_w, Hkv, hd, w->pos, g->rope_table);
+    for (int i = 0; i < count; i++) {
+      vspec_session *s = seg[i].s;
+      int n = seg[i].n, L = seg[i].first_slot;
+      const float *qkv = w->qkv + (size_t)seg[i].row0 * qkv_w;
+      vs_kv_store(&s->kv, l, n, L, qkv, qkv_w, H * hd, (H + Hkv) * hd);
+      for (int r = 0; r < s->rows; r++)
+        ops->attention(dev, qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
+                       vs_kv_at(&s->kv, s->kv.k, l, r, 0), vs_kv_at(&s->kv, s->kv.v, l, r, 0),
+                       s->kv.slots, L + n, s->mask,
+                       w->att + (size_t)(seg[i].row0 + r * n) * H * hd);
+    }
+    ops->linear(dev, w->att, M, H * hd, W->wo, d, NULL, w->h);
+    ops->add(dev, w->x, w->h, (size_t)M * d);
+    ops->rmsnorm(dev, w->x, W->ffn_norm, M, d, g->norm_eps, w->h);
+    ops->linear(dev, w->h, M, d, W->w1, g->ffn_hidden, NULL, w->ff1);
+    ops->linear(dev, w->h, M, d, W->w3, g->ffn_hidden, NULL, w->ff3);
+    ops->swiglu(dev, w->ff1, w->ff3, (size_t)M * g->ffn_hidden, w->ff1);
+    ops->linear(dev, w->ff1, M, g->ffn_hidden, W->w2, d, NULL, w->h);
+    ops->add(dev, w->x, w->h, (size_t)M * d);
+  }
+}
+
+/* Each segment's head nodes, normed, into w->h in the ABI's (node, row) order; returns how
+ * many rows that is. */
+static int lg__head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                         const lg_seg *seg, int count) {
+  int d = g->dim, rows = 0;
+  for (int i = 0; i < count; i++) {
+    int R = seg[i].s->rows, n = seg[i].n;
+    for (int j = 0; j < seg[i].head_count; j++)
+      for (int r = 0; r < R; r++, rows++)
+        ops->copy(dev, w->h + (size_t)rows * d,
+                  w->x + (size_t)(seg[i].row0 + r * n + seg[i].head_first + j) * d,
+                  (size_t)d * sizeof(float));
+  }
+  ops->rmsnorm(dev, w->h, g->norm, rows, d, g->norm_eps, w->h);
+  return rows;
+}
+
+/* The session's attention mask and the embeddings of a staged segment's nodes. */
+static void lg__unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *ops,
+                               vspec_dev *dev) {
+  vspec_session *s = seg->s;
+  const lg_gpt *g = &s->m->gpt;
+  int n = seg->n, d = g->dim, base = seg->first_slot - s->kv.committed;
+  /* Caption slots are visible only where the caption is valid (generate.py, emb_masks). */
+  vs_kv_tree_mask(&s->kv, base, n, s->cond_valid, g->n_cond, s->mask);
+  for (int i = 0; i < s->rows * n; i++)
+    ops->copy(dev, w->x + (size_t)(seg->row0 + i) * d,
+              g->tok_embeddings + (size_t)w->tok[seg->row0 + i] * d, (size_t)d * sizeof(float));
+}
+
+/* ---- the fused path ---------------------------------------------------------------------- */
+
+/* Device copies of a fused forward's integer inputs, from one upload. */
+typedef struct lg_idx {
+  const int32_t *tok, *pos, *head, *parents;
+} lg_idx;
+
+/* Uploads w->tok and w->pos of M rows, the head rows of `seg` (in the order of
+ * lg__head_rows) and n_parents tree parents: one transfer (w->idx_* hold 4 x w->rows). */
+static lg_idx lg__idx_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, int M,
+                             const lg_seg *seg, const int32_t *parents, int n_parents) {
+  int32_t *h = w->idx_host, k = 0;
+  memcpy(h, w->tok, (size_t)M * sizeof *h);
+  memcpy(h + M, w->pos, (size_t)M * sizeof *h);
+  int32_t *head = h + 2 * M;
+  for (int j = 0; j < seg->head_count; j++)
+    for (int r = 0; r < seg->s->rows; r++)
+      head[k++] = seg->row0 + r * seg->n + seg->head_first + j;
+  /* memmove: the prefill stages its chain of parents past the head rows in this array */
+  memmove(head + k, parents, (size_t)n_parents * sizeof *h);
+  ops->upload(dev, w->idx_dev, h, (size_t)(2 * M + k + n_parents) * sizeof *h);
+  return (lg_idx){.tok = w->idx_dev, .pos = w->idx_dev + M, .head = w->idx_dev + 2 * M,
+                  .parents = w->idx_dev + 2 * M + k};
+}
+
+/* All layers over one session's segment, embeddings in w->x: five ops per layer. */
+static void lg__run_layers_fused(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev,
+                                 lg_work *w, const lg_seg *seg, const int32_t *pos,
+                                 const vspec_kv_tree_view *tree) {
+  vspec_session *s = seg->s;
+  int d = g->dim, M = s->rows * seg->n, att_w = g->n_head * g->head_dim;
+  for (int l = 0; l < g->n_layer; l++) {
+    const lg_layer *W = &g->layers[l];
+    vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
+                         .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0),
+                         .rows = s->rows, .n_heads = g->n_head, .kv_heads = g->n_kv_head,
+                         .head_dim = g->head_dim, .slots = s->kv.slots};
+    ops->norm_qkv_rope(dev, w->x, seg->n, d, W->attention_norm, g->norm_eps, W->wqkv, pos,
+                       g->rope_table, &kv, seg->first_slot, w->qkv);
+    ops->tree_attention(dev, w->qkv, &kv, tree, w->att);
+    ops->linear_add(dev, w->att, M, att_w, W->wo, d, w->x);
+    ops->norm_swiglu(dev, w->x, M, d, W->ffn_norm, g->norm_eps, W->w1, W->w3, g->ffn_hidden,
+                     w->ff1);
+    ops->linear_add(dev, w->ff1, M, g->ffn_hidden, W->w2, d, w->x);
+  }
+}
+
+/* ---- the output head ------------------------------------------------------------------- */
+
+/* Features and logits of the normed head rows in w->h (the segments' in order) to each
+ * segment's `out`: one GEMM over all of them. */
+static void lg__head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                         const lg_seg *seg, int count, int rows) {
+  int d = g->dim, V = g->vocab, logits = 0;
+  for (int i = 0, at = 0; i < count; i++) {
+    int k = seg[i].head_count * seg[i].s->rows;
+    vspec_forward_out *out = seg[i].out;
+    if (out && out->features)
+      ops->download(dev, out->features, w->h + (size_t)at * d, (size_t)k * d * sizeof(float));
+    logits |= out && out->logits;
+    at += k;
+  }
+  if (!logits) return;
+  ops->linear(dev, w->h, rows, d, g->output, V, NULL, w->logits);
+  for (int i = 0, at = 0; i < count; i++) {
+    int k = seg[i].head_count * seg[i].s->rows;
+    vspec_forward_out *out = seg[i].out;
+    if (out && out->logits)
+      ops->download(dev, out->logits, w->logits + (size_t)at * V, (size_t)k * V * sizeof(float));
+    at += k;
+  }
+}
+
+/* One session's segment through the fused path: embeddings (unless the caller placed them:
+ * tokens NULL), layers and head. */
+static void lg__forward_fused(vspec_session *s, const lg_seg *seg, const int32_t *parents,
+                              int with_tokens) {
+  const lg_gpt *g = &s->m->gpt;
+  const vspec_ops *ops = s->ops;
+  lg_work *w = &s->w;
+  int M = s->rows * seg->n, n_parents = seg->first_slot - s->kv.committed + seg->n;
+  lg_idx idx = lg__idx_upload(ops, s->dev, w, M, seg, parents, n_parents);
+  if (with_tokens) ops->gather_rows(s->dev, g->tok_embeddings, idx.tok, M, g->dim, w->x);
+  /* Caption slots are visible only where the caption is valid (generate.py, emb_masks). */
+  vspec_kv_tree_view tree = {.n = seg->n, .base = n_parents - seg->n,
+                             .committed = s->kv.committed,
+                             .n_prefix = s->prefix_dev ? g->n_cond : 0,
+                             .prefix = s->prefix_dev, .parents = idx.parents};
+  lg__run_layers_fused(g, ops, s->dev, w, seg, idx.pos, &tree);
+  int rows = seg->head_count * s->rows;
+  ops->rmsnorm_rows(s->dev, w->x, idx.head, rows, g->dim, g->norm, g->norm_eps, w->h);
+  lg__head_out(g, ops, s->dev, w, seg, 1, rows);
+}
+
+/* ---- the backend entry points ------------------------------------------------------------ */
+
+int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen) {
+  const lg_gpt *g = &s->m->gpt;
+  if (s->prefilled) {
+    snprintf(err, errlen, "prefill called twice on one session");
+    return VSPEC_EINVAL;
+  }
+  int T = g->n_cond, R = s->rows, d = g->dim;
+  /* cond_embed is [rows, T, dim], the (row, node) order of the work buffers */
+  s->ops->copy(s->dev, s->w.x, s->cond_embed, (size_t)R * T * d * sizeof(float));
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < T; i++) s->w.pos[r * T + i] = i;
+  s->kv.committed = 0;
+  s->kv.n_pending = 0;
+  /* Logits at the last condition position predict image token 0 (generate.py, prefill). */
+  lg_seg seg = {.s = s, .n = T, .first_slot = 0, .row0 = 0, .head_first = T - 1,
+                .head_count = 1, .out = out};
+  if (s->fused) {
+    /* Causal over the condition positions: the chain 0 <- 1 <- ... <- T-1, with the caption
+     * rule of vspec_kv_tree_view (generate.py: mask * (1 - I) + I). */
+    int32_t *chain = s->w.idx_host + 3 * s->w.rows; /* past what lg__idx_upload stages */
+    for (int i = 0; i < T; i++) chain[i] = i - 1;
+    memset(s->w.tok, 0, (size_t)R * T * sizeof(int32_t));
+    lg__forward_fused(s, &seg, chain, 0);
+  } else {
+    for (int i = 0; i < T; i++)
+      for (int j = 0; j < T; j++)
+        s->mask[(size_t)i * T + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
+    lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
+    lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
+                 lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1));
+  }
+  s->kv.committed = T;
+  s->prefilled = 1;
+  return VSPEC_OK;
+}
+
+/* Adds a batch's nodes to the session's pending tree and writes their tokens (w->tok) and
+ * positions (w->pos) from row `row0` on; fills the segment. */
+static int lg__stage(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
+                     lg_work *w, int row0, lg_seg *seg, char *err, size_t errlen) {
+  const lg_gpt *g = &s->m->gpt;
+  int n = b->n_nodes, R = s->rows;
+  if (!s->prefilled) {
+    snprintf(err, errlen, "forward before prefill");
+    return VSPEC_EINVAL;
+  }
+  /* Position T+N-1 (the last image token) is the last one the RoPE table covers; the
+   * reference never feeds it, but a caller that does gets a valid answer. */
+  int base, rc = vs_kv_tree_add(&s->kv, b, g->vocab, g->n_cond + g->n_image - 1, &base, err,
+                                errlen);
+  if (rc) return rc;
+  int L = s->kv.committed;
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < n; i++) {
+      w->tok[row0 + r * n + i] = b->tokens[i];
+      w->pos[row0 + r * n + i] = L + s->kv.depth[base + i];
+    }
+  *seg = (lg_seg){.s = s, .n = n, .first_slot = L + base, .row0 = row0, .head_first = 0,
+                  .head_count = n, .out = out};
+  return VSPEC_OK;
+}
+
+int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
+               size_t errlen) {
+  lg_seg seg;
+  int rc = lg__stage(s, b, out, &s->w, 0, &seg, err, errlen);
+  if (rc) return rc;
+  if (s->fused) {
+    lg__forward_fused(s, &seg, s->kv.parents, 1);
+    return VSPEC_OK;
+  }
+  const lg_gpt *g = &s->m->gpt;
+  lg__unfused_inputs(&seg, &s->w, s->ops, s->dev);
+  lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
+  lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
+               lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1));
+  return VSPEC_OK;
+}
+int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
+                     vspec_forward_out *const *outs, int32_t count, char *err, size_t errlen) {
+  enum { LG_MULTI_MAX = 64 };
+  if (count < 1 || count > LG_MULTI_MAX) {
+    snprintf(err, errlen, "forward_multi of %d sessions: give 1..%d", count, LG_MULTI_MAX);
+    return VSPEC_EINVAL;
+  }
+  vspec_session *lead = ss[0];
+  const vspec_host *H = lead->host;
+  size_t rows = 0;
+  for (int i = 0; i < count; i++) {
+    const vspec_session *s = ss[i];
+    if (s->m != lead->m) {
+      snprintf(err, errlen, "forward_multi: session %d belongs to another model", i);
+      return VSPEC_EINVAL;
+    }
+    if (H->dev_space(s->dev) != H->dev_space(dev) || (H->dev_space(dev) != 0 && s->dev != dev)) {
+      snprintf(err, errlen, "forward_multi: session %d lives on another device than the "
+               "batch's: batch host-memory sessions, or sessions of the batch's GPU context", i);
+      return VSPEC_EINVAL;
+    }
+    for (int j = 0; j < i; j++)
+      if (ss[j] == s) {
+        snprintf(err, errlen, "forward_multi: session %d appears twice", i);
+        return VSPEC_EINVAL;
+      }
+    rows += (size_t)s->rows * (bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0);
+  }
+  const lg_gpt *g = &lead->m->gpt;
+  const vspec_ops *ops = H->dev_ops(dev);
+  /* the workspace belongs to the lead session (freed with it, by its own device) */
+  if (rows > lead->multi.rows) {
+    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+    if (lg_work_alloc(H, lead->ops, lead->dev, g, rows, 0, &lead->multi)) {
+      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+      snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
+      return VSPEC_ENOMEM;
+    }
+  }
+  lg_seg seg[LG_MULTI_MAX];
+  int row0 = 0, pending[LG_MULTI_MAX];
+  for (int i = 0; i < count; i++) {
+    char inner[256];
+    pending[i] = bs[i]->append ? ss[i]->kv.n_pending : 0;
+    int rc = lg__stage(ss[i], bs[i], outs[i], &lead->multi, row0, &seg[i], inner, sizeof inner);
+    if (rc) {
+      /* Sessions staged before this one would keep new pending nodes without keys and
+       * values: take them back (an appending batch keeps what was pending before it). */
+      for (int j = 0; j < i; j++) ss[j]->kv.n_pending = pending[j];
+      snprintf(err, errlen, "forward_multi: session %d: %s", i, inner);
+      return rc;
+    }
+    lg__unfused_inputs(&seg[i], &lead->multi, ops, dev);
+    row0 += ss[i]->rows * seg[i].n;
+  }
+  lg__run_layers(g, ops, dev, &lead->multi, seg, count, row0);
+  lg__head_out(g, ops, dev, &lead->multi, seg, count,
+               lg__head_rows(g, ops, dev, &lead->multi, seg, count));
+  return VSPEC_OK;
+}
+
+int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen) {
+  const lg_gpt *g = &s->m->gpt;
+  return vs_kv_tree_commit(&s->kv, path, n, g->n_cond + g->n_image, err, errlen);
+}

@@ -1,0 +1,76 @@
+#!/bin/sh
+# What to run first on a lent GPU: the GPU suite, then the benchmarks behind the GPU goals
+# (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure. About 5 minutes
+# on an H100; every step has its own time limit, so one that hangs cannot eat the loan.
+#
+#   make gpu-bundle                                  # here: build/gpu-bundle, tens of MiB
+#   tools/gpu/check.sh [BUNDLE_DIR] [OUT_DIR]        # there, from the repository root
+#
+# BUNDLE_DIR defaults to build/gpu-bundle (or build where there is no bundle), OUT_DIR to
+# out/gpu-check: the logs, the cost curve and the eval's JSON land there. DEVICE=cuda:N
+# picks another GPU, IMAGES (default 24) sets the images per method of the fmnist table.
+# Exit status: that of the GPU suite (the goals are figures to record, not a pass/fail).
+set -u
+B=${1:-build/gpu-bundle}
+[ -x "$B/vspec-bench" ] || B=build
+OUT=${2:-out/gpu-check}
+DEVICE=${DEVICE:-cuda}
+IMAGES=${IMAGES:-24}
+mkdir -p "$OUT"
+[ -d "$B/lib" ] && export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+BENCH="$B/vspec-bench"
+PLUG="--plugins $B/plugins"
+# size=auto tunes on this GPU into a fresh cache: a CPU's choice means nothing here.
+VSPEC_CACHE_DIR=$(mktemp -d)
+export VSPEC_CACHE_DIR
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+git log -1 --format='build of %h (%cs)' 2>/dev/null
+
+echo "== GPU suite (tools/gpu/run_gpu_tests.sh $B)"
+timeout 240 tools/gpu/run_gpu_tests.sh "$B" >"$OUT/gpu-tests.log" 2>&1
+suite=$?
+grep -E '^== |^\[  (FAILED|PASSED|SKIPPED) |^GPU tests:|not ok|FAIL' "$OUT/gpu-tests.log" | tail -40
+
+echo "== cost curve: random GPT-B shape, bf16, CFG"
+timeout 150 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf16 \
+  --sizes 1,16,64 --min-time 0.2 --image --counters $PLUG >"$OUT/costcurve-gpt-b-bf16.txt" 2>&1
+cat "$OUT/costcurve-gpt-b-bf16.txt"
+
+echo "== models/fmnist: AR against SD with size=auto, bf16, $IMAGES images"
+timeout 200 "$BENCH" eval --model models/fmnist --images "$IMAGES" --seed 0 --no-quality \
+  --device "$DEVICE" --precision bf16 $PLUG --json "$OUT/fmnist-sd.json" \
+  --methods "ar;sd:exact;sd:coolsd:delta=2" >"$OUT/fmnist-sd.txt" 2>&1
+tail -12 "$OUT/fmnist-sd.txt"
+
+# ---- goals against figures ------------------------------------------------------------
+cc="$OUT/costcurve-gpt-b-bf16.txt"
+# the 2-row (CFG) column of the latency table: | nodes | 1 row ms | ... | 2 rows ms | ...
+step=$(awk -F'|' '$2+0 == 1 && NF > 7 {gsub(/ /, "", $6); print $6; exit}' "$cc" 2>/dev/null)
+v64=$(awk -F'|' '$2+0 == 64 && NF > 7 {gsub(/ /, "", $6); print $6; exit}' "$cc" 2>/dev/null)
+bound=$(sed -n 's/.*bandwidth bound: .*(\([0-9.]*\) ms per forward).*/\1/p' "$cc" | head -1)
+image=$(sed -n 's/^one image by AR with CFG.*: \([0-9.]*\) s .*/\1/p' "$cc" | head -1)
+ops=$(awk -F'|' '$2+0 == 1 && $3+0 == 2 && NF == 10 {gsub(/ /, "", $4); print $4; exit}' "$cc")
+speed() { # METHOD -> speed-up over AR from the eval's JSON
+  python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+hit = [m for m in d["methods"] if m["requested"].split("@")[0] == sys.argv[2]]
+print("%.2fx as %s" % (hit[0]["speedup_vs_ar"], hit[0]["method"]) if hit else "-")' \
+    "$OUT/fmnist-sd.json" "$1" 2>/dev/null || echo -
+}
+ratio() { python3 -c 'import sys; a,b=sys.argv[1:3]; print(f"{float(a)/float(b):.2f}x")' "$1" "$2" 2>/dev/null || echo -; }
+
+echo
+echo "== goals (issue 29) and this run's figures"
+printf '%-52s | %s\n' "goal" "figure"
+printf '%-52s | %s\n' "GPU suite passes" "$(grep '^GPU tests:' "$OUT/gpu-tests.log" || echo "no summary (exit $suite)")"
+printf '%-52s | %s\n' "GPT-B bf16, one 256-token image, CFG: <= 0.10 s" "${image:--} s"
+printf '%-52s | %s\n' "one-token CFG step <= 2x weights/bandwidth" "${step:--} ms, bound ${bound:--} ms: $(ratio "${step:-x}" "${bound:-x}")"
+printf '%-52s | %s\n' "64-node CFG verify <= 1.25x a one-token step" "${v64:--} ms: $(ratio "${v64:-x}" "${step:-x}")"
+printf '%-52s | %s\n' "ops of a one-token CFG step (12 layers): 5 x 12 + 3" "${ops:--}"
+printf '%-52s | %s\n' "fmnist exact SD (size=auto) >= 2x AR" "$(speed sd:exact)"
+printf '%-52s | %s\n' "fmnist Cool-SD delta=2 (size=auto) >= 2.5x AR" "$(speed sd:coolsd:delta=2)"
+printf '%-52s | %s\n' "8 concurrent GPT-B jobs >= 5x one job" "no benchmark yet (issue 29, item 6)"
+echo "(logs in $OUT)"
+exit $suite
