@@ -154,9 +154,51 @@ static void c_mul(vspec_dev *dev, float *y, const float *x, size_t n) {
   vs__own(dev)->mul(dev, y, x, n);
 }
 
-/* The counting copy of `own`: every op the device has, counted; the rest as it is. A table
- * member added later (the table only grows at the end) is copied uncounted until it gets a
- * wrapper here; tests/test_op_counts.c fails for a member of today's table left out. */
+/* ABI 1.4: a fused op is one op, whatever it runs inside (its point is the launches it saves). */
+static void c_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, int n, int dim,
+                          float *dst) {
+  vs__op(dev);
+  vs__own(dev)->gather_rows(dev, src, idx, n, dim, dst);
+}
+
+static void c_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
+                           const float *w, float eps, float *y) {
+  vs__op(dev);
+  vs__own(dev)->rmsnorm_rows(dev, x, idx, n, dim, w, eps, y);
+}
+
+static void c_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
+                         int n_out, float *y) {
+  vs__op(dev);
+  vs__own(dev)->linear_add(dev, x, m, n_in, w, n_out, y);
+}
+
+static void c_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
+                          float eps, const float *w1, const float *w3, int hidden, float *y) {
+  vs__op(dev);
+  vs__own(dev)->norm_swiglu(dev, x, m, dim, norm_w, eps, w1, w3, hidden, y);
+}
+
+static void c_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
+                            float eps, const float *wqkv, const int32_t *pos,
+                            const float *rope_table, const vspec_kv_cache *kv, int first_slot,
+                            float *qkv) {
+  vs__op(dev);
+  vs__own(dev)->norm_qkv_rope(dev, x, n, dim, norm_w, eps, wqkv, pos, rope_table, kv,
+                              first_slot, qkv);
+}
+
+static void c_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
+                             const vspec_kv_tree_view *tree, float *out) {
+  vs__op(dev);
+  vs__own(dev)->tree_attention(dev, qkv, kv, tree, out);
+}
+
+/* The counting copy of `own`: every op the device has, counted; the rest as it is. An op the
+ * device lacks stays NULL (the copy, then no wrapper): callers test for NULL to fall back to
+ * other ops (vspec_has_fused_ops), and a wrapper would call through NULL. A table member
+ * added later (the table only grows at the end) is copied uncounted until it gets a wrapper
+ * here; tests/test_op_counts.c fails for a member of today's table left out. */
 static void vs__build(vspec_ops *t, const vspec_ops *own) {
   *t = *own;
 #define VS__WRAP(name) \
@@ -184,6 +226,12 @@ static void vs__build(vspec_ops *t, const vspec_ops *own) {
   VS__WRAP(layernorm);
   VS__WRAP(gelu);
   VS__WRAP(mul);
+  VS__WRAP(gather_rows);
+  VS__WRAP(rmsnorm_rows);
+  VS__WRAP(linear_add);
+  VS__WRAP(norm_swiglu);
+  VS__WRAP(norm_qkv_rope);
+  VS__WRAP(tree_attention);
 #undef VS__WRAP
 }
 

@@ -143,6 +143,25 @@ void *vs_scratch(vspec_dev *dev, size_t bytes) {
 
 size_t vs_scratch_size(const vspec_dev *dev) { return dev->scratch_bytes; }
 
+void *vs_fused_scratch(vspec_dev *dev, size_t bytes) {
+  if (dev->fused && bytes <= dev->fused_bytes) return dev->fused;
+  /* Nothing to keep (see cpu_dev.h): free first, as reserve_scratch does. Aligned like
+   * alloc's blocks, so that the inner kernels meet temporaries as they meet the buffers of
+   * the unfused sequence. */
+  free(dev->fused);
+  dev->fused = NULL;
+  dev->fused_bytes = 0;
+  size_t rounded = vs_align_up(bytes ? bytes : 1);
+  if (rounded >= bytes) dev->fused = aligned_alloc(VS_CPU_ALIGN, rounded);
+  if (!dev->fused) {
+    fprintf(stderr, "vspec: a fused cpu op needs %zu bytes of temporaries and growing them "
+            "failed\n", bytes);
+    abort();
+  }
+  dev->fused_bytes = rounded;
+  return dev->fused;
+}
+
 static void set_err(char *err, size_t errlen, const char *msg) {
   if (err && errlen) snprintf(err, errlen, "%s", msg);
 }
@@ -216,6 +235,7 @@ static void cpu_close(vspec_dev *dev) {
   if (!dev) return;
   vs_pool_destroy(dev->pool);
   free(dev->scratch);
+  free(dev->fused);
   free(dev);
 }
 

@@ -33,6 +33,8 @@ struct vspec_dev {
   int amx_int8;         /* and AMX-INT8: weights marked for int8 use it (cpu_linear_amx8.h) */
   void *scratch;        /* VS_CPU_ALIGN-aligned, contents undefined between ops */
   size_t scratch_bytes;
+  void *fused;          /* the fused ops' temporaries (vs_fused_scratch), VS_CPU_ALIGN-aligned */
+  size_t fused_bytes;
 };
 
 /* Returns the scratch base with at least `bytes` available. Ops size their tiles from
@@ -43,6 +45,14 @@ struct vspec_dev {
  * report an error through a void op, so the process aborts with a message. */
 void *vs_scratch(vspec_dev *dev, size_t bytes);
 size_t vs_scratch_size(const vspec_dev *dev);
+
+/* A second arena, for the temporaries of a fused op (cpu_fused.c): a fused op is a sequence
+ * of the ops above, and they clobber `scratch` (linear, attention), so what one inner op
+ * hands the next cannot live there. Returns its base with at least `bytes` available, grown
+ * on first use and when a larger shape comes (contents are not kept: each fused op asks once,
+ * for all of its temporaries, before it writes any); aborts like vs_scratch when growing
+ * fails. Freed with the device. */
+void *vs_fused_scratch(vspec_dev *dev, size_t bytes);
 
 /* Rounds up to the scratch alignment, for carving several arrays out of one scratch. */
 static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(VS_CPU_ALIGN - 1); }
@@ -112,6 +122,22 @@ int vs_cpu_logits_to_probs(vspec_dev *dev, const float *logits, int n, float tem
                            int top_k, float top_p, float *probs);
 int vs_cpu_sample(vspec_dev *dev, const float *probs, int n, double u);
 int vs_cpu_argmax(vspec_dev *dev, const float *x, int n);
+
+/* cpu_fused.c: the ABI 1.4 fused ops, each the sequence of the ops above it replaces */
+void vs_cpu_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, int n, int dim,
+                        float *dst);
+void vs_cpu_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
+                         const float *w, float eps, float *y);
+void vs_cpu_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
+                       int n_out, float *y);
+void vs_cpu_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
+                        float eps, const float *w1, const float *w3, int hidden, float *y);
+void vs_cpu_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
+                          float eps, const float *wqkv, const int32_t *pos,
+                          const float *rope_table, const vspec_kv_cache *kv, int first_slot,
+                          float *qkv);
+void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
+                           const vspec_kv_tree_view *tree, float *out);
 
 /* cpu_conv.c */
 void vs_cpu_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,

@@ -46,6 +46,13 @@ static const vspec_ops cpu_ops = {
     .mul = vs_cpu_mul,
     .weight_format = vs_cpu_weight_format,
     .alloc_uninit = vs_cpu_alloc_uninit,
+
+    .gather_rows = vs_cpu_gather_rows,
+    .rmsnorm_rows = vs_cpu_rmsnorm_rows,
+    .linear_add = vs_cpu_linear_add,
+    .norm_swiglu = vs_cpu_norm_swiglu,
+    .norm_qkv_rope = vs_cpu_norm_qkv_rope,
+    .tree_attention = vs_cpu_tree_attention,
 };
 
 const vspec_ops *vs_cpu_ops(void) { return &cpu_ops; }
