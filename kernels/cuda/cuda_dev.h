@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "kernels/vs_device.h"
+#include "vspec/ops.h"
 #include "vspec/types.h"
 
 struct vs_cuda_gpu; /* per-GPU shared state, cuda_memory.cu */
@@ -163,6 +164,45 @@ void vs_cuda_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const
                     int pad_left, int pad_bottom, int pad_right, float *y);
 void vs_cuda_upsample_nearest2x(vspec_dev *dev, const float *x, int channels, int h, int w,
                                 float *y);
+
+/* ABI 1.4 fused ops (cuda_fused.cu). */
+void vs_cuda_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, int n, int dim,
+                         float *dst);
+void vs_cuda_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
+                          const float *w, float eps, float *y);
+void vs_cuda_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
+                        int n_out, float *y);
+void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
+                         float eps, const float *w1, const float *w3, int hidden, float *y);
+void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
+                           float eps, const float *wqkv, const int32_t *pos,
+                           const float *rope_table, const vspec_kv_cache *kv, int first_slot,
+                           float *qkv);
+void vs_cuda_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
+                            const vspec_kv_tree_view *tree, float *out);
+
+/* ---- building blocks the fused ops share with the plain ones (vs__: cross-file) -------- */
+/* RMSNorm of rows idx[i] of x (idx NULL: row i) for i < rows, into y (fp32) or, when y is
+ * NULL, into yb as bf16 (rounded as the bf16 linear rounds its activations). 1 when launched
+ * (cuda_norm.cu). */
+int vs__cuda_rmsnorm_launch(vs_cuda_dev *d, const float *x, const int32_t *idx, int rows,
+                            int dim, const float *w, float eps, float *y, uint16_t *yb);
+/* Rows up to which bf16 linear layers run the few-row kernel (cuda_gemm.cu). */
+#define VS_CUDA_SKINNY_ROWS 8
+/* What the few-row kernel does with a column's sum s: y = s + bias, y += s, or (with the
+ * second weight w3 and its sum u) y = silu(s) * u. */
+enum { VS_SKINNY_STORE = 0, VS_SKINNY_ADD = 1, VS_SKINNY_SWIGLU = 2 };
+/* y[m, n_out] from x[m, n_in] (m <= VS_CUDA_SKINNY_ROWS) and bf16 weights (cuda_gemm.cu). 1 when
+ * launched. */
+int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const uint16_t *w,
+                         const uint16_t *w3, int n_out, const float *bias, int mode, float *y);
+/* y = xb W^T + beta y on tensor cores, bf16 operands and fp32 accumulation (cuBLAS). */
+int vs__cuda_gemm_bf16(vs_cuda_dev *d, const uint16_t *xb, int m, int n_in, const uint16_t *wb,
+                       int n_out, float beta, float *y);
+int vs__cuda_to_bf16(vs_cuda_dev *d, uint16_t *dst, const float *src, size_t n);
+/* The bf16 copy of weight w [n_out, n_in] where this context multiplies in bf16, else NULL
+ * (fp32 precision, or not a weight allocation: the fp32 path). */
+const uint16_t *vs__cuda_bf16_weight(vs_cuda_dev *d, const float *w, int n_out, int n_in);
 
 const vspec_ops *vs_cuda_ops(void);
 

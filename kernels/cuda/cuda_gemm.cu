@@ -12,14 +12,13 @@
  *  - bf16 (fast, the GPU default) applies to linear layers only: the weight's bf16 copy
  *    (cuda_memory.cu) is read instead of the fp32 matrix. Up to VS_CUDA_SKINNY_ROWS rows
  *    (decode steps, small trees) a kernel streams the bf16 weights once against fp32
- *    activations with fp32 accumulation - batch-1 decode is bound by weight bytes, which
- *    bf16 halves. Above that the activations are rounded to bf16 as well and cuBLAS runs
+ *    activations with fp32 accumulation (fused multiply-adds) - batch-1 decode is bound by
+ *    weight bytes, which bf16 halves. The kernel also accumulates into y and fuses SwiGLU
+ *    for the ABI 1.4 ops (cuda_fused.cu). Above that the activations are rounded to bf16 as well and cuBLAS runs
  *    the product on tensor cores with fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cuda/cuda_dev.h"
-
-#define VS_CUDA_SKINNY_ROWS 8
 
 void vs_cuda_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
@@ -55,51 +54,210 @@ __global__ void vs_k_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
     dst[i] = vs_f32_to_bf16(src[i]);
 }
 
-/* One warp per output column j: streams weight row j (bf16) once and dots it with every
- * activation row (fp32), accumulating in fp32; lanes then reduce with shuffles. */
-__global__ void vs_k_linear_skinny_bf16(const float *x, int m, int n_in, const uint16_t *w,
-                                        int n_out, const float *bias, float *y) {
-  int lane = threadIdx.x & 31;
-  int j = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-  if (j >= n_out) return;
-  float acc[VS_CUDA_SKINNY_ROWS];
-  for (int i = 0; i < VS_CUDA_SKINNY_ROWS; i++) acc[i] = 0.0f;
-  const uint16_t *wr = w + (size_t)j * n_in;
-  for (int kk = lane; kk < n_in; kk += 32) {
-    float wv = vs_bf16_to_f32(wr[kk]);
-    for (int i = 0; i < m; i++) acc[i] += x[(size_t)i * n_in + kk] * wv;
-  }
-  for (int i = 0; i < m; i++) {
-    float s = acc[i];
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
-    if (lane == 0) y[(size_t)i * n_out + j] = s + (bias ? bias[j] : 0.0f);
+/* ---- the few-row bf16 kernel ------------------------------------------------------------
+ * y[i, j] for i < R rows (R = 1..8, a template parameter so the accumulators live in
+ * registers) and output column j. Decoding is bound by weight bytes, so the kernel is built
+ * around streaming the bf16 weights:
+ *  - each warp owns one column j (or a ksplit-th of its n_in terms, see below); its lanes read
+ *    16 bytes (8 weights) at a time, two such loads in flight before the arithmetic, and the
+ *    matching fp32 activations as float4 (rows re-read by every warp stay in L1/L2);
+ *  - few outputs (n_out times ksplit warps below a full GPU's resident warps) split each
+ *    column's terms over ksplit warps of one block, summed in shared memory in a fixed order:
+ *    no atomics, the same bits on every run;
+ *  - explicit fmaf (one rounding per term; --fmad=false leaves x*w+acc as two), which tests
+ *    compare against a double sum with a tolerance.
+ * Without 16-byte alignment (n_in % 8 != 0 or an offset activation pointer) a lane reads one
+ * weight at a time instead. The epilogue (mode) stores, accumulates into y (linear_add), or
+ * takes a second weight w3 and writes silu(x W^T) * (x W3^T) (norm_swiglu). */
+#define VS_SKINNY_THREADS 256
+#define VS_SKINNY_WARPS (VS_SKINNY_THREADS / 32)
+
+/* The 8 bf16 weights of a 16-byte load as floats (bf16 is the top half of a float). */
+__device__ static inline void vs_bf16x8(uint4 u, float *f) {
+  uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    f[2 * q] = __uint_as_float(w[q] << 16);
+    f[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
   }
 }
 
-static int vs__linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const float *w,
-                           int n_out, const float *bias, float *y) {
-  if (n_in <= 0) return 0; /* y = bias: the fp32 path (cublasGemmEx rejects lda = 0) */
-  const uint16_t *wb = vs_cuda_weight_bf16(d, w, (size_t)n_out * n_in);
-  if (!wb) return 0; /* not a weight allocation (or no memory for the copy): fp32 */
-  if (m <= VS_CUDA_SKINNY_ROWS) {
-    unsigned threads = 256, warps_per_block = threads / 32;
-    unsigned blocks = (unsigned)((n_out + warps_per_block - 1) / warps_per_block);
-    vs_k_linear_skinny_bf16<<<blocks, threads, 0, d->stream>>>(x, m, n_in, wb, n_out, bias, y);
-    VS_CUDA_LAUNCHED(d, "linear (bf16, few rows)");
-    return 1;
+/* acc[i] += x[i, k..k+7] . wf for each row (x rows 16-byte aligned). */
+template <int R>
+__device__ static inline void vs_dot8(const float *x, size_t n_in, size_t k, const float *wf,
+                                      float *acc) {
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    const float4 *xp = (const float4 *)(x + (size_t)i * n_in + k);
+    float4 a = xp[0], b = xp[1];
+    float s = acc[i];
+    s = fmaf(a.x, wf[0], s);
+    s = fmaf(a.y, wf[1], s);
+    s = fmaf(a.z, wf[2], s);
+    s = fmaf(a.w, wf[3], s);
+    s = fmaf(b.x, wf[4], s);
+    s = fmaf(b.y, wf[5], s);
+    s = fmaf(b.z, wf[6], s);
+    s = fmaf(b.w, wf[7], s);
+    acc[i] = s;
   }
-  size_t nx = (size_t)m * n_in;
-  uint16_t *xb = (uint16_t *)vs_cuda_scratch(d, nx * sizeof(uint16_t));
-  if (!xb) return 1; /* the failure is recorded */
-  vs_k_f32_to_bf16<<<vs_cuda_grid(nx, 256), 256, 0, d->stream>>>(xb, x, nx);
-  if (!VS_CUDA_LAUNCHED(d, "linear (bf16 activations)")) return 1;
-  float alpha = 1.0f, beta = 0.0f;
-  if (bias) {
-    vs_k_bias_rows<<<vs_cuda_grid((size_t)m * n_out, 256), 256, 0, d->stream>>>(y, bias, m,
-                                                                                n_out);
-    if (!VS_CUDA_LAUNCHED(d, "linear (bias)")) return 1;
-    beta = 1.0f;
+}
+
+/* One warp's share of column j: terms k of chunks c = first, first + stride, ... (8 terms a
+ * chunk when vec, else single terms). NW = 2 with a second weight row (swiglu). */
+template <int R, int NW>
+__device__ static void vs_skinny_terms(const float *x, int n_in, const uint16_t *const *wr,
+                                       bool vec, int first, int stride, float (*acc)[R]) {
+  if (vec) {
+    int chunks = n_in / 8, c = first;
+    for (; c + stride < chunks; c += 2 * stride) { /* two 16-byte loads per row in flight */
+      uint4 u0[NW], u1[NW];
+#pragma unroll
+      for (int t = 0; t < NW; t++) {
+        u0[t] = __ldg((const uint4 *)(wr[t] + (size_t)c * 8));
+        u1[t] = __ldg((const uint4 *)(wr[t] + (size_t)(c + stride) * 8));
+      }
+#pragma unroll
+      for (int t = 0; t < NW; t++) {
+        float f[8];
+        vs_bf16x8(u0[t], f);
+        vs_dot8<R>(x, (size_t)n_in, (size_t)c * 8, f, acc[t]);
+        vs_bf16x8(u1[t], f);
+        vs_dot8<R>(x, (size_t)n_in, (size_t)(c + stride) * 8, f, acc[t]);
+      }
+    }
+    if (c < chunks) {
+#pragma unroll
+      for (int t = 0; t < NW; t++) {
+        float f[8];
+        vs_bf16x8(__ldg((const uint4 *)(wr[t] + (size_t)c * 8)), f);
+        vs_dot8<R>(x, (size_t)n_in, (size_t)c * 8, f, acc[t]);
+      }
+    }
+    return;
   }
+  for (int k = first; k < n_in; k += stride)
+#pragma unroll
+    for (int t = 0; t < NW; t++) {
+      float wv = vs_bf16_to_f32(wr[t][k]);
+#pragma unroll
+      for (int i = 0; i < R; i++) acc[t][i] = fmaf(x[(size_t)i * n_in + k], wv, acc[t][i]);
+    }
+}
+
+template <int R, int MODE>
+__global__ void __launch_bounds__(VS_SKINNY_THREADS)
+    vs_k_skinny_bf16(const float *x, int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
+                     const float *bias, int ksplit, int vec, float *y) {
+  constexpr int NW = MODE == VS_SKINNY_SWIGLU ? 2 : 1;
+  __shared__ float part[VS_SKINNY_WARPS][NW][R];
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int piece = warp % ksplit, j = blockIdx.x * (VS_SKINNY_WARPS / ksplit) + warp / ksplit;
+  /* j is the same for a whole warp, so shuffles below see full warps; no thread returns
+   * before the barrier */
+  float acc[NW][R];
+#pragma unroll
+  for (int t = 0; t < NW; t++)
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
+  if (j < n_out) {
+    const uint16_t *wr[NW];
+    wr[0] = w + (size_t)j * n_in;
+    if (NW == 2) wr[NW - 1] = w3 + (size_t)j * n_in;
+    vs_skinny_terms<R, NW>(x, n_in, wr, vec != 0, piece * 32 + lane, 32 * ksplit, acc);
+  }
+#pragma unroll
+  for (int t = 0; t < NW; t++)
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      float s = acc[t][i];
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+      acc[t][i] = s; /* lane 0 holds the warp's sum */
+    }
+  if (ksplit > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int t = 0; t < NW; t++)
+#pragma unroll
+        for (int i = 0; i < R; i++) part[warp][t][i] = acc[t][i];
+    __syncthreads();
+    if (lane == 0 && piece == 0)
+#pragma unroll
+      for (int t = 0; t < NW; t++)
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+          float s = part[warp][t][i];
+          for (int p = 1; p < ksplit; p++) s += part[warp + p][t][i];
+          acc[t][i] = s;
+        }
+  }
+  if (lane != 0 || piece != 0 || j >= n_out) return;
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    float *yo = y + (size_t)i * n_out + j;
+    if (MODE == VS_SKINNY_STORE) *yo = acc[0][i] + (bias ? bias[j] : 0.0f);
+    else if (MODE == VS_SKINNY_ADD) *yo += acc[0][i];
+    else *yo = vs_swiglu(acc[0][i], acc[NW - 1][i]);
+  }
+}
+
+/* Warps per column: 1 while n_out columns fill a large GPU's resident warps (an H100 holds
+ * about 8k), else more, up to the block's 8 warps, keeping at least 256 terms per warp. */
+static int vs__skinny_split(int n_in, int n_out) {
+  int k = 1;
+  while (k < VS_SKINNY_WARPS && (long)n_out * k < 8192 && n_in / (2 * k) >= 256) k *= 2;
+  return k;
+}
+
+template <int R>
+static void vs__skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uint16_t *w,
+                              const uint16_t *w3, int n_out, const float *bias, int mode,
+                              float *y) {
+  int ksplit = vs__skinny_split(n_in, n_out);
+  int vec = n_in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 &&
+            (uintptr_t)w3 % 16 == 0;
+  int cols = VS_SKINNY_WARPS / ksplit;
+  unsigned blocks = (unsigned)((n_out + cols - 1) / cols);
+  if (mode == VS_SKINNY_ADD)
+    vs_k_skinny_bf16<R, VS_SKINNY_ADD><<<blocks, VS_SKINNY_THREADS, 0, d->stream>>>(
+        x, n_in, w, w3, n_out, bias, ksplit, vec, y);
+  else if (mode == VS_SKINNY_SWIGLU)
+    vs_k_skinny_bf16<R, VS_SKINNY_SWIGLU><<<blocks, VS_SKINNY_THREADS, 0, d->stream>>>(
+        x, n_in, w, w3, n_out, bias, ksplit, vec, y);
+  else
+    vs_k_skinny_bf16<R, VS_SKINNY_STORE><<<blocks, VS_SKINNY_THREADS, 0, d->stream>>>(
+        x, n_in, w, w3, n_out, bias, ksplit, vec, y);
+}
+
+int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const uint16_t *w,
+                         const uint16_t *w3, int n_out, const float *bias, int mode, float *y) {
+  if (m < 1 || m > VS_CUDA_SKINNY_ROWS || n_out <= 0 || (mode == VS_SKINNY_SWIGLU && !w3)) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: few-row bf16 product of %d rows", d->head.index, m);
+    return 0;
+  }
+  switch (m) {
+    case 1: vs__skinny_launch<1>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 2: vs__skinny_launch<2>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 3: vs__skinny_launch<3>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 4: vs__skinny_launch<4>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 5: vs__skinny_launch<5>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 6: vs__skinny_launch<6>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 7: vs__skinny_launch<7>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    default: vs__skinny_launch<8>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+  }
+  return VS_CUDA_LAUNCHED(d, "linear (bf16, few rows)");
+}
+
+/* ---- bf16 on tensor cores ------------------------------------------------------------------ */
+
+int vs__cuda_to_bf16(vs_cuda_dev *d, uint16_t *dst, const float *src, size_t n) {
+  vs_k_f32_to_bf16<<<vs_cuda_grid(n, 256), 256, 0, d->stream>>>(dst, src, n);
+  return VS_CUDA_LAUNCHED(d, "linear (bf16 activations)");
+}
+
+int vs__cuda_gemm_bf16(vs_cuda_dev *d, const uint16_t *xb, int m, int n_in, const uint16_t *wb,
+                       int n_out, float beta, float *y) {
+  float alpha = 1.0f;
   /* The handle is in CUBLAS_PEDANTIC_MATH for fp32 parity, which turns CUBLAS_COMPUTE_32F
    * into CUBLAS_COMPUTE_32F_PEDANTIC and may keep bf16 inputs off the tensor cores. Lift it
    * for this call (fp32 accumulation either way: C and the compute type are fp32); the math
@@ -107,14 +265,43 @@ static int vs__linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, cons
    * safe. */
   if (!vs_cuda_check_blas(d, cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH),
                           "cublasSetMathMode (bf16)"))
+    return 0;
+  int ok = vs_cuda_check_blas(d,
+                              cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, n_in,
+                                           &alpha, wb, CUDA_R_16BF, n_in, xb, CUDA_R_16BF, n_in,
+                                           &beta, y, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT),
+                              "cublasGemmEx (bf16)");
+  ok &= vs_cuda_check_blas(d, cublasSetMathMode(d->blas, CUBLAS_PEDANTIC_MATH),
+                           "cublasSetMathMode (restore pedantic)");
+  return ok;
+}
+
+const uint16_t *vs__cuda_bf16_weight(vs_cuda_dev *d, const float *w, int n_out, int n_in) {
+  if (d->precision != VS_PRECISION_BF16 || n_in <= 0 || n_out <= 0) return nullptr;
+  return vs_cuda_weight_bf16(d, w, (size_t)n_out * n_in);
+}
+
+static int vs__linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const float *w,
+                           int n_out, const float *bias, float *y) {
+  /* n_in = 0 (y = bias) takes the fp32 path: cublasGemmEx rejects lda = 0 */
+  const uint16_t *wb = vs__cuda_bf16_weight(d, w, n_out, n_in);
+  if (!wb) return 0; /* not a weight allocation (or no memory for the copy): fp32 */
+  if (m <= VS_CUDA_SKINNY_ROWS) {
+    vs__cuda_skinny_bf16(d, x, m, n_in, wb, nullptr, n_out, bias, VS_SKINNY_STORE, y);
     return 1;
-  vs_cuda_check_blas(d,
-                     cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, n_in, &alpha, wb,
-                                  CUDA_R_16BF, n_in, xb, CUDA_R_16BF, n_in, &beta, y, CUDA_R_32F,
-                                  n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmEx (bf16)");
-  vs_cuda_check_blas(d, cublasSetMathMode(d->blas, CUBLAS_PEDANTIC_MATH),
-                     "cublasSetMathMode (restore pedantic)");
+  }
+  size_t nx = (size_t)m * n_in;
+  uint16_t *xb = (uint16_t *)vs_cuda_scratch(d, nx * sizeof(uint16_t));
+  if (!xb || !vs__cuda_to_bf16(d, xb, x, nx)) return 1; /* the failure is recorded */
+  float beta = 0.0f;
+  if (bias) {
+    vs_k_bias_rows<<<vs_cuda_grid((size_t)m * n_out, 256), 256, 0, d->stream>>>(y, bias, m,
+                                                                                n_out);
+    if (!VS_CUDA_LAUNCHED(d, "linear (bias)")) return 1;
+    beta = 1.0f;
+  }
+  vs__cuda_gemm_bf16(d, xb, m, n_in, wb, n_out, beta, y);
   return 1;
 }
 

@@ -29,23 +29,40 @@ __device__ static double vs_block_sum(double v) {
   return r;
 }
 
-__global__ void vs_k_rmsnorm(const float *x, const float *w, int dim, float eps, float *y) {
-  const float *xr = x + (size_t)blockIdx.x * dim;
-  float *yr = y + (size_t)blockIdx.x * dim;
+/* Row blockIdx.x of y from row idx[blockIdx.x] of x (idx NULL: the same row); Out is float,
+ * or uint16_t for bf16 activations (rmsnorm feeding a tensor-core product, cuda_fused.cu). */
+__device__ static inline void vs_store(float *y, float v) { *y = v; }
+__device__ static inline void vs_store(uint16_t *y, float v) { *y = vs_f32_to_bf16(v); }
+
+template <typename Out>
+__global__ void vs_k_rmsnorm(const float *x, const int32_t *idx, const float *w, int dim,
+                             float eps, Out *y) {
+  size_t src = idx ? (size_t)idx[blockIdx.x] : blockIdx.x;
+  const float *xr = x + src * dim;
+  Out *yr = y + (size_t)blockIdx.x * dim;
   double ss = 0.0;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
   ss = vs_block_sum(ss);
   float inv = vs_rms_inv(ss, dim, eps);
   /* y may equal x: every thread has read its elements before the reduction's barrier. */
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = vs_rms_apply(xr[i], inv, w[i]);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x)
+    vs_store(yr + i, vs_rms_apply(xr[i], inv, w[i]));
+}
+
+int vs__cuda_rmsnorm_launch(vs_cuda_dev *d, const float *x, const int32_t *idx, int rows,
+                            int dim, const float *w, float eps, float *y, uint16_t *yb) {
+  if (y)
+    vs_k_rmsnorm<float><<<rows, VS_NORM_THREADS, 0, d->stream>>>(x, idx, w, dim, eps, y);
+  else
+    vs_k_rmsnorm<uint16_t><<<rows, VS_NORM_THREADS, 0, d->stream>>>(x, idx, w, dim, eps, yb);
+  return VS_CUDA_LAUNCHED(d, "rmsnorm");
 }
 
 void vs_cuda_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
                      float *y) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (rows <= 0 || dim <= 0 || d->failed || !vs_cuda_enter(d)) return;
-  vs_k_rmsnorm<<<rows, VS_NORM_THREADS, 0, d->stream>>>(x, w, dim, eps, y);
-  VS_CUDA_LAUNCHED(d, "rmsnorm");
+  vs__cuda_rmsnorm_launch(d, x, NULL, rows, dim, w, eps, y, NULL);
 }
 
 /* LayerNorm: one block per row; mean and biased variance in double, two passes (as the

@@ -41,6 +41,12 @@ static vspec_ops vs__cuda_ops_table(void) {
   o.layernorm = vs_cuda_layernorm;
   o.gelu = vs_cuda_gelu;
   o.mul = vs_cuda_mul;
+  o.gather_rows = vs_cuda_gather_rows;
+  o.rmsnorm_rows = vs_cuda_rmsnorm_rows;
+  o.linear_add = vs_cuda_linear_add;
+  o.norm_swiglu = vs_cuda_norm_swiglu;
+  o.norm_qkv_rope = vs_cuda_norm_qkv_rope;
+  o.tree_attention = vs_cuda_tree_attention;
   return o;
 }
 

@@ -1,0 +1,379 @@
+/*
+ * kernels/cuda/cuda_fused.cu - the ABI 1.4 fused ops (include/vspec/ops.h): a transformer
+ * layer's decode step in a handful of launches instead of ~18 (each launch is microseconds
+ * of fixed cost that a step at the memory-bandwidth bound cannot afford).
+ *
+ * Launches per op (fp32 / bf16 up to VS_CUDA_SKINNY_ROWS rows / bf16 above):
+ *   gather_rows    1
+ *   rmsnorm_rows   1 (the rmsnorm kernel reading row idx[i])
+ *   linear_add     1 (cuBLAS, beta = 1) / 1 (few-row kernel, accumulate) / 2 (to bf16, GEMM)
+ *   norm_swiglu    4 (norm, w1, w3, swiglu) / 2 (norm, both weights + SwiGLU in one kernel) /
+ *                  4 (norm written as bf16, w1, w3, swiglu)
+ *   norm_qkv_rope  3 (norm, qkv, one kernel for RoPE and the cache stores) in every path
+ *   tree_attention 1 (every CFG row, query and head; visibility from parents and prefix)
+ * Nothing here uploads, downloads or waits: idx, pos, parents and prefix are device arrays,
+ * and temporaries come from the context's scratch (vs_cuda_scratch: it grows, with a wait,
+ * only when too small, which reserve_scratch at load avoids). Each op enqueues on the
+ * context's stream and records failures as the plain ops do.
+ */
+#include <math.h>
+
+#include "kernels/common/vs_math.h"
+#include "kernels/common/vs_tree_visible.h"
+#include "kernels/cuda/cuda_dev.h"
+
+#define VS_GRID_STRIDE(i, n)                                                   \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (size_t)gridDim.x * blockDim.x)
+
+static inline size_t vs__align16(size_t b) { return (b + 15) & ~(size_t)15; }
+
+/* ---- gather_rows, rmsnorm_rows ------------------------------------------------------------ */
+
+__global__ void vs_k_gather_rows(const float *src, const int32_t *idx, int n, int dim,
+                                 float *dst) {
+  size_t total = (size_t)n * dim;
+  VS_GRID_STRIDE(e, total) {
+    size_t i = e / (size_t)dim, c = e % (size_t)dim;
+    dst[e] = src[(size_t)idx[i] * dim + c];
+  }
+}
+
+void vs_cuda_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, int n, int dim,
+                         float *dst) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (n <= 0 || dim <= 0 || d->failed || !vs_cuda_enter(d)) return;
+  size_t total = (size_t)n * dim;
+  vs_k_gather_rows<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(src, idx, n, dim, dst);
+  VS_CUDA_LAUNCHED(d, "gather_rows");
+}
+
+void vs_cuda_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
+                          const float *w, float eps, float *y) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (n <= 0 || dim <= 0 || d->failed || !vs_cuda_enter(d)) return;
+  vs__cuda_rmsnorm_launch(d, x, idx, n, dim, w, eps, y, NULL);
+}
+
+/* ---- products -------------------------------------------------------------------------------
+ * The path a product takes is vs_cuda_linear's: fp32 cuBLAS, the few-row bf16 kernel, or bf16
+ * activations on tensor cores. A fused op picks it once per weight so that its norm can
+ * write the activations in the form the product reads (bf16 for the tensor cores: the
+ * conversion launch disappears into the norm). */
+enum { VS_PATH_FP32, VS_PATH_SKINNY, VS_PATH_TC };
+
+static int vs__path(int m, const uint16_t *wb) {
+  return !wb ? VS_PATH_FP32 : m <= VS_CUDA_SKINNY_ROWS ? VS_PATH_SKINNY : VS_PATH_TC;
+}
+
+/* Normalised activations: fp32 rows h, or bf16 rows hb on the tensor-core path. */
+typedef struct vs__acts {
+  float *h;
+  uint16_t *hb;
+} vs__acts;
+
+/* Bytes of the normalised activations of m rows of dim on `path`, 16-byte aligned. */
+static size_t vs__acts_bytes(int path, int m, int dim) {
+  return vs__align16((size_t)m * dim * (path == VS_PATH_TC ? sizeof(uint16_t) : sizeof(float)));
+}
+
+/* rmsnorm(x) * norm_w into the activations at `at` (scratch); 1 when launched. */
+static int vs__norm_into(vs_cuda_dev *d, int path, const float *x, int m, int dim,
+                         const float *norm_w, float eps, void *at, vs__acts *a) {
+  a->h = path == VS_PATH_TC ? NULL : (float *)at;
+  a->hb = path == VS_PATH_TC ? (uint16_t *)at : NULL;
+  return vs__cuda_rmsnorm_launch(d, x, NULL, m, dim, norm_w, eps, a->h, a->hb);
+}
+
+/* y = a W^T, or y += a W^T when accumulate; 1 when launched. */
+static int vs__product(vs_cuda_dev *d, int path, const vs__acts *a, int m, int n_in,
+                       const float *w, const uint16_t *wb, int n_out, int accumulate, float *y) {
+  if (path == VS_PATH_SKINNY)
+    return vs__cuda_skinny_bf16(d, a->h, m, n_in, wb, NULL, n_out, NULL,
+                                accumulate ? VS_SKINNY_ADD : VS_SKINNY_STORE, y);
+  if (path == VS_PATH_TC)
+    return vs__cuda_gemm_bf16(d, a->hb, m, n_in, wb, n_out, accumulate ? 1.0f : 0.0f, y);
+  vs_cuda_gemm((vspec_dev *)(void *)d, 0, 1, m, n_out, n_in, 1.0f, a->h, n_in, w, n_in,
+               accumulate ? 1.0f : 0.0f, y, n_out);
+  return !d->failed;
+}
+
+void vs_cuda_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
+                        int n_out, float *y) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  /* n_in = 0: the product is zero and y stays as it is */
+  if (m <= 0 || n_out <= 0 || n_in <= 0 || d->failed || !vs_cuda_enter(d)) return;
+  const uint16_t *wb = vs__cuda_bf16_weight(d, w, n_out, n_in);
+  int path = vs__path(m, wb);
+  vs__acts a = {(float *)x, NULL};
+  if (path == VS_PATH_TC) {
+    size_t nx = (size_t)m * n_in;
+    if (!(a.hb = (uint16_t *)vs_cuda_scratch(d, nx * sizeof(uint16_t))) ||
+        !vs__cuda_to_bf16(d, a.hb, x, nx))
+      return;
+  }
+  vs__product(d, path, &a, m, n_in, w, wb, n_out, 1, y);
+}
+
+__global__ void vs_k_swiglu_pair(float *gate_y, const float *up, size_t n) {
+  VS_GRID_STRIDE(i, n) gate_y[i] = vs_swiglu(gate_y[i], up[i]);
+}
+
+void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
+                         float eps, const float *w1, const float *w3, int hidden, float *y) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (m <= 0 || hidden <= 0 || d->failed || !vs_cuda_enter(d)) return;
+  size_t ny = (size_t)m * hidden;
+  if (dim <= 0) { /* empty rows: both products are zero, and silu(0) * 0 = 0 */
+    vs_cuda_check_rt(d, cudaMemsetAsync(y, 0, ny * sizeof(float), d->stream), "norm_swiglu");
+    return;
+  }
+  const uint16_t *wb1 = vs__cuda_bf16_weight(d, w1, hidden, dim);
+  const uint16_t *wb3 = wb1 ? vs__cuda_bf16_weight(d, w3, hidden, dim) : NULL;
+  if (!wb3) wb1 = NULL; /* both weights take one path */
+  int path = vs__path(m, wb1);
+  size_t hbytes = vs__acts_bytes(path, m, dim);
+  /* the up projection needs its own rows unless the few-row kernel fuses SwiGLU */
+  size_t upbytes = path == VS_PATH_SKINNY ? 0 : ny * sizeof(float);
+  char *s = (char *)vs_cuda_scratch(d, hbytes + upbytes);
+  vs__acts a;
+  if (!s || !vs__norm_into(d, path, x, m, dim, norm_w, eps, s, &a)) return;
+  if (path == VS_PATH_SKINNY) {
+    vs__cuda_skinny_bf16(d, a.h, m, dim, wb1, wb3, hidden, NULL, VS_SKINNY_SWIGLU, y);
+    return;
+  }
+  float *up = (float *)(s + hbytes);
+  if (!vs__product(d, path, &a, m, dim, w1, wb1, hidden, 0, y) ||
+      !vs__product(d, path, &a, m, dim, w3, wb3, hidden, 0, up))
+    return;
+  vs_k_swiglu_pair<<<vs_cuda_grid(ny, 256), 256, 0, d->stream>>>(y, up, ny);
+  VS_CUDA_LAUNCHED(d, "norm_swiglu (swiglu)");
+}
+
+/* ---- norm_qkv_rope ----------------------------------------------------------------------- */
+
+/* One thread per (row, head of q|k|v, pair of channels): q and k pairs rotate as vs_k_rope
+ * does (table row pos[row], pair j uses entries 2j and 2j+1), k and v pairs of row
+ * (CFG row r, node j) go to cache slot first_slot + j as well. An odd head_dim leaves its
+ * last channel unrotated, as rope_apply does. */
+__global__ void vs_k_rope_store(float *qkv, int m, int n, int H, int Hkv, int hd,
+                                const int32_t *pos, const float *table, vspec_kv_cache kv,
+                                int first_slot) {
+  int half = hd / 2, pairs = (hd + 1) / 2, heads = H + 2 * Hkv;
+  size_t total = (size_t)m * heads * pairs, qkv_w = (size_t)heads * hd;
+  VS_GRID_STRIDE(e, total) {
+    int j = (int)(e % (size_t)pairs);
+    size_t rh = e / (size_t)pairs;
+    int hh = (int)(rh % (size_t)heads), row = (int)(rh / (size_t)heads);
+    float *xh = qkv + (size_t)row * qkv_w + (size_t)hh * hd;
+    int c = 2 * j, pair = c + 1 < hd;
+    float y0 = xh[c], y1 = pair ? xh[c + 1] : 0.0f;
+    if (hh < H + Hkv && j < half) { /* q or k: rotate */
+      const float *t = table + (size_t)pos[row] * half * 2;
+      float x0 = y0, x1 = y1;
+      vs_rope_rotate(x0, x1, t[2 * j], t[2 * j + 1], &y0, &y1);
+      xh[c] = y0;
+      xh[c + 1] = y1;
+    }
+    if (hh >= H) { /* k or v: store into the cache */
+      int is_v = hh >= H + Hkv, g = hh - H - (is_v ? Hkv : 0);
+      int r = row / n, node = row % n;
+      float *dst = (is_v ? kv.v : kv.k) +
+                   (((size_t)r * Hkv + g) * kv.slots + (size_t)(first_slot + node)) * hd + c;
+      dst[0] = y0;
+      if (pair) dst[1] = y1;
+    }
+  }
+}
+
+/* The cache's shape as the fused kernels index it; 0 (failure recorded) when it is not. */
+static int vs__kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op) {
+  if (kv && kv->k && kv->v && kv->rows > 0 && kv->n_heads > 0 && kv->kv_heads > 0 &&
+      kv->head_dim > 0 && kv->slots > 0 && kv->n_heads % kv->kv_heads == 0)
+    return 1;
+  vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: %s: bad KV cache shape", d->head.index, op);
+  return 0;
+}
+
+void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
+                           float eps, const float *wqkv, const int32_t *pos,
+                           const float *rope_table, const vspec_kv_cache *kv, int first_slot,
+                           float *qkv) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (n <= 0 || d->failed || !vs_cuda_enter(d) || !vs__kv_ok(d, kv, "norm_qkv_rope")) return;
+  if (first_slot < 0 || first_slot + n > kv->slots || dim <= 0) {
+    vs_cuda_fail(d, VSPEC_ERANGE, "cuda:%d: norm_qkv_rope: %d nodes at slot %d of %d (dim %d)",
+                 d->head.index, n, first_slot, kv->slots, dim);
+    return;
+  }
+  int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
+  int qkv_w = (H + 2 * Hkv) * hd;
+  const uint16_t *wb = vs__cuda_bf16_weight(d, wqkv, qkv_w, dim);
+  int path = vs__path(m, wb);
+  void *s = vs_cuda_scratch(d, vs__acts_bytes(path, m, dim));
+  vs__acts a;
+  if (!s || !vs__norm_into(d, path, x, m, dim, norm_w, eps, s, &a) ||
+      !vs__product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv))
+    return;
+  size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
+  vs_k_rope_store<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(qkv, m, n, H, Hkv, hd, pos,
+                                                                  rope_table, *kv, first_slot);
+  VS_CUDA_LAUNCHED(d, "norm_qkv_rope (rope and cache stores)");
+}
+
+/* ---- tree_attention -------------------------------------------------------------------------
+ * One block per (CFG row r, query i, head h), the math of vs_k_attention (cuda_attention.cu):
+ * scores in shared memory, a stable softmax summed in double, one thread per output channel.
+ * Visibility is vs_tree_mask_row's rule evaluated per slot instead of a byte row: thread 0
+ * marks the query's ancestors (itself included) in a shared bitmap of the pending slots, and
+ * slot s is visible iff (s < committed or its pending node is marked) and (s >= n_prefix or
+ * prefix[s] or s is the query's own slot) - the same rule, with the slots spread over the
+ * block's threads. An invisible slot's weight is exactly 0 and the value pass skips zero
+ * weights, so a slot never written (inf or NaN) contributes nothing; a visible slot whose
+ * weight underflows to 0 is skipped too, which changes nothing for the finite values a
+ * written slot holds. */
+#define VS_TATT_THREADS 128
+/* Dynamic shared memory: the default 48 KiB per block less the kernel's static 384 bytes
+ * (no opt-in attribute needed on any architecture): about 12k slots at head_dim 64. */
+#define VS_TATT_SHARED (48 * 1024 - 512)
+
+__device__ static float vs_tatt_max(float v, float *red) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = red[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
+    red[31] = m;
+  }
+  __syncthreads();
+  float r = red[31];
+  __syncthreads();
+  return r;
+}
+
+__device__ static double vs_tatt_dsum(double v, double *red) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += red[i];
+    red[31] = s;
+  }
+  __syncthreads();
+  double r = red[31];
+  __syncthreads();
+  return r;
+}
+
+/* Marks base + i and its ancestors in anc (bits over pending nodes); the block's threads
+ * must have zeroed it. Parents precede children (vs_kv_tree_add checks it); a parent that
+ * does not is treated as the root so that a bad array cannot loop forever. */
+__device__ static void vs_tatt_ancestors(const vspec_kv_tree_view *t, int i, uint32_t *anc) {
+  if (threadIdx.x == 0)
+    for (int a = t->base + i; a >= 0;) {
+      anc[a >> 5] |= 1u << (a & 31);
+      int p = t->parents[a];
+      a = p < a ? p : -1;
+    }
+  __syncthreads();
+}
+
+__device__ static inline int vs_tatt_visible(const vspec_kv_tree_view *t, const uint32_t *anc,
+                                             int s, int self) {
+  int L = t->committed;
+  if (s >= L && !((anc[(s - L) >> 5] >> ((s - L) & 31)) & 1u)) return 0;
+  return s >= t->n_prefix || t->prefix[s] || s == self;
+}
+
+__global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_kv_tree_view t,
+                                    float scale, float *out) {
+  extern __shared__ float sh[]; /* q [hd], scores [kv_len], ancestor bits [words] */
+  __shared__ float fred[32];
+  __shared__ double dred[32];
+  int H = kv.n_heads, hd = kv.head_dim, n = t.n, kv_len = vs_tree_kv_len(&t);
+  int h = blockIdx.x % H, ri = blockIdx.x / H, i = ri % n, r = ri / n;
+  int g = h / (H / kv.kv_heads), words = (t.base + n + 31) / 32;
+  int self = t.committed + t.base + i;
+  float *q = sh, *sc = sh + hd;
+  uint32_t *anc = (uint32_t *)(sc + kv_len);
+  const float *qh = qkv + (size_t)ri * (H + 2 * kv.kv_heads) * hd + (size_t)h * hd;
+  size_t head = ((size_t)r * kv.kv_heads + g) * kv.slots * hd;
+  const float *kh = kv.k + head, *vh = kv.v + head;
+  float *oh = out + (size_t)ri * H * hd + (size_t)h * hd;
+
+  for (int c = threadIdx.x; c < hd; c += blockDim.x) q[c] = qh[c];
+  for (int w = threadIdx.x; w < words; w += blockDim.x) anc[w] = 0u;
+  __syncthreads();
+  vs_tatt_ancestors(&t, i, anc); /* ends with a barrier: q and anc are ready */
+  float local_max = -INFINITY;
+  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
+    if (!vs_tatt_visible(&t, anc, s, self)) {
+      sc[s] = -INFINITY;
+      continue;
+    }
+    const float *ks = kh + (size_t)s * hd;
+    float dot = 0.0f;
+    for (int c = 0; c < hd; c++) dot += q[c] * ks[c];
+    sc[s] = scale * dot;
+    local_max = fmaxf(local_max, sc[s]);
+  }
+  float mx = vs_tatt_max(local_max, fred);
+  if (mx == -INFINITY) { /* nothing visible (uniform over the block: no barrier skipped) */
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) oh[c] = 0.0f;
+    return;
+  }
+  double local_sum = 0.0;
+  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
+    float e = sc[s] == -INFINITY ? 0.0f : expf(sc[s] - mx);
+    sc[s] = e;
+    local_sum += e;
+  }
+  float fsum = (float)vs_tatt_dsum(local_sum, dred); /* >= 1: the maximum gives exp(0) */
+  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) sc[s] /= fsum;
+  __syncthreads();
+  for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < kv_len; s++)
+      if (sc[s] != 0.0f) acc += sc[s] * vh[(size_t)s * hd + c];
+    oh[c] = acc;
+  }
+}
+
+/* Checks the view against the cache; 0 (failure recorded) when it does not fit. */
+static int vs__tree_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const vspec_kv_tree_view *t,
+                       size_t *shared) {
+  int ok = t && t->n > 0 && t->base >= 0 && t->committed >= 0 && t->parents &&
+           t->n_prefix >= 0 && (t->n_prefix == 0 || t->prefix);
+  if (!ok) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: tree_attention: bad tree view", d->head.index);
+    return 0;
+  }
+  long kv_len = (long)t->committed + t->base + t->n;
+  *shared = ((size_t)kv->head_dim + (size_t)kv_len + (size_t)(t->base + t->n + 31) / 32) * 4;
+  if (kv_len > kv->slots || *shared > VS_TATT_SHARED) {
+    vs_cuda_fail(d, VSPEC_ERANGE,
+                 "cuda:%d: tree_attention over %ld slots (cache of %d, shared memory for %d)",
+                 d->head.index, kv_len, kv->slots,
+                 (int)(VS_TATT_SHARED / 4 - kv->head_dim - (t->base + t->n + 31) / 32));
+    return 0;
+  }
+  return 1;
+}
+
+void vs_cuda_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
+                            const vspec_kv_tree_view *tree, float *out) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  size_t shared = 0;
+  if (d->failed || !vs_cuda_enter(d) || !vs__kv_ok(d, kv, "tree_attention") ||
+      !vs__tree_ok(d, kv, tree, &shared))
+    return;
+  float scale = (float)(1.0 / sqrt((double)kv->head_dim));
+  unsigned blocks = (unsigned)kv->rows * tree->n * kv->n_heads;
+  vs_k_tree_attention<<<blocks, VS_TATT_THREADS, shared, d->stream>>>(qkv, *kv, *tree, scale,
+                                                                      out);
+  VS_CUDA_LAUNCHED(d, "tree_attention");
+}
