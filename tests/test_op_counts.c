@@ -9,12 +9,13 @@
  * - vspecd counts the same at load and `vspec status` reports it per model.
  * - The budget of one LlamaGen forward (core/forward_timing.h, vs_count_forward) on the
  *   micro test model and on random GPTs of 2 to 4 layers, at 1, 2 and 16 nodes with 1 and 2
- *   CFG rows: at most the count below, and exactly one download (the logits). The budget is
- *   today's count (issue 29): one forward issues per layer RMSNorm, QKV, two RoPE, two KV
- *   stores, an attention per CFG row, the output projection, a residual add, RMSNorm, w1, w3,
- *   SwiGLU, w2 and a residual add (12 + 3 x rows with the two stores of each row), two
- *   copies per node and row (embedding and head rows) and two more ops (final norm, head).
- *   Fused ops are to bring it down to 6 per layer plus 3; nothing may raise it unnoticed.
+ *   CFG rows, on the fused ops of ABI 1.4: five ops per layer (norm + QKV + RoPE + KV store,
+ *   tree attention over every CFG row, output projection + residual, norm + w1, w3 +
+ *   SwiGLU, w2 + residual) and three per forward (the embedding gather, the final norm of
+ *   the head rows, the head), whatever the node and row counts; one upload (tokens,
+ *   positions, head rows and tree parents together, exactly those bytes) and one download
+ *   (the logits). Before the fused ops a forward issued (12 + 3 x rows) per layer plus 2 per
+ *   node and row plus 2, with no upload; nothing may raise it unnoticed.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,10 +134,8 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* Today's budget of one forward (see the top of this file). */
-static uint64_t budget(int layers, int nodes, int rows) {
-  return (uint64_t)((12 + 3 * rows) * layers + 2 * rows * nodes + 2);
-}
+/* The budget of one forward (see the top of this file). */
+static uint64_t budget(int layers) { return (uint64_t)(5 * layers + 3); }
 
 static void check_model(world *w, const vs_backend_model *t, int layers, const char *what) {
   static const int nodes[] = {1, 2, 16};
@@ -146,7 +145,7 @@ static void check_model(world *w, const vs_backend_model *t, int layers, const c
       vs_dev_counters c;
       if (vs_count_forward(w->dev, t, rows, nodes[i], &c, err, sizeof err))
         fail_msg("%s: %s", what, err);
-      uint64_t b = budget(layers, nodes[i], rows);
+      uint64_t b = budget(layers);
       printf("  %s, %d node(s), %d row(s): %llu ops (budget %llu), %llu download(s) of %llu "
              "bytes, %llu upload(s)\n", what, nodes[i], rows, (unsigned long long)c.ops,
              (unsigned long long)b, (unsigned long long)c.downloads,
@@ -156,7 +155,9 @@ static void check_model(world *w, const vs_backend_model *t, int layers, const c
       assert_int_equal(c.downloads, 1);
       assert_int_equal(c.download_bytes,
                        (uint64_t)nodes[i] * rows * t->info.vocab * sizeof(float));
-      assert_int_equal(c.uploads, 0);
+      assert_int_equal(c.uploads, 1);
+      /* int32 tokens and positions per row, head rows per node and row, a parent per node */
+      assert_int_equal(c.upload_bytes, (uint64_t)(3 * rows + 1) * nodes[i] * sizeof(int32_t));
       assert_int_equal(c.syncs, 0);
     }
 }

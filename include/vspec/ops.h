@@ -223,7 +223,8 @@ typedef struct vspec_ops {
   /* Attention's input for m = kv->rows x n rows of x, ordered (CFG row, node): qkv[m, qkv_w]
    * = rmsnorm(x) * norm_w times wqkv^T (qkv_w = (n_heads + 2 kv_heads) head_dim: q, then k,
    * then v), q and k rotated by rope_apply with table row pos[i], then the keys and values
-   * of node j of CFG row r stored at cache slot first_slot + j (vspec_kv_cache). */
+   * of node j of CFG row r stored at cache slot first_slot + j (vspec_kv_cache). norm_w NULL:
+   * no norm, x itself is multiplied (EAGLE's first layer has no input norm). */
   void (*norm_qkv_rope)(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
                         float eps, const float *wqkv, const int32_t *pos,
                         const float *rope_table, const vspec_kv_cache *kv, int first_slot,

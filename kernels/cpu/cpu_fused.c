@@ -78,8 +78,12 @@ void vs_cpu_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const 
   int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
   int qkv_w = (H + 2 * Hkv) * hd;
   if (m <= 0) return;
-  float *h = vs_fused_scratch(dev, (size_t)m * dim * sizeof(float));
-  vs_cpu_rmsnorm(dev, x, norm_w, m, dim, eps, h);
+  const float *h = x; /* no norm_w: EAGLE's first layer multiplies x itself */
+  if (norm_w) {
+    float *t = vs_fused_scratch(dev, (size_t)m * dim * sizeof(float));
+    vs_cpu_rmsnorm(dev, x, norm_w, m, dim, eps, t);
+    h = t;
+  }
   vs_cpu_linear(dev, h, m, dim, wqkv, qkv_w, NULL, qkv);
   /* q, then k; v does not rotate */
   vs_cpu_rope_apply(dev, qkv, m, qkv_w, H, hd, pos, rope_table);

@@ -77,11 +77,20 @@ static size_t vs__acts_bytes(int path, int m, int dim) {
   return vs__align16((size_t)m * dim * (path == VS_PATH_TC ? sizeof(uint16_t) : sizeof(float)));
 }
 
-/* rmsnorm(x) * norm_w into the activations at `at` (scratch); 1 when launched. */
+/* rmsnorm(x) * norm_w into the activations at `at` (scratch); 1 when launched. Without
+ * norm_w (EAGLE's first layer) the activations are x itself: nothing runs at fp32 or on the
+ * few-row kernel, the tensor cores get x converted to bf16. */
 static int vs__norm_into(vs_cuda_dev *d, int path, const float *x, int m, int dim,
                          const float *norm_w, float eps, void *at, vs__acts *a) {
   a->h = path == VS_PATH_TC ? NULL : (float *)at;
   a->hb = path == VS_PATH_TC ? (uint16_t *)at : NULL;
+  if (!norm_w) {
+    if (path != VS_PATH_TC) {
+      a->h = (float *)x;
+      return 1;
+    }
+    return vs__cuda_to_bf16(d, a->hb, x, (size_t)m * dim);
+  }
   return vs__cuda_rmsnorm_launch(d, x, NULL, m, dim, norm_w, eps, a->h, a->hb);
 }
 

@@ -55,6 +55,11 @@ struct vspec_session {
   float *cat, *x, *h, *qkv, *att, *ff1, *ff3, *logits; /* [rows * max_nodes, ...] */
   uint8_t *mask;
   int32_t *pos;
+  /* The fused path's inputs (eg_forward_fused), staged on the host and uploaded at once:
+   * features [M, dim] in (row, node) order, then tokens, positions, output rows [M] each and
+   * tree parents [max_nodes]. */
+  int fused;
+  char *stage_host, *stage_dev;
 };
 
 static int eg_meta_num(const vspec_host *H, vspec_tensor_file *f, const char *key, double def,
@@ -263,6 +268,8 @@ static void eg_close(vspec_session *s) {
   float *bufs[] = {s->cat, s->x, s->h, s->qkv, s->att, s->ff1, s->ff3, s->logits};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) s->ops->free(s->dev, bufs[i]);
+  if (s->stage_dev) s->ops->free(s->dev, s->stage_dev);
+  s->host->free(s->stage_host);
   vs_kv_tree_free(&s->kv, s->host);
   s->host->free(s->mask);
   s->host->free(s->pos);
@@ -309,8 +316,12 @@ static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *c
   s->logits = s->ops->alloc(dev, M * (size_t)m->vocab * sizeof(float));
   s->mask = H->calloc((size_t)max_nodes * slots, 1);
   s->pos = H->calloc(M, sizeof(int32_t));
+  size_t stage = M * d * sizeof(float) + (3 * M + (size_t)max_nodes) * sizeof(int32_t);
+  s->stage_host = H->alloc(stage);
+  s->stage_dev = vspec_alloc_uninit(s->ops, dev, stage);
+  s->fused = vspec_has_fused_ops(s->ops);
   if (rc || !s->cat || !s->x || !s->h || !s->qkv || !s->att || !s->ff1 || !s->ff3 ||
-      !s->logits || !s->mask || !s->pos) {
+      !s->logits || !s->mask || !s->pos || !s->stage_host || !s->stage_dev) {
     eg_close(s);
     snprintf(err, errlen, "out of memory for a draft-head session");
     return VSPEC_ENOMEM;
@@ -328,6 +339,61 @@ static int eg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_
   if (out && out->logits) memset(out->logits, 0, (size_t)s->rows * s->m->vocab * sizeof(float));
   if (out && out->features) memset(out->features, 0, (size_t)s->rows * s->m->dim * sizeof(float));
   return VSPEC_OK;
+}
+
+/* The forward on the fused ops of ABI 1.4 (the same numbers on the CPU as the unfused one
+ * below): one upload of the features and integer inputs, 6 ops plus 5 per layer, a download
+ * each of the features and logits asked for. The rows run in (row, node) order, as attention
+ * wants them; a last gather puts them in the ABI's (node, row) order. */
+static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, int base,
+                             vspec_forward_out *out) {
+  const vspec_model *m = s->m;
+  const vspec_ops *ops = s->ops;
+  vspec_dev *dev = s->dev;
+  int n = b->n_nodes, R = s->rows, d = m->dim, L = s->kv.committed, M = R * n;
+  size_t fb = (size_t)M * d * sizeof(float), row = (size_t)d * sizeof(float);
+  float *feat = (float *)(void *)s->stage_host;
+  int32_t *tok = (int32_t *)(void *)(s->stage_host + fb), *pos = tok + M, *outr = pos + M;
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < n; i++) {
+      memcpy(feat + (size_t)(r * n + i) * d, b->features + ((size_t)i * R + r) * d, row);
+      tok[r * n + i] = b->tokens[i];
+      pos[r * n + i] = m->n_cond + L + s->kv.depth[base + i];
+      outr[i * R + r] = r * n + i;
+    }
+  memcpy(outr + M, s->kv.parents, (size_t)(base + n) * sizeof(int32_t));
+  ops->upload(dev, s->stage_dev, s->stage_host, fb + (3 * (size_t)M + base + n) * sizeof(int32_t));
+  const int32_t *dtok = (const int32_t *)(void *)(s->stage_dev + fb);
+  /* concat(E[x], f): the embeddings gathered, then both halves interleaved by row */
+  ops->gather_rows(dev, m->embed, dtok, M, d, s->h);
+  ops->copy3d(dev, s->cat, 2 * row, 0, s->h, row, 0, row, M, 1);
+  ops->copy3d(dev, s->cat + d, 2 * row, 0, s->stage_dev, row, 0, row, M, 1);
+  ops->linear(dev, s->cat, M, 2 * d, m->fc_w, d, m->fc_b, s->x);
+  vspec_kv_tree_view tree = {.n = n, .base = base, .committed = L, .parents = dtok + 3 * M};
+  for (int l = 0; l < m->n_layer; l++) {
+    const eg_layer *W = &m->layers[l];
+    vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
+                         .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0), .rows = R,
+                         .n_heads = m->n_head, .kv_heads = m->n_head, .head_dim = m->head_dim,
+                         .slots = s->kv.slots};
+    /* layer 0 has no input norm (NULL) */
+    ops->norm_qkv_rope(dev, s->x, n, d, W->input_norm, m->norm_eps, W->wqkv, dtok + M, m->rope,
+                       &kv, L + base, s->qkv);
+    ops->tree_attention(dev, s->qkv, &kv, &tree, s->att);
+    ops->linear_add(dev, s->att, M, d, W->wo, d, s->x);
+    ops->norm_swiglu(dev, s->x, M, d, W->post_norm, m->norm_eps, W->gate, W->up, m->ffn, s->ff1);
+    ops->linear_add(dev, s->ff1, M, m->ffn, W->down, d, s->x);
+  }
+  const float *f = s->x;
+  if (R > 1 && ((out && out->features) || (out && out->logits))) {
+    ops->gather_rows(dev, s->x, dtok + 2 * M, M, d, s->h);
+    f = s->h;
+  }
+  if (out && out->features) ops->download(dev, out->features, f, (size_t)M * row);
+  if (out && out->logits) {
+    ops->linear(dev, f, M, d, m->output, m->vocab, NULL, s->logits);
+    ops->download(dev, out->logits, s->logits, (size_t)M * m->vocab * sizeof(float));
+  }
 }
 
 static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
@@ -348,6 +414,10 @@ static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forw
    * RoPE-table offsets), so positions run 0 .. n_image - 1. */
   int base, rc = vs_kv_tree_add(&s->kv, b, m->vocab, m->n_image - 1, &base, err, errlen);
   if (rc) return rc;
+  if (s->fused) {
+    eg_forward_fused(s, b, base, out);
+    return VSPEC_OK;
+  }
   int L = s->kv.committed, M = R * n;
   vs_kv_tree_mask(&s->kv, base, n, NULL, 0, s->mask);
   /* Input: concat(E[x], f) per (row, node); the ABI's features are (node, row) ordered. */

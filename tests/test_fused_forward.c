@@ -1,0 +1,332 @@
+/*
+ * The LlamaGen backend's fused forward (ABI 1.4 fused ops) against its unfused forward, run
+ * side by side through the plugin ABI: the same model loaded twice, once by a host whose
+ * ops table lacks the fused ops. On the CPU the outputs must be bit-identical (the fused
+ * ops are the unfused sequences there); on a GPU (VSPEC_TEST_DEVICE=cuda) they must agree
+ * within the golden tests' tolerance, since a fused kernel may sum in another order.
+ *
+ * Every path of a forward is exercised: the prefill (a chain with the t2i caption rule),
+ * chains, trees with random parents, batches appended to pending nodes, commits that
+ * compact the cache, features and logits, 1 and 2 CFG rows, grouped-query attention. And
+ * a decode step on the fused path must issue 5 ops per layer plus 3 and upload once.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "core/host.h"
+#include "core/models.h"
+#include "core/registry.h"
+#include "core/safetensors.h"
+#include "kernels/vs_kernels.h"
+#include "tests/support/test_device.h"
+
+static vspec_host host, host_unfused;
+static vspec_dev *dev;
+static vs_registry *reg;
+static double tolerance; /* 0 on the CPU: bit-identical */
+
+/* The device's table without the fused ops: what a device that lacks them hands out. */
+static const vspec_ops *ops_unfused(const vspec_dev *d) {
+  static vspec_ops t;
+  t = *vs_dev_ops(d);
+  t.gather_rows = NULL;
+  t.rmsnorm_rows = NULL;
+  t.linear_add = NULL;
+  t.norm_swiglu = NULL;
+  t.norm_qkv_rope = NULL;
+  t.tree_attention = NULL;
+  return &t;
+}
+
+/* One model loaded by both hosts, and a session of each. A draft head (eagle) reads the
+ * target's features with every node: the script makes them up. */
+typedef struct pair {
+  vs_backend_model fused, plain;
+  vspec_session *s[2];
+  int V, d, rows, head;
+  float feat[64 * 2 * 64];
+} pair;
+
+static void pair_load_backend(pair *p, const char *backend, const char *path, const char *params) {
+  char err[VSPEC_ERRLEN];
+  memset(p, 0, sizeof *p);
+  if (vs_backend_model_load(reg, &host, dev, backend, path, params, &p->fused, err, sizeof err) ||
+      vs_backend_model_load(reg, &host_unfused, dev, backend, path, params, &p->plain, err,
+                            sizeof err))
+    fail_msg("%s: %s", path, err);
+  p->V = p->fused.info.vocab;
+  p->d = p->fused.info.feature_dim;
+  p->head = strcmp(backend, "eagle") == 0;
+  assert_true(p->d <= 64);
+}
+
+static void pair_load(pair *p, const char *gpt) {
+  pair_load_backend(p, "llamagen", gpt, "max_nodes=64");
+}
+
+static void pair_open(pair *p, const vspec_session_config *cfg) {
+  char err[VSPEC_ERRLEN];
+  const vs_backend_model *m[2] = {&p->fused, &p->plain};
+  for (int i = 0; i < 2; i++)
+    if (m[i]->vt->session_open(m[i]->model, dev, cfg, &p->s[i], err, sizeof err))
+      fail_msg("session_open: %s", err);
+  p->rows = cfg->rows;
+}
+
+static void pair_close(pair *p) {
+  if (p->s[0]) p->fused.vt->session_close(p->s[0]);
+  if (p->s[1]) p->plain.vt->session_close(p->s[1]);
+  p->s[0] = p->s[1] = NULL;
+}
+
+static void pair_unload(pair *p) {
+  pair_close(p);
+  vs_backend_model_unload(&p->fused);
+  vs_backend_model_unload(&p->plain);
+}
+
+static void expect_same(const char *what, const float *a, const float *b, size_t n) {
+  if (tolerance == 0) {
+    for (size_t i = 0; i < n; i++)
+      if (memcmp(&a[i], &b[i], sizeof *a))
+        fail_msg("%s: element %zu of %zu: fused %.9g, unfused %.9g", what, i, n, a[i], b[i]);
+    return;
+  }
+  double ref = 0, diff = 0;
+  for (size_t i = 0; i < n; i++) {
+    ref = fmax(ref, fabs(b[i]));
+    diff = fmax(diff, fabs((double)a[i] - b[i]));
+  }
+  if (!(diff <= tolerance * ref))
+    fail_msg("%s: max |fused - unfused| %.3g over %.0e x %.3g", what, diff, tolerance, ref);
+}
+
+/* prefill (mode 0) or forward (1) on both sessions; logits and features compared. */
+static void both(pair *p, int mode, vspec_forward_batch *b, const char *what) {
+  int n = mode ? b->n_nodes : 1;
+  if (mode && p->head) { /* made-up target features, [n, rows, d] */
+    static uint32_t x = 1;
+    assert_true((size_t)n * p->rows * p->d <= sizeof p->feat / sizeof p->feat[0]);
+    for (int i = 0; i < n * p->rows * p->d; i++)
+      p->feat[i] = (float)((x = x * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    b->features = p->feat;
+  }
+  size_t nl = (size_t)n * p->rows * p->V, nf = (size_t)n * p->rows * p->d;
+  float *l[2], *f[2];
+  char err[VSPEC_ERRLEN];
+  const vs_backend_model *m[2] = {&p->fused, &p->plain};
+  for (int i = 0; i < 2; i++) {
+    l[i] = malloc(nl * sizeof(float));
+    f[i] = malloc(nf * sizeof(float));
+    assert_non_null(l[i]);
+    assert_non_null(f[i]);
+    vspec_forward_out o = {.struct_size = sizeof o, .logits = l[i], .features = f[i]};
+    int rc = mode ? m[i]->vt->forward(p->s[i], b, &o, err, sizeof err)
+                  : m[i]->vt->prefill(p->s[i], &o, err, sizeof err);
+    if (rc) fail_msg("%s: %s", what, err);
+  }
+  char name[96];
+  snprintf(name, sizeof name, "%s logits", what);
+  expect_same(name, l[0], l[1], nl);
+  snprintf(name, sizeof name, "%s features", what);
+  expect_same(name, f[0], f[1], nf);
+  for (int i = 0; i < 2; i++) free(l[i]), free(f[i]);
+}
+
+static void commit_both(pair *p, const int32_t *path, int n) {
+  char err[VSPEC_ERRLEN];
+  if (p->fused.vt->commit(p->s[0], path, n, err, sizeof err) ||
+      p->plain.vt->commit(p->s[1], path, n, err, sizeof err))
+    fail_msg("commit: %s", err);
+}
+
+static uint32_t lcg(uint32_t *x) { return (*x = *x * 1664525u + 1013904223u) >> 8; }
+
+/* A session's life: prefill, a chain, a tree, a batch appended to it, commits along
+ * paths that move cache slots, single steps. */
+static void script(pair *p, uint32_t seed) {
+  int32_t tok[32], par[32], path[8];
+  uint32_t x = seed;
+  both(p, 0, NULL, "prefill");
+  for (int i = 0; i < 3; i++) tok[i] = (int32_t)(lcg(&x) % (uint32_t)p->V), par[i] = i - 1;
+  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 3, .tokens = tok, .parents = par};
+  both(p, 1, &b, "chain of 3");
+  path[0] = 0, path[1] = 1;
+  commit_both(p, path, 2);
+  b.features = NULL;
+  /* a tree of 9 whose accepted path is 0 -> 2 -> 6: slots move in the commit */
+  for (int i = 0; i < 9; i++) {
+    tok[i] = (int32_t)(lcg(&x) % (uint32_t)p->V);
+    par[i] = i == 0 ? -1 : (int32_t)(lcg(&x) % (uint32_t)i);
+  }
+  par[2] = 0, par[6] = 2;
+  b.n_nodes = 9;
+  b.features = NULL;
+  both(p, 1, &b, "tree of 9");
+  /* three more nodes below the pending tree (append) */
+  int32_t tok2[3], par2[3] = {6, 9, 9};
+  for (int i = 0; i < 3; i++) tok2[i] = (int32_t)(lcg(&x) % (uint32_t)p->V);
+  vspec_forward_batch a = {.struct_size = sizeof a, .n_nodes = 3, .tokens = tok2,
+                           .parents = par2, .append = 1};
+  both(p, 1, &a, "appended 3");
+  path[0] = 0, path[1] = 2, path[2] = 6, path[3] = 9;
+  commit_both(p, path, 4);
+  for (int step = 0; step < 3; step++) {
+    tok[0] = (int32_t)(lcg(&x) % (uint32_t)p->V), par[0] = -1;
+    b.n_nodes = 1;
+    b.features = NULL;
+    both(p, 1, &b, "one-token step");
+    path[0] = 0;
+    commit_both(p, path, 1);
+  }
+}
+
+static void test_c2i_micro(void **state) {
+  (void)state;
+  pair p;
+  pair_load(&p, "tests/golden/micro_c2i/gpt.safetensors");
+  for (int rows = 1; rows <= 2; rows++) {
+    vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 3, .rows = rows,
+                                .max_nodes = 16};
+    pair_open(&p, &cfg);
+    script(&p, 11u + (uint32_t)rows);
+    pair_close(&p);
+  }
+  pair_unload(&p);
+}
+
+/* t2i: the caption's padding slots are hidden from every query but their own (the prefill's
+ * prefix rule on the device). */
+static void test_t2i_micro(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vspec_tensor_file *g;
+  if (vs_st_open("tests/golden/micro_t2i/golden.safetensors", &g, err, sizeof err))
+    fail_msg("%s", err);
+  vspec_tensor cap = {.struct_size = sizeof cap}, mask = {.struct_size = sizeof mask};
+  assert_int_equal(vs_st_find(g, "cond.caption", &cap), 0);
+  assert_int_equal(vs_st_find(g, "cond.mask", &mask), 0);
+  const uint8_t *m = mask.data;
+  int hidden = 0;
+  for (int64_t i = 0; i < mask.numel; i++) hidden += !m[i];
+  assert_true(hidden > 0); /* the golden caption has padding: the rule is exercised */
+  pair p;
+  pair_load(&p, "tests/golden/micro_t2i/gpt.safetensors");
+  vspec_session_config cfg = {.struct_size = sizeof cfg, .rows = 2, .max_nodes = 16,
+                              .caption = cap.data, .caption_mask = mask.data};
+  pair_open(&p, &cfg);
+  script(&p, 5);
+  pair_unload(&p);
+  vs_st_close(g);
+}
+
+/* Grouped-query attention (n_kv_head < n_head) and deeper random GPTs. */
+static void test_random_gqa(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN], path[128];
+  snprintf(path, sizeof path, "/tmp/vspec-fused-%d.safetensors", (int)getpid());
+  /* 3 layers, width 64, 4 query heads of 16 over 2 kv heads, vocab 40, 8x8 grid */
+  if (vs_bench_write_random_gpt(path, 3, 64, 4, 2, 40, 8, 10, 7, err, sizeof err))
+    fail_msg("%s", err);
+  pair p;
+  pair_load(&p, path);
+  unlink(path);
+  vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 9, .rows = 2,
+                              .max_nodes = 32};
+  pair_open(&p, &cfg);
+  script(&p, 99);
+  pair_unload(&p);
+}
+
+/* The EAGLE head: no input norm in layer 0, features in, (node, row) order out. */
+static void test_eagle_head(void **state) {
+  (void)state;
+  pair p;
+  pair_load_backend(&p, "eagle", "tests/golden/micro_eagle/eagle.safetensors",
+                    "target=tests/golden/micro_c2i/gpt.safetensors");
+  for (int rows = 1; rows <= 2; rows++) {
+    vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 0, .rows = rows,
+                                .max_nodes = 16};
+    pair_open(&p, &cfg);
+    script(&p, 3u + (uint32_t)rows);
+    pair_close(&p);
+  }
+  pair_unload(&p);
+}
+
+/* The fused path is the one taken: a one-token CFG step issues 5 ops per layer plus 3 and
+ * one upload (tokens, positions, head rows and parents together); the unfused one more. */
+static void test_fused_path_taken(void **state) {
+  (void)state;
+  pair p;
+  pair_load(&p, "tests/golden/micro_c2i/gpt.safetensors");
+  vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 1, .rows = 2,
+                              .max_nodes = 4};
+  pair_open(&p, &cfg);
+  both(&p, 0, NULL, "prefill");
+  int32_t tok = 5, par = -1;
+  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tok, .parents = &par};
+  float *logits = malloc(sizeof(float) * 2 * (size_t)p.V);
+  uint64_t ops[2], uploads[2];
+  const vs_backend_model *m[2] = {&p.fused, &p.plain};
+  char err[VSPEC_ERRLEN];
+  for (int i = 0; i < 2; i++) {
+    vs_dev_counters c0, c1;
+    vspec_forward_out o = {.struct_size = sizeof o, .logits = logits};
+    vs_dev_counters_get(dev, &c0);
+    assert_int_equal(m[i]->vt->forward(p.s[i], &b, &o, err, sizeof err), 0);
+    vs_dev_counters_get(dev, &c1);
+    vs_dev_counters_sub(&c1, &c0);
+    ops[i] = c1.ops, uploads[i] = c1.uploads;
+  }
+  printf("  micro_c2i one-token CFG step: %llu ops fused, %llu unfused\n",
+         (unsigned long long)ops[0], (unsigned long long)ops[1]);
+  assert_int_equal(ops[0], 5 * 2 + 3); /* two layers */
+  assert_int_equal(uploads[0], 1);
+  assert_true(ops[1] > ops[0]);
+  free(logits);
+  pair_unload(&p);
+}
+
+int main(void) {
+  char err[VSPEC_ERRLEN], dir[1024];
+  const char *b = getenv("VSPEC_BUILD");
+  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
+  vs_host_init(&host, vs_cpu_ops());
+  host_unfused = host;
+  host_unfused.dev_ops = ops_unfused;
+  dev = vt_test_device(2);
+  const char *prec = getenv("VSPEC_TEST_PRECISION");
+  tolerance = strcmp(vt_test_device_name(), "cpu") == 0 ? 0
+              : prec && strcmp(prec, "bf16") == 0   ? 2e-2
+                                                    : 1e-4;
+  printf("device: %s\n", vt_test_device_name());
+  if (!vspec_has_fused_ops(vs_dev_ops(dev))) { /* every device has them (ABI 1.4) */
+    fprintf(stderr, "device '%s' has no fused ops\n", vt_test_device_name());
+    return 1;
+  }
+  if (vs_registry_open(dir, &host, &reg, err, sizeof err)) {
+    fprintf(stderr, "setup: %s\n", err);
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_c2i_micro),
+      cmocka_unit_test(test_t2i_micro),
+      cmocka_unit_test(test_random_gqa),
+      cmocka_unit_test(test_eagle_head),
+      cmocka_unit_test(test_fused_path_taken),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  vs_registry_close(reg);
+  vs_dev_destroy(dev);
+  return rc;
+}
