@@ -64,7 +64,8 @@ int vs_cmd_plugins(int argc, char **argv) {
       }
       printf("]}\n");
     } else {
-      printf("plugins in %s:\n", p->plugin_dir ? p->plugin_dir : "?");
+      if (p->plugin_dir) printf("plugins in %s:\n", p->plugin_dir);
+      else printf("plugins (the directory is shown on the admin endpoint only):\n");
       for (size_t i = 0; i < p->n_plugins; i++) vs__print_plugin(p->plugins[i]);
     }
   } else if (e.ev->body_case == VSPEC__EVENT__BODY_RELOAD) {

@@ -9,7 +9,9 @@ static void usage_status(FILE *f) {
           "\n"
           "Shows the daemon's queue, workers, models (with the names of their classes, what\n"
           "`vspec generate --class N` asks for), loaded plugins with their generations, and\n"
-          "totals since it started.\n"
+          "totals since it started. Asked on the job endpoint (--server) it shows your own\n"
+          "jobs, the daemon's counts and no paths; the admin endpoint (the default, --admin)\n"
+          "shows every job, the model directories and the plugin directory.\n"
           "\n"
           "  --json               one JSON object on stdout\n" VS_NET_OPTIONS_HELP
           "\nExit status: 0, 3 daemon unreachable.\n");
@@ -91,8 +93,9 @@ int vs_cmd_status(int argc, char **argv) {
     printf("{\"node\": ");
     vs__json_str(stdout, s->node);
     printf(", \"queued\": %u, \"queue_capacity\": %u, \"running\": %u, \"clients\": %u, "
-           "\"draining\": %s, \"default_model\": ",
+           "\"draining\": %s, ",
            s->queued, s->queue_capacity, s->running, s->clients, s->draining ? "true" : "false");
+    printf("\"own_jobs_only\": %s, \"default_model\": ", s->own_jobs_only ? "true" : "false");
     vs__json_str(stdout, s->default_model);
     if (s->device) {
       printf(", \"device\": {\"name\": ");
@@ -131,7 +134,8 @@ int vs_cmd_status(int argc, char **argv) {
       printf("%s{\"name\": ", i ? ", " : "");
       vs__json_str(stdout, m->name);
       printf(", \"dir\": ");
-      vs__json_str(stdout, m->dir);
+      if (m->dir) vs__json_str(stdout, m->dir);
+      else printf("null"); /* the job endpoint's answer */
       printf(", \"generation\": %u, \"jobs\": %d, \"retired_alive\": %d, \"loaded\": %s, "
              "\"num_classes\": %u, \"grid_h\": %u, \"grid_w\": %u, \"continuous\": %s",
              m->generation, m->jobs, m->retired_alive, m->has_grid_h ? "true" : "false",
@@ -190,7 +194,12 @@ int vs_cmd_status(int argc, char **argv) {
                (unsigned long long)f->max_length, (unsigned long long)f->pending,
                f->redis ? f->redis : "?");
     }
-    if (s->n_workers) printf("workers:\n");
+    if (s->own_jobs_only)
+      printf("your jobs: %s(the job endpoint shows a client its own jobs and no paths; every "
+             "job and the directories need the admin endpoint, --admin)\n",
+             s->n_workers ? "" : "none running ");
+    else if (s->n_workers)
+      printf("workers:\n");
     for (size_t i = 0; i < s->n_workers; i++) {
       const Vspec__WorkerInfo *w = s->workers[i];
       if (w->job_id)
@@ -206,16 +215,18 @@ int vs_cmd_status(int argc, char **argv) {
       const Vspec__ModelInfo *m = s->models[i];
       if (m->has_grid_h) {
         printf("  %-10s generation %u, %ux%u %stokens, %u classes, draft %s, eagle %s, %d job(s)"
-               "%s  [%s]\n", m->name, m->generation, m->grid_h, m->grid_w,
+               "%s%s%s%s\n", m->name, m->generation, m->grid_h, m->grid_w,
                m->continuous ? "continuous " : "", m->num_classes,
                m->has_draft ? "yes" : "no", m->has_eagle ? "yes" : "no", m->jobs,
-               m->retired_alive ? ", older generation in use" : "", m->dir);
+               m->retired_alive ? ", older generation in use" : "", m->dir ? "  [" : "",
+               m->dir ? m->dir : "", m->dir ? "]" : "");
         vs__print_classes(m);
         if (m->has_step_ops)
           printf("             a forward issues %u ops and %u download(s) per token step, %u ops "
                  "per 16-node verify\n", m->step_ops, m->step_downloads, m->verify16_ops);
       } else {
-        printf("  %-10s not loaded  [%s]\n", m->name, m->dir);
+        printf("  %-10s not loaded%s%s%s\n", m->name, m->dir ? "  [" : "", m->dir ? m->dir : "",
+               m->dir ? "]" : "");
       }
     }
     if (s->n_plugins) printf("plugins:\n");

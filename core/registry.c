@@ -37,6 +37,17 @@ struct vs_plugin {
   struct vs_registry *reg; /* for the retired count; NULL after the registry closed */
 };
 
+/* A build whose init failed and that stayed mapped (it may not be unloaded): the file it was
+ * read from, so that the same build is refused before it is copied and mapped again. */
+typedef struct vs__failed_build {
+  int kind;
+  char name[64];
+  off_t size;
+  struct timespec mtime;
+  uint64_t hash; /* FNV-1a of the content: a rebuild may keep size and mtime */
+  char why[256]; /* the plugin's own message, repeated in the refusal */
+} vs__failed_build;
+
 typedef struct vs__entry {
   int kind;
   char name[64];
@@ -53,6 +64,8 @@ struct vs_registry {
   const vspec_host *host;
   vs__entry *entries;
   int n_entries, cap_entries;
+  vs__failed_build *failed; /* at most one per (kind, name): the last build that failed */
+  int n_failed, cap_failed;
   int refs; /* 1 for the registry itself + 1 per live generation: freed at 0 */
 };
 
@@ -275,9 +288,36 @@ static int vs__open_plugin(const vs_registry *reg, const char *path, int *fd_out
   return VSPEC_OK;
 }
 
+/* FNV-1a, 64 bits: tells one build from another, not a defence (whoever can write the
+ * plugin directory can run code anyway). */
+#define VS__FNV_OFFSET 0xcbf29ce484222325ull
+static uint64_t vs__fnv(uint64_t h, const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* The hash of the whole file `fd`, read with pread (the file offset does not move). */
+static int vs__hash_fd(int fd, uint64_t *hash) {
+  unsigned char buf[1 << 16];
+  uint64_t h = VS__FNV_OFFSET;
+  for (off_t off = 0;;) {
+    ssize_t n = pread(fd, buf, sizeof buf, off);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return VSPEC_EIO;
+    }
+    h = vs__fnv(h, buf, (size_t)n);
+    off += n;
+  }
+  *hash = h;
+  return VSPEC_OK;
+}
+
 /* Copies the open plugin `in` (named `src` in messages) to dst (a fresh file); the copy is
- * what gets dlopen'ed. */
-static int vs__copy_file(int in, const char *src, const char *dst, char *err, size_t errlen) {
+ * what gets dlopen'ed. *hash gets the hash of what was copied. */
+static int vs__copy_file(int in, const char *src, const char *dst, uint64_t *hash, char *err,
+                         size_t errlen) {
   int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
   if (out < 0) {
     snprintf(err, errlen, "%s: cannot create generation copy: %s", dst, strerror(errno));
@@ -285,6 +325,7 @@ static int vs__copy_file(int in, const char *src, const char *dst, char *err, si
   }
   char buf[1 << 16];
   int rc = VSPEC_OK;
+  *hash = VS__FNV_OFFSET;
   for (;;) {
     ssize_t n = read(in, buf, sizeof buf);
     if (n == 0) break;
@@ -293,6 +334,7 @@ static int vs__copy_file(int in, const char *src, const char *dst, char *err, si
       rc = VSPEC_EIO;
       break;
     }
+    *hash = vs__fnv(*hash, (const unsigned char *)buf, (size_t)n);
     for (ssize_t off = 0; off < n;) {
       ssize_t w = write(out, buf + off, (size_t)(n - off));
       if (w < 0) {
@@ -319,7 +361,58 @@ static void vs__registry_unref_locked(vs_registry *reg, int *free_it) {
 static void vs__registry_free(vs_registry *reg) {
   pthread_mutex_destroy(&reg->lock);
   free(reg->entries);
+  free(reg->failed);
   free(reg);
+}
+
+/* ---- builds that failed and stayed mapped ------------------------------------------- */
+
+static vs__failed_build *vs__find_failed(vs_registry *reg, int kind, const char *name) {
+  for (int i = 0; i < reg->n_failed; i++)
+    if (reg->failed[i].kind == kind && !strcmp(reg->failed[i].name, name)) return &reg->failed[i];
+  return NULL;
+}
+
+/* Whether the open plugin file `fd` (stat `st`) is the build of (kind, name) that failed
+ * and stayed mapped: then the refusal is in err. Every attempt maps a fresh copy that is
+ * never unmapped, so retrying an unchanged build only grows the daemon (issue 32, finding 1);
+ * size and mtime are checked first, the content only when they match. */
+static int vs__failed_before(vs_registry *reg, int kind, const char *name, int fd,
+                             const struct stat *st, const char *file, char *err,
+                             size_t errlen) {
+  const vs__failed_build *f = vs__find_failed(reg, kind, name);
+  uint64_t hash;
+  if (!f || f->size != st->st_size || f->mtime.tv_sec != st->st_mtim.tv_sec ||
+      f->mtime.tv_nsec != st->st_mtim.tv_nsec || vs__hash_fd(fd, &hash) || hash != f->hash)
+    return 0;
+  snprintf(err, errlen, "%s: this build failed to initialise before and is unchanged (same "
+           "size, mtime and content): not loaded again, since every failed attempt stays "
+           "mapped; install a fixed build (or touch the file to try this one again). It "
+           "failed with: %s", file, f->why);
+  return 1;
+}
+
+/* Remembers the build that just failed and stayed mapped, in place of an earlier failed
+ * build of the same plugin: the table holds one per plugin file. */
+static void vs__remember_failed(vs_registry *reg, int kind, const char *name,
+                                const struct stat *st, uint64_t hash, const char *why) {
+  vs__failed_build *f = vs__find_failed(reg, kind, name);
+  if (!f) {
+    if (reg->n_failed == reg->cap_failed) {
+      int cap = reg->cap_failed ? 2 * reg->cap_failed : 4;
+      vs__failed_build *nf = realloc(reg->failed, (size_t)cap * sizeof *nf);
+      if (!nf) return; /* not remembered: a retry maps one more copy, nothing worse */
+      reg->failed = nf;
+      reg->cap_failed = cap;
+    }
+    f = &reg->failed[reg->n_failed++];
+  }
+  f->kind = kind;
+  snprintf(f->name, sizeof f->name, "%s", name);
+  f->size = st->st_size;
+  f->mtime = st->st_mtim;
+  f->hash = hash;
+  snprintf(f->why, sizeof f->why, "%s", why);
 }
 
 /* Opens one generation of `file` (a path inside plugin_dir). */
@@ -330,6 +423,10 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
   if (rc) return rc;
   struct stat src;
   if (fstat(in, &src) != 0) memset(&src, 0, sizeof src);
+  if (vs__failed_before(reg, kind, name, in, &src, file, err, errlen)) {
+    close(in);
+    return VSPEC_EPLUGIN;
+  }
   /* dlopen hands back an object already open under the same path without reading the file:
    * every attempt, failed ones included, gets a name never used before, or a fixed build
    * could not be loaded after a failed one that stays open (not MAY_UNLOAD). */
@@ -346,7 +443,8 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
   snprintf(copy, sizeof copy, "%s/g%u.%u-%.60s", dir, generation, ++reg->copies, base);
-  rc = vs__copy_file(in, file, copy, err, errlen);
+  uint64_t hash;
+  rc = vs__copy_file(in, file, copy, &hash, err, errlen);
   close(in);
   if (rc) {
     unlink(copy);
@@ -388,11 +486,14 @@ static int vs__load_generation(vs_registry *reg, const char *file, int kind, con
       /* A failed init may have left state behind (threads, handlers, device code): only
        * close what says it may unload; the rest stays mapped, unused, under its own copy's
        * name, which does not keep a fixed build from loading. */
-      if ((d->flags & VSPEC_PLUGIN_MAY_UNLOAD) && !(d->flags & VSPEC_PLUGIN_HAS_DEVICE_CODE))
+      if ((d->flags & VSPEC_PLUGIN_MAY_UNLOAD) && !(d->flags & VSPEC_PLUGIN_HAS_DEVICE_CODE)) {
         dlclose(h);
-      else
+      } else {
+        vs__remember_failed(reg, kind, name, &src, hash, *perr ? perr : "no message");
         vs_log(VSPEC_LOG_WARN, "registry", "%s: the failed build stays mapped (it may not be "
-               "unloaded); a fixed build can still be loaded", file);
+               "unloaded) and is not loaded again while the file is unchanged; a fixed build "
+               "can still be loaded", file);
+      }
       return VSPEC_EPLUGIN;
     }
   }

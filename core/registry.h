@@ -15,7 +15,9 @@
  * (no group or world write bit); only regular files are opened, a FIFO or device is refused
  * without opening it; a symbolic link is followed, and every directory along the chain
  * must pass the same check. Every load attempt is copied under a name never used before,
- * so a build that failed (and stayed mapped) never shadows a fixed one.
+ * so a build that failed (and stayed mapped) never shadows a fixed one; that failed build is
+ * then refused, without a copy, while its file keeps its size, mtime and content, so retries
+ * (admin reloads, on-demand jobs, SIGHUP) do not map it again and again.
  */
 #ifndef VS_REGISTRY_H
 #define VS_REGISTRY_H

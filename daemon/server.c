@@ -249,7 +249,12 @@ static int vs__setup_socket(vs_server *s, int which, const char *endpoint, int c
   if (admin_file) umask(old_mask);
   if (bound) {
     snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(bind_errno));
-    return VSPEC_EIO;
+    /* An address this host does not have, or an ipc path that cannot exist, is the
+     * configuration's fault (exit 2); a port in use is the moment's (exit 1). */
+    int bad = bind_errno == EINVAL || bind_errno == EPROTONOSUPPORT ||
+              bind_errno == EADDRNOTAVAIL || bind_errno == ENODEV || bind_errno == ENOENT ||
+              bind_errno == ENOTDIR;
+    return bad ? VSPEC_EINVAL : VSPEC_EIO;
   }
   /* An ipc socket file this daemon made: removed at a clean exit (libzmq leaves it). */
   if (!strncmp(endpoint, "ipc://", 6) && endpoint[6] != '@')
@@ -282,8 +287,14 @@ static int vs__endpoints_free(const vs_daemon_config *cfg, char *err, size_t err
   return VSPEC_OK;
 }
 
-int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size_t errlen) {
+/* Whether a failure to use what the configuration names (a directory, a key, a model, a
+ * device) is the configuration's fault: all but the host's own troubles (I/O, memory). */
+static int vs__refusal(int rc) { return rc && rc != VSPEC_EIO && rc != VSPEC_ENOMEM; }
+
+int vs_server_open(const vs_daemon_config *cfg, vs_server **out, int *config_refused, char *err,
+                   size_t errlen) {
   *out = NULL;
+  *config_refused = 0;
   int rc, busy = vs__endpoints_free(cfg, err, errlen);
   if (busy) return busy;
   vs_server *s = calloc(1, sizeof *s);
@@ -309,6 +320,7 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
   char inner[VSPEC_ERRLEN] = "";
   if ((rc = vs_device_open(spec, &dopt, &s->load_dev, inner, sizeof inner))) {
     snprintf(err, errlen, "[device] %s: %s", spec, inner);
+    *config_refused = rc != VSPEC_ENOMEM; /* a device this host cannot open */
     goto fail;
   }
   {
@@ -317,12 +329,19 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
     vs_log(VSPEC_LOG_INFO, "server", "device %s (%s weights)", di.name,
            di.precision == VS_PRECISION_BF16 ? "bf16" : "fp32");
   }
-  if ((rc = vs_registry_open(cfg->plugin_dir, &s->host, &s->reg, err, errlen))) goto fail;
+  /* A plugin directory that is missing or others can write; an unusable TMPDIR is EIO. */
+  if ((rc = vs_registry_open(cfg->plugin_dir, &s->host, &s->reg, err, errlen))) {
+    *config_refused = vs__refusal(rc);
+    goto fail;
+  }
   int bad = vs_registry_scan(s->reg);
   if (bad) vs_log(VSPEC_LOG_WARN, "server", "%d plugin(s) in %s failed to load", bad,
                   cfg->plugin_dir);
-  if ((rc = vs_model_table_open(s->reg, &s->host, s->load_dev, cfg, &s->models, err, errlen)))
+  /* No configured model loads (missing directories, bad manifests or weights). */
+  if ((rc = vs_model_table_open(s->reg, &s->host, s->load_dev, cfg, &s->models, err, errlen))) {
+    *config_refused = rc != VSPEC_ENOMEM;
     goto fail;
+  }
   {
     /* The default model may not exist yet (models/fmnist is trained separately): then jobs
      * that name no model go to the first model that did load. */
@@ -370,14 +389,19 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size
   }
   char secret[41] = "";
   if (cfg->curve) {
-    if ((rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen))) goto fail;
-    /* The handler must be bound before the job socket takes connections. */
-    if ((rc = vs_zap_start(s->zctx, cfg->curve_allow_file, &s->zap, err, errlen))) goto fail;
+    /* The key file and the allow-list: missing, unreadable or malformed are refusals. */
+    if ((rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen)) ||
+        /* The handler must be bound before the job socket takes connections. */
+        (rc = vs_zap_start(s->zctx, cfg->curve_allow_file, &s->zap, err, errlen))) {
+      *config_refused = vs__refusal(rc);
+      goto fail;
+    }
   }
-  if ((rc = vs__setup_socket(s, VS_SOCK_JOB, cfg->endpoint, cfg->curve, secret, err, errlen)))
+  if ((rc = vs__setup_socket(s, VS_SOCK_JOB, cfg->endpoint, cfg->curve, secret, err, errlen)) ||
+      (rc = vs__setup_socket(s, VS_SOCK_ADMIN, cfg->admin_endpoint, 0, NULL, err, errlen))) {
+    *config_refused = rc == VSPEC_EINVAL;
     goto fail;
-  if ((rc = vs__setup_socket(s, VS_SOCK_ADMIN, cfg->admin_endpoint, 0, NULL, err, errlen)))
-    goto fail;
+  }
   if (cfg->fleet_redis[0]) {
     /* The agent is a client of this daemon over inproc (daemon/fleet_agent.h says why). */
     static const char fleet_ep[] = "inproc://vspecd-fleet";

@@ -26,7 +26,12 @@
 typedef struct vs_server vs_server;
 
 /* Loads plugins and models, starts the workers and binds both endpoints. */
-int vs_server_open(const vs_daemon_config *cfg, vs_server **out, char *err, size_t errlen);
+/* On failure *config_refused says whether the configuration is at fault (a plugin directory
+ * missing or writable by others, no model that loads, unreadable CURVE keys or allow-list, a
+ * device or address this host does not have: vspecd exits 2) or the moment is (a port in
+ * use, I/O, memory: exit 1). */
+int vs_server_open(const vs_daemon_config *cfg, vs_server **out, int *config_refused, char *err,
+                   size_t errlen);
 /* Runs until the daemon has drained after SIGTERM/SIGINT (or vs_server_stop). Returns 0 after
  * a clean drain. */
 int vs_server_run(vs_server *s);

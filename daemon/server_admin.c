@@ -17,7 +17,84 @@ static void vs__fill_plugin(Vspec__PluginInfo *pi, const vs_plugin_status *p) {
 
 #define VS_MAX_PLUGINS 128
 
-void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint64_t rid) {
+/* The workers: every one on the admin endpoint; on the job endpoint only those running a job
+ * of the asker, since job ids are how a client cancels or follows a job and the others' are
+ * none of its business (issue 32, finding 6). Fills wi/wip, returns how many. */
+static int vs__status_workers(vs_server *s, int sock, const vs_wire_msg *m,
+                              Vspec__WorkerInfo *wi, Vspec__WorkerInfo **wip, int max) {
+  vs_worker_status ws[256];
+  int nw = vs_workers_status(s->workers, ws, max < 256 ? max : 256), n = 0;
+  for (int i = 0; i < nw; i++) {
+    if (sock != VS_SOCK_ADMIN) {
+      const vs_djob *j = ws[i].job_id ? vs__job_find(s, ws[i].job_id) : NULL;
+      if (!j || !vs__job_owned_by(j, sock, m)) continue;
+    }
+    vspec__worker_info__init(&wi[n]);
+    wi[n].has_index = wi[n].has_job_id = wi[n].has_tokens_done = 1;
+    wi[n].has_tokens_total = wi[n].has_jobs_done = 1;
+    wi[n].index = (uint32_t)i;
+    wi[n].job_id = ws[i].job_id;
+    wi[n].tokens_done = (uint32_t)ws[i].tokens_done;
+    wi[n].tokens_total = (uint32_t)ws[i].tokens_total;
+    wi[n].jobs_done = ws[i].jobs_done;
+    wip[n] = &wi[n];
+    n++;
+  }
+  return n;
+}
+
+/* One model's entry; its directory only for the admin endpoint (paths of the host are not
+ * for job clients). class_names gets an array for the caller to free. */
+static void vs__status_model(vs_server *s, int i, const vs_model_status *ms, int admin,
+                             Vspec__ModelInfo *mi, char *backends[3], char ***class_names) {
+  vspec__model_info__init(mi);
+  mi->name = (char *)ms->name;
+  mi->dir = admin ? (char *)ms->dir : NULL;
+  mi->has_generation = mi->has_jobs = mi->has_retired_alive = 1;
+  mi->generation = ms->generation;
+  mi->jobs = ms->jobs;
+  mi->retired_alive = ms->retired_alive;
+  if (!ms->loaded) return;
+  mi->has_grid_h = mi->has_grid_w = mi->has_num_classes = 1;
+  mi->has_has_draft = mi->has_has_eagle = mi->has_continuous = 1;
+  mi->grid_h = (uint32_t)ms->info.grid_h;
+  mi->grid_w = (uint32_t)ms->info.grid_w;
+  mi->num_classes = (uint32_t)ms->info.num_classes;
+  mi->has_draft = ms->has_draft;
+  mi->has_eagle = ms->has_eagle;
+  mi->continuous = ms->info.token_kind == VSPEC_TOKENS_CONTINUOUS;
+  for (int b = 0; b < ms->n_backends; b++) backends[b] = (char *)ms->backends[b];
+  mi->n_backends = (size_t)ms->n_backends;
+  mi->backends = backends;
+  int nc = 0;
+  *class_names = vs_model_table_class_names(s->models, i, &nc);
+  mi->n_class_names = (size_t)nc;
+  mi->class_names = *class_names;
+  if (ms->costed) {
+    mi->has_step_ops = mi->has_step_downloads = mi->has_verify16_ops = 1;
+    mi->step_ops = (uint32_t)ms->step_cost.ops;
+    mi->step_downloads = (uint32_t)ms->step_cost.downloads;
+    mi->verify16_ops = (uint32_t)ms->verify16_cost.ops;
+  }
+}
+
+static void vs__status_totals(vs_server *s, Vspec__Totals *to) {
+  to->has_submitted = to->has_completed = to->has_failed = to->has_cancelled = 1;
+  to->has_rejected_busy = to->has_clients_lost = to->has_malformed = to->has_tokens = 1;
+  to->has_uptime_s = to->has_preview_bytes = 1;
+  to->submitted = s->totals.submitted;
+  to->completed = s->totals.completed;
+  to->failed = s->totals.failed;
+  to->cancelled = s->totals.cancelled;
+  to->rejected_busy = s->totals.rejected_busy;
+  to->clients_lost = s->totals.clients_lost;
+  to->malformed = s->totals.malformed;
+  to->tokens = s->totals.tokens;
+  to->uptime_s = vs_now() - s->started_at;
+  to->preview_bytes = s->stats.preview_bytes;
+}
+
+void vs__handle_status(vs_server *s, int sock, const vs_wire_msg *m, uint64_t rid) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__StatusReply st = VSPEC__STATUS_REPLY__INIT;
   Vspec__Totals to = VSPEC__TOTALS__INIT;
@@ -28,8 +105,8 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
   Vspec__ModelInfo mi[VS_CONF_MAX_MODELS], *mip[VS_CONF_MAX_MODELS];
   char *backends[VS_CONF_MAX_MODELS][3];
   char **class_names[VS_CONF_MAX_MODELS] = {0};
-  vs_worker_status ws[256];
   Vspec__WorkerInfo wi[256], *wip[256];
+  int admin = sock == VS_SOCK_ADMIN;
   st.node = s->cfg.node;
   st.has_queued = st.has_queue_capacity = st.has_running = st.has_draining = st.has_clients = 1;
   st.queued = (uint32_t)vs_job_queue_waiting(s->queue);
@@ -40,6 +117,8 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
   st.default_model = s->cfg.default_model;
   st.has_node_id = 1;
   st.node_id = s->cfg.node_id;
+  st.has_own_jobs_only = !admin;
+  st.own_jobs_only = !admin;
   Vspec__DeviceInfo dv = VSPEC__DEVICE_INFO__INIT;
   vs_device_info di;
   if (vs_workers_device_info(s->workers, &di) == VSPEC_OK) {
@@ -52,19 +131,7 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
     dv.precision = di.precision == VS_PRECISION_BF16 ? "bf16" : "fp32";
     st.device = &dv;
   }
-  int nw = vs_workers_status(s->workers, ws, 256);
-  for (int i = 0; i < nw; i++) {
-    vspec__worker_info__init(&wi[i]);
-    wi[i].has_index = wi[i].has_job_id = wi[i].has_tokens_done = 1;
-    wi[i].has_tokens_total = wi[i].has_jobs_done = 1;
-    wi[i].index = (uint32_t)i;
-    wi[i].job_id = ws[i].job_id;
-    wi[i].tokens_done = (uint32_t)ws[i].tokens_done;
-    wi[i].tokens_total = (uint32_t)ws[i].tokens_total;
-    wi[i].jobs_done = ws[i].jobs_done;
-    wip[i] = &wi[i];
-  }
-  st.n_workers = (size_t)nw;
+  st.n_workers = (size_t)vs__status_workers(s, sock, m, wi, wip, 256);
   st.workers = wip;
   int np = vs_registry_list(s->reg, ps, VS_MAX_PLUGINS);
   if (np > VS_MAX_PLUGINS) np = VS_MAX_PLUGINS;
@@ -76,54 +143,12 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
   st.plugins = pip;
   int nm = vs_model_table_status(s->models, ms, VS_CONF_MAX_MODELS);
   for (int i = 0; i < nm; i++) {
-    vspec__model_info__init(&mi[i]);
-    mi[i].name = ms[i].name;
-    mi[i].dir = ms[i].dir;
-    mi[i].has_generation = mi[i].has_jobs = mi[i].has_retired_alive = 1;
-    mi[i].generation = ms[i].generation;
-    mi[i].jobs = ms[i].jobs;
-    mi[i].retired_alive = ms[i].retired_alive;
-    if (ms[i].loaded) {
-      mi[i].has_grid_h = mi[i].has_grid_w = mi[i].has_num_classes = 1;
-      mi[i].has_has_draft = mi[i].has_has_eagle = mi[i].has_continuous = 1;
-      mi[i].grid_h = (uint32_t)ms[i].info.grid_h;
-      mi[i].grid_w = (uint32_t)ms[i].info.grid_w;
-      mi[i].num_classes = (uint32_t)ms[i].info.num_classes;
-      mi[i].has_draft = ms[i].has_draft;
-      mi[i].has_eagle = ms[i].has_eagle;
-      mi[i].continuous = ms[i].info.token_kind == VSPEC_TOKENS_CONTINUOUS;
-      for (int b = 0; b < ms[i].n_backends; b++) backends[i][b] = ms[i].backends[b];
-      mi[i].n_backends = (size_t)ms[i].n_backends;
-      mi[i].backends = backends[i];
-      int nc = 0;
-      class_names[i] = vs_model_table_class_names(s->models, i, &nc);
-      mi[i].n_class_names = (size_t)nc;
-      mi[i].class_names = class_names[i];
-      if (ms[i].costed) {
-        mi[i].has_step_ops = mi[i].has_step_downloads = mi[i].has_verify16_ops = 1;
-        mi[i].step_ops = (uint32_t)ms[i].step_cost.ops;
-        mi[i].step_downloads = (uint32_t)ms[i].step_cost.downloads;
-        mi[i].verify16_ops = (uint32_t)ms[i].verify16_cost.ops;
-      }
-    }
+    vs__status_model(s, i, &ms[i], admin, &mi[i], backends[i], &class_names[i]);
     mip[i] = &mi[i];
   }
   st.n_models = (size_t)nm;
   st.models = mip;
-  to.has_submitted = to.has_completed = to.has_failed = to.has_cancelled = 1;
-  to.has_rejected_busy = to.has_clients_lost = to.has_malformed = to.has_tokens = 1;
-  to.has_uptime_s = 1;
-  to.submitted = s->totals.submitted;
-  to.completed = s->totals.completed;
-  to.failed = s->totals.failed;
-  to.cancelled = s->totals.cancelled;
-  to.rejected_busy = s->totals.rejected_busy;
-  to.clients_lost = s->totals.clients_lost;
-  to.malformed = s->totals.malformed;
-  to.tokens = s->totals.tokens;
-  to.uptime_s = vs_now() - s->started_at;
-  to.has_preview_bytes = 1;
-  to.preview_bytes = s->stats.preview_bytes;
+  vs__status_totals(s, &to);
   st.totals = &to;
   Vspec__MethodStats ms_buf[VS_STATS_MAX_METHODS], *ms_ptr[VS_STATS_MAX_METHODS];
   st.n_methods = (size_t)vs_stats_to_proto(&s->stats, ms_buf, ms_ptr, VS_STATS_MAX_METHODS);
@@ -134,7 +159,7 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
     ev.has_request_id = 1;
     ev.request_id = rid;
   }
-  vs__send(s, sock, env, &ev, NULL, 0);
+  vs__send(s, sock, &m->env, &ev, NULL, 0);
   for (int i = 0; i < nm; i++) free(class_names[i]);
 }
 
@@ -153,7 +178,8 @@ void vs__handle_plugins(vs_server *s, int sock, const vs_wire_envelope *env,
   Vspec__PluginsReply pr = VSPEC__PLUGINS_REPLY__INIT;
   pr.n_plugins = (size_t)np;
   pr.plugins = pip;
-  pr.plugin_dir = (char *)vs_registry_dir(s->reg);
+  /* A path of the host: for the admin endpoint only (issue 32, finding 6). */
+  if (sock == VS_SOCK_ADMIN) pr.plugin_dir = (char *)vs_registry_dir(s->reg);
   ev.body_case = VSPEC__EVENT__BODY_PLUGINS;
   ev.plugins = &pr;
   if (rid) {

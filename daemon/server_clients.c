@@ -71,6 +71,14 @@ vs_djob *vs__job_find(vs_server *s, uint64_t id) {
   return NULL;
 }
 
+/* The same socket, whole routing envelope (through a broker, the same client of the broker)
+ * and CURVE key. */
+int vs__job_owned_by(const vs_djob *j, int sock, const vs_wire_msg *m) {
+  const vs_client *c = j->lp.client;
+  return c && c->sock == sock && vs_wire_envelope_equal(&j->lp.env, &m->env) &&
+         !strcmp(c->user_id, m->user_id);
+}
+
 void vs__job_link(vs_server *s, vs_djob *j, vs_client *c, const vs_wire_envelope *env) {
   vs_djob **b = &s->jobs[j->id % VS_BUCKETS];
   j->lp.id_next = *b;

@@ -145,6 +145,8 @@ vs_client *vs__client_find(vs_server *s, int sock, const vs_wire_msg *m);
 uint64_t vs__client_key(int sock, const vs_wire_msg *m);
 void vs__count(vs_server *s, vs_djob *j);
 vs_djob *vs__job_find(vs_server *s, uint64_t id);
+/* Whether the sender of m owns job j (cancel, credit, and its own jobs in a status). */
+int vs__job_owned_by(const vs_djob *j, int sock, const vs_wire_msg *m);
 void vs__job_link(vs_server *s, vs_djob *j, vs_client *c, const vs_wire_envelope *env);
 void vs__job_unlink(vs_server *s, vs_djob *j);
 
@@ -173,7 +175,9 @@ void vs__handle_plugins(vs_server *s, int sock, const vs_wire_envelope *env,
                         uint64_t rid);
 void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *env,
                        const Vspec__Request *r);
-void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint64_t rid);
+/* On the job endpoint the asker's own jobs and aggregate counts, no paths (DESIGN.md,
+ * "Security"); everything on the admin endpoint. */
+void vs__handle_status(vs_server *s, int sock, const vs_wire_msg *m, uint64_t rid);
 void vs__on_sighup(uv_signal_t *h, int signum);
 
 /* server.c */

@@ -91,20 +91,12 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
   vs__start_tick(s);
 }
 
-/* Whether the sender of m owns the job: the same socket, whole routing envelope (through a
- * broker, the same client of the broker) and CURVE key. */
-static int vs__is_owner(const vs_djob *j, int sock, const vs_wire_msg *m) {
-  const vs_client *c = j->lp.client;
-  return c && c->sock == sock && vs_wire_envelope_equal(&j->lp.env, &m->env) &&
-         !strcmp(c->user_id, m->user_id);
-}
-
 static vs_djob *vs__owned_job(vs_server *s, int sock, const vs_wire_msg *m, uint64_t id,
                               int any) {
   vs_djob *j = vs__job_find(s, id);
   if (!j || j->lp.terminal_sent) return NULL;
   if (any) return j;
-  return vs__is_owner(j, sock, m) ? j : NULL;
+  return vs__job_owned_by(j, sock, m) ? j : NULL;
 }
 
 static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_msg *m,
@@ -125,7 +117,7 @@ static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_msg *m,
   char who[40];
   snprintf(who, sizeof who, "job %llu", (unsigned long long)id);
   vs_log(VSPEC_LOG_INFO, who, "cancel requested (%s)", admin ? "admin" : "client");
-  int owner = vs__is_owner(j, sock, m);
+  int owner = vs__job_owned_by(j, sock, m);
   vs_djob_retain(j);
   if (vs_job_queue_remove(s->queue, j)) vs__finish_unstarted(s, j, reason);
   else vs_djob_cancel(j, reason);
@@ -194,7 +186,7 @@ static void vs__on_credit(vs_server *s, int sock, const vs_wire_msg *m, const Vs
 }
 static void vs__on_status(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
                           uint64_t rid) {
-  vs__handle_status(s, sock, &m->env, rid);
+  vs__handle_status(s, sock, m, rid);
 }
 static void vs__on_plugins(vs_server *s, int sock, const vs_wire_msg *m,
                            const Vspec__Request *r, uint64_t rid) {

@@ -50,7 +50,13 @@ static void usage(FILE *f) {
           "  -h, --help               this text\n"
           "      --version            version and plugin ABI\n"
           "\n"
-          "exit status: 0 clean shutdown, 1 runtime failure, 2 bad configuration or usage\n");
+          "exit status:\n"
+          "  0  clean shutdown\n"
+          "  1  runtime failure (a port or socket path in use, I/O, memory)\n"
+          "  2  usage, or a configuration refused: a bad value in the file or the options,\n"
+          "     a plugin directory missing or writable by others, no configured model that\n"
+          "     loads, CURVE key or allow-list unreadable or malformed, a device or an\n"
+          "     address this host does not have (at parsing, --check or start alike)\n");
 }
 
 /* A model directory as `--check` sees it: there, with a manifest that parses, or with the
@@ -201,10 +207,13 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   vs_server *srv;
   vs_sd_notifyf("starting: %d model(s) to load", cfg.n_models);
-  if (vs_server_open(&cfg, &srv, err, sizeof err)) {
+  int refused = 0;
+  if (vs_server_open(&cfg, &srv, &refused, err, sizeof err)) {
     vs_log(VSPEC_LOG_ERROR, "vspecd", "%s", err);
     vs_sd_notifyf("failed: %s", err);
-    return 1;
+    /* Exit 2 for a configuration refused at start, as for one refused while parsing: a
+     * service manager should not restart into the same refusal (RestartPreventExitStatus). */
+    return refused ? 2 : 1;
   }
   vs_log(VSPEC_LOG_INFO, "vspecd", "ready (pid %ld)", (long)getpid());
   /* Type=notify: systemd counts the start done here, when requests are answered. */

@@ -1,17 +1,24 @@
 #include "daemon/zap.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "core/log.h"
+#include "core/log_limit.h"
 #include "daemon/allow_list.h"
 #include "proto/curve_keys.h"
 #include "vspec/types.h"
+
+/* A refused peer retries every 100 ms or so, forever: one line per peer address per
+ * interval, with the count of the refusals in between (issue 32, finding 5). */
+#define VS_ZAP_LOG_INTERVAL_S 10.0
 
 struct vs_zap {
   void *sock;
@@ -19,7 +26,37 @@ struct vs_zap {
   atomic_int stop;
   vs_allow_entry *allow;
   int n;
+  vs_log_limit refusals; /* used by the ZAP thread, then by vs_zap_stop after joining it */
 };
+
+static double vs__mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A refusal of the peer at `addr`, rate-limited; `why` says what was refused. */
+static void vs__log_refusal(vs_zap *z, const char *addr, const char *why) {
+  uint64_t before = 0;
+  const char *peer = *addr ? addr : "a local peer";
+  if (!vs_log_limit_allow(&z->refusals, peer, vs__mono(), &before)) return;
+  if (before)
+    vs_log(VSPEC_LOG_WARN, "zap", "refused a CURVE client from %s: %s (%llu more refusal(s) "
+           "of it not logged in the last %.0f s)", peer, why, (unsigned long long)before,
+           VS_ZAP_LOG_INTERVAL_S);
+  else
+    vs_log(VSPEC_LOG_WARN, "zap", "refused a CURVE client from %s: %s (further refusals of "
+           "it: one line per %.0f s)", peer, why, VS_ZAP_LOG_INTERVAL_S);
+}
+
+/* The counts of peers that went quiet (all of them with now = INFINITY, at stop). */
+static void vs__log_quiet(vs_zap *z, double now) {
+  char peer[64];
+  uint64_t n;
+  while (vs_log_limit_take_quiet(&z->refusals, now, peer, sizeof peer, &n))
+    vs_log(VSPEC_LOG_WARN, "zap", "%llu more refusal(s) of CURVE clients from %s not logged "
+           "one by one", (unsigned long long)n, peer);
+}
 
 static const char *vs__lookup(const vs_zap *z, const uint8_t *key, size_t len) {
   if (len != 32) return NULL;
@@ -32,7 +69,9 @@ static void *vs__zap_main(void *arg) {
   vs_zap *z = arg;
   while (!atomic_load(&z->stop)) {
     zmq_pollitem_t it = {.socket = z->sock, .events = ZMQ_POLLIN};
-    if (zmq_poll(&it, 1, 100) <= 0) continue;
+    int ready = zmq_poll(&it, 1, 100);
+    vs__log_quiet(z, vs__mono());
+    if (ready <= 0) continue;
     /* version, request id, domain, address, identity, mechanism, credentials... */
     zmq_msg_t part[8];
     int n = 0, more = 1;
@@ -52,7 +91,12 @@ static void *vs__zap_main(void *arg) {
       zmq_msg_close(&tmp);
     }
     const char *status = "400", *text = "malformed ZAP request", *user = "";
-    char user_key[41];
+    char user_key[41], addr[64] = "";
+    if (n >= 4) {
+      size_t al = zmq_msg_size(&part[3]);
+      snprintf(addr, sizeof addr, "%.*s", (int)(al < 63 ? al : 63),
+               (const char *)zmq_msg_data(&part[3]));
+    }
     if (n >= 6) {
       size_t mlen = zmq_msg_size(&part[5]);
       const char *mech = zmq_msg_data(&part[5]);
@@ -66,16 +110,12 @@ static void *vs__zap_main(void *arg) {
           user = user_key;
         } else {
           text = "client key not on the allow-list";
-          char addr[64];
-          size_t al = zmq_msg_size(&part[3]);
-          snprintf(addr, sizeof addr, "%.*s", (int)(al < 63 ? al : 63),
-                   (const char *)zmq_msg_data(&part[3]));
-          vs_log(VSPEC_LOG_WARN, "zap", "refused a CURVE client from %s: key not allowed", addr);
         }
       } else {
         text = "only CURVE is accepted";
       }
     }
+    if (strcmp(status, "200")) vs__log_refusal(z, addr, text);
     /* Reply: version, request id (echoed), status code, text, user id, metadata. */
     zmq_send(z->sock, "1.0", 3, ZMQ_SNDMORE);
     if (n >= 2) zmq_send(z->sock, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
@@ -96,6 +136,7 @@ int vs_zap_start(void *zctx, const char *allow_file, vs_zap **out, char *err, si
     return VSPEC_ENOMEM;
   }
   atomic_init(&z->stop, 0);
+  vs_log_limit_init(&z->refusals, VS_ZAP_LOG_INTERVAL_S);
   int rc = vs_allow_list_read(allow_file, &z->allow, &z->n, err, errlen);
   if (rc) goto fail;
   z->sock = zmq_socket(zctx, ZMQ_REP);
@@ -117,6 +158,7 @@ int vs_zap_start(void *zctx, const char *allow_file, vs_zap **out, char *err, si
   return VSPEC_OK;
 fail:
   if (z->sock) zmq_close(z->sock);
+  vs_log_limit_destroy(&z->refusals);
   free(z->allow);
   free(z);
   return rc;
@@ -126,6 +168,8 @@ void vs_zap_stop(vs_zap *z) {
   if (!z) return;
   atomic_store(&z->stop, 1);
   pthread_join(z->thread, NULL);
+  vs__log_quiet(z, INFINITY); /* the counts not said yet */
+  vs_log_limit_destroy(&z->refusals);
   zmq_close(z->sock);
   free(z->allow);
   free(z);

@@ -587,6 +587,107 @@ static void test_cancel(void **state) {
   vs_conn_close(&c);
 }
 
+/* A status or plugins request on `c`: the reply event (caller frees). */
+static void ask(vs_conn *c, Vspec__Request__BodyCase body, vs_conn_event *e) {
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__StatusRequest sr = VSPEC__STATUS_REQUEST__INIT;
+  Vspec__PluginsRequest pr = VSPEC__PLUGINS_REQUEST__INIT;
+  r.body_case = body;
+  if (body == VSPEC__REQUEST__BODY_STATUS) r.status = &sr;
+  else r.plugins = &pr;
+  char err[256];
+  if (vs_conn_call(c, &r, 10000, e, err, sizeof err) != 1) fail_msg("no answer: %s", err);
+}
+
+static int any_model_dir(const Vspec__StatusReply *st) {
+  for (size_t i = 0; i < st->n_models; i++)
+    if (st->models[i]->dir) return 1;
+  return 0;
+}
+
+/* Issue 32, finding 6: the job endpoint's status told any client the other clients' running
+ * job ids, the model directories and (plugins) the plugin directory. Now a client sees its own
+ * jobs and the counts; the admin endpoint sees everything. The CLI says which it got. */
+static void test_status_by_endpoint(void **state) {
+  (void)state;
+  wait_idle();
+  vs_conn a, b, adm;
+  vs_client_open(&a, dm.job_ep);
+  vs_client_open(&b, dm.job_ep);
+  vs_client_open(&adm, dm.admin_ep);
+  uint64_t job = accepted_job(&a, submit_slow(&a, 40, 1, 0, 64, 0));
+  vs_conn_event e;
+  for (;;) { /* running once it reports its first round */
+    vs_client_next(&a, 20000, &e);
+    int p = e.ev->has_job_id && e.ev->job_id == job &&
+            e.ev->body_case == VSPEC__EVENT__BODY_PROGRESS && e.ev->progress->round >= 0;
+    vs_conn_event_free(&e);
+    if (p) break;
+  }
+  /* another client: the counts, no job id, no path */
+  ask(&b, VSPEC__REQUEST__BODY_STATUS, &e);
+  const Vspec__StatusReply *st = e.ev->status;
+  assert_true(st->own_jobs_only);
+  assert_int_equal(st->running, 1);
+  assert_int_equal(st->n_workers, 0);
+  assert_true(st->n_models > 0);
+  assert_false(any_model_dir(st));
+  vs_conn_event_free(&e);
+  ask(&b, VSPEC__REQUEST__BODY_PLUGINS, &e);
+  assert_true(e.ev->plugins->n_plugins > 0);
+  assert_null(e.ev->plugins->plugin_dir);
+  vs_conn_event_free(&e);
+  /* the job's own client: its job */
+  ask(&a, VSPEC__REQUEST__BODY_STATUS, &e);
+  st = e.ev->status;
+  assert_int_equal(st->n_workers, 1);
+  assert_int_equal(st->workers[0]->job_id, job);
+  assert_false(any_model_dir(st));
+  vs_conn_event_free(&e);
+  /* the admin endpoint: everything */
+  ask(&adm, VSPEC__REQUEST__BODY_STATUS, &e);
+  st = e.ev->status;
+  assert_false(st->own_jobs_only);
+  assert_int_equal(st->n_workers, 1);
+  assert_int_equal(st->workers[0]->job_id, job);
+  assert_true(any_model_dir(st));
+  vs_conn_event_free(&e);
+  ask(&adm, VSPEC__REQUEST__BODY_PLUGINS, &e);
+  assert_string_equal(e.ev->plugins->plugin_dir, fx.plugins);
+  vs_conn_event_free(&e);
+  /* the CLI on each */
+  char out[16384], id[32];
+  snprintf(id, sizeof id, "job %llu", (unsigned long long)job);
+  const char *on_job[] = {"status", "--server", dm.job_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", on_job, out, sizeof out), 0);
+  const char *mine = strstr(out, "your jobs:");
+  printf("  vspec status --server: %.*s\n", mine ? (int)strcspn(mine, "\n") : 0, mine ? mine : "");
+  assert_non_null(strstr(out, "your jobs: none running (the job endpoint shows a client its own "
+                              "jobs and no paths; every job and the directories need the admin "
+                              "endpoint, --admin)"));
+  assert_null(strstr(out, id));
+  assert_null(strstr(out, fx.dir));
+  const char *on_admin[] = {"status", "--admin", dm.admin_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", on_admin, out, sizeof out), 0);
+  assert_non_null(strstr(out, "workers:"));
+  assert_non_null(strstr(out, id));
+  assert_non_null(strstr(out, fx.self_model));
+  const char *plugins[] = {"plugins", "list", "--server", dm.job_ep, NULL};
+  assert_int_equal(vs_run_tool("vspec", plugins, out, sizeof out), 0);
+  assert_non_null(strstr(out, "the directory is shown on the admin endpoint only"));
+  assert_null(strstr(out, fx.dir));
+  vs_client_cancel(&a, job);
+  for (int end = 0; !end;) {
+    vs_client_next(&a, 20000, &e);
+    end = e.ev->has_job_id && e.ev->job_id == job &&
+          (e.ev->body_case == VSPEC__EVENT__BODY_ERROR || e.ev->body_case == VSPEC__EVENT__BODY_RESULT);
+    vs_conn_event_free(&e);
+  }
+  vs_conn_close(&adm);
+  vs_conn_close(&b);
+  vs_conn_close(&a);
+}
+
 static void test_deadline(void **state) {
   (void)state;
   wait_idle();
@@ -1221,6 +1322,7 @@ int main(void) {
       cmocka_unit_test(test_previews_in_order),
       cmocka_unit_test(test_credit_bounds_events),
       cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_status_by_endpoint),
       cmocka_unit_test(test_deadline),
       cmocka_unit_test(test_queue_full),
       cmocka_unit_test(test_client_gone_mid_job),

@@ -23,6 +23,7 @@
 
 #include "proto/curve_keys.h"
 #include "tests/support/daemon_harness.h"
+#include "tests/support/proc_mem.h"
 
 typedef struct fixture {
   vs_fixture fx;
@@ -346,6 +347,53 @@ static void test_plugins_on_demand(void **state) {
   submit_testrule(&c, msg, sizeof msg);
   assert_string_equal(msg, "");
   vs_conn_close(&c);
+  stop_ok(d);
+}
+
+/* Issue 32, finding 1: a plugin whose init fails, reloaded by an admin and loaded by jobs
+ * (plugins.on_demand) again and again, mapped a new copy each time (300 reloads: 1500
+ * mappings, RSS +21 MB). An unchanged failed build is refused before it is copied: the
+ * daemon's mappings of it and its resident size stay as after the failure at start. */
+static void test_failed_plugin_retried_flat(void **state) {
+  fixture *f = *state;
+  vs_fixture_install(&f->fx, "testrule_initfail.so", "accept_testrule.so");
+  const char *extra[] = {"--set", "plugins.on_demand=true", NULL};
+  vs_daemon_start(&f->d[0], &f->fx, "initfail", extra);
+  vs_daemon *d = &f->d[0];
+  /* the copies of plugin files are named g<gen>.<n>-<file> */
+  int maps0 = vs_proc_maps_count(d->pid, "-accept_testrule.so");
+  long rss0 = vs_proc_rss_kb(d->pid);
+  assert_true(maps0 > 0); /* the scan at start tried it once */
+  vs_conn adm, c;
+  vs_client_open(&adm, d->admin_ep);
+  vs_client_open(&c, d->job_ep);
+  char err[512], msg[1024] = "";
+  for (int i = 0; i < 150; i++) {
+    Vspec__Request r = VSPEC__REQUEST__INIT;
+    Vspec__ReloadRequest rl = VSPEC__RELOAD_REQUEST__INIT;
+    rl.name = "accept/testrule";
+    r.body_case = VSPEC__REQUEST__BODY_RELOAD;
+    r.reload = &rl;
+    vs_conn_event e;
+    if (vs_conn_call(&adm, &r, 10000, &e, err, sizeof err) != 1) fail_msg("reload: %s", err);
+    assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+    snprintf(msg, sizeof msg, "%s", e.ev->error->message);
+    vs_conn_event_free(&e);
+    uint64_t rid = submit(&c, "self", "testrule", NULL, "standard", NULL, 5), job = 0;
+    vs_client_until_end(&c, rid, &job, 10000, &e);
+    assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_ERROR);
+    assert_non_null(strstr(e.ev->error->message, "is unchanged"));
+    vs_conn_event_free(&e);
+  }
+  int maps1 = vs_proc_maps_count(d->pid, "-accept_testrule.so");
+  long rss1 = vs_proc_rss_kb(d->pid);
+  printf("  150 reloads and 150 on-demand jobs: %d -> %d mappings, RSS %ld -> %ld KiB\n  %s\n",
+         maps0, maps1, rss0, rss1, msg);
+  assert_non_null(strstr(msg, "failed to initialise before and is unchanged"));
+  assert_int_equal(maps1, maps0);
+  assert_true(rss1 - rss0 < 2048);
+  vs_conn_close(&c);
+  vs_conn_close(&adm);
   stop_ok(d);
 }
 
@@ -1379,6 +1427,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sighup_refresh, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plugins_on_demand, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failed_plugin_retried_flat, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_finish, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_drain_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_flood, setup, teardown),

@@ -172,12 +172,14 @@ static void test_server_device(void **state) {
   vs_config_set(&c, "plugins", "dir", plugins, err, sizeof err);
   assert_int_equal(vs_config_set_arg(&c, "device.kind=cuda", err, sizeof err), 0);
   vs_server *s = NULL;
-  int rc = vs_server_open(&c, &s, err, sizeof err);
+  int refused = 0;
+  int rc = vs_server_open(&c, &s, &refused, err, sizeof err);
   if (rc == 0) { /* a GPU is here */
     vs_server_close(s);
     return;
   }
   assert_null(s);
+  assert_true(refused); /* vspecd exits 2: a device this host does not have */
   printf("  vspecd with [device] kind = cuda: %s\n", err);
   assert_non_null(strstr(err, "[device] cuda:0:"));
   assert_true(strstr(err, "no CUDA device") || strstr(err, "no CUDA support") ||

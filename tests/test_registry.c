@@ -1,7 +1,8 @@
 /*
  * Plugin registry: ABI refusal, hot reload with generations, clear load errors, where code
  * may come from (directories and files others can write, FIFOs, symbolic links), loading
- * only what is loaded already, and a fixed build after one whose init failed.
+ * only what is loaded already, a fixed build after one whose init failed, and a failed build
+ * retried: refused while unchanged, so the mappings do not pile up.
  * The test plugins come from tests/plugins/ (built into $VSPEC_BUILD/tests/plugins).
  */
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 #include "core/params.h"
 #include "core/registry.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/proc_mem.h"
 
 static vspec_host host;
 static char built[1024]; /* where the test plugins were built */
@@ -479,6 +481,50 @@ static void test_fixed_build_after_failed_init(void **state) {
   vs_plugin_release(p);
 }
 
+/* Issue 32, finding 1: every attempt at a build whose init fails maps a copy that stays (not
+ * MAY_UNLOAD); 300 reloads made 1500 mappings. An unchanged failed build is now refused before
+ * it is copied: the mappings and the resident size stay as after the first failure. */
+static void test_failed_build_not_mapped_again(void **state) {
+  fixture *f = *state;
+  char err[VSPEC_ERRLEN];
+  vs_plugin *p;
+  install(f, "testrule_initfail.so", "accept_testrule.so");
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  assert_non_null(strstr(err, "fails to initialise on purpose"));
+  /* the copies are named g<gen>.<n>-accept_testrule.so */
+  int maps0 = vs_proc_maps_count(0, "-accept_testrule.so");
+  long rss0 = vs_proc_rss_kb(0);
+  assert_true(maps0 > 0);
+  for (int i = 0; i < 300; i++) {
+    assert_int_equal(vs_registry_reload(f->reg, VSPEC_PLUGIN_ACCEPT, "testrule", err,
+                                        sizeof err), VSPEC_EPLUGIN);
+    assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  }
+  int maps1 = vs_proc_maps_count(0, "-accept_testrule.so");
+  long rss1 = vs_proc_rss_kb(0);
+  printf("  600 attempts: %d -> %d mappings, RSS %ld -> %ld KiB\n  %s\n", maps0, maps1, rss0,
+         rss1, err);
+  assert_int_equal(maps1, maps0);
+  assert_true(rss1 - rss0 < 1024);
+  assert_non_null(strstr(err, "failed to initialise before and is unchanged"));
+  assert_non_null(strstr(err, "fails to initialise on purpose")); /* the first failure's words */
+  /* a new mtime is a new attempt (the way to retry after fixing what init needs), once */
+  char path[600];
+  snprintf(path, sizeof path, "%s/accept_testrule.so", f->dir);
+  struct timespec later[2] = {{0, UTIME_OMIT}, {time(NULL) + 5, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, path, later, 0), 0);
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  assert_null(strstr(err, "is unchanged"));
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), VSPEC_EPLUGIN);
+  assert_non_null(strstr(err, "is unchanged"));
+  assert_true(vs_proc_maps_count(0, "-accept_testrule.so") > maps1);
+  /* and a fixed build loads */
+  install(f, "testrule_v1.so", "accept_testrule.so");
+  assert_int_equal(acquire_rule(f, "testrule", &p, err, sizeof err), 0);
+  assert_float_equal(rule_value(p), 0.1, 1e-12);
+  vs_plugin_release(p);
+}
+
 int main(void) {
   const char *b = getenv("VSPEC_BUILD");
   snprintf(built, sizeof built, "%s/tests/plugins", b ? b : "build");
@@ -500,6 +546,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symlinks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_acquire_loaded_never_loads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fixed_build_after_failed_init, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failed_build_not_mapped_again, setup, teardown),
   };
   /* VSPEC_TEST_FILTER=test_fifo_* runs only the matching tests */
   if (getenv("VSPEC_TEST_FILTER")) cmocka_set_test_filter(getenv("VSPEC_TEST_FILTER"));

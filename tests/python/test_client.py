@@ -218,12 +218,18 @@ class DaemonTest(_Daemon):
                          (8, 8, 10))
         self.assertGreaterEqual(st["totals"]["completed"], 1)
         self.assertIsInstance(st["totals"]["submitted"], int)
-        self.assertEqual(len(st["workers"]), 1)
+        # the job endpoint: this client's own jobs (none running now) and no paths
+        self.assertTrue(st["own_jobs_only"])
+        self.assertEqual(st.get("workers", []), [])
+        self.assertNotIn("dir", model[0])
         names = {(p["kind"], p["name"]) for p in st["plugins"]}
         self.assertIn(("backend", "llamagen"), names)
-        # the admin endpoint answers the same
+        # the admin endpoint answers with every worker and the model directories
         with vspec.Client(self.admin_ep, timeout=10) as admin:
-            self.assertEqual(admin.status()["node"], "pytest")
+            ast = admin.status()
+            self.assertEqual(ast["node"], "pytest")
+            self.assertEqual(len(ast["workers"]), 1)
+            self.assertIn("dir", [m for m in ast["models"] if m["name"] == "fmnist"][0])
 
     def test_errors(self):
         with self.assertRaises(vspec.VspecError) as cm:

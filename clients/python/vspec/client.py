@@ -206,13 +206,15 @@ class Client:
 
     def status(self):
         """The daemon's StatusReply as a dict: node, queued, queue_capacity, running,
-        workers, models, plugins, totals, device, ... (the fields that are set)."""
+        workers, models, plugins, totals, device, ... (the fields that are set). On the job
+        endpoint (own_jobs_only: True) workers lists only this client's running jobs and
+        models carry no dir; the admin endpoint answers with everything."""
         req = pb.Request()
         req.status.SetInParent()
         return _to_dict(self._call(req).event.status)
 
     def plugins(self):
-        """The loaded plugins and the plugin directory, as a dict."""
+        """The loaded plugins and (on the admin endpoint) the plugin directory, as a dict."""
         req = pb.Request()
         req.plugins.SetInParent()
         return _to_dict(self._call(req).event.plugins)
