@@ -19,7 +19,7 @@ cp "$BUILD"/plugins/*.so "$OUT/plugins/"
 chmod go-w "$OUT/plugins" "$OUT"/plugins/*.so
 cp "$BUILD"/tests/plugins/*.so "$OUT/tests/plugins/" 2>/dev/null || true
 cp "$BUILD"/tests/gpu/test_* "$OUT/tests/gpu/"
-for t in test_llamagen_golden test_eagle_golden test_device; do cp "$BUILD/tests/$t" "$OUT/tests/"; done
+for t in test_llamagen_golden test_eagle_golden test_fused_forward test_device; do cp "$BUILD/tests/$t" "$OUT/tests/"; done
 if [ -f "$BUILD/lib/libvspec-cuda.so" ]; then
   cp "$BUILD/lib/libvspec-cuda.so" "$OUT/lib/"
 else

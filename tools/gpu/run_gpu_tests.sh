@@ -34,6 +34,11 @@ for t in test_llamagen_golden test_eagle_golden; do
   run "$t ($DEVICE, fp32)" env VSPEC_TEST_DEVICE="$DEVICE" VSPEC_TEST_PRECISION=fp32 \
     "$BUILD/tests/$t"
 done
+# Whole forwards on the fused ops against the unfused ops, on the GPU (fp32 and bf16).
+for p in fp32 bf16; do
+  run "test_fused_forward ($DEVICE, $p)" env VSPEC_TEST_DEVICE="$DEVICE" \
+    VSPEC_TEST_PRECISION=$p "$BUILD/tests/test_fused_forward"
+done
 
 echo
 if [ $passed -eq 0 ] && [ $failed -eq 0 ]; then
