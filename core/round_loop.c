@@ -293,11 +293,48 @@ static int vs__finish_round(vs_rounds *c, int drafted, int32_t root_index, const
                  : vs_drafter_skip(c->drafter, pf, next, err, errlen);
 }
 
+/* An AR step's draw (a round whose tree is the root alone: every round of `ar`, and the last
+ * of sd): the backend draws on the device where it can (ABI 1.4, vspec_forward_out.sample),
+ * else the host does, from the downloaded logits. The uniform is drawn before the forward,
+ * from the same stream in the same order as the walk would, so both give the same token. */
+typedef struct vs__ar_draw {
+  vspec_sample_spec spec;
+  uint8_t guided;
+  double u;
+  int32_t token;
+} vs__ar_draw;
+
+static void vs__ar_draw_ask(vs_rounds *c, int predicted_index, vs__ar_draw *d,
+                            vspec_forward_out *out) {
+  d->u = c->greedy ? 0.0 : vs_rng_uniform(&c->rng_target);
+  d->token = -1;
+  vs_sample_spec_one(c->s, c->rows, c->V, predicted_index, &d->guided, &d->u, &d->spec);
+  out->sample = &d->spec;
+  out->tokens = &d->token;
+  out->sampled = 0;
+}
+
+/* The token of the step asked for by vs__ar_draw_ask; out's request is withdrawn. */
+static int32_t vs__ar_draw_take(vs_rounds *c, int predicted_index, vs__ar_draw *d,
+                                vspec_forward_out *out) {
+  int sampled = out->sampled;
+  out->sample = NULL;
+  out->tokens = NULL;
+  out->sampled = 0;
+  if (sampled) return d->token;
+  const float *l = c->logits + c->logits_off * c->rows * c->V;
+  vs_node_distribution(&c->sampler, l, c->rows, predicted_index, c->s, c->q);
+  return c->greedy ? vs_argmax_first(c->q, c->V) : vs_draw(c->q, c->V, d->u);
+}
+
 /* Round 0: the target's prefill gives image token 0 (an AR step). */
 static int vs__prefill(vs_rounds *c, vspec_forward_out *out, int32_t *tokens, char *err,
                        size_t errlen) {
   char inner[VSPEC_ERRLEN] = "";
   double t0 = vs_now();
+  vs__ar_draw d;
+  vs__ar_draw_ask(c, 0, &d, out);
+  c->logits_off = 0;
   int rc = c->t->vt->prefill(c->sess, out, inner, sizeof inner);
   if (rc) {
     snprintf(err, errlen, "target prefill: %s", inner);
@@ -313,10 +350,12 @@ static int vs__prefill(vs_rounds *c, vspec_forward_out *out, int32_t *tokens, ch
   mt->target_forwards++;
   mt->rounds++;
   mt->tree_nodes++;
-  vs_node_distribution(&c->sampler, c->logits, c->rows, 0, c->s, c->q);
-  tokens[0] = c->greedy ? vs_argmax_first(c->q, c->V)
-                        : vs_draw(c->q, c->V, vs_rng_uniform(&c->rng_target));
+  tokens[0] = vs__ar_draw_take(c, 0, &d, out);
   mt->accept_s += vs_now() - ts;
+  if (tokens[0] < 0) {
+    snprintf(err, errlen, "the target distribution is empty (all probabilities zero)");
+    return VSPEC_EINVAL;
+  }
   mt->tokens = 1;
   if (c->job->status) c->job->status[0] = VS_TOKEN_TARGET;
   if (out->features) {
@@ -460,6 +499,9 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
     }
 
     double tv = vs_now();
+    vs__ar_draw ar;
+    int ar_step = c.tree.n == 1 && c.n_unv == 0;
+    if (ar_step) vs__ar_draw_ask(&c, root_index + 1, &ar, &out);
     if ((rc = vs__verify_forward(&c, &out, err, errlen))) goto done;
     mt->verify_s += vs_now() - tv;
     mt->target_forwards++;
@@ -470,7 +512,17 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
     int n_path;
     int32_t next;
     double tw = vs_now();
-    if ((rc = vs_verify_walk(&c, root_index, path, &n_path, &next, err, errlen))) goto done;
+    if (ar_step) {
+      path[0] = 0;
+      n_path = 1;
+      if ((next = vs__ar_draw_take(&c, root_index + 1, &ar, &out)) < 0) {
+        snprintf(err, errlen, "the target distribution is empty (all probabilities zero)");
+        rc = VSPEC_EINVAL;
+        goto done;
+      }
+    } else if ((rc = vs_verify_walk(&c, root_index, path, &n_path, &next, err, errlen))) {
+      goto done;
+    }
     mt->accept_s += vs_now() - tw;
     last_skipped = 0;
     if ((rc = vs__finish_round(&c, drafted, root_index, path, n_path, next, tokens, &emitted,

@@ -26,13 +26,23 @@ void vs_node_distribution(vs_sampler *sp, const float *logits, int rows, int pre
                           const vs_sampling *s, float *probs) {
   int vocab = sp->vocab;
   const float *l = logits;
-  int guided = predicted_index == 0 ||
-               !(s->cfg_interval > -1 && predicted_index - 1 > s->cfg_interval);
-  if (rows == 2 && guided) {
+  if (rows == 2 && vs_cfg_guided(s, predicted_index)) {
     vs_host_cfg_combine(logits, logits + vocab, (size_t)vocab, s->cfg_scale, sp->mixed);
     l = sp->mixed;
   }
   vs_host_logits_to_probs(l, vocab, s->temperature, s->top_k, s->top_p, probs, sp->work);
+}
+
+int vs_cfg_guided(const vs_sampling *s, int predicted_index) {
+  return predicted_index == 0 || !(s->cfg_interval > -1 && predicted_index - 1 > s->cfg_interval);
+}
+
+void vs_sample_spec_one(const vs_sampling *s, int rows, int vocab, int predicted_index,
+                        uint8_t *guided, double *u, vspec_sample_spec *spec) {
+  *guided = (uint8_t)vs_cfg_guided(s, predicted_index);
+  *spec = (vspec_sample_spec){.n = 1, .rows = rows, .vocab = vocab, .top_k = s->top_k,
+                              .cfg_scale = s->cfg_scale, .temperature = s->temperature,
+                              .top_p = s->top_p, .guided = guided, .u = u};
 }
 
 int vs_draw(const float *probs, int n, double u) { return vs_host_sample(probs, n, u); }

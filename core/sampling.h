@@ -5,7 +5,8 @@
  * downloads them explicitly, include/vspec/plugin.h vspec_forward_out), and the engine
  * turns them into distributions and tokens here with the host implementations of
  * kernels/host/, which the CPU device's ops share: the same seed gives the same tokens on
- * every device that computes the same logits.
+ * every device that computes the same logits. An AR step may draw on the device instead
+ * (vspec_forward_out.sample, ABI 1.4; vs_sample_spec_one), by the same rules.
  */
 #ifndef VS_SAMPLING_H
 #define VS_SAMPLING_H
@@ -33,6 +34,15 @@ void vs_sampler_free(vs_sampler *s);
  * the same rules. */
 void vs_node_distribution(vs_sampler *sp, const float *logits, int rows, int predicted_index,
                           const vs_sampling *s, float *probs);
+
+/* Whether the prediction of image token `predicted_index` is guided (LlamaGen's
+ * cfg_interval, above): the CFG mix applies only then. */
+int vs_cfg_guided(const vs_sampling *s, int predicted_index);
+/* The spec of one node's draw on the device (vspec_forward_out.sample, ABI 1.4): the same
+ * rules as vs_node_distribution; *guided and *u are the node's (host memory the spec points
+ * to). */
+void vs_sample_spec_one(const vs_sampling *s, int rows, int vocab, int predicted_index,
+                        uint8_t *guided, double *u, vspec_sample_spec *spec);
 
 /* Inverse-CDF draw from probs[n] with uniform u in [0, 1); -1 if nothing has mass. */
 int vs_draw(const float *probs, int n, double u);

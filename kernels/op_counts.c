@@ -194,6 +194,12 @@ static void c_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_ca
   vs__own(dev)->tree_attention(dev, qkv, kv, tree, out);
 }
 
+static void c_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                            int32_t *tokens) {
+  vs__op(dev);
+  vs__own(dev)->sample_tokens(dev, logits, spec, tokens);
+}
+
 /* The counting copy of `own`: every op the device has, counted; the rest as it is. An op the
  * device lacks stays NULL (the copy, then no wrapper): callers test for NULL to fall back to
  * other ops (vspec_has_fused_ops), and a wrapper would call through NULL. A table member
@@ -232,6 +238,7 @@ static void vs__build(vspec_ops *t, const vspec_ops *own) {
   VS__WRAP(norm_swiglu);
   VS__WRAP(norm_qkv_rope);
   VS__WRAP(tree_attention);
+  VS__WRAP(sample_tokens);
 #undef VS__WRAP
 }
 

@@ -22,10 +22,12 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "core/engine.h"
 #include "core/host.h"
 #include "core/models.h"
 #include "core/registry.h"
 #include "core/safetensors.h"
+#include "core/sampling.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/test_device.h"
 
@@ -44,6 +46,7 @@ static const vspec_ops *ops_unfused(const vspec_dev *d) {
   t.norm_swiglu = NULL;
   t.norm_qkv_rope = NULL;
   t.tree_attention = NULL;
+  t.sample_tokens = NULL;
   return &t;
 }
 
@@ -263,6 +266,114 @@ static void test_eagle_head(void **state) {
   pair_unload(&p);
 }
 
+/* The draw on the device (vspec_forward_out.sample): the token the engine's host sampler
+ * draws from the same node's logits, for plain sampling, top-k, top-p, greedy and steps past
+ * cfg_interval; and an AR step then downloads one int32, no logits. On a GPU the logits and
+ * the sums may differ in the last bits, so a rare token at a boundary of the inverse CDF may
+ * differ: at most 2 of the 60 draws. */
+static void test_device_draw(void **state) {
+  (void)state;
+  static const vs_sampling settings[] = {
+      {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 1.5f, .cfg_interval = -1},
+      {.temperature = 0.7f, .top_k = 5, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1},
+      {.temperature = 1.0f, .top_k = 0, .top_p = 0.8f, .cfg_scale = 1.5f, .cfg_interval = -1},
+      {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 1.5f, .cfg_interval = -1},
+      {.temperature = 1.0f, .top_k = 10, .top_p = 0.9f, .cfg_scale = 3.0f, .cfg_interval = 2},
+  };
+  if (!vs_dev_ops(dev)->sample_tokens) { /* the CPU has it: only a GPU build may lack it */
+    printf("  device %s has no sample_tokens\n", vt_test_device_name());
+    assert_string_not_equal(vt_test_device_name(), "cpu");
+    skip();
+  }
+  pair p;
+  pair_load(&p, "tests/golden/micro_c2i/gpt.safetensors");
+  int V = p.V, mismatches = 0, draws = 0;
+  float *logits = malloc(sizeof(float) * 2 * (size_t)V), *probs = malloc(sizeof(float) * V);
+  vs_sampler sp;
+  assert_int_equal(vs_sampler_init(&sp, V), 0);
+  char err[VSPEC_ERRLEN];
+  uint32_t x = 77;
+  for (size_t k = 0; k < sizeof settings / sizeof settings[0]; k++) {
+    const vs_sampling *set = &settings[k];
+    vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = (int)k, .rows = 2,
+                                .max_nodes = 4};
+    pair_open(&p, &cfg);
+    both(&p, 0, NULL, "prefill");
+    for (int step = 0; step < 12; step++, draws++) {
+      int32_t tok = (int32_t)(lcg(&x) % (uint32_t)V), par = -1, got = -7, path0 = 0;
+      vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tok,
+                               .parents = &par};
+      uint8_t guided;
+      double u = (double)lcg(&x) / 16777216.0;
+      vspec_sample_spec spec;
+      vs_sample_spec_one(set, 2, V, step + 1, &guided, &u, &spec);
+      vspec_forward_out drawn = {.struct_size = sizeof drawn, .sample = &spec, .tokens = &got};
+      vspec_forward_out plain = {.struct_size = sizeof plain, .logits = logits};
+      vs_dev_counters c0, c1;
+      vs_dev_counters_get(dev, &c0);
+      assert_int_equal(p.fused.vt->forward(p.s[0], &b, &drawn, err, sizeof err), 0);
+      vs_dev_counters_get(dev, &c1);
+      vs_dev_counters_sub(&c1, &c0);
+      assert_int_equal(drawn.sampled, 1);
+      assert_int_equal(c1.downloads, 1); /* the token, not the logits */
+      assert_int_equal(c1.download_bytes, sizeof(int32_t));
+      assert_int_equal(c1.uploads, 1);
+      assert_int_equal(p.plain.vt->forward(p.s[1], &b, &plain, err, sizeof err), 0);
+      assert_int_equal(plain.sampled, 0); /* the unfused path draws nothing */
+      vs_node_distribution(&sp, logits, 2, step + 1, set, probs);
+      int32_t want = set->temperature > 0.0f ? vs_draw(probs, V, u) : vs_argmax_first(probs, V);
+      if (got != want) {
+        mismatches++;
+        printf("  setting %zu, step %d: device drew %d, the host sampler %d\n", k, step, got,
+               want);
+      }
+      assert_int_equal(p.fused.vt->commit(p.s[0], &path0, 1, err, sizeof err), 0);
+      assert_int_equal(p.plain.vt->commit(p.s[1], &path0, 1, err, sizeof err), 0);
+    }
+    pair_close(&p);
+  }
+  printf("  %d draws on the device, %d unlike the host sampler's\n", draws, mismatches);
+  if (tolerance == 0) assert_int_equal(mismatches, 0);
+  else assert_true(mismatches <= 2);
+  vs_sampler_free(&sp);
+  free(logits);
+  free(probs);
+  pair_unload(&p);
+}
+
+/* Whole jobs through the engine: the same tokens whether the device draws AR steps and runs
+ * the fused forwards or the host does and the ops are unfused (models/fmnist, AR and SD). */
+static void test_engine_same_tokens(void **state) {
+  (void)state;
+  static const char *const methods[] = {
+      "ar", "sd:exact@standard:shape=chain,drafter=model,depth=3",
+      "sd:lantern@standard:shape=dynamic,drafter=head,depth=4,top_k=4,total_tokens=8"};
+  char err[VSPEC_ERRLEN];
+  vs_models *m[2];
+  vspec_host *hosts[2] = {&host, &host_unfused};
+  for (int i = 0; i < 2; i++)
+    if (vs_models_open(reg, hosts[i], dev, "models/fmnist", VS_ROLE_ALL, &m[i], err, sizeof err))
+      fail_msg("%s", err);
+  int N = m[0]->target.info.grid_h * m[0]->target.info.grid_w;
+  int32_t *tok[2] = {malloc(sizeof(int32_t) * N), malloc(sizeof(int32_t) * N)};
+  for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
+    for (int i = 0; i < 2; i++) {
+      vs_job job = {.method = methods[k], .class_label = 7, .seed = 5 + k,
+                    .sampling = m[i]->defaults};
+      if (vs_generate(m[i], dev, &job, tok[i], NULL, err, sizeof err))
+        fail_msg("%s: %s", methods[k], err);
+    }
+    int differ = 0;
+    for (int j = 0; j < N; j++) differ += tok[0][j] != tok[1][j];
+    printf("  %s: %d of %d tokens differ\n", methods[k], differ, N);
+    if (tolerance == 0) assert_int_equal(differ, 0);
+  }
+  free(tok[0]);
+  free(tok[1]);
+  vs_models_close(m[0]);
+  vs_models_close(m[1]);
+}
+
 /* The fused path is the one taken: a one-token CFG step issues 5 ops per layer plus 3 and
  * one upload (tokens, positions, head rows and parents together); the unfused one more. */
 static void test_fused_path_taken(void **state) {
@@ -323,6 +434,8 @@ int main(void) {
       cmocka_unit_test(test_t2i_micro),
       cmocka_unit_test(test_random_gqa),
       cmocka_unit_test(test_eagle_head),
+      cmocka_unit_test(test_device_draw),
+      cmocka_unit_test(test_engine_same_tokens),
       cmocka_unit_test(test_fused_path_taken),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -63,6 +63,21 @@ typedef struct vspec_kv_tree_view {
   const int32_t *parents; /* device [base + n]: pending index of the parent, or -1 */
 } vspec_kv_tree_view;
 
+/* ABI 1.4: how sample_tokens draws one token per node (LlamaGen generate.py sample; the same
+ * rules as the engine's host sampler). */
+typedef struct vspec_sample_spec {
+  int32_t n;             /* nodes: logits [n, rows, vocab], node-major as a forward returns them */
+  int32_t rows;          /* 1, or 2: the conditional row, then the unconditional one */
+  int32_t vocab;
+  int32_t top_k;         /* keep values >= the k-th largest (ties kept); 0 or >= vocab: off */
+  float cfg_scale;       /* rows 2, guided node: uncond + cfg_scale (cond - uncond) */
+  float temperature;     /* logits / max(temperature, 1e-5); <= 0: greedy, the first argmax */
+  float top_p;           /* the smallest descending prefix crossing top_p; >= 1: off */
+  const uint8_t *guided; /* [n]: 0 where a node is not guided (LlamaGen's cfg_interval: the
+                          * conditional row alone); NULL: every node guided */
+  const double *u;       /* [n]: each node's uniform in [0, 1) (not read when greedy) */
+} vspec_sample_spec;
+
 typedef struct vspec_ops {
   uint32_t struct_size; /* sizeof(vspec_ops) as built into the host */
   uint32_t device;      /* vspec_device_kind */
@@ -235,6 +250,14 @@ typedef struct vspec_ops {
    * vspec_kv_tree_view instead of a byte mask. */
   void (*tree_attention)(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
                          const vspec_kv_tree_view *tree, float *out);
+  /* A token per node from its logits on the device, as the engine's host sampler would
+   * draw it: CFG mix, temperature, top-k, top-p, softmax, then the inverse-CDF draw at u[i]
+   * (logits_to_probs, sample; greedy: the first maximum). logits [n, rows, vocab] and
+   * tokens [n] are device memory, as are spec->guided and spec->u (spec itself is host
+   * memory). A node whose distribution has no mass gets -1. An AR step downloads n tokens
+   * instead of n x rows x vocab logits. */
+  void (*sample_tokens)(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                        int32_t *tokens);
 } vspec_ops;
 
 /* Formats for weight_format. */

@@ -246,6 +246,15 @@ typedef struct vspec_forward_out {
   uint32_t struct_size;
   float *logits;   /* [n_nodes, rows, vocab]: logits of the token after each node, per row */
   float *features; /* [n_nodes, rows, feature_dim] */
+  /* ---- ABI 1.4: the draw on the device --------------------------------------------------
+   * Where `sample` is set and the backend can (its device has the ops' sample_tokens), the
+   * backend draws each node's token on the device as spec says (spec->n = n_nodes; here its
+   * guided and u are host arrays, which the backend uploads with its inputs), writes them to
+   * tokens [n_nodes] (host), sets sampled to 1 and leaves logits unwritten. Otherwise
+   * sampled stays 0 and logits are written as always: the caller draws on the host. */
+  const vspec_sample_spec *sample;
+  int32_t *tokens;
+  int32_t sampled;
 } vspec_forward_out;
 
 typedef struct vspec_backend_vtable {

@@ -138,6 +138,8 @@ void vs_cpu_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const 
                           float *qkv);
 void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
                            const vspec_kv_tree_view *tree, float *out);
+void vs_cpu_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                          int32_t *tokens);
 
 /* cpu_conv.c */
 void vs_cpu_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,

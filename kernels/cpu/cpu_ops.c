@@ -53,6 +53,7 @@ static const vspec_ops cpu_ops = {
     .norm_swiglu = vs_cpu_norm_swiglu,
     .norm_qkv_rope = vs_cpu_norm_qkv_rope,
     .tree_attention = vs_cpu_tree_attention,
+    .sample_tokens = vs_cpu_sample_tokens,
 };
 
 const vspec_ops *vs_cpu_ops(void) { return &cpu_ops; }

@@ -26,3 +26,31 @@ int vs_cpu_logits_to_probs(vspec_dev *dev, const float *logits, int n, float tem
 int vs_cpu_sample(vspec_dev *dev, const float *probs, int n, double u) {
   return vs_host_sample(probs, n, u);
 }
+
+/* The engine's host sampler, node by node (core/sampling.c: vs_node_distribution, then
+ * vs_draw or, greedy, the first maximum of the one-hot), so the tokens are those it draws. */
+void vs_cpu_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                          int32_t *tokens) {
+  int V = spec->vocab;
+  if (spec->n <= 0 || V <= 0) return;
+  size_t row = vs_host_align_up((size_t)V * sizeof(float));
+  unsigned char *s = vs_scratch(dev, 2 * row + vs_host_probs_work_bytes(V));
+  float *mixed = (float *)(void *)s, *probs = (float *)(void *)(s + row);
+  void *work = s + 2 * row;
+  for (int i = 0; i < spec->n; i++) {
+    const float *l = logits + (size_t)i * spec->rows * V;
+    if (spec->rows == 2 && (!spec->guided || spec->guided[i])) {
+      vs_host_cfg_combine(l, l + V, (size_t)V, spec->cfg_scale, mixed);
+      l = mixed;
+    }
+    vs_host_logits_to_probs(l, V, spec->temperature, spec->top_k, spec->top_p, probs, work);
+    if (spec->temperature > 0.0f) {
+      tokens[i] = vs_host_sample(probs, V, spec->u[i]);
+      continue;
+    }
+    int best = 0; /* plain comparisons, as the engine's vs_argmax_first */
+    for (int k = 1; k < V; k++)
+      if (probs[k] > probs[best]) best = k;
+    tokens[i] = best;
+  }
+}

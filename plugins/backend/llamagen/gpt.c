@@ -257,8 +257,8 @@ int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev,
   w->logits = vspec_alloc_uninit(ops, dev, rows * g->vocab * f);
   w->pos = H->calloc(rows, sizeof(int32_t));
   w->tok = H->calloc(rows, sizeof(int32_t));
-  w->idx_host = H->calloc(4 * rows, sizeof(int32_t));
-  w->idx_dev = vspec_alloc_uninit(ops, dev, 4 * rows * sizeof(int32_t));
+  w->idx_host = H->calloc(LG_IDX_INTS(rows), sizeof(int32_t));
+  w->idx_dev = vspec_alloc_uninit(ops, dev, LG_IDX_INTS(rows) * sizeof(int32_t));
   w->rows = rows;
   return w->x && w->h && w->qkv && w->att && w->ff1 && w->ff3 && w->logits && w->pos &&
                  w->tok && w->idx_host && w->idx_dev

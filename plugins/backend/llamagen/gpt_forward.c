@@ -100,15 +100,27 @@ static void lg__unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *o
 
 /* ---- the fused path ---------------------------------------------------------------------- */
 
-/* Device copies of a fused forward's integer inputs, from one upload. */
+/* Device copies of a fused forward's inputs, from one upload: the integers, and for a draw
+ * on the device its spec (device arrays) and where its tokens land. */
 typedef struct lg_idx {
   const int32_t *tok, *pos, *head, *parents;
+  vspec_sample_spec spec;
+  int32_t *tokens; /* NULL: no draw on the device */
 } lg_idx;
 
+/* Whether this forward draws its tokens on the device (vspec_forward_out.sample). */
+static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) {
+  return out && VSPEC_HAS_FIELD(out, vspec_forward_out, sampled) && out->sample &&
+         out->tokens && out->sample->n == n && VSPEC_HAS_FIELD(ops, vspec_ops, sample_tokens) &&
+         ops->sample_tokens;
+}
+
 /* Uploads w->tok and w->pos of M rows, the head rows of `seg` (in the order of
- * lg__head_rows) and n_parents tree parents: one transfer (w->idx_* hold 4 x w->rows). */
+ * lg__head_rows), n_parents tree parents and, with `draw`, its uniforms and guidance flags:
+ * one transfer (w->idx_* hold LG_IDX_INTS(w->rows)). */
 static lg_idx lg__idx_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, int M,
-                             const lg_seg *seg, const int32_t *parents, int n_parents) {
+                             const lg_seg *seg, const int32_t *parents, int n_parents,
+                             const vspec_sample_spec *draw) {
   int32_t *h = w->idx_host, k = 0;
   memcpy(h, w->tok, (size_t)M * sizeof *h);
   memcpy(h + M, w->pos, (size_t)M * sizeof *h);
@@ -118,9 +130,23 @@ static lg_idx lg__idx_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, i
       head[k++] = seg->row0 + r * seg->n + seg->head_first + j;
   /* memmove: the prefill stages its chain of parents past the head rows in this array */
   memmove(head + k, parents, (size_t)n_parents * sizeof *h);
-  ops->upload(dev, w->idx_dev, h, (size_t)(2 * M + k + n_parents) * sizeof *h);
-  return (lg_idx){.tok = w->idx_dev, .pos = w->idx_dev + M, .head = w->idx_dev + 2 * M,
-                  .parents = w->idx_dev + 2 * M + k};
+  size_t end = (size_t)(2 * M + k + n_parents);
+  lg_idx idx = {.tok = w->idx_dev, .pos = w->idx_dev + M, .head = w->idx_dev + 2 * M,
+                .parents = w->idx_dev + 2 * M + k};
+  if (draw) { /* doubles 8-byte aligned, then a byte per node, then the tokens' room */
+    size_t at_u = (end + 1) & ~(size_t)1, n = (size_t)draw->n;
+    size_t at_g = at_u + 2 * n, at_t = at_g + (n + 3) / 4;
+    memcpy(h + at_u, draw->u, n * sizeof(double));
+    memset(h + at_g, 1, (n + 3) / 4 * sizeof *h);
+    if (draw->guided) memcpy(h + at_g, draw->guided, n);
+    end = at_g + (n + 3) / 4;
+    idx.spec = *draw;
+    idx.spec.u = (const double *)(const void *)(w->idx_dev + at_u);
+    idx.spec.guided = (const uint8_t *)(const void *)(w->idx_dev + at_g);
+    idx.tokens = w->idx_dev + at_t;
+  }
+  ops->upload(dev, w->idx_dev, h, end * sizeof *h);
+  return idx;
 }
 
 /* All layers over one session's segment, embeddings in w->x: five ops per layer. */
@@ -179,7 +205,10 @@ static void lg__forward_fused(vspec_session *s, const lg_seg *seg, const int32_t
   const vspec_ops *ops = s->ops;
   lg_work *w = &s->w;
   int M = s->rows * seg->n, n_parents = seg->first_slot - s->kv.committed + seg->n;
-  lg_idx idx = lg__idx_upload(ops, s->dev, w, M, seg, parents, n_parents);
+  vspec_forward_out *out = seg->out;
+  int draw = lg__draws(ops, out, seg->head_count);
+  lg_idx idx = lg__idx_upload(ops, s->dev, w, M, seg, parents, n_parents,
+                              draw ? out->sample : NULL);
   if (with_tokens) ops->gather_rows(s->dev, g->tok_embeddings, idx.tok, M, g->dim, w->x);
   /* Caption slots are visible only where the caption is valid (generate.py, emb_masks). */
   vspec_kv_tree_view tree = {.n = seg->n, .base = n_parents - seg->n,
@@ -189,7 +218,17 @@ static void lg__forward_fused(vspec_session *s, const lg_seg *seg, const int32_t
   lg__run_layers_fused(g, ops, s->dev, w, seg, idx.pos, &tree);
   int rows = seg->head_count * s->rows;
   ops->rmsnorm_rows(s->dev, w->x, idx.head, rows, g->dim, g->norm, g->norm_eps, w->h);
-  lg__head_out(g, ops, s->dev, w, seg, 1, rows);
+  if (!draw) {
+    lg__head_out(g, ops, s->dev, w, seg, 1, rows);
+    return;
+  }
+  /* the draw on the device: n tokens come back instead of the logits */
+  if (out->features)
+    ops->download(s->dev, out->features, w->h, (size_t)rows * g->dim * sizeof(float));
+  ops->linear(s->dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
+  ops->sample_tokens(s->dev, w->logits, &idx.spec, idx.tokens);
+  ops->download(s->dev, out->tokens, idx.tokens, (size_t)seg->head_count * sizeof(int32_t));
+  out->sampled = 1;
 }
 
 /* ---- the backend entry points ------------------------------------------------------------ */
