@@ -314,6 +314,54 @@ static int vs__send_side_events(vs_server *s, vs_djob *j) {
 
 /* ---- progress and previews ------------------------------------------------------------------ */
 
+/* Sends the worker's newest preview, if one waits. A preview that cannot go now waits for the
+ * next pump, unless the job has finished (`final`): then the result is what matters. */
+static void vs__send_preview(vs_server *s, vs_djob *j, int final) {
+  pthread_mutex_lock(&j->mu);
+  uint8_t *png = j->sh.preview_png;
+  size_t len = j->sh.preview_len;
+  int64_t round = j->sh.preview_round;
+  int tokens = j->sh.preview_tokens, w = j->sh.preview_w, h = j->sh.preview_h;
+  j->sh.preview_png = NULL;
+  pthread_mutex_unlock(&j->mu);
+  if (png) {
+    Vspec__Event ev = VSPEC__EVENT__INIT;
+    Vspec__Preview p = VSPEC__PREVIEW__INIT;
+    p.has_kind = p.has_round = p.has_tokens_done = p.has_tokens_total = 1;
+    p.has_width = p.has_height = 1;
+    p.kind = j->preview_kind;
+    p.round = round;
+    p.tokens_done = (uint32_t)tokens;
+    p.tokens_total = (uint32_t)j->tokens_total;
+    p.width = (uint32_t)w;
+    p.height = (uint32_t)h;
+    ev.body_case = VSPEC__EVENT__BODY_PREVIEW;
+    ev.preview = &p;
+    vs_wire_blob b = {.kind = VSPEC__BLOB_KIND__BLOB_PNG, .data = png, .size = len};
+    int rc = vs__job_send(s, j, &ev, &b, 1);
+    if (rc == 0) {
+      j->lp.credit--;
+      vs_stats_preview_sent(&s->stats, len);
+      free(png);
+    } else if (final) {
+      free(png);
+    } else {
+      /* Put it back unless the worker has a newer one already. */
+      pthread_mutex_lock(&j->mu);
+      if (!j->sh.preview_png) {
+        j->sh.preview_png = png;
+        png = NULL;
+      }
+      pthread_mutex_unlock(&j->mu);
+      free(png);
+      if (rc == -EAGAIN) {
+        j->lp.retry = 1;
+        vs__start_tick(s);
+      }
+    }
+  }
+}
+
 /* Sends what the job's client can take now: the token-map delta since the last progress
  * event and the newest preview, each costing one credit; or the terminal event. */
 void vs__pump(vs_server *s, vs_djob *j) {
@@ -448,53 +496,10 @@ void vs__pump(vs_server *s, vs_djob *j) {
     free(stv);
   }
 
-  if (finished) {
-    vs__finish(s, j);
-    return;
-  }
-  if (j->lp.credit > 0 && !c->gone) {
-    pthread_mutex_lock(&j->mu);
-    uint8_t *png = j->sh.preview_png;
-    size_t len = j->sh.preview_len;
-    int64_t round = j->sh.preview_round;
-    int tokens = j->sh.preview_tokens, w = j->sh.preview_w, h = j->sh.preview_h;
-    j->sh.preview_png = NULL;
-    pthread_mutex_unlock(&j->mu);
-    if (png) {
-      Vspec__Event ev = VSPEC__EVENT__INIT;
-      Vspec__Preview p = VSPEC__PREVIEW__INIT;
-      p.has_kind = p.has_round = p.has_tokens_done = p.has_tokens_total = 1;
-      p.has_width = p.has_height = 1;
-      p.kind = j->preview_kind;
-      p.round = round;
-      p.tokens_done = (uint32_t)tokens;
-      p.tokens_total = (uint32_t)j->tokens_total;
-      p.width = (uint32_t)w;
-      p.height = (uint32_t)h;
-      ev.body_case = VSPEC__EVENT__BODY_PREVIEW;
-      ev.preview = &p;
-      vs_wire_blob b = {.kind = VSPEC__BLOB_KIND__BLOB_PNG, .data = png, .size = len};
-      int rc = vs__job_send(s, j, &ev, &b, 1);
-      if (rc == 0) {
-        j->lp.credit--;
-        vs_stats_preview_sent(&s->stats, len);
-        free(png);
-      } else {
-        /* Put it back unless the worker has a newer one already. */
-        pthread_mutex_lock(&j->mu);
-        if (!j->sh.preview_png) {
-          j->sh.preview_png = png;
-          png = NULL;
-        }
-        pthread_mutex_unlock(&j->mu);
-        free(png);
-        if (rc == -EAGAIN) {
-          j->lp.retry = 1;
-          vs__start_tick(s);
-        }
-      }
-    }
-  }
+  /* A preview rendered before the job ended still goes out, ahead of the result: a fast
+   * job would otherwise end before the loop took any. */
+  if (j->lp.credit > 0 && !c->gone) vs__send_preview(s, j, finished);
+  if (finished) vs__finish(s, j);
 }
 
 /* Deals with clients found gone: waiting jobs are dropped, running ones cancelled (the worker

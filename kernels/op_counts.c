@@ -181,11 +181,11 @@ static void c_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const 
 
 static void c_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
                             float eps, const float *wqkv, const int32_t *pos,
-                            const float *rope_table, const vspec_kv_cache *kv, int first_slot,
-                            float *qkv) {
+                            const float *rope_table, const vspec_kv_cache *kv,
+                            const int32_t *slots, float *qkv) {
   vs__op(dev);
-  vs__own(dev)->norm_qkv_rope(dev, x, n, dim, norm_w, eps, wqkv, pos, rope_table, kv,
-                              first_slot, qkv);
+  vs__own(dev)->norm_qkv_rope(dev, x, n, dim, norm_w, eps, wqkv, pos, rope_table, kv, slots,
+                              qkv);
 }
 
 static void c_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,

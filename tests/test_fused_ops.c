@@ -58,8 +58,8 @@ static void random_tree(vspec_rng *rng, int count, int32_t *parents, int32_t *de
 
 /* vspec_kv_tree_view's rule word for word (include/vspec/ops.h). */
 static int ref_visible(const vspec_kv_tree_view *t, int i, int s) {
-  int L = t->committed, self = L + t->base + i, seen = s < L;
-  for (int a = t->base + i; !seen && a >= 0; a = t->parents[a]) seen = s - L == a;
+  int L = t->lens[0], base = t->lens[1], self = L + base + i, seen = s < L;
+  for (int a = base + i; !seen && a >= 0; a = t->parents[a]) seen = s - L == a;
   return seen && (s >= t->n_prefix || t->prefix[s] || s == self);
 }
 
@@ -68,8 +68,9 @@ static void check_rule(vspec_rng *rng, int committed, int base, int n, int n_pre
   uint8_t prefix[128], row[128], want[64 * 128];
   random_tree(rng, base + n, parents, depth);
   for (int s = 0; s < n_prefix; s++) prefix[s] = (uint8_t)(rand_int(rng, 3) != 0);
-  vspec_kv_tree_view t = {.n = n, .base = base, .committed = committed, .n_prefix = n_prefix,
-                          .prefix = n_prefix ? prefix : NULL, .parents = parents};
+  int32_t lens[2] = {committed, base};
+  vspec_kv_tree_view t = {.n = n, .n_prefix = n_prefix, .lens = lens, .parents = parents,
+                          .prefix = n_prefix ? prefix : NULL};
   int kv = vs_tree_kv_len(&t);
   if (n_prefix <= committed) { /* the backends' mask covers the prefix of committed slots */
     vs_kv_tree tree = {.committed = committed, .parents = parents};
@@ -107,7 +108,9 @@ static void test_tree_mask_rule(void **state) {
       chain[i] = i - 1;
       valid[i] = (uint8_t)(rand_int(&rng, 4) != 0);
     }
-    vspec_kv_tree_view t = {.n = T, .n_prefix = T, .prefix = valid, .parents = chain};
+    int32_t lens[2] = {0, 0};
+    vspec_kv_tree_view t = {.n = T, .n_prefix = T, .lens = lens, .parents = chain,
+                            .prefix = valid};
     for (int i = 0; i < T; i++) {
       vs_tree_mask_row(&t, i, row);
       for (int j = 0; j < T; j++)
@@ -124,6 +127,8 @@ static const char *const sc_names[] = {"prefill", "tree", "tree after commit", "
 typedef struct layer {
   int hd, H, Hkv, rows, n, dim, hidden, qkv_w, slots, m, n_head_rows;
   vspec_kv_tree_view view;
+  int32_t lens[2];  /* the view's committed and base */
+  int32_t *slot_of; /* the cache slot of each node */
   /* inputs */
   float *x, *attn_norm, *wqkv, *table, *wo, *resid, *ffn_norm, *w1, *w3, *out_norm;
   float *k0, *v0; /* the cache before the layer: the committed and earlier pending slots */
@@ -170,9 +175,11 @@ static void layer_tree(layer *l, vspec_rng *rng, int scenario) {
     random_tree(rng, base + n, l->parents, depth);
   }
   for (int s = 0; s < n_prefix; s++) l->prefix[s] = (uint8_t)(s != 2 && rand_int(rng, 4) != 0);
-  l->view = (vspec_kv_tree_view){.n = n, .base = base, .committed = committed,
-                                 .n_prefix = n_prefix, .prefix = n_prefix ? l->prefix : NULL,
-                                 .parents = l->parents};
+  l->lens[0] = committed, l->lens[1] = base;
+  l->view = (vspec_kv_tree_view){.n = n, .n_prefix = n_prefix, .lens = l->lens,
+                                 .parents = l->parents, .prefix = n_prefix ? l->prefix : NULL};
+  l->slot_of = vt_malloc((size_t)n * sizeof(int32_t));
+  for (int j = 0; j < n; j++) l->slot_of[j] = committed + base + j;
   int kv = vs_tree_kv_len(&l->view);
   l->slots = kv + 3; /* slots past the forward's: must stay as they were */
   l->mask = vt_malloc((size_t)n * kv);
@@ -227,6 +234,7 @@ static void layer_free(layer *l, const vspec_ops *ops, vspec_dev *dev) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(dev, bufs[i]);
   free(l->pos);
   free(l->parents);
+  free(l->slot_of);
   free(l->idx);
   free(l->prefix);
   free(l->mask);
@@ -265,7 +273,7 @@ static void run_unfused(const layer *l, const vspec_ops *ops, vspec_dev *dev, re
   ops->rope_apply(dev, o->qkv + (size_t)H * hd, m, qkv_w, Hkv, hd, l->pos, l->table);
   vs_kv_tree kv = {.ops = ops, .dev = dev, .layers = 1, .rows = l->rows, .kv_heads = Hkv,
                    .head_dim = hd, .slots = l->slots, .k = o->k, .v = o->v};
-  int first = l->view.committed + l->view.base, n = l->n;
+  int first = l->lens[0] + l->lens[1], n = l->n;
   vs_kv_store(&kv, 0, n, first, o->qkv, qkv_w, H * hd, (H + Hkv) * hd);
   for (int r = 0; r < l->rows; r++)
     ops->attention(dev, o->qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
@@ -303,9 +311,8 @@ static void run_fused(const layer *l, const vspec_ops *ops, vspec_dev *dev, resu
   float eps = 1e-5f;
   vspec_kv_cache kv = {.k = o->k, .v = o->v, .rows = l->rows, .n_heads = l->H,
                        .kv_heads = l->Hkv, .head_dim = l->hd, .slots = l->slots};
-  int first = l->view.committed + l->view.base;
   ONE_OP(dev, ops->norm_qkv_rope(dev, l->x, l->n, l->dim, l->attn_norm, eps, l->wqkv, l->pos,
-                                 l->table, &kv, first, o->qkv));
+                                 l->table, &kv, l->slot_of, o->qkv));
   ONE_OP(dev, ops->tree_attention(dev, o->qkv, &kv, &l->view, o->att));
   ONE_OP(dev, ops->linear_add(dev, o->att, l->m, l->H * l->hd, l->wo, l->dim, o->resid));
   ONE_OP(dev, ops->norm_swiglu(dev, o->resid, l->m, l->dim, l->ffn_norm, eps, l->w1, l->w3,
@@ -462,12 +469,56 @@ static void test_counting_keeps_null(void **state) {
   vs_dev_destroy(dev);
 }
 
+/* Slots that do not follow one another (a captured graph's padding, or any caller): each
+ * node's keys and values land in its own slot, the same numbers as with consecutive slots
+ * (whose copies the layer tests compare with the unfused stores). */
+static void test_scattered_slots(void **state) {
+  (void)state;
+  enum { ROWS = 2, N = 5, H = 2, HKV = 1, HD = 8, DIM = 16, SLOTS = 12 };
+  int qkv_w = (H + 2 * HKV) * HD;
+  vspec_rng rng;
+  vs_rng_init(&rng, 2903, 0);
+  vspec_dev *dev = vt_dev(1);
+  const vspec_ops *ops = vs_dev_ops(dev);
+  size_t cache = (size_t)ROWS * HKV * SLOTS * HD;
+  float *x = dev_floats(ops, dev, &rng, (size_t)ROWS * N * DIM, -1, 1);
+  float *nw = dev_floats(ops, dev, &rng, DIM, 0.5f, 1.5f);
+  float *w = dev_floats(ops, dev, &rng, (size_t)qkv_w * DIM, -0.3f, 0.3f);
+  float *table = ops->alloc(dev, (size_t)(1 + ROPE_GRID * ROPE_GRID) * HD * sizeof(float));
+  ops->rope2d_table(1, ROPE_GRID, HD, 10000.0f, table);
+  float *qkv = dev_floats(ops, dev, NULL, (size_t)ROWS * N * qkv_w, 0, 0);
+  float *k[2], *v[2];
+  for (int c = 0; c < 2; c++) {
+    k[c] = dev_floats(ops, dev, NULL, cache, 0, 0);
+    v[c] = dev_floats(ops, dev, NULL, cache, 0, 0);
+  }
+  int32_t pos[ROWS * N], run[N], scattered[N] = {9, 2, 11, 0, 5};
+  for (int i = 0; i < ROWS * N; i++) pos[i] = 1 + i % N;
+  for (int j = 0; j < N; j++) run[j] = 3 + j;
+  const int32_t *slots[2] = {run, scattered};
+  for (int c = 0; c < 2; c++) {
+    vspec_kv_cache kv = {.k = k[c], .v = v[c], .rows = ROWS, .n_heads = H, .kv_heads = HKV,
+                         .head_dim = HD, .slots = SLOTS};
+    ops->norm_qkv_rope(dev, x, N, DIM, nw, 1e-5f, w, pos, table, &kv, slots[c], qkv);
+  }
+  for (int r = 0; r < ROWS; r++)
+    for (int j = 0; j < N; j++) {
+      size_t a = ((size_t)r * SLOTS + run[j]) * HD, b = ((size_t)r * SLOTS + scattered[j]) * HD;
+      assert_memory_equal(k[0] + a, k[1] + b, HD * sizeof(float));
+      assert_memory_equal(v[0] + a, v[1] + b, HD * sizeof(float));
+    }
+  float *bufs[] = {x, nw, w, table, qkv, k[0], k[1], v[0], v[1]};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(dev, bufs[i]);
+  vs_dev_destroy(dev);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tree_mask_rule),
       cmocka_unit_test(test_fused_layer_fp32),
       cmocka_unit_test(test_fused_layer_bf16),
       cmocka_unit_test(test_counting_keeps_null),
+      cmocka_unit_test(test_scattered_slots),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

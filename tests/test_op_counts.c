@@ -13,7 +13,8 @@
  *   tree attention over every CFG row, output projection + residual, norm + w1, w3 +
  *   SwiGLU, w2 + residual) and three per forward (the embedding gather, the final norm of
  *   the head rows, the head), whatever the node and row counts; one upload (tokens,
- *   positions, head rows and tree parents together, exactly those bytes) and one download
+ *   positions, head rows, tree parents, cache slots and the tree's lengths together, exactly
+ *   those bytes) and one download
  *   (the logits). Before the fused ops a forward issued (12 + 3 x rows) per layer plus 2 per
  *   node and row plus 2, with no upload; nothing may raise it unnoticed.
  */
@@ -156,8 +157,10 @@ static void check_model(world *w, const vs_backend_model *t, int layers, const c
       assert_int_equal(c.download_bytes,
                        (uint64_t)nodes[i] * rows * t->info.vocab * sizeof(float));
       assert_int_equal(c.uploads, 1);
-      /* int32 tokens and positions per row, head rows per node and row, a parent per node */
-      assert_int_equal(c.upload_bytes, (uint64_t)(3 * rows + 1) * nodes[i] * sizeof(int32_t));
+      /* int32 tokens and positions per row, head rows per node and row, a parent and a
+       * cache slot per node, and the tree's two lengths */
+      assert_int_equal(c.upload_bytes,
+                       (uint64_t)((3 * rows + 2) * nodes[i] + 2) * sizeof(int32_t));
       assert_int_equal(c.syncs, 0);
     }
 }

@@ -53,14 +53,18 @@ typedef struct vspec_kv_cache {
  *   (s < committed, or s - committed is base + i or one of its ancestors by `parents`), and
  *   (s >= n_prefix, or prefix[s] != 0, or s is the query's own slot).
  * The prefix rule is LlamaGen's caption mask (t2i: padding slots hidden, the diagonal kept;
- * generate.py); a prefill is the chain parents[i] = i - 1 with committed = 0. */
+ * generate.py); a prefill is the chain parents[i] = i - 1 with committed = 0.
+ * committed and base are device memory, read when the op runs, like every value that changes
+ * from one step to the next: a recorded sequence of ops (a CUDA graph) then serves every step
+ * whose shapes match. n may include padding nodes (parents -1): no real node has them as
+ * ancestors, so nothing real sees them. */
 typedef struct vspec_kv_tree_view {
   int32_t n;              /* queries per CFG row */
-  int32_t base;           /* pending index of query 0 */
-  int32_t committed;      /* slots of the accepted sequence */
   int32_t n_prefix;       /* slots under the prefix rule (0: none) */
-  const uint8_t *prefix;  /* device [n_prefix], NULL when n_prefix is 0 */
+  const int32_t *lens;    /* device [2]: committed (slots of the accepted sequence), then base
+                           * (the pending index of query 0) */
   const int32_t *parents; /* device [base + n]: pending index of the parent, or -1 */
+  const uint8_t *prefix;  /* device [n_prefix], NULL when n_prefix is 0 */
 } vspec_kv_tree_view;
 
 /* ABI 1.4: how sample_tokens draws one token per node (LlamaGen generate.py sample; the same
@@ -238,12 +242,13 @@ typedef struct vspec_ops {
   /* Attention's input for m = kv->rows x n rows of x, ordered (CFG row, node): qkv[m, qkv_w]
    * = rmsnorm(x) * norm_w times wqkv^T (qkv_w = (n_heads + 2 kv_heads) head_dim: q, then k,
    * then v), q and k rotated by rope_apply with table row pos[i], then the keys and values
-   * of node j of CFG row r stored at cache slot first_slot + j (vspec_kv_cache). norm_w NULL:
-   * no norm, x itself is multiplied (EAGLE's first layer has no input norm). */
+   * of node j of CFG row r stored at cache slot slots[j] (vspec_kv_cache; slots is device
+   * memory [n], the same for every CFG row). norm_w NULL: no norm, x itself is multiplied
+   * (EAGLE's first layer has no input norm). */
   void (*norm_qkv_rope)(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
                         float eps, const float *wqkv, const int32_t *pos,
-                        const float *rope_table, const vspec_kv_cache *kv, int first_slot,
-                        float *qkv);
+                        const float *rope_table, const vspec_kv_cache *kv,
+                        const int32_t *slots, float *qkv);
   /* Attention of a forward's nodes over the cache, every CFG row and head in one op: query
    * rows come from qkv as norm_qkv_rope wrote them (row r, node i at qkv + (r n + i) qkv_w),
    * out[(r n + i), n_heads head_dim] as `attention` writes it, with the visibility of

@@ -134,7 +134,7 @@ void vs_cpu_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const fl
                         float eps, const float *w1, const float *w3, int hidden, float *y);
 void vs_cpu_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
                           float eps, const float *wqkv, const int32_t *pos,
-                          const float *rope_table, const vspec_kv_cache *kv, int first_slot,
+                          const float *rope_table, const vspec_kv_cache *kv, const int32_t *slots,
                           float *qkv);
 void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
                            const vspec_kv_tree_view *tree, float *out);

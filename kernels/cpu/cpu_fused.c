@@ -55,26 +55,32 @@ void vs_cpu_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const fl
 }
 
 /* vs_kv_store's copies: per CFG row one strided copy of the keys and one of the values, the
- * outer index the kv head and the inner one the node, node j to slot first_slot + j. */
-static void store_kv(vspec_dev *dev, const vspec_kv_cache *kv, int n, int first_slot,
+ * outer index the kv head and the inner one the node, node j to slot slots[j]. Slots that
+ * follow one another (every forward of the backends) take one copy for all nodes, as
+ * vs_kv_store does; others one per node. */
+static void store_kv(vspec_dev *dev, const vspec_kv_cache *kv, int n, const int32_t *slots,
                      const float *qkv, int qkv_w) {
   size_t hd = (size_t)kv->head_dim, f = sizeof(float);
   size_t k_off = (size_t)kv->n_heads * hd, v_off = (size_t)(kv->n_heads + kv->kv_heads) * hd;
   size_t row_elems = (size_t)kv->kv_heads * kv->slots * hd; /* one CFG row's cache */
-  for (int r = 0; r < kv->rows; r++) {
-    const float *src = qkv + (size_t)r * n * qkv_w;
-    size_t at = (size_t)r * row_elems + (size_t)first_slot * hd;
-    vs_cpu_copy3d(dev, kv->k + at, kv->slots * hd * f, hd * f, src + k_off, hd * f,
-                  (size_t)qkv_w * f, hd * f, kv->kv_heads, n);
-    vs_cpu_copy3d(dev, kv->v + at, kv->slots * hd * f, hd * f, src + v_off, hd * f,
-                  (size_t)qkv_w * f, hd * f, kv->kv_heads, n);
-  }
+  int run = 1; /* nodes per copy */
+  while (run < n && slots[run] == slots[0] + run) run++;
+  if (run < n) run = 1;
+  for (int r = 0; r < kv->rows; r++)
+    for (int j = 0; j < n; j += run) {
+      const float *src = qkv + ((size_t)r * n + j) * qkv_w;
+      size_t at = (size_t)r * row_elems + (size_t)slots[j] * hd;
+      vs_cpu_copy3d(dev, kv->k + at, kv->slots * hd * f, hd * f, src + k_off, hd * f,
+                    (size_t)qkv_w * f, hd * f, kv->kv_heads, run);
+      vs_cpu_copy3d(dev, kv->v + at, kv->slots * hd * f, hd * f, src + v_off, hd * f,
+                    (size_t)qkv_w * f, hd * f, kv->kv_heads, run);
+    }
 }
 
 void vs_cpu_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
                           float eps, const float *wqkv, const int32_t *pos,
-                          const float *rope_table, const vspec_kv_cache *kv, int first_slot,
-                          float *qkv) {
+                          const float *rope_table, const vspec_kv_cache *kv,
+                          const int32_t *slots, float *qkv) {
   int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
   int qkv_w = (H + 2 * Hkv) * hd;
   if (m <= 0) return;
@@ -88,7 +94,7 @@ void vs_cpu_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const 
   /* q, then k; v does not rotate */
   vs_cpu_rope_apply(dev, qkv, m, qkv_w, H, hd, pos, rope_table);
   vs_cpu_rope_apply(dev, qkv + (size_t)H * hd, m, qkv_w, Hkv, hd, pos, rope_table);
-  store_kv(dev, kv, n, first_slot, qkv, qkv_w);
+  store_kv(dev, kv, n, slots, qkv, qkv_w);
 }
 
 void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,

@@ -163,11 +163,11 @@ void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const f
 
 /* One thread per (row, head of q|k|v, pair of channels): q and k pairs rotate as vs_k_rope
  * does (table row pos[row], pair j uses entries 2j and 2j+1), k and v pairs of row
- * (CFG row r, node j) go to cache slot first_slot + j as well. An odd head_dim leaves its
- * last channel unrotated, as rope_apply does. */
+ * (CFG row r, node j) go to cache slot slots[j] as well (a slot outside the cache is not
+ * written). An odd head_dim leaves its last channel unrotated, as rope_apply does. */
 __global__ void vs_k_rope_store(float *qkv, int m, int n, int H, int Hkv, int hd,
                                 const int32_t *pos, const float *table, vspec_kv_cache kv,
-                                int first_slot) {
+                                const int32_t *slots) {
   int half = hd / 2, pairs = (hd + 1) / 2, heads = H + 2 * Hkv;
   size_t total = (size_t)m * heads * pairs, qkv_w = (size_t)heads * hd;
   VS_GRID_STRIDE(e, total) {
@@ -186,9 +186,9 @@ __global__ void vs_k_rope_store(float *qkv, int m, int n, int H, int Hkv, int hd
     }
     if (hh >= H) { /* k or v: store into the cache */
       int is_v = hh >= H + Hkv, g = hh - H - (is_v ? Hkv : 0);
-      int r = row / n, node = row % n;
-      float *dst = (is_v ? kv.v : kv.k) +
-                   (((size_t)r * Hkv + g) * kv.slots + (size_t)(first_slot + node)) * hd + c;
+      int r = row / n, slot = slots[row % n];
+      if (slot < 0 || slot >= kv.slots) continue;
+      float *dst = (is_v ? kv.v : kv.k) + (((size_t)r * Hkv + g) * kv.slots + (size_t)slot) * hd + c;
       dst[0] = y0;
       if (pair) dst[1] = y1;
     }
@@ -206,13 +206,14 @@ static int vs__kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op) {
 
 void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
                            float eps, const float *wqkv, const int32_t *pos,
-                           const float *rope_table, const vspec_kv_cache *kv, int first_slot,
-                           float *qkv) {
+                           const float *rope_table, const vspec_kv_cache *kv,
+                           const int32_t *slots, float *qkv) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (n <= 0 || d->failed || !vs_cuda_enter(d) || !vs__kv_ok(d, kv, "norm_qkv_rope")) return;
-  if (first_slot < 0 || first_slot + n > kv->slots || dim <= 0) {
-    vs_cuda_fail(d, VSPEC_ERANGE, "cuda:%d: norm_qkv_rope: %d nodes at slot %d of %d (dim %d)",
-                 d->head.index, n, first_slot, kv->slots, dim);
+  /* the slots are device memory: a bad one is skipped by the kernel, not checked here */
+  if (n > kv->slots || dim <= 0 || !slots) {
+    vs_cuda_fail(d, VSPEC_ERANGE, "cuda:%d: norm_qkv_rope: %d nodes for a cache of %d slots "
+                 "(dim %d)", d->head.index, n, kv->slots, dim);
     return;
   }
   int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
@@ -226,7 +227,7 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
     return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
   vs_k_rope_store<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(qkv, m, n, H, Hkv, hd, pos,
-                                                                  rope_table, *kv, first_slot);
+                                                                  rope_table, *kv, slots);
   VS_CUDA_LAUNCHED(d, "norm_qkv_rope (rope and cache stores)");
 }
 
@@ -281,9 +282,10 @@ __device__ static double vs_tatt_dsum(double v, double *red) {
 /* Marks base + i and its ancestors in anc (bits over pending nodes); the block's threads
  * must have zeroed it. Parents precede children (vs_kv_tree_add checks it); a parent that
  * does not is treated as the root so that a bad array cannot loop forever. */
-__device__ static void vs_tatt_ancestors(const vspec_kv_tree_view *t, int i, uint32_t *anc) {
+__device__ static void vs_tatt_ancestors(const vspec_kv_tree_view *t, int base, int i,
+                                         uint32_t *anc) {
   if (threadIdx.x == 0)
-    for (int a = t->base + i; a >= 0;) {
+    for (int a = base + i; a >= 0;) {
       anc[a >> 5] |= 1u << (a & 31);
       int p = t->parents[a];
       a = p < a ? p : -1;
@@ -292,23 +294,29 @@ __device__ static void vs_tatt_ancestors(const vspec_kv_tree_view *t, int i, uin
 }
 
 __device__ static inline int vs_tatt_visible(const vspec_kv_tree_view *t, const uint32_t *anc,
-                                             int s, int self) {
-  int L = t->committed;
+                                             int L, int s, int self) {
   if (s >= L && !((anc[(s - L) >> 5] >> ((s - L) & 31)) & 1u)) return 0;
   return s >= t->n_prefix || t->prefix[s] || s == self;
 }
 
 __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_kv_tree_view t,
                                     float scale, float *out) {
-  extern __shared__ float sh[]; /* q [hd], scores [kv_len], ancestor bits [words] */
+  /* q [hd], scores [kv.slots], ancestor bits [(kv.slots + 31) / 32]: sized for the cache,
+   * since the lengths are read here, on the device (a graph replays with new ones) */
+  extern __shared__ float sh[];
   __shared__ float fred[32];
   __shared__ double dred[32];
-  int H = kv.n_heads, hd = kv.head_dim, n = t.n, kv_len = vs_tree_kv_len(&t);
+  int H = kv.n_heads, hd = kv.head_dim, n = t.n;
+  int L = t.lens[0], base = t.lens[1], kv_len = vs_tree_kv_len(&t);
+  if (L < 0 || base < 0 || kv_len > kv.slots) { /* uniform over the block */
+    kv_len = 0;
+    L = base = 0;
+  }
   int h = blockIdx.x % H, ri = blockIdx.x / H, i = ri % n, r = ri / n;
-  int g = h / (H / kv.kv_heads), words = (t.base + n + 31) / 32;
-  int self = t.committed + t.base + i;
+  int g = h / (H / kv.kv_heads), words = kv_len ? (base + n + 31) / 32 : 0;
+  int self = L + base + i;
   float *q = sh, *sc = sh + hd;
-  uint32_t *anc = (uint32_t *)(sc + kv_len);
+  uint32_t *anc = (uint32_t *)(sc + kv.slots);
   const float *qh = qkv + (size_t)ri * (H + 2 * kv.kv_heads) * hd + (size_t)h * hd;
   size_t head = ((size_t)r * kv.kv_heads + g) * kv.slots * hd;
   const float *kh = kv.k + head, *vh = kv.v + head;
@@ -317,10 +325,11 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
   for (int c = threadIdx.x; c < hd; c += blockDim.x) q[c] = qh[c];
   for (int w = threadIdx.x; w < words; w += blockDim.x) anc[w] = 0u;
   __syncthreads();
-  vs_tatt_ancestors(&t, i, anc); /* ends with a barrier: q and anc are ready */
+  if (kv_len) vs_tatt_ancestors(&t, base, i, anc); /* ends with a barrier */
+  __syncthreads();
   float local_max = -INFINITY;
   for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
-    if (!vs_tatt_visible(&t, anc, s, self)) {
+    if (!vs_tatt_visible(&t, anc, L, s, self)) {
       sc[s] = -INFINITY;
       continue;
     }
@@ -355,19 +364,20 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
 /* Checks the view against the cache; 0 (failure recorded) when it does not fit. */
 static int vs__tree_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const vspec_kv_tree_view *t,
                        size_t *shared) {
-  int ok = t && t->n > 0 && t->base >= 0 && t->committed >= 0 && t->parents &&
-           t->n_prefix >= 0 && (t->n_prefix == 0 || t->prefix);
+  int ok = t && t->n > 0 && t->lens && t->parents && t->n_prefix >= 0 &&
+           (t->n_prefix == 0 || t->prefix);
   if (!ok) {
     vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: tree_attention: bad tree view", d->head.index);
     return 0;
   }
-  long kv_len = (long)t->committed + t->base + t->n;
-  *shared = ((size_t)kv->head_dim + (size_t)kv_len + (size_t)(t->base + t->n + 31) / 32) * 4;
-  if (kv_len > kv->slots || *shared > VS_TATT_SHARED) {
+  /* committed and base are device values: the kernel reads them and refuses (zeros out) a
+   * length past the cache; here the shared memory is sized for the whole cache */
+  *shared = ((size_t)kv->head_dim + (size_t)kv->slots + (size_t)(kv->slots + 31) / 32) * 4;
+  if (t->n > kv->slots || *shared > VS_TATT_SHARED) {
     vs_cuda_fail(d, VSPEC_ERANGE,
-                 "cuda:%d: tree_attention over %ld slots (cache of %d, shared memory for %d)",
-                 d->head.index, kv_len, kv->slots,
-                 (int)(VS_TATT_SHARED / 4 - kv->head_dim - (t->base + t->n + 31) / 32));
+                 "cuda:%d: tree_attention: %d queries, a cache of %d slots (shared memory for "
+                 "about %d)", d->head.index, t->n, kv->slots,
+                 (int)(VS_TATT_SHARED / 4 - kv->head_dim) * 32 / 33);
     return 0;
   }
   return 1;

@@ -283,6 +283,10 @@ static void norm_qkv_rope_case(vspec_rng *rng, int bf16, const qkv_case *c) {
   float *dtable = gt_up(gpu, table, nt), *dk = gt_up(gpu, k, nc), *dv = gt_up(gpu, v, nc);
   float *dq = (float *)o->alloc(gpu, nq * sizeof(float));
   int32_t *dpos = up_bytes(gpu, pos, (size_t)m * sizeof(int32_t));
+  int32_t *slot_of = (int32_t *)malloc((size_t)c->n * sizeof(int32_t));
+  for (int j = 0; j < c->n; j++) slot_of[j] = c->first + j;
+  int32_t *dslots = up_bytes(gpu, slot_of, (size_t)c->n * sizeof(int32_t));
+  free(slot_of);
   float *ref[3] = {NULL, NULL, NULL}; /* qkv, k, v of the GPU's unfused bf16 sequence */
   if (bf16) {
     float *rk = gt_up(gpu, k, nc), *rv = gt_up(gpu, v, nc);
@@ -296,7 +300,7 @@ static void norm_qkv_rope_case(vspec_rng *rng, int bf16, const qkv_case *c) {
   vspec_kv_cache kv = {.k = dk, .v = dv, .rows = c->rows, .n_heads = c->H,
                        .kv_heads = c->Hkv, .head_dim = c->hd, .slots = c->slots};
   count_start(gpu);
-  o->norm_qkv_rope(gpu, dx, c->n, c->dim, dn, 1e-5f, dw, dpos, dtable, &kv, c->first, dq);
+  o->norm_qkv_rope(gpu, dx, c->n, c->dim, dn, 1e-5f, dw, dpos, dtable, &kv, dslots, dq);
   count_check(gpu, "norm_qkv_rope");
   char what[128];
   const char *names[3] = {"qkv", "k cache", "v cache"};
@@ -310,7 +314,7 @@ static void norm_qkv_rope_case(vspec_rng *rng, int bf16, const qkv_case *c) {
     free(got), free(ref[t]);
   }
   o->free(gpu, dx), o->free(gpu, dn), o->free(gpu, dw), o->free(gpu, dtable);
-  o->free(gpu, dk), o->free(gpu, dv), o->free(gpu, dq), o->free(gpu, dpos);
+  o->free(gpu, dk), o->free(gpu, dv), o->free(gpu, dq), o->free(gpu, dpos), o->free(gpu, dslots);
   free(x), free(nrm), free(w), free(h), free(qkv), free(k), free(v), free(table), free(pos);
 }
 
@@ -356,9 +360,9 @@ static void tree_attention_case(vspec_rng *rng, const tree_case *c) {
                  : (a == 0 || vs_rng_uniform(rng) < 0.2) ? -1
                                                           : (int32_t)(vs_rng_uniform(rng) * a);
   for (int s = 0; s < c->n_prefix; s++) prefix[s] = (uint8_t)(vs_rng_uniform(rng) < 0.7);
-  vspec_kv_tree_view view = {.n = c->n, .base = c->base, .committed = c->committed,
-                             .n_prefix = c->n_prefix, .prefix = c->n_prefix ? prefix : NULL,
-                             .parents = parents};
+  int32_t lens[2] = {c->committed, c->base};
+  vspec_kv_tree_view view = {.n = c->n, .n_prefix = c->n_prefix, .lens = lens,
+                             .parents = parents, .prefix = c->n_prefix ? prefix : NULL};
   for (int i = 0; i < c->n; i++) vs_tree_mask_row(&view, i, mask + (size_t)i * kv_len);
   for (int r = 0; r < c->rows; r++) { /* the unfused sequence: one attention per CFG row */
     size_t head0 = (size_t)r * c->Hkv * slots * hd;
@@ -374,6 +378,8 @@ static void tree_attention_case(vspec_rng *rng, const tree_case *c) {
   vspec_kv_tree_view dview = view;
   dview.parents = dpar;
   dview.prefix = dpre;
+  int32_t *dlens = up_bytes(g_gpu, lens, sizeof lens);
+  dview.lens = dlens;
   count_start(g_gpu);
   o->tree_attention(g_gpu, dq, &kv, &dview, dout);
   count_check(g_gpu, "tree_attention");
@@ -384,7 +390,7 @@ static void tree_attention_case(vspec_rng *rng, const tree_case *c) {
            c->rows, c->H, c->Hkv, hd, c->n, c->base, c->committed, c->n_prefix, c->chain);
   gt_close(what, got, out, no, RTOL, 0);
   o->free(g_gpu, dq), o->free(g_gpu, dk), o->free(g_gpu, dv), o->free(g_gpu, dout);
-  o->free(g_gpu, dpar);
+  o->free(g_gpu, dpar), o->free(g_gpu, dlens);
   if (dpre) o->free(g_gpu, dpre);
   free(qkv), free(k), free(v), free(out), free(parents), free(prefix), free(mask), free(got);
 }

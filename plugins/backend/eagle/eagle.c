@@ -56,8 +56,9 @@ struct vspec_session {
   uint8_t *mask;
   int32_t *pos;
   /* The fused path's inputs (eg_forward_fused), staged on the host and uploaded at once:
-   * features [M, dim] in (row, node) order, then tokens, positions, output rows [M] each and
-   * tree parents [max_nodes]. */
+   * features [M, dim] in (row, node) order, then tokens, positions, output rows [M] each,
+   * tree parents [max_nodes], the nodes' cache slots [max_nodes] and the tree's lengths
+   * (committed, base). */
   int fused;
   char *stage_host, *stage_dev;
 };
@@ -316,7 +317,7 @@ static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *c
   s->logits = s->ops->alloc(dev, M * (size_t)m->vocab * sizeof(float));
   s->mask = H->calloc((size_t)max_nodes * slots, 1);
   s->pos = H->calloc(M, sizeof(int32_t));
-  size_t stage = M * d * sizeof(float) + (3 * M + (size_t)max_nodes) * sizeof(int32_t);
+  size_t stage = M * d * sizeof(float) + (3 * M + 2 * (size_t)max_nodes + 2) * sizeof(int32_t);
   s->stage_host = H->alloc(stage);
   s->stage_dev = vspec_alloc_uninit(s->ops, dev, stage);
   s->fused = vspec_has_fused_ops(s->ops);
@@ -361,15 +362,21 @@ static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, int
       pos[r * n + i] = m->n_cond + L + s->kv.depth[base + i];
       outr[i * R + r] = r * n + i;
     }
-  memcpy(outr + M, s->kv.parents, (size_t)(base + n) * sizeof(int32_t));
-  ops->upload(dev, s->stage_dev, s->stage_host, fb + (3 * (size_t)M + base + n) * sizeof(int32_t));
+  int32_t *par = outr + M, *slots = par + base + n, *lens = slots + n;
+  memcpy(par, s->kv.parents, (size_t)(base + n) * sizeof(int32_t));
+  for (int i = 0; i < n; i++) slots[i] = L + base + i;
+  lens[0] = L;
+  lens[1] = base;
+  ops->upload(dev, s->stage_dev, s->stage_host,
+              fb + (3 * (size_t)M + base + 2 * (size_t)n + 2) * sizeof(int32_t));
   const int32_t *dtok = (const int32_t *)(void *)(s->stage_dev + fb);
   /* concat(E[x], f): the embeddings gathered, then both halves interleaved by row */
   ops->gather_rows(dev, m->embed, dtok, M, d, s->h);
   ops->copy3d(dev, s->cat, 2 * row, 0, s->h, row, 0, row, M, 1);
   ops->copy3d(dev, s->cat + d, 2 * row, 0, s->stage_dev, row, 0, row, M, 1);
   ops->linear(dev, s->cat, M, 2 * d, m->fc_w, d, m->fc_b, s->x);
-  vspec_kv_tree_view tree = {.n = n, .base = base, .committed = L, .parents = dtok + 3 * M};
+  const int32_t *dpar = dtok + 3 * M, *dslots = dpar + base + n;
+  vspec_kv_tree_view tree = {.n = n, .lens = dslots + n, .parents = dpar};
   for (int l = 0; l < m->n_layer; l++) {
     const eg_layer *W = &m->layers[l];
     vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
@@ -378,7 +385,7 @@ static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, int
                          .slots = s->kv.slots};
     /* layer 0 has no input norm (NULL) */
     ops->norm_qkv_rope(dev, s->x, n, d, W->input_norm, m->norm_eps, W->wqkv, dtok + M, m->rope,
-                       &kv, L + base, s->qkv);
+                       &kv, dslots, s->qkv);
     ops->tree_attention(dev, s->qkv, &kv, &tree, s->att);
     ops->linear_add(dev, s->att, M, d, W->wo, d, s->x);
     ops->norm_swiglu(dev, s->x, M, d, W->post_norm, m->norm_eps, W->gate, W->up, m->ffn, s->ff1);

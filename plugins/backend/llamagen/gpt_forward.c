@@ -103,7 +103,7 @@ static void lg__unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *o
 /* Device copies of a fused forward's inputs, from one upload: the integers, and for a draw
  * on the device its spec (device arrays) and where its tokens land. */
 typedef struct lg_idx {
-  const int32_t *tok, *pos, *head, *parents;
+  const int32_t *tok, *pos, *head, *parents, *slots, *lens;
   vspec_sample_spec spec;
   int32_t *tokens; /* NULL: no draw on the device */
 } lg_idx;
@@ -116,8 +116,9 @@ static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) 
 }
 
 /* Uploads w->tok and w->pos of M rows, the head rows of `seg` (in the order of
- * lg__head_rows), n_parents tree parents and, with `draw`, its uniforms and guidance flags:
- * one transfer (w->idx_* hold LG_IDX_INTS(w->rows)). */
+ * lg__head_rows), n_parents tree parents, the segment's cache slots, the tree's lengths
+ * (committed, base) and, with `draw`, its uniforms and guidance flags: one transfer (w->idx_*
+ * hold LG_IDX_INTS(w->rows)). Everything that changes from step to step is in it. */
 static lg_idx lg__idx_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, int M,
                              const lg_seg *seg, const int32_t *parents, int n_parents,
                              const vspec_sample_spec *draw) {
@@ -130,9 +131,13 @@ static lg_idx lg__idx_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, i
       head[k++] = seg->row0 + r * seg->n + seg->head_first + j;
   /* memmove: the prefill stages its chain of parents past the head rows in this array */
   memmove(head + k, parents, (size_t)n_parents * sizeof *h);
-  size_t end = (size_t)(2 * M + k + n_parents);
+  size_t at_s = (size_t)(2 * M + k + n_parents), end = at_s + (size_t)seg->n + 2;
+  for (int j = 0; j < seg->n; j++) h[at_s + j] = seg->first_slot + j;
+  h[at_s + seg->n] = seg->s->kv.committed;
+  h[at_s + seg->n + 1] = seg->first_slot - seg->s->kv.committed; /* base */
   lg_idx idx = {.tok = w->idx_dev, .pos = w->idx_dev + M, .head = w->idx_dev + 2 * M,
-                .parents = w->idx_dev + 2 * M + k};
+                .parents = w->idx_dev + 2 * M + k, .slots = w->idx_dev + at_s,
+                .lens = w->idx_dev + at_s + seg->n};
   if (draw) { /* doubles 8-byte aligned, then a byte per node, then the tokens' room */
     size_t at_u = (end + 1) & ~(size_t)1, n = (size_t)draw->n;
     size_t at_g = at_u + 2 * n, at_t = at_g + (n + 3) / 4;
@@ -151,7 +156,7 @@ static lg_idx lg__idx_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, i
 
 /* All layers over one session's segment, embeddings in w->x: five ops per layer. */
 static void lg__run_layers_fused(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev,
-                                 lg_work *w, const lg_seg *seg, const int32_t *pos,
+                                 lg_work *w, const lg_seg *seg, const lg_idx *idx,
                                  const vspec_kv_tree_view *tree) {
   vspec_session *s = seg->s;
   int d = g->dim, M = s->rows * seg->n, att_w = g->n_head * g->head_dim;
@@ -161,8 +166,8 @@ static void lg__run_layers_fused(const lg_gpt *g, const vspec_ops *ops, vspec_de
                          .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0),
                          .rows = s->rows, .n_heads = g->n_head, .kv_heads = g->n_kv_head,
                          .head_dim = g->head_dim, .slots = s->kv.slots};
-    ops->norm_qkv_rope(dev, w->x, seg->n, d, W->attention_norm, g->norm_eps, W->wqkv, pos,
-                       g->rope_table, &kv, seg->first_slot, w->qkv);
+    ops->norm_qkv_rope(dev, w->x, seg->n, d, W->attention_norm, g->norm_eps, W->wqkv, idx->pos,
+                       g->rope_table, &kv, idx->slots, w->qkv);
     ops->tree_attention(dev, w->qkv, &kv, tree, w->att);
     ops->linear_add(dev, w->att, M, att_w, W->wo, d, w->x);
     ops->norm_swiglu(dev, w->x, M, d, W->ffn_norm, g->norm_eps, W->w1, W->w3, g->ffn_hidden,
@@ -211,11 +216,10 @@ static void lg__forward_fused(vspec_session *s, const lg_seg *seg, const int32_t
                               draw ? out->sample : NULL);
   if (with_tokens) ops->gather_rows(s->dev, g->tok_embeddings, idx.tok, M, g->dim, w->x);
   /* Caption slots are visible only where the caption is valid (generate.py, emb_masks). */
-  vspec_kv_tree_view tree = {.n = seg->n, .base = n_parents - seg->n,
-                             .committed = s->kv.committed,
-                             .n_prefix = s->prefix_dev ? g->n_cond : 0,
-                             .prefix = s->prefix_dev, .parents = idx.parents};
-  lg__run_layers_fused(g, ops, s->dev, w, seg, idx.pos, &tree);
+  vspec_kv_tree_view tree = {.n = seg->n, .n_prefix = s->prefix_dev ? g->n_cond : 0,
+                             .lens = idx.lens, .parents = idx.parents,
+                             .prefix = s->prefix_dev};
+  lg__run_layers_fused(g, ops, s->dev, w, seg, &idx, &tree);
   int rows = seg->head_count * s->rows;
   ops->rmsnorm_rows(s->dev, w->x, idx.head, rows, g->dim, g->norm, g->norm_eps, w->h);
   if (!draw) {

@@ -83,15 +83,16 @@ struct vspec_model {
 
 /* The work buffers of one forward, row-major by (session, row, node): a session's own,
  * sized for its max_nodes, or the growable batch workspace of lg_forward_multi. */
-#define LG_IDX_INTS(rows) (8 * (size_t)(rows) + 8)
+#define LG_IDX_INTS(rows) (10 * (size_t)(rows) + 16)
 
 typedef struct lg_work {
   float *x, *h, *qkv, *att, *ff1, *ff3, *logits;
   int32_t *pos;    /* host [rows] */
   int32_t *tok;    /* host [rows]: the token of each row (its embedding row) */
   /* The integer inputs of a fused forward, staged on the host and uploaded in one transfer
-   * (lg_idx): tokens, positions, head rows and tree parents, then the device draw's
-   * uniforms, guidance flags and tokens [LG_IDX_INTS(rows)]. */
+   * (lg_idx): tokens, positions, head rows, tree parents, cache slots and the tree's
+   * lengths, then the device draw's uniforms, guidance flags and tokens
+   * [LG_IDX_INTS(rows)]. */
   int32_t *idx_host, *idx_dev;
   size_t rows;     /* capacity in rows */
 } lg_work;
