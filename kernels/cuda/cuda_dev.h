@@ -180,6 +180,9 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
                            float *qkv);
 void vs_cuda_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
                             const vspec_kv_tree_view *tree, float *out);
+/* ABI 1.4: a token per node drawn on the device (cuda_draw.cu). */
+void vs_cuda_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                           int32_t *tokens);
 
 /* ---- building blocks the fused ops share with the plain ones (vs__: cross-file) -------- */
 /* RMSNorm of rows idx[i] of x (idx NULL: row i) for i < rows, into y (fp32) or, when y is

@@ -47,6 +47,7 @@ static vspec_ops vs__cuda_ops_table(void) {
   o.norm_swiglu = vs_cuda_norm_swiglu;
   o.norm_qkv_rope = vs_cuda_norm_qkv_rope;
   o.tree_attention = vs_cuda_tree_attention;
+  o.sample_tokens = vs_cuda_sample_tokens;
   return o;
 }
 

@@ -2,11 +2,14 @@
  * kernels/cuda/cuda_sampling.cu - the softmax family on the device; LlamaGen's logit
  * processing, sampling and argmax through the host.
  *
- * The engine samples on the host from downloaded logits (core/sampling.c), so these ops
- * serve plugins that call them on device data. logits_to_probs, sample and argmax download
- * their input, run the one host implementation (kernels/host/host_sampling.c) and, for
- * logits_to_probs, upload the result: the same bits as the CPU ops, at the price of a
- * round trip. Device-side top-k / top-p are a later optimisation.
+ * The engine samples on the host from downloaded logits (core/sampling.c), or, for an AR
+ * step, has the backend draw on the device with sample_tokens (cuda_draw.cu: CFG mix,
+ * temperature, top-k and top-p thresholds by radix select, softmax and the inverse-CDF draw
+ * in one launch, no round trip). The ops here serve plugins that call them on device data.
+ * logits_to_probs, sample and argmax download their input, run the one host implementation
+ * (kernels/host/host_sampling.c) and, for logits_to_probs, upload the result: the same bits
+ * as the CPU ops, at the price of a round trip (sample_tokens' kernel could serve them
+ * without one where that round trip matters).
  */
 #include <math.h>
 
