@@ -6,12 +6,30 @@
  * enqueues on that stream. Contexts of the same GPU share its memory (the memory space of
  * vs_dev_space), its allocation table and its bf16 weight cache (cuda_memory.cu).
  *
+ * Streams: each context's stream is created with cudaStreamNonBlocking, and nothing in the
+ * module enqueues on the legacy default stream (every memset and copy is the Async form on
+ * d->stream, every launch names d->stream, the cuBLAS handle is bound to it), so one
+ * context's work never waits for another's: two workers of a daemon run side by side on one
+ * GPU. The flip side is that no implicit ordering joins two contexts' streams either; what
+ * one context writes becomes safe for another only through the rules below.
+ *
  * Synchronisation rules (what makes memory written by one context safe for another):
- *  - alloc zero-fills with a legacy-stream memset, which orders against every stream of
- *    the process (contexts' streams are blocking streams);
+ *  - alloc zero-fills with cudaMemsetAsync on the allocating context's stream and waits for
+ *    that stream before returning: the memory reads back zero from any stream of any
+ *    context of the GPU for work enqueued after alloc returned (alloc_uninit does no fill
+ *    and no wait: no stream has work on the memory, any context may write it first);
  *  - upload and download wait for their copy, so data uploaded at model load is on the GPU
  *    before any other context can use it, and downloaded data is on the host on return;
+ *  - free (cudaFree) synchronises the whole GPU, every stream included (CUDA programming
+ *    guide, stream-ordered allocator), so no queued work still uses the memory afterwards;
  *  - everything else is asynchronous on the context's stream.
+ * Fixed per-context resources, made at open and never grown in a forward (what a CUDA graph
+ * capture needs: nothing may allocate while it records): the cuBLAS workspace
+ * (cublasSetWorkspace; one per handle and stream, which is also what keeps cuBLAS bit for
+ * bit reproducible with several streams active), and a page-locked staging buffer through
+ * which uploads and downloads of up to VS_CUDA_STAGING_BYTES go as DMA copies. Neither counts
+ * against the GPU's memory limit (like the cuBLAS handle's own state, they are the
+ * context's, not a model's). The scratch grows on demand unless reserved (reserve_scratch).
  * Ops that return void record the first failure in the context (vs_cuda_fail); the host
  * reads it through the class's check() after every forward, so a failed launch fails the
  * job with a message instead of crashing. Such failures are sticky (a faulted CUDA context
@@ -40,8 +58,15 @@ struct vs_cuda_gpu; /* per-GPU shared state, cuda_memory.cu */
 typedef struct vs_cuda_dev {
   vs_dev_head head; /* first: the host reads the class and ops table through it */
   struct vs_cuda_gpu *gpu;
-  cudaStream_t stream;
-  cublasHandle_t blas;
+  cudaStream_t stream;  /* cudaStreamNonBlocking */
+  cublasHandle_t blas;  /* bound to `stream`, with the workspace below */
+  void *blas_ws;        /* cuBLAS workspace (cudaMalloc; not in the allocation table) */
+  size_t blas_ws_bytes;
+  /* page-locked host staging for small uploads and downloads (cudaHostAlloc at open; NULL
+   * if the host would not pin it: every transfer then takes the pageable path). Idle
+   * between calls: every copy through it is waited for before upload/download return. */
+  unsigned char *staging;
+  size_t staging_bytes;
   int precision;    /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
   /* device scratch: im2col tiles, bf16 activations, uploaded positions and masks */
   void *scratch;
@@ -96,6 +121,13 @@ static inline int vs_cuda_wait(vs_cuda_dev *d, const char *what) {
   return vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), what);
 }
 
+/* Transfers up to this size go through the context's page-locked staging buffer. */
+#define VS_CUDA_STAGING_BYTES ((size_t)1 << 20)
+/* cuBLAS workspace per context: cuBLAS's own default pool size (32 MiB from sm_90 on, 4 MiB
+ * before), so that it picks the algorithms it picked with its pool. */
+#define VS_CUDA_BLAS_WS_SM90 ((size_t)32 << 20)
+#define VS_CUDA_BLAS_WS ((size_t)4 << 20)
+
 /* Scratch of at least `bytes` (grows, waiting for the stream first); NULL on failure. */
 void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes);
 /* Device copies of a host int32 / byte array, uploaded only when it changed. */
@@ -114,6 +146,7 @@ static inline unsigned vs_cuda_grid(size_t n, unsigned block) {
 
 /* ---- memory (cuda_memory.cu) ------------------------------------------------------------ */
 void *vs_cuda_alloc(vspec_dev *dev, size_t bytes);
+void *vs_cuda_alloc_uninit(vspec_dev *dev, size_t bytes);
 void vs_cuda_free(vspec_dev *dev, void *ptr);
 int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes);
 int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes);

@@ -102,8 +102,13 @@ int vs_cuda_check_blas(vs_cuda_dev *d, cublasStatus_t s, const char *what) {
 
 /* ---- allocation ------------------------------------------------------------------------------ */
 
-void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) {
-  vs_cuda_dev *d = vs_cuda(dev);
+/* cudaMalloc, recorded in the table; with `zero`, filled with zeros on the context's stream
+ * and waited for. Ordering guaranteed to callers (cuda_dev.h): when alloc returns, the fill
+ * has completed on the device, so work that any context of the GPU enqueues afterwards, on
+ * any stream, reads zeros. The wait is this stream's only (the memory is new: no other
+ * stream can have work on it), and it is not counted as a forward's wait (allocations are
+ * outside forwards; test_op_counts: "allocations are free"). */
+static void *vs__alloc(vs_cuda_dev *d, size_t bytes, int zero) {
   vs_cuda_gpu *g = d->gpu;
   size_t n = bytes ? bytes : 1;
   if (!vs_cuda_enter(d)) return nullptr;
@@ -121,7 +126,10 @@ void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) {
   }
   void *p = nullptr;
   cudaError_t e = cudaMalloc(&p, n);
-  if (e == cudaSuccess) e = cudaMemset(p, 0, n); /* legacy stream: orders against all */
+  if (e == cudaSuccess && zero) {
+    e = cudaMemsetAsync(p, 0, n, d->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->stream);
+  }
   std::lock_guard<std::mutex> l(g->lock);
   if (e != cudaSuccess) {
     g->in_use -= n;
@@ -139,6 +147,14 @@ void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) {
   }
   g->table[p] = allocation{n, nullptr, 0};
   return p;
+}
+
+void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) { return vs__alloc(vs_cuda(dev), bytes, 1); }
+
+/* ABI 1.3: no fill and no wait. No stream has work on the memory when it returns, so any
+ * context may be the first to write it; the contents are unspecified until then (ops.h). */
+void *vs_cuda_alloc_uninit(vspec_dev *dev, size_t bytes) {
+  return vs__alloc(vs_cuda(dev), bytes, 0);
 }
 
 void vs_cuda_free(vspec_dev *dev, void *ptr) {
@@ -159,7 +175,9 @@ void vs_cuda_free(vspec_dev *dev, void *ptr) {
     bf16 = it->second.bf16;
     g->table.erase(it);
   }
-  /* cudaFree waits for the device: no stream still uses the memory afterwards. */
+  /* cudaFree synchronises the GPU across all its streams, non-blocking ones included (CUDA
+   * programming guide, "Stream-Ordered Memory Allocator"): no stream of any context still
+   * uses the memory afterwards. */
   vs_cuda_check_rt(d, cudaFree(ptr), "cudaFree");
   if (bf16) vs_cuda_check_rt(d, cudaFree(bf16), "cudaFree (bf16 weight copy)");
 }
@@ -171,8 +189,17 @@ int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src_host) return VSPEC_EINVAL;
   if (!vs_cuda_enter(d)) return d->fail_status;
-  vs_dev_count_transfer(dev, 0, bytes);
-  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
+  vs_dev_count_transfer(dev, 0, bytes); /* one upload of `bytes`, whichever path */
+  /* Small: through the page-locked staging buffer, so that the copy is a DMA on the stream
+   * (and, captured, a graph memcpy node). The buffer is idle here: every copy through it is
+   * waited for before upload or download returns (not after a failed wait: a failed
+   * context takes the pageable path). */
+  const void *from = src_host;
+  if (d->staging && bytes <= d->staging_bytes && !d->failed) {
+    memcpy(d->staging, src_host, bytes);
+    from = d->staging;
+  }
+  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst, from, bytes, cudaMemcpyHostToDevice,
                                            d->stream), "upload") ||
       !vs_cuda_wait(d, "upload (wait)"))
     return d->fail_status;
@@ -186,11 +213,14 @@ int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t byt
   /* A context that has failed hands back nothing it computed after the failure. */
   if (d->failed) return d->fail_status;
   if (!vs_cuda_enter(d)) return d->fail_status;
-  vs_dev_count_transfer(dev, 1, bytes);
-  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
-                                           d->stream), "download") ||
+  vs_dev_count_transfer(dev, 1, bytes); /* one download of `bytes`, whichever path */
+  /* Small: a DMA into the staging buffer, then a host copy once the stream is done. */
+  int staged = d->staging && bytes <= d->staging_bytes;
+  if (!vs_cuda_check_rt(d, cudaMemcpyAsync(staged ? (void *)d->staging : dst_host, src, bytes,
+                                           cudaMemcpyDeviceToHost, d->stream), "download") ||
       !vs_cuda_wait(d, "download (wait)"))
     return d->fail_status;
+  if (staged) memcpy(dst_host, d->staging, bytes);
   return VSPEC_OK;
 }
 
@@ -259,6 +289,12 @@ int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const 
 
 /* ---- scratch and staged host arrays ----------------------------------------------------------- */
 
+/* A buffer of the context's own (scratch, staged arrays) of at least `bytes`. Growing is
+ * safe with other contexts on the GPU: the buffer is only ever used on this context's
+ * stream, which is waited for before the old buffer goes (cudaFree then synchronises the
+ * GPU, which stalls the other contexts for a moment: reserve_scratch at session open is how
+ * a backend keeps growth, and the wait, out of its forwards). The new buffer needs no zero
+ * fill (its users write before they read), so it costs no memset and no second wait. */
 static int vs__grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
   if (bytes <= *cap) return 1;
   size_t want = bytes + bytes / 2;
@@ -266,8 +302,10 @@ static int vs__grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
   if (*buf) {
     vs_cuda_wait(d, "scratch grow (wait)");
     vs_cuda_free((vspec_dev *)(void *)d, *buf);
+    *buf = nullptr;
+    *cap = 0;
   }
-  *buf = vs_cuda_alloc((vspec_dev *)(void *)d, want);
+  *buf = vs__alloc(d, want, 0);
   *cap = *buf ? want : 0;
   return *buf != nullptr;
 }

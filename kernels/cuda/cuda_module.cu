@@ -34,7 +34,10 @@ static void cuda_close(vspec_dev *dev) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) vs_cuda_free(dev, bufs[i]);
   if (d->blas) cublasDestroy(d->blas);
+  /* after the handle that uses it; the stream was waited for above */
+  if (d->blas_ws) cudaFree(d->blas_ws);
   if (d->stream) cudaStreamDestroy(d->stream);
+  if (d->staging) cudaFreeHost(d->staging); /* idle: every copy through it was waited for */
   free(d->pos_host);
   free(d->mask_host);
   free(d->host_f);
@@ -106,17 +109,50 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
     free(d);
     return VSPEC_ENOMEM;
   }
+  /* A non-blocking stream: no implicit ordering with the legacy default stream, so that
+   * this context neither waits for nor holds up the other contexts of the GPU (cuda_dev.h). */
   cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
-  if ((e = cudaStreamCreate(&d->stream)) != cudaSuccess ||
+  if ((e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess ||
       (bs = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
       (bs = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS ||
       /* parity: no TF32 and no reduced-precision reductions in fp32 products */
       (bs = cublasSetMathMode(d->blas, CUBLAS_PEDANTIC_MATH)) != CUBLAS_STATUS_SUCCESS) {
+    (void)cudaGetLastError();
     snprintf(err, errlen, "cuda:%d: cannot create a stream and a cuBLAS handle: %s",
              opt->index, e != cudaSuccess ? cudaGetErrorString(e) : "cuBLAS initialisation failed");
     cuda_close((vspec_dev *)(void *)d);
     return e == cudaErrorMemoryAllocation || bs == CUBLAS_STATUS_ALLOC_FAILED ? VSPEC_ENOMEM
                                                                                : VSPEC_EDEVICE;
+  }
+  /* A workspace of the handle's own, so that no GEMM allocates while it runs (a graph
+   * capture forbids it) and cuBLAS stays bit for bit reproducible while other contexts'
+   * streams run GEMMs too (its default pool is shared between streams). After
+   * cublasSetStream, which resets the workspace to the default pool. */
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opt->index) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    major = 0;
+  }
+  d->blas_ws_bytes = major >= 9 ? VS_CUDA_BLAS_WS_SM90 : VS_CUDA_BLAS_WS;
+  if ((e = cudaMalloc(&d->blas_ws, d->blas_ws_bytes)) != cudaSuccess ||
+      (bs = cublasSetWorkspace(d->blas, d->blas_ws, d->blas_ws_bytes)) !=
+          CUBLAS_STATUS_SUCCESS) {
+    (void)cudaGetLastError();
+    if (e != cudaSuccess) d->blas_ws = NULL;
+    snprintf(err, errlen, "cuda:%d: cannot set up a %zu-byte cuBLAS workspace: %s", opt->index,
+             d->blas_ws_bytes, e != cudaSuccess ? cudaGetErrorString(e) : "cublasSetWorkspace failed");
+    cuda_close((vspec_dev *)(void *)d);
+    return e == cudaErrorMemoryAllocation ? VSPEC_ENOMEM : VSPEC_EDEVICE;
+  }
+  /* Page-locked staging for small transfers (vs_cuda_upload, vs_cuda_download). Only a
+   * speed-up: where the host will not pin the memory, transfers take the pageable path. */
+  void *staging = NULL;
+  if (cudaHostAlloc(&staging, VS_CUDA_STAGING_BYTES, cudaHostAllocDefault) == cudaSuccess) {
+    d->staging = (unsigned char *)staging;
+    d->staging_bytes = VS_CUDA_STAGING_BYTES;
+  } else {
+    (void)cudaGetLastError();
   }
   *out = (vspec_dev *)(void *)d;
   return VSPEC_OK;

@@ -14,6 +14,7 @@ static vspec_ops vs__cuda_ops_table(void) {
   o.name = "cuda";
   o.alloc = vs_cuda_alloc;
   o.free = vs_cuda_free;
+  o.alloc_uninit = vs_cuda_alloc_uninit; /* ABI 1.3 */
   o.upload = vs_cuda_upload;
   o.download = vs_cuda_download;
   o.copy = vs_cuda_copy;
