@@ -60,13 +60,13 @@ typedef struct inputs {
   float emb[VOCAB * DIM], wqkv[QKVW * DIM], wo[DIM * DIM], w1[NOUT * DIM], w3[NOUT * DIM];
   uint8_t mask[2][NQ * NKV];
   int32_t pos[2][NQ];
-  int32_t idx[ROWS * NODES], fpos[ROWS * NODES], parents[NODES];
+  int32_t idx[ROWS * NODES], fpos[ROWS * NODES], parents[NODES], slots[NODES], lens[2];
   uint8_t prefix[NPREFIX];
 } inputs;
 
 typedef struct weights {
   float *w, *bias, *nw, *k, *v, *table, *emb, *wqkv, *wo, *w1, *w3;
-  int32_t *idx, *fpos, *parents;
+  int32_t *idx, *fpos, *parents, *slots, *lens;
   uint8_t *prefix;
 } weights;
 
@@ -130,6 +130,9 @@ static void make_inputs(void) {
   for (int a = 0; a < NODES; a++)
     in->parents[a] = a == 0 || vs_rng_uniform(&rng) < 0.2 ? -1 : (int32_t)(vs_rng_uniform(&rng) * a);
   for (int s = 0; s < NPREFIX; s++) in->prefix[s] = (uint8_t)(vs_rng_uniform(&rng) < 0.6);
+  for (int j = 0; j < NODES; j++) in->slots[j] = FIRST + j; /* after the committed slots */
+  in->lens[0] = FIRST; /* committed */
+  in->lens[1] = 0;     /* base */
 }
 
 static void *up_bytes(vspec_dev *dev, const void *host, size_t bytes) {
@@ -157,12 +160,15 @@ static void weights_load(vspec_dev *dev, weights *w) {
   w->fpos = up_bytes(dev, in->fpos, sizeof in->fpos);
   w->parents = up_bytes(dev, in->parents, sizeof in->parents);
   w->prefix = up_bytes(dev, in->prefix, sizeof in->prefix);
+  w->slots = up_bytes(dev, in->slots, sizeof in->slots);
+  w->lens = up_bytes(dev, in->lens, sizeof in->lens);
 }
 
 static void weights_free(vspec_dev *dev, weights *w) {
   const vspec_ops *o = vs_dev_ops(dev);
   void *p[] = {w->w,  w->bias, w->nw, w->k,   w->v,   w->table,   w->emb,   w->wqkv,
-               w->wo, w->w1,   w->w3, w->idx, w->fpos, w->parents, w->prefix};
+               w->wo, w->w1,   w->w3, w->idx, w->fpos, w->parents, w->prefix,
+               w->slots, w->lens};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) o->free(dev, p[i]);
 }
 
@@ -222,10 +228,10 @@ static int round_run(vspec_dev *dev, const weights *w, float *out, vs_dev_counte
   o->rmsnorm_rows(dev, w->emb, w->idx, ROWS * NODES, DIM, w->nw, 1e-5f, xr);
   vspec_kv_cache kv = {.k = kc, .v = vc, .rows = ROWS, .n_heads = H, .kv_heads = HKV,
                        .head_dim = HD, .slots = SLOTS};
-  o->norm_qkv_rope(dev, xg, NODES, DIM, w->nw, 1e-5f, w->wqkv, w->fpos, w->table, &kv, FIRST,
-                   qkv);
-  vspec_kv_tree_view view = {.n = NODES, .base = 0, .committed = FIRST, .n_prefix = NPREFIX,
-                             .prefix = w->prefix, .parents = w->parents};
+  o->norm_qkv_rope(dev, xg, NODES, DIM, w->nw, 1e-5f, w->wqkv, w->fpos, w->table, &kv,
+                   w->slots, qkv);
+  vspec_kv_tree_view view = {.n = NODES, .n_prefix = NPREFIX, .lens = w->lens,
+                             .parents = w->parents, .prefix = w->prefix};
   o->tree_attention(dev, qkv, &kv, &view, tatt);
   o->linear_add(dev, tatt, ROWS * NODES, DIM, w->wo, DIM, xg);
   o->norm_swiglu(dev, xg, ROWS * NODES, DIM, w->nw, 1e-5f, w->w1, w->w3, NOUT, ff);

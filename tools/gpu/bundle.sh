@@ -38,4 +38,7 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$OUT/lib/" ;;
   esac
 done
+# Debug sections are most of the bytes, and the bundle must travel (the device tool carries at
+# most 64 MiB): symbols stay, so backtraces still name functions.
+find "$OUT" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true
 du -sh "$OUT" | awk '{print "bundle: " $1 " in " $2}'
