@@ -9,7 +9,10 @@
  *    float64 model, as measured by tools/ref/bf16_deviation.py on models/fmnist:
  *    max |dlogit| / max |logit| 0.0039 (<= 8 rows) and 0.0067 (more rows), TV of the
  *    CFG'd next-token distribution 0.0035 and 0.010;
- *  - the same seed gives the same tokens on the GPU, for AR and for speculative decoding.
+ *  - the same seed gives the same tokens on the GPU, for AR and for speculative decoding;
+ *  - a GPT-B-shaped random model (3 of GPT-B's layers: width 768, 12 heads, vocabulary
+ *    16384, 256 tokens), fp32 and bf16, GPU against CPU after 1, 128 and 255 decode steps on
+ *    the fused path, and a 64-node tree at step 128.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <unistd.h>
+
+#include "bench/bench.h"
 #include "core/engine.h"
 #include "core/host.h"
 #include "core/models.h"
@@ -304,6 +310,81 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* One GPT-B-shaped checkpoint, written once, loaded on the CPU and on a GPU context. */
+static void gptb_compare(vspec_dev *gpu, double rtol_few, double tv_few, double rtol_tree,
+                         double tv_tree) {
+  char err[VSPEC_ERRLEN], path[128];
+  snprintf(path, sizeof path, "/tmp/vspec-gptb-%d.safetensors", (int)getpid());
+  if (vs_bench_write_random_gpt(path, 3, 768, 12, 12, 16384, 16, 1000, 3, err, sizeof err))
+    fail_msg("%s", err);
+  vs_backend_model mc, mg;
+  if (vs_backend_model_load(g_reg, &g_host, g_cpu, "llamagen", path, "max_nodes=64", &mc, err,
+                            sizeof err) ||
+      vs_backend_model_load(g_reg, &g_host, gpu, "llamagen", path, "max_nodes=64", &mg, err,
+                            sizeof err))
+    fail_msg("%s", err);
+  unlink(path);
+  int V = mc.info.vocab;
+  vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 207, .rows = 2,
+                              .max_nodes = 64};
+  vspec_session *sc, *sg;
+  if (mc.vt->session_open(mc.model, g_cpu, &cfg, &sc, err, sizeof err) ||
+      mg.vt->session_open(mg.model, gpu, &cfg, &sg, err, sizeof err))
+    fail_msg("session_open: %s", err);
+  float *lc = gt_host((size_t)64 * 2 * V), *lg = gt_host((size_t)64 * 2 * V);
+  vspec_forward_out oc = {.struct_size = sizeof oc, .logits = lc};
+  vspec_forward_out og = {.struct_size = sizeof og, .logits = lg};
+  if (mc.vt->prefill(sc, &oc, err, sizeof err) || mg.vt->prefill(sg, &og, err, sizeof err))
+    fail_msg("prefill: %s", err);
+  vspec_rng rng;
+  vs_rng_init(&rng, 128, 0);
+  const int32_t root = -1, zero = 0;
+  for (int step = 1; step <= 255; step++) {
+    int32_t t = (int32_t)(vs_rng_uniform(&rng) * V);
+    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &t,
+                             .parents = &root};
+    if (mc.vt->forward(sc, &b, &oc, err, sizeof err) || mg.vt->forward(sg, &b, &og, err, sizeof err))
+      fail_msg("step %d: %s", step, err);
+    char what[48];
+    snprintf(what, sizeof what, "GPT-B shape, step %d", step);
+    if (step == 1 || step == 128 || step == 255) expect_logits(what, lg, lc, 1, V, rtol_few, tv_few);
+    if (step == 128) { /* a 64-node tree below the step's node, then back to the chain */
+      int32_t tt[64], tp[64];
+      for (int i = 0; i < 64; i++) {
+        tt[i] = (int32_t)(vs_rng_uniform(&rng) * V);
+        tp[i] = i == 0 ? -1 : (int32_t)(vs_rng_uniform(&rng) * i);
+      }
+      vspec_forward_batch tb = {.struct_size = sizeof tb, .n_nodes = 64, .tokens = tt,
+                                .parents = tp};
+      if (mc.vt->forward(sc, &tb, &oc, err, sizeof err) ||
+          mg.vt->forward(sg, &tb, &og, err, sizeof err))
+        fail_msg("tree: %s", err);
+      expect_logits("GPT-B shape, 64-node tree", lg, lc, 64, V, rtol_tree, tv_tree);
+      if (mc.vt->forward(sc, &b, &oc, err, sizeof err) ||
+          mg.vt->forward(sg, &b, &og, err, sizeof err))
+        fail_msg("step %d again: %s", step, err);
+    }
+    if (mc.vt->commit(sc, &zero, 1, err, sizeof err) || mg.vt->commit(sg, &zero, 1, err, sizeof err))
+      fail_msg("commit: %s", err);
+  }
+  mc.vt->session_close(sc);
+  mg.vt->session_close(sg);
+  free(lc), free(lg);
+  vs_backend_model_unload(&mc);
+  vs_backend_model_unload(&mg);
+}
+
+static void test_gptb_shape_fp32(void **state) {
+  (void)state;
+  gptb_compare(g_gpu, FP32_RTOL, 0, FP32_RTOL, 0);
+}
+
+static void test_gptb_shape_bf16(void **state) {
+  (void)state;
+  gptb_compare(g_gpu_bf16, BF16_FEW_ROWS_RTOL, BF16_FEW_ROWS_TV, BF16_MANY_ROWS_RTOL,
+               BF16_MANY_ROWS_TV);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fp32_micro),
@@ -313,6 +394,8 @@ int main(void) {
       cmocka_unit_test(test_greedy_tokens),
       cmocka_unit_test(test_same_seed_same_tokens),
       cmocka_unit_test(test_vq_pixels),
+      cmocka_unit_test(test_gptb_shape_fp32),
+      cmocka_unit_test(test_gptb_shape_bf16),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
