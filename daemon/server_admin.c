@@ -89,6 +89,9 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_envelope *env, uint
       mi[i].grid_h = (uint32_t)ms[i].info.grid_h;
       mi[i].grid_w = (uint32_t)ms[i].info.grid_w;
       mi[i].num_classes = (uint32_t)ms[i].info.num_classes;
+      mi[i].has_image_h = mi[i].has_image_w = 1;
+      mi[i].image_h = (uint32_t)ms[i].info.image_h;
+      mi[i].image_w = (uint32_t)ms[i].info.image_w;
       mi[i].has_draft = ms[i].has_draft;
       mi[i].has_eagle = ms[i].has_eagle;
       mi[i].continuous = ms[i].info.token_kind == VSPEC_TOKENS_CONTINUOUS;
