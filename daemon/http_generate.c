@@ -426,11 +426,6 @@ void vs__http_generate(vs_http *h, int client_fd, const char *body, size_t len,
     json_decref(root);
     return;
   }
-  if (g.stream) {
-    vs__http_error(r, 400, "stream", "stream: not served yet");
-    json_decref(root);
-    return;
-  }
   Vspec__Submit s;
   vs__submit(h, &g, &s);
   vs_http_batch b = {.h = h, .client_fd = client_fd, .submit = &s, .n = g.n,
@@ -440,6 +435,10 @@ void vs__http_generate(vs_http *h, int client_fd, const char *body, size_t len,
     randombytes_buf(&b.seed, sizeof b.seed);
     b.seed &= (1ull << 53) - 1;
     b.has_seed = 1;
+  }
+  if (g.stream) { /* the stream keeps the JSON its submit points into */
+    r->stream = vs__http_stream_start(h, client_fd, &s, &b, root, g.upscale, g.partial_images, r);
+    return;
   }
   if (vs__http_jobs_run(&b, r) == 0) {
     const vs_http_job *f = vs__http_jobs_failed(&b);

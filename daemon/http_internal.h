@@ -29,7 +29,10 @@ struct vs_http {
   atomic_int stopping;
 };
 
-/* A reply being built: status, body (malloc'd), its type, and Retry-After (0 = none). */
+typedef struct vs_http_stream vs_http_stream;
+
+/* A reply being built: status, body (malloc'd), its type, and Retry-After (0 = none); or a
+ * stream of server-sent events (http_stream.c). */
 typedef struct vs_http_reply {
   int status;
   const char *type;
@@ -37,6 +40,7 @@ typedef struct vs_http_reply {
   size_t len;
   int retry_after_s;
   char seed[24]; /* X-Vspec-Seed on a raw PNG answer, "" = none */
+  vs_http_stream *stream; /* status 200 and the body from this */
 } vs_http_reply;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. param may be NULL;
@@ -118,6 +122,19 @@ struct json_t;
 struct json_t *vs__http_revised_prompt(const vs_http_job *j);
 char *vs__http_png_b64(const vs_http_job *j, int upscale, vs_http_reply *r);
 struct json_t *vs__http_usage(const vs_http_batch *b);
+
+/* ---- a streamed generation (http_stream.c) ---- */
+
+/* Starts the jobs of `proto` (a batch's settings) as Submit `submit`, and waits until each is
+ * accepted: the stream to answer with, or NULL with *r the error (or empty: the client went
+ * away). Takes root, the request's JSON. */
+vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *submit,
+                                      const vs_http_batch *proto, void *root, int upscale,
+                                      int partial_images, vs_http_reply *r);
+struct MHD_Response;
+/* MHD's response reading the stream; it frees the stream (and cancels what still runs). */
+struct MHD_Response *vs__http_stream_response(vs_http_stream *st);
+void vs__http_stream_free(vs_http_stream *st);
 
 /* POST /v1/images/generations; client_fd is the HTTP connection's socket, watched for a
  * client that goes away. */

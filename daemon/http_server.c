@@ -140,6 +140,16 @@ void vs__http_error_code(vs_http_reply *r, int status, const char *param, const 
 }
 
 static enum MHD_Result vs__send(struct MHD_Connection *c, vs_http_reply *r, const char *allow) {
+  if (r->stream) {
+    struct MHD_Response *sr = vs__http_stream_response(r->stream);
+    r->stream = NULL;
+    if (!sr) return MHD_NO;
+    MHD_add_response_header(sr, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(sr, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result sok = MHD_queue_response(c, MHD_HTTP_OK, sr);
+    MHD_destroy_response(sr);
+    return sok;
+  }
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"",
                                       r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -282,7 +292,7 @@ static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const cha
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     vs__http_generate(h, ci ? ci->connect_fd : -1, q->body ? q->body : "", q->len, &r);
   }
-  if (!r.status) { /* the client went away: nobody to answer */
+  if (!r.status && !r.stream) { /* the client went away: nobody to answer */
     free(r.body);
     return MHD_NO;
   }

@@ -1,7 +1,8 @@
 """tests/python/test_openai.py - vspecd's HTTP endpoint driven by OpenAI's own Python SDK
 (PyPI's openai, pinned in tools/install_deps.sh, which `make deps` installs into .venv), as
 its users would: images.generate with a prompt by name, by number and in a sentence, an
-unknown one (a 400 whose message lists the classes), n = 3, a streamed generation, the
+unknown one (a 400 whose message lists the classes), n = 3, streamed generations
+(partial images, and a client that leaves cancelling its job), the
 errors in OpenAI's shape (400, 404, 429 with Retry-After), and models.list().
 
 One vspecd for the module, on private ipc sockets and an HTTP port the kernel picks (read
@@ -197,6 +198,47 @@ class ImagesTest(unittest.TestCase):
         self.assertEqual(e.code, "queue_full")
         self.assertGreaterEqual(int(e.response.headers["retry-after"]), 1)
         idle()  # the 5 accepted jobs were cancelled with it
+
+
+def metric(series):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % _Daemon.port) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[1])
+    return None
+
+
+class StreamTest(unittest.TestCase):
+    def test_partial_images(self):
+        events = list(client().images.generate(model="fmnist", prompt="a dress", stream=True,
+                                               partial_images=2))
+        self.assertEqual([e.type for e in events], ["image_generation.partial_image"] * 2
+                         + ["image_generation.completed"])
+        self.assertEqual([e.partial_image_index for e in events[:2]], [0, 1])
+        for e in events:
+            self.assertEqual(png_size(base64.b64decode(e.b64_json)), (32, 32))
+        done = events[-1]
+        self.assertEqual(done.usage.output_tokens, 64)
+        self.assertEqual(done.revised_prompt, "Dress")
+        # the previews fill in: each partial image differs from the next
+        self.assertNotEqual(events[0].b64_json, events[1].b64_json)
+
+    def test_no_partial_images(self):
+        events = list(client().images.generate(model="fmnist", prompt="0", stream=True))
+        self.assertEqual([e.type for e in events], ["image_generation.completed"])
+
+    def test_refused_before_the_stream(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().images.generate(model="fmnist", prompt="a red car", stream=True)
+        self.assertEqual(cm.exception.code, "unknown_class")
+
+    def test_disconnect_cancels(self):
+        before = metric('vspec_jobs_total{state="cancelled"}')
+        s = client().images.generate(model="fmnist", prompt="bag", stream=True,
+                                     partial_images=1, extra_body={"method": SLOW})
+        s.close()  # accepted (the 200 came), then gone
+        idle(5)  # the slow job would run for seconds
+        self.assertEqual(metric('vspec_jobs_total{state="cancelled"}'), before + 1)
 
 
 class ModelsTest(unittest.TestCase):
