@@ -140,6 +140,8 @@ static const char *g_code; /* the next expect_error's error.code (NULL: any word
 /* An OpenAI-style error with this status whose message contains `needle` and whose param is
  * `param` (NULL: not checked). */
 static void expect_error(reply *r, int code, const char *needle, const char *param) {
+  const char *want_code = g_code;
+  g_code = NULL; /* for this call only, also when it fails */
   if (r->code != code) fail_msg("status %d, expected %d: %s", r->code, code, r->body);
   json_error_t je;
   json_t *j = json_loads(r->body, 0, &je);
@@ -152,8 +154,7 @@ static void expect_error(reply *r, int code, const char *needle, const char *par
   assert_non_null(json_string_value(json_object_get(e, "type")));
   const char *c = json_string_value(json_object_get(e, "code"));
   assert_non_null(c);
-  if (g_code) assert_string_equal(c, g_code);
-  g_code = NULL;
+  if (want_code) assert_string_equal(c, want_code);
   if (param) assert_string_equal(json_string_value(json_object_get(e, "param")), param);
   json_decref(j);
   reply_free(r);
