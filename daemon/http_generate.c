@@ -245,7 +245,7 @@ static int vs__check_size(vs_http *h, vs__gen *g, vs_http_reply *r) {
 
 /* The stats object of one job (the "vspec" field of the answer and of each image). */
 static json_t *vs__stats(const vs_http_job *j, double wall_s) {
-  const Vspec__Result *res = j->result.ev->result;
+  const Vspec__Result *res = j->result->ev->result;
   const Vspec__Stats *st = res->stats;
   char seed[24];
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)res->seed);
@@ -282,7 +282,7 @@ json_t *vs__http_revised_prompt(const vs_http_job *j) {
 /* Job j's PNG, enlarged `upscale` times, as base64 (malloc'd), or NULL with *r the error. */
 char *vs__http_png_b64(const vs_http_job *j, int upscale, vs_http_reply *r) {
   size_t len = 0;
-  const void *png = vs_conn_blob(&j->result, VSPEC__BLOB_KIND__BLOB_PNG, &len);
+  const void *png = vs_conn_blob(j->result, VSPEC__BLOB_KIND__BLOB_PNG, &len);
   uint8_t *big = NULL;
   if (!png || !len) {
     vs__http_error(r, 500, NULL, "the daemon's result carries no PNG");
@@ -306,7 +306,7 @@ char *vs__http_png_b64(const vs_http_job *j, int upscale, vs_http_reply *r) {
 json_t *vs__http_usage(const vs_http_batch *b) {
   json_int_t out = 0;
   for (int i = 0; i < b->n; i++) {
-    const Vspec__Result *res = b->jobs[i].result.ev ? b->jobs[i].result.ev->result : NULL;
+    const Vspec__Result *res = b->jobs[i].result ? b->jobs[i].result->ev->result : NULL;
     if (res && res->stats) out += (json_int_t)res->stats->tokens;
   }
   return json_pack("{s:i,s:I,s:I,s:{s:i,s:i}}", "input_tokens", 0, "output_tokens", out,
@@ -316,7 +316,7 @@ json_t *vs__http_usage(const vs_http_batch *b) {
 
 static void vs__answer_png(const vs__gen *g, const vs_http_job *j, vs_http_reply *r) {
   size_t len = 0;
-  const void *png = vs_conn_blob(&j->result, VSPEC__BLOB_KIND__BLOB_PNG, &len);
+  const void *png = vs_conn_blob(j->result, VSPEC__BLOB_KIND__BLOB_PNG, &len);
   uint8_t *big = NULL;
   char err[256];
   int bw, bh;
@@ -340,7 +340,7 @@ static void vs__answer_png(const vs__gen *g, const vs_http_job *j, vs_http_reply
   r->len = len;
   r->status = 200;
   r->type = "image/png";
-  snprintf(r->seed, sizeof r->seed, "%llu", (unsigned long long)j->result.ev->result->seed);
+  snprintf(r->seed, sizeof r->seed, "%llu", (unsigned long long)j->result->ev->result->seed);
 }
 
 static void vs__answer(const vs__gen *g, const vs_http_batch *b, vs_http_reply *r) {
@@ -359,14 +359,14 @@ static void vs__answer(const vs__gen *g, const vs_http_batch *b, vs_http_reply *
       return;
     }
     char seed[24];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)j->result.ev->result->seed);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)j->result->ev->result->seed);
     json_array_append_new(seeds, json_string(seed));
     json_array_append_new(data, json_pack("{s:s,s:o,s:o}", "b64_json", b64, "revised_prompt",
                                           vs__http_revised_prompt(j), "vspec",
                                           vs__stats(j, wall_s)));
     free(b64);
   }
-  const Vspec__Result *r0 = b->jobs[0].result.ev->result;
+  const Vspec__Result *r0 = b->jobs[0].result->ev->result;
   char size[32];
   snprintf(size, sizeof size, "%ux%u", r0->width * (unsigned)g->upscale,
            r0->height * (unsigned)g->upscale);

@@ -71,7 +71,8 @@ typedef struct vs_http_job {
   char class_name[64];    /* "" when the model names none */
   char model[64], method[256];
   int done;               /* its Result or Error came */
-  vs_conn_event result;   /* the Result (ev NULL until then): owns the PNG blob */
+  vs_conn_event *result;  /* the Result (NULL until then), owning the PNG blob: on the heap,
+                             since an event's allocator points into the event itself */
   int err_code;           /* Vspec__ErrorCode of an Error, 0 = none */
   char err_msg[512];
   uint32_t retry_after_ms;

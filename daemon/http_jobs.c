@@ -78,8 +78,8 @@ int vs__http_jobs_start(vs_http_batch *b, vs_http_reply *r) {
   return 0;
 }
 
-/* One event of the daemon's for job i. */
-static void vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
+/* One event of the daemon's for job i; 1 when the job keeps it (its Result). */
+static int vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
   vs_http_job *j = &b->jobs[i];
   const Vspec__Event *ev = e->ev;
   switch (ev->body_case) {
@@ -97,9 +97,8 @@ static void vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
   }
   case VSPEC__EVENT__BODY_RESULT:
     j->done = 1;
-    j->result = *e;
-    e->ev = NULL; /* kept: the answer is built from it */
-    return;
+    j->result = e; /* the answer is built from it */
+    return 1;
   case VSPEC__EVENT__BODY_ERROR:
     j->done = 1;
     j->err_code = ev->error->code ? (int)ev->error->code : VSPEC__ERROR_CODE__ERR_INTERNAL;
@@ -111,6 +110,7 @@ static void vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
   default:
     if (b->on_event && !b->gave_up && b->on_event(b->arg, i, e)) b->gave_up = VS_HTTP_CLIENT_GONE;
   }
+  return 0;
 }
 
 int vs__http_jobs_step(vs_http_batch *b) {
@@ -129,8 +129,9 @@ int vs__http_jobs_step(vs_http_batch *b) {
   for (int i = 0; i < b->n; i++) left += !b->jobs[i].done;
   if (!left || (b->gave_up && now > b->give_up)) return b->over = 1;
   char err[VSPEC_ERRLEN];
-  vs_conn_event e;
-  int rc = vs_conn_recv(&b->conn, VS__POLL_MS, &e, err, sizeof err);
+  vs_conn_event *e = malloc(sizeof *e);
+  int rc = e ? vs_conn_recv(&b->conn, VS__POLL_MS, e, err, sizeof err) : 0;
+  if (rc <= 0) free(e);
   if (rc < 0) {
     for (int i = 0; i < b->n; i++)
       if (!b->jobs[i].done) {
@@ -141,16 +142,20 @@ int vs__http_jobs_step(vs_http_batch *b) {
     return b->over = 1;
   }
   if (rc == 0) return 0;
-  const Vspec__Event *ev = e.ev;
+  const Vspec__Event *ev = e->ev;
+  int kept = 0;
   for (int i = 0; i < b->n; i++) {
     const vs_http_job *j = &b->jobs[i];
     if ((ev->has_request_id && ev->request_id == j->rid) ||
         (j->id && ev->has_job_id && ev->job_id == j->id)) {
-      vs__event(b, i, &e);
+      kept = vs__event(b, i, e);
       break;
     }
   }
-  if (e.ev) vs_conn_event_free(&e);
+  if (!kept) {
+    vs_conn_event_free(e);
+    free(e);
+  }
   return 0;
 }
 
@@ -176,7 +181,11 @@ const vs_http_job *vs__http_jobs_failed(const vs_http_batch *b) {
 void vs__http_jobs_free(vs_http_batch *b) {
   if (b->connected && !b->over) vs__cancel_all(b);
   for (int i = 0; i < b->n; i++)
-    if (b->jobs[i].result.ev) vs_conn_event_free(&b->jobs[i].result);
+    if (b->jobs[i].result) {
+      vs_conn_event_free(b->jobs[i].result);
+      free(b->jobs[i].result);
+      b->jobs[i].result = NULL;
+    }
   if (b->connected) vs_conn_close(&b->conn);
   b->connected = 0;
 }

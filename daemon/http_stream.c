@@ -99,7 +99,7 @@ static void vs__finish(vs_http_stream *st) {
                                                        : "no image within [http] timeout_ms");
   }
   for (int i = 0; !r.status && i < b->n; i++) {
-    const Vspec__Result *res = b->jobs[i].result.ev->result;
+    const Vspec__Result *res = b->jobs[i].result->ev->result;
     char *b64 = vs__http_png_b64(&b->jobs[i], st->upscale, &r);
     if (!b64) break;
     json_t *o = vs__image_event("image_generation.completed", b64,

@@ -113,8 +113,13 @@ class _Daemon:
             except subprocess.TimeoutExpired:
                 cls.proc.kill()
                 cls.proc.wait(5)
-        cls.proc = None
+        rc, cls.proc = cls.proc.returncode, None
+        with open(cls.log, errors="replace") as f:
+            log = f.read()
         shutil.rmtree(cls.dir, ignore_errors=True)
+        # a crash, or a sanitizer's report at exit (VSPEC_BUILD=build/asan), fails the module
+        if rc != 0:
+            raise RuntimeError("vspecd exited with %s:\n%s" % (rc, log[-4000:]))
 
 
 def client(**kw):
