@@ -14,7 +14,8 @@
 #                   clang only: skipped with a message without it); make fuzz-check is the
 #                   short pass make test runs
 #   make soak       vspecd under ASan for SOAK_JOBS jobs (default 2000): failures, leaks, RSS
-#   make deps       install the Debian packages the project needs (idempotent)
+#   make deps       install the Debian packages the project needs and OpenAI's Python SDK
+#                   (into .venv, for the HTTP endpoint's test; idempotent)
 #   make install    PREFIX=/usr/local DESTDIR=: programs, libvspec.so, plugins, headers,
 #                   pkg-config files, models, vspecd.conf, the systemd unit; make uninstall
 #   make gpu-test   the GPU suite on a CUDA device (reported as skipped without one)
@@ -372,8 +373,15 @@ $(PY_PKG)/vspec_pb2.py: proto/vspec.proto $(PY_SRC)
 	cp $(PY_SRC) $(PY_PKG)/
 	protoc -Iproto --python_out=$(PY_PKG) proto/vspec.proto
 python-client: $(PY_PKG)/vspec_pb2.py
+# tests/python/test_openai.py drives the HTTP endpoint with OpenAI's SDK, which make deps
+# installs into the repository's .venv (tools/install_deps.sh); without it the test says so
+# and skips. Both run even when the first fails.
+OPENAI_PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,$(PYTHON))
 python-check: all $(PY_PKG)/vspec_pb2.py
-	VSPEC_BUILD=$(BUILD) PYTHONPATH=$(BUILD)/python $(PYTHON) tests/python/test_client.py
+	@st=0; \
+	VSPEC_BUILD=$(BUILD) PYTHONPATH=$(BUILD)/python $(PYTHON) tests/python/test_client.py || st=1; \
+	VSPEC_BUILD=$(BUILD) $(OPENAI_PYTHON) tests/python/test_openai.py || st=1; \
+	exit $$st
 
 # make test ends with one line, "N passed, N failed, N skipped" (tests/tally.sh): test
 # cases, over the plain run, the ASan run and the fuzz pass. A cmocka case that called skip()

@@ -28,7 +28,7 @@ static const vs__copt vs__net_copts[] = {{"--server", ""}, {"--admin", ""},
                                          {"--curve-key", "@file"}, {"--timeout", ""}, {0, 0}};
 
 static const vs__copt vs__gen_copts[] = {
-    {"--class", ""}, {"--seed", ""}, {"--model", ""}, {"--method", "@method"},
+    {"--class", ""}, {"--prompt", ""}, {"--seed", ""}, {"--model", ""}, {"--method", "@method"},
     {"--accept", "@accept"}, {"--param", ""}, {"--sched", "@sched"}, {"--sched-param", ""},
     {"--draft", "auto model head"}, {"--temperature", ""}, {"--top-k", ""}, {"--top-p", ""},
     {"--cfg", ""}, {"--cfg-interval", ""}, {"--num-iter", ""},

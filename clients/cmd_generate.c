@@ -14,6 +14,9 @@ static void usage_generate(FILE *f) {
           "\n"
           "  --class C            class label (default 0); `vspec status` names each\n"
           "                       model's classes (models/fmnist: 7 is Sneaker)\n"
+          "  --prompt TEXT        the class in words, matched by the daemon: a class number,\n"
+          "                       a class name in any case, or a text holding one (\"a\n"
+          "                       photo of an ankle boot\"); not with --class\n"
           "  --seed S             seed (default: a random one the daemon draws; printed, and\n"
           "                       stored in the PNG); the same seed gives the same image\n"
           "  --model NAME         a model the daemon serves (default: the daemon's default)\n"
@@ -79,12 +82,13 @@ static int vs__append_param(char *buf, size_t cap, const char *kv, char *err, si
   return 0;
 }
 
-enum { O_CLASS = 1, O_SEED, O_MODEL, O_METHOD, O_ACCEPT, O_PARAM, O_SCHED, O_SPARAM, O_DRAFT,
+enum { O_CLASS = 1, O_PROMPT, O_SEED, O_MODEL, O_METHOD, O_ACCEPT, O_PARAM, O_SCHED, O_SPARAM, O_DRAFT,
        O_TEMP, O_TOPK, O_TOPP, O_CFG, O_CFGI, O_NITER, O_CFGS, O_OUT, O_PREV, O_PKIND,
        O_PEVERY, O_DEADLINE, O_PRIO, O_TAG, O_JOBID, O_JSON, O_QUIET, O_UPSCALE, O_HELP };
 
 static const struct option vs__gen_longopts[] = {
     {"class", required_argument, 0, O_CLASS},   {"seed", required_argument, 0, O_SEED},
+    {"prompt", required_argument, 0, O_PROMPT},
     {"model", required_argument, 0, O_MODEL},   {"method", required_argument, 0, O_METHOD},
     {"accept", required_argument, 0, O_ACCEPT}, {"param", required_argument, 0, O_PARAM},
     {"sched", required_argument, 0, O_SCHED},   {"sched-param", required_argument, 0, O_SPARAM},
@@ -172,6 +176,7 @@ static int vs__job_opt(vs_gen_opts *g, int c, const char *arg) {
       g->sub.seed = u;
       return 1;
     case O_MODEL: g->sub.model = (char *)arg; return 1;
+    case O_PROMPT: g->sub.prompt = (char *)arg; return 1;
     case O_METHOD: g->sub.method = (char *)arg; return 1;
     case O_ACCEPT: g->sub.accept = (char *)arg; return 1;
     case O_SCHED: g->sub.sched = (char *)arg; return 1;
@@ -271,6 +276,8 @@ static int vs__gen_check(vs_gen_opts *g, vs_gen_view *v) {
   if (s->method && (s->accept || s->sched || *g->accept_params || *g->sched_params || s->draft))
     return vs__usage_error(v, "%s", "vspec generate: give --method or "
                            "--accept/--sched/--param/--draft, not both");
+  if (s->prompt && s->has_class_label)
+    return vs__usage_error(v, "%s", "vspec generate: give --class or --prompt, not both");
   if (!s->accept && (s->sched || *g->accept_params || *g->sched_params || s->draft))
     return vs__usage_error(v, "%s", "vspec generate: --sched, --param and --draft need "
                            "--accept RULE");

@@ -4,6 +4,7 @@
  */
 #include "clients/generate.h"
 #include "clients/last_job.h"
+#include "core/png_upscale.h"
 
 /* How long an interrupted client waits for the daemon to confirm the cancel: heartbeats (a
  * queued fleet job) must not keep it waiting forever. */
@@ -18,38 +19,22 @@ typedef struct vs_gen_job {
   double t0, last, cancel_at;
 } vs_gen_job;
 
-/* Writes the result's PNG; with upscale > 1, enlarged nearest-neighbour on this side (the
- * daemon sends the image at the model's size: decoding its PNG here needs no protocol change
- * and works with any daemon, broker or gateway). The text chunks the daemon writes are
- * written again: `vspec` and the `parameters` image browsers read. *w, *h: the size written. */
+/* Writes the result's PNG; with upscale > 1, enlarged on this side (core/png_upscale.h).
+ * *w, *h: the size written. */
 static int vs__write_image(const char *path, const void *png, size_t len, int upscale,
-                           const char *describe, unsigned *w, unsigned *h, char *err,
-                           size_t errlen) {
+                           unsigned *w, unsigned *h, char *err, size_t errlen) {
   if (upscale <= 1) return vs__write_file_msg(path, png, len, err, errlen);
-  uint8_t *rgb = NULL, *big = NULL;
-  int width, height, rc = vs_png_decode_rgb(png, len, &rgb, &width, &height, err, errlen);
-  if (rc) return -1;
-  if ((uint64_t)width * height * (uint64_t)upscale * upscale > VS_PNG_READ_MAX_PIXELS) {
-    snprintf(err, errlen, "--upscale %d would make a %dx%d image: too large", upscale,
-             width * upscale, height * upscale);
-    free(rgb);
+  uint8_t *big = NULL;
+  size_t big_len = 0;
+  int bw, bh;
+  char inner[512];
+  if (vs_png_upscale(png, len, upscale, &big, &big_len, &bw, &bh, inner, sizeof inner)) {
+    snprintf(err, errlen, "--upscale %d: %s", upscale, inner);
     return -1;
   }
-  if (vs_rgb_upscale(rgb, width, height, upscale, &big)) {
-    snprintf(err, errlen, "out of memory for --upscale %d", upscale);
-    free(rgb);
-    return -1;
-  }
-  char params[2048], inner[256];
-  vs_png_text text[3] = {{"Software", "vspecd"}};
-  int nt = 1;
-  if (describe) text[nt++] = (vs_png_text){"vspec", describe};
-  if (vs_png_text_get(png, len, "parameters", params, sizeof params, inner, sizeof inner) == 1)
-    text[nt++] = (vs_png_text){"parameters", params};
-  rc = vs_png_write_file(path, big, width * upscale, height * upscale, text, nt, err, errlen);
-  *w = (unsigned)(width * upscale);
-  *h = (unsigned)(height * upscale);
-  free(rgb);
+  int rc = vs__write_file_msg(path, big, big_len, err, errlen);
+  *w = (unsigned)bw;
+  *h = (unsigned)bh;
   free(big);
   return rc ? -1 : 0;
 }
@@ -143,8 +128,7 @@ static int vs__gen_result(vs_gen_job *r, const vs_conn_event *e, double now) {
   if (!png)
     return vs_gen_fail(r->v, EXIT_FAIL, VS_GEN_PROTOCOL, "the result of job %llu carries no PNG",
                        (unsigned long long)r->job);
-  if (vs__write_image(r->g->out, png, len, (int)r->g->upscale, res->describe, &w, &h, err,
-                      sizeof err))
+  if (vs__write_image(r->g->out, png, len, (int)r->g->upscale, &w, &h, err, sizeof err))
     return vs_gen_fail(r->v, EXIT_FAIL, VS_GEN_OUTPUT, "job %llu's image is lost: %s",
                        (unsigned long long)r->job, err);
   vs_gen_written out = {.out = r->g->out, .width = w, .height = h, .upscale = r->g->upscale,

@@ -58,17 +58,27 @@ void vs_gen_show_accepted(vs_gen_view *v, const Vspec__Event *ev, double now) {
     vs__json_str(v->out, a->node);
     if (a->has_seed) fprintf(v->out, ", \"seed\": %llu", (unsigned long long)a->seed);
     else fprintf(v->out, ", \"seed\": null");
+    if (a->has_class_label) {
+      fprintf(v->out, ", \"class\": %d, \"class_name\": ", (int)a->class_label);
+      vs__json_str(v->out, a->class_name);
+    }
     vs__json_end(v);
   } else if (vs__text(v) && !a->model) {
     /* fleet mode: a gateway put the job in the queue; a daemon's Accepted follows */
     vs_progress_line_note(&v->pl, "job %llu queued by %s (%u job(s) waiting before it)", v->job,
                           a->node ? a->node : "?", a->queue_position);
   } else if (vs__text(v)) {
-    char seed[40] = "";
+    char seed[40] = "", cls[100] = "";
     if (a->has_seed) snprintf(seed, sizeof seed, ", seed %llu", (unsigned long long)a->seed);
-    vs_progress_line_note(&v->pl, "job %llu accepted by %s: model %s, method %s%s, %u tokens%s",
-                          v->job, a->node ? a->node : "?", a->model, a->method ? a->method : "?",
-                          seed, a->tokens_total, a->queue_position ? ", queued" : "");
+    /* the class a --prompt was taken as, or --class's name */
+    if (a->has_class_label && a->class_name)
+      snprintf(cls, sizeof cls, ", class %d (%s)", (int)a->class_label, a->class_name);
+    else if (a->has_class_label)
+      snprintf(cls, sizeof cls, ", class %d", (int)a->class_label);
+    vs_progress_line_note(&v->pl, "job %llu accepted by %s: model %s, method %s%s%s, %u "
+                          "tokens%s", v->job, a->node ? a->node : "?", a->model,
+                          a->method ? a->method : "?", cls, seed, a->tokens_total,
+                          a->queue_position ? ", queued" : "");
   }
 }
 

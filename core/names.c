@@ -18,6 +18,8 @@ const vs_name_kind vs_name_reload = {"a plugin to reload (NAME, KIND/NAME or KIN
                                      0, "[a-z0-9_/]", 1, 80};
 const vs_name_kind vs_name_tag = {"a tag", NULL, 0, "UTF-8 text without control characters",
                                   0, 63};
+const vs_name_kind vs_name_prompt = {"a prompt", NULL, 0,
+                                     "UTF-8 text without control characters", 0, 1000};
 
 /* Bytes of the first character of s[0..n) that k does not allow (0: none), at *at. */
 static size_t vs__bad_at(const vs_name_kind *k, const char *s, size_t n, size_t *at) {

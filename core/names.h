@@ -37,6 +37,8 @@ extern const vs_name_kind vs_name_word;
 extern const vs_name_kind vs_name_reload;
 /* Submit.tag: free text for the log, UTF-8 without control characters. */
 extern const vs_name_kind vs_name_tag;
+/* Submit.prompt: a class in words (core/class_prompt.h), free text like a tag but longer. */
+extern const vs_name_kind vs_name_prompt;
 
 /* Checks s (a C string) against kind k. On failure returns VSPEC_EINVAL with a message
  * that starts with `field`: "model: 'mi\x1bcro' has \x1b at offset 2; a model name is 1-63

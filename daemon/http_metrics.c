@@ -16,8 +16,7 @@
 
 #define VS__STATUS_TIMEOUT_MS 2000
 
-/* The daemon's status: 1 (in *e), or 0 with a message. */
-static int vs__status(vs_http *h, vs_conn_event *e, char *err, size_t errlen) {
+int vs__http_status(vs_http *h, vs_conn_event *e, char *err, size_t errlen) {
   vs_conn c;
   if (vs__http_connect(h, &c, err, errlen)) return 0;
   Vspec__Request q = VSPEC__REQUEST__INIT;
@@ -40,7 +39,7 @@ static int vs__status(vs_http *h, vs_conn_event *e, char *err, size_t errlen) {
 void vs__http_health(vs_http *h, vs_http_reply *r) {
   vs_conn_event e;
   char err[VSPEC_ERRLEN];
-  if (atomic_load(&h->stopping) || !vs__status(h, &e, err, sizeof err)) {
+  if (atomic_load(&h->stopping) || !vs__http_status(h, &e, err, sizeof err)) {
     vs__http_json(r, 503, json_pack("{s:s,s:s}", "status", "unavailable", "message",
                                      atomic_load(&h->stopping) ? "shutting down" : err));
     r->retry_after_s = 1;
@@ -209,7 +208,7 @@ static void vs__plugins(FILE *f, const Vspec__StatusReply *st) {
 void vs__http_metrics(vs_http *h, vs_http_reply *r) {
   vs_conn_event e;
   char err[VSPEC_ERRLEN];
-  if (!vs__status(h, &e, err, sizeof err)) {
+  if (!vs__http_status(h, &e, err, sizeof err)) {
     vs__http_error(r, 503, NULL, "no status from the daemon: %s", err);
     r->retry_after_s = 1;
     return;

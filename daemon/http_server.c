@@ -96,22 +96,60 @@ void vs__http_json(vs_http_reply *r, int status, void *json) {
   if (!r->body) r->status = MHD_HTTP_INTERNAL_SERVER_ERROR;
 }
 
-void vs__http_error(vs_http_reply *r, int status, const char *param, const char *fmt, ...) {
+/* OpenAI's error types and a code for each status the endpoint answers with. */
+static void vs__error_kind(int status, const char **type, const char **code) {
+  *type = status >= 500 ? "server_error" : status == 429 ? "rate_limit_error"
+                                                         : "invalid_request_error";
+  switch (status) {
+  case 400: *code = "invalid_value"; break;
+  case 404: *code = "not_found"; break;
+  case 405: *code = "method_not_allowed"; break;
+  case 413: *code = "request_too_large"; break;
+  case 429: *code = "queue_full"; break;
+  case 503: *code = "unavailable"; break;
+  case 504: *code = "timeout"; break;
+  default: *code = "internal_error";
+  }
+}
+
+static void vs__error_v(vs_http_reply *r, int status, const char *param, const char *code,
+                        const char *fmt, va_list ap) {
   char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  /* OpenAI's types: invalid_request_error for the caller's mistakes, server_error else. */
-  const char *type = status == 404 || status == 405 || status == 413 || status < 500
-                         ? "invalid_request_error" : "server_error";
-  json_t *e = json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", msg, "type", type, "param",
-                        param ? json_string(param) : json_null(), "code");
+  const char *type, *dflt;
+  vs__error_kind(status, &type, &dflt);
+  json_t *e = json_pack("{s:{s:s,s:s,s:o,s:s}}", "error", "message", msg, "type", type, "param",
+                        param ? json_string(param) : json_null(), "code", code ? code : dflt);
   vs__http_json(r, status, e);
   r->status = status;
 }
 
+void vs__http_error(vs_http_reply *r, int status, const char *param, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vs__error_v(r, status, param, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void vs__http_error_code(vs_http_reply *r, int status, const char *param, const char *code,
+                         const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vs__error_v(r, status, param, code, fmt, ap);
+  va_end(ap);
+}
+
 static enum MHD_Result vs__send(struct MHD_Connection *c, vs_http_reply *r, const char *allow) {
+  if (r->stream) {
+    struct MHD_Response *sr = vs__http_stream_response(r->stream);
+    r->stream = NULL;
+    if (!sr) return MHD_NO;
+    MHD_add_response_header(sr, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(sr, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result sok = MHD_queue_response(c, MHD_HTTP_OK, sr);
+    MHD_destroy_response(sr);
+    return sok;
+  }
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"",
                                       r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -138,21 +176,33 @@ static enum MHD_Result vs__send(struct MHD_Connection *c, vs_http_reply *r, cons
 
 /* ---- routing ------------------------------------------------------------------------------- */
 
-enum { VS__HEALTH, VS__METRICS, VS__GENERATE };
+enum { VS__HEALTH, VS__METRICS, VS__GENERATE, VS__MODELS, VS__MODEL };
 
 static const struct {
   const char *path;
   int route;
-  int post; /* POST only; else GET (and HEAD) */
+  int post;   /* POST only; else GET (and HEAD) */
+  int prefix; /* the path and one more segment: /v1/models/{id} */
 } vs__routes[] = {
-    {"/health", VS__HEALTH, 0},
-    {"/metrics", VS__METRICS, 0},
-    {"/v1/images/generations", VS__GENERATE, 1},
+    {"/health", VS__HEALTH, 0, 0},
+    {"/metrics", VS__METRICS, 0, 0},
+    {"/v1/images/generations", VS__GENERATE, 1, 0},
+    {"/v1/models", VS__MODELS, 0, 0},
+    {"/v1/models/", VS__MODEL, 0, 1},
 };
 
-/* A request in progress: the route and the body read so far. */
+/* Whether url is route i's path. */
+static int vs__route_is(size_t i, const char *url) {
+  const char *p = vs__routes[i].path;
+  if (!vs__routes[i].prefix) return !strcmp(p, url);
+  size_t n = strlen(p);
+  return !strncmp(p, url, n) && url[n] && !strchr(url + n, '/');
+}
+
+/* A request in progress: the route, the rest of its path, and the body read so far. */
 typedef struct vs__req {
   int route;
+  char arg[128]; /* the {id} of a prefix route */
   char *body;
   size_t len;
   int too_large;
@@ -175,10 +225,10 @@ static enum MHD_Result vs__error_now(struct MHD_Connection *c, int status, const
 static enum MHD_Result vs__begin(vs_http *h, struct MHD_Connection *c, const char *url,
                                  const char *method, void **cls) {
   size_t n = sizeof vs__routes / sizeof vs__routes[0], i = 0;
-  while (i < n && strcmp(vs__routes[i].path, url)) i++;
+  while (i < n && !vs__route_is(i, url)) i++;
   if (i == n)
     return vs__error_now(c, MHD_HTTP_NOT_FOUND, NULL, NULL,
-                         "no such path: %s (served: /health, /metrics, POST "
+                         "no such path: %s (served: /health, /metrics, /v1/models, POST "
                          "/v1/images/generations)", url);
   int post = !strcmp(method, MHD_HTTP_METHOD_POST);
   int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
@@ -196,6 +246,8 @@ static enum MHD_Result vs__begin(vs_http *h, struct MHD_Connection *c, const cha
   vs__req *q = calloc(1, sizeof *q);
   if (!q) return MHD_NO;
   q->route = vs__routes[i].route;
+  if (vs__routes[i].prefix)
+    snprintf(q->arg, sizeof q->arg, "%s", url + strlen(vs__routes[i].path));
   *cls = q;
   return MHD_YES;
 }
@@ -233,12 +285,14 @@ static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const cha
     vs__http_health(h, &r);
   } else if (q->route == VS__METRICS) {
     vs__http_metrics(h, &r);
+  } else if (q->route == VS__MODELS || q->route == VS__MODEL) {
+    vs__http_models(h, q->route == VS__MODEL ? q->arg : NULL, &r);
   } else {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     vs__http_generate(h, ci ? ci->connect_fd : -1, q->body ? q->body : "", q->len, &r);
   }
-  if (!r.status) { /* the client went away: nobody to answer */
+  if (!r.status && !r.stream) { /* the client went away: nobody to answer */
     free(r.body);
     return MHD_NO;
   }

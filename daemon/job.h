@@ -74,6 +74,8 @@ struct vs_djob {
   char rule_name[64];
   char tag[64];
   int32_t class_label;
+  int has_class;          /* a class-conditional model: class_label and class_name apply */
+  char class_name[64];    /* its manifest's name for class_label, "" when it names none */
   float *caption;         /* [caption_len, caption_dim] or NULL */
   uint8_t *caption_mask;  /* [caption_len] */
   int caption_len, caption_dim;

@@ -60,6 +60,9 @@ static void vs__status_model(vs_server *s, int i, const vs_model_status *ms, int
   mi->grid_h = (uint32_t)ms->info.grid_h;
   mi->grid_w = (uint32_t)ms->info.grid_w;
   mi->num_classes = (uint32_t)ms->info.num_classes;
+  mi->has_image_h = mi->has_image_w = 1;
+  mi->image_h = (uint32_t)ms->info.image_h;
+  mi->image_w = (uint32_t)ms->info.image_w;
   mi->has_draft = ms->has_draft;
   mi->has_eagle = ms->has_eagle;
   mi->continuous = ms->info.token_kind == VSPEC_TOKENS_CONTINUOUS;

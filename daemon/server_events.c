@@ -88,6 +88,9 @@ int vs__send_accepted(vs_server *s, vs_djob *j) {
   a.tokens_total = (uint32_t)j->tokens_total;
   a.has_seed = 1;
   a.seed = j->seed;
+  a.has_class_label = j->has_class;
+  a.class_label = j->class_label;
+  a.class_name = j->class_name[0] ? j->class_name : NULL;
   ev.body_case = VSPEC__EVENT__BODY_ACCEPTED;
   ev.accepted = &a;
   int rc = vs__job_send(s, j, &ev, NULL, 0);

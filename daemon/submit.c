@@ -9,6 +9,7 @@
 
 #include "core/metrics.h" /* vs_now */
 #include "core/autotune.h"
+#include "core/class_prompt.h"
 #include "core/engine.h"
 #include "core/method.h"
 #include "core/names.h"
@@ -169,6 +170,7 @@ static int vs__check_strings(const Vspec__Submit *s, char *err, size_t errlen) {
       {"draft", s->draft, &vs_name_word},
       {"cfg_schedule", s->cfg_schedule, &vs_name_word},
       {"tag", s->tag, &vs_name_tag},
+      {"prompt", s->prompt, &vs_name_prompt},
   };
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].value && *f[i].value && vs_name_check(f[i].kind, f[i].field, f[i].value, err, errlen))
@@ -258,6 +260,22 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
 
   /* ---- condition ---- */
   int32_t class_label = s->has_class_label ? s->class_label : 0;
+  if (s->prompt && *s->prompt) {
+    if (s->has_class_label)
+      VS_FAIL(INVALID, "prompt: give either a prompt or class_label, not both");
+    if (in->caption_len > 0)
+      VS_FAIL(INVALID, "prompt: model '%s' takes caption embeddings and vspecd has no text "
+              "encoder to make them from words (send them as caption blobs)", model);
+    /* an unconditional model draws what it draws: the prompt (which OpenAI's clients must
+     * send) is not refused */
+    vs_class_pick pk = {0, 0};
+    if (in->num_classes > 0 &&
+        vs_class_prompt_match(s->prompt, model, (const char *const *)set->models->class_names,
+                              set->models->n_class_names, in->num_classes, &pk, inner,
+                              sizeof inner))
+      VS_FAIL(INVALID, "%s", inner);
+    class_label = pk.label;
+  }
   const float *caption = NULL;
   const uint8_t *mask = NULL;
   if (in->num_classes > 0) {
@@ -334,6 +352,9 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   snprintf(j->sched_name, sizeof j->sched_name, "%s", sched);
   snprintf(j->tag, sizeof j->tag, "%s", s->tag ? s->tag : "");
   j->class_label = class_label;
+  j->has_class = in->num_classes > 0;
+  const char *cn = j->has_class ? vs_models_class_name(set->models, class_label) : NULL;
+  snprintf(j->class_name, sizeof j->class_name, "%s", cn ? cn : "");
   if (caption) {
     size_t cb = (size_t)in->caption_len * in->caption_dim * sizeof(float);
     j->caption = malloc(cb);

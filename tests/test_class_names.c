@@ -2,7 +2,8 @@
  * Class names (vspec-model.json "class_names"): parsed and checked by core/manifest.c, one per
  * class label of the target (checked at load), sent in ModelInfo and shown by `vspec status`,
  * listed by `vspec-bench generate --help` and taken by its --class, and drawn as labels on
- * `vspec-bench demo`'s grid. Before, a class number was named only in
+ * `vspec-bench demo`'s grid, and taken by `vspec generate --prompt` (core/class_prompt.c has its
+ * own test). Before, a class number was named only in
  * models/fmnist/MODEL_CARD.md (7 is Sneaker).
  */
 #include <setjmp.h>
@@ -164,6 +165,21 @@ static void test_status(void **state) {
   assert_int_equal(vs_run_tool_all("vspec", js, 30, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"class_names\": [\"T-shirt/top\", \"Trouser\","));
   assert_non_null(strstr(out, "\"class_names\": []")); /* micro names none */
+  /* vspec generate --prompt: the daemon matches the words (core/class_prompt.c) and says
+   * which class it took */
+  char png[400];
+  snprintf(png, sizeof png, "%s/p.png", fx.dir);
+  const char *gen[] = {"generate", "--server", d.job_ep, "--model", "named", "--method", "ar",
+                       "--prompt", "a photo of an ankle boot", "--out", png, NULL};
+  assert_int_equal(vs_run_tool_all("vspec", gen, 60, out, sizeof out), 0);
+  assert_non_null(strstr(out, "class 9 (Ankle boot)"));
+  const char *typo[] = {"generate", "--server", d.job_ep, "--model", "named", "--prompt",
+                        "snekaer", "--out", png, NULL};
+  assert_int_not_equal(vs_run_tool_all("vspec", typo, 60, out, sizeof out), 0);
+  assert_non_null(strstr(out, "did you mean 'Sneaker'?"));
+  const char *both[] = {"generate", "--server", d.job_ep, "--class", "1", "--prompt", "bag",
+                        NULL};
+  assert_int_equal(vs_run_tool_all("vspec", both, 60, out, sizeof out), 2);
   assert_int_equal(vs_daemon_stop(&d, SIGTERM, 30000), 0);
   const char *help[] = {"generate", "--help", NULL};
   assert_int_equal(vs_run_tool_all("vspec", help, 30, out, sizeof out), 0);

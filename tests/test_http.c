@@ -2,8 +2,11 @@
  * tests/test_http.c - vspecd's HTTP endpoint ([http]; DESIGN.md "HTTP endpoint"), driven
  * with curl as its users would: /health, /metrics (the exposition's shape, and a completed
  * job counted), POST /v1/images/generations (a PNG of the model's size, as base64 JSON and
- * raw; the daemon's own error messages as 400s; 404, 405, 413), a job whose HTTP client
- * disconnects being cancelled, and 503s while the daemon drains.
+ * raw; the daemon's own error messages as 400s; 404, 405, 413), prompts matched to a class
+ * (revised_prompt), GET /v1/models, n images with consecutive seeds, sizes served by
+ * enlarging, a full queue's 429, every error in OpenAI's shape, the jobs of an HTTP client
+ * that disconnects being cancelled, and 503s while the daemon drains. tests/python/
+ * test_openai.py drives the same endpoint with OpenAI's own Python SDK.
  *
  * One daemon for the whole file, on 127.0.0.1 port 0 (the port is read from its log). The
  * plain build generates with the shipped models/fmnist; under the sanitizers, where its
@@ -132,9 +135,13 @@ static void png_size(const unsigned char *p, size_t len, int *w, int *h) {
   *h = (p[20] << 24) | (p[21] << 16) | (p[22] << 8) | p[23];
 }
 
+static const char *g_code; /* the next expect_error's error.code (NULL: any word) */
+
 /* An OpenAI-style error with this status whose message contains `needle` and whose param is
  * `param` (NULL: not checked). */
 static void expect_error(reply *r, int code, const char *needle, const char *param) {
+  const char *want_code = g_code;
+  g_code = NULL; /* for this call only, also when it fails */
   if (r->code != code) fail_msg("status %d, expected %d: %s", r->code, code, r->body);
   json_error_t je;
   json_t *j = json_loads(r->body, 0, &je);
@@ -145,7 +152,9 @@ static void expect_error(reply *r, int code, const char *needle, const char *par
   assert_non_null(msg);
   if (!strstr(msg, needle)) fail_msg("message '%s' does not name '%s'", msg, needle);
   assert_non_null(json_string_value(json_object_get(e, "type")));
-  assert_true(json_is_null(json_object_get(e, "code")));
+  const char *c = json_string_value(json_object_get(e, "code"));
+  assert_non_null(c);
+  if (want_code) assert_string_equal(c, want_code);
   if (param) assert_string_equal(json_string_value(json_object_get(e, "param")), param);
   json_decref(j);
   reply_free(r);
@@ -180,7 +189,8 @@ static int setup(void **state) {
     setenv("VSPEC_CACHE_DIR", cache, 1);
     snprintf(fm, sizeof fm, "models.fmnist=%s/models/fmnist", cwd);
   }
-  const char *extra[] = {"--set", "http.listen=127.0.0.1:0", "--set",
+  /* a short queue, for test_queue_full's 429 */
+  const char *extra[] = {"--set", "http.listen=127.0.0.1:0", "--set", "queue.size=4", "--set",
                          FULL ? fm : "http.timeout_ms=30000", NULL};
   vs_daemon_start(&dm, &fx, "http", extra);
   g_port = read_port(dm.log);
@@ -257,7 +267,9 @@ static void test_generate(void **state) {
   json_t *d0 = json_array_get(json_object_get(j, "data"), 0);
   const char *b64 = json_string_value(json_object_get(d0, "b64_json"));
   assert_non_null(b64);
-  assert_true(json_is_null(json_object_get(d0, "revised_prompt")));
+  /* the class taken: its name where the model names its classes */
+  assert_string_equal(json_string_value(json_object_get(d0, "revised_prompt")),
+                      FULL ? "Dress" : "class 3");
   json_t *vs = json_object_get(j, "vspec");
   assert_string_equal(json_string_value(json_object_get(vs, "method")), "ar");
   assert_string_equal(json_string_value(json_object_get(vs, "seed")), "7");
@@ -326,14 +338,25 @@ static void test_bad_requests(void **state) {
   snprintf(body, sizeof body, "{\"model\":\"%s\",\"class\":99}", g_model);
   r = curl_post(gen, body);
   expect_error(&r, 400, "99", "class");
-  r = curl_post(gen, "{\"n\":2}");
-  expect_error(&r, 400, "only 1", "n");
-  r = curl_post(gen, "{\"prompt\":\"a shoe\"}");
-  expect_error(&r, 400, "prompt", "prompt");
+  r = curl_post(gen, "{\"n\":11}");
+  expect_error(&r, 400, "n: expected an integer 1..10", "n");
+  g_code = "unknown_parameter";
+  r = curl_post(gen, "{\"colour\":\"red\"}");
+  expect_error(&r, 400, "unknown field 'colour'", "colour");
+  r = curl_post(gen, "{\"response_format\":\"url\"}");
+  expect_error(&r, 400, "keeps no images", "response_format");
+  r = curl_post(gen, "{\"output_format\":\"jpeg\"}");
+  expect_error(&r, 400, "PNG", "output_format");
+  r = curl_post(gen, "{\"background\":\"transparent\"}");
+  expect_error(&r, 400, "opaque", "background");
+  r = curl_post(gen, "{\"class\":1,\"n\":2,\"response_format\":\"png\"}");
+  expect_error(&r, 400, "one raw image", "response_format");
+  g_code = "invalid_json";
   r = curl_post(gen, "[1,2]");
   expect_error(&r, 400, "JSON object", NULL);
   r = curl_get(gen);
   expect_error(&r, 405, "POST", NULL);
+  g_code = "not_found";
   r = curl_get("/v2/nothing");
   expect_error(&r, 404, "/v2/nothing", NULL);
   /* 70 kB, over the default 64 KiB */
@@ -356,20 +379,205 @@ static void test_bad_requests(void **state) {
   reply_free(&r);
 }
 
-/* A client that gives up (curl's --max-time) has its job cancelled, not run to the end. */
+/* POSTs a generation that must succeed; its JSON answer. */
+static json_t *generate_ok(const char *body) {
+  reply r = curl_post("/v1/images/generations", body);
+  if (r.code != 200) fail_msg("status %d for %s: %s", r.code, body, r.body);
+  json_error_t je;
+  json_t *j = json_loads(r.body, 0, &je);
+  assert_non_null(j);
+  reply_free(&r);
+  return j;
+}
+
+static const char *revised(json_t *j, size_t i) {
+  return json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), i),
+                                           "revised_prompt"));
+}
+
+/* A prompt is matched to a class by the daemon (core/class_prompt.h): a name, a number, a
+ * name in a sentence; an unknown one is a 400 that lists the classes. The micro model of the
+ * sanitizer build names no classes: numbers only. */
+static void test_prompt(void **state) {
+  char body[300];
+  const struct {
+    const char *prompt, *want;
+  } ok[] = {{"sneaker", "Sneaker"}, {"7", "Sneaker"}, {"a photo of an ankle boot", "Ankle boot"},
+            {"two pairs of Trousers", "Trouser"}};
+  for (size_t i = 0; FULL && i < sizeof ok / sizeof ok[0]; i++) {
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"model\":\"fmnist\",\"seed\":1}",
+             ok[i].prompt);
+    json_t *j = generate_ok(body);
+    assert_string_equal(revised(j, 0), ok[i].want);
+    json_decref(j);
+  }
+  snprintf(body, sizeof body, "{\"prompt\":\"2\",\"model\":\"%s\",\"seed\":1}", g_model);
+  json_t *j = generate_ok(body);
+  assert_string_equal(revised(j, 0), FULL ? "Pullover" : "class 2");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "vspec"), "class")), 2);
+  json_decref(j);
+  /* "class" wins over a prompt (OpenAI's clients must send one) */
+  snprintf(body, sizeof body, "{\"prompt\":\"x\",\"class\":1,\"model\":\"%s\"}", g_model);
+  j = generate_ok(body);
+  assert_string_equal(revised(j, 0), FULL ? "Trouser" : "class 1");
+  json_decref(j);
+  snprintf(body, sizeof body, "{\"prompt\":\"a red car\",\"model\":\"%s\"}", g_model);
+  reply r = curl_post("/v1/images/generations", body);
+  g_code = "unknown_class";
+  expect_error(&r, 400, FULL ? "(classes: 0 T-shirt/top, 1 Trouser" : "this model names none",
+               "prompt");
+  if (FULL) {
+    r = curl_post("/v1/images/generations", "{\"prompt\":\"a snekaer\",\"model\":\"fmnist\"}");
+    expect_error(&r, 400, "did you mean 'Sneaker'?", "prompt");
+    r = curl_post("/v1/images/generations", "{\"prompt\":\"a bag and a coat\",\"model\":\"fmnist\"}");
+    expect_error(&r, 400, "names more than one class of model 'fmnist' (Bag, Coat)", "prompt");
+  }
+}
+
+/* GET /v1/models: OpenAI's list, each model's classes, size and default method in "vspec". */
+static void test_models(void **state) {
+  reply r = curl_get("/v1/models");
+  assert_int_equal(r.code, 200);
+  json_error_t je;
+  json_t *j = json_loads(r.body, 0, &je);
+  assert_non_null(j);
+  assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
+  json_t *data = json_object_get(j, "data"), *m = NULL;
+  assert_true(json_array_size(data) >= 2); /* micro, self (and fmnist) */
+  for (size_t i = 0; i < json_array_size(data); i++)
+    if (!strcmp(json_string_value(json_object_get(json_array_get(data, i), "id")), g_model))
+      m = json_array_get(data, i);
+  assert_non_null(m);
+  assert_string_equal(json_string_value(json_object_get(m, "object")), "model");
+  assert_string_equal(json_string_value(json_object_get(m, "owned_by")), "vspec");
+  assert_true(json_integer_value(json_object_get(m, "created")) > 1600000000);
+  json_t *v = json_object_get(m, "vspec");
+  assert_non_null(json_string_value(json_object_get(v, "default_method")));
+  assert_true(json_integer_value(json_object_get(v, "width")) > 0);
+  json_t *classes = json_object_get(v, "classes");
+  assert_true(json_array_size(classes) > 0);
+  if (FULL)
+    assert_string_equal(json_string_value(json_object_get(json_array_get(classes, 7), "name")),
+                        "Sneaker");
+  json_decref(j);
+  reply_free(&r);
+  char path[100];
+  snprintf(path, sizeof path, "/v1/models/%s", g_model);
+  r = curl_get(path);
+  assert_int_equal(r.code, 200);
+  assert_non_null(strstr(r.body, "\"object\":\"model\""));
+  reply_free(&r);
+  r = curl_get("/v1/models/dall-e-3");
+  g_code = "model_not_found";
+  expect_error(&r, 404, "'dall-e-3' is not served here", "model");
+}
+
+/* n images: n jobs with consecutive seeds, in one answer; a size that is a multiple of the
+ * model's is served enlarged, another is a 400 naming the allowed ones. */
+static void test_n_and_size(void **state) {
+  char body[300];
+  snprintf(body, sizeof body, "{\"prompt\":\"1\",\"model\":\"%s\",\"n\":3,\"seed\":100}",
+           g_model);
+  json_t *j = generate_ok(body);
+  json_t *data = json_object_get(j, "data");
+  assert_int_equal(json_array_size(data), 3);
+  for (size_t i = 0; i < 3; i++) {
+    char want[8];
+    snprintf(want, sizeof want, "%zu", 100 + i);
+    json_t *v = json_object_get(json_array_get(data, i), "vspec");
+    assert_string_equal(json_string_value(json_object_get(v, "seed")), want);
+    assert_string_equal(json_string_value(json_array_get(
+                            json_object_get(json_object_get(j, "vspec"), "seeds"), i)), want);
+  }
+  int w = (int)json_integer_value(json_object_get(json_object_get(j, "vspec"), "width"));
+  int h = (int)json_integer_value(json_object_get(json_object_get(j, "vspec"), "height"));
+  assert_true(json_integer_value(json_object_get(json_object_get(j, "usage"), "output_tokens")) >
+              0);
+  json_decref(j);
+  snprintf(body, sizeof body, "{\"class\":1,\"model\":\"%s\",\"size\":\"%dx%d\","
+           "\"response_format\":\"png\"}", g_model, 3 * w, 3 * h);
+  reply r = curl_post("/v1/images/generations", body);
+  assert_int_equal(r.code, 200);
+  int pw, ph;
+  png_size((unsigned char *)r.body, r.len, &pw, &ph);
+  assert_int_equal(pw, 3 * w);
+  assert_int_equal(ph, 3 * h);
+  reply_free(&r);
+  snprintf(body, sizeof body, "{\"class\":1,\"model\":\"%s\",\"size\":\"%dx%d\"}", g_model,
+           w + 1, h + 1);
+  r = curl_post("/v1/images/generations", body);
+  char allowed[100];
+  snprintf(allowed, sizeof allowed, "(allowed: auto, %dx%d, %dx%d", w, h, 2 * w, 2 * h);
+  g_code = "unsupported_size";
+  expect_error(&r, 400, allowed, "size");
+}
+
+/* "stream": true is OpenAI's server-sent events: here one completed image per job, in order
+ * (the partial images are tests/python/test_openai.py's, with the SDK). */
+static void test_stream(void **state) {
+  char body[200];
+  snprintf(body, sizeof body, "{\"prompt\":\"1\",\"model\":\"%s\",\"n\":2,\"stream\":true}",
+           g_model);
+  const char *args[] = {"-N", "-X", "POST", "--data-binary", body, NULL};
+  reply r = curl_run("/v1/images/generations", 30, args);
+  assert_int_equal(r.code, 200);
+  const char *a = strstr(r.body, "event: image_generation.completed\ndata: {\"type\":"
+                                 "\"image_generation.completed\",\"b64_json\":\"iVBOR");
+  assert_non_null(a);
+  assert_non_null(strstr(a + 1, "event: image_generation.completed\n"));
+  assert_null(strstr(r.body, "event: error"));
+  reply_free(&r);
+}
+
+/* More images than the queue holds: a 429 with Retry-After (OpenAI's clients retry it), and
+ * the jobs already queued are cancelled rather than left to run. */
+static void test_queue_full(void **state) {
+  double before = metric_now("vspec_jobs_total{state=\"cancelled\"}");
+  char hdr[300];
+  snprintf(hdr, sizeof hdr, "%s/curl.headers", fx.dir);
+  const char *args[] = {"-X", "POST", "-D", hdr, "--data-binary",
+                        "{\"model\":\"self\",\"class\":1,\"n\":10,"
+                        "\"method\":\"sd:exact@slow:ms=300,depth=1\"}", NULL};
+  reply r = curl_run("/v1/images/generations", 10, args);
+  g_code = "queue_full";
+  expect_error(&r, 429, "", NULL);
+  FILE *f = fopen(hdr, "r");
+  assert_non_null(f);
+  char line[256];
+  int retry = 0;
+  while (fgets(line, sizeof line, f)) retry |= !strncasecmp(line, "Retry-After: ", 13);
+  fclose(f);
+  assert_true(retry);
+  /* the 4 queued (and the 1 running, if a worker took it before the others came) are
+   * cancelled: the daemon is soon idle */
+  double end = vs_harness_now() + 10, now = before;
+  int idle = 0;
+  while (vs_harness_now() < end && !idle) {
+    reply h = curl_get("/health");
+    idle = strstr(h.body, "\"queued\":0,\"running\":0") != NULL;
+    reply_free(&h);
+    if (!idle) vs_harness_sleep_ms(100);
+  }
+  now = metric_now("vspec_jobs_total{state=\"cancelled\"}");
+  if (!idle || now < before + 4 || now > before + 5)
+    fail_msg("idle %d, cancelled jobs %g -> %g", idle, before, now);
+}
+
+/* A client that gives up (curl's --max-time) has its jobs cancelled, all n of them, not run
+ * to the end. */
 static void test_disconnect_cancels(void **state) {
   double before = metric_now("vspec_jobs_total{state=\"cancelled\"}");
-  const char *args[] = {
-      "-X", "POST", "--data-binary",
-      "{\"model\":\"self\",\"class\":1,\"method\":\"sd:exact@slow:ms=300,depth=1\"}", NULL};
+  const char *args[] = {"-X", "POST", "--data-binary",
+                        "{\"model\":\"self\",\"class\":1,\"n\":3,"
+                        "\"method\":\"sd:exact@slow:ms=300,depth=1\"}", NULL};
   reply r = curl_run("/v1/images/generations", 0.5, args);
   assert_int_equal(r.code, 0); /* no answer: curl gave up */
   reply_free(&r);
   double end = vs_harness_now() + 10, now = before;
   while (vs_harness_now() < end && (now = metric_now("vspec_jobs_total{state=\"cancelled\"}")) <
-                                       before + 1)
+                                       before + 3)
     vs_harness_sleep_ms(100);
-  if (now != before + 1) {
+  if (now != before + 3) {
     vs_daemon_dump_log(&dm);
     fail_msg("cancelled jobs %g -> %g", before, now);
   }
@@ -419,6 +627,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_health),         cmocka_unit_test(test_metrics_format),
       cmocka_unit_test(test_generate),       cmocka_unit_test(test_bad_requests),
+      cmocka_unit_test(test_prompt),         cmocka_unit_test(test_models),
+      cmocka_unit_test(test_n_and_size),     cmocka_unit_test(test_queue_full),
+      cmocka_unit_test(test_stream),
       cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_draining),
   };
   if (sodium_init() < 0) return 1;

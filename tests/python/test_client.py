@@ -144,6 +144,24 @@ class DaemonTest(_Daemon):
         self.assertGreater(s.generate_s, 0.0)
         self.assertIn("seed=1", r.describe)
 
+    def test_prompt(self):
+        # the daemon matches the words to a class (core/class_prompt.c), as for the CLI's
+        # --prompt and the HTTP endpoint's prompt; Accepted and the Result say which
+        r = self.client.generate(prompt="a photo of two sneakers", method="ar", seed=1)
+        self.assertEqual((r.class_label, r.class_name), (7, "Sneaker"))
+        self.assertIn("class=7", r.describe)
+        with self.client.stream(prompt="9", method="ar", seed=1) as job:
+            accepted = next(iter(job))
+            self.assertIsInstance(accepted, vspec.Accepted)
+            self.assertEqual((accepted.class_label, accepted.class_name), (9, "Ankle boot"))
+            job.wait()
+        with self.assertRaises(vspec.VspecError) as cm:
+            self.client.generate(prompt="a red car", method="ar")
+        self.assertEqual(cm.exception.code, "invalid")
+        self.assertIn("0 T-shirt/top", cm.exception.message)
+        with self.assertRaises(ValueError):
+            self.client.generate(class_label=1, prompt="bag")
+
     def test_stream(self):
         with self.client.stream(class_label=1, method="ar", seed=2, preview="lut",
                                 preview_every_tokens=16) as job:

@@ -35,7 +35,7 @@ _HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAI
 _SUBMIT_OPTIONS = ("temperature", "top_k", "top_p", "cfg_scale", "cfg_interval", "num_iter",
                    "cfg_schedule", "accept", "accept_params", "sched", "sched_params", "draft",
                    "preview_every_tokens", "preview_every_rounds", "deadline_ms", "priority",
-                   "tag", "progress", "progress_interval_ms", "job_id")
+                   "tag", "progress", "progress_interval_ms", "job_id", "prompt")
 
 
 def _params_text(value):
@@ -159,7 +159,9 @@ class Client:
                credit=INITIAL_CREDIT, **options):
         """Submits a job and returns its Job, an iterator of typed events.
 
-        class_label: class-conditional models (unset: class 0). method: "ar" or
+        class_label: class-conditional models (unset: class 0); or prompt="a photo of an
+        ankle boot": the class in words, matched by the daemon (a number, a name in any case,
+        or a text holding one; Accepted and the Result say which class). method: "ar" or
         "sd:RULE[:PARAMS][@SCHED[:PARAMS]]" (or give accept=, accept_params=, sched=,
         sched_params=, draft=). model: a model the daemon serves (unset: its default).
         seed: unset draws a fresh one in the daemon, reported in Accepted.seed and
@@ -239,6 +241,8 @@ class Client:
             raise ValueError("give method= or %s, not both" % "/".join(parts))
         if options.get("accept") is None and parts:
             raise ValueError("%s need(s) accept=RULE" % ", ".join(parts))
+        if class_label is not None and options.get("prompt") is not None:
+            raise ValueError("give class_label= or prompt=, not both")
         sub = pb.Submit()
         if class_label is not None:
             sub.class_label = class_label

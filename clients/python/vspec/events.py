@@ -80,6 +80,8 @@ class Result:
     tokens: List[int] = field(default_factory=list)  # raster order (all 0: continuous model)
     token_status: bytes = b""  # one TokenStatus per token
     notes: List[str] = field(default_factory=list)  # what the job's Notice events said
+    class_label: Optional[int] = None  # as the job's Accepted said (prompt= is matched there)
+    class_name: Optional[str] = None
 
     def save(self, path):
         """Writes the PNG to `path`."""
@@ -103,6 +105,10 @@ class Accepted(Event):
     grid_h: int = 0
     grid_w: int = 0
     seed: Optional[int] = None
+    # class-conditional models: the class the job draws (class_label=, prompt='s match, or
+    # 0) and its name when the model names its classes
+    class_label: Optional[int] = None
+    class_name: Optional[str] = None
 
 
 @dataclass
@@ -185,7 +191,8 @@ def from_message(msg, latency_s):
     if kind == "accepted":
         a = ev.accepted
         return Accepted(job, seq, a.queue_position, _opt(a, "model"), _opt(a, "method"),
-                        _opt(a, "node"), a.tokens_total, a.grid_h, a.grid_w, _opt(a, "seed"))
+                        _opt(a, "node"), a.tokens_total, a.grid_h, a.grid_w, _opt(a, "seed"),
+                        _opt(a, "class_label"), _opt(a, "class_name"))
     if kind == "progress":
         p = ev.progress
         return Progress(job, seq, p.round, p.tokens_done, p.tokens_total, p.tpf, p.mal,

@@ -28,6 +28,7 @@ class Job:
         self.request_id = request_id
         self.job_id = None
         self.result = None  # the Result once Done was taken
+        self._class = (None, None)  # the daemon's Accepted: (class_label, class_name)
         self.error = None  # the VspecError once Failed was taken
         self._inbox = collections.deque()
         self._terminal_seen = False  # a result or error is in the inbox (or was taken)
@@ -51,8 +52,11 @@ class Job:
                 continue
             if isinstance(e, (ev_mod.Progress, ev_mod.Preview)):
                 self._owed_credit += 1
+            elif isinstance(e, ev_mod.Accepted) and e.model is not None:
+                self._class = (e.class_label, e.class_name)
             elif isinstance(e, ev_mod.Done):
                 self.result = e.result
+                self.result.class_label, self.result.class_name = self._class
                 self._end()
             elif isinstance(e, ev_mod.Failed):
                 self.error = e.error

@@ -1,0 +1,235 @@
+/*
+ * daemon/http_jobs.c - the n jobs of one HTTP generation (n of 1..10), run together over one
+ * inproc connection to the daemon: submitted at once so that the queue and the workers see
+ * them together, waited for together, and cancelled together when one fails (the answer is
+ * all n images or an error), when the HTTP client goes away, when the daemon stops or when
+ * [http] timeout_ms runs out.
+ */
+#include "daemon/http_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/log.h"
+#include "core/metrics.h" /* vs_now */
+#include "vspec/types.h"
+
+#define VS__POLL_MS 50          /* how often the HTTP client and the stop flag are looked at */
+#define VS__CANCEL_GRACE_S 2.0  /* waiting for the terminal events of cancelled jobs */
+
+/* Whether the HTTP client has closed its connection (a read would return 0). A client that
+ * pipelines another request is still there. */
+static int vs__client_gone(int fd) {
+  if (fd < 0) return 0;
+  struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&p, 1, 0) <= 0) return 0;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void vs__cancel(vs_conn *c, uint64_t job) {
+  char err[VSPEC_ERRLEN];
+  Vspec__Request q = VSPEC__REQUEST__INIT;
+  Vspec__Cancel cn = VSPEC__CANCEL__INIT;
+  cn.job_id = job;
+  q.body_case = VSPEC__REQUEST__BODY_CANCEL;
+  q.cancel = &cn;
+  vs_conn_send(c, &q, NULL, 0, err, sizeof err);
+}
+
+/* Cancels every accepted job that has not ended; one accepted later is cancelled when its
+ * Accepted comes (vs__event). */
+static void vs__cancel_all(vs_http_batch *b) {
+  b->cancelled = 1;
+  for (int i = 0; i < b->n; i++)
+    if (b->jobs[i].id && !b->jobs[i].done) vs__cancel(&b->conn, b->jobs[i].id);
+}
+
+int vs__http_jobs_start(vs_http_batch *b, vs_http_reply *r) {
+  char err[VSPEC_ERRLEN];
+  if (vs__http_connect(b->h, &b->conn, err, sizeof err)) {
+    vs__http_error(r, 500, NULL, "cannot reach the daemon: %s", err);
+    return -1;
+  }
+  b->connected = 1;
+  b->t0 = vs_now();
+  b->end = b->t0 + b->h->cfg->http_timeout_ms / 1000.0;
+  Vspec__Submit s = *(const Vspec__Submit *)b->submit;
+  for (int i = 0; i < b->n; i++) {
+    Vspec__Request q = VSPEC__REQUEST__INIT;
+    s.has_seed = b->has_seed;
+    s.seed = b->seed + (uint64_t)i; /* consecutive, wrapping as the seeds do */
+    q.body_case = VSPEC__REQUEST__BODY_SUBMIT;
+    q.submit = &s;
+    if (vs_conn_send(&b->conn, &q, NULL, 0, err, sizeof err)) {
+      vs__http_error(r, 500, NULL, "cannot submit to the daemon: %s", err);
+      b->n = i; /* those sent are cancelled by the caller's free */
+      vs__cancel_all(b);
+      return -1;
+    }
+    b->jobs[i].rid = q.request_id;
+  }
+  return 0;
+}
+
+/* One event of the daemon's for job i; 1 when the job keeps it (its Result). */
+static int vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
+  vs_http_job *j = &b->jobs[i];
+  const Vspec__Event *ev = e->ev;
+  switch (ev->body_case) {
+  case VSPEC__EVENT__BODY_ACCEPTED: {
+    const Vspec__Accepted *a = ev->accepted;
+    j->id = ev->has_job_id ? ev->job_id : 0;
+    j->seed = a->seed;
+    j->has_class = a->has_class_label;
+    j->class_label = a->class_label;
+    snprintf(j->class_name, sizeof j->class_name, "%s", a->class_name ? a->class_name : "");
+    snprintf(j->model, sizeof j->model, "%s", a->model ? a->model : "");
+    snprintf(j->method, sizeof j->method, "%s", a->method ? a->method : "");
+    if (b->cancelled && j->id) vs__cancel(&b->conn, j->id);
+    break;
+  }
+  case VSPEC__EVENT__BODY_RESULT:
+    j->done = 1;
+    j->result = e; /* the answer is built from it */
+    return 1;
+  case VSPEC__EVENT__BODY_ERROR:
+    j->done = 1;
+    j->err_code = ev->error->code ? (int)ev->error->code : VSPEC__ERROR_CODE__ERR_INTERNAL;
+    snprintf(j->err_msg, sizeof j->err_msg, "%s", ev->error->message ? ev->error->message : "");
+    j->retry_after_ms = ev->error->has_retry_after_ms ? ev->error->retry_after_ms : 0;
+    /* all n images or none: the others are not worth their time */
+    if (!b->cancelled) vs__cancel_all(b);
+    break;
+  default:
+    if (b->on_event && !b->gave_up && b->on_event(b->arg, i, e)) b->gave_up = VS_HTTP_CLIENT_GONE;
+  }
+  return 0;
+}
+
+int vs__http_jobs_step(vs_http_batch *b) {
+  if (b->over) return 1;
+  double now = vs_now();
+  if (!b->gave_up) {
+    if (vs__client_gone(b->client_fd)) b->gave_up = VS_HTTP_CLIENT_GONE;
+    else if (atomic_load(&b->h->stopping)) b->gave_up = VS_HTTP_STOPPING;
+    else if (now > b->end) b->gave_up = VS_HTTP_TIMED_OUT;
+  }
+  if (b->gave_up && !b->give_up) {
+    b->give_up = now + VS__CANCEL_GRACE_S;
+    vs__cancel_all(b);
+  }
+  int left = 0;
+  for (int i = 0; i < b->n; i++) left += !b->jobs[i].done;
+  if (!left || (b->gave_up && now > b->give_up)) return b->over = 1;
+  char err[VSPEC_ERRLEN];
+  vs_conn_event *e = malloc(sizeof *e);
+  int rc = e ? vs_conn_recv(&b->conn, VS__POLL_MS, e, err, sizeof err) : 0;
+  if (rc <= 0) free(e);
+  if (rc < 0) {
+    for (int i = 0; i < b->n; i++)
+      if (!b->jobs[i].done) {
+        b->jobs[i].done = 1;
+        b->jobs[i].err_code = VSPEC__ERROR_CODE__ERR_INTERNAL;
+        snprintf(b->jobs[i].err_msg, sizeof b->jobs[i].err_msg, "from the daemon: %s", err);
+      }
+    return b->over = 1;
+  }
+  if (rc == 0) return 0;
+  const Vspec__Event *ev = e->ev;
+  int kept = 0;
+  for (int i = 0; i < b->n; i++) {
+    const vs_http_job *j = &b->jobs[i];
+    if ((ev->has_request_id && ev->request_id == j->rid) ||
+        (j->id && ev->has_job_id && ev->job_id == j->id)) {
+      kept = vs__event(b, i, e);
+      break;
+    }
+  }
+  if (!kept) {
+    vs_conn_event_free(e);
+    free(e);
+  }
+  return 0;
+}
+
+int vs__http_jobs_run(vs_http_batch *b, vs_http_reply *r) {
+  if (vs__http_jobs_start(b, r)) return -1;
+  while (!vs__http_jobs_step(b)) {
+  }
+  if (b->gave_up == VS_HTTP_CLIENT_GONE)
+    vs_log(VSPEC_LOG_INFO, "http", "client went away: %d job(s) cancelled", b->n);
+  return 0;
+}
+
+const vs_http_job *vs__http_jobs_failed(const vs_http_batch *b) {
+  /* the first error in time is the cause; the others are its cancellations */
+  for (int i = 0; i < b->n; i++)
+    if (b->jobs[i].err_code && b->jobs[i].err_code != VSPEC__ERROR_CODE__ERR_CANCELLED)
+      return &b->jobs[i];
+  for (int i = 0; i < b->n; i++)
+    if (b->jobs[i].err_code) return &b->jobs[i];
+  return NULL;
+}
+
+void vs__http_jobs_free(vs_http_batch *b) {
+  if (b->connected && !b->over) vs__cancel_all(b);
+  for (int i = 0; i < b->n; i++)
+    if (b->jobs[i].result) {
+      vs_conn_event_free(b->jobs[i].result);
+      free(b->jobs[i].result);
+      b->jobs[i].result = NULL;
+    }
+  if (b->connected) vs_conn_close(&b->conn);
+  b->connected = 0;
+}
+
+/* The parameter a daemon message names ("class_label: 12 is out of range ..."), in the
+ * HTTP request's spelling. */
+static const char *vs__param_of(const char *msg, char *buf, size_t n) {
+  size_t i = 0;
+  while (msg[i] && (msg[i] == '_' || (msg[i] >= 'a' && msg[i] <= 'z')) && i + 1 < n) {
+    buf[i] = msg[i];
+    i++;
+  }
+  buf[i] = '\0';
+  if (!i || msg[i] != ':') return NULL;
+  if (!strcmp(buf, "class_label")) return "class";
+  return buf;
+}
+
+void vs__http_daemon_error(int code, const char *msg, uint32_t retry_after_ms,
+                           vs_http_reply *r) {
+  char pb[40];
+  const char *param = vs__param_of(msg, pb, sizeof pb);
+  int retry = 0;
+  switch (code) {
+  case VSPEC__ERROR_CODE__ERR_INVALID:
+  case VSPEC__ERROR_CODE__ERR_MALFORMED:
+  case VSPEC__ERROR_CODE__ERR_TOO_LARGE:
+    vs__http_error_code(r, 400, param,
+                        param && !strcmp(param, "prompt") ? "unknown_class" : NULL, "%s", msg);
+    break;
+  case VSPEC__ERROR_CODE__ERR_BUSY: /* a full queue: OpenAI's clients retry a 429 */
+    vs__http_error(r, 429, NULL, "%s", msg);
+    retry = 1;
+    break;
+  case VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN:
+  case VSPEC__ERROR_CODE__ERR_CANCELLED:
+    vs__http_error(r, 503, NULL, "%s", msg);
+    retry = 1;
+    break;
+  case VSPEC__ERROR_CODE__ERR_DEADLINE:
+    vs__http_error(r, 504, NULL, "%s", msg);
+    break;
+  default:
+    vs__http_error(r, 500, NULL, "%s", msg);
+  }
+  if (retry) r->retry_after_s = retry_after_ms ? (int)((retry_after_ms + 999) / 1000) : 1;
+}
