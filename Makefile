@@ -237,10 +237,12 @@ $(BUILD)/obj/%.o: %.c
 
 # Generated protobuf-c code: regenerated at build time, never committed (the generated header
 # checks the protobuf-c runtime version it was made for, so it must come from this machine's).
-$(PROTO_C): proto/vspec.proto
+# One run makes both files: a grouped target, so that make knows the header changed too (with
+# the header as a recipe-less target of the .c, objects that include it were sometimes judged
+# up to date against the old header after a .proto change: a stale Submit in the ASan tests).
+$(PROTO_C) $(PROTO_H) &: proto/vspec.proto
 	@mkdir -p $(GEN_DIR)
 	protoc-c --c_out=$(GEN_DIR) $<
-$(PROTO_H): $(PROTO_C)
 $(BUILD)/obj/gen/%.o: $(GEN_DIR)/%.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -I$(GEN_DIR) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
