@@ -121,9 +121,16 @@ static void test_lantern(void **state) {
   /* rule: max(0, q - p) with x and A(x) = {0} removed */
   double want[6] = {0.0, 0.0, 0.0, 0.15, 0.0, 0.0};
   expect_vec(out, want, 6, "lantern set residual");
-  /* delta = 0.25 is below q(0): nothing pooled */
+  /* the max(0, .) matters outside x and A(x) too: x = 5, delta 0.25 pools neighbour 4
+   * (0.20; +0.10 of neighbour 2 exceeds), and q - p is -0.35 at token 1, which is neither */
   drop(&r);
   r = make("lantern", "k=3,delta=0.25");
+  vspec_accept_input in5 = input(5, p, p[5], 1, 1);
+  assert_float_equal(r.vt->accept_prob(r.r, &in5), 1.0, 1e-6); /* min(1, 0.30 / 0.10) */
+  assert_int_equal(r.vt->residual(r.r, &in5, out), 0);
+  double want5[6] = {0.20, 0.0, 0.0, 0.15, 0.0, 0.0};
+  expect_vec(out, want5, 6, "lantern set residual, negative q - p outside A(x)");
+  /* delta = 0.25 is below q(0): nothing pooled at x = 1 */
   assert_float_equal(r.vt->accept_prob(r.r, &in), 0.05 / 0.40, 1e-6);
   drop(&r);
   /* k limits the search: k = 1 and delta 1 pools only neighbour 0 */
@@ -196,6 +203,12 @@ static void test_lanternpp(void **state) {
   assert_int_equal(r.vt->residual(r.r, &in, out), 0);
   double want_set[6] = {0.0, 0.0, 0.0, 0.15, 0.0, 0.0};
   expect_vec(out, want_set, 6, "lanternpp set residual");
+  /* x = 5 (q 0.10), budget 0.9 pools all three neighbours 4, 2, 3; q - p < 0 at token 1,
+   * outside A(x): max(0, .) keeps it 0 */
+  vspec_accept_input in5 = input(5, p, p[5], 1, 1);
+  assert_int_equal(r.vt->residual(r.r, &in5, out), 0);
+  double want_set5[6] = {0.20, 0.0, 0.0, 0.0, 0.0, 0.0};
+  expect_vec(out, want_set5, 6, "lanternpp set residual, negative q - p outside A(x)");
   drop(&r);
   /* one-hot draft (dynamic tree), reference: x and its first k+1 = 3 neighbours (0, 2, 4)
    * zeroed in q, as upstream's evaluate_posterior does for lambda > 1 */
@@ -259,6 +272,59 @@ static void test_coolsd_schedule(void **state) {
   drop(&r);
 }
 
+/* Every rule's residual, in every mode, is a sub-measure: no negative or non-finite entry
+ * on random target and draft distributions (sampled and one-hot drafts, every token as x,
+ * every depth of a 3-deep draft), where q - p is negative at tokens that neither x nor its
+ * pooled neighbours cover. The walk normalises what the rule returns and samples from it,
+ * so a negative entry would be a negative probability. */
+static void test_residuals_nonnegative(void **state) {
+  (void)state;
+  const char *rules[][2] = {
+      {"exact", ""},
+      {"lantern", "k=3,delta=0.1"},
+      {"lantern", "k=2,delta=0.3,reject=reference"},
+      {"lantern", "k=3,delta=0.2,resample=optimal"},
+      {"lanternpp", "lambda=2,k=3,reject=set"},
+      {"lanternpp", "lambda=3,k=2"},
+      {"lanternpp", "lambda=2,k=3,resample=optimal"},
+      {"uniform_rsd", "omega=2,resample=rule"},
+      {"uniform_rsd", "omega=0.5,resample=optimal"},
+      {"coolsd", "delta=1.1,resample=rule"},
+      {"coolsd", "delta=1.1,resample=optimal"},
+  };
+  uint64_t st = 88172645463325252ull; /* xorshift64 */
+  int negatives_seen = 0;
+  for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++) {
+    rule r = make(rules[k][0], rules[k][1]);
+    for (int trial = 0; trial < 300; trial++) {
+      float qq[6], pp[6], out[6];
+      double sq = 0.0, sp = 0.0;
+      for (int y = 0; y < 6; y++) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        qq[y] = (float)((st >> 11) % 1000) + 1.0f;
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        pp[y] = (float)((st >> 11) % 1000) + 1.0f;
+        sq += qq[y], sp += pp[y];
+      }
+      for (int y = 0; y < 6; y++) qq[y] = (float)(qq[y] / sq), pp[y] = (float)(pp[y] / sp);
+      int32_t x = trial % 6;
+      for (int y = 0; y < 6; y++)
+        negatives_seen += y != x && qq[y] < pp[y];
+      for (int oh = 0; oh < 2; oh++) {
+        vspec_accept_input in = input(x, oh ? NULL : pp, oh ? 1.0f : pp[x], 1 + trial % 3, 3);
+        in.q = qq;
+        assert_int_equal(r.vt->residual(r.r, &in, out), 0);
+        for (int y = 0; y < 6; y++)
+          if (!(out[y] >= 0.0f) || !isfinite(out[y]))
+            fail_msg("%s:%s, %s draft, x %d: residual[%d] = %g", rules[k][0], rules[k][1],
+                     oh ? "one-hot" : "sampled", x, y, out[y]);
+      }
+    }
+    drop(&r);
+  }
+  assert_true(negatives_seen > 1000);
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024];
   const char *b = getenv("VSPEC_BUILD");
@@ -271,7 +337,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_exact),          cmocka_unit_test(test_lantern),
       cmocka_unit_test(test_lanternpp),      cmocka_unit_test(test_uniform_rsd),
-      cmocka_unit_test(test_coolsd_schedule),
+      cmocka_unit_test(test_coolsd_schedule), cmocka_unit_test(test_residuals_nonnegative),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_registry_close(reg);

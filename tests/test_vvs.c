@@ -38,6 +38,7 @@ typedef struct watch {
   int gamma_checked, gamma_mismatch;
   int kv_checked;
   double kv_max_diff;
+  int first_skip_done;       /* fewest tokens out (root included) when a round skipped */
   vs_models *models;         /* for the replay check (NULL: skip it) */
 } watch;
 
@@ -71,6 +72,8 @@ static void on_round(void *user, const vs_round_info *in) {
   int32_t committed = in->target->vt->committed(in->session);
   if (in->skipped) {
     w->skips++;
+    int done = in->n_tokens - in->accepted_len;
+    if (!w->first_skip_done || done < w->first_skip_done) w->first_skip_done = done;
     if (w->last_skipped) w->consecutive_skips++;
     if (committed != w->last_committed) w->committed_moved_on_skip++;
     /* gamma with select=confidence: the most likely leaf, truncated to the mean length */
@@ -156,6 +159,9 @@ static void test_vvs_on_llamagen(void **state) {
       "shape=dynamic,top_k=3,depth=3,total_tokens=8",
       "sd:lantern:delta=0.2@vvs:skip=dynamic,threshold=0.0,select=confidence,warmup=0,"
       "drafter=model,shape=dynamic,top_k=2,depth=3,total_tokens=6",
+      /* the default warmup: every round may skip once more than 5 tokens follow token 0 */
+      "sd:exact@vvs:skip=dynamic,threshold=0.0,select=confidence,drafter=model,"
+      "shape=dynamic,top_k=2,depth=3,total_tokens=6",
   };
   for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
     watch total;
@@ -193,9 +199,17 @@ static void test_vvs_on_llamagen(void **state) {
       total.kv_checked += w.kv_checked;
       total.gamma_checked += w.gamma_checked;
       total.kv_max_diff = fmax(total.kv_max_diff, w.kv_max_diff);
+      if (w.first_skip_done && (!total.first_skip_done || w.first_skip_done < total.first_skip_done))
+        total.first_skip_done = w.first_skip_done;
     }
-    printf("  %s: %d skipped rounds, %d KV checks (max |diff| %.2g), %d gamma checks\n",
-           methods[k], total.skips, total.kv_checked, total.kv_max_diff, total.gamma_checked);
+    printf("  %s: %d skipped rounds (the first with %d tokens out), %d KV checks (max |diff| "
+           "%.2g), %d gamma checks\n", methods[k], total.skips, total.first_skip_done,
+           total.kv_checked, total.kv_max_diff, total.gamma_checked);
+    /* the warmup counts as the reference code's new_token, which leaves out the prefill's
+     * token 0 (HyattDD/VVS models/ea_llamagen.py; skip_verify: no skip while new_token <= 5):
+     * warmup=0 skips from 2 tokens out, the default 5 from 7, and threshold 0 makes some
+     * seed skip at the boundary itself */
+    assert_int_equal(total.first_skip_done, strstr(methods[k], "warmup=0") ? 2 : 7);
     /* the checks really ran */
     assert_true(total.skips >= 8);
     assert_true(total.kv_checked >= 4);
@@ -253,6 +267,130 @@ static void test_vvs_feature_modes(void **state) {
   vs_table_world_close(&w);
 }
 
+
+/* Which features the engine hands the drafter for the tokens of a skipped round (VVS §4.3;
+ * HyattDD/VVS models/skip_utils_llamagen.py, update_inference_inputs_skip and
+ * retrieve_features). The table head with log=PATH records every input feature that is not
+ * the exact one instead of failing; the target's feature cache slot j holds the value j
+ * (the table's feature is the prefix length), so a logged value names the slot it came
+ * from. A round that skips with the root at index r and gamma accepted tokens feeds the
+ * head, at positions r+1 .. r+gamma (the accepted drafts after the first, then the new
+ * root), the cache slots vs_skip_stale_slot(r+1, staleness, gamma, j): with a cache of
+ * r+1 slots, the gamma most recent ones `staleness` older (the helper itself is checked
+ * against the reference's retrieve_features by test_vvs_reference_similarity). They reach
+ * the head with the next drafted round (the catch-up chain); a skip that ends the image
+ * feeds nothing. Every other input must be exact (not logged). */
+enum { SP_LEN = 8 };
+
+typedef struct stale_watch {
+  int staleness, mode;           /* mode: 0 stale, 1 draft, 2 blend */
+  double want[SP_LEN + 1];       /* expected feature per position; < 0: none expected */
+  int pending[SP_LEN + 1], n_pending;
+  int required[SP_LEN + 1];      /* positions whose inputs a drafter forward has consumed */
+  int skips;
+} stale_watch;
+
+static void on_round_stale(void *user, const vs_round_info *in) {
+  stale_watch *w = user;
+  if (in->round <= 0) return;
+  /* a drafted round first feeds the catch-up chain: the skipped tokens still pending */
+  if (in->tree && in->tree->n > 1) {
+    for (int i = 0; i < w->n_pending; i++) w->required[w->pending[i]] = 1;
+    w->n_pending = 0;
+  }
+  if (!in->skipped) return;
+  w->skips++;
+  int gamma = in->accepted_len, r = in->n_tokens - gamma - 1;
+  if (in->n_tokens >= SP_LEN || w->mode == 1) return; /* nothing fed, or the exact ones */
+  for (int j = 0; j < gamma; j++) {
+    int pos = r + 1 + j, slot = vs_skip_stale_slot(r + 1, w->staleness, gamma, j);
+    w->want[pos] = w->mode == 0 ? slot : 0.5 * (slot + pos);
+    w->pending[w->n_pending++] = pos;
+  }
+}
+
+static void write_logged_head(const vs_table_world *w, const char *log) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/vspec-model.json", w->model_dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "{\"name\": \"table-log\", \"target\": {\"backend\": \"table\", \"gpt\": "
+          "\"target.safetensors\"}, \"draft\": {\"backend\": \"table\", \"gpt\": "
+          "\"draft.safetensors\"}, \"eagle\": {\"backend\": \"table\", \"gpt\": "
+          "\"draft.safetensors\", \"mode\": \"head\", \"log\": \"%s\"}, \"defaults\": "
+          "{\"temperature\": %g, \"top_p\": %g, \"cfg_scale\": %g, \"cfg_interval\": %d}}\n",
+          log, w->s.temperature, w->s.top_p, w->s.cfg_scale, w->s.cfg_interval);
+  fclose(f);
+}
+
+static void test_vvs_stale_positions(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN], log[300];
+  vs_table_world w;
+  vs_sampling s = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1};
+  vs_table_world_open(&w, 3, SP_LEN, 17, 1.2, 0.5, &s);
+  snprintf(log, sizeof log, "%s/head.log", w.model_dir);
+  write_logged_head(&w, log);
+  vs_models *models;
+  if (vs_models_open(w.reg, &w.host, w.dev, w.model_dir, VS_ROLE_ALL, &models, err, sizeof err))
+    fail_msg("%s", err);
+  const struct {
+    const char *features;
+    int staleness, mode;
+  } runs[] = {{"stale", 0, 0}, {"stale", 2, 0}, {"blend", 1, 2}, {"draft", 0, 1}};
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    char method[300];
+    snprintf(method, sizeof method,
+             "sd:exact@vvs:skip=uniform,interval=2,warmup=0,features=%s,staleness=%d,"
+             "drafter=head,shape=static,tree=0/1/0.0/0.0.0", runs[k].features,
+             runs[k].staleness);
+    int skips = 0, fed = 0, logged = 0;
+    for (int seed = 0; seed < 30; seed++) {
+      stale_watch sw = {.staleness = runs[k].staleness, .mode = runs[k].mode};
+      for (int i = 0; i <= SP_LEN; i++) sw.want[i] = -1.0;
+      remove(log);
+      int32_t tokens[SP_LEN];
+      vs_metrics mt;
+      vs_job job = {.method = method, .seed = (uint64_t)seed, .sampling = s,
+                    .on_round = on_round_stale, .user = &sw};
+      if (vs_generate(models, w.dev, &job, tokens, &mt, err, sizeof err))
+        fail_msg("%s (seed %d): %s", method, seed, err);
+      skips += sw.skips;
+      int seen[SP_LEN + 1][2] = {{0}};
+      FILE *f = fopen(log, "r");
+      int pos, row;
+      double got;
+      while (f && fscanf(f, "%d %d %lf", &pos, &row, &got) == 3) {
+        if (pos < 1 || pos > SP_LEN || row < 0 || row > 1 || sw.want[pos] < 0.0)
+          fail_msg("%s (seed %d): position %d was fed feature %g, the exact one is %d", method,
+                   seed, pos, got, pos);
+        if (fabs(got - sw.want[pos]) > 1e-5)
+          fail_msg("%s (seed %d): position %d (row %d) was fed feature %g, expected %g (slot "
+                   "of the feature cache)", method, seed, pos, row, got, sw.want[pos]);
+        seen[pos][row]++;
+        logged++;
+      }
+      if (f) fclose(f);
+      for (int p = 1; p <= SP_LEN; p++) {
+        if (!sw.required[p] || sw.want[p] < 0.0) continue;
+        for (int r = 0; r < 2; r++)
+          if (seen[p][r] != 1)
+            fail_msg("%s (seed %d): position %d (row %d) was fed its reused feature %d times",
+                     method, seed, p, r, seen[p][r]);
+        fed++;
+      }
+    }
+    printf("  features=%s,staleness=%d: %d skipped rounds, %d reused inputs checked, %d "
+           "inexact features fed\n", runs[k].features, runs[k].staleness, skips, fed, logged);
+    assert_true(skips >= 20);
+    /* the check has something to see; features=draft feeds the head's own, exact ones */
+    if (runs[k].mode != 1) assert_true(fed >= 20 && logged >= 2 * fed);
+    else assert_int_equal(logged, 0);
+  }
+  vs_models_close(models);
+  vs_table_world_close(&w);
+}
 
 /* ---- the scheduler's decision on hand-made trees -------------------------------------- */
 
@@ -475,6 +613,46 @@ static void test_vvs_selection(void **state) {
   vv_close(&fx);
 }
 
+/* The warmup as the reference code counts it (HyattDD/VVS models/skip_utils_llamagen.py,
+ * skip_verify: no skip while new_token <= 5; models/ea_llamagen.py: new_token starts at 0
+ * after the prefill's token and grows by every token emitted after it). The engine's
+ * tokens_done counts token 0 too, so the defaults may first skip with 7 tokens out, not 6,
+ * under both skip rules; a dynamic tree whose candidate paths are identical (similarity 1). */
+static void test_vvs_warmup(void **state) {
+  (void)state;
+  vv_fixture fx;
+  vv_open(&fx);
+  const float codebook[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* one dimension: every cosine is 1 */
+  const int32_t parents[] = {-1, 0, 0, 0};
+  vv_tree t;
+  vv_tree_init(&t, 4, parents, NULL, NULL, codebook, 1);
+  vspec_rng rng;
+  host.rng_init(&rng, 5, 0);
+  /* skip=dynamic (the default); phase=round skips rounds 2, 5, 8 ... (test_vvs_selection) */
+  const char *specs[] = {"", "skip=uniform", "skip=uniform,phase=verified"};
+  for (int k = 0; k < 3; k++)
+    for (int done = 5; done <= 8; done++) {
+      vspec_sched *s = vv_make(&fx, specs[k]);
+      vspec_round_state st = {.struct_size = sizeof st, .round = 5, .tokens_done = done,
+                              .tokens_total = 256, .max_nodes = 64, .verified_rounds = 4};
+      vspec_skip_decision d = {.struct_size = sizeof d};
+      /* phase=verified: two verified rounds since the last skip first (rounds 3, 4) */
+      for (int r = 3; k == 2 && r < 5; r++) {
+        vspec_round_state early = st;
+        early.round = r;
+        early.tokens_done = 1;
+        assert_int_equal(fx.vt->decide(s, &early, &t.view, &rng, &d), 0);
+        assert_int_equal(d.skip, 0);
+      }
+      assert_int_equal(fx.vt->decide(s, &st, &t.view, &rng, &d), 0);
+      if (d.skip != (done - 1 > 5))
+        fail_msg("vvs:%s with %d tokens out (new_token %d): skip %d", specs[k], done, done - 1,
+                 d.skip);
+      fx.vt->destroy(s);
+    }
+  vv_close(&fx);
+}
+
 /* Static and chain drafts carry their cumulative draft log-probabilities (confidence
  * selection ranks paths by them on every tree shape): every node's score is its parent's
  * plus log p_draft(token), and the leaves do not all tie. */
@@ -552,9 +730,11 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vvs_on_llamagen),
       cmocka_unit_test(test_vvs_feature_modes),
+      cmocka_unit_test(test_vvs_stale_positions),
       cmocka_unit_test(test_vvs_parameters),
       cmocka_unit_test(test_vvs_reference_similarity),
       cmocka_unit_test(test_vvs_selection),
+      cmocka_unit_test(test_vvs_warmup),
       cmocka_unit_test(test_vvs_static_scores),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

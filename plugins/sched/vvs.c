@@ -28,7 +28,9 @@
  *                     rounds whose index, counted from 0 at the first drafted round with
  *                     skipped rounds included, is 1 mod interval) or verified (skip once
  *                     interval-1 rounds have been verified since the last skip, so the
- *                     first skip comes right after the warmup)
+ *                     first skip comes right after the warmup): the same period, so the
+ *                     two differ by a phase offset that lasts the whole image
+ *                     (docs/SPECULATIVE.md, "Verification skipping")
  *   threshold=0.7     dynamic skipping similarity threshold, [0, 1]
  *   alpha=0.9         position decay of the similarity weights, (0, 1]
  *   select=uniform    the path taken on a skipped round: uniform (every candidate path,
@@ -42,7 +44,11 @@
  *                     target features, as many as tokens, §4.3), draft (the drafter's own
  *                     predicted features), blend (their mean)
  *   staleness=0       stale features: use ones this many positions older (Table 5 ablation)
- *   warmup=5          never skip while at most this many tokens are done (reference code)
+ *   warmup=5          never skip while at most this many tokens follow the first image
+ *                     token (the prefill's): the reference code's skip_verify returns False
+ *                     while new_token <= 5, and new_token (ea_llamagen.py) starts at 0 after
+ *                     the prefill's token, so the first skip comes once 7 tokens are out,
+ *                     root included; the same count in every mode
  * Two skipped rounds are never consecutive (§4.4).
  */
 #include <assert.h>
@@ -212,7 +218,8 @@ static int vv_decide(vspec_sched *s, const vspec_round_state *state, const vspec
   out->skip = 0;
   int leaves[128], n_leaves = vv_leaves(t, leaves, 128);
   int skip = 0;
-  if (!state->last_skipped && state->tokens_done > s->warmup && n_leaves > 0) {
+  /* tokens_done counts the prefill's token 0, upstream's new_token does not */
+  if (!state->last_skipped && state->tokens_done - 1 > s->warmup && n_leaves > 0) {
     if (s->skip == VV_UNIFORM && s->phase == VV_PHASE_ROUND)
       skip = state->round >= 1 && (state->round - 1) % s->interval == 1; /* engine: from 1 */
     else if (s->skip == VV_UNIFORM)

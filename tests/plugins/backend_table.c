@@ -13,7 +13,11 @@
  * as an EAGLE-style feature head: it takes one input feature per node and checks that the
  * engine fed it exactly the feature an EAGLE head must see at that position (the target's
  * feature at the previous index for committed rows, its own output at the parent for tree
- * nodes, both equal to the node's position), failing the forward otherwise.
+ * nodes, both equal to the node's position), failing the forward otherwise. With the
+ * parameter log=PATH (a manifest key of the eagle role) it fails nothing and appends
+ * "position row feature" to PATH for every input that differs, so a test can check which
+ * features the engine hands the head where it must not give the exact ones (VVS's reused
+ * features of unverified tokens).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 struct vspec_model {
   const vspec_host *host;
   int head;
+  char log[512]; /* mode=head: where to record wrong features instead of failing ("": fail) */
   vspec_tensor_file *f;
   int vocab, len, rows, dim;
   const float *logits, *codebook;
@@ -63,6 +68,8 @@ static int tb_load(const vspec_host *h, vspec_dev *dev, const char *path, const 
   vspec_model *m = h->calloc(1, sizeof *m);
   m->host = h;
   m->head = mode == 1;
+  const char *log = h->param_string(p, "log");
+  if (log) snprintf(m->log, sizeof m->log, "%s", log);
   int rc = h->tensors_open(path, &m->f, err, errlen);
   if (rc) {
     tb_unload(m);
@@ -192,8 +199,15 @@ static int tb_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forw
       int pos = s->committed + depth - 1;
       for (int r = 0; r < s->rows; r++)
         if (!b->features || b->features[(size_t)i * s->rows + r] != (float)pos) {
+          double got = b->features ? b->features[(size_t)i * s->rows + r] : -1.0;
+          FILE *lf = b->features && s->m->log[0] ? fopen(s->m->log, "a") : NULL;
+          if (lf) {
+            fprintf(lf, "%d %d %.6g\n", pos, r, got);
+            fclose(lf);
+            continue;
+          }
           snprintf(err, errlen, "table head: node %d (position %d) got feature %g, expected %d",
-                   i, pos, b->features ? b->features[(size_t)i * s->rows + r] : -1.0, pos);
+                   i, pos, got, pos);
           return VSPEC_EINVAL;
         }
     }
