@@ -34,12 +34,19 @@ static const char *vs__trim(const char *s, size_t n0, size_t *n) {
   return s;
 }
 
-/* Calls f on each term of a name: the whole name and, when it has '/', each part of it. */
+/* Calls f on each term of a name: the whole name, the name before a qualifier in
+ * parentheses at its end ("crane" of "crane (bird)") and, when it has '/', each part of it. */
 typedef void (*vs__term_fn)(const char *term, size_t n, int label, void *arg);
 static void vs__terms(const char *name, int label, vs__term_fn f, void *arg) {
   size_t n;
   const char *t = vs__trim(name, strlen(name), &n);
   f(t, n, label, arg);
+  const char *open = n && t[n - 1] == ')' ? strrchr(t, '(') : NULL;
+  if (open && open > t) {
+    size_t k;
+    const char *head = vs__trim(t, (size_t)(open - t), &k);
+    if (k) f(head, k, label, arg);
+  }
   if (!strchr(name, '/')) return;
   for (const char *p = name; *p;) {
     size_t k = strcspn(p, "/");
@@ -118,18 +125,29 @@ static int vs__covered(const vs__scan *s, const vs__hit *h) {
 
 /* ---- messages ------------------------------------------------------------------------------ */
 
-/* " (classes: 0 a, 1 b, ...)" or " (classes 0..N-1, unnamed)". */
+/* " (classes: 0 a, 1 b, ...)" or " (classes 0..N-1, unnamed)". A list longer than err
+ * (ImageNet's 1000 names) ends ", and N more)" and leaves `reserve` bytes for what follows. */
 static void vs__list(char *err, size_t errlen, const char *const *names, int n_names,
-                     int num_classes) {
+                     int num_classes, size_t reserve) {
   size_t used = strlen(err);
   if (!n_names) {
     snprintf(err + used, errlen - used, " (classes 0..%d; this model names none)",
              num_classes - 1);
     return;
   }
-  for (int i = 0; i < n_names && used + 1 < errlen; i++)
-    used += (size_t)snprintf(err + used, errlen - used, "%s%d %s", i ? ", " : " (classes: ", i,
-                             names[i]);
+  const size_t more = sizeof ", and 99999999999 more)"; /* what ending a cut list takes */
+  for (int i = 0; i < n_names && used + 1 < errlen; i++) {
+    char item[128];
+    int k = snprintf(item, sizeof item, "%s%d %s", i ? ", " : " (classes: ", i, names[i]);
+    /* the last name needs room for ")" only; any other for a cut list's ending too */
+    size_t need = (size_t)k + (i + 1 < n_names ? more : 2) + reserve;
+    if (used + need > errlen) {
+      if (i) snprintf(err + used, errlen - used, ", and %d more)", n_names - i);
+      else snprintf(err + used, errlen - used, " (%d classes)", n_names);
+      return;
+    }
+    used += (size_t)snprintf(err + used, errlen - used, "%s", item);
+  }
   if (used + 1 < errlen) snprintf(err + used, errlen - used, ")");
 }
 
@@ -185,8 +203,9 @@ static int vs__refuse(const char *text, size_t n, const char *model, const char 
     snprintf(err, errlen, "prompt: '%.*s%s' names no class of model '%s'", shown, text, ell,
              model);
   }
-  vs__list(err, errlen, names, n_names, num_classes);
   int near = s && s->n_hits ? -1 : vs__nearest(text, n, names, n_names);
+  vs__list(err, errlen, names, n_names, num_classes,
+           near >= 0 ? strlen("; did you mean ''?") + strlen(names[near]) : 0);
   size_t used = strlen(err);
   if (near >= 0 && used + 1 < errlen)
     snprintf(err + used, errlen - used, "; did you mean '%s'?", names[near]);
@@ -207,7 +226,7 @@ int vs_class_prompt_match(const char *prompt, const char *model, const char *con
   }
   if (!n) {
     snprintf(err, errlen, "prompt: empty: name a class of model '%s'", model);
-    vs__list(err, errlen, names, n_names, num_classes);
+    vs__list(err, errlen, names, n_names, num_classes, 0);
     return VSPEC_EINVAL;
   }
   size_t digits = 0;
@@ -217,7 +236,7 @@ int vs_class_prompt_match(const char *prompt, const char *model, const char *con
     if (v < 0 || v >= num_classes) {
       snprintf(err, errlen, "prompt: class %.*s is out of range: model '%s' has classes 0..%d",
                n > 20 ? 20 : (int)n, text, model, num_classes - 1);
-      vs__list(err, errlen, names, n_names, num_classes);
+      vs__list(err, errlen, names, n_names, num_classes, 0);
       return VSPEC_EINVAL;
     }
     *pick = (vs_class_pick){.label = (int)v, .how = VS_CLASS_BY_NUMBER};

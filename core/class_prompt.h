@@ -9,7 +9,8 @@
  * A prompt names a class when, letter case and surrounding blanks ignored, it is
  *   - a class number ("7"), 0..num_classes-1;
  *   - a class name ("sneaker"), or one part of a name written with '/' ("top" of
- *     "T-shirt/top");
+ *     "T-shirt/top"), or a name without the qualifier in parentheses at its end ("crane" of
+ *     "crane (bird)": when "crane (machine)" is a class too, that names both: ambiguous);
  *   - a text containing names as whole words, an English plural 's'/'es' allowed ("a photo of
  *     two sneakers"): the longest contained name wins, and a shorter one counts only where it
  *     lies inside the longer one ("ankle boot" over "boot", "t-shirt" over "shirt"); names

@@ -18,9 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench/bitmap_font.h"
+#include "core/class_prompt.h"
 #include "core/host.h"
 #include "core/manifest.h"
 #include "core/models.h"
@@ -78,6 +80,140 @@ static void test_manifest(void **state) {
     for (int i = 0; i < 10; i++) assert_string_equal(m.class_names[i], fmnist[i]);
     vs_manifest_free(&m);
   }
+}
+
+/* DIR/FILE: a safetensors file of no tensors whose header holds `meta` (a JSON object), as
+ * tools/make_manifest.py reads it. */
+static void header_only(const char *dir, const char *file, const char *meta) {
+  char path[400], header[512];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  uint64_t n = (uint64_t)snprintf(header, sizeof header, "{\"__metadata__\": %s}", meta);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(&n, 8, 1, f), 1); /* little-endian, as x86 and arm64 are */
+  assert_int_equal(fwrite(header, 1, n, f), n);
+  fclose(f);
+}
+
+/* /usr/bin/python3 tools/make_manifest.py DIR ARGS; its exit status. */
+static int make_manifest(const char *dir, const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/make_manifest.py '%s' %s", dir, args);
+  int st = system(cmd);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The class a prompt picks among the ImageNet names, or -1 (refused; the message in err). */
+static int imagenet_pick(const vs_manifest *m, const char *prompt, char *err, size_t errlen) {
+  vs_class_pick p;
+  int rc = vs_class_prompt_match(prompt, "imagenet", (const char *const *)m->class_names,
+                                 m->n_class_names, 1000, &p, err, errlen);
+  return rc ? -1 : p.label;
+}
+
+/* tools/imagenet_classes.txt: ImageNet-1k's names, which tools/make_manifest.py puts in the
+ * manifest of a converted 1000-class LlamaGen c2i GPT. The manifest it writes parses (the
+ * names pass core/manifest.c's checks: one name for one class, letter case ignored), holds
+ * the file's 1000 names in label order, and prompts find their classes. */
+static void test_imagenet(void **state) {
+  (void)state;
+  char dir[] = "/tmp/vspec-imagenet.XXXXXX", err[8192], cmd[300];
+  assert_non_null(mkdtemp(dir));
+  header_only(dir, "gpt.safetensors", "{\"vspec.kind\": \"llamagen-gpt\", \"model_type\": "
+              "\"c2i\", \"num_classes\": \"1000\"}");
+  header_only(dir, "vq.safetensors", "{\"vspec.kind\": \"llamagen-vq\"}");
+  assert_int_equal(make_manifest(dir, "--name imagenet"), 0);
+  static vs_manifest m;
+  if (vs_manifest_read(dir, &base, VS_ROLE_ALL, &m, err, sizeof err)) fail_msg("%s", err);
+  assert_string_equal(m.name, "imagenet");
+  assert_string_equal(m.target.backend, "llamagen");
+  char want[400];
+  snprintf(want, sizeof want, "%s/gpt.safetensors", dir);
+  assert_string_equal(m.target.weights, want);
+  snprintf(want, sizeof want, "vq=%s/vq.safetensors", dir);
+  assert_non_null(strstr(m.target.params, want));
+  assert_int_equal(m.n_class_names, 1000);
+  /* the file's lines, comments aside, in order */
+  FILE *f = fopen("tools/imagenet_classes.txt", "r");
+  assert_non_null(f);
+  char line[256];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (!line[0] || line[0] == '#') continue;
+    assert_true(n < 1000);
+    assert_string_equal(m.class_names[n], line);
+    n++;
+  }
+  fclose(f);
+  assert_int_equal(n, 1000);
+  static const struct {
+    int label;
+    const char *name;
+  } known[] = {{0, "tench"}, {1, "goldfish"}, {2, "great white shark"}, {134, "crane (bird)"},
+               {207, "golden retriever"}, {264, "Cardigan Welsh corgi"}, {279, "Arctic fox"},
+               {280, "grey fox"}, {474, "cardigan"}, {517, "crane (machine)"},
+               {638, "maillot"}, {639, "tank suit"}, {999, "toilet tissue"}};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    assert_string_equal(m.class_names[known[i].label], known[i].name);
+  static const struct {
+    const char *prompt;
+    int label;
+  } prompts[] = {{"a photo of a golden retriever", 207}, {"crane (bird)", 134}, {"tench", 0},
+                 {"Crane (Machine)", 517}, {"a photo of a tench", 0},
+                 {"two golden retrievers", 207}, {"cardigan", 474},
+                 {"a Cardigan Welsh corgi", 264}, {"maillot", 638}, {"a tank suit", 639},
+                 {"an Arctic fox in the snow", 279}, {"grey fox", 280}, {"207", 207}};
+  for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
+    int got = imagenet_pick(&m, prompts[i].prompt, err, sizeof err);
+    if (got != prompts[i].label)
+      fail_msg("'%s' -> %d, not %d: %s", prompts[i].prompt, got, prompts[i].label, err);
+  }
+  /* "crane" alone names both cranes: refused, in a message of vspecd's size that names them
+   * and lists what fits of the 1000 classes */
+  char msg[VSPEC_ERRLEN];
+  assert_int_equal(imagenet_pick(&m, "a photo of a crane", msg, sizeof msg), -1);
+  printf("  a photo of a crane -> %s\n", msg);
+  assert_non_null(strstr(msg, "prompt: 'a photo of a crane' names more than one class of model "
+                              "'imagenet' (crane (bird), crane (machine)): name one (classes: "
+                              "0 tench, 1 goldfish, "));
+  assert_non_null(strstr(msg, " more)"));
+  assert_true(strlen(msg) < sizeof msg - 1); /* not cut */
+  assert_int_equal(imagenet_pick(&m, "crane", msg, sizeof msg), -1);
+  assert_non_null(strstr(msg, "(crane (bird), crane (machine)): name one"));
+  /* a slip: the list is cut to leave room for the likely name */
+  assert_int_equal(imagenet_pick(&m, "golden retreiver", msg, sizeof msg), -1);
+  printf("  golden retreiver -> ...%s\n", strrchr(msg, ')'));
+  assert_non_null(strstr(msg, " more); did you mean 'golden retriever'?"));
+  vs_manifest_free(&m);
+
+  /* a GPT of another class count gets no names unless given; given, one per class */
+  header_only(dir, "gpt.safetensors", "{\"vspec.kind\": \"llamagen-gpt\", \"model_type\": "
+              "\"c2i\", \"num_classes\": \"3\"}");
+  assert_int_not_equal(make_manifest(dir, ""), 0); /* no --force: the manifest is kept */
+  assert_int_equal(make_manifest(dir, "--force"), 0);
+  if (vs_manifest_read(dir, &base, VS_ROLE_ALL, &m, err, sizeof err)) fail_msg("%s", err);
+  assert_null(m.class_names);
+  char names[400];
+  snprintf(names, sizeof names, "%s/names.txt", dir);
+  f = fopen(names, "w");
+  assert_non_null(f);
+  fputs("# three\nBag\n\nCoat\nbag\n", f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "--force --class-names '%s' 2>/dev/null", names);
+  assert_int_not_equal(make_manifest(dir, cmd), 0); /* Bag and bag */
+  f = fopen(names, "w");
+  assert_non_null(f);
+  fputs("# three\nBag\n\nCoat\nSandal\n", f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "--force --class-names '%s'", names);
+  assert_int_equal(make_manifest(dir, cmd), 0);
+  if (vs_manifest_read(dir, &base, VS_ROLE_ALL, &m, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(m.n_class_names, 3);
+  assert_string_equal(m.class_names[2], "Sandal");
+  vs_manifest_free(&m);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
 }
 
 /* DIR/NAME: the micro test model (10 classes) with `n` of Fashion-MNIST's class names. */
@@ -261,7 +397,8 @@ static void test_demo_labels(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_manifest), cmocka_unit_test(test_models),
+      cmocka_unit_test(test_manifest), cmocka_unit_test(test_imagenet),
+      cmocka_unit_test(test_models),
       cmocka_unit_test(test_status), cmocka_unit_test(test_bench_generate),
       cmocka_unit_test(test_demo_labels)};
   return cmocka_run_group_tests(tests, NULL, NULL);

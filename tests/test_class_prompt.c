@@ -95,6 +95,33 @@ static void test_unknown(void **state) {
   assert_non_null(strstr(err, "prompt: empty"));
 }
 
+/* ImageNet's two cranes (tools/imagenet_classes.txt): the qualifier in parentheses tells them
+ * apart, the name without it names both */
+static const char *const cranes[] = {"crane (bird)", "crane (machine)", "Bag"};
+
+static void test_qualified_names(void **state) {
+  vs_class_how how;
+  assert_int_equal(pick(cranes, 3, "Crane (Machine)", &how), 1);
+  assert_int_equal(how, VS_CLASS_BY_NAME);
+  assert_int_equal(pick(cranes, 3, "a crane (bird) on one leg", NULL), 0);
+  assert_int_equal(pick(cranes, 3, "crane", NULL), -100 - VSPEC_EINVAL);
+  assert_non_null(strstr(err, "'crane' names more than one class of model 'm' (crane (bird), "
+                              "crane (machine)): name one"));
+  assert_int_equal(pick(cranes, 3, "two cranes", NULL), -100 - VSPEC_EINVAL);
+  assert_non_null(strstr(err, "(crane (bird), crane (machine))"));
+}
+
+/* A list longer than the message (ImageNet's 1000 classes) is cut before the likely name. */
+static void test_long_list(void **state) {
+  vs_class_pick p;
+  char small[120];
+  assert_int_equal(vs_class_prompt_match("snekaer", "m", fmnist, 10, 10, &p, small, sizeof small),
+                   VSPEC_EINVAL);
+  printf("  %s\n", small);
+  assert_string_equal(small, "prompt: 'snekaer' names no class of model 'm' (classes: "
+                             "0 T-shirt/top, and 9 more); did you mean 'Sneaker'?");
+}
+
 static void test_models_without_names(void **state) {
   vs_class_pick p;
   assert_int_equal(vs_class_prompt_match("3", "micro", NULL, 0, 4, &p, err, sizeof err), 0);
@@ -111,7 +138,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_number_and_name), cmocka_unit_test(test_in_a_sentence),
       cmocka_unit_test(test_whole_words_only), cmocka_unit_test(test_ambiguous),
-      cmocka_unit_test(test_unknown),         cmocka_unit_test(test_models_without_names),
+      cmocka_unit_test(test_unknown),         cmocka_unit_test(test_qualified_names),
+      cmocka_unit_test(test_long_list),       cmocka_unit_test(test_models_without_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,8 @@ Hyper-parameters go into the safetensors `__metadata__`, which holds strings onl
 derivable from tensor shapes are derived from the weights; the rest come from flags and are
 checked against the weights where possible.
 Needs torch (Debian python3-torch); safetensors I/O is tools/safetensors_io.py.
+With the GPT and the VQ in one directory, tools/make_manifest.py writes its vspec-model.json
+(with ImageNet-1k's class names for a 1000-class c2i GPT).
 """
 
 import argparse
