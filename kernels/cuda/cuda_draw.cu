@@ -349,6 +349,7 @@ __global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_sample_tokens(vs_draw_ar
         else lo = mid + 1;
       }
       s.jstar = (int)lo;
+      s.tie_last = VS_DRAW_NONE; /* set below by the thread holding the j-th tie */
     }
     __syncthreads();
     int jstar = s.jstar;

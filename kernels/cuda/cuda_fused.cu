@@ -243,6 +243,8 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
  * weight underflows to 0 is skipped too, which changes nothing for the finite values a
  * written slot holds. */
 #define VS_TATT_THREADS 128
+/* the reductions keep their result in red[31]: warp 31 must not exist */
+static_assert(VS_TATT_THREADS <= 31 * 32, "vs_tatt_max / vs_tatt_dsum use red[31]");
 /* Dynamic shared memory: the default 48 KiB per block less the kernel's static 384 bytes
  * (no opt-in attribute needed on any architecture): about 12k slots at head_dim 64. */
 #define VS_TATT_SHARED (48 * 1024 - 512)
@@ -307,8 +309,11 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
   __shared__ float fred[32];
   __shared__ double dred[32];
   int H = kv.n_heads, hd = kv.head_dim, n = t.n;
-  int L = t.lens[0], base = t.lens[1], kv_len = vs_tree_kv_len(&t);
-  if (L < 0 || base < 0 || kv_len > kv.slots) { /* uniform over the block */
+  int L = t.lens[0], base = t.lens[1];
+  /* in 64 bits: bad lengths must not wrap into a valid-looking one */
+  long long len64 = (long long)L + base + n;
+  int kv_len = (int)len64;
+  if (L < 0 || base < 0 || len64 > kv.slots) { /* uniform over the block: zeros out */
     kv_len = 0;
     L = base = 0;
   }
@@ -346,7 +351,8 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
   }
   double local_sum = 0.0;
   for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
-    float e = sc[s] == -INFINITY ? 0.0f : expf(sc[s] - mx);
+    /* vs_exp_poly: the CPU attention's exp (cpu_attention_softmax.c), one formula */
+    float e = sc[s] == -INFINITY ? 0.0f : vs_exp_poly(sc[s] - mx);
     sc[s] = e;
     local_sum += e;
   }

@@ -364,6 +364,14 @@ static void tree_attention_case(vspec_rng *rng, const tree_case *c) {
   vspec_kv_tree_view view = {.n = c->n, .n_prefix = c->n_prefix, .lens = lens,
                              .parents = parents, .prefix = c->n_prefix ? prefix : NULL};
   for (int i = 0; i < c->n; i++) vs_tree_mask_row(&view, i, mask + (size_t)i * kv_len);
+  /* a slot no query sees (a hidden caption slot, a pending node off every query's path)
+   * must contribute exactly nothing: NaN there would show */
+  for (int s = 0; s < kv_len; s++) {
+    int seen = 0;
+    for (int i = 0; i < c->n && !seen; i++) seen = mask[(size_t)i * kv_len + s];
+    for (size_t g = 0; !seen && g < (size_t)c->rows * c->Hkv; g++)
+      for (int ch = 0; ch < hd; ch++) k[(g * slots + s) * hd + ch] = v[(g * slots + s) * hd + ch] = NAN;
+  }
   for (int r = 0; r < c->rows; r++) { /* the unfused sequence: one attention per CFG row */
     size_t head0 = (size_t)r * c->Hkv * slots * hd;
     CPU->attention(g_cpu, qkv + (size_t)r * c->n * qkv_w, c->n, qkv_w, c->H, c->Hkv, hd,
@@ -415,6 +423,65 @@ static void test_tree_attention(void **state) {
 /* ---- the few-row bf16 linear kernel ---------------------------------------------------------- */
 
 /* What it computes, in double: bf16-rounded weights, fp32 activations. */
+/* Slots that do not follow one another (a graph's padding, any caller): each node's keys and
+ * values land in its own slot, as the CPU's fused op puts them (test_fused_ops compares that
+ * with the unfused stores); a slot outside the cache is not written. fp32. */
+static void test_norm_qkv_rope_scattered(void **state) {
+  (void)state;
+  enum { ROWS = 2, N = 5, H = 4, HKV = 2, HD = 64, DIM = 128, SLOTS = 16, GRID = 8 };
+  const vspec_ops *o = vs_dev_ops(g_gpu), *C = vs_dev_ops(g_cpu);
+  int qkv_w = (H + 2 * HKV) * HD;
+  size_t nx = (size_t)ROWS * N * DIM, nw = (size_t)qkv_w * DIM, nq = (size_t)ROWS * N * qkv_w;
+  size_t nc = (size_t)ROWS * HKV * SLOTS * HD, nt = (size_t)(1 + GRID * GRID) * HD;
+  vspec_rng rng;
+  vs_rng_init(&rng, 2904, 0);
+  float *x = gt_host(nx), *nrm = gt_host(DIM), *w = gt_host(nw), *table = gt_host(nt);
+  float *k = gt_host(nc), *v = gt_host(nc), *qkv = gt_host(nq);
+  gt_fill(&rng, x, nx, -2, 2);
+  gt_fill(&rng, nrm, DIM, 0.5f, 1.5f);
+  gt_fill(&rng, w, nw, -0.3f, 0.3f);
+  gt_fill(&rng, k, nc, -1, 1);
+  gt_fill(&rng, v, nc, -1, 1);
+  float *k0 = gt_host(nc); /* the cache as it was, for the slot nothing may write */
+  memcpy(k0, k, nc * sizeof(float));
+  C->rope2d_table(1, GRID, HD, 10000.0f, table);
+  int32_t pos[ROWS * N], slots[N] = {9, 2, 15, 0, 99}; /* 99: outside, not written */
+  for (int i = 0; i < ROWS * N; i++) pos[i] = 1 + (i * 7) % (GRID * GRID);
+  float *dx = gt_up(g_gpu, x, nx), *dn = gt_up(g_gpu, nrm, DIM), *dw = gt_up(g_gpu, w, nw);
+  float *dt = gt_up(g_gpu, table, nt), *dk = gt_up(g_gpu, k, nc), *dv = gt_up(g_gpu, v, nc);
+  float *dq = (float *)o->alloc(g_gpu, nq * sizeof(float));
+  int32_t *dpos = up_bytes(g_gpu, pos, sizeof pos), *dslots = up_bytes(g_gpu, slots, sizeof slots);
+  vspec_kv_cache dkv = {.k = dk, .v = dv, .rows = ROWS, .n_heads = H, .kv_heads = HKV,
+                        .head_dim = HD, .slots = SLOTS};
+  vspec_kv_cache ckv = dkv;
+  ckv.k = k, ckv.v = v;
+  slots[4] = 3; /* the CPU op would write slot 99 out of bounds: give it a slot, then undo */
+  C->norm_qkv_rope(g_cpu, x, N, DIM, nrm, 1e-5f, w, pos, table, &ckv, slots, qkv);
+  count_start(g_gpu);
+  o->norm_qkv_rope(g_gpu, dx, N, DIM, dn, 1e-5f, dw, dpos, dt, &dkv, dslots, dq);
+  count_check(g_gpu, "norm_qkv_rope, scattered slots");
+  float *gk = gt_down(g_gpu, dk, nc), *gv = gt_down(g_gpu, dv, nc), *gq = gt_down(g_gpu, dq, nq);
+  gt_close("scattered: qkv", gq, qkv, nq, RTOL, 0);
+  for (int r = 0; r < ROWS; r++)
+    for (int g = 0; g < HKV; g++)
+      for (int j = 0; j < 4; j++) { /* nodes 0-3: their own slots */
+        size_t at = (((size_t)r * HKV + g) * SLOTS + slots[j]) * HD;
+        gt_close("scattered: k slot", gk + at, k + at, HD, RTOL, 0);
+        gt_close("scattered: v slot", gv + at, v + at, HD, RTOL, 0);
+      }
+  /* node 4's slot 99 is outside: slot 3 keeps what it held on the GPU (the CPU wrote it) */
+  for (int r = 0; r < ROWS; r++)
+    for (int g = 0; g < HKV; g++) {
+      size_t at = (((size_t)r * HKV + g) * SLOTS + 3) * HD;
+      assert_memory_equal(gk + at, k0 + at, HD * sizeof(float));
+    }
+  free(k0), free(gk), free(gv), free(gq);
+  float *dev_bufs[] = {dx, dn, dw, dt, dk, dv, dq};
+  for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++) o->free(g_gpu, dev_bufs[i]);
+  o->free(g_gpu, dpos), o->free(g_gpu, dslots);
+  free(x), free(nrm), free(w), free(table), free(k), free(v), free(qkv);
+}
+
 static void skinny_reference(const float *x, int m, int n_in, const float *w, int n_out,
                              const float *bias, float *y) {
   for (int i = 0; i < m; i++)
@@ -467,6 +534,7 @@ int main(void) {
       cmocka_unit_test(test_gather_rmsnorm_rows), cmocka_unit_test(test_linear_add),
       cmocka_unit_test(test_norm_swiglu),         cmocka_unit_test(test_norm_qkv_rope),
       cmocka_unit_test(test_tree_attention),      cmocka_unit_test(test_linear_skinny_bf16),
+      cmocka_unit_test(test_norm_qkv_rope_scattered),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # What to run first on a lent GPU: the GPU suite, then the benchmarks behind the GPU goals
 # (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure. About 5 minutes
-# on an H100; every step has its own time limit, so one that hangs cannot eat the loan.
+# on an H100; every step has its own time limit (11 minutes at worst, within a loan of 15),
+# so one that hangs cannot eat the loan.
 #
 #   make gpu-bundle                                  # here: build/gpu-bundle, tens of MiB
 #   tools/gpu/check.sh [BUNDLE_DIR] [OUT_DIR]        # there, from the repository root
@@ -29,17 +30,31 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 git log -1 --format='build of %h (%cs)' 2>/dev/null
 
 echo "== GPU suite (tools/gpu/run_gpu_tests.sh $B)"
-timeout 240 tools/gpu/run_gpu_tests.sh "$B" >"$OUT/gpu-tests.log" 2>&1
+timeout 200 tools/gpu/run_gpu_tests.sh "$B" >"$OUT/gpu-tests.log" 2>&1
 suite=$?
 grep -E '^== |^\[  (FAILED|PASSED|SKIPPED) |^GPU tests:|not ok|FAIL' "$OUT/gpu-tests.log" | tail -40
 
+# Races and out-of-bounds accesses that leave results right by luck: the fused kernels under
+# compute-sanitizer (shipped with the CUDA toolkit; skipped where the machine has none).
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  for tool in memcheck racecheck synccheck; do
+    echo "== compute-sanitizer --tool $tool test_cuda_fused"
+    VSPEC_BUILD="$B" timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$B/tests/gpu/test_cuda_fused" \
+      >"$OUT/sanitizer-$tool.log" 2>&1
+    echo "exit $? ($(grep -c 'ERROR\|Hazard' "$OUT/sanitizer-$tool.log") error lines)"
+  done
+else
+  echo "== compute-sanitizer: not on this machine"
+fi
+
 echo "== cost curve: random GPT-B shape, bf16, CFG"
-timeout 150 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf16 \
+timeout 120 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf16 \
   --sizes 1,16,64 --min-time 0.2 --image --counters $PLUG >"$OUT/costcurve-gpt-b-bf16.txt" 2>&1
 cat "$OUT/costcurve-gpt-b-bf16.txt"
 
 echo "== models/fmnist: AR against SD with size=auto, bf16, $IMAGES images"
-timeout 200 "$BENCH" eval --model models/fmnist --images "$IMAGES" --seed 0 --no-quality \
+timeout 150 "$BENCH" eval --model models/fmnist --images "$IMAGES" --seed 0 --no-quality \
   --device "$DEVICE" --precision bf16 $PLUG --json "$OUT/fmnist-sd.json" \
   --methods "ar;sd:exact;sd:coolsd:delta=2" >"$OUT/fmnist-sd.txt" 2>&1
 tail -12 "$OUT/fmnist-sd.txt"

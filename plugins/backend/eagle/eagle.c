@@ -327,6 +327,12 @@ static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *c
     snprintf(err, errlen, "out of memory for a draft-head session");
     return VSPEC_ENOMEM;
   }
+  /* the fused ops' temporaries, as llamagen reserves them (gpt.c) */
+  if (s->ops->reserve_scratch(dev, M * (d + (size_t)m->ffn) * sizeof(float) + 64)) {
+    eg_close(s);
+    snprintf(err, errlen, "out of memory for a draft-head session's scratch");
+    return VSPEC_ENOMEM;
+  }
   *out = s;
   return VSPEC_OK;
 }

@@ -372,6 +372,15 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
     snprintf(err, errlen, "out of memory for a session (%zu MiB of KV cache)", 2 * cache >> 20);
     return VSPEC_ENOMEM;
   }
+  /* The fused ops' temporaries at the largest forward (the normed rows and the up
+   * projection of norm_swiglu, the most any of them takes), reserved now: a device that grew
+   * its scratch inside a forward would wait for its queue there and, on a GPU, free memory
+   * while other workers' streams run. */
+  if (ops->reserve_scratch(dev, M * ((size_t)g->dim + g->ffn_hidden) * sizeof(float) + 64)) {
+    lg_session_close(s);
+    snprintf(err, errlen, "out of memory for a session's scratch (%zu rows)", M);
+    return VSPEC_ENOMEM;
+  }
 
   size_t row_bytes = (size_t)g->n_cond * g->dim * sizeof(float);
   if (!g->t2i) {
