@@ -74,6 +74,8 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->http_max_body_bytes = 65536;
   c->http_max_connections = 16;
   c->http_timeout_ms = 300000;
+  c->http_request_deadline_ms = 10000;
+  c->http_max_connections_per_address = 0;
 }
 
 static int vs__long(const char *key, const char *v, long lo, long hi, long *out, char *err,
@@ -308,6 +310,10 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__int(key, v, 1, 1024, &c->http_max_connections, err, errlen);
     if (!strcmp(k, "timeout_ms"))
       return vs__int(key, v, 100, 24 * 3600 * 1000, &c->http_timeout_ms, err, errlen);
+    if (!strcmp(k, "request_deadline_ms"))
+      return vs__int(key, v, 100, 3600 * 1000, &c->http_request_deadline_ms, err, errlen);
+    if (!strcmp(k, "max_connections_per_address"))
+      return vs__int(key, v, 0, 1024, &c->http_max_connections_per_address, err, errlen);
   } else {
     snprintf(err, errlen, "unknown section [%s] (known: server, workers, queue, plugins, models, "
              "defaults, limits, shutdown, curve, fleet, http)", s);

@@ -96,6 +96,8 @@ typedef struct vs_daemon_config {
   long http_max_body_bytes;   /* a request body over this is refused (413) */
   int http_max_connections;   /* HTTP connections at once (each is a thread) */
   int http_timeout_ms;        /* a generation request is cancelled after this long (504) */
+  int http_request_deadline_ms; /* a request (headers and body) must arrive within this */
+  int http_max_connections_per_address; /* 0 = automatic (daemon/http_guard.c) */
 } vs_daemon_config;
 
 void vs_config_defaults(vs_daemon_config *c);

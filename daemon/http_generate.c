@@ -38,30 +38,21 @@ typedef struct vs__gen {
 
 /* ---- the request body ---------------------------------------------------------------------- */
 
+/* A JSON integer only: "class": "1" (or " 1", which strtol would take) is refused, since a
+ * proxy or a client library may read such a string otherwise (issue 32, finding 3); a class
+ * name goes in "prompt". */
 static int vs__parse_class(json_t *v, vs__gen *g, vs_http_reply *r) {
-  if (json_is_integer(v)) {
-    json_int_t c = json_integer_value(v);
-    if (c < INT32_MIN || c > INT32_MAX) {
-      vs__http_error(r, 400, "class", "class: %lld is out of range", (long long)c);
-      return -1;
-    }
-    g->class_label = (int32_t)c;
-  } else if (json_is_string(v)) {
-    /* a name is the prompt's business: here a label, which may come as a string of digits */
-    const char *t = json_string_value(v);
-    char *end;
-    errno = 0;
-    long c = strtol(t, &end, 10);
-    if (!*t || *end || errno || c < INT32_MIN || c > INT32_MAX) {
-      vs__http_error(r, 400, "class", "class: '%s' is not a class number (a class name goes "
-                     "in \"prompt\")", t);
-      return -1;
-    }
-    g->class_label = (int32_t)c;
-  } else {
-    vs__http_error(r, 400, "class", "class: expected an integer");
+  if (!json_is_integer(v)) {
+    vs__http_error(r, 400, "class", "class: expected an integer (a JSON number; a class name "
+                   "goes in \"prompt\")");
     return -1;
   }
+  json_int_t c = json_integer_value(v);
+  if (c < INT32_MIN || c > INT32_MAX) {
+    vs__http_error(r, 400, "class", "class: %lld is out of range", (long long)c);
+    return -1;
+  }
+  g->class_label = (int32_t)c;
   g->has_class = 1;
   return 0;
 }
@@ -418,7 +409,7 @@ static void vs__gave_up(const vs_http *h, const vs_http_batch *b, vs_http_reply 
   }
 }
 
-void vs__http_generate(vs_http *h, int client_fd, const char *body, size_t len,
+void vs__http_generate(vs_http *h, int client_fd, int interim, const char *body, size_t len,
                        vs_http_reply *r) {
   json_t *root = NULL;
   vs__gen g;
@@ -428,7 +419,8 @@ void vs__http_generate(vs_http *h, int client_fd, const char *body, size_t len,
   }
   Vspec__Submit s;
   vs__submit(h, &g, &s);
-  vs_http_batch b = {.h = h, .client_fd = client_fd, .submit = &s, .n = g.n,
+  vs_http_batch b = {.h = h, .client_fd = client_fd, .client_interim = interim, .submit = &s,
+                     .n = g.n,
                      .has_seed = g.has_seed, .seed = g.seed};
   if (!b.has_seed && b.n > 1) {
     /* consecutive seeds need the first: drawn here, below 2^53 as the daemon draws them */

@@ -6,18 +6,39 @@
  *   http_jobs.c      the n jobs of one generation, run together over one connection
  *   http_models.c    GET /v1/models and /v1/models/{id}, from the daemon's status
  *   http_metrics.c   GET /health and GET /metrics (the Prometheus exposition)
+ *   http_guard.c     the connections: request deadline, per-address limit, the reserve
+ *   http_headers.c   the request's headers held to the letter (smuggling)
  */
 #ifndef VS_HTTP_INTERNAL_H
 #define VS_HTTP_INTERNAL_H
 
+#include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "clients/conn.h"
+#include "core/log_limit.h"
 #include "daemon/http_server.h"
 
-struct MHD_Daemon;
+
+/* Connections MHD may take past max_connections: a new one displaces the oldest that has
+ * not sent its request, or serves /health and /metrics only (http_guard.c). */
+#define VS_HTTP_RESERVE 4
+
+/* The connections of the endpoint, tracked (http_guard.c). */
+typedef struct vs_http_guard {
+  pthread_mutex_t mu;
+  struct vs__http_conn *conns;
+  int cap, per_address, inited, running;
+  pthread_t thread;
+  atomic_int stop;
+  vs_log_limit log;
+  /* for /metrics */
+  atomic_ullong closed_deadline, closed_evicted, refused_address, refused_busy;
+} vs_http_guard;
 
 struct vs_http {
   const vs_daemon_config *cfg;
@@ -27,6 +48,7 @@ struct vs_http {
   int fd; /* the listening socket, ours: MHD is handed it */
   int port;
   atomic_int stopping;
+  vs_http_guard guard;
 };
 
 typedef struct vs_http_stream vs_http_stream;
@@ -84,6 +106,11 @@ enum { VS_HTTP_RUNNING, VS_HTTP_CLIENT_GONE, VS_HTTP_STOPPING, VS_HTTP_TIMED_OUT
 typedef struct vs_http_batch {
   vs_http *h;
   int client_fd;          /* watched for a client that goes away, -1 = none */
+  int client_interim;     /* it may be sent a 1xx (HTTP/1.1), to test a half-close */
+  int client_probed;      /* it half-closed and was sent one: only a reset says it left */
+  int in_body;            /* a streamed answer's body is being sent: the probe is an SSE
+                             comment that the stream writes (probe_due), never raw bytes */
+  int probe_due;
   const void *submit;     /* the Vspec__Submit each job is sent as (seed set per job) */
   int n;
   int has_seed;           /* seeds are seed, seed+1, ...; else the daemon draws job 0's */
@@ -124,6 +151,27 @@ struct json_t *vs__http_revised_prompt(const vs_http_job *j);
 char *vs__http_png_b64(const vs_http_job *j, int upscale, vs_http_reply *r);
 struct json_t *vs__http_usage(const vs_http_batch *b);
 
+/* ---- the connections (http_guard.c) ---- */
+
+int vs__http_guard_start(vs_http *h);
+void vs__http_guard_stop(vs_http *h); /* the watchdog only: before MHD stops */
+void vs__http_guard_free(vs_http *h); /* after MHD stopped */
+/* MHD's accept policy (the per-address limit) and connection notifications. */
+enum MHD_Result vs__http_guard_accept(void *cls, const struct sockaddr *sa, socklen_t len);
+void vs__http_guard_notify(void *cls, struct MHD_Connection *c, void **ctx,
+                           enum MHD_ConnectionNotificationCode code);
+/* The connection's request is complete and being answered (out of the deadline's reach), or
+ * its answer went and the next request may begin. */
+void vs__http_guard_answering(vs_http *h, struct MHD_Connection *c);
+void vs__http_guard_idle(vs_http *h, struct MHD_Connection *c);
+/* Whether a request may be served on c: 0 for a reserve connection asking for more than
+ * /health or /metrics (cheap) while every slot is answering. */
+int vs__http_guard_admit(vs_http *h, struct MHD_Connection *c, int cheap);
+
+/* The request's headers checked (http_headers.c): 0, or the status to refuse with (400, 417,
+ * 501) and why. */
+int vs__http_check_headers(struct MHD_Connection *c, char *why, size_t whylen);
+
 /* ---- a streamed generation (http_stream.c) ---- */
 
 /* Starts the jobs of `proto` (a batch's settings) as Submit `submit`, and waits until each is
@@ -138,8 +186,8 @@ struct MHD_Response *vs__http_stream_response(vs_http_stream *st);
 void vs__http_stream_free(vs_http_stream *st);
 
 /* POST /v1/images/generations; client_fd is the HTTP connection's socket, watched for a
- * client that goes away. */
-void vs__http_generate(vs_http *h, int client_fd, const char *body, size_t len,
+ * client that goes away; interim: the client speaks HTTP/1.1 (may be sent a 1xx). */
+void vs__http_generate(vs_http *h, int client_fd, int interim, const char *body, size_t len,
                        vs_http_reply *r);
 void vs__http_health(vs_http *h, vs_http_reply *r);
 /* GET /v1/models (id NULL) and GET /v1/models/{id}. */

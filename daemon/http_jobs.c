@@ -21,16 +21,34 @@
 #define VS__POLL_MS 50          /* how often the HTTP client and the stop flag are looked at */
 #define VS__CANCEL_GRACE_S 2.0  /* waiting for the terminal events of cancelled jobs */
 
-/* Whether the HTTP client has closed its connection (a read would return 0). A client that
- * pipelines another request is still there. */
-static int vs__client_gone(int fd) {
+/* Whether the HTTP client has gone. An end of its stream alone does not say so: a client
+ * that shut only its write side after a complete request (nc -N, socat and some HTTP tools
+ * do) waits for the answer, and a client that closed entirely
+ * sends the same FIN. What tells them apart is a write: the gone one's kernel answers it
+ * with a reset. So the first end seen sends an interim "100 Continue" (HTTP/1.1 clients must
+ * take and ignore one, RFC 9110 15.2; MHD writes nothing until the handler returns, so it
+ * comes before the answer; in a streamed answer's body it is an SSE comment, written by the
+ * stream), and from then on only a reset or an error counts. An HTTP/1.0 client may not be
+ * sent a 1xx: its end is taken as a half-close, and its jobs run out. */
+static int vs__client_gone(vs_http_batch *b) {
+  int fd = b->client_fd;
   if (fd < 0) return 0;
   struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
   if (poll(&p, 1, 0) <= 0) return 0;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
+  if (p.revents & (POLLHUP | POLLERR)) return 1; /* a reset, or both directions shut */
   char c;
   ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  if (n > 0 || b->client_probed) return 0; /* a pipelined request: still there */
+  b->client_probed = 1;
+  if (b->in_body) {
+    b->probe_due = 1;
+    return 0;
+  }
+  if (!b->client_interim) return 0;
+  static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  ssize_t w = send(fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 static void vs__cancel(vs_conn *c, uint64_t job) {
@@ -117,7 +135,7 @@ int vs__http_jobs_step(vs_http_batch *b) {
   if (b->over) return 1;
   double now = vs_now();
   if (!b->gave_up) {
-    if (vs__client_gone(b->client_fd)) b->gave_up = VS_HTTP_CLIENT_GONE;
+    if (vs__client_gone(b)) b->gave_up = VS_HTTP_CLIENT_GONE;
     else if (atomic_load(&b->h->stopping)) b->gave_up = VS_HTTP_STOPPING;
     else if (now > b->end) b->gave_up = VS_HTTP_TIMED_OUT;
   }

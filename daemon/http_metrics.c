@@ -101,6 +101,26 @@ static void vs__one(FILE *f, const char *name, const char *type, const char *hel
   vs__sample(f, name, NULL, NULL, NULL, NULL, v);
 }
 
+/* The endpoint's own counters (http_guard.c): connections it closed or refused. */
+static void vs__connections(FILE *f, vs_http *h) {
+  const vs_http_guard *g = &h->guard;
+  vs__family(f, "vspec_http_connections_closed_total", "counter",
+             "HTTP connections closed before their request was in: deadline (not complete "
+             "within [http] request_deadline_ms), displaced (the oldest such when every "
+             "connection was taken).");
+  vs__sample(f, "vspec_http_connections_closed_total", "reason", "deadline", NULL, NULL,
+             (double)atomic_load(&g->closed_deadline));
+  vs__sample(f, "vspec_http_connections_closed_total", "reason", "displaced", NULL, NULL,
+             (double)atomic_load(&g->closed_evicted));
+  vs__family(f, "vspec_http_connections_refused_total", "counter",
+             "HTTP connections refused: per_address (past [http] max_connections_per_address), "
+             "busy (a 503: every connection answering).");
+  vs__sample(f, "vspec_http_connections_refused_total", "reason", "per_address", NULL, NULL,
+             (double)atomic_load(&g->refused_address));
+  vs__sample(f, "vspec_http_connections_refused_total", "reason", "busy", NULL, NULL,
+             (double)atomic_load(&g->refused_busy));
+}
+
 static void vs__totals(FILE *f, const Vspec__StatusReply *st) {
   const Vspec__Totals *t = st->totals;
   Vspec__Totals zero = VSPEC__TOTALS__INIT;
@@ -222,6 +242,7 @@ void vs__http_metrics(vs_http *h, vs_http_reply *r) {
     return;
   }
   vs__totals(f, e.ev->status);
+  vs__connections(f, h);
   vs__methods(f, e.ev->status);
   vs__plugins(f, e.ev->status);
   fclose(f);

@@ -17,9 +17,10 @@
 #include "core/log.h"
 #include "vspec/types.h"
 
-/* An idle keep-alive connection (or one trickling its request) is closed after this long:
- * with one thread per connection, idle ones must not hold max_connections for ever. A
- * request being answered is bounded by [http] timeout_ms instead. */
+/* A silent connection is closed after this long (MHD's timeout, reset by every byte): with one
+ * thread per connection, idle ones must not hold max_connections for ever. A request that
+ * trickles in is cut by [http] request_deadline_ms whatever its activity (http_guard.c); one
+ * being answered is bounded by [http] timeout_ms. */
 #define VS_HTTP_IDLE_S 10
 
 /* ---- the listening address ---------------------------------------------------------------- */
@@ -105,8 +106,10 @@ static void vs__error_kind(int status, const char **type, const char **code) {
   case 404: *code = "not_found"; break;
   case 405: *code = "method_not_allowed"; break;
   case 413: *code = "request_too_large"; break;
+  case 417: *code = "expectation_failed"; break;
   case 429: *code = "queue_full"; break;
   case 503: *code = "unavailable"; break;
+  case 501: *code = "not_implemented"; break;
   case 504: *code = "timeout"; break;
   default: *code = "internal_error";
   }
@@ -213,10 +216,13 @@ int vs__http_connect(vs_http *h, vs_conn *c, char *err, size_t errlen) {
   return vs_conn_open(c, h->endpoint, &o, err, errlen);
 }
 
-static enum MHD_Result vs__error_now(struct MHD_Connection *c, int status, const char *allow,
-                                     const char *param, const char *fmt, const char *arg) {
+static enum MHD_Result vs__error_now(vs_http *h, struct MHD_Connection *c, int status,
+                                     const char *allow, const char *param, const char *fmt,
+                                     const char *arg) {
   vs_http_reply r = {0};
   vs__http_error(&r, status, param, fmt, arg);
+  if (status == 503) r.retry_after_s = 1;
+  vs__http_guard_answering(h, c);
   return vs__send(c, &r, allow);
 }
 
@@ -224,25 +230,32 @@ static enum MHD_Result vs__error_now(struct MHD_Connection *c, int status, const
  * is read (an announced oversize body is refused without reading it). */
 static enum MHD_Result vs__begin(vs_http *h, struct MHD_Connection *c, const char *url,
                                  const char *method, void **cls) {
+  char why[200];
+  int bad = vs__http_check_headers(c, why, sizeof why);
+  if (bad) return vs__error_now(h, c, bad, NULL, NULL, "%s", why);
   size_t n = sizeof vs__routes / sizeof vs__routes[0], i = 0;
   while (i < n && !vs__route_is(i, url)) i++;
   if (i == n)
-    return vs__error_now(c, MHD_HTTP_NOT_FOUND, NULL, NULL,
+    return vs__error_now(h, c, MHD_HTTP_NOT_FOUND, NULL, NULL,
                          "no such path: %s (served: /health, /metrics, /v1/models, POST "
                          "/v1/images/generations)", url);
   int post = !strcmp(method, MHD_HTTP_METHOD_POST);
   int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
   if (vs__routes[i].post ? !post : !get)
-    return vs__error_now(c, MHD_HTTP_METHOD_NOT_ALLOWED, vs__routes[i].post ? "POST" : "GET, HEAD",
+    return vs__error_now(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, vs__routes[i].post ? "POST" : "GET, HEAD",
                          NULL, vs__routes[i].post ? "%s takes POST only" : "%s takes GET only",
                          url);
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (post && cl && strtoull(cl, NULL, 10) > (unsigned long long)h->cfg->http_max_body_bytes) {
     char lim[32];
     snprintf(lim, sizeof lim, "%ld", h->cfg->http_max_body_bytes);
-    return vs__error_now(c, 413, NULL, NULL,
+    return vs__error_now(h, c, 413, NULL, NULL,
                          "the body is over the limit of %s bytes ([http] max_body_bytes)", lim);
   }
+  int cheap = vs__routes[i].route == VS__HEALTH || vs__routes[i].route == VS__METRICS;
+  if (!vs__http_guard_admit(h, c, cheap))
+    return vs__error_now(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, "%s",
+                         "every HTTP connection is busy ([http] max_connections): try again");
   vs__req *q = calloc(1, sizeof *q);
   if (!q) return MHD_NO;
   q->route = vs__routes[i].route;
@@ -278,6 +291,7 @@ static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const cha
     return MHD_YES;
   }
   vs_http_reply r = {0};
+  vs__http_guard_answering(h, c); /* the request is in: the deadline is done with it */
   if (q->too_large) {
     vs__http_error(&r, 413, NULL, "the body is over the limit of %ld "
                    "bytes ([http] max_body_bytes)", h->cfg->http_max_body_bytes);
@@ -290,7 +304,9 @@ static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const cha
   } else {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    vs__http_generate(h, ci ? ci->connect_fd : -1, q->body ? q->body : "", q->len, &r);
+    /* a 1xx may be sent to tell a half-closed client from a gone one (http_jobs.c) */
+    int interim = strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
+    vs__http_generate(h, ci ? ci->connect_fd : -1, interim, q->body ? q->body : "", q->len, &r);
   }
   if (!r.status && !r.stream) { /* the client went away: nobody to answer */
     free(r.body);
@@ -301,6 +317,7 @@ static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const cha
 
 static void vs__completed(void *cls, struct MHD_Connection *c, void **req_cls,
                           enum MHD_RequestTerminationCode toe) {
+  vs__http_guard_idle(cls, c); /* the next request's deadline runs from here */
   vs__req *q = *req_cls;
   if (q) free(q->body);
   free(q);
@@ -373,11 +390,17 @@ int vs_http_serve(vs_http *h, void *zctx, const char *endpoint, char *err, size_
   snprintf(h->endpoint, sizeof h->endpoint, "%s", endpoint);
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ERROR_LOG;
-  h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, vs__access, h,
+  if (vs__http_guard_start(h)) {
+    snprintf(err, errlen, "http: cannot start the connection watchdog");
+    return VSPEC_EIO;
+  }
+  unsigned limit = (unsigned)(h->cfg->http_max_connections + VS_HTTP_RESERVE);
+  h->mhd = MHD_start_daemon(flags, 0, vs__http_guard_accept, h, vs__access, h,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)h->fd,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->cfg->http_max_connections,
+                            MHD_OPTION_CONNECTION_LIMIT, limit,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)VS_HTTP_IDLE_S,
                             MHD_OPTION_NOTIFY_COMPLETED, vs__completed, h,
+                            MHD_OPTION_NOTIFY_CONNECTION, vs__http_guard_notify, h,
                             MHD_OPTION_EXTERNAL_LOGGER, vs__mhd_log, h, MHD_OPTION_END);
   if (!h->mhd) {
     snprintf(err, errlen, "http: libmicrohttpd could not start on %s", h->cfg->http_listen);
@@ -400,7 +423,9 @@ void vs_http_stop(vs_http **hp) {
   /* Requests in flight see the flag within one poll (50 ms), cancel their jobs and return;
    * MHD_stop_daemon joins their threads and closes the listening socket. */
   atomic_store(&h->stopping, 1);
+  vs__http_guard_stop(h);
   if (h->mhd) MHD_stop_daemon(h->mhd);
+  vs__http_guard_free(h); /* MHD's callbacks are done with it */
   if (h->fd >= 0) close(h->fd);
   free(h);
   *hp = NULL;

@@ -122,12 +122,22 @@ static void vs__finish(vs_http_stream *st) {
 
 static ssize_t vs__read(void *cls, uint64_t pos, char *out, size_t max) {
   vs_http_stream *st = cls;
+  st->b.in_body = 1; /* the 200 went: a probe of a half-closed client is part of the body */
   while (st->off == st->len) {
     st->off = st->len = 0;
     if (st->ended) return (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
     if (vs__http_jobs_step(&st->b)) {
       if (st->b.gave_up == VS_HTTP_CLIENT_GONE) return (ssize_t)MHD_CONTENT_READER_END_WITH_ERROR;
       vs__finish(st);
+    } else if (st->b.probe_due) { /* an SSE comment: clients skip it, a gone one resets */
+      st->b.probe_due = 0;
+      static const char ping[] = ": still working\n\n";
+      char *b = realloc(st->buf, sizeof ping);
+      if (b) {
+        st->buf = b;
+        memcpy(b, ping, sizeof ping - 1);
+        st->len = sizeof ping - 1;
+      }
     }
   }
   size_t n = st->len - st->off < max ? st->len - st->off : max;
