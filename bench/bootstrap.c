@@ -24,7 +24,7 @@ double vs_quantile(double *v, int n, double q) {
 
 const char *vs_ci_kind_name(vs_ci_kind k) {
   static const char *const names[VS_CI_KINDS] = {"percentile", "basic", "bca", "normal",
-                                                 "shifted"};
+                                                 "shifted", "jackknife"};
   return (int)k >= 0 && k < VS_CI_KINDS ? names[k] : "?";
 }
 
@@ -110,10 +110,12 @@ static int whole_and_jackknife(int n, int n_stats, int G, vs_bootstrap_fn fn, vo
   return rc;
 }
 
-/* BCa's acceleration from the jackknife values (NAN ones left out); 0 when undefined. */
-static double acceleration(const double *jack, int G) {
+/* From the jackknife values (NAN ones left out): BCa's acceleration (0 when undefined) and
+ * the jackknife standard error (NAN when undefined). */
+static double acceleration(const double *jack, int G, double *se) {
   double mean = 0, s2 = 0, s3 = 0;
   int k = 0;
+  *se = NAN;
   for (int g = 0; g < G; g++)
     if (isfinite(jack[g])) mean += jack[g], k++;
   if (k < 2) return 0;
@@ -124,11 +126,13 @@ static double acceleration(const double *jack, int G) {
       s2 += u * u;
       s3 += u * u * u;
     }
+  *se = sqrt(s2 * (k - 1) / k);
   return s2 > 0 ? s3 / (6 * pow(s2, 1.5)) : 0;
 }
 
-/* The five intervals of one statistic from its sorted resample values v[0..B). */
-static void kinds_of(double theta, double *v, int B, double level, double a,
+/* The intervals of one statistic from its resample values v[0..B) (sorted here), BCa's
+ * acceleration a and the jackknife standard error se. */
+static void kinds_of(double theta, double *v, int B, double level, double a, double se,
                      vs_interval *out) {
   double plo = (1 - level) / 2, phi = (1 + level) / 2;
   double qlo = vs_quantile(v, B, plo), qhi = vs_quantile(v, B, phi);
@@ -145,6 +149,7 @@ static void kinds_of(double theta, double *v, int B, double level, double a,
   out[VS_CI_BASIC] = (vs_interval){2 * theta - qhi, 2 * theta - qlo};
   out[VS_CI_NORMAL] = (vs_interval){theta - z * sd, theta + z * sd};
   out[VS_CI_SHIFTED] = (vs_interval){qlo + theta - mean, qhi + theta - mean};
+  out[VS_CI_JACKKNIFE] = (vs_interval){theta - z * se, theta + z * se};
   /* z0: the share of t* below theta, kept inside (0, 1) so that all on one side gives a
    * finite, if extreme, correction */
   double p0 = (below + 0.5 * equal) / B, eps = 0.5 / B;
@@ -170,9 +175,11 @@ int vs_bootstrap_intervals(int n, int n_stats, vs_bootstrap_fn fn, void *ctx,
   if (!rc) rc = whole_and_jackknife(n, n_stats, G, fn, ctx, theta, jack);
   if (!rc) rc = resample_all(n, n_stats, fn, ctx, o, vals, count);
   for (int s = 0; rc == VSPEC_OK && s < n_stats; s++)
-    if (count[s] >= 2 && isfinite(theta[s]))
-      kinds_of(theta[s], vals + (size_t)s * B, count[s], o->level,
-               acceleration(jack + (size_t)s * G, G), out + (size_t)s * VS_CI_KINDS);
+    if (count[s] >= 2 && isfinite(theta[s])) {
+      double se, a = acceleration(jack + (size_t)s * G, G, &se);
+      kinds_of(theta[s], vals + (size_t)s * B, count[s], o->level, a, se,
+               out + (size_t)s * VS_CI_KINDS);
+    }
   free(vals);
   free(theta);
   free(jack);

@@ -51,6 +51,9 @@ int vs_bootstrap(int n, int n_stats, vs_bootstrap_fn fn, void *ctx, const vs_boo
  *               bias cannot move it; it contains theta by construction.
  *   shifted     the percentile interval moved by theta - mean(t*): the shape of t*, centred
  *               on theta.
+ *   jackknife   theta -/+ z se, se from the delete-a-group jackknife (Efron and Tibshirani
+ *               1993, ch. 11): no resample repeats an image, so FID's repeats do not widen
+ *               it; it contains theta by construction.
  * Which of them holds its level for eval's figures is measured (vspec-bench eval
  * --coverage, docs/BENCHMARKS.md), not assumed. */
 typedef enum vs_ci_kind {
@@ -59,12 +62,14 @@ typedef enum vs_ci_kind {
   VS_CI_BCA,
   VS_CI_NORMAL,
   VS_CI_SHIFTED,
+  VS_CI_JACKKNIFE,
   VS_CI_KINDS
 } vs_ci_kind;
 
 const char *vs_ci_kind_name(vs_ci_kind k);
 
-/* Groups of the delete-a-group jackknife behind BCa's acceleration (n when n is smaller). */
+/* Groups of the delete-a-group jackknife behind BCa's acceleration and the jackknife
+ * interval (n when n is smaller). */
 #define VS_BOOT_JACK_GROUPS 50
 
 /* Every kind of interval of the n_stats statistics fn computes: out[s * VS_CI_KINDS + kind].

@@ -64,6 +64,13 @@ static int resample_stats(void *ctx, const int *idx, int n, double *out) {
   return VSPEC_OK;
 }
 
+/* FID and its ratios are >= 0: the normal and basic intervals, symmetric or reflected, can
+ * reach below 0 at small n, where no truth lies (cutting there keeps the coverage). */
+static vs_interval nonnegative(vs_interval v) {
+  if (v.lo < 0) v.lo = 0;
+  return v;
+}
+
 void vs_eval_ci_clear(vs_eval_ci *ci) {
   for (int k = 0; k < VS_CI_KINDS; k++) {
     vs_interval none = {NAN, NAN};
@@ -89,10 +96,10 @@ int vs_eval_bootstrap(const vs_quality *q, const vs_eval_sample *m, int n_method
   for (int j = 0; !rc && j < n_methods; j++)
     for (int k = 0; k < VS_CI_KINDS; k++) {
       const vs_interval *v = iv + (size_t)j * ST_COUNT * VS_CI_KINDS + k;
-      out[j].fid[k] = v[ST_FID * VS_CI_KINDS];
+      out[j].fid[k] = nonnegative(v[ST_FID * VS_CI_KINDS]);
       out[j].class_acc[k] = v[ST_ACC * VS_CI_KINDS];
       out[j].speedup[k] = v[ST_SPEEDUP * VS_CI_KINDS];
-      out[j].fid_ratio_ar[k] = v[ST_FID_RATIO * VS_CI_KINDS];
+      out[j].fid_ratio_ar[k] = nonnegative(v[ST_FID_RATIO * VS_CI_KINDS]);
       out[j].acc_diff_ar[k] = v[ST_ACC_DIFF * VS_CI_KINDS];
     }
   free(c.feat);

@@ -132,16 +132,19 @@ int vs_eval_coverage(const vs_coverage_opts *o, FILE *out, char *err, size_t err
 }
 
 /* Coverage counts of one figure: hits[kind] of n intervals contain the truth, est[kind] of
- * them contain their own estimate; width[kind] sums their widths. */
+ * them contain their own estimate; width[kind] sums their widths; sum and sq the estimates'
+ * sum and sum of squares (their spread is what a 95 % interval's width / 3.92 should be). */
 typedef struct cov_count {
   int n, hits[VS_CI_KINDS], est[VS_CI_KINDS];
-  double width[VS_CI_KINDS];
+  double width[VS_CI_KINDS], sum, sq;
 } cov_count;
 
 static int inside(vs_interval v, double x) { return v.lo <= x && x <= v.hi; }
 
 static void count(cov_count *c, const vs_interval *v, int kinds, double truth, double estimate) {
   c->n++;
+  c->sum += estimate;
+  c->sq += estimate * estimate;
   for (int k = 0; k < kinds; k++) {
     c->hits[k] += inside(v[k], truth);
     c->est[k] += inside(v[k], estimate);
@@ -160,7 +163,8 @@ static void print_row(FILE *out, const char *name, const cov_count *c, int kid) 
       fprintf(out, " %.2f (%d/%d; %.0f%%; w %.3g) |", (double)c->hits[k] / c->n, c->hits[k],
               c->n, 100.0 * c->est[k] / c->n, c->width[k] / c->n);
   }
-  fprintf(out, "\n");
+  double var = c->n > 1 ? (c->sq - c->sum * c->sum / c->n) / (c->n - 1) : NAN;
+  fprintf(out, " %.3g |\n", var > 0 ? 3.92 * sqrt(var) : 0.0);
 }
 
 /* The KID of every set (its interval: -/+ z se). */
@@ -214,11 +218,12 @@ static void print_table(FILE *out, const vs_coverage_opts *o, const cov_count *c
                         double mean_fid, double mean_kid) {
   fprintf(out, "\nCoverage of eval's 95 %% intervals: %d pairs of disjoint sets of %d AR images "
                "(%d bootstrap resamples). Cell: coverage (hits/intervals; share containing "
-               "their estimate; mean width).\n\n| figure (truth) |", o->pairs, o->images,
-          o->resamples);
+               "their estimate; mean width). Last column: the width a 95 %% interval would "
+               "have from the estimates' spread across the sets.\n\n| figure (truth) |",
+          o->pairs, o->images, o->resamples);
   for (int k = 0; k < VS_CI_KINDS; k++) fprintf(out, " %s |", vs_ci_kind_name(k));
-  fprintf(out, "\n|---|");
-  for (int k = 0; k < VS_CI_KINDS; k++) fprintf(out, "---:|");
+  fprintf(out, " 3.92 sd of the estimates |\n|---|");
+  for (int k = 0; k <= VS_CI_KINDS; k++) fprintf(out, "---:|");
   fprintf(out, "\n");
   print_row(out, "FID / AR (1)", &c[F_RATIO], 0);
   print_row(out, "class acc - AR (0)", &c[F_ACC], 0);

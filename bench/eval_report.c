@@ -101,7 +101,8 @@ static void write_paired_table(FILE *f, const vs_eval_method *em, int n) {
     fprintf(f, "| `%s` | %.3f", em[i].label, em[i].fid_ratio_ar);
     const vs_interval *ci_ratio = em[i].ci.fid_ratio_ar, *ci_acc = em[i].ci.acc_diff_ar;
     interval_cell(f, shown(ci_ratio, VS_EVAL_CI_FID, em[i].fid_ratio_ar), "%.3f");
-    fprintf(f, " | %+.3g", em[i].kid_diff_ar);
+    if (isfinite(em[i].kid_diff_ar)) fprintf(f, " | %+.3g", em[i].kid_diff_ar);
+    else fprintf(f, " | -"); /* fewer images than KID's jackknife needs */
     interval_cell(f, kid_interval(em[i].kid_diff_ar, em[i].kid_diff_se), "%+.3g");
     fprintf(f, " | %+.3f", em[i].acc_diff_ar);
     interval_cell(f, shown(ci_acc, VS_EVAL_CI_ACC, em[i].acc_diff_ar), "%+.3f");
@@ -136,7 +137,8 @@ void vs_eval_write_table(FILE *f, vs_eval_method *em, int n, int images, vs_eval
     if (em[i].has_quality) {
       fprintf(f, " | %.4g", em[i].q.fid);
       interval_cell(f, shown(em[i].ci.fid, VS_EVAL_CI_FID, em[i].q.fid), "%.3g");
-      fprintf(f, " | %.3g", em[i].kid.kid);
+      if (isfinite(em[i].kid.kid)) fprintf(f, " | %.3g", em[i].kid.kid);
+      else fprintf(f, " | -");
       interval_cell(f, kid_interval(em[i].kid.kid, em[i].kid.se), "%.3g");
       fprintf(f, " | %.3f", em[i].q.class_acc);
       interval_cell(f, shown(em[i].ci.class_acc, VS_EVAL_CI_ACC, em[i].q.class_acc),
