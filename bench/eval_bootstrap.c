@@ -64,10 +64,12 @@ static int resample_stats(void *ctx, const int *idx, int n, double *out) {
   return VSPEC_OK;
 }
 
-/* FID and its ratios are >= 0: the normal and basic intervals, symmetric or reflected, can
- * reach below 0 at small n, where no truth lies (cutting there keeps the coverage). */
-static vs_interval nonnegative(vs_interval v) {
-  if (v.lo < 0) v.lo = 0;
+/* FID and its ratios are >= 0, an accuracy in [0, 1] and a difference of two in [-1, 1]:
+ * the normal, basic and shifted intervals can reach past those bounds at small n, where no
+ * truth lies (cutting there keeps the coverage). */
+static vs_interval within(vs_interval v, double lo, double hi) {
+  if (v.lo < lo) v.lo = lo;
+  if (v.hi > hi) v.hi = hi;
   return v;
 }
 
@@ -96,11 +98,11 @@ int vs_eval_bootstrap(const vs_quality *q, const vs_eval_sample *m, int n_method
   for (int j = 0; !rc && j < n_methods; j++)
     for (int k = 0; k < VS_CI_KINDS; k++) {
       const vs_interval *v = iv + (size_t)j * ST_COUNT * VS_CI_KINDS + k;
-      out[j].fid[k] = nonnegative(v[ST_FID * VS_CI_KINDS]);
-      out[j].class_acc[k] = v[ST_ACC * VS_CI_KINDS];
+      out[j].fid[k] = within(v[ST_FID * VS_CI_KINDS], 0, INFINITY);
+      out[j].class_acc[k] = within(v[ST_ACC * VS_CI_KINDS], 0, 1);
       out[j].speedup[k] = v[ST_SPEEDUP * VS_CI_KINDS];
-      out[j].fid_ratio_ar[k] = nonnegative(v[ST_FID_RATIO * VS_CI_KINDS]);
-      out[j].acc_diff_ar[k] = v[ST_ACC_DIFF * VS_CI_KINDS];
+      out[j].fid_ratio_ar[k] = within(v[ST_FID_RATIO * VS_CI_KINDS], 0, INFINITY);
+      out[j].acc_diff_ar[k] = within(v[ST_ACC_DIFF * VS_CI_KINDS], -1, 1);
     }
   free(c.feat);
   free(c.ratios);

@@ -233,9 +233,10 @@ static void print_table(FILE *out, const vs_coverage_opts *o, const cov_count *c
   print_row(out, name, &c[F_FID], 0);
   snprintf(name, sizeof name, "KID of a set (mean of all sets, %.3g)", mean_kid);
   print_row(out, name, &c[F_KID], 1);
-  fprintf(out, "\neval prints the %s interval for FID and FID / AR and the %s interval for "
-               "class accuracy and speed-up (bench/eval_bootstrap.h); KID -/+ 1.96 standard "
-               "errors.\n", vs_ci_kind_name(VS_EVAL_CI_FID), vs_ci_kind_name(VS_EVAL_CI_ACC));
+  fprintf(out, "\neval prints the %s interval for FID and FID / AR, the %s interval for "
+               "class accuracy and the %s interval for speed-up (bench/eval_bootstrap.h); KID "
+               "-/+ 1.96 standard errors.\n", vs_ci_kind_name(VS_EVAL_CI_FID),
+          vs_ci_kind_name(VS_EVAL_CI_ACC), vs_ci_kind_name(VS_EVAL_CI_SPEEDUP));
 }
 
 static int vs_coverage_report(const vs_coverage_opts *o, const cov_sets *s, FILE *out,

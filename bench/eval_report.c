@@ -61,11 +61,11 @@ static void table_accept_cells(FILE *f, const vs_metrics *t, int continuous) {
   fprintf(f, " | ");
 }
 
-/* The interval eval shows of a figure: the kind whose coverage holds (VS_EVAL_CI_FID or
- * VS_EVAL_CI_ACC). The normal interval contains its estimate by construction and the
- * percentile interval of an unbiased statistic all but always; the hull with the estimate
- * guards the rest (a resample distribution all on one side), so a printed interval never
- * excludes the figure it is printed next to. */
+/* The interval eval shows of a figure: the kind whose coverage holds (VS_EVAL_CI_FID,
+ * VS_EVAL_CI_ACC, VS_EVAL_CI_SPEEDUP). The normal interval contains its estimate by
+ * construction, the shifted one unless the resamples' mean lies outside their own 95 %
+ * range, the percentile interval of a median all but always; the hull with the estimate
+ * guards the rest, so a printed interval never excludes the figure it is printed next to. */
 static vs_interval shown(const vs_interval *v, vs_ci_kind kind, double estimate) {
   vs_interval r = v[kind];
   if (!isfinite(r.lo) || !isfinite(r.hi) || !isfinite(estimate)) return r;
@@ -107,7 +107,7 @@ static void write_paired_table(FILE *f, const vs_eval_method *em, int n) {
     fprintf(f, " | %+.3f", em[i].acc_diff_ar);
     interval_cell(f, shown(ci_acc, VS_EVAL_CI_ACC, em[i].acc_diff_ar), "%+.3f");
     fprintf(f, " | %.2fx", em[i].speedup_median);
-    interval_cell(f, shown(em[i].ci.speedup, VS_EVAL_CI_ACC, em[i].speedup_median),
+    interval_cell(f, shown(em[i].ci.speedup, VS_EVAL_CI_SPEEDUP, em[i].speedup_median),
                   "%.2f");
     fprintf(f, " |\n");
   }
@@ -128,7 +128,7 @@ void vs_eval_write_table(FILE *f, vs_eval_method *em, int n, int images, vs_eval
     }
     if (isfinite(em[i].speedup_median)) {
       fprintf(f, "%.2fx", em[i].speedup_median);
-      interval_cell(f, shown(em[i].ci.speedup, VS_EVAL_CI_ACC, em[i].speedup_median),
+      interval_cell(f, shown(em[i].ci.speedup, VS_EVAL_CI_SPEEDUP, em[i].speedup_median),
                     "%.2f");
       fprintf(f, " (%.2fx)", em[i].speedup_total);
     } else {
@@ -180,10 +180,10 @@ void vs_eval_write_table(FILE *f, vs_eval_method *em, int n, int images, vs_eval
   if (isfinite(floor.fid_10k)) fprintf(f, ".");
   if (resamples > 0)
     fprintf(f, " Intervals (95 %%, the kinds whose coverage holds: docs/BENCHMARKS.md): %s "
-               "bootstrap for FID and FID / AR, %s bootstrap for class accuracy and speed-up "
-               "(%d resamples of the images); KID (arXiv 1801.01401) -/+ 1.96 jackknife "
-               "standard errors.",
-            vs_ci_kind_name(VS_EVAL_CI_FID), vs_ci_kind_name(VS_EVAL_CI_ACC), resamples);
+               "bootstrap for FID and FID / AR, %s for class accuracy, %s for speed-up (%d "
+               "resamples of the images); KID (arXiv 1801.01401) -/+ 1.96 jackknife standard "
+               "errors.", vs_ci_kind_name(VS_EVAL_CI_FID), vs_ci_kind_name(VS_EVAL_CI_ACC),
+            vs_ci_kind_name(VS_EVAL_CI_SPEEDUP), resamples);
   char machine[600];
   vs_bench_machine_describe(mc, machine, sizeof machine);
   fprintf(f, "\nMachine: %s.\n", machine);
@@ -252,9 +252,10 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
   fprintf(f, ",\n  \"bootstrap\": ");
   if (resamples > 0)
     fprintf(f, "{\"resamples\": %d, \"level\": 0.95, \"seed\": %u, \"interval\": \"%s\", "
-               "\"fid_interval\": \"%s\", \"kid_interval\": \"normal, jackknife standard "
-               "error\"}", resamples, VS_EVAL_BOOT_SEED, vs_ci_kind_name(VS_EVAL_CI_ACC),
-            vs_ci_kind_name(VS_EVAL_CI_FID));
+               "\"fid_interval\": \"%s\", \"class_acc_interval\": \"%s\", "
+               "\"kid_interval\": \"normal, jackknife standard error\"}",
+            resamples, VS_EVAL_BOOT_SEED, vs_ci_kind_name(VS_EVAL_CI_SPEEDUP),
+            vs_ci_kind_name(VS_EVAL_CI_FID), vs_ci_kind_name(VS_EVAL_CI_ACC));
   else
     fputs("null", f);
   fprintf(f, ",\n  \"methods\": [\n");
@@ -321,7 +322,7 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
     json_interval(f, shown(e->ci.class_acc, VS_EVAL_CI_ACC,
                            e->has_quality ? e->q.class_acc : NAN));
     fprintf(f, ", \"speedup_vs_ar_ci\": ");
-    json_interval(f, shown(e->ci.speedup, VS_EVAL_CI_ACC, e->speedup_median));
+    json_interval(f, shown(e->ci.speedup, VS_EVAL_CI_SPEEDUP, e->speedup_median));
     fprintf(f, ",\n     \"fid_ratio_ar\": ");
     json_num(f, e->fid_ratio_ar);
     fprintf(f, ", \"fid_ratio_ar_ci\": ");
