@@ -37,6 +37,51 @@ typedef struct vs_bootstrap_opts {
 int vs_bootstrap(int n, int n_stats, vs_bootstrap_fn fn, void *ctx, const vs_bootstrap_opts *o,
                  vs_interval *out);
 
+/* The interval types vs_bootstrap_intervals gives, from the same B resamples (Efron and
+ * Tibshirani 1993, ch. 12-14; A. C. Davison and D. V. Hinkley, "Bootstrap Methods and their
+ * Application", 1997, ch. 5). theta is the estimate on the whole sample, t* a resample's:
+ *   percentile  the quantiles of t*. Off when t* is biased against theta: FID of a resample
+ *               counts repeated images as distinct and sits above FID of the sample.
+ *   basic       2 theta - the quantiles of t*: corrects that bias once more, so it targets
+ *               the bias-free (infinite-sample) value and may not contain theta.
+ *   bca         bias-corrected and accelerated percentile: z0 from the share of t* below
+ *               theta, the acceleration from a delete-a-group jackknife. Degenerates when
+ *               (nearly) every t* lies on one side of theta.
+ *   normal      theta -/+ z sd(t*): only the spread of t* is used, so the bootstrap's own
+ *               bias cannot move it; it contains theta by construction.
+ *   shifted     the percentile interval moved by theta - mean(t*): the shape of t*, centred
+ *               on theta.
+ *   jackknife   theta -/+ z se, se from the delete-a-group jackknife (Efron and Tibshirani
+ *               1993, ch. 11): no resample repeats an image, so FID's repeats do not widen
+ *               it; it contains theta by construction.
+ * Which of them holds its level for eval's figures is measured (vspec-bench eval
+ * --coverage, docs/BENCHMARKS.md), not assumed. */
+typedef enum vs_ci_kind {
+  VS_CI_PERCENTILE,
+  VS_CI_BASIC,
+  VS_CI_BCA,
+  VS_CI_NORMAL,
+  VS_CI_SHIFTED,
+  VS_CI_JACKKNIFE,
+  VS_CI_KINDS
+} vs_ci_kind;
+
+const char *vs_ci_kind_name(vs_ci_kind k);
+
+/* Groups of the delete-a-group jackknife behind BCa's acceleration and the jackknife
+ * interval (n when n is smaller). */
+#define VS_BOOT_JACK_GROUPS 50
+
+/* Every kind of interval of the n_stats statistics fn computes: out[s * VS_CI_KINDS + kind].
+ * fn is called on the whole sample (theta), on the o->resamples resamples and on the sample
+ * without each jackknife group of consecutive images. Returns as vs_bootstrap. */
+int vs_bootstrap_intervals(int n, int n_stats, vs_bootstrap_fn fn, void *ctx,
+                           const vs_bootstrap_opts *o, vs_interval *out);
+
+/* The standard normal distribution function and its inverse (0 < p < 1). */
+double vs_normal_cdf(double z);
+double vs_normal_quantile(double p);
+
 /* The q-quantile (0 <= q <= 1) of v[0..n), linear between order statistics (Hyndman and Fan's
  * type 7, numpy's default); sorts v. NAN for n = 0. */
 double vs_quantile(double *v, int n, double q);

@@ -6,10 +6,12 @@
  * is, and the method order rotates with i, so machine noise spreads over all methods
  * alike. Speed-up vs AR is the median over images of (AR time / method time) for the same
  * image and seed, next to the ratio of the totals. Quality (FID, class accuracy,
- * precision, recall) comes from the shipped classifier (bench/quality.h).
+ * precision, recall) comes from the shipped classifier (bench/quality.h), with KID
+ * (bench/kid.h) beside FID and bootstrap intervals (bench/eval_bootstrap.h).
  *
- * Outputs: a markdown table on stdout (and --markdown FILE), --json FILE (the schema of
- * docs/BENCHMARKS.md), --plot FILE (FID against TPF, one point per method).
+ * Outputs (bench/eval_report.h): a markdown table on stdout (and --markdown FILE), --json
+ * FILE (the schema of docs/BENCHMARKS.md), --plot FILE (FID against TPF, one point per
+ * method). --coverage measures the intervals instead (bench/eval_coverage.h).
  */
 #include <getopt.h>
 #include <math.h>
@@ -20,31 +22,14 @@
 #include "core/autotune.h"
 #include "bench/bench.h"
 #include "bench/eval_bootstrap.h"
+#include "bench/eval_coverage.h"
+#include "bench/eval_report.h"
 #include "bench/fmnist_data.h"
-#include "bench/plot.h"
+#include "bench/kid.h"
+#include "bench/machine.h"
 #include "bench/quality_eval.h"
 #include "core/cli_args.h"
 #include "core/method.h"
-
-#define EVAL_MAX_METHODS 32
-
-typedef struct eval_method {
-  vs_method m;
-  char spec[1100];     /* the method actually run (size=auto resolved) */
-  char label[1200];    /* how the tables name it: spec, or what ran as AR */
-  char note[1400];     /* e.g. what auto-tuning chose */
-  vs_metrics total;
-  double *times;       /* [images] wall seconds per image */
-  uint8_t *rgb;        /* [images, H, W, 3] */
-  int has_quality;
-  vs_quality_result q;
-  float *feat, *logits; /* [images, d], [images, classes]: kept for the bootstrap */
-  double speedup_median, speedup_total;
-  double fid_ratio_ar, acc_diff_ar; /* against AR's figures, NAN without AR */
-  vs_eval_ci ci;                    /* bootstrap intervals (NAN: none) */
-} eval_method;
-
-#define EVAL_BOOT_SEED 20261123u
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -72,6 +57,13 @@ static void usage(FILE *f) {
           "  --bootstrap B      resamples of the images for the 95 %% intervals of FID, class\n"
           "                     accuracy, speed-up, FID / AR and accuracy - AR (default 200;\n"
           "                     0 = none); see docs/BENCHMARKS.md\n"
+          "  --coverage SETS    instead of a table: the coverage of these intervals, measured\n"
+          "                     on SETS pairs of disjoint sets of --images AR images (set s:\n"
+          "                     seeds S + s * images ...), each pair compared as a method with\n"
+          "                     AR: how often FID / AR covers 1 and the class-accuracy and KID\n"
+          "                     differences 0, per interval kind (bench/eval_coverage.h)\n"
+          "  --coverage-cache F features of the sets made so far: a stopped run goes on, a\n"
+          "                     larger SETS reuses them\n"
           "  --cfg S            CFG scale (default: the model's; <= 1: no guidance)\n"
           "  --temperature T    sampling temperature (default: the model's)\n"
           "  --num-iter N       continuous-token (MAR) models: generation steps, 1..tokens\n"
@@ -96,348 +88,8 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fputc('\\', f);
-    if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-    else fputc(*s, f);
-  }
-  fputc('"', f);
-}
-
-static void json_num(FILE *f, double v) {
-  if (isfinite(v)) fprintf(f, "%.6g", v);
-  else fputs("null", f);
-}
-
-static void json_interval(FILE *f, vs_interval v) {
-  if (!isfinite(v.lo) || !isfinite(v.hi)) {
-    fputs("null", f);
-    return;
-  }
-  fprintf(f, "[%.6g, %.6g]", v.lo, v.hi);
-}
-
-/* The real-data floors: 10k training images, and as many as the table has images (FID is
- * biased upwards at small n: compare a row with the floor at its own n). */
-typedef struct eval_floor {
-  double fid_10k, fid_at_n;
-} eval_floor;
-
-/* The model's kind of tokens, and for continuous-token (MAR) models the sampler settings
- * every job of the run used (they change speed and quality alike, so the table names them). */
-typedef struct eval_tokens {
-  float cfg_scale, temperature; /* every job's, either kind of model */
-  int continuous;
-  int num_iter;     /* generation steps per image */
-  int cfg_schedule; /* VS_CFG_* */
-} eval_tokens;
-
-/* The acceptance columns of the first table. A continuous-token model has no acceptance by
- * depth (each drafted token is judged on its own, not along a path), so it shows what its
- * speed is made of instead: the forwards of draft and target, and the residual sampler's
- * proposals and budget exhaustions (totals over the images). */
-static void table_header(FILE *f, int continuous) {
-  if (continuous) {
-    fprintf(f, "| method | TPF | MAL | accept | walk accept | draft forwards | target forwards | "
-               "residual rounds | residual fallbacks | speed-up vs AR (median, total) "
-               "| FID | class acc | precision | recall |\n");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    return;
-  }
-  fprintf(f, "| method | TPF | MAL | accept | walk accept | accept by depth 1/2/3/4 "
-             "| speed-up vs AR (median, total) | FID | class acc | precision | recall |\n");
-  fprintf(f, "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
-}
-
-static void table_accept_cells(FILE *f, const vs_metrics *t, int continuous) {
-  if (continuous) {
-    fprintf(f, "%lld | %lld | %lld | %lld | ", (long long)t->draft_forwards,
-            (long long)t->target_forwards, (long long)t->residual_rounds,
-            (long long)t->residual_fallbacks);
-    return;
-  }
-  for (int d = 1; d <= 4; d++)
-    fprintf(f, "%s%.2f", d > 1 ? "/" : "", vs_metrics_accept_at(t, d));
-  fprintf(f, " | ");
-}
-
-/* " [lo, hi]" after a figure, when the bootstrap gave an interval. */
-static void interval_cell(FILE *f, vs_interval v, const char *fmt) {
-  if (!isfinite(v.lo) || !isfinite(v.hi)) return;
-  char lo[32], hi[32];
-  snprintf(lo, sizeof lo, fmt, v.lo);
-  snprintf(hi, sizeof hi, fmt, v.hi);
-  fprintf(f, " [%s, %s]", lo, hi);
-}
-
-/* Each method against AR on the same images: the paired intervals a claim is read from. */
-static void write_paired_table(FILE *f, const eval_method *em, int n) {
-  int any = 0;
-  for (int i = 0; i < n; i++) any |= isfinite(em[i].ci.fid_ratio_ar.lo);
-  if (!any) return;
-  fprintf(f, "\n| method | FID / AR [95 %% CI] | class acc - AR [95 %% CI] | speed-up vs AR "
-             "[95 %% CI] |\n|---|---:|---:|---:|\n");
-  for (int i = 0; i < n; i++) {
-    fprintf(f, "| `%s` | %.3f", em[i].label, em[i].fid_ratio_ar);
-    interval_cell(f, em[i].ci.fid_ratio_ar, "%.3f");
-    fprintf(f, " | %+.3f", em[i].acc_diff_ar);
-    interval_cell(f, em[i].ci.acc_diff_ar, "%+.3f");
-    fprintf(f, " | %.2fx", em[i].speedup_median);
-    interval_cell(f, em[i].ci.speedup, "%.2f");
-    fprintf(f, " |\n");
-  }
-}
-
-static void write_table(FILE *f, eval_method *em, int n, int images, eval_floor floor,
-                        const eval_tokens *tk) {
-  table_header(f, tk->continuous);
-  for (int i = 0; i < n; i++) {
-    const vs_metrics *t = &em[i].total;
-    fprintf(f, "| `%s` | %.3f | %.3f | ", em[i].label, vs_metrics_tpf(t), vs_metrics_mal(t));
-    /* Nothing drafted (AR): no acceptance to speak of. */
-    if (t->draft_tokens == 0 && !tk->continuous)
-      fprintf(f, "- | - | - | ");
-    else {
-      fprintf(f, "%.3f | %.3f | ", vs_metrics_accept_rate(t), vs_metrics_walk_accept_rate(t));
-      table_accept_cells(f, t, tk->continuous);
-    }
-    if (isfinite(em[i].speedup_median)) {
-      fprintf(f, "%.2fx", em[i].speedup_median);
-      interval_cell(f, em[i].ci.speedup, "%.2f");
-      fprintf(f, " (%.2fx)", em[i].speedup_total);
-    } else {
-      fprintf(f, "n/a");
-    }
-    if (em[i].has_quality) {
-      fprintf(f, " | %.4g", em[i].q.fid);
-      interval_cell(f, em[i].ci.fid, "%.3g");
-      fprintf(f, " | %.3f", em[i].q.class_acc);
-      interval_cell(f, em[i].ci.class_acc, "%.3f");
-      fprintf(f, " | %.3f | %.3f |\n", em[i].q.precision, em[i].q.recall);
-    } else {
-      fprintf(f, " | - | - | - | - |\n");
-    }
-  }
-  write_paired_table(f, em, n);
-  /* Where a method's time goes: the walk (rules, residuals, sampling; sorting and neighbour
-   * sums for LANTERN) must stay small next to the forwards (issue 4). VVS's skipped rounds
-   * and the tokens they emitted without a target check are counted here too. */
-  fprintf(f, "\n| method | drafting | target forwards | walk | other | skipped rounds | "
-             "unverified tokens |\n|---|---:|---:|---:|---:|---:|---:|\n");
-  for (int i = 0; i < n; i++) {
-    const vs_metrics *t = &em[i].total;
-    double w = t->wall_s > 0 ? t->wall_s : 1;
-    double other = t->wall_s - t->draft_s - t->verify_s - t->accept_s;
-    fprintf(f, "| `%s` | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% |\n",
-            em[i].label, 100 * t->draft_s / w, 100 * t->verify_s / w, 100 * t->accept_s / w,
-            100 * (other > 0 ? other : 0) / w,
-            t->rounds + t->skipped_rounds
-                ? 100.0 * t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0,
-            t->tokens ? 100.0 * t->unverified_tokens / t->tokens : 0.0);
-  }
-  fprintf(f, "\n%d images per method, CFG %g, temperature %g.", images, tk->cfg_scale,
-          tk->temperature);
-  if (tk->continuous)
-    fprintf(f, " Continuous tokens: %d generation steps per image, %s CFG schedule; forwards "
-               "and residual counts are totals over the images.", tk->num_iter,
-            tk->cfg_schedule == VS_CFG_CONSTANT ? "constant" : "linear");
-  if (isfinite(floor.fid_10k))
-    fprintf(f, " Real-data floor: FID of 10k training images against the test set = %.4g",
-            floor.fid_10k);
-  if (isfinite(floor.fid_at_n))
-    fprintf(f, "; of %d class-balanced training images (the floor at this table's size) = %.4g",
-            images, floor.fid_at_n);
-  if (isfinite(floor.fid_10k)) fprintf(f, ".");
-  fprintf(f, "\n");
-  for (int i = 0; i < n; i++)
-    if (*em[i].note) fprintf(f, "- `%s`: %s\n", em[i].m.text, em[i].note);
-}
-
-static int write_json(const char *path, const char *model, const char *device, eval_method *em,
-                      int n, int images, unsigned long long seed, int threads, eval_floor floor,
-                      const eval_tokens *tk, int resamples, char *err, size_t errlen) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot write", path);
-    return VSPEC_EIO;
-  }
-  fprintf(f, "{\n  \"model\": ");
-  json_str(f, model);
-  fprintf(f, ",\n  \"images\": %d,\n  \"seed\": %llu,\n  \"device\": ", images, seed);
-  json_str(f, device);
-  fprintf(f, ",\n  \"threads\": %d,\n  \"real_data_fid_floor\": ", threads);
-  json_num(f, floor.fid_10k);
-  fprintf(f, ",\n  \"real_data_fid_floor_at_n\": ");
-  json_num(f, floor.fid_at_n);
-  /* additive: the token kind, and the MAR sampler's settings (null for discrete models) */
-  fprintf(f, ",\n  \"cfg_scale\": %g, \"temperature\": %g", tk->cfg_scale, tk->temperature);
-  fprintf(f, ",\n  \"token_kind\": \"%s\", \"num_iter\": ",
-          tk->continuous ? "continuous" : "discrete");
-  if (tk->continuous)
-    fprintf(f, "%d, \"cfg_schedule\": \"%s\"", tk->num_iter,
-            tk->cfg_schedule == VS_CFG_CONSTANT ? "constant" : "linear");
-  else
-    fprintf(f, "null, \"cfg_schedule\": null");
-  fprintf(f, ",\n  \"bootstrap\": ");
-  if (resamples > 0)
-    fprintf(f, "{\"resamples\": %d, \"level\": 0.95, \"seed\": %u, \"interval\": \"percentile\"}",
-            resamples, EVAL_BOOT_SEED);
-  else
-    fputs("null", f);
-  fprintf(f, ",\n  \"methods\": [\n");
-  for (int i = 0; i < n; i++) {
-    const vs_metrics *t = &em[i].total;
-    fprintf(f, "    {\"method\": ");
-    json_str(f, em[i].spec);
-    fprintf(f, ", \"requested\": ");
-    json_str(f, em[i].m.text);
-    fprintf(f, ",\n     \"tokens\": %lld, \"target_forwards\": %lld, \"rounds\": %lld, "
-               "\"draft_forwards\": %lld, \"tpf\": ", (long long)t->tokens,
-            (long long)t->target_forwards, (long long)t->rounds, (long long)t->draft_forwards);
-    json_num(f, vs_metrics_tpf(t));
-    fprintf(f, ", \"mal\": ");
-    json_num(f, vs_metrics_mal(t));
-    fprintf(f, ", \"accept_rate\": ");
-    json_num(f, vs_metrics_accept_rate(t));
-    fprintf(f, ", \"walk_accept_rate\": ");
-    json_num(f, vs_metrics_walk_accept_rate(t));
-    fprintf(f, ", \"draft_tokens\": %lld, \"accepted\": %lld", (long long)t->draft_tokens,
-            (long long)t->accepted);
-    fprintf(f, ",\n     \"accept_by_depth\": [");
-    int last = 0;
-    for (int d = 1; d <= VS_MAX_DEPTH; d++)
-      if (t->reached[d]) last = d;
-    for (int d = 1; d <= last; d++) {
-      fprintf(f, "%s", d > 1 ? ", " : "");
-      json_num(f, vs_metrics_accept_at(t, d));
-    }
-    fprintf(f, "], \"residual_fallbacks\": %lld, \"residual_rounds\": %lld,\n     "
-               "\"skipped_rounds\": %lld, \"unverified_tokens\": %lld, \"skipped_round_frac\": ",
-            (long long)t->residual_fallbacks, (long long)t->residual_rounds,
-            (long long)t->skipped_rounds, (long long)t->unverified_tokens);
-    /* rounds counts verified rounds only (MAL's denominator); skipped ones come on top */
-    json_num(f, t->rounds + t->skipped_rounds
-                    ? (double)t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0);
-    fprintf(f, ", \"unverified_token_frac\": ");
-    json_num(f, t->tokens ? (double)t->unverified_tokens / t->tokens : 0.0);
-    fprintf(f, ",\n     \"draft_s\": ");
-    json_num(f, t->draft_s);
-    fprintf(f, ", \"verify_s\": ");
-    json_num(f, t->verify_s);
-    fprintf(f, ", \"walk_s\": ");
-    json_num(f, t->accept_s);
-    fprintf(f, ", \"wall_s\": ");
-    json_num(f, t->wall_s);
-    fprintf(f, ", \"speedup_vs_ar\": ");
-    json_num(f, em[i].speedup_median);
-    fprintf(f, ", \"speedup_vs_ar_total\": ");
-    json_num(f, em[i].speedup_total);
-    fprintf(f, ",\n     \"fid\": ");
-    json_num(f, em[i].has_quality ? em[i].q.fid : NAN);
-    fprintf(f, ", \"class_acc\": ");
-    json_num(f, em[i].has_quality ? em[i].q.class_acc : NAN);
-    fprintf(f, ", \"precision\": ");
-    json_num(f, em[i].has_quality ? em[i].q.precision : NAN);
-    fprintf(f, ", \"recall\": ");
-    json_num(f, em[i].has_quality ? em[i].q.recall : NAN);
-    /* bootstrap intervals (null when not computed), and the paired figures against AR */
-    fprintf(f, ",\n     \"fid_ci\": ");
-    json_interval(f, em[i].ci.fid);
-    fprintf(f, ", \"class_acc_ci\": ");
-    json_interval(f, em[i].ci.class_acc);
-    fprintf(f, ", \"speedup_vs_ar_ci\": ");
-    json_interval(f, em[i].ci.speedup);
-    fprintf(f, ",\n     \"fid_ratio_ar\": ");
-    json_num(f, em[i].fid_ratio_ar);
-    fprintf(f, ", \"fid_ratio_ar_ci\": ");
-    json_interval(f, em[i].ci.fid_ratio_ar);
-    fprintf(f, ", \"class_acc_diff_ar\": ");
-    json_num(f, em[i].acc_diff_ar);
-    fprintf(f, ", \"class_acc_diff_ar_ci\": ");
-    json_interval(f, em[i].ci.acc_diff_ar);
-    fprintf(f, ", \"note\": ");
-    json_str(f, em[i].note);
-    fprintf(f, "}%s\n", i + 1 < n ? "," : "");
-  }
-  fprintf(f, "  ]\n}\n");
-  if (fclose(f) != 0) {
-    snprintf(err, errlen, "%s: write failed", path);
-    return VSPEC_EIO;
-  }
-  return VSPEC_OK;
-}
-
-/* The value of KEY in a "k=v,k=v" list, copied to out ("" when absent). */
-static void param_value(const char *list, const char *key, char *out, size_t len) {
-  size_t kl = strlen(key);
-  out[0] = 0;
-  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-    while (*p == ' ') p++;
-    if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
-      size_t n = strcspn(p + kl + 1, ",");
-      snprintf(out, len, "%.*s", (int)n, p + kl + 1);
-      return;
-    }
-  }
-}
-
-/* A point's label: AR, else the rule's parameters; chains of a continuous rule differ only
- * in their schedule, so those name the draft length and pre-fill (L=8 p=0.15 tau=42). */
-static void point_label(const vs_method *m, char *out, size_t len) {
-  if (m->kind == VS_METHOD_AR) {
-    snprintf(out, len, "AR");
-    return;
-  }
-  if (strcmp(m->rule, "continuous") != 0) {
-    snprintf(out, len, "%s", m->rule_params);
-    return;
-  }
-  char depth[16], prefill[16];
-  param_value(m->sched_params, "depth", depth, sizeof depth);
-  param_value(m->sched_params, "prefill", prefill, sizeof prefill);
-  snprintf(out, len, "L=%s%s%s%s%s", depth[0] ? depth : "?", prefill[0] ? " p=" : "", prefill,
-           m->rule_params[0] ? " " : "", m->rule_params);
-}
-
-static int write_plot(const char *path, eval_method *em, int n, char *err, size_t errlen) {
-  vs_plot_point pts[EVAL_MAX_METHODS];
-  const char *names[EVAL_MAX_METHODS];
-  char rules[EVAL_MAX_METHODS][64], labels[EVAL_MAX_METHODS][96];
-  int n_series = 0, np = 0;
-  for (int i = 0; i < n; i++) {
-    if (!em[i].has_quality) continue;
-    /* one series per acceptance rule (AR on its own) */
-    const char *series = em[i].m.kind == VS_METHOD_AR ? "ar" : em[i].m.rule;
-    int s = -1;
-    for (int j = 0; j < n_series; j++)
-      if (strcmp(rules[j], series) == 0) s = j;
-    if (s < 0) {
-      s = n_series++;
-      snprintf(rules[s], sizeof rules[s], "%s", series);
-      names[s] = rules[s];
-    }
-    point_label(&em[i].m, labels[np], sizeof labels[np]);
-    pts[np] = (vs_plot_point){.x = vs_metrics_tpf(&em[i].total), .y = em[i].q.fid,
-                              .label = labels[np], .series = s,
-                              .has_bar = isfinite(em[i].ci.fid.lo),
-                              .y_lo = em[i].ci.fid.lo, .y_hi = em[i].ci.fid.hi};
-    np++;
-  }
-  if (np == 0) {
-    snprintf(err, errlen, "no method has quality metrics to plot");
-    return VSPEC_EINVAL;
-  }
-  vs_plot p = {.title = "FID against tokens per target forward (bars: 95 % bootstrap interval)",
-               .x_label = "TPF",
-               .y_label = "FID (lower is better)", .series_names = names, .n_series = n_series,
-               .points = pts, .n_points = np, .connect_series = 0, .mark_pareto = 1};
-  return vs_plot_write_png(&p, 960, 640, path, err, errlen);
-}
-
 /* A method's quality metrics, keeping its features and logits for the bootstrap. */
-static int method_quality(vs_quality *q, eval_method *m, const int32_t *labels, int images,
+static int method_quality(vs_quality *q, vs_eval_method *m, const int32_t *labels, int images,
                           char *err, size_t errlen) {
   int d, ncls;
   vs_quality_dims(q, &d, &ncls);
@@ -453,11 +105,34 @@ static int method_quality(vs_quality *q, eval_method *m, const int32_t *labels, 
   return rc;
 }
 
+/* Every method's KID against the test features (kid.h), and its difference from AR's: the
+ * methods share image indices, so the jackknife of the difference pairs them. KID needs
+ * 2 x VS_KID_GROUPS images; with fewer the columns stay empty. */
+static int eval_kid(const vs_quality *q, vs_eval_method *em, int n, int ar, int images, char *err,
+                    size_t errlen) {
+  if (images < 2 * VS_KID_GROUPS) return VSPEC_OK;
+  const float *ref;
+  int n_ref, d;
+  vs_quality_ref_features(q, &ref, &n_ref);
+  vs_quality_dims(q, &d, NULL);
+  vs_kid_ref *r;
+  int rc = vs_kid_ref_open(ref, n_ref, d, NULL, &r, err, errlen);
+  for (int j = 0; !rc && j < n; j++)
+    if (em[j].has_quality) rc = vs_kid_compute(r, em[j].feat, images, &em[j].kid, err, errlen);
+  for (int j = 0; !rc && ar >= 0 && j < n; j++)
+    if (em[j].has_quality && em[ar].has_quality) {
+      em[j].kid_diff_ar = em[j].kid.kid - em[ar].kid.kid;
+      em[j].kid_diff_se = vs_kid_diff_se(&em[j].kid, &em[ar].kid);
+    }
+  vs_kid_ref_close(r);
+  return rc;
+}
+
 /* Bootstrap intervals of every method's figures, and the point figures against AR. */
-static int run_bootstrap(const vs_quality *q, eval_method *em, int n, int ar, int images,
+static int run_bootstrap(const vs_quality *q, vs_eval_method *em, int n, int ar, int images,
                          const int32_t *labels, int resamples, char *err, size_t errlen) {
-  vs_eval_sample samples[EVAL_MAX_METHODS];
-  vs_eval_ci ci[EVAL_MAX_METHODS];
+  vs_eval_sample samples[VS_EVAL_MAX_METHODS];
+  vs_eval_ci ci[VS_EVAL_MAX_METHODS];
   for (int j = 0; j < n; j++) {
     samples[j] = (vs_eval_sample){.feat = em[j].has_quality ? em[j].feat : NULL,
                                   .logits = em[j].has_quality ? em[j].logits : NULL,
@@ -468,7 +143,7 @@ static int run_bootstrap(const vs_quality *q, eval_method *em, int n, int ar, in
       em[j].acc_diff_ar = em[j].q.class_acc - em[ar].q.class_acc;
     }
   }
-  vs_bootstrap_opts o = {.resamples = resamples, .level = 0.95, .seed = EVAL_BOOT_SEED};
+  vs_bootstrap_opts o = {.resamples = resamples, .level = 0.95, .seed = VS_EVAL_BOOT_SEED};
   double t0 = vs_bench_now();
   int rc = vs_eval_bootstrap(q, samples, n, ar, images, labels, &o, ci, err, errlen);
   if (rc) return rc;
@@ -481,14 +156,15 @@ static int run_bootstrap(const vs_quality *q, eval_method *em, int n, int ar, in
 int vs_bench_cmd_eval(int argc, char **argv) {
   const char *model_dir = "models/fmnist", *methods_text = "ar", *plugin_dir = NULL;
   const char *json_path = NULL, *md_path = NULL, *plot_path = NULL;
-  long images = 100, threads = 0, resamples = 200;
+  long images = 100, threads = 0, resamples = 200, coverage = 0;
+  const char *coverage_cache = NULL;
   unsigned long long seed = 0;
   int quality = 1;
   vs_bench_device dv = {0};
   vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
   double cfg = NAN, temperature = NAN;
   enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
-         O_NUM_ITER, O_CFG_SCHED, O_CFG, O_TEMP, O_BOOT };
+         O_NUM_ITER, O_CFG_SCHED, O_CFG, O_TEMP, O_BOOT, O_COVERAGE, O_COV_CACHE };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"methods", required_argument, 0, 'M'},
       {"images", required_argument, 0, 'n'},  {"seed", required_argument, 0, 's'},
@@ -500,6 +176,8 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       {"cfg", required_argument, 0, O_CFG}, {"temperature", required_argument, 0, O_TEMP},
       {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
       {"bootstrap", required_argument, 0, O_BOOT},
+      {"coverage", required_argument, 0, O_COVERAGE},
+      {"coverage-cache", required_argument, 0, O_COV_CACHE},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -515,6 +193,8 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       case O_PLOT: plot_path = optarg; break;
       case O_NOQ: quality = 0; break;
       case O_BOOT: ok = vs_cli_long("--bootstrap", optarg, 0, 100000, &resamples); break;
+      case O_COVERAGE: ok = vs_cli_long("--coverage", optarg, 1, 10000, &coverage); break;
+      case O_COV_CACHE: coverage_cache = optarg; break;
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_PLUGINS: plugin_dir = optarg; break;
       case O_DEVICE: dv.spec = optarg; break;
@@ -536,15 +216,15 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   }
   model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
-  eval_method em[EVAL_MAX_METHODS];
+  vs_eval_method em[VS_EVAL_MAX_METHODS];
   memset(em, 0, sizeof em);
-  const vs_interval none = {NAN, NAN};
-  for (int i = 0; i < EVAL_MAX_METHODS; i++) {
-    em[i].ci = (vs_eval_ci){none, none, none, none, none};
+  for (int i = 0; i < VS_EVAL_MAX_METHODS; i++) {
+    vs_eval_ci_clear(&em[i].ci);
+    em[i].kid.kid = em[i].kid.se = em[i].kid_diff_ar = em[i].kid_diff_se = NAN;
     em[i].fid_ratio_ar = em[i].acc_diff_ar = NAN;
   }
-  vs_method parsed[EVAL_MAX_METHODS];
-  int n = vs_method_split(methods_text, parsed, EVAL_MAX_METHODS, err, sizeof err);
+  vs_method parsed[VS_EVAL_MAX_METHODS];
+  int n = vs_method_split(methods_text, parsed, VS_EVAL_MAX_METHODS, err, sizeof err);
   if (n < 0) {
     fprintf(stderr, "vspec-bench eval: --methods: %s\n", err);
     return 2;
@@ -560,7 +240,7 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   vs_quality *qual = NULL;
   vspec_dev *qdev = NULL;
   vs_bench_grid grid = {0};
-  eval_floor floor = {NAN, NAN};
+  vs_eval_floor floor = {NAN, NAN};
   double *ratios = NULL;
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
                      sizeof err)) {
@@ -577,7 +257,7 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     status = 2;
     goto done;
   }
-  eval_tokens tk = {.cfg_scale = sampling.cfg_scale, .temperature = sampling.temperature,
+  vs_eval_tokens tk = {.cfg_scale = sampling.cfg_scale, .temperature = sampling.temperature,
                     .continuous = vs_bench_is_continuous(models),
                     .num_iter = vs_bench_num_iter(models, &sampling),
                     .cfg_schedule = sampling.cfg_schedule};
@@ -613,6 +293,21 @@ int vs_bench_cmd_eval(int argc, char **argv) {
     floor.fid_10k = vs_quality_floor(qual);
     if (images >= 2 && vs_quality_floor_at(qual, (int)images, &floor.fid_at_n, err, sizeof err))
       fprintf(stderr, "vspec-bench eval: (no floor at %ld images: %s)\n", images, err);
+  }
+  if (coverage) {
+    if (!qual) {
+      fprintf(stderr, "vspec-bench eval: --coverage needs the quality metrics\n");
+      goto done;
+    }
+    vs_coverage_opts co = {.models = models, .dev = env.dev, .q = qual, .sampling = sampling,
+                           .images = (int)images, .pairs = (int)coverage, .classes = classes,
+                           .seed = seed, .resamples = (int)resamples, .cache = coverage_cache};
+    if (vs_eval_coverage(&co, stdout, err, sizeof err)) {
+      fprintf(stderr, "vspec-bench eval: coverage: %s\n", err);
+      goto done;
+    }
+    status = 0;
+    goto done;
   }
   if (vs_bench_grid_alloc(&grid, models, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
@@ -682,30 +377,37 @@ int vs_bench_cmd_eval(int argc, char **argv) {
       goto done_labels;
     }
   }
+  if (qual && eval_kid(qual, em, n, ar, (int)images, err, sizeof err)) {
+    fprintf(stderr, "vspec-bench eval: KID: %s\n", err);
+    goto done_labels;
+  }
+  vs_bench_machine machine;
+  vs_bench_machine_get(env.dev, &machine);
+  int shown_resamples = resamples >= 2 && images >= 2 ? (int)resamples : 0;
   if (resamples >= 2 && images >= 2 &&
       run_bootstrap(qual, em, n, ar, (int)images, labels, (int)resamples, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: bootstrap: %s\n", err);
     goto done_labels;
   }
   printf("\n");
-  write_table(stdout, em, n, (int)images, floor, &tk);
+  vs_eval_write_table(stdout, em, n, (int)images, floor, &tk, &machine, shown_resamples);
   if (md_path) {
     FILE *f = fopen(md_path, "w");
     if (!f) {
       fprintf(stderr, "vspec-bench eval: %s: cannot write\n", md_path);
       goto done_labels;
     }
-    write_table(f, em, n, (int)images, floor, &tk);
+    vs_eval_write_table(f, em, n, (int)images, floor, &tk, &machine, shown_resamples);
     fclose(f);
   }
   const char *device = dv.spec ? dv.spec : "cpu";
-  if (json_path && write_json(json_path, models->name, device, em, n, (int)images, seed,
-                              (int)threads, floor, &tk, resamples >= 2 ? (int)resamples : 0,
-                              err, sizeof err)) {
+  if (json_path && vs_eval_write_json(json_path, models->name, device, em, n, (int)images,
+                                      seed, (int)threads, floor, &tk, shown_resamples,
+                                      &machine, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: %s\n", err);
     goto done_labels;
   }
-  if (plot_path && write_plot(plot_path, em, n, err, sizeof err)) {
+  if (plot_path && vs_eval_write_plot(plot_path, em, n, &machine, err, sizeof err)) {
     fprintf(stderr, "vspec-bench eval: plot: %s\n", err);
     goto done_labels;
   }

@@ -64,6 +64,23 @@ static int resample_stats(void *ctx, const int *idx, int n, double *out) {
   return VSPEC_OK;
 }
 
+/* FID and its ratios are >= 0, an accuracy in [0, 1] and a difference of two in [-1, 1]:
+ * the normal, basic and shifted intervals can reach past those bounds at small n, where no
+ * truth lies (cutting there keeps the coverage). */
+static vs_interval within(vs_interval v, double lo, double hi) {
+  if (v.lo < lo) v.lo = lo;
+  if (v.hi > hi) v.hi = hi;
+  return v;
+}
+
+void vs_eval_ci_clear(vs_eval_ci *ci) {
+  for (int k = 0; k < VS_CI_KINDS; k++) {
+    vs_interval none = {NAN, NAN};
+    ci->fid[k] = ci->class_acc[k] = ci->speedup[k] = none;
+    ci->fid_ratio_ar[k] = ci->acc_diff_ar[k] = none;
+  }
+}
+
 int vs_eval_bootstrap(const vs_quality *q, const vs_eval_sample *m, int n_methods, int ar,
                       int images, const int32_t *labels, const vs_bootstrap_opts *o,
                       vs_eval_ci *out, char *err, size_t errlen) {
@@ -74,15 +91,19 @@ int vs_eval_bootstrap(const vs_quality *q, const vs_eval_sample *m, int n_method
   c.ratios = malloc(sizeof(double) * (size_t)images);
   c.fid = malloc(sizeof(double) * (size_t)n_methods);
   c.acc = malloc(sizeof(double) * (size_t)n_methods);
-  vs_interval *iv = malloc(sizeof *iv * (size_t)n_methods * ST_COUNT);
+  vs_interval *iv = malloc(sizeof *iv * (size_t)n_methods * ST_COUNT * VS_CI_KINDS);
   int rc = c.feat && c.ratios && c.fid && c.acc && iv ? VSPEC_OK : VSPEC_ENOMEM;
   if (rc) snprintf(err, errlen, "bootstrap: out of memory");
-  if (!rc) rc = vs_bootstrap(images, n_methods * ST_COUNT, resample_stats, &c, o, iv);
-  for (int j = 0; !rc && j < n_methods; j++) {
-    const vs_interval *v = iv + (size_t)j * ST_COUNT;
-    out[j] = (vs_eval_ci){.fid = v[ST_FID], .class_acc = v[ST_ACC], .speedup = v[ST_SPEEDUP],
-                          .fid_ratio_ar = v[ST_FID_RATIO], .acc_diff_ar = v[ST_ACC_DIFF]};
-  }
+  if (!rc) rc = vs_bootstrap_intervals(images, n_methods * ST_COUNT, resample_stats, &c, o, iv);
+  for (int j = 0; !rc && j < n_methods; j++)
+    for (int k = 0; k < VS_CI_KINDS; k++) {
+      const vs_interval *v = iv + (size_t)j * ST_COUNT * VS_CI_KINDS + k;
+      out[j].fid[k] = within(v[ST_FID * VS_CI_KINDS], 0, INFINITY);
+      out[j].class_acc[k] = within(v[ST_ACC * VS_CI_KINDS], 0, 1);
+      out[j].speedup[k] = v[ST_SPEEDUP * VS_CI_KINDS];
+      out[j].fid_ratio_ar[k] = within(v[ST_FID_RATIO * VS_CI_KINDS], 0, INFINITY);
+      out[j].acc_diff_ar[k] = within(v[ST_ACC_DIFF * VS_CI_KINDS], -1, 1);
+    }
   free(c.feat);
   free(c.ratios);
   free(c.fid);

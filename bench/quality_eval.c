@@ -677,6 +677,11 @@ int vs_quality_eval(vs_quality *q, const uint8_t *rgb_images, const int32_t *lab
   return rc;
 }
 
+void vs_quality_ref_features(const vs_quality *q, const float **feat, int *n) {
+  *feat = q->test_feat;
+  *n = q->n_test;
+}
+
 double vs_quality_floor(const vs_quality *q) { return q->info.floor_fid; }
 
 int vs_quality_floor_at(const vs_quality *q, int n, double *fid, char *err, size_t errlen) {

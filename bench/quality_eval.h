@@ -127,6 +127,9 @@ int vs_quality_eval_features(vs_quality *q, const float *feat, const float *logi
 int vs_quality_fid_features(const vs_quality *q, const float *feat, int n, double *fid,
                             char *err, size_t errlen);
 
+/* The reference features [n_test, feature_dim] (the test images'): KID's real sample. */
+void vs_quality_ref_features(const vs_quality *q, const float **feat, int *n);
+
 double vs_quality_floor(const vs_quality *q);
 /* The floor at n images: FID of n class-balanced floor images (n <= the floor's image count;
  * vs_fmnist_balanced: n / 10 per class, the first of each class in file order, the rest to

@@ -16,8 +16,13 @@
 #   tools/run_benchmarks.sh cspd-steps [IMAGES]  the target alone at 16, 8 and 4 generation
 #                                          steps (one run each: num_iter is per run), and at
 #                                          64 on other seeds (the noise between image sets)
+#   tools/run_benchmarks.sh coverage [IMAGES] [SETS]  the coverage of eval's intervals: SETS
+#                                          (default 20) pairs of disjoint sets of IMAGES AR
+#                                          images compared as a method with AR; features cached
+#                                          in out/coverage-IMAGES.bin (a stopped run goes on)
 #
-# Results go to out/bench-<table>.{json,md,png}. IMAGES defaults to 1000; one compute thread
+# Results go to out/bench-<table>.{json,md,png}; each names its machine (CPU model, the
+# instruction set the CPU kernels ran, precision, threads, the GPU where one generated). IMAGES defaults to 1000; one compute thread
 # (THREADS=N to change); fp32 weights (PRECISION=bf16 for bf16, AMX on the CPU); SUFFIX=-x
 # names the outputs out/bench-<table>-x.*. Every ratio is measured interleaved within one run; on 2 cores the
 # two tables can run side by side, one core each, with nothing else heavy beside them.
@@ -135,6 +140,14 @@ case "$table" in
     done
     exit 0
     ;;
+  coverage)
+    make -s all
+    sets=${3:-20}
+    ./build/vspec-bench eval --model "$model" --methods ar --images "$images" --seed 0 \
+      --threads "${THREADS:-1}" --coverage "$sets" --coverage-cache "out/coverage-$images.bin" \
+      | tee "out/bench-coverage-$images.md"
+    exit 0
+    ;;
   cspd-steps)
     model=${MODEL:-models/fmnist-mar}
     make -s all
@@ -150,7 +163,7 @@ case "$table" in
     exit 0
     ;;
   *)
-    echo "usage: $0 sd|vvs|claims|cspd|cspd-lenient|mar-cfg|cspd-steps [IMAGES]" >&2
+    echo "usage: $0 sd|vvs|claims|cspd|cspd-lenient|mar-cfg|cspd-steps|coverage [IMAGES]" >&2
     exit 2
     ;;
 esac
