@@ -42,6 +42,8 @@ int vs_bench_parse_precision(const char *option, const char *text, int *out);
 void vs_bench_print_device(FILE *f, vspec_dev *dev);
 void vs_bench_env_close(vs_bench_env *env);
 double vs_bench_now(void);
+/* s as a JSON string, quotes and escapes included (eval's JSON, the machine record). */
+void vs_bench_json_str(FILE *f, const char *s);
 /* The calling thread's CPU clock in seconds (steadier than the wall on a shared machine). */
 double vs_bench_cpu_now(void);
 /* The --sizes option of `cmd`: a comma-separated list of lo..hi, at most max values (the rest

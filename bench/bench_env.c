@@ -102,3 +102,14 @@ void vs_bench_env_close(vs_bench_env *env) {
   if (env->dev) vs_dev_destroy(env->dev);
   memset(env, 0, sizeof *env);
 }
+
+void vs_bench_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+    else fputc(*s, f);
+  }
+  fputc('"', f);
+}
+

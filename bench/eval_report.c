@@ -6,18 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "bench/eval_report.h"
 #include "bench/plot.h"
-
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fputc('\\', f);
-    if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-    else fputc(*s, f);
-  }
-  fputc('"', f);
-}
 
 static void json_num(FILE *f, double v) {
   if (isfinite(v)) fprintf(f, "%.6g", v);
@@ -231,9 +222,9 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
     return VSPEC_EIO;
   }
   fprintf(f, "{\n  \"model\": ");
-  json_str(f, model);
+  vs_bench_json_str(f, model);
   fprintf(f, ",\n  \"images\": %d,\n  \"seed\": %llu,\n  \"device\": ", images, seed);
-  json_str(f, device);
+  vs_bench_json_str(f, device);
   fprintf(f, ",\n  \"threads\": %d,\n  \"machine\": ", threads);
   vs_bench_machine_json(f, mc);
   fprintf(f, ",\n  \"real_data_fid_floor\": ");
@@ -262,9 +253,9 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
     fprintf(f, "    {\"method\": ");
-    json_str(f, em[i].spec);
+    vs_bench_json_str(f, em[i].spec);
     fprintf(f, ", \"requested\": ");
-    json_str(f, em[i].m.text);
+    vs_bench_json_str(f, em[i].m.text);
     fprintf(f, ",\n     \"tokens\": %lld, \"target_forwards\": %lld, \"rounds\": %lld, "
                "\"draft_forwards\": %lld, \"tpf\": ", (long long)t->tokens,
             (long long)t->target_forwards, (long long)t->rounds, (long long)t->draft_forwards);
@@ -333,7 +324,7 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
     json_interval(f, shown(e->ci.acc_diff_ar, VS_EVAL_CI_ACC, e->acc_diff_ar));
     json_kid(f, e);
     fprintf(f, ", \"note\": ");
-    json_str(f, em[i].note);
+    vs_bench_json_str(f, em[i].note);
     fprintf(f, "}%s\n", i + 1 < n ? "," : "");
   }
   fprintf(f, "  ]\n}\n");

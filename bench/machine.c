@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "bench/machine.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 #include "vspec/types.h"
@@ -74,27 +75,17 @@ void vs_bench_machine_describe(const vs_bench_machine *m, char *out, size_t cap)
   if (n > 0 && (size_t)n < cap && m->gpu[0]) snprintf(out + n, cap - n, ", GPU %s", m->gpu);
 }
 
-static void json_text(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fputc('\\', f);
-    if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-    else fputc(*s, f);
-  }
-  fputc('"', f);
-}
-
 void vs_bench_machine_json(FILE *f, const vs_bench_machine *m) {
   fprintf(f, "{\"cpu\": ");
-  json_text(f, m->cpu);
+  vs_bench_json_str(f, m->cpu);
   fprintf(f, ", \"isa\": ");
-  json_text(f, m->isa);
+  vs_bench_json_str(f, m->isa);
   fprintf(f, ", \"precision\": ");
-  json_text(f, m->precision);
+  vs_bench_json_str(f, m->precision);
   fprintf(f, ", \"threads\": %d, \"gpu\": ", m->threads);
-  if (m->gpu[0]) json_text(f, m->gpu);
+  if (m->gpu[0]) vs_bench_json_str(f, m->gpu);
   else fputs("null", f);
   fprintf(f, ", \"device\": ");
-  json_text(f, m->device);
+  vs_bench_json_str(f, m->device);
   fputc('}', f);
 }

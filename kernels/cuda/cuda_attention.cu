@@ -13,42 +13,11 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_dev.h"
+#include "kernels/cuda/cuda_reduce.h"
 
 #define VS_ATT_THREADS 128
 /* Scores live in shared memory: 12k slots fit the default 48 KiB. */
 #define VS_ATT_MAX_SLOTS 12000
-
-__device__ static float vs_block_max(float v, float *red) {
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = red[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
-    red[31] = m;
-  }
-  __syncthreads();
-  float r = red[31];
-  __syncthreads();
-  return r;
-}
-
-__device__ static double vs_block_dsum(double v, double *red) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double s = 0.0;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += red[i];
-    red[31] = s;
-  }
-  __syncthreads();
-  double r = red[31];
-  __syncthreads();
-  return r;
-}
 
 __global__ void vs_k_attention(const float *q, int q_stride, int n_heads, int group,
                                int head_dim, const float *k, const float *v, int slot_stride,

@@ -21,6 +21,7 @@
 #include "kernels/common/vs_math.h"
 #include "kernels/common/vs_tree_visible.h"
 #include "kernels/cuda/cuda_dev.h"
+#include "kernels/cuda/cuda_reduce.h"
 
 #define VS_GRID_STRIDE(i, n)                                                   \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
@@ -243,43 +244,11 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
  * weight underflows to 0 is skipped too, which changes nothing for the finite values a
  * written slot holds. */
 #define VS_TATT_THREADS 128
-/* the reductions keep their result in red[31]: warp 31 must not exist */
-static_assert(VS_TATT_THREADS <= 31 * 32, "vs_tatt_max / vs_tatt_dsum use red[31]");
+/* the block reductions (cuda_reduce.h) keep their result in red[31]: warp 31 must not exist */
+static_assert(VS_TATT_THREADS <= 31 * 32, "vs_block_max / vs_block_dsum use red[31]");
 /* Dynamic shared memory: the default 48 KiB per block less the kernel's static 384 bytes
  * (no opt-in attribute needed on any architecture): about 12k slots at head_dim 64. */
 #define VS_TATT_SHARED (48 * 1024 - 512)
-
-__device__ static float vs_tatt_max(float v, float *red) {
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = red[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
-    red[31] = m;
-  }
-  __syncthreads();
-  float r = red[31];
-  __syncthreads();
-  return r;
-}
-
-__device__ static double vs_tatt_dsum(double v, double *red) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double s = 0.0;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += red[i];
-    red[31] = s;
-  }
-  __syncthreads();
-  double r = red[31];
-  __syncthreads();
-  return r;
-}
 
 /* Marks base + i and its ancestors in anc (bits over pending nodes); the block's threads
  * must have zeroed it. Parents precede children (vs_kv_tree_add checks it); a parent that
@@ -344,7 +313,7 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
     sc[s] = scale * dot;
     local_max = fmaxf(local_max, sc[s]);
   }
-  float mx = vs_tatt_max(local_max, fred);
+  float mx = vs_block_max(local_max, fred);
   if (mx == -INFINITY) { /* nothing visible (uniform over the block: no barrier skipped) */
     for (int c = threadIdx.x; c < hd; c += blockDim.x) oh[c] = 0.0f;
     return;
@@ -356,7 +325,7 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
     sc[s] = e;
     local_sum += e;
   }
-  float fsum = (float)vs_tatt_dsum(local_sum, dred); /* >= 1: the maximum gives exp(0) */
+  float fsum = (float)vs_block_dsum(local_sum, dred); /* >= 1: the maximum gives exp(0) */
   for (int s = threadIdx.x; s < kv_len; s += blockDim.x) sc[s] /= fsum;
   __syncthreads();
   for (int c = threadIdx.x; c < hd; c += blockDim.x) {

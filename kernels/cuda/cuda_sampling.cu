@@ -14,39 +14,10 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_dev.h"
+#include "kernels/cuda/cuda_reduce.h"
 #include "kernels/host/host_math.h"
 
 #define VS_SOFTMAX_THREADS 256
-
-__device__ static float vs_row_max(float v, float *red) {
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = red[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
-    red[31] = m;
-  }
-  __syncthreads();
-  float r = red[31];
-  __syncthreads();
-  return r;
-}
-
-__device__ static double vs_row_sum(double v, double *red) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double s = 0.0;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += red[i];
-    red[31] = s;
-  }
-  __syncthreads();
-  double r = red[31];
-  __syncthreads();
-  return r;
-}
 
 /* One block per row. as_log = 0: softmax (a row with no finite entry becomes zeros);
  * as_log = 1: log-softmax (such a row stays -inf). expf in float, sums in double; the host's
@@ -58,7 +29,7 @@ __global__ void vs_k_softmax(float *x, int n, int as_log) {
   float *xr = x + (size_t)blockIdx.x * n;
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
-  mx = vs_row_max(mx, fred);
+  mx = vs_block_max(mx, fred);
   if (!(mx > -INFINITY)) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = as_log ? -INFINITY : 0.0f;
     return;
@@ -73,7 +44,7 @@ __global__ void vs_k_softmax(float *x, int n, int as_log) {
       sum += e;
     }
   }
-  sum = vs_row_sum(sum, dred);
+  sum = vs_block_dsum(sum, dred);
   if (as_log) {
     float lsum = (float)::log(sum);
     for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = (xr[i] - mx) - lsum;
