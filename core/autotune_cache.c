@@ -292,8 +292,7 @@ int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m,
   if ((rc = vs__autotune_space(models, m, &sp, err, errlen))) return rc;
   int rows = models->defaults.cfg_scale > 1.0f ? 2 : 1;
   unsigned flags = opts ? opts->flags : 0;
-  snprintf(res->base, sizeof res->base, "sd:%s%s%s@%s%s%s", m->rule, *m->rule_params ? ":" : "",
-           m->rule_params, m->sched, *params ? ":" : "", params);
+  vs_method_compose(m, params, res->base, sizeof res->base);
   at_machine(dev, res->machine, sizeof res->machine);
   char purpose[1200], key[VS_CACHE_KEY_LEN + 1], dir[1024], name[128];
   snprintf(purpose, sizeof purpose, "autotune/%d %s cfg_rows=%d", VS_AUTOTUNE_VERSION,

@@ -64,6 +64,10 @@ int vs_autotune_default(vs_method *m, int continuous) {
   int named = 0;
   for (size_t i = 0; i < sizeof at_size_keys / sizeof at_size_keys[0]; i++)
     named |= vs_param_string(p, at_size_keys[i]) != NULL;
+  /* Jacobi decoding keeps SJD's window: size=auto's space is a draft model's (depth,
+   * trees), not a window's. */
+  const char *drafter = vs_param_string(p, "drafter");
+  named |= drafter && !strcmp(drafter, "jacobi");
   vs_params_free(p);
   if (named) return 0;
   char sp[sizeof m->sched_params];
@@ -72,8 +76,7 @@ int vs_autotune_default(vs_method *m, int continuous) {
     return 0;
   vs_method d;
   char text[sizeof m->text];
-  snprintf(text, sizeof text, "sd:%s%s%s@%s:%s", m->rule, *m->rule_params ? ":" : "",
-           m->rule_params, m->sched, sp);
+  vs_method_compose(m, sp, text, sizeof text);
   if (vs_method_parse(text, &d, err, sizeof err)) return 0;
   *m = d;
   return 1;
@@ -189,6 +192,7 @@ void vs__autotune_spec(const vs_method *m, const vs_at_space *sp, const char *ch
     snprintf(out, cap, "ar");
     return;
   }
-  snprintf(out, cap, "sd:%s%s%s@%s:%s%s%s", m->rule, *m->rule_params ? ":" : "", m->rule_params,
-           m->sched, sp->rest, *sp->rest ? "," : "", choice);
+  char params[sizeof m->sched_params + 64];
+  snprintf(params, sizeof params, "%s%s%s", sp->rest, *sp->rest ? "," : "", choice);
+  vs_method_compose(m, params, out, cap);
 }

@@ -1,307 +1,111 @@
+/*
+ * core/drafter.c - one entry point for every kind of drafter (core/drafter_class.h lists
+ * them); the engine never knows which kind it drives.
+ */
 #include "core/drafter.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "core/forward_gate.h"
+#include "core/drafter_class.h"
 
 struct vs_drafter {
-  const vs_backend_model *bm;
-  vspec_dev *dev;
-  const vs_job *job;
-  vspec_session *sess;
-  vs_forward_gate *gate; /* batched with other jobs' drafts, or NULL */
-  int rows, vocab, max_nodes, fdim_in, fdim_out;
-  int uses_features;
-  int64_t forwards, nodes;
-  /* tokens to feed before the next root, with the target feature preceding each */
-  int32_t *chain_tokens;
-  float *chain_feats;   /* [max_nodes, rows, fdim_in] */
-  int n_chain;
-  int32_t root_token;
-  float *root_feat;     /* [rows, fdim_in] */
-  int n_head_slots;     /* pending nodes of the current round's first forward (chain + root) */
-  /* per-forward buffers */
-  int32_t *tokens, *parents;
-  float *in_feats;      /* [max_nodes, rows, fdim_in] */
-  float *logits;        /* [max_nodes, rows, vocab] */
-  float *out_feats;     /* [max_nodes, rows, fdim_out] */
-  float *node_feats;    /* per tree node: the drafter's output feature [cap, rows, fdim_out] */
-  int node_feats_cap;
-  vs_sampler sampler;
+  const vs_drafter_class *cls;
+  void *self;
 };
 
-int vs_drafter_uses_features(const vs_drafter *d) { return d->uses_features; }
-int64_t vs_drafter_forwards(const vs_drafter *d) { return d->forwards; }
-int64_t vs_drafter_nodes(const vs_drafter *d) { return d->nodes; }
-
-void vs_drafter_set_gate(vs_drafter *d, struct vs_forward_gate *gate) { d->gate = gate; }
-
-void vs_drafter_close(vs_drafter *d) {
-  if (!d) return;
-  if (d->sess) d->bm->vt->session_close(d->sess);
-  free(d->chain_tokens);
-  free(d->chain_feats);
-  free(d->root_feat);
-  free(d->tokens);
-  free(d->parents);
-  free(d->in_feats);
-  free(d->logits);
-  free(d->out_feats);
-  free(d->node_feats);
-  vs_sampler_free(&d->sampler);
-  free(d);
-}
-
 int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, size_t errlen) {
-  const vs_backend_model *bm = cfg->model;
+  const vs_drafter_class *cls;
+  switch (cfg->kind) {
+    case VSPEC_DRAFTER_MODEL:
+    case VSPEC_DRAFTER_HEAD: cls = &vs__drafter_model; break;
+    case VSPEC_DRAFTER_JACOBI: cls = &vs__drafter_jacobi; break;
+    default:
+      snprintf(err, errlen, "unknown drafter kind %u", cfg->kind);
+      return VSPEC_EINVAL;
+  }
+  if (cls->propose == NULL && cfg->params && *cfg->params) {
+    snprintf(err, errlen, "drafter '%s' takes no parameters (got '%s')", cls->name, cfg->params);
+    return VSPEC_EINVAL;
+  }
   vs_drafter *d = calloc(1, sizeof *d);
   if (!d) {
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
-  d->bm = bm;
-  d->dev = cfg->dev;
-  d->job = cfg->job;
-  d->rows = cfg->rows;
-  d->vocab = bm->info.vocab;
-  d->max_nodes = cfg->max_nodes;
-  d->fdim_in = bm->info.feature_in_dim;
-  d->fdim_out = bm->info.feature_dim;
-  d->uses_features = d->fdim_in > 0;
-  if (d->uses_features && d->fdim_out != d->fdim_in) {
-    snprintf(err, errlen, "draft head outputs %d-wide features but takes %d: a tree node's "
-             "input is its parent's output, so the widths must match", d->fdim_out, d->fdim_in);
-    vs_drafter_close(d);
-    return VSPEC_ESHAPE;
-  }
-  if (d->uses_features && d->fdim_in != cfg->target_feature_dim) {
-    snprintf(err, errlen, "draft head takes %d-wide features, the target gives %d",
-             d->fdim_in, cfg->target_feature_dim);
-    vs_drafter_close(d);
-    return VSPEC_ESHAPE;
-  }
-  size_t M = (size_t)d->max_nodes, R = (size_t)d->rows, fin = (size_t)(d->fdim_in ? d->fdim_in : 1);
-  d->chain_tokens = malloc(M * sizeof(int32_t));
-  d->chain_feats = malloc(M * R * fin * sizeof(float));
-  d->root_feat = calloc(R * fin, sizeof(float));
-  d->tokens = malloc(M * sizeof(int32_t));
-  d->parents = malloc(M * sizeof(int32_t));
-  d->in_feats = malloc(M * R * fin * sizeof(float));
-  d->logits = malloc(M * R * d->vocab * sizeof(float));
-  d->out_feats = malloc(M * R * (size_t)d->fdim_out * sizeof(float));
-  d->node_feats_cap = cfg->max_tree_nodes;
-  d->node_feats = malloc((size_t)cfg->max_tree_nodes * R * (size_t)d->fdim_out * sizeof(float));
-  int sampler_rc = vs_sampler_init(&d->sampler, d->vocab);
-  if (!d->chain_tokens || !d->chain_feats || !d->root_feat || !d->tokens || !d->parents ||
-      !d->in_feats || !d->logits || !d->out_feats || !d->node_feats || sampler_rc) {
-    vs_drafter_close(d);
-    snprintf(err, errlen, "out of memory");
-    return VSPEC_ENOMEM;
-  }
-  vspec_session_config sc = {.struct_size = sizeof sc,
-                             .class_label = cfg->job->class_label,
-                             .caption = cfg->job->caption,
-                             .caption_mask = cfg->job->caption_mask,
-                             .rows = cfg->rows,
-                             .max_nodes = cfg->max_nodes};
-  char inner[VSPEC_ERRLEN] = "";
-  int rc = bm->vt->session_open(bm->model, cfg->dev, &sc, &d->sess, inner, sizeof inner);
-  if (!rc) {
-    /* Condition positions (a plain draft GPT); a feature head may have none. */
-    vspec_forward_out o = {.struct_size = sizeof o, .logits = d->logits};
-    rc = bm->vt->prefill(d->sess, &o, inner, sizeof inner);
-  }
+  d->cls = cls;
+  int rc = cls->open(cfg, &d->self, err, errlen);
   if (rc) {
-    snprintf(err, errlen, "drafter: %s", inner);
-    vs_drafter_close(d);
+    free(d);
     return rc;
   }
   *out = d;
   return VSPEC_OK;
 }
 
+void vs_drafter_close(vs_drafter *d) {
+  if (!d) return;
+  d->cls->close(d->self);
+  free(d);
+}
+
+int vs_drafter_uses_features(const vs_drafter *d) { return d->cls->uses_features(d->self); }
+
 int vs_drafter_start(vs_drafter *d, int32_t root_token, const float *root_feature, char *err,
                      size_t errlen) {
-  (void)err;
-  (void)errlen;
-  d->n_chain = 0;
-  d->root_token = root_token;
-  if (d->uses_features)
-    memcpy(d->root_feat, root_feature, (size_t)d->rows * d->fdim_in * sizeof(float));
-  return VSPEC_OK;
-}
-
-/* Processed distribution of forward output row-block i into the tree node's slot. */
-static int vs__fill_dist(vs_drafter *d, vs_tree *tree, int32_t node, int i, int32_t root_index) {
-  float *p = vs_tree_new_dist(tree, node);
-  if (!p) return VSPEC_ERANGE;
-  /* Node at depth k predicts image token root_index + k + 1. */
-  /* At temperature 0 the tree is ranked by the drafter's softmax (EAGLE's top-k), not its
-   * one-hot argmax, which would leave one child per node. */
-  vs_sampling s = d->job->sampling;
-  if (!(s.temperature > 0.0f)) s.temperature = 1.0f;
-  vs_node_distribution(&d->sampler, d->logits + (size_t)i * d->rows * d->vocab, d->rows,
-                       root_index + tree->nodes[node].depth + 1, &s, p);
-  if (d->uses_features)
-    memcpy(d->node_feats + (size_t)node * d->rows * d->fdim_out,
-           d->out_feats + (size_t)i * d->rows * d->fdim_out,
-           (size_t)d->rows * d->fdim_out * sizeof(float));
-  return VSPEC_OK;
-}
-
-static int vs__forward(vs_drafter *d, int n, int append, char *err, size_t errlen) {
-  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = n, .tokens = d->tokens,
-                           .parents = d->parents,
-                           .features = d->uses_features ? d->in_feats : NULL, .append = append};
-  vspec_forward_out o = {.struct_size = sizeof o, .logits = d->logits,
-                         .features = d->uses_features ? d->out_feats : NULL};
-  char inner[VSPEC_ERRLEN] = "";
-  int rc = vs_forward_gate_forward(d->gate, d->bm, d->sess, &b, &o, inner, sizeof inner);
-  if (rc) snprintf(err, errlen, "drafter forward: %s", inner);
-  d->forwards++;
-  d->nodes += n;
-  return rc;
+  return d->cls->start(d->self, root_token, root_feature, err, errlen);
 }
 
 int vs_drafter_begin(vs_drafter *d, vs_tree *tree, int32_t root_index, char *err,
                      size_t errlen) {
-  int n = d->n_chain + 1;
-  if (n > d->max_nodes) {
-    snprintf(err, errlen, "drafter catch-up chain of %d exceeds %d nodes", n, d->max_nodes);
-    return VSPEC_ERANGE;
+  if (!d->cls->begin) {
+    snprintf(err, errlen, "drafter '%s' proposes its drafts itself", d->cls->name);
+    return VSPEC_EINVAL;
   }
-  size_t fsz = (size_t)d->rows * d->fdim_in;
-  for (int i = 0; i < d->n_chain; i++) {
-    d->tokens[i] = d->chain_tokens[i];
-    d->parents[i] = i - 1;
-    if (d->uses_features) memcpy(d->in_feats + i * fsz, d->chain_feats + i * fsz, fsz * sizeof(float));
-  }
-  d->tokens[n - 1] = d->root_token;
-  d->parents[n - 1] = n - 2;
-  if (d->uses_features) memcpy(d->in_feats + (n - 1) * fsz, d->root_feat, fsz * sizeof(float));
-  int rc = vs__forward(d, n, 0, err, errlen);
-  if (rc) return rc;
-  d->n_head_slots = n;
-  tree->nodes[0].draft_slot = n - 1;
-  if (vs__fill_dist(d, tree, 0, n - 1, root_index)) {
-    snprintf(err, errlen, "drafter: the tree has no room for the root's distribution");
-    return VSPEC_ERANGE;
-  }
-  return VSPEC_OK;
+  return d->cls->begin(d->self, tree, root_index, err, errlen);
 }
 
 int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
                       int32_t root_index, char *err, size_t errlen) {
-  if (n <= 0) return VSPEC_OK;
-  size_t fin = (size_t)d->rows * d->fdim_in, fout = (size_t)d->rows * d->fdim_out;
-  int base = d->n_head_slots;
-  if (base + n > d->max_nodes) {
-    snprintf(err, errlen, "drafter: %d pending nodes exceed %d", base + n, d->max_nodes);
-    return VSPEC_ERANGE;
+  if (!d->cls->expand) {
+    snprintf(err, errlen, "drafter '%s' proposes its drafts itself", d->cls->name);
+    return VSPEC_EINVAL;
   }
-  for (int i = 0; i < n; i++) {
-    const vs_tree_node *t = &tree->nodes[nodes[i]];
-    if (t->parent < 0 || tree->nodes[t->parent].draft_slot < 0 || nodes[i] >= d->node_feats_cap) {
-      snprintf(err, errlen, "drafter: node %d cannot be expanded before its parent", nodes[i]);
-      return VSPEC_EINVAL;
-    }
-    d->tokens[i] = t->token;
-    d->parents[i] = tree->nodes[t->parent].draft_slot;
-    /* A tree node's input feature is the drafter's own output at its parent (EAGLE). */
-    if (d->uses_features)
-      memcpy(d->in_feats + i * fin, d->node_feats + (size_t)t->parent * fout, fin * sizeof(float));
-  }
-  int rc = vs__forward(d, n, 1, err, errlen);
-  if (rc) return rc;
-  for (int i = 0; i < n; i++) {
-    tree->nodes[nodes[i]].draft_slot = base + i;
-    if (vs__fill_dist(d, tree, nodes[i], i, root_index)) {
-      snprintf(err, errlen, "drafter: more expanded nodes than the tree can hold");
-      return VSPEC_ERANGE;
-    }
-  }
-  d->n_head_slots = base + n;
-  return VSPEC_OK;
+  return d->cls->expand(d->self, tree, nodes, n, root_index, err, errlen);
 }
 
-/* How many of the n accepted tokens a plain draft model fed itself this round, in order
- * along the accepted path: their KV entries depend on the tokens alone, so they are kept
- * rather than fed again. A feature head's entries depend on its input features, which the
- * target's features replace once verified (EAGLE), so a head keeps none. */
-static int vs__reusable(const vs_drafter *d, const vs_tree *tree, const int32_t *path, int n) {
-  if (d->uses_features || !tree || !path) return 0;
-  int k = 0;
-  while (k < n && tree->nodes[path[k + 1]].draft_slot >= 0) k++;
-  return k;
+int vs_drafter_proposes(const vs_drafter *d) { return d->cls->propose != NULL; }
+
+int vs_drafter_propose(vs_drafter *d, vs_tree *tree, int depth, int32_t root_index, char *err,
+                       size_t errlen) {
+  return d->cls->propose(d->self, tree, depth, root_index, err, errlen);
 }
 
-int vs_drafter_end(vs_drafter *d, const vs_tree *tree, const int32_t *path,
-                   const int32_t *accepted, int n, const float *features, int32_t next_root,
-                   char *err, size_t errlen) {
-  if (n + 1 > d->max_nodes) {
-    snprintf(err, errlen, "drafter: %d accepted tokens exceed its capacity", n);
-    return VSPEC_ERANGE;
-  }
-  /* Commit what was fed with exact inputs this round: the catch-up chain, the root and,
-   * for a plain draft model, the accepted nodes it fed. Their pending slots form a chain
-   * (each expanded node's parent slot is its tree parent's), as commit requires. */
-  int head = d->n_chain + 1, kept = vs__reusable(d, tree, path, n);
-  int32_t *commit = d->parents; /* free until the next forward; head + kept <= pending */
-  for (int i = 0; i < head; i++) commit[i] = i;
-  for (int j = 0; j < kept; j++) commit[head + j] = tree->nodes[path[j + 1]].draft_slot;
-  char inner[VSPEC_ERRLEN] = "";
-  int rc = d->bm->vt->commit(d->sess, commit, head + kept, inner, sizeof inner);
-  if (rc) {
-    snprintf(err, errlen, "drafter commit: %s", inner);
-    return rc;
-  }
-  size_t fsz = (size_t)d->rows * d->fdim_in;
-  /* Accepted token j is fed after the target feature of the node before it. */
-  for (int j = kept; j < n; j++) {
-    d->chain_tokens[j - kept] = accepted[j];
-    if (d->uses_features)
-      memcpy(d->chain_feats + (j - kept) * fsz, features + j * fsz, fsz * sizeof(float));
-  }
-  d->n_chain = n - kept;
-  d->root_token = next_root;
-  if (d->uses_features) memcpy(d->root_feat, features + (size_t)n * fsz, fsz * sizeof(float));
-  d->n_head_slots = 0;
-  return VSPEC_OK;
+int vs_drafter_end(vs_drafter *d, const vs_round_outcome *o, char *err, size_t errlen) {
+  return d->cls->end(d->self, o, err, errlen);
 }
 
 int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root, char *err,
                     size_t errlen) {
-  size_t fsz = (size_t)d->rows * d->fdim_in;
-  if (d->n_chain + 2 > d->max_nodes) {
-    /* A long run of rounds without drafting: feed and commit the chain now rather than
-     * letting it outgrow one forward. */
-    for (int i = 0; i < d->n_chain; i++) {
-      d->tokens[i] = d->chain_tokens[i];
-      d->parents[i] = i - 1;
-      if (d->uses_features) memcpy(d->in_feats + i * fsz, d->chain_feats + i * fsz, fsz * sizeof(float));
-    }
-    int rc = vs__forward(d, d->n_chain, 0, err, errlen);
-    if (rc) return rc;
-    for (int i = 0; i < d->n_chain; i++) d->parents[i] = i;
-    char inner[VSPEC_ERRLEN] = "";
-    if ((rc = d->bm->vt->commit(d->sess, d->parents, d->n_chain, inner, sizeof inner))) {
-      snprintf(err, errlen, "drafter commit: %s", inner);
-      return rc;
-    }
-    d->n_chain = 0;
-  }
-  d->chain_tokens[d->n_chain] = d->root_token;
-  if (d->uses_features) {
-    memcpy(d->chain_feats + d->n_chain * fsz, d->root_feat, fsz * sizeof(float));
-    memcpy(d->root_feat, root_feature, fsz * sizeof(float));
-  }
-  d->n_chain++;
-  d->root_token = next_root;
-  return VSPEC_OK;
+  return d->cls->skip(d->self, root_feature, next_root, err, errlen);
+}
+
+int64_t vs_drafter_forwards(const vs_drafter *d) {
+  int64_t f = 0, n = 0;
+  d->cls->counts(d->self, &f, &n);
+  return f;
+}
+
+int64_t vs_drafter_nodes(const vs_drafter *d) {
+  int64_t f = 0, n = 0;
+  d->cls->counts(d->self, &f, &n);
+  return n;
+}
+
+void vs_drafter_set_gate(vs_drafter *d, struct vs_forward_gate *gate) {
+  if (d->cls->set_gate) d->cls->set_gate(d->self, gate);
 }
 
 const float *vs_drafter_node_feature(const vs_drafter *d, int32_t node) {
-  return d->node_feats + (size_t)node * d->rows * d->fdim_out;
+  return d->cls->node_feature ? d->cls->node_feature(d->self, node) : NULL;
 }

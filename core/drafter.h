@@ -14,6 +14,8 @@
  *     draft GPT also keeps the accepted nodes it fed while drafting (their KV entries depend
  *     on the tokens alone), so next round it feeds only the root and, when the whole path
  *     was accepted, the leaf it never fed.
+ * Speculative Jacobi Decoding (core/drafter_jacobi.c) is a drafter too, one without a model:
+ * its drafts are the target's own earlier outputs.
  * Draft distributions are the drafter's logits with the same CFG scale and schedule and the
  * same temperature / top-k / top-p as the target (LANTERN's convention: Model.topK_genrate in
  * jadohu/LANTERN models/drafters/cnets_llamagen.py processes the drafter's logits so).
@@ -28,7 +30,9 @@
 typedef struct vs_drafter vs_drafter;
 
 typedef struct vs_drafter_config {
-  const vs_backend_model *model;
+  uint32_t kind;     /* vspec_drafter_kind, resolved (model, head or jacobi; not auto) */
+  const char *params; /* the drafter's own parameters ("k=v,..."; see the kind's file) */
+  const vs_backend_model *model; /* model and head kinds */
   vspec_dev *dev;
   const vs_job *job;
   int rows;          /* CFG rows, as the target */
@@ -36,6 +40,7 @@ typedef struct vs_drafter_config {
   int max_tree_nodes; /* largest tree (or dynamic-tree candidate pool) the engine drafts */
   int n_image;       /* tokens in the grid */
   int target_feature_dim;
+  int vocab;         /* the target's */
 } vs_drafter_config;
 
 int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, size_t errlen);
@@ -52,13 +57,28 @@ int vs_drafter_begin(vs_drafter *d, vs_tree *tree, int32_t root_index, char *err
  * distributions. */
 int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
                       int32_t root_index, char *err, size_t errlen);
-/* Ends the round: `accepted` are the drafted tokens accepted after the root, `path` their
- * nodes in `tree` ([n + 1], path[0] the root; NULL: keep none of the drafter's entries),
- * `features` the target features at the root and at each accepted node ([n + 1, rows,
- * dim]; NULL for a plain draft model), `next_root` the token sampled after them. */
-int vs_drafter_end(vs_drafter *d, const vs_tree *tree, const int32_t *path,
-                   const int32_t *accepted, int n, const float *features, int32_t next_root,
-                   char *err, size_t errlen);
+/* Drafters that build the whole tree below the root themselves (jacobi): up to `depth`
+ * tokens, each with the distribution it was drawn from as its parent's expansion
+ * distribution. 0 when the kind is driven by begin / expand instead. */
+int vs_drafter_proposes(const vs_drafter *d);
+int vs_drafter_propose(vs_drafter *d, vs_tree *tree, int depth, int32_t root_index, char *err,
+                       size_t errlen);
+
+/* How a round ended, as a drafter sees it. */
+typedef struct vs_round_outcome {
+  const vs_tree *tree;
+  const int32_t *path;     /* [n + 1] tree nodes, path[0] the root; NULL: keep none of the
+                              drafter's entries */
+  const int32_t *accepted; /* [n] the drafted tokens accepted after the root */
+  int n;
+  const float *features;   /* target features at the root and each accepted node ([n + 1,
+                              rows, dim]); NULL for drafters without features */
+  int32_t next_root;       /* the token sampled after them */
+  int32_t root_index;      /* image index of the tree's root */
+  const float *logits;     /* the target's logits at every tree node ([tree->n, rows,
+                              vocab]); NULL for a path accepted without verification */
+} vs_round_outcome;
+int vs_drafter_end(vs_drafter *d, const vs_round_outcome *o, char *err, size_t errlen);
 /* Ends a round the drafter sat out (an AR step): the root joins the catch-up chain;
  * `root_feature` is the target feature at the root ([rows, dim]; NULL for a plain model). */
 int vs_drafter_skip(vs_drafter *d, const float *root_feature, int32_t next_root, char *err,
@@ -72,5 +92,10 @@ struct vs_forward_gate;
 void vs_drafter_set_gate(vs_drafter *d, struct vs_forward_gate *gate);
 /* The drafter's output feature at an expanded tree node ([rows, dim]); feature heads only. */
 const float *vs_drafter_node_feature(const vs_drafter *d, int32_t node);
+
+/* Tests only: nonzero makes the Jacobi drafter keep a position's old draft while recording
+ * the new distribution, so the walk judges it against a distribution it was not drawn from
+ * (the planted fault tests/test_sd_exact.c must catch). */
+extern int vs__jacobi_fault;
 
 #endif /* VS_DRAFTER_H */

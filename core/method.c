@@ -6,7 +6,7 @@
 
 #include "core/names.h"
 #include "core/text.h"
-#include "vspec/types.h"
+#include "vspec/plugin.h"
 
 /* Copies src[0..len) without surrounding blanks; fails (-1) rather than truncate. */
 static int vs__trim_copy(char *dst, size_t n, const char *src, size_t len) {
@@ -45,6 +45,43 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
   return VSPEC_OK;
 }
 
+/* Parameter keys that configure the drafter, not the scheduler (core/drafter_jacobi.c). */
+static int vs__drafter_key(const char *kv, size_t len) {
+  static const char *const keys[] = {"coupling", "init", NULL};
+  const char *eq = memchr(kv, '=', len);
+  size_t klen = eq ? (size_t)(eq - kv) : len;
+  for (int i = 0; keys[i]; i++)
+    if (strlen(keys[i]) == klen && memcmp(keys[i], kv, klen) == 0) return 1;
+  return 0;
+}
+
+/* Moves the drafter's keys out of the scheduler's parameter list, in their order. */
+static int vs__split_drafter_params(vs_method *m, char *err, size_t errlen) {
+  char sched[sizeof m->sched_params] = "";
+  size_t ns = 0, nd = 0;
+  const char *s = m->sched_params;
+  while (*s) {
+    const char *comma = strchr(s, ',');
+    size_t len = comma ? (size_t)(comma - s) : strlen(s);
+    int drafter = vs__drafter_key(s, len);
+    char *dst = drafter ? m->drafter_params : sched;
+    size_t *n = drafter ? &nd : &ns, cap = drafter ? sizeof m->drafter_params : sizeof sched;
+    if (*n + len + 2 > cap) {
+      snprintf(err, errlen, "method: drafter parameters too long (at most %zu characters)",
+               cap - 1);
+      return VSPEC_EINVAL;
+    }
+    if (*n) dst[(*n)++] = ',';
+    memcpy(dst + *n, s, len);
+    *n += len;
+    dst[*n] = 0;
+    s += len;
+    if (*s == ',') s++;
+  }
+  memcpy(m->sched_params, sched, ns + 1);
+  return VSPEC_OK;
+}
+
 int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   char t[1100], q[80];
@@ -80,7 +117,29 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
   }
   snprintf(out->text, sizeof out->text, "sd:%s%s%s@%s%s%s", out->rule, *out->rule_params ? ":" : "",
            out->rule_params, out->sched, *out->sched_params ? ":" : "", out->sched_params);
-  return VSPEC_OK;
+  return vs__split_drafter_params(out, err, errlen);
+}
+
+unsigned vs_method_drafter(const vs_method *m) {
+  static const char *const names[] = {"auto", "model", "head", "jacobi"};
+  if (m->kind != VS_METHOD_SD) return VSPEC_DRAFTER_AUTO;
+  for (const char *s = m->sched_params; *s;) {
+    size_t len = strcspn(s, ",");
+    if (len > 8 && !strncmp(s, "drafter=", 8))
+      for (unsigned k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (strlen(names[k]) == len - 8 && !strncmp(s + 8, names[k], len - 8)) return k;
+    s += len;
+    if (*s == ',') s++;
+  }
+  return VSPEC_DRAFTER_AUTO;
+}
+
+int vs_method_compose(const vs_method *m, const char *sched_params, char *out, size_t cap) {
+  if (m->kind == VS_METHOD_AR) return snprintf(out, cap, "ar");
+  int any = *sched_params || *m->drafter_params;
+  return snprintf(out, cap, "sd:%s%s%s@%s%s%s%s%s", m->rule, *m->rule_params ? ":" : "",
+                  m->rule_params, m->sched, any ? ":" : "", sched_params,
+                  *sched_params && *m->drafter_params ? "," : "", m->drafter_params);
 }
 
 int vs_method_split(const char *text, vs_method *out, int max, char *err, size_t errlen) {

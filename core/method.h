@@ -4,7 +4,8 @@
  *   ar                                 vanilla autoregressive decoding
  *   sd:RULE[:PARAMS][@SCHED[:PARAMS]]  speculative decoding with acceptance rule RULE and
  *                                      scheduler SCHED (default `standard`)
- * e.g. "sd:lantern:k=100,delta=0.2@standard:shape=dynamic,depth=4". Several methods are
+ * e.g. "sd:lantern:k=100,delta=0.2@standard:shape=dynamic,depth=4", or without a draft model
+ * "sd:exact@standard:drafter=jacobi,coupling=gumbel". Several methods are
  * separated by ';' (vs_method_split).
  */
 #ifndef VS_METHOD_H
@@ -18,10 +19,19 @@ typedef struct vs_method {
   int kind;
   char rule[64], rule_params[512];
   char sched[64], sched_params[512];
+  /* The drafter's own parameters (coupling=..., core/drafter_jacobi.c), written among the
+   * scheduler's and moved here at parsing: the scheduler never sees them. */
+  char drafter_params[256];
   char text[1100]; /* canonical spelling */
 } vs_method;
 
 int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen);
+/* The drafter the method names (vspec_drafter_kind: drafter=auto|model|head|jacobi among the
+ * scheduler's parameters; VSPEC_DRAFTER_AUTO when it names none or is not sd). */
+unsigned vs_method_drafter(const vs_method *m);
+/* The spelling of `m` with `sched_params` in place of its scheduler parameters (the drafter's
+ * are appended to them again); returns what snprintf does. */
+int vs_method_compose(const vs_method *m, const char *sched_params, char *out, size_t cap);
 /* Splits "m1;m2;..." into up to `max` methods; returns the count or a negative status. */
 int vs_method_split(const char *text, vs_method *out, int max, char *err, size_t errlen);
 

@@ -98,17 +98,34 @@ static int vs__plan_nodes(const vspec_round_plan *p) {
   }
 }
 
-/* The drafter the first plan asks for, checked against the target. */
+/* The drafter the first plan asks for (*kind, resolved), checked against the target; *out
+ * is its model (NULL for jacobi, which has none). */
 static int vs__pick_drafter(vs_rounds *c, const vs_method *m, const vspec_round_plan *plan,
-                            const vs_backend_model **out, char *err, size_t errlen) {
+                            uint32_t *kind, const vs_backend_model **out, char *err,
+                            size_t errlen) {
   vs_models *models = c->models;
   uint32_t dk = plan->drafter;
   if (dk == VSPEC_DRAFTER_AUTO) dk = models->eagle.model ? VSPEC_DRAFTER_HEAD : VSPEC_DRAFTER_MODEL;
+  *kind = dk;
+  *out = NULL;
+  if (dk == VSPEC_DRAFTER_JACOBI) {
+    if (c->sched_vt->decide || plan->shape != VSPEC_DRAFT_CHAIN) {
+      snprintf(err, errlen, "method '%s': drafter=jacobi drafts a chain that the target always "
+               "verifies (scheduler 'standard', shape=chain)", m->text);
+      return VSPEC_EINVAL;
+    }
+    return VSPEC_OK;
+  }
+  if (dk > VSPEC_DRAFTER_JACOBI) {
+    snprintf(err, errlen, "scheduler '%s' asked for unknown drafter kind %u", m->sched, dk);
+    return VSPEC_EINVAL;
+  }
   const vs_backend_model *dm = dk == VSPEC_DRAFTER_HEAD ? &models->eagle : &models->draft;
   if (!dm->model) {
     snprintf(err, errlen, "method '%s' needs a %s, but model '%s' has none (vspec-model.json "
-             "\"%s\")", m->text, dk == VSPEC_DRAFTER_HEAD ? "draft head" : "draft model",
-             models->name, dk == VSPEC_DRAFTER_HEAD ? "eagle" : "draft");
+             "\"%s\"); drafter=jacobi needs no draft model", m->text,
+             dk == VSPEC_DRAFTER_HEAD ? "draft head" : "draft model", models->name,
+             dk == VSPEC_DRAFTER_HEAD ? "eagle" : "draft");
     return VSPEC_EINVAL;
   }
   if (dm->info.vocab != c->V || dm->info.grid_h != c->t->info.grid_h ||
@@ -204,6 +221,10 @@ static int vs__plan_round(vs_rounds *c, const vs_method *m, const vspec_round_st
 
 static int vs__draft(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
                      int32_t root_index, char *err, size_t errlen) {
+  if (vs_drafter_proposes(c->drafter))
+    return vs_drafter_propose(c->drafter, &c->tree,
+                              plan->depth < depth_limit ? plan->depth : depth_limit, root_index,
+                              err, errlen);
   int rc = vs_drafter_begin(c->drafter, &c->tree, root_index, err, errlen);
   if (rc) return rc;
   switch (plan->shape) {
@@ -288,8 +309,10 @@ static int vs__finish_round(vs_rounds *c, int drafted, int32_t root_index, const
     for (int j = 0; j < n_path; j++)
       memcpy(pf + j * fs, c->feats + ((size_t)u + path[j]) * fs, fs * sizeof(float));
   }
-  return drafted ? vs_drafter_end(c->drafter, &c->tree, path, acc_tokens, n_path - 1, pf, next,
-                                  err, errlen)
+  vs_round_outcome o = {.tree = &c->tree, .path = path, .accepted = acc_tokens, .n = n_path - 1,
+                        .features = pf, .next_root = next, .root_index = root_index,
+                        .logits = c->logits + c->logits_off * c->rows * c->V};
+  return drafted ? vs_drafter_end(c->drafter, &o, err, errlen)
                  : vs_drafter_skip(c->drafter, pf, next, err, errlen);
 }
 
@@ -374,6 +397,7 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
                     vspec_round_plan *plan, int *cap, int *expand_max, char *err, size_t errlen) {
   const vs_job *job = c->job;
   const vs_backend_model *dm = NULL;
+  uint32_t dk = 0;
   int rc;
   memset(plan, 0, sizeof *plan);
   plan->struct_size = sizeof *plan;
@@ -386,7 +410,7 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
       snprintf(err, errlen, "scheduler '%s' failed to plan the first round", m->sched);
       return VSPEC_EINVAL;
     }
-    if ((rc = vs__pick_drafter(c, m, plan, &dm, err, errlen))) return rc;
+    if ((rc = vs__pick_drafter(c, m, plan, &dk, &dm, err, errlen))) return rc;
     *cap = VS_SD_MAX_NODES < c->t->info.max_nodes ? VS_SD_MAX_NODES : c->t->info.max_nodes;
   }
   vspec_session_config sc = {.struct_size = sizeof sc, .class_label = job->class_label,
@@ -403,13 +427,14 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
     return VSPEC_ENOMEM;
   }
   *expand_max = vs__plan_expansions(plan);
-  if (!dm) return VSPEC_OK;
+  if (m->kind == VS_METHOD_AR) return VSPEC_OK;
   /* Drafter capacity: the catch-up chain (accepted tokens), the root and the nodes one
    * round expands, which the plan bounds. */
-  vs_drafter_config dc = {.model = dm, .dev = c->dev, .job = job, .rows = c->rows,
+  vs_drafter_config dc = {.kind = dk, .params = m->drafter_params, .model = dm, .dev = c->dev,
+                          .job = job, .rows = c->rows,
                           .max_nodes = VS_MAX_DEPTH + 2 + *expand_max,
                           .max_tree_nodes = VS_SD_MAX_POOL, .n_image = c->N,
-                          .target_feature_dim = c->fdim};
+                          .target_feature_dim = c->fdim, .vocab = c->V};
   return vs_drafter_open(&dc, &c->drafter, err, errlen);
 }
 

@@ -90,5 +90,8 @@ int vs_skip_accept(vs_rounds *c, const vspec_skip_decision *dec, int32_t root_in
                                                           : 0.5f * (stale[k] + own[k]);
     }
   }
-  return vs_drafter_end(c->drafter, t, pathn, acc, gamma - 1, pf, acc[gamma - 1], err, errlen);
+  vs_round_outcome o = {.tree = t, .path = pathn, .accepted = acc, .n = gamma - 1,
+                        .features = pf, .next_root = acc[gamma - 1],
+                        .root_index = root_index, .logits = NULL};
+  return vs_drafter_end(c->drafter, &o, err, errlen);
 }

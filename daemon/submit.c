@@ -204,8 +204,9 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   /* ---- the method ---- */
   char method[1100], rule[64] = "", sched[64] = "";
   const char *draft = s->draft && *s->draft ? s->draft : NULL;
-  if (draft && strcmp(draft, "auto") && strcmp(draft, "model") && strcmp(draft, "head"))
-    VS_FAIL(INVALID, "draft: %s is not auto, model or head",
+  if (draft && strcmp(draft, "auto") && strcmp(draft, "model") && strcmp(draft, "head") &&
+      strcmp(draft, "jacobi"))
+    VS_FAIL(INVALID, "draft: %s is not auto, model, head or jacobi",
             vs_text_quote(q, sizeof q, draft, strlen(draft)));
   if (s->method && *s->method) {
     if (s->accept || s->sched || s->accept_params || s->sched_params || draft)
@@ -240,14 +241,13 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
     VS_FAIL(INVALID, "method %s: size=auto is not supported for continuous-token (MAR) models "
             "(model '%s'); use depth=L explicitly", me.text, model);
   if (me.kind == VS_METHOD_SD) {
-    if (!has_draft && !has_eagle)
+    if (!has_draft && !has_eagle && vs_method_drafter(&me) != VSPEC_DRAFTER_JACOBI)
       VS_FAIL(INVALID, "method %s: model '%s' has no drafter (no draft model, no eagle head); "
-              "use ar", me.text, model);
-    if ((draft && !strcmp(draft, "model") && !has_draft) ||
-        (strstr(me.sched_params, "drafter=model") && !has_draft))
+              "use ar, or drafter=jacobi (no draft model needed)", me.text, model);
+    unsigned drafter = vs_method_drafter(&me);
+    if (drafter == VSPEC_DRAFTER_MODEL && !has_draft)
       VS_FAIL(INVALID, "draft: model '%s' has no draft model", model);
-    if ((draft && !strcmp(draft, "head") && !has_eagle) ||
-        (strstr(me.sched_params, "drafter=head") && !has_eagle))
+    if (drafter == VSPEC_DRAFTER_HEAD && !has_eagle)
       VS_FAIL(INVALID, "draft: model '%s' has no eagle head", model);
     if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me.rule, me.rule_params, set->continuous, model,
                        inner, sizeof inner) ||

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/method.h"
-#include "vspec/types.h"
+#include "vspec/plugin.h"
 
 static void test_parse(void **state) {
   (void)state;
@@ -27,6 +27,23 @@ static void test_parse(void **state) {
   vs_method many[4];
   assert_int_equal(vs_method_split("ar; sd:exact ;;sd:coolsd:delta=2", many, 4, err, sizeof err), 3);
   assert_string_equal(many[2].rule_params, "delta=2");
+  /* the drafter's own parameters are written among the scheduler's and handed to it alone */
+  assert_int_equal(vs_method_parse("sd:exact@standard:drafter=jacobi,coupling=gumbel,depth=7,"
+                                   "init=random", &m, err, sizeof err), 0);
+  assert_string_equal(m.sched_params, "drafter=jacobi,depth=7");
+  assert_string_equal(m.drafter_params, "coupling=gumbel,init=random");
+  assert_string_equal(m.text, "sd:exact@standard:drafter=jacobi,coupling=gumbel,depth=7,init=random");
+  assert_int_equal(vs_method_drafter(&m), VSPEC_DRAFTER_JACOBI);
+  char text[sizeof m.text];
+  vs_method_compose(&m, "drafter=jacobi,depth=3", text, sizeof text);
+  assert_string_equal(text, "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel,init=random");
+  assert_int_equal(vs_method_parse("sd:exact@standard:coupling=maximal", &m, err, sizeof err), 0);
+  assert_string_equal(m.sched_params, "");
+  vs_method_compose(&m, "", text, sizeof text);
+  assert_string_equal(text, "sd:exact@standard:coupling=maximal");
+  assert_int_equal(vs_method_drafter(&m), VSPEC_DRAFTER_AUTO);
+  assert_int_equal(vs_method_parse("sd:exact@standard:drafter=head", &m, err, sizeof err), 0);
+  assert_int_equal(vs_method_drafter(&m), VSPEC_DRAFTER_HEAD);
 }
 
 static void test_errors(void **state) {

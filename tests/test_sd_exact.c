@@ -1,8 +1,9 @@
 /*
  * Exactness of speculative decoding: with the `exact` rule the sampled sequences follow the
  * target's distribution, for chain drafting with a separate draft model, for a sampled
- * EAGLE-1-style static tree and for a deterministic top-k EAGLE-2-style dynamic tree, and
- * with a feature-conditioned (EAGLE) drafter.
+ * EAGLE-1-style static tree and for a deterministic top-k EAGLE-2-style dynamic tree, with a
+ * feature-conditioned (EAGLE) drafter, and for Speculative Jacobi Decoding (no draft model)
+ * with each coupling.
  *
  * The model is a micro table model (tests/support/table_model.h): random logits for every
  * prefix, CFG on (two rows), temperature 1, so the exact joint distribution is enumerated.
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/drafter.h"
 #include "core/engine.h"
 #include "core/host.h"
 #include "kernels/vs_kernels.h"
@@ -90,6 +92,12 @@ static const char *const exact_methods[] = {
     /* an EAGLE-style feature head: the table head fails the job if the catch-up chain or
      * the tree feeds it a misaligned feature */
     "sd:exact@standard:shape=static,tree=0/1/0.0/0.0.0,drafter=head",
+    /* Speculative Jacobi Decoding: no draft model, the window's drafts are the target's own
+     * earlier outputs, redrawn each round (independently, Gumbel-coupled, maximally coupled) */
+    "sd:exact@standard:drafter=jacobi,depth=3",
+    "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel",
+    "sd:exact@standard:drafter=jacobi,depth=3,coupling=maximal,init=repeat",
+    "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel,init=random",
 };
 static const char *const wrong_method =
     "sd:uniform_rsd:omega=1.5,resample=rule@standard:shape=chain,depth=3,drafter=model";
@@ -104,11 +112,21 @@ static void check_world(int vocab, int len, uint64_t seed) {
     if (!(p > P_MIN)) fail_msg("%s: chi-square p = %.3g <= %g", exact_methods[i], p, P_MIN);
     if (i > 0) assert_true(tpf > 1.0); /* speculation really happened */
   }
-  /* The wrong rule must be caught by the very same test. */
+  /* The wrong rule must be caught by the very same test, and so must a Jacobi drafter that
+   * judges a carried-over draft against the new distribution instead of the one it was drawn
+   * from. */
   if (CHECK_POWER) {
     double p = sample_pvalue(&w, wrong_method, SAMPLES, &tpf);
     if (!(p < P_MIN)) fail_msg("the wrong rule passed the chi-square test (p = %.3g)", p);
+    /* (only where the window outlives a round: with 3 tokens every Jacobi draft is a first
+     * draw, which the fault leaves alone) */
+    if (len < 5) goto done;
+    vs__jacobi_fault = 1;
+    p = sample_pvalue(&w, "sd:exact@standard:drafter=jacobi,depth=3", SAMPLES, &tpf);
+    vs__jacobi_fault = 0;
+    if (!(p < P_MIN)) fail_msg("the wrong Jacobi update passed the chi-square test (p = %.3g)", p);
   }
+done:
   world_close(&w);
 }
 

@@ -411,7 +411,9 @@ typedef enum vspec_draft_shape {
 typedef enum vspec_drafter_kind {
   VSPEC_DRAFTER_AUTO = 0,  /* the feature head if the model has one, else the draft model */
   VSPEC_DRAFTER_MODEL = 1, /* a separate small draft model (the model directory's "draft") */
-  VSPEC_DRAFTER_HEAD = 2   /* an EAGLE-style head over target features ("eagle") */
+  VSPEC_DRAFTER_HEAD = 2,  /* an EAGLE-style head over target features ("eagle") */
+  VSPEC_DRAFTER_JACOBI = 3 /* ABI 1.5: no model; Speculative Jacobi Decoding over the target's
+                              own earlier outputs (chain shape only) */
 } vspec_drafter_kind;
 
 typedef struct vspec_round_state {

@@ -10,7 +10,10 @@
  *                     counts the root: EaModel.from_pretrained in ea_model_llamagen.py)
  *   tree=NAME|PATHS   static tree: a name (see below) or rank paths such as
  *                     "0/1/0.0/0.1/0.0.0", children of a node listed without gaps
- *   drafter=auto      auto | model | head: the separate draft model or the EAGLE head
+ *   drafter=auto      auto | model | head | jacobi: the separate draft model, the EAGLE head,
+ *                     or no model at all (Speculative Jacobi Decoding: shape=chain, depth is
+ *                     the window, VS_SHAPE_JACOBI_DEPTH by default; its own parameters such
+ *                     as coupling= are the engine's, core/drafter_jacobi.c)
  *
  * Static trees by name:
  *   mc_sim_7b_63   EAGLE-1's default, 25 nodes, depth 5 (EAGLE's eagle/model/choices.py)
@@ -30,6 +33,9 @@
 #include "vspec/plugin.h"
 
 #define ST_MAX_STATIC 127
+/* SJD's window on LlamaGen, 16 tokens per forward: the root and 15 drafts
+ * (core/drafter_jacobi.c gives the source) */
+#define VS_SHAPE_JACOBI_DEPTH 15
 
 enum { ST_CHAIN = 0, ST_STATIC = 1, ST_DYNAMIC = 2 };
 
@@ -150,16 +156,25 @@ static inline int st_parse_tree(vs_shape *s, const char *spec, char *err, size_t
 static inline int vs_shape_parse(const vspec_host *host, const vspec_params *params, vs_shape *s,
                                  char *err, size_t errlen) {
   static const char *const shapes[] = {"chain", "static", "dynamic", NULL};
-  static const char *const drafters[] = {"auto", "model", "head", NULL};
+  static const char *const drafters[] = {"auto", "model", "head", "jacobi", NULL};
   memset(s, 0, sizeof *s);
   long depth, top_k, total;
   int rc;
-  if ((rc = host->param_choice(params, "shape", shapes, ST_DYNAMIC, &s->shape, err, errlen)) ||
-      (rc = host->param_int(params, "depth", 4, 1, 32, &depth, err, errlen)) ||
-      (rc = host->param_int(params, "top_k", 10, 1, 32, &top_k, err, errlen)) ||
-      (rc = host->param_int(params, "total_tokens", 58, 1, 127, &total, err, errlen)) ||
-      (rc = host->param_choice(params, "drafter", drafters, 0, &s->drafter, err, errlen)))
+  if ((rc = host->param_choice(params, "drafter", drafters, 0, &s->drafter, err, errlen)))
     return rc;
+  /* Jacobi decoding refines one window of tokens: a chain, SJD's window length by default. */
+  int jacobi = s->drafter == VSPEC_DRAFTER_JACOBI;
+  if ((rc = host->param_choice(params, "shape", shapes, jacobi ? ST_CHAIN : ST_DYNAMIC, &s->shape,
+                               err, errlen)) ||
+      (rc = host->param_int(params, "depth", jacobi ? VS_SHAPE_JACOBI_DEPTH : 4, 1, 32, &depth,
+                            err, errlen)) ||
+      (rc = host->param_int(params, "top_k", 10, 1, 32, &top_k, err, errlen)) ||
+      (rc = host->param_int(params, "total_tokens", 58, 1, 127, &total, err, errlen)))
+    return rc;
+  if (jacobi && s->shape != ST_CHAIN) {
+    snprintf(err, errlen, "drafter=jacobi drafts a chain (shape=chain, depth=WINDOW)");
+    return VSPEC_EINVAL;
+  }
   s->depth = (int)depth;
   s->top_k = (int)top_k;
   s->total_tokens = (int)total;

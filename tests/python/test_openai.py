@@ -76,6 +76,7 @@ class _Daemon:
                 "--endpoint", "ipc://%s/job.sock" % cls.dir,
                 "--admin", "ipc://%s/admin.sock" % cls.dir, "--plugins", plugins,
                 "--model", "fmnist=" + os.path.join(ROOT, "models", "fmnist"),
+                "--model", "bare=" + bare_model(cls.dir),
                 "--default-model", "fmnist", "--threads", "1", "--node", "openai-test",
                 "--set", "defaults.auto_size=false", "--set", "queue.size=4",
                 "--set", "http.listen=127.0.0.1:0"]
@@ -120,6 +121,24 @@ class _Daemon:
         # a crash, or a sanitizer's report at exit (VSPEC_BUILD=build/asan), fails the module
         if rc != 0:
             raise RuntimeError("vspecd exited with %s:\n%s" % (rc, log[-4000:]))
+
+
+def bare_model(parent):
+    """models/fmnist without its draft GPT and EAGLE head, as a converted checkpoint comes."""
+    src = os.path.join(ROOT, "models", "fmnist")
+    with open(os.path.join(src, "vspec-model.json")) as f:
+        manifest = json.load(f)
+    del manifest["draft"], manifest["eagle"]
+    manifest["name"] = "bare"
+    d = os.path.join(parent, "bare")
+    os.mkdir(d)
+    for name in ("target.safetensors", "vq.safetensors"):
+        os.symlink(os.path.join(src, name), os.path.join(d, name))
+    for key in ("classifier", "fid_ref"):
+        manifest.pop(key, None)
+    with open(os.path.join(d, "vspec-model.json"), "w") as f:
+        json.dump(manifest, f)
+    return d
 
 
 def client(**kw):
@@ -247,9 +266,21 @@ class StreamTest(unittest.TestCase):
 
 
 class ModelsTest(unittest.TestCase):
+    def test_jacobi_without_a_draft_model(self):
+        # speculative decoding on a model with no drafter: Speculative Jacobi Decoding
+        r = client().images.generate(
+            model="bare", prompt="bag",
+            extra_body={"method": "sd:exact@standard:drafter=jacobi,coupling=gumbel", "seed": 5})
+        self.assertEqual(png_size(base64.b64decode(r.data[0].b64_json)), (32, 32))
+        self.assertIn("drafter=jacobi", r.data[0].vspec["method"])
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().images.generate(model="bare", prompt="bag",
+                                     extra_body={"method": "sd:exact@standard:depth=3"})
+        self.assertIn("drafter=jacobi", cm.exception.message)
+
     def test_list(self):
         models = list(client().models.list())
-        self.assertEqual([m.id for m in models], ["fmnist"])
+        self.assertEqual([m.id for m in models], ["fmnist", "bare"])  # in the daemon's order
         m = models[0]
         self.assertEqual(m.object, "model")
         self.assertEqual(m.owned_by, "vspec")
