@@ -43,6 +43,15 @@
  *                               before the position (a draft or the root) again, one-hot
  *                    One-hot drafts are exact too: a token fixed before the test is a sample of
  *                    the one-hot distribution at it.
+ *   continue=KxD     SJD-PAC's proactive drafting (arXiv 2603.18599; KangJialiang/SJD-PAC,
+ *                    scheduler/sjd_pac_iteration_lumina_mgpt.py, generate_tree_mask_and_retrieve):
+ *                    the window's first D-1 positions become a K-ary tree whose every level
+ *                    offers the same K candidates of its position (the window's draft first,
+ *                    then K-1 more drawn without replacement from its q), and the rest of the
+ *                    window continues as a chain below the first candidates, all verified in
+ *                    one forward; no extra forward drafts them. Upstream's defaults: 3x3. Off
+ *                    by default. Its adaptive continuation (a draft past the rejection is kept
+ *                    while it still passes) is coupling=maximal here.
  * The window is the chain depth (shape=chain,depth=D): SJD's L = 16 tokens per forward are the
  * root and D = 15 drafts (test_llamagen.py, max_num_new_tokens). The target keeps the root and
  * the accepted drafts in its cache and drops the rest (KV compaction), as upstream does.
@@ -61,10 +70,13 @@ enum { VS_JI_UNIFORM = 0, VS_JI_RANDOM = 1, VS_JI_REPEAT = 2 };
 
 /* Window positions live in a ring indexed by image position modulo its size. */
 #define VS_J_RING (VS_MAX_DEPTH + 2)
+/* Widest level of SJD-PAC's tree: 8 candidates, 3 levels below the root's (continue=8x4). */
+#define VS_SD_MAX_TREE_LEVEL 512
 
 typedef struct vs_jdrafter {
   int V, rows, greedy;
   int coupling, init;
+  int branch, branch_depth; /* continue=KxD: K candidates for the first D-1 positions; 0 = off */
   vs_sampling s;
   uint64_t seed;
   vspec_rng rng;        /* redraws, initial draws and the maximal coupling */
@@ -91,7 +103,7 @@ static void jd_close(void *self) {
 }
 
 static int vs__jparams(vs_jdrafter *j, const char *text, char *err, size_t errlen) {
-  static const char *const known[] = {"coupling", "init", NULL};
+  static const char *const known[] = {"coupling", "init", "continue", NULL};
   static const char *const couplings[] = {"none", "gumbel", "maximal", NULL};
   static const char *const inits[] = {"uniform", "random", "repeat", NULL};
   vspec_params *p = NULL;
@@ -101,6 +113,16 @@ static int vs__jparams(vs_jdrafter *j, const char *text, char *err, size_t errle
   if (!rc) rc = vs_param_choice(p, "coupling", couplings, VS_JC_NONE, &j->coupling, inner,
                                 sizeof inner);
   if (!rc) rc = vs_param_choice(p, "init", inits, VS_JI_UNIFORM, &j->init, inner, sizeof inner);
+  const char *cont = p ? vs_param_string(p, "continue") : NULL;
+  if (!rc && cont && strcmp(cont, "off") != 0) {
+    char tail;
+    if (sscanf(cont, "%dx%d%c", &j->branch, &j->branch_depth, &tail) != 2 || j->branch < 2 ||
+        j->branch > 8 || j->branch_depth < 2 || j->branch_depth > 4) {
+      snprintf(inner, sizeof inner, "parameter 'continue' = '%s': give KxD with K in 2..8 "
+               "candidates and D in 2..4 tree levels (SJD-PAC's 3x3), or off", cont);
+      rc = VSPEC_EINVAL;
+    }
+  }
   vs_params_free(p);
   if (rc) snprintf(err, errlen, "drafter jacobi: %s", inner);
   return rc;
@@ -198,6 +220,50 @@ static void vs__init_position(vs_jdrafter *j, int32_t pos) {
   }
 }
 
+/* Candidate k (k >= 1) of a position for SJD-PAC's tree: drawn from q without the earlier
+ * candidates (top ones when greedy); its conditional probability in *pc. -1: q has no more
+ * mass. */
+static int32_t vs__next_candidate(vs_jdrafter *j, const float *q, const int32_t *cand, int k,
+                                  float *pc) {
+  memcpy(j->res, q, (size_t)j->V * sizeof(float));
+  double left = 1.0;
+  for (int i = 0; i < k; i++) {
+    left -= j->res[cand[i]];
+    j->res[cand[i]] = 0.0f;
+  }
+  int32_t x = j->greedy ? vs_argmax_first(j->res, j->V) : vs_draw(j->res, j->V, vs_rng_uniform(&j->rng));
+  if (x < 0 || !(j->res[x] > 0.0f)) return -1;
+  *pc = j->greedy ? 1.0f : (float)(j->res[x] / (left > 0.0 ? left : 1.0));
+  return x;
+}
+
+/* Adds the candidates of position pos below every node of `level` (n of them), the window's
+ * draft first; the new level replaces `level`. Returns its size (0 when the tree is full). */
+static int vs__tree_level(vs_jdrafter *j, vs_tree *tree, int32_t pos, int32_t *level, int n) {
+  const float *q = vs__q(j, pos);
+  int32_t cand[8];
+  float pc[8];
+  int k = 0;
+  cand[k] = j->tok[pos % VS_J_RING];
+  pc[k++] = j->greedy ? 1.0f : q[cand[0]];
+  while (k < j->branch && (cand[k] = vs__next_candidate(j, q, cand, k, &pc[k])) >= 0) k++;
+  int32_t next[VS_SD_MAX_TREE_LEVEL];
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    float *dist = vs_tree_new_dist(tree, level[i]);
+    if (!dist) break;
+    memcpy(dist, q, (size_t)j->V * sizeof(float));
+    for (int c = 0; c < k && m < VS_SD_MAX_TREE_LEVEL; c++) {
+      float lp = tree->nodes[level[i]].logp + (q[cand[c]] > 0.0f ? logf(q[cand[c]]) : -INFINITY);
+      int32_t child = vs_tree_add(tree, level[i], cand[c], pc[c], lp);
+      if (child < 0) break;
+      next[m++] = child;
+    }
+  }
+  memcpy(level, next, (size_t)m * sizeof(int32_t));
+  return m;
+}
+
 static int jd_propose(void *self, vs_tree *tree, int depth, int32_t root_index, char *err,
                       size_t errlen) {
   vs_jdrafter *j = self;
@@ -207,22 +273,27 @@ static int jd_propose(void *self, vs_tree *tree, int depth, int32_t root_index, 
     return VSPEC_EINVAL;
   }
   tree->deterministic = j->greedy;
-  int32_t node = 0;
-  for (int i = 1; i <= depth; i++) {
+  for (int i = j->n_valid + 1; i <= depth; i++) {
+    vs__init_position(j, root_index + i);
+    j->n_valid = i;
+  }
+  /* SJD-PAC's tree over the first positions; its first candidates are the window's drafts,
+   * so the chain below continues from the first node of the last level. */
+  int tree_levels = j->branch ? j->branch_depth - 1 : 0;
+  if (tree_levels > depth) tree_levels = depth;
+  int32_t level[VS_SD_MAX_TREE_LEVEL] = {0};
+  int n = 1, i = 1;
+  for (; i <= tree_levels && n > 0; i++) n = vs__tree_level(j, tree, root_index + i, level, n);
+  int32_t node = n > 0 ? level[0] : -1;
+  for (; node >= 0 && i <= depth; i++) {
     int32_t pos = root_index + i;
-    if (i > j->n_valid) {
-      vs__init_position(j, pos);
-      j->n_valid = i;
-    }
     const float *q = vs__q(j, pos);
     int32_t x = j->tok[pos % VS_J_RING];
     float *dist = vs_tree_new_dist(tree, node);
     if (!dist || x < 0) break; /* no room, or an empty distribution: a shorter chain */
     memcpy(dist, q, (size_t)j->V * sizeof(float));
     float lp = tree->nodes[node].logp + (q[x] > 0.0f ? logf(q[x]) : -INFINITY);
-    int32_t child = vs_tree_add(tree, node, x, j->greedy ? 1.0f : q[x], lp);
-    if (child < 0) break;
-    node = child;
+    node = vs_tree_add(tree, node, x, j->greedy ? 1.0f : q[x], lp);
   }
   j->rounds++;
   return VSPEC_OK;
@@ -274,7 +345,9 @@ static int jd_end(void *self, const vs_round_outcome *o, char *err, size_t errle
    * them: their distributions are the window's next drafts. The chain's last node scored the
    * position just past the window. */
   int32_t last = o->root_index;
-  for (int32_t node = 0; node < t->n; node++) {
+  /* The window's own drafts are the first children all the way down (SJD-PAC's extra
+   * candidates hang beside them). */
+  for (int32_t node = 0; node >= 0; node = t->nodes[node].first_child) {
     int depth = t->nodes[node].depth;
     int32_t pos = o->root_index + depth + 1;
     if (depth <= o->n) continue;

@@ -47,7 +47,7 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
 
 /* Parameter keys that configure the drafter, not the scheduler (core/drafter_jacobi.c). */
 static int vs__drafter_key(const char *kv, size_t len) {
-  static const char *const keys[] = {"coupling", "init", NULL};
+  static const char *const keys[] = {"coupling", "init", "continue", NULL};
   const char *eq = memchr(kv, '=', len);
   size_t klen = eq ? (size_t)(eq - kv) : len;
   for (int i = 0; keys[i]; i++)

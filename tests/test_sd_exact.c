@@ -98,6 +98,8 @@ static const char *const exact_methods[] = {
     "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel",
     "sd:exact@standard:drafter=jacobi,depth=3,coupling=maximal,init=repeat",
     "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel,init=random",
+    /* SJD-PAC: the first two positions as a 2-ary tree of shared candidates */
+    "sd:exact@standard:drafter=jacobi,depth=3,continue=2x3,coupling=maximal",
 };
 static const char *const wrong_method =
     "sd:uniform_rsd:omega=1.5,resample=rule@standard:shape=chain,depth=3,drafter=model";

@@ -3,7 +3,7 @@
  * drafter's softmax, not its one-hot argmax), exact verification reproduces greedy AR token
  * for token, and relaxed rules judge against the target's softmax (as LANTERN's greedy path
  * does: jadohu/LANTERN models/ea_model_llamagen.py, EaModel.evaluate_posterior), so they
- * accept more than the exact rule.
+ * accept more than the exact rule. Greedy Jacobi decoding reproduces greedy AR too.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,7 +37,7 @@ static void test_greedy(void **state) {
   vs_table_world_open(&w, 6, 6, 51, 0.6, 0.8, &s);
   vs_models *models = w.models;
   vspec_dev *dev = w.dev;
-  double tpf_exact = 0, tpf_lantern = 0;
+  double tpf_exact = 0, tpf_lantern = 0, tpf_jacobi[2] = {0, 0};
   for (int seed = 0; seed < 40; seed++) {
     int32_t ar[6], sd[6], relaxed[6];
     vs_metrics m1, m2, m3;
@@ -48,14 +48,28 @@ static void test_greedy(void **state) {
     if (vs_generate(models, dev, &job, sd, &m2, err, sizeof err)) fail_msg("%s", err);
     /* greedy exact SD is greedy AR */
     assert_memory_equal(ar, sd, sizeof ar);
+    /* and so is Jacobi decoding (with SJD-PAC's tree: top candidates) */
+    job.on_round = NULL;
+    static const char *const jacobi[] = {"sd:exact@standard:drafter=jacobi,depth=4",
+                                         "sd:exact@standard:drafter=jacobi,depth=4,continue=3x3"};
+    for (int k = 0; k < 2; k++) {
+      int32_t jd[6];
+      vs_metrics mj;
+      job.method = jacobi[k];
+      if (vs_generate(models, dev, &job, jd, &mj, err, sizeof err)) fail_msg("%s", err);
+      assert_memory_equal(ar, jd, sizeof ar);
+      tpf_jacobi[k] += vs_metrics_tpf(&mj);
+    }
+    job.on_round = note_width;
     job.method = "sd:lantern:k=5,delta=0.9@standard:shape=dynamic,top_k=4,depth=3,"
                  "total_tokens=12,drafter=model";
     if (vs_generate(models, dev, &job, relaxed, &m3, err, sizeof err)) fail_msg("%s", err);
     tpf_exact += vs_metrics_tpf(&m2);
     tpf_lantern += vs_metrics_tpf(&m3);
   }
-  printf("  greedy TPF: exact %.3f, lantern delta 0.9 %.3f; widest node %d children\n",
-         tpf_exact / 40, tpf_lantern / 40, widest);
+  printf("  greedy TPF: exact %.3f, lantern delta 0.9 %.3f, jacobi %.3f, with a 3x3 tree "
+         "%.3f; widest node %d children\n", tpf_exact / 40, tpf_lantern / 40,
+         tpf_jacobi[0] / 40, tpf_jacobi[1] / 40, widest);
   assert_true(widest > 1);
   assert_true(tpf_lantern > tpf_exact + 0.05);
   vs_table_world_close(&w);
