@@ -16,6 +16,10 @@
 #   tools/run_benchmarks.sh cspd-steps [IMAGES]  the target alone at 16, 8 and 4 generation
 #                                          steps (one run each: num_iter is per run), and at
 #                                          64 on other seeds (the noise between image sets)
+#   tools/run_benchmarks.sh sjd [IMAGES]   drafting without a draft model: Speculative Jacobi
+#                                          Decoding with each coupling, SJD-PAC's tree, next to
+#                                          the best drafter-based rows (MODEL=DIR for a model
+#                                          that has no drafter: the drafter rows are left out)
 #   tools/run_benchmarks.sh coverage [IMAGES] [SETS]  the coverage of eval's intervals: SETS
 #                                          (default 20) pairs of disjoint sets of IMAGES AR
 #                                          images compared as a method with AR; features cached
@@ -119,6 +123,23 @@ case "$table" in
     methods="$methods;sd:lanternpp:lambda=2@standard:$S"
     methods="$methods;$L1@vvs:skip=uniform,interval=3,$S"
     ;;
+  sjd)
+    J="sd:exact@standard:drafter=jacobi"
+    methods="ar"
+    methods="$methods;$J,init=random"            # SJD as its authors run it
+    methods="$methods;$J"
+    methods="$methods;$J,coupling=gumbel"
+    methods="$methods;$J,coupling=maximal"
+    methods="$methods;$J,coupling=maximal,depth=7"
+    methods="$methods;$J,coupling=maximal,depth=3"
+    methods="$methods;$J,coupling=maximal,continue=3x3"
+    methods="$methods;$J,coupling=maximal,continue=3x3,depth=7"
+    methods="$methods;sd:coolsd:delta=2@standard:drafter=jacobi,coupling=maximal,depth=7"
+    if [ -z "${MODEL:-}" ]; then
+      methods="$methods;sd:exact@standard:shape=chain,depth=3,drafter=model"
+      methods="$methods;sd:coolsd:delta=3@standard:shape=chain,drafter=model,depth=5"
+    fi
+    ;;
   cspd | cspd-lenient)
     model=${MODEL:-models/fmnist-mar}
     rule="sd:continuous"
@@ -163,7 +184,7 @@ case "$table" in
     exit 0
     ;;
   *)
-    echo "usage: $0 sd|vvs|claims|cspd|cspd-lenient|mar-cfg|cspd-steps|coverage [IMAGES]" >&2
+    echo "usage: $0 sd|vvs|claims|sjd|cspd|cspd-lenient|mar-cfg|cspd-steps|coverage [IMAGES]" >&2
     exit 2
     ;;
 esac
