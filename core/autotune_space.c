@@ -64,10 +64,9 @@ int vs_autotune_default(vs_method *m, int continuous) {
   int named = 0;
   for (size_t i = 0; i < sizeof at_size_keys / sizeof at_size_keys[0]; i++)
     named |= vs_param_string(p, at_size_keys[i]) != NULL;
-  /* Jacobi decoding keeps SJD's window: size=auto's space is a draft model's (depth,
-   * trees), not a window's. */
-  const char *drafter = vs_param_string(p, "drafter");
-  named |= drafter && !strcmp(drafter, "jacobi");
+  /* A drafter plugin (Jacobi decoding) keeps its own default depth: size=auto's space is a
+   * draft model's (depth, trees), not a window's. */
+  named |= vs_method_drafter(m) == VSPEC_DRAFTER_PLUGIN;
   vs_params_free(p);
   if (named) return 0;
   char sp[sizeof m->sched_params];

@@ -19,7 +19,7 @@ int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, s
   switch (cfg->kind) {
     case VSPEC_DRAFTER_MODEL:
     case VSPEC_DRAFTER_HEAD: cls = &vs__drafter_model; break;
-    case VSPEC_DRAFTER_JACOBI: cls = &vs__drafter_jacobi; break;
+    case VSPEC_DRAFTER_PLUGIN: cls = &vs__drafter_plugin; break;
     default:
       snprintf(err, errlen, "unknown drafter kind %u", cfg->kind);
       return VSPEC_EINVAL;

@@ -14,8 +14,9 @@
  *     draft GPT also keeps the accepted nodes it fed while drafting (their KV entries depend
  *     on the tokens alone), so next round it feeds only the root and, when the whole path
  *     was accepted, the leaf it never fed.
- * Speculative Jacobi Decoding (core/drafter_jacobi.c) is a drafter too, one without a model:
- * its drafts are the target's own earlier outputs.
+ * A drafter plugin (core/drafter_plugin.c; Speculative Jacobi Decoding is
+ * plugins/drafter/jacobi.c) is a drafter without a model of the engine's: it builds the whole
+ * tree itself and reads the target's distributions at the verified nodes.
  * Draft distributions are the drafter's logits with the same CFG scale and schedule and the
  * same temperature / top-k / top-p as the target (LANTERN's convention: Model.topK_genrate in
  * jadohu/LANTERN models/drafters/cnets_llamagen.py processes the drafter's logits so).
@@ -30,8 +31,11 @@
 typedef struct vs_drafter vs_drafter;
 
 typedef struct vs_drafter_config {
-  uint32_t kind;     /* vspec_drafter_kind, resolved (model, head or jacobi; not auto) */
-  const char *params; /* the drafter's own parameters ("k=v,..."; see the kind's file) */
+  uint32_t kind;     /* vspec_drafter_kind, resolved (model, head or plugin; not auto) */
+  const char *name;  /* a drafter plugin's name */
+  const char *params; /* the drafter's own parameters ("k=v,..."; a plugin's) */
+  struct vs_registry *reg;   /* where drafter plugins come from */
+  const vspec_host *host;    /* what they are given */
   const vs_backend_model *model; /* model and head kinds */
   vspec_dev *dev;
   const vs_job *job;
@@ -57,7 +61,7 @@ int vs_drafter_begin(vs_drafter *d, vs_tree *tree, int32_t root_index, char *err
  * distributions. */
 int vs_drafter_expand(vs_drafter *d, vs_tree *tree, const int32_t *nodes, int n,
                       int32_t root_index, char *err, size_t errlen);
-/* Drafters that build the whole tree below the root themselves (jacobi): up to `depth`
+/* Drafters that build the whole tree below the root themselves (plugins): up to `depth`
  * tokens, each with the distribution it was drawn from as its parent's expansion
  * distribution. 0 when the kind is driven by begin / expand instead. */
 int vs_drafter_proposes(const vs_drafter *d);
@@ -92,10 +96,5 @@ struct vs_forward_gate;
 void vs_drafter_set_gate(vs_drafter *d, struct vs_forward_gate *gate);
 /* The drafter's output feature at an expanded tree node ([rows, dim]); feature heads only. */
 const float *vs_drafter_node_feature(const vs_drafter *d, int32_t node);
-
-/* Tests only: nonzero makes the Jacobi drafter keep a position's old draft while recording
- * the new distribution, so the walk judges it against a distribution it was not drawn from
- * (the planted fault tests/test_sd_exact.c must catch). */
-extern int vs__jacobi_fault;
 
 #endif /* VS_DRAFTER_H */

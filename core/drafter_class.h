@@ -4,10 +4,9 @@
  * core/drafter.c dispatches through this table; each kind lives in its own file:
  *   drafter_model.c   a draft model or an EAGLE head (the engine's tree builders drive it
  *                     through begin / expand, one forward per tree level)
- *   drafter_jacobi.c  Speculative Jacobi Decoding: no model, the drafts are earlier target
- *                     outputs (it proposes the whole chain itself)
- * A kind implements either begin + expand or propose. The table is the shape a drafter
- * plugin ABI takes later: it only grows at the end.
+ *   drafter_plugin.c  a drafter plugin (include/vspec/plugin.h: Speculative Jacobi Decoding
+ *                     is plugins/drafter/jacobi.c): it proposes the whole tree itself
+ * A kind implements either begin + expand or propose.
  */
 #ifndef VS_DRAFTER_CLASS_H
 #define VS_DRAFTER_CLASS_H
@@ -37,6 +36,6 @@ typedef struct vs_drafter_class {
 } vs_drafter_class;
 
 extern const vs_drafter_class vs__drafter_model;
-extern const vs_drafter_class vs__drafter_jacobi;
+extern const vs_drafter_class vs__drafter_plugin;
 
 #endif /* VS_DRAFTER_CLASS_H */

@@ -27,6 +27,9 @@ static void vs__rng_init(vspec_rng *r, uint64_t seed, uint64_t stream) {
 }
 static double vs__rng_uniform(vspec_rng *r) { return vs_rng_uniform(r); }
 static float vs__rng_normal(vspec_rng *r) { return (float)vs_rng_normal(r); }
+static double vs__rng_uniform_at(uint64_t seed, uint64_t stream, uint64_t n) {
+  return vs_rng_uniform_at(seed, stream, n);
+}
 
 static void *vs__host_alloc(size_t n) { return malloc(n ? n : 1); }
 static void *vs__host_calloc(size_t n, size_t s) { return calloc(n ? n : 1, s ? s : 1); }
@@ -59,5 +62,6 @@ void vs_host_init(vspec_host *h, const vspec_ops *ops) {
       .tensors_get_f32 = vs_st_get_f32,
       .dev_ops = vs_dev_ops,
       .dev_space = vs_dev_space,
+      .rng_uniform_at = vs__rng_uniform_at,
   };
 }

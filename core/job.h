@@ -18,8 +18,7 @@ enum {
   VS_STREAM_SCHED = 4,         /* scheduler decisions */
   VS_STREAM_ORDER = 5,         /* MAR's generation order */
   VS_STREAM_RESIDUAL = 6,      /* continuous tokens: residual sampling */
-  VS_STREAM_JACOBI = 7,        /* Jacobi drafts: redraws and first draws (core/drafter_jacobi.c) */
-  VS_STREAM_JACOBI_GUMBEL = 8, /* Jacobi drafts: the per-position Gumbel noise of coupling=gumbel */
+  /* drafter plugins draw from VSPEC_STREAM_DRAFTER (include/vspec/plugin.h) onward */
   VS_STREAM_NOISE = 64         /* MAR's diffusion noises: stream 64 + position, so that draft
                                   and target draw a position's noises alike */
 };

@@ -45,14 +45,17 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
   return VSPEC_OK;
 }
 
-/* Parameter keys that configure the drafter, not the scheduler (core/drafter_jacobi.c). */
+/* Parameter keys that configure the drafter, not the scheduler: those of the shipped drafter
+ * plugin (plugins/drafter/jacobi.c), and any key written drafter.KEY (for other drafter
+ * plugins; handed over as KEY). Returns the length of the prefix to strip, or -1. */
 static int vs__drafter_key(const char *kv, size_t len) {
   static const char *const keys[] = {"coupling", "init", "continue", NULL};
   const char *eq = memchr(kv, '=', len);
   size_t klen = eq ? (size_t)(eq - kv) : len;
+  if (klen > 8 && !memcmp(kv, "drafter.", 8)) return 8;
   for (int i = 0; keys[i]; i++)
-    if (strlen(keys[i]) == klen && memcmp(keys[i], kv, klen) == 0) return 1;
-  return 0;
+    if (strlen(keys[i]) == klen && memcmp(keys[i], kv, klen) == 0) return 0;
+  return -1;
 }
 
 /* Moves the drafter's keys out of the scheduler's parameter list, in their order. */
@@ -63,7 +66,7 @@ static int vs__split_drafter_params(vs_method *m, char *err, size_t errlen) {
   while (*s) {
     const char *comma = strchr(s, ',');
     size_t len = comma ? (size_t)(comma - s) : strlen(s);
-    int drafter = vs__drafter_key(s, len);
+    int strip = vs__drafter_key(s, len), drafter = strip >= 0;
     char *dst = drafter ? m->drafter_params : sched;
     size_t *n = drafter ? &nd : &ns, cap = drafter ? sizeof m->drafter_params : sizeof sched;
     if (*n + len + 2 > cap) {
@@ -72,8 +75,13 @@ static int vs__split_drafter_params(vs_method *m, char *err, size_t errlen) {
       return VSPEC_EINVAL;
     }
     if (*n) dst[(*n)++] = ',';
-    memcpy(dst + *n, s, len);
-    *n += len;
+    memcpy(dst + *n, s + (drafter ? strip : 0), len - (drafter ? strip : 0));
+    *n += len - (drafter ? strip : 0);
+    if (len > 8 && !memcmp(s, "drafter=", 8) &&
+        vs__trim_copy(m->drafter, sizeof m->drafter, s + 8, len - 8)) {
+      snprintf(err, errlen, "method: drafter name too long");
+      return VSPEC_EINVAL;
+    }
     dst[*n] = 0;
     s += len;
     if (*s == ',') s++;
@@ -121,25 +129,30 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
 }
 
 unsigned vs_method_drafter(const vs_method *m) {
-  static const char *const names[] = {"auto", "model", "head", "jacobi"};
-  if (m->kind != VS_METHOD_SD) return VSPEC_DRAFTER_AUTO;
-  for (const char *s = m->sched_params; *s;) {
-    size_t len = strcspn(s, ",");
-    if (len > 8 && !strncmp(s, "drafter=", 8))
-      for (unsigned k = 0; k < sizeof names / sizeof names[0]; k++)
-        if (strlen(names[k]) == len - 8 && !strncmp(s + 8, names[k], len - 8)) return k;
-    s += len;
-    if (*s == ',') s++;
-  }
-  return VSPEC_DRAFTER_AUTO;
+  static const char *const names[] = {"auto", "model", "head"};
+  if (m->kind != VS_METHOD_SD || !*m->drafter) return VSPEC_DRAFTER_AUTO;
+  for (unsigned k = 0; k < sizeof names / sizeof names[0]; k++)
+    if (!strcmp(m->drafter, names[k])) return k;
+  return VSPEC_DRAFTER_PLUGIN;
 }
 
 int vs_method_compose(const vs_method *m, const char *sched_params, char *out, size_t cap) {
   if (m->kind == VS_METHOD_AR) return snprintf(out, cap, "ar");
-  int any = *sched_params || *m->drafter_params;
+  /* the drafter's parameters as they are written: drafter.KEY unless a shipped key */
+  char dp[2 * sizeof m->drafter_params];
+  size_t n = 0;
+  for (const char *s = m->drafter_params; *s && n < sizeof dp;) {
+    size_t len = strcspn(s, ",");
+    n += (size_t)snprintf(dp + n, sizeof dp - n, "%s%s%.*s", n ? "," : "",
+                          vs__drafter_key(s, len) == 0 ? "" : "drafter.", (int)len, s);
+    s += len;
+    if (*s == ',') s++;
+  }
+  dp[n < sizeof dp ? n : sizeof dp - 1] = 0;
+  int any = *sched_params || *dp;
   return snprintf(out, cap, "sd:%s%s%s@%s%s%s%s%s", m->rule, *m->rule_params ? ":" : "",
                   m->rule_params, m->sched, any ? ":" : "", sched_params,
-                  *sched_params && *m->drafter_params ? "," : "", m->drafter_params);
+                  *sched_params && *dp ? "," : "", dp);
 }
 
 int vs_method_split(const char *text, vs_method *out, int max, char *err, size_t errlen) {

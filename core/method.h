@@ -19,15 +19,18 @@ typedef struct vs_method {
   int kind;
   char rule[64], rule_params[512];
   char sched[64], sched_params[512];
-  /* The drafter's own parameters (coupling=..., core/drafter_jacobi.c), written among the
-   * scheduler's and moved here at parsing: the scheduler never sees them. */
+  /* The drafter the scheduler's parameters name (drafter=NAME; "" when none), and its own
+   * parameters, written among the scheduler's (the shipped jacobi plugin's coupling=, init=,
+   * continue=; any other drafter plugin's as drafter.KEY=V) and moved here at parsing: the
+   * scheduler never sees them, the drafter gets them as KEY=V. */
+  char drafter[64];
   char drafter_params[256];
   char text[1100]; /* canonical spelling */
 } vs_method;
 
 int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen);
-/* The drafter the method names (vspec_drafter_kind: drafter=auto|model|head|jacobi among the
- * scheduler's parameters; VSPEC_DRAFTER_AUTO when it names none or is not sd). */
+/* The kind of drafter the method names (vspec_drafter_kind: auto, model, head, or any other
+ * name: a drafter plugin; VSPEC_DRAFTER_AUTO when it names none or is not sd). */
 unsigned vs_method_drafter(const vs_method *m);
 /* The spelling of `m` with `sched_params` in place of its scheduler parameters (the drafter's
  * are appended to them again); returns what snprintf does. */

@@ -69,15 +69,15 @@ struct vs_registry {
   int refs; /* 1 for the registry itself + 1 per live generation: freed at 0 */
 };
 
-static const char *const vs__kind_names[] = {NULL, "backend", "accept", "sched"};
+static const char *const vs__kind_names[] = {NULL, "backend", "accept", "sched", "drafter"};
 
 const char *vs_plugin_kind_name(int kind) {
-  return (kind >= VSPEC_PLUGIN_BACKEND && kind <= VSPEC_PLUGIN_SCHED) ? vs__kind_names[kind]
+  return (kind >= VSPEC_PLUGIN_BACKEND && kind <= VSPEC_PLUGIN_DRAFTER) ? vs__kind_names[kind]
                                                                       : "unknown";
 }
 
 int vs_plugin_kind_parse(const char *name) {
-  for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_SCHED; k++)
+  for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_DRAFTER; k++)
     if (name && strcmp(name, vs__kind_names[k]) == 0) return k;
   return -1;
 }
@@ -94,6 +94,7 @@ static size_t vs__vtable_min_size(int kind) {
     case VSPEC_PLUGIN_BACKEND: return sizeof(vspec_backend_vtable);
     case VSPEC_PLUGIN_ACCEPT: return sizeof(vspec_accept_vtable);
     case VSPEC_PLUGIN_SCHED: return sizeof(vspec_sched_vtable);
+    case VSPEC_PLUGIN_DRAFTER: return sizeof(vspec_drafter_vtable);
     default: return (size_t)-1;
   }
 }
@@ -568,7 +569,7 @@ static vs__entry *vs__find_entry(vs_registry *reg, int kind, const char *name) {
 
 static int vs__plugin_path(const vs_registry *reg, int kind, const char *name, char *path,
                            size_t n, char *err, size_t errlen) {
-  if (kind < VSPEC_PLUGIN_BACKEND || kind > VSPEC_PLUGIN_SCHED) {
+  if (kind < VSPEC_PLUGIN_BACKEND || kind > VSPEC_PLUGIN_DRAFTER) {
     snprintf(err, errlen, "unknown plugin kind %d", kind);
     return VSPEC_EINVAL;
   }

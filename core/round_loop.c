@@ -108,22 +108,23 @@ static int vs__pick_drafter(vs_rounds *c, const vs_method *m, const vspec_round_
   if (dk == VSPEC_DRAFTER_AUTO) dk = models->eagle.model ? VSPEC_DRAFTER_HEAD : VSPEC_DRAFTER_MODEL;
   *kind = dk;
   *out = NULL;
-  if (dk == VSPEC_DRAFTER_JACOBI) {
+  if (dk == VSPEC_DRAFTER_PLUGIN) {
     if (c->sched_vt->decide || plan->shape != VSPEC_DRAFT_CHAIN) {
-      snprintf(err, errlen, "method '%s': drafter=jacobi drafts a chain that the target always "
-               "verifies (scheduler 'standard', shape=chain)", m->text);
+      snprintf(err, errlen, "method '%s': drafter=%s is a drafter plugin, whose rounds the "
+               "target always verifies (scheduler 'standard', shape=chain)", m->text,
+               m->drafter);
       return VSPEC_EINVAL;
     }
     return VSPEC_OK;
   }
-  if (dk > VSPEC_DRAFTER_JACOBI) {
+  if (dk > VSPEC_DRAFTER_PLUGIN) {
     snprintf(err, errlen, "scheduler '%s' asked for unknown drafter kind %u", m->sched, dk);
     return VSPEC_EINVAL;
   }
   const vs_backend_model *dm = dk == VSPEC_DRAFTER_HEAD ? &models->eagle : &models->draft;
   if (!dm->model) {
     snprintf(err, errlen, "method '%s' needs a %s, but model '%s' has none (vspec-model.json "
-             "\"%s\"); drafter=jacobi needs no draft model", m->text,
+             "\"%s\"); drafter=jacobi needs none", m->text,
              dk == VSPEC_DRAFTER_HEAD ? "draft head" : "draft model", models->name,
              dk == VSPEC_DRAFTER_HEAD ? "eagle" : "draft");
     return VSPEC_EINVAL;
@@ -430,8 +431,9 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
   if (m->kind == VS_METHOD_AR) return VSPEC_OK;
   /* Drafter capacity: the catch-up chain (accepted tokens), the root and the nodes one
    * round expands, which the plan bounds. */
-  vs_drafter_config dc = {.kind = dk, .params = m->drafter_params, .model = dm, .dev = c->dev,
-                          .job = job, .rows = c->rows,
+  vs_drafter_config dc = {.kind = dk, .name = m->drafter, .params = m->drafter_params,
+                          .reg = c->models->reg, .host = c->models->host, .model = dm,
+                          .dev = c->dev, .job = job, .rows = c->rows,
                           .max_nodes = VS_MAX_DEPTH + 2 + *expand_max,
                           .max_tree_nodes = VS_SD_MAX_POOL, .n_image = c->N,
                           .target_feature_dim = c->fdim, .vocab = c->V};

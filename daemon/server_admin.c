@@ -282,7 +282,7 @@ void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *env,
   }
   if (kind < 0) {
     int found = 0;
-    for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_SCHED; k++)
+    for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_DRAFTER; k++)
       if (vs__plugin_file_exists(s, k, name)) {
         kind = k;
         found++;

@@ -40,8 +40,27 @@ static int vs__rule_fits(const vspec_accept_vtable *vt, int continuous, const ch
 
 /* Creates and destroys one instance of plugin (kind, name) with `params`; an acceptance rule
  * must also fit the model's kind of tokens (`continuous`). */
+static const char *vs__plugin_what(int kind) {
+  return kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule"
+         : kind == VSPEC_PLUGIN_SCHED ? "scheduler"
+                                      : "drafter";
+}
+
+/* A trial drafter for a job on a model of `vocab` codes. */
+static int vs__try_drafter(const vs_submit_ctx *c, const vs_plugin *p, const vspec_params *pp,
+                           int32_t vocab, char *err, size_t errlen) {
+  const vspec_drafter_vtable *vt = vs_plugin_vtable(p);
+  vspec_drafter_job job = {.struct_size = sizeof job, .vocab = vocab, .n_image = 1,
+                           .max_depth = VS_MAX_DEPTH};
+  vspec_drafter *d = NULL;
+  int rc = vt->create(c->host, pp, &job, &d, err, errlen);
+  if (!rc) vt->destroy(d);
+  return rc;
+}
+
 static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, const char *params,
-                          int continuous, const char *model, char *err, size_t errlen) {
+                          int continuous, const char *model, int32_t vocab, char *err,
+                          size_t errlen) {
   vs_plugin *p = NULL;
   char inner[VSPEC_ERRLEN] = "";
   /* A client naming a file in the plugin directory must not be enough to run its code:
@@ -50,8 +69,7 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
                ? vs_registry_acquire(c->reg, kind, name, &p, inner, sizeof inner)
                : vs_registry_acquire_loaded(c->reg, kind, name, &p, inner, sizeof inner);
   if (rc) {
-    snprintf(err, errlen, "%s '%s' is not available: %s",
-             kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule" : "scheduler", name, inner);
+    snprintf(err, errlen, "%s '%s' is not available: %s", vs__plugin_what(kind), name, inner);
     return rc;
   }
   vspec_params *pp = NULL;
@@ -63,6 +81,8 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
       rc = vs__rule_fits(vt, continuous, model, inner, sizeof inner);
       if (!rc) rc = vt->create(c->host, pp, &r, inner, sizeof inner);
       if (!rc) vt->destroy(r);
+    } else if (kind == VSPEC_PLUGIN_DRAFTER) {
+      rc = vs__try_drafter(c, p, pp, vocab, inner, sizeof inner);
     } else {
       const vspec_sched_vtable *vt = vs_plugin_vtable(p);
       vspec_sched *s = NULL;
@@ -72,9 +92,7 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
   }
   vs_params_free(pp);
   vs_plugin_release(p);
-  if (rc)
-    snprintf(err, errlen, "%s '%s': %s", kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule" :
-             "scheduler", name, inner);
+  if (rc) snprintf(err, errlen, "%s '%s': %s", vs__plugin_what(kind), name, inner);
   return rc;
 }
 
@@ -192,7 +210,7 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   const int INVALID = VSPEC__ERROR_CODE__ERR_INVALID;
   vs_djob *j = NULL;
   vs_model_set *set = NULL;
-  char inner[VSPEC_ERRLEN], q[64];
+  char inner[VSPEC_ERRLEN];
 
   if (vs__check_strings(s, inner, sizeof inner)) VS_FAIL(INVALID, "%s", inner);
   const char *model = s->model && *s->model ? s->model : cfg->default_model;
@@ -204,10 +222,8 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   /* ---- the method ---- */
   char method[1100], rule[64] = "", sched[64] = "";
   const char *draft = s->draft && *s->draft ? s->draft : NULL;
-  if (draft && strcmp(draft, "auto") && strcmp(draft, "model") && strcmp(draft, "head") &&
-      strcmp(draft, "jacobi"))
-    VS_FAIL(INVALID, "draft: %s is not auto, model, head or jacobi",
-            vs_text_quote(q, sizeof q, draft, strlen(draft)));
+  if (draft && vs_name_check(&vs_name_plugin, "draft", draft, inner, sizeof inner))
+    VS_FAIL(INVALID, "draft: auto, model, head or a drafter plugin such as jacobi: %s", inner);
   if (s->method && *s->method) {
     if (s->accept || s->sched || s->accept_params || s->sched_params || draft)
       VS_FAIL(INVALID, "method: give either a complete method or accept/sched/draft, not both");
@@ -241,7 +257,7 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
     VS_FAIL(INVALID, "method %s: size=auto is not supported for continuous-token (MAR) models "
             "(model '%s'); use depth=L explicitly", me.text, model);
   if (me.kind == VS_METHOD_SD) {
-    if (!has_draft && !has_eagle && vs_method_drafter(&me) != VSPEC_DRAFTER_JACOBI)
+    if (!has_draft && !has_eagle && vs_method_drafter(&me) != VSPEC_DRAFTER_PLUGIN)
       VS_FAIL(INVALID, "method %s: model '%s' has no drafter (no draft model, no eagle head); "
               "use ar, or drafter=jacobi (no draft model needed)", me.text, model);
     unsigned drafter = vs_method_drafter(&me);
@@ -250,9 +266,12 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
     if (drafter == VSPEC_DRAFTER_HEAD && !has_eagle)
       VS_FAIL(INVALID, "draft: model '%s' has no eagle head", model);
     if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me.rule, me.rule_params, set->continuous, model,
-                       inner, sizeof inner) ||
+                       in->vocab, inner, sizeof inner) ||
         vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me.sched, sched_params, set->continuous, model,
-                       inner, sizeof inner))
+                       in->vocab, inner, sizeof inner) ||
+        (drafter == VSPEC_DRAFTER_PLUGIN &&
+         vs__try_plugin(c, VSPEC_PLUGIN_DRAFTER, me.drafter, me.drafter_params,
+                        set->continuous, model, in->vocab, inner, sizeof inner)))
       VS_FAIL(INVALID, "%s", inner);
     snprintf(rule, sizeof rule, "%s", me.rule);
     snprintf(sched, sizeof sched, "%s", me.sched);

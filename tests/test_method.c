@@ -33,10 +33,19 @@ static void test_parse(void **state) {
   assert_string_equal(m.sched_params, "drafter=jacobi,depth=7");
   assert_string_equal(m.drafter_params, "coupling=gumbel,init=random");
   assert_string_equal(m.text, "sd:exact@standard:drafter=jacobi,coupling=gumbel,depth=7,init=random");
-  assert_int_equal(vs_method_drafter(&m), VSPEC_DRAFTER_JACOBI);
+  assert_int_equal(vs_method_drafter(&m), VSPEC_DRAFTER_PLUGIN);
+  assert_string_equal(m.drafter, "jacobi");
   char text[sizeof m.text];
   vs_method_compose(&m, "drafter=jacobi,depth=3", text, sizeof text);
   assert_string_equal(text, "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel,init=random");
+  /* another drafter plugin's parameters are written drafter.KEY */
+  assert_int_equal(vs_method_parse("sd:exact@standard:drafter=mine,drafter.width=3,depth=2", &m,
+                                   err, sizeof err), 0);
+  assert_string_equal(m.sched_params, "drafter=mine,depth=2");
+  assert_string_equal(m.drafter_params, "width=3");
+  vs_method_compose(&m, m.sched_params, text, sizeof text);
+  assert_string_equal(text, "sd:exact@standard:drafter=mine,depth=2,drafter.width=3");
+  assert_int_equal(vs_method_drafter(&m), VSPEC_DRAFTER_PLUGIN);
   assert_int_equal(vs_method_parse("sd:exact@standard:coupling=maximal", &m, err, sizeof err), 0);
   assert_string_equal(m.sched_params, "");
   vs_method_compose(&m, "", text, sizeof text);

@@ -103,6 +103,23 @@ static void test_uniform(void **state) {
   assert_int_equal(s.used, 2);
 }
 
+/* vs_rng_uniform_at(seed, stream, n) is the n-th uniform of the stream, walked or not. */
+static void test_uniform_at(void **state) {
+  (void)state;
+  vspec_rng r;
+  vs_rng_init(&r, 0x123456789abcdefull, 0x40000007ull);
+  for (uint64_t n = 0; n < 1000; n++) {
+    double u = vs_rng_uniform(&r);
+    assert_true(u == vs_rng_uniform_at(0x123456789abcdefull, 0x40000007ull, n));
+  }
+  /* far into a stream: the block counter's high word */
+  vs_rng_init(&r, 7, 9);
+  r.ctr[0] = 0;
+  r.ctr[1] = 3; /* block 3 << 32: uniforms 2 * (3 << 32) onward */
+  double u = vs_rng_uniform(&r);
+  assert_true(u == vs_rng_uniform_at(7, 9, (uint64_t)3 << 33));
+}
+
 static void test_uniform_edges(void **state) {
   /* words that are all zero / all one give exactly 0 and the largest double below 1 */
   vspec_rng r;
@@ -151,7 +168,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_known_answers), cmocka_unit_test(test_stream_layout),
       cmocka_unit_test(test_determinism),   cmocka_unit_test(test_uniform),
-      cmocka_unit_test(test_uniform_edges), cmocka_unit_test(test_normal),
+      cmocka_unit_test(test_uniform_edges),
+      cmocka_unit_test(test_uniform_at), cmocka_unit_test(test_normal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/drafter.h"
 #include "core/engine.h"
 #include "core/host.h"
 #include "kernels/vs_kernels.h"
@@ -123,9 +122,7 @@ static void check_world(int vocab, int len, uint64_t seed) {
     /* (only where the window outlives a round: with 3 tokens every Jacobi draft is a first
      * draw, which the fault leaves alone) */
     if (len < 5) goto done;
-    vs__jacobi_fault = 1;
-    p = sample_pvalue(&w, "sd:exact@standard:drafter=jacobi,depth=3", SAMPLES, &tpf);
-    vs__jacobi_fault = 0;
+    p = sample_pvalue(&w, "sd:exact@standard:drafter=jacobi_wrong,depth=3", SAMPLES, &tpf);
     if (!(p < P_MIN)) fail_msg("the wrong Jacobi update passed the chi-square test (p = %.3g)", p);
   }
 done:

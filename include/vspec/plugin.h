@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 4
+#define VSPEC_ABI_MINOR 5
 #endif
 
 #define VSPEC_STR_(x) #x
@@ -65,7 +65,8 @@ extern "C" {
 typedef enum vspec_plugin_kind {
   VSPEC_PLUGIN_BACKEND = 1,
   VSPEC_PLUGIN_ACCEPT = 2,
-  VSPEC_PLUGIN_SCHED = 3
+  VSPEC_PLUGIN_SCHED = 3,
+  VSPEC_PLUGIN_DRAFTER = 4 /* ABI 1.5 */
 } vspec_plugin_kind;
 
 /* Descriptor flags. */
@@ -171,6 +172,11 @@ typedef struct vspec_host {
    * ops is usable by the other's (all CPU devices are space 0; each GPU has its own). A
    * model loaded on one device serves sessions only on devices of the same space. */
   uint32_t (*dev_space)(const vspec_dev *dev);
+
+  /* ---- ABI 1.5 ---- */
+  /* The n-th uniform of stream `stream` of `seed` (what the n-th rng_uniform after rng_init
+   * returns), computed directly: noise keyed by position, recomputed whenever needed. */
+  double (*rng_uniform_at)(uint64_t seed, uint64_t stream, uint64_t n);
 } vspec_host;
 
 /* ---- backend plugins ------------------------------------------------------------------ */
@@ -412,8 +418,8 @@ typedef enum vspec_drafter_kind {
   VSPEC_DRAFTER_AUTO = 0,  /* the feature head if the model has one, else the draft model */
   VSPEC_DRAFTER_MODEL = 1, /* a separate small draft model (the model directory's "draft") */
   VSPEC_DRAFTER_HEAD = 2,  /* an EAGLE-style head over target features ("eagle") */
-  VSPEC_DRAFTER_JACOBI = 3 /* ABI 1.5: no model; Speculative Jacobi Decoding over the target's
-                              own earlier outputs (chain shape only) */
+  VSPEC_DRAFTER_PLUGIN = 3 /* ABI 1.5: a drafter plugin, named by the scheduler parameter
+                              drafter=NAME (the engine resolves the name) */
 } vspec_drafter_kind;
 
 typedef struct vspec_round_state {
@@ -485,6 +491,80 @@ typedef struct vspec_sched_vtable {
                 vspec_rng *rng, vspec_skip_decision *out);
 } vspec_sched_vtable;
 
+/* ---- drafter plugins (ABI 1.5) -------------------------------------------------------
+ *
+ * A drafter proposes the tokens a round verifies. Drafters that own a model (the draft GPT,
+ * the EAGLE head) are the engine's; a drafter plugin builds the whole tree below the root
+ * itself (propose) and learns how each round ended (end): the accepted tokens and, on demand,
+ * the target's distribution at any node of the verified tree. Speculative Jacobi Decoding
+ * (plugins/drafter/jacobi.c) is one: its drafts are the target's earlier outputs. */
+
+typedef struct vspec_drafter vspec_drafter; /* one job's drafter, owned by the plugin */
+
+/* What a drafter knows of its job; fixed for the job. */
+typedef struct vspec_drafter_job {
+  uint32_t struct_size;
+  int32_t vocab;     /* the target's */
+  int32_t n_image;   /* tokens of the image; image index 0 is the prefill's token */
+  int32_t max_depth; /* deepest draft the engine walks */
+  int32_t greedy;    /* temperature 0: the walk accepts a draft iff it is the target's argmax */
+  uint64_t seed;     /* the job's seed: a drafter draws from its own streams of it
+                        (host->rng_init(rng, seed, VSPEC_STREAM_DRAFTER + k)) */
+} vspec_drafter_job;
+
+/* First RNG stream id free for drafters (the engine's own are below). */
+#define VSPEC_STREAM_DRAFTER 0x40000000ull
+
+/* The tree a round verifies, as a drafter builds it. Node 0 is the root (the last emitted
+ * token, image index root_index); a node at depth d stands for image index root_index + d.
+ * The walk tries a node's children in the order they were added, each judged against the
+ * distribution of its parent (dist) without the earlier siblings, renormalised: children
+ * must be drawn from it that way (without replacement) for exact rules to stay exact. */
+typedef struct vspec_draft_builder {
+  uint32_t struct_size;
+  void *ctx;
+  /* Adds a child of `parent` carrying `token`, proposed with probability p_cond (what it was
+   * drawn with, given the earlier siblings; 1 for a deterministic draft); returns its index,
+   * or -1 when the tree is full. */
+  int32_t (*add)(void *ctx, int32_t parent, int32_t token, float p_cond);
+  /* The distribution [vocab] the children of `node` are drawn from, for the drafter to fill
+   * before adding them; NULL when no more nodes can hold one. */
+  float *(*dist)(void *ctx, int32_t node);
+} vspec_draft_builder;
+
+/* How a round ended. */
+typedef struct vspec_round_result {
+  uint32_t struct_size;
+  int32_t root_index;
+  int32_t n_accepted;       /* drafted tokens accepted after the root */
+  const int32_t *path;      /* [n_accepted + 1] their nodes, path[0] = 0 (the root) */
+  int32_t next_root;        /* the token sampled after them: image index root_index +
+                               n_accepted + 1 */
+  int32_t n_nodes;          /* the verified tree */
+  const int32_t *tokens, *parents, *depth; /* [n_nodes] */
+  void *ctx;
+  /* The target's processed distribution at `node` (CFG, temperature, top-k, top-p: what the
+   * walk compares with) for image index root_index + depth[node] + 1, into probs [vocab];
+   * computed on demand. */
+  int (*target_dist)(void *ctx, int32_t node, float *probs);
+} vspec_round_result;
+
+typedef struct vspec_drafter_vtable {
+  uint32_t struct_size;
+  int (*create)(const vspec_host *host, const vspec_params *params, const vspec_drafter_job *job,
+                vspec_drafter **out, char *err, size_t errlen);
+  void (*destroy)(vspec_drafter *d);
+  /* After the target's prefill: image token 0. */
+  int (*start)(vspec_drafter *d, int32_t root_token, char *err, size_t errlen);
+  /* This round's tree below the root (image index root_index), at most `depth` deep. */
+  int (*propose)(vspec_drafter *d, int32_t root_index, int32_t depth,
+                 const vspec_draft_builder *b, char *err, size_t errlen);
+  /* After the walk of a round it proposed. */
+  int (*end)(vspec_drafter *d, const vspec_round_result *r, char *err, size_t errlen);
+  /* After a round it sat out (an AR step): the target emitted next_root at root_index + 1. */
+  int (*skip)(vspec_drafter *d, int32_t next_root, char *err, size_t errlen);
+} vspec_drafter_vtable;
+
 /* ---- the descriptor ------------------------------------------------------------------- */
 
 typedef struct vspec_plugin_desc {
@@ -498,7 +578,8 @@ typedef struct vspec_plugin_desc {
   uint64_t flags;       /* VSPEC_PLUGIN_* */
   /* ABI 1.0 */
   const char *description;
-  const void *vtable; /* vspec_backend_vtable / vspec_accept_vtable / vspec_sched_vtable */
+  const void *vtable; /* vspec_backend_vtable / vspec_accept_vtable / vspec_sched_vtable /
+                         vspec_drafter_vtable (ABI 1.5) */
   /* Called once after loading, before any other call. May be NULL. */
   int (*init)(const vspec_host *host, char *err, size_t errlen);
   /* Called once before the generation is closed; every object it created is gone. */

@@ -92,6 +92,19 @@ VS_HD static inline double vs_rng_uniform(vspec_rng *r) {
   return ((double)a * 67108864.0 + (double)b) * (1.0 / 9007199254740992.0);
 }
 
+/* The n-th uniform of stream `stream` of `seed`, as the n-th vs_rng_uniform of a fresh stream
+ * returns it (words 2n and 2n + 1: one block), without walking the stream: per-position noise
+ * that any round can recompute. */
+VS_HD static inline double vs_rng_uniform_at(uint64_t seed, uint64_t stream, uint64_t n) {
+  uint32_t ctr[4] = {(uint32_t)(n >> 1), (uint32_t)(n >> 33), (uint32_t)stream,
+                     (uint32_t)(stream >> 32)};
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, out[4];
+  vs_philox4x32_10(ctr, key, out);
+  int w = (int)(n & 1) * 2;
+  uint32_t a = out[w] >> 5, b = out[w + 1] >> 6;
+  return ((double)a * 67108864.0 + (double)b) * (1.0 / 9007199254740992.0);
+}
+
 /* Standard normal by Box-Muller. The radius uses 1 - u in (0, 1], so log(0) cannot occur
  * and the largest |z| is sqrt(-2 ln 2^-53) ~ 8.6. Only the cosine branch is returned: the
  * sine twin is dropped so that a normal always costs exactly 4 words and the draw stays a

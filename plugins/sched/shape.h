@@ -10,10 +10,11 @@
  *                     counts the root: EaModel.from_pretrained in ea_model_llamagen.py)
  *   tree=NAME|PATHS   static tree: a name (see below) or rank paths such as
  *                     "0/1/0.0/0.1/0.0.0", children of a node listed without gaps
- *   drafter=auto      auto | model | head | jacobi: the separate draft model, the EAGLE head,
- *                     or no model at all (Speculative Jacobi Decoding: shape=chain, depth is
- *                     the window, VS_SHAPE_JACOBI_DEPTH by default; its own parameters such
- *                     as coupling= are the engine's, core/drafter_jacobi.c)
+ *   drafter=auto      auto | model | head | NAME: the separate draft model, the EAGLE head,
+ *                     or a drafter plugin such as jacobi (Speculative Jacobi Decoding, no
+ *                     model: plugins/drafter/jacobi.c); a plugin builds its own tree at most
+ *                     depth deep (shape=chain; depth VS_SHAPE_JACOBI_DEPTH by default) and
+ *                     takes its own parameters, which the engine hands it (core/method.h)
  *
  * Static trees by name:
  *   mc_sim_7b_63   EAGLE-1's default, 25 nodes, depth 5 (EAGLE's eagle/model/choices.py)
@@ -33,8 +34,8 @@
 #include "vspec/plugin.h"
 
 #define ST_MAX_STATIC 127
-/* SJD's window on LlamaGen, 16 tokens per forward: the root and 15 drafts
- * (core/drafter_jacobi.c gives the source) */
+/* A drafter plugin's default depth: SJD's window on LlamaGen, 16 tokens per forward, the root
+ * and 15 drafts (plugins/drafter/jacobi.c gives the source) */
 #define VS_SHAPE_JACOBI_DEPTH 15
 
 enum { ST_CHAIN = 0, ST_STATIC = 1, ST_DYNAMIC = 2 };
@@ -156,23 +157,28 @@ static inline int st_parse_tree(vs_shape *s, const char *spec, char *err, size_t
 static inline int vs_shape_parse(const vspec_host *host, const vspec_params *params, vs_shape *s,
                                  char *err, size_t errlen) {
   static const char *const shapes[] = {"chain", "static", "dynamic", NULL};
-  static const char *const drafters[] = {"auto", "model", "head", "jacobi", NULL};
+  static const char *const drafters[] = {"auto", "model", "head", NULL};
   memset(s, 0, sizeof *s);
   long depth, top_k, total;
   int rc;
-  if ((rc = host->param_choice(params, "drafter", drafters, 0, &s->drafter, err, errlen)))
+  /* Any other name is a drafter plugin, which the engine resolves (and refuses if unknown). */
+  const char *dn = host->param_string(params, "drafter");
+  int plugin = dn && strcmp(dn, "auto") && strcmp(dn, "model") && strcmp(dn, "head");
+  if (plugin) s->drafter = VSPEC_DRAFTER_PLUGIN;
+  else if ((rc = host->param_choice(params, "drafter", drafters, 0, &s->drafter, err, errlen)))
     return rc;
-  /* Jacobi decoding refines one window of tokens: a chain, SJD's window length by default. */
-  int jacobi = s->drafter == VSPEC_DRAFTER_JACOBI;
-  if ((rc = host->param_choice(params, "shape", shapes, jacobi ? ST_CHAIN : ST_DYNAMIC, &s->shape,
+  /* A drafter plugin builds its own tree; the scheduler plans a chain whose depth is its
+   * window (SJD's for jacobi). */
+  if ((rc = host->param_choice(params, "shape", shapes, plugin ? ST_CHAIN : ST_DYNAMIC, &s->shape,
                                err, errlen)) ||
-      (rc = host->param_int(params, "depth", jacobi ? VS_SHAPE_JACOBI_DEPTH : 4, 1, 32, &depth,
+      (rc = host->param_int(params, "depth", plugin ? VS_SHAPE_JACOBI_DEPTH : 4, 1, 32, &depth,
                             err, errlen)) ||
       (rc = host->param_int(params, "top_k", 10, 1, 32, &top_k, err, errlen)) ||
       (rc = host->param_int(params, "total_tokens", 58, 1, 127, &total, err, errlen)))
     return rc;
-  if (jacobi && s->shape != ST_CHAIN) {
-    snprintf(err, errlen, "drafter=jacobi drafts a chain (shape=chain, depth=WINDOW)");
+  if (plugin && s->shape != ST_CHAIN) {
+    snprintf(err, errlen, "drafter=%s is a drafter plugin: it builds its own tree, at most "
+             "depth deep (shape=chain, depth=D)", dn);
     return VSPEC_EINVAL;
   }
   s->depth = (int)depth;

@@ -234,7 +234,7 @@ static void handle(const vs_wire_msg *m) {
     if (bad)
       VS_FUZZ_REQUIRE(err[0], "reload name refused without a message");
     else
-      VS_FUZZ_REQUIRE(name[0] && strlen(name) < 64 && kind >= -1 && kind <= VSPEC_PLUGIN_SCHED,
+      VS_FUZZ_REQUIRE(name[0] && strlen(name) < 64 && kind >= -1 && kind <= VSPEC_PLUGIN_DRAFTER,
                       "reload '%s' -> kind %d, '%s'", r->reload->name, kind, name);
   } else {
     say("other request", "");

@@ -39,3 +39,11 @@ TEST_PLUGINS += $(TEST_PLUGIN_DIR)/slowload.so
 $(TEST_PLUGIN_DIR)/slowload.so: tests/plugins/slowsched.c $(wildcard include/vspec/*.h)
 	@mkdir -p $(dir $@)
 	$(call TEST_PLUGIN_CC,-DSS_INIT_MS=300 -DSS_NAME='"slowload"')
+
+# The Jacobi drafter with a planted fault (a carried-over draft judged against a distribution it
+# was not drawn from), as drafter_jacobi_wrong.so: tests/test_sd_exact.c shows its chi-square
+# test catches it.
+TEST_PLUGINS += $(TEST_PLUGIN_DIR)/drafter_jacobi_wrong.so
+$(TEST_PLUGIN_DIR)/drafter_jacobi_wrong.so: plugins/drafter/jacobi.c $(wildcard include/vspec/*.h)
+	@mkdir -p $(dir $@)
+	$(call TEST_PLUGIN_CC,-DJACOBI_PLANTED_FAULT '-DJACOBI_NAME="jacobi_wrong"') -lm

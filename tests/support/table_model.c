@@ -182,6 +182,7 @@ void vs_table_plugin_dir(char *dir) {
   vs__link_all(from, dir, ".so");
   snprintf(from, sizeof from, "%s/tests/plugins", b ? b : "build");
   vs__link_all(from, dir, "backend_table.so");
+  vs__link_all(from, dir, "drafter_jacobi_wrong.so");
 }
 
 void vs_table_world_open(vs_table_world *w, int vocab, int len, uint64_t seed, double scale,

@@ -21,7 +21,7 @@ Conventions (match upstream):
   p and q are the *final sampling distributions*: softmax(top-k(CFG-mixed logits)) at T=1.
 
 Run `python3 tools/ref/sjd_ref.py` for the self-checks (needs only numpy; about 30 s).
-The engine's side is core/drafter_jacobi.c; docs/SPECULATIVE.md explains where it differs.
+vspec's side is plugins/drafter/jacobi.c; docs/SPECULATIVE.md explains where it differs.
 """
 import numpy as np
 
