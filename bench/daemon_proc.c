@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -216,4 +217,41 @@ void vs_bench_proc_dump_log(const vs_bench_proc *p, const char *title, int lines
   char cmd[400];
   snprintf(cmd, sizeof cmd, "tail -n %d '%s' >&2", lines, p->log);
   if (system(cmd)) fprintf(stderr, "(no log)\n");
+}
+
+/* Links rather than copies: the daemon reads the files once at load anyway. */
+int vs_bench_self_model(const vs_bench_daemon *d, const char *model_dir, char *dir, size_t len) {
+  char src[1300], dst[1300];
+  snprintf(dir, len, "%s/self", d->tmp);
+  if (mkdir(dir, 0755)) return -1;
+  const char *files[] = {"gpt.safetensors", "vq.safetensors"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, "%s/%s", model_dir, files[i]);
+    snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+    if (symlink(src, dst)) return -1;
+  }
+  snprintf(dst, sizeof dst, "%s/vspec-model.json", dir);
+  FILE *f = fopen(dst, "w");
+  if (!f) return -1;
+  fputs("{\"name\": \"self\", \"target\": {\"backend\": \"llamagen\", \"gpt\": \"gpt.safetensors\", "
+        "\"vq\": \"vq.safetensors\"}, \"draft\": {\"backend\": \"llamagen\", \"gpt\": "
+        "\"gpt.safetensors\"}, \"defaults\": {\"cfg_scale\": 2.0}}\n", f);
+  return fclose(f) ? -1 : 0;
+}
+
+void vs_bench_daemon_scan_log(const vs_bench_daemon *d, long *leaked_bytes, long *leaked_allocs,
+                              int *reports) {
+  FILE *f = fopen(d->log, "r");
+  char line[1024];
+  while (f && fgets(line, sizeof line, f)) {
+    long bytes, allocs;
+    if (sscanf(line, "SUMMARY: AddressSanitizer: %ld byte(s) leaked in %ld allocation(s)", &bytes,
+               &allocs) == 2) {
+      *leaked_bytes += bytes;
+      *leaked_allocs += allocs;
+    } else if (strstr(line, "ERROR: AddressSanitizer") || strstr(line, "runtime error:")) {
+      (*reports)++;
+    }
+  }
+  if (f) fclose(f);
 }

@@ -46,6 +46,14 @@ struct vs_conn;
 /* Grants one more preview credit to a job on connection c (a Credit request; a failed send
  * is ignored: the job still ends with its result). */
 void vs_bench_daemon_grant(struct vs_conn *c, uint64_t job);
+/* A model drafting for itself, named "self": model_dir's gpt.safetensors and vq.safetensors
+ * (linked) as target, draft and VQ, made in d->tmp/self (path in dir). For the soaks'
+ * speculative jobs on the micro test model. Returns 0 or -1. */
+int vs_bench_self_model(const vs_bench_daemon *d, const char *model_dir, char *dir, size_t len);
+/* After the daemon exited: adds what LeakSanitizer reported in its log to *leaked_bytes and
+ * *leaked_allocs, and counts the other ASan and UBSan reports into *reports. */
+void vs_bench_daemon_scan_log(const vs_bench_daemon *d, long *leaked_bytes, long *leaked_allocs,
+                              int *reports);
 /* Stops the daemon if it runs and removes the temporary directory. Returns 0 or -1. */
 int vs_bench_daemon_cleanup(vs_bench_daemon *d);
 

@@ -20,9 +20,10 @@
  *
  * When the jobs are done and the daemon idle, its status totals are read and it gets SIGTERM;
  * the report (markdown, on stdout) gives the failures, the leaks LeakSanitizer found at its
- * exit, its RSS over the run (first sample, after the warm-up, last, and the slope after the
- * warm-up by least squares against jobs done) and the latency of completed jobs. Exit status
- * 0 only with no failed job, no failed reload, no leak and no sanitizer report.
+ * exit, its RSS over the run (first sample, after the warm-up, last, the growth after the
+ * warm-up and its slope against jobs done; bench/rss_watch.h) and the latency of completed
+ * jobs. Exit status 0 only with no failed job, no failed reload, no leak, no sanitizer report
+ * and RSS growth after the warm-up (the first tenth of the jobs) within --rss-bound-mb.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -37,6 +38,7 @@
 
 #include "bench/bench.h"
 #include "bench/daemon_proc.h"
+#include "bench/rss_watch.h"
 #include "clients/conn.h"
 #include "core/cli_args.h"
 #include "core/version.h"
@@ -46,16 +48,10 @@
 
 typedef struct soak_opts {
   long jobs, clients, reloads, vanish_every, preview_every, workers, batch, rss_ms,
-      quarantine_mb;
+      quarantine_mb, rss_bound_mb;
   int keep;
   const char *model_dir, *rule, *rss_csv, *log_level;
 } soak_opts;
-
-typedef struct rss_sample {
-  double t;
-  int done;
-  long kb;
-} rss_sample;
 
 typedef struct soak {
   soak_opts o;
@@ -63,7 +59,8 @@ typedef struct soak {
   double t0;
   char method_sd[128];
   void *zctx;
-  atomic_int next, done, stop;
+  atomic_int next, stop;
+  atomic_long done;
   atomic_int completed, failed, vanished, previews_unpaid, preview_events_unpaid;
   atomic_int reloads_ok, reloads_failed;
   pthread_mutex_t mu; /* everything below */
@@ -72,8 +69,7 @@ typedef struct soak {
   char first_failure[512];
   int slowest;          /* the job with the longest latency, and it */
   double slowest_s;
-  rss_sample *rss;
-  int n_rss, cap_rss;
+  vs_rss_watch rss;
 } soak;
 
 enum { JOB_OK, JOB_FAILED, JOB_VANISHED };
@@ -246,56 +242,6 @@ static void *reloader_main(void *arg) {
   return NULL;
 }
 
-static long rss_kb(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  long kb = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
-  if (f) fclose(f);
-  return kb;
-}
-
-static void *sampler_main(void *arg) {
-  soak *s = arg;
-  double t0 = vs_bench_now();
-  while (!atomic_load(&s->stop)) {
-    long kb = rss_kb(s->d.pid);
-    pthread_mutex_lock(&s->mu);
-    if (kb > 0 && s->n_rss == s->cap_rss) {
-      int cap = s->cap_rss ? 2 * s->cap_rss : 1024;
-      rss_sample *p = realloc(s->rss, (size_t)cap * sizeof *p);
-      if (p) s->rss = p, s->cap_rss = cap;
-    }
-    if (kb > 0 && s->n_rss < s->cap_rss)
-      s->rss[s->n_rss++] = (rss_sample){vs_bench_now() - t0, atomic_load(&s->done), kb};
-    pthread_mutex_unlock(&s->mu);
-    usleep((useconds_t)s->o.rss_ms * 1000);
-  }
-  return NULL;
-}
-
-/* The micro model drafting for itself, beside the daemon's sockets. */
-static int make_self_model(soak *s, char *dir, size_t len) {
-  char src[1300], dst[1300];
-  snprintf(dir, len, "%s/self", s->d.tmp);
-  if (mkdir(dir, 0755)) return -1;
-  const char *files[] = {"gpt.safetensors", "vq.safetensors"};
-  for (int i = 0; i < 2; i++) {
-    snprintf(src, sizeof src, "%s/%s", s->o.model_dir, files[i]);
-    snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-    if (symlink(src, dst)) return -1;
-  }
-  snprintf(dst, sizeof dst, "%s/vspec-model.json", dir);
-  FILE *f = fopen(dst, "w");
-  if (!f) return -1;
-  fputs("{\"name\": \"self\", \"target\": {\"backend\": \"llamagen\", \"gpt\": \"gpt.safetensors\", "
-        "\"vq\": \"vq.safetensors\"}, \"draft\": {\"backend\": \"llamagen\", \"gpt\": "
-        "\"gpt.safetensors\"}, \"defaults\": {\"cfg_scale\": 2.0}}\n", f);
-  return fclose(f) ? -1 : 0;
-}
-
 /* ---- the end of the run: totals, the daemon's exit, its log ------------------------------ */
 
 typedef struct soak_end {
@@ -348,70 +294,9 @@ static void read_status(soak *s, soak_end *end) {
   vs_conn_close(&c);
 }
 
-static void scan_log(const soak *s, soak_end *end) {
-  FILE *f = fopen(s->d.log, "r");
-  char line[1024];
-  while (f && fgets(line, sizeof line, f)) {
-    long bytes, allocs;
-    if (sscanf(line, "SUMMARY: AddressSanitizer: %ld byte(s) leaked in %ld allocation(s)", &bytes,
-               &allocs) == 2) {
-      end->leaked_bytes += bytes;
-      end->leaked_allocs += allocs;
-    } else if (strstr(line, "ERROR: AddressSanitizer") || strstr(line, "runtime error:")) {
-      end->sanitizer_reports++;
-    }
-  }
-  if (f) fclose(f);
-}
-
 /* ---- the report ------------------------------------------------------------------------ */
 
-/* Least-squares slope of RSS (kB) against jobs done over samples [from, n). */
-static double rss_slope(const rss_sample *r, int from, int n) {
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  int m = n - from;
-  if (m < 2) return 0;
-  for (int i = from; i < n; i++) {
-    sx += r[i].done, sy += (double)r[i].kb;
-    sxx += (double)r[i].done * r[i].done, sxy += (double)r[i].done * (double)r[i].kb;
-  }
-  double den = m * sxx - sx * sx;
-  return den > 0 ? (m * sxy - sx * sy) / den : 0;
-}
-
-static void report_rss(const soak *s) {
-  if (s->n_rss < 2) {
-    printf("| daemon RSS | too few samples |\n");
-    return;
-  }
-  int warm = 0; /* the first sample after a tenth of the jobs */
-  while (warm < s->n_rss - 1 && s->rss[warm].done < s->o.jobs / 10) warm++;
-  long max = 0;
-  for (int i = 0; i < s->n_rss; i++) max = s->rss[i].kb > max ? s->rss[i].kb : max;
-  const rss_sample *a = &s->rss[0], *w = &s->rss[warm], *z = &s->rss[s->n_rss - 1];
-  printf("| daemon RSS (%d samples, every %ld ms) | first %.1f MB; after warm-up (%d jobs, %.0f s) "
-         "%.1f MB; last %.1f MB (%d jobs, %.0f s); max %.1f MB |\n", s->n_rss, s->o.rss_ms,
-         a->kb / 1024.0, w->done, w->t, w->kb / 1024.0, z->kb / 1024.0, z->done, z->t,
-         max / 1024.0);
-  printf("| RSS slope after warm-up | %+.3f MB per 1000 jobs (least squares; last - warm-up: "
-         "%+.1f MB) |\n", rss_slope(s->rss, warm, s->n_rss) * 1000 / 1024.0,
-         (z->kb - w->kb) / 1024.0);
-}
-
-static void write_csv(const soak *s) {
-  if (!s->o.rss_csv) return;
-  FILE *f = fopen(s->o.rss_csv, "w");
-  if (!f) {
-    fprintf(stderr, "vspecd-soak: cannot write %s\n", s->o.rss_csv);
-    return;
-  }
-  fprintf(f, "seconds,jobs_done,rss_kb\n");
-  for (int i = 0; i < s->n_rss; i++)
-    fprintf(f, "%.3f,%d,%ld\n", s->rss[i].t, s->rss[i].done, s->rss[i].kb);
-  fclose(f);
-}
-
-static int report(const soak *s, const soak_end *end, double wall) {
+static int report(soak *s, const soak_end *end, double wall) {
 #ifdef VSPEC_SANITIZED
   const int sanitized = 1;
 #else
@@ -446,7 +331,7 @@ static int report(const soak *s, const soak_end *end, double wall) {
          vs_bench_quantile(s->latency, s->n_latency, 0.99) * 1e3, s->slowest_s * 1e3, s->slowest,
          slow.sd ? "speculative" : "ar", slow.unpaid_preview ? ", preview without credit" :
          slow.vanish ? ", its client meant to vanish" : "");
-  report_rss(s);
+  int rss_over = vs_rss_report(stdout, &s->rss, s->o.jobs / 10, s->o.rss_bound_mb * 1024, "jobs");
   if (sanitized)
     printf("| leaks at exit (LeakSanitizer) | %ld bytes in %ld allocations |\n",
            end->leaked_bytes, end->leaked_allocs);
@@ -456,7 +341,7 @@ static int report(const soak *s, const soak_end *end, double wall) {
   int bad_totals = end->have_totals && (end->failed ||
                    end->submitted != end->completed + end->failed + end->cancelled);
   return failed || rfail || end->leaked_bytes || end->sanitizer_reports || end->exit_status ||
-                 bad_totals || !end->have_totals
+                 bad_totals || !end->have_totals || rss_over
              ? 1
              : 0;
 }
@@ -481,6 +366,8 @@ static void usage(FILE *f) {
           "  --model-dir DIR     the model (default tests/golden/micro_c2i)\n"
           "  --rss-ms MS         RSS sampling period (default 250)\n"
           "  --rss-csv FILE      the RSS samples as CSV\n"
+          "  --rss-bound-mb M    fail when the daemon's RSS grows more than M MB after the\n"
+          "                      warm-up (the first tenth of the jobs; default 8)\n"
           "  --log-level L       the daemon's (default warn)\n"
           "  --keep              keep the daemon's directory (log, sockets) also when all is well\n"
           "  --quarantine-mb M   ASan's quarantine in the daemon (default 32; ASan's own 256\n"
@@ -491,16 +378,17 @@ static void usage(FILE *f) {
 static int parse_args(int argc, char **argv, soak_opts *o) {
   *o = (soak_opts){.jobs = 2000, .clients = 8, .reloads = 100, .vanish_every = 25,
                    .preview_every = 5, .workers = 2, .batch = 1, .rss_ms = 250,
-                   .quarantine_mb = 32,
+                   .quarantine_mb = 32, .rss_bound_mb = 8,
                    .model_dir = "tests/golden/micro_c2i", .rule = "exact", .log_level = "warn"};
   enum { O_JOBS = 256, O_CLIENTS, O_RELOADS, O_RULE, O_VANISH, O_PREVIEW, O_WORKERS, O_MODEL,
-         O_RSS, O_CSV, O_QUAR, O_LOG, O_KEEP, O_BATCH, O_VERSION };
+         O_RSS, O_CSV, O_BOUND, O_QUAR, O_LOG, O_KEEP, O_BATCH, O_VERSION };
   static const struct option opts[] = {
       {"jobs", required_argument, 0, O_JOBS},          {"clients", required_argument, 0, O_CLIENTS},
       {"reloads", required_argument, 0, O_RELOADS},    {"rule", required_argument, 0, O_RULE},
       {"vanish-every", required_argument, 0, O_VANISH}, {"preview-every", required_argument, 0, O_PREVIEW},
       {"workers", required_argument, 0, O_WORKERS},    {"model-dir", required_argument, 0, O_MODEL},
       {"rss-ms", required_argument, 0, O_RSS},         {"rss-csv", required_argument, 0, O_CSV},
+      {"rss-bound-mb", required_argument, 0, O_BOUND},
       {"quarantine-mb", required_argument, 0, O_QUAR}, {"log-level", required_argument, 0, O_LOG},
       {"keep", no_argument, 0, O_KEEP},                {"help", no_argument, 0, 'h'},
       {"batch", required_argument, 0, O_BATCH},        {"version", no_argument, 0, O_VERSION},
@@ -520,6 +408,7 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
       case O_MODEL: o->model_dir = optarg; break;
       case O_RSS: ok = vs_cli_long("--rss-ms", optarg, 10, 60000, &o->rss_ms); break;
       case O_CSV: o->rss_csv = optarg; break;
+      case O_BOUND: ok = vs_cli_long("--rss-bound-mb", optarg, 0, 100000, &o->rss_bound_mb); break;
       case O_QUAR: ok = vs_cli_long("--quarantine-mb", optarg, 0, 4096, &o->quarantine_mb); break;
       case O_LOG: o->log_level = optarg; break;
       case O_KEEP: o->keep = 1; break;
@@ -540,7 +429,7 @@ static int start(soak *s) {
     return -1;
   }
   s->o.model_dir = model_dir;
-  if (make_self_model(s, self_dir, sizeof self_dir)) {
+  if (vs_bench_self_model(&s->d, model_dir, self_dir, sizeof self_dir)) {
     fprintf(stderr, "vspecd-soak: cannot make the self-drafting model in %s\n", s->d.tmp);
     return -1;
   }
@@ -564,24 +453,25 @@ static int run(soak *s) {
   s->zctx = zmq_ctx_new();
   double t0 = s->t0 = vs_bench_now();
   pthread_t *cl = calloc((size_t)s->o.clients, sizeof *cl);
-  pthread_t sampler, reloader;
-  if (!s->zctx || !cl) return 1;
-  pthread_create(&sampler, NULL, sampler_main, s);
+  pthread_t reloader;
+  if (!s->zctx || !cl || vs_rss_watch_start(&s->rss, s->d.pid, s->o.rss_ms, &s->done)) return 1;
   pthread_create(&reloader, NULL, reloader_main, s);
   for (long i = 0; i < s->o.clients; i++) pthread_create(&cl[i], NULL, client_main, s);
   for (long i = 0; i < s->o.clients; i++) pthread_join(cl[i], NULL);
   free(cl);
-  atomic_store(&s->done, (int)s->o.jobs); /* the reloader's last waits end if clients stopped */
+  atomic_store(&s->done, s->o.jobs); /* the reloader's last waits end if clients stopped */
   pthread_join(reloader, NULL);
   soak_end end = {0};
   read_status(s, &end);
   atomic_store(&s->stop, 1);
-  pthread_join(sampler, NULL);
+  vs_rss_watch_stop(&s->rss);
   double wall = vs_bench_now() - t0;
   end.exit_status = vs_bench_daemon_stop(&s->d, 60000);
-  scan_log(s, &end);
+  vs_bench_daemon_scan_log(&s->d, &end.leaked_bytes, &end.leaked_allocs,
+                           &end.sanitizer_reports);
   zmq_ctx_term(s->zctx);
-  write_csv(s);
+  if (s->o.rss_csv && vs_rss_write_csv(&s->rss, s->o.rss_csv))
+    fprintf(stderr, "vspecd-soak: cannot write %s\n", s->o.rss_csv);
   return report(s, &end, wall);
 }
 
@@ -604,6 +494,6 @@ int main(int argc, char **argv) {
     vs_bench_daemon_cleanup(&s.d);
   }
   free(s.latency);
-  free(s.rss);
+  vs_rss_watch_free(&s.rss);
   return status;
 }

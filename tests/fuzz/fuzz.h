@@ -53,4 +53,49 @@ static inline char *vs_fuzz_text(const uint8_t *data, size_t size) {
   return t;
 }
 
+/* Resident memory over a run (issue 32, finding 8; docs/RELIABILITY.md, "Fuzzing"): with
+ * VSPEC_FUZZ_RSS_WARM=W in the environment (tests/fuzz/run.sh sets it for make fuzz), VmRSS is
+ * read at the first input, at input W (the end of the warm-up: the corpus loaded, caches and
+ * the ASan quarantine filled) and at exit, and its highest value every 4096 inputs; at exit
+ * one line "fuzz-rss: ..." goes to stderr, which run.sh holds to its bound. Each target calls
+ * vs_fuzz_rss_tick() first thing for every input. */
+static long vs__fuzz_inputs, vs__fuzz_warm_at, vs__fuzz_rss_start, vs__fuzz_rss_warm,
+    vs__fuzz_rss_max;
+
+static inline long vs_fuzz_rss_kb(void) {
+  char line[256];
+  long kb = -1;
+  FILE *f = fopen("/proc/self/status", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb;
+}
+
+static inline void vs__fuzz_rss_at_exit(void) {
+  long end = vs_fuzz_rss_kb();
+  if (end > vs__fuzz_rss_max) vs__fuzz_rss_max = end;
+  fprintf(stderr, "fuzz-rss: inputs %ld start_kb %ld warm_inputs %ld warm_kb %ld end_kb %ld "
+          "max_kb %ld\n", vs__fuzz_inputs, vs__fuzz_rss_start,
+          vs__fuzz_inputs >= vs__fuzz_warm_at ? vs__fuzz_warm_at : 0, vs__fuzz_rss_warm, end,
+          vs__fuzz_rss_max);
+}
+
+static inline void vs_fuzz_rss_tick(void) {
+  long n = ++vs__fuzz_inputs;
+  if (n == 1) {
+    const char *w = getenv("VSPEC_FUZZ_RSS_WARM");
+    vs__fuzz_warm_at = w ? atol(w) : 0;
+    if (vs__fuzz_warm_at <= 0) return;
+    vs__fuzz_rss_start = vs__fuzz_rss_max = vs_fuzz_rss_kb();
+    atexit(vs__fuzz_rss_at_exit);
+  }
+  if (vs__fuzz_warm_at <= 0) return;
+  if (n == vs__fuzz_warm_at) vs__fuzz_rss_warm = vs_fuzz_rss_kb();
+  if (n % 4096 == 0) {
+    long kb = vs_fuzz_rss_kb();
+    if (kb > vs__fuzz_rss_max) vs__fuzz_rss_max = kb;
+  }
+}
+
 #endif /* VS_FUZZ_H */

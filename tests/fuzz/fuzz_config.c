@@ -44,6 +44,7 @@ static void set_lines(char *text) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  vs_fuzz_rss_tick();
   char *text = vs_fuzz_text(data, size);
   vs_daemon_config c;
   vs_config_defaults(&c);

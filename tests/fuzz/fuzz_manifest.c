@@ -33,6 +33,7 @@ static void check_role(const vs_manifest_role *r, const char *role) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  vs_fuzz_rss_tick();
   const vs_sampling base = {.temperature = 1.0f, .top_p = 1.0f, .cfg_scale = 4.0f,
                             .cfg_interval = -1};
   static vs_manifest m; /* 18 KB: off the stack */

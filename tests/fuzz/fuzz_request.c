@@ -244,6 +244,7 @@ static void handle(const vs_wire_msg *m) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  vs_fuzz_rss_tick();
   if (!send_frames(data, size)) return 0;
   vs_wire_msg m;
   char err[VSPEC_ERRLEN] = "";

@@ -59,6 +59,7 @@ static void check_tensor(vspec_tensor_file *f, const uint8_t *data, size_t size,
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  vs_fuzz_rss_tick();
   vspec_tensor_file *f = NULL;
   char err[VSPEC_ERRLEN] = "";
   if (vs_st_open_memory(data, size, "fuzz.safetensors", &f, err, sizeof err)) {
