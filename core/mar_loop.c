@@ -10,6 +10,7 @@
 
 #include "core/diffusion.h"
 #include "core/params.h"
+#include "core/status.h"
 #include "kernels/common/vs_math.h"
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
@@ -339,8 +340,8 @@ static int vs__mar_judge(vs_mar *c, int p, int gi, char *err, size_t errlen) {
       return VSPEC_EINVAL;
     }
     if (rc) {
-      snprintf(err, errlen, "the continuous rule failed to sample a residual (%d)", rc);
-      return rc;
+      return vs_fail(err, errlen, rc, "the continuous rule failed to sample a residual: %s (%d)",
+                     vspec_strerror(rc), rc);
     }
     res = c->y;
   } else {

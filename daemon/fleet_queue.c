@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "core/names.h"
+#include "core/status.h"
 
 /* Key names and the group: they show up in redis-cli, logs and messages unquoted. */
 static const vs_name_kind vs__key_name = {"a Redis key or group name", "._:-", 1,
@@ -32,16 +33,6 @@ struct vs_fleet_queue {
   int connect_timeout_ms, command_timeout_ms;
   char cursor[VS_FLEET_ID_MAX + 1]; /* where the next stale scan starts: "-" or "(<id>" */
 };
-
-static void vs__err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void vs__err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 void vs_fleet_opts_defaults(vs_fleet_opts *o) {
   memset(o, 0, sizeof *o);
@@ -76,10 +67,10 @@ static int vs__userinfo(const char *s, size_t n, vs_fleet_addr *a, char *err, si
   size_t ulen = colon ? (size_t)(colon - s) : 0;
   size_t plen = colon ? n - ulen - 1 : 0;
   if (!colon || ulen >= sizeof a->user || plen >= sizeof a->password || plen == 0) {
-    vs__err(err, errlen, "fleet redis: the part before '@' must be user:password or :password "
-            "(user up to %zu bytes, password 1-%zu bytes)", sizeof a->user - 1,
-            sizeof a->password - 1);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "fleet redis: the part before '@' must be user:password or :password "
+                   "(user up to %zu bytes, password 1-%zu bytes)", sizeof a->user - 1,
+                   sizeof a->password - 1);
   }
   memcpy(a->user, s, ulen);
   memcpy(a->password, colon + 1, plen);
@@ -89,8 +80,8 @@ static int vs__userinfo(const char *s, size_t n, vs_fleet_addr *a, char *err, si
 int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t errlen) {
   memset(a, 0, sizeof *a);
   if (!url || !*url) {
-    vs__err(err, errlen, "fleet redis: no address (redis://HOST:PORT or a unix socket path)");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "fleet redis: no address (redis://HOST:PORT or a unix socket path)");
   }
   const char *path = NULL;
   int rc;
@@ -107,23 +98,21 @@ int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t err
   }
   if (path) {
     if (path[0] != '/' || strlen(path) >= sizeof a->path) {
-      vs__err(err, errlen,
-              "fleet redis: unix socket '%.200s' is not an absolute path of at most %zu bytes",
-              path, sizeof a->path - 1);
-      return VSPEC_EINVAL;
+      return vs_fail(err, errlen, VSPEC_EINVAL,
+                     "fleet redis: unix socket '%.200s' is not an absolute path of at most %zu bytes",
+                     path, sizeof a->path - 1);
     }
     snprintf(a->path, sizeof a->path, "%s", path);
     return VSPEC_OK;
   }
   if (!strncmp(url, "rediss://", 9)) {
-    vs__err(err, errlen,
-            "fleet redis: TLS (rediss://) is not supported; use redis:// or a unix socket");
-    return VSPEC_ENOTSUP;
+    return vs_fail(err, errlen, VSPEC_ENOTSUP,
+                   "fleet redis: TLS (rediss://) is not supported; use redis:// or a unix socket");
   }
   if (strncmp(url, "redis://", 8)) {
-    vs__err(err, errlen, "fleet redis: address must be redis://[[user]:password@]host[:port][/db], "
-            "unix://[[user]:password@]/path or /path");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "fleet redis: address must be redis://[[user]:password@]host[:port][/db], "
+                   "unix://[[user]:password@]/path or /path");
   }
   const char *s = url + 8;
   /* The last '@' ends the user information: a password may hold '@', a host never does. */
@@ -150,8 +139,8 @@ int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t err
     size_t n = strcspn(p, "/");
     long long v;
     if (!vs__digits(p, n, 65535, &v) || v == 0) {
-      vs__err(err, errlen, "fleet redis: port '%.*s' is not 1-65535", (int)(n > 40 ? 40 : n), p);
-      return VSPEC_EINVAL;
+      return vs_fail(err, errlen, VSPEC_EINVAL,
+                     "fleet redis: port '%.*s' is not 1-65535", (int)(n > 40 ? 40 : n), p);
     }
     a->port = (int)v;
     hend = p + n;
@@ -159,8 +148,8 @@ int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t err
   if (*hend == '/' && hend[1]) {
     long long v;
     if (!vs__digits(hend + 1, strlen(hend + 1), INT_MAX, &v)) {
-      vs__err(err, errlen, "fleet redis: database '%.40s' is not a number", hend + 1);
-      return VSPEC_EINVAL;
+      return vs_fail(err, errlen, VSPEC_EINVAL,
+                     "fleet redis: database '%.40s' is not a number", hend + 1);
     }
     a->db = (int)v;
   } else if (*hend && strcmp(hend, "/")) {
@@ -168,9 +157,9 @@ int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t err
   }
   return VSPEC_OK;
 bad_host:
-  vs__err(err, errlen, "fleet redis: no valid host in '%.200s' (redis://host[:port][/db])",
-          at ? at + 1 : url + 8);
-  return VSPEC_EINVAL;
+  return vs_fail(err, errlen, VSPEC_EINVAL,
+                 "fleet redis: no valid host in '%.200s' (redis://host[:port][/db])",
+                 at ? at + 1 : url + 8);
 }
 
 /* ---- the connection --------------------------------------------------------------------- */
@@ -227,10 +216,10 @@ static void vs__drop(vs_fleet_queue *q) {
 static int vs__lost(vs_fleet_queue *q, const char *what, int errno_at, long long waited_ms,
                     char *err, size_t errlen) {
   if (q->c && q->c->err == REDIS_ERR_IO && (errno_at == EAGAIN || errno_at == EWOULDBLOCK))
-    vs__err(err, errlen, "%s: no reply from redis at %s within %lld ms; connection dropped", what,
+    vs_fail(err, errlen, 0, "%s: no reply from redis at %s within %lld ms; connection dropped", what,
             q->where, waited_ms);
   else
-    vs__err(err, errlen, "%s: connection to redis at %s lost: %s", what, q->where,
+    vs_fail(err, errlen, 0, "%s: connection to redis at %s lost: %s", what, q->where,
             q->c && q->c->errstr[0] ? q->c->errstr : "unknown error");
   vs__drop(q);
   return VSPEC_EIO;
@@ -283,7 +272,7 @@ static int vs__append(vs_fleet_queue *q, const char *what, char *err, size_t err
   if (rc == REDIS_OK) return VSPEC_OK;
   /* hiredis keeps the error in the context, so the connection goes with it. */
   int oom = q->c->err == REDIS_ERR_OOM;
-  vs__err(err, errlen, "%s: cannot format the command: %s", what, q->c->errstr);
+  vs_fail(err, errlen, 0, "%s: cannot format the command: %s", what, q->c->errstr);
   vs__drop(q);
   return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
 }
@@ -295,11 +284,11 @@ static int vs__connect(vs_fleet_queue *q, const char *what, char *err, size_t er
   redisContext *c = q->addr.path[0] ? redisConnectUnixWithTimeout(q->addr.path, tv)
                                     : redisConnectWithTimeout(q->addr.host, q->addr.port, tv);
   if (!c) {
-    vs__err(err, errlen, "%s: cannot allocate a redis context", what);
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "%s: cannot allocate a redis context", what);
   }
   if (c->err) {
-    vs__err(err, errlen, "%s: cannot connect to redis at %s: %s", what, q->where, c->errstr);
+    vs_fail(err, errlen, 0, "%s: cannot connect to redis at %s: %s", what, q->where, c->errstr);
     redisFree(c);
     return VSPEC_EIO;
   }
@@ -331,10 +320,10 @@ static int vs__connect(vs_fleet_queue *q, const char *what, char *err, size_t er
       if (!rc && r[i]->type != REDIS_REPLY_STATUS) {
         const char *cmd = q->addr.password[0] && i == 0 ? "AUTH" : "SELECT";
         if (r[i]->type == REDIS_REPLY_ERROR) {
-          vs__err(err, errlen, "%s: %s: redis at %s: %.200s", what, cmd, q->where, r[i]->str);
+          vs_fail(err, errlen, 0, "%s: %s: redis at %s: %.200s", what, cmd, q->where, r[i]->str);
           rc = VS_FLEET_EREDIS;
         } else {
-          vs__err(err, errlen, "%s: %s: unexpected reply type %d from redis at %s", what, cmd,
+          vs_fail(err, errlen, 0, "%s: %s: unexpected reply type %d from redis at %s", what, cmd,
                   r[i]->type, q->where);
           rc = VSPEC_EFORMAT;
         }
@@ -365,8 +354,8 @@ int vs_fleet_queue_open(const vs_fleet_opts *o, vs_fleet_queue **out, char *err,
   *out = NULL;
   vs_fleet_queue *q = calloc(1, sizeof *q);
   if (!q) {
-    vs__err(err, errlen, "fleet queue: out of memory");
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "fleet queue: out of memory");
   }
   int rc = vs_fleet_addr_parse(o->url, &q->addr, err, errlen);
   if (!rc) rc = vs__copy_name(q->stream, sizeof q->stream, &vs__key_name, "fleet stream", o->stream,
@@ -383,7 +372,7 @@ int vs_fleet_queue_open(const vs_fleet_opts *o, vs_fleet_queue **out, char *err,
   if (!rc && (o->max_len < 1 || o->max_len > LLONG_MAX / 2 || o->events_max_len < 1 ||
               o->events_ttl_ms < 1 || o->max_payload < 1 || o->max_payload > (512u << 20) ||
               o->connect_timeout_ms < 1 || o->command_timeout_ms < 1)) {
-    vs__err(err, errlen, "fleet queue: max_len, events_max_len, events_ttl_ms, max_payload "
+    vs_fail(err, errlen, 0, "fleet queue: max_len, events_max_len, events_ttl_ms, max_payload "
             "(at most 512 MiB, Redis's limit) and the timeouts must be positive");
     rc = VSPEC_EINVAL;
   }
@@ -431,7 +420,7 @@ static int vs__run(vs_fleet_queue *q, const char *what, long long block_ms, redi
   va_end(ap);
   if (arc != REDIS_OK) {
     int oom = q->c->err == REDIS_ERR_OOM;
-    vs__err(err, errlen, "%s: cannot format the command: %s", what, q->c->errstr);
+    vs_fail(err, errlen, 0, "%s: cannot format the command: %s", what, q->c->errstr);
     vs__drop(q);
     return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
   }
@@ -465,18 +454,18 @@ static int vs__want(const vs_fleet_queue *q, const char *what, const redisReply 
                     char *err, size_t errlen) {
   if (r->type == type) return VSPEC_OK;
   if (r->type == REDIS_REPLY_ERROR) {
-    vs__err(err, errlen, "%s: redis at %s: %.300s", what, q->where, r->str ? r->str : "");
-    return VS_FLEET_EREDIS;
+    return vs_fail(err, errlen, VS_FLEET_EREDIS,
+                   "%s: redis at %s: %.300s", what, q->where, r->str ? r->str : "");
   }
-  vs__err(err, errlen, "%s: redis at %s replied with %s where %s was expected", what, q->where,
-          vs__type_name(r->type), vs__type_name(type));
-  return VSPEC_EFORMAT;
+  return vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: redis at %s replied with %s where %s was expected", what, q->where,
+                 vs__type_name(r->type), vs__type_name(type));
 }
 
 static int vs__bad_shape(const vs_fleet_queue *q, const char *what, const char *why, char *err,
                          size_t errlen) {
-  vs__err(err, errlen, "%s: unexpected reply from redis at %s: %s", what, q->where, why);
-  return VSPEC_EFORMAT;
+  return vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: unexpected reply from redis at %s: %s", what, q->where, why);
 }
 
 /* "<ms>-<seq>" or "<ms>" (Redis's own spelling of ids), plus "$" where allowed. */
@@ -494,9 +483,9 @@ static int vs__id_ok(const char *s, int dollar) {
 
 static int vs__check_id(const char *what, const char *id, int dollar, char *err, size_t errlen) {
   if (vs__id_ok(id, dollar)) return VSPEC_OK;
-  vs__err(err, errlen, "%s: '%.60s' is not a stream entry id (<ms>-<seq>%s)", what, id ? id : "",
-          dollar ? " or $" : "");
-  return VSPEC_EINVAL;
+  return vs_fail(err, errlen, VSPEC_EINVAL,
+                 "%s: '%.60s' is not a stream entry id (<ms>-<seq>%s)", what, id ? id : "",
+                 dollar ? " or $" : "");
 }
 
 /* The replies of MULTI, k queued commands and EXEC (k + 2 in r): the EXEC's array of k
@@ -537,8 +526,8 @@ int vs_fleet_enqueue(vs_fleet_queue *q, const char *job_id, const void *payload,
   int rc = vs_name_check(&vs__job_name, "XADD job", job_id ? job_id : "", err, errlen);
   if (rc) return rc;
   if (len > q->max_payload || (len && !payload)) {
-    vs__err(err, errlen, "XADD: a payload of %zu bytes (at most %zu)", len, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XADD: a payload of %zu bytes (at most %zu)", len, q->max_payload);
   }
   redisReply *r;
   if ((rc = vs__run(q, "XLEN", 0, &r, err, errlen, "XLEN %s", q->stream))) return rc;
@@ -547,9 +536,9 @@ int vs_fleet_enqueue(vs_fleet_queue *q, const char *job_id, const void *payload,
   freeReplyObject(r);
   if (rc) return rc;
   if (n >= q->max_len) {
-    vs__err(err, errlen, "XLEN: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
-            q->stream, n, q->max_len);
-    return VSPEC_EBUSY;
+    return vs_fail(err, errlen, VSPEC_EBUSY,
+                   "XLEN: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
+                   q->stream, n, q->max_len);
   }
   char cap[24];
   snprintf(cap, sizeof cap, "%lld", 2 * q->max_len);
@@ -620,8 +609,8 @@ static int vs__job_from(const vs_fleet_queue *q, const char *what, const redisRe
   jid[id->len] = '\0';
   if (vs_name_check(&vs__job_name, "job", jid, ignored, sizeof ignored)) return VSPEC_OK;
   if (!(j->payload = vs__dup(pl->str, pl->len))) {
-    vs__err(err, errlen, "%s: out of memory for a payload of %zu bytes", what, pl->len);
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "%s: out of memory for a payload of %zu bytes", what, pl->len);
   }
   j->payload_len = pl->len;
   memcpy(j->job_id, jid, id->len + 1);
@@ -642,8 +631,8 @@ static int vs__deliveries(vs_fleet_queue *q, vs_fleet_job *jobs, int n, char *er
   if (!r) {
     /* the appended commands' replies would answer the next ones: start over */
     vs__drop(q);
-    vs__err(err, errlen, "XPENDING: out of memory");
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "XPENDING: out of memory");
   }
   rc = vs__getn(q, "XPENDING", n, r, q->command_timeout_ms, err, errlen);
   for (int i = 0; !rc && i < n; i++) {
@@ -673,8 +662,8 @@ int vs_fleet_read(vs_fleet_queue *q, int block_ms, vs_fleet_job *job, char *err,
                   size_t errlen) {
   memset(job, 0, sizeof *job);
   if (!q->has_consumer) {
-    vs__err(err, errlen, "XREADGROUP: this queue was opened without a consumer name");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XREADGROUP: this queue was opened without a consumer name");
   }
   redisReply *r;
   int rc;
@@ -755,7 +744,7 @@ static int vs__eval(vs_fleet_queue *q, const char *what, int argc, const char **
   if (rc) return rc;
   if (redisAppendCommandArgv(q->c, argc, argv, argl) != REDIS_OK) {
     int oom = q->c->err == REDIS_ERR_OOM;
-    vs__err(err, errlen, "%s: cannot format the command: %s", what, q->c->errstr);
+    vs_fail(err, errlen, 0, "%s: cannot format the command: %s", what, q->c->errstr);
     vs__drop(q);
     return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
   }
@@ -804,8 +793,8 @@ static int vs__stale_from(const redisReply *e, vs_fleet_stale_job *s) {
 int vs_fleet_stale(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_stale_job *out, int max,
                    char *err, size_t errlen) {
   if (max < 1 || max > 1000 || min_idle_ms < 0) {
-    vs__err(err, errlen, "XPENDING (stale): max must be 1-1000, min_idle_ms >= 0");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XPENDING (stale): max must be 1-1000, min_idle_ms >= 0");
   }
   char idle[24], count[16];
   snprintf(idle, sizeof idle, "%lld", min_idle_ms);
@@ -859,9 +848,9 @@ static int vs__announce(vs_fleet_queue *q, const char *mode, const char *entry_i
   if (!rc) rc = vs__check_id(what, entry_id, 0, err, errlen);
   if (rc) return rc;
   if (deliveries < 1 || idle_ms < 0 || len > q->max_payload || (len && !event)) {
-    vs__err(err, errlen, "%s: deliveries >= 1, idle >= 0 and an event of at most %zu bytes",
-            what, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "%s: deliveries >= 1, idle >= 0 and an event of at most %zu bytes",
+                   what, q->max_payload);
   }
   snprintf(mark, sizeof mark, "%s:lost:%s:%lld", q->stream, entry_id, deliveries);
   char dl[24], idle[24], ev_max[24], ttl[24];
@@ -890,8 +879,8 @@ int vs_fleet_release(vs_fleet_queue *q, const char *entry_id, const char *job_id
                      long long deliveries, long long idle_ms, const void *event, size_t len,
                      char *err, size_t errlen) {
   if (!q->has_consumer) {
-    vs__err(err, errlen, "release: this queue was opened without a consumer name");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "release: this queue was opened without a consumer name");
   }
   return vs__announce(q, "release", entry_id, job_id, deliveries, idle_ms, event, len, err,
                       errlen);
@@ -901,10 +890,10 @@ int vs_fleet_claim(vs_fleet_queue *q, const char *entry_id, long long min_idle_m
                    vs_fleet_job *job, char *err, size_t errlen) {
   memset(job, 0, sizeof *job);
   if (!q->has_consumer || min_idle_ms < 0) {
-    vs__err(err, errlen, "XCLAIM: %s", !q->has_consumer
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XCLAIM: %s", !q->has_consumer
                                            ? "this queue was opened without a consumer name"
                                            : "min_idle_ms must be >= 0");
-    return VSPEC_EINVAL;
   }
   int rc = vs__check_id("XCLAIM", entry_id, 0, err, errlen);
   if (rc) return rc;
@@ -937,8 +926,8 @@ int vs_fleet_event_append(vs_fleet_queue *q, const char *job_id, const void *dat
   int rc = vs__events_key(q, "XADD", job_id, key, sizeof key, err, errlen);
   if (rc) return rc;
   if (len > q->max_payload || (len && !data)) {
-    vs__err(err, errlen, "XADD: an event of %zu bytes (at most %zu)", len, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XADD: an event of %zu bytes (at most %zu)", len, q->max_payload);
   }
   if ((rc = vs__connect(q, "XADD", err, errlen))) return rc;
   char maxlen[24], ttl[24];
@@ -969,8 +958,8 @@ int vs_fleet_events_read(vs_fleet_queue *q, const char *job_id, const char *afte
   if (rc) return rc;
   if ((rc = vs__check_id("XREAD", after_id, 1, err, errlen))) return rc;
   if (max < 1 || max > 100000) {
-    vs__err(err, errlen, "XREAD: max must be 1-100000");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XREAD: max must be 1-100000");
   }
   for (int i = 0; i < max; i++) memset(&ev[i], 0, sizeof ev[i]);
   char count[16];
@@ -1009,7 +998,7 @@ int vs_fleet_events_read(vs_fleet_queue *q, const char *job_id, const char *afte
     const redisReply *d = vs__field(e->element[1], "data");
     if (d) {
       if (!(ev[n].data = vs__dup(d->str, d->len))) {
-        vs__err(err, errlen, "XREAD: out of memory for an event of %zu bytes", d->len);
+        vs_fail(err, errlen, 0, "XREAD: out of memory for an event of %zu bytes", d->len);
         rc = VSPEC_ENOMEM;
         goto out;
       }
@@ -1070,9 +1059,9 @@ static const char vs__touch_lua[] =
 int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *still_ours,
                    char *err, size_t errlen) {
   if (!q->has_consumer || n < 0 || n > 1000) {
-    vs__err(err, errlen, "XCLAIM: %s",
-            !q->has_consumer ? "this queue was opened without a consumer name" : "n must be 0-1000");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XCLAIM: %s",
+                   !q->has_consumer ? "this queue was opened without a consumer name" : "n must be 0-1000");
   }
   for (int i = 0; i < n; i++) {
     still_ours[i] = 0;
@@ -1083,8 +1072,8 @@ int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *
   int argc = n + 6, rc;
   const char **argv = malloc(sizeof *argv * (size_t)argc);
   if (!argv) {
-    vs__err(err, errlen, "XCLAIM: out of memory");
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "XCLAIM: out of memory");
   }
   argv[0] = "EVAL";
   argv[1] = vs__touch_lua;
@@ -1141,8 +1130,8 @@ int vs_fleet_cancel_set(vs_fleet_queue *q, const char *job_id, char *err, size_t
 int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, int *cancelled,
                           char *err, size_t errlen) {
   if (n < 0 || n > 1000) {
-    vs__err(err, errlen, "EXISTS (cancel): n must be 0-1000");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "EXISTS (cancel): n must be 0-1000");
   }
   char key[sizeof q->stream + 8 + VS_FLEET_JOB_ID_MAX];
   /* every id checked before anything is sent: a half-sent pipeline would leave replies that
@@ -1161,8 +1150,8 @@ int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, 
   redisReply **r = calloc((size_t)n, sizeof *r);
   if (!r) {
     vs__drop(q); /* n replies are on their way, unread */
-    vs__err(err, errlen, "EXISTS (cancel): out of memory");
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "EXISTS (cancel): out of memory");
   }
   int found = 0;
   if (!(rc = vs__getn(q, "EXISTS (cancel)", n, r, q->command_timeout_ms, err, errlen))) {
@@ -1223,9 +1212,9 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
   if (digest) snprintf(ikey, sizeof ikey, "%s:id:%s", q->stream, job_id);
   if (len > q->max_payload || (len && !payload) || event_len > q->max_payload ||
       (event_len && !first_event)) {
-    vs__err(err, errlen, "submit: a payload of %zu bytes or an event of %zu (at most %zu)", len,
-            event_len, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "submit: a payload of %zu bytes or an event of %zu (at most %zu)", len,
+                   event_len, q->max_payload);
   }
   char max_len[24], cap[24], ev_max[24], ttl[24];
   snprintf(max_len, sizeof max_len, "%lld", q->max_len);
@@ -1241,7 +1230,7 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
   if ((rc = vs__connect(q, "submit", err, errlen))) return rc;
   if (redisAppendCommandArgv(q->c, 14, argv, argl) != REDIS_OK) {
     int oom = q->c->err == REDIS_ERR_OOM;
-    vs__err(err, errlen, "submit: cannot format the command: %s", q->c->errstr);
+    vs_fail(err, errlen, 0, "submit: cannot format the command: %s", q->c->errstr);
     vs__drop(q);
     return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
   }
@@ -1260,11 +1249,11 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
   } else if (!strcmp(what, "same")) {
     rc = VS_FLEET_SAME;
   } else if (!strcmp(what, "conflict")) {
-    vs__err(err, errlen, "submit: job id %s is taken by a different request", job_id);
+    vs_fail(err, errlen, 0, "submit: job id %s is taken by a different request", job_id);
     rc = VS_FLEET_CONFLICT;
   } else if (!strcmp(what, "busy") && r->elements == 2 &&
              r->element[1]->type == REDIS_REPLY_INTEGER) {
-    vs__err(err, errlen, "submit: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
+    vs_fail(err, errlen, 0, "submit: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
             q->stream, r->element[1]->integer, q->max_len);
     rc = VSPEC_EBUSY;
   } else {
