@@ -62,7 +62,7 @@ static int vs__recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, s
     /* The connection's metadata (NULL without ZAP) comes with the frames the peer sent. Not
      * always with the routing-id frame a ROUTER adds: libzmq (4.3.4) builds that one without
      * metadata when the message was prefetched by a poll or ZMQ_EVENTS, as in vspecd's event
-     * loop and the broker's zmq_poll. So every frame is asked until one answers. */
+     * loop and the gateway's zmq_poll. So every frame is asked until one answers. */
     if (!*m->user_id) {
       const char *user = zmq_msg_gets(&part, "User-Id");
       if (user) snprintf(m->user_id, sizeof m->user_id, "%s", user);
@@ -356,7 +356,7 @@ static int vs__send_tail(void *sock, zmq_msg_t *body, vs_wire_blob *blobs, int n
   return 0;
 }
 
-/* `clean`: every string field made valid for the wire (events: what the daemon and the broker
+/* `clean`: every string field made valid for the wire (events: what the daemon and the gateway
  * say). Requests go out as the user wrote them: the daemon refuses what is wrong, naming it. */
 static int vs__send_packed(void *sock, const vs_wire_envelope *env, ProtobufCMessage *msg,
                            int clean, vs_wire_blob *blobs, int n_blobs, int flags) {
@@ -382,52 +382,44 @@ static int vs__send_packed(void *sock, const vs_wire_envelope *env, ProtobufCMes
   return vs__send_tail(sock, &body, blobs, n_blobs, flags);
 }
 
-int vs_wire_send_event(void *sock, const vs_wire_envelope *env, Vspec__Event *ev,
-                       vs_wire_blob *blobs, int n_blobs, int flags) {
-  Vspec__Blob desc[VS_WIRE_MAX_BLOBS], *descp[VS_WIRE_MAX_BLOBS];
+/* The one sender of both directions: an Event's or a Request's `version`, `n_blobs` and `blobs`
+ * (the descriptors of the frames that follow) are set for the send, the caller's descriptors
+ * put back after it. `clean` as for vs__send_packed. */
+static int vs__send_msg(void *sock, const vs_wire_envelope *env, ProtobufCMessage *msg,
+                        uint32_t *version, size_t *n_desc, Vspec__Blob ***desc, int clean,
+                        vs_wire_blob *blobs, int n_blobs, int flags) {
+  Vspec__Blob d[VS_WIRE_MAX_BLOBS], *dp[VS_WIRE_MAX_BLOBS];
   if (n_blobs > VS_WIRE_MAX_BLOBS) {
     vs__free_blobs(blobs, 0, n_blobs);
     return -EMSGSIZE;
   }
   for (int i = 0; i < n_blobs; i++) {
-    vspec__blob__init(&desc[i]);
-    desc[i].kind = blobs[i].kind;
-    desc[i].size = blobs[i].size;
-    descp[i] = &desc[i];
+    vspec__blob__init(&d[i]);
+    d[i].kind = blobs[i].kind;
+    d[i].size = blobs[i].size;
+    dp[i] = &d[i];
   }
-  size_t saved_n = ev->n_blobs;
-  Vspec__Blob **saved = ev->blobs;
-  ev->n_blobs = (size_t)n_blobs;
-  ev->blobs = descp;
-  ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
-  int rc = vs__send_packed(sock, env, &ev->base, 1, blobs, n_blobs, flags);
-  ev->n_blobs = saved_n;
-  ev->blobs = saved;
+  size_t saved_n = *n_desc;
+  Vspec__Blob **saved = *desc;
+  *n_desc = (size_t)n_blobs;
+  *desc = dp;
+  *version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
+  int rc = vs__send_packed(sock, env, msg, clean, blobs, n_blobs, flags);
+  *n_desc = saved_n;
+  *desc = saved;
   return rc;
+}
+
+int vs_wire_send_event(void *sock, const vs_wire_envelope *env, Vspec__Event *ev,
+                       vs_wire_blob *blobs, int n_blobs, int flags) {
+  return vs__send_msg(sock, env, &ev->base, &ev->version, &ev->n_blobs, &ev->blobs, 1, blobs,
+                      n_blobs, flags);
 }
 
 int vs_wire_send_request(void *sock, const vs_wire_envelope *env, Vspec__Request *rq,
                          vs_wire_blob *blobs, int n_blobs, int flags) {
-  Vspec__Blob desc[VS_WIRE_MAX_BLOBS], *descp[VS_WIRE_MAX_BLOBS];
-  if (n_blobs > VS_WIRE_MAX_BLOBS) {
-    vs__free_blobs(blobs, 0, n_blobs);
-    return -EMSGSIZE;
-  }
-  for (int i = 0; i < n_blobs; i++) {
-    vspec__blob__init(&desc[i]);
-    desc[i].kind = blobs[i].kind;
-    desc[i].size = blobs[i].size;
-    descp[i] = &desc[i];
-  }
-  size_t saved_n = rq->n_blobs;
-  Vspec__Blob **saved = rq->blobs;
-  rq->n_blobs = (size_t)n_blobs;
-  rq->blobs = descp;
-  rq->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
-  int rc = vs__send_packed(sock, env, &rq->base, 0, blobs, n_blobs, flags);
-  rq->n_blobs = saved_n;
-  rq->blobs = saved;
-  return rc;
+  return vs__send_msg(sock, env, &rq->base, &rq->version, &rq->n_blobs, &rq->blobs, 0, blobs,
+                      n_blobs, flags);
 }
 
 int vs_wire_forward(void *sock, const vs_wire_envelope *env, vs_wire_msg *m, int flags) {
