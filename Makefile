@@ -31,7 +31,7 @@
 #   build/dyn/                       the programs linked to it, as make install installs them
 #   build/plugins/<kind>_<name>.so   plugins/<kind>/<name>.c or plugins/<kind>/<name>/*.c
 #   build/vspec-bench                bench/
-#   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI); build/vspec-broker
+#   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI); build/vspec-gateway
 #   build/gen/proto/vspec.pb-c.[ch]  generated from proto/vspec.proto by protoc-c (never committed)
 #   build/lib/libvspec-cuda.so       kernels/cuda/ (nvcc), loaded at run time for --device cuda
 #   build/tests/test_*               tests/test_*.c (cmocka); build/tests/gpu/ the GPU suite
@@ -165,7 +165,7 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker '$$ORIGIN' \
                -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64 -lcublas -lcudart
 CUDA_TARGETS := $(if $(filter 1,$(CUDA_ON)),$(CUDA_MODULE))
 
-# ---- the service: wire protocol, daemon, broker, CLI -------------------------------------
+# ---- the service: wire protocol, daemon, gateway, CLI ------------------------------------
 GEN_DIR := $(BUILD)/gen
 PROTO_C := $(GEN_DIR)/proto/vspec.pb-c.c
 PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
@@ -173,7 +173,7 @@ PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
 # libmicrohttpd: the HTTP endpoint (daemon/http_server.c, DESIGN.md "HTTP endpoint").
 SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis -lmicrohttpd
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
-DAEMON_MAINS := daemon/vspecd.c daemon/broker_main.c daemon/gateway_main.c
+DAEMON_MAINS := daemon/vspecd.c daemon/gateway_main.c
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c)))
 # The CLI: its main (the command table), the commands and their shared helpers (clients/cli.h).
 CLIENT_MAINS := clients/vspec.c clients/cli_common.c $(wildcard clients/cmd_*.c)
@@ -182,7 +182,6 @@ CLIENT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(CLIENT_MAINS),$(wil
 SVC_LIB := $(BUILD)/libvspecsvc.a
 VSPECD := $(BUILD)/vspecd
 VSPEC_CLI := $(BUILD)/vspec
-BROKER := $(BUILD)/vspec-broker
 GATEWAY := $(BUILD)/vspec-gateway
 DAEMON_BENCH := $(BUILD)/vspecd-bench
 DAEMON_SOAK := $(BUILD)/vspecd-soak
@@ -192,7 +191,7 @@ DAEMON_FLEET_BENCH := $(BUILD)/vspecd-fleet-bench
 DAEMON_PROC_OBJ := $(BUILD)/obj/bench/daemon_proc.o
 # vspecd-fleet-bench's own parts: its fleet of processes, the load, its redis-server.
 DAEMON_FLEET_OBJ := $(patsubst %,$(BUILD)/obj/bench/daemon_%.o,fleet fleet_load redis)
-SERVICE := $(VSPECD) $(VSPEC_CLI) $(BROKER) $(GATEWAY) $(DAEMON_BENCH) $(DAEMON_SOAK) \
+SERVICE := $(VSPECD) $(VSPEC_CLI) $(GATEWAY) $(DAEMON_BENCH) $(DAEMON_SOAK) \
            $(DAEMON_HTTP_SOAK) $(DAEMON_STARTUP) \
            $(DAEMON_FLEET_BENCH)
 
@@ -268,8 +267,6 @@ $(SVC_LIB): $(DAEMON_OBJ) $(CLIENT_OBJ) $(WIRE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 $(VSPECD): $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(LIB)
-	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
-$(BROKER): $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(GATEWAY): $(BUILD)/obj/daemon/gateway_main.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
@@ -514,16 +511,13 @@ DATADIR ?= $(PREFIX)/share
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 DYN_DIR := $(BUILD)/dyn
-DYN_PROGS := $(addprefix $(DYN_DIR)/,vspecd vspec vspec-broker vspec-gateway vspec-bench)
+DYN_PROGS := $(addprefix $(DYN_DIR)/,vspecd vspec vspec-gateway vspec-bench)
 DYN_LINK = $(CC) $(LDFLAGS) $(filter %.o %.a,$^) -o $@ -L$(BUILD)/lib -lvspec \
            -Wl,-rpath,'$$ORIGIN/../lib' $(SVC_LDLIBS) $(LDLIBS)
 $(DYN_DIR)/vspecd: $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(SHARED_LIB)
 	@mkdir -p $(dir $@)
 	$(DYN_LINK)
 $(DYN_DIR)/vspec: $(CLI_OBJ) $(SVC_LIB) $(SHARED_LIB)
-	@mkdir -p $(dir $@)
-	$(DYN_LINK)
-$(DYN_DIR)/vspec-broker: $(BUILD)/obj/daemon/broker_main.o $(SVC_LIB) $(SHARED_LIB)
 	@mkdir -p $(dir $@)
 	$(DYN_LINK)
 $(DYN_DIR)/vspec-gateway: $(BUILD)/obj/daemon/gateway_main.o $(SVC_LIB) $(SHARED_LIB)

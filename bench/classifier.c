@@ -6,12 +6,12 @@
 
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/safetensors.h"
+#include "core/status.h"
 #include "kernels/vs_kernels.h"
 
 /* Samples per call of the batched (post-pooling) layers. The spatial layers run one
@@ -45,18 +45,6 @@ struct vs_classifier {
   float *act[2];             /* one sample's spatial activations, ping-pong */
   float *vec[2];             /* [VS_CLF_BATCH, max_vec] vectors after pooling */
 };
-
-static int vs_clf_fail(char *err, size_t errlen, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int vs_clf_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
 
 /* A positive int field; absent -> def (def < 0: required). */
 static int vs_clf_int(const json_t *o, const char *key, int def, int lo, int *out) {
@@ -124,12 +112,12 @@ static int vs_clf_tensors(vs_classifier *c, const json_t *o, int i, const char *
   const char *path = vs_st_path(c->file);
   const json_t *wn = json_object_get(o, "weight"), *bn = json_object_get(o, "bias");
   if (!json_is_string(wn))
-    return vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                       "%s: layer %d (%s): \"weight\" must name a tensor", path, i, opname);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d (%s): \"weight\" must name a tensor", path, i, opname);
   if (bn && !json_is_null(bn) && !json_is_string(bn))
-    return vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                       "%s: layer %d (%s): \"bias\" must name a tensor or be null", path, i,
-                       opname);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d (%s): \"bias\" must name a tensor or be null", path, i,
+                   opname);
   char sub[VSPEC_ERRLEN];
   int rc = vs_st_get_f32(c->file, c->dev, json_string_value(wn), ndim, wshape, &L->w, sub,
                          sizeof sub);
@@ -138,7 +126,7 @@ static int vs_clf_tensors(vs_classifier *c, const json_t *o, int i, const char *
     rc = vs_st_get_f32(c->file, c->dev, json_string_value(bn), 1, bshape, &L->b, sub,
                        sizeof sub);
   }
-  if (rc) return vs_clf_fail(err, errlen, rc, "layer %d (%s): %s", i, opname, sub);
+  if (rc) return vs_fail(err, errlen, rc, "layer %d (%s): %s", i, opname, sub);
   return VSPEC_OK;
 }
 
@@ -148,19 +136,19 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
   json_error_t jerr;
   json_t *root = json_loads(layers_text, 0, &jerr);
   if (!root)
-    return vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                       "%s: metadata \"layers\" is not valid JSON: %s (line %d, column %d)", path,
-                       jerr.text, jerr.line, jerr.column);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: metadata \"layers\" is not valid JSON: %s (line %d, column %d)", path,
+                   jerr.text, jerr.line, jerr.column);
   int rc = VSPEC_OK;
   if (!json_is_array(root) || json_array_size(root) == 0 || json_array_size(root) > 4096) {
-    rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: metadata \"layers\" must be a non-empty JSON list of layers", path);
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: metadata \"layers\" must be a non-empty JSON list of layers", path);
     goto done;
   }
   c->n_layers = (int)json_array_size(root);
   c->layers = calloc((size_t)c->n_layers, sizeof *c->layers);
   if (!c->layers) {
-    rc = vs_clf_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
     goto done;
   }
   int ch = c->in_c, h = c->in_h, w = c->in_w; /* h = w = 0 once pooled */
@@ -172,8 +160,8 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
     vs_clf_layer *L = &c->layers[i];
     const json_t *opv = json_is_object(o) ? json_object_get(o, "op") : NULL;
     if (!json_is_string(opv)) {
-      rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                       "%s: layer %d is not an object with a string \"op\"", path, i);
+      rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d is not an object with a string \"op\"", path, i);
       goto done;
     }
     const char *op = json_string_value(opv), *bad = NULL;
@@ -184,10 +172,10 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
       L->op = VS_CLF_CONV;
       if (!vs_clf_check_keys(o, keys, &bad)) goto badkey;
       if (!spatial) {
-        rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                         "%s: layer %d (conv2d) comes after global_avg_pool; it needs a "
-                         "spatial input",
-                         path, i);
+        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: layer %d (conv2d) comes after global_avg_pool; it needs a "
+                     "spatial input",
+                     path, i);
         goto done;
       }
       int sh, sw;
@@ -195,32 +183,32 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
           !vs_clf_pair(o, "kernel", -1, 1, &L->kh, &L->kw) ||
           !vs_clf_pair(o, "stride", 1, 1, &sh, &sw) ||
           !vs_clf_pair(o, "padding", 0, 0, &L->ph, &L->pw)) {
-        rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                         "%s: layer %d (conv2d): needs positive integers in, out, kernel "
-                         "(int or [h,w]) and optional stride >= 1, padding >= 0",
-                         path, i);
+        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: layer %d (conv2d): needs positive integers in, out, kernel "
+                     "(int or [h,w]) and optional stride >= 1, padding >= 0",
+                     path, i);
         goto done;
       }
       if (sh != sw) {
-        rc = vs_clf_fail(err, errlen, VSPEC_ENOTSUP,
-                         "%s: layer %d (conv2d): stride [%d,%d] differs per axis, which the "
-                         "conv2d op does not support",
-                         path, i, sh, sw);
+        rc = vs_fail(err, errlen, VSPEC_ENOTSUP,
+                     "%s: layer %d (conv2d): stride [%d,%d] differs per axis, which the "
+                     "conv2d op does not support",
+                     path, i, sh, sw);
         goto done;
       }
       L->stride = sh;
       if (L->in != ch) {
-        rc = vs_clf_fail(err, errlen, VSPEC_ESHAPE,
-                         "%s: layer %d (conv2d): \"in\" is %d but its input has %d channels",
-                         path, i, L->in, ch);
+        rc = vs_fail(err, errlen, VSPEC_ESHAPE,
+                     "%s: layer %d (conv2d): \"in\" is %d but its input has %d channels",
+                     path, i, L->in, ch);
         goto done;
       }
       int hs = h + 2 * L->ph - L->kh, ws = w + 2 * L->pw - L->kw;
       if (hs < 0 || ws < 0) {
-        rc = vs_clf_fail(err, errlen, VSPEC_ESHAPE,
-                         "%s: layer %d (conv2d): kernel %dx%d does not fit its %dx%d input "
-                         "padded by %d,%d",
-                         path, i, L->kh, L->kw, h, w, L->ph, L->pw);
+        rc = vs_fail(err, errlen, VSPEC_ESHAPE,
+                     "%s: layer %d (conv2d): kernel %dx%d does not fit its %dx%d input "
+                     "padded by %d,%d",
+                     path, i, L->kh, L->kw, h, w, L->ph, L->pw);
         goto done;
       }
       int64_t wshape[4] = {L->out, L->in, L->kh, L->kw};
@@ -231,9 +219,9 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
       w = ws / L->stride + 1;
       size_t act = (size_t)ch * h * w;
       if (act > VS_CLF_MAX_ACT) {
-        rc = vs_clf_fail(err, errlen, VSPEC_ERANGE,
-                         "%s: layer %d (conv2d): output %dx%dx%d is unreasonably large", path, i,
-                         ch, h, w);
+        rc = vs_fail(err, errlen, VSPEC_ERANGE,
+                     "%s: layer %d (conv2d): output %dx%dx%d is unreasonably large", path, i,
+                     ch, h, w);
         goto done;
       }
       if (act > c->max_act) c->max_act = act;
@@ -246,10 +234,10 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
       L->op = VS_CLF_GAP;
       if (!vs_clf_check_keys(o, keys, &bad)) goto badkey;
       if (!spatial) {
-        rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                         "%s: layer %d: a second global_avg_pool (the features are defined by "
-                         "the one pooling layer)",
-                         path, i);
+        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: layer %d: a second global_avg_pool (the features are defined by "
+                     "the one pooling layer)",
+                     path, i);
         goto done;
       }
       c->gap = i;
@@ -259,21 +247,21 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
       L->op = VS_CLF_LINEAR;
       if (!vs_clf_check_keys(o, keys, &bad)) goto badkey;
       if (spatial) {
-        rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                         "%s: layer %d (linear) needs a vector input; put it after "
-                         "global_avg_pool",
-                         path, i);
+        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: layer %d (linear) needs a vector input; put it after "
+                     "global_avg_pool",
+                     path, i);
         goto done;
       }
       if (!vs_clf_int(o, "in", -1, 1, &L->in) || !vs_clf_int(o, "out", -1, 1, &L->out)) {
-        rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                         "%s: layer %d (linear): needs positive integers in, out", path, i);
+        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: layer %d (linear): needs positive integers in, out", path, i);
         goto done;
       }
       if (L->in != ch) {
-        rc = vs_clf_fail(err, errlen, VSPEC_ESHAPE,
-                         "%s: layer %d (linear): \"in\" is %d but its input has %d features",
-                         path, i, L->in, ch);
+        rc = vs_fail(err, errlen, VSPEC_ESHAPE,
+                     "%s: layer %d (linear): \"in\" is %d but its input has %d features",
+                     path, i, L->in, ch);
         goto done;
       }
       int64_t wshape[2] = {L->out, L->in};
@@ -281,10 +269,10 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
       if (rc) goto done;
       ch = L->out;
     } else {
-      rc = vs_clf_fail(err, errlen, VSPEC_ENOTSUP,
-                       "%s: layer %d: unknown op '%s' (supported: conv2d, relu, "
-                       "global_avg_pool, linear)",
-                       path, i, op);
+      rc = vs_fail(err, errlen, VSPEC_ENOTSUP,
+                   "%s: layer %d: unknown op '%s' (supported: conv2d, relu, "
+                   "global_avg_pool, linear)",
+                   path, i, op);
       goto done;
     }
     L->c = ch;
@@ -293,23 +281,23 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
     if (!h && ch > c->max_vec) c->max_vec = ch;
     continue;
   badkey:
-    rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: layer %d (%s): unsupported key \"%s\" (or a value other than 1)", path,
-                     i, op, bad);
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: layer %d (%s): unsupported key \"%s\" (or a value other than 1)", path,
+                 i, op, bad);
     goto done;
   }
   if (c->gap < 0) {
-    rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: \"layers\" has no global_avg_pool, so there is no feature vector",
-                     path);
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: \"layers\" has no global_avg_pool, so there is no feature vector",
+                 path);
     goto done;
   }
   c->feature_dim = c->layers[c->gap].c;
   c->num_classes = ch;
   if (c->gap == c->n_layers - 1) {
-    rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: \"layers\" ends with global_avg_pool; the logits need a final linear",
-                     path);
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: \"layers\" ends with global_avg_pool; the logits need a final linear",
+                 path);
     goto done;
   }
 done:
@@ -332,10 +320,10 @@ int vs_classifier_open(const char *path, vspec_dev *dev, vs_classifier **out, ch
   *out = NULL;
   const vspec_ops *ops = dev ? vs_dev_ops(dev) : NULL;
   if (!ops || ops->device != VSPEC_DEVICE_CPU)
-    return vs_clf_fail(err, errlen, VSPEC_ENOTSUP,
-                       "%s: the quality classifier runs on the CPU device only", path);
+    return vs_fail(err, errlen, VSPEC_ENOTSUP,
+                   "%s: the quality classifier runs on the CPU device only", path);
   vs_classifier *c = calloc(1, sizeof *c);
-  if (!c) return vs_clf_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+  if (!c) return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
   c->dev = dev;
   c->ops = ops;
   int rc = vs_st_open(path, &c->file, err, errlen);
@@ -355,9 +343,9 @@ int vs_classifier_open(const char *path, vspec_dev *dev, vs_classifier **out, ch
     }
     json_decref(js);
     if (!ok) {
-      rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                       "%s: metadata \"input_shape\" must be a JSON list [c, h, w], got '%s'",
-                       path, shape);
+      rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: metadata \"input_shape\" must be a JSON list [c, h, w], got '%s'",
+                   path, shape);
       goto fail;
     }
     c->in_c = dims[0];
@@ -366,10 +354,10 @@ int vs_classifier_open(const char *path, vspec_dev *dev, vs_classifier **out, ch
   }
   const char *layers = vs_st_meta(c->file, "layers");
   if (!layers) {
-    rc = vs_clf_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: no \"layers\" metadata describing the network (see "
-                     "bench/classifier.h for the format)",
-                     path);
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: no \"layers\" metadata describing the network (see "
+                 "bench/classifier.h for the format)",
+                 path);
     goto fail;
   }
   rc = vs_clf_build(c, layers, err, errlen);
@@ -377,17 +365,17 @@ int vs_classifier_open(const char *path, vspec_dev *dev, vs_classifier **out, ch
 
   int fd = vs_clf_meta_int(c->file, "feature_dim"), nc = vs_clf_meta_int(c->file, "num_classes");
   if (fd < 0 || (fd > 0 && fd != c->feature_dim)) {
-    rc = vs_clf_fail(err, errlen, VSPEC_ESHAPE,
-                     "%s: metadata feature_dim '%s' disagrees with the %d channels that "
-                     "global_avg_pool outputs",
-                     path, vs_st_meta(c->file, "feature_dim"), c->feature_dim);
+    rc = vs_fail(err, errlen, VSPEC_ESHAPE,
+                 "%s: metadata feature_dim '%s' disagrees with the %d channels that "
+                 "global_avg_pool outputs",
+                 path, vs_st_meta(c->file, "feature_dim"), c->feature_dim);
     goto fail;
   }
   if (nc < 0 || (nc > 0 && nc != c->num_classes)) {
-    rc = vs_clf_fail(err, errlen, VSPEC_ESHAPE,
-                     "%s: metadata num_classes '%s' disagrees with the %d outputs of the last "
-                     "layer",
-                     path, vs_st_meta(c->file, "num_classes"), c->num_classes);
+    rc = vs_fail(err, errlen, VSPEC_ESHAPE,
+                 "%s: metadata num_classes '%s' disagrees with the %d outputs of the last "
+                 "layer",
+                 path, vs_st_meta(c->file, "num_classes"), c->num_classes);
     goto fail;
   }
 
@@ -395,7 +383,7 @@ int vs_classifier_open(const char *path, vspec_dev *dev, vs_classifier **out, ch
     c->act[k] = ops->alloc(dev, c->max_act * sizeof(float));
     c->vec[k] = ops->alloc(dev, (size_t)VS_CLF_BATCH * c->max_vec * sizeof(float));
     if (!c->act[k] || !c->vec[k]) {
-      rc = vs_clf_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory for activations", path);
+      rc = vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory for activations", path);
       goto fail;
     }
   }
@@ -435,7 +423,7 @@ static void vs_clf_relu(float *x, size_t n) {
 int vs_classifier_run(vs_classifier *c, const float *x, int n, float *features, float *logits,
                       char *err, size_t errlen) {
   if (n < 0 || (n > 0 && !x))
-    return vs_clf_fail(err, errlen, VSPEC_EINVAL, "vs_classifier_run: invalid arguments");
+    return vs_fail(err, errlen, VSPEC_EINVAL, "vs_classifier_run: invalid arguments");
   size_t in_size = vs_classifier_input_size(c);
   for (int b0 = 0; b0 < n; b0 += VS_CLF_BATCH) {
     int m = n - b0 < VS_CLF_BATCH ? n - b0 : VS_CLF_BATCH;

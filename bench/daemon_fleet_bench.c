@@ -35,7 +35,7 @@
 #define VS__GOAL_PCT 5.0       /* the goal for the added p50 latency */
 
 static volatile sig_atomic_t vs__stop;
-static void vs__on_signal(int sig) {
+static void fb_on_signal(int sig) {
   (void)sig;
   vs__stop = 1;
 }
@@ -83,8 +83,8 @@ static int vs__send_one(vs_conn *c, uint64_t seed, int cls, uint64_t job_id, con
 
 /* One job on c until its result: latency, and the time to the daemon's Accepted (the first
  * Accepted not from a gateway). job_id 0: a direct job, whose id the daemon gives. */
-static int vs__one(const vs_bench_fleet *f, vs_conn *c, uint64_t seed, int cls, uint64_t job_id,
-                   const char *method, double *lat, double *to_acc, char *err, size_t errlen) {
+static int fb_one(const vs_bench_fleet *f, vs_conn *c, uint64_t seed, int cls, uint64_t job_id,
+                  const char *method, double *lat, double *to_acc, char *err, size_t errlen) {
   uint64_t rid, job = job_id;
   double t0 = vs_bench_now();
   if (vs__send_one(c, seed, cls, job_id, method, &rid, err, errlen)) return -1;
@@ -151,11 +151,11 @@ static int vs__warm_up(const vs_bench_fleet *f, vs__conns *c, const char *method
                        size_t errlen) {
   double lat, acc;
   for (int i = 0; i < VS_BENCH_FLEET_DAEMONS; i++)
-    if (vs__one(f, &c->d[i], 900 + (uint64_t)i, 1, 0, method, &lat, &acc, err, errlen))
+    if (fb_one(f, &c->d[i], 900 + (uint64_t)i, 1, 0, method, &lat, &acc, err, errlen))
       return -1;
   for (int i = 0; i < 2 * VS_BENCH_FLEET_GATEWAYS; i++)
-    if (vs__one(f, &c->gw[i % VS_BENCH_FLEET_GATEWAYS], 910 + (uint64_t)i, 1, vs__random_id(),
-                method, &lat, &acc, err, errlen))
+    if (fb_one(f, &c->gw[i % VS_BENCH_FLEET_GATEWAYS], 910 + (uint64_t)i, 1, vs__random_id(),
+               method, &lat, &acc, err, errlen))
       return -1;
   return 0;
 }
@@ -172,11 +172,11 @@ static int vs__latency(const vs_bench_fleet *f, const vs__opts *o, vs__lat *l, c
     vs_conn *direct = &c.d[i % VS_BENCH_FLEET_DAEMONS], *gw = &c.gw[i % VS_BENCH_FLEET_GATEWAYS];
     for (int k = 0; !rc && k < 2; k++) {
       if ((k + i) % 2 == 0)
-        rc = vs__one(f, direct, (uint64_t)i, cls, 0, o->method, &l->direct[i], &l->direct_acc[i],
-                     err, errlen);
+        rc = fb_one(f, direct, (uint64_t)i, cls, 0, o->method, &l->direct[i], &l->direct_acc[i],
+                    err, errlen);
       else
-        rc = vs__one(f, gw, (uint64_t)i, cls, vs__random_id(), o->method, &l->gateway[i],
-                     &l->gateway_acc[i], err, errlen);
+        rc = fb_one(f, gw, (uint64_t)i, cls, vs__random_id(), o->method, &l->gateway[i],
+                    &l->gateway_acc[i], err, errlen);
     }
     l->diff[i] = l->gateway[i] - l->direct[i];
   }
@@ -324,7 +324,7 @@ static int vs__write_json(const vs__opts *o, const vs_bench_fleet *f, const vs__
 
 /* ---- options ---------------------------------------------------------------------------- */
 
-static void vs__usage(FILE *f) {
+static void fb_usage(FILE *f) {
   fprintf(f,
           "usage: vspecd-fleet-bench [options]\n"
           "\n"
@@ -405,7 +405,7 @@ static int vs__option(int c, const char *arg, vs__opts *o, vs__raw *w) {
 }
 
 /* Returns 0, 1 (--help or --version: done) or 2 (usage error). */
-static int vs__parse(int argc, char **argv, vs__opts *o) {
+static int fb_parse(int argc, char **argv, vs__opts *o) {
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},
       {"method", required_argument, 0, O_METHOD},
@@ -430,7 +430,7 @@ static int vs__parse(int argc, char **argv, vs__opts *o) {
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 'h' || c == O_VERSION) {
-      if (c == 'h') vs__usage(stdout);
+      if (c == 'h') fb_usage(stdout);
       else vs_print_version(stdout, "vspecd-fleet-bench");
       return 1;
     }
@@ -454,7 +454,7 @@ static int vs__parse(int argc, char **argv, vs__opts *o) {
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-static void vs__header(const vs__opts *o, const vs_bench_fleet *f) {
+static void fb_header(const vs__opts *o, const vs_bench_fleet *f) {
   double load = -1;
   FILE *la = fopen("/proc/loadavg", "r");
   if (la) {
@@ -511,9 +511,9 @@ static int vs__throughput(vs_bench_fleet *f, const vs__opts *o, int chaos,
 int main(int argc, char **argv) {
   vs__opts o;
   memset(&o, 0, sizeof o);
-  int prc = vs__parse(argc, argv, &o);
+  int prc = fb_parse(argc, argv, &o);
   if (prc) return prc == 1 ? 0 : 2;
-  struct sigaction sa = {.sa_handler = vs__on_signal};
+  struct sigaction sa = {.sa_handler = fb_on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   static vs_bench_fleet f;
@@ -531,7 +531,7 @@ int main(int argc, char **argv) {
     pass = 0;
     goto done;
   }
-  vs__header(&o, &f);
+  fb_header(&o, &f);
   if (vs__latency(&f, &o, &lat, err, sizeof err)) {
     snprintf(why, sizeof why, "latency phase: %s", err);
     pass = 0;

@@ -54,19 +54,19 @@ typedef struct vs__run {
 
 /* ---- jobs by id ---------------------------------------------------------------------------- */
 
-static size_t vs__bucket(const vs__run *r, uint64_t id) {
+static size_t load_bucket(const vs__run *r, uint64_t id) {
   size_t i = (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & r->mask;
   while (r->index[i] && r->jobs[r->index[i] - 1].id != id) i = (i + 1) & r->mask;
   return i;
 }
 
-static vs__job *vs__find(const vs__run *r, uint64_t id) {
-  uint32_t k = r->index[vs__bucket(r, id)];
+static vs__job *load_find(const vs__run *r, uint64_t id) {
+  uint32_t k = r->index[load_bucket(r, id)];
   return k ? &r->jobs[k - 1] : NULL;
 }
 
 /* Random, nonzero, below 2^63 (what Submit.job_id takes), and not drawn before. */
-static int vs__draw_id(vs__run *r, int i) {
+static int load_draw_id(vs__run *r, int i) {
   for (;;) {
     uint64_t v = 0;
     if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
@@ -74,7 +74,7 @@ static int vs__draw_id(vs__run *r, int i) {
       return -1;
     }
     v &= (1ull << 63) - 1;
-    size_t b = vs__bucket(r, v);
+    size_t b = load_bucket(r, v);
     if (!v || r->index[b]) continue;
     r->jobs[i].id = v;
     r->index[b] = (uint32_t)i + 1;
@@ -82,7 +82,7 @@ static int vs__draw_id(vs__run *r, int i) {
   }
 }
 
-static int vs__setup(vs__run *r, char *err, size_t errlen) {
+static int load_setup(vs__run *r, char *err, size_t errlen) {
   const vs_bench_load_opts *o = r->o;
   size_t cap = 16;
   while (cap < 2 * (size_t)o->jobs) cap *= 2;
@@ -93,7 +93,7 @@ static int vs__setup(vs__run *r, char *err, size_t errlen) {
   for (int i = 0; i < o->jobs; i++) {
     r->jobs[i].seed = o->seed0 + (uint64_t)i;
     r->jobs[i].cls = i % 10;
-    if (vs__draw_id(r, i)) {
+    if (load_draw_id(r, i)) {
       snprintf(err, errlen, "getrandom failed");
       return -1;
     }
@@ -112,7 +112,7 @@ oom:
   return -1;
 }
 
-static void vs__teardown(vs__run *r) {
+static void load_teardown(vs__run *r) {
   for (int k = 0; k < VS__CLIENTS; k++) {
     if (r->cl[k].open) vs_conn_close(&r->cl[k].conn);
     free(r->cl[k].slot);
@@ -125,7 +125,7 @@ static void vs__teardown(vs__run *r) {
 
 /* Every submit of a job is the same message (the gateway compares digests of it): only the
  * request around it changes. */
-static int vs__send(vs__run *r, vs__job *j) {
+static int load_send(vs__run *r, vs__job *j) {
   Vspec__Submit s = VSPEC__SUBMIT__INIT;
   s.method = (char *)r->o->method;
   s.has_seed = s.has_class_label = s.has_credit = s.has_job_id = 1;
@@ -148,7 +148,7 @@ static int vs__send(vs__run *r, vs__job *j) {
 }
 
 /* Each client's free slots get the next jobs; jobs waiting out a refusal are sent again. */
-static int vs__top_up(vs__run *r) {
+static int load_top_up(vs__run *r) {
   double now = vs_bench_now();
   for (int k = 0; k < VS__CLIENTS; k++)
     for (int s = 0; s < r->o->in_flight; s++) {
@@ -156,9 +156,9 @@ static int vs__top_up(vs__run *r) {
       if (i < 0 && r->next < r->o->jobs) {
         i = r->cl[k].slot[s] = r->next++;
         r->jobs[i].client = k;
-        if (vs__send(r, &r->jobs[i])) return -1;
+        if (load_send(r, &r->jobs[i])) return -1;
       } else if (i >= 0 && r->jobs[i].state == VS__WAIT && now >= r->jobs[i].retry_at) {
-        if (vs__send(r, &r->jobs[i])) return -1;
+        if (load_send(r, &r->jobs[i])) return -1;
       }
     }
   return 0;
@@ -166,7 +166,7 @@ static int vs__top_up(vs__run *r) {
 
 /* ---- events -------------------------------------------------------------------------------- */
 
-static void vs__end(vs__run *r, vs__job *j, const Vspec__Event *ev) {
+static void load_end(vs__run *r, vs__job *j, const Vspec__Event *ev) {
   if (++j->ends > 1) return; /* a duplicate: counted at the end */
   double now = vs_bench_now();
   j->ok = ev->body_case == VSPEC__EVENT__BODY_RESULT;
@@ -182,7 +182,7 @@ static void vs__end(vs__run *r, vs__job *j, const Vspec__Event *ev) {
 
 /* An error that names no job answers a submit: unavailable and busy are retried, the same
  * submit after a short sleep; anything else ends the job. */
-static void vs__refused(vs__run *r, int k, const Vspec__Event *ev) {
+static void load_refused(vs__run *r, int k, const Vspec__Event *ev) {
   vs__job *j = NULL;
   for (int s = 0; s < r->o->in_flight && !j; s++) {
     int i = r->cl[k].slot[s];
@@ -192,7 +192,7 @@ static void vs__refused(vs__run *r, int k, const Vspec__Event *ev) {
   if (!j) return;
   int code = ev->error->code;
   if (code != VSPEC__ERROR_CODE__ERR_UNAVAILABLE && code != VSPEC__ERROR_CODE__ERR_BUSY) {
-    vs__end(r, j, ev);
+    load_end(r, j, ev);
     return;
   }
   if (code == VSPEC__ERROR_CODE__ERR_UNAVAILABLE) r->res->unavailable++;
@@ -202,12 +202,12 @@ static void vs__refused(vs__run *r, int k, const Vspec__Event *ev) {
   j->retry_at = vs_bench_now() + VS_BENCH_LOAD_RETRY_MS / 1000.0;
 }
 
-static void vs__on_event(vs__run *r, int k, const Vspec__Event *ev) {
+static void load_on_event(vs__run *r, int k, const Vspec__Event *ev) {
   if (!ev->has_job_id) {
-    if (ev->body_case == VSPEC__EVENT__BODY_ERROR && ev->has_request_id) vs__refused(r, k, ev);
+    if (ev->body_case == VSPEC__EVENT__BODY_ERROR && ev->has_request_id) load_refused(r, k, ev);
     return;
   }
-  vs__job *j = vs__find(r, ev->job_id);
+  vs__job *j = load_find(r, ev->job_id);
   if (!j || j->client != k) return;
   switch (ev->body_case) {
     case VSPEC__EVENT__BODY_ACCEPTED:
@@ -223,13 +223,13 @@ static void vs__on_event(vs__run *r, int k, const Vspec__Event *ev) {
       if (j->state != VS__DONE) vs_bench_daemon_grant(&r->cl[k].conn, j->id);
       break;
     case VSPEC__EVENT__BODY_RESULT:
-    case VSPEC__EVENT__BODY_ERROR: vs__end(r, j, ev); break;
+    case VSPEC__EVENT__BODY_ERROR: load_end(r, j, ev); break;
     default: break;
   }
 }
 
 /* Waits up to wait_ms for events on either connection and handles all that are there. */
-static int vs__pump(vs__run *r, int wait_ms) {
+static int load_pump(vs__run *r, int wait_ms) {
   zmq_pollitem_t it[VS__CLIENTS];
   for (int k = 0; k < VS__CLIENTS; k++)
     it[k] = (zmq_pollitem_t){.socket = r->cl[k].conn.sock, .events = ZMQ_POLLIN};
@@ -242,7 +242,7 @@ static int vs__pump(vs__run *r, int wait_ms) {
     vs_conn_event e;
     int rc;
     while ((rc = vs_conn_recv(&r->cl[k].conn, 0, &e, err, sizeof err)) == 1) {
-      vs__on_event(r, k, e.ev);
+      load_on_event(r, k, e.ev);
       vs_conn_event_free(&e);
     }
     if (rc < 0) {
@@ -257,7 +257,7 @@ static int vs__pump(vs__run *r, int wait_ms) {
 
 /* The daemon holding most jobs in Redis (delivered, not acked), so that the kill interrupts
  * one; by the clients' view (the Accepted of unfinished jobs) if Redis cannot tell. */
-static int vs__victim(vs__run *r, int *holding) {
+static int load_victim(vs__run *r, int *holding) {
   int count[VS_BENCH_FLEET_DAEMONS] = {0}, best = 1;
   char err[VSPEC_ERRLEN];
   if (vs_bench_fleet_held(r->f, count, err, sizeof err)) {
@@ -274,9 +274,9 @@ static int vs__victim(vs__run *r, int *holding) {
   return best;
 }
 
-static int vs__kill_daemon(vs__run *r, double t) {
+static int load_kill_daemon(vs__run *r, double t) {
   vs_bench_chaos_log *c = &r->res->chaos;
-  int d = vs__victim(r, &c->daemon_jobs);
+  int d = load_victim(r, &c->daemon_jobs);
   vs_bench_daemon_kill(&r->f->d[d]);
   snprintf(c->daemon, sizeof c->daemon, "%s", r->f->d_name[d]);
   c->daemon_at = r->ended;
@@ -286,7 +286,7 @@ static int vs__kill_daemon(vs__run *r, double t) {
 
 /* Gateway 0 dies: its client moves to gateway 1 and sends every unfinished job there again,
  * as it sent it first (a job waiting out a refusal goes at its retry time). */
-static int vs__kill_gateway(vs__run *r, double t) {
+static int load_kill_gateway(vs__run *r, double t) {
   vs_bench_chaos_log *c = &r->res->chaos;
   vs_bench_proc_stop(&r->f->gw[0], SIGKILL, 3000);
   c->gateway_at = r->ended;
@@ -307,13 +307,13 @@ static int vs__kill_gateway(vs__run *r, double t) {
     vs__job *j = &r->jobs[i];
     j->resubmitted = 1;
     c->gateway_jobs++;
-    if (j->state == VS__SENT && vs__send(r, j)) return -1;
+    if (j->state == VS__SENT && load_send(r, j)) return -1;
   }
   return vs_bench_fleet_spawn_gateway(r->f, 0);
 }
 
 /* One step of the plan when its moment has come. */
-static int vs__chaos(vs__run *r) {
+static int load_chaos(vs__run *r) {
   vs_bench_chaos_log *c = &r->res->chaos;
   double now = vs_bench_now(), t = now - r->t0;
   int n = r->o->jobs;
@@ -321,11 +321,11 @@ static int vs__chaos(vs__run *r) {
     case VS__CHAOS_DAEMON:
       if (r->ended < n / 4) return 0;
       r->step = VS__CHAOS_GATEWAY;
-      return vs__kill_daemon(r, t);
+      return load_kill_daemon(r, t);
     case VS__CHAOS_GATEWAY:
       if (r->ended < n / 2) return 0;
       r->step = VS__CHAOS_REDIS;
-      return vs__kill_gateway(r, t);
+      return load_kill_gateway(r, t);
     case VS__CHAOS_REDIS:
       if (r->ended < 3 * n / 4) return 0;
       vs_bench_redis_kill(&r->f->redis);
@@ -350,13 +350,13 @@ static int vs__chaos(vs__run *r) {
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
-static int vs__stop_asked(const vs__run *r) { return r->o->stop && *r->o->stop; }
+static int load_stop_asked(const vs__run *r) { return r->o->stop && *r->o->stop; }
 
 /* Until every job ended, nothing ended for stall_s, or a signal. */
-static int vs__loop(vs__run *r) {
+static int load_loop(vs__run *r) {
   r->t0 = r->last_end = vs_bench_now();
   while (r->ended < r->o->jobs) {
-    if (vs__stop_asked(r)) {
+    if (load_stop_asked(r)) {
       r->res->interrupted = 1;
       return 0;
     }
@@ -364,13 +364,13 @@ static int vs__loop(vs__run *r) {
       r->res->stalled = 1;
       return 0;
     }
-    if (vs__pump(r, 10) || (r->o->chaos && vs__chaos(r)) || vs__top_up(r)) return -1;
+    if (load_pump(r, 10) || (r->o->chaos && load_chaos(r)) || load_top_up(r)) return -1;
   }
   /* Every job ended while Redis was down (its results already read): it is started again
    * all the same, the checks below need it. */
   double end = vs_bench_now() + 10 + r->o->redis_down_s;
   while (r->step == VS__CHAOS_REDIS_DOWN || r->step == VS__CHAOS_REDIS_BACK) {
-    if (vs__chaos(r) || vs__pump(r, 10)) return -1;
+    if (load_chaos(r) || load_pump(r, 10)) return -1;
     if (vs_bench_now() > end) break;
   }
   return 0;
@@ -378,7 +378,7 @@ static int vs__loop(vs__run *r) {
 
 /* The jobs' events in Redis: how many daemons ran each (their Accepted) and how many
  * Restarted events it has. */
-static int vs__runs_of(vs__run *r, const vs__job *j, int *accepted, int *restarts) {
+static int load_runs_of(vs__run *r, const vs__job *j, int *accepted, int *restarts) {
   char id[32], after[VS_FLEET_ID_MAX] = "0-0", err[VSPEC_ERRLEN];
   snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
   *accepted = *restarts = 0;
@@ -405,11 +405,11 @@ static int vs__runs_of(vs__run *r, const vs__job *j, int *accepted, int *restart
   }
 }
 
-static void vs__count_runs(vs__run *r) {
+static void load_count_runs(vs__run *r) {
   vs_bench_load_result *res = r->res;
   for (int i = 0; i < r->o->jobs; i++) {
     int accepted, restarts;
-    if (vs__runs_of(r, &r->jobs[i], &accepted, &restarts)) {
+    if (load_runs_of(r, &r->jobs[i], &accepted, &restarts)) {
       res->runs = res->ran_again = res->ran_again_unexplained = -1; /* Redis did not tell */
       return;
     }
@@ -419,7 +419,7 @@ static void vs__count_runs(vs__run *r) {
   }
 }
 
-static void vs__tally(vs__run *r) {
+static void load_tally(vs__run *r) {
   vs_bench_load_result *res = r->res;
   double *lat = malloc((size_t)r->o->jobs * sizeof *lat);
   int n = 0;
@@ -443,12 +443,12 @@ static void vs__tally(vs__run *r) {
 }
 
 /* After the last job: late duplicates, the stream empty, the members back, runs in Redis. */
-static int vs__finish(vs__run *r, char *err, size_t errlen) {
+static int load_finish(vs__run *r, char *err, size_t errlen) {
   vs_bench_load_result *res = r->res;
   double end = vs_bench_now() + VS__DUP_WAIT_MS / 1000.0;
   while (vs_bench_now() < end)
-    if (vs__pump(r, 10)) return -1;
-  vs__tally(r);
+    if (load_pump(r, 10)) return -1;
+  load_tally(r);
   if (res->interrupted) return 0;
   char e[VSPEC_ERRLEN];
   double took;
@@ -463,7 +463,7 @@ static int vs__finish(vs__run *r, char *err, size_t errlen) {
     snprintf(err, errlen, "after the run: %s", e);
     return -1;
   }
-  vs__count_runs(r);
+  load_count_runs(r);
   return 0;
 }
 
@@ -474,13 +474,13 @@ int vs_bench_load_run(vs_bench_fleet *f, const vs_bench_load_opts *o, vs_bench_l
   res->chaos.daemon_at = res->chaos.gateway_at = res->chaos.redis_at = -1;
   res->left = res->pending = -1; /* not known until the end */
   vs__run r = {.f = f, .o = o, .res = res};
-  int rc = vs__setup(&r, err, errlen);
-  if (!rc && vs__loop(&r)) {
+  int rc = load_setup(&r, err, errlen);
+  if (!rc && load_loop(&r)) {
     snprintf(err, errlen, "%s", res->first_error);
     rc = -1;
   }
-  if (!rc) rc = vs__finish(&r, err, errlen);
-  vs__teardown(&r);
+  if (!rc) rc = load_finish(&r, err, errlen);
+  load_teardown(&r);
   return rc;
 }
 

@@ -173,7 +173,7 @@ static int vs__neighbours(const char *prog, const char *dir) {
   return rc ? 1 : 0;
 }
 
-static void vs__usage(FILE *f) {
+static void ds_usage(FILE *f) {
   fprintf(f, "usage: vspecd-startup-bench [--runs N] [--model DIR] [--random-gptb DIR]\n"
              "       vspecd-startup-bench --lut-error DIR [--samples N] [--tiles K] "
              "[--linear]\n"
@@ -203,9 +203,9 @@ int main(int argc, char **argv) {
       case O_TILES: fo.tiles_per_side = atoi(optarg); break;
       case O_LINEAR: fo.quadratic = 0; break;
       case O_NBR: nbr = optarg; break;
-      case 'h': vs__usage(stdout); return 0;
+      case 'h': ds_usage(stdout); return 0;
       case O_VERSION: vs_print_version(stdout, "vspecd-startup-bench"); return 0;
-      default: vs__usage(stderr); return 2;
+      default: ds_usage(stderr); return 2;
     }
   }
   if (runs < 1 || runs > 32) {

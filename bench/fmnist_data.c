@@ -8,30 +8,18 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
+#include "core/status.h"
 #include "vspec/types.h"
 
 /* Far above any real data set, low enough that n * rows * cols cannot overflow. */
 #define VS_IDX_MAX_ITEMS 100000000u
 #define VS_IDX_MAX_SIDE 65536u
 #define VS_IDX_MAX_BYTES ((uint64_t)1 << 34)
-
-static int vs_idx_fail(char *err, size_t errlen, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int vs_idx_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
 
 /* Reads exactly `len` bytes or explains why not: a clean end of file is truncation, a
  * zlib error is a corrupt (or truncated) compressed stream. `what` names the part being
@@ -47,24 +35,24 @@ static int vs_idx_read_exact(gzFile gz, const char *path, void *dst, uint64_t le
     if (got < 0 || (got == 0 && !gzeof(gz))) {
       int zerr = 0;
       const char *msg = gzerror(gz, &zerr);
-      return vs_idx_fail(err, errlen, VSPEC_EFORMAT,
-                         "%s: truncated or corrupt gzip stream while reading %s (%llu of %llu "
-                         "bytes read): %s",
-                         path, what, (unsigned long long)done, (unsigned long long)len,
-                         msg && *msg ? msg : "read error");
+      return vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: truncated or corrupt gzip stream while reading %s (%llu of %llu "
+                     "bytes read): %s",
+                     path, what, (unsigned long long)done, (unsigned long long)len,
+                     msg && *msg ? msg : "read error");
     }
     if (got == 0) {
       /* zlib reports a gzip stream cut short as end of file plus Z_BUF_ERROR */
       int zerr = 0;
       const char *msg = gzerror(gz, &zerr);
       if (zerr != Z_OK)
-        return vs_idx_fail(err, errlen, VSPEC_EFORMAT,
-                           "%s: truncated or corrupt gzip stream while reading %s "
-                           "(%llu of %llu bytes read): %s",
-                           path, what, (unsigned long long)done, (unsigned long long)len, msg);
-      return vs_idx_fail(err, errlen, VSPEC_EFORMAT,
-                         "%s: truncated: %s needs %llu bytes but the file ends after %llu", path,
-                         what, (unsigned long long)len, (unsigned long long)done);
+        return vs_fail(err, errlen, VSPEC_EFORMAT,
+                       "%s: truncated or corrupt gzip stream while reading %s "
+                       "(%llu of %llu bytes read): %s",
+                       path, what, (unsigned long long)done, (unsigned long long)len, msg);
+      return vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: truncated: %s needs %llu bytes but the file ends after %llu", path,
+                     what, (unsigned long long)len, (unsigned long long)done);
     }
     done += (uint64_t)got;
   }
@@ -82,8 +70,8 @@ static int vs_idx_read(const char *path, uint32_t magic, int ndim, int max_n, ui
   errno = 0;
   gzFile gz = gzopen(path, "rb");
   if (!gz)
-    return vs_idx_fail(err, errlen, errno == ENOENT ? VSPEC_ENOENT : VSPEC_EIO,
-                       "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
+    return vs_fail(err, errlen, errno == ENOENT ? VSPEC_ENOENT : VSPEC_EIO,
+                   "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
   gzbuffer(gz, 1u << 17);
   int rc;
   unsigned char head[4 + 4 * 3];
@@ -96,9 +84,9 @@ static int vs_idx_read(const char *path, uint32_t magic, int ndim, int max_n, ui
     const char *hint = got_magic == VS_IDX_MAGIC_U8_1D   ? " (a label file)"
                        : got_magic == VS_IDX_MAGIC_U8_3D ? " (an image file)"
                                                          : "";
-    rc = vs_idx_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: bad IDX magic 0x%08x%s, expected 0x%08x (%s)", path, got_magic, hint,
-                     magic, ndim == 3 ? "u8 images [n, rows, cols]" : "u8 labels [n]");
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: bad IDX magic 0x%08x%s, expected 0x%08x (%s)", path, got_magic, hint,
+                 magic, ndim == 3 ? "u8 images [n, rows, cols]" : "u8 labels [n]");
     goto fail;
   }
   rc = vs_idx_read_exact(gz, path, head + 4, 4 * (uint64_t)ndim, "the IDX header", err, errlen);
@@ -108,9 +96,9 @@ static int vs_idx_read(const char *path, uint32_t magic, int ndim, int max_n, ui
     dims[i] = vs_idx_be32(head + 4 + 4 * i);
     uint32_t lim = i == 0 ? VS_IDX_MAX_ITEMS : VS_IDX_MAX_SIDE;
     if (dims[i] == 0 || dims[i] > lim) {
-      rc = vs_idx_fail(err, errlen, VSPEC_EFORMAT,
-                       "%s: IDX dimension %d is %u (allowed 1..%u); not a sane data file", path,
-                       i, dims[i], lim);
+      rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: IDX dimension %d is %u (allowed 1..%u); not a sane data file", path,
+                   i, dims[i], lim);
       goto fail;
     }
     if (i > 0) item *= dims[i];
@@ -120,14 +108,14 @@ static int vs_idx_read(const char *path, uint32_t magic, int ndim, int max_n, ui
   if (partial) n = (uint32_t)max_n;
   uint64_t bytes = (uint64_t)n * item;
   if (bytes > VS_IDX_MAX_BYTES || bytes > SIZE_MAX) {
-    rc = vs_idx_fail(err, errlen, VSPEC_ERANGE, "%s: %llu bytes of data is too large", path,
-                     (unsigned long long)bytes);
+    rc = vs_fail(err, errlen, VSPEC_ERANGE, "%s: %llu bytes of data is too large", path,
+                 (unsigned long long)bytes);
     goto fail;
   }
   *out = malloc(bytes ? (size_t)bytes : 1);
   if (!*out) {
-    rc = vs_idx_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory for %llu bytes", path,
-                     (unsigned long long)bytes);
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory for %llu bytes", path,
+                 (unsigned long long)bytes);
     goto fail;
   }
   char what[96];
@@ -142,25 +130,25 @@ static int vs_idx_read(const char *path, uint32_t magic, int ndim, int max_n, ui
     if (got != 0) {
       int zerr = 0;
       const char *msg = gzerror(gz, &zerr);
-      rc = got > 0 ? vs_idx_fail(err, errlen, VSPEC_EFORMAT,
-                                 "%s: trailing bytes after the %u items the header declares",
-                                 path, dims[0])
-                   : vs_idx_fail(err, errlen, VSPEC_EFORMAT, "%s: corrupt gzip stream: %s",
-                                 path, msg);
+      rc = got > 0 ? vs_fail(err, errlen, VSPEC_EFORMAT,
+                             "%s: trailing bytes after the %u items the header declares",
+                             path, dims[0])
+                   : vs_fail(err, errlen, VSPEC_EFORMAT, "%s: corrupt gzip stream: %s",
+                             path, msg);
       goto fail;
     }
     int zerr = 0;
     const char *msg = gzerror(gz, &zerr);
     if (zerr != Z_OK) {
-      rc = vs_idx_fail(err, errlen, VSPEC_EFORMAT, "%s: truncated or corrupt gzip stream: %s",
-                       path, msg);
+      rc = vs_fail(err, errlen, VSPEC_EFORMAT, "%s: truncated or corrupt gzip stream: %s",
+                   path, msg);
       goto fail;
     }
   }
   dims[0] = n;
   if (gzclose_r(gz) != Z_OK) {
     gz = NULL;
-    rc = vs_idx_fail(err, errlen, VSPEC_EIO, "%s: error closing the gzip stream", path);
+    rc = vs_fail(err, errlen, VSPEC_EIO, "%s: error closing the gzip stream", path);
     goto fail;
   }
   return VSPEC_OK;
@@ -207,21 +195,21 @@ int vs_fmnist_load(const char *dir, const char *split, int max_n, vs_fmnist *out
   }
   if (rc) return rc;
   if (rows != VS_FMNIST_SIDE || cols != VS_FMNIST_SIDE) {
-    rc = vs_idx_fail(err, errlen, VSPEC_ESHAPE, "%s: images are %dx%d, Fashion-MNIST is %dx%d",
-                     ipath, rows, cols, VS_FMNIST_SIDE, VS_FMNIST_SIDE);
+    rc = vs_fail(err, errlen, VSPEC_ESHAPE, "%s: images are %dx%d, Fashion-MNIST is %dx%d",
+                 ipath, rows, cols, VS_FMNIST_SIDE, VS_FMNIST_SIDE);
     goto fail;
   }
   rc = vs_idx_read_labels(lpath, max_n, &out->labels, &nl, err, errlen);
   if (rc) goto fail;
   if (nl != n) {
-    rc = vs_idx_fail(err, errlen, VSPEC_ESHAPE, "%s holds %d labels but %s holds %d images",
-                     lpath, nl, ipath, n);
+    rc = vs_fail(err, errlen, VSPEC_ESHAPE, "%s holds %d labels but %s holds %d images",
+                 lpath, nl, ipath, n);
     goto fail;
   }
   for (int i = 0; i < n; i++) {
     if (out->labels[i] >= VS_FMNIST_CLASSES) {
-      rc = vs_idx_fail(err, errlen, VSPEC_EFORMAT, "%s: label %d of item %d is not a class 0..%d",
-                       lpath, out->labels[i], i, VS_FMNIST_CLASSES - 1);
+      rc = vs_fail(err, errlen, VSPEC_EFORMAT, "%s: label %d of item %d is not a class 0..%d",
+                   lpath, out->labels[i], i, VS_FMNIST_CLASSES - 1);
       goto fail;
     }
   }

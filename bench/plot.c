@@ -241,15 +241,15 @@ typedef struct vs__ctx {
 
 #define VS__SKIP (-1000000)
 
-static const char *vs__str(const char *s) { return s && *s ? s : NULL; }
+static const char *plot_str(const char *s) { return s && *s ? s : NULL; }
 
 /* The plot area and ticks for a given right margin extra (the legend, when outside). */
 static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double dyhi,
                        int legend_outside) {
   const vs_plot *p = c->p;
   int s = c->s, th = c->th, tick = 5 * s;
-  int top = 10 * s + (vs__str(p->title) ? vs_text_height(c->ts) + 10 * s : 0);
-  int bottom = tick + 4 * s + th + (vs__str(p->x_label) ? 8 * s + th : 0) + 10 * s;
+  int top = 10 * s + (plot_str(p->title) ? vs_text_height(c->ts) + 10 * s : 0);
+  int bottom = tick + 4 * s + th + (plot_str(p->x_label) ? 8 * s + th : 0) + 10 * s;
   int y0 = top, y1 = c->height - 1 - bottom;
   /* y ticks first: they depend only on the area's height, and their labels set the left
    * margin. Aim for a tick every ~2.5 text heights at most. */
@@ -258,7 +258,7 @@ static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double
   if (max_y < 2) max_y = 2;
   c->L.ystep = vs_plot_nice_step(dyhi - dylo, max_y);
   vs__make_ticks(dylo, dyhi, c->L.ystep, s, &c->yt);
-  int left = 8 * s + (vs__str(p->y_label) ? th + 10 * s : 0) + c->yt.widest + 4 * s + tick;
+  int left = 8 * s + (plot_str(p->y_label) ? th + 10 * s : 0) + c->yt.widest + 4 * s + tick;
   int right = 16 * s + (legend_outside ? c->legend_w + 12 * s : 0);
   /* x ticks: as many as fit with a gap of two characters between labels; the last label
    * may hang half its width past the area, so the right margin grows to hold it. */
@@ -441,7 +441,7 @@ static void vs__place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__re
   vs__rect *placed = calloc((size_t)p->n_points + 1, sizeof *placed);
   int n_placed = 0;
   for (int i = 0; i < p->n_points; i++) {
-    const char *label = vs__str(p->points[i].label);
+    const char *label = plot_str(p->points[i].label);
     if (!label || c->px[i] == VS__SKIP) continue;
     int tw = vs_text_width(label, s), cx = c->px[i], cy = c->py[i], r = vs__point_reach(c, i);
     /* Label boxes cover the capital height only: descenders may overhang a little. */
@@ -697,7 +697,7 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
     vs_draw_text(&cv, L->x0 - 2 - tick - 4 * s - w, ipy - VS_FONT_CAP_H * s / 2, c.yt.s[k],
                  VS__TICK_INK, s);
   }
-  if (vs__str(p->title)) {
+  if (plot_str(p->title)) {
     /* A title too wide for its large scale drops to the label scale, then is shortened. */
     char buf[256];
     int ts = vs_text_width(p->title, c.ts) <= width - 8 * s ? c.ts : s;
@@ -708,7 +708,7 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
     vs_draw_text(&cv, x, 10 * s + (vs_text_height(c.ts) - vs_text_height(ts)) / 2, buf, VS__INK,
                  ts);
   }
-  if (vs__str(p->x_label)) {
+  if (plot_str(p->x_label)) {
     char buf[256];
     int w = vs__fit_text(p->x_label, s, width - 8 * s, buf, sizeof buf);
     int x = (L->x0 + L->x1) / 2 - w / 2;
@@ -716,7 +716,7 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
     if (x < 4 * s) x = 4 * s;
     vs_draw_text(&cv, x, L->y1 + 2 + tick + 4 * s + c.th + 8 * s, buf, VS__INK, s);
   }
-  if (vs__str(p->y_label)) {
+  if (plot_str(p->y_label)) {
     char buf[256];
     int w = vs__fit_text(p->y_label, s, L->y1 - L->y0 + 1, buf, sizeof buf);
     vs_draw_text_up(&cv, 8 * s, (L->y0 + L->y1) / 2 + w / 2, buf, VS__INK, s);
@@ -740,7 +740,7 @@ int vs_plot_write_png(const vs_plot *p, int width, int height, const char *path,
   rc = vs_plot_render(p, width, height, rgb, NULL, err, errlen);
   if (!rc) {
     vs_png_text text = {"Title", p->title ? p->title : ""};
-    rc = vs_png_write_file(path, rgb, width, height, &text, vs__str(p->title) ? 1 : 0, err,
+    rc = vs_png_write_file(path, rgb, width, height, &text, plot_str(p->title) ? 1 : 0, err,
                            errlen);
   }
   free(rgb);

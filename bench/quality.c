@@ -15,7 +15,6 @@
 #include "bench/quality.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +33,7 @@
 #endif
 #include <lapacke.h>
 
+#include "core/status.h"
 #include "vspec/types.h"
 
 /* Rows per distance tile: a 1024 x 1024 double tile is 8 MiB. */
@@ -44,33 +44,21 @@
 /* Eigenvalues below -VS_Q_NEG_REL * max|eig| mean the matrix is not a covariance. */
 #define VS_Q_NEG_REL 1e-6
 
-static int vs_q_fail(char *err, size_t errlen, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int vs_q_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
 /* ---- statistics ---------------------------------------------------------------------- */
 
 int vs_feature_stats(const float *x, int n, int d, double *mu, double *cov, char *err,
                      size_t errlen) {
   if (n < 2 || d < 1)
-    return vs_q_fail(err, errlen, VSPEC_EINVAL,
-                     "feature statistics need at least 2 samples of dimension >= 1 (got %d x %d)",
-                     n, d);
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "feature statistics need at least 2 samples of dimension >= 1 (got %d x %d)",
+                   n, d);
   for (int j = 0; j < d; j++) mu[j] = 0.0;
   for (int i = 0; i < n; i++) {
     const float *r = x + (size_t)i * d;
     for (int j = 0; j < d; j++) {
       if (!isfinite(r[j]))
-        return vs_q_fail(err, errlen, VSPEC_ERANGE, "feature %d of sample %d is not finite", j,
-                         i);
+        return vs_fail(err, errlen, VSPEC_ERANGE, "feature %d of sample %d is not finite", j,
+                       i);
       mu[j] += r[j];
     }
   }
@@ -79,7 +67,7 @@ int vs_feature_stats(const float *x, int n, int d, double *mu, double *cov, char
    * when the mean is large against the spread, as it is for post-ReLU features. */
   enum { ROWS = 256 };
   double *buf = malloc(sizeof(double) * ROWS * (size_t)d);
-  if (!buf) return vs_q_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+  if (!buf) return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
   memset(cov, 0, sizeof(double) * (size_t)d * d);
   for (int i0 = 0; i0 < n; i0 += ROWS) {
     int m = n - i0 < ROWS ? n - i0 : ROWS;
@@ -105,21 +93,21 @@ static int vs_q_eigh(double *m, int d, int vecs, double *w, const char *what, ch
                      size_t errlen) {
   lapack_int info = LAPACKE_dsyevd(LAPACK_ROW_MAJOR, vecs ? 'V' : 'N', 'U', d, m, d, w);
   if (info != 0)
-    return vs_q_fail(err, errlen, info < 0 ? VSPEC_EINVAL : VSPEC_ERANGE,
-                     "FID: LAPACKE_dsyevd on %s failed (info %d)", what, (int)info);
+    return vs_fail(err, errlen, info < 0 ? VSPEC_EINVAL : VSPEC_ERANGE,
+                   "FID: LAPACKE_dsyevd on %s failed (info %d)", what, (int)info);
   double big = fmax(fabs(w[0]), fabs(w[d - 1]));
   if (w[0] < -VS_Q_NEG_REL * big)
-    return vs_q_fail(err, errlen, VSPEC_ERANGE,
-                     "FID: %s has eigenvalue %.3g (largest %.3g): not positive semi-definite, "
-                     "so not a covariance",
-                     what, w[0], big);
+    return vs_fail(err, errlen, VSPEC_ERANGE,
+                   "FID: %s has eigenvalue %.3g (largest %.3g): not positive semi-definite, "
+                   "so not a covariance",
+                   what, w[0], big);
   return VSPEC_OK;
 }
 
 int vs_fid(const double *mu1, const double *cov1, const double *mu2, const double *cov2, int d,
            double *fid, char *err, size_t errlen) {
   *fid = NAN;
-  if (d < 1) return vs_q_fail(err, errlen, VSPEC_EINVAL, "FID: dimension %d", d);
+  if (d < 1) return vs_fail(err, errlen, VSPEC_EINVAL, "FID: dimension %d", d);
   size_t dd = (size_t)d * d;
   double diff = 0.0, tr1 = 0.0, tr2 = 0.0;
   for (int i = 0; i < d; i++) {
@@ -130,15 +118,15 @@ int vs_fid(const double *mu1, const double *cov1, const double *mu2, const doubl
   }
   for (size_t i = 0; i < dd; i++)
     if (!isfinite(cov1[i]) || !isfinite(cov2[i]))
-      return vs_q_fail(err, errlen, VSPEC_ERANGE, "FID: covariance entry %zu is not finite", i);
+      return vs_fail(err, errlen, VSPEC_ERANGE, "FID: covariance entry %zu is not finite", i);
   if (!isfinite(diff))
-    return vs_q_fail(err, errlen, VSPEC_ERANGE, "FID: a mean is not finite");
+    return vs_fail(err, errlen, VSPEC_ERANGE, "FID: a mean is not finite");
 
   double *v = malloc(sizeof(double) * dd), *a = malloc(sizeof(double) * dd);
   double *t = malloc(sizeof(double) * dd), *w = malloc(sizeof(double) * (size_t)d);
   int rc = VSPEC_OK;
   if (!v || !a || !t || !w) {
-    rc = vs_q_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
     goto done;
   }
   /* A = S1^{1/2} = V diag(sqrt(l)) V^T; symmetrising first so that the "U" triangle
@@ -215,7 +203,7 @@ static int vs_q_points_make(const float *x, int n, int d, const double *centre, 
   p->n2 = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
   if (!p->x || !p->n2) {
     vs_q_points_free(p);
-    return vs_q_fail(err, errlen, VSPEC_ENOMEM, "out of memory for %d x %d features", n, d);
+    return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory for %d x %d features", n, d);
   }
   for (int i = 0; i < n; i++) {
     double s = 0.0;
@@ -226,7 +214,7 @@ static int vs_q_points_make(const float *x, int n, int d, const double *centre, 
     }
     if (!isfinite(s)) {
       vs_q_points_free(p);
-      return vs_q_fail(err, errlen, VSPEC_ERANGE, "feature row %d is not finite", i);
+      return vs_fail(err, errlen, VSPEC_ERANGE, "feature row %d is not finite", i);
     }
     p->n2[i] = s;
   }
@@ -277,14 +265,14 @@ static int vs_q_knn(const vs_q_points *p, int d, int k, int block, double *radii
                     size_t errlen) {
   int n = p->n;
   if (k < 1 || n <= k)
-    return vs_q_fail(err, errlen, VSPEC_EINVAL,
-                     "k-NN radii need more than k = %d samples (got %d)", k, n);
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "k-NN radii need more than k = %d samples (got %d)", k, n);
   double *best = malloc(sizeof(double) * (size_t)n * k);
   double *tile = malloc(sizeof(double) * (size_t)block * block);
   if (!best || !tile) {
     free(best);
     free(tile);
-    return vs_q_fail(err, errlen, VSPEC_ENOMEM, "out of memory for k-NN radii");
+    return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory for k-NN radii");
   }
   for (size_t i = 0; i < (size_t)n * k; i++) best[i] = INFINITY;
   for (int i0 = 0; i0 < n; i0 += block) {
@@ -313,7 +301,7 @@ int vs_knn_radii2(const float *x, int n, int d, int k, int block, double *radii2
                   size_t errlen) {
   if (block <= 0) block = VS_Q_BLOCK;
   double *centre = malloc(sizeof(double) * (size_t)d);
-  if (!centre) return vs_q_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+  if (!centre) return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
   vs_q_mean(x, n, d, centre);
   vs_q_points p = {0};
   int rc = vs_q_points_make(x, n, d, centre, &p, err, errlen);
@@ -329,10 +317,10 @@ int vs_precision_recall(const float *real, int n_real, const double *real_radii2
   *precision = *recall = NAN;
   if (block <= 0) block = VS_Q_BLOCK;
   if (n_real <= k || n_fake <= k)
-    return vs_q_fail(err, errlen, VSPEC_EINVAL,
-                     "precision/recall with k = %d need more than %d real and generated samples "
-                     "(got %d and %d)",
-                     k, k, n_real, n_fake);
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "precision/recall with k = %d need more than %d real and generated samples "
+                   "(got %d and %d)",
+                   k, k, n_real, n_fake);
   /* Translation does not change distances; the real mean as the common centre keeps the
    * norms in the GEMM expansion small for both sets. */
   double *centre = malloc(sizeof(double) * (size_t)d);
@@ -342,7 +330,7 @@ int vs_precision_recall(const float *real, int n_real, const double *real_radii2
   vs_q_points r = {0}, f = {0};
   int rc = VSPEC_OK;
   if (!centre || !rr2 || !fr2 || !tile || !fake_in || !real_in) {
-    rc = vs_q_fail(err, errlen, VSPEC_ENOMEM, "out of memory for precision/recall");
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory for precision/recall");
     goto done;
   }
   vs_q_mean(real, n_real, d, centre);

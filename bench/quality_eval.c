@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "bench/fmnist_data.h"
 #include "bench/quality.h"
 #include "core/safetensors.h"
+#include "core/status.h"
 
 #define VS_QE_N_FLOOR 10000
 #define VS_QE_CACHE_DIR "build/cache"
@@ -51,18 +51,6 @@ struct vs_quality {
   double floor_p, floor_r;
 };
 
-static int vs_qe_fail(char *err, size_t errlen, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int vs_qe_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
 static double vs_qe_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -88,7 +76,7 @@ static uint64_t vs_fnv1a(uint64_t h, const void *data, size_t n) {
 static int vs_qe_hash_file(const char *path, uint64_t *size, uint64_t *hash, char *err,
                            size_t errlen) {
   FILE *fp = fopen(path, "rb");
-  if (!fp) return vs_qe_fail(err, errlen, VSPEC_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if (!fp) return vs_fail(err, errlen, VSPEC_EIO, "%s: cannot open: %s", path, strerror(errno));
   unsigned char buf[1 << 16];
   uint64_t h = VS_FNV_OFFSET, total = 0;
   size_t got;
@@ -98,7 +86,7 @@ static int vs_qe_hash_file(const char *path, uint64_t *size, uint64_t *hash, cha
   }
   int bad = ferror(fp);
   fclose(fp);
-  if (bad) return vs_qe_fail(err, errlen, VSPEC_EIO, "%s: read error", path);
+  if (bad) return vs_fail(err, errlen, VSPEC_EIO, "%s: read error", path);
   *size = total;
   *hash = h;
   return VSPEC_OK;
@@ -269,8 +257,8 @@ static int vs_qe_read_f64(const vspec_tensor_file *f, const char *const *names, 
   if (!name) {
     char list[256];
     vs_qe_names_list(names, list, sizeof list);
-    return vs_qe_fail(err, errlen, VSPEC_ENOENT, "%s: none of the tensors %s is present",
-                      vs_st_path(f), list);
+    return vs_fail(err, errlen, VSPEC_ENOENT, "%s: none of the tensors %s is present",
+                   vs_st_path(f), list);
   }
   int match = t.ndim == ndim;
   for (int i = 0; match && i < ndim; i++) match = t.shape[i] == shape[i];
@@ -280,11 +268,11 @@ static int vs_qe_read_f64(const vspec_tensor_file *f, const char *const *names, 
     for (int i = 0; i < t.ndim && used < sizeof have; i++)
       used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", i ? "," : "",
                                (long long)t.shape[i]);
-    return vs_qe_fail(err, errlen, VSPEC_ESHAPE,
-                      "%s: tensor '%s' has shape [%s] and dtype %s; expected F64 (or F32) "
-                      "of shape %s with d = %lld, the classifier's feature_dim",
-                      vs_st_path(f), name, have, vs_qe_dtype(t.dtype), ndim == 1 ? "[d]" : "[d,d]",
-                      (long long)shape[0]);
+    return vs_fail(err, errlen, VSPEC_ESHAPE,
+                   "%s: tensor '%s' has shape [%s] and dtype %s; expected F64 (or F32) "
+                   "of shape %s with d = %lld, the classifier's feature_dim",
+                   vs_st_path(f), name, have, vs_qe_dtype(t.dtype), ndim == 1 ? "[d]" : "[d,d]",
+                   (long long)shape[0]);
   }
   size_t n = (size_t)t.numel;
   const unsigned char *src = t.data;
@@ -331,15 +319,15 @@ static int vs_qe_golden(vs_quality *q, const char *path, const vs_fmnist *test, 
   char list[256];
   if (!iname) {
     vs_qe_names_list(vs_qe_names_images, list, sizeof list);
-    rc = vs_qe_fail(err, errlen, VSPEC_ENOENT, "%s: no images tensor (tried %s)", path, list);
+    rc = vs_fail(err, errlen, VSPEC_ENOENT, "%s: no images tensor (tried %s)", path, list);
     goto done;
   }
   int g = t.ndim >= 1 ? (int)t.shape[0] : 0;
   size_t isz = vs_classifier_input_size(q->clf);
   if (g < 1 || g > test->n || (size_t)t.numel != (size_t)g * isz) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ESHAPE,
-                    "%s: '%s' must hold G (1..%d) images of %zu floats [G,1,32,32]", path, iname,
-                    test->n, isz);
+    rc = vs_fail(err, errlen, VSPEC_ESHAPE,
+                 "%s: '%s' must hold G (1..%d) images of %zu floats [G,1,32,32]", path, iname,
+                 test->n, isz);
     goto done;
   }
   const float *gimg, *gfeat, *glog;
@@ -350,8 +338,8 @@ static int vs_qe_golden(vs_quality *q, const char *path, const vs_fmnist *test, 
   lname = vs_qe_find(f, vs_qe_names_logits, &tl);
   if (!fname || !lname) {
     vs_qe_names_list(fname ? vs_qe_names_logits : vs_qe_names_features, list, sizeof list);
-    rc = vs_qe_fail(err, errlen, VSPEC_ENOENT, "%s: no %s tensor (tried %s)", path,
-                    fname ? "logits" : "features", list);
+    rc = vs_fail(err, errlen, VSPEC_ENOENT, "%s: no %s tensor (tried %s)", path,
+                 fname ? "logits" : "features", list);
     goto done;
   }
   rc = vs_st_get_f32(f, q->dev, iname, t.ndim == 4 ? 4 : t.ndim, t.ndim == 4 ? ishape : t.shape,
@@ -364,7 +352,7 @@ static int vs_qe_golden(vs_quality *q, const char *path, const vs_fmnist *test, 
   feat = malloc(sizeof(float) * (size_t)g * q->d);
   logits = malloc(sizeof(float) * (size_t)g * q->ncls);
   if (!mine || !feat || !logits) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
     goto done;
   }
   /* 1. vspec's preprocessing of the first g test images gives PyTorch's inputs */
@@ -381,12 +369,12 @@ static int vs_qe_golden(vs_quality *q, const char *path, const vs_fmnist *test, 
   }
   q->info.golden_input_err = in_err;
   if (in_err > VS_QE_GOLDEN_INPUT_TOL) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ERANGE,
-                    "%s: '%s' differs from vspec's preprocessing of the first %d test images "
-                    "(image %zu pixel %zu: golden %.6g, vspec %.6g); padding or scaling of the "
-                    "classifier input disagree",
-                    path, iname, g, worst / isz, worst % isz, (double)gimg[worst],
-                    (double)mine[worst]);
+    rc = vs_fail(err, errlen, VSPEC_ERANGE,
+                 "%s: '%s' differs from vspec's preprocessing of the first %d test images "
+                 "(image %zu pixel %zu: golden %.6g, vspec %.6g); padding or scaling of the "
+                 "classifier input disagree",
+                 path, iname, g, worst / isz, worst % isz, (double)gimg[worst],
+                 (double)mine[worst]);
     goto done;
   }
   /* 2. the C classifier gives PyTorch's features and logits on those inputs */
@@ -396,12 +384,12 @@ static int vs_qe_golden(vs_quality *q, const char *path, const vs_fmnist *test, 
   q->info.golden_logit_err = vs_qe_max_rel_err(logits, glog, (size_t)g * q->ncls);
   if (!(q->info.golden_feat_err <= VS_QE_GOLDEN_REL_TOL) ||
       !(q->info.golden_logit_err <= VS_QE_GOLDEN_REL_TOL)) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ERANGE,
-                    "%s: the C classifier does not reproduce PyTorch: max error %.3g in the "
-                    "features ('%s'), %.3g in the logits ('%s'), relative to their scale "
-                    "(tolerance %g)",
-                    path, q->info.golden_feat_err, fname, q->info.golden_logit_err, lname,
-                    VS_QE_GOLDEN_REL_TOL);
+    rc = vs_fail(err, errlen, VSPEC_ERANGE,
+                 "%s: the C classifier does not reproduce PyTorch: max error %.3g in the "
+                 "features ('%s'), %.3g in the logits ('%s'), relative to their scale "
+                 "(tolerance %g)",
+                 path, q->info.golden_feat_err, fname, q->info.golden_logit_err, lname,
+                 VS_QE_GOLDEN_REL_TOL);
     goto done;
   }
   q->info.golden_images = g;
@@ -426,7 +414,7 @@ static int vs_qe_alloc(vs_quality *q, char *err, size_t errlen) {
   q->in_buf = malloc(sizeof(float) * VS_QE_CHUNK * isz);
   if (!q->test_feat || !q->test_logits || !q->train_feat || !q->test_radii2 || !q->ref_mu ||
       !q->ref_cov || !q->in_buf)
-    return vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory for the reference features");
+    return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory for the reference features");
   return VSPEC_OK;
 }
 
@@ -438,7 +426,7 @@ static int vs_qe_reference(vs_quality *q, const char *model_dir, char *err, size
   double *tmu = malloc(sizeof(double) * (size_t)d), *tcov = malloc(sizeof(double) * (size_t)d * d);
   vspec_tensor_file *f = NULL;
   if (!mu || !cov || !tmu || !tcov) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
     goto done;
   }
   /* the test statistics of vspec's own features, always: fallback or cross-check */
@@ -502,7 +490,7 @@ int vs_quality_open_opts(const char *model_dir, vspec_dev *dev, const vs_quality
   if (!o.cache_dir) o.cache_dir = VS_QE_CACHE_DIR;
   if (o.n_floor <= 0) o.n_floor = VS_QE_N_FLOOR;
   vs_quality *q = calloc(1, sizeof *q);
-  if (!q) return vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+  if (!q) return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
   q->dev = dev;
   vs_fmnist test = {0}, train = {0};
   vs_quality_info *in = &q->info;
@@ -511,10 +499,10 @@ int vs_quality_open_opts(const char *model_dir, vspec_dev *dev, const vs_quality
   snprintf(in->classifier_path, sizeof in->classifier_path, "%s/classifier.safetensors",
            model_dir);
   if (!vs_qe_exists(in->classifier_path)) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ENOENT,
-                    "%s: no such file: the quality metrics need the trained Fashion-MNIST "
-                    "classifier (with fid_ref.safetensors beside it) in the model directory",
-                    in->classifier_path);
+    rc = vs_fail(err, errlen, VSPEC_ENOENT,
+                 "%s: no such file: the quality metrics need the trained Fashion-MNIST "
+                 "classifier (with fid_ref.safetensors beside it) in the model directory",
+                 in->classifier_path);
     goto fail;
   }
   rc = vs_classifier_open(in->classifier_path, dev, &q->clf, err, errlen);
@@ -522,9 +510,9 @@ int vs_quality_open_opts(const char *model_dir, vspec_dev *dev, const vs_quality
   int ic, ih, iw;
   vs_classifier_input_shape(q->clf, &ic, &ih, &iw);
   if (ic != 1 || ih != VS_CLF_SIDE || iw != VS_CLF_SIDE) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ESHAPE,
-                    "%s: input shape [%d,%d,%d]; the quality metrics feed [1,%d,%d] images",
-                    in->classifier_path, ic, ih, iw, VS_CLF_SIDE, VS_CLF_SIDE);
+    rc = vs_fail(err, errlen, VSPEC_ESHAPE,
+                 "%s: input shape [%d,%d,%d]; the quality metrics feed [1,%d,%d] images",
+                 in->classifier_path, ic, ih, iw, VS_CLF_SIDE, VS_CLF_SIDE);
     goto fail;
   }
   q->d = vs_classifier_feature_dim(q->clf);
@@ -539,8 +527,8 @@ int vs_quality_open_opts(const char *model_dir, vspec_dev *dev, const vs_quality
   if (!rc) rc = vs_fmnist_load(o.data_dir, "train", o.n_floor, &train, err, errlen);
   if (rc) goto fail;
   if (test.n <= VS_PR_K || train.n <= VS_PR_K) {
-    rc = vs_qe_fail(err, errlen, VSPEC_EINVAL, "too few images (%d test, %d train)", test.n,
-                    train.n);
+    rc = vs_fail(err, errlen, VSPEC_EINVAL, "too few images (%d test, %d train)", test.n,
+                 train.n);
     goto fail;
   }
   q->n_test = in->n_test = test.n;
@@ -591,7 +579,7 @@ int vs_quality_open_opts(const char *model_dir, vspec_dev *dev, const vs_quality
 
   int32_t *labels = malloc(sizeof(int32_t) * (size_t)q->n_test);
   if (!labels) {
-    rc = vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
     goto fail;
   }
   for (int i = 0; i < q->n_test; i++) labels[i] = q->test_labels[i];
@@ -634,7 +622,7 @@ int vs_quality_fid_features(const vs_quality *q, const float *feat, int n, doubl
   int d = q->d;
   double *mu = malloc(sizeof(double) * (size_t)d), *cov = malloc(sizeof(double) * (size_t)d * d);
   int rc = mu && cov ? vs_feature_stats(feat, n, d, mu, cov, err, errlen)
-                     : vs_qe_fail(err, errlen, VSPEC_ENOMEM, "quality: out of memory");
+                     : vs_fail(err, errlen, VSPEC_ENOMEM, "quality: out of memory");
   if (!rc) rc = vs_fid(mu, cov, q->ref_mu, q->ref_cov, d, fid, err, errlen);
   free(mu);
   free(cov);
@@ -647,8 +635,8 @@ int vs_quality_eval_features(vs_quality *q, const float *feat, const float *logi
   memset(res, 0, sizeof *res);
   res->fid = res->class_acc = res->precision = res->recall = NAN;
   if (!feat || n <= VS_PR_K)
-    return vs_qe_fail(err, errlen, VSPEC_EINVAL,
-                      "quality: need more than %d generated images (got %d)", VS_PR_K, n);
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "quality: need more than %d generated images (got %d)", VS_PR_K, n);
   int rc = vs_quality_fid_features(q, feat, n, &res->fid, err, errlen);
   if (!rc)
     rc = vs_precision_recall(q->test_feat, q->n_test, q->test_radii2, feat, n, q->d, VS_PR_K, 0,
@@ -664,13 +652,13 @@ int vs_quality_eval(vs_quality *q, const uint8_t *rgb_images, const int32_t *lab
   memset(res, 0, sizeof *res);
   res->fid = res->class_acc = res->precision = res->recall = NAN;
   if (!rgb_images || n <= VS_PR_K)
-    return vs_qe_fail(err, errlen, VSPEC_EINVAL,
-                      "quality: need more than %d generated images (got %d)", VS_PR_K, n);
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "quality: need more than %d generated images (got %d)", VS_PR_K, n);
   float *feat = malloc(sizeof(float) * (size_t)n * q->d);
   float *logits = malloc(sizeof(float) * (size_t)n * q->ncls);
   int rc = feat && logits ? vs_quality_features(q, rgb_images, n, feat, logits, err, errlen)
-                          : vs_qe_fail(err, errlen, VSPEC_ENOMEM,
-                                       "quality: out of memory for %d images", n);
+                          : vs_fail(err, errlen, VSPEC_ENOMEM,
+                                    "quality: out of memory for %d images", n);
   if (!rc) rc = vs_quality_eval_features(q, feat, logits, labels, n, res, err, errlen);
   free(feat);
   free(logits);
@@ -686,19 +674,19 @@ double vs_quality_floor(const vs_quality *q) { return q->info.floor_fid; }
 
 int vs_quality_floor_at(const vs_quality *q, int n, double *fid, char *err, size_t errlen) {
   if (n < 2 || n > q->n_train)
-    return vs_qe_fail(err, errlen, VSPEC_EINVAL, "floor at %d images: between 2 and %d", n,
-                      q->n_train);
+    return vs_fail(err, errlen, VSPEC_EINVAL, "floor at %d images: between 2 and %d", n,
+                   q->n_train);
   int d = q->d;
   double *mu = malloc(sizeof(double) * (size_t)d), *cov = malloc(sizeof(double) * (size_t)d * d);
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)n);
   float *feat = malloc(sizeof(float) * (size_t)n * d);
-  int rc = !mu || !cov || !idx || !feat ? vs_qe_fail(err, errlen, VSPEC_ENOMEM, "out of memory")
+  int rc = !mu || !cov || !idx || !feat ? vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory")
                                         : VSPEC_OK;
   /* the generated images of a table are class-balanced (image i is class i mod classes): so
    * are the real ones they are compared with */
   if (!rc && vs_fmnist_balanced(q->train_labels, q->n_train, VS_FMNIST_CLASSES, n, idx))
-    rc = vs_qe_fail(err, errlen, VSPEC_EINVAL, "floor at %d images: too few labelled images",
-                    n);
+    rc = vs_fail(err, errlen, VSPEC_EINVAL, "floor at %d images: too few labelled images",
+                 n);
   for (int i = 0; !rc && i < n; i++)
     memcpy(feat + (size_t)i * d, q->train_feat + (size_t)idx[i] * d, sizeof(float) * (size_t)d);
   if (!rc) rc = vs_feature_stats(feat, n, d, mu, cov, err, errlen);

@@ -24,7 +24,7 @@ typedef struct vs__vq_list {
   int n;
 } vs__vq_list;
 
-static void vs__add(vs__vq_list *l, const char *name, int kind, int ndim, int64_t a, int64_t b,
+static void rvq_add(vs__vq_list *l, const char *name, int kind, int ndim, int64_t a, int64_t b,
                     int64_t c, int64_t d) {
   if (l->n == VS__MAX_T) return;
   vs__vq_t *t = &l->t[l->n++];
@@ -38,17 +38,17 @@ static void vs__add(vs__vq_list *l, const char *name, int kind, int ndim, int64_
 static void vs__conv(vs__vq_list *l, const char *prefix, int cout, int cin, int k) {
   char key[96];
   snprintf(key, sizeof key, "%s.weight", prefix);
-  vs__add(l, key, 0, 4, cout, cin, k, k);
+  rvq_add(l, key, 0, 4, cout, cin, k, k);
   snprintf(key, sizeof key, "%s.bias", prefix);
-  vs__add(l, key, 2, 1, cout, 0, 0, 0);
+  rvq_add(l, key, 2, 1, cout, 0, 0, 0);
 }
 
 static void vs__norm(vs__vq_list *l, const char *prefix, int c) {
   char key[96];
   snprintf(key, sizeof key, "%s.weight", prefix);
-  vs__add(l, key, 1, 1, c, 0, 0, 0);
+  rvq_add(l, key, 1, 1, c, 0, 0, 0);
   snprintf(key, sizeof key, "%s.bias", prefix);
-  vs__add(l, key, 2, 1, c, 0, 0, 0);
+  rvq_add(l, key, 2, 1, c, 0, 0, 0);
 }
 
 static void vs__res(vs__vq_list *l, const char *prefix, int cin, int cout) {
@@ -83,7 +83,7 @@ static void vs__attn(vs__vq_list *l, const char *prefix, int c) {
 static void vs__decoder(vs__vq_list *l, int codebook, int dim, int ch, const int *mult, int nm,
                         int z) {
   char key[96];
-  vs__add(l, "quantize.embedding.weight", 0, 2, codebook, dim, 0, 0);
+  rvq_add(l, "quantize.embedding.weight", 0, 2, codebook, dim, 0, 0);
   vs__conv(l, "post_quant_conv", z, dim, 1);
   int c = ch * mult[nm - 1];
   vs__conv(l, "decoder.conv_in", c, z, 3);
@@ -123,7 +123,7 @@ static int64_t vs__numel(const vs__vq_t *t) {
   return n;
 }
 
-static char *vs__header(const vs__vq_list *l, int image_size) {
+static char *rvq_header(const vs__vq_list *l, int image_size) {
   json_t *hdr = json_object(), *meta = json_object();
   char buf[32];
   snprintf(buf, sizeof buf, "%d", image_size);
@@ -158,7 +158,7 @@ int vs_bench_write_random_vq(const char *path, int codebook, int embed_dim, int 
     return VSPEC_ENOMEM;
   }
   vs__decoder(l, codebook, embed_dim, ch, ch_mult, n_mult, z_channels);
-  char *text = l->n < VS__MAX_T ? vs__header(l, image_size) : NULL;
+  char *text = l->n < VS__MAX_T ? rvq_header(l, image_size) : NULL;
   FILE *f = text ? fopen(path, "wb") : NULL;
   float *chunk = malloc(sizeof(float) << 16);
   int rc = VSPEC_OK;

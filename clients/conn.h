@@ -1,5 +1,5 @@
 /*
- * clients/conn.h - a client's connection to vspecd (or vspec-broker): one DEALER socket,
+ * clients/conn.h - a client's connection to vspecd (or vspec-gateway): one DEALER socket,
  * requests out, events in.
  *
  * Used by the vspec CLI, vspecd-bench and the tests' raw clients. The socket is a DEALER, so

@@ -40,7 +40,7 @@ int vs_last_job_path(char *path, size_t n, char *err, size_t errlen) {
 }
 
 /* mkdir -p for the state directory (mode 0700: it says which jobs this user ran). */
-static int vs__mkdirs(char *dir, char *err, size_t errlen) {
+static int lj_mkdirs(char *dir, char *err, size_t errlen) {
   for (char *s = dir + 1;; s++) {
     char c = *s;
     if (c != '/' && c != 0) continue;
@@ -104,7 +104,7 @@ int vs_last_job_save(const char *endpoint, unsigned long long job, char *err, si
     snprintf(err, errlen, "endpoint '%s' cannot be recorded", endpoint);
     return -1;
   }
-  if (vs__state_dir(dir, sizeof dir, err, errlen) || vs__mkdirs(dir, err, errlen)) return -1;
+  if (vs__state_dir(dir, sizeof dir, err, errlen) || lj_mkdirs(dir, err, errlen)) return -1;
   snprintf(path, sizeof path, "%s/last-jobs", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
   FILE *out = fopen(tmp, "w");

@@ -27,7 +27,7 @@ typedef struct vs__hit {
 static int vs__wordch(int c) { return isalnum(c) || (c & 0x80); }
 
 /* The text without its surrounding blanks: *n bytes from the pointer returned. */
-static const char *vs__trim(const char *s, size_t n0, size_t *n) {
+static const char *cp_trim(const char *s, size_t n0, size_t *n) {
   while (n0 && isspace((unsigned char)*s)) s++, n0--;
   while (n0 && isspace((unsigned char)s[n0 - 1])) n0--;
   *n = n0;
@@ -39,18 +39,18 @@ static const char *vs__trim(const char *s, size_t n0, size_t *n) {
 typedef void (*vs__term_fn)(const char *term, size_t n, int label, void *arg);
 static void vs__terms(const char *name, int label, vs__term_fn f, void *arg) {
   size_t n;
-  const char *t = vs__trim(name, strlen(name), &n);
+  const char *t = cp_trim(name, strlen(name), &n);
   f(t, n, label, arg);
   const char *open = n && t[n - 1] == ')' ? strrchr(t, '(') : NULL;
   if (open && open > t) {
     size_t k;
-    const char *head = vs__trim(t, (size_t)(open - t), &k);
+    const char *head = cp_trim(t, (size_t)(open - t), &k);
     if (k) f(head, k, label, arg);
   }
   if (!strchr(name, '/')) return;
   for (const char *p = name; *p;) {
     size_t k = strcspn(p, "/");
-    t = vs__trim(p, k, &n);
+    t = cp_trim(p, k, &n);
     if (n) f(t, n, label, arg);
     p += k + (p[k] == '/');
   }
@@ -175,9 +175,9 @@ static int vs__nearest(const char *text, size_t n, const char *const *names, int
   return k;
 }
 
-static int vs__refuse(const char *text, size_t n, const char *model, const char *const *names,
-                      int n_names, int num_classes, const vs__scan *s, char *err,
-                      size_t errlen) {
+static int cp_refuse(const char *text, size_t n, const char *model, const char *const *names,
+                     int n_names, int num_classes, const vs__scan *s, char *err,
+                     size_t errlen) {
   const char *ell = n > 80 ? "..." : "";
   int shown = n > 80 ? 80 : (int)n;
   if (s && s->n_hits) {
@@ -218,7 +218,7 @@ int vs_class_prompt_match(const char *prompt, const char *model, const char *con
                           int n_names, int num_classes, vs_class_pick *pick, char *err,
                           size_t errlen) {
   size_t n;
-  const char *text = vs__trim(prompt, strlen(prompt), &n);
+  const char *text = cp_trim(prompt, strlen(prompt), &n);
   if (n_names != num_classes) n_names = 0; /* names that do not cover the classes: unusable */
   if (num_classes <= 0) {
     snprintf(err, errlen, "prompt: model '%s' is not class-conditional", model);
@@ -260,6 +260,6 @@ int vs_class_prompt_match(const char *prompt, const char *model, const char *con
     *pick = (vs_class_pick){.label = label, .how = VS_CLASS_IN_TEXT};
     return VSPEC_OK;
   }
-  return vs__refuse(text, n, model, names, n_names, num_classes, ambiguous ? &s : NULL, err,
-                    errlen);
+  return cp_refuse(text, n, model, names, n_names, num_classes, ambiguous ? &s : NULL, err,
+                   errlen);
 }

@@ -117,7 +117,7 @@ int vs_cache_read(const char *cache_dir, const char *name, size_t max_len, unsig
   return 1;
 }
 
-static int vs__mkdirs(const char *dir) {
+static int dc_mkdirs(const char *dir) {
   char p[4200];
   snprintf(p, sizeof p, "%s", dir);
   for (char *s = p + 1; *s; s++)
@@ -130,7 +130,7 @@ static int vs__mkdirs(const char *dir) {
 }
 
 int vs_cache_write(const char *cache_dir, const char *name, const void *buf, size_t len) {
-  if (!*cache_dir || vs__mkdirs(cache_dir)) return VSPEC_EIO;
+  if (!*cache_dir || dc_mkdirs(cache_dir)) return VSPEC_EIO;
   char path[4200], tmp[4300];
   snprintf(path, sizeof path, "%s/%s", cache_dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());

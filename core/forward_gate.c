@@ -114,7 +114,7 @@ void vs_forward_gate_get_stats(vs_forward_gate *g, vs_forward_gate_stats *out) {
   pthread_mutex_unlock(&g->mu);
 }
 
-static double vs__mono(void) {
+static double fg_mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -175,7 +175,7 @@ static const vspec_model *vs__busiest(const vs_forward_gate *g) {
 }
 
 /* Takes up to max_batch queued requests of the busiest model, oldest first. */
-static int vs__take(vs_forward_gate *g, vs__gate_req **batch) {
+static int fg_take(vs_forward_gate *g, vs__gate_req **batch) {
   int n = 0;
   const vspec_model *model = vs__busiest(g);
   vs__gate_req **link = &g->head;
@@ -203,7 +203,7 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
   if (!g || !VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, forward_multi) ||
       !t->vt->forward_multi)
     return t->vt->forward(s, b, out, err, errlen);
-  vs__gate_req me = {.t = t, .s = s, .b = b, .out = out, .arrived = vs__mono()};
+  vs__gate_req me = {.t = t, .s = s, .b = b, .out = out, .arrived = fg_mono()};
   double deadline = me.arrived + g->max_wait_s;
   struct timespec until = vs__abs(deadline);
   pthread_mutex_lock(&g->mu);
@@ -213,14 +213,14 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
   g->n_queued++;
   g->stats.forwards++;
   while (!me.done) {
-    double now = vs__mono();
+    double now = fg_mono();
     /* the wait limit is for a forward still queued; once in a batch it waits for that */
     int expired = !me.taken && now >= deadline;
     /* Every job is here (queued, or in the batch that runs) or enough are. */
     int ready = g->n_queued + g->running >= g->active || g->n_queued >= g->max_batch || expired;
     if (g->lanes_busy < g->lanes && g->head && ready) {
       vs__gate_req *batch[VS_GATE_MAX_BATCH];
-      int n = vs__take(g, batch), lane = 0;
+      int n = fg_take(g, batch), lane = 0;
       while (g->lane_busy[lane]) lane++;
       g->lane_busy[lane] = 1;
       g->lanes_busy++;

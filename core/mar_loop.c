@@ -10,6 +10,7 @@
 
 #include "core/diffusion.h"
 #include "core/params.h"
+#include "core/status.h"
 #include "kernels/common/vs_math.h"
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
@@ -62,8 +63,8 @@ int vs_mar_mask_len(int step, int num_iter, int seq, int n_masked) {
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 
-static int vs__net_open(vs_mar *c, vs_mar_net *net, const vs_backend_model *bm, char *err,
-                        size_t errlen) {
+static int ml_net_open(vs_mar *c, vs_mar_net *net, const vs_backend_model *bm, char *err,
+                       size_t errlen) {
   net->bm = bm;
   net->dim = bm->info.feature_dim;
   if (!VSPEC_HAS_FIELD(bm->vt, vspec_backend_vtable, decode_latents) || !bm->vt->condition ||
@@ -83,7 +84,7 @@ static int vs__net_open(vs_mar *c, vs_mar_net *net, const vs_backend_model *bm, 
   return rc;
 }
 
-static void vs__mar_free(vs_mar *c) {
+static void ml_mar_free(vs_mar *c) {
   if (c->rule) c->rule_vt->destroy(c->rule);
   if (c->sched) c->sched_vt->destroy(c->sched);
   vs_plugin_release(c->rule_plugin);
@@ -98,7 +99,7 @@ static void vs__mar_free(vs_mar *c) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
-static int vs__mar_buffers(vs_mar *c) {
+static int ml_mar_buffers(vs_mar *c) {
   size_t N = (size_t)c->N, C = (size_t)c->C, R = (size_t)c->rows, K = (size_t)c->K;
   size_t D = (size_t)(c->tgt.dim > c->dft.dim ? c->tgt.dim : c->dft.dim);
   size_t f = sizeof(float);
@@ -141,7 +142,7 @@ static int vs__mar_buffers(vs_mar *c) {
 /* The order (a uniform permutation, Fisher-Yates on its own stream) and every position's
  * noises on the position's own stream: x_{K-1}, then the noise of steps K-1 .. 1, then the
  * final step's (used by the speculative methods only). */
-static void vs__mar_draws(vs_mar *c) {
+static void ml_mar_draws(vs_mar *c) {
   size_t per = (size_t)(c->K + 1) * c->C;
   if (c->job->mar_order && c->job->mar_noise) {
     memcpy(c->order, c->job->mar_order, (size_t)c->N * sizeof(int32_t));
@@ -169,7 +170,7 @@ static void vs__mar_draws(vs_mar *c) {
 
 /* The positions `step` reveals given what is known (ascending), with the guidance scale of
  * that step recorded for each. */
-static int vs__mar_reveal(vs_mar *c, int step, const uint8_t *known, int32_t *pos) {
+static int ml_mar_reveal(vs_mar *c, int step, const uint8_t *known, int32_t *pos) {
   int n_masked = 0;
   for (int p = 0; p < c->N; p++) n_masked += !known[p];
   int ml = vs_mar_mask_len(step, c->num_iter, c->N, n_masked);
@@ -191,8 +192,8 @@ static int vs__mar_reveal(vs_mar *c, int step, const uint8_t *known, int32_t *po
 }
 
 /* Conditions for n positions from one network over a grid. */
-static int vs__mar_condition(vs_mar *c, vs_mar_net *net, const float *grid, const uint8_t *known,
-                             const int32_t *pos, int n, char *err, size_t errlen) {
+static int ml_mar_condition(vs_mar *c, vs_mar_net *net, const float *grid, const uint8_t *known,
+                            const int32_t *pos, int n, char *err, size_t errlen) {
   char inner[VSPEC_ERRLEN] = "";
   int rc = net->bm->vt->condition(net->s, grid, known, pos, n, c->cond, inner, sizeof inner);
   net->forwards++;
@@ -206,8 +207,8 @@ static int vs__mar_condition(vs_mar *c, vs_mar_net *net, const float *grid, cons
  * positions at once from the conditions in c->cond: every position starts from and adds
  * its own noises. Leaves the tokens in xb, the final step's mean and log variance in mu and
  * lv, and the sum of log sigma over the noisy steps in sls. */
-static int vs__mar_sample(vs_mar *c, vs_mar_net *net, const int32_t *pos, int n, char *err,
-                          size_t errlen) {
+static int ml_mar_sample(vs_mar *c, vs_mar_net *net, const int32_t *pos, int n, char *err,
+                         size_t errlen) {
   int C = c->C, R = c->rows, D = net->dim, K = c->K;
   size_t per = (size_t)(K + 1) * C;
   for (int i = 0; i < n; i++) {
@@ -259,7 +260,7 @@ static int vs__mar_sample(vs_mar *c, vs_mar_net *net, const int32_t *pos, int n,
   return VSPEC_OK;
 }
 
-static void vs__mar_report(vs_mar *c, int64_t round, int revealed) {
+static void ml_mar_report(vs_mar *c, int64_t round, int revealed) {
   if (!c->job->on_round) return;
   vs_round_info info = {.round = round, .n_tokens = revealed, .tokens = c->ids,
                         .status = c->job->status, .latents = c->tok_v,
@@ -269,18 +270,18 @@ static void vs__mar_report(vs_mar *c, int64_t round, int revealed) {
   c->job->on_round(c->job->user, &info);
 }
 
-static int vs__count(const uint8_t *known, int n) {
+static int ml_count(const uint8_t *known, int n) {
   int k = 0;
   for (int i = 0; i < n; i++) k += known[i] != 0;
   return k;
 }
 
 /* The target generates `step` itself (vanilla MAR, or pre-filling). */
-static int vs__mar_target_step(vs_mar *c, int step, char *err, size_t errlen) {
-  int n = vs__mar_reveal(c, step, c->known_v, c->pos);
+static int ml_mar_target_step(vs_mar *c, int step, char *err, size_t errlen) {
+  int n = ml_mar_reveal(c, step, c->known_v, c->pos);
   double t0 = vs_now();
-  int rc = vs__mar_condition(c, &c->tgt, c->tok_v, c->known_v, c->pos, n, err, errlen);
-  if (!rc) rc = vs__mar_sample(c, &c->tgt, c->pos, n, err, errlen);
+  int rc = ml_mar_condition(c, &c->tgt, c->tok_v, c->known_v, c->pos, n, err, errlen);
+  if (!rc) rc = ml_mar_sample(c, &c->tgt, c->pos, n, err, errlen);
   c->mt->verify_s += vs_now() - t0;
   if (rc) return rc;
   for (int i = 0; i < n; i++) {
@@ -305,7 +306,7 @@ static int vs__mar_target_step(vs_mar *c, int step, char *err, size_t errlen) {
  * says so. */
 #define VS_MAR_RESIDUAL_PROPOSALS 1000000L
 
-static int vs__mar_judge(vs_mar *c, int p, int gi, char *err, size_t errlen) {
+static int ml_mar_judge(vs_mar *c, int p, int gi, char *err, size_t errlen) {
   int C = c->C;
   size_t o = (size_t)p * C, og = (size_t)gi * C;
   for (int j = 0; j < C; j++) {
@@ -339,8 +340,8 @@ static int vs__mar_judge(vs_mar *c, int p, int gi, char *err, size_t errlen) {
       return VSPEC_EINVAL;
     }
     if (rc) {
-      snprintf(err, errlen, "the continuous rule failed to sample a residual (%d)", rc);
-      return rc;
+      return vs_fail(err, errlen, rc, "the continuous rule failed to sample a residual: %s (%d)",
+                     vspec_strerror(rc), rc);
     }
     res = c->y;
   } else {
@@ -354,13 +355,13 @@ static int vs__mar_judge(vs_mar *c, int p, int gi, char *err, size_t errlen) {
 }
 
 /* The draft runs up to L steps on its own grid; one target forward verifies them all. */
-static int vs__mar_group(vs_mar *c, int *step, int L, char *err, size_t errlen) {
+static int ml_mar_group(vs_mar *c, int *step, int L, char *err, size_t errlen) {
   int C = c->C, ng = 0, rc;
   double t0 = vs_now();
   for (int j = 0; j < L && *step < c->num_iter; j++, (*step)++) {
-    int n = vs__mar_reveal(c, *step, c->known_d, c->pos);
-    if ((rc = vs__mar_condition(c, &c->dft, c->tok_d, c->known_d, c->pos, n, err, errlen)) ||
-        (rc = vs__mar_sample(c, &c->dft, c->pos, n, err, errlen)))
+    int n = ml_mar_reveal(c, *step, c->known_d, c->pos);
+    if ((rc = ml_mar_condition(c, &c->dft, c->tok_d, c->known_d, c->pos, n, err, errlen)) ||
+        (rc = ml_mar_sample(c, &c->dft, c->pos, n, err, errlen)))
       return rc;
     for (int i = 0; i < n; i++) {
       int p = c->pos[i];
@@ -377,21 +378,21 @@ static int vs__mar_group(vs_mar *c, int *step, int L, char *err, size_t errlen) 
   double t1 = vs_now();
   c->mt->draft_s += t1 - t0;
   /* the target, with only the verified tokens as context, along the same noises */
-  if ((rc = vs__mar_condition(c, &c->tgt, c->tok_v, c->known_v, c->group, ng, err, errlen)) ||
-      (rc = vs__mar_sample(c, &c->tgt, c->group, ng, err, errlen)))
+  if ((rc = ml_mar_condition(c, &c->tgt, c->tok_v, c->known_v, c->group, ng, err, errlen)) ||
+      (rc = ml_mar_sample(c, &c->tgt, c->group, ng, err, errlen)))
     return rc;
   double t2 = vs_now();
   c->mt->verify_s += t2 - t1;
   c->mt->rounds++;
   for (int g = 0; g < ng; g++)
-    if ((rc = vs__mar_judge(c, c->group[g], g, err, errlen))) return rc;
+    if ((rc = ml_mar_judge(c, c->group[g], g, err, errlen))) return rc;
   c->mt->accept_s += vs_now() - t2;
   return VSPEC_OK;
 }
 
 /* ---- the job ----------------------------------------------------------------------------- */
 
-static int vs__mar_plugins(vs_mar *c, const vs_method *m, char *err, size_t errlen) {
+static int ml_mar_plugins(vs_mar *c, const vs_method *m, char *err, size_t errlen) {
   const vspec_host *host = c->models->host;
   char inner[VSPEC_ERRLEN] = "";
   vspec_params *p = NULL;
@@ -430,7 +431,7 @@ static int vs__mar_plugins(vs_mar *c, const vs_method *m, char *err, size_t errl
   return rc;
 }
 
-static int vs__mar_open(vs_mar *c, const vs_method *m, char *err, size_t errlen) {
+static int ml_mar_open(vs_mar *c, const vs_method *m, char *err, size_t errlen) {
   const vs_backend_model *t = &c->models->target;
   const vs_sampling *s = &c->job->sampling;
   c->N = t->info.grid_h * t->info.grid_w;
@@ -457,7 +458,7 @@ static int vs__mar_open(vs_mar *c, const vs_method *m, char *err, size_t errlen)
     return rc;
   }
   c->K = c->diff.steps;
-  if ((rc = vs__net_open(c, &c->tgt, t, err, errlen))) return rc;
+  if ((rc = ml_net_open(c, &c->tgt, t, err, errlen))) return rc;
   if (m->kind != VS_METHOD_AR) {
     const vs_backend_model *d = &c->models->draft;
     if (!d->model) {
@@ -480,17 +481,17 @@ static int vs__mar_open(vs_mar *c, const vs_method *m, char *err, size_t errlen)
                t->info.diffusion_steps, t->info.sampling_steps);
       return VSPEC_ESHAPE;
     }
-    if ((rc = vs__mar_plugins(c, m, err, errlen)) || (rc = vs__net_open(c, &c->dft, d, err, errlen)))
+    if ((rc = ml_mar_plugins(c, m, err, errlen)) || (rc = ml_net_open(c, &c->dft, d, err, errlen)))
       return rc;
     c->final_noise = 1; /* the speculative methods sample the final step's Gaussian */
   }
-  if (vs__mar_buffers(c)) {
+  if (ml_mar_buffers(c)) {
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
   vs_rng_init(&c->rng_accept, c->job->seed, VS_STREAM_ACCEPT);
   vs_rng_init(&c->rng_residual, c->job->seed, VS_STREAM_RESIDUAL);
-  vs__mar_draws(c);
+  ml_mar_draws(c);
   return VSPEC_OK;
 }
 
@@ -502,7 +503,7 @@ int vs_mar_run(vs_models *models, vspec_dev *dev, const vs_job *job, const vs_me
   c.dev = dev;
   c.job = job;
   c.mt = mt;
-  int rc = vs__mar_open(&c, m, err, errlen);
+  int rc = ml_mar_open(&c, m, err, errlen);
   int step = 0;
   int64_t round = 0;
   vspec_round_state st = {.struct_size = sizeof st, .tokens_total = c.N, .max_nodes = c.N};
@@ -515,7 +516,7 @@ int vs_mar_run(vs_models *models, vspec_dev *dev, const vs_job *job, const vs_me
     vspec_round_plan plan = {.struct_size = sizeof plan};
     if (c.sched) {
       st.round = (int32_t)round;
-      st.tokens_done = vs__count(c.known_v, c.N);
+      st.tokens_done = ml_count(c.known_v, c.N);
       st.verified_rounds = (int32_t)mt->rounds;
       if (c.sched_vt->plan(c.sched, &st, &plan)) {
         snprintf(err, errlen, "scheduler '%s' failed to plan round %d", m->sched, st.round);
@@ -530,15 +531,15 @@ int vs_mar_run(vs_models *models, vspec_dev *dev, const vs_job *job, const vs_me
       }
     }
     if (plan.shape == VSPEC_DRAFT_CHAIN && plan.depth >= 1)
-      rc = vs__mar_group(&c, &step, plan.depth, err, errlen);
+      rc = ml_mar_group(&c, &step, plan.depth, err, errlen);
     else
-      rc = vs__mar_target_step(&c, step++, err, errlen);
+      rc = ml_mar_target_step(&c, step++, err, errlen);
     if (!rc) {
       /* the counts so far, for progress reports (the totals are set below) */
-      mt->tokens = vs__count(c.known_v, c.N);
+      mt->tokens = ml_count(c.known_v, c.N);
       mt->target_forwards = c.tgt.forwards;
       mt->draft_forwards = c.dft.forwards;
-      vs__mar_report(&c, round++, (int)mt->tokens);
+      ml_mar_report(&c, round++, (int)mt->tokens);
     }
   }
   if (!rc) {
@@ -547,6 +548,6 @@ int vs_mar_run(vs_models *models, vspec_dev *dev, const vs_job *job, const vs_me
   }
   mt->target_forwards = c.tgt.forwards;
   mt->draft_forwards = c.dft.forwards;
-  vs__mar_free(&c);
+  ml_mar_free(&c);
   return rc;
 }

@@ -141,7 +141,7 @@ int vs_models_decode(const vs_models *m, vspec_dev *dev, const int32_t *tokens,
   return t->vt->decode(t->model, dev, tokens, rgb, err, errlen);
 }
 
-static int vs__exists(const char *path) {
+static int models_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
 }
@@ -160,14 +160,14 @@ static int vs__load_bare(vs_models *m, vs_registry *reg, const vspec_host *host,
                          const char *dir, char *err, size_t errlen) {
   char gpt[2048], vq[2048], params[2100] = "";
   snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", dir);
-  if (!vs__exists(gpt)) snprintf(gpt, sizeof gpt, "%s/target.safetensors", dir);
-  if (!vs__exists(gpt)) {
+  if (!models_exists(gpt)) snprintf(gpt, sizeof gpt, "%s/target.safetensors", dir);
+  if (!models_exists(gpt)) {
     snprintf(err, errlen, "model directory '%s' has neither %s nor gpt.safetensors / "
              "target.safetensors", dir, VS_MANIFEST_FILE);
     return VSPEC_ENOENT;
   }
   snprintf(vq, sizeof vq, "%s/vq.safetensors", dir);
-  if (vs__exists(vq)) snprintf(params, sizeof params, "vq=%s", vq);
+  if (models_exists(vq)) snprintf(params, sizeof params, "vq=%s", vq);
   return vs_backend_model_load(reg, host, dev, "llamagen", gpt, params, &m->target, err, errlen);
 }
 
@@ -200,7 +200,7 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
   /* LlamaGen sample_c2i.py defaults, with top_k off: our vocabularies are small. */
   m->defaults = (vs_sampling){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
                               .cfg_scale = 4.0f, .cfg_interval = -1};
-  if (!vs__exists(dir)) {
+  if (!models_exists(dir)) {
     snprintf(err, errlen, "model directory '%s' does not exist", dir);
     rc = VSPEC_ENOENT;
     goto fail;

@@ -24,11 +24,11 @@
 
 static const char vs__magic[8] = "VSNBR1\n";
 
-static uint32_t vs__get32(const unsigned char *p) {
+static uint32_t nt_get32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void vs__put32(unsigned char *p, uint32_t v) {
+static void nt_put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
@@ -38,10 +38,10 @@ static int32_t *vs__load(const char *dir, const char *name, int vocab, int k) {
   if (!vs_cache_read(dir, name, want, &buf, &got)) return NULL;
   int32_t *t = NULL;
   if (got == want && !memcmp(buf, vs__magic, sizeof vs__magic) &&
-      vs__get32(buf + 8) == (uint32_t)vocab && vs__get32(buf + 12) == (uint32_t)k &&
+      nt_get32(buf + 8) == (uint32_t)vocab && nt_get32(buf + 12) == (uint32_t)k &&
       (t = malloc(n * sizeof *t))) {
     for (size_t i = 0; i < n; i++) {
-      uint32_t v = vs__get32(buf + 16 + i * 4);
+      uint32_t v = nt_get32(buf + 16 + i * 4);
       if (v >= (uint32_t)vocab) {
         free(t);
         t = NULL;
@@ -59,9 +59,9 @@ static int vs__store(const char *dir, const char *name, const int32_t *t, int vo
   unsigned char *buf = malloc(len);
   if (!buf) return VSPEC_ENOMEM;
   memcpy(buf, vs__magic, sizeof vs__magic);
-  vs__put32(buf + 8, (uint32_t)vocab);
-  vs__put32(buf + 12, (uint32_t)k);
-  for (size_t i = 0; i < n; i++) vs__put32(buf + 16 + i * 4, (uint32_t)t[i]);
+  nt_put32(buf + 8, (uint32_t)vocab);
+  nt_put32(buf + 12, (uint32_t)k);
+  for (size_t i = 0; i < n; i++) nt_put32(buf + 16 + i * 4, (uint32_t)t[i]);
   int rc = vs_cache_write(dir, name, buf, len);
   free(buf);
   return rc;

@@ -32,7 +32,7 @@ static int vs__key_ok(const char *k) {
   return 1;
 }
 
-static const char *vs__lookup(const vspec_params *p, const char *key) {
+static const char *params_lookup(const vspec_params *p, const char *key) {
   if (!p) return NULL;
   for (size_t i = 0; i < p->n; i++)
     if (strcmp(p->keys[i], key) == 0) return p->values[i];
@@ -50,7 +50,7 @@ int vs_params_set(vspec_params *p, const char *key, const char *value, char *err
              VS_PARAM_VALUE_MAX - 1);
     return VSPEC_EINVAL;
   }
-  if (vs__lookup(p, key)) {
+  if (params_lookup(p, key)) {
     snprintf(err, errlen, "parameter '%s' given twice", key);
     return VSPEC_EINVAL;
   }
@@ -73,7 +73,7 @@ oom:
   return VSPEC_ENOMEM;
 }
 
-static void vs__trim(char *s) {
+static void params_trim(char *s) {
   size_t n = strlen(s);
   while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
   size_t i = 0;
@@ -99,7 +99,7 @@ int vs_params_parse(const char *text, vspec_params **out, char *err, size_t errl
     }
     memcpy(item, s, len);
     item[len] = 0;
-    vs__trim(item);
+    params_trim(item);
     if (*item) {
       char *eq = strchr(item, '=');
       if (!eq) {
@@ -109,8 +109,8 @@ int vs_params_parse(const char *text, vspec_params **out, char *err, size_t errl
       }
       *eq = 0;
       char *key = item, *value = eq + 1;
-      vs__trim(key);
-      vs__trim(value);
+      params_trim(key);
+      params_trim(value);
       if (strchr(value, '=')) {
         snprintf(err, errlen, "parameter '%s': value '%s' contains '=' (separate parameters with ',')",
                  key, value);
@@ -148,11 +148,13 @@ size_t vs_params_format(const vspec_params *p, char *buf, size_t buflen) {
   return need;
 }
 
-const char *vs_param_string(const vspec_params *p, const char *key) { return vs__lookup(p, key); }
+const char *vs_param_string(const vspec_params *p, const char *key) {
+  return params_lookup(p, key);
+}
 
 int vs_param_double(const vspec_params *p, const char *key, double def, double lo, double hi,
                     double *out, char *err, size_t errlen) {
-  const char *v = vs__lookup(p, key);
+  const char *v = params_lookup(p, key);
   if (!v) {
     *out = def;
     return VSPEC_OK;
@@ -175,7 +177,7 @@ int vs_param_double(const vspec_params *p, const char *key, double def, double l
 
 int vs_param_int(const vspec_params *p, const char *key, long def, long lo, long hi, long *out,
                  char *err, size_t errlen) {
-  const char *v = vs__lookup(p, key);
+  const char *v = params_lookup(p, key);
   if (!v) {
     *out = def;
     return VSPEC_OK;
@@ -199,7 +201,7 @@ int vs_param_int(const vspec_params *p, const char *key, long def, long lo, long
 
 int vs_param_choice(const vspec_params *p, const char *key, const char *const *choices, int def,
                     int *out, char *err, size_t errlen) {
-  const char *v = vs__lookup(p, key);
+  const char *v = params_lookup(p, key);
   if (!v) {
     *out = def;
     return VSPEC_OK;

@@ -17,7 +17,7 @@ void vs_exe_dir(char *out, size_t cap) {
   snprintf(out, cap, "%s", slash == exe ? "/" : exe);
 }
 
-static int vs__exists(const char *p) {
+static int paths_exists(const char *p) {
   struct stat st;
   return stat(p, &st) == 0;
 }
@@ -27,12 +27,12 @@ void vs_default_plugin_dir(char *out, size_t cap) {
   vs_exe_dir(dir, sizeof dir);
   if (*dir) {
     snprintf(p, sizeof p, "%s/plugins", dir);
-    if (vs__exists(p)) {
+    if (paths_exists(p)) {
       snprintf(out, cap, "%s", p);
       return;
     }
     snprintf(p, sizeof p, "%s/../lib/vspec/plugins", dir);
-    if (vs__exists(p)) {
+    if (paths_exists(p)) {
       snprintf(out, cap, "%s", p);
       return;
     }
@@ -44,5 +44,5 @@ void vs_default_data_path(const char *rel, char *out, size_t cap) {
   char dir[4096], p[4400];
   vs_exe_dir(dir, sizeof dir);
   snprintf(p, sizeof p, "%s/../share/vspec/%s", dir, rel);
-  snprintf(out, cap, "%s", !vs__exists(rel) && *dir && vs__exists(p) ? p : rel);
+  snprintf(out, cap, "%s", !paths_exists(rel) && *dir && paths_exists(p) ? p : rel);
 }

@@ -102,9 +102,9 @@ int vs_model_short_hash(const char *dir, char out[11]) {
 /* ---- the parameters text ------------------------------------------------------------------ */
 
 /* Appends to buf at *n, never past cap (a cut text stays NUL-terminated). */
-static void vs__add(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+static void pm_add(char *buf, size_t cap, size_t *n, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void vs__add(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
+static void pm_add(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
   if (*n >= cap) return;
   va_list ap;
   va_start(ap, fmt);
@@ -116,18 +116,18 @@ static void vs__add(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
 /* ", Key: value" with A1111's quoting: a value holding ',', ':' or a newline goes in JSON
  * double quotes (json.dumps), so that a reader's "Key: value, " split keeps it whole. */
 static void vs__pair(char *buf, size_t cap, size_t *n, const char *key, const char *value) {
-  vs__add(buf, cap, n, "%s%s: ", *n && buf[*n - 1] != '\n' ? ", " : "", key);
+  pm_add(buf, cap, n, "%s%s: ", *n && buf[*n - 1] != '\n' ? ", " : "", key);
   if (!strpbrk(value, ",:\n")) {
-    vs__add(buf, cap, n, "%s", value);
+    pm_add(buf, cap, n, "%s", value);
     return;
   }
-  vs__add(buf, cap, n, "\"");
+  pm_add(buf, cap, n, "\"");
   for (const char *c = value; *c; c++) {
-    if (*c == '"' || *c == '\\') vs__add(buf, cap, n, "\\%c", *c);
-    else if (*c == '\n') vs__add(buf, cap, n, "\\n");
-    else vs__add(buf, cap, n, "%c", *c);
+    if (*c == '"' || *c == '\\') pm_add(buf, cap, n, "\\%c", *c);
+    else if (*c == '\n') pm_add(buf, cap, n, "\\n");
+    else pm_add(buf, cap, n, "%c", *c);
   }
-  vs__add(buf, cap, n, "\"");
+  pm_add(buf, cap, n, "\"");
 }
 
 static void vs__pairf(char *buf, size_t cap, size_t *n, const char *key, const char *fmt, ...)
@@ -156,11 +156,11 @@ size_t vs_png_parameters(const vs_job *job, const vs_models *models, char *buf, 
   size_t n = 0;
   if (!cap) return 0;
   buf[0] = '\0';
-  if (job->caption) vs__add(buf, cap, &n, "(a caption embedding)\n");
+  if (job->caption) pm_add(buf, cap, &n, "(a caption embedding)\n");
   else if (vs_models_class_name(models, job->class_label))
-    vs__add(buf, cap, &n, "class %d (%s)\n", job->class_label,
-            vs_models_class_name(models, job->class_label));
-  else vs__add(buf, cap, &n, "class %d\n", job->class_label);
+    pm_add(buf, cap, &n, "class %d (%s)\n", job->class_label,
+           vs_models_class_name(models, job->class_label));
+  else pm_add(buf, cap, &n, "class %d\n", job->class_label);
   vs__pairf(buf, cap, &n, "Steps", "%d", vs__steps(models, s));
   vs__pair(buf, cap, &n, "Sampler", job->method ? job->method : "ar");
   vs__pairf(buf, cap, &n, "CFG scale", "%g", s->cfg_scale);

@@ -4,7 +4,7 @@
  *
  * The daemon makes images at the model's size; a client that wants them larger (`vspec
  * generate --upscale`, an HTTP request whose size is a multiple of the model's) enlarges
- * them on its side, with no protocol change and for any daemon, broker or gateway.
+ * them on its side, with no protocol change and for any daemon or gateway.
  */
 #ifndef VS_PNG_UPSCALE_H
 #define VS_PNG_UPSCALE_H

@@ -17,7 +17,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/status.h"
 #include "kernels/vs_kernels.h"
 
 /* Zero copy hands out the file's little-endian bytes as host floats. */
@@ -105,18 +105,6 @@ static const char *vs_st_dtype_name(uint32_t dtype) {
   for (size_t i = 0; i < VS_ST_NDTYPES; i++)
     if (vs_st_dtypes[i].dtype == dtype) return vs_st_dtypes[i].name;
   return "?";
-}
-
-static int vs_st_fail(char *err, size_t errlen, int status, const char *fmt, ...)
-    VSPEC_PRINTF(4, 5);
-static int vs_st_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
 }
 
 static const char *vs_st_json_type(const json_t *v) {
@@ -317,34 +305,34 @@ static int vs_st_parse_entry(const char *path, const char *name, json_t *v, vs_s
                              char *err, size_t errlen) {
   char what[64], sbuf[256];
   if (!json_is_object(v))
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: tensor '%s': header entry is %s, expected an object", path, name,
-                      vs_st_json_type(v));
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: tensor '%s': header entry is %s, expected an object", path, name,
+                   vs_st_json_type(v));
 
   json_t *dt = json_object_get(v, "dtype");
   if (!dt || !json_is_string(dt))
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT, "%s: tensor '%s': \"dtype\" is %s, expected a string",
-                      path, name, dt ? vs_st_json_type(dt) : "missing");
+    return vs_fail(err, errlen, VSPEC_EFORMAT, "%s: tensor '%s': \"dtype\" is %s, expected a string",
+                   path, name, dt ? vs_st_json_type(dt) : "missing");
   const char *dts = json_string_value(dt);
   size_t k = 0;
   while (k < VS_ST_NDTYPES && strcmp(vs_st_dtypes[k].name, dts) != 0) k++;
   if (k == VS_ST_NDTYPES)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: tensor '%s': unsupported dtype '%.32s' (supported: F32 F16 BF16 F64 "
-                      "I64 I32 I16 I8 U8 U16 BOOL)",
-                      path, name, dts);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: tensor '%s': unsupported dtype '%.32s' (supported: F32 F16 BF16 F64 "
+                   "I64 I32 I16 I8 U8 U16 BOOL)",
+                   path, name, dts);
   e->dtype = vs_st_dtypes[k].dtype;
   e->elem = vs_st_dtypes[k].size;
 
   json_t *sh = json_object_get(v, "shape");
   if (!sh || !json_is_array(sh))
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT, "%s: tensor '%s': \"shape\" is %s, expected an array",
-                      path, name, sh ? vs_st_json_type(sh) : "missing");
+    return vs_fail(err, errlen, VSPEC_EFORMAT, "%s: tensor '%s': \"shape\" is %s, expected an array",
+                   path, name, sh ? vs_st_json_type(sh) : "missing");
   size_t nd = json_array_size(sh);
   if (nd > VSPEC_MAX_DIMS)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: tensor '%s': \"shape\" has %zu dims, at most %d are supported", path, name,
-                      nd, VSPEC_MAX_DIMS);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: tensor '%s': \"shape\" has %zu dims, at most %d are supported", path, name,
+                   nd, VSPEC_MAX_DIMS);
   /* Overflow is checked on the element count and the byte count, as the reference reader
    * does (ValidationOverflow); counts must also fit int64_t for vspec_tensor.numel. */
   uint64_t numel = 1;
@@ -352,42 +340,42 @@ static int vs_st_parse_entry(const char *path, const char *name, json_t *v, vs_s
   for (size_t i = 0; i < nd; i++) {
     uint64_t d;
     if (vs_st_uint(json_array_get(sh, i), &d, what, sizeof what) != 0)
-      return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                        "%s: tensor '%s': shape[%zu] is %s, expected a non-negative integer", path,
-                        name, i, what);
+      return vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: tensor '%s': shape[%zu] is %s, expected a non-negative integer", path,
+                     name, i, what);
     e->shape[i] = (int64_t)d;
     if (__builtin_mul_overflow(numel, d, &numel)) overflow = 1;
   }
   e->ndim = (int32_t)nd;
   uint64_t nbytes = 0;
   if (overflow || numel > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, e->elem, &nbytes))
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: tensor '%s': shape %s of %s overflows a 64-bit byte count", path, name,
-                      vs_st_shape_str(sbuf, sizeof sbuf, e->ndim, e->shape), dts);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: tensor '%s': shape %s of %s overflows a 64-bit byte count", path, name,
+                   vs_st_shape_str(sbuf, sizeof sbuf, e->ndim, e->shape), dts);
   e->numel = (int64_t)numel;
 
   json_t *off = json_object_get(v, "data_offsets");
   if (!off || !json_is_array(off) || json_array_size(off) != 2)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: tensor '%s': \"data_offsets\" is %s, expected [begin, end]", path, name,
-                      !off ? "missing" : json_is_array(off) ? "an array of the wrong length"
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: tensor '%s': \"data_offsets\" is %s, expected [begin, end]", path, name,
+                   !off ? "missing" : json_is_array(off) ? "an array of the wrong length"
                                                             : vs_st_json_type(off));
   for (int i = 0; i < 2; i++) {
     uint64_t x;
     if (vs_st_uint(json_array_get(off, (size_t)i), &x, what, sizeof what) != 0)
-      return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                        "%s: tensor '%s': data_offsets[%d] is %s, expected a non-negative integer",
-                        path, name, i, what);
+      return vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: tensor '%s': data_offsets[%d] is %s, expected a non-negative integer",
+                     path, name, i, what);
     if (i == 0) e->begin = x;
     else e->end = x;
   }
   if (e->begin > e->end)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: tensor '%s': data_offsets [%llu, %llu) end before they begin", path, name,
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: tensor '%s': data_offsets [%llu, %llu) end before they begin", path, name,
                       (unsigned long long)e->begin, (unsigned long long)e->end);
   if (e->end - e->begin != nbytes)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes but shape %s of "
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes but shape %s of "
                       "%s needs %llu",
                       path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
                       (unsigned long long)(e->end - e->begin),
@@ -395,7 +383,7 @@ static int vs_st_parse_entry(const char *path, const char *name, json_t *v, vs_s
                       (unsigned long long)nbytes);
 
   e->name = strdup(name);
-  if (!e->name) return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", path);
+  if (!e->name) return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", path);
   return 0;
 }
 
@@ -418,29 +406,29 @@ static int vs_st_check_tiling(const vspec_tensor_file *f, char *err, size_t errl
   for (size_t i = 0; i < f->n; i++) {
     const vs_st_entry *e = &f->entries[i];
     if (e->begin > pos)
-      return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                        "%s: gap in the data buffer: bytes [%llu, %llu) belong to no tensor "
+      return vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: gap in the data buffer: bytes [%llu, %llu) belong to no tensor "
                         "(tensor '%s' starts at %llu)",
                         f->path, (unsigned long long)pos, (unsigned long long)e->begin, e->name,
                         (unsigned long long)e->begin);
     if (e->begin < pos)
-      return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                        "%s: tensor '%s': data_offsets [%llu, %llu) overlap tensor '%s', which "
+      return vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: tensor '%s': data_offsets [%llu, %llu) overlap tensor '%s', which "
                         "ends at %llu",
                         f->path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
                         f->entries[i - 1].name, (unsigned long long)pos);
     if (e->end > f->data_len)
-      return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                        "%s: tensor '%s': data_offsets [%llu, %llu) run past the end of the "
+      return vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: tensor '%s': data_offsets [%llu, %llu) run past the end of the "
                         "%llu-byte data buffer (file truncated?)",
                         f->path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
                         (unsigned long long)f->data_len);
     pos = e->end;
   }
   if (pos != f->data_len)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: the data buffer holds %llu bytes but the tensors cover only %llu",
-                      f->path, (unsigned long long)f->data_len, (unsigned long long)pos);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: the data buffer holds %llu bytes but the tensors cover only %llu",
+                   f->path, (unsigned long long)f->data_len, (unsigned long long)pos);
   return 0;
 }
 
@@ -467,7 +455,7 @@ static int vs_st_load_config(vspec_tensor_file *f, char *err, size_t errlen) {
   const char *slash = strrchr(f->path, '/');
   size_t dirlen = slash ? (size_t)(slash - f->path) + 1 : 0;
   char *cfg = malloc(dirlen + sizeof "config.json");
-  if (!cfg) return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
+  if (!cfg) return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
   memcpy(cfg, f->path, dirlen);
   memcpy(cfg + dirlen, "config.json", sizeof "config.json");
 
@@ -475,8 +463,8 @@ static int vs_st_load_config(vspec_tensor_file *f, char *err, size_t errlen) {
   FILE *fp = fopen(cfg, "rb");
   if (!fp) {
     if (errno != ENOENT)
-      rc = vs_st_fail(err, errlen, VSPEC_EIO, "%s: cannot open (beside %s): %s", cfg, f->path,
-                      strerror(errno));
+      rc = vs_fail(err, errlen, VSPEC_EIO, "%s: cannot open (beside %s): %s", cfg, f->path,
+                   strerror(errno));
     free(cfg);
     return rc;
   }
@@ -484,18 +472,18 @@ static int vs_st_load_config(vspec_tensor_file *f, char *err, size_t errlen) {
   json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
   fclose(fp);
   if (!root) {
-    rc = vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                    "%s: invalid JSON (beside %s): %s (line %d, column %d)", cfg, f->path,
-                    jerr.text, jerr.line, jerr.column);
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: invalid JSON (beside %s): %s (line %d, column %d)", cfg, f->path,
+                 jerr.text, jerr.line, jerr.column);
   } else if (!json_is_object(root)) {
-    rc = vs_st_fail(err, errlen, VSPEC_EFORMAT, "%s: top level is %s, expected an object", cfg,
-                    vs_st_json_type(root));
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT, "%s: top level is %s, expected an object", cfg,
+                 vs_st_json_type(root));
   } else {
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
       if (vs_st_meta_put(f, key, v) != 0) {
-        rc = vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", cfg);
+        rc = vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", cfg);
         break;
       }
     }
@@ -510,18 +498,18 @@ static int vs_st_parse_header(vspec_tensor_file *f, const char *hdr, size_t hlen
   /* The reference reader insists on '{' first (InvalidHeaderStart): it rules out a JSON
    * scalar and lets a bogus length fail fast. */
   if (hlen == 0 || hdr[0] != '{')
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: header does not start with '{' (not a safetensors file?)", f->path);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: header does not start with '{' (not a safetensors file?)", f->path);
   json_error_t jerr;
   /* jansson keeps the last of duplicate keys by default; the format forbids them. */
   json_t *root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT, "%s: invalid header JSON: %s (byte %d)",
-                      f->path, jerr.text, jerr.position);
+    return vs_fail(err, errlen, VSPEC_EFORMAT, "%s: invalid header JSON: %s (byte %d)",
+                   f->path, jerr.text, jerr.position);
   int rc = 0;
   if (!json_is_object(root)) {
-    rc = vs_st_fail(err, errlen, VSPEC_EFORMAT, "%s: header is %s, expected an object", f->path,
-                    vs_st_json_type(root));
+    rc = vs_fail(err, errlen, VSPEC_EFORMAT, "%s: header is %s, expected an object", f->path,
+                 vs_st_json_type(root));
     goto out;
   }
 
@@ -529,17 +517,17 @@ static int vs_st_parse_header(vspec_tensor_file *f, const char *hdr, size_t hlen
   /* null is accepted as absent, like the reference reader's Option<HashMap>. */
   if (md && !json_is_null(md)) {
     if (!json_is_object(md)) {
-      rc = vs_st_fail(err, errlen, VSPEC_EFORMAT, "%s: __metadata__ is %s, expected an object",
-                      f->path, vs_st_json_type(md));
+      rc = vs_fail(err, errlen, VSPEC_EFORMAT, "%s: __metadata__ is %s, expected an object",
+                   f->path, vs_st_json_type(md));
       goto out;
     }
     const char *key;
     json_t *v;
     json_object_foreach(md, key, v) {
       if (!json_is_string(v)) {
-        rc = vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                        "%s: __metadata__ value of '%s' is %s, expected a string", f->path, key,
-                        vs_st_json_type(v));
+        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
+                     "%s: __metadata__ value of '%s' is %s, expected a string", f->path, key,
+                     vs_st_json_type(v));
         goto out;
       }
     }
@@ -548,7 +536,7 @@ static int vs_st_parse_header(vspec_tensor_file *f, const char *hdr, size_t hlen
   size_t cap = json_object_size(root);
   f->entries = calloc(cap ? cap : 1, sizeof *f->entries);
   if (!f->entries) {
-    rc = vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
     goto out;
   }
   const char *key;
@@ -565,7 +553,7 @@ static int vs_st_parse_header(vspec_tensor_file *f, const char *hdr, size_t hlen
 
   f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
   if (!f->by_name) {
-    rc = vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
+    rc = vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
     goto out;
   }
   for (size_t i = 0; i < f->n; i++) f->by_name[i] = &f->entries[i];
@@ -577,7 +565,7 @@ static int vs_st_parse_header(vspec_tensor_file *f, const char *hdr, size_t hlen
   if (md && json_is_object(md)) {
     json_object_foreach(md, key, v) {
       if (vs_st_meta_put(f, key, v) != 0) {
-        rc = vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
+        rc = vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
         goto out;
       }
     }
@@ -636,12 +624,12 @@ static void vs_st_bytes_release(vs_st_bytes *b) {
  * page-aligned like a mapping, so zero-copy alignment is what the file gives. */
 static int vs_st_bytes_alloc(vspec_tensor_file *f, size_t len, char *err, size_t errlen) {
   vs_st_bytes *b = calloc(1, sizeof *b);
-  if (!b) return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
+  if (!b) return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", f->path);
   void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     free(b);
-    return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: cannot allocate %llu bytes to load it: %s",
-                      f->path, (unsigned long long)len, strerror(errno));
+    return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: cannot allocate %llu bytes to load it: %s",
+                   f->path, (unsigned long long)len, strerror(errno));
   }
   b->refs = 1;
   b->mem = mem;
@@ -673,13 +661,13 @@ static int vs_st_pread(vspec_tensor_file *f, int fd, uint64_t off, uint64_t n, c
     ssize_t got = pread(fd, dst, chunk, (off_t)off);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0)
-      return vs_st_fail(err, errlen, VSPEC_EIO, "%s: read failed at byte %llu: %s", f->path,
-                        (unsigned long long)off, strerror(errno));
+      return vs_fail(err, errlen, VSPEC_EIO, "%s: read failed at byte %llu: %s", f->path,
+                     (unsigned long long)off, strerror(errno));
     if (got == 0)
-      return vs_st_fail(err, errlen, VSPEC_EIO,
-                        "%s: file ended at byte %llu while being read: it is being replaced in "
-                        "place (write the new file beside it and rename it over the old one)",
-                        f->path, (unsigned long long)off);
+      return vs_fail(err, errlen, VSPEC_EIO,
+                     "%s: file ended at byte %llu while being read: it is being replaced in "
+                     "place (write the new file beside it and rename it over the old one)",
+                     f->path, (unsigned long long)off);
     dst += got;
     off += (uint64_t)got;
     n -= (uint64_t)got;
@@ -692,11 +680,11 @@ static int vs_st_pread(vspec_tensor_file *f, int fd, uint64_t off, uint64_t n, c
 static int vs_st_unchanged(const vspec_tensor_file *f, int fd, char *err, size_t errlen) {
   struct stat now;
   if (fstat(fd, &now) != 0)
-    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+    return vs_fail(err, errlen, VSPEC_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
   if (!vs_st_same_file(f->bytes, &now))
-    return vs_st_fail(err, errlen, VSPEC_EIO,
-                      "%s: file changed while it was being read: it is being replaced in place "
-                      "(write the new file beside it and rename it over the old one)", f->path);
+    return vs_fail(err, errlen, VSPEC_EIO,
+                   "%s: file changed while it was being read: it is being replaced in place "
+                   "(write the new file beside it and rename it over the old one)", f->path);
   return 0;
 }
 
@@ -711,13 +699,13 @@ static int vs_st_header(vspec_tensor_file *f, int fd, char *err, size_t errlen) 
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
   if (hlen > VS_ST_MAX_HEADER)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: header length %llu exceeds the %llu-byte limit", f->path,
-                      (unsigned long long)hlen, (unsigned long long)VS_ST_MAX_HEADER);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: header length %llu exceeds the %llu-byte limit", f->path,
+                   (unsigned long long)hlen, (unsigned long long)VS_ST_MAX_HEADER);
   if (hlen > size - 8)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: header length %llu runs past the end of the %llu-byte file (truncated?)",
-                      f->path, (unsigned long long)hlen, (unsigned long long)size);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: header length %llu runs past the end of the %llu-byte file (truncated?)",
+                   f->path, (unsigned long long)hlen, (unsigned long long)size);
   if (fd >= 0 && (rc = vs_st_pread(f, fd, 8, hlen, err, errlen))) return rc;
   f->data = b + 8 + hlen;
   f->data_len = size - 8 - hlen;
@@ -730,15 +718,15 @@ static int vs_st_header(vspec_tensor_file *f, int fd, char *err, size_t errlen) 
 static int vs_st_load(vspec_tensor_file *f, int fd, char *err, size_t errlen) {
   struct stat st;
   if (fstat(fd, &st) != 0)
-    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+    return vs_fail(err, errlen, VSPEC_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
   if (!S_ISREG(st.st_mode))
-    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: not a regular file", f->path);
+    return vs_fail(err, errlen, VSPEC_EIO, "%s: not a regular file", f->path);
   if (st.st_size < 8)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: file is %llu bytes, too short for the 8-byte header length", f->path,
-                      (unsigned long long)st.st_size);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: file is %llu bytes, too short for the 8-byte header length", f->path,
+                   (unsigned long long)st.st_size);
   if ((uint64_t)st.st_size > SIZE_MAX)
-    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: file too large to load", f->path);
+    return vs_fail(err, errlen, VSPEC_EIO, "%s: file too large to load", f->path);
   if ((f->bytes = vs_st_bytes_find(&st))) return vs_st_header(f, -1, err, errlen);
   struct timespec read_start;
   clock_gettime(CLOCK_REALTIME, &read_start);
@@ -751,7 +739,7 @@ static int vs_st_load(vspec_tensor_file *f, int fd, char *err, size_t errlen) {
     return rc;
   /* Read-only, as the file mapping this replaces was: a stray write faults at the writer. */
   if (mprotect(f->bytes->mem, f->bytes->len, PROT_READ) != 0)
-    return vs_st_fail(err, errlen, VSPEC_EIO, "%s: mprotect failed: %s", f->path, strerror(errno));
+    return vs_fail(err, errlen, VSPEC_EIO, "%s: mprotect failed: %s", f->path, strerror(errno));
   vs_st_bytes_share(f->bytes, &read_start);
   return 0;
 }
@@ -760,22 +748,22 @@ static int vs_st_load(vspec_tensor_file *f, int fd, char *err, size_t errlen) {
 
 int vs_st_open(const char *path, vspec_tensor_file **out, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
-  if (!out) return vs_st_fail(err, errlen, VSPEC_EINVAL, "vs_st_open: out is NULL");
+  if (!out) return vs_fail(err, errlen, VSPEC_EINVAL, "vs_st_open: out is NULL");
   *out = NULL;
-  if (!path) return vs_st_fail(err, errlen, VSPEC_EINVAL, "vs_st_open: path is NULL");
+  if (!path) return vs_fail(err, errlen, VSPEC_EINVAL, "vs_st_open: path is NULL");
 
   vspec_tensor_file *f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path)) || !(f->meta = json_object())) {
     vs_st_close(f);
-    return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", path);
+    return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", path);
   }
   /* O_NONBLOCK: a FIFO named like a model must not hang the open (it is refused as not a
    * regular file); it has no effect on reading a regular file. */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
-    int rc = vs_st_fail(err, errlen, e == ENOENT ? VSPEC_ENOENT : VSPEC_EIO, "%s: cannot open: %s",
-                        path, strerror(e));
+    int rc = vs_fail(err, errlen, e == ENOENT ? VSPEC_ENOENT : VSPEC_EIO, "%s: cannot open: %s",
+                     path, strerror(e));
     vs_st_close(f);
     return rc;
   }
@@ -794,17 +782,17 @@ int vs_st_open(const char *path, vspec_tensor_file **out, char *err, size_t errl
 int vs_st_open_memory(const void *buf, size_t len, const char *name, vspec_tensor_file **out,
                       char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
-  if (!out) return vs_st_fail(err, errlen, VSPEC_EINVAL, "vs_st_open_memory: out is NULL");
+  if (!out) return vs_fail(err, errlen, VSPEC_EINVAL, "vs_st_open_memory: out is NULL");
   *out = NULL;
   if (!name) name = "(memory)";
-  if (!buf && len) return vs_st_fail(err, errlen, VSPEC_EINVAL, "%s: buffer is NULL", name);
+  if (!buf && len) return vs_fail(err, errlen, VSPEC_EINVAL, "%s: buffer is NULL", name);
   if (len < 8)
-    return vs_st_fail(err, errlen, VSPEC_EFORMAT,
-                      "%s: %zu bytes, too short for the 8-byte header length", name, len);
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: %zu bytes, too short for the 8-byte header length", name, len);
   vspec_tensor_file *f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(name)) || !(f->meta = json_object())) {
     vs_st_close(f);
-    return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", name);
+    return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: out of memory", name);
   }
   f->from_memory = 1;
   int rc = vs_st_bytes_alloc(f, len, err, errlen);
@@ -813,7 +801,7 @@ int vs_st_open_memory(const void *buf, size_t len, const char *name, vspec_tenso
     rc = vs_st_header(f, -1, err, errlen);
   }
   if (!rc && mprotect(f->bytes->mem, f->bytes->len, PROT_READ) != 0)
-    rc = vs_st_fail(err, errlen, VSPEC_EIO, "%s: mprotect failed: %s", name, strerror(errno));
+    rc = vs_fail(err, errlen, VSPEC_EIO, "%s: mprotect failed: %s", name, strerror(errno));
   if (rc) {
     vs_st_close(f);
     return rc;
@@ -899,27 +887,27 @@ int vs_st_get_f32(vspec_tensor_file *f, vspec_dev *dev, const char *name, int nd
   char want[256], have[256];
   if (err && errlen) err[0] = '\0';
   if (!f || !dev || !name || !out || ndim < 0 || ndim > VSPEC_MAX_DIMS || (ndim > 0 && !shape))
-    return vs_st_fail(err, errlen, VSPEC_EINVAL, "%s: vs_st_get_f32: invalid arguments%s%s%s",
-                      f ? f->path : "(null file)", name ? " for tensor '" : "", name ? name : "",
-                      name ? "'" : "");
+    return vs_fail(err, errlen, VSPEC_EINVAL, "%s: vs_st_get_f32: invalid arguments%s%s%s",
+                   f ? f->path : "(null file)", name ? " for tensor '" : "", name ? name : "",
+                   name ? "'" : "");
   *out = NULL;
   vs_st_entry *e = vs_st_lookup(f, name);
-  if (!e) return vs_st_fail(err, errlen, VSPEC_ENOENT, "%s: tensor '%s' not found", f->path, name);
+  if (!e) return vs_fail(err, errlen, VSPEC_ENOENT, "%s: tensor '%s' not found", f->path, name);
 
   int match = e->ndim == ndim;
   for (int i = 0; match && i < ndim; i++)
     if (shape[i] >= 0 && shape[i] != e->shape[i]) match = 0;
   if (!match)
-    return vs_st_fail(err, errlen, VSPEC_ESHAPE, "%s: tensor '%s' has shape %s but %s was expected",
-                      f->path, name, vs_st_shape_str(have, sizeof have, e->ndim, e->shape),
-                      vs_st_shape_str(want, sizeof want, ndim, shape));
+    return vs_fail(err, errlen, VSPEC_ESHAPE, "%s: tensor '%s' has shape %s but %s was expected",
+                   f->path, name, vs_st_shape_str(have, sizeof have, e->ndim, e->shape),
+                   vs_st_shape_str(want, sizeof want, ndim, shape));
   if (e->dtype != VSPEC_DTYPE_F32 && e->dtype != VSPEC_DTYPE_F16 && e->dtype != VSPEC_DTYPE_BF16)
-    return vs_st_fail(err, errlen, VSPEC_ESHAPE,
-                      "%s: tensor '%s' has dtype %s; expected F32, F16 or BF16", f->path, name,
-                      vs_st_dtype_name(e->dtype));
+    return vs_fail(err, errlen, VSPEC_ESHAPE,
+                   "%s: tensor '%s' has dtype %s; expected F32, F16 or BF16", f->path, name,
+                   vs_st_dtype_name(e->dtype));
 
   const vspec_ops *ops = vs_dev_ops(dev);
-  if (!ops) return vs_st_fail(err, errlen, VSPEC_EINVAL, "%s: tensor '%s': device has no ops", f->path, name);
+  if (!ops) return vs_fail(err, errlen, VSPEC_EINVAL, "%s: tensor '%s': device has no ops", f->path, name);
   const unsigned char *src = f->data + e->begin;
   int cpu = ops->device == VSPEC_DEVICE_CPU;
   /* Zero copy is only sound where a plain float load works: the CPU, little-endian F32 at
@@ -937,9 +925,9 @@ int vs_st_get_f32(vspec_tensor_file *f, vspec_dev *dev, const char *name, int nd
     }
 
   if (!ops->alloc || !ops->free || !ops->upload)
-    return vs_st_fail(err, errlen, VSPEC_ENOTSUP,
-                      "%s: tensor '%s': device '%s' lacks alloc/free/upload", f->path, name,
-                      ops->name ? ops->name : "?");
+    return vs_fail(err, errlen, VSPEC_ENOTSUP,
+                   "%s: tensor '%s': device '%s' lacks alloc/free/upload", f->path, name,
+                   ops->name ? ops->name : "?");
   /* numel * 4 cannot overflow: numel * elem fit in 64 bits with elem >= 2 and the memory
    * holds numel * elem bytes. */
   size_t bytes = (size_t)e->numel * sizeof(float);
@@ -962,9 +950,9 @@ int vs_st_get_f32(vspec_tensor_file *f, vspec_dev *dev, const char *name, int nd
     if (urc != 0) {
       ops->free(dev, dst);
       free(c);
-      return vs_st_fail(err, errlen, urc < 0 ? urc : VSPEC_EDEVICE,
-                        "%s: tensor '%s': upload of %zu bytes to device '%s' failed", f->path, name,
-                        bytes, ops->name ? ops->name : "?");
+      return vs_fail(err, errlen, urc < 0 ? urc : VSPEC_EDEVICE,
+                     "%s: tensor '%s': upload of %zu bytes to device '%s' failed", f->path, name,
+                     bytes, ops->name ? ops->name : "?");
     }
   }
   c->dev = dev;
@@ -979,6 +967,6 @@ nomem:
   if (dst) ops->free(dev, dst);
   free(c);
   free(stage);
-  return vs_st_fail(err, errlen, VSPEC_ENOMEM, "%s: tensor '%s': cannot allocate %zu bytes",
-                    f->path, name, bytes);
+  return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: tensor '%s': cannot allocate %zu bytes",
+                 f->path, name, bytes);
 }

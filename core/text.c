@@ -66,8 +66,8 @@ static size_t vs__piece(const char *s, size_t n, unsigned flags, char out[4], si
 }
 
 /* Writes whole pieces while they fit in `limit` bytes; *used = input bytes consumed. */
-static size_t vs__emit(char *dst, size_t limit, const char *src, size_t n, unsigned flags,
-                       size_t *used) {
+static size_t text_emit(char *dst, size_t limit, const char *src, size_t n, unsigned flags,
+                        size_t *used) {
   size_t o = 0, i = 0;
   while (i < n) {
     char piece[4];
@@ -84,10 +84,10 @@ static size_t vs__emit(char *dst, size_t limit, const char *src, size_t n, unsig
 
 size_t vs_text_clean(char *dst, size_t cap, const char *src, size_t n, unsigned flags) {
   if (cap == 0) return 0;
-  size_t used, o = vs__emit(dst, cap - 1, src, n, flags, &used);
+  size_t used, o = text_emit(dst, cap - 1, src, n, flags, &used);
   if (used < n && cap - 1 >= 3) {
     /* Cut: again with room for the mark, so that a reader knows there was more. */
-    o = vs__emit(dst, cap - 1 - 3, src, n, flags, &used);
+    o = text_emit(dst, cap - 1 - 3, src, n, flags, &used);
     memcpy(dst + o, "...", 3);
     o += 3;
   }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/round_loop.h"
+#include "core/status.h"
 
 int vs_skip_decide(vs_rounds *c, const vspec_round_state *st, int remaining,
                    vspec_skip_decision *dec, char *err, size_t errlen) {
@@ -23,8 +24,8 @@ int vs_skip_decide(vs_rounds *c, const vspec_round_state *st, int remaining,
                           .codebook = c->t->info.codebook, .token_dim = c->t->info.token_dim};
   int rc = c->sched_vt->decide(c->sched, st, &view, &c->rng_sched, dec);
   if (rc) {
-    snprintf(err, errlen, "scheduler failed to decide whether to verify (%d)", rc);
-    return rc;
+    return vs_fail(err, errlen, rc, "scheduler failed to decide whether to verify: %s (%d)",
+                   vspec_strerror(rc), rc);
   }
   if (!dec->skip) return VSPEC_OK;
   if (dec->leaf < 1 || dec->leaf >= t->n || dec->length < 1 ||

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/round_loop.h"
+#include "core/status.h"
 #include "kernels/common/vs_philox.h"
 
 static void vs__normalise(float *p, int n) {
@@ -99,8 +100,8 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
       if (c->greedy) continue;
       int rc = c->rule_vt->residual(c->rule, &in, c->q_tmp);
       if (rc) {
-        snprintf(err, errlen, "acceptance rule failed to compute a residual (%d)", rc);
-        return rc;
+        return vs_fail(err, errlen, rc, "acceptance rule failed to compute a residual: %s (%d)",
+                       vspec_strerror(rc), rc);
       }
       if (vs__mass(c->q_tmp, V) > 0.0) {
         memcpy(c->q_res, c->q_tmp, (size_t)V * sizeof(float));

@@ -1,6 +1,6 @@
 /*
  * daemon/allow_list.h - the CURVE allow-list file: which client public keys may connect to a
- * CURVE endpoint (vspecd's [curve] allowed_clients, vspec-broker's and vspec-gateway's
+ * CURVE endpoint (vspecd's [curve] allowed_clients, vspec-gateway's
  * --curve-allow).
  *
  * One client per line, in either form `vspec keygen NAME` hands out:

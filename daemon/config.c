@@ -111,7 +111,7 @@ static int vs__bool(const char *key, const char *v, int *out, char *err, size_t 
   return VSPEC_OK;
 }
 
-static int vs__str(const char *key, const char *v, char *dst, size_t cap, char *err,
+static int cfg_str(const char *key, const char *v, char *dst, size_t cap, char *err,
                    size_t errlen) {
   if (strlen(v) >= cap) {
     snprintf(err, errlen, "%s is longer than %zu characters", key, cap - 1);
@@ -127,7 +127,7 @@ static int vs__endpoint(const char *key, const char *v, char *dst, size_t cap, c
     snprintf(err, errlen, "%s = '%s' is not a ZeroMQ endpoint (tcp://, ipc://)", key, v);
     return VSPEC_EINVAL;
   }
-  return vs__str(key, v, dst, cap, err, errlen);
+  return cfg_str(key, v, dst, cap, err, errlen);
 }
 
 int vs_config_model(const vs_daemon_config *c, const char *name) {
@@ -144,7 +144,7 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
     if (!strcmp(k, "node")) {
       /* The node's name goes out in every Accepted and Result: a model name's set. */
       if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
-      return vs__str(key, v, c->node, sizeof c->node, err, errlen);
+      return cfg_str(key, v, c->node, sizeof c->node, err, errlen);
     }
     if (!strcmp(k, "node_id")) {
       int x;
@@ -181,7 +181,7 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
         snprintf(err, errlen, "%s = '%s' is not one of cpu, cuda", key, v);
         return VSPEC_EINVAL;
       }
-      return vs__str(key, v, c->device_kind, sizeof c->device_kind, err, errlen);
+      return cfg_str(key, v, c->device_kind, sizeof c->device_kind, err, errlen);
     }
     if (!strcmp(k, "index")) return vs__int(key, v, 0, 1023, &c->device_index, err, errlen);
     if (!strcmp(k, "memory_limit_mb"))
@@ -202,12 +202,12 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
     if (!strcmp(k, "busy_retry_ms"))
       return vs__int(key, v, 1, 3600000, &c->busy_retry_ms, err, errlen);
   } else if (!strcmp(s, "plugins")) {
-    if (!strcmp(k, "dir")) return vs__str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
+    if (!strcmp(k, "dir")) return cfg_str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
     if (!strcmp(k, "on_demand")) return vs__bool(key, v, &c->plugins_on_demand, err, errlen);
   } else if (!strcmp(s, "models")) {
     if (!strcmp(k, "default")) {
       if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
-      return vs__str(key, v, c->default_model, sizeof c->default_model, err, errlen);
+      return cfg_str(key, v, c->default_model, sizeof c->default_model, err, errlen);
     }
     /* Names clients will send (Submit.model): the same set as the submit checks. */
     if (vs_name_check(&vs_name_model, "model name", k, err, errlen)) return VSPEC_EINVAL;
@@ -225,13 +225,13 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       c->models[i] = c->models[--c->n_models];
       return VSPEC_OK;
     }
-    return vs__str(key, v, c->models[i].dir, sizeof c->models[i].dir, err, errlen);
+    return cfg_str(key, v, c->models[i].dir, sizeof c->models[i].dir, err, errlen);
   } else if (!strcmp(s, "defaults")) {
     if (!strcmp(k, "method")) {
       vs_method m;
       int rc = vs_method_parse(v, &m, err, errlen);
       if (rc) return rc;
-      return vs__str(key, v, c->method, sizeof c->method, err, errlen);
+      return cfg_str(key, v, c->method, sizeof c->method, err, errlen);
     }
     if (!strcmp(k, "auto_size")) return vs__bool(key, v, &c->auto_size, err, errlen);
     if (!strcmp(k, "preview_table")) {
@@ -279,17 +279,17 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
   } else if (!strcmp(s, "curve")) {
     if (!strcmp(k, "enabled")) return vs__bool(key, v, &c->curve, err, errlen);
     if (!strcmp(k, "secret_key_file"))
-      return vs__str(key, v, c->curve_secret_file, sizeof c->curve_secret_file, err, errlen);
+      return cfg_str(key, v, c->curve_secret_file, sizeof c->curve_secret_file, err, errlen);
     if (!strcmp(k, "allowed_clients"))
-      return vs__str(key, v, c->curve_allow_file, sizeof c->curve_allow_file, err, errlen);
+      return cfg_str(key, v, c->curve_allow_file, sizeof c->curve_allow_file, err, errlen);
   } else if (!strcmp(s, "fleet")) {
-    if (!strcmp(k, "redis")) return vs__str(key, v, c->fleet_redis, sizeof c->fleet_redis, err, errlen);
+    if (!strcmp(k, "redis")) return cfg_str(key, v, c->fleet_redis, sizeof c->fleet_redis, err, errlen);
     if (!strcmp(k, "stream"))
-      return vs__str(key, v, c->fleet_stream, sizeof c->fleet_stream, err, errlen);
+      return cfg_str(key, v, c->fleet_stream, sizeof c->fleet_stream, err, errlen);
     if (!strcmp(k, "group"))
-      return vs__str(key, v, c->fleet_group, sizeof c->fleet_group, err, errlen);
+      return cfg_str(key, v, c->fleet_group, sizeof c->fleet_group, err, errlen);
     if (!strcmp(k, "events_prefix"))
-      return vs__str(key, v, c->fleet_events_prefix, sizeof c->fleet_events_prefix, err, errlen);
+      return cfg_str(key, v, c->fleet_events_prefix, sizeof c->fleet_events_prefix, err, errlen);
     if (!strcmp(k, "events_ttl_s"))
       return vs__long(key, v, 1, 30l * 24 * 3600, &c->fleet_events_ttl_s, err, errlen);
     if (!strcmp(k, "heartbeat_ms"))
@@ -302,7 +302,7 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
       return vs__int(key, v, 10, 60000, &c->fleet_cancel_poll_ms, err, errlen);
   } else if (!strcmp(s, "http")) {
     if (!strcmp(k, "listen"))
-      return vs__str(key, v, c->http_listen, sizeof c->http_listen, err, errlen);
+      return cfg_str(key, v, c->http_listen, sizeof c->http_listen, err, errlen);
     if (!strcmp(k, "allow_remote")) return vs__bool(key, v, &c->http_allow_remote, err, errlen);
     if (!strcmp(k, "max_body_bytes"))
       return vs__long(key, v, 1024, 16l << 20, &c->http_max_body_bytes, err, errlen);

@@ -25,7 +25,7 @@ enum { VS_DRAIN_FINISH = 0, VS_DRAIN_CANCEL = 1 };
 typedef struct vs_daemon_config {
   /* [server] */
   char node[64];              /* name in logs, Accepted and Result events */
-  unsigned node_id;           /* high bits of job ids, so daemons behind one broker differ */
+  unsigned node_id;           /* high bits of job ids, so daemons sharing clients differ */
   char endpoint[256];         /* the job endpoint (ROUTER) */
   char admin_endpoint[256];   /* the admin endpoint: ipc (a file) or loopback tcp ... */
   int admin_allow_remote;     /* ... unless this is set (any tcp address, abstract ipc) */

@@ -131,7 +131,7 @@ static int vs__append_own(vs_fleet_agent *a, vs__slot *s, Vspec__Event *ev) {
 
 /* The terminal event is written, then the job acked: both retried until they succeed (or
  * the job turns out to be another daemon's), so a finished job is never left pending. */
-static void vs__finish(vs_fleet_agent *a, vs__slot *s) {
+static void agent_finish(vs_fleet_agent *a, vs__slot *s) {
   char err[VSPEC_ERRLEN];
   if (s->lost) {
     vs__free_slot(s);
@@ -174,7 +174,7 @@ static void vs__fail(vs_fleet_agent *a, vs__slot *s, int code, const char *msg) 
     s->terminal = NULL;
     s->terminal_written = 1; /* out of memory: ack anyway, the job cannot be run */
   }
-  vs__finish(a, s);
+  agent_finish(a, s);
 }
 
 /* ---- jobs to the daemon ------------------------------------------------------------------- */
@@ -199,7 +199,7 @@ static uint64_t vs__fleet_id_of(const char *job_id) {
   return (h >> 1) | 1;
 }
 
-static void vs__submit(vs_fleet_agent *a, vs__slot *s) {
+static void agent_submit(vs_fleet_agent *a, vs__slot *s) {
   char err[VSPEC_ERRLEN];
   const unsigned char *frame[VS_FLEET_MAX_FRAMES];
   size_t size[VS_FLEET_MAX_FRAMES];
@@ -265,7 +265,7 @@ static void vs__submit(vs_fleet_agent *a, vs__slot *s) {
 }
 
 /* A job just read or claimed: refused here (poison, malformed, already cancelled), or run. */
-static void vs__take(vs_fleet_agent *a, vs__slot *s) {
+static void agent_take(vs_fleet_agent *a, vs__slot *s) {
   char err[VSPEC_ERRLEN], msg[256];
   const vs_fleet_job *j = &s->job;
   if (j->malformed) {
@@ -305,7 +305,7 @@ static void vs__take(vs_fleet_agent *a, vs__slot *s) {
     vs_log(VSPEC_LOG_INFO, vs__who, "[job %s] run again (delivery %lld)", j->job_id,
            j->deliveries);
   }
-  vs__submit(a, s);
+  agent_submit(a, s);
 }
 
 static vs__slot *vs__free_one(vs_fleet_agent *a) {
@@ -431,7 +431,7 @@ static int vs__sweep(vs_fleet_agent *a) {
       vs_fleet_job_clear(&s->job);
       continue;
     }
-    vs__take(a, s);
+    agent_take(a, s);
     taken++;
   }
   return taken;
@@ -466,7 +466,7 @@ static void vs__fetch(vs_fleet_agent *a, int block_ms) {
       vs_fleet_job_clear(&s->job);
       continue;
     }
-    vs__take(a, s);
+    agent_take(a, s);
   }
 }
 
@@ -501,7 +501,7 @@ static void vs__send_small(vs_fleet_agent *a, int cancel, uint64_t job, uint32_t
     vs_log(VSPEC_LOG_WARN, vs__who, "to the daemon: %s", err);
 }
 
-static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
+static void agent_on_event(vs_fleet_agent *a, vs_conn_event *e) {
   Vspec__Event *ev = e->ev;
   if (ev->body_case == VSPEC__EVENT__BODY_HEARTBEAT || ev->body_case == VSPEC__EVENT__BODY_ACK)
     return;
@@ -551,7 +551,7 @@ static void vs__on_event(vs_fleet_agent *a, vs_conn_event *e) {
     s->terminal = v;
     s->terminal_len = len;
     s->state = VS__FINISHING;
-    vs__finish(a, s);
+    agent_finish(a, s);
     return;
   }
   /* Progress and previews lost to a Redis outage stay lost (the next ones supersede them). */
@@ -622,13 +622,13 @@ static void vs__retry(vs_fleet_agent *a) {
   for (int i = 0; i < a->n_slots; i++) {
     vs__slot *s = &a->slot[i];
     if (s->state == VS__WAITING && s->lost) vs__free_slot(s);
-    else if (s->state == VS__WAITING && now >= s->retry_at) vs__submit(a, s);
+    else if (s->state == VS__WAITING && now >= s->retry_at) agent_submit(a, s);
     else if (s->state == VS__RUNNING && !s->local_id && now - s->submitted_at > 30)
       /* no Accepted and no error in 30 s: the daemon dropped the submit (it answers at once,
        * queued or not); fail the job rather than hold it and its claim for ever */
       vs__fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL,
                "the daemon did not answer the job's submit within 30 s");
-    else if (s->state == VS__FINISHING) vs__finish(a, s);
+    else if (s->state == VS__FINISHING) agent_finish(a, s);
   }
 }
 
@@ -653,7 +653,7 @@ static void *vs__main(void *arg) {
     vs_conn_event e;
     int rc = vs_conn_recv(&a->conn, idle ? 0 : 20, &e, err, sizeof err);
     if (rc > 0) {
-      vs__on_event(a, &e);
+      agent_on_event(a, &e);
       vs_conn_event_free(&e);
     }
     if (rc < 0) vs_log(VSPEC_LOG_WARN, vs__who, "from the daemon: %s", err);

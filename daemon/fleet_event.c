@@ -7,11 +7,11 @@
 
 #include "vspec/types.h"
 
-static void vs__put32(unsigned char *p, uint32_t v) {
+static void fe_put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static uint32_t vs__get32(const unsigned char *p) {
+static uint32_t fe_get32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
@@ -30,7 +30,7 @@ int vs_fleet_frames_encode(const char magic[4], const void *const *frame, const 
   memcpy(p, magic, 4);
   p[4] = (unsigned char)n;
   p += 5;
-  for (int i = 0; i < n; i++, p += 4) vs__put32(p, (uint32_t)size[i]);
+  for (int i = 0; i < n; i++, p += 4) fe_put32(p, (uint32_t)size[i]);
   for (int i = 0; i < n; i++) {
     if (size[i]) memcpy(p, frame[i], size[i]);
     p += size[i];
@@ -56,7 +56,7 @@ int vs_fleet_frames_decode(const char magic[4], const unsigned char *data, size_
   }
   size_t at = 5 + 4 * (size_t)k;
   for (int i = 0; i < k; i++) {
-    size[i] = vs__get32(data + 5 + 4 * (size_t)i);
+    size[i] = fe_get32(data + 5 + 4 * (size_t)i);
     if (size[i] > len - at) {
       snprintf(err, errlen, "a fleet value's frame %d (%zu bytes) runs past its end", i, size[i]);
       return VSPEC_EFORMAT;

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "core/names.h"
+#include "core/status.h"
 
 /* Key names and the group: they show up in redis-cli, logs and messages unquoted. */
 static const vs_name_kind vs__key_name = {"a Redis key or group name", "._:-", 1,
@@ -33,16 +34,6 @@ struct vs_fleet_queue {
   char cursor[VS_FLEET_ID_MAX + 1]; /* where the next stale scan starts: "-" or "(<id>" */
 };
 
-static void vs__err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void vs__err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 void vs_fleet_opts_defaults(vs_fleet_opts *o) {
   memset(o, 0, sizeof *o);
   o->stream = "vspec:jobs";
@@ -58,7 +49,7 @@ void vs_fleet_opts_defaults(vs_fleet_opts *o) {
 
 /* ---- addresses -------------------------------------------------------------------------- */
 
-static int vs__digits(const char *s, size_t n, long long max, long long *out) {
+static int fq_digits(const char *s, size_t n, long long max, long long *out) {
   if (n == 0 || n > 18) return 0;
   long long v = 0;
   for (size_t i = 0; i < n; i++) {
@@ -71,15 +62,15 @@ static int vs__digits(const char *s, size_t n, long long max, long long *out) {
 }
 
 /* "user:password" or ":password" in s[0..n) (the text before '@'): a secret, never echoed. */
-static int vs__userinfo(const char *s, size_t n, vs_fleet_addr *a, char *err, size_t errlen) {
+static int fq_userinfo(const char *s, size_t n, vs_fleet_addr *a, char *err, size_t errlen) {
   const char *colon = memchr(s, ':', n);
   size_t ulen = colon ? (size_t)(colon - s) : 0;
   size_t plen = colon ? n - ulen - 1 : 0;
   if (!colon || ulen >= sizeof a->user || plen >= sizeof a->password || plen == 0) {
-    vs__err(err, errlen, "fleet redis: the part before '@' must be user:password or :password "
-            "(user up to %zu bytes, password 1-%zu bytes)", sizeof a->user - 1,
-            sizeof a->password - 1);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "fleet redis: the part before '@' must be user:password or :password "
+                   "(user up to %zu bytes, password 1-%zu bytes)", sizeof a->user - 1,
+                   sizeof a->password - 1);
   }
   memcpy(a->user, s, ulen);
   memcpy(a->password, colon + 1, plen);
@@ -89,8 +80,8 @@ static int vs__userinfo(const char *s, size_t n, vs_fleet_addr *a, char *err, si
 int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t errlen) {
   memset(a, 0, sizeof *a);
   if (!url || !*url) {
-    vs__err(err, errlen, "fleet redis: no address (redis://HOST:PORT or a unix socket path)");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "fleet redis: no address (redis://HOST:PORT or a unix socket path)");
   }
   const char *path = NULL;
   int rc;
@@ -101,35 +92,33 @@ int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t err
     /* unix://[[user]:password@]/path: the first "@/" ends the user information */
     const char *at = path[0] != '/' ? strstr(path, "@/") : NULL;
     if (at) {
-      if ((rc = vs__userinfo(path, (size_t)(at - path), a, err, errlen))) return rc;
+      if ((rc = fq_userinfo(path, (size_t)(at - path), a, err, errlen))) return rc;
       path = at + 1;
     }
   }
   if (path) {
     if (path[0] != '/' || strlen(path) >= sizeof a->path) {
-      vs__err(err, errlen,
-              "fleet redis: unix socket '%.200s' is not an absolute path of at most %zu bytes",
-              path, sizeof a->path - 1);
-      return VSPEC_EINVAL;
+      return vs_fail(err, errlen, VSPEC_EINVAL,
+                     "fleet redis: unix socket '%.200s' is not an absolute path of at most %zu bytes",
+                     path, sizeof a->path - 1);
     }
     snprintf(a->path, sizeof a->path, "%s", path);
     return VSPEC_OK;
   }
   if (!strncmp(url, "rediss://", 9)) {
-    vs__err(err, errlen,
-            "fleet redis: TLS (rediss://) is not supported; use redis:// or a unix socket");
-    return VSPEC_ENOTSUP;
+    return vs_fail(err, errlen, VSPEC_ENOTSUP,
+                   "fleet redis: TLS (rediss://) is not supported; use redis:// or a unix socket");
   }
   if (strncmp(url, "redis://", 8)) {
-    vs__err(err, errlen, "fleet redis: address must be redis://[[user]:password@]host[:port][/db], "
-            "unix://[[user]:password@]/path or /path");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "fleet redis: address must be redis://[[user]:password@]host[:port][/db], "
+                   "unix://[[user]:password@]/path or /path");
   }
   const char *s = url + 8;
   /* The last '@' ends the user information: a password may hold '@', a host never does. */
   const char *at = strrchr(s, '@');
   if (at) {
-    if ((rc = vs__userinfo(s, (size_t)(at - s), a, err, errlen))) return rc;
+    if ((rc = fq_userinfo(s, (size_t)(at - s), a, err, errlen))) return rc;
     s = at + 1;
   }
   const char *hend;
@@ -149,18 +138,18 @@ int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t err
     const char *p = hend + 1;
     size_t n = strcspn(p, "/");
     long long v;
-    if (!vs__digits(p, n, 65535, &v) || v == 0) {
-      vs__err(err, errlen, "fleet redis: port '%.*s' is not 1-65535", (int)(n > 40 ? 40 : n), p);
-      return VSPEC_EINVAL;
+    if (!fq_digits(p, n, 65535, &v) || v == 0) {
+      return vs_fail(err, errlen, VSPEC_EINVAL,
+                     "fleet redis: port '%.*s' is not 1-65535", (int)(n > 40 ? 40 : n), p);
     }
     a->port = (int)v;
     hend = p + n;
   }
   if (*hend == '/' && hend[1]) {
     long long v;
-    if (!vs__digits(hend + 1, strlen(hend + 1), INT_MAX, &v)) {
-      vs__err(err, errlen, "fleet redis: database '%.40s' is not a number", hend + 1);
-      return VSPEC_EINVAL;
+    if (!fq_digits(hend + 1, strlen(hend + 1), INT_MAX, &v)) {
+      return vs_fail(err, errlen, VSPEC_EINVAL,
+                     "fleet redis: database '%.40s' is not a number", hend + 1);
     }
     a->db = (int)v;
   } else if (*hend && strcmp(hend, "/")) {
@@ -168,9 +157,9 @@ int vs_fleet_addr_parse(const char *url, vs_fleet_addr *a, char *err, size_t err
   }
   return VSPEC_OK;
 bad_host:
-  vs__err(err, errlen, "fleet redis: no valid host in '%.200s' (redis://host[:port][/db])",
-          at ? at + 1 : url + 8);
-  return VSPEC_EINVAL;
+  return vs_fail(err, errlen, VSPEC_EINVAL,
+                 "fleet redis: no valid host in '%.200s' (redis://host[:port][/db])",
+                 at ? at + 1 : url + 8);
 }
 
 /* ---- the connection --------------------------------------------------------------------- */
@@ -184,7 +173,7 @@ typedef struct {
   int was_pending;
 } vs__pipe_guard;
 
-static void vs__pipe_block(vs__pipe_guard *g) {
+static void fq_pipe_block(vs__pipe_guard *g) {
   sigset_t set, pend;
   sigemptyset(&set);
   sigaddset(&set, SIGPIPE);
@@ -194,7 +183,7 @@ static void vs__pipe_block(vs__pipe_guard *g) {
   pthread_sigmask(SIG_BLOCK, &set, &g->old);
 }
 
-static void vs__pipe_unblock(vs__pipe_guard *g) {
+static void fq_pipe_unblock(vs__pipe_guard *g) {
   if (!g->was_pending) {
     sigset_t set, pend;
     sigemptyset(&set);
@@ -212,43 +201,43 @@ static void vs__pipe_unblock(vs__pipe_guard *g) {
   pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
-static struct timeval vs__tv(long long ms) {
+static struct timeval fq_tv(long long ms) {
   struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
   return tv;
 }
 
-static void vs__drop(vs_fleet_queue *q) {
+static void fq_drop(vs_fleet_queue *q) {
   if (q->c) redisFree(q->c);
   q->c = NULL;
 }
 
 /* After a failed round trip (errno_at: errno right after it): the context is unusable (hiredis
  * keeps the error, and a late reply would answer the wrong command), so it is dropped. */
-static int vs__lost(vs_fleet_queue *q, const char *what, int errno_at, long long waited_ms,
-                    char *err, size_t errlen) {
+static int fq_lost(vs_fleet_queue *q, const char *what, int errno_at, long long waited_ms,
+                   char *err, size_t errlen) {
   if (q->c && q->c->err == REDIS_ERR_IO && (errno_at == EAGAIN || errno_at == EWOULDBLOCK))
-    vs__err(err, errlen, "%s: no reply from redis at %s within %lld ms; connection dropped", what,
+    vs_fail(err, errlen, 0, "%s: no reply from redis at %s within %lld ms; connection dropped", what,
             q->where, waited_ms);
   else
-    vs__err(err, errlen, "%s: connection to redis at %s lost: %s", what, q->where,
+    vs_fail(err, errlen, 0, "%s: connection to redis at %s lost: %s", what, q->where,
             q->c && q->c->errstr[0] ? q->c->errstr : "unknown error");
-  vs__drop(q);
+  fq_drop(q);
   return VSPEC_EIO;
 }
 
-static int vs__set_timeout(vs_fleet_queue *q, long long ms, char *err, size_t errlen) {
-  if (redisSetTimeout(q->c, vs__tv(ms)) != REDIS_OK)
-    return vs__lost(q, "setting the socket timeout", errno, 0, err, errlen);
+static int fq_set_timeout(vs_fleet_queue *q, long long ms, char *err, size_t errlen) {
+  if (redisSetTimeout(q->c, fq_tv(ms)) != REDIS_OK)
+    return fq_lost(q, "setting the socket timeout", errno, 0, err, errlen);
   return VSPEC_OK;
 }
 
 /* Reads n replies (of commands appended before). All of them or none: after an I/O error the
  * replies read so far are freed and the connection is dropped. */
-static int vs__getn(vs_fleet_queue *q, const char *what, int n, redisReply **r, long long wait_ms,
-                    char *err, size_t errlen) {
+static int fq_getn(vs_fleet_queue *q, const char *what, int n, redisReply **r, long long wait_ms,
+                   char *err, size_t errlen) {
   for (int i = 0; i < n; i++) r[i] = NULL;
   vs__pipe_guard g;
-  vs__pipe_block(&g);
+  fq_pipe_block(&g);
   int failed = 0, errno_at = 0;
   for (int i = 0; i < n; i++) {
     void *rep = NULL;
@@ -261,20 +250,20 @@ static int vs__getn(vs_fleet_queue *q, const char *what, int n, redisReply **r, 
     }
     r[i] = rep;
   }
-  vs__pipe_unblock(&g);
+  fq_pipe_unblock(&g);
   if (!failed) return VSPEC_OK;
   for (int i = 0; i < n; i++) {
     if (r[i]) freeReplyObject(r[i]);
     r[i] = NULL;
   }
-  return vs__lost(q, what, errno_at, wait_ms, err, errlen);
+  return fq_lost(q, what, errno_at, wait_ms, err, errlen);
 }
 
-static int vs__connect(vs_fleet_queue *q, const char *what, char *err, size_t errlen);
+static int fq_connect(vs_fleet_queue *q, const char *what, char *err, size_t errlen);
 
-static int vs__append(vs_fleet_queue *q, const char *what, char *err, size_t errlen,
-                      const char *fmt, ...) {
-  int rc = vs__connect(q, what, err, errlen);
+static int fq_append(vs_fleet_queue *q, const char *what, char *err, size_t errlen,
+                     const char *fmt, ...) {
+  int rc = fq_connect(q, what, err, errlen);
   if (rc) return rc;
   va_list ap;
   va_start(ap, fmt);
@@ -283,58 +272,58 @@ static int vs__append(vs_fleet_queue *q, const char *what, char *err, size_t err
   if (rc == REDIS_OK) return VSPEC_OK;
   /* hiredis keeps the error in the context, so the connection goes with it. */
   int oom = q->c->err == REDIS_ERR_OOM;
-  vs__err(err, errlen, "%s: cannot format the command: %s", what, q->c->errstr);
-  vs__drop(q);
+  vs_fail(err, errlen, 0, "%s: cannot format the command: %s", what, q->c->errstr);
+  fq_drop(q);
   return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
 }
 
 /* Connects if not connected; messages start with `what`, the command that needed it. */
-static int vs__connect(vs_fleet_queue *q, const char *what, char *err, size_t errlen) {
+static int fq_connect(vs_fleet_queue *q, const char *what, char *err, size_t errlen) {
   if (q->c) return VSPEC_OK;
-  struct timeval tv = vs__tv(q->connect_timeout_ms);
+  struct timeval tv = fq_tv(q->connect_timeout_ms);
   redisContext *c = q->addr.path[0] ? redisConnectUnixWithTimeout(q->addr.path, tv)
                                     : redisConnectWithTimeout(q->addr.host, q->addr.port, tv);
   if (!c) {
-    vs__err(err, errlen, "%s: cannot allocate a redis context", what);
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "%s: cannot allocate a redis context", what);
   }
   if (c->err) {
-    vs__err(err, errlen, "%s: cannot connect to redis at %s: %s", what, q->where, c->errstr);
+    vs_fail(err, errlen, 0, "%s: cannot connect to redis at %s: %s", what, q->where, c->errstr);
     redisFree(c);
     return VSPEC_EIO;
   }
   q->c = c;
-  int rc = vs__set_timeout(q, q->command_timeout_ms, err, errlen);
+  int rc = fq_set_timeout(q, q->command_timeout_ms, err, errlen);
   if (rc) return rc;
   /* A dead peer on a TCP connection that sits in a long blocking read is found by keepalive
    * probes rather than never (the read timeout covers the rest). */
   if (!q->addr.path[0] && redisEnableKeepAlive(q->c) != REDIS_OK)
-    return vs__lost(q, what, errno, 0, err, errlen);
+    return fq_lost(q, what, errno, 0, err, errlen);
   if (q->addr.password[0] || q->addr.db) {
     int n = 0;
     if (q->addr.password[0]) {
-      rc = q->addr.user[0] ? vs__append(q, what, err, errlen, "AUTH %s %s", q->addr.user,
-                                        q->addr.password)
-                           : vs__append(q, what, err, errlen, "AUTH %s", q->addr.password);
+      rc = q->addr.user[0] ? fq_append(q, what, err, errlen, "AUTH %s %s", q->addr.user,
+                                       q->addr.password)
+                           : fq_append(q, what, err, errlen, "AUTH %s", q->addr.password);
       if (rc) return rc;
       n++;
     }
     if (q->addr.db) {
       char db[24];
       snprintf(db, sizeof db, "%d", q->addr.db);
-      if ((rc = vs__append(q, what, err, errlen, "SELECT %s", db))) return rc;
+      if ((rc = fq_append(q, what, err, errlen, "SELECT %s", db))) return rc;
       n++;
     }
     redisReply *r[2];
-    if ((rc = vs__getn(q, what, n, r, q->command_timeout_ms, err, errlen))) return rc;
+    if ((rc = fq_getn(q, what, n, r, q->command_timeout_ms, err, errlen))) return rc;
     for (int i = 0; i < n; i++) {
       if (!rc && r[i]->type != REDIS_REPLY_STATUS) {
         const char *cmd = q->addr.password[0] && i == 0 ? "AUTH" : "SELECT";
         if (r[i]->type == REDIS_REPLY_ERROR) {
-          vs__err(err, errlen, "%s: %s: redis at %s: %.200s", what, cmd, q->where, r[i]->str);
+          vs_fail(err, errlen, 0, "%s: %s: redis at %s: %.200s", what, cmd, q->where, r[i]->str);
           rc = VS_FLEET_EREDIS;
         } else {
-          vs__err(err, errlen, "%s: %s: unexpected reply type %d from redis at %s", what, cmd,
+          vs_fail(err, errlen, 0, "%s: %s: unexpected reply type %d from redis at %s", what, cmd,
                   r[i]->type, q->where);
           rc = VSPEC_EFORMAT;
         }
@@ -342,19 +331,19 @@ static int vs__connect(vs_fleet_queue *q, const char *what, char *err, size_t er
       freeReplyObject(r[i]);
     }
     /* Not authenticated or on the wrong database: nothing else may use this connection. */
-    if (rc) vs__drop(q);
+    if (rc) fq_drop(q);
   }
   return rc;
 }
 
 int vs_fleet_queue_connect(vs_fleet_queue *q, char *err, size_t errlen) {
-  return vs__connect(q, "connect", err, errlen);
+  return fq_connect(q, "connect", err, errlen);
 }
 
 int vs_fleet_queue_connected(const vs_fleet_queue *q) { return q && q->c != NULL; }
 
-static int vs__copy_name(char *dst, size_t cap, const vs_name_kind *k, const char *field,
-                         const char *v, char *err, size_t errlen) {
+static int fq_copy_name(char *dst, size_t cap, const vs_name_kind *k, const char *field,
+                        const char *v, char *err, size_t errlen) {
   int rc = vs_name_check(k, field, v ? v : "", err, errlen);
   if (rc) return rc;
   snprintf(dst, cap, "%s", v);
@@ -365,25 +354,25 @@ int vs_fleet_queue_open(const vs_fleet_opts *o, vs_fleet_queue **out, char *err,
   *out = NULL;
   vs_fleet_queue *q = calloc(1, sizeof *q);
   if (!q) {
-    vs__err(err, errlen, "fleet queue: out of memory");
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "fleet queue: out of memory");
   }
   int rc = vs_fleet_addr_parse(o->url, &q->addr, err, errlen);
-  if (!rc) rc = vs__copy_name(q->stream, sizeof q->stream, &vs__key_name, "fleet stream", o->stream,
-                              err, errlen);
-  if (!rc) rc = vs__copy_name(q->group, sizeof q->group, &vs__key_name, "fleet group", o->group,
-                              err, errlen);
-  if (!rc) rc = vs__copy_name(q->events_prefix, sizeof q->events_prefix, &vs__key_name,
-                              "fleet events prefix", o->events_prefix, err, errlen);
+  if (!rc) rc = fq_copy_name(q->stream, sizeof q->stream, &vs__key_name, "fleet stream", o->stream,
+                             err, errlen);
+  if (!rc) rc = fq_copy_name(q->group, sizeof q->group, &vs__key_name, "fleet group", o->group,
+                             err, errlen);
+  if (!rc) rc = fq_copy_name(q->events_prefix, sizeof q->events_prefix, &vs__key_name,
+                             "fleet events prefix", o->events_prefix, err, errlen);
   if (!rc && o->consumer) {
-    rc = vs__copy_name(q->consumer, sizeof q->consumer, &vs_name_model, "fleet consumer",
-                       o->consumer, err, errlen);
+    rc = fq_copy_name(q->consumer, sizeof q->consumer, &vs_name_model, "fleet consumer",
+                      o->consumer, err, errlen);
     q->has_consumer = !rc;
   }
   if (!rc && (o->max_len < 1 || o->max_len > LLONG_MAX / 2 || o->events_max_len < 1 ||
               o->events_ttl_ms < 1 || o->max_payload < 1 || o->max_payload > (512u << 20) ||
               o->connect_timeout_ms < 1 || o->command_timeout_ms < 1)) {
-    vs__err(err, errlen, "fleet queue: max_len, events_max_len, events_ttl_ms, max_payload "
+    vs_fail(err, errlen, 0, "fleet queue: max_len, events_max_len, events_ttl_ms, max_payload "
             "(at most 512 MiB, Redis's limit) and the timeouts must be positive");
     rc = VSPEC_EINVAL;
   }
@@ -409,7 +398,7 @@ int vs_fleet_queue_open(const vs_fleet_opts *o, vs_fleet_queue **out, char *err,
 
 void vs_fleet_queue_destroy(vs_fleet_queue **qp) {
   if (!qp || !*qp) return;
-  vs__drop(*qp);
+  fq_drop(*qp);
   /* the password is in there */
   explicit_bzero(&(*qp)->addr, sizeof (*qp)->addr);
   free(*qp);
@@ -419,11 +408,11 @@ void vs_fleet_queue_destroy(vs_fleet_queue **qp) {
 /* ---- commands --------------------------------------------------------------------------- */
 
 /* One command, one reply: connects first if needed. An error reply is returned as a reply
- * (callers that tolerate some errors look at it); vs__want turns it into a status. */
-static int vs__run(vs_fleet_queue *q, const char *what, long long block_ms, redisReply **out,
-                   char *err, size_t errlen, const char *fmt, ...) {
+ * (callers that tolerate some errors look at it); fq_want turns it into a status. */
+static int fq_run(vs_fleet_queue *q, const char *what, long long block_ms, redisReply **out,
+                  char *err, size_t errlen, const char *fmt, ...) {
   *out = NULL;
-  int rc = vs__connect(q, what, err, errlen);
+  int rc = fq_connect(q, what, err, errlen);
   if (rc) return rc;
   va_list ap;
   va_start(ap, fmt);
@@ -431,23 +420,23 @@ static int vs__run(vs_fleet_queue *q, const char *what, long long block_ms, redi
   va_end(ap);
   if (arc != REDIS_OK) {
     int oom = q->c->err == REDIS_ERR_OOM;
-    vs__err(err, errlen, "%s: cannot format the command: %s", what, q->c->errstr);
-    vs__drop(q);
+    vs_fail(err, errlen, 0, "%s: cannot format the command: %s", what, q->c->errstr);
+    fq_drop(q);
     return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
   }
   /* A blocking command's reply comes after its block time: the socket waits that long more. */
-  if (block_ms > 0 && (rc = vs__set_timeout(q, q->command_timeout_ms + block_ms, err, errlen)))
+  if (block_ms > 0 && (rc = fq_set_timeout(q, q->command_timeout_ms + block_ms, err, errlen)))
     return rc;
-  rc = vs__getn(q, what, 1, out, q->command_timeout_ms + (block_ms > 0 ? block_ms : 0), err,
-                errlen);
-  if (!rc && block_ms > 0 && (rc = vs__set_timeout(q, q->command_timeout_ms, err, errlen))) {
+  rc = fq_getn(q, what, 1, out, q->command_timeout_ms + (block_ms > 0 ? block_ms : 0), err,
+               errlen);
+  if (!rc && block_ms > 0 && (rc = fq_set_timeout(q, q->command_timeout_ms, err, errlen))) {
     freeReplyObject(*out);
     *out = NULL;
   }
   return rc;
 }
 
-static const char *vs__type_name(int t) {
+static const char *fq_type_name(int t) {
   switch (t) {
   case REDIS_REPLY_STRING: return "string";
   case REDIS_REPLY_ARRAY: return "array";
@@ -461,26 +450,26 @@ static const char *vs__type_name(int t) {
 
 /* Status of reply r of `what`, expected of type `type`: VS_FLEET_EREDIS for an error reply,
  * VSPEC_EFORMAT for any other type (r stays with the caller either way). */
-static int vs__want(const vs_fleet_queue *q, const char *what, const redisReply *r, int type,
-                    char *err, size_t errlen) {
+static int fq_want(const vs_fleet_queue *q, const char *what, const redisReply *r, int type,
+                   char *err, size_t errlen) {
   if (r->type == type) return VSPEC_OK;
   if (r->type == REDIS_REPLY_ERROR) {
-    vs__err(err, errlen, "%s: redis at %s: %.300s", what, q->where, r->str ? r->str : "");
-    return VS_FLEET_EREDIS;
+    return vs_fail(err, errlen, VS_FLEET_EREDIS,
+                   "%s: redis at %s: %.300s", what, q->where, r->str ? r->str : "");
   }
-  vs__err(err, errlen, "%s: redis at %s replied with %s where %s was expected", what, q->where,
-          vs__type_name(r->type), vs__type_name(type));
-  return VSPEC_EFORMAT;
+  return vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: redis at %s replied with %s where %s was expected", what, q->where,
+                 fq_type_name(r->type), fq_type_name(type));
 }
 
-static int vs__bad_shape(const vs_fleet_queue *q, const char *what, const char *why, char *err,
-                         size_t errlen) {
-  vs__err(err, errlen, "%s: unexpected reply from redis at %s: %s", what, q->where, why);
-  return VSPEC_EFORMAT;
+static int fq_bad_shape(const vs_fleet_queue *q, const char *what, const char *why, char *err,
+                        size_t errlen) {
+  return vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: unexpected reply from redis at %s: %s", what, q->where, why);
 }
 
 /* "<ms>-<seq>" or "<ms>" (Redis's own spelling of ids), plus "$" where allowed. */
-static int vs__id_ok(const char *s, int dollar) {
+static int fq_id_ok(const char *s, int dollar) {
   if (!s) return 0;
   if (dollar && !strcmp(s, "$")) return 1;
   size_t n = strlen(s);
@@ -492,27 +481,27 @@ static int vs__id_ok(const char *s, int dollar) {
   return a >= 1 && a <= 20 && (!dash || (b >= 1 && b <= 20));
 }
 
-static int vs__check_id(const char *what, const char *id, int dollar, char *err, size_t errlen) {
-  if (vs__id_ok(id, dollar)) return VSPEC_OK;
-  vs__err(err, errlen, "%s: '%.60s' is not a stream entry id (<ms>-<seq>%s)", what, id ? id : "",
-          dollar ? " or $" : "");
-  return VSPEC_EINVAL;
+static int fq_check_id(const char *what, const char *id, int dollar, char *err, size_t errlen) {
+  if (fq_id_ok(id, dollar)) return VSPEC_OK;
+  return vs_fail(err, errlen, VSPEC_EINVAL,
+                 "%s: '%.60s' is not a stream entry id (<ms>-<seq>%s)", what, id ? id : "",
+                 dollar ? " or $" : "");
 }
 
 /* The replies of MULTI, k queued commands and EXEC (k + 2 in r): the EXEC's array of k
  * results, or an error naming the first command that failed. */
-static int vs__exec(const vs_fleet_queue *q, const char *what, redisReply **r, int k,
-                    const redisReply **results, char *err, size_t errlen) {
+static int fq_exec(const vs_fleet_queue *q, const char *what, redisReply **r, int k,
+                   const redisReply **results, char *err, size_t errlen) {
   int rc;
-  if ((rc = vs__want(q, what, r[0], REDIS_REPLY_STATUS, err, errlen))) return rc;
+  if ((rc = fq_want(q, what, r[0], REDIS_REPLY_STATUS, err, errlen))) return rc;
   for (int i = 1; i <= k; i++)
-    if ((rc = vs__want(q, what, r[i], REDIS_REPLY_STATUS, err, errlen))) return rc;
+    if ((rc = fq_want(q, what, r[i], REDIS_REPLY_STATUS, err, errlen))) return rc;
   const redisReply *x = r[k + 1];
-  if ((rc = vs__want(q, what, x, REDIS_REPLY_ARRAY, err, errlen))) return rc;
-  if (x->elements != (size_t)k) return vs__bad_shape(q, what, "EXEC result count", err, errlen);
+  if ((rc = fq_want(q, what, x, REDIS_REPLY_ARRAY, err, errlen))) return rc;
+  if (x->elements != (size_t)k) return fq_bad_shape(q, what, "EXEC result count", err, errlen);
   for (int i = 0; i < k; i++) {
     if (x->element[i]->type == REDIS_REPLY_ERROR)
-      return vs__want(q, what, x->element[i], REDIS_REPLY_STATUS, err, errlen);
+      return fq_want(q, what, x->element[i], REDIS_REPLY_STATUS, err, errlen);
     results[i] = x->element[i];
   }
   return VSPEC_OK;
@@ -520,13 +509,13 @@ static int vs__exec(const vs_fleet_queue *q, const char *what, redisReply **r, i
 
 int vs_fleet_ensure_group(vs_fleet_queue *q, char *err, size_t errlen) {
   redisReply *r;
-  int rc = vs__run(q, "XGROUP CREATE", 0, &r, err, errlen, "XGROUP CREATE %s %s 0 MKSTREAM",
-                   q->stream, q->group);
+  int rc = fq_run(q, "XGROUP CREATE", 0, &r, err, errlen, "XGROUP CREATE %s %s 0 MKSTREAM",
+                  q->stream, q->group);
   if (rc) return rc;
   if (r->type == REDIS_REPLY_ERROR && r->str && !strncmp(r->str, "BUSYGROUP", 9))
     rc = VSPEC_OK; /* another daemon made it first */
   else
-    rc = vs__want(q, "XGROUP CREATE", r, REDIS_REPLY_STATUS, err, errlen);
+    rc = fq_want(q, "XGROUP CREATE", r, REDIS_REPLY_STATUS, err, errlen);
   freeReplyObject(r);
   return rc;
 }
@@ -537,28 +526,28 @@ int vs_fleet_enqueue(vs_fleet_queue *q, const char *job_id, const void *payload,
   int rc = vs_name_check(&vs__job_name, "XADD job", job_id ? job_id : "", err, errlen);
   if (rc) return rc;
   if (len > q->max_payload || (len && !payload)) {
-    vs__err(err, errlen, "XADD: a payload of %zu bytes (at most %zu)", len, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XADD: a payload of %zu bytes (at most %zu)", len, q->max_payload);
   }
   redisReply *r;
-  if ((rc = vs__run(q, "XLEN", 0, &r, err, errlen, "XLEN %s", q->stream))) return rc;
-  rc = vs__want(q, "XLEN", r, REDIS_REPLY_INTEGER, err, errlen);
+  if ((rc = fq_run(q, "XLEN", 0, &r, err, errlen, "XLEN %s", q->stream))) return rc;
+  rc = fq_want(q, "XLEN", r, REDIS_REPLY_INTEGER, err, errlen);
   long long n = r->integer;
   freeReplyObject(r);
   if (rc) return rc;
   if (n >= q->max_len) {
-    vs__err(err, errlen, "XLEN: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
-            q->stream, n, q->max_len);
-    return VSPEC_EBUSY;
+    return vs_fail(err, errlen, VSPEC_EBUSY,
+                   "XLEN: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
+                   q->stream, n, q->max_len);
   }
   char cap[24];
   snprintf(cap, sizeof cap, "%lld", 2 * q->max_len);
-  rc = vs__run(q, "XADD", 0, &r, err, errlen, "XADD %s MAXLEN ~ %s * job %b payload %b",
-               q->stream, cap, job_id, strlen(job_id), len ? payload : "", len);
+  rc = fq_run(q, "XADD", 0, &r, err, errlen, "XADD %s MAXLEN ~ %s * job %b payload %b",
+              q->stream, cap, job_id, strlen(job_id), len ? payload : "", len);
   if (rc) return rc;
-  rc = vs__want(q, "XADD", r, REDIS_REPLY_STRING, err, errlen);
+  rc = fq_want(q, "XADD", r, REDIS_REPLY_STRING, err, errlen);
   if (!rc && r->len >= VS_FLEET_ID_MAX)
-    rc = vs__bad_shape(q, "XADD", "entry id too long", err, errlen);
+    rc = fq_bad_shape(q, "XADD", "entry id too long", err, errlen);
   if (!rc && entry_id) memcpy(entry_id, r->str, r->len + 1);
   freeReplyObject(r);
   return rc;
@@ -576,9 +565,9 @@ void vs_fleet_event_clear(vs_fleet_event *e) {
   memset(e, 0, sizeof *e);
 }
 
-static int vs__is_str(const redisReply *r) { return r && r->type == REDIS_REPLY_STRING; }
+static int fq_is_str(const redisReply *r) { return r && r->type == REDIS_REPLY_STRING; }
 
-static unsigned char *vs__dup(const char *s, size_t n) {
+static unsigned char *fq_dup(const char *s, size_t n) {
   unsigned char *d = malloc(n + 1);
   if (!d) return NULL;
   if (n) memcpy(d, s, n);
@@ -587,13 +576,13 @@ static unsigned char *vs__dup(const char *s, size_t n) {
 }
 
 /* The field named `name` of an entry's field list (an array of names and values), or NULL. */
-static const redisReply *vs__field(const redisReply *fields, const char *name) {
+static const redisReply *fq_field(const redisReply *fields, const char *name) {
   if (!fields || fields->type != REDIS_REPLY_ARRAY || fields->elements % 2) return NULL;
   size_t n = strlen(name);
   for (size_t i = 0; i + 1 < fields->elements; i += 2) {
     const redisReply *k = fields->element[i];
-    if (vs__is_str(k) && k->len == n && !memcmp(k->str, name, n) &&
-        vs__is_str(fields->element[i + 1]))
+    if (fq_is_str(k) && k->len == n && !memcmp(k->str, name, n) &&
+        fq_is_str(fields->element[i + 1]))
       return fields->element[i + 1];
   }
   return NULL;
@@ -601,15 +590,15 @@ static const redisReply *vs__field(const redisReply *fields, const char *name) {
 
 /* One stream entry, [id, [field, value, ...]], into a job. VSPEC_EFORMAT when the entry
  * itself is not one (then the whole reply is suspect); bad fields only mark it malformed. */
-static int vs__job_from(const vs_fleet_queue *q, const char *what, const redisReply *e,
-                        vs_fleet_job *j, char *err, size_t errlen) {
+static int fq_job_from(const vs_fleet_queue *q, const char *what, const redisReply *e,
+                       vs_fleet_job *j, char *err, size_t errlen) {
   memset(j, 0, sizeof *j);
-  if (!e || e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !vs__is_str(e->element[0]) ||
+  if (!e || e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !fq_is_str(e->element[0]) ||
       e->element[0]->len >= VS_FLEET_ID_MAX)
-    return vs__bad_shape(q, what, "a stream entry is not [id, fields]", err, errlen);
+    return fq_bad_shape(q, what, "a stream entry is not [id, fields]", err, errlen);
   memcpy(j->entry_id, e->element[0]->str, e->element[0]->len + 1);
-  const redisReply *id = vs__field(e->element[1], "job");
-  const redisReply *pl = vs__field(e->element[1], "payload");
+  const redisReply *id = fq_field(e->element[1], "job");
+  const redisReply *pl = fq_field(e->element[1], "payload");
   char ignored[8];
   j->malformed = 1;
   if (!id || !pl || id->len > VS_FLEET_JOB_ID_MAX || memchr(id->str, 0, id->len) ||
@@ -619,9 +608,9 @@ static int vs__job_from(const vs_fleet_queue *q, const char *what, const redisRe
   memcpy(jid, id->str, id->len);
   jid[id->len] = '\0';
   if (vs_name_check(&vs__job_name, "job", jid, ignored, sizeof ignored)) return VSPEC_OK;
-  if (!(j->payload = vs__dup(pl->str, pl->len))) {
-    vs__err(err, errlen, "%s: out of memory for a payload of %zu bytes", what, pl->len);
-    return VSPEC_ENOMEM;
+  if (!(j->payload = fq_dup(pl->str, pl->len))) {
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "%s: out of memory for a payload of %zu bytes", what, pl->len);
   }
   j->payload_len = pl->len;
   memcpy(j->job_id, jid, id->len + 1);
@@ -631,34 +620,34 @@ static int vs__job_from(const vs_fleet_queue *q, const char *what, const redisRe
 
 /* Delivery counts of jobs[0..n) from one pipeline of XPENDING <id> <id> 1: 0 for an entry
  * that is no longer pending. */
-static int vs__deliveries(vs_fleet_queue *q, vs_fleet_job *jobs, int n, char *err,
-                          size_t errlen) {
+static int fq_deliveries(vs_fleet_queue *q, vs_fleet_job *jobs, int n, char *err,
+                         size_t errlen) {
   int rc;
   for (int i = 0; i < n; i++)
-    if ((rc = vs__append(q, "XPENDING", err, errlen, "XPENDING %s %s %s %s 1", q->stream,
-                         q->group, jobs[i].entry_id, jobs[i].entry_id)))
+    if ((rc = fq_append(q, "XPENDING", err, errlen, "XPENDING %s %s %s %s 1", q->stream,
+                        q->group, jobs[i].entry_id, jobs[i].entry_id)))
       return rc;
   redisReply *stack[16], **r = n <= 16 ? stack : calloc((size_t)n, sizeof *r);
   if (!r) {
     /* the appended commands' replies would answer the next ones: start over */
-    vs__drop(q);
-    vs__err(err, errlen, "XPENDING: out of memory");
-    return VSPEC_ENOMEM;
+    fq_drop(q);
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "XPENDING: out of memory");
   }
-  rc = vs__getn(q, "XPENDING", n, r, q->command_timeout_ms, err, errlen);
+  rc = fq_getn(q, "XPENDING", n, r, q->command_timeout_ms, err, errlen);
   for (int i = 0; !rc && i < n; i++) {
-    if ((rc = vs__want(q, "XPENDING", r[i], REDIS_REPLY_ARRAY, err, errlen))) break;
+    if ((rc = fq_want(q, "XPENDING", r[i], REDIS_REPLY_ARRAY, err, errlen))) break;
     jobs[i].deliveries = 0;
     if (r[i]->elements == 0) continue;
     const redisReply *p = r[i]->element[0];
-    if (p->type != REDIS_REPLY_ARRAY || p->elements != 4 || !vs__is_str(p->element[0]) ||
+    if (p->type != REDIS_REPLY_ARRAY || p->elements != 4 || !fq_is_str(p->element[0]) ||
         p->element[3]->type != REDIS_REPLY_INTEGER) {
-      rc = vs__bad_shape(q, "XPENDING", "an entry is not [id, consumer, idle, deliveries]", err,
-                         errlen);
+      rc = fq_bad_shape(q, "XPENDING", "an entry is not [id, consumer, idle, deliveries]", err,
+                        errlen);
       break;
     }
     if (strcmp(p->element[0]->str, jobs[i].entry_id)) {
-      rc = vs__bad_shape(q, "XPENDING", "the pending entry is another one", err, errlen);
+      rc = fq_bad_shape(q, "XPENDING", "the pending entry is another one", err, errlen);
       break;
     }
     jobs[i].deliveries = p->element[3]->integer;
@@ -673,33 +662,33 @@ int vs_fleet_read(vs_fleet_queue *q, int block_ms, vs_fleet_job *job, char *err,
                   size_t errlen) {
   memset(job, 0, sizeof *job);
   if (!q->has_consumer) {
-    vs__err(err, errlen, "XREADGROUP: this queue was opened without a consumer name");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XREADGROUP: this queue was opened without a consumer name");
   }
   redisReply *r;
   int rc;
   if (block_ms > 0) {
     char b[24];
     snprintf(b, sizeof b, "%d", block_ms);
-    rc = vs__run(q, "XREADGROUP", block_ms, &r, err, errlen,
-                 "XREADGROUP GROUP %s %s COUNT 1 BLOCK %s STREAMS %s >", q->group, q->consumer, b,
-                 q->stream);
+    rc = fq_run(q, "XREADGROUP", block_ms, &r, err, errlen,
+                "XREADGROUP GROUP %s %s COUNT 1 BLOCK %s STREAMS %s >", q->group, q->consumer, b,
+                q->stream);
   } else {
-    rc = vs__run(q, "XREADGROUP", 0, &r, err, errlen,
-                 "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s >", q->group, q->consumer, q->stream);
+    rc = fq_run(q, "XREADGROUP", 0, &r, err, errlen,
+                "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s >", q->group, q->consumer, q->stream);
   }
   if (rc) return rc;
   int got = 0;
   if (r->type == REDIS_REPLY_NIL) goto out; /* nothing within block_ms */
-  if ((rc = vs__want(q, "XREADGROUP", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
+  if ((rc = fq_want(q, "XREADGROUP", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
   if (r->elements != 1 || r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[0]->elements != 2 || r->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
-    rc = vs__bad_shape(q, "XREADGROUP", "not [[stream, entries]]", err, errlen);
+    rc = fq_bad_shape(q, "XREADGROUP", "not [[stream, entries]]", err, errlen);
     goto out;
   }
   const redisReply *entries = r->element[0]->element[1];
   if (entries->elements == 0) goto out;
-  if ((rc = vs__job_from(q, "XREADGROUP", entries->element[0], job, err, errlen))) goto out;
+  if ((rc = fq_job_from(q, "XREADGROUP", entries->element[0], job, err, errlen))) goto out;
   got = 1;
 out:
   freeReplyObject(r);
@@ -709,7 +698,7 @@ out:
   }
   if (!got) return 0;
   /* Lost here, the job stays pending on this consumer: a claim picks it up once idle. */
-  if ((rc = vs__deliveries(q, job, 1, err, errlen))) {
+  if ((rc = fq_deliveries(q, job, 1, err, errlen))) {
     vs_fleet_job_clear(job);
     return rc;
   }
@@ -717,27 +706,27 @@ out:
 }
 
 int vs_fleet_ack(vs_fleet_queue *q, const char *entry_id, char *err, size_t errlen) {
-  int rc = vs__check_id("XACK", entry_id, 0, err, errlen);
+  int rc = fq_check_id("XACK", entry_id, 0, err, errlen);
   if (rc) return rc;
-  if ((rc = vs__connect(q, "XACK", err, errlen))) return rc;
-  if ((rc = vs__append(q, "XACK", err, errlen, "MULTI")) ||
-      (rc = vs__append(q, "XACK", err, errlen, "XACK %s %s %s", q->stream, q->group, entry_id)) ||
-      (rc = vs__append(q, "XACK", err, errlen, "XDEL %s %s", q->stream, entry_id)) ||
-      (rc = vs__append(q, "XACK", err, errlen, "EXEC")))
+  if ((rc = fq_connect(q, "XACK", err, errlen))) return rc;
+  if ((rc = fq_append(q, "XACK", err, errlen, "MULTI")) ||
+      (rc = fq_append(q, "XACK", err, errlen, "XACK %s %s %s", q->stream, q->group, entry_id)) ||
+      (rc = fq_append(q, "XACK", err, errlen, "XDEL %s %s", q->stream, entry_id)) ||
+      (rc = fq_append(q, "XACK", err, errlen, "EXEC")))
     return rc;
   redisReply *r[4];
-  if ((rc = vs__getn(q, "XACK/XDEL", 4, r, q->command_timeout_ms, err, errlen))) return rc;
+  if ((rc = fq_getn(q, "XACK/XDEL", 4, r, q->command_timeout_ms, err, errlen))) return rc;
   const redisReply *res[2];
-  rc = vs__exec(q, "XACK/XDEL", r, 2, res, err, errlen);
+  rc = fq_exec(q, "XACK/XDEL", r, 2, res, err, errlen);
   if (!rc && (res[0]->type != REDIS_REPLY_INTEGER || res[1]->type != REDIS_REPLY_INTEGER))
-    rc = vs__bad_shape(q, "XACK/XDEL", "counts are not integers", err, errlen);
+    rc = fq_bad_shape(q, "XACK/XDEL", "counts are not integers", err, errlen);
   if (!rc) rc = res[0]->integer > 0;
   for (int i = 0; i < 4; i++) freeReplyObject(r[i]);
   return rc;
 }
 
-static int vs__events_key(const vs_fleet_queue *q, const char *what, const char *job_id,
-                          char *key, size_t cap, char *err, size_t errlen) {
+static int fq_events_key(const vs_fleet_queue *q, const char *what, const char *job_id,
+                         char *key, size_t cap, char *err, size_t errlen) {
   char field[48];
   snprintf(field, sizeof field, "%s job", what);
   int rc = vs_name_check(&vs__job_name, field, job_id ? job_id : "", err, errlen);
@@ -747,19 +736,19 @@ static int vs__events_key(const vs_fleet_queue *q, const char *what, const char 
 }
 
 /* A script's EVAL: argv[0] "EVAL", argv[1] the script, then its key count, keys and
- * arguments; argl NULL for strings only. One round trip; the reply as vs__run's. */
-static int vs__eval(vs_fleet_queue *q, const char *what, int argc, const char **argv,
-                    const size_t *argl, redisReply **out, char *err, size_t errlen) {
+ * arguments; argl NULL for strings only. One round trip; the reply as fq_run's. */
+static int fq_eval(vs_fleet_queue *q, const char *what, int argc, const char **argv,
+                   const size_t *argl, redisReply **out, char *err, size_t errlen) {
   *out = NULL;
-  int rc = vs__connect(q, what, err, errlen);
+  int rc = fq_connect(q, what, err, errlen);
   if (rc) return rc;
   if (redisAppendCommandArgv(q->c, argc, argv, argl) != REDIS_OK) {
     int oom = q->c->err == REDIS_ERR_OOM;
-    vs__err(err, errlen, "%s: cannot format the command: %s", what, q->c->errstr);
-    vs__drop(q);
+    vs_fail(err, errlen, 0, "%s: cannot format the command: %s", what, q->c->errstr);
+    fq_drop(q);
     return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
   }
-  return vs__getn(q, what, 1, out, q->command_timeout_ms, err, errlen);
+  return fq_getn(q, what, 1, out, q->command_timeout_ms, err, errlen);
 }
 
 /* KEYS: the jobs stream. ARGV: group, min idle, first id of the scan, count. Each pending
@@ -781,12 +770,12 @@ static const char vs__stale_lua[] =
     "return out\n";
 
 /* One row of the stale script's reply into s; 0, or -1 when it is not that shape. */
-static int vs__stale_from(const redisReply *e, vs_fleet_stale_job *s) {
+static int fq_stale_from(const redisReply *e, vs_fleet_stale_job *s) {
   memset(s, 0, sizeof *s);
-  if (e->type != REDIS_REPLY_ARRAY || e->elements != 5 || !vs__is_str(e->element[0]) ||
-      !vs__is_str(e->element[1]) || e->element[2]->type != REDIS_REPLY_INTEGER ||
-      e->element[3]->type != REDIS_REPLY_INTEGER || !vs__is_str(e->element[4]) ||
-      e->element[0]->len >= sizeof s->entry_id || !vs__id_ok(e->element[0]->str, 0))
+  if (e->type != REDIS_REPLY_ARRAY || e->elements != 5 || !fq_is_str(e->element[0]) ||
+      !fq_is_str(e->element[1]) || e->element[2]->type != REDIS_REPLY_INTEGER ||
+      e->element[3]->type != REDIS_REPLY_INTEGER || !fq_is_str(e->element[4]) ||
+      e->element[0]->len >= sizeof s->entry_id || !fq_id_ok(e->element[0]->str, 0))
     return -1;
   memcpy(s->entry_id, e->element[0]->str, e->element[0]->len + 1);
   /* only for messages: a longer name (not a vspecd's) is cut */
@@ -804,24 +793,24 @@ static int vs__stale_from(const redisReply *e, vs_fleet_stale_job *s) {
 int vs_fleet_stale(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_stale_job *out, int max,
                    char *err, size_t errlen) {
   if (max < 1 || max > 1000 || min_idle_ms < 0) {
-    vs__err(err, errlen, "XPENDING (stale): max must be 1-1000, min_idle_ms >= 0");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XPENDING (stale): max must be 1-1000, min_idle_ms >= 0");
   }
   char idle[24], count[16];
   snprintf(idle, sizeof idle, "%lld", min_idle_ms);
   snprintf(count, sizeof count, "%d", max);
   const char *argv[] = {"EVAL", vs__stale_lua, "1", q->stream, q->group, idle, q->cursor, count};
   redisReply *r;
-  int rc = vs__eval(q, "XPENDING (stale)", 8, argv, NULL, &r, err, errlen);
+  int rc = fq_eval(q, "XPENDING (stale)", 8, argv, NULL, &r, err, errlen);
   if (rc) return rc;
   int n = 0;
-  if (!(rc = vs__want(q, "XPENDING (stale)", r, REDIS_REPLY_ARRAY, err, errlen)) &&
+  if (!(rc = fq_want(q, "XPENDING (stale)", r, REDIS_REPLY_ARRAY, err, errlen)) &&
       r->elements > (size_t)max)
-    rc = vs__bad_shape(q, "XPENDING (stale)", "more entries than asked for", err, errlen);
+    rc = fq_bad_shape(q, "XPENDING (stale)", "more entries than asked for", err, errlen);
   for (size_t i = 0; !rc && i < r->elements; i++, n++)
-    if (vs__stale_from(r->element[i], &out[n]))
-      rc = vs__bad_shape(q, "XPENDING (stale)", "an entry is not [id, consumer, idle, "
-                         "deliveries, job]", err, errlen);
+    if (fq_stale_from(r->element[i], &out[n]))
+      rc = fq_bad_shape(q, "XPENDING (stale)", "an entry is not [id, consumer, idle, "
+                        "deliveries, job]", err, errlen);
   freeReplyObject(r);
   if (rc) return rc;
   /* a full page: the next scan starts after its last entry; else from the start again */
@@ -849,19 +838,19 @@ static const char vs__announce_lua[] =
     "end\n"
     "return 1\n";
 
-static int vs__announce(vs_fleet_queue *q, const char *mode, const char *entry_id,
-                        const char *job_id, long long deliveries, long long idle_ms,
-                        const void *event, size_t len, char *err, size_t errlen) {
+static int fq_announce(vs_fleet_queue *q, const char *mode, const char *entry_id,
+                       const char *job_id, long long deliveries, long long idle_ms,
+                       const void *event, size_t len, char *err, size_t errlen) {
   const char *what = !strcmp(mode, "release") ? "release" : "announce (lost)";
   char ekey[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
   char mark[sizeof q->stream + 8 + VS_FLEET_ID_MAX + 24];
-  int rc = vs__events_key(q, what, job_id, ekey, sizeof ekey, err, errlen);
-  if (!rc) rc = vs__check_id(what, entry_id, 0, err, errlen);
+  int rc = fq_events_key(q, what, job_id, ekey, sizeof ekey, err, errlen);
+  if (!rc) rc = fq_check_id(what, entry_id, 0, err, errlen);
   if (rc) return rc;
   if (deliveries < 1 || idle_ms < 0 || len > q->max_payload || (len && !event)) {
-    vs__err(err, errlen, "%s: deliveries >= 1, idle >= 0 and an event of at most %zu bytes",
-            what, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "%s: deliveries >= 1, idle >= 0 and an event of at most %zu bytes",
+                   what, q->max_payload);
   }
   snprintf(mark, sizeof mark, "%s:lost:%s:%lld", q->stream, entry_id, deliveries);
   char dl[24], idle[24], ev_max[24], ttl[24];
@@ -874,55 +863,55 @@ static int vs__announce(vs_fleet_queue *q, const char *mode, const char *entry_i
   size_t argl[15];
   for (int i = 0; i < 15; i++) argl[i] = i == 10 ? len : strlen(argv[i]); /* the event: bytes */
   redisReply *r;
-  if ((rc = vs__eval(q, what, 15, argv, argl, &r, err, errlen))) return rc;
-  if (!(rc = vs__want(q, what, r, REDIS_REPLY_INTEGER, err, errlen))) rc = r->integer > 0;
+  if ((rc = fq_eval(q, what, 15, argv, argl, &r, err, errlen))) return rc;
+  if (!(rc = fq_want(q, what, r, REDIS_REPLY_INTEGER, err, errlen))) rc = r->integer > 0;
   freeReplyObject(r);
   return rc;
 }
 
 int vs_fleet_announce_loss(vs_fleet_queue *q, const vs_fleet_stale_job *s, long long min_idle_ms,
                            const void *event, size_t len, char *err, size_t errlen) {
-  return vs__announce(q, "watch", s->entry_id, s->job_id, s->deliveries, min_idle_ms, event, len,
-                      err, errlen);
+  return fq_announce(q, "watch", s->entry_id, s->job_id, s->deliveries, min_idle_ms, event, len,
+                     err, errlen);
 }
 
 int vs_fleet_release(vs_fleet_queue *q, const char *entry_id, const char *job_id,
                      long long deliveries, long long idle_ms, const void *event, size_t len,
                      char *err, size_t errlen) {
   if (!q->has_consumer) {
-    vs__err(err, errlen, "release: this queue was opened without a consumer name");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "release: this queue was opened without a consumer name");
   }
-  return vs__announce(q, "release", entry_id, job_id, deliveries, idle_ms, event, len, err,
-                      errlen);
+  return fq_announce(q, "release", entry_id, job_id, deliveries, idle_ms, event, len, err,
+                     errlen);
 }
 
 int vs_fleet_claim(vs_fleet_queue *q, const char *entry_id, long long min_idle_ms,
                    vs_fleet_job *job, char *err, size_t errlen) {
   memset(job, 0, sizeof *job);
   if (!q->has_consumer || min_idle_ms < 0) {
-    vs__err(err, errlen, "XCLAIM: %s", !q->has_consumer
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XCLAIM: %s", !q->has_consumer
                                            ? "this queue was opened without a consumer name"
                                            : "min_idle_ms must be >= 0");
-    return VSPEC_EINVAL;
   }
-  int rc = vs__check_id("XCLAIM", entry_id, 0, err, errlen);
+  int rc = fq_check_id("XCLAIM", entry_id, 0, err, errlen);
   if (rc) return rc;
   char idle[24];
   snprintf(idle, sizeof idle, "%lld", min_idle_ms);
   redisReply *r;
-  if ((rc = vs__run(q, "XCLAIM", 0, &r, err, errlen, "XCLAIM %s %s %s %s %s", q->stream,
-                    q->group, q->consumer, idle, entry_id)))
+  if ((rc = fq_run(q, "XCLAIM", 0, &r, err, errlen, "XCLAIM %s %s %s %s %s", q->stream,
+                   q->group, q->consumer, idle, entry_id)))
     return rc;
   int got = 0;
   /* 7.0 leaves out an entry deleted while pending (and drops it from the list) */
-  if (!(rc = vs__want(q, "XCLAIM", r, REDIS_REPLY_ARRAY, err, errlen)) && r->elements > 1)
-    rc = vs__bad_shape(q, "XCLAIM", "more than the one entry claimed", err, errlen);
+  if (!(rc = fq_want(q, "XCLAIM", r, REDIS_REPLY_ARRAY, err, errlen)) && r->elements > 1)
+    rc = fq_bad_shape(q, "XCLAIM", "more than the one entry claimed", err, errlen);
   if (!rc && r->elements == 1 && r->element[0]->type != REDIS_REPLY_NIL &&
-      !(rc = vs__job_from(q, "XCLAIM", r->element[0], job, err, errlen)))
+      !(rc = fq_job_from(q, "XCLAIM", r->element[0], job, err, errlen)))
     got = 1;
   freeReplyObject(r);
-  if (!rc && got) rc = vs__deliveries(q, job, 1, err, errlen);
+  if (!rc && got) rc = fq_deliveries(q, job, 1, err, errlen);
   if (rc) {
     vs_fleet_job_clear(job);
     return rc;
@@ -934,29 +923,29 @@ int vs_fleet_event_append(vs_fleet_queue *q, const char *job_id, const void *dat
                           char *event_id, char *err, size_t errlen) {
   if (event_id) event_id[0] = '\0';
   char key[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
-  int rc = vs__events_key(q, "XADD", job_id, key, sizeof key, err, errlen);
+  int rc = fq_events_key(q, "XADD", job_id, key, sizeof key, err, errlen);
   if (rc) return rc;
   if (len > q->max_payload || (len && !data)) {
-    vs__err(err, errlen, "XADD: an event of %zu bytes (at most %zu)", len, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XADD: an event of %zu bytes (at most %zu)", len, q->max_payload);
   }
-  if ((rc = vs__connect(q, "XADD", err, errlen))) return rc;
+  if ((rc = fq_connect(q, "XADD", err, errlen))) return rc;
   char maxlen[24], ttl[24];
   snprintf(maxlen, sizeof maxlen, "%lld", q->events_max_len);
   snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
-  if ((rc = vs__append(q, "XADD", err, errlen, "MULTI")) ||
-      (rc = vs__append(q, "XADD", err, errlen, "XADD %s MAXLEN %s * data %b", key, maxlen,
-                       len ? data : "", len)) ||
-      (rc = vs__append(q, "XADD", err, errlen, "PEXPIRE %s %s", key, ttl)) ||
-      (rc = vs__append(q, "XADD", err, errlen, "EXEC")))
+  if ((rc = fq_append(q, "XADD", err, errlen, "MULTI")) ||
+      (rc = fq_append(q, "XADD", err, errlen, "XADD %s MAXLEN %s * data %b", key, maxlen,
+                      len ? data : "", len)) ||
+      (rc = fq_append(q, "XADD", err, errlen, "PEXPIRE %s %s", key, ttl)) ||
+      (rc = fq_append(q, "XADD", err, errlen, "EXEC")))
     return rc;
   redisReply *r[4];
-  if ((rc = vs__getn(q, "XADD/PEXPIRE", 4, r, q->command_timeout_ms, err, errlen))) return rc;
+  if ((rc = fq_getn(q, "XADD/PEXPIRE", 4, r, q->command_timeout_ms, err, errlen))) return rc;
   const redisReply *res[2];
-  rc = vs__exec(q, "XADD/PEXPIRE", r, 2, res, err, errlen);
-  if (!rc && (!vs__is_str(res[0]) || res[0]->len >= VS_FLEET_ID_MAX ||
+  rc = fq_exec(q, "XADD/PEXPIRE", r, 2, res, err, errlen);
+  if (!rc && (!fq_is_str(res[0]) || res[0]->len >= VS_FLEET_ID_MAX ||
               res[1]->type != REDIS_REPLY_INTEGER))
-    rc = vs__bad_shape(q, "XADD/PEXPIRE", "not [id, 1]", err, errlen);
+    rc = fq_bad_shape(q, "XADD/PEXPIRE", "not [id, 1]", err, errlen);
   if (!rc && event_id) memcpy(event_id, res[0]->str, res[0]->len + 1);
   for (int i = 0; i < 4; i++) freeReplyObject(r[i]);
   return rc;
@@ -965,12 +954,12 @@ int vs_fleet_event_append(vs_fleet_queue *q, const char *job_id, const void *dat
 int vs_fleet_events_read(vs_fleet_queue *q, const char *job_id, const char *after_id,
                          int block_ms, vs_fleet_event *ev, int max, char *err, size_t errlen) {
   char key[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
-  int rc = vs__events_key(q, "XREAD", job_id, key, sizeof key, err, errlen);
+  int rc = fq_events_key(q, "XREAD", job_id, key, sizeof key, err, errlen);
   if (rc) return rc;
-  if ((rc = vs__check_id("XREAD", after_id, 1, err, errlen))) return rc;
+  if ((rc = fq_check_id("XREAD", after_id, 1, err, errlen))) return rc;
   if (max < 1 || max > 100000) {
-    vs__err(err, errlen, "XREAD: max must be 1-100000");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XREAD: max must be 1-100000");
   }
   for (int i = 0; i < max; i++) memset(&ev[i], 0, sizeof ev[i]);
   char count[16];
@@ -979,37 +968,37 @@ int vs_fleet_events_read(vs_fleet_queue *q, const char *job_id, const char *afte
   if (block_ms > 0) {
     char b[24];
     snprintf(b, sizeof b, "%d", block_ms);
-    rc = vs__run(q, "XREAD", block_ms, &r, err, errlen, "XREAD COUNT %s BLOCK %s STREAMS %s %s",
-                 count, b, key, after_id);
+    rc = fq_run(q, "XREAD", block_ms, &r, err, errlen, "XREAD COUNT %s BLOCK %s STREAMS %s %s",
+                count, b, key, after_id);
   } else {
-    rc = vs__run(q, "XREAD", 0, &r, err, errlen, "XREAD COUNT %s STREAMS %s %s", count, key,
-                 after_id);
+    rc = fq_run(q, "XREAD", 0, &r, err, errlen, "XREAD COUNT %s STREAMS %s %s", count, key,
+                after_id);
   }
   if (rc) return rc;
   int n = 0;
   if (r->type == REDIS_REPLY_NIL) goto out;
-  if ((rc = vs__want(q, "XREAD", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
+  if ((rc = fq_want(q, "XREAD", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
   if (r->elements != 1 || r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[0]->elements != 2 || r->element[0]->element[1]->type != REDIS_REPLY_ARRAY ||
       r->element[0]->element[1]->elements > (size_t)max) {
-    rc = vs__bad_shape(q, "XREAD", "not [[stream, entries]]", err, errlen);
+    rc = fq_bad_shape(q, "XREAD", "not [[stream, entries]]", err, errlen);
     goto out;
   }
   const redisReply *entries = r->element[0]->element[1];
   for (size_t i = 0; i < entries->elements; i++) {
     const redisReply *e = entries->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !vs__is_str(e->element[0]) ||
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !fq_is_str(e->element[0]) ||
         e->element[0]->len >= VS_FLEET_ID_MAX) {
-      rc = vs__bad_shape(q, "XREAD", "an event is not [id, fields]", err, errlen);
+      rc = fq_bad_shape(q, "XREAD", "an event is not [id, fields]", err, errlen);
       goto out;
     }
     memcpy(ev[n].id, e->element[0]->str, e->element[0]->len + 1);
     /* An entry without `data` (not written by vs_fleet_event_append) is kept, empty, so that
      * a reader moves past its id instead of stopping there. */
-    const redisReply *d = vs__field(e->element[1], "data");
+    const redisReply *d = fq_field(e->element[1], "data");
     if (d) {
-      if (!(ev[n].data = vs__dup(d->str, d->len))) {
-        vs__err(err, errlen, "XREAD: out of memory for an event of %zu bytes", d->len);
+      if (!(ev[n].data = fq_dup(d->str, d->len))) {
+        vs_fail(err, errlen, 0, "XREAD: out of memory for an event of %zu bytes", d->len);
         rc = VSPEC_ENOMEM;
         goto out;
       }
@@ -1028,17 +1017,17 @@ out:
 
 int vs_fleet_depth(vs_fleet_queue *q, long long *length, long long *pending, char *err,
                    size_t errlen) {
-  int rc = vs__connect(q, "XLEN", err, errlen);
+  int rc = fq_connect(q, "XLEN", err, errlen);
   if (rc) return rc;
-  if ((rc = vs__append(q, "XLEN", err, errlen, "XLEN %s", q->stream)) ||
-      (rc = vs__append(q, "XPENDING", err, errlen, "XPENDING %s %s", q->stream, q->group)))
+  if ((rc = fq_append(q, "XLEN", err, errlen, "XLEN %s", q->stream)) ||
+      (rc = fq_append(q, "XPENDING", err, errlen, "XPENDING %s %s", q->stream, q->group)))
     return rc;
   redisReply *r[2];
-  if ((rc = vs__getn(q, "XLEN/XPENDING", 2, r, q->command_timeout_ms, err, errlen))) return rc;
-  rc = vs__want(q, "XLEN", r[0], REDIS_REPLY_INTEGER, err, errlen);
-  if (!rc) rc = vs__want(q, "XPENDING", r[1], REDIS_REPLY_ARRAY, err, errlen);
+  if ((rc = fq_getn(q, "XLEN/XPENDING", 2, r, q->command_timeout_ms, err, errlen))) return rc;
+  rc = fq_want(q, "XLEN", r[0], REDIS_REPLY_INTEGER, err, errlen);
+  if (!rc) rc = fq_want(q, "XPENDING", r[1], REDIS_REPLY_ARRAY, err, errlen);
   if (!rc && (r[1]->elements < 1 || r[1]->element[0]->type != REDIS_REPLY_INTEGER))
-    rc = vs__bad_shape(q, "XPENDING", "no pending count", err, errlen);
+    rc = fq_bad_shape(q, "XPENDING", "no pending count", err, errlen);
   if (!rc) {
     if (length) *length = r[0]->integer;
     if (pending) *pending = r[1]->element[0]->integer;
@@ -1070,21 +1059,21 @@ static const char vs__touch_lua[] =
 int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *still_ours,
                    char *err, size_t errlen) {
   if (!q->has_consumer || n < 0 || n > 1000) {
-    vs__err(err, errlen, "XCLAIM: %s",
-            !q->has_consumer ? "this queue was opened without a consumer name" : "n must be 0-1000");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "XCLAIM: %s",
+                   !q->has_consumer ? "this queue was opened without a consumer name" : "n must be 0-1000");
   }
   for (int i = 0; i < n; i++) {
     still_ours[i] = 0;
-    int rc = vs__check_id("XCLAIM", entry_ids[i], 0, err, errlen);
+    int rc = fq_check_id("XCLAIM", entry_ids[i], 0, err, errlen);
     if (rc) return rc;
   }
   if (!n) return 0;
   int argc = n + 6, rc;
   const char **argv = malloc(sizeof *argv * (size_t)argc);
   if (!argv) {
-    vs__err(err, errlen, "XCLAIM: out of memory");
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "XCLAIM: out of memory");
   }
   argv[0] = "EVAL";
   argv[1] = vs__touch_lua;
@@ -1094,13 +1083,13 @@ int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *
   argv[5] = q->consumer;
   for (int i = 0; i < n; i++) argv[6 + i] = entry_ids[i];
   redisReply *r;
-  rc = vs__eval(q, "XCLAIM (refresh)", argc, argv, NULL, &r, err, errlen);
+  rc = fq_eval(q, "XCLAIM (refresh)", argc, argv, NULL, &r, err, errlen);
   free(argv);
   if (rc) return rc;
-  if (!(rc = vs__want(q, "XCLAIM (refresh)", r, REDIS_REPLY_ARRAY, err, errlen))) {
+  if (!(rc = fq_want(q, "XCLAIM (refresh)", r, REDIS_REPLY_ARRAY, err, errlen))) {
     int kept = 0;
     for (size_t k = 0; k < r->elements; k++) {
-      if (!vs__is_str(r->element[k])) continue;
+      if (!fq_is_str(r->element[k])) continue;
       for (int i = 0; i < n; i++)
         if (!still_ours[i] && !strcmp(entry_ids[i], r->element[k]->str)) {
           still_ours[i] = 1;
@@ -1114,8 +1103,8 @@ int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *
   return rc;
 }
 
-static int vs__cancel_key(const vs_fleet_queue *q, const char *what, const char *job_id,
-                          char *key, size_t cap, char *err, size_t errlen) {
+static int fq_cancel_key(const vs_fleet_queue *q, const char *what, const char *job_id,
+                         char *key, size_t cap, char *err, size_t errlen) {
   char field[48];
   snprintf(field, sizeof field, "%s job", what);
   int rc = vs_name_check(&vs__job_name, field, job_id ? job_id : "", err, errlen);
@@ -1126,14 +1115,14 @@ static int vs__cancel_key(const vs_fleet_queue *q, const char *what, const char 
 
 int vs_fleet_cancel_set(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
   char key[sizeof q->stream + 8 + VS_FLEET_JOB_ID_MAX];
-  int rc = vs__cancel_key(q, "SET", job_id, key, sizeof key, err, errlen);
+  int rc = fq_cancel_key(q, "SET", job_id, key, sizeof key, err, errlen);
   if (rc) return rc;
   char ttl[24];
   snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
   redisReply *r;
-  if ((rc = vs__run(q, "SET (cancel)", 0, &r, err, errlen, "SET %s 1 PX %s", key, ttl)))
+  if ((rc = fq_run(q, "SET (cancel)", 0, &r, err, errlen, "SET %s 1 PX %s", key, ttl)))
     return rc;
-  rc = vs__want(q, "SET (cancel)", r, REDIS_REPLY_STATUS, err, errlen);
+  rc = fq_want(q, "SET (cancel)", r, REDIS_REPLY_STATUS, err, errlen);
   freeReplyObject(r);
   return rc;
 }
@@ -1141,8 +1130,8 @@ int vs_fleet_cancel_set(vs_fleet_queue *q, const char *job_id, char *err, size_t
 int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, int *cancelled,
                           char *err, size_t errlen) {
   if (n < 0 || n > 1000) {
-    vs__err(err, errlen, "EXISTS (cancel): n must be 0-1000");
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "EXISTS (cancel): n must be 0-1000");
   }
   char key[sizeof q->stream + 8 + VS_FLEET_JOB_ID_MAX];
   /* every id checked before anything is sent: a half-sent pipeline would leave replies that
@@ -1150,24 +1139,24 @@ int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, 
   int rc = 0;
   for (int i = 0; !rc && i < n; i++) {
     cancelled[i] = 0;
-    rc = vs__cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen);
+    rc = fq_cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen);
   }
-  if (!rc && n) rc = vs__connect(q, "EXISTS (cancel)", err, errlen);
+  if (!rc && n) rc = fq_connect(q, "EXISTS (cancel)", err, errlen);
   for (int i = 0; !rc && i < n; i++) {
-    vs__cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen);
-    rc = vs__append(q, "EXISTS (cancel)", err, errlen, "EXISTS %s", key);
+    fq_cancel_key(q, "EXISTS", job_ids[i], key, sizeof key, err, errlen);
+    rc = fq_append(q, "EXISTS (cancel)", err, errlen, "EXISTS %s", key);
   }
   if (rc || !n) return rc;
   redisReply **r = calloc((size_t)n, sizeof *r);
   if (!r) {
-    vs__drop(q); /* n replies are on their way, unread */
-    vs__err(err, errlen, "EXISTS (cancel): out of memory");
-    return VSPEC_ENOMEM;
+    fq_drop(q); /* n replies are on their way, unread */
+    return vs_fail(err, errlen, VSPEC_ENOMEM,
+                   "EXISTS (cancel): out of memory");
   }
   int found = 0;
-  if (!(rc = vs__getn(q, "EXISTS (cancel)", n, r, q->command_timeout_ms, err, errlen))) {
+  if (!(rc = fq_getn(q, "EXISTS (cancel)", n, r, q->command_timeout_ms, err, errlen))) {
     for (int i = 0; i < n && !rc; i++)
-      if (!(rc = vs__want(q, "EXISTS (cancel)", r[i], REDIS_REPLY_INTEGER, err, errlen)) &&
+      if (!(rc = fq_want(q, "EXISTS (cancel)", r[i], REDIS_REPLY_INTEGER, err, errlen)) &&
           r[i]->integer > 0) {
         cancelled[i] = 1;
         found++;
@@ -1180,11 +1169,11 @@ int vs_fleet_cancel_check(vs_fleet_queue *q, const char *const *job_ids, int n, 
 
 int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
   char key[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
-  int rc = vs__events_key(q, "EXISTS", job_id, key, sizeof key, err, errlen);
+  int rc = fq_events_key(q, "EXISTS", job_id, key, sizeof key, err, errlen);
   if (rc) return rc;
   redisReply *r;
-  if ((rc = vs__run(q, "EXISTS", 0, &r, err, errlen, "EXISTS %s", key))) return rc;
-  if (!(rc = vs__want(q, "EXISTS", r, REDIS_REPLY_INTEGER, err, errlen))) rc = r->integer > 0;
+  if ((rc = fq_run(q, "EXISTS", 0, &r, err, errlen, "EXISTS %s", key))) return rc;
+  if (!(rc = fq_want(q, "EXISTS", r, REDIS_REPLY_INTEGER, err, errlen))) rc = r->integer > 0;
   freeReplyObject(r);
   return rc;
 }
@@ -1218,14 +1207,14 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
                     char *entry_id, char *err, size_t errlen) {
   if (entry_id) entry_id[0] = '\0';
   char ekey[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX], ikey[sizeof q->stream + 4 + VS_FLEET_JOB_ID_MAX] = "";
-  int rc = vs__events_key(q, "submit", job_id, ekey, sizeof ekey, err, errlen);
+  int rc = fq_events_key(q, "submit", job_id, ekey, sizeof ekey, err, errlen);
   if (rc) return rc;
   if (digest) snprintf(ikey, sizeof ikey, "%s:id:%s", q->stream, job_id);
   if (len > q->max_payload || (len && !payload) || event_len > q->max_payload ||
       (event_len && !first_event)) {
-    vs__err(err, errlen, "submit: a payload of %zu bytes or an event of %zu (at most %zu)", len,
-            event_len, q->max_payload);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "submit: a payload of %zu bytes or an event of %zu (at most %zu)", len,
+                   event_len, q->max_payload);
   }
   char max_len[24], cap[24], ev_max[24], ttl[24];
   snprintf(max_len, sizeof max_len, "%lld", q->max_len);
@@ -1238,37 +1227,37 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
   size_t argl[14];
   for (int i = 0; i < 14; i++) /* the payload and the event are bytes, not strings */
     argl[i] = i == 7 ? len : i == 8 ? event_len : strlen(argv[i]);
-  if ((rc = vs__connect(q, "submit", err, errlen))) return rc;
+  if ((rc = fq_connect(q, "submit", err, errlen))) return rc;
   if (redisAppendCommandArgv(q->c, 14, argv, argl) != REDIS_OK) {
     int oom = q->c->err == REDIS_ERR_OOM;
-    vs__err(err, errlen, "submit: cannot format the command: %s", q->c->errstr);
-    vs__drop(q);
+    vs_fail(err, errlen, 0, "submit: cannot format the command: %s", q->c->errstr);
+    fq_drop(q);
     return oom ? VSPEC_ENOMEM : VSPEC_EINVAL;
   }
   redisReply *r;
-  if ((rc = vs__getn(q, "submit (XADD)", 1, &r, q->command_timeout_ms, err, errlen))) return rc;
-  if ((rc = vs__want(q, "submit (XADD)", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
-  if (r->elements < 1 || !vs__is_str(r->element[0])) {
-    rc = vs__bad_shape(q, "submit (XADD)", "no outcome", err, errlen);
+  if ((rc = fq_getn(q, "submit (XADD)", 1, &r, q->command_timeout_ms, err, errlen))) return rc;
+  if ((rc = fq_want(q, "submit (XADD)", r, REDIS_REPLY_ARRAY, err, errlen))) goto out;
+  if (r->elements < 1 || !fq_is_str(r->element[0])) {
+    rc = fq_bad_shape(q, "submit (XADD)", "no outcome", err, errlen);
     goto out;
   }
   const char *what = r->element[0]->str;
-  if (!strcmp(what, "new") && r->elements == 2 && vs__is_str(r->element[1]) &&
+  if (!strcmp(what, "new") && r->elements == 2 && fq_is_str(r->element[1]) &&
       r->element[1]->len < VS_FLEET_ID_MAX) {
     if (entry_id) memcpy(entry_id, r->element[1]->str, r->element[1]->len + 1);
     rc = VS_FLEET_NEW;
   } else if (!strcmp(what, "same")) {
     rc = VS_FLEET_SAME;
   } else if (!strcmp(what, "conflict")) {
-    vs__err(err, errlen, "submit: job id %s is taken by a different request", job_id);
+    vs_fail(err, errlen, 0, "submit: job id %s is taken by a different request", job_id);
     rc = VS_FLEET_CONFLICT;
   } else if (!strcmp(what, "busy") && r->elements == 2 &&
              r->element[1]->type == REDIS_REPLY_INTEGER) {
-    vs__err(err, errlen, "submit: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
+    vs_fail(err, errlen, 0, "submit: the fleet queue %s holds %lld jobs, its bound is %lld: busy",
             q->stream, r->element[1]->integer, q->max_len);
     rc = VSPEC_EBUSY;
   } else {
-    rc = vs__bad_shape(q, "submit (XADD)", "an unknown outcome", err, errlen);
+    rc = fq_bad_shape(q, "submit (XADD)", "an unknown outcome", err, errlen);
   }
 out:
   freeReplyObject(r);
@@ -1277,17 +1266,17 @@ out:
 
 int vs_fleet_job_keepalive(vs_fleet_queue *q, const char *job_id, char *err, size_t errlen) {
   char ekey[sizeof q->events_prefix + VS_FLEET_JOB_ID_MAX];
-  int rc = vs__events_key(q, "PEXPIRE", job_id, ekey, sizeof ekey, err, errlen);
+  int rc = fq_events_key(q, "PEXPIRE", job_id, ekey, sizeof ekey, err, errlen);
   if (rc) return rc;
   char ttl[24];
   snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
-  if ((rc = vs__append(q, "PEXPIRE", err, errlen, "PEXPIRE %s %s", ekey, ttl)) ||
-      (rc = vs__append(q, "PEXPIRE", err, errlen, "PEXPIRE %s:id:%s %s", q->stream, job_id, ttl)))
+  if ((rc = fq_append(q, "PEXPIRE", err, errlen, "PEXPIRE %s %s", ekey, ttl)) ||
+      (rc = fq_append(q, "PEXPIRE", err, errlen, "PEXPIRE %s:id:%s %s", q->stream, job_id, ttl)))
     return rc;
   redisReply *r[2];
-  if ((rc = vs__getn(q, "PEXPIRE", 2, r, q->command_timeout_ms, err, errlen))) return rc;
-  rc = vs__want(q, "PEXPIRE", r[0], REDIS_REPLY_INTEGER, err, errlen);
-  if (!rc) rc = vs__want(q, "PEXPIRE", r[1], REDIS_REPLY_INTEGER, err, errlen);
+  if ((rc = fq_getn(q, "PEXPIRE", 2, r, q->command_timeout_ms, err, errlen))) return rc;
+  rc = fq_want(q, "PEXPIRE", r[0], REDIS_REPLY_INTEGER, err, errlen);
+  if (!rc) rc = fq_want(q, "PEXPIRE", r[1], REDIS_REPLY_INTEGER, err, errlen);
   if (!rc) rc = r[0]->integer > 0;
   freeReplyObject(r[0]);
   freeReplyObject(r[1]);

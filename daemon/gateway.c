@@ -21,7 +21,7 @@
 #include "proto/wire.h"
 
 static volatile sig_atomic_t vs__stop;
-static void vs__on_signal(int sig) {
+static void gw_on_signal(int sig) {
   (void)sig;
   vs__stop = 1;
 }
@@ -296,7 +296,7 @@ int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
   vs_zap *zap = NULL;
   int rc = vs__setup(g, &zap, err, errlen);
   if (rc) goto done;
-  struct sigaction sa = {.sa_handler = vs__on_signal};
+  struct sigaction sa = {.sa_handler = gw_on_signal};
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   vs_log(VSPEC_LOG_INFO, "gateway", "%s: front %s, fleet %s on redis at %s (at most %lld jobs, "

@@ -13,7 +13,7 @@
 #define VS_GW_IDLE_MIN 0.002 /* a quiet event stream is read every 2 ms at first ... */
 #define VS_GW_IDLE_MAX 0.032 /* ... then less often, down to every 32 ms */
 /* An event's protobuf frame is the daemon's (trusted) but read back from Redis, where
- * anything may have written: unpacked under a budget like a daemon's event at the broker. */
+ * anything may have written: unpacked under a budget, as the client unpacks events. */
 #define VS_GW_UNPACK_BUDGET (4u << 20)
 
 /* ---- the follow table ---------------------------------------------------------------------- */
@@ -227,7 +227,7 @@ static void vs__quiet(vs_gw *g, vs_gw_follow *f, double now) {
 
 /* Returns 1 when the read was full and went out whole: more may be waiting. */
 static int vs__relay_follow(vs_gw *g, vs_gw_follow *f, double now) {
-  /* As the broker does: a client that takes nothing for 5 heartbeats is treated as gone. */
+  /* A client that takes nothing for 5 heartbeats is treated as gone. */
   if (f->blocked_since && now - f->blocked_since > 5.0 * g->cfg->heartbeat_ms / 1000.0) {
     vs_gw_client_gone(g, &f->client, "took nothing for 5 heartbeats");
     return 0;

@@ -142,7 +142,7 @@ void vs__http_error_code(vs_http_reply *r, int status, const char *param, const 
   va_end(ap);
 }
 
-static enum MHD_Result vs__send(struct MHD_Connection *c, vs_http_reply *r, const char *allow) {
+static enum MHD_Result http_send(struct MHD_Connection *c, vs_http_reply *r, const char *allow) {
   if (r->stream) {
     struct MHD_Response *sr = vs__http_stream_response(r->stream);
     r->stream = NULL;
@@ -223,7 +223,7 @@ static enum MHD_Result vs__error_now(vs_http *h, struct MHD_Connection *c, int s
   vs__http_error(&r, status, param, fmt, arg);
   if (status == 503) r.retry_after_s = 1;
   vs__http_guard_answering(h, c);
-  return vs__send(c, &r, allow);
+  return http_send(c, &r, allow);
 }
 
 /* The first call for a request: route it, refuse what will never be served before any body
@@ -312,7 +312,7 @@ static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const cha
     free(r.body);
     return MHD_NO;
   }
-  return vs__send(c, &r, NULL);
+  return http_send(c, &r, NULL);
 }
 
 static void vs__completed(void *cls, struct MHD_Connection *c, void **req_cls,

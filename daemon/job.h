@@ -150,7 +150,7 @@ struct vs_djob {
     struct vs_client *client; /* its connection; NULL once the client is gone */
     vs_wire_envelope env;     /* the routing envelope its events go back along: the
                                  connection's routing id and whatever frames the peer put
-                                 after it (a broker's client id) */
+                                 after it (a proxy's client id) */
     vs_djob *client_next;
     vs_djob *id_next;         /* the server's job table */
     int retry;                /* a send hit EAGAIN: pump again from the timer */

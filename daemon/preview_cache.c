@@ -17,7 +17,7 @@ static void vs__name(char *out, size_t cap, const char *key) {
   snprintf(out, cap, "lut-%s.bin", key);
 }
 
-static uint32_t vs__get32(const unsigned char *p) {
+static uint32_t pc_get32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
@@ -30,11 +30,11 @@ int vs_preview_cache_load(const char *cache_dir, const char *key, int vocab, vs_
   unsigned char *buf = NULL;
   if (!vs_cache_read(cache_dir, name, want, &buf, &got)) return 0;
   int ok = got == want && !memcmp(buf, vs__magic, sizeof vs__magic) &&
-           vs__get32(buf + 8) == (uint32_t)vocab && vs__get32(buf + 12) < (uint32_t)vocab;
+           pc_get32(buf + 8) == (uint32_t)vocab && pc_get32(buf + 12) < (uint32_t)vocab;
   if (ok && (out->rgb = malloc((size_t)vocab * 3))) {
     memcpy(out->rgb, buf + 16, (size_t)vocab * 3);
     out->vocab = vocab;
-    out->neutral = (int)vs__get32(buf + 12);
+    out->neutral = (int)pc_get32(buf + 12);
   }
   free(buf);
   return out->rgb != NULL;

@@ -78,8 +78,8 @@ static void vs__tile_means(const uint8_t *rgb, const vspec_model_info *in, int p
 }
 
 /* Decodes the sample codes, per x per of them to a grid, into y [n, 3]. */
-static int vs__sample(const vs_backend_model *t, vspec_dev *dev, int n, int per, double *y,
-                      char *err, size_t errlen) {
+static int pf_sample(const vs_backend_model *t, vspec_dev *dev, int n, int per, double *y,
+                     char *err, size_t errlen) {
   const vspec_model_info *in = &t->info;
   int gh = in->grid_h, gw = in->grid_w, per_grid = per * per, rc = VSPEC_OK;
   int32_t *grid = malloc((size_t)gh * gw * sizeof *grid);
@@ -165,7 +165,7 @@ int vs_preview_lut_fit(const vs_backend_model *t, vspec_dev *dev, const vs_previ
   out->rgb = malloc((size_t)vocab * 3);
   int rc = y && w && f && out->rgb ? VSPEC_OK : VSPEC_ENOMEM;
   if (rc) snprintf(err, errlen, "out of memory for the preview colour table");
-  if (!rc) rc = vs__sample(t, dev, n, per, y, err, errlen);
+  if (!rc) rc = pf_sample(t, dev, n, per, y, err, errlen);
   if (!rc && vs__fit(in->codebook, d, quadratic, n, vocab, y, w)) {
     snprintf(err, errlen, "the colour table's least-squares fit failed (out of memory or a "
              "degenerate codebook)");

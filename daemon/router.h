@@ -1,6 +1,6 @@
 /*
  * daemon/router.h - sockets that face peers we do not control (vspecd's endpoints, the
- * broker's front), made so that no peer can abort the process through libzmq 4.3.4.
+ * gateway's front), made so that no peer can abort the process through libzmq 4.3.4.
  *
  *  - vs_router_open: a ROUTER whose automatic routing ids cannot be predicted. libzmq starts a
  *    ROUTER's ids (0x00 + a 32-bit counter) at rand(), and never seeds rand(); a peer that
@@ -24,7 +24,7 @@ void *vs_router_open(void *zctx, char *err, size_t errlen);
  * effect on ipc and inproc endpoints. Returns 0 or -1 (errno set). */
 int vs_tcp_liveness(void *sock, int ivl_ms, int timeout_ms);
 
-/* The client-facing ROUTER of vspec-broker and vspec-gateway: vs_router_open, then
+/* The client-facing ROUTER of vspec-gateway: vs_router_open, then
  * ROUTER_MANDATORY (a vanished peer is EHOSTUNREACH, a full one EAGAIN), a per-frame size
  * limit, no linger, vs_tcp_liveness(hb_ms, 5 hb_ms), CURVE with the secret key of
  * `curve_secret_file` when it is not NULL (the ZAP handler must already be bound in zctx),

@@ -16,7 +16,7 @@ static double vs__envelope_last(const vs_client *c, const vs_djob *j) {
 
 /* A Heartbeat goes along each routing envelope of the connection's jobs that got nothing for
  * heartbeat_ivl_ms: a client waiting for a queued job hears the daemon is there (vspec gives
- * up after --timeout of silence), through a broker each of the broker's clients does, and a
+ * up after --timeout of silence), through a proxy each of the proxy's clients does, and a
  * connection that vanished shows up as unroutable. */
 static void vs__heartbeat(vs_server *s, vs_client *c, double now) {
   double ivl = s->cfg.heartbeat_ivl_ms / 1000.0;
@@ -203,7 +203,7 @@ static void vs__begin_drain(vs_server *s, const char *why) {
   vs__check_drained(s);
 }
 
-static void vs__on_signal(uv_signal_t *h, int signum) {
+static void server_on_signal(uv_signal_t *h, int signum) {
   vs_server *s = h->data;
   vs__begin_drain(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
@@ -377,8 +377,8 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, int *config_ref
   uv_signal_init(&s->loop, &s->sig_int);
   uv_signal_init(&s->loop, &s->sig_hup);
   s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
-  uv_signal_start(&s->sig_term, vs__on_signal, SIGTERM);
-  uv_signal_start(&s->sig_int, vs__on_signal, SIGINT);
+  uv_signal_start(&s->sig_term, server_on_signal, SIGTERM);
+  uv_signal_start(&s->sig_int, server_on_signal, SIGINT);
   uv_signal_start(&s->sig_hup, vs__on_sighup, SIGHUP);
 
   s->zctx = zmq_ctx_new();

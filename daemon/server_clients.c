@@ -71,7 +71,7 @@ vs_djob *vs__job_find(vs_server *s, uint64_t id) {
   return NULL;
 }
 
-/* The same socket, whole routing envelope (through a broker, the same client of the broker)
+/* The same socket, whole routing envelope (through a proxy, the same client of the proxy)
  * and CURVE key. */
 int vs__job_owned_by(const vs_djob *j, int sock, const vs_wire_msg *m) {
   const vs_client *c = j->lp.client;

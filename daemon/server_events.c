@@ -233,7 +233,7 @@ int vs__send_terminal(vs_server *s, vs_djob *j) {
 }
 
 /* Counts a finished job and sends its terminal event; forgets it once that is done. */
-static void vs__finish(vs_server *s, vs_djob *j) {
+static void events_finish(vs_server *s, vs_djob *j) {
   if (j->lp.terminal_sent || j->lp.in_outbox) return;
   vs__count(s, j);
   if (vs__send_terminal(s, j) == -EAGAIN) {
@@ -260,7 +260,7 @@ void vs__finish_unstarted(vs_server *s, vs_djob *j, int reason) {
     snprintf(j->sh.error, sizeof j->sh.error, "%s", vs__reason_text(reason));
   }
   pthread_mutex_unlock(&j->mu);
-  vs__finish(s, j);
+  events_finish(s, j);
 }
 
 /* ---- phases and notices ---------------------------------------------------------------------- */
@@ -375,14 +375,14 @@ void vs__pump(vs_server *s, vs_djob *j) {
   int finished = j->sh.finished;
   pthread_mutex_unlock(&j->mu);
   if (!c || c->gone) {
-    if (finished) vs__finish(s, j);
+    if (finished) events_finish(s, j);
     return;
   }
   /* Nothing goes out before the Accepted; a finished job's waits in the outbox with its
    * terminal event, which sends both in order. */
   if (vs__send_accepted(s, j) == -EAGAIN) {
     if (finished) {
-      vs__finish(s, j);
+      events_finish(s, j);
     } else {
       j->lp.retry = 1;
       vs__start_tick(s);
@@ -502,7 +502,7 @@ void vs__pump(vs_server *s, vs_djob *j) {
   /* A preview rendered before the job ended still goes out, ahead of the result: a fast
    * job would otherwise end before the loop took any. */
   if (j->lp.credit > 0 && !c->gone) vs__send_preview(s, j, finished);
-  if (finished) vs__finish(s, j);
+  if (finished) events_finish(s, j);
 }
 
 /* Deals with clients found gone: waiting jobs are dropped, running ones cancelled (the worker
@@ -535,12 +535,12 @@ void vs__reap(vs_server *s) {
         pthread_mutex_unlock(&j->mu);
         if (finished) {
           /* Finished, perhaps before the loop heard of it (its news may still be in the
-           * mailbox): counted here by how it ended, unless vs__finish counted it already. */
+           * mailbox): counted here by how it ended, unless events_finish counted it already. */
           vs__job_unlink(s, j);
         } else {
           vs_log(VSPEC_LOG_INFO, who, "cancelled: its client is gone");
           vs_djob_cancel(j, VS_CANCEL_GONE);
-          /* Stays in the job table until the worker finishes; then vs__finish drops it. */
+          /* Stays in the job table until the worker finishes; then events_finish drops it. */
         }
       }
       *pc = c->hnext;

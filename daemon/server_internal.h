@@ -57,7 +57,7 @@ enum { VS_SOCK_JOB = 0, VS_SOCK_ADMIN = 1 };
 
 /* A client is one connection on one socket: the routing id the ROUTER knows it by (the first
  * routing frame, which is the ROUTER's, not the peer's to add to) and, with CURVE, the key it
- * authenticated with. Routing frames after the first come from the peer (a broker puts its
+ * authenticated with. Routing frames after the first come from the peer (a proxy puts its
  * client's id there, but any DEALER can put anything there): they route a job's events back
  * (vs_djob.lp.env) and decide who owns it, but never make one connection several clients, so
  * queue.per_client, limits.max_clients and the queue's fairness count connections. A peer

@@ -42,7 +42,7 @@ static void usage(FILE *f) {
           "      --model NAME=DIR     serve the model directory DIR as NAME ([models])\n"
           "      --default-model NAME the model of jobs that name none (models.default)\n"
           "      --node NAME          this daemon's name in events and logs (server.node)\n"
-          "      --node-id N          job-id prefix, distinct per daemon behind a broker\n"
+          "      --node-id N          job-id prefix, distinct per daemon sharing clients\n"
           "      --log-level L        error, warn, info (default) or debug\n"
           "      --check              check the configuration and exit: every model's\n"
           "                           manifest and, with [curve], the server's key and the\n"

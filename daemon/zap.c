@@ -29,7 +29,7 @@ struct vs_zap {
   vs_log_limit refusals; /* used by the ZAP thread, then by vs_zap_stop after joining it */
 };
 
-static double vs__mono(void) {
+static double zap_mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -39,7 +39,7 @@ static double vs__mono(void) {
 static void vs__log_refusal(vs_zap *z, const char *addr, const char *why) {
   uint64_t before = 0;
   const char *peer = *addr ? addr : "a local peer";
-  if (!vs_log_limit_allow(&z->refusals, peer, vs__mono(), &before)) return;
+  if (!vs_log_limit_allow(&z->refusals, peer, zap_mono(), &before)) return;
   if (before)
     vs_log(VSPEC_LOG_WARN, "zap", "refused a CURVE client from %s: %s (%llu more refusal(s) "
            "of it not logged in the last %.0f s)", peer, why, (unsigned long long)before,
@@ -50,7 +50,7 @@ static void vs__log_refusal(vs_zap *z, const char *addr, const char *why) {
 }
 
 /* The counts of peers that went quiet (all of them with now = INFINITY, at stop). */
-static void vs__log_quiet(vs_zap *z, double now) {
+static void zap_log_quiet(vs_zap *z, double now) {
   char peer[64];
   uint64_t n;
   while (vs_log_limit_take_quiet(&z->refusals, now, peer, sizeof peer, &n))
@@ -58,7 +58,7 @@ static void vs__log_quiet(vs_zap *z, double now) {
            "one by one", (unsigned long long)n, peer);
 }
 
-static const char *vs__lookup(const vs_zap *z, const uint8_t *key, size_t len) {
+static const char *zap_lookup(const vs_zap *z, const uint8_t *key, size_t len) {
   if (len != 32) return NULL;
   for (int i = 0; i < z->n; i++)
     if (!memcmp(z->allow[i].key, key, 32)) return z->allow[i].name;
@@ -70,7 +70,7 @@ static void *vs__zap_main(void *arg) {
   while (!atomic_load(&z->stop)) {
     zmq_pollitem_t it = {.socket = z->sock, .events = ZMQ_POLLIN};
     int ready = zmq_poll(&it, 1, 100);
-    vs__log_quiet(z, vs__mono());
+    zap_log_quiet(z, zap_mono());
     if (ready <= 0) continue;
     /* version, request id, domain, address, identity, mechanism, credentials... */
     zmq_msg_t part[8];
@@ -101,7 +101,7 @@ static void *vs__zap_main(void *arg) {
       size_t mlen = zmq_msg_size(&part[5]);
       const char *mech = zmq_msg_data(&part[5]);
       if (mlen == 5 && !memcmp(mech, "CURVE", 5) && n >= 7) {
-        const char *name = vs__lookup(z, zmq_msg_data(&part[6]), zmq_msg_size(&part[6]));
+        const char *name = zap_lookup(z, zmq_msg_data(&part[6]), zmq_msg_size(&part[6]));
         if (name) {
           status = "200";
           text = "OK";
@@ -168,7 +168,7 @@ void vs_zap_stop(vs_zap *z) {
   if (!z) return;
   atomic_store(&z->stop, 1);
   pthread_join(z->thread, NULL);
-  vs__log_quiet(z, INFINITY); /* the counts not said yet */
+  zap_log_quiet(z, INFINITY); /* the counts not said yet */
   vs_log_limit_destroy(&z->refusals);
   zmq_close(z->sock);
   free(z->allow);
@@ -182,5 +182,5 @@ const char *vs_zap_name(const vs_zap *z, const char *user_id) {
   if (!z || strlen(user_id) != 40 || !vs_curve_is_z85(user_id, 40) ||
       !zmq_z85_decode(key, user_id))
     return NULL;
-  return vs__lookup(z, key, 32);
+  return zap_lookup(z, key, 32);
 }

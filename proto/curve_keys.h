@@ -1,5 +1,5 @@
 /*
- * proto/curve_keys.h - CURVE key files, shared by vspecd, vspec-broker and the vspec CLI.
+ * proto/curve_keys.h - CURVE key files, shared by vspecd, vspec-gateway and the vspec CLI.
  *
  * A key file (written by `vspec keygen`) holds Z85 text, 40 characters per key:
  *     # vspec CURVE key pair

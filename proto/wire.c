@@ -42,8 +42,8 @@ void vs_wire_envelope_text(const vs_wire_envelope *e, char *buf, size_t buflen) 
 
 /* ---- receiving ------------------------------------------------------------------------ */
 
-static int vs__recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size_t max_blob,
-                    int max_blobs, char *err, size_t errlen) {
+static int wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size_t max_blob,
+                     int max_blobs, char *err, size_t errlen) {
   memset(m, 0, sizeof *m);
   zmq_msg_t part;
   zmq_msg_init(&part);
@@ -62,7 +62,7 @@ static int vs__recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, s
     /* The connection's metadata (NULL without ZAP) comes with the frames the peer sent. Not
      * always with the routing-id frame a ROUTER adds: libzmq (4.3.4) builds that one without
      * metadata when the message was prefetched by a poll or ZMQ_EVENTS, as in vspecd's event
-     * loop and the broker's zmq_poll. So every frame is asked until one answers. */
+     * loop and the gateway's zmq_poll. So every frame is asked until one answers. */
     if (!*m->user_id) {
       const char *user = zmq_msg_gets(&part, "User-Id");
       if (user) snprintf(m->user_id, sizeof m->user_id, "%s", user);
@@ -150,12 +150,12 @@ static int vs__recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, s
 
 int vs_wire_recv(void *sock, int envelope, vs_wire_msg *m, size_t max_body, size_t max_blob,
                  char *err, size_t errlen) {
-  return vs__recv(sock, envelope, m, max_body, max_blob, VS_WIRE_MAX_BLOBS, err, errlen);
+  return wire_recv(sock, envelope, m, max_body, max_blob, VS_WIRE_MAX_BLOBS, err, errlen);
 }
 
 int vs_wire_recv_request(void *sock, int envelope, vs_wire_msg *m, size_t max_body,
                          size_t max_blob, char *err, size_t errlen) {
-  return vs__recv(sock, envelope, m, max_body, max_blob, VS_WIRE_REQUEST_BLOBS, err, errlen);
+  return wire_recv(sock, envelope, m, max_body, max_blob, VS_WIRE_REQUEST_BLOBS, err, errlen);
 }
 
 void vs_wire_msg_close(vs_wire_msg *m) {
@@ -172,7 +172,7 @@ typedef struct vs__block {
   size_t pad; /* keeps the payload 16-byte aligned */
 } vs__block;
 
-static void *vs__alloc(void *data, size_t size) {
+static void *wire_alloc(void *data, size_t size) {
   vs_wire_alloc *a = data;
   if (size > a->cap || a->used > a->cap - size) {
     a->refused = 1;
@@ -185,7 +185,7 @@ static void *vs__alloc(void *data, size_t size) {
   return b + 1;
 }
 
-static void vs__free(void *data, void *ptr) {
+static void wire_free(void *data, void *ptr) {
   vs_wire_alloc *a = data;
   if (!ptr) return;
   vs__block *b = (vs__block *)ptr - 1;
@@ -194,16 +194,16 @@ static void vs__free(void *data, void *ptr) {
 }
 
 void vs_wire_alloc_init(vs_wire_alloc *a, size_t cap) {
-  a->base.alloc = vs__alloc;
-  a->base.free = vs__free;
+  a->base.alloc = wire_alloc;
+  a->base.free = wire_free;
   a->base.allocator_data = a;
   a->cap = cap;
   a->used = 0;
   a->refused = 0;
 }
 
-static int vs__check_blobs(Vspec__Blob *const *blobs, size_t n, const vs_wire_msg *m, char *err,
-                           size_t errlen) {
+static int wire_check_blobs(Vspec__Blob *const *blobs, size_t n, const vs_wire_msg *m, char *err,
+                            size_t errlen) {
   if (n != (size_t)m->n_blobs) {
     snprintf(err, errlen, "the message declares %zu blob(s) but %d blob frame(s) follow", n,
              m->n_blobs);
@@ -249,7 +249,7 @@ Vspec__Request *vs_wire_unpack_request(const vs_wire_msg *m, vs_wire_alloc *a, i
    * without a word) or bytes that are not UTF-8 (they would come back in replies). */
   if (vs_wire_text_check(&vspec__request__descriptor, zmq_msg_data(body), zmq_msg_size(body),
                          err, errlen) ||
-      vs__check_blobs(r->blobs, r->n_blobs, m, err, errlen)) {
+      wire_check_blobs(r->blobs, r->n_blobs, m, err, errlen)) {
     *code = VSPEC__ERROR_CODE__ERR_MALFORMED;
     vs_wire_request_free(r, a);
     return NULL;
@@ -280,7 +280,7 @@ Vspec__Event *vs_wire_unpack_event(const vs_wire_msg *m, vs_wire_alloc *a, int *
     vs_wire_event_free(e, a);
     return NULL;
   }
-  if (vs__check_blobs(e->blobs, e->n_blobs, m, err, errlen)) {
+  if (wire_check_blobs(e->blobs, e->n_blobs, m, err, errlen)) {
     *code = VSPEC__ERROR_CODE__ERR_MALFORMED;
     vs_wire_event_free(e, a);
     return NULL;
@@ -304,7 +304,7 @@ int vs_wire_find_blob(Vspec__Blob *const *blobs, size_t n, int kind) {
 
 /* ---- sending ----------------------------------------------------------------------------- */
 
-static void vs__free_blobs(vs_wire_blob *blobs, int from, int n) {
+static void wire_free_blobs(vs_wire_blob *blobs, int from, int n) {
   for (int i = from; i < n; i++)
     if (blobs[i].free_fn) blobs[i].free_fn(blobs[i].data, blobs[i].hint);
 }
@@ -312,20 +312,20 @@ static void vs__free_blobs(vs_wire_blob *blobs, int from, int n) {
 /* Envelope and delimiter; the first frame decides whether the message goes out at all
  * (EHOSTUNREACH / EAGAIN under ROUTER_MANDATORY), later frames of an accepted message
  * always queue. */
-static int vs__send_head(void *sock, const vs_wire_envelope *env, int flags) {
+static int wire_send_head(void *sock, const vs_wire_envelope *env, int flags) {
   for (int i = 0; env && i < env->n; i++)
     if (zmq_send(sock, env->id[i], env->len[i], ZMQ_SNDMORE | flags) < 0) return -errno;
   if (zmq_send(sock, "", 0, ZMQ_SNDMORE | flags) < 0) return -errno;
   return 0;
 }
 
-static int vs__send_tail(void *sock, zmq_msg_t *body, vs_wire_blob *blobs, int n_blobs,
-                         int flags) {
+static int wire_send_tail(void *sock, zmq_msg_t *body, vs_wire_blob *blobs, int n_blobs,
+                          int flags) {
   int rc = 0;
   if (zmq_msg_send(body, sock, (n_blobs ? ZMQ_SNDMORE : 0) | flags) < 0) {
     rc = -errno;
     zmq_msg_close(body);
-    vs__free_blobs(blobs, 0, n_blobs);
+    wire_free_blobs(blobs, 0, n_blobs);
     return rc;
   }
   for (int i = 0; i < n_blobs; i++) {
@@ -335,13 +335,13 @@ static int vs__send_tail(void *sock, zmq_msg_t *body, vs_wire_blob *blobs, int n
       if (zmq_msg_init_data(&part, blobs[i].data, blobs[i].size, blobs[i].free_fn,
                             blobs[i].hint)) {
         rc = -errno;
-        vs__free_blobs(blobs, i, n_blobs);
+        wire_free_blobs(blobs, i, n_blobs);
         return rc;
       }
     } else {
       if (zmq_msg_init_size(&part, blobs[i].size)) {
         rc = -errno;
-        vs__free_blobs(blobs, i + 1, n_blobs);
+        wire_free_blobs(blobs, i + 1, n_blobs);
         return rc;
       }
       if (blobs[i].size) memcpy(zmq_msg_data(&part), blobs[i].data, blobs[i].size);
@@ -349,17 +349,17 @@ static int vs__send_tail(void *sock, zmq_msg_t *body, vs_wire_blob *blobs, int n
     if (zmq_msg_send(&part, sock, more | flags) < 0) {
       rc = -errno;
       zmq_msg_close(&part);
-      vs__free_blobs(blobs, i + 1, n_blobs);
+      wire_free_blobs(blobs, i + 1, n_blobs);
       return rc;
     }
   }
   return 0;
 }
 
-/* `clean`: every string field made valid for the wire (events: what the daemon and the broker
+/* `clean`: every string field made valid for the wire (events: what the daemon and the gateway
  * say). Requests go out as the user wrote them: the daemon refuses what is wrong, naming it. */
-static int vs__send_packed(void *sock, const vs_wire_envelope *env, ProtobufCMessage *msg,
-                           int clean, vs_wire_blob *blobs, int n_blobs, int flags) {
+static int wire_send_packed(void *sock, const vs_wire_envelope *env, ProtobufCMessage *msg,
+                            int clean, vs_wire_blob *blobs, int n_blobs, int flags) {
   zmq_msg_t body;
   int rc = 0;
   if (clean) {
@@ -370,68 +370,60 @@ static int vs__send_packed(void *sock, const vs_wire_envelope *env, ProtobufCMes
     protobuf_c_message_pack(msg, zmq_msg_data(&body));
   }
   if (rc) {
-    vs__free_blobs(blobs, 0, n_blobs);
+    wire_free_blobs(blobs, 0, n_blobs);
     return rc;
   }
-  rc = vs__send_head(sock, env, flags);
+  rc = wire_send_head(sock, env, flags);
   if (rc) {
     zmq_msg_close(&body);
-    vs__free_blobs(blobs, 0, n_blobs);
+    wire_free_blobs(blobs, 0, n_blobs);
     return rc;
   }
-  return vs__send_tail(sock, &body, blobs, n_blobs, flags);
+  return wire_send_tail(sock, &body, blobs, n_blobs, flags);
+}
+
+/* The one sender of both directions: an Event's or a Request's `version`, `n_blobs` and `blobs`
+ * (the descriptors of the frames that follow) are set for the send, the caller's descriptors
+ * put back after it. `clean` as for wire_send_packed. */
+static int wire_send_msg(void *sock, const vs_wire_envelope *env, ProtobufCMessage *msg,
+                         uint32_t *version, size_t *n_desc, Vspec__Blob ***desc, int clean,
+                         vs_wire_blob *blobs, int n_blobs, int flags) {
+  Vspec__Blob d[VS_WIRE_MAX_BLOBS], *dp[VS_WIRE_MAX_BLOBS];
+  if (n_blobs > VS_WIRE_MAX_BLOBS) {
+    wire_free_blobs(blobs, 0, n_blobs);
+    return -EMSGSIZE;
+  }
+  for (int i = 0; i < n_blobs; i++) {
+    vspec__blob__init(&d[i]);
+    d[i].kind = blobs[i].kind;
+    d[i].size = blobs[i].size;
+    dp[i] = &d[i];
+  }
+  size_t saved_n = *n_desc;
+  Vspec__Blob **saved = *desc;
+  *n_desc = (size_t)n_blobs;
+  *desc = dp;
+  *version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
+  int rc = wire_send_packed(sock, env, msg, clean, blobs, n_blobs, flags);
+  *n_desc = saved_n;
+  *desc = saved;
+  return rc;
 }
 
 int vs_wire_send_event(void *sock, const vs_wire_envelope *env, Vspec__Event *ev,
                        vs_wire_blob *blobs, int n_blobs, int flags) {
-  Vspec__Blob desc[VS_WIRE_MAX_BLOBS], *descp[VS_WIRE_MAX_BLOBS];
-  if (n_blobs > VS_WIRE_MAX_BLOBS) {
-    vs__free_blobs(blobs, 0, n_blobs);
-    return -EMSGSIZE;
-  }
-  for (int i = 0; i < n_blobs; i++) {
-    vspec__blob__init(&desc[i]);
-    desc[i].kind = blobs[i].kind;
-    desc[i].size = blobs[i].size;
-    descp[i] = &desc[i];
-  }
-  size_t saved_n = ev->n_blobs;
-  Vspec__Blob **saved = ev->blobs;
-  ev->n_blobs = (size_t)n_blobs;
-  ev->blobs = descp;
-  ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
-  int rc = vs__send_packed(sock, env, &ev->base, 1, blobs, n_blobs, flags);
-  ev->n_blobs = saved_n;
-  ev->blobs = saved;
-  return rc;
+  return wire_send_msg(sock, env, &ev->base, &ev->version, &ev->n_blobs, &ev->blobs, 1, blobs,
+                       n_blobs, flags);
 }
 
 int vs_wire_send_request(void *sock, const vs_wire_envelope *env, Vspec__Request *rq,
                          vs_wire_blob *blobs, int n_blobs, int flags) {
-  Vspec__Blob desc[VS_WIRE_MAX_BLOBS], *descp[VS_WIRE_MAX_BLOBS];
-  if (n_blobs > VS_WIRE_MAX_BLOBS) {
-    vs__free_blobs(blobs, 0, n_blobs);
-    return -EMSGSIZE;
-  }
-  for (int i = 0; i < n_blobs; i++) {
-    vspec__blob__init(&desc[i]);
-    desc[i].kind = blobs[i].kind;
-    desc[i].size = blobs[i].size;
-    descp[i] = &desc[i];
-  }
-  size_t saved_n = rq->n_blobs;
-  Vspec__Blob **saved = rq->blobs;
-  rq->n_blobs = (size_t)n_blobs;
-  rq->blobs = descp;
-  rq->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
-  int rc = vs__send_packed(sock, env, &rq->base, 0, blobs, n_blobs, flags);
-  rq->n_blobs = saved_n;
-  rq->blobs = saved;
-  return rc;
+  return wire_send_msg(sock, env, &rq->base, &rq->version, &rq->n_blobs, &rq->blobs, 0, blobs,
+                       n_blobs, flags);
 }
 
 int vs_wire_forward(void *sock, const vs_wire_envelope *env, vs_wire_msg *m, int flags) {
-  int rc = vs__send_head(sock, env, flags);
+  int rc = wire_send_head(sock, env, flags);
   /* Nothing queued: the message stays the caller's (another daemon, a retry later). */
   if (rc) return rc;
   if (zmq_msg_send(&m->body, sock, (m->n_blobs ? ZMQ_SNDMORE : 0) | flags) < 0) {

@@ -2,7 +2,7 @@
  * proto/wire.h - one protocol message on ZeroMQ: routing envelope, empty delimiter, the
  * protobuf frame and its blob frames (proto/vspec.proto explains the layout).
  *
- * Shared by vspecd, vspec-broker, the vspec CLI and the tests. Everything that touches
+ * Shared by vspecd, vspec-gateway, the vspec CLI and the tests. Everything that touches
  * untrusted bytes is here, so it is fuzzed once for all of them: frame counts and sizes are
  * checked before anything is unpacked, and unpacking runs under an allocator with a byte
  * budget, so a hostile message cannot make protobuf-c allocate more than a fixed amount.
@@ -16,7 +16,7 @@
 
 #include "proto/vspec.pb-c.h"
 
-#define VS_WIRE_MAX_ENVELOPE 4 /* routing frames before the delimiter (stacked brokers) */
+#define VS_WIRE_MAX_ENVELOPE 4 /* routing frames before the delimiter (stacked proxies) */
 #define VS_WIRE_MAX_ID 255     /* libzmq routing ids are 1..255 bytes */
 #define VS_WIRE_MAX_BLOBS 4    /* blob frames after the protobuf frame */
 /* A request carries at most a caption embedding and its mask: a message with more frames is
@@ -120,7 +120,7 @@ int vs_wire_send_event(void *sock, const vs_wire_envelope *env, Vspec__Event *ev
 int vs_wire_send_request(void *sock, const vs_wire_envelope *env, Vspec__Request *rq,
                          vs_wire_blob *blobs, int n_blobs, int flags);
 
-/* Raw forwarding (brokers): sends env, delimiter, then the given frames (moved, not copied).
+/* Raw forwarding (the gateway): sends env, delimiter, then the given frames (moved, not copied).
  * Returns 0 or -errno. When the head (envelope and delimiter) is refused (-EAGAIN: the
  * peer's queue is full or, with ZMQ_IMMEDIATE, nobody is connected; -EHOSTUNREACH: an
  * unknown peer under ROUTER_MANDATORY) nothing was queued and *m is left as it was: the

@@ -59,16 +59,7 @@ static void ping_until_up(const char *ep, pid_t pid, const char *log) {
   vs_client_open(&c, ep);
   double end = vs_harness_now() + 10;
   for (;;) {
-    Vspec__Request r = VSPEC__REQUEST__INIT;
-    Vspec__Ping p = VSPEC__PING__INIT;
-    r.body_case = VSPEC__REQUEST__BODY_PING;
-    r.ping = &p;
-    vs_conn_event e;
-    char err[512];
-    if (vs_conn_call(&c, &r, 200, &e, err, sizeof err) == 1) {
-      vs_conn_event_free(&e);
-      break;
-    }
+    if (vs_client_ping(&c, 200, NULL, 0)) break;
     if (vs_harness_now() > end || kill(pid, 0)) {
       vs_conn_close(&c);
       char cmd[400];

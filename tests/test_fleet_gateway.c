@@ -81,20 +81,9 @@ static void gw_path(char *out, size_t cap) {
 static int ping(const char *ep, int timeout_ms, char *node, size_t cap) {
   vs_conn c;
   vs_client_open(&c, ep);
-  Vspec__Request r = VSPEC__REQUEST__INIT;
-  Vspec__Ping p = VSPEC__PING__INIT;
-  r.body_case = VSPEC__REQUEST__BODY_PING;
-  r.ping = &p;
-  vs_conn_event e;
-  char err[512];
-  int rc = vs_conn_call(&c, &r, timeout_ms, &e, err, sizeof err);
-  if (rc == 1) {
-    assert_int_equal(e.ev->body_case, VSPEC__EVENT__BODY_PONG);
-    if (node) snprintf(node, cap, "%s", e.ev->pong->node ? e.ev->pong->node : "");
-    vs_conn_event_free(&e);
-  }
+  int ok = vs_client_ping(&c, timeout_ms, node, cap);
   vs_conn_close(&c);
-  return rc == 1;
+  return ok;
 }
 
 /* Starts gateway i ("gw-<i>") on this test's Redis, with a short heartbeat and the extra

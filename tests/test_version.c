@@ -22,7 +22,7 @@
 #include "core/version.h"
 
 static const char *const programs[] = {
-    "vspec",        "vspecd",      "vspec-broker",         "vspec-gateway",     "vspec-bench",
+    "vspec",       "vspecd",       "vspec-gateway",        "vspec-bench",
     "vspecd-bench", "vspecd-soak", "vspecd-startup-bench", "vspecd-fleet-bench"};
 
 /* Runs BUILD/program --version; its stdout (at most cap - 1 bytes) into out, its exit status

@@ -20,7 +20,7 @@ P=/opt/vspec-test
 make --no-print-directory -s install BUILD="$BUILD" DESTDIR="$T/root" PREFIX=$P >"$T/install.log" 2>&1 ||
   { cat "$T/install.log"; fail "make install"; }
 R=$T/root$P
-for f in bin/vspecd bin/vspec bin/vspec-bench bin/vspec-broker bin/vspec-gateway \
+for f in bin/vspecd bin/vspec bin/vspec-bench bin/vspec-gateway \
          lib/libvspec.so lib/pkgconfig/vspec-plugin.pc include/vspec/plugin.h \
          lib/vspec/plugins/accept_exact.so share/vspec/models/fmnist/vspec-model.json \
          etc/vspec/vspecd.conf lib/systemd/system/vspecd.service \
@@ -53,7 +53,7 @@ STAGE=$T/root
 
 # The installed programs from another directory: no build tree, no models/ in sight.
 cd "$T"
-for p in vspecd vspec vspec-broker vspec-gateway vspec-bench; do
+for p in vspecd vspec vspec-gateway vspec-bench; do
   "$R/bin/$p" --version | grep -q "^$p (vspec) .*, plugin ABI " || fail "$p --version"
 done
 # (defaults.auto_size off: tuning the draft size, seconds, is tests/test_autotune.c's subject)

@@ -258,17 +258,7 @@ void vs_daemon_start(vs_daemon *d, const vs_fixture *f, const char *name,
   vs_conn c;
   vs_client_open(&c, d->admin_ep);
   for (;;) {
-    Vspec__Request r = VSPEC__REQUEST__INIT;
-    Vspec__Ping p = VSPEC__PING__INIT;
-    r.body_case = VSPEC__REQUEST__BODY_PING;
-    r.ping = &p;
-    vs_conn_event e;
-    char err[512];
-    int rc = vs_conn_call(&c, &r, 200, &e, err, sizeof err);
-    if (rc == 1) {
-      vs_conn_event_free(&e);
-      break;
-    }
+    if (vs_client_ping(&c, 200, NULL, 0)) break;
     if (!vs_daemon_alive(d) || vs_harness_now() > end) {
       vs_conn_close(&c);
       vs_daemon_dump_log(d);
@@ -369,6 +359,20 @@ void vs_client_credit(vs_conn *c, uint64_t job, uint32_t grant) {
   r.credit = &cc;
   char err[512];
   if (vs_conn_send(c, &r, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+}
+
+int vs_client_ping(vs_conn *c, int timeout_ms, char *node, size_t cap) {
+  Vspec__Request r = VSPEC__REQUEST__INIT;
+  Vspec__Ping p = VSPEC__PING__INIT;
+  r.body_case = VSPEC__REQUEST__BODY_PING;
+  r.ping = &p;
+  vs_conn_event e;
+  char err[512];
+  if (vs_conn_call(c, &r, timeout_ms, &e, err, sizeof err) != 1) return 0;
+  int pong = e.ev->body_case == VSPEC__EVENT__BODY_PONG;
+  if (pong && node) snprintf(node, cap, "%s", e.ev->pong->node ? e.ev->pong->node : "");
+  vs_conn_event_free(&e);
+  return pong;
 }
 
 void vs_client_status(const char *admin_ep, vs_conn_event *e) {

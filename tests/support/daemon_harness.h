@@ -1,5 +1,5 @@
 /*
- * tests/support/daemon_harness.h - running vspecd (and vspec-broker, vspec) from tests.
+ * tests/support/daemon_harness.h - running vspecd (and vspec-gateway, vspec) from tests.
  *
  * Every test daemon lives in its own temporary directory with its own ipc endpoints, plugin
  * directory and model directories, so tests never share a port or a file, and removing the
@@ -78,6 +78,9 @@ void vs_client_cancel(vs_conn *c, uint64_t job);
 void vs_client_credit(vs_conn *c, uint64_t job, uint32_t grant);
 /* Status through the admin endpoint. */
 void vs_client_status(const char *admin_ep, vs_conn_event *e);
+/* One Ping on c: 1 when a Pong came within timeout_ms (its node into node, when not NULL),
+ * else 0. */
+int vs_client_ping(vs_conn *c, int timeout_ms, char *node, size_t cap);
 
 double vs_harness_now(void);
 void vs_harness_sleep_ms(int ms);

@@ -1,4 +1,4 @@
-"""vspec.client - a connection to vspecd (or vspec-broker, vspec-gateway) and its jobs.
+"""vspec.client - a connection to vspecd (or vspec-gateway) and its jobs.
 
 It speaks the protocol as the vspec CLI does (clients/vspec.c, clients/conn.c): one DEALER
 socket, every message led by the empty delimiter frame, request ids from 1 per connection
