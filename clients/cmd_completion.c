@@ -51,7 +51,7 @@ static const vs__ccmd vs__ccmds[] = {
 #define VS_N_CCMDS (sizeof vs__ccmds / sizeof vs__ccmds[0])
 
 /* The plugin names vspec ships, for when no daemon answers. */
-#define VS_BUILTIN_RULES "exact lantern lanternpp coolsd uniform_rsd continuous"
+#define VS_BUILTIN_RULES "exact lantern lanternpp coolsd uniform_rsd gsd continuous"
 #define VS_BUILTIN_SCHEDS "standard vvs"
 
 static void vs__words(FILE *f, const vs__copt *o) {

@@ -32,7 +32,7 @@ static int vs__rule_fits(const vspec_accept_vtable *vt, int continuous, const ch
   }
   if (!continuous && has_cont) {
     snprintf(err, errlen, "it is for continuous tokens; model '%s' has discrete tokens (use "
-             "exact, lantern, lanternpp, uniform_rsd or coolsd)", model);
+             "exact, lantern, lanternpp, uniform_rsd, coolsd or gsd)", model);
     return VSPEC_EINVAL;
   }
   return VSPEC_OK;

@@ -291,6 +291,8 @@ static void test_residuals_nonnegative(void **state) {
       {"uniform_rsd", "omega=0.5,resample=optimal"},
       {"coolsd", "delta=1.1,resample=rule"},
       {"coolsd", "delta=1.1,resample=optimal"},
+      {"gsd", "window=2,k=2"},
+      {"gsd", "window=1,p_thr=0.5,latent=off"},
   };
   uint64_t st = 88172645463325252ull; /* xorshift64 */
   int negatives_seen = 0;

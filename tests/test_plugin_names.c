@@ -118,7 +118,7 @@ static void test_daemon_and_bench(void **state) {
   printf("  vspec: exit %d: %s", rc, out);
   assert_int_equal(rc, 4);
   assert_non_null(strstr(out, "there is no accept plugin 'lantrn' (loaded: continuous, coolsd, "
-                              "exact, lantern, lanternpp, testrule, uniform_rsd); did you mean "
+                              "exact, gsd, lantern, lanternpp, testrule, uniform_rsd); did you mean "
                               "'lantern'?"));
   assert_null(strstr(out, "reload"));
   const char *sched[] = {"generate", "--server", d.job_ep, "--model", "self", "--method",
