@@ -42,6 +42,7 @@ typedef struct vs_drafter_config {
   int rows;          /* CFG rows, as the target */
   int max_nodes;     /* catch-up + root + expanded nodes per round */
   int max_tree_nodes; /* largest tree (or dynamic-tree candidate pool) the engine drafts */
+  int max_depth;     /* deepest draft a round of this job asks for (the first plan's bound) */
   int n_image;       /* tokens in the grid */
   int target_feature_dim;
   int vocab;         /* the target's */

@@ -66,7 +66,7 @@ static int pd_open(const vs_drafter_config *cfg, void **out, char *err, size_t e
   vspec_params *params = NULL;
   char inner[VSPEC_ERRLEN] = "";
   vspec_drafter_job job = {.struct_size = sizeof job, .vocab = p->V, .n_image = cfg->n_image,
-                           .max_depth = VS_MAX_DEPTH,
+                           .max_depth = cfg->max_depth > 0 ? cfg->max_depth : VS_MAX_DEPTH,
                            .greedy = !(cfg->job->sampling.temperature > 0.0f),
                            .seed = cfg->job->seed};
   rc = vs_params_parse(cfg->params ? cfg->params : "", &params, inner, sizeof inner);

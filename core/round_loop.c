@@ -436,6 +436,7 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
                           .dev = c->dev, .job = job, .rows = c->rows,
                           .max_nodes = VS_MAX_DEPTH + 2 + *expand_max,
                           .max_tree_nodes = VS_SD_MAX_POOL, .n_image = c->N,
+                          .max_depth = *expand_max < VS_MAX_DEPTH ? *expand_max : VS_MAX_DEPTH,
                           .target_feature_dim = c->fdim, .vocab = c->V};
   return vs_drafter_open(&dc, &c->drafter, err, errlen);
 }

@@ -96,6 +96,8 @@ static const char *const exact_methods[] = {
     "sd:exact@standard:drafter=jacobi,depth=3",
     "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel",
     "sd:exact@standard:drafter=jacobi,depth=3,coupling=maximal,init=repeat",
+    /* a window shorter than the image, so the drafter's ring of positions wraps around */
+    "sd:exact@standard:drafter=jacobi,depth=2,coupling=maximal",
     "sd:exact@standard:drafter=jacobi,depth=3,coupling=gumbel,init=random",
     /* SJD-PAC: the first two positions as a 2-ary tree of shared candidates */
     "sd:exact@standard:drafter=jacobi,depth=3,continue=2x3,coupling=maximal",

@@ -506,7 +506,7 @@ typedef struct vspec_drafter_job {
   uint32_t struct_size;
   int32_t vocab;     /* the target's */
   int32_t n_image;   /* tokens of the image; image index 0 is the prefill's token */
-  int32_t max_depth; /* deepest draft the engine walks */
+  int32_t max_depth; /* deepest draft this job asks for: propose's depth never exceeds it */
   int32_t greedy;    /* temperature 0: the walk accepts a draft iff it is the target's argmax */
   uint64_t seed;     /* the job's seed: a drafter draws from its own streams of it
                         (host->rng_init(rng, seed, VSPEC_STREAM_DRAFTER + k)) */

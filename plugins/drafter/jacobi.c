@@ -66,8 +66,8 @@
 enum { JC_NONE = 0, JC_GUMBEL = 1, JC_MAXIMAL = 2 };
 enum { JI_UNIFORM = 0, JI_RANDOM = 1, JI_REPEAT = 2 };
 
-/* Window positions live in a ring indexed by image position modulo its size (the engine walks
- * at most max_depth drafts; 2 more for the root and one past the window). */
+/* Window positions live in a ring indexed by image position modulo its size, max_depth + 1
+ * (the drafts, and the position past the window that the last one scores). */
 #define J_MAX_RING 130
 /* Widest level of SJD-PAC's tree: 8 candidates, 3 levels below the root's (continue=8x4). */
 #define J_MAX_LEVEL 512
@@ -165,14 +165,15 @@ static int jd_create(const vspec_host *host, const vspec_params *params,
     jd_destroy(j);
     return rc;
   }
-  if (job->vocab < 1 || job->max_depth < 1 || job->max_depth + 2 > J_MAX_RING) {
+  if (job->vocab < 1 || job->max_depth < 1 || job->max_depth + 1 > J_MAX_RING) {
     snprintf(err, errlen, "a job of vocabulary %d and draft depth %d is out of range",
              job->vocab, job->max_depth);
     jd_destroy(j);
     return VSPEC_EINVAL;
   }
   j->V = job->vocab;
-  j->ring = job->max_depth + 2;
+  /* live positions: root + 1 .. root + max_depth + 1 (the last scored one) */
+  j->ring = job->max_depth + 1;
   j->greedy = job->greedy;
   j->seed = job->seed;
   host->rng_init(&j->rng, j->seed, J_STREAM_DRAW);
@@ -281,9 +282,9 @@ static int jd_tree_level(vspec_drafter *j, const vspec_draft_builder *b, int32_t
 
 static int jd_propose(vspec_drafter *j, int32_t root_index, int32_t depth,
                       const vspec_draft_builder *b, char *err, size_t errlen) {
-  if (root_index != j->root_index || depth < 0 || depth > j->ring - 2) {
+  if (root_index != j->root_index || depth < 0 || depth > j->ring - 1) {
     snprintf(err, errlen, "round at image index %d, depth %d: expected index %d, depth <= %d",
-             root_index, depth, j->root_index, j->ring - 2);
+             root_index, depth, j->root_index, j->ring - 1);
     return VSPEC_EINVAL;
   }
   for (int i = j->n_valid + 1; i <= depth; i++) {
@@ -326,15 +327,17 @@ static int32_t jd_redraw_maximal(vspec_drafter *j, int32_t x, const float *q_old
 }
 
 /* The Jacobi update of position pos: q_new is the target's distribution at the node before
- * it, conditioned on the stale drafts before that. */
-static void jd_update(vspec_drafter *j, int32_t pos) {
+ * it, conditioned on the stale drafts before that. `held`: the position had a draft (the
+ * maximal coupling couples with it; a position past the old window has none). */
+static void jd_update(vspec_drafter *j, int32_t pos, int held) {
   float *q = jd_q(j, pos);
   int32_t *x = &j->tok[pos % j->ring];
-  int32_t y = j->coupling == JC_MAXIMAL && !j->greedy ? jd_redraw_maximal(j, *x, q, j->q_new)
-                                                      : jd_draw(j, pos, j->q_new);
+  int32_t y = j->coupling == JC_MAXIMAL && !j->greedy && held
+                  ? jd_redraw_maximal(j, *x, q, j->q_new)
+                  : jd_draw(j, pos, j->q_new);
 #ifdef JACOBI_PLANTED_FAULT
   /* tests only: the old draft judged against a distribution it was not drawn from */
-  if (*x >= 0) y = *x;
+  if (held && *x >= 0) y = *x;
 #endif
   *x = y;
   memcpy(q, j->q_new, (size_t)j->V * sizeof(float));
@@ -353,7 +356,7 @@ static int jd_end(vspec_drafter *j, const vspec_round_result *r, char *err, size
         snprintf(err, errlen, "the target's distribution at node %d: status %d", node, rc);
         return rc;
       }
-      jd_update(j, pos);
+      jd_update(j, pos, pos <= j->root_index + j->n_valid);
       last = pos;
     }
     int32_t child = -1;
