@@ -311,8 +311,10 @@ static int lg__same_draw(const vspec_sample_spec *a, const vspec_sample_spec *b)
 }
 
 /* The graph of (bucket k, head kind) for this forward, recorded now if there is none (or its
- * draw differs); NULL when recording failed: the caller then runs the ops eagerly. Two
- * failed recordings turn the session's graphs off (a device that cannot record them). */
+ * draw differs); NULL when recording failed: the caller then runs the ops eagerly. A device
+ * that could not record an op (VSPEC_ENOTSUP and the like) turns the session's graphs off at
+ * its second failure; VSPEC_EBUSY (the recording met a scratch growth or a weight conversion,
+ * which the eager run then does) is tried again, up to once per graph and a few. */
 static vspec_graph *lg__graph_get(vspec_session *s, int k, int head, const lg_seg *seg,
                                   const lg_idx *idx) {
   lg_graph *gr = &s->graph[k][head];
@@ -328,7 +330,9 @@ static vspec_graph *lg__graph_get(vspec_session *s, int k, int head, const lg_se
   }
   if (rc != VSPEC_OK) {
     gr->graph = NULL;
-    if (++s->graph_failures >= 2) s->graphs = LG_GRAPHS_OFF;
+    if (rc == VSPEC_EBUSY ? ++s->graph_busy > LG_GRAPH_BUCKETS * LG_GRAPH_HEADS + 4
+                          : ++s->graph_failures >= 2)
+      s->graphs = LG_GRAPHS_OFF;
     return NULL;
   }
   gr->draw = idx->spec;

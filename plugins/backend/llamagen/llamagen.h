@@ -135,10 +135,11 @@ struct vspec_session {
   /* lg_forward_multi's workspace when this session led a batch (grown on demand) */
   lg_work multi;
   /* ABI 1.5: LG_GRAPHS_* for this session (OFF where the device lacks fused ops or graphs),
-   * its graphs by (bucket, head kind), and failed recordings so far (two turn graphs off) */
+   * its graphs by (bucket, head kind), and failed recordings so far (gpt_forward.c,
+   * lg__graph_get: those that would have had to allocate or wait count apart) */
   int graphs;
   lg_graph graph[LG_GRAPH_BUCKETS][LG_GRAPH_HEADS];
-  int graph_failures;
+  int graph_failures, graph_busy;
 };
 
 /* gpt.c: weights and sessions */
