@@ -21,7 +21,12 @@
 
 static inline vs_dev_head *vs__head(vspec_dev *dev) { return (vs_dev_head *)(void *)dev; }
 static inline const vspec_ops *vs__own(vspec_dev *dev) { return vs__head(dev)->cls->ops; }
-static inline void vs__op(vspec_dev *dev) { vs_dev_count(&vs__head(dev)->counters.ops, 1); }
+/* An op recorded into a graph is not issued: it counts when the graph is launched, as the
+ * launch (one op, however many it holds). */
+static inline void vs__op(vspec_dev *dev) {
+  vs_dev_head *h = vs__head(dev);
+  vs_dev_count(h->recording ? &h->counters.recorded : &h->counters.ops, 1);
+}
 
 static int c_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
   vs__op(dev);
@@ -200,6 +205,25 @@ static void c_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sam
   vs__own(dev)->sample_tokens(dev, logits, spec, tokens);
 }
 
+/* ABI 1.5 graphs: begin and end mark the head as recording (not work themselves); a launch
+ * is one op and one launch. graph_free is memory management: not wrapped. */
+static int c_graph_begin(vspec_dev *dev) {
+  int rc = vs__own(dev)->graph_begin(dev);
+  if (rc == VSPEC_OK) vs__head(dev)->recording = 1;
+  return rc;
+}
+
+static int c_graph_end(vspec_dev *dev, vspec_graph **graph) {
+  vs__head(dev)->recording = 0;
+  return vs__own(dev)->graph_end(dev, graph);
+}
+
+static int c_graph_launch(vspec_dev *dev, vspec_graph *graph) {
+  vs__op(dev);
+  vs_dev_count(&vs__head(dev)->counters.launches, 1);
+  return vs__own(dev)->graph_launch(dev, graph);
+}
+
 /* The counting copy of `own`: every op the device has, counted; the rest as it is. An op the
  * device lacks stays NULL (the copy, then no wrapper): callers test for NULL to fall back to
  * other ops (vspec_has_fused_ops), and a wrapper would call through NULL. A table member
@@ -239,6 +263,9 @@ static void vs__build(vspec_ops *t, const vspec_ops *own) {
   VS__WRAP(norm_qkv_rope);
   VS__WRAP(tree_attention);
   VS__WRAP(sample_tokens);
+  VS__WRAP(graph_begin);
+  VS__WRAP(graph_end);
+  VS__WRAP(graph_launch);
 #undef VS__WRAP
 }
 
@@ -279,6 +306,8 @@ int vs_dev_counters_get(const vspec_dev *dev, vs_dev_counters *out) {
   out->downloads = __atomic_load_n(&c->downloads, __ATOMIC_RELAXED);
   out->download_bytes = __atomic_load_n(&c->download_bytes, __ATOMIC_RELAXED);
   out->syncs = __atomic_load_n(&c->syncs, __ATOMIC_RELAXED);
+  out->launches = __atomic_load_n(&c->launches, __ATOMIC_RELAXED);
+  out->recorded = __atomic_load_n(&c->recorded, __ATOMIC_RELAXED);
   return VSPEC_OK;
 }
 
@@ -289,4 +318,6 @@ void vs_dev_counters_sub(vs_dev_counters *a, const vs_dev_counters *b) {
   a->downloads -= b->downloads;
   a->download_bytes -= b->download_bytes;
   a->syncs -= b->syncs;
+  a->launches -= b->launches;
+  a->recorded -= b->recorded;
 }

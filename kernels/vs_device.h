@@ -48,7 +48,7 @@ typedef struct vs_device_info {
   int precision;       /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
 } vs_device_info;
 
-#define VS_DEVICE_CLASS_VERSION 2 /* 2: vs_dev_head holds the counters */
+#define VS_DEVICE_CLASS_VERSION 3 /* 2: vs_dev_head holds the counters; 3: and graphs' */
 #define VS_CUDA_CLASS_SYMBOL "vs_cuda_device_class"
 
 typedef struct vs_device_class {
@@ -85,6 +85,9 @@ typedef struct vs_dev_counters {
   uint64_t uploads, upload_bytes;     /* host -> device: the upload op, and inside ops */
   uint64_t downloads, download_bytes; /* device -> host */
   uint64_t syncs;          /* waits until the device's queued work is done (0 on the CPU) */
+  uint64_t launches;       /* graph launches (ABI 1.5), each also one of `ops` */
+  uint64_t recorded;       /* ops called while a graph was recorded: recorded, not issued,
+                              so not in `ops` */
 } vs_dev_counters;
 
 /* The first member of every device context. */
@@ -93,6 +96,7 @@ typedef struct vs_dev_head {
   const vs_device_class *cls; /* cls->ops: the device's own table */
   int index;
   vs_dev_counters counters;
+  int recording; /* between graph_begin and graph_end (the counting table's graph ops) */
 } vs_dev_head;
 
 /* Adds n to a counter of the head (any thread). */

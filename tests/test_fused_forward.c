@@ -73,7 +73,9 @@ static void pair_load_backend(pair *p, const char *backend, const char *path, co
 }
 
 static void pair_load(pair *p, const char *gpt) {
-  pair_load_backend(p, "llamagen", gpt, "max_nodes=64");
+  /* graphs off: the fused ops issued one by one (a GPU's default records graphs, which
+   * tests/test_graph_replay.c checks) */
+  pair_load_backend(p, "llamagen", gpt, "max_nodes=64,graphs=off");
 }
 
 static void pair_open(pair *p, const vspec_session_config *cfg) {

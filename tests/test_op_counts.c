@@ -17,6 +17,9 @@
  *   those bytes) and one download
  *   (the logits). Before the fused ops a forward issued (12 + 3 x rows) per layer plus 2 per
  *   node and row plus 2, with no upload; nothing may raise it unnoticed.
+ * - Under graphs (ABI 1.5, llamagen graphs=on): a step issues one upload, one graph launch
+ *   (one op) and one download, however many layers; the first forward of a node-count bucket
+ *   records the budget above (counted as recorded, not issued) and launches it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,6 +44,7 @@ static const size_t uncounted[] = {
     offsetof(vspec_ops, upload),       offsetof(vspec_ops, download),
     offsetof(vspec_ops, reserve_scratch), offsetof(vspec_ops, rope2d_table),
     offsetof(vspec_ops, weight_format), offsetof(vspec_ops, alloc_uninit),
+    offsetof(vspec_ops, graph_free),
 };
 
 static void test_table_wraps_every_op(void **state) {
@@ -201,6 +205,70 @@ static void test_budget_random(void **state) {
   }
 }
 
+/* One upload, one launch, one download a step under graphs (see the top of this file): the
+ * micro model (2 layers) and a random GPT of 3, at 1, 2 and 16 nodes (each a bucket of its
+ * own: no padding in the bytes) and 1 and 2 CFG rows, twice per session (the first
+ * records). */
+static void check_graph_steps(world *w, const char *path, int layers) {
+  static const int nodes[] = {1, 2, 16};
+  char err[VSPEC_ERRLEN];
+  vs_backend_model bm = {0};
+  if (vs_backend_model_load(w->reg, &w->host, w->dev, "llamagen", path,
+                            "max_nodes=16,graphs=on", &bm, err, sizeof err))
+    fail_msg("%s", err);
+  int V = bm.info.vocab;
+  float *logits = malloc(sizeof(float) * 16 * 2 * (size_t)V);
+  int32_t tok[16] = {0}, par[16];
+  for (int i = 0; i < 16; i++) par[i] = i - 1;
+  for (int rows = 1; rows <= 2; rows++) {
+    vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 1, .rows = rows,
+                                .max_nodes = 16};
+    vspec_session *s;
+    if (bm.vt->session_open(bm.model, w->dev, &cfg, &s, err, sizeof err) ||
+        bm.vt->prefill(s, &(vspec_forward_out){.struct_size = sizeof(vspec_forward_out)}, err,
+                       sizeof err))
+      fail_msg("%s", err);
+    for (int i = 0; i < 3; i++)
+      for (int again = 0; again < 2; again++) {
+        vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nodes[i], .tokens = tok,
+                                 .parents = par};
+        vspec_forward_out o = {.struct_size = sizeof o, .logits = logits};
+        vs_dev_counters c0, c;
+        vs_dev_counters_get(w->dev, &c0);
+        if (bm.vt->forward(s, &b, &o, err, sizeof err)) fail_msg("%s", err);
+        vs_dev_counters_get(w->dev, &c);
+        vs_dev_counters_sub(&c, &c0);
+        printf("  %s, %d node(s), %d row(s), %s: %llu op(s), %llu launch(es), %llu recorded\n",
+               path, nodes[i], rows, again ? "replayed" : "recorded",
+               (unsigned long long)c.ops, (unsigned long long)c.launches,
+               (unsigned long long)c.recorded);
+        assert_int_equal(c.ops, 1);
+        assert_int_equal(c.launches, 1);
+        assert_int_equal(c.recorded, again ? 0 : budget(layers));
+        assert_int_equal(c.uploads, 1);
+        assert_int_equal(c.upload_bytes,
+                         (uint64_t)((3 * rows + 2) * nodes[i] + 2) * sizeof(int32_t));
+        assert_int_equal(c.downloads, 1);
+        assert_int_equal(c.download_bytes, (uint64_t)nodes[i] * rows * V * sizeof(float));
+        assert_int_equal(c.syncs, 0);
+      }
+    bm.vt->session_close(s);
+  }
+  free(logits);
+  vs_backend_model_unload(&bm);
+}
+
+static void test_budget_graphs(void **state) {
+  world *w = *state;
+  char err[VSPEC_ERRLEN], path[300];
+  check_graph_steps(w, "tests/golden/micro_c2i/gpt.safetensors", 2);
+  snprintf(path, sizeof path, "%s/random-graphs.safetensors", w->fx.dir);
+  if (vs_bench_write_random_gpt(path, 3, 64, 4, 4, 64, 8, 10, 1, err, sizeof err))
+    fail_msg("%s", err);
+  check_graph_steps(w, path, 3);
+  unlink(path);
+}
+
 /* vspecd's status reports, per model, what a step and a 16-node verify issue: the figures
  * counted here in-process for the same model, with the model's default CFG rows. */
 static void test_status_reports_costs(void **state) {
@@ -246,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_counts),
       cmocka_unit_test_setup_teardown(test_budget_micro, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_random, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_budget_graphs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_status_reports_costs, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -31,6 +31,7 @@ extern "C" {
 #endif
 
 typedef struct vspec_dev vspec_dev; /* device context, owned by the host */
+typedef struct vspec_graph vspec_graph; /* ABI 1.5: a recorded sequence of ops (graph_end) */
 
 typedef enum vspec_device_kind {
   VSPEC_DEVICE_CPU = 1,
@@ -263,6 +264,35 @@ typedef struct vspec_ops {
    * instead of n x rows x vocab logits. */
   void (*sample_tokens)(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
                         int32_t *tokens);
+  /* ---- ABI 1.5: graphs ------------------------------------------------------------------ */
+  /* A recorded sequence of ops replayed with one call: on a GPU one graph launch instead of
+   * a launch per kernel (CUDA graphs: cudaStreamBeginCapture .. cudaGraphLaunch). The
+   * semantics are CUDA's on every device: between graph_begin and graph_end the ops called on
+   * `dev` are recorded, NOT executed; graph_launch executes them, with the arguments they
+   * were recorded with. Pointers are kept, never what they point to: a replay reads device
+   * memory as it is when it runs, so whatever changes from one replay to the next must be
+   * device memory written before the launch (one upload), never an argument by value, a
+   * host array or a struct's field (vspec_kv_tree_view.lens, not a count in the struct).
+   * The structs passed by pointer (vspec_kv_cache, vspec_kv_tree_view, vspec_sample_spec)
+   * are copied when recorded. Transfers (upload, download), copies and memory management
+   * do not belong in a graph: make them before graph_begin or after graph_launch. A device
+   * may refuse to record some op (the CPU records the fused ops of ABI 1.4 and `linear`,
+   * what a fused forward issues): the op is then neither recorded nor run and graph_end
+   * fails, so the caller runs the same ops again without a graph. NULL on a device without
+   * graphs (vspec_has_graphs). A graph belongs to the device context that recorded it and is
+   * launched there only; launches of one graph on one context run in order. */
+  /* Starts recording on dev. VSPEC_EBUSY while a recording is open on it. */
+  int (*graph_begin)(vspec_dev *dev);
+  /* Stops recording; on success *graph is the new graph (free it with graph_free). A
+   * negative status (*graph NULL) when the recording failed: an op the device cannot record
+   * (VSPEC_ENOTSUP), one that would have had to allocate or wait (VSPEC_EBUSY), no recording
+   * open (VSPEC_EINVAL). Either way dev is no longer recording. */
+  int (*graph_end)(vspec_dev *dev, vspec_graph **graph);
+  /* Runs a graph's ops on dev, asynchronously on a GPU like any op. VSPEC_ENOENT for a NULL
+   * graph (none recorded for this shape yet), VSPEC_EBUSY while recording. */
+  int (*graph_launch)(vspec_dev *dev, vspec_graph *graph);
+  /* Frees a graph (NULL: nothing); its launches may still be queued on a GPU. */
+  void (*graph_free)(vspec_dev *dev, vspec_graph *graph);
 } vspec_ops;
 
 /* Formats for weight_format. */
@@ -284,6 +314,12 @@ static inline int vspec_has_fused_ops(const vspec_ops *ops) {
   return VSPEC_HAS_FIELD(ops, vspec_ops, tree_attention) && ops->gather_rows &&
          ops->rmsnorm_rows && ops->linear_add && ops->norm_swiglu && ops->norm_qkv_rope &&
          ops->tree_attention;
+}
+
+/* Whether a device (and the host's table) records and replays graphs (ABI 1.5). */
+static inline int vspec_has_graphs(const vspec_ops *ops) {
+  return VSPEC_HAS_FIELD(ops, vspec_ops, graph_free) && ops->graph_begin && ops->graph_end &&
+         ops->graph_launch && ops->graph_free;
 }
 
 #ifdef __cplusplus

@@ -344,6 +344,7 @@ static void scores(vspec_dev *dev, const float *q, int q_stride, int nc, const f
 void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int n_heads,
                       int n_kv_heads, int head_dim, const float *k, const float *v,
                       int slot_stride, int n_kv, const uint8_t *mask, float *out) {
+  VS_CPU_UNRECORDED(dev, "attention");
   if (n_q <= 0 || n_heads <= 0 || head_dim <= 0) return;
   size_t out_stride = (size_t)n_heads * head_dim;
   if (n_kv <= 0) { /* nothing to attend to: every row is "fully masked" */

@@ -54,6 +54,7 @@ static void im2col_band(const float *x, int cin, int h, int w, int kh, int kw, i
 void vs_cpu_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,
                    const float *bias, int cout, int kh, int kw, int stride, int pad_top,
                    int pad_left, int pad_bottom, int pad_right, float *y) {
+  VS_CPU_UNRECORDED(dev, "conv2d");
   if (cout <= 0 || stride <= 0 || kh <= 0 || kw <= 0) return;
   int ho_span = h + pad_top + pad_bottom - kh, wo_span = w + pad_left + pad_right - kw;
   if (ho_span < 0 || wo_span < 0) return;
@@ -95,6 +96,7 @@ void vs_cpu_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const 
 
 void vs_cpu_upsample_nearest2x(vspec_dev *dev, const float *x, int channels, int h, int w,
                                float *y) {
+  VS_CPU_UNRECORDED(dev, "upsample_nearest2x");
   size_t w2 = (size_t)w * 2;
   for (int c = 0; c < channels; c++) {
     const float *xc = x + (size_t)c * h * w;

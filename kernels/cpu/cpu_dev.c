@@ -64,12 +64,18 @@ static void *tracked_alloc(size_t bytes, int fill) {
   return p;
 }
 
-void *vs_cpu_alloc(vspec_dev *dev, size_t bytes) { return tracked_alloc(bytes, 0); }
+/* Memory management is no stream op (not recorded): it runs, and fails a recording open on
+ * dev, as allocating inside a CUDA graph capture would. */
+void *vs_cpu_alloc(vspec_dev *dev, size_t bytes) {
+  if (vs_cpu_recording(dev)) vs_cpu_graph_refuse(dev, "alloc");
+  return tracked_alloc(bytes, 0);
+}
 
 /* The sanitizer build (make test runs every test in it) fills these blocks with 0xff bytes,
  * a NaN in every float: a read of a place nothing wrote first then spreads NaN into the
  * outputs the golden and statistical tests compare, instead of passing on zeros. */
 void *vs_cpu_alloc_uninit(vspec_dev *dev, size_t bytes) {
+  if (vs_cpu_recording(dev)) vs_cpu_graph_refuse(dev, "alloc_uninit");
 #ifdef VSPEC_SANITIZED
   return tracked_alloc(bytes, 0xff);
 #else
@@ -78,12 +84,14 @@ void *vs_cpu_alloc_uninit(vspec_dev *dev, size_t bytes) {
 }
 
 void vs_cpu_free(vspec_dev *dev, void *ptr) {
+  if (vs_cpu_recording(dev)) vs_cpu_graph_refuse(dev, "free");
   if (!ptr) return;
   vs_cpu_weights_untrack(ptr);
   free(ptr);
 }
 
 int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes) {
+  VS_CPU_UNRECORDED_RC(dev, "upload", VSPEC_ENOTSUP);
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src_host) return VSPEC_EINVAL;
   vs_dev_count_transfer(dev, 0, bytes); /* a memcpy here; a bus transfer on a GPU */
@@ -92,6 +100,7 @@ int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes)
 }
 
 int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes) {
+  VS_CPU_UNRECORDED_RC(dev, "download", VSPEC_ENOTSUP);
   if (bytes == 0) return VSPEC_OK;
   if (!dst_host || !src) return VSPEC_EINVAL;
   vs_dev_count_transfer(dev, 1, bytes);
@@ -100,6 +109,7 @@ int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t byte
 }
 
 int vs_cpu_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
+  VS_CPU_UNRECORDED_RC(dev, "copy", VSPEC_ENOTSUP);
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src) return VSPEC_EINVAL;
   memmove(dst, src, bytes);
@@ -108,6 +118,7 @@ int vs_cpu_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
 
 int vs_cpu_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
                   size_t src_a, size_t src_b, size_t width, int na, int nb) {
+  VS_CPU_UNRECORDED_RC(dev, "copy3d", VSPEC_ENOTSUP);
   if (width == 0 || na <= 0 || nb <= 0) return VSPEC_OK;
   if (!dst || !src) return VSPEC_EINVAL;
   for (int a = 0; a < na; a++)
@@ -118,6 +129,7 @@ int vs_cpu_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const v
 }
 
 int vs_cpu_reserve_scratch(vspec_dev *dev, size_t bytes) {
+  if (vs_cpu_recording(dev)) vs_cpu_graph_refuse(dev, "reserve_scratch");
   if (!dev) return VSPEC_EINVAL;
   if (bytes <= dev->scratch_bytes) return VSPEC_OK;
   /* Scratch never carries data from one op to the next, so no copy: free first, which
@@ -233,6 +245,10 @@ static int cpu_open(const vs_device_options *opt, vspec_dev **out, char *err, si
 
 static void cpu_close(vspec_dev *dev) {
   if (!dev) return;
+  if (dev->rec) { /* a recording left open: end it, dropping what it recorded */
+    vspec_graph *g;
+    if (vs_cpu_graph_end(dev, &g) == VSPEC_OK) vs_cpu_graph_free(dev, g);
+  }
   vs_pool_destroy(dev->pool);
   free(dev->scratch);
   free(dev->fused);

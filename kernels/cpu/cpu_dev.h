@@ -35,6 +35,8 @@ struct vspec_dev {
   size_t scratch_bytes;
   void *fused;          /* the fused ops' temporaries (vs_fused_scratch), VS_CPU_ALIGN-aligned */
   size_t fused_bytes;
+  struct vs_cpu_graph *rec; /* the graph being recorded (ABI 1.5, cpu_graph.c), or NULL */
+  int rec_status;           /* VSPEC_OK, or why the recording failed */
 };
 
 /* Returns the scratch base with at least `bytes` available. Ops size their tiles from
@@ -140,6 +142,52 @@ void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cach
                            const vspec_kv_tree_view *tree, float *out);
 void vs_cpu_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
                           int32_t *tokens);
+
+/* cpu_graph.c: ABI 1.5 graphs by recording (the ops a fused forward issues), and the rest
+ * of the table refusing to be recorded */
+int vs_cpu_graph_begin(vspec_dev *dev);
+int vs_cpu_graph_end(vspec_dev *dev, vspec_graph **graph);
+int vs_cpu_graph_launch(vspec_dev *dev, vspec_graph *graph);
+void vs_cpu_graph_free(vspec_dev *dev, vspec_graph *graph);
+/* Nonzero while dev records; then an op that is not recorded calls vs_cpu_graph_refuse,
+ * which fails the recording (VSPEC_ENOTSUP, the op's name logged once). */
+static inline int vs_cpu_recording(const vspec_dev *dev) { return dev && dev->rec; }
+void vs_cpu_graph_refuse(vspec_dev *dev, const char *op);
+/* First statement of every op that is not recorded: while recording it is neither recorded
+ * nor run (as a CUDA capture that met a host copy), and the recording fails. */
+#define VS_CPU_UNRECORDED(dev, name)                                                           \
+  do {                                                                                         \
+    if (vs_cpu_recording(dev)) {                                                               \
+      vs_cpu_graph_refuse((dev), (name));                                                      \
+      return;                                                                                  \
+    }                                                                                          \
+  } while (0)
+#define VS_CPU_UNRECORDED_RC(dev, name, rc)                                                    \
+  do {                                                                                         \
+    if (vs_cpu_recording(dev)) {                                                               \
+      vs_cpu_graph_refuse((dev), (name));                                                      \
+      return (rc);                                                                             \
+    }                                                                                          \
+  } while (0)
+/* The table's entries for the recordable ops: record while recording, else run. */
+void vs_cpu_rec_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
+                       int n_out, const float *bias, float *y);
+void vs_cpu_rec_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, int n,
+                            int dim, float *dst);
+void vs_cpu_rec_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
+                             const float *w, float eps, float *y);
+void vs_cpu_rec_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
+                           int n_out, float *y);
+void vs_cpu_rec_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
+                            float eps, const float *w1, const float *w3, int hidden, float *y);
+void vs_cpu_rec_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim,
+                              const float *norm_w, float eps, const float *wqkv,
+                              const int32_t *pos, const float *rope_table,
+                              const vspec_kv_cache *kv, const int32_t *slots, float *qkv);
+void vs_cpu_rec_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
+                               const vspec_kv_tree_view *tree, float *out);
+void vs_cpu_rec_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                              int32_t *tokens);
 
 /* cpu_conv.c */
 void vs_cpu_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,

@@ -51,23 +51,28 @@ static size_t swiglu_vector(const vspec_dev *dev, const float *g, const float *u
 }
 
 void vs_cpu_silu(vspec_dev *dev, float *x, size_t n) {
+  VS_CPU_UNRECORDED(dev, "silu");
   for (size_t i = swiglu_vector(dev, x, NULL, n, x); i < n; i++) x[i] = vs_silu(x[i]);
 }
 
 /* LlamaGen gpt.py FeedForward: w2 (silu(w1 f) * (w3 f)); gate = w1 f, up = w3 f */
 void vs_cpu_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y) {
+  VS_CPU_UNRECORDED(dev, "swiglu");
   for (size_t i = swiglu_vector(dev, gate, up, n, y); i < n; i++) y[i] = vs_swiglu(gate[i], up[i]);
 }
 
 void vs_cpu_gelu_tanh(vspec_dev *dev, float *x, size_t n) {
+  VS_CPU_UNRECORDED(dev, "gelu_tanh");
   for (size_t i = 0; i < n; i++) x[i] = vs_gelu_tanh(x[i]);
 }
 
 void vs_cpu_gelu(vspec_dev *dev, float *x, size_t n) {
+  VS_CPU_UNRECORDED(dev, "gelu");
   for (size_t i = 0; i < n; i++) x[i] = vs_gelu_erf(x[i]);
 }
 
 void vs_cpu_mul(vspec_dev *dev, float *y, const float *x, size_t n) {
+  VS_CPU_UNRECORDED(dev, "mul");
   for (size_t i = 0; i < n; i++) y[i] *= x[i];
 }
 
@@ -90,6 +95,7 @@ __attribute__((target("avx2"))) static size_t add_256(float *y, const float *x, 
 #endif
 
 void vs_cpu_add(vspec_dev *dev, float *y, const float *x, size_t n) {
+  VS_CPU_UNRECORDED(dev, "add");
   size_t i = 0;
 #if VS_EXP_SIMD
   if (dev->isa >= VS_ISA_AVX512) i = add_512(y, x, n);
@@ -102,5 +108,6 @@ void vs_cpu_add(vspec_dev *dev, float *y, const float *x, size_t n) {
  * read before out[i] is written, so out may alias either. */
 void vs_cpu_cfg_combine(vspec_dev *dev, const float *cond, const float *uncond, size_t n,
                         float scale, float *out) {
+  VS_CPU_UNRECORDED(dev, "cfg_combine");
   vs_host_cfg_combine(cond, uncond, n, scale, out);
 }

@@ -140,10 +140,12 @@ static void vs__gemm_split(vspec_dev *dev, int nth, int trans_a, int trans_b, in
 
 void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+  VS_CPU_UNRECORDED(dev, "gemm");
   vs_sgemm(dev, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int vs_cpu_weight_format(vspec_dev *dev, const float *w, int n_out, int n_in, int format) {
+  if (vs_cpu_recording(dev)) vs_cpu_graph_refuse(dev, "weight_format"); /* runs */
   if (!dev || !w || (format != VSPEC_WEIGHTS_INT8 && format != VSPEC_WEIGHTS_DEFAULT))
     return VSPEC_EINVAL;
   int rc = vs_cpu_weights_request_int8(w, n_out, n_in, format == VSPEC_WEIGHTS_INT8 ? 1 : -1);

@@ -95,6 +95,7 @@ __attribute__((target("avx2"))) static void rms_row_256(const float *x, const fl
 
 void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
                     float *y) {
+  VS_CPU_UNRECORDED(dev, "rmsnorm");
   if (dim <= 0) return;
   void (*row)(const float *, const float *, int, float, float *) = rms_row_scalar;
 #if VS_NORM_SIMD
@@ -106,6 +107,7 @@ void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, in
 
 void vs_cpu_layernorm(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
                       int dim, float eps, float *y) {
+  VS_CPU_UNRECORDED(dev, "layernorm");
   if (dim <= 0) return;
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * dim;
@@ -127,6 +129,7 @@ void vs_cpu_layernorm(vspec_dev *dev, const float *x, const float *w, const floa
  * count that is not a multiple of `groups` is a caller error; PyTorch rejects it. */
 void vs_cpu_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups, float eps,
                       const float *gamma, const float *beta, float *y) {
+  VS_CPU_UNRECORDED(dev, "groupnorm");
   if (groups <= 0 || channels <= 0 || hw <= 0) return;
   int cpg = channels / groups;
   size_t count = (size_t)cpg * hw;

@@ -1,5 +1,6 @@
 /*
- * kernels/cpu/cpu_ops.c - the CPU ops table.
+ * kernels/cpu/cpu_ops.c - the CPU ops table. The ops a fused forward issues go through
+ * cpu_graph.c's entries, which record them while a graph is recorded (ABI 1.5).
  */
 #include "kernels/cpu/cpu_dev.h"
 
@@ -16,7 +17,7 @@ static const vspec_ops cpu_ops = {
     .reserve_scratch = vs_cpu_reserve_scratch,
 
     .gemm = vs_cpu_gemm,
-    .linear = vs_cpu_linear,
+    .linear = vs_cpu_rec_linear, /* recordable (cpu_graph.c): a forward's head */
 
     .rmsnorm = vs_cpu_rmsnorm,
     .groupnorm = vs_cpu_groupnorm,
@@ -47,13 +48,18 @@ static const vspec_ops cpu_ops = {
     .weight_format = vs_cpu_weight_format,
     .alloc_uninit = vs_cpu_alloc_uninit,
 
-    .gather_rows = vs_cpu_gather_rows,
-    .rmsnorm_rows = vs_cpu_rmsnorm_rows,
-    .linear_add = vs_cpu_linear_add,
-    .norm_swiglu = vs_cpu_norm_swiglu,
-    .norm_qkv_rope = vs_cpu_norm_qkv_rope,
-    .tree_attention = vs_cpu_tree_attention,
-    .sample_tokens = vs_cpu_sample_tokens,
+    .gather_rows = vs_cpu_rec_gather_rows,
+    .rmsnorm_rows = vs_cpu_rec_rmsnorm_rows,
+    .linear_add = vs_cpu_rec_linear_add,
+    .norm_swiglu = vs_cpu_rec_norm_swiglu,
+    .norm_qkv_rope = vs_cpu_rec_norm_qkv_rope,
+    .tree_attention = vs_cpu_rec_tree_attention,
+    .sample_tokens = vs_cpu_rec_sample_tokens,
+
+    .graph_begin = vs_cpu_graph_begin,
+    .graph_end = vs_cpu_graph_end,
+    .graph_launch = vs_cpu_graph_launch,
+    .graph_free = vs_cpu_graph_free,
 };
 
 const vspec_ops *vs_cpu_ops(void) { return &cpu_ops; }

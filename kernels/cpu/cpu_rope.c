@@ -58,6 +58,7 @@ __attribute__((target("avx2"))) static int rotate_256(float *x, const float *t, 
 
 void vs_cpu_rope_apply(vspec_dev *dev, float *x, int rows, int row_stride, int n_heads,
                        int head_dim, const int32_t *pos, const float *table) {
+  VS_CPU_UNRECORDED(dev, "rope_apply");
   int half = head_dim / 2;
   for (int r = 0; r < rows; r++) {
     const float *t = table + (size_t)pos[r] * half * 2;

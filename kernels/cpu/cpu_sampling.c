@@ -6,16 +6,24 @@
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/host/host_math.h"
 
-void vs_cpu_softmax(vspec_dev *dev, float *x, int rows, int n) { vs_host_softmax(x, rows, n); }
+void vs_cpu_softmax(vspec_dev *dev, float *x, int rows, int n) {
+  VS_CPU_UNRECORDED(dev, "softmax");
+  vs_host_softmax(x, rows, n);
+}
 
 void vs_cpu_log_softmax(vspec_dev *dev, float *x, int rows, int n) {
+  VS_CPU_UNRECORDED(dev, "log_softmax");
   vs_host_log_softmax(x, rows, n);
 }
 
-int vs_cpu_argmax(vspec_dev *dev, const float *x, int n) { return vs_host_argmax(x, n); }
+int vs_cpu_argmax(vspec_dev *dev, const float *x, int n) {
+  VS_CPU_UNRECORDED_RC(dev, "argmax", -1);
+  return vs_host_argmax(x, n);
+}
 
 int vs_cpu_logits_to_probs(vspec_dev *dev, const float *logits, int n, float temperature,
                            int top_k, float top_p, float *probs) {
+  VS_CPU_UNRECORDED_RC(dev, "logits_to_probs", 0);
   /* Only top-k and top-p need the work space; the scratch arena is not touched otherwise. */
   void *work = NULL;
   if (n > 0 && ((top_k > 0 && top_k < n) || top_p < 1.0f))
@@ -24,6 +32,7 @@ int vs_cpu_logits_to_probs(vspec_dev *dev, const float *logits, int n, float tem
 }
 
 int vs_cpu_sample(vspec_dev *dev, const float *probs, int n, double u) {
+  VS_CPU_UNRECORDED_RC(dev, "sample", -1);
   return vs_host_sample(probs, n, u);
 }
 

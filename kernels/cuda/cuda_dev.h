@@ -87,6 +87,13 @@ typedef struct vs_cuda_dev {
   int failed;
   int fail_status;
   char error[VSPEC_ERRLEN];
+  /* ABI 1.5 (cuda_graph.cu): a stream capture is open on `stream`, and the first reason it
+   * cannot make a graph (VSPEC_OK while none). While capturing, what would allocate, wait or
+   * copy from the host is refused and a failure fails the capture, not the context: the
+   * caller runs the same ops again eagerly, which reports a real fault for good. */
+  int capturing;
+  int capture_status;
+  char capture_error[VSPEC_ERRLEN];
   /* The last allocation that failed for want of memory (not sticky: the caller gets NULL,
    * reports it, and the context serves the next job). */
   char alloc_error[VSPEC_ERRLEN];
@@ -114,9 +121,15 @@ static inline int vs_cuda_enter(vs_cuda_dev *d) {
   return vs_cuda_check_rt(d, cudaSetDevice(d->head.index), "cudaSetDevice");
 }
 
+/* While a capture is open: fails it with `status` (the first reason kept) and returns 1, so
+ * that the caller skips what a capture cannot hold (an allocation, a wait, a copy from
+ * pageable host memory); 0 when no capture is open. */
+int vs_cuda_refuse_in_capture(vs_cuda_dev *d, int status, const char *what);
+
 /* Waits for the context's stream, counted (vs_dev_counters.syncs): what a forward costs in
  * waits is reported whatever op waits. 1 when it went well. */
 static inline int vs_cuda_wait(vs_cuda_dev *d, const char *what) {
+  if (vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, what)) return 0;
   vs_dev_count(&d->head.counters.syncs, 1);
   return vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), what);
 }
@@ -239,6 +252,12 @@ int vs__cuda_to_bf16(vs_cuda_dev *d, uint16_t *dst, const float *src, size_t n);
 /* The bf16 copy of weight w [n_out, n_in] where this context multiplies in bf16, else NULL
  * (fp32 precision, or not a weight allocation: the fp32 path). */
 const uint16_t *vs__cuda_bf16_weight(vs_cuda_dev *d, const float *w, int n_out, int n_in);
+
+/* ABI 1.5 graphs: stream capture on the context's stream (cuda_graph.cu). */
+int vs_cuda_graph_begin(vspec_dev *dev);
+int vs_cuda_graph_end(vspec_dev *dev, vspec_graph **graph);
+int vs_cuda_graph_launch(vspec_dev *dev, vspec_graph *graph);
+void vs_cuda_graph_free(vspec_dev *dev, vspec_graph *graph);
 
 const vspec_ops *vs_cuda_ops(void);
 

@@ -74,6 +74,16 @@ size_t vs_cuda_gpu_bytes_in_use(vs_cuda_gpu *g) {
 
 void vs_cuda_fail(vs_cuda_dev *d, int status, const char *fmt, ...) {
   if (d->failed) return;
+  if (d->capturing) { /* fails the capture only: the eager run after it meets it for good */
+    if (d->capture_status == VSPEC_OK) {
+      d->capture_status = status ? status : VSPEC_EDEVICE;
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(d->capture_error, sizeof d->capture_error, fmt, ap);
+      va_end(ap);
+    }
+    return;
+  }
   d->failed = 1;
   d->fail_status = status;
   va_list ap;
@@ -111,6 +121,7 @@ int vs_cuda_check_blas(vs_cuda_dev *d, cublasStatus_t s, const char *what) {
 static void *vs__alloc(vs_cuda_dev *d, size_t bytes, int zero) {
   vs_cuda_gpu *g = d->gpu;
   size_t n = bytes ? bytes : 1;
+  if (vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, "alloc")) return nullptr;
   if (!vs_cuda_enter(d)) return nullptr;
   {
     std::lock_guard<std::mutex> l(g->lock);
@@ -162,6 +173,9 @@ void vs_cuda_free(vspec_dev *dev, void *ptr) {
   vs_cuda_dev *d = vs_cuda(dev);
   vs_cuda_gpu *g = d->gpu;
   uint16_t *bf16 = nullptr;
+  /* cudaFree waits for the whole GPU, which a capture cannot hold: it fails the capture (and
+   * runs, so that the memory is not lost) */
+  (void)vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, "free");
   (void)vs_cuda_enter(d); /* cudaFree below either way: the table entry goes */
   {
     std::lock_guard<std::mutex> l(g->lock);
@@ -188,6 +202,9 @@ int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes
   vs_cuda_dev *d = vs_cuda(dev);
   if (bytes == 0) return VSPEC_OK;
   if (!dst || !src_host) return VSPEC_EINVAL;
+  /* A captured copy would replay the staging buffer's later contents: uploads come before a
+   * graph's launch (ops.h, graph_begin). */
+  if (vs_cuda_refuse_in_capture(d, VSPEC_ENOTSUP, "upload")) return VSPEC_ENOTSUP;
   if (!vs_cuda_enter(d)) return d->fail_status;
   vs_dev_count_transfer(dev, 0, bytes); /* one upload of `bytes`, whichever path */
   /* Small: through the page-locked staging buffer, so that the copy is a DMA on the stream
@@ -210,6 +227,7 @@ int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t byt
   vs_cuda_dev *d = vs_cuda(dev);
   if (bytes == 0) return VSPEC_OK;
   if (!dst_host || !src) return VSPEC_EINVAL;
+  if (vs_cuda_refuse_in_capture(d, VSPEC_ENOTSUP, "download")) return VSPEC_ENOTSUP;
   /* A context that has failed hands back nothing it computed after the failure. */
   if (d->failed) return d->fail_status;
   if (!vs_cuda_enter(d)) return d->fail_status;
@@ -297,6 +315,8 @@ int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const 
  * fill (its users write before they read), so it costs no memset and no second wait. */
 static int vs__grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
   if (bytes <= *cap) return 1;
+  /* a capture records no allocation: scratch is reserved before (reserve_scratch) */
+  if (vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, "scratch grow")) return 0;
   size_t want = bytes + bytes / 2;
   /* The old buffer may still be read by queued work: wait before freeing it. */
   if (*buf) {
@@ -324,6 +344,8 @@ int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes) {
 static const void *vs__stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void **host_copy,
                              size_t *len, const void *host, size_t bytes) {
   if (bytes == 0) return *dev_buf;
+  /* a host array of the op's call would be baked into the graph (ops.h: device arrays) */
+  if (vs_cuda_refuse_in_capture(d, VSPEC_ENOTSUP, "staged host array")) return nullptr;
   if (*len == bytes && *host_copy && memcmp(*host_copy, host, bytes) == 0) return *dev_buf;
   if (bytes > *cap) {
     free(*host_copy);
@@ -401,6 +423,9 @@ const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count
    * allocation must not read past it (fp32 then). */
   if (it->second.bf16) return it->second.bf16_bytes >= bytes ? it->second.bf16 : nullptr;
   if (g->limit && g->in_use + bytes > g->limit) return nullptr; /* fp32 still works */
+  /* converting allocates and waits: a capture fails here, the eager run converts (weights
+   * are converted at their first eager use: a session's prefill, before any capture) */
+  if (vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, "bf16 weight conversion")) return nullptr;
   uint16_t *copy = nullptr;
   if (cudaMalloc(&copy, bytes) != cudaSuccess) {
     (void)cudaGetLastError();

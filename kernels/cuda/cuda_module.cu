@@ -28,6 +28,11 @@ static void cuda_close(vspec_dev *dev) {
   /* The stream, handle and buffers belong to the context's GPU, which need not be current
    * on the closing thread. */
   if (cudaSetDevice(d->head.index) != cudaSuccess) (void)cudaGetLastError();
+  if (d->capturing) { /* a capture left open (graph_begin without graph_end): drop it */
+    cudaGraph_t g = NULL;
+    if (cudaStreamEndCapture(d->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    d->capturing = 0;
+  }
   if (d->stream) cudaStreamSynchronize(d->stream);
   /* The context's own buffers go back through the allocation table. */
   void *bufs[] = {d->scratch, d->pos_dev, d->mask_dev};

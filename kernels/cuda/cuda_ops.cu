@@ -49,6 +49,10 @@ static vspec_ops vs__cuda_ops_table(void) {
   o.norm_qkv_rope = vs_cuda_norm_qkv_rope;
   o.tree_attention = vs_cuda_tree_attention;
   o.sample_tokens = vs_cuda_sample_tokens;
+  o.graph_begin = vs_cuda_graph_begin; /* ABI 1.5 */
+  o.graph_end = vs_cuda_graph_end;
+  o.graph_launch = vs_cuda_graph_launch;
+  o.graph_free = vs_cuda_graph_free;
   return o;
 }
 

@@ -40,6 +40,10 @@ for p in fp32 bf16; do
     VSPEC_TEST_PRECISION=$p "$BUILD/tests/test_fused_forward"
 done
 
+# CUDA graphs replayed against the same padded forwards run eagerly, and whole jobs.
+run "test_graph_replay ($DEVICE, fp32)" env VSPEC_TEST_DEVICE="$DEVICE" \
+  VSPEC_TEST_PRECISION=fp32 "$BUILD/tests/test_graph_replay"
+
 echo
 if [ $passed -eq 0 ] && [ $failed -eq 0 ]; then
   echo "GPU tests: all $skipped skipped (no CUDA device)"

@@ -280,6 +280,7 @@ void lg_work_free(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev,
 
 void lg_session_close(vspec_session *s) {
   if (!s) return;
+  lg_graphs_free(s);
   if (s->cond_embed) s->ops->free(s->dev, s->cond_embed);
   if (s->prefix_dev) s->ops->free(s->dev, s->prefix_dev);
   lg_work_free(s->host, s->ops, s->dev, &s->w);
@@ -355,8 +356,13 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
   s->class_label = cfg->class_label;
   /* The prefill runs n_cond positions through the same buffers as a forward. */
   s->max_nodes = max_nodes > g->n_cond ? max_nodes : g->n_cond;
-  /* Committed positions never exceed T + N; pending nodes sit after them. */
-  int slots = (g->n_cond + g->n_image + max_nodes + 7) / 8 * 8;
+  /* Committed positions never exceed T + N; pending nodes sit after them, and with graphs
+   * a forward's padding nodes after those (gpt_forward.c, lg__forward_graph). */
+  s->graphs = !vspec_has_fused_ops(s->ops) ? LG_GRAPHS_OFF
+              : m->graphs == LG_GRAPHS_ON && !vspec_has_graphs(s->ops) ? LG_GRAPHS_OFF
+                                                                      : m->graphs;
+  int pad = s->graphs != LG_GRAPHS_OFF ? lg_graph_pad_room(max_nodes, s->max_nodes) : 0;
+  int slots = (g->n_cond + g->n_image + max_nodes + pad + 7) / 8 * 8;
   int kv_rc = vs_kv_tree_init(&s->kv, H, dev, g->n_layer, s->rows, g->n_kv_head, g->head_dim,
                               slots, max_nodes);
 

@@ -108,6 +108,10 @@ typedef struct lg_idx {
   int32_t *tokens; /* NULL: no draw on the device */
 } lg_idx;
 
+/* What a fused forward's head computes: features only, logits, or tokens drawn on the device
+ * (vspec_forward_out.sample). A graph is recorded per kind: each issues other ops. */
+enum { LG_HEAD_FEATURES = 0, LG_HEAD_LOGITS = 1, LG_HEAD_DRAW = 2 };
+
 /* Whether this forward draws its tokens on the device (vspec_forward_out.sample). */
 static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) {
   return out && VSPEC_HAS_FIELD(out, vspec_forward_out, sampled) && out->sample &&
@@ -115,42 +119,56 @@ static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) 
          ops->sample_tokens;
 }
 
+static int lg__head_kind(const vspec_ops *ops, const vspec_forward_out *out, int n) {
+  return lg__draws(ops, out, n) ? LG_HEAD_DRAW : out && out->logits ? LG_HEAD_LOGITS
+                                                                    : LG_HEAD_FEATURES;
+}
+
 /* Uploads w->tok and w->pos of M rows, the head rows of `seg` (in the order of
- * lg__head_rows), n_parents tree parents, the segment's cache slots, the tree's lengths
- * (committed, base) and, with `draw`, its uniforms and guidance flags: one transfer (w->idx_*
- * hold LG_IDX_INTS(w->rows)). Everything that changes from step to step is in it. */
+ * lg__head_rows), the segment's cache slots, the tree's lengths (committed, base), with
+ * `draw` its uniforms and guidance flags, then n_parents tree parents followed by n_pad
+ * padding parents (-1): one transfer (w->idx_* hold LG_IDX_INTS(w->rows)). Everything that
+ * changes from step to step is in it. The parents come last, the only part whose length
+ * changes with the step (base): every device pointer of lg_idx depends on the shape alone
+ * (M, the head rows, seg->n and whether it draws), so a graph recorded with them serves
+ * every step of that shape. */
 static lg_idx lg__idx_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, int M,
                              const lg_seg *seg, const int32_t *parents, int n_parents,
-                             const vspec_sample_spec *draw) {
-  int32_t *h = w->idx_host, k = 0;
+                             int n_pad, const vspec_sample_spec *draw) {
+  int32_t *h = w->idx_host;
+  int R = seg->s->rows, n = seg->n, k = seg->head_count * R;
+  size_t at_s = (size_t)(2 * M + k), end = at_s + (size_t)n + 2, at_u = 0, at_g = 0, at_t = 0;
+  if (draw) { /* doubles 8-byte aligned, then a byte per node, then the tokens' room */
+    at_u = (end + 1) & ~(size_t)1, at_g = at_u + 2 * (size_t)n, at_t = at_g + (size_t)(n + 3) / 4;
+    end = at_t + (size_t)n;
+  }
+  /* First, memmove: the prefill stages its chain of parents in this array (lg_prefill) */
+  memmove(h + end, parents, (size_t)n_parents * sizeof *h);
+  for (int j = 0; j < n_pad; j++) h[end + (size_t)n_parents + j] = -1;
   memcpy(h, w->tok, (size_t)M * sizeof *h);
   memcpy(h + M, w->pos, (size_t)M * sizeof *h);
   int32_t *head = h + 2 * M;
-  for (int j = 0; j < seg->head_count; j++)
-    for (int r = 0; r < seg->s->rows; r++)
-      head[k++] = seg->row0 + r * seg->n + seg->head_first + j;
-  /* memmove: the prefill stages its chain of parents past the head rows in this array */
-  memmove(head + k, parents, (size_t)n_parents * sizeof *h);
-  size_t at_s = (size_t)(2 * M + k + n_parents), end = at_s + (size_t)seg->n + 2;
-  for (int j = 0; j < seg->n; j++) h[at_s + j] = seg->first_slot + j;
-  h[at_s + seg->n] = seg->s->kv.committed;
-  h[at_s + seg->n + 1] = seg->first_slot - seg->s->kv.committed; /* base */
+  for (int j = 0, i = 0; j < seg->head_count; j++)
+    for (int r = 0; r < R; r++) head[i++] = seg->row0 + r * n + seg->head_first + j;
+  for (int j = 0; j < n; j++) h[at_s + j] = seg->first_slot + j;
+  h[at_s + n] = seg->s->kv.committed;
+  h[at_s + n + 1] = seg->first_slot - seg->s->kv.committed; /* base */
   lg_idx idx = {.tok = w->idx_dev, .pos = w->idx_dev + M, .head = w->idx_dev + 2 * M,
-                .parents = w->idx_dev + 2 * M + k, .slots = w->idx_dev + at_s,
-                .lens = w->idx_dev + at_s + seg->n};
-  if (draw) { /* doubles 8-byte aligned, then a byte per node, then the tokens' room */
-    size_t at_u = (end + 1) & ~(size_t)1, n = (size_t)draw->n;
-    size_t at_g = at_u + 2 * n, at_t = at_g + (n + 3) / 4;
-    memcpy(h + at_u, draw->u, n * sizeof(double));
-    memset(h + at_g, 1, (n + 3) / 4 * sizeof *h);
-    if (draw->guided) memcpy(h + at_g, draw->guided, n);
-    end = at_g + (n + 3) / 4;
+                .slots = w->idx_dev + at_s, .lens = w->idx_dev + at_s + n,
+                .parents = w->idx_dev + end};
+  if (draw) { /* a padded draw's extra nodes get u = 0, guided: drawn, then ignored */
+    size_t real = (size_t)draw->n;
+    memset(h + at_u, 0, 2 * (size_t)n * sizeof *h);
+    memcpy(h + at_u, draw->u, real * sizeof(double));
+    memset(h + at_g, 1, (size_t)(n + 3) / 4 * sizeof *h);
+    if (draw->guided) memcpy(h + at_g, draw->guided, real);
     idx.spec = *draw;
+    idx.spec.n = n;
     idx.spec.u = (const double *)(const void *)(w->idx_dev + at_u);
     idx.spec.guided = (const uint8_t *)(const void *)(w->idx_dev + at_g);
     idx.tokens = w->idx_dev + at_t;
   }
-  ops->upload(dev, w->idx_dev, h, end * sizeof *h);
+  ops->upload(dev, w->idx_dev, h, (end + (size_t)n_parents + (size_t)n_pad) * sizeof *h);
   return idx;
 }
 
@@ -202,37 +220,153 @@ static void lg__head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, 
   }
 }
 
-/* One session's segment through the fused path: embeddings (unless the caller placed them:
- * tokens NULL), layers and head. */
-static void lg__forward_fused(vspec_session *s, const lg_seg *seg, const int32_t *parents,
-                              int with_tokens) {
+/* The ops of a fused forward between its upload and its downloads: embeddings (unless the
+ * caller placed them: with_tokens 0), layers and the head of kind `head`. No transfer and
+ * nothing by value that changes from step to step: what a graph records. */
+static void lg__fused_ops(vspec_session *s, const lg_seg *seg, const lg_idx *idx,
+                          int with_tokens, int head) {
   const lg_gpt *g = &s->m->gpt;
   const vspec_ops *ops = s->ops;
   lg_work *w = &s->w;
-  int M = s->rows * seg->n, n_parents = seg->first_slot - s->kv.committed + seg->n;
-  vspec_forward_out *out = seg->out;
-  int draw = lg__draws(ops, out, seg->head_count);
-  lg_idx idx = lg__idx_upload(ops, s->dev, w, M, seg, parents, n_parents,
-                              draw ? out->sample : NULL);
-  if (with_tokens) ops->gather_rows(s->dev, g->tok_embeddings, idx.tok, M, g->dim, w->x);
+  int M = s->rows * seg->n, rows = seg->head_count * s->rows;
+  if (with_tokens) ops->gather_rows(s->dev, g->tok_embeddings, idx->tok, M, g->dim, w->x);
   /* Caption slots are visible only where the caption is valid (generate.py, emb_masks). */
   vspec_kv_tree_view tree = {.n = seg->n, .n_prefix = s->prefix_dev ? g->n_cond : 0,
-                             .lens = idx.lens, .parents = idx.parents,
+                             .lens = idx->lens, .parents = idx->parents,
                              .prefix = s->prefix_dev};
-  lg__run_layers_fused(g, ops, s->dev, w, seg, &idx, &tree);
-  int rows = seg->head_count * s->rows;
-  ops->rmsnorm_rows(s->dev, w->x, idx.head, rows, g->dim, g->norm, g->norm_eps, w->h);
-  if (!draw) {
-    lg__head_out(g, ops, s->dev, w, seg, 1, rows);
-    return;
-  }
-  /* the draw on the device: n tokens come back instead of the logits */
-  if (out->features)
-    ops->download(s->dev, out->features, w->h, (size_t)rows * g->dim * sizeof(float));
+  lg__run_layers_fused(g, ops, s->dev, w, seg, idx, &tree);
+  ops->rmsnorm_rows(s->dev, w->x, idx->head, rows, g->dim, g->norm, g->norm_eps, w->h);
+  if (head == LG_HEAD_FEATURES) return;
   ops->linear(s->dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
-  ops->sample_tokens(s->dev, w->logits, &idx.spec, idx.tokens);
-  ops->download(s->dev, out->tokens, idx.tokens, (size_t)seg->head_count * sizeof(int32_t));
-  out->sampled = 1;
+  /* the draw on the device: n tokens come back instead of the logits */
+  if (head == LG_HEAD_DRAW) ops->sample_tokens(s->dev, w->logits, &idx->spec, idx->tokens);
+}
+
+/* The downloads of a fused forward: what `out` asks of its first `nodes` head nodes (a
+ * padded forward's others are ignored). */
+static void lg__fused_results(vspec_session *s, const lg_idx *idx, vspec_forward_out *out,
+                              int head, int nodes) {
+  const lg_gpt *g = &s->m->gpt;
+  size_t rows = (size_t)nodes * s->rows;
+  if (out && out->features)
+    s->ops->download(s->dev, out->features, s->w.h, rows * g->dim * sizeof(float));
+  if (head == LG_HEAD_LOGITS)
+    s->ops->download(s->dev, out->logits, s->w.logits, rows * g->vocab * sizeof(float));
+  if (head == LG_HEAD_DRAW) {
+    s->ops->download(s->dev, out->tokens, idx->tokens, (size_t)nodes * sizeof(int32_t));
+    out->sampled = 1;
+  }
+}
+
+/* One session's segment through the fused path, eagerly: upload, ops, downloads. */
+static void lg__forward_fused(vspec_session *s, const lg_seg *seg, const int32_t *parents,
+                              int with_tokens) {
+  int M = s->rows * seg->n, n_parents = seg->first_slot - s->kv.committed + seg->n;
+  int head = lg__head_kind(s->ops, seg->out, seg->head_count);
+  lg_idx idx = lg__idx_upload(s->ops, s->dev, &s->w, M, seg, parents, n_parents, 0,
+                              head == LG_HEAD_DRAW ? seg->out->sample : NULL);
+  lg__fused_ops(s, seg, &idx, with_tokens, head);
+  lg__fused_results(s, &idx, seg->out, head, seg->head_count);
+}
+
+/* ---- graphs (ABI 1.5) ---------------------------------------------------------------------- */
+
+/* The bucket of a forward of n nodes: index k, the smallest with 2^k >= n, and its node count
+ * 2^k, at most the session's work rows (s->max_nodes). -1 when n is past the last bucket. */
+static int lg__bucket(const vspec_session *s, int n, int *nodes) {
+  int k = 0;
+  while ((1 << k) < n) k++;
+  if (k >= LG_GRAPH_BUCKETS) return -1;
+  *nodes = (1 << k) < s->max_nodes ? 1 << k : s->max_nodes;
+  return k;
+}
+
+int lg_graph_pad_room(int max_nodes, int work_nodes) {
+  vspec_session probe = {.max_nodes = work_nodes};
+  int room = 0, b;
+  for (int n = 1; n <= max_nodes && lg__bucket(&probe, n, &b) >= 0; n++)
+    if (b - n > room) room = b - n;
+  return room;
+}
+
+/* w->tok and w->pos of a staged segment of n nodes per row (row-major, (row, node)) spread to
+ * nodes per row, the extra nodes padding: token 0 at position 0 (both valid, so a padding
+ * row computes finite numbers nobody reads). From the last row down, so that nothing is
+ * overwritten before it moved. */
+static void lg__pad_rows(lg_work *w, int rows, int n, int nodes) {
+  for (int r = rows - 1; r >= 0; r--) {
+    for (int i = n - 1; i >= 0; i--) {
+      w->tok[r * nodes + i] = w->tok[r * n + i];
+      w->pos[r * nodes + i] = w->pos[r * n + i];
+    }
+    for (int i = n; i < nodes; i++) w->tok[r * nodes + i] = 0, w->pos[r * nodes + i] = 0;
+  }
+}
+
+/* Whether a graph drawing with `a` draws as `b` would: the spec's scalars are recorded. */
+static int lg__same_draw(const vspec_sample_spec *a, const vspec_sample_spec *b) {
+  return a->rows == b->rows && a->vocab == b->vocab && a->top_k == b->top_k &&
+         a->cfg_scale == b->cfg_scale && a->temperature == b->temperature &&
+         a->top_p == b->top_p;
+}
+
+/* The graph of (bucket k, head kind) for this forward, recorded now if there is none (or its
+ * draw differs); NULL when recording failed: the caller then runs the ops eagerly. A device
+ * that could not record an op (VSPEC_ENOTSUP and the like) turns the session's graphs off at
+ * its second failure; VSPEC_EBUSY (the recording met a scratch growth or a weight conversion,
+ * which the eager run then does) is tried again, up to once per graph and a few. */
+static vspec_graph *lg__graph_get(vspec_session *s, int k, int head, const lg_seg *seg,
+                                  const lg_idx *idx) {
+  lg_graph *gr = &s->graph[k][head];
+  if (gr->graph && head == LG_HEAD_DRAW && !lg__same_draw(&gr->draw, &idx->spec)) {
+    s->ops->graph_free(s->dev, gr->graph);
+    gr->graph = NULL;
+  }
+  if (gr->graph) return gr->graph;
+  int rc = s->ops->graph_begin(s->dev);
+  if (rc == VSPEC_OK) {
+    lg__fused_ops(s, seg, idx, 1, head); /* recorded, not run */
+    rc = s->ops->graph_end(s->dev, &gr->graph);
+  }
+  if (rc != VSPEC_OK) {
+    gr->graph = NULL;
+    if (rc == VSPEC_EBUSY ? ++s->graph_busy > LG_GRAPH_BUCKETS * LG_GRAPH_HEADS + 4
+                          : ++s->graph_failures >= 2)
+      s->graphs = LG_GRAPHS_OFF;
+    return NULL;
+  }
+  gr->draw = idx->spec;
+  return gr->graph;
+}
+
+/* A tree forward padded to its bucket, through the session's graph for that shape: one
+ * upload, one graph launch, the downloads. VSPEC_ENOTSUP when it does not fit a bucket (the
+ * caller runs it unpadded). With LG_GRAPHS_PAD the padded ops run eagerly instead: the
+ * reference a test compares replay with, bit for bit. */
+static int lg__forward_graph(vspec_session *s, const lg_seg *real) {
+  int n = real->n, nodes, k = lg__bucket(s, n, &nodes);
+  if (k < 0 || nodes < n || real->first_slot + nodes > s->kv.slots) return VSPEC_ENOTSUP;
+  int head = lg__head_kind(s->ops, real->out, n), base = real->first_slot - s->kv.committed;
+  lg__pad_rows(&s->w, s->rows, n, nodes);
+  lg_seg seg = *real;
+  seg.n = seg.head_count = nodes;
+  lg_idx idx = lg__idx_upload(s->ops, s->dev, &s->w, s->rows * nodes, &seg, s->kv.parents,
+                              base + n, nodes - n,
+                              head == LG_HEAD_DRAW ? real->out->sample : NULL);
+  vspec_graph *graph = s->graphs == LG_GRAPHS_ON ? lg__graph_get(s, k, head, &seg, &idx) : NULL;
+  if (!graph || s->ops->graph_launch(s->dev, graph) != VSPEC_OK)
+    lg__fused_ops(s, &seg, &idx, 1, head);
+  lg__fused_results(s, &idx, real->out, head, n);
+  return VSPEC_OK;
+}
+
+void lg_graphs_free(vspec_session *s) {
+  for (int k = 0; k < LG_GRAPH_BUCKETS; k++)
+    for (int h = 0; h < LG_GRAPH_HEADS; h++)
+      if (s->graph[k][h].graph) {
+        s->ops->graph_free(s->dev, s->graph[k][h].graph);
+        s->graph[k][h].graph = NULL;
+      }
 }
 
 /* ---- the backend entry points ------------------------------------------------------------ */
@@ -256,7 +390,8 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
   if (s->fused) {
     /* Causal over the condition positions: the chain 0 <- 1 <- ... <- T-1, with the caption
      * rule of vspec_kv_tree_view (generate.py: mask * (1 - I) + I). */
-    int32_t *chain = s->w.idx_host + 3 * s->w.rows; /* past what lg__idx_upload stages */
+    /* past the integers lg__idx_upload writes before it moves the parents to their place */
+    int32_t *chain = s->w.idx_host + 3 * s->w.rows;
     for (int i = 0; i < T; i++) chain[i] = i - 1;
     memset(s->w.tok, 0, (size_t)R * T * sizeof(int32_t));
     lg__forward_fused(s, &seg, chain, 0);
@@ -305,7 +440,8 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
   int rc = lg__stage(s, b, out, &s->w, 0, &seg, err, errlen);
   if (rc) return rc;
   if (s->fused) {
-    lg__forward_fused(s, &seg, s->kv.parents, 1);
+    if (s->graphs == LG_GRAPHS_OFF || lg__forward_graph(s, &seg) != VSPEC_OK)
+      lg__forward_fused(s, &seg, s->kv.parents, 1);
     return VSPEC_OK;
   }
   const lg_gpt *g = &s->m->gpt;

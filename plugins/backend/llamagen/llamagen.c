@@ -12,6 +12,12 @@
  *                 with AMX-INT8 at bf16 precision; elsewhere the device's precision stays).
  *                 Meant for a draft GPT: its weights are read once per drafted token, and a
  *                 draft's quality moves only the acceptance rate, not what exact SD samples.
+ *   graphs=G      how tree forwards run (ABI 1.5 graphs, gpt_forward.c): on (padded to a
+ *                 node-count bucket, one recorded graph per bucket replayed every step),
+ *                 off (eagerly, unpadded), pad (padded, eagerly: the reference a replay must
+ *                 equal bit for bit), auto (default: on where the device records graphs and
+ *                 is not the CPU, whose graphs are a checker, not a speed-up). Without the
+ *                 parameter the environment variable VSPEC_GRAPHS (the same values) decides.
  * The same plugin serves the target and a small standalone draft GPT.
  */
 #include <errno.h>
@@ -69,9 +75,31 @@ static void lg_unload(vspec_model *m) {
   m->host->free(m);
 }
 
+/* LG_GRAPHS_* from the parameter graphs=, else VSPEC_GRAPHS, else auto. */
+static int lg_graphs_mode(const vspec_host *host, vspec_dev *dev, const char *param, int *mode,
+                          char *err, size_t errlen) {
+  const char *v = param ? param : getenv("VSPEC_GRAPHS");
+  const vspec_ops *ops = host->dev_ops(dev);
+  if (!v || !*v || strcmp(v, "auto") == 0)
+    *mode = ops->device != VSPEC_DEVICE_CPU && vspec_has_graphs(ops) ? LG_GRAPHS_ON
+                                                                     : LG_GRAPHS_OFF;
+  else if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
+    *mode = LG_GRAPHS_ON;
+  else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
+    *mode = LG_GRAPHS_OFF;
+  else if (strcmp(v, "pad") == 0)
+    *mode = LG_GRAPHS_PAD;
+  else {
+    snprintf(err, errlen, "llamagen: graphs=%s%s: use auto, on, off or pad", v,
+             param ? "" : " (VSPEC_GRAPHS)");
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
 static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
                    const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
-  static const char *const known[] = {"vq", "max_nodes", "weight_format", NULL};
+  static const char *const known[] = {"vq", "max_nodes", "weight_format", "graphs", NULL};
   int rc = host->param_check_known(params, known, err, errlen);
   if (rc) return rc;
   long max_nodes;
@@ -83,6 +111,10 @@ static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
     snprintf(err, errlen, "llamagen: weight_format=%s: use default or int8", weights);
     return VSPEC_EINVAL;
   }
+  int graphs;
+  if ((rc = lg_graphs_mode(host, dev, host->param_string(params, "graphs"), &graphs, err,
+                           errlen)))
+    return rc;
   const char *vq_path = host->param_string(params, "vq");
   int want_gpt = path && *path && strcmp(path, "-") != 0;
   if (!want_gpt && !vq_path) {
@@ -97,6 +129,7 @@ static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
   m->host = host;
   m->load_dev = dev;
   m->max_nodes = (int)max_nodes;
+  m->graphs = graphs;
   char inner[VSPEC_ERRLEN];
   if (want_gpt) {
     if ((rc = host->tensors_open(path, &m->gpt_file, err, errlen))) goto fail;

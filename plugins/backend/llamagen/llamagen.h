@@ -69,6 +69,22 @@ typedef struct lg_vq {
   int max_channels;
 } lg_vq;
 
+/* ABI 1.5 graphs (gpt_forward.c, "graphs"): how a session runs its tree forwards. */
+enum {
+  LG_GRAPHS_OFF = 0, /* eagerly, n nodes as asked */
+  LG_GRAPHS_ON = 1,  /* padded to a node-count bucket, through a recorded graph per bucket */
+  LG_GRAPHS_PAD = 2  /* padded to the bucket, eagerly: the reference replay must equal */
+};
+/* Buckets of 1, 2, 4, .. 256 nodes (at most the session's work rows); a forward of more
+ * nodes runs eagerly. Head kinds: features only, logits, a draw on the device. */
+#define LG_GRAPH_BUCKETS 9
+#define LG_GRAPH_HEADS 3
+
+typedef struct lg_graph {
+  vspec_graph *graph;     /* NULL until the first forward of its shape records it */
+  vspec_sample_spec draw; /* the draw it was recorded with (its scalars are in the graph) */
+} lg_graph;
+
 struct vspec_model {
   const vspec_host *host;
   vspec_dev *load_dev;
@@ -78,6 +94,8 @@ struct vspec_model {
   lg_vq vq;
   int max_nodes;
   int int8_asked; /* weight_format=int8 requests stand for the GPT's linears (gpt.c) */
+  int graphs;     /* LG_GRAPHS_*: the load parameter graphs=, else VSPEC_GRAPHS, else on
+                   * where the device has graphs and is not the CPU (llamagen.c) */
   char arch[32];
 };
 
@@ -116,6 +134,12 @@ struct vspec_session {
   uint8_t *mask;       /* host [max_nodes, kv.slots] */
   /* lg_forward_multi's workspace when this session led a batch (grown on demand) */
   lg_work multi;
+  /* ABI 1.5: LG_GRAPHS_* for this session (OFF where the device lacks fused ops or graphs),
+   * its graphs by (bucket, head kind), and failed recordings so far (gpt_forward.c,
+   * lg__graph_get: those that would have had to allocate or wait count apart) */
+  int graphs;
+  lg_graph graph[LG_GRAPH_BUCKETS][LG_GRAPH_HEADS];
+  int graph_failures, graph_busy;
 };
 
 /* gpt.c: weights and sessions */
@@ -138,6 +162,11 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
 int lg_forward_multi(vspec_dev *dev, vspec_session *const *s, const vspec_forward_batch *const *b,
                      vspec_forward_out *const *out, int32_t count, char *err, size_t errlen);
 int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen);
+/* The most padding nodes a forward of at most max_nodes nodes gets from its bucket, for a
+ * session with work rows for work_nodes nodes: the cache slots kept free for them. */
+int lg_graph_pad_room(int max_nodes, int work_nodes);
+/* Frees a session's graphs. */
+void lg_graphs_free(vspec_session *s);
 
 /* vq_decoder.c */
 int lg_vq_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);
