@@ -17,9 +17,10 @@
 #                                          steps (one run each: num_iter is per run), and at
 #                                          64 on other seeds (the noise between image sets)
 #   tools/run_benchmarks.sh sjd [IMAGES]   drafting without a draft model: Speculative Jacobi
-#                                          Decoding with each coupling, SJD-PAC's tree, next to
-#                                          the best drafter-based rows (MODEL=DIR for a model
-#                                          that has no drafter: the drafter rows are left out)
+#                                          Decoding with each coupling, SJD-PAC's tree, Cool-SD
+#                                          and GSD over its drafts, next to the best drafter-based
+#                                          rows (MODEL=DIR for a model that has no drafter: the
+#                                          drafter rows are left out)
 #   tools/run_benchmarks.sh coverage [IMAGES] [SETS]  the coverage of eval's intervals: SETS
 #                                          (default 20) pairs of disjoint sets of IMAGES AR
 #                                          images compared as a method with AR; features cached
@@ -134,7 +135,10 @@ case "$table" in
     methods="$methods;$J,coupling=maximal,depth=3"
     methods="$methods;$J,coupling=maximal,continue=3x3"
     methods="$methods;$J,coupling=maximal,continue=3x3,depth=7"
+    # lossy rules over the same drafts: Cool-SD, and GSD (which upstream runs inside SJD)
     methods="$methods;sd:coolsd:delta=2@standard:drafter=jacobi,coupling=maximal,depth=7"
+    methods="$methods;sd:gsd@standard:drafter=jacobi,init=random"
+    methods="$methods;sd:gsd@standard:drafter=jacobi,coupling=maximal"
     if [ -z "${MODEL:-}" ]; then
       methods="$methods;sd:exact@standard:shape=chain,depth=3,drafter=model"
       methods="$methods;sd:coolsd:delta=3@standard:shape=chain,drafter=model,depth=5"
