@@ -61,22 +61,25 @@ static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(V
 
 /* ---- op implementations (one file per concept) --------------------------------------- */
 
-/* cpu_dev.c */
-void *vs_cpu_alloc(vspec_dev *dev, size_t bytes);
-void *vs_cpu_alloc_uninit(vspec_dev *dev, size_t bytes);
-void vs_cpu_free(vspec_dev *dev, void *ptr);
-int vs_cpu_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes);
-int vs_cpu_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes);
-int vs_cpu_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes);
-int vs_cpu_reserve_scratch(vspec_dev *dev, size_t bytes);
-int vs_cpu_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
-                  size_t src_a, size_t src_b, size_t width, int na, int nb);
+/* vs_cpu_<op> for every op of include/vspec/ops_list.h, with the op's signature:
+ *   cpu_dev.c        alloc, free, upload, download, copy, reserve_scratch, copy3d,
+ *                    alloc_uninit
+ *   cpu_gemm.c       gemm, linear, weight_format
+ *   cpu_norm.c       rmsnorm, groupnorm, layernorm
+ *   cpu_elementwise.c silu, swiglu, gelu_tanh, add, cfg_combine, gelu, mul
+ *   cpu_rope.c       rope2d_table, rope_apply
+ *   cpu_attention.c  attention
+ *   cpu_sampling.c   softmax, log_softmax, logits_to_probs, sample, argmax, sample_tokens
+ *   cpu_conv.c       conv2d, upsample_nearest2x
+ *   cpu_fused.c      the ABI 1.4 fused ops, each the sequence of the ops it replaces
+ *                    (sample_tokens: cpu_sampling.c)
+ *   cpu_graph.c      graph_begin, graph_end, graph_launch, graph_free
+ * The table (cpu_ops.c) points at these, except for the ops a graph records (below). */
+#define VS_CPU_DECLARE(ret, name, params, args, minor, kind) ret vs_cpu_##name params;
+VSPEC_OPS(VS_CPU_DECLARE)
+#undef VS_CPU_DECLARE
 
 /* cpu_gemm.c */
-void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
-void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
-                   const float *bias, float *y);
 /* Nonzero when BLIS runs kernels tuned for this CPU, zero when its CPU detection fell
  * back to the portable reference kernels (BLIS 0.9 on CPUs newer than it knows). */
 int vs_blis_tuned(void);
@@ -87,68 +90,8 @@ int vs_blis_tuned(void);
 void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
-int vs_cpu_weight_format(vspec_dev *dev, const float *w, int n_out, int n_in, int format);
-
-/* cpu_norm.c */
-void vs_cpu_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
-                    float *y);
-void vs_cpu_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups, float eps,
-                      const float *gamma, const float *beta, float *y);
-
-/* cpu_elementwise.c */
-void vs_cpu_gelu(vspec_dev *dev, float *x, size_t n);
-void vs_cpu_mul(vspec_dev *dev, float *y, const float *x, size_t n);
-void vs_cpu_layernorm(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
-                      int dim, float eps, float *y);
-void vs_cpu_silu(vspec_dev *dev, float *x, size_t n);
-void vs_cpu_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y);
-void vs_cpu_gelu_tanh(vspec_dev *dev, float *x, size_t n);
-void vs_cpu_add(vspec_dev *dev, float *y, const float *x, size_t n);
-void vs_cpu_cfg_combine(vspec_dev *dev, const float *cond, const float *uncond, size_t n,
-                        float scale, float *out);
-
-/* cpu_rope.c */
-void vs_cpu_rope2d_table(int n_cond, int grid, int head_dim, float base, float *table);
-void vs_cpu_rope_apply(vspec_dev *dev, float *x, int rows, int row_stride, int n_heads,
-                       int head_dim, const int32_t *pos, const float *table);
-
-/* cpu_attention.c */
-void vs_cpu_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int n_heads,
-                      int n_kv_heads, int head_dim, const float *k, const float *v,
-                      int slot_stride, int n_kv, const uint8_t *mask, float *out);
-
-/* cpu_sampling.c */
-void vs_cpu_softmax(vspec_dev *dev, float *x, int rows, int n);
-void vs_cpu_log_softmax(vspec_dev *dev, float *x, int rows, int n);
-int vs_cpu_logits_to_probs(vspec_dev *dev, const float *logits, int n, float temperature,
-                           int top_k, float top_p, float *probs);
-int vs_cpu_sample(vspec_dev *dev, const float *probs, int n, double u);
-int vs_cpu_argmax(vspec_dev *dev, const float *x, int n);
-
-/* cpu_fused.c: the ABI 1.4 fused ops, each the sequence of the ops above it replaces */
-void vs_cpu_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, int n, int dim,
-                        float *dst);
-void vs_cpu_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
-                         const float *w, float eps, float *y);
-void vs_cpu_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
-                       int n_out, float *y);
-void vs_cpu_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
-                        float eps, const float *w1, const float *w3, int hidden, float *y);
-void vs_cpu_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
-                          float eps, const float *wqkv, const int32_t *pos,
-                          const float *rope_table, const vspec_kv_cache *kv, const int32_t *slots,
-                          float *qkv);
-void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
-                           const vspec_kv_tree_view *tree, float *out);
-void vs_cpu_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
-                          int32_t *tokens);
-
 /* cpu_graph.c: ABI 1.5 graphs by recording (the ops a fused forward issues), and the rest
  * of the table refusing to be recorded */
-int vs_cpu_graph_begin(vspec_dev *dev);
-int vs_cpu_graph_end(vspec_dev *dev, vspec_graph **graph);
-int vs_cpu_graph_launch(vspec_dev *dev, vspec_graph *graph);
-void vs_cpu_graph_free(vspec_dev *dev, vspec_graph *graph);
 /* Nonzero while dev records; then an op that is not recorded calls vs_cpu_graph_refuse,
  * which fails the recording (VSPEC_ENOTSUP, the op's name logged once). */
 static inline int vs_cpu_recording(const vspec_dev *dev) { return dev && dev->rec; }
@@ -188,12 +131,5 @@ void vs_cpu_rec_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_
                                const vspec_kv_tree_view *tree, float *out);
 void vs_cpu_rec_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
                               int32_t *tokens);
-
-/* cpu_conv.c */
-void vs_cpu_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,
-                   const float *bias, int cout, int kh, int kw, int stride, int pad_top,
-                   int pad_left, int pad_bottom, int pad_right, float *y);
-void vs_cpu_upsample_nearest2x(vspec_dev *dev, const float *x, int channels, int h, int w,
-                               float *y);
 
 #endif /* VS_CPU_DEV_H */

@@ -157,78 +157,23 @@ static inline unsigned vs_cuda_grid(size_t n, unsigned block) {
   return (unsigned)(g > 65535u * 8u ? 65535u * 8u : g);
 }
 
+/* ---- the ops ---------------------------------------------------------------------------- */
+/* vs_cuda_<op> for every op of include/vspec/ops_list.h, with the op's signature (one file per
+ * concept: memory and copies in cuda_memory.cu, the ABI 1.4 fused ops in cuda_fused.cu,
+ * sample_tokens in cuda_draw.cu, graphs (stream capture on the context's stream) in
+ * cuda_graph.cu, ...). weight_format is declared but not defined: the table leaves it NULL
+ * (cuda_ops.cu). */
+#define VS_CUDA_DECLARE(ret, name, params, args, minor, kind) ret vs_cuda_##name params;
+VSPEC_OPS(VS_CUDA_DECLARE)
+#undef VS_CUDA_DECLARE
+
 /* ---- memory (cuda_memory.cu) ------------------------------------------------------------ */
-void *vs_cuda_alloc(vspec_dev *dev, size_t bytes);
-void *vs_cuda_alloc_uninit(vspec_dev *dev, size_t bytes);
-void vs_cuda_free(vspec_dev *dev, void *ptr);
-int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes);
-int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t bytes);
-int vs_cuda_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes);
-int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const void *src,
-                   size_t src_a, size_t src_b, size_t width, int na, int nb);
-int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes);
 /* Per-GPU state: opened with the first context of a GPU, never freed. */
 struct vs_cuda_gpu *vs_cuda_gpu_get(int index, size_t memory_limit, char *err, size_t errlen);
 size_t vs_cuda_gpu_bytes_in_use(struct vs_cuda_gpu *g);
 /* The bf16 copy of a weight matrix allocated on this GPU (made on first use, dropped
  * when the weight is freed); NULL when `w` is not an allocation of ours or on failure. */
 const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count);
-
-/* ---- ops (one file per concept) ----------------------------------------------------------- */
-void vs_cuda_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
-void vs_cuda_linear(vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out,
-                    const float *bias, float *y);
-void vs_cuda_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,
-                     float *y);
-void vs_cuda_groupnorm(vspec_dev *dev, const float *x, int channels, int hw, int groups,
-                       float eps, const float *gamma, const float *beta, float *y);
-void vs_cuda_silu(vspec_dev *dev, float *x, size_t n);
-void vs_cuda_gelu(vspec_dev *dev, float *x, size_t n);
-void vs_cuda_mul(vspec_dev *dev, float *y, const float *x, size_t n);
-void vs_cuda_layernorm(vspec_dev *dev, const float *x, const float *w, const float *b, int rows,
-                       int dim, float eps, float *y);
-void vs_cuda_swiglu(vspec_dev *dev, const float *gate, const float *up, size_t n, float *y);
-void vs_cuda_gelu_tanh(vspec_dev *dev, float *x, size_t n);
-void vs_cuda_add(vspec_dev *dev, float *y, const float *x, size_t n);
-void vs_cuda_cfg_combine(vspec_dev *dev, const float *cond, const float *uncond, size_t n,
-                         float scale, float *out);
-void vs_cuda_rope2d_table(int n_cond, int grid, int head_dim, float base, float *table);
-void vs_cuda_rope_apply(vspec_dev *dev, float *x, int rows, int row_stride, int n_heads,
-                        int head_dim, const int32_t *pos, const float *table);
-void vs_cuda_attention(vspec_dev *dev, const float *q, int n_q, int q_stride, int n_heads,
-                       int n_kv_heads, int head_dim, const float *k, const float *v,
-                       int slot_stride, int n_kv, const uint8_t *mask, float *out);
-void vs_cuda_softmax(vspec_dev *dev, float *x, int rows, int n);
-void vs_cuda_log_softmax(vspec_dev *dev, float *x, int rows, int n);
-int vs_cuda_logits_to_probs(vspec_dev *dev, const float *logits, int n, float temperature,
-                            int top_k, float top_p, float *probs);
-int vs_cuda_sample(vspec_dev *dev, const float *probs, int n, double u);
-int vs_cuda_argmax(vspec_dev *dev, const float *x, int n);
-void vs_cuda_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const float *weight,
-                    const float *bias, int cout, int kh, int kw, int stride, int pad_top,
-                    int pad_left, int pad_bottom, int pad_right, float *y);
-void vs_cuda_upsample_nearest2x(vspec_dev *dev, const float *x, int channels, int h, int w,
-                                float *y);
-
-/* ABI 1.4 fused ops (cuda_fused.cu). */
-void vs_cuda_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, int n, int dim,
-                         float *dst);
-void vs_cuda_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
-                          const float *w, float eps, float *y);
-void vs_cuda_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const float *w,
-                        int n_out, float *y);
-void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const float *norm_w,
-                         float eps, const float *w1, const float *w3, int hidden, float *y);
-void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const float *norm_w,
-                           float eps, const float *wqkv, const int32_t *pos,
-                           const float *rope_table, const vspec_kv_cache *kv, const int32_t *slots,
-                           float *qkv);
-void vs_cuda_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cache *kv,
-                            const vspec_kv_tree_view *tree, float *out);
-/* ABI 1.4: a token per node drawn on the device (cuda_draw.cu). */
-void vs_cuda_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
-                           int32_t *tokens);
 
 /* ---- building blocks the fused ops share with the plain ones (vs__: cross-file) -------- */
 /* RMSNorm of rows idx[i] of x (idx NULL: row i) for i < rows, into y (fp32) or, when y is
@@ -252,12 +197,6 @@ int vs__cuda_to_bf16(vs_cuda_dev *d, uint16_t *dst, const float *src, size_t n);
 /* The bf16 copy of weight w [n_out, n_in] where this context multiplies in bf16, else NULL
  * (fp32 precision, or not a weight allocation: the fp32 path). */
 const uint16_t *vs__cuda_bf16_weight(vs_cuda_dev *d, const float *w, int n_out, int n_in);
-
-/* ABI 1.5 graphs: stream capture on the context's stream (cuda_graph.cu). */
-int vs_cuda_graph_begin(vspec_dev *dev);
-int vs_cuda_graph_end(vspec_dev *dev, vspec_graph **graph);
-int vs_cuda_graph_launch(vspec_dev *dev, vspec_graph *graph);
-void vs_cuda_graph_free(vspec_dev *dev, vspec_graph *graph);
 
 const vspec_ops *vs_cuda_ops(void);
 
