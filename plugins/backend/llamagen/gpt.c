@@ -58,13 +58,12 @@ void lg_gpt_ask_int8(vspec_model *m) {
                "linear weights in int8", used, 5 * m->gpt.n_layer + 1);
 }
 
-int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
-  const vspec_host *H = m->host;
+/* The shape: vocab and width from the embeddings, the layers counted, heads from the
+ * metadata (they cannot be derived from the weights). */
+static int lg__gpt_shape(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
   lg_gpt *g = &m->gpt;
   vspec_tensor t;
   int rc;
-  memset(g, 0, sizeof *g);
-
   /* Shapes the original code hard-codes or derives are read from the weights. */
   if ((rc = lg__dims(m, f, "tok_embeddings.weight", &t)) || t.ndim != 2) {
     snprintf(err, errlen, "%s: GPT tensor 'tok_embeddings.weight' %s",
@@ -82,9 +81,7 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
     snprintf(err, errlen, "GPT weights have no 'layers.0.attention.wqkv.weight'");
     return VSPEC_ENOENT;
   }
-
   long v;
-  double dv;
   if ((rc = lg_meta_int(m, f, "n_head", -1, &v, err, errlen))) return rc;
   if (v <= 0) {
     snprintf(err, errlen, "GPT metadata 'n_head' is missing: it cannot be derived from the "
@@ -102,8 +99,17 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
     return VSPEC_EINVAL;
   }
   g->head_dim = g->dim / g->n_head;
+  return VSPEC_OK;
+}
 
-  const char *mt = H->tensors_meta(f, "model_type");
+/* The model type (c2i or t2i), the grid, the condition length, RoPE base and norm eps. */
+static int lg__gpt_meta(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
+  lg_gpt *g = &m->gpt;
+  vspec_tensor t;
+  long v;
+  double dv;
+  int rc;
+  const char *mt = m->host->tensors_meta(f, "model_type");
   int has_caption = lg__dims(m, f, "cls_embedding.cap_proj.fc1.weight", &t) == 0;
   if (mt && strcmp(mt, "t2i") != 0 && strcmp(mt, "c2i") != 0) {
     snprintf(err, errlen, "GPT metadata 'model_type' = '%s': expected c2i or t2i", mt);
@@ -129,7 +135,14 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
   g->rope_base = (float)dv;
   if ((rc = lg_meta_double(m, f, "norm_eps", 1e-5, &dv, err, errlen))) return rc;
   g->norm_eps = (float)dv;
+  return VSPEC_OK;
+}
 
+/* Every layer's weights, the embeddings, the final norm and the output head. */
+static int lg__gpt_weights(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
+  lg_gpt *g = &m->gpt;
+  vspec_tensor t;
+  int rc;
   int d = g->dim, hd = g->head_dim;
   int qkv_rows = (g->n_head + 2 * g->n_kv_head) * hd;
   if ((rc = lg__dims(m, f, "layers.0.feed_forward.w1.weight", &t))) {
@@ -157,67 +170,80 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
     LG_W(w2, "feed_forward.w2.weight", d, g->ffn_hidden);
 #undef LG_W
   }
-  {
-    int64_t s_emb[] = {g->vocab, d}, s_norm[] = {d};
-    if ((rc = lg__get(m, f, "tok_embeddings.weight", 2, s_emb, &g->tok_embeddings, err, errlen)))
-      return rc;
-    if ((rc = lg__get(m, f, "norm.weight", 1, s_norm, &g->norm, err, errlen))) return rc;
-    if ((rc = lg__get(m, f, "output.weight", 2, s_emb, &g->output, err, errlen))) return rc;
-  }
+  int64_t s_emb[] = {g->vocab, d}, s_norm[] = {d};
+  if ((rc = lg__get(m, f, "tok_embeddings.weight", 2, s_emb, &g->tok_embeddings, err, errlen)))
+    return rc;
+  if ((rc = lg__get(m, f, "norm.weight", 1, s_norm, &g->norm, err, errlen))) return rc;
+  return lg__get(m, f, "output.weight", 2, s_emb, &g->output, err, errlen);
+}
 
-  if (!g->t2i) {
-    if ((rc = lg__dims(m, f, "cls_embedding.embedding_table.weight", &t)) || t.ndim != 2 ||
-        t.shape[1] != d) {
-      snprintf(err, errlen, "c2i GPT needs 'cls_embedding.embedding_table.weight' [classes, %d]",
-               d);
-      return rc ? rc : VSPEC_ESHAPE;
-    }
-    int table_rows = (int)t.shape[0];
-    /* The table has num_classes + (class_dropout_prob > 0) rows; the extra row is the
-     * null class used for the unconditional CFG row (gpt.py LabelEmbedder; generate() feeds
-     * label num_classes). */
-    if ((rc = lg_meta_int(m, f, "num_classes", table_rows - 1, &v, err, errlen))) return rc;
-    if (v != table_rows && v != table_rows - 1) {
-      snprintf(err, errlen, "c2i GPT: metadata num_classes = %ld but the class table has %d rows",
-               v, table_rows);
-      return VSPEC_ESHAPE;
-    }
-    g->num_classes = (int)v;
-    g->has_null_class = table_rows == g->num_classes + 1;
-    int64_t shp[] = {table_rows, d};
-    if ((rc = lg__get(m, f, "cls_embedding.embedding_table.weight", 2, shp, &g->class_table, err,
-                      errlen)))
-      return rc;
-    if (g->n_cond != 1) {
-      snprintf(err, errlen, "c2i GPT: cls_token_num = %d, LlamaGen c2i uses exactly 1", g->n_cond);
-      return VSPEC_EINVAL;
-    }
-  } else {
-    if ((rc = lg__dims(m, f, "cls_embedding.uncond_embedding", &t)) || t.ndim != 2) {
-      snprintf(err, errlen, "t2i GPT needs 'cls_embedding.uncond_embedding' [120, caption_dim]");
-      return rc ? rc : VSPEC_ESHAPE;
-    }
-    g->caption_len = (int)t.shape[0];
-    g->caption_dim = (int)t.shape[1];
-    if (g->caption_len != g->n_cond) {
-      snprintf(err, errlen, "t2i GPT: cls_token_num = %d but uncond_embedding has %d slots; "
-               "LlamaGen t2i needs them equal", g->n_cond, g->caption_len);
-      return VSPEC_EINVAL;
-    }
-    int64_t s1[] = {d, g->caption_dim}, s2[] = {d, d}, s3[] = {g->caption_len, g->caption_dim};
-    if ((rc = lg__get(m, f, "cls_embedding.cap_proj.fc1.weight", 2, s1, &g->cap_fc1, err, errlen)))
-      return rc;
-    if ((rc = lg__get(m, f, "cls_embedding.cap_proj.fc2.weight", 2, s2, &g->cap_fc2, err, errlen)))
-      return rc;
-    if ((rc = lg__get(m, f, "cls_embedding.uncond_embedding", 2, s3, &g->uncond_caption, err,
-                      errlen)))
-      return rc;
+/* c2i: the class table, with the null class row of the unconditional CFG row. */
+static int lg__gpt_classes(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
+  lg_gpt *g = &m->gpt;
+  vspec_tensor t;
+  long v;
+  int rc, d = g->dim;
+  if ((rc = lg__dims(m, f, "cls_embedding.embedding_table.weight", &t)) || t.ndim != 2 ||
+      t.shape[1] != d) {
+    snprintf(err, errlen, "c2i GPT needs 'cls_embedding.embedding_table.weight' [classes, %d]",
+             d);
+    return rc ? rc : VSPEC_ESHAPE;
   }
+  int table_rows = (int)t.shape[0];
+  /* The table has num_classes + (class_dropout_prob > 0) rows; the extra row is the
+   * null class used for the unconditional CFG row (gpt.py LabelEmbedder; generate() feeds
+   * label num_classes). */
+  if ((rc = lg_meta_int(m, f, "num_classes", table_rows - 1, &v, err, errlen))) return rc;
+  if (v != table_rows && v != table_rows - 1) {
+    snprintf(err, errlen, "c2i GPT: metadata num_classes = %ld but the class table has %d rows",
+             v, table_rows);
+    return VSPEC_ESHAPE;
+  }
+  g->num_classes = (int)v;
+  g->has_null_class = table_rows == g->num_classes + 1;
+  int64_t shp[] = {table_rows, d};
+  if ((rc = lg__get(m, f, "cls_embedding.embedding_table.weight", 2, shp, &g->class_table, err,
+                    errlen)))
+    return rc;
+  if (g->n_cond != 1) {
+    snprintf(err, errlen, "c2i GPT: cls_token_num = %d, LlamaGen c2i uses exactly 1", g->n_cond);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
 
-  /* RoPE table for every position a forward may use: condition + image positions. */
+/* t2i: the caption MLP and the learned unconditional caption. */
+static int lg__gpt_caption(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
+  lg_gpt *g = &m->gpt;
+  vspec_tensor t;
+  int rc, d = g->dim;
+  if ((rc = lg__dims(m, f, "cls_embedding.uncond_embedding", &t)) || t.ndim != 2) {
+    snprintf(err, errlen, "t2i GPT needs 'cls_embedding.uncond_embedding' [120, caption_dim]");
+    return rc ? rc : VSPEC_ESHAPE;
+  }
+  g->caption_len = (int)t.shape[0];
+  g->caption_dim = (int)t.shape[1];
+  if (g->caption_len != g->n_cond) {
+    snprintf(err, errlen, "t2i GPT: cls_token_num = %d but uncond_embedding has %d slots; "
+             "LlamaGen t2i needs them equal", g->n_cond, g->caption_len);
+    return VSPEC_EINVAL;
+  }
+  int64_t s1[] = {d, g->caption_dim}, s2[] = {d, d}, s3[] = {g->caption_len, g->caption_dim};
+  if ((rc = lg__get(m, f, "cls_embedding.cap_proj.fc1.weight", 2, s1, &g->cap_fc1, err, errlen)))
+    return rc;
+  if ((rc = lg__get(m, f, "cls_embedding.cap_proj.fc2.weight", 2, s2, &g->cap_fc2, err, errlen)))
+    return rc;
+  return lg__get(m, f, "cls_embedding.uncond_embedding", 2, s3, &g->uncond_caption, err,
+                 errlen);
+}
+
+/* RoPE table for every position a forward may use: condition + image positions. */
+static int lg__gpt_rope(vspec_model *m, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  lg_gpt *g = &m->gpt;
   const vspec_ops *ops = H->dev_ops(m->load_dev);
   size_t rows = (size_t)(g->n_cond + g->n_image);
-  size_t bytes = rows * (size_t)hd * sizeof(float);
+  size_t bytes = rows * (size_t)g->head_dim * sizeof(float);
   float *host_table = H->alloc(bytes);
   g->rope_table = ops->alloc(m->load_dev, bytes);
   if (!host_table || !g->rope_table) {
@@ -225,10 +251,20 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) 
     snprintf(err, errlen, "out of memory for the RoPE table");
     return VSPEC_ENOMEM;
   }
-  ops->rope2d_table(g->n_cond, g->grid, hd, g->rope_base, host_table);
+  ops->rope2d_table(g->n_cond, g->grid, g->head_dim, g->rope_base, host_table);
   ops->upload(m->load_dev, g->rope_table, host_table, bytes);
   H->free(host_table);
   return VSPEC_OK;
+}
+
+int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen) {
+  memset(&m->gpt, 0, sizeof m->gpt);
+  int rc = lg__gpt_shape(m, f, err, errlen);
+  if (!rc) rc = lg__gpt_meta(m, f, err, errlen);
+  if (!rc) rc = lg__gpt_weights(m, f, err, errlen);
+  if (!rc) rc = m->gpt.t2i ? lg__gpt_caption(m, f, err, errlen) : lg__gpt_classes(m, f, err, errlen);
+  if (!rc) rc = lg__gpt_rope(m, err, errlen);
+  return rc;
 }
 
 void lg_gpt_unload(vspec_model *m) {
