@@ -337,8 +337,9 @@ static void lg__caption_embed(vspec_session *s, const float *caption_dev, float 
   ops->linear(s->dev, h, g->caption_len, g->dim, g->cap_fc2, g->dim, NULL, out);
 }
 
-int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
-                    vspec_session **out, char *err, size_t errlen) {
+/* Whether a session of cfg can run this model on dev; *max_nodes the nodes a forward takes. */
+static int lg__session_check(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
+                             int *max_nodes, char *err, size_t errlen) {
   const vspec_host *H = m->host;
   const lg_gpt *g = &m->gpt;
   if (!m->has_gpt) {
@@ -366,32 +367,28 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
              "[%d, %d]", g->caption_len, g->caption_dim);
     return VSPEC_EINVAL;
   }
-  int max_nodes = cfg->max_nodes > 0 ? cfg->max_nodes : 1;
-  if (max_nodes > m->max_nodes) {
-    snprintf(err, errlen, "session max_nodes %d exceeds the backend limit %d", max_nodes,
+  *max_nodes = cfg->max_nodes > 0 ? cfg->max_nodes : 1;
+  if (*max_nodes > m->max_nodes) {
+    snprintf(err, errlen, "session max_nodes %d exceeds the backend limit %d", *max_nodes,
              m->max_nodes);
     return VSPEC_ERANGE;
   }
-
   if (H->dev_space(dev) != H->dev_space(m->load_dev)) {
     snprintf(err, errlen, "the model was loaded on %s device memory and cannot run a session "
              "on %s: load it on the device the job runs on", H->dev_ops(m->load_dev)->name,
              H->dev_ops(dev)->name);
     return VSPEC_EINVAL;
   }
-  vspec_session *s = H->calloc(1, sizeof *s);
-  if (!s) {
-    snprintf(err, errlen, "out of memory");
-    return VSPEC_ENOMEM;
-  }
-  s->m = m;
-  s->host = H;
-  s->ops = H->dev_ops(dev);
-  s->dev = dev;
-  s->rows = cfg->rows;
-  s->class_label = cfg->class_label;
-  /* The prefill runs n_cond positions through the same buffers as a forward. */
-  s->max_nodes = max_nodes > g->n_cond ? max_nodes : g->n_cond;
+  return VSPEC_OK;
+}
+
+/* The KV cache, the work buffers, the condition's rows and mask, and the fused ops' scratch
+ * (the caller closes s on failure). */
+static int lg__session_buffers(vspec_session *s, int max_nodes, char *err, size_t errlen) {
+  const vspec_host *H = s->host;
+  const vspec_model *m = s->m;
+  const lg_gpt *g = &m->gpt;
+  vspec_dev *dev = s->dev;
   /* Committed positions never exceed T + N; pending nodes sit after them, and with graphs
    * a forward's padding nodes after those (gpt_forward.c, lg__forward_graph). */
   s->graphs = !vspec_has_fused_ops(s->ops) ? LG_GRAPHS_OFF
@@ -410,7 +407,6 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
   s->cond_valid = H->calloc((size_t)g->n_cond, 1);
   s->mask = H->calloc((size_t)s->max_nodes * slots, 1);
   if (kv_rc || work_rc || !s->cond_embed || !s->cond_valid || !s->mask) {
-    lg_session_close(s);
     snprintf(err, errlen, "out of memory for a session (%zu MiB of KV cache)", 2 * cache >> 20);
     return VSPEC_ENOMEM;
   }
@@ -419,57 +415,98 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
    * its scratch inside a forward would wait for its queue there and, on a GPU, free memory
    * while other workers' streams run. */
   if (ops->reserve_scratch(dev, M * ((size_t)g->dim + g->ffn_hidden) * sizeof(float) + 64)) {
-    lg_session_close(s);
     snprintf(err, errlen, "out of memory for a session's scratch (%zu rows)", M);
     return VSPEC_ENOMEM;
   }
+  return VSPEC_OK;
+}
 
+/* t2i: the caption through the caption MLP into the condition rows (the caller closes s on
+ * failure). */
+static int lg__session_caption(vspec_session *s, const vspec_session_config *cfg, char *err,
+                               size_t errlen) {
+  const vspec_host *H = s->host;
+  const lg_gpt *g = &s->m->gpt;
+  const vspec_ops *ops = s->ops;
+  vspec_dev *dev = s->dev;
   size_t row_bytes = (size_t)g->n_cond * g->dim * sizeof(float);
-  if (!g->t2i) {
-    for (int i = 0; i < g->n_cond; i++) s->cond_valid[i] = 1;
-    ops->copy(dev, s->cond_embed, g->class_table + (size_t)cfg->class_label * g->dim,
-              (size_t)g->dim * sizeof(float));
-    if (s->rows == 2)
-      ops->copy(dev, (char *)s->cond_embed + row_bytes,
-                g->class_table + (size_t)g->num_classes * g->dim, (size_t)g->dim * sizeof(float));
-  } else {
-    /* sample_t2i.py multiplies the caption features by their mask (pad slots = 0); doing
-     * it here too makes a caller's unzeroed padding harmless. Both CFG rows use the
-     * conditional prompt's mask (generate.py: torch.cat([emb_masks, emb_masks])). */
-    size_t n = (size_t)g->caption_len * g->caption_dim;
-    float *cap = H->alloc(n * sizeof(float));
-    float *cap_dev = ops->alloc(dev, n * sizeof(float));
-    if (!cap || !cap_dev) {
-      H->free(cap);
-      if (cap_dev) ops->free(dev, cap_dev);
-      lg_session_close(s);
-      snprintf(err, errlen, "out of memory");
-      return VSPEC_ENOMEM;
-    }
-    for (int t = 0; t < g->caption_len; t++) {
-      int valid = cfg->caption_mask ? cfg->caption_mask[t] != 0 : 1;
-      s->cond_valid[t] = (uint8_t)valid;
-      for (int c = 0; c < g->caption_dim; c++)
-        cap[(size_t)t * g->caption_dim + c] = valid ? cfg->caption[(size_t)t * g->caption_dim + c]
-                                                    : 0.0f;
-    }
-    ops->upload(dev, cap_dev, cap, n * sizeof(float));
-    s->prefix_dev = ops->alloc(dev, (size_t)g->n_cond);
-    if (s->prefix_dev) ops->upload(dev, s->prefix_dev, s->cond_valid, (size_t)g->n_cond);
-    lg__caption_embed(s, cap_dev, s->cond_embed);
-    if (s->rows == 2) {
-      /* The unconditional row feeds the learned uncond_embedding through the same MLP. */
-      lg__caption_embed(s, g->uncond_caption, (float *)((char *)s->cond_embed + row_bytes));
-    }
-    ops->free(dev, cap_dev);
+  /* sample_t2i.py multiplies the caption features by their mask (pad slots = 0); doing
+   * it here too makes a caller's unzeroed padding harmless. Both CFG rows use the
+   * conditional prompt's mask (generate.py: torch.cat([emb_masks, emb_masks])). */
+  size_t n = (size_t)g->caption_len * g->caption_dim;
+  float *cap = H->alloc(n * sizeof(float));
+  float *cap_dev = ops->alloc(dev, n * sizeof(float));
+  if (!cap || !cap_dev) {
     H->free(cap);
-    if (!s->prefix_dev) {
-      lg_session_close(s);
-      snprintf(err, errlen, "out of memory");
-      return VSPEC_ENOMEM;
-    }
+    if (cap_dev) ops->free(dev, cap_dev);
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
   }
-  s->fused = vspec_has_fused_ops(ops);
+  for (int t = 0; t < g->caption_len; t++) {
+    int valid = cfg->caption_mask ? cfg->caption_mask[t] != 0 : 1;
+    s->cond_valid[t] = (uint8_t)valid;
+    for (int c = 0; c < g->caption_dim; c++)
+      cap[(size_t)t * g->caption_dim + c] = valid ? cfg->caption[(size_t)t * g->caption_dim + c]
+                                                  : 0.0f;
+  }
+  ops->upload(dev, cap_dev, cap, n * sizeof(float));
+  s->prefix_dev = ops->alloc(dev, (size_t)g->n_cond);
+  if (s->prefix_dev) ops->upload(dev, s->prefix_dev, s->cond_valid, (size_t)g->n_cond);
+  lg__caption_embed(s, cap_dev, s->cond_embed);
+  if (s->rows == 2) {
+    /* The unconditional row feeds the learned uncond_embedding through the same MLP. */
+    lg__caption_embed(s, g->uncond_caption, (float *)((char *)s->cond_embed + row_bytes));
+  }
+  ops->free(dev, cap_dev);
+  H->free(cap);
+  if (!s->prefix_dev) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  return VSPEC_OK;
+}
+
+/* c2i: the class's row, and the null class's for the unconditional row. */
+static void lg__session_class(vspec_session *s) {
+  const lg_gpt *g = &s->m->gpt;
+  size_t row_bytes = (size_t)g->n_cond * g->dim * sizeof(float);
+  for (int i = 0; i < g->n_cond; i++) s->cond_valid[i] = 1;
+  s->ops->copy(s->dev, s->cond_embed, g->class_table + (size_t)s->class_label * g->dim,
+               (size_t)g->dim * sizeof(float));
+  if (s->rows == 2)
+    s->ops->copy(s->dev, (char *)s->cond_embed + row_bytes,
+                 g->class_table + (size_t)g->num_classes * g->dim,
+                 (size_t)g->dim * sizeof(float));
+}
+
+int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
+                    vspec_session **out, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  const lg_gpt *g = &m->gpt;
+  int max_nodes;
+  int rc = lg__session_check(m, dev, cfg, &max_nodes, err, errlen);
+  if (rc) return rc;
+  vspec_session *s = H->calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  s->m = m;
+  s->host = H;
+  s->ops = H->dev_ops(dev);
+  s->dev = dev;
+  s->rows = cfg->rows;
+  s->class_label = cfg->class_label;
+  /* The prefill runs n_cond positions through the same buffers as a forward. */
+  s->max_nodes = max_nodes > g->n_cond ? max_nodes : g->n_cond;
+  rc = lg__session_buffers(s, max_nodes, err, errlen);
+  if (!rc && !g->t2i) lg__session_class(s);
+  else if (!rc) rc = lg__session_caption(s, cfg, err, errlen);
+  if (rc) {
+    lg_session_close(s);
+    return rc;
+  }
+  s->fused = vspec_has_fused_ops(s->ops);
   *out = s;
   return VSPEC_OK;
 }
