@@ -169,7 +169,7 @@ CUDA_TARGETS := $(if $(filter 1,$(CUDA_ON)),$(CUDA_MODULE))
 GEN_DIR := $(BUILD)/gen
 PROTO_C := $(GEN_DIR)/proto/vspec.pb-c.c
 PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
-# hiredis: the fleet queue on Redis Streams (daemon/fleet_queue.c, DESIGN.md "Fleet mode").
+# hiredis: the fleet queue on Redis Streams (daemon/fleet_queue*.c, DESIGN.md "Fleet mode").
 # libmicrohttpd: the HTTP endpoint (daemon/http_server.c, DESIGN.md "HTTP endpoint").
 SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis -lmicrohttpd
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))

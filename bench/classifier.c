@@ -130,6 +130,144 @@ static int vs_clf_tensors(vs_classifier *c, const json_t *o, int i, const char *
   return VSPEC_OK;
 }
 
+/* The shape that flows through the graph: channels and, until pooled, height and width
+ * (h = w = 0 once pooled). */
+typedef struct vs_clf_flow {
+  int ch, h, w;
+} vs_clf_flow;
+
+static int vs_clf_bad_key(const char *path, int i, const char *op, const char *bad, char *err,
+                          size_t errlen) {
+  return vs_fail(err, errlen, VSPEC_EFORMAT,
+                 "%s: layer %d (%s): unsupported key \"%s\" (or a value other than 1)", path, i,
+                 op, bad);
+}
+
+static int vs_clf_conv_layer(vs_classifier *c, const json_t *o, int i, vs_clf_layer *L,
+                             vs_clf_flow *f, char *err, size_t errlen) {
+  const char *path = vs_st_path(c->file), *bad = NULL;
+  static const char *const keys[] = {"weight", "bias", "in", "out", "kernel", "stride",
+                                     "padding", NULL};
+  L->op = VS_CLF_CONV;
+  if (!vs_clf_check_keys(o, keys, &bad)) return vs_clf_bad_key(path, i, "conv2d", bad, err, errlen);
+  if (!(f->h > 0))
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d (conv2d) comes after global_avg_pool; it needs a "
+                   "spatial input",
+                   path, i);
+  int sh, sw;
+  if (!vs_clf_int(o, "in", -1, 1, &L->in) || !vs_clf_int(o, "out", -1, 1, &L->out) ||
+      !vs_clf_pair(o, "kernel", -1, 1, &L->kh, &L->kw) ||
+      !vs_clf_pair(o, "stride", 1, 1, &sh, &sw) ||
+      !vs_clf_pair(o, "padding", 0, 0, &L->ph, &L->pw))
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d (conv2d): needs positive integers in, out, kernel "
+                   "(int or [h,w]) and optional stride >= 1, padding >= 0",
+                   path, i);
+  if (sh != sw)
+    return vs_fail(err, errlen, VSPEC_ENOTSUP,
+                   "%s: layer %d (conv2d): stride [%d,%d] differs per axis, which the "
+                   "conv2d op does not support",
+                   path, i, sh, sw);
+  L->stride = sh;
+  if (L->in != f->ch)
+    return vs_fail(err, errlen, VSPEC_ESHAPE,
+                   "%s: layer %d (conv2d): \"in\" is %d but its input has %d channels",
+                   path, i, L->in, f->ch);
+  int hs = f->h + 2 * L->ph - L->kh, ws = f->w + 2 * L->pw - L->kw;
+  if (hs < 0 || ws < 0)
+    return vs_fail(err, errlen, VSPEC_ESHAPE,
+                   "%s: layer %d (conv2d): kernel %dx%d does not fit its %dx%d input "
+                   "padded by %d,%d",
+                   path, i, L->kh, L->kw, f->h, f->w, L->ph, L->pw);
+  int64_t wshape[4] = {L->out, L->in, L->kh, L->kw};
+  int rc = vs_clf_tensors(c, o, i, "conv2d", 4, wshape, L->out, L, err, errlen);
+  if (rc) return rc;
+  f->ch = L->out;
+  f->h = hs / L->stride + 1;
+  f->w = ws / L->stride + 1;
+  size_t act = (size_t)f->ch * f->h * f->w;
+  if (act > VS_CLF_MAX_ACT)
+    return vs_fail(err, errlen, VSPEC_ERANGE,
+                   "%s: layer %d (conv2d): output %dx%dx%d is unreasonably large", path, i,
+                   f->ch, f->h, f->w);
+  if (act > c->max_act) c->max_act = act;
+  return VSPEC_OK;
+}
+
+static int vs_clf_linear_layer(vs_classifier *c, const json_t *o, int i, vs_clf_layer *L,
+                               vs_clf_flow *f, char *err, size_t errlen) {
+  const char *path = vs_st_path(c->file), *bad = NULL;
+  static const char *const keys[] = {"weight", "bias", "in", "out", NULL};
+  L->op = VS_CLF_LINEAR;
+  if (!vs_clf_check_keys(o, keys, &bad)) return vs_clf_bad_key(path, i, "linear", bad, err, errlen);
+  if (f->h > 0)
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d (linear) needs a vector input; put it after "
+                   "global_avg_pool",
+                   path, i);
+  if (!vs_clf_int(o, "in", -1, 1, &L->in) || !vs_clf_int(o, "out", -1, 1, &L->out))
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d (linear): needs positive integers in, out", path, i);
+  if (L->in != f->ch)
+    return vs_fail(err, errlen, VSPEC_ESHAPE,
+                   "%s: layer %d (linear): \"in\" is %d but its input has %d features",
+                   path, i, L->in, f->ch);
+  int64_t wshape[2] = {L->out, L->in};
+  int rc = vs_clf_tensors(c, o, i, "linear", 2, wshape, L->out, L, err, errlen);
+  if (rc) return rc;
+  f->ch = L->out;
+  return VSPEC_OK;
+}
+
+/* relu and global_avg_pool: no tensors, no keys. */
+static int vs_clf_plain_layer(vs_classifier *c, const json_t *o, int i, const char *op,
+                              vs_clf_layer *L, vs_clf_flow *f, char *err, size_t errlen) {
+  const char *path = vs_st_path(c->file), *bad = NULL;
+  static const char *const keys[] = {NULL};
+  L->op = strcmp(op, "relu") == 0 ? VS_CLF_RELU : VS_CLF_GAP;
+  if (!vs_clf_check_keys(o, keys, &bad)) return vs_clf_bad_key(path, i, op, bad, err, errlen);
+  if (L->op == VS_CLF_RELU) return VSPEC_OK;
+  if (!(f->h > 0))
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d: a second global_avg_pool (the features are defined by "
+                   "the one pooling layer)",
+                   path, i);
+  c->gap = i;
+  f->h = f->w = 0;
+  return VSPEC_OK;
+}
+
+/* Layer i, checked against the shape f that reaches it; f becomes its output's. */
+static int vs_clf_one_layer(vs_classifier *c, const json_t *o, int i, vs_clf_flow *f, char *err,
+                            size_t errlen) {
+  vs_clf_layer *L = &c->layers[i];
+  const char *path = vs_st_path(c->file);
+  const json_t *opv = json_is_object(o) ? json_object_get(o, "op") : NULL;
+  if (!json_is_string(opv))
+    return vs_fail(err, errlen, VSPEC_EFORMAT,
+                   "%s: layer %d is not an object with a string \"op\"", path, i);
+  const char *op = json_string_value(opv);
+  int rc;
+  if (strcmp(op, "conv2d") == 0)
+    rc = vs_clf_conv_layer(c, o, i, L, f, err, errlen);
+  else if (strcmp(op, "relu") == 0 || strcmp(op, "global_avg_pool") == 0)
+    rc = vs_clf_plain_layer(c, o, i, op, L, f, err, errlen);
+  else if (strcmp(op, "linear") == 0)
+    rc = vs_clf_linear_layer(c, o, i, L, f, err, errlen);
+  else
+    rc = vs_fail(err, errlen, VSPEC_ENOTSUP,
+                 "%s: layer %d: unknown op '%s' (supported: conv2d, relu, "
+                 "global_avg_pool, linear)",
+                 path, i, op);
+  if (rc) return rc;
+  L->c = f->ch;
+  L->h = f->h;
+  L->w_out = f->w;
+  if (!f->h && f->ch > c->max_vec) c->max_vec = f->ch;
+  return VSPEC_OK;
+}
+
 /* Parses "layers" and checks the whole graph against the tensors and the input shape. */
 static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, size_t errlen) {
   const char *path = vs_st_path(c->file);
@@ -151,141 +289,13 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
     rc = vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
     goto done;
   }
-  int ch = c->in_c, h = c->in_h, w = c->in_w; /* h = w = 0 once pooled */
+  vs_clf_flow f = {c->in_c, c->in_h, c->in_w};
   c->gap = -1;
-  c->max_act = (size_t)ch * h * w;
+  c->max_act = (size_t)f.ch * f.h * f.w;
   c->max_vec = 0;
-  for (int i = 0; i < c->n_layers; i++) {
-    const json_t *o = json_array_get(root, (size_t)i);
-    vs_clf_layer *L = &c->layers[i];
-    const json_t *opv = json_is_object(o) ? json_object_get(o, "op") : NULL;
-    if (!json_is_string(opv)) {
-      rc = vs_fail(err, errlen, VSPEC_EFORMAT,
-                   "%s: layer %d is not an object with a string \"op\"", path, i);
-      goto done;
-    }
-    const char *op = json_string_value(opv), *bad = NULL;
-    int spatial = h > 0;
-    if (strcmp(op, "conv2d") == 0) {
-      static const char *const keys[] = {"weight", "bias", "in", "out", "kernel", "stride",
-                                         "padding", NULL};
-      L->op = VS_CLF_CONV;
-      if (!vs_clf_check_keys(o, keys, &bad)) goto badkey;
-      if (!spatial) {
-        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: layer %d (conv2d) comes after global_avg_pool; it needs a "
-                     "spatial input",
-                     path, i);
-        goto done;
-      }
-      int sh, sw;
-      if (!vs_clf_int(o, "in", -1, 1, &L->in) || !vs_clf_int(o, "out", -1, 1, &L->out) ||
-          !vs_clf_pair(o, "kernel", -1, 1, &L->kh, &L->kw) ||
-          !vs_clf_pair(o, "stride", 1, 1, &sh, &sw) ||
-          !vs_clf_pair(o, "padding", 0, 0, &L->ph, &L->pw)) {
-        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: layer %d (conv2d): needs positive integers in, out, kernel "
-                     "(int or [h,w]) and optional stride >= 1, padding >= 0",
-                     path, i);
-        goto done;
-      }
-      if (sh != sw) {
-        rc = vs_fail(err, errlen, VSPEC_ENOTSUP,
-                     "%s: layer %d (conv2d): stride [%d,%d] differs per axis, which the "
-                     "conv2d op does not support",
-                     path, i, sh, sw);
-        goto done;
-      }
-      L->stride = sh;
-      if (L->in != ch) {
-        rc = vs_fail(err, errlen, VSPEC_ESHAPE,
-                     "%s: layer %d (conv2d): \"in\" is %d but its input has %d channels",
-                     path, i, L->in, ch);
-        goto done;
-      }
-      int hs = h + 2 * L->ph - L->kh, ws = w + 2 * L->pw - L->kw;
-      if (hs < 0 || ws < 0) {
-        rc = vs_fail(err, errlen, VSPEC_ESHAPE,
-                     "%s: layer %d (conv2d): kernel %dx%d does not fit its %dx%d input "
-                     "padded by %d,%d",
-                     path, i, L->kh, L->kw, h, w, L->ph, L->pw);
-        goto done;
-      }
-      int64_t wshape[4] = {L->out, L->in, L->kh, L->kw};
-      rc = vs_clf_tensors(c, o, i, op, 4, wshape, L->out, L, err, errlen);
-      if (rc) goto done;
-      ch = L->out;
-      h = hs / L->stride + 1;
-      w = ws / L->stride + 1;
-      size_t act = (size_t)ch * h * w;
-      if (act > VS_CLF_MAX_ACT) {
-        rc = vs_fail(err, errlen, VSPEC_ERANGE,
-                     "%s: layer %d (conv2d): output %dx%dx%d is unreasonably large", path, i,
-                     ch, h, w);
-        goto done;
-      }
-      if (act > c->max_act) c->max_act = act;
-    } else if (strcmp(op, "relu") == 0) {
-      static const char *const keys[] = {NULL};
-      L->op = VS_CLF_RELU;
-      if (!vs_clf_check_keys(o, keys, &bad)) goto badkey;
-    } else if (strcmp(op, "global_avg_pool") == 0) {
-      static const char *const keys[] = {NULL};
-      L->op = VS_CLF_GAP;
-      if (!vs_clf_check_keys(o, keys, &bad)) goto badkey;
-      if (!spatial) {
-        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: layer %d: a second global_avg_pool (the features are defined by "
-                     "the one pooling layer)",
-                     path, i);
-        goto done;
-      }
-      c->gap = i;
-      h = w = 0;
-    } else if (strcmp(op, "linear") == 0) {
-      static const char *const keys[] = {"weight", "bias", "in", "out", NULL};
-      L->op = VS_CLF_LINEAR;
-      if (!vs_clf_check_keys(o, keys, &bad)) goto badkey;
-      if (spatial) {
-        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: layer %d (linear) needs a vector input; put it after "
-                     "global_avg_pool",
-                     path, i);
-        goto done;
-      }
-      if (!vs_clf_int(o, "in", -1, 1, &L->in) || !vs_clf_int(o, "out", -1, 1, &L->out)) {
-        rc = vs_fail(err, errlen, VSPEC_EFORMAT,
-                     "%s: layer %d (linear): needs positive integers in, out", path, i);
-        goto done;
-      }
-      if (L->in != ch) {
-        rc = vs_fail(err, errlen, VSPEC_ESHAPE,
-                     "%s: layer %d (linear): \"in\" is %d but its input has %d features",
-                     path, i, L->in, ch);
-        goto done;
-      }
-      int64_t wshape[2] = {L->out, L->in};
-      rc = vs_clf_tensors(c, o, i, op, 2, wshape, L->out, L, err, errlen);
-      if (rc) goto done;
-      ch = L->out;
-    } else {
-      rc = vs_fail(err, errlen, VSPEC_ENOTSUP,
-                   "%s: layer %d: unknown op '%s' (supported: conv2d, relu, "
-                   "global_avg_pool, linear)",
-                   path, i, op);
-      goto done;
-    }
-    L->c = ch;
-    L->h = h;
-    L->w_out = w;
-    if (!h && ch > c->max_vec) c->max_vec = ch;
-    continue;
-  badkey:
-    rc = vs_fail(err, errlen, VSPEC_EFORMAT,
-                 "%s: layer %d (%s): unsupported key \"%s\" (or a value other than 1)", path,
-                 i, op, bad);
-    goto done;
-  }
+  for (int i = 0; !rc && i < c->n_layers; i++)
+    rc = vs_clf_one_layer(c, json_array_get(root, (size_t)i), i, &f, err, errlen);
+  if (rc) goto done;
   if (c->gap < 0) {
     rc = vs_fail(err, errlen, VSPEC_EFORMAT,
                  "%s: \"layers\" has no global_avg_pool, so there is no feature vector",
@@ -293,13 +303,11 @@ static int vs_clf_build(vs_classifier *c, const char *layers_text, char *err, si
     goto done;
   }
   c->feature_dim = c->layers[c->gap].c;
-  c->num_classes = ch;
-  if (c->gap == c->n_layers - 1) {
+  c->num_classes = f.ch;
+  if (c->gap == c->n_layers - 1)
     rc = vs_fail(err, errlen, VSPEC_EFORMAT,
                  "%s: \"layers\" ends with global_avg_pool; the logits need a final linear",
                  path);
-    goto done;
-  }
 done:
   json_decref(root);
   return rc;

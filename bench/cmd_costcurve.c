@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/bench_opts.h"
 #include "core/cli_args.h"
 #include "core/forward_timing.h"
 
@@ -191,21 +192,47 @@ static int print_counters(vs_bench_env *env, const vs_backend_model *t, const in
   return VSPEC_OK;
 }
 
-int vs_bench_cmd_costcurve(int argc, char **argv) {
-  const char *model_dir = NULL, *random = NULL, *label = NULL, *plugin_dir = NULL;
-  const char *sizes_text = "1,2,4,8,16,32,64", *weight_format = NULL;
-  double min_time = 0.5;
-  long threads = 0;
-  int image = 0, counters = 0;
-  vs_bench_device dv = {0};
-  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
-         O_IMAGE, O_WFORMAT, O_COUNTERS };
+/* costcurve's options: the shared ones (bench/bench_opts.h) and its own. */
+typedef struct curve_args {
+  vs_bench_opts o; /* o.model_dir: NULL unless --model */
+  const char *random, *label, *weight_format;
+  int sizes[16], n_sizes;
+  double min_time;
+  int image, counters;
+} curve_args;
+
+/* The checks between options, after parsing. 1 when they fit, else 0 (printed). */
+static int curve_check(curve_args *a, const char *sizes_text) {
+  if (!a->o.model_dir == !a->random) {
+    fprintf(stderr, "vspec-bench costcurve: give exactly one of --model and --random\n");
+    return 0;
+  }
+  if (a->weight_format && strcmp(a->weight_format, "default") != 0 &&
+      strcmp(a->weight_format, "int8") != 0) {
+    fprintf(stderr, "vspec-bench costcurve: --weight-format '%s': use default or int8\n",
+            a->weight_format);
+    return 0;
+  }
+  if (a->weight_format && !a->random) {
+    fprintf(stderr, "vspec-bench costcurve: --weight-format goes with --random (a model "
+            "directory's manifest sets weight_format per role)\n");
+    return 0;
+  }
+  a->n_sizes = vs_bench_parse_sizes("costcurve", sizes_text, 1, 64, a->sizes, 16);
+  return a->n_sizes >= 0;
+}
+
+/* -1 to go on, else the exit code (--help, a bad option). */
+static int curve_parse(int argc, char **argv, curve_args *a) {
+  const char *sizes_text = "1,2,4,8,16,32,64";
+  *a = (curve_args){.min_time = 0.5};
+  vs_bench_opts_init(&a->o, NULL);
+  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_IMAGE, O_WFORMAT, O_COUNTERS };
   static const struct option opts[] = {
-      {"model", required_argument, 0, 'm'},      {"random", required_argument, 0, O_RANDOM},
+      VS_BENCH_OPT_MODEL,                        {"random", required_argument, 0, O_RANDOM},
       {"label", required_argument, 0, O_LABEL},  {"sizes", required_argument, 0, O_SIZES},
-      {"min-time", required_argument, 0, O_MIN}, {"threads", required_argument, 0, O_THREADS},
-      {"plugins", required_argument, 0, O_PLUGINS}, {"help", no_argument, 0, 'h'},
-      {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
+      {"min-time", required_argument, 0, O_MIN}, VS_BENCH_OPTS_DEVICE,
+      VS_BENCH_OPT_PLUGINS,                      {"help", no_argument, 0, 'h'},
       {"image", no_argument, 0, O_IMAGE}, {"weight-format", required_argument, 0, O_WFORMAT},
       {"counters", no_argument, 0, O_COUNTERS},
       {0, 0, 0, 0}};
@@ -214,135 +241,122 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
     int ok = 1;
     switch (c) {
-      case 'm': model_dir = optarg; break;
-      case O_RANDOM: random = optarg; break;
-      case O_LABEL: label = optarg; break;
+      case O_RANDOM: a->random = optarg; break;
+      case O_LABEL: a->label = optarg; break;
       case O_SIZES: sizes_text = optarg; break;
-      case O_MIN: ok = vs_cli_double("--min-time", optarg, 0.01, 600, &min_time); break;
-      case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
-      case O_PLUGINS: plugin_dir = optarg; break;
-      case O_DEVICE: dv.spec = optarg; break;
-      case O_IMAGE: image = 1; break;
-      case O_COUNTERS: counters = 1; break;
-      case O_WFORMAT: weight_format = optarg; break;
-      case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
+      case O_MIN: ok = vs_cli_double("--min-time", optarg, 0.01, 600, &a->min_time); break;
+      case O_IMAGE: a->image = 1; break;
+      case O_COUNTERS: a->counters = 1; break;
+      case O_WFORMAT: a->weight_format = optarg; break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default:
+        ok = vs_bench_opt(&a->o, c, optarg);
+        if (ok < 0) {
+          usage(stderr);
+          return 2;
+        }
     }
     if (!ok) return 2;
   }
-  if (!model_dir == !random) {
-    fprintf(stderr, "vspec-bench costcurve: give exactly one of --model and --random\n");
-    return 2;
-  }
-  if (weight_format && strcmp(weight_format, "default") != 0 && strcmp(weight_format, "int8") != 0) {
-    fprintf(stderr, "vspec-bench costcurve: --weight-format '%s': use default or int8\n",
-            weight_format);
-    return 2;
-  }
-  if (weight_format && !random) {
-    fprintf(stderr, "vspec-bench costcurve: --weight-format goes with --random (a model "
-            "directory's manifest sets weight_format per role)\n");
-    return 2;
-  }
-  int sizes[16];
-  int n_sizes = vs_bench_parse_sizes("costcurve", sizes_text, 1, 64, sizes, 16);
-  if (n_sizes < 0) return 2;
+  return curve_check(a, sizes_text) ? -1 : 2;
+}
+
+/* The target measured: --random's random-weight GPT (written to tmp_path and loaded into
+ * rnd) or --model's target (in *models). 0 or an exit code. */
+static int curve_target(const curve_args *a, vs_bench_env *env, vs_backend_model *rnd,
+                        vs_models **models, char *tmp_path, size_t tmp_cap,
+                        const vs_backend_model **t) {
   char err[VSPEC_ERRLEN];
-  vs_bench_env env;
-  dv.threads = (int)threads;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, &dv, err, sizeof err)) {
+  const char *random = a->random;
+  if (!random) {
+    if (vs_models_open(env->reg, &env->host, env->dev, a->o.model_dir, VS_ROLE_TARGET, models,
+                       err, sizeof err)) {
+      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+      return 1;
+    }
+    *t = &(*models)->target;
+    /* The curve times forwards over token trees (ids in, logits out); a MAR target has
+     * neither, and verifies drafted generation steps in a way the curve does not model. */
+    if (vs_bench_is_continuous(*models)) {
+      fprintf(stderr, "vspec-bench costcurve: model '%s': the cost curve of tree verification is "
+              "not supported for continuous-token (MAR) models; use depth=L explicitly in "
+              "their methods and compare speed with vspec-bench eval\n", a->o.model_dir);
+      return 1;
+    }
+    return 0;
+  }
+  int layers, dim, heads, vocab, grid;
+  if (strcmp(random, "gpt-b") == 0) {
+    layers = 12, dim = 768, heads = 12, vocab = 16384, grid = 16;
+  } else if (strcmp(random, "micro") == 0) {
+    layers = 2, dim = 64, heads = 4, vocab = 64, grid = 4;
+  } else if (sscanf(random, "%dx%dx%dx%dx%d", &layers, &dim, &heads, &vocab, &grid) == 5 &&
+             layers > 0 && layers <= 128 && dim > 0 && heads > 0 && dim % heads == 0 &&
+             (dim / heads) % 4 == 0 && vocab > 1 && grid > 0 && grid <= 64) {
+    /* a custom shape: LAYERSxDIMxHEADSxVOCABxGRID */
+  } else {
+    fprintf(stderr, "vspec-bench costcurve: --random '%s': use gpt-b, micro or "
+            "LAYERSxDIMxHEADSxVOCABxGRID (e.g. 8x256x4x1024x8)\n", random);
+    return 2;
+  }
+  char load_params[128] = "max_nodes=64";
+  if (a->weight_format)
+    snprintf(load_params, sizeof load_params, "max_nodes=64,weight_format=%s", a->weight_format);
+  const char *td = getenv("TMPDIR");
+  snprintf(tmp_path, tmp_cap, "%s/vspec-random-%s-%ld.safetensors", td && *td ? td : "/tmp",
+           random, (long)getpid());
+  fprintf(stderr, "writing a random-weight %s checkpoint to %s ...\n", random, tmp_path);
+  if (vs_bench_write_random_gpt(tmp_path, layers, dim, heads, heads, vocab, grid, 1000, 1, err,
+                                sizeof err) ||
+      vs_backend_model_load(env->reg, &env->host, env->dev, "llamagen", tmp_path, load_params,
+                            rnd, err, sizeof err)) {
     fprintf(stderr, "vspec-bench costcurve: %s\n", err);
     return 1;
   }
-  int status = 1;
-  vs_models *models = NULL;
-  vs_backend_model rnd = {0};
-  const vs_backend_model *t = NULL;
-  char tmp_path[256] = "";
-  if (random) {
-    int layers, dim, heads, vocab, grid;
-    if (strcmp(random, "gpt-b") == 0) {
-      layers = 12, dim = 768, heads = 12, vocab = 16384, grid = 16;
-    } else if (strcmp(random, "micro") == 0) {
-      layers = 2, dim = 64, heads = 4, vocab = 64, grid = 4;
-    } else if (sscanf(random, "%dx%dx%dx%dx%d", &layers, &dim, &heads, &vocab, &grid) == 5 &&
-               layers > 0 && layers <= 128 && dim > 0 && heads > 0 && dim % heads == 0 &&
-               (dim / heads) % 4 == 0 && vocab > 1 && grid > 0 && grid <= 64) {
-      /* a custom shape: LAYERSxDIMxHEADSxVOCABxGRID */
-    } else {
-      fprintf(stderr, "vspec-bench costcurve: --random '%s': use gpt-b, micro or "
-              "LAYERSxDIMxHEADSxVOCABxGRID (e.g. 8x256x4x1024x8)\n", random);
-      status = 2;
-      goto done;
-    }
-    char load_params[128] = "max_nodes=64";
-    if (weight_format)
-      snprintf(load_params, sizeof load_params, "max_nodes=64,weight_format=%s", weight_format);
-    const char *td = getenv("TMPDIR");
-    snprintf(tmp_path, sizeof tmp_path, "%s/vspec-random-%s-%ld.safetensors",
-             td && *td ? td : "/tmp", random, (long)getpid());
-    fprintf(stderr, "writing a random-weight %s checkpoint to %s ...\n", random, tmp_path);
-    if (vs_bench_write_random_gpt(tmp_path, layers, dim, heads, heads, vocab, grid, 1000, 1, err,
-                                  sizeof err) ||
-        vs_backend_model_load(env.reg, &env.host, env.dev, "llamagen", tmp_path, load_params,
-                              &rnd, err, sizeof err)) {
-      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
-      goto done;
-    }
-    t = &rnd;
-  } else {
-    if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_TARGET, &models, err,
-                       sizeof err)) {
-      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
-      goto done;
-    }
-    t = &models->target;
-    /* The curve times forwards over token trees (ids in, logits out); a MAR target has
-     * neither, and verifies drafted generation steps in a way the curve does not model. */
-    if (vs_bench_is_continuous(models)) {
-      fprintf(stderr, "vspec-bench costcurve: model '%s': the cost curve of tree verification is "
-              "not supported for continuous-token (MAR) models; use depth=L explicitly in "
-              "their methods and compare speed with vspec-bench eval\n", model_dir);
-      goto done;
-    }
-  }
-  int d = t->info.feature_dim, V = t->info.vocab;
-  printf("\ncost curve: %s (width %d, vocab %d, grid %dx%d)\n", label ? label : (random ? random : model_dir),
-         d, V, t->info.grid_h, t->info.grid_w);
-  vs_bench_print_device(stdout, env.dev);
+  *t = rnd;
+  return 0;
+}
+
+/* The table: forward latency at each size, 1 and 2 rows. */
+static int curve_table(const curve_args *a, vs_bench_env *env, const vs_backend_model *t,
+                       char *err, size_t errlen) {
+  const char *name = a->label ? a->label : (a->random ? a->random : a->o.model_dir);
+  printf("\ncost curve: %s (width %d, vocab %d, grid %dx%d)\n", name, t->info.feature_dim,
+         t->info.vocab, t->info.grid_h, t->info.grid_w);
+  vs_bench_print_device(stdout, env->dev);
   printf("median forward latency over a half-image prefix; nodes form a binary tree\n\n");
   printf("| nodes | 1 row: ms | ms/node | x 1 node | 2 rows (CFG): ms | ms/node | x 1 node |\n");
   printf("|------:|----------:|--------:|---------:|-----------------:|--------:|---------:|\n");
   double base[3] = {0, 0, 0};
-  for (int i = 0; i < n_sizes; i++) {
+  for (int i = 0; i < a->n_sizes; i++) {
+    int n = a->sizes[i];
     double ms[3];
-    for (int rows = 1; rows <= 2; rows++)
-      if (vs_time_forward(env.dev, t, rows, sizes[i], min_time, &ms[rows], err, sizeof err)) {
-        fprintf(stderr, "vspec-bench costcurve: %s\n", err);
-        goto done;
-      }
+    for (int rows = 1; rows <= 2; rows++) {
+      int rc = vs_time_forward(env->dev, t, rows, n, a->min_time, &ms[rows], err, errlen);
+      if (rc) return rc;
+    }
     if (i == 0) base[1] = ms[1], base[2] = ms[2];
-    printf("| %5d | %9.3f | %7.3f | %8.2f | %16.3f | %7.3f | %8.2f |\n", sizes[i], ms[1],
-           ms[1] / sizes[i], ms[1] / base[1], ms[2], ms[2] / sizes[i], ms[2] / base[2]);
+    printf("| %5d | %9.3f | %7.3f | %8.2f | %16.3f | %7.3f | %8.2f |\n", n, ms[1], ms[1] / n,
+           ms[1] / base[1], ms[2], ms[2] / n, ms[2] / base[2]);
     fflush(stdout);
   }
-  if (counters && print_counters(&env, t, sizes, n_sizes, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench costcurve: %s\n", err);
-    goto done;
-  }
-  /* Batch-1 decode reads every weight once per token except the embedding tables (one
-   * row each), so weight bytes / bandwidth bounds its speed from above. */
+  return VSPEC_OK;
+}
+
+/* Batch-1 decode against the memory-bandwidth bound: it reads every weight once per token
+ * except the embedding tables (one row each), so weight bytes / bandwidth bounds its speed
+ * from above. */
+static int curve_bound(const curve_args *a, vs_bench_env *env, const vs_backend_model *t,
+                       char *err, size_t errlen) {
   double one_ms[3];
-  for (int rows = 1; rows <= 2; rows++)
-    if (vs_time_forward(env.dev, t, rows, 1, min_time, &one_ms[rows], err, sizeof err)) {
-      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
-      goto done;
-    }
+  for (int rows = 1; rows <= 2; rows++) {
+    int rc = vs_time_forward(env->dev, t, rows, 1, a->min_time, &one_ms[rows], err, errlen);
+    if (rc) return rc;
+  }
   int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  int bw_threads = threads > 0 ? (int)threads : ncpu;
-  int on_cpu = vs_dev_ops(env.dev)->device == VSPEC_DEVICE_CPU;
-  double bw = on_cpu ? measure_read_bandwidth(bw_threads) : measure_device_bandwidth(env.dev);
+  int bw_threads = a->o.dv.threads > 0 ? a->o.dv.threads : ncpu;
+  int on_cpu = vs_dev_ops(env->dev)->device == VSPEC_DEVICE_CPU;
+  double bw = on_cpu ? measure_read_bandwidth(bw_threads) : measure_device_bandwidth(env->dev);
   printf("\nbatch-1 decode: %.1f tokens/s (1 row), %.1f tokens/s (2 rows, CFG)\n", 1e3 / one_ms[1],
          1e3 / one_ms[2]);
   if (on_cpu)
@@ -351,23 +365,45 @@ int vs_bench_cmd_costcurve(int argc, char **argv) {
     printf("device memory bandwidth: %.2f GB/s (device-to-device copy)\n", bw / 1e9);
   /* bf16 weights: linear layers read half the bytes (they are nearly all of stream_bytes) */
   vs_device_info di;
-  int bf16 = vs_dev_info(env.dev, &di) == VSPEC_OK && di.precision == VS_PRECISION_BF16;
+  int bf16 = vs_dev_info(env->dev, &di) == VSPEC_OK && di.precision == VS_PRECISION_BF16;
   double bytes = (double)t->info.stream_bytes * (bf16 ? 0.5 : 1.0);
   printf("weights read per token: %.1f MB%s (%.2f M parameters in all)\n", bytes / 1e6,
          bf16 ? " in bf16" : "", (double)t->info.params / 1e6);
   printf("bandwidth bound: %.1f tokens/s (%.3f ms per forward); measured 1-row decode reaches "
          "%.0f%% of it\n", bw / bytes, 1e3 * bytes / bw, 100.0 * (1e3 / one_ms[1]) / (bw / bytes));
-  if (image) {
-    double img_s;
-    if (time_image(&env, t, 5, &img_s, err, sizeof err)) {
-      fprintf(stderr, "vspec-bench costcurve: %s\n", err);
-      goto done;
-    }
-    printf("one image by AR with CFG (%d tokens, 2 rows, sampling included, no VQ decode): "
-           "%.4f s (median of 5)\n", t->info.grid_h * t->info.grid_w, img_s);
+  return VSPEC_OK;
+}
+
+/* Everything measured on the target t. 0 or an exit code. */
+static int curve_measure(const curve_args *a, vs_bench_env *env, const vs_backend_model *t) {
+  char err[VSPEC_ERRLEN];
+  int rc = curve_table(a, env, t, err, sizeof err);
+  if (!rc && a->counters) rc = print_counters(env, t, a->sizes, a->n_sizes, err, sizeof err);
+  if (!rc) rc = curve_bound(a, env, t, err, sizeof err);
+  double img_s;
+  if (!rc && a->image) {
+    rc = time_image(env, t, 5, &img_s, err, sizeof err);
+    if (!rc)
+      printf("one image by AR with CFG (%d tokens, 2 rows, sampling included, no VQ decode): "
+             "%.4f s (median of 5)\n", t->info.grid_h * t->info.grid_w, img_s);
   }
-  status = 0;
-done:
+  if (!rc) return 0;
+  fprintf(stderr, "vspec-bench costcurve: %s\n", err);
+  return 1;
+}
+
+int vs_bench_cmd_costcurve(int argc, char **argv) {
+  curve_args a;
+  int status = curve_parse(argc, argv, &a);
+  if (status >= 0) return status;
+  vs_bench_env env;
+  if (!vs_bench_opts_env("costcurve", &a.o, argv[0], &env)) return 1;
+  vs_models *models = NULL;
+  vs_backend_model rnd = {0};
+  const vs_backend_model *t = NULL;
+  char tmp_path[256] = "";
+  status = curve_target(&a, &env, &rnd, &models, tmp_path, sizeof tmp_path, &t);
+  if (!status) status = curve_measure(&a, &env, t);
   vs_backend_model_unload(&rnd);
   vs_models_close(models);
   if (*tmp_path) unlink(tmp_path);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/bench_opts.h"
 #include "bench/bitmap_font.h"
 #include "core/cli_args.h"
 #include "core/png_write.h"
@@ -130,20 +131,24 @@ static void vs__demo_place(const vs__demo_layout *l, const vs_canvas *grid, cons
   vs_draw_text(grid, x, y - l->band, label, ink, l->scale);
 }
 
-int vs_bench_cmd_demo(int argc, char **argv) {
-  const char *model_dir = "models/fmnist", *out_path = "build/demo.png", *plugin_dir = NULL;
-  const char *method = "ar";
-  unsigned long long seed = 0;
-  long upscale = 4, per_class = 1;
-  int quiet = 0;
-  vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
-  enum { O_UP = 256, O_PLUGINS, O_NUM_ITER, O_CFG_SCHED, O_PER_CLASS, O_QUIET };
+/* demo's options: the shared ones (bench/bench_opts.h) and its own. */
+typedef struct demo_args {
+  vs_bench_opts o;
+  const char *out_path;
+  long upscale, per_class;
+  int quiet;
+} demo_args;
+
+/* -1 to go on, else the exit code (--help, a bad option). */
+static int demo_parse(int argc, char **argv, demo_args *a) {
+  *a = (demo_args){.out_path = "build/demo.png", .upscale = 4, .per_class = 1};
+  vs_bench_opts_init(&a->o, "models/fmnist");
+  enum { O_UP = 256, O_PER_CLASS, O_QUIET };
   static const struct option opts[] = {
-      {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'},
-      {"seed", required_argument, 0, 's'},  {"upscale", required_argument, 0, O_UP},
-      {"method", required_argument, 0, 'M'}, {"plugins", required_argument, 0, O_PLUGINS},
-      {"num-iter", required_argument, 0, O_NUM_ITER},
-      {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
+      VS_BENCH_OPT_MODEL,                   {"out", required_argument, 0, 'o'},
+      VS_BENCH_OPT_SEED,                    {"upscale", required_argument, 0, O_UP},
+      VS_BENCH_OPT_METHOD,                  VS_BENCH_OPT_PLUGINS,
+      VS_BENCH_OPTS_MAR,
       {"per-class", required_argument, 0, O_PER_CLASS}, {"quiet", no_argument, 0, O_QUIET},
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   optind = 1;
@@ -151,120 +156,150 @@ int vs_bench_cmd_demo(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "m:o:s:M:h", opts, NULL)) != -1) {
     int ok = 1;
     switch (c) {
-      case 'm': model_dir = optarg; break;
-      case 'o': out_path = optarg; break;
-      case 's': ok = vs_cli_u64("--seed", optarg, &seed); break;
-      case 'M': method = optarg; break;
-      case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &upscale); break;
-      case O_PLUGINS: plugin_dir = optarg; break;
-      case O_PER_CLASS: ok = vs_cli_long("--per-class", optarg, 1, 100, &per_class); break;
-      case O_QUIET: quiet = 1; break;
-      case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
-      case O_CFG_SCHED:
-        ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
-        break;
+      case 'o': a->out_path = optarg; break;
+      case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &a->upscale); break;
+      case O_PER_CLASS: ok = vs_cli_long("--per-class", optarg, 1, 100, &a->per_class); break;
+      case O_QUIET: a->quiet = 1; break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default:
+        ok = vs_bench_opt(&a->o, c, optarg);
+        if (ok < 0) {
+          usage(stderr);
+          return 2;
+        }
     }
     if (!ok) return 2;
   }
-  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
-  char err[VSPEC_ERRLEN];
+  a->o.model_dir = vs_bench_model_dir(a->o.model_dir); /* an installed model when not here */
+  return -1;
+}
+
+/* One run: the models, the method and the page being drawn. */
+typedef struct demo_run {
+  const demo_args *a;
   vs_bench_env env;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, NULL, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench demo: %s\n", err);
+  vs_models *models;
+  char spec[1100];
+  vs_sampling sampling;
+  int classes, n_images;
+  vs__demo_layout lay;
+  vs_bench_grid out;
+  uint8_t *grid, *rgb, *big;
+  double total; /* generation seconds */
+  char err[VSPEC_ERRLEN];
+} demo_run;
+
+/* The models (the target alone for plain AR: a speculative method needs the drafters), the
+ * method and the sampling. 0 or an exit code. */
+static int demo_open(demo_run *r) {
+  const demo_args *a = r->a;
+  const char *method = a->o.method;
+  unsigned roles = strcmp(method, "ar") == 0 ? VS_ROLE_TARGET : VS_ROLE_ALL;
+  if (!a->quiet) fprintf(stderr, "vspec-bench demo: loading %s\n", a->o.model_dir);
+  if (vs_models_open(r->env.reg, &r->env.host, r->env.dev, a->o.model_dir, roles, &r->models,
+                     r->err, sizeof r->err)) {
+    fprintf(stderr, "vspec-bench demo: %s\n", r->err);
     return 1;
   }
-  int status = 1;
-  vs_models *models = NULL;
-  vs_bench_grid out = {0};
-  uint8_t *grid = NULL, *rgb = NULL, *big = NULL;
-  /* a speculative method needs the drafters; plain AR loads the target alone */
-  unsigned roles = strcmp(method, "ar") == 0 ? VS_ROLE_TARGET : VS_ROLE_ALL;
-  double t0 = vs_bench_now();
-  if (!quiet) fprintf(stderr, "vspec-bench demo: loading %s\n", model_dir);
-  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, roles, &models, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench demo: %s\n", err);
-    goto done;
-  }
-  char spec[1100];
-  if (!quiet && strcmp(method, "ar"))
+  if (!a->quiet && strcmp(method, "ar"))
     fprintf(stderr, "vspec-bench demo: preparing %s (a first size=auto tunes the draft size, "
             "once per model and machine)\n", method);
-  if (!vs_bench_resolve_method("demo", &env, models, method, spec, sizeof spec)) goto done;
-  const vs_backend_model *t = &models->target;
-  int classes = t->info.num_classes;
-  if (classes <= 0 || !t->info.image_h) {
+  if (!vs_bench_resolve_method("demo", &r->env, r->models, method, r->spec, sizeof r->spec))
+    return 1;
+  const vs_backend_model *t = &r->models->target;
+  r->classes = t->info.num_classes;
+  if (r->classes <= 0 || !t->info.image_h) {
     fprintf(stderr, "vspec-bench demo: '%s' is not a class-conditional model with a decoder\n",
-            model_dir);
-    goto done;
+            a->o.model_dir);
+    return 1;
   }
-  vs_sampling sampling = models->defaults;
-  if (!vs_bench_apply_mar_opts("demo", models, &mo, &sampling)) {
-    status = 2;
-    goto done;
-  }
-  int h = t->info.image_h, w = t->info.image_w;
-  int n_images = classes * (int)per_class;
-  vs__demo_layout lay;
-  vs__demo_layout_make(models, classes, (int)per_class, (int)upscale, &lay);
-  rgb = malloc((size_t)h * w * 3);
-  grid = malloc((size_t)lay.width * lay.height * 3);
-  if (!rgb || !grid || vs_bench_grid_alloc(&out, models, err, sizeof err)) {
+  return vs_bench_opts_sampling("demo", &a->o, r->models, &r->sampling) ? 0 : 2;
+}
+
+/* Generates every image into the page. 0 or an exit code. */
+static int demo_draw(demo_run *r, double t0) {
+  const demo_args *a = r->a;
+  const vspec_model_info *in = &r->models->target.info;
+  int h = in->image_h, w = in->image_w;
+  r->n_images = r->classes * (int)a->per_class;
+  vs__demo_layout_make(r->models, r->classes, (int)a->per_class, (int)a->upscale, &r->lay);
+  r->rgb = malloc((size_t)h * w * 3);
+  r->grid = malloc((size_t)r->lay.width * r->lay.height * 3);
+  if (!r->rgb || !r->grid || vs_bench_grid_alloc(&r->out, r->models, r->err, sizeof r->err)) {
     fprintf(stderr, "vspec-bench demo: out of memory\n");
-    goto done;
+    return 1;
   }
-  memset(grid, 255, (size_t)lay.width * lay.height * 3);
-  vs_canvas canvas = {grid, lay.width, lay.height};
-  double total = 0, start = vs_bench_now();
-  if (!quiet)
-    fprintf(stderr, "vspec-bench demo: %d images of '%s' (%s), ready in %.1f s\n", n_images,
-            models->name, spec, start - t0);
-  for (int k = 0; k < n_images; k++) {
-    vs_job job = {.method = spec, .class_label = k % classes, .seed = seed + (uint64_t)k,
-                  .sampling = sampling};
+  memset(r->grid, 255, (size_t)r->lay.width * r->lay.height * 3);
+  vs_canvas canvas = {r->grid, r->lay.width, r->lay.height};
+  double start = vs_bench_now();
+  if (!a->quiet)
+    fprintf(stderr, "vspec-bench demo: %d images of '%s' (%s), ready in %.1f s\n", r->n_images,
+            r->models->name, r->spec, start - t0);
+  for (int k = 0; k < r->n_images; k++) {
+    vs_job job = {.method = r->spec, .class_label = k % r->classes,
+                  .seed = a->o.seed + (uint64_t)k, .sampling = r->sampling};
     vs_metrics mt;
-    if (vs_bench_generate(models, env.dev, &job, &out, &mt, err, sizeof err) ||
-        vs_models_decode(models, env.dev, out.tokens, out.latents, rgb, err, sizeof err)) {
-      fprintf(stderr, "vspec-bench demo: class %d: %s\n", k % classes, err);
-      goto done;
+    if (vs_bench_generate(r->models, r->env.dev, &job, &r->out, &mt, r->err, sizeof r->err) ||
+        vs_models_decode(r->models, r->env.dev, r->out.tokens, r->out.latents, r->rgb, r->err,
+                         sizeof r->err)) {
+      fprintf(stderr, "vspec-bench demo: class %d: %s\n", k % r->classes, r->err);
+      return 1;
     }
-    total += mt.wall_s;
-    free(big);
-    big = NULL;
-    if (vs_rgb_upscale(rgb, w, h, (int)upscale, &big)) {
+    r->total += mt.wall_s;
+    free(r->big);
+    r->big = NULL;
+    if (vs_rgb_upscale(r->rgb, w, h, (int)a->upscale, &r->big)) {
       fprintf(stderr, "vspec-bench demo: out of memory\n");
-      goto done;
+      return 1;
     }
-    vs__demo_place(&lay, &canvas, models, k, classes, big);
-    if (!quiet)
-      vs__demo_progress(models, k, n_images, k % classes, mt.wall_s, vs_bench_now() - start);
+    vs__demo_place(&r->lay, &canvas, r->models, k, r->classes, r->big);
+    if (!a->quiet)
+      vs__demo_progress(r->models, k, r->n_images, k % r->classes, mt.wall_s,
+                        vs_bench_now() - start);
   }
+  return 0;
+}
+
+/* The page as a PNG, described as the job of its first image, and the summary. */
+static int demo_write(demo_run *r) {
+  const demo_args *a = r->a;
   char desc[512];
   /* latents set: the description names a MAR job's steps and CFG schedule */
-  vs_job demo_job = {.method = spec, .class_label = -1, .seed = seed, .sampling = sampling,
-                     .latents = out.latents};
-  vs_job_describe(&demo_job, models->name, desc, sizeof desc);
+  vs_job demo_job = {.method = r->spec, .class_label = -1, .seed = a->o.seed,
+                     .sampling = r->sampling, .latents = r->out.latents};
+  vs_job_describe(&demo_job, r->models->name, desc, sizeof desc);
   vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench demo"}};
-  if (vs_png_write_file(out_path, grid, lay.width, lay.height, text, 2, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench demo: %s\n", err);
-    goto done;
+  if (vs_png_write_file(a->out_path, r->grid, r->lay.width, r->lay.height, text, 2, r->err,
+                        sizeof r->err)) {
+    fprintf(stderr, "vspec-bench demo: %s\n", r->err);
+    return 1;
   }
-  printf("vspec demo: %d images of '%s' generated in %.2f s (%s)\n", n_images, models->name,
-         total, spec);
-  if (per_class > 1)
+  printf("vspec demo: %d images of '%s' generated in %.2f s (%s)\n", r->n_images,
+         r->models->name, r->total, r->spec);
+  if (a->per_class > 1)
     printf("wrote %s: %ld images per class, one labelled column per class (0..%d left to "
-           "right)\n", out_path, per_class, classes - 1);
+           "right)\n", a->out_path, a->per_class, r->classes - 1);
   else
     printf("wrote %s: one labelled image per class, classes 0..%d left to right, top to "
-           "bottom\n", out_path, classes - 1);
-  status = 0;
-done:
-  vs_bench_grid_free(&out);
-  free(rgb);
-  free(grid);
-  free(big);
-  vs_models_close(models);
-  vs_bench_env_close(&env);
+           "bottom\n", a->out_path, r->classes - 1);
+  return 0;
+}
+
+int vs_bench_cmd_demo(int argc, char **argv) {
+  demo_args a;
+  int status = demo_parse(argc, argv, &a);
+  if (status >= 0) return status;
+  demo_run r = {.a = &a};
+  if (!vs_bench_opts_env("demo", &a.o, argv[0], &r.env)) return 1;
+  double t0 = vs_bench_now();
+  status = demo_open(&r);
+  if (!status) status = demo_draw(&r, t0);
+  if (!status) status = demo_write(&r);
+  vs_bench_grid_free(&r.out);
+  free(r.rgb);
+  free(r.grid);
+  free(r.big);
+  vs_models_close(r.models);
+  vs_bench_env_close(&r.env);
   return status;
 }

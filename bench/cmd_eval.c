@@ -21,6 +21,7 @@
 
 #include "core/autotune.h"
 #include "bench/bench.h"
+#include "bench/bench_opts.h"
 #include "bench/eval_bootstrap.h"
 #include "bench/eval_coverage.h"
 #include "bench/eval_report.h"
@@ -153,28 +154,45 @@ static int run_bootstrap(const vs_quality *q, vs_eval_method *em, int n, int ar,
   return VSPEC_OK;
 }
 
-int vs_bench_cmd_eval(int argc, char **argv) {
-  const char *model_dir = "models/fmnist", *methods_text = "ar", *plugin_dir = NULL;
-  const char *json_path = NULL, *md_path = NULL, *plot_path = NULL;
-  long images = 100, threads = 0, resamples = 200, coverage = 0;
-  const char *coverage_cache = NULL;
-  unsigned long long seed = 0;
-  int quality = 1;
-  vs_bench_device dv = {0};
-  vs_bench_mar_opts mo = VS_BENCH_MAR_OPTS_INIT;
-  double cfg = NAN, temperature = NAN;
-  enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_THREADS, O_PLUGINS, O_DEVICE, O_PRECISION,
-         O_NUM_ITER, O_CFG_SCHED, O_CFG, O_TEMP, O_BOOT, O_COVERAGE, O_COV_CACHE };
+/* eval's options: the shared ones (bench/bench_opts.h) and its own. */
+typedef struct eval_args {
+  vs_bench_opts o;
+  const char *methods_text, *json_path, *md_path, *plot_path, *coverage_cache;
+  long images, resamples, coverage;
+  int quality;
+} eval_args;
+
+/* One run: the models, the quality metrics and every method's figures. */
+typedef struct eval_run {
+  const eval_args *a;
+  vs_bench_env env;
+  vs_models *models;
+  vs_quality *qual;
+  vspec_dev *qdev; /* the CPU of the quality metrics when generation runs elsewhere */
+  vs_bench_grid grid;
+  vs_eval_floor floor;
+  vs_sampling sampling;
+  vs_eval_tokens tk;
+  vs_method parsed[VS_EVAL_MAX_METHODS];
+  vs_eval_method em[VS_EVAL_MAX_METHODS];
+  int n, ar, classes, npix;
+  int32_t *labels;
+  double *ratios;
+  char err[VSPEC_ERRLEN];
+} eval_run;
+
+/* -1 to go on, else the exit code (--help, a bad option). */
+static int eval_parse(int argc, char **argv, eval_args *a) {
+  *a = (eval_args){.methods_text = "ar", .images = 100, .resamples = 200, .quality = 1};
+  vs_bench_opts_init(&a->o, "models/fmnist");
+  enum { O_JSON = 256, O_MD, O_PLOT, O_NOQ, O_BOOT, O_COVERAGE, O_COV_CACHE };
   static const struct option opts[] = {
-      {"model", required_argument, 0, 'm'},   {"methods", required_argument, 0, 'M'},
-      {"images", required_argument, 0, 'n'},  {"seed", required_argument, 0, 's'},
+      VS_BENCH_OPT_MODEL,                     {"methods", required_argument, 0, 'M'},
+      {"images", required_argument, 0, 'n'},  VS_BENCH_OPT_SEED,
       {"json", required_argument, 0, O_JSON}, {"markdown", required_argument, 0, O_MD},
       {"plot", required_argument, 0, O_PLOT}, {"no-quality", no_argument, 0, O_NOQ},
-      {"threads", required_argument, 0, O_THREADS}, {"plugins", required_argument, 0, O_PLUGINS},
-      {"device", required_argument, 0, O_DEVICE}, {"precision", required_argument, 0, O_PRECISION},
-      {"num-iter", required_argument, 0, O_NUM_ITER},
-      {"cfg", required_argument, 0, O_CFG}, {"temperature", required_argument, 0, O_TEMP},
-      {"cfg-schedule", required_argument, 0, O_CFG_SCHED},
+      VS_BENCH_OPTS_DEVICE,                   VS_BENCH_OPT_PLUGINS,
+      VS_BENCH_OPTS_MAR,                      VS_BENCH_OPTS_GUIDANCE,
       {"bootstrap", required_argument, 0, O_BOOT},
       {"coverage", required_argument, 0, O_COVERAGE},
       {"coverage-cache", required_argument, 0, O_COV_CACHE},
@@ -184,252 +202,304 @@ int vs_bench_cmd_eval(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "m:M:n:s:h", opts, NULL)) != -1) {
     int ok = 1;
     switch (c) {
-      case 'm': model_dir = optarg; break;
-      case 'M': methods_text = optarg; break;
-      case 'n': ok = vs_cli_long("--images", optarg, 1, 1000000, &images); break;
-      case 's': ok = vs_cli_u64("--seed", optarg, &seed); break;
-      case O_JSON: json_path = optarg; break;
-      case O_MD: md_path = optarg; break;
-      case O_PLOT: plot_path = optarg; break;
-      case O_NOQ: quality = 0; break;
-      case O_BOOT: ok = vs_cli_long("--bootstrap", optarg, 0, 100000, &resamples); break;
-      case O_COVERAGE: ok = vs_cli_long("--coverage", optarg, 1, 10000, &coverage); break;
-      case O_COV_CACHE: coverage_cache = optarg; break;
-      case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
-      case O_PLUGINS: plugin_dir = optarg; break;
-      case O_DEVICE: dv.spec = optarg; break;
-      case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
-      case O_CFG: ok = vs_cli_double("--cfg", optarg, 0, 100, &cfg); break;
-      case O_TEMP: ok = vs_cli_double("--temperature", optarg, 0, 100, &temperature); break;
-      case O_NUM_ITER: ok = vs_cli_long("--num-iter", optarg, 1, 1 << 20, &mo.num_iter); break;
-      case O_CFG_SCHED:
-        ok = vs_bench_parse_cfg_schedule("--cfg-schedule", optarg, &mo.cfg_schedule);
-        break;
+      case 'M': a->methods_text = optarg; break; /* -M is --methods here */
+      case 'n': ok = vs_cli_long("--images", optarg, 1, 1000000, &a->images); break;
+      case O_JSON: a->json_path = optarg; break;
+      case O_MD: a->md_path = optarg; break;
+      case O_PLOT: a->plot_path = optarg; break;
+      case O_NOQ: a->quality = 0; break;
+      case O_BOOT: ok = vs_cli_long("--bootstrap", optarg, 0, 100000, &a->resamples); break;
+      case O_COVERAGE: ok = vs_cli_long("--coverage", optarg, 1, 10000, &a->coverage); break;
+      case O_COV_CACHE: a->coverage_cache = optarg; break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default:
+        ok = vs_bench_opt(&a->o, c, optarg);
+        if (ok < 0) {
+          usage(stderr);
+          return 2;
+        }
     }
     if (!ok) return 2;
   }
-  if (optind < argc) {
-    fprintf(stderr, "vspec-bench eval: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
-  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
-  char err[VSPEC_ERRLEN];
-  vs_eval_method em[VS_EVAL_MAX_METHODS];
-  memset(em, 0, sizeof em);
-  for (int i = 0; i < VS_EVAL_MAX_METHODS; i++) {
-    vs_eval_ci_clear(&em[i].ci);
-    em[i].kid.kid = em[i].kid.se = em[i].kid_diff_ar = em[i].kid_diff_se = NAN;
-    em[i].fid_ratio_ar = em[i].acc_diff_ar = NAN;
-  }
-  vs_method parsed[VS_EVAL_MAX_METHODS];
-  int n = vs_method_split(methods_text, parsed, VS_EVAL_MAX_METHODS, err, sizeof err);
-  if (n < 0) {
-    fprintf(stderr, "vspec-bench eval: --methods: %s\n", err);
-    return 2;
-  }
-  vs_bench_env env;
-  dv.threads = (int)threads;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, &dv, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: %s\n", err);
+  if (!vs_bench_no_operands("eval", argc, argv)) return 2;
+  a->o.model_dir = vs_bench_model_dir(a->o.model_dir); /* an installed model when not here */
+  return -1;
+}
+
+/* The classifier and FID's floor, on the CPU in fp32 whatever the generation device and
+ * precision: they are the same measurement for every one. 0 or an exit code. */
+static int eval_open_quality(eval_run *r) {
+  const eval_args *a = r->a;
+  const vspec_model_info *in = &r->models->target.info;
+  if (!r->npix) {
+    fprintf(stderr, "vspec-bench eval: model '%s' has no image decoder; use --no-quality\n",
+            a->o.model_dir);
     return 1;
   }
-  int status = 1, ar = -1;
-  vs_models *models = NULL;
-  vs_quality *qual = NULL;
-  vspec_dev *qdev = NULL;
-  vs_bench_grid grid = {0};
-  vs_eval_floor floor = {NAN, NAN};
-  double *ratios = NULL;
-  if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
-                     sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: %s\n", err);
-    goto done;
-  }
-  const vs_backend_model *t = &models->target;
-  int classes = t->info.num_classes > 0 ? t->info.num_classes : 1;
-  int npix = t->info.image_h * t->info.image_w * 3;
-  vs_sampling sampling = models->defaults;
-  if (!isnan(cfg)) sampling.cfg_scale = (float)cfg;
-  if (!isnan(temperature)) sampling.temperature = (float)temperature;
-  if (!vs_bench_apply_mar_opts("eval", models, &mo, &sampling)) {
-    status = 2;
-    goto done;
-  }
-  vs_eval_tokens tk = {.cfg_scale = sampling.cfg_scale, .temperature = sampling.temperature,
-                    .continuous = vs_bench_is_continuous(models),
-                    .num_iter = vs_bench_num_iter(models, &sampling),
-                    .cfg_schedule = sampling.cfg_schedule};
-  if (quality && !npix) {
-    fprintf(stderr, "vspec-bench eval: model '%s' has no image decoder; use --no-quality\n",
-            model_dir);
-    goto done;
-  }
   /* the classifier reads 32x32 images: any other size would be read past its end */
-  if (quality && (t->info.image_h != VS_CLF_SIDE || t->info.image_w != VS_CLF_SIDE)) {
+  if (in->image_h != VS_CLF_SIDE || in->image_w != VS_CLF_SIDE) {
     fprintf(stderr, "vspec-bench eval: the quality metrics need %dx%d images; model '%s' makes "
-            "%dx%d; use --no-quality\n", VS_CLF_SIDE, VS_CLF_SIDE, model_dir, t->info.image_w,
-            t->info.image_h);
-    goto done;
+            "%dx%d; use --no-quality\n", VS_CLF_SIDE, VS_CLF_SIDE, a->o.model_dir, in->image_w,
+            in->image_h);
+    return 1;
   }
-  /* The quality metrics (classifier features, FID) run on the CPU in fp32 whatever the
-   * generation device and precision: they are the same measurement for every one. */
   vs_device_info gen_info;
-  int gen_fp32_cpu = vs_dev_ops(env.dev)->device == VSPEC_DEVICE_CPU &&
-                     vs_dev_info(env.dev, &gen_info) == VSPEC_OK &&
+  int gen_fp32_cpu = vs_dev_ops(r->env.dev)->device == VSPEC_DEVICE_CPU &&
+                     vs_dev_info(r->env.dev, &gen_info) == VSPEC_OK &&
                      gen_info.precision == VS_PRECISION_FP32;
-  if (quality && !gen_fp32_cpu &&
-      vs_device_open("cpu", &(vs_device_options){.threads = dv.threads}, &qdev, err,
-                     sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: quality metrics: %s\n", err);
-    goto done;
+  if ((!gen_fp32_cpu &&
+       vs_device_open("cpu", &(vs_device_options){.threads = a->o.dv.threads}, &r->qdev,
+                      r->err, sizeof r->err)) ||
+      vs_quality_open(a->o.model_dir, r->qdev ? r->qdev : r->env.dev, &r->qual, r->err,
+                      sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: quality metrics: %s\n", r->err);
+    return 1;
   }
-  if (quality && vs_quality_open(model_dir, qdev ? qdev : env.dev, &qual, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: quality metrics: %s\n", err);
-    goto done;
+  r->floor.fid_10k = vs_quality_floor(r->qual);
+  if (a->images >= 2 &&
+      vs_quality_floor_at(r->qual, (int)a->images, &r->floor.fid_at_n, r->err, sizeof r->err))
+    fprintf(stderr, "vspec-bench eval: (no floor at %ld images: %s)\n", a->images, r->err);
+  return 0;
+}
+
+/* The models, the sampling and the quality metrics. 0 or an exit code. */
+static int eval_open(eval_run *r) {
+  const eval_args *a = r->a;
+  if (vs_models_open(r->env.reg, &r->env.host, r->env.dev, a->o.model_dir, VS_ROLE_ALL,
+                     &r->models, r->err, sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: %s\n", r->err);
+    return 1;
   }
-  if (qual) {
-    floor.fid_10k = vs_quality_floor(qual);
-    if (images >= 2 && vs_quality_floor_at(qual, (int)images, &floor.fid_at_n, err, sizeof err))
-      fprintf(stderr, "vspec-bench eval: (no floor at %ld images: %s)\n", images, err);
+  const vs_backend_model *t = &r->models->target;
+  r->classes = t->info.num_classes > 0 ? t->info.num_classes : 1;
+  r->npix = t->info.image_h * t->info.image_w * 3;
+  if (!vs_bench_opts_sampling("eval", &a->o, r->models, &r->sampling)) return 2;
+  r->tk = (vs_eval_tokens){.cfg_scale = r->sampling.cfg_scale,
+                           .temperature = r->sampling.temperature,
+                           .continuous = vs_bench_is_continuous(r->models),
+                           .num_iter = vs_bench_num_iter(r->models, &r->sampling),
+                           .cfg_schedule = r->sampling.cfg_schedule};
+  return a->quality ? eval_open_quality(r) : 0;
+}
+
+/* --coverage: the intervals' coverage instead of a table. 0 or an exit code. */
+static int eval_run_coverage(eval_run *r) {
+  const eval_args *a = r->a;
+  if (!r->qual) {
+    fprintf(stderr, "vspec-bench eval: --coverage needs the quality metrics\n");
+    return 1;
   }
-  if (coverage) {
-    if (!qual) {
-      fprintf(stderr, "vspec-bench eval: --coverage needs the quality metrics\n");
-      goto done;
-    }
-    vs_coverage_opts co = {.models = models, .dev = env.dev, .q = qual, .sampling = sampling,
-                           .images = (int)images, .pairs = (int)coverage, .classes = classes,
-                           .seed = seed, .resamples = (int)resamples, .cache = coverage_cache};
-    if (vs_eval_coverage(&co, stdout, err, sizeof err)) {
-      fprintf(stderr, "vspec-bench eval: coverage: %s\n", err);
-      goto done;
-    }
-    status = 0;
-    goto done;
+  vs_coverage_opts co = {.models = r->models, .dev = r->env.dev, .q = r->qual,
+                         .sampling = r->sampling, .images = (int)a->images,
+                         .pairs = (int)a->coverage, .classes = r->classes, .seed = a->o.seed,
+                         .resamples = (int)a->resamples, .cache = a->coverage_cache};
+  if (vs_eval_coverage(&co, stdout, r->err, sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: coverage: %s\n", r->err);
+    return 1;
   }
-  if (vs_bench_grid_alloc(&grid, models, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: %s\n", err);
-    goto done;
+  return 0;
+}
+
+/* A method's spec, label and note: size=auto (the default for a rule named without a size)
+ * becomes the stored choice for this model and machine, or a tuning that stores one
+ * (core/autotune.h). */
+static int eval_resolve_method(vs_models *models, vspec_dev *dev, int continuous, vs_method *p,
+                               vs_eval_method *m) {
+  char err[VSPEC_ERRLEN];
+  m->m = *p;
+  snprintf(m->spec, sizeof m->spec, "%s", p->text);
+  vs_autotune_default(p, continuous);
+  vs_autotune_result tune;
+  vs_autotune_opts o = {.progress = vs_bench_tune_progress};
+  if (vs_autotune_resolve(models, dev, p, &o, &tune, err, sizeof err)) {
+    fprintf(stderr, "\nvspec-bench eval: %s: %s\n", p->text, err);
+    return 0;
   }
-  ratios = malloc((size_t)images * sizeof *ratios);
-  int32_t *labels = malloc((size_t)images * sizeof *labels);
-  if (!ratios || !labels) goto oom;
-  for (int i = 0; i < images; i++) labels[i] = i % classes;
-  for (int i = 0; i < n; i++) {
-    em[i].m = parsed[i];
-    snprintf(em[i].spec, sizeof em[i].spec, "%s", parsed[i].text);
-    if (parsed[i].kind == VS_METHOD_AR && ar < 0) ar = i;
-    /* size=auto (the default for a rule named without a size): the stored choice for this
-     * model and machine, or a tuning that stores one (core/autotune.h). */
-    vs_autotune_default(&parsed[i], tk.continuous);
-    vs_autotune_result tune;
-    vs_autotune_opts o = {.progress = vs_bench_tune_progress};
-    if (vs_autotune_resolve(models, env.dev, &parsed[i], &o, &tune, err, sizeof err)) {
-      fprintf(stderr, "\nvspec-bench eval: %s: %s\n", parsed[i].text, err);
-      goto done_labels;
-    }
-    if (!tune.from_cache) vs_bench_tune_progress_end();
-    snprintf(em[i].spec, sizeof em[i].spec, "%s", tune.spec);
-    if (vs_autotune_is_ar(&tune))
-      snprintf(em[i].label, sizeof em[i].label, "%s (runs as ar)", parsed[i].text);
-    else
-      snprintf(em[i].label, sizeof em[i].label, "%s", tune.spec);
-    if (tune.choice[0]) {
-      vs_autotune_describe(&tune, em[i].note, sizeof em[i].note);
-      fprintf(stderr, "%s: %s\n", parsed[i].text, em[i].note);
-    }
-    em[i].times = calloc((size_t)images, sizeof(double));
-    em[i].rgb = quality ? malloc((size_t)images * npix) : NULL;
-    if (!em[i].times || (quality && !em[i].rgb)) goto oom_labels;
+  if (!tune.from_cache) vs_bench_tune_progress_end();
+  snprintf(m->spec, sizeof m->spec, "%s", tune.spec);
+  if (vs_autotune_is_ar(&tune))
+    snprintf(m->label, sizeof m->label, "%s (runs as ar)", p->text);
+  else
+    snprintf(m->label, sizeof m->label, "%s", tune.spec);
+  if (tune.choice[0]) {
+    vs_autotune_describe(&tune, m->note, sizeof m->note);
+    fprintf(stderr, "%s: %s\n", p->text, m->note);
   }
-  fprintf(stderr, "eval: %d methods x %ld images on '%s'\n", n, images, models->name);
-  for (int i = 0; i < images; i++) {
-    for (int k = 0; k < n; k++) {
-      int j = (i + k) % n; /* rotate the order */
-      vs_job job = {.method = em[j].spec, .class_label = labels[i], .seed = seed + (uint64_t)i,
-                    .sampling = sampling};
-      vs_metrics mt;
-      if (vs_bench_generate(models, env.dev, &job, &grid, &mt, err, sizeof err)) {
-        fprintf(stderr, "vspec-bench eval: %s, image %d: %s\n", em[j].spec, i, err);
-        goto done_labels;
-      }
-      vs_metrics_add(&em[j].total, &mt);
-      em[j].times[i] = mt.wall_s;
-      if (quality && vs_models_decode(models, env.dev, grid.tokens, grid.latents,
-                                      em[j].rgb + (size_t)i * npix, err, sizeof err)) {
-        fprintf(stderr, "vspec-bench eval: decode: %s\n", err);
-        goto done_labels;
-      }
-    }
-    if ((i + 1) % 50 == 0 || i + 1 == images) fprintf(stderr, "  %d/%ld images\n", i + 1, images);
+  return 1;
+}
+
+/* The grid, the labels and every method's spec and buffers. 0 or an exit code. */
+static int eval_prepare(eval_run *r) {
+  const eval_args *a = r->a;
+  if (vs_bench_grid_alloc(&r->grid, r->models, r->err, sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: %s\n", r->err);
+    return 1;
   }
-  for (int j = 0; j < n; j++) {
-    em[j].speedup_median = em[j].speedup_total = NAN;
-    if (ar >= 0) {
-      for (int i = 0; i < images; i++) ratios[i] = em[ar].times[i] / em[j].times[i];
-      em[j].speedup_median = median(ratios, (int)images);
-      em[j].speedup_total = em[ar].total.wall_s / em[j].total.wall_s;
-    }
-    if (qual && method_quality(qual, &em[j], labels, (int)images, err, sizeof err)) {
-      fprintf(stderr, "vspec-bench eval: quality of %s: %s\n", em[j].spec, err);
-      goto done_labels;
-    }
+  r->ratios = malloc((size_t)a->images * sizeof *r->ratios);
+  r->labels = malloc((size_t)a->images * sizeof *r->labels);
+  if (!r->ratios || !r->labels) goto oom;
+  for (int i = 0; i < a->images; i++) r->labels[i] = i % r->classes;
+  for (int i = 0; i < r->n; i++) {
+    if (r->parsed[i].kind == VS_METHOD_AR && r->ar < 0) r->ar = i;
+    if (!eval_resolve_method(r->models, r->env.dev, r->tk.continuous, &r->parsed[i], &r->em[i]))
+      return 1;
+    r->em[i].times = calloc((size_t)a->images, sizeof(double));
+    r->em[i].rgb = a->quality ? malloc((size_t)a->images * r->npix) : NULL;
+    if (!r->em[i].times || (a->quality && !r->em[i].rgb)) goto oom;
   }
-  if (qual && eval_kid(qual, em, n, ar, (int)images, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: KID: %s\n", err);
-    goto done_labels;
-  }
-  vs_bench_machine machine;
-  vs_bench_machine_get(env.dev, &machine);
-  int shown_resamples = resamples >= 2 && images >= 2 ? (int)resamples : 0;
-  if (resamples >= 2 && images >= 2 &&
-      run_bootstrap(qual, em, n, ar, (int)images, labels, (int)resamples, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: bootstrap: %s\n", err);
-    goto done_labels;
-  }
-  printf("\n");
-  vs_eval_write_table(stdout, em, n, (int)images, floor, &tk, &machine, shown_resamples);
-  if (md_path) {
-    FILE *f = fopen(md_path, "w");
-    if (!f) {
-      fprintf(stderr, "vspec-bench eval: %s: cannot write\n", md_path);
-      goto done_labels;
-    }
-    vs_eval_write_table(f, em, n, (int)images, floor, &tk, &machine, shown_resamples);
-    fclose(f);
-  }
-  const char *device = dv.spec ? dv.spec : "cpu";
-  if (json_path && vs_eval_write_json(json_path, models->name, device, em, n, (int)images,
-                                      seed, (int)threads, floor, &tk, shown_resamples,
-                                      &machine, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: %s\n", err);
-    goto done_labels;
-  }
-  if (plot_path && vs_eval_write_plot(plot_path, em, n, &machine, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench eval: plot: %s\n", err);
-    goto done_labels;
-  }
-  status = 0;
-  goto done_labels;
-oom_labels:
+  return 0;
 oom:
   fprintf(stderr, "vspec-bench eval: out of memory\n");
-done_labels:
-  free(labels);
-done:
-  for (int i = 0; i < n; i++) {
-    free(em[i].times);
-    free(em[i].rgb);
-    free(em[i].feat);
-    free(em[i].logits);
+  return 1;
+}
+
+/* Image i by every method before image i+1, the order rotating with i. */
+static int eval_generate(eval_run *r) {
+  const eval_args *a = r->a;
+  int n = r->n;
+  fprintf(stderr, "eval: %d methods x %ld images on '%s'\n", n, a->images, r->models->name);
+  for (int i = 0; i < a->images; i++) {
+    for (int k = 0; k < n; k++) {
+      int j = (i + k) % n; /* rotate the order */
+      vs_eval_method *m = &r->em[j];
+      vs_job job = {.method = m->spec, .class_label = r->labels[i],
+                    .seed = a->o.seed + (uint64_t)i, .sampling = r->sampling};
+      vs_metrics mt;
+      if (vs_bench_generate(r->models, r->env.dev, &job, &r->grid, &mt, r->err,
+                            sizeof r->err)) {
+        fprintf(stderr, "vspec-bench eval: %s, image %d: %s\n", m->spec, i, r->err);
+        return 1;
+      }
+      vs_metrics_add(&m->total, &mt);
+      m->times[i] = mt.wall_s;
+      if (a->quality && vs_models_decode(r->models, r->env.dev, r->grid.tokens,
+                                         r->grid.latents, m->rgb + (size_t)i * r->npix,
+                                         r->err, sizeof r->err)) {
+        fprintf(stderr, "vspec-bench eval: decode: %s\n", r->err);
+        return 1;
+      }
+    }
+    if ((i + 1) % 50 == 0 || i + 1 == a->images)
+      fprintf(stderr, "  %d/%ld images\n", i + 1, a->images);
   }
-  vs_bench_grid_free(&grid);
-  free(ratios);
-  vs_quality_close(qual);
-  vs_dev_destroy(qdev);
-  vs_models_close(models);
-  vs_bench_env_close(&env);
+  return 0;
+}
+
+/* Speed-ups against AR, quality and KID per method. */
+static int eval_figures(eval_run *r) {
+  int images = (int)r->a->images, ar = r->ar;
+  for (int j = 0; j < r->n; j++) {
+    vs_eval_method *m = &r->em[j];
+    m->speedup_median = m->speedup_total = NAN;
+    if (ar >= 0) {
+      for (int i = 0; i < images; i++) r->ratios[i] = r->em[ar].times[i] / m->times[i];
+      m->speedup_median = median(r->ratios, images);
+      m->speedup_total = r->em[ar].total.wall_s / m->total.wall_s;
+    }
+    if (r->qual && method_quality(r->qual, m, r->labels, images, r->err, sizeof r->err)) {
+      fprintf(stderr, "vspec-bench eval: quality of %s: %s\n", m->spec, r->err);
+      return 1;
+    }
+  }
+  if (r->qual && eval_kid(r->qual, r->em, r->n, ar, images, r->err, sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: KID: %s\n", r->err);
+    return 1;
+  }
+  return 0;
+}
+
+/* The bootstrap, the table on stdout and the files asked for. */
+static int eval_write_outputs(eval_run *r) {
+  const eval_args *a = r->a;
+  int images = (int)a->images;
+  vs_bench_machine machine;
+  vs_bench_machine_get(r->env.dev, &machine);
+  int boot = a->resamples >= 2 && images >= 2;
+  int shown_resamples = boot ? (int)a->resamples : 0;
+  if (boot && run_bootstrap(r->qual, r->em, r->n, r->ar, images, r->labels, (int)a->resamples,
+                            r->err, sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: bootstrap: %s\n", r->err);
+    return 1;
+  }
+  printf("\n");
+  vs_eval_write_table(stdout, r->em, r->n, images, r->floor, &r->tk, &machine, shown_resamples);
+  if (a->md_path) {
+    FILE *f = fopen(a->md_path, "w");
+    if (!f) {
+      fprintf(stderr, "vspec-bench eval: %s: cannot write\n", a->md_path);
+      return 1;
+    }
+    vs_eval_write_table(f, r->em, r->n, images, r->floor, &r->tk, &machine, shown_resamples);
+    fclose(f);
+  }
+  const char *device = a->o.dv.spec ? a->o.dv.spec : "cpu";
+  if (a->json_path &&
+      vs_eval_write_json(a->json_path, r->models->name, device, r->em, r->n, images, a->o.seed,
+                         a->o.dv.threads, r->floor, &r->tk, shown_resamples, &machine, r->err,
+                         sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: %s\n", r->err);
+    return 1;
+  }
+  if (a->plot_path &&
+      vs_eval_write_plot(a->plot_path, r->em, r->n, &machine, r->err, sizeof r->err)) {
+    fprintf(stderr, "vspec-bench eval: plot: %s\n", r->err);
+    return 1;
+  }
+  return 0;
+}
+
+static void eval_close(eval_run *r) {
+  for (int i = 0; i < r->n; i++) {
+    free(r->em[i].times);
+    free(r->em[i].rgb);
+    free(r->em[i].feat);
+    free(r->em[i].logits);
+  }
+  free(r->labels);
+  vs_bench_grid_free(&r->grid);
+  free(r->ratios);
+  vs_quality_close(r->qual);
+  vs_dev_destroy(r->qdev);
+  vs_models_close(r->models);
+  vs_bench_env_close(&r->env);
+}
+
+int vs_bench_cmd_eval(int argc, char **argv) {
+  eval_args a;
+  int status = eval_parse(argc, argv, &a);
+  if (status >= 0) return status;
+  eval_run *r = calloc(1, sizeof *r); /* the methods' figures: too large for the stack */
+  if (!r) {
+    fprintf(stderr, "vspec-bench eval: out of memory\n");
+    return 1;
+  }
+  r->a = &a;
+  r->ar = -1;
+  r->floor = (vs_eval_floor){NAN, NAN};
+  for (int i = 0; i < VS_EVAL_MAX_METHODS; i++) {
+    vs_eval_ci_clear(&r->em[i].ci);
+    r->em[i].kid.kid = r->em[i].kid.se = r->em[i].kid_diff_ar = r->em[i].kid_diff_se = NAN;
+    r->em[i].fid_ratio_ar = r->em[i].acc_diff_ar = NAN;
+  }
+  r->n = vs_method_split(a.methods_text, r->parsed, VS_EVAL_MAX_METHODS, r->err, sizeof r->err);
+  if (r->n < 0) {
+    fprintf(stderr, "vspec-bench eval: --methods: %s\n", r->err);
+    free(r);
+    return 2;
+  }
+  if (!vs_bench_opts_env("eval", &a.o, argv[0], &r->env)) {
+    free(r);
+    return 1;
+  }
+  status = eval_open(r);
+  if (!status && a.coverage) status = eval_run_coverage(r);
+  else if (!status) {
+    status = eval_prepare(r);
+    if (!status) status = eval_generate(r);
+    if (!status) status = eval_figures(r);
+    if (!status) status = eval_write_outputs(r);
+  }
+  eval_close(r);
+  free(r);
   return status;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/bench_opts.h"
 #include "bench/fmnist_data.h"
 #include "bench/quality.h"
 #include "bench/quality_eval.h"
@@ -37,14 +38,15 @@ static void usage(FILE *f) {
 }
 
 int vs_bench_cmd_quality(int argc, char **argv) {
-  const char *model_dir = "models/fmnist";
+  vs_bench_opts o;
+  vs_bench_opts_init(&o, "models/fmnist");
   vs_quality_opts opts = {.verbose = 1};
-  long threads = 0, floor_at = 0;
-  enum { O_DATA = 256, O_CACHE, O_NOCACHE, O_THREADS, O_FLOOR_AT };
+  long floor_at = 0;
+  enum { O_DATA = 256, O_CACHE, O_NOCACHE, O_FLOOR_AT };
   static const struct option lopts[] = {
-      {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, O_DATA},
+      VS_BENCH_OPT_MODEL,                         {"data", required_argument, 0, O_DATA},
       {"cache", required_argument, 0, O_CACHE},   {"no-cache", no_argument, 0, O_NOCACHE},
-      {"threads", required_argument, 0, O_THREADS}, {"help", no_argument, 0, 'h'},
+      {"threads", required_argument, 0, VS_BENCH_O_THREADS}, {"help", no_argument, 0, 'h'},
       {"floor-at", required_argument, 0, O_FLOOR_AT},
       {0, 0, 0, 0}};
   optind = 1;
@@ -52,26 +54,26 @@ int vs_bench_cmd_quality(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "m:h", lopts, NULL)) != -1) {
     int ok = 1;
     switch (c) {
-      case 'm': model_dir = optarg; break;
       case O_DATA: opts.data_dir = optarg; break;
       case O_CACHE: opts.cache_dir = optarg; break;
       case O_NOCACHE: opts.cache_dir = ""; break;
-      case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_FLOOR_AT: ok = vs_cli_long("--floor-at", optarg, 2, 1000000, &floor_at); break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default:
+        ok = vs_bench_opt(&o, c, optarg);
+        if (ok < 0) {
+          usage(stderr);
+          return 2;
+        }
     }
     if (!ok) return 2;
   }
-  if (optind < argc) {
-    fprintf(stderr, "vspec-bench quality: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
+  if (!vs_bench_no_operands("quality", argc, argv)) return 2;
 
-  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
+  const char *model_dir = vs_bench_model_dir(o.model_dir); /* an installed model when not here */
   char err[VSPEC_ERRLEN];
   vspec_dev *dev = NULL;
-  if (vs_dev_create(vs_cpu_ops(), (int)threads, &dev, err, sizeof err)) {
+  if (vs_dev_create(vs_cpu_ops(), o.dv.threads, &dev, err, sizeof err)) {
     fprintf(stderr, "vspec-bench quality: %s\n", err);
     return 1;
   }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/bench_opts.h"
 #include "core/autotune.h"
 #include "core/cli_args.h"
 
@@ -58,15 +59,13 @@ static int tune_method(const char *text, const vs_models *models, vs_method *me,
 }
 
 int vs_bench_cmd_tune(int argc, char **argv) {
-  const char *model_dir = "models/fmnist", *method = NULL, *plugin_dir = NULL;
-  long threads = 0, images = 0;
-  vs_bench_device dv = {0};
-  enum { O_THREADS = 256, O_PLUGINS, O_DEVICE, O_PRECISION, O_IMAGES };
+  vs_bench_opts o;
+  vs_bench_opts_init(&o, "models/fmnist");
+  o.method = NULL; /* required */
+  long images = 0;
+  enum { O_IMAGES = 256 };
   static const struct option opts[] = {
-      {"model", required_argument, 0, 'm'},         {"method", required_argument, 0, 'M'},
-      {"threads", required_argument, 0, O_THREADS}, {"plugins", required_argument, 0, O_PLUGINS},
-      {"device", required_argument, 0, O_DEVICE},
-      {"precision", required_argument, 0, O_PRECISION},
+      VS_BENCH_OPT_MODEL,   VS_BENCH_OPT_METHOD, VS_BENCH_OPTS_DEVICE, VS_BENCH_OPT_PLUGINS,
       {"images", required_argument, 0, O_IMAGES},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   optind = 1;
@@ -74,39 +73,34 @@ int vs_bench_cmd_tune(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "m:M:h", opts, NULL)) != -1) {
     int ok = 1;
     switch (c) {
-      case 'm': model_dir = optarg; break;
-      case 'M': method = optarg; break;
-      case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
-      case O_PLUGINS: plugin_dir = optarg; break;
       case O_IMAGES: ok = vs_cli_long("--images", optarg, 1, 1000, &images); break;
-      case O_DEVICE: dv.spec = optarg; break;
-      case O_PRECISION: ok = vs_bench_parse_precision("--precision", optarg, &dv.precision); break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default:
+        ok = vs_bench_opt(&o, c, optarg);
+        if (ok < 0) {
+          usage(stderr);
+          return 2;
+        }
     }
     if (!ok) return 2;
   }
-  if (optind < argc || !method) {
+  if (optind < argc || !o.method) {
     if (optind < argc) fprintf(stderr, "vspec-bench tune: unexpected argument '%s'\n", argv[optind]);
     else fprintf(stderr, "vspec-bench tune: --method is required\n");
     usage(stderr);
     return 2;
   }
-  model_dir = vs_bench_model_dir(model_dir); /* an installed model when not here */
+  const char *model_dir = vs_bench_model_dir(o.model_dir); /* installed when not here */
   char err[VSPEC_ERRLEN];
   vs_bench_env env;
-  dv.threads = (int)threads;
-  if (vs_bench_env_open(&env, argv[0], plugin_dir, &dv, err, sizeof err)) {
-    fprintf(stderr, "vspec-bench tune: %s\n", err);
-    return 1;
-  }
+  if (!vs_bench_opts_env("tune", &o, argv[0], &env)) return 1;
   int status = 1;
   vs_models *models = NULL;
   vs_method me;
   vs_autotune_result res;
   if (vs_models_open(env.reg, &env.host, env.dev, model_dir, VS_ROLE_ALL, &models, err,
                      sizeof err) ||
-      tune_method(method, models, &me, err, sizeof err) ||
+      tune_method(o.method, models, &me, err, sizeof err) ||
       vs_autotune_resolve(models, env.dev, &me,
                           &(vs_autotune_opts){.flags = VS_AUTOTUNE_REFRESH, .images = (int)images,
                                               .progress = vs_bench_tune_progress},

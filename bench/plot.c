@@ -549,34 +549,14 @@ static int vs__validate(const vs_plot *p, int width, int height, char *err, size
   return VSPEC_OK;
 }
 
-int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plot_layout *layout,
-                   char *err, size_t errlen) {
-  int rc = vs__validate(p, width, height, err, errlen);
-  if (rc) return rc;
-  vs__ctx c = {.p = p, .width = width, .height = height};
-  /* One scale step per 640x480: text stays about the same share of the picture. */
-  double fit = fmin(width / 640.0, height / 480.0);
-  c.s = fit < 1.5 ? 1 : (int)lround(fit);
-  c.ts = c.s + 1;
-  c.th = vs_text_height(c.s);
-  c.mr = 4 * c.s;
-  size_t n = (size_t)p->n_points;
-  c.px = malloc(n * sizeof *c.px);
-  c.py = malloc(n * sizeof *c.py);
-  c.front = calloc(n, sizeof *c.front);
-  if (!c.px || !c.py || !c.front) {
-    free(c.px);
-    free(c.py);
-    free(c.front);
-    snprintf(err, errlen, "plot: out of memory");
-    return VSPEC_ENOMEM;
-  }
-  if (p->mark_pareto) c.n_front = vs_plot_pareto(p->points, p->n_points, c.front);
-
+/* The data's extent, error bars included, padded (the drawn points are counted in c->L). */
+static void plot_data_range(vs__ctx *c, double *dxlo, double *dxhi, double *dylo,
+                            double *dyhi) {
+  const vs_plot *p = c->p;
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
   for (int i = 0; i < p->n_points; i++) {
     if (!vs__finite(&p->points[i])) continue;
-    c.L.n_drawn++;
+    c->L.n_drawn++;
     xlo = fmin(xlo, p->points[i].x);
     xhi = fmax(xhi, p->points[i].x);
     ylo = fmin(ylo, p->points[i].y);
@@ -586,43 +566,53 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
       yhi = fmax(yhi, p->points[i].y_hi);
     }
   }
-  double dxlo, dxhi, dylo, dyhi;
-  vs__pad_range(xlo, xhi, &dxlo, &dxhi);
-  vs__pad_range(ylo, yhi, &dylo, &dyhi);
+  vs__pad_range(xlo, xhi, dxlo, dxhi);
+  vs__pad_range(ylo, yhi, dylo, dyhi);
+}
 
-  vs__legend_measure(&c);
+/* The plot area and the legend's place: inside, in the corner that hides the fewest
+ * points, or in a column of its own. Returns whether there is a legend. */
+static int plot_legend_layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double dyhi,
+                              vs__rect *legend_out) {
+  int width = c->width;
+  vs__legend_measure(c);
   vs__rect legend = {-1, -1, -1, -1};
-  int has_legend = c.n_legend > 0;
-  vs__layout(&c, dxlo, dxhi, dylo, dyhi, 0);
-  if (has_legend && vs__legend_place_inside(&c, &legend) >= 1000) {
+  int has_legend = c->n_legend > 0;
+  vs__layout(c, dxlo, dxhi, dylo, dyhi, 0);
+  if (has_legend && vs__legend_place_inside(c, &legend) >= 1000) {
     /* Every inside corner would hide a point: give the legend its own column, unless that
      * squeezes the data into less than half the picture (small images, long names); then
      * the least bad inside corner it is. */
-    vs__layout(&c, dxlo, dxhi, dylo, dyhi, 1);
-    if (c.L.x1 - c.L.x0 >= width / 2) {
-      legend = (vs__rect){c.L.x1 + 12 * c.s, c.L.y0, c.L.x1 + 12 * c.s + c.legend_w - 1,
-                          c.L.y0 + c.legend_h - 1};
+    vs__layout(c, dxlo, dxhi, dylo, dyhi, 1);
+    if (c->L.x1 - c->L.x0 >= width / 2) {
+      legend = (vs__rect){c->L.x1 + 12 * c->s, c->L.y0, c->L.x1 + 12 * c->s + c->legend_w - 1,
+                          c->L.y0 + c->legend_h - 1};
     } else {
-      vs__layout(&c, dxlo, dxhi, dylo, dyhi, 0);
-      if (vs__legend_place_inside(&c, &legend) >= 1000000)
-        legend = (vs__rect){c.L.x0 + 2, c.L.y0 + 2, c.L.x0 + 1 + c.legend_w,
-                            c.L.y0 + 1 + c.legend_h}; /* bigger than the area: top left */
+      vs__layout(c, dxlo, dxhi, dylo, dyhi, 0);
+      if (vs__legend_place_inside(c, &legend) >= 1000000)
+        legend = (vs__rect){c->L.x0 + 2, c->L.y0 + 2, c->L.x0 + 1 + c->legend_w,
+                            c->L.y0 + 1 + c->legend_h}; /* bigger than the area: top left */
     }
   }
   if (has_legend) {
-    c.L.legend_x0 = legend.x0;
-    c.L.legend_y0 = legend.y0;
-    c.L.legend_x1 = legend.x1;
-    c.L.legend_y1 = legend.y1;
+    c->L.legend_x0 = legend.x0;
+    c->L.legend_y0 = legend.y0;
+    c->L.legend_x1 = legend.x1;
+    c->L.legend_y1 = legend.y1;
   } else {
-    c.L.legend_x0 = c.L.legend_y0 = c.L.legend_x1 = c.L.legend_y1 = -1;
+    c->L.legend_x0 = c->L.legend_y0 = c->L.legend_x1 = c->L.legend_y1 = -1;
   }
+  *legend_out = legend;
+  return has_legend;
+}
 
-  vs_canvas cv = {rgb, width, height};
+/* Grid, Pareto front, series lines, error bars, markers and rings. */
+static void plot_draw_data(const vs__ctx *cc, vs_canvas *cvp) {
+  vs__ctx c = *cc;
+  const vs_plot *p = c.p;
+  vs_canvas cv = *cvp;
   const vs_plot_layout *L = &c.L;
-  int s = c.s, tick = 5 * s;
-  memset(rgb, 255, (size_t)width * height * 3);
-
+  int s = c.s;
   /* Grid under everything, then lines, markers, rings, labels, legend, frame and text. */
   int ipx, ipy;
   for (int k = 0; k < c.xt.n; k++) {
@@ -679,33 +669,43 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
   }
   for (int i = 0; i < p->n_points; i++)
     if (c.front[i]) vs__ring(&cv, c.px[i], c.py[i], c.mr + 3 * s, s, VS__INK);
-  vs__place_labels(&c, &cv, has_legend ? &legend : NULL);
-  if (has_legend) vs__legend_draw(&c, &cv, legend);
+}
 
+/* The frame, the ticks and their values. */
+static void plot_draw_axes(const vs__ctx *c, vs_canvas *cv) {
+  const vs_plot_layout *L = &c->L;
+  int s = c->s, tick = 5 * s, ipx, ipy;
   vs__rect frame = {L->x0, L->y0, L->x1, L->y1};
-  vs__rect_outline(&cv, vs__rect_grow(frame, 1), 1, VS__INK);
-  for (int k = 0; k < c.xt.n; k++) {
-    vs_plot_to_pixel(L, c.xt.v[k], L->ymin, &ipx, &ipy);
-    vs_canvas_fill(&cv, ipx, L->y1 + 2, ipx, L->y1 + 1 + tick, VS__INK);
-    int w = vs_text_width(c.xt.s[k], s);
-    vs_draw_text(&cv, ipx - w / 2, L->y1 + 2 + tick + 4 * s, c.xt.s[k], VS__TICK_INK, s);
+  vs__rect_outline(cv, vs__rect_grow(frame, 1), 1, VS__INK);
+  for (int k = 0; k < c->xt.n; k++) {
+    vs_plot_to_pixel(L, c->xt.v[k], L->ymin, &ipx, &ipy);
+    vs_canvas_fill(cv, ipx, L->y1 + 2, ipx, L->y1 + 1 + tick, VS__INK);
+    int w = vs_text_width(c->xt.s[k], s);
+    vs_draw_text(cv, ipx - w / 2, L->y1 + 2 + tick + 4 * s, c->xt.s[k], VS__TICK_INK, s);
   }
-  for (int k = 0; k < c.yt.n; k++) {
-    vs_plot_to_pixel(L, L->xmin, c.yt.v[k], &ipx, &ipy);
-    vs_canvas_fill(&cv, L->x0 - 1 - tick, ipy, L->x0 - 2, ipy, VS__INK);
-    int w = vs_text_width(c.yt.s[k], s);
-    vs_draw_text(&cv, L->x0 - 2 - tick - 4 * s - w, ipy - VS_FONT_CAP_H * s / 2, c.yt.s[k],
+  for (int k = 0; k < c->yt.n; k++) {
+    vs_plot_to_pixel(L, L->xmin, c->yt.v[k], &ipx, &ipy);
+    vs_canvas_fill(cv, L->x0 - 1 - tick, ipy, L->x0 - 2, ipy, VS__INK);
+    int w = vs_text_width(c->yt.s[k], s);
+    vs_draw_text(cv, L->x0 - 2 - tick - 4 * s - w, ipy - VS_FONT_CAP_H * s / 2, c->yt.s[k],
                  VS__TICK_INK, s);
   }
+}
+
+/* Title, x label and y label, shortened to fit. */
+static void plot_draw_titles(const vs__ctx *c, vs_canvas *cv) {
+  const vs_plot *p = c->p;
+  const vs_plot_layout *L = &c->L;
+  int s = c->s, tick = 5 * s, width = c->width;
   if (plot_str(p->title)) {
     /* A title too wide for its large scale drops to the label scale, then is shortened. */
     char buf[256];
-    int ts = vs_text_width(p->title, c.ts) <= width - 8 * s ? c.ts : s;
+    int ts = vs_text_width(p->title, c->ts) <= width - 8 * s ? c->ts : s;
     int w = vs__fit_text(p->title, ts, width - 8 * s, buf, sizeof buf);
     int x = (L->x0 + L->x1) / 2 - w / 2;
     if (x + w > width - 4 * s) x = width - 4 * s - w; /* keep it on the canvas */
     if (x < 4 * s) x = 4 * s;
-    vs_draw_text(&cv, x, 10 * s + (vs_text_height(c.ts) - vs_text_height(ts)) / 2, buf, VS__INK,
+    vs_draw_text(cv, x, 10 * s + (vs_text_height(c->ts) - vs_text_height(ts)) / 2, buf, VS__INK,
                  ts);
   }
   if (plot_str(p->x_label)) {
@@ -714,13 +714,50 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
     int x = (L->x0 + L->x1) / 2 - w / 2;
     if (x + w > width - 4 * s) x = width - 4 * s - w;
     if (x < 4 * s) x = 4 * s;
-    vs_draw_text(&cv, x, L->y1 + 2 + tick + 4 * s + c.th + 8 * s, buf, VS__INK, s);
+    vs_draw_text(cv, x, L->y1 + 2 + tick + 4 * s + c->th + 8 * s, buf, VS__INK, s);
   }
   if (plot_str(p->y_label)) {
     char buf[256];
     int w = vs__fit_text(p->y_label, s, L->y1 - L->y0 + 1, buf, sizeof buf);
-    vs_draw_text_up(&cv, 8 * s, (L->y0 + L->y1) / 2 + w / 2, buf, VS__INK, s);
+    vs_draw_text_up(cv, 8 * s, (L->y0 + L->y1) / 2 + w / 2, buf, VS__INK, s);
   }
+}
+
+int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plot_layout *layout,
+                   char *err, size_t errlen) {
+  int rc = vs__validate(p, width, height, err, errlen);
+  if (rc) return rc;
+  vs__ctx c = {.p = p, .width = width, .height = height};
+  /* One scale step per 640x480: text stays about the same share of the picture. */
+  double fit = fmin(width / 640.0, height / 480.0);
+  c.s = fit < 1.5 ? 1 : (int)lround(fit);
+  c.ts = c.s + 1;
+  c.th = vs_text_height(c.s);
+  c.mr = 4 * c.s;
+  size_t n = (size_t)p->n_points;
+  c.px = malloc(n * sizeof *c.px);
+  c.py = malloc(n * sizeof *c.py);
+  c.front = calloc(n, sizeof *c.front);
+  if (!c.px || !c.py || !c.front) {
+    free(c.px);
+    free(c.py);
+    free(c.front);
+    snprintf(err, errlen, "plot: out of memory");
+    return VSPEC_ENOMEM;
+  }
+  if (p->mark_pareto) c.n_front = vs_plot_pareto(p->points, p->n_points, c.front);
+
+  double dxlo, dxhi, dylo, dyhi;
+  plot_data_range(&c, &dxlo, &dxhi, &dylo, &dyhi);
+  vs__rect legend;
+  int has_legend = plot_legend_layout(&c, dxlo, dxhi, dylo, dyhi, &legend);
+  vs_canvas cv = {rgb, width, height};
+  memset(rgb, 255, (size_t)width * height * 3);
+  plot_draw_data(&c, &cv);
+  vs__place_labels(&c, &cv, has_legend ? &legend : NULL);
+  if (has_legend) vs__legend_draw(&c, &cv, legend);
+  plot_draw_axes(&c, &cv);
+  plot_draw_titles(&c, &cv);
   if (layout) *layout = c.L;
   free(c.px);
   free(c.py);

@@ -441,6 +441,38 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
   return vs_drafter_open(&dc, &c->drafter, err, errlen);
 }
 
+/* One verification: the target's forward over the tree and the walk that accepts a path and
+ * samples the next token (an AR step draws it with the forward, where the device can). */
+static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_index,
+                          int32_t *path, int *n_path, int32_t *next, char *err, size_t errlen) {
+  vs_metrics *mt = c->mt;
+  double tv = vs_now();
+  vs__ar_draw ar;
+  int ar_step = c->tree.n == 1 && c->n_unv == 0;
+  if (ar_step) vs__ar_draw_ask(c, root_index + 1, &ar, out);
+  int rc = vs__verify_forward(c, out, err, errlen);
+  if (rc) return rc;
+  mt->verify_s += vs_now() - tv;
+  mt->target_forwards++;
+  mt->rounds++;
+  mt->tree_nodes += c->tree.n;
+  mt->draft_tokens += c->tree.n - 1; /* the target scores every draft node, walked or not */
+
+  double tw = vs_now();
+  if (ar_step) {
+    path[0] = 0;
+    *n_path = 1;
+    if ((*next = vs__ar_draw_take(c, root_index + 1, &ar, out)) < 0) {
+      snprintf(err, errlen, "the target distribution is empty (all probabilities zero)");
+      return VSPEC_EINVAL;
+    }
+  } else if ((rc = vs_verify_walk(c, root_index, path, n_path, next, err, errlen))) {
+    return rc;
+  }
+  mt->accept_s += vs_now() - tw;
+  return VSPEC_OK;
+}
+
 int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, const vs_method *m,
                       int32_t *tokens, vs_metrics *mt, char *err, size_t errlen) {
   vs_rounds c;
@@ -526,32 +558,9 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
       continue;
     }
 
-    double tv = vs_now();
-    vs__ar_draw ar;
-    int ar_step = c.tree.n == 1 && c.n_unv == 0;
-    if (ar_step) vs__ar_draw_ask(&c, root_index + 1, &ar, &out);
-    if ((rc = vs__verify_forward(&c, &out, err, errlen))) goto done;
-    mt->verify_s += vs_now() - tv;
-    mt->target_forwards++;
-    mt->rounds++;
-    mt->tree_nodes += c.tree.n;
-    mt->draft_tokens += c.tree.n - 1; /* the target scores every draft node, walked or not */
-
     int n_path;
     int32_t next;
-    double tw = vs_now();
-    if (ar_step) {
-      path[0] = 0;
-      n_path = 1;
-      if ((next = vs__ar_draw_take(&c, root_index + 1, &ar, &out)) < 0) {
-        snprintf(err, errlen, "the target distribution is empty (all probabilities zero)");
-        rc = VSPEC_EINVAL;
-        goto done;
-      }
-    } else if ((rc = vs_verify_walk(&c, root_index, path, &n_path, &next, err, errlen))) {
-      goto done;
-    }
-    mt->accept_s += vs_now() - tw;
+    if ((rc = rl_verify_step(&c, &out, root_index, path, &n_path, &next, err, errlen))) goto done;
     last_skipped = 0;
     if ((rc = vs__finish_round(&c, drafted, root_index, path, n_path, next, tokens, &emitted,
                                round++, err, errlen)))

@@ -7,7 +7,7 @@
  * A file that changes while it is being read is refused; opens of the same unchanged file
  * share one copy (a target and the EAGLE head that reads its embeddings). The header is
  * validated in full
- * at open (format and checks: safetensors.c), so later lookups can trust every
+ * at open (format: safetensors.c; checks: safetensors_header.c), so later lookups can trust every
  * offset. Tensor data are handed out as pointers into that memory; vs_st_get_f32 copies
  * only when it has to (F16/BF16, a misaligned F32 tensor, or a non-CPU device), and the
  * copies live until vs_st_close.

@@ -136,190 +136,261 @@ int vs_config_model(const vs_daemon_config *c, const char *name) {
   return -1;
 }
 
+/* One function per section: the key k of section s set to v, or CFG_UNKNOWN_KEY. */
+#define CFG_UNKNOWN_KEY 1
+
+static int cfg_server(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                      char *err, size_t errlen) {
+  if (!strcmp(k, "node")) {
+    /* The node's name goes out in every Accepted and Result: a model name's set. */
+    if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
+    return cfg_str(key, v, c->node, sizeof c->node, err, errlen);
+  }
+  if (!strcmp(k, "node_id")) {
+    int x;
+    int rc = vs__int(key, v, 0, 65535, &x, err, errlen);
+    if (!rc) c->node_id = (unsigned)x;
+    return rc;
+  }
+  if (!strcmp(k, "endpoint"))
+    return vs__endpoint(key, v, c->endpoint, sizeof c->endpoint, err, errlen);
+  if (!strcmp(k, "admin_endpoint"))
+    return vs__endpoint(key, v, c->admin_endpoint, sizeof c->admin_endpoint, err, errlen);
+  if (!strcmp(k, "admin_allow_remote"))
+    return vs__bool(key, v, &c->admin_allow_remote, err, errlen);
+  if (!strcmp(k, "log_level")) {
+    int l = vs_log_parse_level(v);
+    if (l < 0) {
+      snprintf(err, errlen, "%s = '%s' is not one of error, warn, info, debug", key, v);
+      return VSPEC_EINVAL;
+    }
+    c->log_level = l;
+    return VSPEC_OK;
+  }
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_workers(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                       char *err, size_t errlen) {
+  if (!strcmp(k, "count")) return vs__int(key, v, 1, 256, &c->workers, err, errlen);
+  if (!strcmp(k, "threads")) return vs__int(key, v, 0, 1024, &c->threads, err, errlen);
+  if (!strcmp(k, "batch")) return vs__int(key, v, 1, 64, &c->batch, err, errlen);
+  if (!strcmp(k, "batch_wait_ms"))
+    return vs__int(key, v, 1, 10000, &c->batch_wait_ms, err, errlen);
+  if (!strcmp(k, "batch_lanes"))
+    return vs__int(key, v, 1, VS_FORWARD_GATE_MAX_LANES, &c->batch_lanes, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_device(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                      char *err, size_t errlen) {
+  if (!strcmp(k, "kind")) {
+    if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+      snprintf(err, errlen, "%s = '%s' is not one of cpu, cuda", key, v);
+      return VSPEC_EINVAL;
+    }
+    return cfg_str(key, v, c->device_kind, sizeof c->device_kind, err, errlen);
+  }
+  if (!strcmp(k, "index")) return vs__int(key, v, 0, 1023, &c->device_index, err, errlen);
+  if (!strcmp(k, "memory_limit_mb"))
+    return vs__long(key, v, 0, 1l << 30, &c->device_memory_mb, err, errlen);
+  if (!strcmp(k, "precision")) {
+    if (!strcmp(v, "default")) c->device_precision = VS_PRECISION_DEFAULT;
+    else if (!strcmp(v, "fp32")) c->device_precision = VS_PRECISION_FP32;
+    else if (!strcmp(v, "bf16")) c->device_precision = VS_PRECISION_BF16;
+    else {
+      snprintf(err, errlen, "%s = '%s' is not one of default, fp32, bf16", key, v);
+      return VSPEC_EINVAL;
+    }
+    return VSPEC_OK;
+  }
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_queue(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                     char *err, size_t errlen) {
+  if (!strcmp(k, "size")) return vs__int(key, v, 1, 1 << 20, &c->queue_size, err, errlen);
+  if (!strcmp(k, "per_client")) return vs__int(key, v, 1, 1 << 20, &c->per_client, err, errlen);
+  if (!strcmp(k, "busy_retry_ms"))
+    return vs__int(key, v, 1, 3600000, &c->busy_retry_ms, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_plugins(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                       char *err, size_t errlen) {
+  if (!strcmp(k, "dir")) return cfg_str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
+  if (!strcmp(k, "on_demand")) return vs__bool(key, v, &c->plugins_on_demand, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_models(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                      char *err, size_t errlen) {
+  if (!strcmp(k, "default")) {
+    if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
+    return cfg_str(key, v, c->default_model, sizeof c->default_model, err, errlen);
+  }
+  /* Names clients will send (Submit.model): the same set as the submit checks. */
+  if (vs_name_check(&vs_name_model, "model name", k, err, errlen)) return VSPEC_EINVAL;
+  int i = vs_config_model(c, k);
+  if (i < 0) {
+    if (c->n_models == VS_CONF_MAX_MODELS) {
+      snprintf(err, errlen, "more than %d models", VS_CONF_MAX_MODELS);
+      return VSPEC_ERANGE;
+    }
+    i = c->n_models++;
+    snprintf(c->models[i].name, sizeof c->models[i].name, "%s", k);
+  }
+  /* An empty directory removes a model (e.g. the built-in fmnist entry). */
+  if (!*v) {
+    c->models[i] = c->models[--c->n_models];
+    return VSPEC_OK;
+  }
+  return cfg_str(key, v, c->models[i].dir, sizeof c->models[i].dir, err, errlen);
+}
+
+static int cfg_defaults(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                        char *err, size_t errlen) {
+  if (!strcmp(k, "method")) {
+    vs_method m;
+    int rc = vs_method_parse(v, &m, err, errlen);
+    if (rc) return rc;
+    return cfg_str(key, v, c->method, sizeof c->method, err, errlen);
+  }
+  if (!strcmp(k, "auto_size")) return vs__bool(key, v, &c->auto_size, err, errlen);
+  if (!strcmp(k, "preview_table")) {
+    if (strcmp(v, "fit") && strcmp(v, "exact")) {
+      snprintf(err, errlen, "%s = '%s': expected fit or exact", key, v);
+      return VSPEC_EINVAL;
+    }
+    c->preview_table_exact = !strcmp(v, "exact");
+    return VSPEC_OK;
+  }
+  if (!strcmp(k, "preview_every_tokens"))
+    return vs__int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
+  if (!strcmp(k, "credit")) return vs__int(key, v, 1, 1024, &c->credit, err, errlen);
+  if (!strcmp(k, "progress_interval_ms"))
+    return vs__int(key, v, 0, 60000, &c->progress_interval_ms, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_limits(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                      char *err, size_t errlen) {
+  if (!strcmp(k, "max_message_bytes"))
+    return vs__long(key, v, 1024, 1l << 30, &c->max_message_bytes, err, errlen);
+  if (!strcmp(k, "max_request_bytes"))
+    return vs__long(key, v, 256, 1l << 30, &c->max_request_bytes, err, errlen);
+  if (!strcmp(k, "unpack_budget_bytes"))
+    return vs__long(key, v, 4096, 1l << 30, &c->unpack_budget_bytes, err, errlen);
+  if (!strcmp(k, "max_deadline_ms"))
+    return vs__long(key, v, 1, 7l * 24 * 3600 * 1000, &c->max_deadline_ms, err, errlen);
+  if (!strcmp(k, "max_credit")) return vs__int(key, v, 1, 1024, &c->max_credit, err, errlen);
+  if (!strcmp(k, "max_clients"))
+    return vs__int(key, v, 1, 1 << 20, &c->max_clients, err, errlen);
+  if (!strcmp(k, "heartbeat_ivl_ms"))
+    return vs__int(key, v, 10, 3600000, &c->heartbeat_ivl_ms, err, errlen);
+  if (!strcmp(k, "heartbeat_timeout_ms"))
+    return vs__int(key, v, 10, 3600000, &c->heartbeat_timeout_ms, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_shutdown(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                        char *err, size_t errlen) {
+  if (!strcmp(k, "drain")) {
+    if (!strcmp(v, "finish")) c->drain = VS_DRAIN_FINISH;
+    else if (!strcmp(v, "cancel")) c->drain = VS_DRAIN_CANCEL;
+    else {
+      snprintf(err, errlen, "%s = '%s' is not 'finish' or 'cancel'", key, v);
+      return VSPEC_EINVAL;
+    }
+    return VSPEC_OK;
+  }
+  if (!strcmp(k, "timeout_ms"))
+    return vs__int(key, v, 0, 24 * 3600 * 1000, &c->drain_timeout_ms, err, errlen);
+  if (!strcmp(k, "linger_ms")) return vs__int(key, v, 0, 600000, &c->linger_ms, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_curve(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                     char *err, size_t errlen) {
+  if (!strcmp(k, "enabled")) return vs__bool(key, v, &c->curve, err, errlen);
+  if (!strcmp(k, "secret_key_file"))
+    return cfg_str(key, v, c->curve_secret_file, sizeof c->curve_secret_file, err, errlen);
+  if (!strcmp(k, "allowed_clients"))
+    return cfg_str(key, v, c->curve_allow_file, sizeof c->curve_allow_file, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_fleet(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                     char *err, size_t errlen) {
+  if (!strcmp(k, "redis")) return cfg_str(key, v, c->fleet_redis, sizeof c->fleet_redis, err, errlen);
+  if (!strcmp(k, "stream"))
+    return cfg_str(key, v, c->fleet_stream, sizeof c->fleet_stream, err, errlen);
+  if (!strcmp(k, "group"))
+    return cfg_str(key, v, c->fleet_group, sizeof c->fleet_group, err, errlen);
+  if (!strcmp(k, "events_prefix"))
+    return cfg_str(key, v, c->fleet_events_prefix, sizeof c->fleet_events_prefix, err, errlen);
+  if (!strcmp(k, "events_ttl_s"))
+    return vs__long(key, v, 1, 30l * 24 * 3600, &c->fleet_events_ttl_s, err, errlen);
+  if (!strcmp(k, "heartbeat_ms"))
+    return vs__int(key, v, 50, 60000, &c->fleet_heartbeat_ms, err, errlen);
+  if (!strcmp(k, "claim_idle_ms"))
+    return vs__int(key, v, 300, 24 * 3600 * 1000, &c->fleet_claim_idle_ms, err, errlen);
+  if (!strcmp(k, "max_deliveries"))
+    return vs__int(key, v, 1, 1000, &c->fleet_max_deliveries, err, errlen);
+  if (!strcmp(k, "cancel_poll_ms"))
+    return vs__int(key, v, 10, 60000, &c->fleet_cancel_poll_ms, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+
+static int cfg_http(vs_daemon_config *c, const char *key, const char *k, const char *v,
+                    char *err, size_t errlen) {
+  if (!strcmp(k, "listen"))
+    return cfg_str(key, v, c->http_listen, sizeof c->http_listen, err, errlen);
+  if (!strcmp(k, "allow_remote")) return vs__bool(key, v, &c->http_allow_remote, err, errlen);
+  if (!strcmp(k, "max_body_bytes"))
+    return vs__long(key, v, 1024, 16l << 20, &c->http_max_body_bytes, err, errlen);
+  if (!strcmp(k, "max_connections"))
+    return vs__int(key, v, 1, 1024, &c->http_max_connections, err, errlen);
+  if (!strcmp(k, "timeout_ms"))
+    return vs__int(key, v, 100, 24 * 3600 * 1000, &c->http_timeout_ms, err, errlen);
+  if (!strcmp(k, "request_deadline_ms"))
+    return vs__int(key, v, 100, 3600 * 1000, &c->http_request_deadline_ms, err, errlen);
+  if (!strcmp(k, "max_connections_per_address"))
+    return vs__int(key, v, 0, 1024, &c->http_max_connections_per_address, err, errlen);
+  return CFG_UNKNOWN_KEY;
+}
+static const struct {
+  const char *name;
+  int (*set)(vs_daemon_config *c, const char *key, const char *k, const char *v, char *err,
+             size_t errlen);
+} cfg_sections[] = {
+    {"server", cfg_server},
+    {"workers", cfg_workers},
+    {"device", cfg_device},
+    {"queue", cfg_queue},
+    {"plugins", cfg_plugins},
+    {"models", cfg_models},
+    {"defaults", cfg_defaults},
+    {"limits", cfg_limits},
+    {"shutdown", cfg_shutdown},
+    {"curve", cfg_curve},
+    {"fleet", cfg_fleet},
+    {"http", cfg_http},
+};
+
 int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char *v, char *err,
                   size_t errlen) {
   char key[160];
   snprintf(key, sizeof key, "%s.%s", s, k);
-  if (!strcmp(s, "server")) {
-    if (!strcmp(k, "node")) {
-      /* The node's name goes out in every Accepted and Result: a model name's set. */
-      if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
-      return cfg_str(key, v, c->node, sizeof c->node, err, errlen);
-    }
-    if (!strcmp(k, "node_id")) {
-      int x;
-      int rc = vs__int(key, v, 0, 65535, &x, err, errlen);
-      if (!rc) c->node_id = (unsigned)x;
-      return rc;
-    }
-    if (!strcmp(k, "endpoint"))
-      return vs__endpoint(key, v, c->endpoint, sizeof c->endpoint, err, errlen);
-    if (!strcmp(k, "admin_endpoint"))
-      return vs__endpoint(key, v, c->admin_endpoint, sizeof c->admin_endpoint, err, errlen);
-    if (!strcmp(k, "admin_allow_remote"))
-      return vs__bool(key, v, &c->admin_allow_remote, err, errlen);
-    if (!strcmp(k, "log_level")) {
-      int l = vs_log_parse_level(v);
-      if (l < 0) {
-        snprintf(err, errlen, "%s = '%s' is not one of error, warn, info, debug", key, v);
-        return VSPEC_EINVAL;
-      }
-      c->log_level = l;
-      return VSPEC_OK;
-    }
-  } else if (!strcmp(s, "workers")) {
-    if (!strcmp(k, "count")) return vs__int(key, v, 1, 256, &c->workers, err, errlen);
-    if (!strcmp(k, "threads")) return vs__int(key, v, 0, 1024, &c->threads, err, errlen);
-    if (!strcmp(k, "batch")) return vs__int(key, v, 1, 64, &c->batch, err, errlen);
-    if (!strcmp(k, "batch_wait_ms"))
-      return vs__int(key, v, 1, 10000, &c->batch_wait_ms, err, errlen);
-    if (!strcmp(k, "batch_lanes"))
-      return vs__int(key, v, 1, VS_FORWARD_GATE_MAX_LANES, &c->batch_lanes, err, errlen);
-  } else if (!strcmp(s, "device")) {
-    if (!strcmp(k, "kind")) {
-      if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
-        snprintf(err, errlen, "%s = '%s' is not one of cpu, cuda", key, v);
-        return VSPEC_EINVAL;
-      }
-      return cfg_str(key, v, c->device_kind, sizeof c->device_kind, err, errlen);
-    }
-    if (!strcmp(k, "index")) return vs__int(key, v, 0, 1023, &c->device_index, err, errlen);
-    if (!strcmp(k, "memory_limit_mb"))
-      return vs__long(key, v, 0, 1l << 30, &c->device_memory_mb, err, errlen);
-    if (!strcmp(k, "precision")) {
-      if (!strcmp(v, "default")) c->device_precision = VS_PRECISION_DEFAULT;
-      else if (!strcmp(v, "fp32")) c->device_precision = VS_PRECISION_FP32;
-      else if (!strcmp(v, "bf16")) c->device_precision = VS_PRECISION_BF16;
-      else {
-        snprintf(err, errlen, "%s = '%s' is not one of default, fp32, bf16", key, v);
-        return VSPEC_EINVAL;
-      }
-      return VSPEC_OK;
-    }
-  } else if (!strcmp(s, "queue")) {
-    if (!strcmp(k, "size")) return vs__int(key, v, 1, 1 << 20, &c->queue_size, err, errlen);
-    if (!strcmp(k, "per_client")) return vs__int(key, v, 1, 1 << 20, &c->per_client, err, errlen);
-    if (!strcmp(k, "busy_retry_ms"))
-      return vs__int(key, v, 1, 3600000, &c->busy_retry_ms, err, errlen);
-  } else if (!strcmp(s, "plugins")) {
-    if (!strcmp(k, "dir")) return cfg_str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
-    if (!strcmp(k, "on_demand")) return vs__bool(key, v, &c->plugins_on_demand, err, errlen);
-  } else if (!strcmp(s, "models")) {
-    if (!strcmp(k, "default")) {
-      if (vs_name_check(&vs_name_model, key, v, err, errlen)) return VSPEC_EINVAL;
-      return cfg_str(key, v, c->default_model, sizeof c->default_model, err, errlen);
-    }
-    /* Names clients will send (Submit.model): the same set as the submit checks. */
-    if (vs_name_check(&vs_name_model, "model name", k, err, errlen)) return VSPEC_EINVAL;
-    int i = vs_config_model(c, k);
-    if (i < 0) {
-      if (c->n_models == VS_CONF_MAX_MODELS) {
-        snprintf(err, errlen, "more than %d models", VS_CONF_MAX_MODELS);
-        return VSPEC_ERANGE;
-      }
-      i = c->n_models++;
-      snprintf(c->models[i].name, sizeof c->models[i].name, "%s", k);
-    }
-    /* An empty directory removes a model (e.g. the built-in fmnist entry). */
-    if (!*v) {
-      c->models[i] = c->models[--c->n_models];
-      return VSPEC_OK;
-    }
-    return cfg_str(key, v, c->models[i].dir, sizeof c->models[i].dir, err, errlen);
-  } else if (!strcmp(s, "defaults")) {
-    if (!strcmp(k, "method")) {
-      vs_method m;
-      int rc = vs_method_parse(v, &m, err, errlen);
-      if (rc) return rc;
-      return cfg_str(key, v, c->method, sizeof c->method, err, errlen);
-    }
-    if (!strcmp(k, "auto_size")) return vs__bool(key, v, &c->auto_size, err, errlen);
-    if (!strcmp(k, "preview_table")) {
-      if (strcmp(v, "fit") && strcmp(v, "exact")) {
-        snprintf(err, errlen, "%s = '%s': expected fit or exact", key, v);
-        return VSPEC_EINVAL;
-      }
-      c->preview_table_exact = !strcmp(v, "exact");
-      return VSPEC_OK;
-    }
-    if (!strcmp(k, "preview_every_tokens"))
-      return vs__int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
-    if (!strcmp(k, "credit")) return vs__int(key, v, 1, 1024, &c->credit, err, errlen);
-    if (!strcmp(k, "progress_interval_ms"))
-      return vs__int(key, v, 0, 60000, &c->progress_interval_ms, err, errlen);
-  } else if (!strcmp(s, "limits")) {
-    if (!strcmp(k, "max_message_bytes"))
-      return vs__long(key, v, 1024, 1l << 30, &c->max_message_bytes, err, errlen);
-    if (!strcmp(k, "max_request_bytes"))
-      return vs__long(key, v, 256, 1l << 30, &c->max_request_bytes, err, errlen);
-    if (!strcmp(k, "unpack_budget_bytes"))
-      return vs__long(key, v, 4096, 1l << 30, &c->unpack_budget_bytes, err, errlen);
-    if (!strcmp(k, "max_deadline_ms"))
-      return vs__long(key, v, 1, 7l * 24 * 3600 * 1000, &c->max_deadline_ms, err, errlen);
-    if (!strcmp(k, "max_credit")) return vs__int(key, v, 1, 1024, &c->max_credit, err, errlen);
-    if (!strcmp(k, "max_clients"))
-      return vs__int(key, v, 1, 1 << 20, &c->max_clients, err, errlen);
-    if (!strcmp(k, "heartbeat_ivl_ms"))
-      return vs__int(key, v, 10, 3600000, &c->heartbeat_ivl_ms, err, errlen);
-    if (!strcmp(k, "heartbeat_timeout_ms"))
-      return vs__int(key, v, 10, 3600000, &c->heartbeat_timeout_ms, err, errlen);
-  } else if (!strcmp(s, "shutdown")) {
-    if (!strcmp(k, "drain")) {
-      if (!strcmp(v, "finish")) c->drain = VS_DRAIN_FINISH;
-      else if (!strcmp(v, "cancel")) c->drain = VS_DRAIN_CANCEL;
-      else {
-        snprintf(err, errlen, "%s = '%s' is not 'finish' or 'cancel'", key, v);
-        return VSPEC_EINVAL;
-      }
-      return VSPEC_OK;
-    }
-    if (!strcmp(k, "timeout_ms"))
-      return vs__int(key, v, 0, 24 * 3600 * 1000, &c->drain_timeout_ms, err, errlen);
-    if (!strcmp(k, "linger_ms")) return vs__int(key, v, 0, 600000, &c->linger_ms, err, errlen);
-  } else if (!strcmp(s, "curve")) {
-    if (!strcmp(k, "enabled")) return vs__bool(key, v, &c->curve, err, errlen);
-    if (!strcmp(k, "secret_key_file"))
-      return cfg_str(key, v, c->curve_secret_file, sizeof c->curve_secret_file, err, errlen);
-    if (!strcmp(k, "allowed_clients"))
-      return cfg_str(key, v, c->curve_allow_file, sizeof c->curve_allow_file, err, errlen);
-  } else if (!strcmp(s, "fleet")) {
-    if (!strcmp(k, "redis")) return cfg_str(key, v, c->fleet_redis, sizeof c->fleet_redis, err, errlen);
-    if (!strcmp(k, "stream"))
-      return cfg_str(key, v, c->fleet_stream, sizeof c->fleet_stream, err, errlen);
-    if (!strcmp(k, "group"))
-      return cfg_str(key, v, c->fleet_group, sizeof c->fleet_group, err, errlen);
-    if (!strcmp(k, "events_prefix"))
-      return cfg_str(key, v, c->fleet_events_prefix, sizeof c->fleet_events_prefix, err, errlen);
-    if (!strcmp(k, "events_ttl_s"))
-      return vs__long(key, v, 1, 30l * 24 * 3600, &c->fleet_events_ttl_s, err, errlen);
-    if (!strcmp(k, "heartbeat_ms"))
-      return vs__int(key, v, 50, 60000, &c->fleet_heartbeat_ms, err, errlen);
-    if (!strcmp(k, "claim_idle_ms"))
-      return vs__int(key, v, 300, 24 * 3600 * 1000, &c->fleet_claim_idle_ms, err, errlen);
-    if (!strcmp(k, "max_deliveries"))
-      return vs__int(key, v, 1, 1000, &c->fleet_max_deliveries, err, errlen);
-    if (!strcmp(k, "cancel_poll_ms"))
-      return vs__int(key, v, 10, 60000, &c->fleet_cancel_poll_ms, err, errlen);
-  } else if (!strcmp(s, "http")) {
-    if (!strcmp(k, "listen"))
-      return cfg_str(key, v, c->http_listen, sizeof c->http_listen, err, errlen);
-    if (!strcmp(k, "allow_remote")) return vs__bool(key, v, &c->http_allow_remote, err, errlen);
-    if (!strcmp(k, "max_body_bytes"))
-      return vs__long(key, v, 1024, 16l << 20, &c->http_max_body_bytes, err, errlen);
-    if (!strcmp(k, "max_connections"))
-      return vs__int(key, v, 1, 1024, &c->http_max_connections, err, errlen);
-    if (!strcmp(k, "timeout_ms"))
-      return vs__int(key, v, 100, 24 * 3600 * 1000, &c->http_timeout_ms, err, errlen);
-    if (!strcmp(k, "request_deadline_ms"))
-      return vs__int(key, v, 100, 3600 * 1000, &c->http_request_deadline_ms, err, errlen);
-    if (!strcmp(k, "max_connections_per_address"))
-      return vs__int(key, v, 0, 1024, &c->http_max_connections_per_address, err, errlen);
-  } else {
-    snprintf(err, errlen, "unknown section [%s] (known: server, workers, queue, plugins, models, "
-             "defaults, limits, shutdown, curve, fleet, http)", s);
+  for (size_t i = 0; i < sizeof cfg_sections / sizeof cfg_sections[0]; i++) {
+    if (strcmp(s, cfg_sections[i].name)) continue;
+    int rc = cfg_sections[i].set(c, key, k, v, err, errlen);
+    if (rc != CFG_UNKNOWN_KEY) return rc;
+    snprintf(err, errlen, "unknown key '%s' in section [%s]", k, s);
     return VSPEC_EINVAL;
   }
-  snprintf(err, errlen, "unknown key '%s' in section [%s]", k, s);
+  snprintf(err, errlen, "unknown section [%s] (known: server, workers, queue, plugins, models, "
+           "defaults, limits, shutdown, curve, fleet, http)", s);
   return VSPEC_EINVAL;
 }
 

@@ -291,6 +291,143 @@ static int vs__endpoints_free(const vs_daemon_config *cfg, char *err, size_t err
  * device) is the configuration's fault: all but the host's own troubles (I/O, memory). */
 static int vs__refusal(int rc) { return rc && rc != VSPEC_EIO && rc != VSPEC_ENOMEM; }
 
+/* The load device ([device]): models load on it, the workers' devices share its memory
+ * space. A device that cannot be opened (no GPU, wrong index) stops the start here. */
+static int server_open_device(vs_server *s, const char *spec, const vs_device_options *dopt,
+                              int *config_refused, char *err, size_t errlen) {
+  char inner[VSPEC_ERRLEN] = "";
+  int rc = vs_device_open(spec, dopt, &s->load_dev, inner, sizeof inner);
+  if (rc) {
+    snprintf(err, errlen, "[device] %s: %s", spec, inner);
+    *config_refused = rc != VSPEC_ENOMEM; /* a device this host cannot open */
+    return rc;
+  }
+  vs_device_info di;
+  vs_dev_info(s->load_dev, &di);
+  vs_log(VSPEC_LOG_INFO, "server", "device %s (%s weights)", di.name,
+         di.precision == VS_PRECISION_BF16 ? "bf16" : "fp32");
+  return VSPEC_OK;
+}
+
+/* The default model may not exist yet (models/fmnist is trained separately): then jobs that
+ * name no model go to the first model that did load. */
+static void server_default_model(vs_server *s) {
+  vs_model_status ms[VS_CONF_MAX_MODELS];
+  int nm = vs_model_table_status(s->models, ms, VS_CONF_MAX_MODELS), def_ok = 0, first = -1;
+  for (int i = 0; i < nm; i++) {
+    if (ms[i].loaded && first < 0) first = i;
+    if (ms[i].loaded && !strcmp(ms[i].name, s->cfg.default_model)) def_ok = 1;
+  }
+  if (!def_ok && first >= 0) {
+    vs_log(VSPEC_LOG_WARN, "server", "default model '%s' is not available: using '%s'",
+           s->cfg.default_model, ms[first].name);
+    snprintf(s->cfg.default_model, sizeof s->cfg.default_model, "%s", ms[first].name);
+  }
+}
+
+/* The plugin registry and the model table. */
+static int server_open_models(vs_server *s, const vs_daemon_config *cfg, int *config_refused,
+                              char *err, size_t errlen) {
+  /* A plugin directory that is missing or others can write; an unusable TMPDIR is EIO. */
+  int rc = vs_registry_open(cfg->plugin_dir, &s->host, &s->reg, err, errlen);
+  if (rc) {
+    *config_refused = vs__refusal(rc);
+    return rc;
+  }
+  int bad = vs_registry_scan(s->reg);
+  if (bad) vs_log(VSPEC_LOG_WARN, "server", "%d plugin(s) in %s failed to load", bad,
+                  cfg->plugin_dir);
+  /* No configured model loads (missing directories, bad manifests or weights). */
+  if ((rc = vs_model_table_open(s->reg, &s->host, s->load_dev, cfg, &s->models, err, errlen))) {
+    *config_refused = rc != VSPEC_ENOMEM;
+    return rc;
+  }
+  server_default_model(s);
+  return VSPEC_OK;
+}
+
+/* The job queue, the loop's wake-up, the workers, the tick and the signals. */
+static int server_open_workers(vs_server *s, const vs_daemon_config *cfg, const char *spec,
+                               const vs_device_options *dopt, char *err, size_t errlen) {
+  s->submit = (vs_submit_ctx){.cfg = &s->cfg, .models = s->models, .reg = s->reg,
+                              .host = &s->host};
+  int rc = vs_job_queue_open(cfg->queue_size, cfg->workers, &s->queue);
+  if (rc) {
+    snprintf(err, errlen, "out of memory");
+    return rc;
+  }
+  uv_async_init(&s->loop, &s->async, vs__on_async);
+  s->async.data = s;
+  vs_workers_config wc = {.count = cfg->workers, .threads = cfg->threads, .batch = cfg->batch,
+                          .queue = s->queue,
+                          .models = s->models, .reg = s->reg, .post = vs__post,
+                          .post_user = s, .node = s->cfg.node, .device_options = *dopt};
+  snprintf(wc.device, sizeof wc.device, "%s", spec);
+  if ((rc = vs_workers_start(&wc, &s->workers, err, errlen))) return rc;
+  uv_timer_init(&s->loop, &s->tick);
+  s->tick.data = s;
+  uv_signal_init(&s->loop, &s->sig_term);
+  uv_signal_init(&s->loop, &s->sig_int);
+  uv_signal_init(&s->loop, &s->sig_hup);
+  s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
+  uv_signal_start(&s->sig_term, server_on_signal, SIGTERM);
+  uv_signal_start(&s->sig_int, server_on_signal, SIGINT);
+  uv_signal_start(&s->sig_hup, vs__on_sighup, SIGHUP);
+  return VSPEC_OK;
+}
+
+/* The ZeroMQ context, CURVE (key and allow-list), the job and admin sockets. */
+static int server_open_sockets(vs_server *s, const vs_daemon_config *cfg, int *config_refused,
+                               char *err, size_t errlen) {
+  int rc;
+  s->zctx = zmq_ctx_new();
+  if (!s->zctx) {
+    snprintf(err, errlen, "zmq_ctx_new failed");
+    return VSPEC_EIO;
+  }
+  char secret[41] = "";
+  if (cfg->curve) {
+    /* The key file and the allow-list: missing, unreadable or malformed are refusals. */
+    if ((rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen)) ||
+        /* The handler must be bound before the job socket takes connections. */
+        (rc = vs_zap_start(s->zctx, cfg->curve_allow_file, &s->zap, err, errlen))) {
+      *config_refused = vs__refusal(rc);
+      return rc;
+    }
+  }
+  if ((rc = vs__setup_socket(s, VS_SOCK_JOB, cfg->endpoint, cfg->curve, secret, err, errlen)) ||
+      (rc = vs__setup_socket(s, VS_SOCK_ADMIN, cfg->admin_endpoint, 0, NULL, err, errlen))) {
+    *config_refused = rc == VSPEC_EINVAL;
+    return rc;
+  }
+  return VSPEC_OK;
+}
+
+/* The job socket bound once more, to an inproc endpoint for a client inside vspecd. */
+static int server_bind_inproc(vs_server *s, const char *ep, char *err, size_t errlen) {
+  if (!zmq_bind(s->sock[VS_SOCK_JOB], ep)) return VSPEC_OK;
+  snprintf(err, errlen, "cannot bind %s: %s", ep, zmq_strerror(errno));
+  return VSPEC_EIO;
+}
+
+/* Fleet mode: the agent is a client of this daemon over inproc (daemon/fleet_agent.h says
+ * why). */
+static int server_open_fleet(vs_server *s, const vs_daemon_config *cfg, char *err,
+                             size_t errlen) {
+  static const char fleet_ep[] = "inproc://vspecd-fleet";
+  int rc = server_bind_inproc(s, fleet_ep, err, errlen);
+  if (!rc) rc = vs_fleet_agent_start(&s->cfg, s->zctx, fleet_ep, &s->fleet, err, errlen);
+  if (rc) return rc;
+  vs_fleet_addr fa; /* for the log: where, never the password */
+  char where[400];
+  vs_fleet_addr_parse(cfg->fleet_redis, &fa, where, sizeof where);
+  if (fa.path[0]) snprintf(where, sizeof where, "%s", fa.path);
+  else snprintf(where, sizeof where, "%s:%d", fa.host, fa.port);
+  vs_log(VSPEC_LOG_INFO, "server", "%s: fleet mode, jobs from redis at %s (stream %s, group %s)",
+         cfg->node, where, cfg->fleet_stream, cfg->fleet_group);
+  return VSPEC_OK;
+}
+
 int vs_server_open(const vs_daemon_config *cfg, vs_server **out, int *config_refused, char *err,
                    size_t errlen) {
   *out = NULL;
@@ -311,132 +448,26 @@ int vs_server_open(const vs_daemon_config *cfg, vs_server **out, int *config_ref
   pthread_mutex_init(&s->mail_mu, NULL);
   uv_loop_init(&s->loop);
   vs_host_init(&s->host, vs_cpu_ops());
-  /* Models load on the configured device ([device]); the workers' devices share its memory
-   * space. A device that cannot be opened (no GPU, wrong index) stops the start here. */
   char spec[32];
   vs_config_device_spec(cfg, spec, sizeof spec);
   vs_device_options dopt = {.threads = 1, .precision = cfg->device_precision,
                             .memory_limit = (size_t)cfg->device_memory_mb << 20};
-  char inner[VSPEC_ERRLEN] = "";
-  if ((rc = vs_device_open(spec, &dopt, &s->load_dev, inner, sizeof inner))) {
-    snprintf(err, errlen, "[device] %s: %s", spec, inner);
-    *config_refused = rc != VSPEC_ENOMEM; /* a device this host cannot open */
-    goto fail;
-  }
-  {
-    vs_device_info di;
-    vs_dev_info(s->load_dev, &di);
-    vs_log(VSPEC_LOG_INFO, "server", "device %s (%s weights)", di.name,
-           di.precision == VS_PRECISION_BF16 ? "bf16" : "fp32");
-  }
-  /* A plugin directory that is missing or others can write; an unusable TMPDIR is EIO. */
-  if ((rc = vs_registry_open(cfg->plugin_dir, &s->host, &s->reg, err, errlen))) {
-    *config_refused = vs__refusal(rc);
-    goto fail;
-  }
-  int bad = vs_registry_scan(s->reg);
-  if (bad) vs_log(VSPEC_LOG_WARN, "server", "%d plugin(s) in %s failed to load", bad,
-                  cfg->plugin_dir);
-  /* No configured model loads (missing directories, bad manifests or weights). */
-  if ((rc = vs_model_table_open(s->reg, &s->host, s->load_dev, cfg, &s->models, err, errlen))) {
-    *config_refused = rc != VSPEC_ENOMEM;
-    goto fail;
-  }
-  {
-    /* The default model may not exist yet (models/fmnist is trained separately): then jobs
-     * that name no model go to the first model that did load. */
-    vs_model_status ms[VS_CONF_MAX_MODELS];
-    int nm = vs_model_table_status(s->models, ms, VS_CONF_MAX_MODELS), def_ok = 0, first = -1;
-    for (int i = 0; i < nm; i++) {
-      if (ms[i].loaded && first < 0) first = i;
-      if (ms[i].loaded && !strcmp(ms[i].name, s->cfg.default_model)) def_ok = 1;
-    }
-    if (!def_ok && first >= 0) {
-      vs_log(VSPEC_LOG_WARN, "server", "default model '%s' is not available: using '%s'",
-             s->cfg.default_model, ms[first].name);
-      snprintf(s->cfg.default_model, sizeof s->cfg.default_model, "%s", ms[first].name);
-    }
-  }
-  s->submit = (vs_submit_ctx){.cfg = &s->cfg, .models = s->models, .reg = s->reg,
-                              .host = &s->host};
-  if ((rc = vs_job_queue_open(cfg->queue_size, cfg->workers, &s->queue))) {
-    snprintf(err, errlen, "out of memory");
-    goto fail;
-  }
-  uv_async_init(&s->loop, &s->async, vs__on_async);
-  s->async.data = s;
-  vs_workers_config wc = {.count = cfg->workers, .threads = cfg->threads, .batch = cfg->batch,
-                          .queue = s->queue,
-                          .models = s->models, .reg = s->reg, .post = vs__post,
-                          .post_user = s, .node = s->cfg.node, .device_options = dopt};
-  snprintf(wc.device, sizeof wc.device, "%s", spec);
-  if ((rc = vs_workers_start(&wc, &s->workers, err, errlen))) goto fail;
-  uv_timer_init(&s->loop, &s->tick);
-  s->tick.data = s;
-  uv_signal_init(&s->loop, &s->sig_term);
-  uv_signal_init(&s->loop, &s->sig_int);
-  uv_signal_init(&s->loop, &s->sig_hup);
-  s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
-  uv_signal_start(&s->sig_term, server_on_signal, SIGTERM);
-  uv_signal_start(&s->sig_int, server_on_signal, SIGINT);
-  uv_signal_start(&s->sig_hup, vs__on_sighup, SIGHUP);
-
-  s->zctx = zmq_ctx_new();
-  if (!s->zctx) {
-    snprintf(err, errlen, "zmq_ctx_new failed");
-    rc = VSPEC_EIO;
-    goto fail;
-  }
-  char secret[41] = "";
-  if (cfg->curve) {
-    /* The key file and the allow-list: missing, unreadable or malformed are refusals. */
-    if ((rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen)) ||
-        /* The handler must be bound before the job socket takes connections. */
-        (rc = vs_zap_start(s->zctx, cfg->curve_allow_file, &s->zap, err, errlen))) {
-      *config_refused = vs__refusal(rc);
-      goto fail;
-    }
-  }
-  if ((rc = vs__setup_socket(s, VS_SOCK_JOB, cfg->endpoint, cfg->curve, secret, err, errlen)) ||
-      (rc = vs__setup_socket(s, VS_SOCK_ADMIN, cfg->admin_endpoint, 0, NULL, err, errlen))) {
-    *config_refused = rc == VSPEC_EINVAL;
-    goto fail;
-  }
-  if (cfg->fleet_redis[0]) {
-    /* The agent is a client of this daemon over inproc (daemon/fleet_agent.h says why). */
-    static const char fleet_ep[] = "inproc://vspecd-fleet";
-    if (zmq_bind(s->sock[VS_SOCK_JOB], fleet_ep)) {
-      snprintf(err, errlen, "cannot bind %s: %s", fleet_ep, zmq_strerror(errno));
-      rc = VSPEC_EIO;
-      goto fail;
-    }
-    if ((rc = vs_fleet_agent_start(&s->cfg, s->zctx, fleet_ep, &s->fleet, err, errlen)))
-      goto fail;
-    vs_fleet_addr fa; /* for the log: where, never the password */
-    char where[400];
-    vs_fleet_addr_parse(cfg->fleet_redis, &fa, where, sizeof where);
-    if (fa.path[0]) snprintf(where, sizeof where, "%s", fa.path);
-    else snprintf(where, sizeof where, "%s:%d", fa.host, fa.port);
-    vs_log(VSPEC_LOG_INFO, "server", "%s: fleet mode, jobs from redis at %s (stream %s, group %s)",
-           cfg->node, where, cfg->fleet_stream, cfg->fleet_group);
-  }
-  if (cfg->http_listen[0]) {
-    /* HTTP requests are clients of this daemon over inproc too (daemon/http_server.h). */
-    static const char http_ep[] = "inproc://vspecd-http";
-    if (zmq_bind(s->sock[VS_SOCK_JOB], http_ep)) {
-      snprintf(err, errlen, "cannot bind %s: %s", http_ep, zmq_strerror(errno));
-      rc = VSPEC_EIO;
-      goto fail;
-    }
-    if ((rc = vs_http_serve(s->http, s->zctx, http_ep, err, errlen))) goto fail;
+  static const char http_ep[] = "inproc://vspecd-http";
+  if ((rc = server_open_device(s, spec, &dopt, config_refused, err, errlen)) ||
+      (rc = server_open_models(s, cfg, config_refused, err, errlen)) ||
+      (rc = server_open_workers(s, cfg, spec, &dopt, err, errlen)) ||
+      (rc = server_open_sockets(s, cfg, config_refused, err, errlen)) ||
+      (cfg->fleet_redis[0] && (rc = server_open_fleet(s, cfg, err, errlen))) ||
+      /* HTTP requests are clients of this daemon over inproc too (daemon/http_server.h). */
+      (cfg->http_listen[0] && ((rc = server_bind_inproc(s, http_ep, err, errlen)) ||
+                               (rc = vs_http_serve(s->http, s->zctx, http_ep, err, errlen))))) {
+    vs_server_close(s);
+    return rc ? rc : VSPEC_EIO;
   }
   vs_log(VSPEC_LOG_INFO, "server", "%s: jobs on %s%s, admin on %s, plugins from %s", cfg->node,
          cfg->endpoint, cfg->curve ? " (CURVE)" : "", cfg->admin_endpoint, cfg->plugin_dir);
   *out = s;
   return VSPEC_OK;
-fail:
-  vs_server_close(s);
-  return rc ? rc : VSPEC_EIO;
 }
 
 int vs_server_run(vs_server *s) {

@@ -365,6 +365,112 @@ static void vs__send_preview(vs_server *s, vs_djob *j, int final) {
   }
 }
 
+/* The token-map delta since the last progress event and the figures that go with it. */
+typedef struct events_delta {
+  uint32_t *pos, *stv;
+  int32_t *tok;
+  int nd, n_tokens, coalesced;
+  int64_t round;
+  double tpf, mal, acc, wacc, elapsed;
+} events_delta;
+
+/* Takes the delta under the job's lock, into arrays it allocates (the caller frees them);
+ * 0 when there is nothing new. */
+static int events_take_delta(vs_djob *j, events_delta *d) {
+  int n = j->tokens_total, have = 0;
+  pthread_mutex_lock(&j->mu);
+  if (j->sh.dirty) {
+    d->pos = malloc((size_t)n * sizeof *d->pos);
+    d->tok = malloc((size_t)n * sizeof *d->tok);
+    d->stv = malloc((size_t)n * sizeof *d->stv);
+  }
+  if (j->sh.dirty && d->pos && d->tok && d->stv) {
+    have = 1;
+    d->n_tokens = j->sh.n_tokens;
+    /* Raster order: the first n_tokens entries are the map, and each of them goes out once
+     * even when it equals what the client was sent. A continuous-token model reveals
+     * positions in any order: its whole map is current and a position goes out when its
+     * status changes. */
+    int whole = j->sh.whole_map;
+    int cur = whole ? n : d->n_tokens;
+    for (int i = 0; i < n; i++) {
+      int32_t t = i < cur ? j->sh.tokens[i] : 0;
+      uint8_t st = i < cur ? j->sh.status[i] : 0;
+      if (t != j->lp.sent_tokens[i] || st != j->lp.sent_status[i] ||
+          (!whole && i < d->n_tokens && i >= j->lp.sent_n)) {
+        d->pos[d->nd] = (uint32_t)i;
+        d->tok[d->nd] = t;
+        d->stv[d->nd] = st;
+        d->nd++;
+      }
+    }
+    d->round = j->sh.round;
+    d->coalesced = j->sh.coalesced;
+    d->tpf = j->sh.tpf;
+    d->mal = j->sh.mal;
+    d->acc = j->sh.accept_rate;
+    d->wacc = j->sh.walk_accept_rate;
+    d->elapsed = j->sh.elapsed_s;
+    j->sh.dirty = 0;
+    j->sh.coalesced = 0;
+  }
+  pthread_mutex_unlock(&j->mu);
+  return have;
+}
+
+/* Sends the delta as a Progress event; what was sent is remembered, what was not goes out
+ * (or a newer state does) next time. */
+static void events_send_delta(vs_server *s, vs_djob *j, const events_delta *d, double now) {
+  Vspec__Event ev = VSPEC__EVENT__INIT;
+  Vspec__Progress p = VSPEC__PROGRESS__INIT;
+  p.has_round = p.has_tokens_done = p.has_tokens_total = p.has_tpf = p.has_mal = 1;
+  p.has_elapsed_s = p.has_coalesced = p.has_accept_rate = 1;
+  p.round = d->round;
+  p.tokens_done = (uint32_t)d->n_tokens;
+  p.tokens_total = (uint32_t)j->tokens_total;
+  p.tpf = d->tpf;
+  p.mal = d->mal;
+  p.accept_rate = d->acc;
+  p.has_walk_accept_rate = 1;
+  p.walk_accept_rate = d->wacc;
+  p.elapsed_s = d->elapsed;
+  p.coalesced = (uint32_t)d->coalesced;
+  p.n_positions = p.n_tokens = p.n_status = (size_t)d->nd;
+  p.positions = d->pos;
+  p.tokens = d->tok;
+  p.status = d->stv;
+  ev.body_case = VSPEC__EVENT__BODY_PROGRESS;
+  ev.progress = &p;
+  int rc = vs__job_send(s, j, &ev, NULL, 0);
+  if (rc == 0) {
+    j->lp.credit--;
+    j->lp.last_progress = now;
+    for (int k = 0; k < d->nd; k++) {
+      j->lp.sent_tokens[d->pos[k]] = d->tok[k];
+      j->lp.sent_status[d->pos[k]] = (uint8_t)d->stv[k];
+    }
+    if (d->n_tokens > j->lp.sent_n) j->lp.sent_n = d->n_tokens;
+  } else {
+    /* Not sent: the same state (or a newer one) goes out next time. */
+    pthread_mutex_lock(&j->mu);
+    j->sh.dirty = 1;
+    pthread_mutex_unlock(&j->mu);
+    if (rc == -EAGAIN) {
+      j->lp.retry = 1;
+      vs__start_tick(s);
+    }
+  }
+}
+
+/* A progress event with the token-map delta, when the map changed. */
+static void events_progress(vs_server *s, vs_djob *j, double now) {
+  events_delta d = {0};
+  if (events_take_delta(j, &d)) events_send_delta(s, j, &d, now);
+  free(d.pos);
+  free(d.tok);
+  free(d.stv);
+}
+
 /* Sends what the job's client can take now: the token-map delta since the last progress
  * event and the newest preview, each costing one credit; or the terminal event. */
 void vs__pump(vs_server *s, vs_djob *j) {
@@ -409,95 +515,7 @@ void vs__pump(vs_server *s, vs_djob *j) {
       vs__start_tick(s);
     }
   }
-  if (j->progress && j->lp.credit > 0 && progress_due) {
-    int n = j->tokens_total;
-    uint32_t *pos = NULL, *stv = NULL;
-    int32_t *tok = NULL;
-    int nd = 0, have = 0, coalesced = 0, n_tokens = 0;
-    int64_t round = 0;
-    double tpf = 0, mal = 0, acc = 0, wacc = 0, elapsed = 0;
-    pthread_mutex_lock(&j->mu);
-    if (j->sh.dirty) {
-      pos = malloc((size_t)n * sizeof *pos);
-      tok = malloc((size_t)n * sizeof *tok);
-      stv = malloc((size_t)n * sizeof *stv);
-      if (pos && tok && stv) {
-        have = 1;
-        n_tokens = j->sh.n_tokens;
-        /* Raster order: the first n_tokens entries are the map, and each of them goes out once
-         * even when it equals what the client was sent. A continuous-token model reveals
-         * positions in any order: its whole map is current and a position goes out when its
-         * status changes. */
-        int whole = j->sh.whole_map;
-        int cur = whole ? n : n_tokens;
-        for (int i = 0; i < n; i++) {
-          int32_t t = i < cur ? j->sh.tokens[i] : 0;
-          uint8_t st = i < cur ? j->sh.status[i] : 0;
-          if (t != j->lp.sent_tokens[i] || st != j->lp.sent_status[i] ||
-              (!whole && i < n_tokens && i >= j->lp.sent_n)) {
-            pos[nd] = (uint32_t)i;
-            tok[nd] = t;
-            stv[nd] = st;
-            nd++;
-          }
-        }
-        round = j->sh.round;
-        coalesced = j->sh.coalesced;
-        tpf = j->sh.tpf;
-        mal = j->sh.mal;
-        acc = j->sh.accept_rate;
-        wacc = j->sh.walk_accept_rate;
-        elapsed = j->sh.elapsed_s;
-        j->sh.dirty = 0;
-        j->sh.coalesced = 0;
-      }
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (have) {
-      Vspec__Event ev = VSPEC__EVENT__INIT;
-      Vspec__Progress p = VSPEC__PROGRESS__INIT;
-      p.has_round = p.has_tokens_done = p.has_tokens_total = p.has_tpf = p.has_mal = 1;
-      p.has_elapsed_s = p.has_coalesced = p.has_accept_rate = 1;
-      p.round = round;
-      p.tokens_done = (uint32_t)n_tokens;
-      p.tokens_total = (uint32_t)n;
-      p.tpf = tpf;
-      p.mal = mal;
-      p.accept_rate = acc;
-      p.has_walk_accept_rate = 1;
-      p.walk_accept_rate = wacc;
-      p.elapsed_s = elapsed;
-      p.coalesced = (uint32_t)coalesced;
-      p.n_positions = p.n_tokens = p.n_status = (size_t)nd;
-      p.positions = pos;
-      p.tokens = tok;
-      p.status = stv;
-      ev.body_case = VSPEC__EVENT__BODY_PROGRESS;
-      ev.progress = &p;
-      int rc = vs__job_send(s, j, &ev, NULL, 0);
-      if (rc == 0) {
-        j->lp.credit--;
-        j->lp.last_progress = now;
-        for (int k = 0; k < nd; k++) {
-          j->lp.sent_tokens[pos[k]] = tok[k];
-          j->lp.sent_status[pos[k]] = (uint8_t)stv[k];
-        }
-        if (n_tokens > j->lp.sent_n) j->lp.sent_n = n_tokens;
-      } else {
-        /* Not sent: the same state (or a newer one) goes out next time. */
-        pthread_mutex_lock(&j->mu);
-        j->sh.dirty = 1;
-        pthread_mutex_unlock(&j->mu);
-        if (rc == -EAGAIN) {
-          j->lp.retry = 1;
-          vs__start_tick(s);
-        }
-      }
-    }
-    free(pos);
-    free(tok);
-    free(stv);
-  }
+  if (j->progress && j->lp.credit > 0 && progress_due) events_progress(s, j, now);
 
   /* A preview rendered before the job ended still goes out, ahead of the result: a fast
    * job would otherwise end before the loop took any. */

@@ -14,6 +14,7 @@
 #include "core/method.h"
 #include "core/names.h"
 #include "core/params.h"
+#include "core/status.h"
 #include "core/text.h"
 
 /* Whether acceptance rule `vt` judges the tokens of the model: a continuous-token (MAR) model
@@ -196,38 +197,37 @@ static int vs__check_strings(const Vspec__Submit *s, char *err, size_t errlen) {
   return VSPEC_OK;
 }
 
-#define VS_FAIL(c_, ...)                     \
-  do {                                       \
-    *code = (c_);                            \
-    snprintf(err, errlen, __VA_ARGS__);      \
-    goto fail;                               \
-  } while (0)
+/* A submit's parts, each checked against the model before the job is made. */
+typedef struct sb_req {
+  const char *model;
+  vs_model_set *set;
+  const vspec_model_info *in;
+  vs_method me;
+  char rule[64], sched[64]; /* a speculative method's plugins, for the stats */
+  int32_t class_label;
+  const float *caption;  /* in the request's blob frame, [caption_len, caption_dim] */
+  const uint8_t *mask;   /* NULL: every caption slot counts */
+  vs_sampling smp;
+  unsigned set_mask;     /* VS_SET_*: what the client set */
+  int kind, credit, priority, total;
+} sb_req;
 
-vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const vs_wire_msg *m,
-                         uint64_t id, int *code, char *err, size_t errlen) {
-  const Vspec__Submit *s = r->submit;
-  const vs_daemon_config *cfg = c->cfg;
-  const int INVALID = VSPEC__ERROR_CODE__ERR_INVALID;
-  vs_djob *j = NULL;
-  vs_model_set *set = NULL;
+/* In the checks below: the request is invalid, for the reason given (the caller sends
+ * ERR_INVALID). */
+#define SB_INVALID(...) return vs_fail(err, errlen, -1, __VA_ARGS__)
+
+/* The method's text: a complete method, or one made of accept/sched/draft and their
+ * parameters, or the configured default. */
+static int sb_method_text(const vs_daemon_config *cfg, const Vspec__Submit *s, char *method,
+                          size_t cap, char *err, size_t errlen) {
   char inner[VSPEC_ERRLEN];
-
-  if (vs__check_strings(s, inner, sizeof inner)) VS_FAIL(INVALID, "%s", inner);
-  const char *model = s->model && *s->model ? s->model : cfg->default_model;
-  set = vs_model_table_acquire(c->models, model, inner, sizeof inner);
-  if (!set) VS_FAIL(INVALID, "model: %s", inner);
-  const vspec_model_info *in = &set->models->target.info;
-  int has_draft = set->models->draft.model != NULL, has_eagle = set->models->eagle.model != NULL;
-
-  /* ---- the method ---- */
-  char method[1100], rule[64] = "", sched[64] = "";
   const char *draft = s->draft && *s->draft ? s->draft : NULL;
   if (draft && vs_name_check(&vs_name_plugin, "draft", draft, inner, sizeof inner))
-    VS_FAIL(INVALID, "draft: auto, model, head or a drafter plugin such as jacobi: %s", inner);
+    SB_INVALID("draft: auto, model, head or a drafter plugin such as jacobi: %s", inner);
   if (s->method && *s->method) {
     if (s->accept || s->sched || s->accept_params || s->sched_params || draft)
-      VS_FAIL(INVALID, "method: give either a complete method or accept/sched/draft, not both");
-    snprintf(method, sizeof method, "%s", s->method);
+      SB_INVALID("method: give either a complete method or accept/sched/draft, not both");
+    snprintf(method, cap, "%s", s->method);
   } else if (s->accept && *s->accept) {
     const char *sn = s->sched && *s->sched ? s->sched : "standard";
     const char *ap = s->accept_params ? s->accept_params : "";
@@ -236,163 +236,205 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
     int has_drafter = strstr(sp, "drafter=") != NULL;
     snprintf(spx, sizeof spx, "%s%s%s%s", sp, draft && !has_drafter && *sp ? "," : "",
              draft && !has_drafter ? "drafter=" : "", draft && !has_drafter ? draft : "");
-    snprintf(method, sizeof method, "sd:%s%s%s@%s%s%s", s->accept, *ap ? ":" : "", ap, sn,
+    snprintf(method, cap, "sd:%s%s%s@%s%s%s", s->accept, *ap ? ":" : "", ap, sn,
              *spx ? ":" : "", spx);
   } else if (s->sched || s->sched_params || s->accept_params || draft) {
-    VS_FAIL(INVALID, "sched/draft/params given without an acceptance rule (accept)");
+    SB_INVALID("sched/draft/params given without an acceptance rule (accept)");
   } else {
-    snprintf(method, sizeof method, "%s", cfg->method);
+    snprintf(method, cap, "%s", cfg->method);
   }
-  vs_method me;
-  if (vs_method_parse(method, &me, inner, sizeof inner)) VS_FAIL(INVALID, "method: %s", inner);
+  return 0;
+}
+
+/* The method, parsed and checked: its drafter against the model, its plugins as they will
+ * run it. */
+static int sb_method(const vs_submit_ctx *c, const Vspec__Submit *s, sb_req *q, char *err,
+                     size_t errlen) {
+  char method[1100], inner[VSPEC_ERRLEN];
+  const char *model = q->model;
+  vs_model_set *set = q->set;
+  vs_method *me = &q->me;
+  if (sb_method_text(c->cfg, s, method, sizeof method, err, errlen)) return -1;
+  if (vs_method_parse(method, me, inner, sizeof inner)) SB_INVALID("method: %s", inner);
   /* size=auto is resolved by the worker that runs the job (daemon/workers.c); here it is the
    * default for a method that names no size (defaults.auto_size), and the scheduler is
    * checked with the parameters it will get, less the size the worker adds. */
-  if (cfg->auto_size) vs_autotune_default(&me, set->continuous);
+  if (c->cfg->auto_size) vs_autotune_default(me, set->continuous);
   char sched_params[512];
-  int autosize = vs_autotune_wanted(&me, sched_params, sizeof sched_params, inner, sizeof inner);
+  int autosize = vs_autotune_wanted(me, sched_params, sizeof sched_params, inner, sizeof inner);
   /* a malformed parameter list is the scheduler's to report, in its words, below */
-  if (autosize < 0 && !strncmp(inner, "size=", 5)) VS_FAIL(INVALID, "method %s: %s", me.text, inner);
+  if (autosize < 0 && !strncmp(inner, "size=", 5)) SB_INVALID("method %s: %s", me->text, inner);
   if (autosize && set->continuous)
-    VS_FAIL(INVALID, "method %s: size=auto is not supported for continuous-token (MAR) models "
-            "(model '%s'); use depth=L explicitly", me.text, model);
-  if (me.kind == VS_METHOD_SD) {
-    if (!has_draft && !has_eagle && vs_method_drafter(&me) != VSPEC_DRAFTER_PLUGIN)
-      VS_FAIL(INVALID, "method %s: model '%s' has no drafter (no draft model, no eagle head); "
-              "use ar, or drafter=jacobi (no draft model needed)", me.text, model);
-    unsigned drafter = vs_method_drafter(&me);
-    if (drafter == VSPEC_DRAFTER_MODEL && !has_draft)
-      VS_FAIL(INVALID, "draft: model '%s' has no draft model", model);
-    if (drafter == VSPEC_DRAFTER_HEAD && !has_eagle)
-      VS_FAIL(INVALID, "draft: model '%s' has no eagle head", model);
-    if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me.rule, me.rule_params, set->continuous, model,
-                       in->vocab, inner, sizeof inner) ||
-        vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me.sched, sched_params, set->continuous, model,
-                       in->vocab, inner, sizeof inner) ||
-        (drafter == VSPEC_DRAFTER_PLUGIN &&
-         vs__try_plugin(c, VSPEC_PLUGIN_DRAFTER, me.drafter, me.drafter_params,
-                        set->continuous, model, in->vocab, inner, sizeof inner)))
-      VS_FAIL(INVALID, "%s", inner);
-    snprintf(rule, sizeof rule, "%s", me.rule);
-    snprintf(sched, sizeof sched, "%s", me.sched);
-  }
+    SB_INVALID("method %s: size=auto is not supported for continuous-token (MAR) models "
+               "(model '%s'); use depth=L explicitly", me->text, model);
+  if (me->kind != VS_METHOD_SD) return 0;
+  int has_draft = set->models->draft.model != NULL, has_eagle = set->models->eagle.model != NULL;
+  if (!has_draft && !has_eagle && vs_method_drafter(me) != VSPEC_DRAFTER_PLUGIN)
+    SB_INVALID("method %s: model '%s' has no drafter (no draft model, no eagle head); "
+               "use ar, or drafter=jacobi (no draft model needed)", me->text, model);
+  unsigned drafter = vs_method_drafter(me);
+  if (drafter == VSPEC_DRAFTER_MODEL && !has_draft)
+    SB_INVALID("draft: model '%s' has no draft model", model);
+  if (drafter == VSPEC_DRAFTER_HEAD && !has_eagle)
+    SB_INVALID("draft: model '%s' has no eagle head", model);
+  int vocab = q->in->vocab;
+  if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me->rule, me->rule_params, set->continuous, model,
+                     vocab, inner, sizeof inner) ||
+      vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me->sched, sched_params, set->continuous, model,
+                     vocab, inner, sizeof inner) ||
+      (drafter == VSPEC_DRAFTER_PLUGIN &&
+       vs__try_plugin(c, VSPEC_PLUGIN_DRAFTER, me->drafter, me->drafter_params,
+                      set->continuous, model, vocab, inner, sizeof inner)))
+    SB_INVALID("%s", inner);
+  snprintf(q->rule, sizeof q->rule, "%s", me->rule);
+  snprintf(q->sched, sizeof q->sched, "%s", me->sched);
+  return 0;
+}
 
-  /* ---- condition ---- */
-  int32_t class_label = s->has_class_label ? s->class_label : 0;
+/* The class: class_label, or the one a prompt names among the model's class names. */
+static int sb_class(const Vspec__Submit *s, sb_req *q, char *err, size_t errlen) {
+  const vspec_model_info *in = q->in;
+  q->class_label = s->has_class_label ? s->class_label : 0;
   if (s->prompt && *s->prompt) {
-    if (s->has_class_label)
-      VS_FAIL(INVALID, "prompt: give either a prompt or class_label, not both");
+    if (s->has_class_label) SB_INVALID("prompt: give either a prompt or class_label, not both");
     if (in->caption_len > 0)
-      VS_FAIL(INVALID, "prompt: model '%s' takes caption embeddings and vspecd has no text "
-              "encoder to make them from words (send them as caption blobs)", model);
+      SB_INVALID("prompt: model '%s' takes caption embeddings and vspecd has no text "
+                 "encoder to make them from words (send them as caption blobs)", q->model);
     /* an unconditional model draws what it draws: the prompt (which OpenAI's clients must
      * send) is not refused */
     vs_class_pick pk = {0, 0};
+    char inner[VSPEC_ERRLEN];
+    const vs_models *ms = q->set->models;
     if (in->num_classes > 0 &&
-        vs_class_prompt_match(s->prompt, model, (const char *const *)set->models->class_names,
-                              set->models->n_class_names, in->num_classes, &pk, inner,
-                              sizeof inner))
-      VS_FAIL(INVALID, "%s", inner);
-    class_label = pk.label;
+        vs_class_prompt_match(s->prompt, q->model, (const char *const *)ms->class_names,
+                              ms->n_class_names, in->num_classes, &pk, inner, sizeof inner))
+      SB_INVALID("%s", inner);
+    q->class_label = pk.label;
   }
-  const float *caption = NULL;
-  const uint8_t *mask = NULL;
   if (in->num_classes > 0) {
-    if (class_label < 0 || class_label >= in->num_classes)
-      VS_FAIL(INVALID, "class_label: %d is out of range: model '%s' has classes 0..%d",
-              class_label, model, in->num_classes - 1);
+    if (q->class_label < 0 || q->class_label >= in->num_classes)
+      SB_INVALID("class_label: %d is out of range: model '%s' has classes 0..%d",
+                 q->class_label, q->model, in->num_classes - 1);
     if (s->has_caption_len || s->has_caption_dim)
-      VS_FAIL(INVALID, "caption: model '%s' is class-conditional", model);
+      SB_INVALID("caption: model '%s' is class-conditional", q->model);
   }
-  if (in->caption_len > 0) {
-    if (!s->has_caption_len || !s->has_caption_dim || (int)s->caption_len != in->caption_len ||
-        (int)s->caption_dim != in->caption_dim)
-      VS_FAIL(INVALID, "caption: model '%s' needs caption_len %d and caption_dim %d", model,
-              in->caption_len, in->caption_dim);
-    int bi = vs_wire_find_blob(r->blobs, r->n_blobs, VSPEC__BLOB_KIND__BLOB_CAPTION_F32LE);
-    size_t want = (size_t)in->caption_len * in->caption_dim * sizeof(float);
-    if (bi < 0) VS_FAIL(INVALID, "caption: no caption blob frame (float32 [%d, %d])",
-                        in->caption_len, in->caption_dim);
-    if (zmq_msg_size((zmq_msg_t *)&m->blobs[bi]) != want)
-      VS_FAIL(INVALID, "caption: blob has %zu bytes, the model needs %zu",
-              zmq_msg_size((zmq_msg_t *)&m->blobs[bi]), want);
-    caption = zmq_msg_data((zmq_msg_t *)&m->blobs[bi]);
-    int mi = vs_wire_find_blob(r->blobs, r->n_blobs, VSPEC__BLOB_KIND__BLOB_CAPTION_MASK_U8);
-    if (mi >= 0) {
-      if (zmq_msg_size((zmq_msg_t *)&m->blobs[mi]) != (size_t)in->caption_len)
-        VS_FAIL(INVALID, "caption mask: blob has %zu bytes, the model needs %d",
-                zmq_msg_size((zmq_msg_t *)&m->blobs[mi]), in->caption_len);
-      mask = zmq_msg_data((zmq_msg_t *)&m->blobs[mi]);
-    }
+  return 0;
+}
+
+/* A text-conditional model's caption embeddings and mask, from the request's blob frames. */
+static int sb_caption(const Vspec__Submit *s, const Vspec__Request *r, const vs_wire_msg *m,
+                      sb_req *q, char *err, size_t errlen) {
+  const vspec_model_info *in = q->in;
+  if (in->caption_len <= 0) return 0;
+  if (!s->has_caption_len || !s->has_caption_dim || (int)s->caption_len != in->caption_len ||
+      (int)s->caption_dim != in->caption_dim)
+    SB_INVALID("caption: model '%s' needs caption_len %d and caption_dim %d", q->model,
+               in->caption_len, in->caption_dim);
+  int bi = vs_wire_find_blob(r->blobs, r->n_blobs, VSPEC__BLOB_KIND__BLOB_CAPTION_F32LE);
+  size_t want = (size_t)in->caption_len * in->caption_dim * sizeof(float);
+  if (bi < 0) SB_INVALID("caption: no caption blob frame (float32 [%d, %d])",
+                         in->caption_len, in->caption_dim);
+  if (zmq_msg_size((zmq_msg_t *)&m->blobs[bi]) != want)
+    SB_INVALID("caption: blob has %zu bytes, the model needs %zu",
+               zmq_msg_size((zmq_msg_t *)&m->blobs[bi]), want);
+  q->caption = zmq_msg_data((zmq_msg_t *)&m->blobs[bi]);
+  int mi = vs_wire_find_blob(r->blobs, r->n_blobs, VSPEC__BLOB_KIND__BLOB_CAPTION_MASK_U8);
+  if (mi >= 0) {
+    if (zmq_msg_size((zmq_msg_t *)&m->blobs[mi]) != (size_t)in->caption_len)
+      SB_INVALID("caption mask: blob has %zu bytes, the model needs %d",
+                 zmq_msg_size((zmq_msg_t *)&m->blobs[mi]), in->caption_len);
+    q->mask = zmq_msg_data((zmq_msg_t *)&m->blobs[mi]);
   }
+  return 0;
+}
 
-  /* ---- sampling: merged with the model's defaults and checked as the engine will ---- */
-  vs_sampling smp = set->models->defaults;
-  unsigned set_mask = 0;
-  if (s->has_temperature) smp.temperature = s->temperature, set_mask |= VS_SET_TEMPERATURE;
-  if (s->has_top_k) smp.top_k = s->top_k, set_mask |= VS_SET_TOP_K;
-  if (s->has_top_p) smp.top_p = s->top_p, set_mask |= VS_SET_TOP_P;
-  if (s->has_cfg_scale) smp.cfg_scale = s->cfg_scale, set_mask |= VS_SET_CFG;
-  if (s->has_cfg_interval) smp.cfg_interval = s->cfg_interval, set_mask |= VS_SET_CFG_INTERVAL;
-  if (vs__sampling_tokens(s, set, &smp, &set_mask, inner, sizeof inner))
-    VS_FAIL(INVALID, "%s", inner);
-  if (vs_sampling_validate(&smp, in->vocab, inner, sizeof inner)) VS_FAIL(INVALID, "%s", inner);
+/* Sampling: merged with the model's defaults and checked as the engine will. */
+static int sb_sampling(const Vspec__Submit *s, sb_req *q, char *err, size_t errlen) {
+  char inner[VSPEC_ERRLEN];
+  vs_sampling *smp = &q->smp;
+  *smp = q->set->models->defaults;
+  q->set_mask = 0;
+  if (s->has_temperature) smp->temperature = s->temperature, q->set_mask |= VS_SET_TEMPERATURE;
+  if (s->has_top_k) smp->top_k = s->top_k, q->set_mask |= VS_SET_TOP_K;
+  if (s->has_top_p) smp->top_p = s->top_p, q->set_mask |= VS_SET_TOP_P;
+  if (s->has_cfg_scale) smp->cfg_scale = s->cfg_scale, q->set_mask |= VS_SET_CFG;
+  if (s->has_cfg_interval)
+    smp->cfg_interval = s->cfg_interval, q->set_mask |= VS_SET_CFG_INTERVAL;
+  if (vs__sampling_tokens(s, q->set, smp, &q->set_mask, inner, sizeof inner))
+    SB_INVALID("%s", inner);
+  if (vs_sampling_validate(smp, q->in->vocab, inner, sizeof inner)) SB_INVALID("%s", inner);
+  return 0;
+}
 
-  /* ---- delivery ---- */
+/* Delivery: previews, credit, deadline, progress cadence, priority. */
+static int sb_delivery(const vs_daemon_config *cfg, const Vspec__Submit *s, sb_req *q,
+                       char *err, size_t errlen) {
   int kind = s->has_preview ? (int)s->preview : VSPEC__PREVIEW_KIND__PREVIEW_NONE;
   if (kind < VSPEC__PREVIEW_KIND__PREVIEW_NONE || kind > VSPEC__PREVIEW_KIND__PREVIEW_DECODE)
-    VS_FAIL(INVALID, "preview: kind %d is not none(0), tokens(1), lut(2) or decode(3)", kind);
-  if (kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && !set->previews)
-    VS_FAIL(INVALID, "preview: model '%s' cannot render lut/decode previews (no image decoder%s)",
-            model, set->continuous ? " for its latents" : " or colour table");
-  int total = in->grid_h * in->grid_w;
+    SB_INVALID("preview: kind %d is not none(0), tokens(1), lut(2) or decode(3)", kind);
+  if (kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && !q->set->previews)
+    SB_INVALID("preview: model '%s' cannot render lut/decode previews (no image decoder%s)",
+               q->model, q->set->continuous ? " for its latents" : " or colour table");
+  q->kind = kind;
+  int total = q->total;
   if (s->has_preview_every_tokens && (int64_t)s->preview_every_tokens > total)
-    VS_FAIL(INVALID, "preview_every_tokens: %u is more than the %d tokens of an image",
-            s->preview_every_tokens, total);
+    SB_INVALID("preview_every_tokens: %u is more than the %d tokens of an image",
+               s->preview_every_tokens, total);
   if (s->has_preview_every_rounds && s->preview_every_rounds > 1000000)
-    VS_FAIL(INVALID, "preview_every_rounds: %u is over 1000000", s->preview_every_rounds);
-  int credit = s->has_credit ? (int)s->credit : cfg->credit;
+    SB_INVALID("preview_every_rounds: %u is over 1000000", s->preview_every_rounds);
+  q->credit = s->has_credit ? (int)s->credit : cfg->credit;
   if (s->has_credit && (s->credit < 1 || (int64_t)s->credit > cfg->max_credit))
-    VS_FAIL(INVALID, "credit: %u is out of range: allowed 1..%d", s->credit, cfg->max_credit);
+    SB_INVALID("credit: %u is out of range: allowed 1..%d", s->credit, cfg->max_credit);
   if (s->has_deadline_ms && (int64_t)s->deadline_ms > cfg->max_deadline_ms)
-    VS_FAIL(INVALID, "deadline_ms: %u is over the limit of %ld", s->deadline_ms,
-            cfg->max_deadline_ms);
+    SB_INVALID("deadline_ms: %u is over the limit of %ld", s->deadline_ms, cfg->max_deadline_ms);
   if (s->has_progress_interval_ms && s->progress_interval_ms > 60000)
-    VS_FAIL(INVALID, "progress_interval_ms: %u is over 60000", s->progress_interval_ms);
-  int priority = s->has_priority ? s->priority : 0;
-  if (priority < -10 || priority > 10)
-    VS_FAIL(INVALID, "priority: %d is out of range: allowed -10..10", priority);
+    SB_INVALID("progress_interval_ms: %u is over 60000", s->progress_interval_ms);
+  q->priority = s->has_priority ? s->priority : 0;
+  if (q->priority < -10 || q->priority > 10)
+    SB_INVALID("priority: %d is out of range: allowed -10..10", q->priority);
+  return 0;
+}
 
-  j = vs_djob_new(id, total);
-  if (!j) VS_FAIL(VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
-  snprintf(j->model, sizeof j->model, "%s", model);
-  snprintf(j->method, sizeof j->method, "%s", me.text);
-  snprintf(j->rule_name, sizeof j->rule_name, "%s", rule);
-  snprintf(j->sched_name, sizeof j->sched_name, "%s", sched);
+/* The job's copy of the caption (checked finite) and its mask. 0, or the ErrorCode. */
+static int sb_job_caption(vs_djob *j, const sb_req *q, char *err, size_t errlen) {
+  const vspec_model_info *in = q->in;
+  size_t cb = (size_t)in->caption_len * in->caption_dim * sizeof(float);
+  j->caption = malloc(cb);
+  j->caption_mask = malloc((size_t)in->caption_len);
+  if (!j->caption || !j->caption_mask)
+    return vs_fail(err, errlen, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
+  memcpy(j->caption, q->caption, cb);
+  for (size_t i = 0; i < cb / sizeof(float); i++)
+    if (!isfinite(j->caption[i]))
+      return vs_fail(err, errlen, VSPEC__ERROR_CODE__ERR_INVALID,
+                     "caption: value %zu is not finite", i);
+  if (q->mask) memcpy(j->caption_mask, q->mask, (size_t)in->caption_len);
+  else memset(j->caption_mask, 1, (size_t)in->caption_len);
+  j->caption_len = in->caption_len;
+  j->caption_dim = in->caption_dim;
+  return 0;
+}
+
+/* The job's fields from the checked parts and the request's delivery options. */
+static void sb_job_fill(vs_djob *j, const vs_daemon_config *cfg, const Vspec__Request *r,
+                        const sb_req *q, uint64_t id) {
+  const Vspec__Submit *s = r->submit;
+  snprintf(j->model, sizeof j->model, "%s", q->model);
+  snprintf(j->method, sizeof j->method, "%s", q->me.text);
+  snprintf(j->rule_name, sizeof j->rule_name, "%s", q->rule);
+  snprintf(j->sched_name, sizeof j->sched_name, "%s", q->sched);
   snprintf(j->tag, sizeof j->tag, "%s", s->tag ? s->tag : "");
-  j->class_label = class_label;
-  j->has_class = in->num_classes > 0;
-  const char *cn = j->has_class ? vs_models_class_name(set->models, class_label) : NULL;
+  j->class_label = q->class_label;
+  j->has_class = q->in->num_classes > 0;
+  const char *cn = j->has_class ? vs_models_class_name(q->set->models, q->class_label) : NULL;
   snprintf(j->class_name, sizeof j->class_name, "%s", cn ? cn : "");
-  if (caption) {
-    size_t cb = (size_t)in->caption_len * in->caption_dim * sizeof(float);
-    j->caption = malloc(cb);
-    j->caption_mask = malloc((size_t)in->caption_len);
-    if (!j->caption || !j->caption_mask) VS_FAIL(VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
-    memcpy(j->caption, caption, cb);
-    for (size_t i = 0; i < cb / sizeof(float); i++)
-      if (!isfinite(j->caption[i])) VS_FAIL(INVALID, "caption: value %zu is not finite", i);
-    if (mask) memcpy(j->caption_mask, mask, (size_t)in->caption_len);
-    else memset(j->caption_mask, 1, (size_t)in->caption_len);
-    j->caption_len = in->caption_len;
-    j->caption_dim = in->caption_dim;
-  }
   /* proto2 presence: an unset seed is not seed 0 but a fresh one, reported back in Accepted
    * and Result so the image can be made again. */
   j->seed = s->has_seed ? s->seed : vs__fresh_seed(id);
-  j->sampling = smp;
-  j->sampling_set = set_mask;
-  j->preview_kind = kind;
+  j->sampling = q->smp;
+  j->sampling_set = q->set_mask;
+  j->preview_kind = q->kind;
+  int total = q->total;
   j->preview_every_tokens = s->has_preview_every_tokens ? (int)s->preview_every_tokens : 0;
   if (!j->preview_every_tokens && cfg->preview_every_tokens)
     j->preview_every_tokens = cfg->preview_every_tokens < total ? cfg->preview_every_tokens : total;
@@ -401,15 +443,49 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   j->progress_interval =
       (s->has_progress_interval_ms ? (double)s->progress_interval_ms : cfg->progress_interval_ms) /
       1000.0;
-  j->priority = priority;
+  j->priority = q->priority;
   j->submitted_at = vs_now();
   j->deadline = s->has_deadline_ms && s->deadline_ms ? j->submitted_at + s->deadline_ms / 1000.0 : 0;
-  j->lp.credit = credit;
+  j->lp.credit = q->credit;
   j->lp.request_id = r->has_request_id ? r->request_id : 0;
-  vs_model_set_release(set);
+}
+
+vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const vs_wire_msg *m,
+                         uint64_t id, int *code, char *err, size_t errlen) {
+  const Vspec__Submit *s = r->submit;
+  const vs_daemon_config *cfg = c->cfg;
+  vs_djob *j = NULL;
+  char inner[VSPEC_ERRLEN];
+  sb_req q;
+  memset(&q, 0, sizeof q);
+  *code = VSPEC__ERROR_CODE__ERR_INVALID;
+  if (vs__check_strings(s, inner, sizeof inner)) {
+    snprintf(err, errlen, "%s", inner);
+    return NULL;
+  }
+  q.model = s->model && *s->model ? s->model : cfg->default_model;
+  q.set = vs_model_table_acquire(c->models, q.model, inner, sizeof inner);
+  if (!q.set) {
+    snprintf(err, errlen, "model: %s", inner);
+    return NULL;
+  }
+  q.in = &q.set->models->target.info;
+  q.total = q.in->grid_h * q.in->grid_w;
+  if (sb_method(c, s, &q, err, errlen) || sb_class(s, &q, err, errlen) ||
+      sb_caption(s, r, m, &q, err, errlen) || sb_sampling(s, &q, err, errlen) ||
+      sb_delivery(cfg, s, &q, err, errlen))
+    goto fail;
+  j = vs_djob_new(id, q.total);
+  if (!j) {
+    *code = vs_fail(err, errlen, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
+    goto fail;
+  }
+  if (q.caption && (*code = sb_job_caption(j, &q, err, errlen))) goto fail;
+  sb_job_fill(j, cfg, r, &q, id);
+  vs_model_set_release(q.set);
   return j;
 fail:
-  vs_model_set_release(set);
+  vs_model_set_release(q.set);
   if (j) vs_djob_release(j);
   return NULL;
 }

@@ -97,31 +97,30 @@ static int vs__check_curve(const vs_daemon_config *c, int *n_keys, char *err, si
   return rc;
 }
 
-int main(int argc, char **argv) {
-  vs_daemon_config cfg;
-  vs_config_defaults(&cfg);
-  enum { O_SET = 256, O_EP, O_ADMIN, O_WORKERS, O_THREADS, O_PLUGINS, O_MODEL, O_DEFMODEL,
-         O_NODE, O_NODEID, O_LOG, O_CHECK, O_VERSION, O_BATCH };
-  static const struct option opts[] = {
-      {"config", required_argument, 0, 'c'},    {"set", required_argument, 0, O_SET},
-      {"endpoint", required_argument, 0, O_EP}, {"admin", required_argument, 0, O_ADMIN},
-      {"workers", required_argument, 0, O_WORKERS}, {"threads", required_argument, 0, O_THREADS},
-      {"batch", required_argument, 0, O_BATCH},
-      {"plugins", required_argument, 0, O_PLUGINS}, {"model", required_argument, 0, O_MODEL},
-      {"default-model", required_argument, 0, O_DEFMODEL},
-      {"node", required_argument, 0, O_NODE},   {"node-id", required_argument, 0, O_NODEID},
-      {"log-level", required_argument, 0, O_LOG}, {"check", no_argument, 0, O_CHECK},
-      {"help", no_argument, 0, 'h'},            {"version", no_argument, 0, O_VERSION},
-      {0, 0, 0, 0}};
-  /* Two passes: the file first, then every override in command-line order. */
-  const char *config = NULL;
-  int check = 0, c;
-  while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-    if (c == 'c') config = optarg;
+enum { O_SET = 256, O_EP, O_ADMIN, O_WORKERS, O_THREADS, O_PLUGINS, O_MODEL, O_DEFMODEL,
+       O_NODE, O_NODEID, O_LOG, O_CHECK, O_VERSION, O_BATCH };
+static const struct option vd_opts[] = {
+    {"config", required_argument, 0, 'c'},    {"set", required_argument, 0, O_SET},
+    {"endpoint", required_argument, 0, O_EP}, {"admin", required_argument, 0, O_ADMIN},
+    {"workers", required_argument, 0, O_WORKERS}, {"threads", required_argument, 0, O_THREADS},
+    {"batch", required_argument, 0, O_BATCH},
+    {"plugins", required_argument, 0, O_PLUGINS}, {"model", required_argument, 0, O_MODEL},
+    {"default-model", required_argument, 0, O_DEFMODEL},
+    {"node", required_argument, 0, O_NODE},   {"node-id", required_argument, 0, O_NODEID},
+    {"log-level", required_argument, 0, O_LOG}, {"check", no_argument, 0, O_CHECK},
+    {"help", no_argument, 0, 'h'},            {"version", no_argument, 0, O_VERSION},
+    {0, 0, 0, 0}};
+
+/* The first pass over the options: --config, --check, --help, --version and the operands.
+ * -1 to go on, else the exit code. */
+static int vd_first_pass(int argc, char **argv, const char **config, int *check) {
+  int c;
+  while ((c = getopt_long(argc, argv, "c:h", vd_opts, NULL)) != -1) {
+    if (c == 'c') *config = optarg;
     else if (c == 'h') {
       usage(stdout);
       return 0;
-    } else if (c == O_CHECK) check = 1;
+    } else if (c == O_CHECK) *check = 1;
     else if (c == O_VERSION) {
       vs_print_version(stdout, "vspecd");
       return 0;
@@ -134,17 +133,31 @@ int main(int argc, char **argv) {
     fprintf(stderr, "vspecd: unexpected argument '%s'\n", argv[optind]);
     return 2;
   }
-  char err[1024];
-  if (config && vs_config_load(&cfg, config, err, sizeof err)) {
-    fprintf(stderr, "vspecd: %s\n", err);
-    return 2;
+  return -1;
+}
+
+/* --model NAME=DIR into the [models] section. */
+static int vd_model_arg(vs_daemon_config *cfg, const char *arg, char *err, size_t errlen) {
+  char name[128];
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof name) {
+    snprintf(err, errlen, "--model '%s': expected NAME=DIR", arg);
+    return -1;
   }
+  memcpy(name, arg, (size_t)(eq - arg));
+  name[eq - arg] = 0;
+  return vs_config_set(cfg, "models", name, eq + 1, err, errlen);
+}
+
+/* The second pass: every override, in command-line order, over the file's values. */
+static int vd_overrides(int argc, char **argv, vs_daemon_config *cfg, char *err, size_t errlen) {
+  int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:h", vd_opts, NULL)) != -1) {
     int rc = 0;
     const char *s = NULL, *k = NULL;
     switch (c) {
-      case O_SET: rc = vs_config_set_arg(&cfg, optarg, err, sizeof err); break;
+      case O_SET: rc = vs_config_set_arg(cfg, optarg, err, errlen); break;
       case O_EP: s = "server", k = "endpoint"; break;
       case O_ADMIN: s = "server", k = "admin_endpoint"; break;
       case O_WORKERS: s = "workers", k = "count"; break;
@@ -155,60 +168,49 @@ int main(int argc, char **argv) {
       case O_NODE: s = "server", k = "node"; break;
       case O_NODEID: s = "server", k = "node_id"; break;
       case O_LOG: s = "server", k = "log_level"; break;
-      case O_MODEL: {
-        char name[128];
-        const char *eq = strchr(optarg, '=');
-        if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof name) {
-          snprintf(err, sizeof err, "--model '%s': expected NAME=DIR", optarg);
-          rc = -1;
-          break;
-        }
-        memcpy(name, optarg, (size_t)(eq - optarg));
-        name[eq - optarg] = 0;
-        rc = vs_config_set(&cfg, "models", name, eq + 1, err, sizeof err);
-        break;
-      }
+      case O_MODEL: rc = vd_model_arg(cfg, optarg, err, errlen); break;
       default: break;
     }
-    if (!rc && s) rc = vs_config_set(&cfg, s, k, optarg, err, sizeof err);
-    if (rc) {
-      fprintf(stderr, "vspecd: %s\n", err);
-      return 2;
-    }
+    if (!rc && s) rc = vs_config_set(cfg, s, k, optarg, err, errlen);
+    if (rc) return rc;
   }
-  if (vs_config_check(&cfg, err, sizeof err)) {
-    fprintf(stderr, "vspecd: %s\n", err);
-    return 2;
-  }
-  if (check) {
-    /* The models too, without loading them: each directory's manifest is read and checked
-     * (the daemon itself starts when one model loads, and reports the others). */
-    int bad = 0;
-    for (int i = 0; i < cfg.n_models; i++)
-      if (vs__check_model(&cfg.models[i], err, sizeof err)) {
-        fprintf(stderr, "vspecd: model '%s': %s\n", cfg.models[i].name, err);
-        bad++;
-      }
-    int n_keys = 0;
-    if (cfg.curve && vs__check_curve(&cfg, &n_keys, err, sizeof err)) {
-      fprintf(stderr, "vspecd: %s\n", err);
+  return 0;
+}
+
+/* --check: the models too, without loading them: each directory's manifest is read and
+ * checked (the daemon itself starts when one model loads, and reports the others). */
+static int vd_check(const vs_daemon_config *cfg) {
+  char err[1024];
+  int bad = 0;
+  for (int i = 0; i < cfg->n_models; i++)
+    if (vs__check_model(&cfg->models[i], err, sizeof err)) {
+      fprintf(stderr, "vspecd: model '%s': %s\n", cfg->models[i].name, err);
       bad++;
     }
-    if (bad) return 2;
-    char curve[64] = "";
-    if (cfg.curve) snprintf(curve, sizeof curve, ", CURVE with %d allowed client key(s)", n_keys);
-    printf("vspecd: configuration OK (%d model(s), %d worker(s), jobs on %s, admin on %s%s%s)\n",
-           cfg.n_models, cfg.workers, cfg.endpoint, cfg.admin_endpoint, curve,
-           cfg.fleet_redis[0] ? ", fleet mode" : "");
-    return 0;
+  int n_keys = 0;
+  if (cfg->curve && vs__check_curve(cfg, &n_keys, err, sizeof err)) {
+    fprintf(stderr, "vspecd: %s\n", err);
+    bad++;
   }
-  vs_log_set_level(cfg.log_level);
+  if (bad) return 2;
+  char curve[64] = "";
+  if (cfg->curve) snprintf(curve, sizeof curve, ", CURVE with %d allowed client key(s)", n_keys);
+  printf("vspecd: configuration OK (%d model(s), %d worker(s), jobs on %s, admin on %s%s%s)\n",
+         cfg->n_models, cfg->workers, cfg->endpoint, cfg->admin_endpoint, curve,
+         cfg->fleet_redis[0] ? ", fleet mode" : "");
+  return 0;
+}
+
+/* Opens the service and runs it until it stops. */
+static int vd_serve(const vs_daemon_config *cfg) {
+  char err[1024];
+  vs_log_set_level(cfg->log_level);
   /* libzmq sends with MSG_NOSIGNAL, but a plugin writing to a closed pipe must not kill us. */
   signal(SIGPIPE, SIG_IGN);
   vs_server *srv;
-  vs_sd_notifyf("starting: %d model(s) to load", cfg.n_models);
+  vs_sd_notifyf("starting: %d model(s) to load", cfg->n_models);
   int refused = 0;
-  if (vs_server_open(&cfg, &srv, &refused, err, sizeof err)) {
+  if (vs_server_open(cfg, &srv, &refused, err, sizeof err)) {
     vs_log(VSPEC_LOG_ERROR, "vspecd", "%s", err);
     vs_sd_notifyf("failed: %s", err);
     /* Exit 2 for a configuration refused at start, as for one refused while parsing: a
@@ -222,4 +224,21 @@ int main(int argc, char **argv) {
   vs_server_close(srv);
   vs_log(VSPEC_LOG_INFO, "vspecd", "exit %d", rc);
   return rc;
+}
+
+int main(int argc, char **argv) {
+  vs_daemon_config cfg;
+  vs_config_defaults(&cfg);
+  /* Two passes: the file first, then every override in command-line order. */
+  const char *config = NULL;
+  int check = 0;
+  int rc = vd_first_pass(argc, argv, &config, &check);
+  if (rc >= 0) return rc;
+  char err[1024];
+  if ((config && vs_config_load(&cfg, config, err, sizeof err)) ||
+      vd_overrides(argc, argv, &cfg, err, sizeof err) || vs_config_check(&cfg, err, sizeof err)) {
+    fprintf(stderr, "vspecd: %s\n", err);
+    return 2;
+  }
+  return check ? vd_check(&cfg) : vd_serve(&cfg);
 }

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/method.h"
 #include "core/png_meta.h"
+#include "core/status.h"
 #include "kernels/vs_kernels.h"
 #include "proto/vspec.pb-c.h"
 
@@ -244,6 +245,147 @@ static int vs__prepare_neighbours(vs__run *r, vs_models *models, const char *spe
   return rc;
 }
 
+/* What a job makes, from the worker's buffers to the result the loop sends. */
+typedef struct wk_out {
+  int32_t *tokens;
+  float *latents;
+  uint8_t *status, *rgb, *png;
+  size_t png_len;
+  char desc[512];
+  vs_metrics mt;
+} wk_out;
+
+/* The model's default sampling with what the submit set. */
+static void wk_sampling(const vs_djob *j, vs_sampling *s) {
+  if (j->sampling_set & VS_SET_TEMPERATURE) s->temperature = j->sampling.temperature;
+  if (j->sampling_set & VS_SET_TOP_K) s->top_k = j->sampling.top_k;
+  if (j->sampling_set & VS_SET_TOP_P) s->top_p = j->sampling.top_p;
+  if (j->sampling_set & VS_SET_CFG) s->cfg_scale = j->sampling.cfg_scale;
+  if (j->sampling_set & VS_SET_CFG_INTERVAL) s->cfg_interval = j->sampling.cfg_interval;
+  if (j->sampling_set & VS_SET_NUM_ITER) s->num_iter = j->sampling.num_iter;
+  if (j->sampling_set & VS_SET_CFG_SCHEDULE) s->cfg_schedule = j->sampling.cfg_schedule;
+}
+
+/* The output buffers, and the preview scratch when the job asked for previews. */
+static int wk_alloc(vs__run *r, const vspec_model_info *in, wk_out *o, char *err,
+                    size_t errlen) {
+  o->tokens = calloc((size_t)r->total, sizeof *o->tokens);
+  o->status = calloc((size_t)r->total, 1);
+  /* A continuous-token model's output is its latents; the token grid stays zeros. */
+  size_t n_latents = vs_models_latent_count(r->set->models);
+  if (n_latents) o->latents = calloc(n_latents, sizeof *o->latents);
+  size_t px = (size_t)in->image_h * in->image_w;
+  if (px) o->rgb = malloc(px * 3);
+  int previews = r->j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r->set->previews && px;
+  if (previews) {
+    r->rgb = malloc(px * 3);
+    if (!r->continuous) r->grid = malloc((size_t)r->total * sizeof *r->grid);
+  }
+  if (!o->tokens || !o->status || (n_latents && !o->latents) || (px && !o->rgb) ||
+      (previews && (!r->rgb || (!r->continuous && !r->grid)))) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  return VSPEC_OK;
+}
+
+/* Generates the job, decodes it and encodes the PNG, on the model set r->set. */
+static int wk_generate(vs__run *r, const char *who, wk_out *o, vs_djob_stats *st, char *err,
+                       size_t errlen) {
+  vs_djob *j = r->j;
+  const vs_backend_model *t = &r->set->models->target;
+  r->total = t->info.grid_h * t->info.grid_w;
+  r->continuous = r->set->continuous;
+  if (r->total != j->tokens_total)
+    return vs_fail(err, errlen, VSPEC_EINVAL, "model '%s' was reloaded with a %dx%d grid after "
+                   "this job was accepted; submit again", j->model, t->info.grid_h,
+                   t->info.grid_w);
+  char spec[1100];
+  int rc = vs__resolve_size(r, r->set->models, who, j->method, spec, sizeof spec, err, errlen);
+  if (!rc) rc = vs__prepare_neighbours(r, r->set->models, spec, err, errlen);
+  if (rc) return rc;
+  r->t0 = vs_now(); /* progress's elapsed time (and a client's ETA) count generation only */
+  vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
+                .caption_mask = j->caption_mask, .seed = j->seed,
+                .sampling = r->set->models->defaults, .on_round = vs__on_round, .user = r,
+                .cancel = &j->cancel, .gate = r->set->gate};
+  wk_sampling(j, &job.sampling);
+  if ((rc = wk_alloc(r, &t->info, o, err, errlen))) return rc;
+  job.status = o->status;
+  job.latents = o->latents;
+  r->job = &job;
+  r->every_tokens = j->preview_every_tokens > 0 ? j->preview_every_tokens : r->total / 8;
+  if (r->every_tokens < 1) r->every_tokens = 1;
+  r->every_rounds = j->preview_every_rounds;
+  rc = vs_generate(r->set->models, r->w->dev, &job, o->tokens, &o->mt, err, errlen);
+  st->generate_s = vs_now() - r->t0;
+  vs_job_describe(&job, r->set->models->name, o->desc, sizeof o->desc);
+  if (!rc && !o->rgb)
+    return vs_fail(err, errlen, VSPEC_ENOTSUP, "model '%s' has no image decoder", j->model);
+  if (rc) return rc;
+  double d0 = vs_now();
+  char inner[VSPEC_ERRLEN] = "";
+  rc = vs_models_decode(r->set->models, r->w->dev, o->tokens, o->latents, o->rgb, inner,
+                        sizeof inner);
+  if (rc)
+    snprintf(err, errlen, "decode: %s", inner);
+  else
+    rc = vs_png_encode_job(o->rgb, &job, r->set->models, "vspecd", &o->png, &o->png_len, err,
+                           errlen);
+  st->decode_s = vs_now() - d0;
+  return rc;
+}
+
+/* The job's figures from its metrics and its run. */
+static void wk_stats(vs_djob_stats *st, const vs_metrics *mt, const vs__run *r) {
+  st->tokens = mt->tokens;
+  st->target_forwards = mt->target_forwards;
+  st->rounds = mt->rounds;
+  st->drafted = mt->drafted;
+  st->draft_tokens = mt->draft_tokens;
+  st->accepted = mt->accepted;
+  st->tree_nodes = mt->tree_nodes;
+  st->skipped_rounds = mt->skipped_rounds;
+  st->unverified = mt->unverified_tokens;
+  st->tpf = vs_metrics_tpf(mt);
+  st->mal = vs_metrics_mal(mt);
+  st->accept_rate = vs_metrics_accept_rate(mt);
+  st->walk_accept_rate = vs_metrics_walk_accept_rate(mt);
+  st->preview_s = r->preview_s;
+  st->previews = r->previews;
+  snprintf(st->rule_version, sizeof st->rule_version, "%s", r->rule_version);
+  snprintf(st->sched_version, sizeof st->sched_version, "%s", r->sched_version);
+}
+
+/* The outcome into the job's shared state, under its lock (the PNG changes hands). */
+static void wk_publish(vs__run *r, int rc, const char *err, wk_out *o,
+                       const vs_djob_stats *st) {
+  vs_djob *j = r->j;
+  pthread_mutex_lock(&j->mu);
+  j->sh.finished = 1;
+  j->sh.rc = rc;
+  snprintf(j->sh.error, sizeof j->sh.error, "%s", err);
+  j->sh.png = o->png;
+  j->sh.png_len = o->png_len;
+  if (o->tokens && r->total == j->tokens_total) {
+    memcpy(j->sh.tokens, o->tokens, (size_t)r->total * sizeof *o->tokens);
+    memcpy(j->sh.status, o->status, (size_t)r->total);
+    j->sh.n_tokens = (int)o->mt.tokens < r->total ? (int)o->mt.tokens : r->total;
+    if (r->continuous) j->sh.n_tokens = vs__revealed(o->status, r->total); /* also when stopped */
+    j->sh.whole_map = r->continuous;
+  }
+  if (r->set) {
+    const vspec_model_info *in = &r->set->models->target.info;
+    j->sh.width = in->image_w;
+    j->sh.height = in->image_h;
+    j->sh.grid_h = in->grid_h;
+    j->sh.grid_w = in->grid_w;
+  }
+  snprintf(j->sh.describe, sizeof j->sh.describe, "%s", o->desc);
+  j->sh.stats = *st;
+  pthread_mutex_unlock(&j->mu);
+}
+
 static void vs__run_job(vs_worker *w, vs_djob *j) {
   vs_workers *pool = w->pool;
   double started = vs_now();
@@ -253,13 +395,8 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   st.queue_s = started - j->submitted_at;
   int rc = VSPEC_OK;
   char err[VSPEC_ERRLEN] = "";
-  int32_t *tokens = NULL;
-  float *latents = NULL;
-  uint8_t *status = NULL, *rgb = NULL, *png = NULL;
-  size_t png_len = 0;
-  char desc[512] = "";
-  vs_metrics mt;
-  memset(&mt, 0, sizeof mt);
+  wk_out o;
+  memset(&o, 0, sizeof o);
 
   pthread_mutex_lock(&j->mu);
   j->sh.started = 1;
@@ -276,124 +413,14 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   if (atomic_load(&j->cancel)) {
     rc = VSPEC_ECANCELED;
     snprintf(err, sizeof err, "job cancelled before it started");
-    goto finish;
-  }
-  r.set = vs_model_table_acquire(pool->cfg.models, j->model, err, sizeof err);
-  if (!r.set) {
+  } else if (!(r.set = vs_model_table_acquire(pool->cfg.models, j->model, err, sizeof err))) {
     rc = VSPEC_ENOENT;
-    goto finish;
+  } else {
+    st.model_generation = r.set->generation;
+    rc = wk_generate(&r, who, &o, &st, err, sizeof err);
   }
-  st.model_generation = r.set->generation;
-  const vs_backend_model *t = &r.set->models->target;
-  r.total = t->info.grid_h * t->info.grid_w;
-  r.continuous = r.set->continuous;
-  if (r.total != j->tokens_total) {
-    rc = VSPEC_EINVAL;
-    snprintf(err, sizeof err, "model '%s' was reloaded with a %dx%d grid after this job was "
-             "accepted; submit again", j->model, t->info.grid_h, t->info.grid_w);
-    goto finish;
-  }
-  char spec[1100];
-  if ((rc = vs__resolve_size(&r, r.set->models, who, j->method, spec, sizeof spec, err,
-                             sizeof err)))
-    goto finish;
-  if ((rc = vs__prepare_neighbours(&r, r.set->models, spec, err, sizeof err))) goto finish;
-  r.t0 = vs_now(); /* progress's elapsed time (and a client's ETA) count generation only */
-  vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
-                .caption_mask = j->caption_mask, .seed = j->seed,
-                .sampling = r.set->models->defaults, .on_round = vs__on_round, .user = &r,
-                .cancel = &j->cancel, .gate = r.set->gate};
-  if (j->sampling_set & VS_SET_TEMPERATURE) job.sampling.temperature = j->sampling.temperature;
-  if (j->sampling_set & VS_SET_TOP_K) job.sampling.top_k = j->sampling.top_k;
-  if (j->sampling_set & VS_SET_TOP_P) job.sampling.top_p = j->sampling.top_p;
-  if (j->sampling_set & VS_SET_CFG) job.sampling.cfg_scale = j->sampling.cfg_scale;
-  if (j->sampling_set & VS_SET_CFG_INTERVAL) job.sampling.cfg_interval = j->sampling.cfg_interval;
-  if (j->sampling_set & VS_SET_NUM_ITER) job.sampling.num_iter = j->sampling.num_iter;
-  if (j->sampling_set & VS_SET_CFG_SCHEDULE) job.sampling.cfg_schedule = j->sampling.cfg_schedule;
-  tokens = calloc((size_t)r.total, sizeof *tokens);
-  status = calloc((size_t)r.total, 1);
-  /* A continuous-token model's output is its latents; the token grid stays zeros. */
-  size_t n_latents = vs_models_latent_count(r.set->models);
-  if (n_latents) latents = calloc(n_latents, sizeof *latents);
-  size_t px = (size_t)t->info.image_h * t->info.image_w;
-  if (px) rgb = malloc(px * 3);
-  int previews = j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r.set->previews && px;
-  if (previews) {
-    r.rgb = malloc(px * 3);
-    if (!r.continuous) r.grid = malloc((size_t)r.total * sizeof *r.grid);
-  }
-  if (!tokens || !status || (n_latents && !latents) || (px && !rgb) ||
-      (previews && (!r.rgb || (!r.continuous && !r.grid)))) {
-    rc = VSPEC_ENOMEM;
-    snprintf(err, sizeof err, "out of memory");
-    goto finish;
-  }
-  job.status = status;
-  job.latents = latents;
-  r.job = &job;
-  r.every_tokens = j->preview_every_tokens > 0 ? j->preview_every_tokens : r.total / 8;
-  if (r.every_tokens < 1) r.every_tokens = 1;
-  r.every_rounds = j->preview_every_rounds;
-  rc = vs_generate(r.set->models, w->dev, &job, tokens, &mt, err, sizeof err);
-  st.generate_s = vs_now() - r.t0;
-  vs_job_describe(&job, r.set->models->name, desc, sizeof desc);
-  if (!rc && !px) {
-    rc = VSPEC_ENOTSUP;
-    snprintf(err, sizeof err, "model '%s' has no image decoder", j->model);
-  }
-  if (!rc) {
-    double d0 = vs_now();
-    char inner[VSPEC_ERRLEN] = "";
-    rc = vs_models_decode(r.set->models, w->dev, tokens, latents, rgb, inner, sizeof inner);
-    if (rc) {
-      snprintf(err, sizeof err, "decode: %s", inner);
-    } else {
-      rc = vs_png_encode_job(rgb, &job, r.set->models, "vspecd", &png, &png_len, err, sizeof err);
-    }
-    st.decode_s = vs_now() - d0;
-  }
-
-finish:
-  st.tokens = mt.tokens;
-  st.target_forwards = mt.target_forwards;
-  st.rounds = mt.rounds;
-  st.drafted = mt.drafted;
-  st.draft_tokens = mt.draft_tokens;
-  st.accepted = mt.accepted;
-  st.tree_nodes = mt.tree_nodes;
-  st.skipped_rounds = mt.skipped_rounds;
-  st.unverified = mt.unverified_tokens;
-  st.tpf = vs_metrics_tpf(&mt);
-  st.mal = vs_metrics_mal(&mt);
-  st.accept_rate = vs_metrics_accept_rate(&mt);
-  st.walk_accept_rate = vs_metrics_walk_accept_rate(&mt);
-  st.preview_s = r.preview_s;
-  st.previews = r.previews;
-  snprintf(st.rule_version, sizeof st.rule_version, "%s", r.rule_version);
-  snprintf(st.sched_version, sizeof st.sched_version, "%s", r.sched_version);
-  pthread_mutex_lock(&j->mu);
-  j->sh.finished = 1;
-  j->sh.rc = rc;
-  snprintf(j->sh.error, sizeof j->sh.error, "%s", err);
-  j->sh.png = png;
-  j->sh.png_len = png_len;
-  if (tokens && r.total == j->tokens_total) {
-    memcpy(j->sh.tokens, tokens, (size_t)r.total * sizeof *tokens);
-    memcpy(j->sh.status, status, (size_t)r.total);
-    j->sh.n_tokens = (int)mt.tokens < r.total ? (int)mt.tokens : r.total;
-    if (r.continuous) j->sh.n_tokens = vs__revealed(status, r.total); /* also when stopped */
-    j->sh.whole_map = r.continuous;
-  }
-  if (r.set) {
-    const vspec_model_info *in = &r.set->models->target.info;
-    j->sh.width = in->image_w;
-    j->sh.height = in->image_h;
-    j->sh.grid_h = in->grid_h;
-    j->sh.grid_w = in->grid_w;
-  }
-  snprintf(j->sh.describe, sizeof j->sh.describe, "%s", desc);
-  j->sh.stats = st;
-  pthread_mutex_unlock(&j->mu);
+  wk_stats(&st, &o.mt, &r);
+  wk_publish(&r, rc, err, &o, &st);
   /* Everything a status request shows is settled before the loop can send the result: the
    * model set (and with it, possibly, a retired generation) is released, the worker is idle
    * and the queue no longer counts the job. Only memory is freed after the post. */
@@ -409,13 +436,13 @@ finish:
     vs_log(VSPEC_LOG_INFO, who,
            "done on worker %d: %lld tokens, %lld target forwards, TPF %.3f, MAL %.3f, "
            "%.3f s (+%.3f s decode, %d previews %.3f s)",
-           w->index, (long long)mt.tokens,
-           (long long)mt.target_forwards, st.tpf, st.mal, st.generate_s, st.decode_s,
+           w->index, (long long)o.mt.tokens,
+           (long long)o.mt.target_forwards, st.tpf, st.mal, st.generate_s, st.decode_s,
            st.previews, st.preview_s);
-  free(tokens);
-  free(latents);
-  free(status);
-  free(rgb);
+  free(o.tokens);
+  free(o.latents);
+  free(o.status);
+  free(o.rgb);
   free(r.rgb);
   free(r.grid);
 }

@@ -94,10 +94,146 @@ static void eg_unload(vspec_model *m) {
 #define EG_GET(file, name, out, ...)                                                        \
   do {                                                                                      \
     int64_t shp_[] = {__VA_ARGS__};                                                         \
-    if ((rc = H->tensors_get_f32(file, dev, name, (int)(sizeof shp_ / sizeof shp_[0]), shp_, \
-                                 out, err, errlen)))                                        \
-      goto fail;                                                                            \
+    if ((rc = H->tensors_get_f32(file, m->dev, name, (int)(sizeof shp_ / sizeof shp_[0]),   \
+                                 shp_, out, err, errlen)))                                  \
+      return rc;                                                                            \
   } while (0)
+
+/* The head's shape: width from fc.weight, vocab from the target's embeddings, the rest from
+ * the head's metadata. */
+static int eg_load_shape(vspec_model *m, const char *path, const char *target, char *err,
+                         size_t errlen) {
+  const vspec_host *H = m->host;
+  int rc;
+  vspec_tensor t = {.struct_size = sizeof t};
+  if ((rc = H->tensors_find(m->f, "fc.weight", &t)) || t.ndim != 2 || t.shape[1] != 2 * t.shape[0]) {
+    snprintf(err, errlen, "%s: the head needs 'fc.weight' [d, 2d]", path);
+    return rc ? rc : VSPEC_ESHAPE;
+  }
+  m->dim = (int)t.shape[0];
+  vspec_tensor e = {.struct_size = sizeof e};
+  if ((rc = H->tensors_find(m->target, "tok_embeddings.weight", &e)) || e.ndim != 2 ||
+      e.shape[1] != m->dim) {
+    snprintf(err, errlen, "%s: target 'tok_embeddings.weight' missing or not [vocab, %d]", target,
+             m->dim);
+    return rc ? rc : VSPEC_ESHAPE;
+  }
+  m->vocab = (int)e.shape[0];
+  double v;
+  if ((rc = eg_meta_num(H, m->f, "n_head", NAN, &v, err, errlen))) {
+    if (rc == VSPEC_EINVAL) snprintf(err, errlen, "%s: metadata 'n_head' is required", path);
+    return rc;
+  }
+  m->n_head = (int)v;
+  if (m->n_head <= 0 || m->dim % m->n_head || (m->dim / m->n_head) % 4) {
+    snprintf(err, errlen, "%s: dim %d and n_head %d: head_dim must be divisible by 4", path,
+             m->dim, m->n_head);
+    return VSPEC_EINVAL;
+  }
+  m->head_dim = m->dim / m->n_head;
+  if ((rc = eg_meta_num(H, m->f, "norm_eps", 1e-6, &v, err, errlen))) return rc;
+  m->norm_eps = (float)v;
+  if ((rc = eg_meta_num(H, m->f, "rope_base", 10000, &v, err, errlen))) return rc;
+  m->rope_base = (float)v;
+  if ((rc = eg_meta_num(H, m->f, "block_size", NAN, &v, err, errlen))) {
+    if (rc == VSPEC_EINVAL) snprintf(err, errlen, "%s: metadata 'block_size' is required", path);
+    return rc;
+  }
+  m->n_image = (int)v;
+  m->grid = (int)lround(sqrt(v));
+  if (m->grid * m->grid != m->n_image) {
+    snprintf(err, errlen, "%s: block_size %d is not a square grid", path, m->n_image);
+    return VSPEC_EINVAL;
+  }
+  if ((rc = eg_meta_num(H, m->f, "cls_token_num", 0, &v, err, errlen))) return rc;
+  m->n_cond = (int)v;
+  return VSPEC_OK;
+}
+
+/* Decoder layer l (its q_proj found): its weights, q, k and v fused into one projection. */
+static int eg_load_layer(vspec_model *m, int l, const char *path, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  const vspec_ops *ops = H->dev_ops(m->dev);
+  int rc, d = m->dim;
+  char key[128];
+  eg_layer *L = &m->layers[l];
+  vspec_tensor g = {.struct_size = sizeof g};
+  snprintf(key, sizeof key, "layers.%d.mlp.gate_proj.weight", l);
+  if ((rc = H->tensors_find(m->f, key, &g)) || g.ndim != 2) {
+    snprintf(err, errlen, "%s: '%s' missing", path, key);
+    return rc ? rc : VSPEC_ESHAPE;
+  }
+  if (l == 0) m->ffn = (int)g.shape[0];
+  const float *wq, *wk, *wv;
+#define EG_L(field, name, ...)                                         \
+  do {                                                                 \
+    snprintf(key, sizeof key, "layers.%d.%s", l, name);                \
+    EG_GET(m->f, key, field, __VA_ARGS__);                             \
+  } while (0)
+  EG_L(&wq, "self_attn.q_proj.weight", d, d);
+  EG_L(&wk, "self_attn.k_proj.weight", d, d);
+  EG_L(&wv, "self_attn.v_proj.weight", d, d);
+  EG_L(&L->wo, "self_attn.o_proj.weight", d, d);
+  EG_L(&L->post_norm, "post_attention_layernorm.weight", d);
+  EG_L(&L->gate, "mlp.gate_proj.weight", m->ffn, d);
+  EG_L(&L->up, "mlp.up_proj.weight", m->ffn, d);
+  EG_L(&L->down, "mlp.down_proj.weight", d, m->ffn);
+  /* EAGLE skips the first layer's input norm (the fc output goes in directly). */
+  if (l > 0) EG_L(&L->input_norm, "input_layernorm.weight", d);
+#undef EG_L
+  /* One fused projection, as the attention path expects [q | k | v] per row. */
+  size_t blk = (size_t)d * d * sizeof(float);
+  L->wqkv = ops->alloc(m->dev, 3 * blk);
+  if (!L->wqkv) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  ops->copy(m->dev, L->wqkv, wq, blk);
+  ops->copy(m->dev, (char *)L->wqkv + blk, wk, blk);
+  ops->copy(m->dev, (char *)L->wqkv + 2 * blk, wv, blk);
+  return VSPEC_OK;
+}
+
+/* fc, the target's embeddings and lm_head, and every decoder layer. */
+static int eg_load_weights(vspec_model *m, const char *path, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  int rc, d = m->dim;
+  EG_GET(m->f, "fc.weight", &m->fc_w, d, 2 * d);
+  EG_GET(m->f, "fc.bias", &m->fc_b, d);
+  EG_GET(m->target, "tok_embeddings.weight", &m->embed, m->vocab, d);
+  EG_GET(m->target, "output.weight", &m->output, m->vocab, d);
+  for (m->n_layer = 0; m->n_layer < EG_MAX_LAYERS; m->n_layer++) {
+    char key[128];
+    snprintf(key, sizeof key, "layers.%d.self_attn.q_proj.weight", m->n_layer);
+    vspec_tensor q = {.struct_size = sizeof q};
+    if (H->tensors_find(m->f, key, &q)) break;
+    if ((rc = eg_load_layer(m, m->n_layer, path, err, errlen))) return rc;
+  }
+  if (m->n_layer == 0) {
+    snprintf(err, errlen, "%s: no 'layers.0.self_attn.q_proj.weight'", path);
+    return VSPEC_ENOENT;
+  }
+  return VSPEC_OK;
+}
+
+/* The RoPE table of every position: condition + image. */
+static int eg_load_rope(vspec_model *m, char *err, size_t errlen) {
+  const vspec_host *H = m->host;
+  const vspec_ops *ops = H->dev_ops(m->dev);
+  size_t rows = (size_t)(m->n_cond + m->n_image);
+  size_t bytes = rows * (size_t)m->head_dim * sizeof(float);
+  float *table = H->alloc(bytes);
+  m->rope = ops->alloc(m->dev, bytes);
+  if (!table || !m->rope) {
+    H->free(table);
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  ops->rope2d_table(m->n_cond, m->grid, m->head_dim, m->rope_base, table);
+  ops->upload(m->dev, m->rope, table, bytes);
+  H->free(table);
+  return VSPEC_OK;
+}
 
 static int eg_load(const vspec_host *H, vspec_dev *dev, const char *path,
                    const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
@@ -119,127 +255,13 @@ static int eg_load(const vspec_host *H, vspec_dev *dev, const char *path,
   m->host = H;
   m->dev = dev;
   m->max_nodes = (int)max_nodes;
-  const vspec_ops *ops = H->dev_ops(dev);
-  if ((rc = H->tensors_open(path, &m->f, err, errlen))) goto fail;
-  if ((rc = H->tensors_open(target, &m->target, err, errlen))) goto fail;
-  vspec_tensor t = {.struct_size = sizeof t};
-  if ((rc = H->tensors_find(m->f, "fc.weight", &t)) || t.ndim != 2 || t.shape[1] != 2 * t.shape[0]) {
-    snprintf(err, errlen, "%s: the head needs 'fc.weight' [d, 2d]", path);
-    rc = rc ? rc : VSPEC_ESHAPE;
-    goto fail;
+  if (!(rc = H->tensors_open(path, &m->f, err, errlen)) &&
+      !(rc = H->tensors_open(target, &m->target, err, errlen)) &&
+      !(rc = eg_load_shape(m, path, target, err, errlen)) &&
+      !(rc = eg_load_weights(m, path, err, errlen)) && !(rc = eg_load_rope(m, err, errlen))) {
+    *out = m;
+    return VSPEC_OK;
   }
-  m->dim = (int)t.shape[0];
-  vspec_tensor e = {.struct_size = sizeof e};
-  if ((rc = H->tensors_find(m->target, "tok_embeddings.weight", &e)) || e.ndim != 2 ||
-      e.shape[1] != m->dim) {
-    snprintf(err, errlen, "%s: target 'tok_embeddings.weight' missing or not [vocab, %d]", target,
-             m->dim);
-    rc = rc ? rc : VSPEC_ESHAPE;
-    goto fail;
-  }
-  m->vocab = (int)e.shape[0];
-  double v;
-  if ((rc = eg_meta_num(H, m->f, "n_head", NAN, &v, err, errlen))) {
-    if (rc == VSPEC_EINVAL) snprintf(err, errlen, "%s: metadata 'n_head' is required", path);
-    goto fail;
-  }
-  m->n_head = (int)v;
-  if (m->n_head <= 0 || m->dim % m->n_head || (m->dim / m->n_head) % 4) {
-    snprintf(err, errlen, "%s: dim %d and n_head %d: head_dim must be divisible by 4", path,
-             m->dim, m->n_head);
-    rc = VSPEC_EINVAL;
-    goto fail;
-  }
-  m->head_dim = m->dim / m->n_head;
-  if ((rc = eg_meta_num(H, m->f, "norm_eps", 1e-6, &v, err, errlen))) goto fail;
-  m->norm_eps = (float)v;
-  if ((rc = eg_meta_num(H, m->f, "rope_base", 10000, &v, err, errlen))) goto fail;
-  m->rope_base = (float)v;
-  if ((rc = eg_meta_num(H, m->f, "block_size", NAN, &v, err, errlen))) {
-    if (rc == VSPEC_EINVAL) snprintf(err, errlen, "%s: metadata 'block_size' is required", path);
-    goto fail;
-  }
-  m->n_image = (int)v;
-  m->grid = (int)lround(sqrt(v));
-  if (m->grid * m->grid != m->n_image) {
-    snprintf(err, errlen, "%s: block_size %d is not a square grid", path, m->n_image);
-    rc = VSPEC_EINVAL;
-    goto fail;
-  }
-  if ((rc = eg_meta_num(H, m->f, "cls_token_num", 0, &v, err, errlen))) goto fail;
-  m->n_cond = (int)v;
-  int d = m->dim;
-  EG_GET(m->f, "fc.weight", &m->fc_w, d, 2 * d);
-  EG_GET(m->f, "fc.bias", &m->fc_b, d);
-  EG_GET(m->target, "tok_embeddings.weight", &m->embed, m->vocab, d);
-  EG_GET(m->target, "output.weight", &m->output, m->vocab, d);
-  for (m->n_layer = 0; m->n_layer < EG_MAX_LAYERS; m->n_layer++) {
-    char key[128];
-    snprintf(key, sizeof key, "layers.%d.self_attn.q_proj.weight", m->n_layer);
-    vspec_tensor q = {.struct_size = sizeof q};
-    if (H->tensors_find(m->f, key, &q)) break;
-    eg_layer *L = &m->layers[m->n_layer];
-    int l = m->n_layer;
-    vspec_tensor g = {.struct_size = sizeof g};
-    snprintf(key, sizeof key, "layers.%d.mlp.gate_proj.weight", l);
-    if ((rc = H->tensors_find(m->f, key, &g)) || g.ndim != 2) {
-      snprintf(err, errlen, "%s: '%s' missing", path, key);
-      rc = rc ? rc : VSPEC_ESHAPE;
-      goto fail;
-    }
-    if (l == 0) m->ffn = (int)g.shape[0];
-    const float *wq, *wk, *wv;
-#define EG_L(field, name, ...)                                         \
-  do {                                                                 \
-    snprintf(key, sizeof key, "layers.%d.%s", l, name);                \
-    EG_GET(m->f, key, field, __VA_ARGS__);                             \
-  } while (0)
-    EG_L(&wq, "self_attn.q_proj.weight", d, d);
-    EG_L(&wk, "self_attn.k_proj.weight", d, d);
-    EG_L(&wv, "self_attn.v_proj.weight", d, d);
-    EG_L(&L->wo, "self_attn.o_proj.weight", d, d);
-    EG_L(&L->post_norm, "post_attention_layernorm.weight", d);
-    EG_L(&L->gate, "mlp.gate_proj.weight", m->ffn, d);
-    EG_L(&L->up, "mlp.up_proj.weight", m->ffn, d);
-    EG_L(&L->down, "mlp.down_proj.weight", d, m->ffn);
-    /* EAGLE skips the first layer's input norm (the fc output goes in directly). */
-    if (l > 0) EG_L(&L->input_norm, "input_layernorm.weight", d);
-#undef EG_L
-    /* One fused projection, as the attention path expects [q | k | v] per row. */
-    size_t blk = (size_t)d * d * sizeof(float);
-    L->wqkv = ops->alloc(dev, 3 * blk);
-    if (!L->wqkv) {
-      rc = VSPEC_ENOMEM;
-      snprintf(err, errlen, "out of memory");
-      goto fail;
-    }
-    ops->copy(dev, L->wqkv, wq, blk);
-    ops->copy(dev, (char *)L->wqkv + blk, wk, blk);
-    ops->copy(dev, (char *)L->wqkv + 2 * blk, wv, blk);
-  }
-  if (m->n_layer == 0) {
-    snprintf(err, errlen, "%s: no 'layers.0.self_attn.q_proj.weight'", path);
-    rc = VSPEC_ENOENT;
-    goto fail;
-  }
-  {
-    size_t rows = (size_t)(m->n_cond + m->n_image);
-    size_t bytes = rows * (size_t)m->head_dim * sizeof(float);
-    float *table = H->alloc(bytes);
-    m->rope = ops->alloc(dev, bytes);
-    if (!table || !m->rope) {
-      H->free(table);
-      rc = VSPEC_ENOMEM;
-      snprintf(err, errlen, "out of memory");
-      goto fail;
-    }
-    ops->rope2d_table(m->n_cond, m->grid, m->head_dim, m->rope_base, table);
-    ops->upload(dev, m->rope, table, bytes);
-    H->free(table);
-  }
-  *out = m;
-  return VSPEC_OK;
-fail:
   eg_unload(m);
   return rc;
 }
