@@ -30,7 +30,7 @@ static const vs__copt vs__net_copts[] = {{"--server", ""}, {"--admin", ""},
 static const vs__copt vs__gen_copts[] = {
     {"--class", ""}, {"--prompt", ""}, {"--seed", ""}, {"--model", ""}, {"--method", "@method"},
     {"--accept", "@accept"}, {"--param", ""}, {"--sched", "@sched"}, {"--sched-param", ""},
-    {"--draft", "auto model head"}, {"--temperature", ""}, {"--top-k", ""}, {"--top-p", ""},
+    {"--draft", "auto model head jacobi"}, {"--temperature", ""}, {"--top-k", ""}, {"--top-p", ""},
     {"--cfg", ""}, {"--cfg-interval", ""}, {"--num-iter", ""},
     {"--cfg-schedule", "linear constant"}, {"--out", "@file"}, {"--upscale", ""},
     {"--previews", "@dir"}, {"--preview-kind", "lut decode"}, {"--preview-every", ""},

@@ -64,8 +64,8 @@ int vs_autotune_default(vs_method *m, int continuous) {
   int named = 0;
   for (size_t i = 0; i < sizeof at_size_keys / sizeof at_size_keys[0]; i++)
     named |= vs_param_string(p, at_size_keys[i]) != NULL;
-  /* A drafter plugin (Jacobi decoding) keeps its own default depth: size=auto's space is a
-   * draft model's (depth, trees), not a window's. */
+  /* A drafter plugin (Jacobi decoding) keeps its own default window unless size=auto is
+   * asked for by name: its tuning is a chain's depths only. */
   named |= vs_method_drafter(m) == VSPEC_DRAFTER_PLUGIN;
   vs_params_free(p);
   if (named) return 0;
@@ -148,6 +148,10 @@ int vs__autotune_space(vs_models *models, const vs_method *m, vs_at_space *sp, c
   }
   static const char *const drafters[] = {"model", "head"};
   int have[2] = {models->draft.model != NULL, models->eagle.model != NULL};
+  /* A drafter plugin named (jacobi): its window is a chain's depth, tuned as one. */
+  if (drafter && strcmp(drafter, "model") && strcmp(drafter, "head") &&
+      (!shape || !strcmp(shape, "chain")))
+    at_add_family(sp, NULL, "chain", 0, !shape);
   for (int d = 0; d < 2; d++) {
     if (drafter ? strcmp(drafter, drafters[d]) != 0 : !have[d]) continue;
     const char *dn = drafter ? NULL : drafters[d];

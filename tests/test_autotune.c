@@ -163,6 +163,9 @@ static void test_default_and_wanted(void **state) {
       {"sd:exact@standard:total_tokens=8", "sd:exact@standard:total_tokens=8", 0},
       {"sd:exact@standard:size=auto", "sd:exact@standard:size=auto", 0},
       {"sd:exact@vvs:skip=uniform", "sd:exact@vvs:skip=uniform", 0},
+      /* a drafter plugin keeps its own window unless size=auto is named */
+      {"sd:exact@standard:drafter=jacobi,coupling=gumbel",
+       "sd:exact@standard:drafter=jacobi,coupling=gumbel", 0},
       {"sd:continuous@standard:shape=chain", "sd:continuous@standard:shape=chain", 1},
       {"ar", "ar", 0},
   };
@@ -229,6 +232,18 @@ static void test_space(void **state) {
   assert_string_equal(sp.rest, "shape=static");
   vs__autotune_param(&sp, 0, 1, param, sizeof param);
   assert_string_equal(param, "drafter=model,tree=chain2");
+
+  /* a drafter plugin named with size=auto: its window tuned as a chain's depth, its own
+   * parameters kept */
+  parse("sd:coolsd:delta=2@standard:drafter=jacobi,coupling=maximal,size=auto", &m);
+  assert_int_equal(vs__autotune_space(w->models, &m, &sp, err, sizeof err), 0);
+  assert_int_equal(sp.n_fam, 1);
+  assert_string_equal(sp.rest, "drafter=jacobi");
+  vs__autotune_param(&sp, 0, 2, param, sizeof param);
+  assert_string_equal(param, "shape=chain,depth=3");
+  vs__autotune_spec(&m, &sp, param, spec, sizeof spec);
+  assert_string_equal(spec,
+                      "sd:coolsd:delta=2@standard:drafter=jacobi,shape=chain,depth=3,coupling=maximal");
 
   /* AR replaces the winner only for an exact rule, and only when the winner is not 10 %
    * faster */
