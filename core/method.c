@@ -48,7 +48,7 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
 /* Parameter keys that configure the drafter, not the scheduler: those of the shipped drafter
  * plugin (plugins/drafter/jacobi.c), and any key written drafter.KEY (for other drafter
  * plugins; handed over as KEY). Returns the length of the prefix to strip, or -1. */
-static int vs__drafter_key(const char *kv, size_t len) {
+static int method_drafter_key(const char *kv, size_t len) {
   static const char *const keys[] = {"coupling", "init", "continue", NULL};
   const char *eq = memchr(kv, '=', len);
   size_t klen = eq ? (size_t)(eq - kv) : len;
@@ -59,19 +59,19 @@ static int vs__drafter_key(const char *kv, size_t len) {
 }
 
 /* Moves the drafter's keys out of the scheduler's parameter list, in their order. */
-static int vs__split_drafter_params(vs_method *m, char *err, size_t errlen) {
+static int method_split_drafter_params(vs_method *m, char *err, size_t errlen) {
   char sched[sizeof m->sched_params] = "";
   size_t ns = 0, nd = 0;
   const char *s = m->sched_params;
   while (*s) {
     const char *comma = strchr(s, ',');
     size_t len = comma ? (size_t)(comma - s) : strlen(s);
-    int strip = vs__drafter_key(s, len), drafter = strip >= 0;
+    int strip = method_drafter_key(s, len), drafter = strip >= 0;
     char *dst = drafter ? m->drafter_params : sched;
     size_t *n = drafter ? &nd : &ns, cap = drafter ? sizeof m->drafter_params : sizeof sched;
     if (*n + len + 2 > cap) {
-      snprintf(err, errlen, "method: drafter parameters too long (at most %zu characters)",
-               cap - 1);
+      snprintf(err, errlen, "method: %s parameters too long (at most %zu characters)",
+               drafter ? "drafter" : "scheduler", cap - 1);
       return VSPEC_EINVAL;
     }
     if (*n) dst[(*n)++] = ',';
@@ -125,7 +125,7 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
   }
   snprintf(out->text, sizeof out->text, "sd:%s%s%s@%s%s%s", out->rule, *out->rule_params ? ":" : "",
            out->rule_params, out->sched, *out->sched_params ? ":" : "", out->sched_params);
-  return vs__split_drafter_params(out, err, errlen);
+  return method_split_drafter_params(out, err, errlen);
 }
 
 unsigned vs_method_drafter(const vs_method *m) {
@@ -144,7 +144,7 @@ int vs_method_compose(const vs_method *m, const char *sched_params, char *out, s
   for (const char *s = m->drafter_params; *s && n < sizeof dp;) {
     size_t len = strcspn(s, ",");
     n += (size_t)snprintf(dp + n, sizeof dp - n, "%s%s%.*s", n ? "," : "",
-                          vs__drafter_key(s, len) == 0 ? "" : "drafter.", (int)len, s);
+                          method_drafter_key(s, len) == 0 ? "" : "drafter.", (int)len, s);
     s += len;
     if (*s == ',') s++;
   }
