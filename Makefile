@@ -31,7 +31,8 @@
 #   build/dyn/                       the programs linked to it, as make install installs them
 #   build/plugins/<kind>_<name>.so   plugins/<kind>/<name>.c or plugins/<kind>/<name>/*.c
 #   build/vspec-bench                bench/
-#   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI); build/vspec-gateway
+#   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI) on client/ (the
+#                                    connection); build/vspec-gateway
 #   build/gen/proto/vspec.pb-c.[ch]  generated from proto/vspec.proto by protoc-c (never committed)
 #   build/lib/libvspec-cuda.so       kernels/cuda/ (nvcc), loaded at run time for --device cuda
 #   build/tests/test_*               tests/test_*.c (cmocka); build/tests/gpu/ the GPU suite
@@ -179,6 +180,9 @@ DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wil
 CLIENT_MAINS := clients/vspec.c clients/cli_common.c $(wildcard clients/cmd_*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLIENT_MAINS))
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(CLIENT_MAINS),$(wildcard clients/*.c)))
+# The client library (client/): the connection to vspecd or a gateway that the CLI, the
+# gateway, the fleet agent, the HTTP front and the daemon benches share.
+CONN_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard client/*.c))
 SVC_LIB := $(BUILD)/libvspecsvc.a
 VSPECD := $(BUILD)/vspecd
 VSPEC_CLI := $(BUILD)/vspec
@@ -261,9 +265,9 @@ $(BUILD)/obj/$(1)/%.o: $(1)/%.c | $$(PROTO_H)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) -I$$(GEN_DIR) $$(CFLAGS) $$(DEPFLAGS) -c $$< -o $$@
 endef
-$(foreach d,proto daemon clients tests,$(eval $(call SVC_OBJ_RULE,$(d))))
+$(foreach d,proto daemon client clients tests,$(eval $(call SVC_OBJ_RULE,$(d))))
 
-$(SVC_LIB): $(DAEMON_OBJ) $(CLIENT_OBJ) $(WIRE_OBJ)
+$(SVC_LIB): $(DAEMON_OBJ) $(CONN_OBJ) $(CLIENT_OBJ) $(WIRE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 $(VSPECD): $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(LIB)

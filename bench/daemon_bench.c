@@ -26,7 +26,7 @@
 #include "bench/daemon_batch.h"
 #include "bench/daemon_jobs.h"
 #include "bench/daemon_proc.h"
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "core/cli_args.h"
 #include "core/png_write.h"
 #include "core/version.h"

@@ -27,7 +27,7 @@
 #include "bench/bench.h"
 #include "bench/daemon_fleet.h"
 #include "bench/daemon_fleet_load.h"
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "core/cli_args.h"
 #include "core/version.h"
 

@@ -8,7 +8,7 @@
 #include <zmq.h>
 
 #include "bench/bench.h"
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "daemon/fleet_event.h"
 
 #define VS__CLIENTS 2

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "clients/conn.h"
+#include "client/conn.h"
 
 typedef struct vs_bench_jobres {
   double latency, generate_s, preview_s, decode_s;

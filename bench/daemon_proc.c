@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "clients/conn.h"
+#include "client/conn.h"
 
 int vs_bench_daemon_init(vs_bench_daemon *d, const char *prog) {
   memset(d, 0, sizeof *d);

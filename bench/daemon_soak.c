@@ -39,7 +39,7 @@
 #include "bench/bench.h"
 #include "bench/daemon_proc.h"
 #include "bench/rss_watch.h"
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "core/cli_args.h"
 #include "core/version.h"
 

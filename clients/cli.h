@@ -20,7 +20,7 @@
 #include "core/metrics.h" /* vs_now */
 #include "core/png_read.h"
 #include "core/png_write.h"
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "clients/json_out.h"
 #include "clients/progress_line.h"
 #include "core/cli_args.h"

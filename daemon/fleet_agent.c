@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "core/metrics.h" /* vs_now */
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "core/log.h"
 #include "daemon/fleet_event.h"
 #include "daemon/fleet_queue.h"

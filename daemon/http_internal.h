@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "core/log_limit.h"
 #include "daemon/http_server.h"
 

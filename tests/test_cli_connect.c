@@ -1,5 +1,5 @@
 /*
- * The CLI says at once why it cannot talk to the daemon (clients/conn_check.c,
+ * The CLI says at once why it cannot talk to the daemon (client/conn_check.c,
  * proto/endpoint_probe.c): against a CURVE vspecd, an unknown client key, a plaintext client,
  * a wrong server key, and a CURVE client at the plaintext admin endpoint each get their own
  * message within a few seconds although --timeout is 30; so do nothing listening (ipc and

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "clients/conn.h"
+#include "client/conn.h"
 
 typedef struct vs_fixture {
   char dir[128];

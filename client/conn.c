@@ -1,4 +1,4 @@
-#include "clients/conn.h"
+#include "client/conn.h"
 
 #include <errno.h>
 #include <stdio.h>

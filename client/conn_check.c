@@ -1,5 +1,5 @@
 /*
- * clients/conn_check.c - why a connection to vspecd does not come up, said at once.
+ * client/conn_check.c - why a connection to vspecd does not come up, said at once.
  *
  * A ZeroMQ connect never fails: a refused CURVE key, a plaintext client at a CURVE endpoint
  * or a wrong server key all look like silence until the client's timeout runs out. A socket
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "clients/conn.h"
+#include "client/conn.h"
 #include "proto/endpoint_probe.h"
 #include "core/metrics.h" /* vs_now */
 #include "vspec/types.h"

@@ -1,5 +1,5 @@
 /*
- * clients/conn.h - a client's connection to vspecd (or vspec-gateway): one DEALER socket,
+ * client/conn.h - a client's connection to vspecd (or vspec-gateway): one DEALER socket,
  * requests out, events in.
  *
  * Used by the vspec CLI, vspecd-bench and the tests' raw clients. The socket is a DEALER, so
@@ -30,14 +30,14 @@ typedef struct vs_conn_opts {
   const char *client_key; /* CURVE: this client's key file (public + secret) */
   void *ctx;              /* a ZeroMQ context to share, or NULL for a private one */
   int watch_handshake;    /* monitor the connection so vs_conn_wait_ready can say why it
-                             fails (clients/conn_check.c) */
+                             fails (client/conn_check.c) */
 } vs_conn_opts;
 
 int vs_conn_open(vs_conn *c, const char *endpoint, const vs_conn_opts *opts, char *err,
                  size_t errlen);
 void vs_conn_close(vs_conn *c);
 
-/* clients/conn_check.c. Starts the socket monitor (before zmq_connect). */
+/* client/conn_check.c. Starts the socket monitor (before zmq_connect). */
 int vs_conn_watch(vs_conn *c, char *err, size_t errlen);
 /* Waits up to timeout_ms for the ZeroMQ handshake of a connection opened with
  * watch_handshake, then stops watching. Returns 1 when the handshake succeeded, 0 when there
