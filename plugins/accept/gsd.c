@@ -45,6 +45,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "omega.h"
 #include "vspec/plugin.h"
 
 #define GSD_MAX_WINDOW 64
@@ -172,17 +173,11 @@ static double gsd_accept(vspec_rule *r, const vspec_accept_input *in) {
   return a < 1.0 ? a : 1.0;
 }
 
+/* The ordinary residual norm(max(0, q - p)), q without x for a one-hot draft: omega.h's at
+ * omega = 1 (exact SD's). */
 static int gsd_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
   (void)r;
-  if (in->p) {
-    for (int y = 0; y < in->vocab; y++) {
-      float d = in->q[y] - in->p[y];
-      q_out[y] = d > 0.0f ? d : 0.0f;
-    }
-  } else {
-    for (int y = 0; y < in->vocab; y++) q_out[y] = in->q[y];
-    q_out[in->token] = 0.0f;
-  }
+  vs_omega_residual(in, 1.0, VS_OMEGA_RULE, q_out);
   return VSPEC_OK;
 }
 

@@ -1,6 +1,7 @@
 /*
  * plugins/accept/omega.h - the acceptance f(x) = min(1, omega q(x) / p(x)) shared by
- * uniform_rsd and coolsd (header-only; each rule is its own plugin).
+ * uniform_rsd and coolsd, and its residual (gsd's too, at omega = 1; header-only: each rule
+ * is its own plugin).
  *
  * Cool-SD (arXiv 2601.09212 §3.2, Eq. (12)): omega = 1 is exact SD, omega > 1 relaxes.
  * The TV-optimal resampling distribution after a rejection is
