@@ -1,25 +1,19 @@
 /*
- * core/drafter.h - the draft side of speculative decoding.
+ * core/drafter.h - the draft side of speculative decoding, as the engine drives it.
  *
- * A drafter wraps a backend model that proposes tokens: a small standalone draft GPT, or
- * an EAGLE-style head that reads the target's features. It keeps its own session in step
- * with the target:
- *   - each round starts at the root (the last emitted token) and first feeds the tokens
- *     emitted last round that it has not consumed yet (the catch-up chain), each with the
- *     target feature that precedes it, in the same forward as the root;
- *   - tree nodes are then expanded level by level (appending forwards);
- *   - at the end of the round a feature head commits only the catch-up chain and the root:
- *     accepted draft tokens are fed again next round with the target's own features, as
- *     EAGLE does (update_inference_inputs in SafeAILab/EAGLE eagle/model/utils.py). A plain
- *     draft GPT also keeps the accepted nodes it fed while drafting (their KV entries depend
- *     on the tokens alone), so next round it feeds only the root and, when the whole path
- *     was accepted, the leaf it never fed.
- * A drafter plugin (core/drafter_plugin.c; Speculative Jacobi Decoding is
- * plugins/drafter/jacobi.c) is a drafter without a model of the engine's: it builds the whole
- * tree itself and reads the target's distributions at the verified nodes.
- * Draft distributions are the drafter's logits with the same CFG scale and schedule and the
- * same temperature / top-k / top-p as the target (LANTERN's convention: Model.topK_genrate in
- * jadohu/LANTERN models/drafters/cnets_llamagen.py processes the drafter's logits so).
+ * Every drafter is a plugin (include/vspec/plugin.h, "drafter plugins"; core/drafter.c adapts
+ * it) of one of two sorts:
+ *   - driven level by level: the engine's tree builders (core/draft_tree.c: a chain, EAGLE's
+ *     static tree, EAGLE-2's dynamic tree) call begin for the root and expand for each level,
+ *     and the drafter fills the distributions below those nodes. The draft GPT and the EAGLE
+ *     head are plugins/drafter/model.c, which runs the model directory's draft model served
+ *     by core/draft_model.c (drafter=model, drafter=head, or auto: the head where there is
+ *     one);
+ *   - proposing: the drafter builds the whole tree below the root itself and reads the
+ *     target's distributions at the verified nodes (Speculative Jacobi Decoding,
+ *     plugins/drafter/jacobi.c).
+ * A drafter that reads the target's features (the EAGLE head) has the target return them and
+ * gets them with start, end and skip.
  */
 #ifndef VS_DRAFTER_H
 #define VS_DRAFTER_H
@@ -36,7 +30,7 @@ typedef struct vs_drafter_config {
   const char *params; /* the drafter's own parameters ("k=v,..."; a plugin's) */
   struct vs_registry *reg;   /* where drafter plugins come from */
   const vspec_host *host;    /* what they are given */
-  const vs_backend_model *model; /* model and head kinds */
+  const vs_backend_model *model; /* the draft model served to the drafter, or NULL */
   vspec_dev *dev;
   const vs_job *job;
   int rows;          /* CFG rows, as the target */

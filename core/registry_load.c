@@ -27,7 +27,9 @@ static size_t vs__vtable_min_size(int kind) {
     case VSPEC_PLUGIN_BACKEND: return sizeof(vspec_backend_vtable);
     case VSPEC_PLUGIN_ACCEPT: return sizeof(vspec_accept_vtable);
     case VSPEC_PLUGIN_SCHED: return sizeof(vspec_sched_vtable);
-    case VSPEC_PLUGIN_DRAFTER: return sizeof(vspec_drafter_vtable);
+    /* through skip (ABI 1.5); begin .. counts (ABI 1.6) are checked where used */
+    case VSPEC_PLUGIN_DRAFTER:
+      return offsetof(vspec_drafter_vtable, skip) + sizeof(((vspec_drafter_vtable *)0)->skip);
     default: return (size_t)-1;
   }
 }

@@ -109,12 +109,8 @@ static int vs__pick_drafter(vs_rounds *c, const vs_method *m, const vspec_round_
   *kind = dk;
   *out = NULL;
   if (dk == VSPEC_DRAFTER_PLUGIN) {
-    if (c->sched_vt->decide || plan->shape != VSPEC_DRAFT_CHAIN) {
-      snprintf(err, errlen, "method '%s': drafter=%s is a drafter plugin, whose rounds the "
-               "target always verifies (scheduler 'standard', shape=chain)", m->text,
-               m->drafter);
-      return VSPEC_EINVAL;
-    }
+    /* A drafter named by the scheduler gets the directory's draft model if it wants one. */
+    if (models->draft.model) *out = &models->draft;
     return VSPEC_OK;
   }
   if (dk > VSPEC_DRAFTER_PLUGIN) {
@@ -438,7 +434,13 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
                           .max_tree_nodes = VS_SD_MAX_POOL, .n_image = c->N,
                           .max_depth = *expand_max < VS_MAX_DEPTH ? *expand_max : VS_MAX_DEPTH,
                           .target_feature_dim = c->fdim, .vocab = c->V};
-  return vs_drafter_open(&dc, &c->drafter, err, errlen);
+  if ((rc = vs_drafter_open(&dc, &c->drafter, err, errlen))) return rc;
+  if (vs_drafter_proposes(c->drafter) && (c->sched_vt->decide || plan->shape != VSPEC_DRAFT_CHAIN)) {
+    snprintf(err, errlen, "method '%s': drafter=%s builds its own drafts, which the target "
+             "always verifies (scheduler 'standard', shape=chain)", m->text, m->drafter);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
 }
 
 /* One verification: the target's forward over the tree and the walk that accepts a path and

@@ -255,6 +255,17 @@ static void test_descriptor_checks(void **state) {
   vspec_plugin_desc unnamed = d;
   unnamed.name = "Bad Name";
   assert_int_equal(vs_plugin_check_desc(&unnamed, "f.so", 0, NULL, err, sizeof err), VSPEC_EABI);
+  /* A drafter built against ABI 1.5 (its vtable ends at skip) still loads; one cut short of
+   * skip does not. */
+  static const vspec_drafter_vtable dvt = {
+      .struct_size = offsetof(vspec_drafter_vtable, skip) + sizeof(dvt.skip)};
+  vspec_plugin_desc old = {VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_DRAFTER, "y", "1", 0), .vtable = &dvt};
+  old.abi_minor = 5;
+  assert_int_equal(vs_plugin_check_desc(&old, "f.so", VSPEC_PLUGIN_DRAFTER, "y", err, sizeof err), 0);
+  static const vspec_drafter_vtable short_dvt = {
+      .struct_size = offsetof(vspec_drafter_vtable, skip)};
+  old.vtable = &short_dvt;
+  assert_int_equal(vs_plugin_check_desc(&old, "f.so", 0, NULL, err, sizeof err), VSPEC_EABI);
 }
 
 static void test_plugin_params_errors(void **state) {

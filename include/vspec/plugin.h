@@ -1,5 +1,5 @@
 /*
- * vspec/plugin.h - the vspec plugin ABI, version 1.5.
+ * vspec/plugin.h - the vspec plugin ABI, version 1.6.
  *
  * A plugin is a shared object that exports one symbol, `vspec_plugin_entry`, returning a
  * pointer to a const vspec_plugin_desc. The descriptor names the plugin and points at a
@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 5
+#define VSPEC_ABI_MINOR 6
 #endif
 
 #define VSPEC_STR_(x) #x
@@ -493,11 +493,16 @@ typedef struct vspec_sched_vtable {
 
 /* ---- drafter plugins (ABI 1.5) -------------------------------------------------------
  *
- * A drafter proposes the tokens a round verifies. Drafters that own a model (the draft GPT,
- * the EAGLE head) are the engine's; a drafter plugin builds the whole tree below the root
- * itself (propose) and learns how each round ended (end): the accepted tokens and, on demand,
- * the target's distribution at any node of the verified tree. Speculative Jacobi Decoding
- * (plugins/drafter/jacobi.c) is one: its drafts are the target's earlier outputs. */
+ * A drafter proposes the tokens a round verifies and learns how each round ended (end): the
+ * accepted tokens and, on demand, the target's distribution at any node of the verified tree.
+ * It works in one of two ways:
+ *  - it builds the whole tree below the root itself (propose). Speculative Jacobi Decoding
+ *    (plugins/drafter/jacobi.c) does: its drafts are the target's earlier outputs;
+ *  - ABI 1.6: the engine grows the tree (a chain, EAGLE's static tree or EAGLE-2's dynamic
+ *    one, as the scheduler plans) and the drafter gives the distribution below each node,
+ *    one level per call (begin, expand), usually by running a draft model the engine loaded
+ *    from the model directory and serves through vspec_drafter_job.model. The draft GPT and
+ *    the EAGLE head are such a drafter (plugins/drafter/model.c). */
 
 typedef struct vspec_drafter vspec_drafter; /* one job's drafter, owned by the plugin */
 
@@ -510,7 +515,42 @@ typedef struct vspec_drafter_job {
   int32_t greedy;    /* temperature 0: the walk accepts a draft iff it is the target's argmax */
   uint64_t seed;     /* the job's seed: a drafter draws from its own streams of it
                         (host->rng_init(rng, seed, VSPEC_STREAM_DRAFTER + k)) */
+  /* ---- ABI 1.6 ---- */
+  int32_t rows;               /* CFG rows of the target (1, or 2: [cond ; uncond]) */
+  int32_t max_nodes;          /* most nodes one round feeds a draft model: a catch-up chain
+                                 (the tokens emitted since it last ran), the root and every
+                                 node the round expands */
+  int32_t max_tree_nodes;     /* node indices begin / expand / node_feature see are below it
+                                 (the tree, or EAGLE-2's candidate pool) */
+  int32_t target_feature_dim; /* width of the target's features (0: it gives none) */
+  /* The model directory's draft model for the kinds that take one (drafter=model: "draft",
+   * drafter=head: "eagle"; a drafter named by the scheduler gets "draft" where there is
+   * one), NULL otherwise. */
+  const struct vspec_draft_model *model;
 } vspec_drafter_job;
+
+/* A draft model the engine loaded, served to a drafter (ABI 1.6). Sessions and forwards go
+ * through the engine so that it can batch the forwards of several jobs (the daemon's
+ * [workers] batch) and count them. */
+typedef struct vspec_draft_model {
+  uint32_t struct_size;
+  const vspec_model_info *info;
+  void *ctx;
+  /* A session of the job's condition (class or caption), the job's CFG rows and room for
+   * vspec_drafter_job.max_nodes per forward, with its condition positions run (prefill). */
+  int (*open)(void *ctx, vspec_session **out, char *err, size_t errlen);
+  void (*close)(void *ctx, vspec_session *s);
+  /* As vspec_backend_vtable's forward and commit. */
+  int (*forward)(void *ctx, vspec_session *s, const vspec_forward_batch *batch,
+                 vspec_forward_out *out, char *err, size_t errlen);
+  int (*commit)(void *ctx, vspec_session *s, const int32_t *path, int32_t n, char *err,
+                size_t errlen);
+  /* The draft distribution [vocab] of logits [rows, vocab] predicting image index
+   * `image_index`: processed as the target's is there (CFG scale and schedule, temperature,
+   * top-k, top-p), except that temperature 0 counts as 1, so that a tree is ranked by the
+   * drafter's softmax rather than a one-hot argmax (EAGLE's top-k). */
+  void (*distribution)(void *ctx, const float *logits, int32_t image_index, float *probs);
+} vspec_draft_model;
 
 /* First RNG stream id free for drafters (the engine's own are below). */
 #define VSPEC_STREAM_DRAFTER 0x40000000ull
@@ -530,6 +570,14 @@ typedef struct vspec_draft_builder {
   /* The distribution [vocab] the children of `node` are drawn from, for the drafter to fill
    * before adding them; NULL when no more nodes can hold one. */
   float *(*dist)(void *ctx, int32_t node);
+  /* ---- ABI 1.6: for begin / expand ---- */
+  /* Token, parent (-1 for the root) and depth of `node`; VSPEC_EINVAL for no such node. */
+  int (*node)(void *ctx, int32_t node, int32_t *token, int32_t *parent, int32_t *depth);
+  /* The drafter's mark on `node` (-1 until it sets one): what it needs to find the node
+   * again, typically the pending index it fed the node at. The engine carries marks
+   * through the round, also when it rebuilds a dynamic tree from its candidate pool, and
+   * hands them back in vspec_round_result.marks. */
+  int32_t *(*mark)(void *ctx, int32_t node);
 } vspec_draft_builder;
 
 /* How a round ended. */
@@ -547,6 +595,16 @@ typedef struct vspec_round_result {
    * walk compares with) for image index root_index + depth[node] + 1, into probs [vocab];
    * computed on demand. */
   int (*target_dist)(void *ctx, int32_t node, float *probs);
+  /* ---- ABI 1.6 ---- */
+  const int32_t *marks;     /* [n_nodes] the drafter's marks (vspec_draft_builder.mark) */
+  /* [n_accepted + 1, rows, target_feature_dim]: the target's features at the root and at
+   * each accepted node (the input of the token after it), for drafters that use features;
+   * NULL otherwise. */
+  const float *features;
+  int32_t verified;         /* 0: the scheduler skipped the target this round (VVS): the
+                               path was accepted unverified, target_dist fails and features
+                               are what the scheduler chose (stale target or the drafter's
+                               own, node_feature) */
 } vspec_round_result;
 
 typedef struct vspec_drafter_vtable {
@@ -563,6 +621,31 @@ typedef struct vspec_drafter_vtable {
   int (*end)(vspec_drafter *d, const vspec_round_result *r, char *err, size_t errlen);
   /* After a round it sat out (an AR step): the target emitted next_root at root_index + 1. */
   int (*skip)(vspec_drafter *d, int32_t next_root, char *err, size_t errlen);
+
+  /* ---- ABI 1.6: drafters the engine drives level by level ------------------------------
+   * A drafter sets either propose or begin + expand. */
+  /* The round starts at the root (node 0, image index root_index): fill b->dist(0). */
+  int (*begin)(vspec_drafter *d, int32_t root_index, const vspec_draft_builder *b, char *err,
+               size_t errlen);
+  /* Fill b->dist(nodes[i]) for n nodes of one level whose parents were begun or expanded
+   * earlier this round. The engine adds the children itself (b->add is NULL here). */
+  int (*expand)(vspec_drafter *d, int32_t root_index, const int32_t *nodes, int32_t n,
+                const vspec_draft_builder *b, char *err, size_t errlen);
+  /* Nonzero if the drafter reads the target's features: the engine then has the target
+   * return them and calls start_feature / skip_feature instead of start / skip. */
+  int (*uses_features)(const vspec_drafter *d);
+  /* start and skip with the target's feature at the new root ([rows, target_feature_dim],
+   * the input of the token after it). */
+  int (*start_feature)(vspec_drafter *d, int32_t root_token, const float *root_feature,
+                       char *err, size_t errlen);
+  int (*skip_feature)(vspec_drafter *d, int32_t next_root, const float *root_feature,
+                      char *err, size_t errlen);
+  /* The drafter's own predicted feature at an expanded node ([rows, target_feature_dim]),
+   * which VVS may feed in place of the target's for tokens accepted unverified; NULL where
+   * it has none. May be NULL. */
+  const float *(*node_feature)(const vspec_drafter *d, int32_t node);
+  /* Forwards it ran and the nodes they fed, for the job's metrics. May be NULL (none). */
+  void (*counts)(const vspec_drafter *d, int64_t *forwards, int64_t *nodes);
 } vspec_drafter_vtable;
 
 /* ---- the descriptor ------------------------------------------------------------------- */
