@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/diffusion.h"
+#include "core/method_plugins.h"
 #include "core/params.h"
 #include "core/status.h"
 #include "kernels/common/vs_math.h"
@@ -393,30 +394,10 @@ static int ml_mar_group(vs_mar *c, int *step, int L, char *err, size_t errlen) {
 /* ---- the job ----------------------------------------------------------------------------- */
 
 static int ml_mar_plugins(vs_mar *c, const vs_method *m, char *err, size_t errlen) {
-  const vspec_host *host = c->models->host;
-  char inner[VSPEC_ERRLEN] = "";
-  vspec_params *p = NULL;
-  int rc = vs_registry_acquire(c->models->reg, VSPEC_PLUGIN_ACCEPT, m->rule, &c->rule_plugin,
-                               err, errlen);
+  int rc = vs_rule_open(c->models->reg, c->models->host, m->rule, m->rule_params, 1,
+                        c->models->name, &c->rule_plugin, &c->rule, err, errlen);
   if (rc) return rc;
   c->rule_vt = vs_plugin_vtable(c->rule_plugin);
-  if (!VSPEC_HAS_FIELD(c->rule_vt, vspec_accept_vtable, residual_continuous) ||
-      !c->rule_vt->accept_prob_continuous || !c->rule_vt->residual_continuous) {
-    snprintf(err, errlen, "acceptance rule '%s' is for discrete tokens; model '%s' has "
-             "continuous tokens (use the rule `continuous`)", m->rule, c->models->name);
-    return VSPEC_EINVAL;
-  }
-  if ((rc = vs_params_parse(m->rule_params, &p, err, errlen))) return rc;
-  rc = c->rule_vt->create(host, p, &c->rule, inner, sizeof inner);
-  vs_params_free(p);
-  if (rc) {
-    snprintf(err, errlen, "acceptance rule '%s': %s", m->rule, inner);
-    return rc;
-  }
-  rc = vs_registry_acquire(c->models->reg, VSPEC_PLUGIN_SCHED, m->sched, &c->sched_plugin, err,
-                           errlen);
-  if (rc) return rc;
-  c->sched_vt = vs_plugin_vtable(c->sched_plugin);
   /* A MAR model drafts chains of generation steps: a scheduler told no shape gets a chain
    * (its default, a dynamic tree, has no meaning here). */
   char sp[sizeof m->sched_params + 16];
@@ -424,10 +405,9 @@ static int ml_mar_plugins(vs_mar *c, const vs_method *m, char *err, size_t errle
     snprintf(sp, sizeof sp, "shape=chain%s%s", *m->sched_params ? "," : "", m->sched_params);
   else
     snprintf(sp, sizeof sp, "%s", m->sched_params);
-  if ((rc = vs_params_parse(sp, &p, err, errlen))) return rc;
-  rc = c->sched_vt->create(host, p, &c->sched, inner, sizeof inner);
-  vs_params_free(p);
-  if (rc) snprintf(err, errlen, "scheduler '%s': %s", m->sched, inner);
+  rc = vs_sched_open(c->models->reg, c->models->host, m->sched, sp, &c->sched_plugin, &c->sched,
+                     err, errlen);
+  if (!rc) c->sched_vt = vs_plugin_vtable(c->sched_plugin);
   return rc;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/method_plugins.h"
 #include "core/params.h"
 #include "core/round_loop.h"
 #include "kernels/common/vs_philox.h"
@@ -25,38 +26,17 @@ static void vs__report(vs_rounds *c, int64_t round, int skipped, const int32_t *
 /* ---- set-up and tear-down -------------------------------------------------------------- */
 
 static int vs__plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t errlen) {
-  const vspec_host *host = c->models->host;
-  char inner[VSPEC_ERRLEN] = "";
-  vspec_params *p = NULL;
-  int rc = vs_registry_acquire(c->models->reg, VSPEC_PLUGIN_ACCEPT, m->rule, &c->rule_plugin,
-                               err, errlen);
+  int rc = vs_rule_open(c->models->reg, c->models->host, m->rule, m->rule_params, 0,
+                        c->models->name, &c->rule_plugin, &c->rule, err, errlen);
   if (rc) return rc;
   c->rule_vt = vs_plugin_vtable(c->rule_plugin);
-  if (VSPEC_HAS_FIELD(c->rule_vt, vspec_accept_vtable, accept_prob_continuous) &&
-      c->rule_vt->accept_prob_continuous) {
-    snprintf(err, errlen, "acceptance rule '%s' is for continuous tokens; model '%s' has "
-             "discrete ones", m->rule, c->models->name);
-    return VSPEC_EINVAL;
-  }
-  if ((rc = vs_params_parse(m->rule_params, &p, err, errlen))) return rc;
-  rc = c->rule_vt->create(host, p, &c->rule, inner, sizeof inner);
-  vs_params_free(p);
-  if (rc) {
-    snprintf(err, errlen, "acceptance rule '%s': %s", m->rule, inner);
-    return rc;
-  }
   /* Only a rule that reads the neighbour table makes the model build it (once). */
   if ((vs_plugin_desc(c->rule_plugin)->flags & VSPEC_PLUGIN_USES_NEIGHBOURS) &&
       (rc = vs_models_neighbours(c->models, &c->neighbours, &c->neighbours_k, err, errlen)))
     return rc;
-  rc = vs_registry_acquire(c->models->reg, VSPEC_PLUGIN_SCHED, m->sched, &c->sched_plugin, err,
-                           errlen);
-  if (rc) return rc;
-  c->sched_vt = vs_plugin_vtable(c->sched_plugin);
-  if ((rc = vs_params_parse(m->sched_params, &p, err, errlen))) return rc;
-  rc = c->sched_vt->create(host, p, &c->sched, inner, sizeof inner);
-  vs_params_free(p);
-  if (rc) snprintf(err, errlen, "scheduler '%s': %s", m->sched, inner);
+  rc = vs_sched_open(c->models->reg, c->models->host, m->sched, m->sched_params,
+                     &c->sched_plugin, &c->sched, err, errlen);
+  if (!rc) c->sched_vt = vs_plugin_vtable(c->sched_plugin);
   return rc;
 }
 

@@ -12,35 +12,13 @@
 #include "core/class_prompt.h"
 #include "core/engine.h"
 #include "core/method.h"
+#include "core/method_plugins.h"
 #include "core/names.h"
 #include "core/params.h"
 #include "core/status.h"
 #include "core/text.h"
 
-/* Whether acceptance rule `vt` judges the tokens of the model: a continuous-token (MAR) model
- * needs the continuous entry points, a discrete one a rule without them. The engine checks
- * the same; here it fails at submission with the same advice. */
-static int vs__rule_fits(const vspec_accept_vtable *vt, int continuous, const char *model,
-                         char *err, size_t errlen) {
-  int has_cont = VSPEC_HAS_FIELD(vt, vspec_accept_vtable, accept_prob_continuous) &&
-                 vt->accept_prob_continuous;
-  int full_cont = has_cont && VSPEC_HAS_FIELD(vt, vspec_accept_vtable, residual_continuous) &&
-                  vt->residual_continuous;
-  if (continuous && !full_cont) {
-    snprintf(err, errlen, "it is for discrete tokens; model '%s' has continuous tokens (use "
-             "the rule `continuous`, or method ar)", model);
-    return VSPEC_EINVAL;
-  }
-  if (!continuous && has_cont) {
-    snprintf(err, errlen, "it is for continuous tokens; model '%s' has discrete tokens (use "
-             "exact, lantern, lanternpp, uniform_rsd, coolsd or gsd)", model);
-    return VSPEC_EINVAL;
-  }
-  return VSPEC_OK;
-}
-
-/* Creates and destroys one instance of plugin (kind, name) with `params`; an acceptance rule
- * must also fit the model's kind of tokens (`continuous`). */
+/* What a plugin kind is called in messages. */
 static const char *vs__plugin_what(int kind) {
   return kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule"
          : kind == VSPEC_PLUGIN_SCHED ? "scheduler"
@@ -59,6 +37,8 @@ static int vs__try_drafter(const vs_submit_ctx *c, const vs_plugin *p, const vsp
   return rc;
 }
 
+/* Creates and destroys one instance of plugin (kind, name) with `params`; an acceptance rule
+ * must also fit the model's kind of tokens (`continuous`). */
 static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, const char *params,
                           int continuous, const char *model, int32_t vocab, char *err,
                           size_t errlen) {
@@ -79,7 +59,7 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
     if (kind == VSPEC_PLUGIN_ACCEPT) {
       const vspec_accept_vtable *vt = vs_plugin_vtable(p);
       vspec_rule *r = NULL;
-      rc = vs__rule_fits(vt, continuous, model, inner, sizeof inner);
+      rc = vs_rule_fits(vt, continuous, model, inner, sizeof inner);
       if (!rc) rc = vt->create(c->host, pp, &r, inner, sizeof inner);
       if (!rc) vt->destroy(r);
     } else if (kind == VSPEC_PLUGIN_DRAFTER) {
