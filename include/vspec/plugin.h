@@ -491,7 +491,7 @@ typedef struct vspec_sched_vtable {
                 vspec_rng *rng, vspec_skip_decision *out);
 } vspec_sched_vtable;
 
-/* ---- drafter plugins (ABI 1.5) -------------------------------------------------------
+/* ---- drafter plugins (ABI 1.5; driven level by level since 1.6) ---------------------
  *
  * A drafter proposes the tokens a round verifies and learns how each round ended (end): the
  * accepted tokens and, on demand, the target's distribution at any node of the verified tree.
@@ -623,7 +623,8 @@ typedef struct vspec_drafter_vtable {
   int (*skip)(vspec_drafter *d, int32_t next_root, char *err, size_t errlen);
 
   /* ---- ABI 1.6: drafters the engine drives level by level ------------------------------
-   * A drafter sets either propose or begin + expand. */
+   * A drafter sets either propose or begin + expand; the entries below serve the latter
+   * only (the engine does not call them on a drafter that proposes). */
   /* The round starts at the root (node 0, image index root_index): fill b->dist(0). */
   int (*begin)(vspec_drafter *d, int32_t root_index, const vspec_draft_builder *b, char *err,
                size_t errlen);
