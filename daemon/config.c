@@ -1,6 +1,4 @@
 #include "daemon/config.h"
-#include "daemon/fleet_queue.h"
-#include "daemon/http_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -501,33 +499,6 @@ void vs_config_device_spec(const vs_daemon_config *c, char *spec, size_t len) {
   else snprintf(spec, len, "cpu");
 }
 
-void vs_fleet_config_opts(const vs_daemon_config *c, vs_fleet_opts *o) {
-  vs_fleet_opts_defaults(o);
-  o->url = c->fleet_redis;
-  o->stream = c->fleet_stream;
-  o->group = c->fleet_group;
-  o->consumer = c->node;
-  o->events_prefix = c->fleet_events_prefix;
-  o->events_ttl_ms = c->fleet_events_ttl_s * 1000;
-  /* Payloads come from gateways, which apply the client-facing limits; a daemon reads
-   * whatever they let through (a smaller bound here would drop a job the client was told was
-   * accepted) up to Redis's own limit on a value. */
-  o->max_payload = 512u << 20;
-}
-
-/* The rule that links the two (DESIGN.md, "Fleet mode"): a claim time shorter than a few
- * heartbeats lets a live daemon's jobs be taken over. */
-static int vs__fleet_check_claim(const vs_daemon_config *c, char *err, size_t errlen) {
-  long long least = (long long)VS_FLEET_CLAIM_HEARTBEATS * c->fleet_heartbeat_ms;
-  if (c->fleet_claim_idle_ms >= least) return VSPEC_OK;
-  snprintf(err, errlen, "fleet.claim_idle_ms = %d is less than %d x fleet.heartbeat_ms (%d): "
-           "another daemon would take over the jobs of a live daemon whose refreshes are a "
-           "little late; set claim_idle_ms to at least %lld or heartbeat_ms to at most %d",
-           c->fleet_claim_idle_ms, VS_FLEET_CLAIM_HEARTBEATS, c->fleet_heartbeat_ms, least,
-           c->fleet_claim_idle_ms / VS_FLEET_CLAIM_HEARTBEATS);
-  return VSPEC_EINVAL;
-}
-
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (!strcmp(c->device_kind, "cpu") &&
       (c->device_index != 0 || c->device_memory_mb != 0)) {
@@ -570,32 +541,6 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (c->curve && (!*c->curve_secret_file || !*c->curve_allow_file)) {
     snprintf(err, errlen, "[curve] enabled needs secret_key_file and allowed_clients");
     return VSPEC_EINVAL;
-  }
-  if (c->fleet_redis[0]) {
-    /* The same checks the queue makes when it opens, without connecting. */
-    vs_fleet_opts o;
-    vs_fleet_queue *q = NULL;
-    vs_fleet_config_opts(c, &o);
-    int rc = vs_fleet_queue_open(&o, &q, err, errlen);
-    vs_fleet_queue_destroy(&q);
-    if (rc) return rc;
-    if ((rc = vs__fleet_check_claim(c, err, errlen))) return rc;
-  }
-  if (c->http_listen[0]) {
-    /* The address the HTTP endpoint will bind, parsed now: a typo stops the start. */
-    struct sockaddr_storage sa;
-    socklen_t len;
-    char inner[200];
-    if (vs_http_parse_listen(c->http_listen, &sa, &len, inner, sizeof inner)) {
-      snprintf(err, errlen, "http.listen = %s: %s", c->http_listen, inner);
-      return VSPEC_EINVAL;
-    }
-    if (!c->http_allow_remote && !vs_http_addr_is_loopback(&sa)) {
-      snprintf(err, errlen, "http.listen = %s can be reached from other machines (the HTTP "
-               "endpoint has no authentication): use a loopback address, or set "
-               "http.allow_remote = true", c->http_listen);
-      return VSPEC_EINVAL;
-    }
   }
   if (c->max_request_bytes > c->max_message_bytes) {
     snprintf(err, errlen, "limits.max_request_bytes (%ld) is over limits.max_message_bytes (%ld)",

@@ -613,9 +613,10 @@ void vs__drain_mail(vs_server *s) {
   }
 }
 
-void vs__on_async(uv_async_t *h) {
-  vs_server *s = h->data;
-  vs__drain_mail(s);
-  vs__reap(s);
-  vs__check_drained(s);
+/* Arms the tick, with the callback server.c registered (s->on_tick, server_tick.c): a send
+ * that has to be retried asks for it without calling into the loop's code. */
+void vs__start_tick(vs_server *s) {
+  if (s->tick_running || s->stopping) return;
+  s->tick_running = 1;
+  uv_timer_start(&s->tick, s->on_tick, VS_TICK_MS, VS_TICK_MS);
 }
