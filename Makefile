@@ -372,6 +372,7 @@ check: all $(TESTS)
 	if [ "$(SAN)" = 0 ]; then \
 	  $(TALLY) run $$res install-check $(MAKE) --no-print-directory install-check || fail=1; \
 	  $(TALLY) run $$res python-check $(MAKE) --no-print-directory python-check || fail=1; \
+	  $(TALLY) run $$res layout-check ./tools/check_layout.py || fail=1; \
 	fi; \
 	exit $$fail
 

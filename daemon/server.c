@@ -1,11 +1,16 @@
+/*
+ * daemon/server.c - vspecd's service put together (daemon/server.h): open (the device, the
+ * models, the workers, the sockets, then the fronts), run, close. The files it calls are
+ * listed in daemon/server_internal.h; none of them calls back into this one.
+ */
 #include "daemon/server_internal.h"
 
 #include <signal.h>
 
 /* ---- setup -------------------------------------------------------------------------------- */
 
-static int vs__setup_socket(vs_server *s, int which, const char *endpoint, int curve,
-                            const char *secret, char *err, size_t errlen) {
+static int server_setup_socket(vs_server *s, int which, const char *endpoint, int curve,
+                               const char *secret, char *err, size_t errlen) {
   /* Unpredictable automatic routing ids (daemon/router.c says why). */
   void *z = vs_router_open(s->zctx, err, errlen);
   if (!z) return VSPEC_EIO;
@@ -68,7 +73,7 @@ static int vs__setup_socket(vs_server *s, int which, const char *endpoint, int c
 /* Binding an ipc path takes it over from whoever serves it now: a second daemon started with
  * the same paths would silently steal the first one's clients. Checked before anything is
  * loaded, so the mistake costs no model load. */
-static int vs__endpoints_free(const vs_daemon_config *cfg, char *err, size_t errlen) {
+static int server_endpoints_free(const vs_daemon_config *cfg, char *err, size_t errlen) {
   const char *eps[2] = {cfg->endpoint, cfg->admin_endpoint};
   char perr[300];
   for (int i = 0; i < 2; i++)
@@ -82,7 +87,7 @@ static int vs__endpoints_free(const vs_daemon_config *cfg, char *err, size_t err
 
 /* Whether a failure to use what the configuration names (a directory, a key, a model, a
  * device) is the configuration's fault: all but the host's own troubles (I/O, memory). */
-static int vs__refusal(int rc) { return rc && rc != VSPEC_EIO && rc != VSPEC_ENOMEM; }
+static int server_refusal(int rc) { return rc && rc != VSPEC_EIO && rc != VSPEC_ENOMEM; }
 
 /* The load device ([device]): models load on it, the workers' devices share its memory
  * space. A device that cannot be opened (no GPU, wrong index) stops the start here. */
@@ -124,7 +129,7 @@ static int server_open_models(vs_server *s, const vs_daemon_config *cfg, int *co
   /* A plugin directory that is missing or others can write; an unusable TMPDIR is EIO. */
   int rc = vs_registry_open(cfg->plugin_dir, &s->host, &s->reg, err, errlen);
   if (rc) {
-    *config_refused = vs__refusal(rc);
+    *config_refused = server_refusal(rc);
     return rc;
   }
   int bad = vs_registry_scan(s->reg);
@@ -185,12 +190,12 @@ static int server_open_sockets(vs_server *s, const vs_daemon_config *cfg, int *c
     if ((rc = vs_curve_read_key(cfg->curve_secret_file, "secret", secret, err, errlen)) ||
         /* The handler must be bound before the job socket takes connections. */
         (rc = vs_zap_start(s->zctx, cfg->curve_allow_file, &s->zap, err, errlen))) {
-      *config_refused = vs__refusal(rc);
+      *config_refused = server_refusal(rc);
       return rc;
     }
   }
-  if ((rc = vs__setup_socket(s, VS_SOCK_JOB, cfg->endpoint, cfg->curve, secret, err, errlen)) ||
-      (rc = vs__setup_socket(s, VS_SOCK_ADMIN, cfg->admin_endpoint, 0, NULL, err, errlen))) {
+  if ((rc = server_setup_socket(s, VS_SOCK_JOB, cfg->endpoint, cfg->curve, secret, err, errlen)) ||
+      (rc = server_setup_socket(s, VS_SOCK_ADMIN, cfg->admin_endpoint, 0, NULL, err, errlen))) {
     *config_refused = rc == VSPEC_EINVAL;
     return rc;
   }
@@ -226,7 +231,7 @@ int vs_server_open(const vs_daemon_config *cfg, const vs_server_front *fronts, i
                    vs_server **out, int *config_refused, char *err, size_t errlen) {
   *out = NULL;
   *config_refused = 0;
-  int rc, busy = vs__endpoints_free(cfg, err, errlen);
+  int rc, busy = server_endpoints_free(cfg, err, errlen);
   if (busy) return busy;
   vs_server *s = calloc(1, sizeof *s);
   if (!s) {
@@ -270,7 +275,7 @@ int vs_server_run(vs_server *s) {
   return s->exit_code;
 }
 
-static void vs__walk_close(uv_handle_t *h, void *arg) {
+static void server_walk_close(uv_handle_t *h, void *arg) {
   (void)arg;
   if (!uv_is_closing(h)) uv_close(h, NULL);
 }
@@ -285,7 +290,7 @@ void vs_server_close(vs_server *s) {
   s->workers = NULL;
   if (s->async.data) vs__drain_mail(s);
   /* After a failed open, or anything left: close every handle and let the loop finish. */
-  uv_walk(&s->loop, vs__walk_close, NULL);
+  uv_walk(&s->loop, server_walk_close, NULL);
   uv_run(&s->loop, UV_RUN_DEFAULT);
   uv_loop_close(&s->loop);
   for (int b = 0; b < VS_BUCKETS; b++) {

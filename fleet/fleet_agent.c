@@ -26,10 +26,10 @@ typedef enum {
   VS__WAITING,  /* the daemon said busy: submit again at retry_at */
   VS__RUNNING,  /* submitted; events flow */
   VS__FINISHING /* its terminal event (kept in `terminal`) still has to reach Redis, or the ack */
-} vs__slot_state;
+} agent_slot_state;
 
-typedef struct vs__slot {
-  vs__slot_state state;
+typedef struct agent_slot {
+  agent_slot_state state;
   vs_fleet_job job;
   uint64_t fleet_id;  /* the job id clients know (the fleet job id, a decimal) */
   uint64_t request_id, local_id; /* in the daemon: the submit's request id, then its job id */
@@ -42,7 +42,7 @@ typedef struct vs__slot {
   unsigned char *terminal; /* the encoded terminal event, until it is in Redis */
   size_t terminal_len;
   int terminal_written;
-} vs__slot;
+} agent_slot;
 
 struct vs_fleet_agent {
   const vs_daemon_config *cfg;
@@ -51,7 +51,7 @@ struct vs_fleet_agent {
   pthread_t thread;
   int started;
   atomic_int draining, stopping;
-  vs__slot slot[VS_AGENT_MAX_SLOTS];
+  agent_slot slot[VS_AGENT_MAX_SLOTS];
   int n_slots;
   /* Redis unreachable: no command before redis_retry_at; backoff doubles up to 5 s */
   double redis_retry_at, backoff_s;
@@ -59,24 +59,24 @@ struct vs_fleet_agent {
   double next_touch, next_cancel_poll, next_sweep;
 };
 
-static const char *vs__who = "fleet";
+static const char *agent_who = "fleet";
 
 /* ---- Redis health ------------------------------------------------------------------------- */
 
-static int vs__redis_ok(const vs_fleet_agent *a) { return vs_now() >= a->redis_retry_at; }
+static int agent_redis_ok(const vs_fleet_agent *a) { return vs_now() >= a->redis_retry_at; }
 
 /* After a Redis call: a lost connection starts (or extends) the backoff; anything else is the
  * command's own problem. Returns rc. */
-static int vs__redis_result(vs_fleet_agent *a, int rc, const char *err) {
+static int agent_redis_result(vs_fleet_agent *a, int rc, const char *err) {
   if (rc == VSPEC_EIO) {
     if (!a->redis_down)
-      vs_log(VSPEC_LOG_WARN, vs__who, "redis unreachable, retrying with a backoff: %s", err);
+      vs_log(VSPEC_LOG_WARN, agent_who, "redis unreachable, retrying with a backoff: %s", err);
     a->redis_down = 1;
     a->backoff_s = a->backoff_s > 0 ? a->backoff_s * 2 : 0.1;
     if (a->backoff_s > 5) a->backoff_s = 5;
     a->redis_retry_at = vs_now() + a->backoff_s;
   } else if (rc >= 0 && a->redis_down) {
-    vs_log(VSPEC_LOG_INFO, vs__who, "redis reachable again");
+    vs_log(VSPEC_LOG_INFO, agent_who, "redis reachable again");
     a->redis_down = 0;
     a->backoff_s = 0;
   }
@@ -85,15 +85,15 @@ static int vs__redis_result(vs_fleet_agent *a, int rc, const char *err) {
 
 /* ---- events to Redis ---------------------------------------------------------------------- */
 
-static void vs__free_slot(vs__slot *s) {
+static void agent_free_slot(agent_slot *s) {
   vs_fleet_job_clear(&s->job);
   free(s->terminal);
   memset(s, 0, sizeof *s);
 }
 
 /* Writes one event of the slot's job (job id, request id and seq made the fleet's). */
-static int vs__encode(vs__slot *s, Vspec__Event *ev, const vs_conn_event *e, unsigned char **out,
-                      size_t *len) {
+static int agent_encode(agent_slot *s, Vspec__Event *ev, const vs_conn_event *e,
+                        unsigned char **out, size_t *len) {
   ev->has_job_id = 1;
   ev->job_id = s->fleet_id;
   ev->has_request_id = 0;
@@ -109,47 +109,47 @@ static int vs__encode(vs__slot *s, Vspec__Event *ev, const vs_conn_event *e, uns
   return vs_fleet_event_encode(ev, data, size, n, out, len);
 }
 
-static int vs__append(vs_fleet_agent *a, vs__slot *s, const unsigned char *v, size_t len) {
+static int agent_append(vs_fleet_agent *a, agent_slot *s, const unsigned char *v, size_t len) {
   char err[VSPEC_ERRLEN];
-  int rc = vs__redis_result(a, vs_fleet_event_append(a->q, s->job.job_id, v, len, NULL, err,
-                                                     sizeof err), err);
+  int rc = agent_redis_result(a, vs_fleet_event_append(a->q, s->job.job_id, v, len, NULL, err,
+                                                       sizeof err), err);
   if (rc && rc != VSPEC_EIO && !s->warned)
-    vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] cannot write an event: %s", s->job.job_id, err);
+    vs_log(VSPEC_LOG_ERROR, agent_who, "[job %s] cannot write an event: %s", s->job.job_id, err);
   return rc;
 }
 
 /* An event made here (restarted, poison, cancelled before it ran). */
-static int vs__append_own(vs_fleet_agent *a, vs__slot *s, Vspec__Event *ev) {
+static int agent_append_own(vs_fleet_agent *a, agent_slot *s, Vspec__Event *ev) {
   ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
   unsigned char *v;
   size_t len;
-  int rc = vs__encode(s, ev, NULL, &v, &len);
+  int rc = agent_encode(s, ev, NULL, &v, &len);
   if (rc) return rc;
-  rc = vs__append(a, s, v, len);
+  rc = agent_append(a, s, v, len);
   free(v);
   return rc;
 }
 
 /* The terminal event is written, then the job acked: both retried until they succeed (or
  * the job turns out to be another daemon's), so a finished job is never left pending. */
-static void agent_finish(vs_fleet_agent *a, vs__slot *s) {
+static void agent_finish(vs_fleet_agent *a, agent_slot *s) {
   char err[VSPEC_ERRLEN];
   if (s->lost) {
-    vs__free_slot(s);
+    agent_free_slot(s);
     return;
   }
   double now = vs_now();
-  if (!vs__redis_ok(a) || now < s->retry_at) return;
+  if (!agent_redis_ok(a) || now < s->retry_at) return;
   /* Any failure, a refusal (OOM, READONLY after a failover, LOADING, MISCONF) as much as a
    * lost connection, is tried again a second later: the slot keeps the job, and its claim
    * stays refreshed, until its terminal event is in Redis and the job is acked. */
   int rc = 0;
-  if (!s->terminal_written && s->terminal) rc = vs__append(a, s, s->terminal, s->terminal_len);
+  if (!s->terminal_written && s->terminal) rc = agent_append(a, s, s->terminal, s->terminal_len);
   if (rc >= 0) {
     s->terminal_written = 1;
-    rc = vs__redis_result(a, vs_fleet_ack(a->q, s->job.entry_id, err, sizeof err), err);
+    rc = agent_redis_result(a, vs_fleet_ack(a->q, s->job.entry_id, err, sizeof err), err);
     if (rc < 0 && rc != VSPEC_EIO && !s->warned)
-      vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] ack: %s (trying again every second)",
+      vs_log(VSPEC_LOG_ERROR, agent_who, "[job %s] ack: %s (trying again every second)",
              s->job.job_id, err);
   }
   if (rc < 0) {
@@ -157,12 +157,12 @@ static void agent_finish(vs_fleet_agent *a, vs__slot *s) {
     s->retry_at = now + 1;
     return;
   }
-  vs_log(VSPEC_LOG_DEBUG, vs__who, "[job %s] done and acked", s->job.job_id);
-  vs__free_slot(s);
+  vs_log(VSPEC_LOG_DEBUG, agent_who, "[job %s] done and acked", s->job.job_id);
+  agent_free_slot(s);
 }
 
 /* Ends a job here with an error event of our own (poison, cancelled, malformed payload). */
-static void vs__fail(vs_fleet_agent *a, vs__slot *s, int code, const char *msg) {
+static void agent_fail(vs_fleet_agent *a, agent_slot *s, int code, const char *msg) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__Error er = VSPEC__ERROR__INIT;
   er.code = code;
@@ -171,7 +171,7 @@ static void vs__fail(vs_fleet_agent *a, vs__slot *s, int code, const char *msg) 
   ev.body_case = VSPEC__EVENT__BODY_ERROR;
   ev.error = &er;
   s->state = VS__FINISHING;
-  if (vs__encode(s, &ev, NULL, &s->terminal, &s->terminal_len)) {
+  if (agent_encode(s, &ev, NULL, &s->terminal, &s->terminal_len)) {
     s->terminal = NULL;
     s->terminal_written = 1; /* out of memory: ack anyway, the job cannot be run */
   }
@@ -182,7 +182,7 @@ static void vs__fail(vs_fleet_agent *a, vs__slot *s, int code, const char *msg) 
 
 /* splitmix64: a job without a seed gets one derived from its fleet id, so that every delivery
  * of it draws the same image. */
-static uint64_t vs__seed_of(uint64_t id) {
+static uint64_t agent_seed_of(uint64_t id) {
   uint64_t z = id + 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -191,7 +191,7 @@ static uint64_t vs__seed_of(uint64_t id) {
 
 /* Gateways name jobs by a decimal id; any other name (a job enqueued by something else) gets
  * a stable number from its name, so its events and its seed are the same each time. */
-static uint64_t vs__fleet_id_of(const char *job_id) {
+static uint64_t agent_fleet_id_of(const char *job_id) {
   char *end;
   uint64_t id = strtoull(job_id, &end, 10);
   if (!*end && id) return id;
@@ -200,14 +200,14 @@ static uint64_t vs__fleet_id_of(const char *job_id) {
   return (h >> 1) | 1;
 }
 
-static void agent_submit(vs_fleet_agent *a, vs__slot *s) {
+static void agent_submit(vs_fleet_agent *a, agent_slot *s) {
   char err[VSPEC_ERRLEN];
   const unsigned char *frame[VS_FLEET_MAX_FRAMES];
   size_t size[VS_FLEET_MAX_FRAMES];
   int n;
   if (vs_fleet_frames_decode("VSR1", s->job.payload, s->job.payload_len, frame, size, &n, err,
                              sizeof err)) {
-    vs__fail(a, s, VSPEC__ERROR_CODE__ERR_MALFORMED, err);
+    agent_fail(a, s, VSPEC__ERROR_CODE__ERR_MALFORMED, err);
     return;
   }
   vs_wire_alloc al;
@@ -215,13 +215,13 @@ static void agent_submit(vs_fleet_agent *a, vs__slot *s) {
   Vspec__Request *r = vspec__request__unpack(&al.base, size[0], frame[0]);
   if (!r || r->body_case != VSPEC__REQUEST__BODY_SUBMIT || n - 1 > VS_WIRE_REQUEST_BLOBS) {
     if (r) vspec__request__free_unpacked(r, &al.base);
-    vs__fail(a, s, VSPEC__ERROR_CODE__ERR_MALFORMED,
-             "the job's payload is not a vspec.Request with a submit");
+    agent_fail(a, s, VSPEC__ERROR_CODE__ERR_MALFORMED,
+               "the job's payload is not a vspec.Request with a submit");
     return;
   }
   if (!r->submit->has_seed) {
     r->submit->has_seed = 1;
-    r->submit->seed = vs__seed_of(s->fleet_id);
+    r->submit->seed = agent_seed_of(s->fleet_id);
   }
   /* Gateways allow a client more credit than a daemon may (they hold the events in Redis);
    * the agent returns credit for every event it writes, so the daemon's bound is enough. */
@@ -243,8 +243,8 @@ static void agent_submit(vs_fleet_agent *a, vs__slot *s) {
              "limits ([limits] max_request_bytes %ld, max_message_bytes %ld), or its blobs "
              "do not match their descriptors", body, a->cfg->max_request_bytes,
              a->cfg->max_message_bytes);
-    vs__fail(a, s, too_big ? VSPEC__ERROR_CODE__ERR_TOO_LARGE : VSPEC__ERROR_CODE__ERR_MALFORMED,
-             msg);
+    agent_fail(a, s, too_big ? VSPEC__ERROR_CODE__ERR_TOO_LARGE : VSPEC__ERROR_CODE__ERR_MALFORMED,
+               msg);
     return;
   }
   vs_wire_blob blobs[VS_WIRE_MAX_BLOBS];
@@ -255,7 +255,7 @@ static void agent_submit(vs_fleet_agent *a, vs__slot *s) {
   s->request_id = r->request_id;
   vspec__request__free_unpacked(r, &al.base);
   if (rc) {
-    vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] cannot hand it to the daemon: %s",
+    vs_log(VSPEC_LOG_ERROR, agent_who, "[job %s] cannot hand it to the daemon: %s",
            s->job.job_id, err);
     s->state = VS__WAITING;
     s->retry_at = vs_now() + 1;
@@ -266,32 +266,32 @@ static void agent_submit(vs_fleet_agent *a, vs__slot *s) {
 }
 
 /* A job just read or claimed: refused here (poison, malformed, already cancelled), or run. */
-static void agent_take(vs_fleet_agent *a, vs__slot *s) {
+static void agent_take(vs_fleet_agent *a, agent_slot *s) {
   char err[VSPEC_ERRLEN], msg[256];
   const vs_fleet_job *j = &s->job;
   if (j->malformed) {
-    vs_log(VSPEC_LOG_WARN, vs__who, "entry %s of the jobs stream is not a job: acked and dropped",
+    vs_log(VSPEC_LOG_WARN, agent_who, "entry %s of the jobs stream is not a job: acked and dropped",
            j->entry_id);
-    vs__redis_result(a, vs_fleet_ack(a->q, j->entry_id, err, sizeof err), err);
-    vs__free_slot(s);
+    agent_redis_result(a, vs_fleet_ack(a->q, j->entry_id, err, sizeof err), err);
+    agent_free_slot(s);
     return;
   }
-  s->fleet_id = vs__fleet_id_of(j->job_id);
+  s->fleet_id = agent_fleet_id_of(j->job_id);
   if (j->deliveries > a->cfg->fleet_max_deliveries) {
     snprintf(msg, sizeof msg, "poison job: delivered %lld times, and each daemon that ran it "
              "stopped before it ended ([fleet] max_deliveries = %d)", j->deliveries,
              a->cfg->fleet_max_deliveries);
-    vs_log(VSPEC_LOG_WARN, vs__who, "[job %s] %s", j->job_id, msg);
-    vs__fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL, msg);
+    vs_log(VSPEC_LOG_WARN, agent_who, "[job %s] %s", j->job_id, msg);
+    agent_fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL, msg);
     return;
   }
   const char *id = j->job_id;
   int cancelled = 0;
   /* its events and its id live events_ttl from now: the job may have waited long */
-  vs__redis_result(a, vs_fleet_job_keepalive(a->q, j->job_id, err, sizeof err), err);
-  if (vs__redis_result(a, vs_fleet_cancel_check(a->q, &id, 1, &cancelled, err, sizeof err),
-                       err) > 0) {
-    vs__fail(a, s, VSPEC__ERROR_CODE__ERR_CANCELLED, "cancelled before it started");
+  agent_redis_result(a, vs_fleet_job_keepalive(a->q, j->job_id, err, sizeof err), err);
+  if (agent_redis_result(a, vs_fleet_cancel_check(a->q, &id, 1, &cancelled, err, sizeof err),
+                         err) > 0) {
+    agent_fail(a, s, VSPEC__ERROR_CODE__ERR_CANCELLED, "cancelled before it started");
     return;
   }
   if (j->deliveries > 1) {
@@ -302,14 +302,14 @@ static void agent_take(vs_fleet_agent *a, vs__slot *s) {
     rs.node = (char *)a->cfg->node;
     ev.body_case = VSPEC__EVENT__BODY_RESTARTED;
     ev.restarted = &rs;
-    vs__append_own(a, s, &ev);
-    vs_log(VSPEC_LOG_INFO, vs__who, "[job %s] run again (delivery %lld)", j->job_id,
+    agent_append_own(a, s, &ev);
+    vs_log(VSPEC_LOG_INFO, agent_who, "[job %s] run again (delivery %lld)", j->job_id,
            j->deliveries);
   }
   agent_submit(a, s);
 }
 
-static vs__slot *vs__free_one(vs_fleet_agent *a) {
+static agent_slot *agent_free_one(vs_fleet_agent *a) {
   for (int i = 0; i < a->n_slots; i++)
     if (a->slot[i].state == VS__FREE) return &a->slot[i];
   return NULL;
@@ -318,7 +318,7 @@ static vs__slot *vs__free_one(vs_fleet_agent *a) {
 /* ---- lost runs ---------------------------------------------------------------------------- */
 
 /* 1 while one of this daemon's slots holds the entry. */
-static int vs__holds(const vs_fleet_agent *a, const char *entry_id) {
+static int agent_holds(const vs_fleet_agent *a, const char *entry_id) {
   for (int i = 0; i < a->n_slots; i++)
     if (a->slot[i].state != VS__FREE && !strcmp(a->slot[i].job.entry_id, entry_id)) return 1;
   return 0;
@@ -328,9 +328,9 @@ static int vs__holds(const vs_fleet_agent *a, const char *entry_id) {
  * next one should start: at the next sweep of a free daemon, every heartbeat_ms. `sure`: this
  * daemon takes the job itself now; else every daemon may be busy. Encoded for the job's event
  * stream; 0 or VSPEC_ENOMEM. */
-static int vs__waiting_event(const vs_fleet_agent *a, const char *job_id, const char *what,
-                             long long deliveries, int sure, unsigned char **out,
-                             size_t *len) {
+static int agent_waiting_event(const vs_fleet_agent *a, const char *job_id, const char *what,
+                               long long deliveries, int sure, unsigned char **out,
+                               size_t *len) {
   const vs_daemon_config *c = a->cfg;
   char msg[400];
   int n = (c->fleet_heartbeat_ms + 999) / 1000;
@@ -349,7 +349,7 @@ static int vs__waiting_event(const vs_fleet_agent *a, const char *job_id, const 
   ph.eta_s = c->fleet_heartbeat_ms / 1000.0;
   ev.version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
   ev.has_job_id = 1;
-  ev.job_id = vs__fleet_id_of(job_id);
+  ev.job_id = agent_fleet_id_of(job_id);
   ev.body_case = VSPEC__EVENT__BODY_PHASE;
   ev.phase = &ph;
   return vs_fleet_event_encode(&ev, NULL, NULL, 0, out, len);
@@ -357,21 +357,21 @@ static int vs__waiting_event(const vs_fleet_agent *a, const char *job_id, const 
 
 /* Tells the client of a lost run, unless someone did already (the queue's mark makes it once
  * per run, whichever daemon sees it first). Returns the announce's status. */
-static int vs__announce(vs_fleet_agent *a, const vs_fleet_stale_job *st, int sure) {
+static int agent_announce(vs_fleet_agent *a, const vs_fleet_stale_job *st, int sure) {
   char err[VSPEC_ERRLEN], what[160];
   snprintf(what, sizeof what, "daemon %s lost (no heartbeat for %.1f s)", st->consumer,
            st->idle_ms / 1000.0);
   unsigned char *v;
   size_t len;
-  if (vs__waiting_event(a, st->job_id, what, st->deliveries, sure, &v, &len)) return VSPEC_ENOMEM;
-  int rc = vs__redis_result(a, vs_fleet_announce_loss(a->q, st, a->cfg->fleet_claim_idle_ms, v,
-                                                      len, err, sizeof err), err);
+  if (agent_waiting_event(a, st->job_id, what, st->deliveries, sure, &v, &len)) return VSPEC_ENOMEM;
+  int rc = agent_redis_result(a, vs_fleet_announce_loss(a->q, st, a->cfg->fleet_claim_idle_ms, v,
+                                                        len, err, sizeof err), err);
   free(v);
   if (rc > 0)
-    vs_log(VSPEC_LOG_INFO, vs__who, "[job %s] %s: its client is told, the job runs again",
+    vs_log(VSPEC_LOG_INFO, agent_who, "[job %s] %s: its client is told, the job runs again",
            st->job_id, what);
   else if (rc < 0 && rc != VSPEC_EIO)
-    vs_log(VSPEC_LOG_WARN, vs__who, "[job %s] cannot announce the loss of its run: %s",
+    vs_log(VSPEC_LOG_WARN, agent_who, "[job %s] cannot announce the loss of its run: %s",
            st->job_id, err);
   return rc;
 }
@@ -379,54 +379,54 @@ static int vs__announce(vs_fleet_agent *a, const vs_fleet_stale_job *st, int sur
 /* A job this daemon leaves without running it (it drains): its client is told, and the entry
  * is made claimable at once instead of after the claim time. Best effort: without Redis, the
  * other daemons announce it once it has been idle for the claim time. */
-static void vs__release(vs_fleet_agent *a, const vs__slot *s) {
+static void agent_release(vs_fleet_agent *a, const agent_slot *s) {
   char err[VSPEC_ERRLEN], what[160];
   snprintf(what, sizeof what, "daemon %s is stopping", a->cfg->node);
   unsigned char *v;
   size_t len;
-  if (!vs__redis_ok(a) ||
-      vs__waiting_event(a, s->job.job_id, what, s->job.deliveries, 0, &v, &len))
+  if (!agent_redis_ok(a) ||
+      agent_waiting_event(a, s->job.job_id, what, s->job.deliveries, 0, &v, &len))
     return;
-  int rc = vs__redis_result(a, vs_fleet_release(a->q, s->job.entry_id, s->job.job_id,
-                                                s->job.deliveries, a->cfg->fleet_claim_idle_ms,
-                                                v, len, err, sizeof err), err);
+  int rc = agent_redis_result(a, vs_fleet_release(a->q, s->job.entry_id, s->job.job_id,
+                                                  s->job.deliveries, a->cfg->fleet_claim_idle_ms,
+                                                  v, len, err, sizeof err), err);
   free(v);
   if (rc < 0 && rc != VSPEC_EIO)
-    vs_log(VSPEC_LOG_WARN, vs__who, "[job %s] cannot hand it over at once: %s", s->job.job_id,
+    vs_log(VSPEC_LOG_WARN, agent_who, "[job %s] cannot hand it over at once: %s", s->job.job_id,
            err);
 }
 
 /* Every heartbeat, busy or not: jobs idle for the claim time are lost runs. Each one's client
  * is told (by whichever daemon sees it first), and a daemon with a free slot takes the job
  * over. Returns how many jobs this daemon took. */
-static int vs__sweep(vs_fleet_agent *a) {
+static int agent_sweep(vs_fleet_agent *a) {
   char err[VSPEC_ERRLEN];
   vs_fleet_stale_job st[VS_AGENT_STALE_MAX];
   long long claim = a->cfg->fleet_claim_idle_ms;
-  int n = vs__redis_result(a, vs_fleet_stale(a->q, claim, st, VS_AGENT_STALE_MAX, err,
-                                             sizeof err), err);
+  int n = agent_redis_result(a, vs_fleet_stale(a->q, claim, st, VS_AGENT_STALE_MAX, err,
+                                               sizeof err), err);
   if (n == VS_FLEET_EREDIS && strstr(err, "NOGROUP")) {
     /* Redis restarted empty (no persistence): the group is made again, as a read does */
-    vs__redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
+    agent_redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
     return 0;
   }
   if (n < 0 && n != VSPEC_EIO) {
-    vs_log(VSPEC_LOG_ERROR, vs__who, "looking for lost jobs: %s", err);
+    vs_log(VSPEC_LOG_ERROR, agent_who, "looking for lost jobs: %s", err);
     a->redis_retry_at = vs_now() + 1;
   }
   int taken = 0;
-  for (int i = 0; i < n && vs__redis_ok(a); i++) {
+  for (int i = 0; i < n && agent_redis_ok(a); i++) {
     /* One of ours, idle because Redis was away: we still run it unless its refresh finds it
-     * announced or claimed (vs__touch_and_poll); never a second time here. */
-    if (vs__holds(a, st[i].entry_id)) continue;
-    vs__slot *s = a->draining ? NULL : vs__free_one(a);
+     * announced or claimed (agent_touch_and_poll); never a second time here. */
+    if (agent_holds(a, st[i].entry_id)) continue;
+    agent_slot *s = a->draining ? NULL : agent_free_one(a);
     /* an entry without a job has no client to tell: taken over, it is acked and dropped */
-    if (st[i].job_id[0] && vs__announce(a, &st[i], s != NULL) < 0) continue;
+    if (st[i].job_id[0] && agent_announce(a, &st[i], s != NULL) < 0) continue;
     if (!s) continue;
-    int rc = vs__redis_result(a, vs_fleet_claim(a->q, st[i].entry_id, claim, &s->job, err,
-                                                sizeof err), err);
+    int rc = agent_redis_result(a, vs_fleet_claim(a->q, st[i].entry_id, claim, &s->job, err,
+                                                  sizeof err), err);
     if (rc < 0 && rc != VSPEC_EIO)
-      vs_log(VSPEC_LOG_ERROR, vs__who, "taking over entry %s: %s", st[i].entry_id, err);
+      vs_log(VSPEC_LOG_ERROR, agent_who, "taking over entry %s: %s", st[i].entry_id, err);
     if (rc <= 0) continue;
     if (s->job.deliveries == 0) { /* acked in between (its old daemon finished after all) */
       vs_fleet_job_clear(&s->job);
@@ -439,27 +439,27 @@ static int vs__sweep(vs_fleet_agent *a) {
 }
 
 /* New jobs while a slot is free: lost ones first (the sweep), then ones never delivered. */
-static void vs__fetch(vs_fleet_agent *a, int block_ms) {
+static void agent_fetch(vs_fleet_agent *a, int block_ms) {
   char err[VSPEC_ERRLEN];
   double now = vs_now();
-  vs__slot *s;
-  if (vs__redis_ok(a) && now >= a->next_sweep) {
+  agent_slot *s;
+  if (agent_redis_ok(a) && now >= a->next_sweep) {
     a->next_sweep = now + a->cfg->fleet_heartbeat_ms / 1000.0;
-    if (vs__sweep(a)) block_ms = 0; /* a job to look after now */
+    if (agent_sweep(a)) block_ms = 0; /* a job to look after now */
   }
   /* an idle daemon's blocking read must not put off its next sweep */
   int to_sweep = (int)((a->next_sweep - now) * 1000) + 1;
   if (block_ms > to_sweep) block_ms = to_sweep;
-  while (!a->draining && vs__redis_ok(a) && (s = vs__free_one(a))) {
-    int rc = vs__redis_result(a, vs_fleet_read(a->q, block_ms, &s->job, err, sizeof err), err);
+  while (!a->draining && agent_redis_ok(a) && (s = agent_free_one(a))) {
+    int rc = agent_redis_result(a, vs_fleet_read(a->q, block_ms, &s->job, err, sizeof err), err);
     block_ms = 0;
     if (rc == VS_FLEET_EREDIS && strstr(err, "NOGROUP")) {
       /* Redis restarted empty (no persistence): the group is made again. */
-      rc = vs__redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
+      rc = agent_redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
       if (!rc) continue;
     }
     if (rc < 0 && rc != VSPEC_EIO) {
-      vs_log(VSPEC_LOG_ERROR, vs__who, "reading the jobs stream: %s", err);
+      vs_log(VSPEC_LOG_ERROR, agent_who, "reading the jobs stream: %s", err);
       a->redis_retry_at = vs_now() + 1;
     }
     if (rc <= 0) break;
@@ -473,9 +473,9 @@ static void vs__fetch(vs_fleet_agent *a, int block_ms) {
 
 /* ---- events from the daemon --------------------------------------------------------------- */
 
-static vs__slot *vs__slot_of(vs_fleet_agent *a, const Vspec__Event *ev) {
+static agent_slot *agent_slot_of(vs_fleet_agent *a, const Vspec__Event *ev) {
   for (int i = 0; i < a->n_slots; i++) {
-    vs__slot *s = &a->slot[i];
+    agent_slot *s = &a->slot[i];
     if (s->state != VS__RUNNING) continue;
     if (s->local_id && ev->has_job_id && ev->job_id == s->local_id) return s;
     if (ev->has_request_id && ev->request_id == s->request_id) return s;
@@ -483,7 +483,7 @@ static vs__slot *vs__slot_of(vs_fleet_agent *a, const Vspec__Event *ev) {
   return NULL;
 }
 
-static void vs__send_small(vs_fleet_agent *a, int cancel, uint64_t job, uint32_t grant) {
+static void agent_send_small(vs_fleet_agent *a, int cancel, uint64_t job, uint32_t grant) {
   char err[VSPEC_ERRLEN];
   Vspec__Request r = VSPEC__REQUEST__INIT;
   Vspec__Cancel c = VSPEC__CANCEL__INIT;
@@ -499,14 +499,14 @@ static void vs__send_small(vs_fleet_agent *a, int cancel, uint64_t job, uint32_t
     r.credit = &cr;
   }
   if (vs_conn_send(&a->conn, &r, NULL, 0, err, sizeof err))
-    vs_log(VSPEC_LOG_WARN, vs__who, "to the daemon: %s", err);
+    vs_log(VSPEC_LOG_WARN, agent_who, "to the daemon: %s", err);
 }
 
 static void agent_on_event(vs_fleet_agent *a, vs_conn_event *e) {
   Vspec__Event *ev = e->ev;
   if (ev->body_case == VSPEC__EVENT__BODY_HEARTBEAT || ev->body_case == VSPEC__EVENT__BODY_ACK)
     return;
-  vs__slot *s = vs__slot_of(a, ev);
+  agent_slot *s = agent_slot_of(a, ev);
   if (!s) return;
   int terminal = ev->body_case == VSPEC__EVENT__BODY_RESULT ||
                  ev->body_case == VSPEC__EVENT__BODY_ERROR;
@@ -515,16 +515,16 @@ static void agent_on_event(vs_fleet_agent *a, vs_conn_event *e) {
    * and runs it (a restarted event says so). Busy: ask again later. */
   if (ev->body_case == VSPEC__EVENT__BODY_ERROR &&
       ev->error->code == VSPEC__ERROR_CODE__ERR_SHUTTING_DOWN) {
-    vs_log(VSPEC_LOG_INFO, vs__who, "[job %s] left to another daemon: this one is draining",
+    vs_log(VSPEC_LOG_INFO, agent_who, "[job %s] left to another daemon: this one is draining",
            s->job.job_id);
-    if (!s->lost) vs__release(a, s);
-    vs__free_slot(s);
+    if (!s->lost) agent_release(a, s);
+    agent_free_slot(s);
     return;
   }
   if (ev->body_case == VSPEC__EVENT__BODY_ERROR && !s->local_id &&
       ev->error->code == VSPEC__ERROR_CODE__ERR_BUSY) {
     if (s->lost) { /* another daemon has it now */
-      vs__free_slot(s);
+      agent_free_slot(s);
       return;
     }
     s->state = VS__WAITING;
@@ -536,16 +536,17 @@ static void agent_on_event(vs_fleet_agent *a, vs_conn_event *e) {
   int progress = ev->body_case == VSPEC__EVENT__BODY_PROGRESS ||
                  ev->body_case == VSPEC__EVENT__BODY_PREVIEW;
   if (s->lost) {
-    if (terminal) vs__free_slot(s);
-    else if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED && local) vs__send_small(a, 1, local, 0);
-    else if (progress && local) vs__send_small(a, 0, local, 1);
+    if (terminal) agent_free_slot(s);
+    else if (ev->body_case == VSPEC__EVENT__BODY_ACCEPTED && local)
+      agent_send_small(a, 1, local, 0);
+    else if (progress && local) agent_send_small(a, 0, local, 1);
     return;
   }
   unsigned char *v;
   size_t len;
-  if (vs__encode(s, ev, e, &v, &len)) {
-    vs_log(VSPEC_LOG_ERROR, vs__who, "[job %s] cannot encode an event", s->job.job_id);
-    if (terminal) vs__fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory for its result");
+  if (agent_encode(s, ev, e, &v, &len)) {
+    vs_log(VSPEC_LOG_ERROR, agent_who, "[job %s] cannot encode an event", s->job.job_id);
+    if (terminal) agent_fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory for its result");
     return;
   }
   if (terminal) {
@@ -556,117 +557,117 @@ static void agent_on_event(vs_fleet_agent *a, vs_conn_event *e) {
     return;
   }
   /* Progress and previews lost to a Redis outage stay lost (the next ones supersede them). */
-  if (vs__redis_ok(a)) vs__append(a, s, v, len);
+  if (agent_redis_ok(a)) agent_append(a, s, v, len);
   free(v);
   /* The agent is the daemon's client: credit comes back as soon as an event is in Redis (the
    * gateways apply each client's own credit when they relay). */
-  if (progress && local) vs__send_small(a, 0, local, 1);
+  if (progress && local) agent_send_small(a, 0, local, 1);
 }
 
 /* ---- periodic work ------------------------------------------------------------------------ */
 
-static void vs__touch_and_poll(vs_fleet_agent *a) {
+static void agent_touch_and_poll(vs_fleet_agent *a) {
   char err[VSPEC_ERRLEN];
   double now = vs_now();
   const char *ids[VS_AGENT_MAX_SLOTS];
-  vs__slot *held[VS_AGENT_MAX_SLOTS];
+  agent_slot *held[VS_AGENT_MAX_SLOTS];
   int flag[VS_AGENT_MAX_SLOTS], n = 0;
   for (int i = 0; i < a->n_slots; i++)
     if (a->slot[i].state != VS__FREE && !a->slot[i].lost) held[n++] = &a->slot[i];
-  if (!n || !vs__redis_ok(a)) return;
+  if (!n || !agent_redis_ok(a)) return;
   if (now >= a->next_touch) {
     a->next_touch = now + a->cfg->fleet_heartbeat_ms / 1000.0;
     for (int i = 0; i < n; i++) ids[i] = held[i]->job.entry_id;
-    int rc = vs__redis_result(a, vs_fleet_touch(a->q, ids, n, flag, err, sizeof err), err);
+    int rc = agent_redis_result(a, vs_fleet_touch(a->q, ids, n, flag, err, sizeof err), err);
     if (rc == VSPEC_EIO) {
       a->next_touch = now; /* again as soon as the backoff allows: it is the heartbeat */
       return;
     }
     for (int i = 0; rc >= 0 && i < n; i++) {
       if (flag[i]) continue;
-      vs__slot *s = held[i];
+      agent_slot *s = held[i];
       /* Another daemon has it or announced its loss (this one was silent past
        * claim_idle_ms), or it was acked. */
-      vs_log(VSPEC_LOG_WARN, vs__who, "[job %s] no longer ours: stopped here", s->job.job_id);
+      vs_log(VSPEC_LOG_WARN, agent_who, "[job %s] no longer ours: stopped here", s->job.job_id);
       s->lost = 1;
-      if (s->state == VS__RUNNING && s->local_id) vs__send_small(a, 1, s->local_id, 0);
-      else if (s->state != VS__RUNNING) vs__free_slot(s);
+      if (s->state == VS__RUNNING && s->local_id) agent_send_small(a, 1, s->local_id, 0);
+      else if (s->state != VS__RUNNING) agent_free_slot(s);
     }
   }
   if (now >= a->next_cancel_poll) {
     a->next_cancel_poll = now + a->cfg->fleet_cancel_poll_ms / 1000.0;
     n = 0;
     for (int i = 0; i < a->n_slots; i++) {
-      vs__slot *s = &a->slot[i];
+      agent_slot *s = &a->slot[i];
       if ((s->state == VS__RUNNING || s->state == VS__WAITING) && !s->lost && !s->cancel_sent) {
         held[n] = s;
         ids[n++] = s->job.job_id;
       }
     }
     if (!n) return;
-    int rc = vs__redis_result(a, vs_fleet_cancel_check(a->q, ids, n, flag, err, sizeof err), err);
+    int rc = agent_redis_result(a, vs_fleet_cancel_check(a->q, ids, n, flag, err, sizeof err), err);
     for (int i = 0; rc > 0 && i < n; i++) {
       if (!flag[i]) continue;
-      vs__slot *s = held[i];
+      agent_slot *s = held[i];
       if (s->state == VS__WAITING) {
-        vs__fail(a, s, VSPEC__ERROR_CODE__ERR_CANCELLED, "cancelled by its client");
+        agent_fail(a, s, VSPEC__ERROR_CODE__ERR_CANCELLED, "cancelled by its client");
       } else if (s->local_id) {
         s->cancel_sent = 1;
-        vs__send_small(a, 1, s->local_id, 0);
+        agent_send_small(a, 1, s->local_id, 0);
       }
     }
   }
 }
 
-static void vs__retry(vs_fleet_agent *a) {
+static void agent_retry(vs_fleet_agent *a) {
   double now = vs_now();
   for (int i = 0; i < a->n_slots; i++) {
-    vs__slot *s = &a->slot[i];
-    if (s->state == VS__WAITING && s->lost) vs__free_slot(s);
+    agent_slot *s = &a->slot[i];
+    if (s->state == VS__WAITING && s->lost) agent_free_slot(s);
     else if (s->state == VS__WAITING && now >= s->retry_at) agent_submit(a, s);
     else if (s->state == VS__RUNNING && !s->local_id && now - s->submitted_at > 30)
       /* no Accepted and no error in 30 s: the daemon dropped the submit (it answers at once,
        * queued or not); fail the job rather than hold it and its claim for ever */
-      vs__fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL,
-               "the daemon did not answer the job's submit within 30 s");
+      agent_fail(a, s, VSPEC__ERROR_CODE__ERR_INTERNAL,
+                 "the daemon did not answer the job's submit within 30 s");
     else if (s->state == VS__FINISHING) agent_finish(a, s);
   }
 }
 
-static int vs__busy_slots(const vs_fleet_agent *a) {
+static int agent_busy_slots(const vs_fleet_agent *a) {
   int n = 0;
   for (int i = 0; i < a->n_slots; i++) n += a->slot[i].state != VS__FREE;
   return n;
 }
 
-static void *vs__main(void *arg) {
+static void *agent_main(void *arg) {
   vs_fleet_agent *a = arg;
   char err[VSPEC_ERRLEN];
   double stop_by = 0, next_periodic = 0;
-  vs__redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
+  agent_redis_result(a, vs_fleet_ensure_group(a->q, err, sizeof err), err);
   for (;;) {
     if (a->stopping) {
       if (!stop_by) stop_by = vs_now() + VS_AGENT_STOP_GRACE_S;
-      if (!vs__busy_slots(a) || vs_now() > stop_by) break;
+      if (!agent_busy_slots(a) || vs_now() > stop_by) break;
     }
     /* Nothing running: wait for a job in Redis instead (the daemon has nothing to say). */
-    int idle = !vs__busy_slots(a) && !a->draining && vs__redis_ok(a);
+    int idle = !agent_busy_slots(a) && !a->draining && agent_redis_ok(a);
     vs_conn_event e;
     int rc = vs_conn_recv(&a->conn, idle ? 0 : 20, &e, err, sizeof err);
     if (rc > 0) {
       agent_on_event(a, &e);
       vs_conn_event_free(&e);
     }
-    if (rc < 0) vs_log(VSPEC_LOG_WARN, vs__who, "from the daemon: %s", err);
+    if (rc < 0) vs_log(VSPEC_LOG_WARN, agent_who, "from the daemon: %s", err);
     /* The periodic work runs every 20 ms however busy the event stream is: a job streaming
      * previews must still have its claim refreshed, and a free worker must still get a job. */
     double now = vs_now();
     if (rc > 0 && now < next_periodic) continue;
     next_periodic = now + 0.02;
     /* the refresh first: nothing else may put off a live daemon's heartbeat */
-    vs__touch_and_poll(a);
-    vs__retry(a);
-    vs__fetch(a, idle ? 200 : 0);
+    agent_touch_and_poll(a);
+    agent_retry(a);
+    agent_fetch(a, idle ? 200 : 0);
   }
   return NULL;
 }
@@ -686,7 +687,7 @@ int vs_fleet_agent_start(const vs_daemon_config *cfg, void *zctx, const char *en
   int rc = vs_fleet_queue_open(&o, &a->q, err, errlen);
   vs_conn_opts co = {.ctx = zctx};
   if (!rc) rc = vs_conn_open(&a->conn, endpoint, &co, err, errlen);
-  if (!rc && pthread_create(&a->thread, NULL, vs__main, a)) {
+  if (!rc && pthread_create(&a->thread, NULL, agent_main, a)) {
     snprintf(err, errlen, "fleet agent: cannot start its thread");
     rc = VSPEC_ENOMEM;
   }
@@ -711,7 +712,7 @@ void vs_fleet_agent_stop(vs_fleet_agent **ap) {
   a->draining = 1;
   a->stopping = 1;
   if (a->started) pthread_join(a->thread, NULL);
-  for (int i = 0; i < a->n_slots; i++) vs__free_slot(&a->slot[i]);
+  for (int i = 0; i < a->n_slots; i++) agent_free_slot(&a->slot[i]);
   vs_conn_close(&a->conn);
   vs_fleet_queue_destroy(&a->q);
   free(a);

@@ -23,7 +23,7 @@
 #include "fleet/fleet_queue_internal.h"
 
 /* Key names and the group: they show up in redis-cli, logs and messages unquoted. */
-static const vs_name_kind vs__key_name = {"a Redis key or group name", "._:-", 1,
+static const vs_name_kind fq_key_name = {"a Redis key or group name", "._:-", 1,
                                          "[A-Za-z0-9._:-]", 1, 64};
 /* A job id is part of its event stream's key and of every log line about the job. */
 const vs_name_kind vs__fq_job_name = {"a job id", "._:-", 1, "[A-Za-z0-9._:-]", 1,
@@ -51,9 +51,9 @@ void vs_fleet_opts_defaults(vs_fleet_opts *o) {
 typedef struct {
   sigset_t old;
   int was_pending;
-} vs__pipe_guard;
+} fq_pipe_guard;
 
-static void fq_pipe_block(vs__pipe_guard *g) {
+static void fq_pipe_block(fq_pipe_guard *g) {
   sigset_t set, pend;
   sigemptyset(&set);
   sigaddset(&set, SIGPIPE);
@@ -63,7 +63,7 @@ static void fq_pipe_block(vs__pipe_guard *g) {
   pthread_sigmask(SIG_BLOCK, &set, &g->old);
 }
 
-static void fq_pipe_unblock(vs__pipe_guard *g) {
+static void fq_pipe_unblock(fq_pipe_guard *g) {
   if (!g->was_pending) {
     sigset_t set, pend;
     sigemptyset(&set);
@@ -116,7 +116,7 @@ static int fq_set_timeout(vs_fleet_queue *q, long long ms, char *err, size_t err
 int vs__fq_getn(vs_fleet_queue *q, const char *what, int n, redisReply **r, long long wait_ms,
                 char *err, size_t errlen) {
   for (int i = 0; i < n; i++) r[i] = NULL;
-  vs__pipe_guard g;
+  fq_pipe_guard g;
   fq_pipe_block(&g);
   int failed = 0, errno_at = 0;
   for (int i = 0; i < n; i++) {
@@ -236,11 +236,11 @@ int vs_fleet_queue_open(const vs_fleet_opts *o, vs_fleet_queue **out, char *err,
                    "fleet queue: out of memory");
   }
   int rc = vs_fleet_addr_parse(o->url, &q->addr, err, errlen);
-  if (!rc) rc = fq_copy_name(q->stream, sizeof q->stream, &vs__key_name, "fleet stream", o->stream,
+  if (!rc) rc = fq_copy_name(q->stream, sizeof q->stream, &fq_key_name, "fleet stream", o->stream,
                              err, errlen);
-  if (!rc) rc = fq_copy_name(q->group, sizeof q->group, &vs__key_name, "fleet group", o->group,
+  if (!rc) rc = fq_copy_name(q->group, sizeof q->group, &fq_key_name, "fleet group", o->group,
                              err, errlen);
-  if (!rc) rc = fq_copy_name(q->events_prefix, sizeof q->events_prefix, &vs__key_name,
+  if (!rc) rc = fq_copy_name(q->events_prefix, sizeof q->events_prefix, &fq_key_name,
                              "fleet events prefix", o->events_prefix, err, errlen);
   if (!rc && o->consumer) {
     rc = fq_copy_name(q->consumer, sizeof q->consumer, &vs_name_model, "fleet consumer",

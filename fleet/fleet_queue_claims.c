@@ -11,7 +11,7 @@
 
 /* KEYS: the jobs stream. ARGV: group, min idle, first id of the scan, count. Each pending
  * entry idle that long, with its `job` field ('' when the entry has none or is gone). */
-static const char vs__stale_lua[] =
+static const char fq_stale_lua[] =
     "local p = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[2], ARGV[3], '+', ARGV[4])\n"
     "local out = {}\n"
     "for i, e in ipairs(p) do\n"
@@ -57,7 +57,7 @@ int vs_fleet_stale(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_stale_job 
   char idle[24], count[16];
   snprintf(idle, sizeof idle, "%lld", min_idle_ms);
   snprintf(count, sizeof count, "%d", max);
-  const char *argv[] = {"EVAL", vs__stale_lua, "1", q->stream, q->group, idle, q->cursor, count};
+  const char *argv[] = {"EVAL", fq_stale_lua, "1", q->stream, q->group, idle, q->cursor, count};
   redisReply *r;
   int rc = vs__fq_eval(q, "XPENDING (stale)", 8, argv, NULL, &r, err, errlen);
   if (rc) return rc;
@@ -80,7 +80,7 @@ int vs_fleet_stale(vs_fleet_queue *q, long long min_idle_ms, vs_fleet_stale_job 
 /* KEYS: the jobs stream, the run's lost mark, the job's event stream. ARGV: group, entry id,
  * delivery count, min idle (release: the idle time to set), event, events kept, ttl, mode
  * ('watch' or 'release'), consumer (release: this one). See vs_fleet_announce_loss. */
-static const char vs__announce_lua[] =
+static const char fq_announce_lua[] =
     "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)\n"
     "if #p ~= 1 or p[1][4] ~= tonumber(ARGV[3]) then return 0 end\n"
     "if ARGV[8] == 'release' then\n"
@@ -116,7 +116,7 @@ static int fq_announce(vs_fleet_queue *q, const char *mode, const char *entry_id
   snprintf(idle, sizeof idle, "%lld", idle_ms);
   snprintf(ev_max, sizeof ev_max, "%lld", q->events_max_len);
   snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
-  const char *argv[] = {"EVAL", vs__announce_lua, "3", q->stream, mark, ekey, q->group, entry_id,
+  const char *argv[] = {"EVAL", fq_announce_lua, "3", q->stream, mark, ekey, q->group, entry_id,
                         dl, idle, len ? event : "", ev_max, ttl, mode, q->consumer};
   size_t argl[15];
   for (int i = 0; i < 15; i++) argl[i] = i == 10 ? len : strlen(argv[i]); /* the event: bytes */
@@ -184,7 +184,7 @@ int vs_fleet_claim(vs_fleet_queue *q, const char *entry_id, long long min_idle_m
  * does not raise the delivery count) and return it. A job claimed away by another daemon, or
  * announced lost to its client, is left alone: a refresh must never steal a job back, nor
  * keep one whose client was told it runs again elsewhere. */
-static const char vs__touch_lua[] =
+static const char fq_touch_lua[] =
     "local out = {}\n"
     "for i = 3, #ARGV do\n"
     "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)\n"
@@ -216,7 +216,7 @@ int vs_fleet_touch(vs_fleet_queue *q, const char *const *entry_ids, int n, int *
                    "XCLAIM: out of memory");
   }
   argv[0] = "EVAL";
-  argv[1] = vs__touch_lua;
+  argv[1] = fq_touch_lua;
   argv[2] = "1";
   argv[3] = q->stream;
   argv[4] = q->group;

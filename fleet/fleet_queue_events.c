@@ -123,7 +123,7 @@ int vs_fleet_events_exist(vs_fleet_queue *q, const char *job_id, char *err, size
  * the events' ttl, the request's digest. Atomic, so that a gateway (or Redis) dying half way
  * leaves either all of it or none: an id taken without its job, or an Accepted without its
  * entry, would leave a retrying client following a job that does not exist. */
-static const char vs__submit_lua[] =
+static const char fq_submit_lua[] =
     "if KEYS[3] ~= '' then\n"
     "  local v = redis.call('GET', KEYS[3])\n"
     "  if v then\n"
@@ -159,7 +159,7 @@ int vs_fleet_submit(vs_fleet_queue *q, const char *job_id, const void *payload, 
   snprintf(cap, sizeof cap, "%lld", 2 * q->max_len);
   snprintf(ev_max, sizeof ev_max, "%lld", q->events_max_len);
   snprintf(ttl, sizeof ttl, "%lld", q->events_ttl_ms);
-  const char *argv[] = {"EVAL", vs__submit_lua, "3", q->stream, ekey, ikey, job_id,
+  const char *argv[] = {"EVAL", fq_submit_lua, "3", q->stream, ekey, ikey, job_id,
                         len ? payload : "", first_event ? first_event : "", max_len, cap,
                         ev_max, ttl, digest ? digest : ""};
   size_t argl[14];

@@ -20,10 +20,10 @@
 #include "proto/curve_keys.h"
 #include "proto/wire.h"
 
-static volatile sig_atomic_t vs__stop;
+static volatile sig_atomic_t gw_stop;
 static void gw_on_signal(int sig) {
   (void)sig;
-  vs__stop = 1;
+  gw_stop = 1;
 }
 
 /* ---- configuration ------------------------------------------------------------------------- */
@@ -44,7 +44,7 @@ void vs_gateway_config_defaults(vs_gateway_config *c) {
   c->max_request_bytes = 64l << 10;
 }
 
-static void vs__fleet_opts(const vs_gateway_config *c, vs_fleet_opts *o) {
+static void gw_fleet_opts(const vs_gateway_config *c, vs_fleet_opts *o) {
   vs_fleet_opts_defaults(o);
   o->url = c->redis_url;
   o->stream = c->stream;
@@ -93,7 +93,7 @@ int vs_gateway_check(const vs_gateway_config *c, char *err, size_t errlen) {
 
 /* ---- requests (submit, resume and cancel are in gateway_jobs.c) ------------------------- */
 
-static void vs__status(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
+static void gw_status(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__StatusReply st = VSPEC__STATUS_REPLY__INIT;
   Vspec__FleetInfo fi = VSPEC__FLEET_INFO__INIT;
@@ -144,7 +144,7 @@ static void vs__status(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
   vs_gw_send_own(g, env, &ev);
 }
 
-static void vs__pong(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
+static void gw_pong(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__Pong p = VSPEC__PONG__INIT;
   p.node = (char *)g->cfg->node;
@@ -155,7 +155,7 @@ static void vs__pong(vs_gw *g, const vs_wire_envelope *env, uint64_t rid) {
   vs_gw_send_own(g, env, &ev);
 }
 
-static void vs__from_client(vs_gw *g, vs_wire_msg *m) {
+static void gw_from_client(vs_gw *g, vs_wire_msg *m) {
   vs_wire_alloc a;
   vs_wire_alloc_init(&a, 256 << 10);
   int code;
@@ -180,8 +180,8 @@ static void vs__from_client(vs_gw *g, vs_wire_msg *m) {
       }
       break;
     }
-    case VSPEC__REQUEST__BODY_STATUS: vs__status(g, &m->env, rid); break;
-    case VSPEC__REQUEST__BODY_PING: vs__pong(g, &m->env, rid); break;
+    case VSPEC__REQUEST__BODY_STATUS: gw_status(g, &m->env, rid); break;
+    case VSPEC__REQUEST__BODY_PING: gw_pong(g, &m->env, rid); break;
     case VSPEC__REQUEST__BODY_PLUGINS:
     case VSPEC__REQUEST__BODY_RELOAD:
       vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_FORBIDDEN,
@@ -196,17 +196,17 @@ static void vs__from_client(vs_gw *g, vs_wire_msg *m) {
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
-static int vs__setup_front(vs_gw *g, char *err, size_t errlen) {
+static int gw_setup_front(vs_gw *g, char *err, size_t errlen) {
   const vs_gateway_config *cfg = g->cfg;
   g->front = vs_router_front(g->ctx, cfg->front, cfg->max_message_bytes, cfg->heartbeat_ms,
                              cfg->curve_secret_file, err, errlen);
   return g->front ? VSPEC_OK : VSPEC_EIO;
 }
 
-static int vs__setup(vs_gw *g, vs_zap **zap, char *err, size_t errlen) {
+static int gw_setup(vs_gw *g, vs_zap **zap, char *err, size_t errlen) {
   const vs_gateway_config *cfg = g->cfg;
   vs_fleet_opts o;
-  vs__fleet_opts(cfg, &o);
+  gw_fleet_opts(cfg, &o);
   vs_fleet_addr a;
   int rc = vs_fleet_queue_open(&o, &g->q, err, errlen);
   if (rc || (rc = vs_fleet_addr_parse(cfg->redis_url, &a, err, errlen))) return rc;
@@ -229,11 +229,11 @@ static int vs__setup(vs_gw *g, vs_zap **zap, char *err, size_t errlen) {
   if (cfg->curve_secret_file &&
       (rc = vs_zap_start(g->ctx, cfg->curve_allow_file, zap, err, errlen)))
     return rc;
-  return vs__setup_front(g, err, errlen);
+  return gw_setup_front(g, err, errlen);
 }
 
 /* Up to 256 requests per turn, so the relay runs between bursts. */
-static void vs__read_front(vs_gw *g) {
+static void gw_read_front(vs_gw *g) {
   const vs_gateway_config *cfg = g->cfg;
   for (int k = 0; k < 256; k++) {
     vs_wire_msg m;
@@ -249,7 +249,7 @@ static void vs__read_front(vs_gw *g) {
                                             : VSPEC__ERROR_CODE__ERR_MALFORMED, err);
       continue;
     }
-    vs__from_client(g, &m);
+    gw_from_client(g, &m);
     vs_wire_msg_close(&m);
   }
 }
@@ -263,7 +263,7 @@ int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
   g->cfg = cfg;
   g->started = vs_now();
   vs_zap *zap = NULL;
-  int rc = vs__setup(g, &zap, err, errlen);
+  int rc = gw_setup(g, &zap, err, errlen);
   if (rc) goto done;
   struct sigaction sa = {.sa_handler = gw_on_signal};
   sigaction(SIGTERM, &sa, NULL);
@@ -275,7 +275,7 @@ int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
   if (!vs_gw_redis_note(g, vs_fleet_queue_connect(g->q, e2, sizeof e2), e2))
     vs_log(VSPEC_LOG_INFO, "gateway", "redis at %s: connected", g->where);
   int more = 0;
-  while (!vs__stop) {
+  while (!gw_stop) {
     zmq_pollitem_t it = {.socket = g->front, .events = ZMQ_POLLIN};
     /* Followed jobs are read every 2 ms or so (each quiet one less and less often, see
      * gateway_relay.c), at once while a backlog lasts (a resume from the start); an idle
@@ -287,7 +287,7 @@ int vs_gateway_run(const vs_gateway_config *cfg, char *err, size_t errlen) {
       rc = VSPEC_EIO;
       break;
     }
-    vs__read_front(g);
+    gw_read_front(g);
     double now = vs_now();
     if (g->out) vs_gw_retry_out(g, now);
     more = vs_gw_relay(g, now);

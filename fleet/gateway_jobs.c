@@ -22,7 +22,7 @@
 
 /* A fresh job id: random, so that gateways that share nothing never hand out the same one,
  * and a job's events cannot be guessed by another client; nonzero and below 2^63. */
-static int vs__draw_job_id(uint64_t *out) {
+static int gjobs_draw_job_id(uint64_t *out) {
   uint64_t v = 0;
   while (v == 0) {
     ssize_t n = getrandom(&v, sizeof v, 0);
@@ -34,15 +34,15 @@ static int vs__draw_job_id(uint64_t *out) {
   return 0;
 }
 
-static int64_t vs__credit(int has, uint32_t credit) {
+static int64_t gjobs_credit(int has, uint32_t credit) {
   if (!has) return VS_GW_DEFAULT_CREDIT;
   return credit > VS_GW_MAX_CREDIT ? VS_GW_MAX_CREDIT : credit;
 }
 
 /* The gateway's Accepted, first in the job's event stream: the job id at once, the jobs
  * waiting ahead of it (when known), and who took the submit. */
-static int vs__encode_accepted(const vs_gw *g, uint64_t job, long long ahead, unsigned char **data,
-                               size_t *len) {
+static int gjobs_encode_accepted(const vs_gw *g, uint64_t job, long long ahead,
+                                 unsigned char **data, size_t *len) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__Accepted acc = VSPEC__ACCEPTED__INIT;
   acc.node = (char *)g->cfg->node;
@@ -59,8 +59,8 @@ static int vs__encode_accepted(const vs_gw *g, uint64_t job, long long ahead, un
 /* Puts a job into the fleet, its Accepted first in its event stream, in one atomic step
  * (vs_fleet_submit); `digest` for a client-chosen id, else NULL. Returns VS_FLEET_NEW /
  * VS_FLEET_SAME / VS_FLEET_CONFLICT, VSPEC_EBUSY or a Redis error (message in err). */
-static int vs__enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, size_t len,
-                       const char *digest, char *err, size_t errlen) {
+static int gjobs_enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, size_t len,
+                         const char *digest, char *err, size_t errlen) {
   char job_text[VS_GW_JOB_TEXT];
   snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)job);
   if (!vs_gw_redis_ready(g, vs_now())) {
@@ -73,7 +73,7 @@ static int vs__enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, siz
   long long ahead = rc ? -1 : n - pend; /* unknown when Redis refused to tell */
   unsigned char *acc;
   size_t acc_len;
-  if (vs__encode_accepted(g, job, ahead, &acc, &acc_len)) {
+  if (gjobs_encode_accepted(g, job, ahead, &acc, &acc_len)) {
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
@@ -87,7 +87,7 @@ static int vs__enqueue(vs_gw *g, uint64_t job, const unsigned char *payload, siz
 }
 
 /* The payload of a job: the request frame as the client sent it, then its blob frames. */
-static int vs__payload(const vs_wire_msg *m, unsigned char **out, size_t *len) {
+static int gjobs_payload(const vs_wire_msg *m, unsigned char **out, size_t *len) {
   const void *frame[VS_FLEET_MAX_FRAMES];
   size_t size[VS_FLEET_MAX_FRAMES];
   frame[0] = zmq_msg_data((zmq_msg_t *)&m->body);
@@ -101,7 +101,7 @@ static int vs__payload(const vs_wire_msg *m, unsigned char **out, size_t *len) {
 
 /* What makes two submits the same job: the submit message and its blob frames (not the
  * request around it, whose request id differs between a try and its retry). Hex, 32 chars. */
-static int vs__digest(const vs_wire_msg *m, const Vspec__Submit *sub, char out[33]) {
+static int gjobs_digest(const vs_wire_msg *m, const Vspec__Submit *sub, char out[33]) {
   size_t n = vspec__submit__get_packed_size(sub);
   uint8_t *packed = malloc(n ? n : 1);
   if (!packed) return -1;
@@ -119,8 +119,8 @@ static int vs__digest(const vs_wire_msg *m, const Vspec__Submit *sub, char out[3
   return 0;
 }
 
-static void vs__follow_or_fail(vs_gw *g, const vs_wire_msg *m, uint64_t job, uint64_t rid,
-                               int64_t credit) {
+static void gjobs_follow_or_fail(vs_gw *g, const vs_wire_msg *m, uint64_t job, uint64_t rid,
+                                 int64_t credit) {
   vs_gw_follow *f = vs_gw_follow_find(g, m, job);
   if (f) vs_gw_follow_restart(f, rid, "0-0", credit);
   else if (!vs_gw_follow_add(g, m, job, rid, "0-0", credit)) {
@@ -133,14 +133,14 @@ static void vs__follow_or_fail(vs_gw *g, const vs_wire_msg *m, uint64_t job, uin
 
 /* A client-chosen job id (Submit.job_id): checked, and the digest that tells a retry of the
  * same submit from another request. 0, or answered here (an error) and -1. */
-static int vs__own_job_id(vs_gw *g, const vs_wire_msg *m, const Vspec__Submit *sub,
-                          uint64_t rid, char digest[33]) {
+static int gjobs_own_job_id(vs_gw *g, const vs_wire_msg *m, const Vspec__Submit *sub,
+                            uint64_t rid, char digest[33]) {
   if (!sub->job_id || sub->job_id >> 63) {
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID,
                       "submit.job_id must be 1 to 2^63-1 (draw it at random)");
     return -1;
   }
-  if (vs__digest(m, sub, digest)) {
+  if (gjobs_digest(m, sub, digest)) {
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
     return -1;
   }
@@ -157,14 +157,14 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_BUSY, msg);
     return;
   }
-  int64_t credit = vs__credit(r->submit->has_credit, r->submit->credit);
+  int64_t credit = gjobs_credit(r->submit->has_credit, r->submit->credit);
   int own_id = r->submit->has_job_id;
   char digest[33];
-  if (own_id && vs__own_job_id(g, m, r->submit, rid, digest)) return;
+  if (own_id && gjobs_own_job_id(g, m, r->submit, rid, digest)) return;
   unsigned char *payload = NULL;
   size_t len = 0;
   uint64_t job = r->submit->job_id;
-  if (vs__payload(m, &payload, &len) || (!own_id && vs__draw_job_id(&job))) {
+  if (gjobs_payload(m, &payload, &len) || (!own_id && gjobs_draw_job_id(&job))) {
     free(payload);
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL,
                       "out of memory or of random bytes for a job id");
@@ -172,7 +172,7 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
   }
   int rc = len > g->max_payload
                ? VSPEC_ERANGE
-               : vs__enqueue(g, job, payload, len, own_id ? digest : NULL, err, sizeof err);
+               : gjobs_enqueue(g, job, payload, len, own_id ? digest : NULL, err, sizeof err);
   free(payload);
   if (rc == VS_FLEET_CONFLICT) {
     snprintf(msg, sizeof msg, "submit.job_id %llu is taken by a different request (a retry "
@@ -183,7 +183,7 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
   if (rc == VS_FLEET_SAME) {
     vs_log(VSPEC_LOG_DEBUG, "gateway", "job %llu: submitted again: followed, not run again",
            (unsigned long long)job);
-    vs__follow_or_fail(g, m, job, rid, credit);
+    gjobs_follow_or_fail(g, m, job, rid, credit);
     return;
   }
   if (rc == VSPEC_ERANGE) {
@@ -206,11 +206,11 @@ void vs_gw_submit(vs_gw *g, const vs_wire_msg *m, const Vspec__Request *r, uint6
   vs_wire_envelope_text(&m->env, t, sizeof t);
   vs_log(VSPEC_LOG_DEBUG, "gateway", "job %llu: in the fleet (%zu bytes), for client %s",
          (unsigned long long)job, len, t);
-  vs__follow_or_fail(g, m, job, rid, credit);
+  gjobs_follow_or_fail(g, m, job, rid, credit);
 }
 
 /* "<ms>-<seq>" or "<ms>", each part a 64-bit decimal: the ids XREAD takes after. */
-static int vs__cursor_ok(const char *s) {
+static int gjobs_cursor_ok(const char *s) {
   size_t n = strlen(s), dash = strcspn(s, "-");
   for (size_t i = 0; i < n; i++)
     if (i != dash && (s[i] < '0' || s[i] > '9')) return 0;
@@ -218,7 +218,7 @@ static int vs__cursor_ok(const char *s) {
 }
 
 /* 1 when the job has events in the fleet, 0 when not, or a Redis error (message in err). */
-static int vs__job_exists(vs_gw *g, const char *job_text, char *err, size_t errlen) {
+static int gjobs_job_exists(vs_gw *g, const char *job_text, char *err, size_t errlen) {
   if (!vs_gw_redis_ready(g, vs_now())) {
     snprintf(err, errlen, "%s", g->redis_err);
     return VSPEC_EIO;
@@ -229,7 +229,7 @@ static int vs__job_exists(vs_gw *g, const char *job_text, char *err, size_t errl
 void vs_gw_resume(vs_gw *g, const vs_wire_msg *m, const Vspec__Resume *rs, uint64_t rid) {
   char err[VSPEC_ERRLEN], msg[VSPEC_ERRLEN + 100], job_text[VS_GW_JOB_TEXT], t[40];
   const char *after = rs->after ? rs->after : "0-0";
-  if (!vs__cursor_ok(after)) {
+  if (!gjobs_cursor_ok(after)) {
     snprintf(msg, sizeof msg, "resume.after: '%.60s' is not an event cursor (<ms>-<seq>, an "
              "Event.cursor)", after);
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID, msg);
@@ -245,7 +245,7 @@ void vs_gw_resume(vs_gw *g, const vs_wire_msg *m, const Vspec__Resume *rs, uint6
     return;
   }
   snprintf(job_text, sizeof job_text, "%llu", (unsigned long long)rs->job_id);
-  int rc = vs__job_exists(g, job_text, err, sizeof err);
+  int rc = gjobs_job_exists(g, job_text, err, sizeof err);
   if (rc <= 0) {
     snprintf(msg, sizeof msg, "no job %s in the fleet (or its events expired)", job_text);
     if (rc < 0) vs_gw_reply_redis(g, &m->env, rid, rc, err);
@@ -255,14 +255,14 @@ void vs_gw_resume(vs_gw *g, const vs_wire_msg *m, const Vspec__Resume *rs, uint6
   vs_wire_envelope_text(&m->env, t, sizeof t);
   vs_log(VSPEC_LOG_DEBUG, "gateway", "job %s: resumed by client %s after %s", job_text, t,
          after);
-  int64_t credit = vs__credit(rs->has_credit, rs->credit);
+  int64_t credit = gjobs_credit(rs->has_credit, rs->credit);
   /* On the connection that follows it already: from the client's cursor, numbered anew. */
   if (f) vs_gw_follow_restart(f, rid, after, credit);
   else if (!vs_gw_follow_add(g, m, rs->job_id, rid, after, credit))
     vs_gw_reply_error(g, &m->env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL, "out of memory");
 }
 
-static void vs__ack(vs_gw *g, const vs_wire_envelope *env, uint64_t rid, const char *text) {
+static void gjobs_ack(vs_gw *g, const vs_wire_envelope *env, uint64_t rid, const char *text) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__Ack ack = VSPEC__ACK__INIT;
   ack.message = (char *)text;
@@ -296,6 +296,6 @@ void vs_gw_cancel(vs_gw *g, const vs_wire_msg *m, uint64_t job, uint64_t rid) {
   vs_wire_envelope_text(&m->env, t, sizeof t);
   vs_log(VSPEC_LOG_INFO, "gateway", "job %s: cancelled by client %s", f->job_text, t);
   snprintf(msg, sizeof msg, "cancel of job %s requested: its daemon ends it", f->job_text);
-  vs__ack(g, &m->env, rid, msg);
+  gjobs_ack(g, &m->env, rid, msg);
 }
 

@@ -13,7 +13,7 @@
 #include "core/version.h"
 #include "fleet/gateway.h"
 
-static void usage(FILE *f) {
+static void gwm_usage(FILE *f) {
   fprintf(f,
           "usage: vspec-gateway --front EP --redis URL [options]\n"
           "\n"
@@ -115,19 +115,19 @@ int main(int argc, char **argv) {
           return 2;
         }
         break;
-      case 'h': usage(stdout); return 0;
+      case 'h': gwm_usage(stdout); return 0;
       case O_VERSION: vs_print_version(stdout, "vspec-gateway"); return 0;
       default: fprintf(stderr, "see %s --help\n", "vspec-gateway"); return 2; /* getopt said which */
     }
   }
   if (optind < argc) {
     fprintf(stderr, "vspec-gateway: unexpected argument '%s'\n", argv[optind]);
-    usage(stderr);
+    gwm_usage(stderr);
     return 2;
   }
   if (!*cfg.front || !cfg.redis_url) {
     fprintf(stderr, "vspec-gateway: %s is required\n", !*cfg.front ? "--front" : "--redis");
-    usage(stderr);
+    gwm_usage(stderr);
     return 2;
   }
   if (cfg.max_request_bytes > cfg.max_message_bytes) cfg.max_request_bytes = cfg.max_message_bytes;

@@ -61,7 +61,7 @@ int vs_gw_follows_of(const vs_gw *g, const vs_wire_envelope *env) {
 }
 
 /* The first live follow of f's client in the table: one per connection. */
-static const vs_gw_follow *vs__first_of(const vs_gw *g, const vs_gw_follow *f) {
+static const vs_gw_follow *relay_first_of(const vs_gw *g, const vs_gw_follow *f) {
   for (const vs_gw_follow *k = g->follows; k; k = k->next)
     if (!k->done && vs_wire_envelope_equal(&k->client, &f->client)) return k;
   return NULL;
@@ -70,7 +70,7 @@ static const vs_gw_follow *vs__first_of(const vs_gw *g, const vs_gw_follow *f) {
 int vs_gw_clients(const vs_gw *g) {
   int n = 0;
   for (const vs_gw_follow *f = g->follows; f; f = f->next)
-    n += !f->done && vs__first_of(g, f) == f;
+    n += !f->done && relay_first_of(g, f) == f;
   return n;
 }
 
@@ -96,7 +96,7 @@ void vs_gw_follows_free(vs_gw *g) {
 
 /* What a send's status means for the follow: 0 when the event is dealt with (sent, or the
  * client is gone), -EAGAIN when the client's queue is full and it must be tried again. */
-static int vs__sent(vs_gw *g, vs_gw_follow *f, int rc, double now) {
+static int relay_sent(vs_gw *g, vs_gw_follow *f, int rc, double now) {
   if (rc == 0) {
     f->seq++;
     f->last_sent = now;
@@ -121,7 +121,7 @@ static int vs__sent(vs_gw *g, vs_gw_follow *f, int rc, double now) {
   return rc == -EAGAIN ? rc : 0;
 }
 
-static void vs__ended(vs_gw *g, vs_gw_follow *f, const Vspec__Event *ev) {
+static void relay_ended(vs_gw *g, vs_gw_follow *f, const Vspec__Event *ev) {
   f->done = 1;
   /* the totals of `vspec status`: terminal events this gateway delivered */
   if (ev->body_case == VSPEC__EVENT__BODY_RESULT) g->completed++;
@@ -137,7 +137,7 @@ static void vs__ended(vs_gw *g, vs_gw_follow *f, const Vspec__Event *ev) {
 
 /* One event of f's stream: sent with the follow's numbering, or skipped. 0 when the cursor
  * may move past it, -EAGAIN when it must be read and tried again. */
-static int vs__relay_one(vs_gw *g, vs_gw_follow *f, const vs_fleet_event *e, double now) {
+static int relay_one(vs_gw *g, vs_gw_follow *f, const vs_fleet_event *e, double now) {
   vs_wire_alloc a;
   vs_wire_alloc_init(&a, VS_GW_UNPACK_BUDGET);
   Vspec__Event *ev;
@@ -165,11 +165,11 @@ static int vs__relay_one(vs_gw *g, vs_gw_follow *f, const vs_fleet_event *e, dou
     ev->has_request_id = f->request_id != 0;
     ev->request_id = f->request_id;
     ev->cursor = (char *)e->id;
-    rc = vs__sent(g, f, vs_wire_send_event(g->front, &f->client, ev, blobs, nb, ZMQ_DONTWAIT),
-                  now);
+    rc = relay_sent(g, f, vs_wire_send_event(g->front, &f->client, ev, blobs, nb, ZMQ_DONTWAIT),
+                    now);
     ev->cursor = stored;
     if (rc == 0 && costs) f->credit--;
-    if (rc == 0 && terminal && !f->done) vs__ended(g, f, ev);
+    if (rc == 0 && terminal && !f->done) relay_ended(g, f, ev);
   }
   vs_wire_event_free(ev, &a);
   return rc;
@@ -177,7 +177,7 @@ static int vs__relay_one(vs_gw *g, vs_gw_follow *f, const vs_fleet_event *e, dou
 
 /* The job's stream is gone (it expired, or Redis restarted empty): nothing will come, so the
  * client gets a terminal error instead of heartbeats forever. */
-static void vs__lost(vs_gw *g, vs_gw_follow *f, double now) {
+static void relay_lost(vs_gw *g, vs_gw_follow *f, double now) {
   char msg[300];
   snprintf(msg, sizeof msg, "job %s has no events in the fleet any more (they expired, or "
            "redis at %s lost them): its result, if any, cannot be delivered", f->job_text,
@@ -193,15 +193,15 @@ static void vs__lost(vs_gw *g, vs_gw_follow *f, double now) {
   ev.seq = f->seq;
   ev.has_request_id = f->request_id != 0;
   ev.request_id = f->request_id;
-  if (vs__sent(g, f, vs_wire_send_event(g->front, &f->client, &ev, NULL, 0, ZMQ_DONTWAIT),
-               now) == 0 && !f->done) {
+  if (relay_sent(g, f, vs_wire_send_event(g->front, &f->client, &ev, NULL, 0, ZMQ_DONTWAIT),
+                 now) == 0 && !f->done) {
     vs_log(VSPEC_LOG_WARN, "gateway", "%s", msg);
-    vs__ended(g, f, &ev);
+    relay_ended(g, f, &ev);
   }
 }
 
 /* Nothing new: read less often, and once in a while make sure the stream still exists. */
-static void vs__quiet(vs_gw *g, vs_gw_follow *f, double now) {
+static void relay_quiet(vs_gw *g, vs_gw_follow *f, double now) {
   f->idle = f->idle > 0 ? f->idle * 2 : VS_GW_IDLE_MIN;
   if (f->idle > VS_GW_IDLE_MAX) f->idle = VS_GW_IDLE_MAX;
   f->next_read = now + f->idle;
@@ -209,12 +209,12 @@ static void vs__quiet(vs_gw *g, vs_gw_follow *f, double now) {
   char err[VSPEC_ERRLEN];
   /* the check also puts off the expiry of a job that waits long in the queue */
   int rc = vs_gw_redis_note(g, vs_fleet_job_keepalive(g->q, f->job_text, err, sizeof err), err);
-  if (rc == 0) vs__lost(g, f, now);
+  if (rc == 0) relay_lost(g, f, now);
   else if (rc > 0) f->last_event = now;
 }
 
 /* Returns 1 when the read was full and went out whole: more may be waiting. */
-static int vs__relay_follow(vs_gw *g, vs_gw_follow *f, double now) {
+static int relay_follow(vs_gw *g, vs_gw_follow *f, double now) {
   /* A client that takes nothing for 5 heartbeats is treated as gone. */
   if (f->blocked_since && now - f->blocked_since > 5.0 * g->cfg->heartbeat_ms / 1000.0) {
     vs_gw_client_gone(g, &f->client, "took nothing for 5 heartbeats");
@@ -237,14 +237,14 @@ static int vs__relay_follow(vs_gw *g, vs_gw_follow *f, double now) {
   }
   f->warned = 0;
   if (n == 0) {
-    vs__quiet(g, f, now);
+    relay_quiet(g, f, now);
     return 0;
   }
   f->idle = f->next_read = 0;
   f->last_event = now;
   int i = 0;
   for (; i < n && !f->done; i++) {
-    if (vs__relay_one(g, f, &ev[i], now) == -EAGAIN) break;
+    if (relay_one(g, f, &ev[i], now) == -EAGAIN) break;
     snprintf(f->cursor, sizeof f->cursor, "%s", ev[i].id);
   }
   for (int k = 0; k < n; k++) vs_fleet_event_clear(&ev[k]);
@@ -256,13 +256,13 @@ int vs_gw_relay(vs_gw *g, double now) {
   for (vs_gw_follow *f = g->follows; f; f = f->next) {
     if (f->done || now < f->next_read || vs_gw_has_kept(g, &f->client)) continue;
     if (!vs_gw_redis_ready(g, now)) break;
-    more |= vs__relay_follow(g, f, now);
+    more |= relay_follow(g, f, now);
   }
   return more;
 }
 
 /* The last time anything of any job went to f's client. */
-static double vs__client_last(const vs_gw *g, const vs_gw_follow *f) {
+static double relay_client_last(const vs_gw *g, const vs_gw_follow *f) {
   double last = f->last_sent;
   for (const vs_gw_follow *k = g->follows; k; k = k->next)
     if (!k->done && k->last_sent > last && vs_wire_envelope_equal(&k->client, &f->client))
@@ -277,7 +277,7 @@ void vs_gw_heartbeat(vs_gw *g, double now) {
   double ivl = g->cfg->heartbeat_ms / 1000.0;
   for (vs_gw_follow *f = g->follows; f; f = f->next) {
     /* The follow's own time first: the scans of the table only for a quiet one. */
-    if (f->done || now - f->last_sent < ivl || now - vs__client_last(g, f) < ivl) continue;
+    if (f->done || now - f->last_sent < ivl || now - relay_client_last(g, f) < ivl) continue;
     Vspec__Event ev = VSPEC__EVENT__INIT;
     Vspec__Heartbeat hb = VSPEC__HEARTBEAT__INIT;
     ev.body_case = VSPEC__EVENT__BODY_HEARTBEAT;

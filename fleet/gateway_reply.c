@@ -20,32 +20,32 @@
 #define VS_GW_KEPT_MAX 64
 #define VS_GW_RETRY_MS 1000 /* retry_after_ms of busy and unavailable answers */
 
-typedef struct vs__kept {
+typedef struct out_kept {
   vs_wire_msg msg;
-  struct vs__kept *next;
-} vs__kept;
+  struct out_kept *next;
+} out_kept;
 
 struct vs_gw_out {
   vs_wire_envelope client;
-  vs__kept *head, **tail;
+  out_kept *head, **tail;
   int n;
   double since; /* the first reply was kept, or the client last took one */
   vs_gw_out *next;
 };
 
-static vs_gw_out *vs__out_find(const vs_gw *g, const vs_wire_envelope *env) {
+static vs_gw_out *out_find(const vs_gw *g, const vs_wire_envelope *env) {
   for (vs_gw_out *o = g->out; o; o = o->next)
     if (vs_wire_envelope_equal(&o->client, env)) return o;
   return NULL;
 }
 
 int vs_gw_has_kept(const vs_gw *g, const vs_wire_envelope *env) {
-  return g->out && vs__out_find(g, env) != NULL;
+  return g->out && out_find(g, env) != NULL;
 }
 
-static void vs__out_free(vs_gw_out *o) {
+static void out_free(vs_gw_out *o) {
   while (o->head) {
-    vs__kept *k = o->head;
+    out_kept *k = o->head;
     o->head = k->next;
     vs_wire_msg_close(&k->msg);
     free(k);
@@ -58,7 +58,7 @@ void vs_gw_drop_kept(vs_gw *g, const vs_wire_envelope *env) {
     if (vs_wire_envelope_equal(&(*p)->client, env)) {
       vs_gw_out *o = *p;
       *p = o->next;
-      vs__out_free(o);
+      out_free(o);
       return;
     }
 }
@@ -67,18 +67,18 @@ void vs_gw_kept_free(vs_gw *g) {
   while (g->out) {
     vs_gw_out *o = g->out;
     g->out = o->next;
-    vs__out_free(o);
+    out_free(o);
   }
 }
 
 /* Keeps a reply the client's queue could not take (its frames move into the kept copy). */
-static void vs__keep(vs_gw *g, vs_gw_out *o, const vs_wire_envelope *env, vs_wire_msg *m) {
+static void out_keep(vs_gw *g, vs_gw_out *o, const vs_wire_envelope *env, vs_wire_msg *m) {
   if (o && o->n >= VS_GW_KEPT_MAX) {
     vs_wire_msg_close(m);
     vs_gw_client_gone(g, env, "does not take its replies");
     return;
   }
-  vs__kept *k = calloc(1, sizeof *k);
+  out_kept *k = calloc(1, sizeof *k);
   if (k && !o && (o = calloc(1, sizeof *o))) {
     o->client = *env;
     o->tail = &o->head;
@@ -108,7 +108,7 @@ void vs_gw_send_own(vs_gw *g, const vs_wire_envelope *env, Vspec__Event *ev) {
   ev->version = VSPEC__PROTOCOL_VERSION__PROTOCOL_V1;
   if (vs_wire_pack(&ev->base, &m.body)) return;
   m.has_body = 1;
-  vs_gw_out *o = vs__out_find(g, env);
+  vs_gw_out *o = out_find(g, env);
   if (!o) {
     int rc = vs_wire_forward(g->front, env, &m, ZMQ_DONTWAIT);
     if (rc == -EHOSTUNREACH) vs_gw_client_gone(g, env, "is gone");
@@ -117,7 +117,7 @@ void vs_gw_send_own(vs_gw *g, const vs_wire_envelope *env, Vspec__Event *ev) {
       return;
     }
   }
-  vs__keep(g, o, env, &m);
+  out_keep(g, o, env, &m);
 }
 
 /* Retries kept replies in order; a client that takes none for 5 heartbeats is gone. */
@@ -130,7 +130,7 @@ void vs_gw_retry_out(vs_gw *g, double now) {
     while (o->head) {
       rc = vs_wire_forward(g->front, &o->client, &o->head->msg, ZMQ_DONTWAIT);
       if (rc == -EAGAIN && o->head->msg.has_body) break;
-      vs__kept *k = o->head;
+      out_kept *k = o->head;
       o->head = k->next;
       vs_wire_msg_close(&k->msg);
       free(k);
@@ -145,7 +145,7 @@ void vs_gw_retry_out(vs_gw *g, double now) {
     }
     *p = o->next;
     vs_wire_envelope env = o->client;
-    vs__out_free(o);
+    out_free(o);
     if (gone) vs_gw_client_gone(g, &env, rc == -EHOSTUNREACH ? "is gone" : "took nothing for "
                                 "5 heartbeats");
   }

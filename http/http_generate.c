@@ -23,7 +23,7 @@
 #define VS__MAX_UPSCALE 64 /* as vspec generate --upscale */
 
 /* The request, parsed once: strings point into the parsed JSON. */
-typedef struct vs__gen {
+typedef struct gen_req {
   int has_class;
   int32_t class_label;
   const char *prompt, *method, *model, *size;
@@ -34,14 +34,14 @@ typedef struct vs__gen {
   int stream, partial_images;
   int upscale;        /* size a multiple of the model's: enlarged here */
   int width, height;  /* the model's image, once size was checked against it */
-} vs__gen;
+} gen_req;
 
 /* ---- the request body ---------------------------------------------------------------------- */
 
 /* A JSON integer only: "class": "1" (or " 1", which strtol would take) is refused, since a
  * proxy or a client library may read such a string otherwise (issue 32, finding 3); a class
  * name goes in "prompt". */
-static int vs__parse_class(json_t *v, vs__gen *g, vs_http_reply *r) {
+static int gen_parse_class(json_t *v, gen_req *g, vs_http_reply *r) {
   if (!json_is_integer(v)) {
     vs__http_error(r, 400, "class", "class: expected an integer (a JSON number; a class name "
                    "goes in \"prompt\")");
@@ -57,7 +57,7 @@ static int vs__parse_class(json_t *v, vs__gen *g, vs_http_reply *r) {
   return 0;
 }
 
-static int vs__parse_seed(json_t *v, vs__gen *g, vs_http_reply *r) {
+static int gen_parse_seed(json_t *v, gen_req *g, vs_http_reply *r) {
   /* Seeds are 64-bit: above 2^53 only a string keeps every digit in JavaScript. */
   const char *t = json_is_string(v) ? json_string_value(v) : NULL;
   char *end = NULL;
@@ -77,7 +77,7 @@ static int vs__parse_seed(json_t *v, vs__gen *g, vs_http_reply *r) {
 }
 
 /* An integer field in lo..hi. */
-static int vs__parse_int(const char *key, json_t *v, int lo, int hi, int *out, vs_http_reply *r) {
+static int gen_parse_int(const char *key, json_t *v, int lo, int hi, int *out, vs_http_reply *r) {
   if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
     vs__http_error(r, 400, key, "%s: expected an integer %d..%d", key, lo, hi);
     return -1;
@@ -87,7 +87,7 @@ static int vs__parse_int(const char *key, json_t *v, int lo, int hi, int *out, v
 }
 
 /* A string field that must be one of `ok` (space-separated); *out gets it. */
-static int vs__parse_word(const char *key, json_t *v, const char *ok, const char *why,
+static int gen_parse_word(const char *key, json_t *v, const char *ok, const char *why,
                           const char **out, vs_http_reply *r) {
   const char *t = json_is_string(v) ? json_string_value(v) : NULL;
   size_t n = t ? strlen(t) : 0;
@@ -102,23 +102,23 @@ static int vs__parse_word(const char *key, json_t *v, const char *ok, const char
 }
 
 /* OpenAI's fields that change nothing here, and vspec's reasons (README's table). */
-static int vs__parse_openai(const char *key, json_t *v, vs__gen *g, vs_http_reply *r) {
+static int gen_parse_openai(const char *key, json_t *v, gen_req *g, vs_http_reply *r) {
   const char *f = NULL;
   if (!strcmp(key, "quality")) /* the method decides how an image is made */
-    return vs__parse_word(key, v, "auto standard hd low medium high",
+    return gen_parse_word(key, v, "auto standard hd low medium high",
                           "quality is the method's (\"method\")", NULL, r);
   if (!strcmp(key, "style"))
-    return vs__parse_word(key, v, "vivid natural", "a DALL-E 3 setting", NULL, r);
+    return gen_parse_word(key, v, "vivid natural", "a DALL-E 3 setting", NULL, r);
   if (!strcmp(key, "moderation")) /* a class of the model's own data: nothing to moderate */
-    return vs__parse_word(key, v, "auto low", "an OpenAI setting", NULL, r);
+    return gen_parse_word(key, v, "auto low", "an OpenAI setting", NULL, r);
   if (!strcmp(key, "background"))
-    return vs__parse_word(key, v, "auto opaque", "the model's images are opaque", NULL, r);
+    return gen_parse_word(key, v, "auto opaque", "the model's images are opaque", NULL, r);
   if (!strcmp(key, "output_format"))
-    return vs__parse_word(key, v, "png", "vspecd makes PNG images", NULL, r);
+    return gen_parse_word(key, v, "png", "vspecd makes PNG images", NULL, r);
   if (!strcmp(key, "output_compression")) /* for JPEG and WebP, which are not made */
-    return vs__parse_int(key, v, 0, 100, &(int){0}, r);
+    return gen_parse_int(key, v, 0, 100, &(int){0}, r);
   if (!strcmp(key, "response_format")) {
-    if (vs__parse_word(key, v, "b64_json png", "vspecd keeps no images to link to", &f, r))
+    if (gen_parse_word(key, v, "b64_json png", "vspecd keeps no images to link to", &f, r))
       return -1;
     g->png = !strcmp(f, "png");
     return 0;
@@ -127,13 +127,13 @@ static int vs__parse_openai(const char *key, json_t *v, vs__gen *g, vs_http_repl
   return 1;
 }
 
-static int vs__parse_field(const char *key, json_t *v, vs__gen *g, vs_http_reply *r) {
-  int rc = vs__parse_openai(key, v, g, r);
+static int gen_parse_field(const char *key, json_t *v, gen_req *g, vs_http_reply *r) {
+  int rc = gen_parse_openai(key, v, g, r);
   if (rc <= 0) return rc;
-  if (!strcmp(key, "class")) return vs__parse_class(v, g, r);
-  if (!strcmp(key, "seed")) return vs__parse_seed(v, g, r);
-  if (!strcmp(key, "n")) return vs__parse_int(key, v, 1, VS_HTTP_MAX_N, &g->n, r);
-  if (!strcmp(key, "partial_images")) return vs__parse_int(key, v, 0, 3, &g->partial_images, r);
+  if (!strcmp(key, "class")) return gen_parse_class(v, g, r);
+  if (!strcmp(key, "seed")) return gen_parse_seed(v, g, r);
+  if (!strcmp(key, "n")) return gen_parse_int(key, v, 1, VS_HTTP_MAX_N, &g->n, r);
+  if (!strcmp(key, "partial_images")) return gen_parse_int(key, v, 0, 3, &g->partial_images, r);
   if (!strcmp(key, "stream")) {
     if (!json_is_boolean(v)) {
       vs__http_error(r, 400, key, "stream: expected true or false");
@@ -160,7 +160,8 @@ static int vs__parse_field(const char *key, json_t *v, vs__gen *g, vs_http_reply
   return 0;
 }
 
-static int vs__parse(const char *body, size_t len, json_t **root, vs__gen *g, vs_http_reply *r) {
+static int gen_parse_request(const char *body, size_t len, json_t **root, gen_req *g,
+                             vs_http_reply *r) {
   json_error_t je;
   memset(g, 0, sizeof *g);
   g->n = 1;
@@ -178,7 +179,7 @@ static int vs__parse(const char *body, size_t len, json_t **root, vs__gen *g, vs
   json_t *v;
   json_object_foreach(*root, key, v) {
     if (json_is_null(v)) continue; /* OpenAI's clients send unset fields as null */
-    if (vs__parse_field(key, v, g, r)) return -1;
+    if (gen_parse_field(key, v, g, r)) return -1;
   }
   if (g->png && (g->n > 1 || g->stream)) {
     vs__http_error(r, 400, "response_format", "response_format: \"png\" answers with one raw "
@@ -195,7 +196,7 @@ static int vs__parse(const char *body, size_t len, json_t **root, vs__gen *g, vs
 /* ---- size: the model's own, or a multiple of it served by enlarging ---------------------- */
 
 /* Checks g->size against the model's image size (the daemon's status says it). */
-static int vs__check_size(vs_http *h, vs__gen *g, vs_http_reply *r) {
+static int gen_check_size(vs_http *h, gen_req *g, vs_http_reply *r) {
   g->upscale = 1;
   if (!g->size || !strcmp(g->size, "auto")) return 0;
   vs_conn_event e;
@@ -235,7 +236,7 @@ static int vs__check_size(vs_http *h, vs__gen *g, vs_http_reply *r) {
 /* ---- the answer ---------------------------------------------------------------------------- */
 
 /* The stats object of one job (the "vspec" field of the answer and of each image). */
-static json_t *vs__stats(const vs_http_job *j, double wall_s) {
+static json_t *gen_stats(const vs_http_job *j, double wall_s) {
   const Vspec__Result *res = j->result->ev->result;
   const Vspec__Stats *st = res->stats;
   char seed[24];
@@ -261,7 +262,7 @@ static json_t *vs__stats(const vs_http_job *j, double wall_s) {
   return o;
 }
 
-static void vs__answer_png(const vs__gen *g, const vs_http_job *j, vs_http_reply *r) {
+static void gen_answer_png(const gen_req *g, const vs_http_job *j, vs_http_reply *r) {
   size_t len = 0;
   const void *png = vs_conn_blob(j->result, VSPEC__BLOB_KIND__BLOB_PNG, &len);
   uint8_t *big = NULL;
@@ -290,9 +291,9 @@ static void vs__answer_png(const vs__gen *g, const vs_http_job *j, vs_http_reply
   snprintf(r->seed, sizeof r->seed, "%llu", (unsigned long long)j->result->ev->result->seed);
 }
 
-static void vs__answer(const vs__gen *g, const vs_http_batch *b, vs_http_reply *r) {
+static void gen_answer(const gen_req *g, const vs_http_batch *b, vs_http_reply *r) {
   if (g->png) {
-    vs__answer_png(g, &b->jobs[0], r);
+    gen_answer_png(g, &b->jobs[0], r);
     return;
   }
   double wall_s = vs_now() - b->t0;
@@ -310,7 +311,7 @@ static void vs__answer(const vs__gen *g, const vs_http_batch *b, vs_http_reply *
     json_array_append_new(seeds, json_string(seed));
     json_array_append_new(data, json_pack("{s:s,s:o,s:o}", "b64_json", b64, "revised_prompt",
                                           vs__http_revised_prompt(j), "vspec",
-                                          vs__stats(j, wall_s)));
+                                          gen_stats(j, wall_s)));
     free(b64);
   }
   const Vspec__Result *r0 = b->jobs[0].result->ev->result;
@@ -318,7 +319,7 @@ static void vs__answer(const vs__gen *g, const vs_http_batch *b, vs_http_reply *
   snprintf(size, sizeof size, "%ux%u", r0->width * (unsigned)g->upscale,
            r0->height * (unsigned)g->upscale);
   /* "vspec" at the top: the first image's figures, as before n > 1, and every seed */
-  json_t *top = vs__stats(&b->jobs[0], wall_s);
+  json_t *top = gen_stats(&b->jobs[0], wall_s);
   if (top) json_object_set_new(top, "seeds", seeds);
   else json_decref(seeds);
   json_t *out = json_pack("{s:I,s:o,s:s,s:s,s:s,s:o,s:o?}", "created", (json_int_t)time(NULL),
@@ -334,7 +335,7 @@ static void vs__answer(const vs__gen *g, const vs_http_batch *b, vs_http_reply *
 /* ---- the request --------------------------------------------------------------------------- */
 
 /* The Submit each of the n jobs is sent as. */
-static void vs__submit(const vs_http *h, const vs__gen *g, Vspec__Submit *s) {
+static void gen_submit(const vs_http *h, const gen_req *g, Vspec__Submit *s) {
   vspec__submit__init(s);
   s->model = (char *)g->model;
   s->method = (char *)g->method;
@@ -355,7 +356,7 @@ static void vs__submit(const vs_http *h, const vs__gen *g, Vspec__Submit *s) {
 }
 
 /* Why the batch ended without its images, as the answer (when someone is there to read it). */
-static void vs__gave_up(const vs_http *h, const vs_http_batch *b, vs_http_reply *r) {
+static void gen_gave_up(const vs_http *h, const vs_http_batch *b, vs_http_reply *r) {
   if (b->gave_up == VS_HTTP_STOPPING) {
     vs__http_error(r, 503, NULL, "the daemon is shutting down");
     r->retry_after_s = 1;
@@ -368,13 +369,13 @@ static void vs__gave_up(const vs_http *h, const vs_http_batch *b, vs_http_reply 
 void vs__http_generate(vs_http *h, int client_fd, int interim, const char *body, size_t len,
                        vs_http_reply *r) {
   json_t *root = NULL;
-  vs__gen g;
-  if (vs__parse(body, len, &root, &g, r) || vs__check_size(h, &g, r)) {
+  gen_req g;
+  if (gen_parse_request(body, len, &root, &g, r) || gen_check_size(h, &g, r)) {
     json_decref(root);
     return;
   }
   Vspec__Submit s;
-  vs__submit(h, &g, &s);
+  gen_submit(h, &g, &s);
   vs_http_batch b = {.h = h, .client_fd = client_fd, .client_interim = interim, .submit = &s,
                      .n = g.n,
                      .has_seed = g.has_seed, .seed = g.seed};
@@ -390,9 +391,9 @@ void vs__http_generate(vs_http *h, int client_fd, int interim, const char *body,
   }
   if (vs__http_jobs_run(&b, r) == 0) {
     const vs_http_job *f = vs__http_jobs_failed(&b);
-    if (b.gave_up) vs__gave_up(h, &b, r);
+    if (b.gave_up) gen_gave_up(h, &b, r);
     else if (f) vs__http_daemon_error(f->err_code, f->err_msg, f->retry_after_ms, r);
-    else vs__answer(&g, &b, r);
+    else gen_answer(&g, &b, r);
   }
   vs__http_jobs_free(&b);
   json_decref(root);

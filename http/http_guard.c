@@ -47,7 +47,7 @@ struct vs__http_conn {
   char addr[INET6_ADDRSTRLEN];
 };
 
-static void vs__addr_text(const struct sockaddr *sa, char *out, size_t n) {
+static void guard_addr_text(const struct sockaddr *sa, char *out, size_t n) {
   snprintf(out, n, "?");
   if (!sa) return;
   if (sa->sa_family == AF_INET)
@@ -58,7 +58,7 @@ static void vs__addr_text(const struct sockaddr *sa, char *out, size_t n) {
 
 /* One event of `kind` from addr, counted by the caller: logged at most once per address and
  * kind per interval, the next line saying how many were not. */
-static void vs__log(vs_http_guard *g, const char *kind, const char *addr, const char *what) {
+static void guard_log(vs_http_guard *g, const char *kind, const char *addr, const char *what) {
   char key[80];
   uint64_t before = 0;
   snprintf(key, sizeof key, "%s %s", kind, addr);
@@ -71,7 +71,7 @@ static void vs__log(vs_http_guard *g, const char *kind, const char *addr, const 
            VS__LOG_INTERVAL_S);
 }
 
-static void vs__log_quiet(vs_http_guard *g, double now) {
+static void guard_log_quiet(vs_http_guard *g, double now) {
   char key[64];
   uint64_t n;
   while (vs_log_limit_take_quiet(&g->log, now, key, sizeof key, &n))
@@ -80,7 +80,7 @@ static void vs__log_quiet(vs_http_guard *g, double now) {
 }
 
 /* Closes a tracked connection from outside its thread (mutex held). */
-static void vs__cut(struct vs__http_conn *e) {
+static void guard_cut(struct vs__http_conn *e) {
   e->state = VS__CLOSING;
   shutdown(e->fd, SHUT_RDWR);
 }
@@ -92,7 +92,7 @@ enum MHD_Result vs__http_guard_accept(void *cls, const struct sockaddr *sa, sock
   vs_http *h = cls;
   vs_http_guard *g = &h->guard;
   char addr[INET6_ADDRSTRLEN];
-  vs__addr_text(sa, addr, sizeof addr);
+  guard_addr_text(sa, addr, sizeof addr);
   int n = 0;
   pthread_mutex_lock(&g->mu);
   for (int i = 0; i < g->cap; i++)
@@ -104,13 +104,13 @@ enum MHD_Result vs__http_guard_accept(void *cls, const struct sockaddr *sa, sock
   char what[200];
   snprintf(what, sizeof what, "refused a connection from %s: it holds %d already ([http] "
            "max_connections_per_address)", addr, n);
-  vs__log(g, "refused", addr, what);
+  guard_log(g, "refused", addr, what);
   return MHD_NO;
 }
 
 /* A new connection: tracked; past max_connections the oldest one still receiving is closed
  * for it, or it is a reserve connection (vs__http_guard_admit). */
-static void vs__started(vs_http *h, vs_http_guard *g, struct MHD_Connection *c, void **ctx) {
+static void guard_started(vs_http *h, vs_http_guard *g, struct MHD_Connection *c, void **ctx) {
   const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   char evicted[INET6_ADDRSTRLEN] = "";
@@ -132,14 +132,14 @@ static void vs__started(vs_http *h, vs_http_guard *g, struct MHD_Connection *c, 
     e->fd = fi->connect_fd;
     e->state = VS__RECEIVING;
     e->t0 = vs_now();
-    vs__addr_text(ai ? ai->client_addr : NULL, e->addr, sizeof e->addr);
+    guard_addr_text(ai ? ai->client_addr : NULL, e->addr, sizeof e->addr);
     live++;
     *ctx = e;
   }
   if (live > h->cfg->http_max_connections) {
     if (oldest) {
       snprintf(evicted, sizeof evicted, "%s", oldest->addr);
-      vs__cut(oldest);
+      guard_cut(oldest);
     } else if (e) {
       e->reserve = 1;
     }
@@ -150,7 +150,7 @@ static void vs__started(vs_http *h, vs_http_guard *g, struct MHD_Connection *c, 
     char what[200];
     snprintf(what, sizeof what, "closed a connection from %s that had not sent its request, "
              "for a new one: all [http] max_connections in use", evicted);
-    vs__log(g, "displaced", evicted, what);
+    guard_log(g, "displaced", evicted, what);
   }
 }
 
@@ -160,7 +160,7 @@ void vs__http_guard_notify(void *cls, struct MHD_Connection *c, void **ctx,
   vs_http_guard *g = &h->guard;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     *ctx = NULL;
-    vs__started(h, g, c, ctx);
+    guard_started(h, g, c, ctx);
     return;
   }
   struct vs__http_conn *e = *ctx;
@@ -172,13 +172,13 @@ void vs__http_guard_notify(void *cls, struct MHD_Connection *c, void **ctx,
   *ctx = NULL;
 }
 
-static struct vs__http_conn *vs__entry(struct MHD_Connection *c) {
+static struct vs__http_conn *guard_entry(struct MHD_Connection *c) {
   const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   return i ? i->socket_context : NULL;
 }
 
-static void vs__set(vs_http_guard *g, struct MHD_Connection *c, int state) {
-  struct vs__http_conn *e = vs__entry(c);
+static void guard_set(vs_http_guard *g, struct MHD_Connection *c, int state) {
+  struct vs__http_conn *e = guard_entry(c);
   if (!e) return;
   pthread_mutex_lock(&g->mu);
   if (e->state != VS__CLOSING && e->state != VS__FREE) {
@@ -189,16 +189,16 @@ static void vs__set(vs_http_guard *g, struct MHD_Connection *c, int state) {
 }
 
 void vs__http_guard_answering(vs_http *h, struct MHD_Connection *c) {
-  vs__set(&h->guard, c, VS__ANSWERING);
+  guard_set(&h->guard, c, VS__ANSWERING);
 }
 
 void vs__http_guard_idle(vs_http *h, struct MHD_Connection *c) {
-  vs__set(&h->guard, c, VS__RECEIVING);
+  guard_set(&h->guard, c, VS__RECEIVING);
 }
 
 int vs__http_guard_admit(vs_http *h, struct MHD_Connection *c, int cheap) {
   vs_http_guard *g = &h->guard;
-  struct vs__http_conn *e = vs__entry(c);
+  struct vs__http_conn *e = guard_entry(c);
   if (!e || cheap) return 1;
   pthread_mutex_lock(&g->mu);
   int busy = 0;
@@ -213,13 +213,13 @@ int vs__http_guard_admit(vs_http *h, struct MHD_Connection *c, int cheap) {
   char what[200];
   snprintf(what, sizeof what, "answered 503 to %s: all [http] max_connections are answering "
            "(the connections past it serve /health and /metrics only)", addr);
-  vs__log(g, "busy", addr, what);
+  guard_log(g, "busy", addr, what);
   return 0;
 }
 
 /* ---- the deadline --------------------------------------------------------------------------- */
 
-static void *vs__watchdog(void *arg) {
+static void *guard_watchdog(void *arg) {
   vs_http *h = arg;
   vs_http_guard *g = &h->guard;
   double deadline = h->cfg->http_request_deadline_ms / 1000.0;
@@ -233,7 +233,7 @@ static void *vs__watchdog(void *arg) {
     for (int i = 0; i < g->cap; i++) {
       struct vs__http_conn *e = &g->conns[i];
       if (e->state != VS__RECEIVING || now - e->t0 <= deadline) continue;
-      vs__cut(e);
+      guard_cut(e);
       atomic_fetch_add(&g->closed_deadline, 1);
       if (ncut < 8) snprintf(cut[ncut++], sizeof cut[0], "%s", e->addr);
     }
@@ -242,9 +242,9 @@ static void *vs__watchdog(void *arg) {
       char what[200];
       snprintf(what, sizeof what, "closed a connection from %s: no complete request within "
                "%d ms ([http] request_deadline_ms)", cut[i], h->cfg->http_request_deadline_ms);
-      vs__log(g, "slow", cut[i], what);
+      guard_log(g, "slow", cut[i], what);
     }
-    vs__log_quiet(g, now);
+    guard_log_quiet(g, now);
   }
   return NULL;
 }
@@ -269,7 +269,7 @@ int vs__http_guard_start(vs_http *h) {
   pthread_mutex_init(&g->mu, NULL);
   vs_log_limit_init(&g->log, VS__LOG_INTERVAL_S);
   g->inited = 1;
-  if (pthread_create(&g->thread, NULL, vs__watchdog, h)) return -1;
+  if (pthread_create(&g->thread, NULL, guard_watchdog, h)) return -1;
   g->running = 1;
   return 0;
 }
@@ -287,7 +287,7 @@ void vs__http_guard_free(vs_http *h) {
   vs_http_guard *g = &h->guard;
   vs__http_guard_stop(h);
   if (!g->inited) return;
-  vs__log_quiet(g, INFINITY);
+  guard_log_quiet(g, INFINITY);
   vs_log_limit_destroy(&g->log);
   pthread_mutex_destroy(&g->mu);
   free(g->conns);

@@ -19,15 +19,15 @@
 #include <string.h>
 #include <strings.h>
 
-typedef struct vs__scan {
+typedef struct hdr_scan {
   int content_length, transfer_encoding;
   int status;      /* the first refusal, 0 = none */
   char why[160];
-} vs__scan;
+} hdr_scan;
 
 /* Whether s (n bytes) holds a byte no header may: a control character other than a tab, DEL,
  * or a NUL before its end. */
-static int vs__has_ctl(const char *s, size_t n) {
+static int hdr_has_ctl(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     unsigned char ch = (unsigned char)s[i];
     if ((ch < 0x20 && ch != '\t') || ch == 0x7f) return 1;
@@ -37,7 +37,7 @@ static int vs__has_ctl(const char *s, size_t n) {
 
 /* Whether the name is an RFC 9110 token: "X-A : b" (a space before the colon) is refused
  * there (RFC 9112 5.1), since a proxy may take it for another header. */
-static int vs__is_token(const char *s, size_t n) {
+static int hdr_is_token(const char *s, size_t n) {
   static const char extra[] = "!#$%&'*+-.^_`|~";
   if (!n) return 0;
   for (size_t i = 0; i < n; i++) {
@@ -49,47 +49,47 @@ static int vs__is_token(const char *s, size_t n) {
   return 1;
 }
 
-static void vs__refuse(vs__scan *s, int status, const char *fmt, const char *arg) {
+static void hdr_refuse(hdr_scan *s, int status, const char *fmt, const char *arg) {
   if (s->status) return;
   s->status = status;
   snprintf(s->why, sizeof s->why, fmt, arg);
 }
 
-static enum MHD_Result vs__one(void *cls, enum MHD_ValueKind kind, const char *key,
+static enum MHD_Result hdr_one(void *cls, enum MHD_ValueKind kind, const char *key,
                                size_t key_size, const char *value, size_t value_size) {
   (void)kind;
-  vs__scan *s = cls;
+  hdr_scan *s = cls;
   char name[64];
   snprintf(name, sizeof name, "%.*s", (int)(key_size < 60 ? key_size : 60), key ? key : "");
   for (char *p = name; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?'; /* the message stays printable */
-  if (!key || !value || vs__has_ctl(key, key_size) || vs__has_ctl(value, value_size)) {
-    vs__refuse(s, 400, "the header '%s' holds a control character", name);
+  if (!key || !value || hdr_has_ctl(key, key_size) || hdr_has_ctl(value, value_size)) {
+    hdr_refuse(s, 400, "the header '%s' holds a control character", name);
     return MHD_YES;
   }
-  if (!vs__is_token(key, key_size)) {
-    vs__refuse(s, 400, "the header name '%s' is not a token", name);
+  if (!hdr_is_token(key, key_size)) {
+    hdr_refuse(s, 400, "the header name '%s' is not a token", name);
     return MHD_YES;
   }
   if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
     if (++s->content_length > 1)
-      vs__refuse(s, 400, "%s is given more than once", MHD_HTTP_HEADER_CONTENT_LENGTH);
+      hdr_refuse(s, 400, "%s is given more than once", MHD_HTTP_HEADER_CONTENT_LENGTH);
   } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
     if (++s->transfer_encoding > 1)
-      vs__refuse(s, 400, "%s is given more than once", MHD_HTTP_HEADER_TRANSFER_ENCODING);
+      hdr_refuse(s, 400, "%s is given more than once", MHD_HTTP_HEADER_TRANSFER_ENCODING);
     else if (strcasecmp(value, "chunked"))
-      vs__refuse(s, 501, "Transfer-Encoding '%s' is not served (chunked only)", value);
+      hdr_refuse(s, 501, "Transfer-Encoding '%s' is not served (chunked only)", value);
   } else if (!strcasecmp(key, MHD_HTTP_HEADER_EXPECT) && strcasecmp(value, "100-continue")) {
-    vs__refuse(s, 417, "Expect: '%s' cannot be met (only 100-continue)", value);
+    hdr_refuse(s, 417, "Expect: '%s' cannot be met (only 100-continue)", value);
   }
   return MHD_YES;
 }
 
 int vs__http_check_headers(struct MHD_Connection *c, char *why, size_t whylen) {
-  vs__scan s = {0};
-  MHD_get_connection_values_n(c, MHD_HEADER_KIND, vs__one, &s);
+  hdr_scan s = {0};
+  MHD_get_connection_values_n(c, MHD_HEADER_KIND, hdr_one, &s);
   if (!s.status && s.content_length && s.transfer_encoding)
-    vs__refuse(&s, 400, "%s", "Transfer-Encoding and Content-Length together");
+    hdr_refuse(&s, 400, "%s", "Transfer-Encoding and Content-Length together");
   snprintf(why, whylen, "%s", s.why);
   return s.status;
 }

@@ -30,7 +30,7 @@
  * comes before the answer; in a streamed answer's body it is an SSE comment, written by the
  * stream), and from then on only a reset or an error counts. An HTTP/1.0 client may not be
  * sent a 1xx: its end is taken as a half-close, and its jobs run out. */
-static int vs__client_gone(vs_http_batch *b) {
+static int hjobs_client_gone(vs_http_batch *b) {
   int fd = b->client_fd;
   if (fd < 0) return 0;
   struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -51,7 +51,7 @@ static int vs__client_gone(vs_http_batch *b) {
   return w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
-static void vs__cancel(vs_conn *c, uint64_t job) {
+static void hjobs_cancel(vs_conn *c, uint64_t job) {
   char err[VSPEC_ERRLEN];
   Vspec__Request q = VSPEC__REQUEST__INIT;
   Vspec__Cancel cn = VSPEC__CANCEL__INIT;
@@ -62,11 +62,11 @@ static void vs__cancel(vs_conn *c, uint64_t job) {
 }
 
 /* Cancels every accepted job that has not ended; one accepted later is cancelled when its
- * Accepted comes (vs__event). */
-static void vs__cancel_all(vs_http_batch *b) {
+ * Accepted comes (hjobs_event). */
+static void hjobs_cancel_all(vs_http_batch *b) {
   b->cancelled = 1;
   for (int i = 0; i < b->n; i++)
-    if (b->jobs[i].id && !b->jobs[i].done) vs__cancel(&b->conn, b->jobs[i].id);
+    if (b->jobs[i].id && !b->jobs[i].done) hjobs_cancel(&b->conn, b->jobs[i].id);
 }
 
 int vs__http_jobs_start(vs_http_batch *b, vs_http_reply *r) {
@@ -88,7 +88,7 @@ int vs__http_jobs_start(vs_http_batch *b, vs_http_reply *r) {
     if (vs_conn_send(&b->conn, &q, NULL, 0, err, sizeof err)) {
       vs__http_error(r, 500, NULL, "cannot submit to the daemon: %s", err);
       b->n = i; /* those sent are cancelled by the caller's free */
-      vs__cancel_all(b);
+      hjobs_cancel_all(b);
       return -1;
     }
     b->jobs[i].rid = q.request_id;
@@ -97,7 +97,7 @@ int vs__http_jobs_start(vs_http_batch *b, vs_http_reply *r) {
 }
 
 /* One event of the daemon's for job i; 1 when the job keeps it (its Result). */
-static int vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
+static int hjobs_event(vs_http_batch *b, int i, vs_conn_event *e) {
   vs_http_job *j = &b->jobs[i];
   const Vspec__Event *ev = e->ev;
   switch (ev->body_case) {
@@ -110,7 +110,7 @@ static int vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
     snprintf(j->class_name, sizeof j->class_name, "%s", a->class_name ? a->class_name : "");
     snprintf(j->model, sizeof j->model, "%s", a->model ? a->model : "");
     snprintf(j->method, sizeof j->method, "%s", a->method ? a->method : "");
-    if (b->cancelled && j->id) vs__cancel(&b->conn, j->id);
+    if (b->cancelled && j->id) hjobs_cancel(&b->conn, j->id);
     break;
   }
   case VSPEC__EVENT__BODY_RESULT:
@@ -123,7 +123,7 @@ static int vs__event(vs_http_batch *b, int i, vs_conn_event *e) {
     snprintf(j->err_msg, sizeof j->err_msg, "%s", ev->error->message ? ev->error->message : "");
     j->retry_after_ms = ev->error->has_retry_after_ms ? ev->error->retry_after_ms : 0;
     /* all n images or none: the others are not worth their time */
-    if (!b->cancelled) vs__cancel_all(b);
+    if (!b->cancelled) hjobs_cancel_all(b);
     break;
   default:
     if (b->on_event && !b->gave_up && b->on_event(b->arg, i, e)) b->gave_up = VS_HTTP_CLIENT_GONE;
@@ -135,13 +135,13 @@ int vs__http_jobs_step(vs_http_batch *b) {
   if (b->over) return 1;
   double now = vs_now();
   if (!b->gave_up) {
-    if (vs__client_gone(b)) b->gave_up = VS_HTTP_CLIENT_GONE;
+    if (hjobs_client_gone(b)) b->gave_up = VS_HTTP_CLIENT_GONE;
     else if (atomic_load(&b->h->stopping)) b->gave_up = VS_HTTP_STOPPING;
     else if (now > b->end) b->gave_up = VS_HTTP_TIMED_OUT;
   }
   if (b->gave_up && !b->give_up) {
     b->give_up = now + VS__CANCEL_GRACE_S;
-    vs__cancel_all(b);
+    hjobs_cancel_all(b);
   }
   int left = 0;
   for (int i = 0; i < b->n; i++) left += !b->jobs[i].done;
@@ -166,7 +166,7 @@ int vs__http_jobs_step(vs_http_batch *b) {
     const vs_http_job *j = &b->jobs[i];
     if ((ev->has_request_id && ev->request_id == j->rid) ||
         (j->id && ev->has_job_id && ev->job_id == j->id)) {
-      kept = vs__event(b, i, e);
+      kept = hjobs_event(b, i, e);
       break;
     }
   }
@@ -197,7 +197,7 @@ const vs_http_job *vs__http_jobs_failed(const vs_http_batch *b) {
 }
 
 void vs__http_jobs_free(vs_http_batch *b) {
-  if (b->connected && !b->over) vs__cancel_all(b);
+  if (b->connected && !b->over) hjobs_cancel_all(b);
   for (int i = 0; i < b->n; i++)
     if (b->jobs[i].result) {
       vs_conn_event_free(b->jobs[i].result);

@@ -36,12 +36,12 @@ void vs__http_health(vs_http *h, vs_http_reply *r) {
 
 /* ---- the exposition ------------------------------------------------------------------------ */
 
-static void vs__family(FILE *f, const char *name, const char *type, const char *help) {
+static void met_family(FILE *f, const char *name, const char *type, const char *help) {
   fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* A label value: backslash, double quote and newline escaped, as the format asks. */
-static void vs__label(FILE *f, const char *v) {
+static void met_label(FILE *f, const char *v) {
   for (const char *p = v ? v : ""; *p; p++) {
     if (*p == '\\') fputs("\\\\", f);
     else if (*p == '"') fputs("\\\"", f);
@@ -50,90 +50,90 @@ static void vs__label(FILE *f, const char *v) {
   }
 }
 
-static void vs__num(FILE *f, double v) {
+static void met_num(FILE *f, double v) {
   if (isnan(v)) fputs("NaN", f);
   else if (isinf(v)) fputs(v > 0 ? "+Inf" : "-Inf", f);
   else fprintf(f, "%.17g", v);
 }
 
 /* name{k1="v1",k2="v2"} value; k2 may be NULL, and k1 too (no labels). */
-static void vs__sample(FILE *f, const char *name, const char *k1, const char *v1,
+static void met_sample(FILE *f, const char *name, const char *k1, const char *v1,
                        const char *k2, const char *v2, double v) {
   fputs(name, f);
   if (k1) {
     fprintf(f, "{%s=\"", k1);
-    vs__label(f, v1);
+    met_label(f, v1);
     if (k2) {
       fprintf(f, "\",%s=\"", k2);
-      vs__label(f, v2);
+      met_label(f, v2);
     }
     fputs("\"}", f);
   }
   fputc(' ', f);
-  vs__num(f, v);
+  met_num(f, v);
   fputc('\n', f);
 }
 
-static void vs__one(FILE *f, const char *name, const char *type, const char *help, double v) {
-  vs__family(f, name, type, help);
-  vs__sample(f, name, NULL, NULL, NULL, NULL, v);
+static void met_one(FILE *f, const char *name, const char *type, const char *help, double v) {
+  met_family(f, name, type, help);
+  met_sample(f, name, NULL, NULL, NULL, NULL, v);
 }
 
 /* The endpoint's own counters (http_guard.c): connections it closed or refused. */
-static void vs__connections(FILE *f, vs_http *h) {
+static void met_connections(FILE *f, vs_http *h) {
   const vs_http_guard *g = &h->guard;
-  vs__family(f, "vspec_http_connections_closed_total", "counter",
+  met_family(f, "vspec_http_connections_closed_total", "counter",
              "HTTP connections closed before their request was in: deadline (not complete "
              "within [http] request_deadline_ms), displaced (the oldest such when every "
              "connection was taken).");
-  vs__sample(f, "vspec_http_connections_closed_total", "reason", "deadline", NULL, NULL,
+  met_sample(f, "vspec_http_connections_closed_total", "reason", "deadline", NULL, NULL,
              (double)atomic_load(&g->closed_deadline));
-  vs__sample(f, "vspec_http_connections_closed_total", "reason", "displaced", NULL, NULL,
+  met_sample(f, "vspec_http_connections_closed_total", "reason", "displaced", NULL, NULL,
              (double)atomic_load(&g->closed_evicted));
-  vs__family(f, "vspec_http_connections_refused_total", "counter",
+  met_family(f, "vspec_http_connections_refused_total", "counter",
              "HTTP connections refused: per_address (past [http] max_connections_per_address), "
              "busy (a 503: every connection answering).");
-  vs__sample(f, "vspec_http_connections_refused_total", "reason", "per_address", NULL, NULL,
+  met_sample(f, "vspec_http_connections_refused_total", "reason", "per_address", NULL, NULL,
              (double)atomic_load(&g->refused_address));
-  vs__sample(f, "vspec_http_connections_refused_total", "reason", "busy", NULL, NULL,
+  met_sample(f, "vspec_http_connections_refused_total", "reason", "busy", NULL, NULL,
              (double)atomic_load(&g->refused_busy));
 }
 
-static void vs__totals(FILE *f, const Vspec__StatusReply *st) {
+static void met_totals(FILE *f, const Vspec__StatusReply *st) {
   const Vspec__Totals *t = st->totals;
   Vspec__Totals zero = VSPEC__TOTALS__INIT;
   if (!t) t = &zero;
-  vs__family(f, "vspec_info", "gauge", "The daemon: node name and release (always 1).");
+  met_family(f, "vspec_info", "gauge", "The daemon: node name and release (always 1).");
   fputs("vspec_info{node=\"", f);
-  vs__label(f, st->node);
+  met_label(f, st->node);
   fputs("\",version=\"" VSPEC_VERSION "\"} 1\n", f);
-  vs__one(f, "vspec_uptime_seconds", "gauge", "Seconds since the daemon started.", t->uptime_s);
-  vs__one(f, "vspec_draining", "gauge", "1 while the daemon drains (shutting down).",
+  met_one(f, "vspec_uptime_seconds", "gauge", "Seconds since the daemon started.", t->uptime_s);
+  met_one(f, "vspec_draining", "gauge", "1 while the daemon drains (shutting down).",
           st->draining);
-  vs__family(f, "vspec_jobs_total", "counter",
+  met_family(f, "vspec_jobs_total", "counter",
              "Jobs by state: submitted (accepted), completed, failed, cancelled, rejected "
              "(the queue was full).");
   const char *states[] = {"submitted", "completed", "failed", "cancelled", "rejected"};
   const uint64_t n[] = {t->submitted, t->completed, t->failed, t->cancelled, t->rejected_busy};
   for (int i = 0; i < 5; i++)
-    vs__sample(f, "vspec_jobs_total", "state", states[i], NULL, NULL, (double)n[i]);
-  vs__one(f, "vspec_clients_lost_total", "counter",
+    met_sample(f, "vspec_jobs_total", "state", states[i], NULL, NULL, (double)n[i]);
+  met_one(f, "vspec_clients_lost_total", "counter",
           "Clients that vanished with jobs (their jobs were cancelled).", (double)t->clients_lost);
-  vs__one(f, "vspec_malformed_requests_total", "counter", "Requests that could not be parsed.",
+  met_one(f, "vspec_malformed_requests_total", "counter", "Requests that could not be parsed.",
           (double)t->malformed);
-  vs__one(f, "vspec_jobs_queued", "gauge", "Jobs waiting in the queue.", st->queued);
-  vs__one(f, "vspec_jobs_running", "gauge", "Jobs running on a worker.", st->running);
-  vs__one(f, "vspec_queue_capacity", "gauge", "Jobs the queue holds ([queue] size).",
+  met_one(f, "vspec_jobs_queued", "gauge", "Jobs waiting in the queue.", st->queued);
+  met_one(f, "vspec_jobs_running", "gauge", "Jobs running on a worker.", st->running);
+  met_one(f, "vspec_queue_capacity", "gauge", "Jobs the queue holds ([queue] size).",
           st->queue_capacity);
-  vs__one(f, "vspec_clients", "gauge", "Connected clients with jobs.", st->clients);
-  vs__one(f, "vspec_tokens_total", "counter",
+  met_one(f, "vspec_clients", "gauge", "Connected clients with jobs.", st->clients);
+  met_one(f, "vspec_tokens_total", "counter",
           "Image tokens of completed jobs; tokens/s is rate(vspec_tokens_total[1m]).",
           (double)t->tokens);
-  vs__one(f, "vspec_preview_bytes_total", "counter", "PNG bytes of the previews sent.",
+  met_one(f, "vspec_preview_bytes_total", "counter", "PNG bytes of the previews sent.",
           (double)t->preview_bytes);
 }
 
-static void vs__methods(FILE *f, const Vspec__StatusReply *st) {
+static void met_methods(FILE *f, const Vspec__StatusReply *st) {
   static const struct {
     const char *name, *help;
     size_t off;
@@ -158,48 +158,48 @@ static void vs__methods(FILE *f, const Vspec__StatusReply *st) {
        offsetof(Vspec__MethodStats, tree_nodes)},
   };
   for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-    vs__family(f, c[k].name, "counter", c[k].help);
+    met_family(f, c[k].name, "counter", c[k].help);
     for (size_t i = 0; i < st->n_methods; i++) {
       const Vspec__MethodStats *m = st->methods[i];
       uint64_t v = *(const uint64_t *)((const char *)m + c[k].off);
-      vs__sample(f, c[k].name, "method", m->method, NULL, NULL, (double)v);
+      met_sample(f, c[k].name, "method", m->method, NULL, NULL, (double)v);
     }
   }
   /* The ratios since the start, cheap here; over a window use rate() of the counters. */
-  vs__family(f, "vspec_method_tpf", "gauge", "Tokens per target forward since the start.");
+  met_family(f, "vspec_method_tpf", "gauge", "Tokens per target forward since the start.");
   for (size_t i = 0; i < st->n_methods; i++)
     if (st->methods[i]->target_forwards)
-      vs__sample(f, "vspec_method_tpf", "method", st->methods[i]->method, NULL, NULL,
+      met_sample(f, "vspec_method_tpf", "method", st->methods[i]->method, NULL, NULL,
                  (double)st->methods[i]->tokens / (double)st->methods[i]->target_forwards);
-  vs__family(f, "vspec_method_mal", "gauge", "Mean accepted length (tokens per round).");
+  met_family(f, "vspec_method_mal", "gauge", "Mean accepted length (tokens per round).");
   for (size_t i = 0; i < st->n_methods; i++)
     if (st->methods[i]->rounds)
-      vs__sample(f, "vspec_method_mal", "method", st->methods[i]->method, NULL, NULL,
+      met_sample(f, "vspec_method_mal", "method", st->methods[i]->method, NULL, NULL,
                  (double)st->methods[i]->tokens / (double)st->methods[i]->rounds);
-  vs__family(f, "vspec_method_accept_rate", "gauge",
+  met_family(f, "vspec_method_accept_rate", "gauge",
              "Draft acceptance rate as vLLM defines it: accepted / draft tokens, since the start.");
   for (size_t i = 0; i < st->n_methods; i++)
     if (st->methods[i]->draft_tokens)
-      vs__sample(f, "vspec_method_accept_rate", "method", st->methods[i]->method, NULL, NULL,
+      met_sample(f, "vspec_method_accept_rate", "method", st->methods[i]->method, NULL, NULL,
                  (double)st->methods[i]->accepted / (double)st->methods[i]->draft_tokens);
-  vs__family(f, "vspec_method_accepted_per_drafted", "gauge",
+  met_family(f, "vspec_method_accepted_per_drafted", "gauge",
              "walk_accept_rate: accepted / depths the walk examined, since the start.");
   for (size_t i = 0; i < st->n_methods; i++)
     if (st->methods[i]->drafted)
-      vs__sample(f, "vspec_method_accepted_per_drafted", "method", st->methods[i]->method, NULL,
+      met_sample(f, "vspec_method_accepted_per_drafted", "method", st->methods[i]->method, NULL,
                  NULL, (double)st->methods[i]->accepted / (double)st->methods[i]->drafted);
 }
 
-static void vs__plugins(FILE *f, const Vspec__StatusReply *st) {
-  vs__family(f, "vspec_plugin_generation", "gauge",
+static void met_plugins(FILE *f, const Vspec__StatusReply *st) {
+  met_family(f, "vspec_plugin_generation", "gauge",
              "Generation of each loaded plugin (1, then one more per reload).");
   for (size_t i = 0; i < st->n_plugins; i++)
-    vs__sample(f, "vspec_plugin_generation", "kind", st->plugins[i]->kind, "name",
+    met_sample(f, "vspec_plugin_generation", "kind", st->plugins[i]->kind, "name",
                st->plugins[i]->name, st->plugins[i]->generation);
-  vs__family(f, "vspec_model_generation", "gauge",
+  met_family(f, "vspec_model_generation", "gauge",
              "Generation of each model (one more per backend reload).");
   for (size_t i = 0; i < st->n_models; i++)
-    vs__sample(f, "vspec_model_generation", "model", st->models[i]->name, NULL, NULL,
+    met_sample(f, "vspec_model_generation", "model", st->models[i]->name, NULL, NULL,
                st->models[i]->generation);
 }
 
@@ -219,10 +219,10 @@ void vs__http_metrics(vs_http *h, vs_http_reply *r) {
     vs__http_error(r, 500, NULL, "out of memory");
     return;
   }
-  vs__totals(f, e.ev->status);
-  vs__connections(f, h);
-  vs__methods(f, e.ev->status);
-  vs__plugins(f, e.ev->status);
+  met_totals(f, e.ev->status);
+  met_connections(f, h);
+  met_methods(f, e.ev->status);
+  met_plugins(f, e.ev->status);
   fclose(f);
   vs_conn_event_free(&e);
   r->status = 200;

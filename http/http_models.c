@@ -15,8 +15,8 @@
 #include "vspec/types.h"
 
 /* One model as OpenAI's Model object. */
-static json_t *vs__model(const Vspec__ModelInfo *m, const Vspec__StatusReply *st,
-                         const char *method, json_int_t created) {
+static json_t *models_model(const Vspec__ModelInfo *m, const Vspec__StatusReply *st,
+                            const char *method, json_int_t created) {
   json_t *v = json_pack("{s:b,s:s}", "default",
                         st->default_model && m->name && !strcmp(st->default_model, m->name),
                         "default_method", method);
@@ -57,7 +57,7 @@ void vs__http_models(vs_http *h, const char *id, vs_http_reply *r) {
   for (size_t i = 0; i < st->n_models; i++) {
     const Vspec__ModelInfo *m = st->models[i];
     if (id && (!m->name || strcmp(m->name, id))) continue;
-    json_t *o = vs__model(m, st, h->cfg->method, created);
+    json_t *o = models_model(m, st, h->cfg->method, created);
     if (id) one = o;
     else json_array_append_new(data, o);
   }

@@ -70,7 +70,7 @@ static const struct {
   int route;
   int post;   /* POST only; else GET (and HEAD) */
   int prefix; /* the path and one more segment: /v1/models/{id} */
-} vs__routes[] = {
+} http_routes[] = {
     {"/health", VS__HEALTH, 0, 0},
     {"/metrics", VS__METRICS, 0, 0},
     {"/v1/images/generations", VS__GENERATE, 1, 0},
@@ -79,25 +79,25 @@ static const struct {
 };
 
 /* Whether url is route i's path. */
-static int vs__route_is(size_t i, const char *url) {
-  const char *p = vs__routes[i].path;
-  if (!vs__routes[i].prefix) return !strcmp(p, url);
+static int http_route_is(size_t i, const char *url) {
+  const char *p = http_routes[i].path;
+  if (!http_routes[i].prefix) return !strcmp(p, url);
   size_t n = strlen(p);
   return !strncmp(p, url, n) && url[n] && !strchr(url + n, '/');
 }
 
 /* A request in progress: the route, the rest of its path, and the body read so far. */
-typedef struct vs__req {
+typedef struct http_req {
   int route;
   char arg[128]; /* the {id} of a prefix route */
   char *body;
   size_t len;
   int too_large;
-} vs__req;
+} http_req;
 
-static enum MHD_Result vs__error_now(vs_http *h, struct MHD_Connection *c, int status,
-                                     const char *allow, const char *param, const char *fmt,
-                                     const char *arg) {
+static enum MHD_Result http_error_now(vs_http *h, struct MHD_Connection *c, int status,
+                                      const char *allow, const char *param, const char *fmt,
+                                      const char *arg) {
   vs_http_reply r = {0};
   vs__http_error(&r, status, param, fmt, arg);
   if (status == 503) r.retry_after_s = 1;
@@ -107,49 +107,49 @@ static enum MHD_Result vs__error_now(vs_http *h, struct MHD_Connection *c, int s
 
 /* The first call for a request: route it, refuse what will never be served before any body
  * is read (an announced oversize body is refused without reading it). */
-static enum MHD_Result vs__begin(vs_http *h, struct MHD_Connection *c, const char *url,
-                                 const char *method, void **cls) {
+static enum MHD_Result http_begin(vs_http *h, struct MHD_Connection *c, const char *url,
+                                  const char *method, void **cls) {
   char why[200];
   int bad = vs__http_check_headers(c, why, sizeof why);
-  if (bad) return vs__error_now(h, c, bad, NULL, NULL, "%s", why);
-  size_t n = sizeof vs__routes / sizeof vs__routes[0], i = 0;
-  while (i < n && !vs__route_is(i, url)) i++;
+  if (bad) return http_error_now(h, c, bad, NULL, NULL, "%s", why);
+  size_t n = sizeof http_routes / sizeof http_routes[0], i = 0;
+  while (i < n && !http_route_is(i, url)) i++;
   if (i == n)
-    return vs__error_now(h, c, MHD_HTTP_NOT_FOUND, NULL, NULL,
-                         "no such path: %s (served: /health, /metrics, /v1/models, POST "
-                         "/v1/images/generations)", url);
+    return http_error_now(h, c, MHD_HTTP_NOT_FOUND, NULL, NULL,
+                          "no such path: %s (served: /health, /metrics, /v1/models, POST "
+                          "/v1/images/generations)", url);
   int post = !strcmp(method, MHD_HTTP_METHOD_POST);
   int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
-  if (vs__routes[i].post ? !post : !get)
-    return vs__error_now(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, vs__routes[i].post ? "POST" : "GET, HEAD",
-                         NULL, vs__routes[i].post ? "%s takes POST only" : "%s takes GET only",
-                         url);
+  if (http_routes[i].post ? !post : !get)
+    return http_error_now(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, http_routes[i].post ? "POST" : "GET, HEAD",
+                          NULL, http_routes[i].post ? "%s takes POST only" : "%s takes GET only",
+                          url);
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (post && cl && strtoull(cl, NULL, 10) > (unsigned long long)h->cfg->http_max_body_bytes) {
     char lim[32];
     snprintf(lim, sizeof lim, "%ld", h->cfg->http_max_body_bytes);
-    return vs__error_now(h, c, 413, NULL, NULL,
-                         "the body is over the limit of %s bytes ([http] max_body_bytes)", lim);
+    return http_error_now(h, c, 413, NULL, NULL,
+                          "the body is over the limit of %s bytes ([http] max_body_bytes)", lim);
   }
-  int cheap = vs__routes[i].route == VS__HEALTH || vs__routes[i].route == VS__METRICS;
+  int cheap = http_routes[i].route == VS__HEALTH || http_routes[i].route == VS__METRICS;
   if (!vs__http_guard_admit(h, c, cheap))
-    return vs__error_now(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, "%s",
-                         "every HTTP connection is busy ([http] max_connections): try again");
-  vs__req *q = calloc(1, sizeof *q);
+    return http_error_now(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, "%s",
+                          "every HTTP connection is busy ([http] max_connections): try again");
+  http_req *q = calloc(1, sizeof *q);
   if (!q) return MHD_NO;
-  q->route = vs__routes[i].route;
-  if (vs__routes[i].prefix)
-    snprintf(q->arg, sizeof q->arg, "%s", url + strlen(vs__routes[i].path));
+  q->route = http_routes[i].route;
+  if (http_routes[i].prefix)
+    snprintf(q->arg, sizeof q->arg, "%s", url + strlen(http_routes[i].path));
   *cls = q;
   return MHD_YES;
 }
 
-static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload, size_t *upload_size, void **req_cls) {
+static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload, size_t *upload_size, void **req_cls) {
   vs_http *h = cls;
-  vs__req *q = *req_cls;
-  if (!q) return vs__begin(h, c, url, method, req_cls);
+  http_req *q = *req_cls;
+  if (!q) return http_begin(h, c, url, method, req_cls);
   if (*upload_size) {
     /* A body without a length (chunked) that grows past the limit is read to its end and
      * dropped, then refused. */
@@ -194,16 +194,16 @@ static enum MHD_Result vs__access(void *cls, struct MHD_Connection *c, const cha
   return http_send(c, &r, NULL);
 }
 
-static void vs__completed(void *cls, struct MHD_Connection *c, void **req_cls,
-                          enum MHD_RequestTerminationCode toe) {
+static void http_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                           enum MHD_RequestTerminationCode toe) {
   vs__http_guard_idle(cls, c); /* the next request's deadline runs from here */
-  vs__req *q = *req_cls;
+  http_req *q = *req_cls;
   if (q) free(q->body);
   free(q);
   *req_cls = NULL;
 }
 
-static void vs__mhd_log(void *cls, const char *fmt, va_list ap) {
+static void http_mhd_log(void *cls, const char *fmt, va_list ap) {
   char msg[512];
   vsnprintf(msg, sizeof msg, fmt, ap);
   size_t n = strlen(msg);
@@ -215,8 +215,8 @@ static void vs__mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* Our own socket, so that a port in use is a clear startup error and port 0's real port can
  * be read back. */
-static int vs__listen(const vs_daemon_config *cfg, int *fd_out, int *port, char *err,
-                      size_t errlen) {
+static int http_open_socket(const vs_daemon_config *cfg, int *fd_out, int *port, char *err,
+                            size_t errlen) {
   struct sockaddr_storage sa;
   socklen_t len;
   char inner[200];
@@ -248,7 +248,7 @@ static int vs__listen(const vs_daemon_config *cfg, int *fd_out, int *port, char 
 
 /* Binds cfg->http_listen and listens (a port in use is an error, not a wait): the front's
  * prepare, before the models load, so that the mistake costs no load. */
-static int server_listen(const vs_daemon_config *cfg, void **front, char *err, size_t errlen) {
+static int http_prepare(const vs_daemon_config *cfg, void **front, char *err, size_t errlen) {
   vs_http **out = (vs_http **)front;
   *out = NULL;
   vs_http *h = calloc(1, sizeof *h);
@@ -258,7 +258,7 @@ static int server_listen(const vs_daemon_config *cfg, void **front, char *err, s
   }
   h->cfg = cfg;
   h->fd = -1;
-  int rc = vs__listen(cfg, &h->fd, &h->port, err, errlen);
+  int rc = http_open_socket(cfg, &h->fd, &h->port, err, errlen);
   if (rc) {
     free(h);
     return rc;
@@ -270,9 +270,9 @@ static int server_listen(const vs_daemon_config *cfg, void **front, char *err, s
 /* Starts serving; requests connect to `endpoint` (an inproc endpoint of the job socket) in
  * ZeroMQ context `zctx`. Logs the bound address, with the real port when the configured one
  * was 0. */
-static int server_serve(const vs_daemon_config *cfg, void **front, void *zctx,
-                        const char *endpoint, char *err, size_t errlen) {
-  (void)cfg; /* the one server_listen kept */
+static int http_start(const vs_daemon_config *cfg, void **front, void *zctx,
+                      const char *endpoint, char *err, size_t errlen) {
+  (void)cfg; /* the one http_prepare kept */
   vs_http *h = *front;
   h->zctx = zctx;
   snprintf(h->endpoint, sizeof h->endpoint, "%s", endpoint);
@@ -283,13 +283,13 @@ static int server_serve(const vs_daemon_config *cfg, void **front, void *zctx,
     return VSPEC_EIO;
   }
   unsigned limit = (unsigned)(h->cfg->http_max_connections + VS_HTTP_RESERVE);
-  h->mhd = MHD_start_daemon(flags, 0, vs__http_guard_accept, h, vs__access, h,
+  h->mhd = MHD_start_daemon(flags, 0, vs__http_guard_accept, h, http_access, h,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)h->fd,
                             MHD_OPTION_CONNECTION_LIMIT, limit,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)VS_HTTP_IDLE_S,
-                            MHD_OPTION_NOTIFY_COMPLETED, vs__completed, h,
+                            MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
                             MHD_OPTION_NOTIFY_CONNECTION, vs__http_guard_notify, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, vs__mhd_log, h, MHD_OPTION_END);
+                            MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, h, MHD_OPTION_END);
   if (!h->mhd) {
     snprintf(err, errlen, "http: libmicrohttpd could not start on %s", h->cfg->http_listen);
     return VSPEC_EIO;
@@ -305,7 +305,7 @@ static int server_serve(const vs_daemon_config *cfg, void **front, void *zctx,
 
 /* Stops accepting, ends the requests in flight (their jobs are cancelled) and joins the
  * threads, before the ZeroMQ context goes; frees the endpoint and sets *front to NULL. */
-static void server_stop(void **front) {
+static void http_stop(void **front) {
   if (!front || !*front) return;
   vs_http *h = *front;
   /* Requests in flight see the flag within one poll (50 ms), cancel their jobs and return;
@@ -320,6 +320,6 @@ static void server_stop(void **front) {
 }
 
 const vs_server_front vs_http_front = {.endpoint = "inproc://vspecd-http",
-                                       .prepare = server_listen,
-                                       .start = server_serve,
-                                       .stop = server_stop};
+                                       .prepare = http_prepare,
+                                       .start = http_start,
+                                       .stop = http_stop};

@@ -6,7 +6,7 @@
  * PNG and the usage; a failure after the stream began is an "error" event.
  *
  * The jobs are accepted before the answer's 200 goes out, so that a refused prompt is still a
- * plain 400. libmicrohttpd then calls vs__read on the connection's own thread for each piece
+ * plain 400. libmicrohttpd then calls stream_read on the connection's own thread for each piece
  * of the body: it steps the jobs (http/http_jobs.c) until there is something to send. A
  * client that goes away ends the stream: its jobs are cancelled when MHD frees it.
  */
@@ -35,7 +35,7 @@ struct vs_http_stream {
 };
 
 /* Appends one SSE event: "event: TYPE\ndata: JSON\n\n" (takes the reference). */
-static void vs__emit(vs_http_stream *st, const char *type, json_t *data) {
+static void stream_emit(vs_http_stream *st, const char *type, json_t *data) {
   char *js = data ? json_dumps(data, JSON_COMPACT) : NULL;
   json_decref(data);
   if (!js) return;
@@ -48,7 +48,7 @@ static void vs__emit(vs_http_stream *st, const char *type, json_t *data) {
   free(js);
 }
 
-static json_t *vs__image_event(const char *type, const char *b64, int w, int h) {
+static json_t *stream_image_event(const char *type, const char *b64, int w, int h) {
   char size[32];
   snprintf(size, sizeof size, "%dx%d", w, h);
   return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "type", type, "b64_json", b64,
@@ -57,7 +57,7 @@ static json_t *vs__image_event(const char *type, const char *b64, int w, int h) 
 }
 
 /* A preview of job i: sent when it passes the next of partial_images even shares. */
-static int vs__on_event(void *arg, int i, const vs_conn_event *e) {
+static int stream_on_event(void *arg, int i, const vs_conn_event *e) {
   vs_http_stream *st = arg;
   const Vspec__Event *ev = e->ev;
   if (ev->body_case != VSPEC__EVENT__BODY_PREVIEW) return 0;
@@ -74,21 +74,21 @@ static int vs__on_event(void *arg, int i, const vs_conn_event *e) {
   char *b64 = malloc(b64_len);
   if (!b64) return 0;
   sodium_bin2base64(b64, b64_len, png, len, sodium_base64_VARIANT_ORIGINAL);
-  json_t *o = vs__image_event("image_generation.partial_image", b64, (int)p->width,
-                              (int)p->height);
+  json_t *o = stream_image_event("image_generation.partial_image", b64, (int)p->width,
+                                 (int)p->height);
   free(b64);
   /* OpenAI numbers the partial images of a request from 0; vspec's extension says whose */
   json_object_set_new(o, "partial_image_index", json_integer(k));
   json_object_set_new(o, "vspec", json_pack("{s:i,s:i,s:i}", "image", i, "tokens_done",
                                             (int)p->tokens_done, "tokens_total",
                                             (int)p->tokens_total));
-  vs__emit(st, "image_generation.partial_image", o);
+  stream_emit(st, "image_generation.partial_image", o);
   st->sent[i] = k + 1;
   return 0;
 }
 
 /* The batch is over: the completed images, or the error. */
-static void vs__finish(vs_http_stream *st) {
+static void stream_finish(vs_http_stream *st) {
   vs_http_batch *b = &st->b;
   const vs_http_job *f = vs__http_jobs_failed(b);
   vs_http_reply r = {0};
@@ -102,25 +102,25 @@ static void vs__finish(vs_http_stream *st) {
     const Vspec__Result *res = b->jobs[i].result->ev->result;
     char *b64 = vs__http_png_b64(&b->jobs[i], st->upscale, &r);
     if (!b64) break;
-    json_t *o = vs__image_event("image_generation.completed", b64,
-                                (int)res->width * st->upscale, (int)res->height * st->upscale);
+    json_t *o = stream_image_event("image_generation.completed", b64,
+                                   (int)res->width * st->upscale, (int)res->height * st->upscale);
     free(b64);
     json_object_set_new(o, "revised_prompt", vs__http_revised_prompt(&b->jobs[i]));
     json_object_set_new(o, "usage", vs__http_usage(b));
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)res->seed);
     json_object_set_new(o, "vspec", json_pack("{s:i,s:s}", "image", i, "seed", seed));
-    vs__emit(st, "image_generation.completed", o);
+    stream_emit(st, "image_generation.completed", o);
   }
   if (r.status) { /* OpenAI's clients raise an "error" event's error */
     json_error_t je;
-    vs__emit(st, "error", r.body ? json_loads(r.body, 0, &je) : NULL);
+    stream_emit(st, "error", r.body ? json_loads(r.body, 0, &je) : NULL);
   }
   free(r.body);
   st->ended = 1;
 }
 
-static ssize_t vs__read(void *cls, uint64_t pos, char *out, size_t max) {
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   vs_http_stream *st = cls;
   st->b.in_body = 1; /* the 200 went: a probe of a half-closed client is part of the body */
   while (st->off == st->len) {
@@ -128,7 +128,7 @@ static ssize_t vs__read(void *cls, uint64_t pos, char *out, size_t max) {
     if (st->ended) return (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
     if (vs__http_jobs_step(&st->b)) {
       if (st->b.gave_up == VS_HTTP_CLIENT_GONE) return (ssize_t)MHD_CONTENT_READER_END_WITH_ERROR;
-      vs__finish(st);
+      stream_finish(st);
     } else if (st->b.probe_due) { /* an SSE comment: clients skip it, a gone one resets */
       st->b.probe_due = 0;
       static const char ping[] = ": still working\n\n";
@@ -156,7 +156,7 @@ void vs__http_stream_free(vs_http_stream *st) {
   free(st);
 }
 
-static void vs__free_cb(void *cls) { vs__http_stream_free(cls); }
+static void stream_free_cb(void *cls) { vs__http_stream_free(cls); }
 
 vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *submit,
                                       const vs_http_batch *proto, void *root, int upscale,
@@ -173,7 +173,7 @@ vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *sub
   st->partial_images = partial_images;
   st->b = *proto;
   st->b.submit = &st->submit;
-  st->b.on_event = vs__on_event;
+  st->b.on_event = stream_on_event;
   st->b.arg = st;
   if (partial_images) { /* the daemon's previews, as many as credit lets through */
     st->submit.has_preview = 1;
@@ -206,7 +206,8 @@ vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *sub
 
 struct MHD_Response *vs__http_stream_response(vs_http_stream *st) {
   struct MHD_Response *resp =
-      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, vs__read, st, vs__free_cb);
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
+                                        stream_free_cb);
   if (!resp) vs__http_stream_free(st);
   return resp;
 }

@@ -26,7 +26,7 @@
 #include "http/http_server.h"
 #include "proto/curve_keys.h"
 
-static void usage(FILE *f) {
+static void vd_usage(FILE *f) {
   fprintf(f,
           "usage: vspecd [options]\n"
           "\n"
@@ -68,7 +68,7 @@ static void usage(FILE *f) {
 
 /* A model directory as `--check` sees it: there, with a manifest that parses, or with the
  * bare gpt.safetensors a manifest-less directory needs. */
-static int vs__check_model(const vs_model_conf *m, char *err, size_t errlen) {
+static int vd_check_model(const vs_model_conf *m, char *err, size_t errlen) {
   struct stat st;
   if (stat(m->dir, &st) || !S_ISDIR(st.st_mode)) {
     snprintf(err, errlen, "directory '%s' does not exist", m->dir);
@@ -91,7 +91,7 @@ static int vs__check_model(const vs_model_conf *m, char *err, size_t errlen) {
 /* [curve] as `--check` sees it: the server's secret key and the allow-list read by the
  * parsers the daemon uses (proto/curve_keys.h, daemon/allow_list.h), so that a file the
  * daemon would refuse fails the check, with its line. *n_keys gets the allowed keys. */
-static int vs__check_curve(const vs_daemon_config *c, int *n_keys, char *err, size_t errlen) {
+static int vd_check_curve(const vs_daemon_config *c, int *n_keys, char *err, size_t errlen) {
   char secret[41], inner[1024];
   if (vs_curve_read_key(c->curve_secret_file, "secret", secret, inner, sizeof inner)) {
     snprintf(err, errlen, "[curve] secret_key_file: %s", inner);
@@ -125,7 +125,7 @@ static int vd_first_pass(int argc, char **argv, const char **config, int *check)
   while ((c = getopt_long(argc, argv, "c:h", vd_opts, NULL)) != -1) {
     if (c == 'c') *config = optarg;
     else if (c == 'h') {
-      usage(stdout);
+      vd_usage(stdout);
       return 0;
     } else if (c == O_CHECK) *check = 1;
     else if (c == O_VERSION) {
@@ -190,12 +190,12 @@ static int vd_check(const vs_daemon_config *cfg) {
   char err[1024];
   int bad = 0;
   for (int i = 0; i < cfg->n_models; i++)
-    if (vs__check_model(&cfg->models[i], err, sizeof err)) {
+    if (vd_check_model(&cfg->models[i], err, sizeof err)) {
       fprintf(stderr, "vspecd: model '%s': %s\n", cfg->models[i].name, err);
       bad++;
     }
   int n_keys = 0;
-  if (cfg->curve && vs__check_curve(cfg, &n_keys, err, sizeof err)) {
+  if (cfg->curve && vd_check_curve(cfg, &n_keys, err, sizeof err)) {
     fprintf(stderr, "vspecd: %s\n", err);
     bad++;
   }
