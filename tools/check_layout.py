@@ -45,7 +45,7 @@ def definitions(code):
     out, depth, start, lines = [], 0, None, code.split("\n")
     for n, line in enumerate(lines, 1):
         if depth == 0 and start is None and re.match(r"[A-Za-z_]", line) and "(" in line \
-                and not re.match(r"(typedef|struct|enum|union)\b", line) and "=" not in line.split("(")[0]:
+                and not re.match(r"typedef\b", line) and "=" not in line.split("(")[0]:
             start = n
         if depth == 0 and start is not None and line.rstrip().endswith(";"):
             start = None
@@ -53,7 +53,8 @@ def definitions(code):
         depth += line.count("{") - line.count("}")
         if opened == 0 and depth > 0 and start is not None:
             head = " ".join(lines[start - 1:n])
-            m = re.search(r"\b([A-Za-z_]\w*)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*(?:__attribute__.*)?\{", head)
+            m = re.search(r"\b([A-Za-z_]\w*)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)"
+                          r"\s*(?:__attribute__.*)?\{", head)
             name = m.group(1) if m else None
             body_start = start
         if opened > 0 and depth == 0 and start is not None:
@@ -75,8 +76,9 @@ def main(folders):
             if not m or here is None:
                 continue
             there = rank(m.group(1))
-            if m.group(1) != f.split("/")[0] and (there is None or there <= here):
-                bad.append(f"{f}:{n}: includes {m.group(1)}/, which is not below {f.split('/')[0]}/")
+            own = f.split("/")[0]
+            if m.group(1) != own and (there is None or there <= here):
+                bad.append(f"{f}:{n}: includes {m.group(1)}/, which is not below {own}/")
     # lengths, names
     defs, statics = {}, {}
     for f in files:
