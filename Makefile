@@ -31,8 +31,9 @@
 #   build/dyn/                       the programs linked to it, as make install installs them
 #   build/plugins/<kind>_<name>.so   plugins/<kind>/<name>.c or plugins/<kind>/<name>/*.c
 #   build/vspec-bench                bench/
-#   build/vspecd, build/vspec        daemon/ (job service), clients/ (CLI) on client/ (the
-#                                    connection); build/vspec-gateway
+#   build/vspecd, build/vspec        vspecd/ (the program) on daemon/ (the job service), http/
+#                                    (the HTTP front) and fleet/ (the fleet agent); clients/ (CLI)
+#                                    on client/ (the connection); build/vspec-gateway fleet/
 #   build/gen/proto/vspec.pb-c.[ch]  generated from proto/vspec.proto by protoc-c (never committed)
 #   build/lib/libvspec-cuda.so       kernels/cuda/ (nvcc), loaded at run time for --device cuda
 #   build/tests/test_*               tests/test_*.c (cmocka); build/tests/gpu/ the GPU suite
@@ -170,12 +171,14 @@ CUDA_TARGETS := $(if $(filter 1,$(CUDA_ON)),$(CUDA_MODULE))
 GEN_DIR := $(BUILD)/gen
 PROTO_C := $(GEN_DIR)/proto/vspec.pb-c.c
 PROTO_H := $(GEN_DIR)/proto/vspec.pb-c.h
-# hiredis: the fleet queue on Redis Streams (daemon/fleet_queue*.c, DESIGN.md "Fleet mode").
-# libmicrohttpd: the HTTP endpoint (daemon/http_server.c, DESIGN.md "HTTP endpoint").
+# hiredis: the fleet queue on Redis Streams (fleet/fleet_queue*.c, DESIGN.md "Fleet mode").
+# libmicrohttpd: the HTTP endpoint (http/http_server.c, DESIGN.md "HTTP endpoint").
 SVC_LDLIBS := -lzmq -luv -lprotobuf-c -linih -lsodium -lhiredis -lmicrohttpd
 WIRE_OBJ := $(BUILD)/obj/gen/proto/vspec.pb-c.o $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard proto/*.c))
-DAEMON_MAINS := daemon/vspecd.c daemon/gateway_main.c
-DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c)))
+DAEMON_MAINS := vspecd/vspecd.c fleet/gateway_main.c
+# The service's layers (DESIGN.md "Layout"): daemon/ the job service; http/ and fleet/ above it.
+SVC_DIRS := daemon http fleet
+DAEMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(DAEMON_MAINS),$(wildcard $(SVC_DIRS:%=%/*.c))))
 # The CLI: its main (the command table), the commands and their shared helpers (clients/cli.h).
 CLIENT_MAINS := clients/vspec.c clients/cli_common.c $(wildcard clients/cmd_*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLIENT_MAINS))
@@ -265,14 +268,14 @@ $(BUILD)/obj/$(1)/%.o: $(1)/%.c | $$(PROTO_H)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) -I$$(GEN_DIR) $$(CFLAGS) $$(DEPFLAGS) -c $$< -o $$@
 endef
-$(foreach d,proto daemon client clients tests,$(eval $(call SVC_OBJ_RULE,$(d))))
+$(foreach d,proto $(SVC_DIRS) vspecd client clients tests,$(eval $(call SVC_OBJ_RULE,$(d))))
 
 $(SVC_LIB): $(DAEMON_OBJ) $(CONN_OBJ) $(CLIENT_OBJ) $(WIRE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
-$(VSPECD): $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(LIB)
+$(VSPECD): $(BUILD)/obj/vspecd/vspecd.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
-$(GATEWAY): $(BUILD)/obj/daemon/gateway_main.o $(SVC_LIB) $(LIB)
+$(GATEWAY): $(BUILD)/obj/fleet/gateway_main.o $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
 $(VSPEC_CLI): $(CLI_OBJ) $(SVC_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $^ -o $@ $(SVC_LDLIBS) $(LDLIBS)
@@ -369,6 +372,7 @@ check: all $(TESTS)
 	if [ "$(SAN)" = 0 ]; then \
 	  $(TALLY) run $$res install-check $(MAKE) --no-print-directory install-check || fail=1; \
 	  $(TALLY) run $$res python-check $(MAKE) --no-print-directory python-check || fail=1; \
+	  $(TALLY) run $$res layout-check ./tools/check_layout.py || fail=1; \
 	fi; \
 	exit $$fail
 
@@ -518,13 +522,13 @@ DYN_DIR := $(BUILD)/dyn
 DYN_PROGS := $(addprefix $(DYN_DIR)/,vspecd vspec vspec-gateway vspec-bench)
 DYN_LINK = $(CC) $(LDFLAGS) $(filter %.o %.a,$^) -o $@ -L$(BUILD)/lib -lvspec \
            -Wl,-rpath,'$$ORIGIN/../lib' $(SVC_LDLIBS) $(LDLIBS)
-$(DYN_DIR)/vspecd: $(BUILD)/obj/daemon/vspecd.o $(SVC_LIB) $(SHARED_LIB)
+$(DYN_DIR)/vspecd: $(BUILD)/obj/vspecd/vspecd.o $(SVC_LIB) $(SHARED_LIB)
 	@mkdir -p $(dir $@)
 	$(DYN_LINK)
 $(DYN_DIR)/vspec: $(CLI_OBJ) $(SVC_LIB) $(SHARED_LIB)
 	@mkdir -p $(dir $@)
 	$(DYN_LINK)
-$(DYN_DIR)/vspec-gateway: $(BUILD)/obj/daemon/gateway_main.o $(SVC_LIB) $(SHARED_LIB)
+$(DYN_DIR)/vspec-gateway: $(BUILD)/obj/fleet/gateway_main.o $(SVC_LIB) $(SHARED_LIB)
 	@mkdir -p $(dir $@)
 	$(DYN_LINK)
 $(DYN_DIR)/vspec-bench: $(BUILD)/obj/bench/vspec_bench.o $(BENCH_LIB) $(SHARED_LIB)

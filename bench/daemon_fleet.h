@@ -13,7 +13,7 @@
 
 #include "bench/daemon_proc.h"
 #include "bench/daemon_redis.h"
-#include "daemon/fleet_queue.h"
+#include "fleet/fleet_queue.h"
 
 #define VS_BENCH_FLEET_DAEMONS 3
 #define VS_BENCH_FLEET_GATEWAYS 2

@@ -9,7 +9,7 @@
 
 #include "bench/bench.h"
 #include "client/conn.h"
-#include "daemon/fleet_event.h"
+#include "fleet/fleet_event.h"
 
 #define VS__CLIENTS 2
 #define VS__CREDIT 8          /* a submit's credit, one grant back per event: as the CLI */

@@ -17,8 +17,8 @@
   "either optionally followed by a name"
 
 /* One line into entry e; 0 for a key, 1 for a blank or comment line, or an error. */
-static int vs__allow_line(const char *path, int lineno, const char *line, vs_allow_entry *e,
-                          char *err, size_t errlen) {
+static int al_allow_line(const char *path, int lineno, const char *line, vs_allow_entry *e,
+                         char *err, size_t errlen) {
   vs_curve_line l;
   vs_curve_parse_line(line, &l);
   if (l.kind == VS_CURVE_LINE_BLANK) return 1;
@@ -65,7 +65,7 @@ int vs_allow_list_read(const char *path, vs_allow_entry **out, int *n, char *err
   while (getline(&line, &cap, f) >= 0) {
     lineno++;
     vs_allow_entry e;
-    int r = vs__allow_line(path, lineno, line, &e, err, errlen);
+    int r = al_allow_line(path, lineno, line, &e, err, errlen);
     if (r == 1) continue;
     if ((rc = r)) break;
     if (count == VS_ALLOW_LIST_MAX) {

@@ -1,6 +1,4 @@
 #include "daemon/config.h"
-#include "daemon/fleet_queue.h"
-#include "daemon/http_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -78,8 +76,8 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->http_max_connections_per_address = 0;
 }
 
-static int vs__long(const char *key, const char *v, long lo, long hi, long *out, char *err,
-                    size_t errlen) {
+static int cf_long(const char *key, const char *v, long lo, long hi, long *out, char *err,
+                   size_t errlen) {
   char *end;
   errno = 0;
   long x = strtol(v, &end, 10);
@@ -91,15 +89,15 @@ static int vs__long(const char *key, const char *v, long lo, long hi, long *out,
   return VSPEC_OK;
 }
 
-static int vs__int(const char *key, const char *v, long lo, long hi, int *out, char *err,
-                   size_t errlen) {
+static int cf_int(const char *key, const char *v, long lo, long hi, int *out, char *err,
+                  size_t errlen) {
   long x;
-  int rc = vs__long(key, v, lo, hi, &x, err, errlen);
+  int rc = cf_long(key, v, lo, hi, &x, err, errlen);
   if (!rc) *out = (int)x;
   return rc;
 }
 
-static int vs__bool(const char *key, const char *v, int *out, char *err, size_t errlen) {
+static int cf_bool(const char *key, const char *v, int *out, char *err, size_t errlen) {
   if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1")) {
     *out = 1;
   } else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") || !strcmp(v, "0")) {
@@ -121,8 +119,8 @@ static int cfg_str(const char *key, const char *v, char *dst, size_t cap, char *
   return VSPEC_OK;
 }
 
-static int vs__endpoint(const char *key, const char *v, char *dst, size_t cap, char *err,
-                        size_t errlen) {
+static int cf_endpoint(const char *key, const char *v, char *dst, size_t cap, char *err,
+                       size_t errlen) {
   if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9)) {
     snprintf(err, errlen, "%s = '%s' is not a ZeroMQ endpoint (tcp://, ipc://)", key, v);
     return VSPEC_EINVAL;
@@ -148,16 +146,16 @@ static int cfg_server(vs_daemon_config *c, const char *key, const char *k, const
   }
   if (!strcmp(k, "node_id")) {
     int x;
-    int rc = vs__int(key, v, 0, 65535, &x, err, errlen);
+    int rc = cf_int(key, v, 0, 65535, &x, err, errlen);
     if (!rc) c->node_id = (unsigned)x;
     return rc;
   }
   if (!strcmp(k, "endpoint"))
-    return vs__endpoint(key, v, c->endpoint, sizeof c->endpoint, err, errlen);
+    return cf_endpoint(key, v, c->endpoint, sizeof c->endpoint, err, errlen);
   if (!strcmp(k, "admin_endpoint"))
-    return vs__endpoint(key, v, c->admin_endpoint, sizeof c->admin_endpoint, err, errlen);
+    return cf_endpoint(key, v, c->admin_endpoint, sizeof c->admin_endpoint, err, errlen);
   if (!strcmp(k, "admin_allow_remote"))
-    return vs__bool(key, v, &c->admin_allow_remote, err, errlen);
+    return cf_bool(key, v, &c->admin_allow_remote, err, errlen);
   if (!strcmp(k, "log_level")) {
     int l = vs_log_parse_level(v);
     if (l < 0) {
@@ -172,13 +170,13 @@ static int cfg_server(vs_daemon_config *c, const char *key, const char *k, const
 
 static int cfg_workers(vs_daemon_config *c, const char *key, const char *k, const char *v,
                        char *err, size_t errlen) {
-  if (!strcmp(k, "count")) return vs__int(key, v, 1, 256, &c->workers, err, errlen);
-  if (!strcmp(k, "threads")) return vs__int(key, v, 0, 1024, &c->threads, err, errlen);
-  if (!strcmp(k, "batch")) return vs__int(key, v, 1, 64, &c->batch, err, errlen);
+  if (!strcmp(k, "count")) return cf_int(key, v, 1, 256, &c->workers, err, errlen);
+  if (!strcmp(k, "threads")) return cf_int(key, v, 0, 1024, &c->threads, err, errlen);
+  if (!strcmp(k, "batch")) return cf_int(key, v, 1, 64, &c->batch, err, errlen);
   if (!strcmp(k, "batch_wait_ms"))
-    return vs__int(key, v, 1, 10000, &c->batch_wait_ms, err, errlen);
+    return cf_int(key, v, 1, 10000, &c->batch_wait_ms, err, errlen);
   if (!strcmp(k, "batch_lanes"))
-    return vs__int(key, v, 1, VS_FORWARD_GATE_MAX_LANES, &c->batch_lanes, err, errlen);
+    return cf_int(key, v, 1, VS_FORWARD_GATE_MAX_LANES, &c->batch_lanes, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 
@@ -191,9 +189,9 @@ static int cfg_device(vs_daemon_config *c, const char *key, const char *k, const
     }
     return cfg_str(key, v, c->device_kind, sizeof c->device_kind, err, errlen);
   }
-  if (!strcmp(k, "index")) return vs__int(key, v, 0, 1023, &c->device_index, err, errlen);
+  if (!strcmp(k, "index")) return cf_int(key, v, 0, 1023, &c->device_index, err, errlen);
   if (!strcmp(k, "memory_limit_mb"))
-    return vs__long(key, v, 0, 1l << 30, &c->device_memory_mb, err, errlen);
+    return cf_long(key, v, 0, 1l << 30, &c->device_memory_mb, err, errlen);
   if (!strcmp(k, "precision")) {
     if (!strcmp(v, "default")) c->device_precision = VS_PRECISION_DEFAULT;
     else if (!strcmp(v, "fp32")) c->device_precision = VS_PRECISION_FP32;
@@ -209,17 +207,17 @@ static int cfg_device(vs_daemon_config *c, const char *key, const char *k, const
 
 static int cfg_queue(vs_daemon_config *c, const char *key, const char *k, const char *v,
                      char *err, size_t errlen) {
-  if (!strcmp(k, "size")) return vs__int(key, v, 1, 1 << 20, &c->queue_size, err, errlen);
-  if (!strcmp(k, "per_client")) return vs__int(key, v, 1, 1 << 20, &c->per_client, err, errlen);
+  if (!strcmp(k, "size")) return cf_int(key, v, 1, 1 << 20, &c->queue_size, err, errlen);
+  if (!strcmp(k, "per_client")) return cf_int(key, v, 1, 1 << 20, &c->per_client, err, errlen);
   if (!strcmp(k, "busy_retry_ms"))
-    return vs__int(key, v, 1, 3600000, &c->busy_retry_ms, err, errlen);
+    return cf_int(key, v, 1, 3600000, &c->busy_retry_ms, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 
 static int cfg_plugins(vs_daemon_config *c, const char *key, const char *k, const char *v,
                        char *err, size_t errlen) {
   if (!strcmp(k, "dir")) return cfg_str(key, v, c->plugin_dir, sizeof c->plugin_dir, err, errlen);
-  if (!strcmp(k, "on_demand")) return vs__bool(key, v, &c->plugins_on_demand, err, errlen);
+  if (!strcmp(k, "on_demand")) return cf_bool(key, v, &c->plugins_on_demand, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 
@@ -256,7 +254,7 @@ static int cfg_defaults(vs_daemon_config *c, const char *key, const char *k, con
     if (rc) return rc;
     return cfg_str(key, v, c->method, sizeof c->method, err, errlen);
   }
-  if (!strcmp(k, "auto_size")) return vs__bool(key, v, &c->auto_size, err, errlen);
+  if (!strcmp(k, "auto_size")) return cf_bool(key, v, &c->auto_size, err, errlen);
   if (!strcmp(k, "preview_table")) {
     if (strcmp(v, "fit") && strcmp(v, "exact")) {
       snprintf(err, errlen, "%s = '%s': expected fit or exact", key, v);
@@ -266,30 +264,30 @@ static int cfg_defaults(vs_daemon_config *c, const char *key, const char *k, con
     return VSPEC_OK;
   }
   if (!strcmp(k, "preview_every_tokens"))
-    return vs__int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
-  if (!strcmp(k, "credit")) return vs__int(key, v, 1, 1024, &c->credit, err, errlen);
+    return cf_int(key, v, 0, 1 << 20, &c->preview_every_tokens, err, errlen);
+  if (!strcmp(k, "credit")) return cf_int(key, v, 1, 1024, &c->credit, err, errlen);
   if (!strcmp(k, "progress_interval_ms"))
-    return vs__int(key, v, 0, 60000, &c->progress_interval_ms, err, errlen);
+    return cf_int(key, v, 0, 60000, &c->progress_interval_ms, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 
 static int cfg_limits(vs_daemon_config *c, const char *key, const char *k, const char *v,
                       char *err, size_t errlen) {
   if (!strcmp(k, "max_message_bytes"))
-    return vs__long(key, v, 1024, 1l << 30, &c->max_message_bytes, err, errlen);
+    return cf_long(key, v, 1024, 1l << 30, &c->max_message_bytes, err, errlen);
   if (!strcmp(k, "max_request_bytes"))
-    return vs__long(key, v, 256, 1l << 30, &c->max_request_bytes, err, errlen);
+    return cf_long(key, v, 256, 1l << 30, &c->max_request_bytes, err, errlen);
   if (!strcmp(k, "unpack_budget_bytes"))
-    return vs__long(key, v, 4096, 1l << 30, &c->unpack_budget_bytes, err, errlen);
+    return cf_long(key, v, 4096, 1l << 30, &c->unpack_budget_bytes, err, errlen);
   if (!strcmp(k, "max_deadline_ms"))
-    return vs__long(key, v, 1, 7l * 24 * 3600 * 1000, &c->max_deadline_ms, err, errlen);
-  if (!strcmp(k, "max_credit")) return vs__int(key, v, 1, 1024, &c->max_credit, err, errlen);
+    return cf_long(key, v, 1, 7l * 24 * 3600 * 1000, &c->max_deadline_ms, err, errlen);
+  if (!strcmp(k, "max_credit")) return cf_int(key, v, 1, 1024, &c->max_credit, err, errlen);
   if (!strcmp(k, "max_clients"))
-    return vs__int(key, v, 1, 1 << 20, &c->max_clients, err, errlen);
+    return cf_int(key, v, 1, 1 << 20, &c->max_clients, err, errlen);
   if (!strcmp(k, "heartbeat_ivl_ms"))
-    return vs__int(key, v, 10, 3600000, &c->heartbeat_ivl_ms, err, errlen);
+    return cf_int(key, v, 10, 3600000, &c->heartbeat_ivl_ms, err, errlen);
   if (!strcmp(k, "heartbeat_timeout_ms"))
-    return vs__int(key, v, 10, 3600000, &c->heartbeat_timeout_ms, err, errlen);
+    return cf_int(key, v, 10, 3600000, &c->heartbeat_timeout_ms, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 
@@ -305,14 +303,14 @@ static int cfg_shutdown(vs_daemon_config *c, const char *key, const char *k, con
     return VSPEC_OK;
   }
   if (!strcmp(k, "timeout_ms"))
-    return vs__int(key, v, 0, 24 * 3600 * 1000, &c->drain_timeout_ms, err, errlen);
-  if (!strcmp(k, "linger_ms")) return vs__int(key, v, 0, 600000, &c->linger_ms, err, errlen);
+    return cf_int(key, v, 0, 24 * 3600 * 1000, &c->drain_timeout_ms, err, errlen);
+  if (!strcmp(k, "linger_ms")) return cf_int(key, v, 0, 600000, &c->linger_ms, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 
 static int cfg_curve(vs_daemon_config *c, const char *key, const char *k, const char *v,
                      char *err, size_t errlen) {
-  if (!strcmp(k, "enabled")) return vs__bool(key, v, &c->curve, err, errlen);
+  if (!strcmp(k, "enabled")) return cf_bool(key, v, &c->curve, err, errlen);
   if (!strcmp(k, "secret_key_file"))
     return cfg_str(key, v, c->curve_secret_file, sizeof c->curve_secret_file, err, errlen);
   if (!strcmp(k, "allowed_clients"))
@@ -330,15 +328,15 @@ static int cfg_fleet(vs_daemon_config *c, const char *key, const char *k, const 
   if (!strcmp(k, "events_prefix"))
     return cfg_str(key, v, c->fleet_events_prefix, sizeof c->fleet_events_prefix, err, errlen);
   if (!strcmp(k, "events_ttl_s"))
-    return vs__long(key, v, 1, 30l * 24 * 3600, &c->fleet_events_ttl_s, err, errlen);
+    return cf_long(key, v, 1, 30l * 24 * 3600, &c->fleet_events_ttl_s, err, errlen);
   if (!strcmp(k, "heartbeat_ms"))
-    return vs__int(key, v, 50, 60000, &c->fleet_heartbeat_ms, err, errlen);
+    return cf_int(key, v, 50, 60000, &c->fleet_heartbeat_ms, err, errlen);
   if (!strcmp(k, "claim_idle_ms"))
-    return vs__int(key, v, 300, 24 * 3600 * 1000, &c->fleet_claim_idle_ms, err, errlen);
+    return cf_int(key, v, 300, 24 * 3600 * 1000, &c->fleet_claim_idle_ms, err, errlen);
   if (!strcmp(k, "max_deliveries"))
-    return vs__int(key, v, 1, 1000, &c->fleet_max_deliveries, err, errlen);
+    return cf_int(key, v, 1, 1000, &c->fleet_max_deliveries, err, errlen);
   if (!strcmp(k, "cancel_poll_ms"))
-    return vs__int(key, v, 10, 60000, &c->fleet_cancel_poll_ms, err, errlen);
+    return cf_int(key, v, 10, 60000, &c->fleet_cancel_poll_ms, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 
@@ -346,17 +344,17 @@ static int cfg_http(vs_daemon_config *c, const char *key, const char *k, const c
                     char *err, size_t errlen) {
   if (!strcmp(k, "listen"))
     return cfg_str(key, v, c->http_listen, sizeof c->http_listen, err, errlen);
-  if (!strcmp(k, "allow_remote")) return vs__bool(key, v, &c->http_allow_remote, err, errlen);
+  if (!strcmp(k, "allow_remote")) return cf_bool(key, v, &c->http_allow_remote, err, errlen);
   if (!strcmp(k, "max_body_bytes"))
-    return vs__long(key, v, 1024, 16l << 20, &c->http_max_body_bytes, err, errlen);
+    return cf_long(key, v, 1024, 16l << 20, &c->http_max_body_bytes, err, errlen);
   if (!strcmp(k, "max_connections"))
-    return vs__int(key, v, 1, 1024, &c->http_max_connections, err, errlen);
+    return cf_int(key, v, 1, 1024, &c->http_max_connections, err, errlen);
   if (!strcmp(k, "timeout_ms"))
-    return vs__int(key, v, 100, 24 * 3600 * 1000, &c->http_timeout_ms, err, errlen);
+    return cf_int(key, v, 100, 24 * 3600 * 1000, &c->http_timeout_ms, err, errlen);
   if (!strcmp(k, "request_deadline_ms"))
-    return vs__int(key, v, 100, 3600 * 1000, &c->http_request_deadline_ms, err, errlen);
+    return cf_int(key, v, 100, 3600 * 1000, &c->http_request_deadline_ms, err, errlen);
   if (!strcmp(k, "max_connections_per_address"))
-    return vs__int(key, v, 0, 1024, &c->http_max_connections_per_address, err, errlen);
+    return cf_int(key, v, 0, 1024, &c->http_max_connections_per_address, err, errlen);
   return CFG_UNKNOWN_KEY;
 }
 static const struct {
@@ -394,16 +392,16 @@ int vs_config_set(vs_daemon_config *c, const char *s, const char *k, const char 
   return VSPEC_EINVAL;
 }
 
-typedef struct vs__ini_ctx {
+typedef struct cf_ini_ctx {
   vs_daemon_config *c;
   const char *path;
   char *err;
   size_t errlen;
   int rc;
-} vs__ini_ctx;
+} cf_ini_ctx;
 
-static int vs__ini_handler(void *user, const char *section, const char *name, const char *value) {
-  vs__ini_ctx *x = user;
+static int cf_ini_handler(void *user, const char *section, const char *name, const char *value) {
+  cf_ini_ctx *x = user;
   if (x->rc) return 0;
   char inner[VSPEC_ERRLEN];
   int rc = vs_config_set(x->c, section, name, value, inner, sizeof inner);
@@ -417,7 +415,7 @@ static int vs__ini_handler(void *user, const char *section, const char *name, co
 
 /* inih's answer (0, the first bad line, or < 0 when it could not read at all) into a status
  * and a message naming the source and the line. */
-static int vs__ini_result(const vs__ini_ctx *x, int line, char *err, size_t errlen) {
+static int cf_ini_result(const cf_ini_ctx *x, int line, char *err, size_t errlen) {
   if (x->rc) {
     size_t n = strlen(err);
     if (line > 0 && n + 16 < errlen) snprintf(err + n, errlen - n, " (line %d)", line);
@@ -440,16 +438,16 @@ int vs_config_load(vs_daemon_config *c, const char *path, char *err, size_t errl
     snprintf(err, errlen, "cannot open config %s: %s", path, strerror(errno));
     return VSPEC_ENOENT;
   }
-  vs__ini_ctx x = {.c = c, .path = path, .err = err, .errlen = errlen};
-  int line = ini_parse_file(f, vs__ini_handler, &x);
+  cf_ini_ctx x = {.c = c, .path = path, .err = err, .errlen = errlen};
+  int line = ini_parse_file(f, cf_ini_handler, &x);
   fclose(f);
-  return vs__ini_result(&x, line, err, errlen);
+  return cf_ini_result(&x, line, err, errlen);
 }
 
 int vs_config_load_text(vs_daemon_config *c, const char *text, const char *name, char *err,
                         size_t errlen) {
-  vs__ini_ctx x = {.c = c, .path = name, .err = err, .errlen = errlen};
-  return vs__ini_result(&x, ini_parse_string(text, vs__ini_handler, &x), err, errlen);
+  cf_ini_ctx x = {.c = c, .path = name, .err = err, .errlen = errlen};
+  return cf_ini_result(&x, ini_parse_string(text, cf_ini_handler, &x), err, errlen);
 }
 
 int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t errlen) {
@@ -473,7 +471,7 @@ int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t er
 /* Whether only this machine can reach an endpoint bound there, with file permissions doing
  * the rest for ipc: an ipc socket file (not an abstract "@name", which has no permissions),
  * inproc, or tcp on a loopback address. */
-static int vs__local_endpoint(const char *ep) {
+static int cf_local_endpoint(const char *ep) {
   if (!strncmp(ep, "inproc://", 9)) return 1;
   if (!strncmp(ep, "ipc://", 6)) return ep[6] && ep[6] != '@';
   if (strncmp(ep, "tcp://", 6)) return 0;
@@ -499,33 +497,6 @@ static int vs__local_endpoint(const char *ep) {
 void vs_config_device_spec(const vs_daemon_config *c, char *spec, size_t len) {
   if (!strcmp(c->device_kind, "cuda")) snprintf(spec, len, "cuda:%d", c->device_index);
   else snprintf(spec, len, "cpu");
-}
-
-void vs_fleet_config_opts(const vs_daemon_config *c, vs_fleet_opts *o) {
-  vs_fleet_opts_defaults(o);
-  o->url = c->fleet_redis;
-  o->stream = c->fleet_stream;
-  o->group = c->fleet_group;
-  o->consumer = c->node;
-  o->events_prefix = c->fleet_events_prefix;
-  o->events_ttl_ms = c->fleet_events_ttl_s * 1000;
-  /* Payloads come from gateways, which apply the client-facing limits; a daemon reads
-   * whatever they let through (a smaller bound here would drop a job the client was told was
-   * accepted) up to Redis's own limit on a value. */
-  o->max_payload = 512u << 20;
-}
-
-/* The rule that links the two (DESIGN.md, "Fleet mode"): a claim time shorter than a few
- * heartbeats lets a live daemon's jobs be taken over. */
-static int vs__fleet_check_claim(const vs_daemon_config *c, char *err, size_t errlen) {
-  long long least = (long long)VS_FLEET_CLAIM_HEARTBEATS * c->fleet_heartbeat_ms;
-  if (c->fleet_claim_idle_ms >= least) return VSPEC_OK;
-  snprintf(err, errlen, "fleet.claim_idle_ms = %d is less than %d x fleet.heartbeat_ms (%d): "
-           "another daemon would take over the jobs of a live daemon whose refreshes are a "
-           "little late; set claim_idle_ms to at least %lld or heartbeat_ms to at most %d",
-           c->fleet_claim_idle_ms, VS_FLEET_CLAIM_HEARTBEATS, c->fleet_heartbeat_ms, least,
-           c->fleet_claim_idle_ms / VS_FLEET_CLAIM_HEARTBEATS);
-  return VSPEC_EINVAL;
 }
 
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
@@ -560,7 +531,7 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
              c->endpoint);
     return VSPEC_EINVAL;
   }
-  if (!c->admin_allow_remote && !vs__local_endpoint(c->admin_endpoint)) {
+  if (!c->admin_allow_remote && !cf_local_endpoint(c->admin_endpoint)) {
     snprintf(err, errlen, "server.admin_endpoint = %s can be reached from other machines or "
              "by any local user (admin requests reload plugins and cancel any job): use an ipc "
              "socket file or a loopback tcp address, or set server.admin_allow_remote = true",
@@ -570,32 +541,6 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
   if (c->curve && (!*c->curve_secret_file || !*c->curve_allow_file)) {
     snprintf(err, errlen, "[curve] enabled needs secret_key_file and allowed_clients");
     return VSPEC_EINVAL;
-  }
-  if (c->fleet_redis[0]) {
-    /* The same checks the queue makes when it opens, without connecting. */
-    vs_fleet_opts o;
-    vs_fleet_queue *q = NULL;
-    vs_fleet_config_opts(c, &o);
-    int rc = vs_fleet_queue_open(&o, &q, err, errlen);
-    vs_fleet_queue_destroy(&q);
-    if (rc) return rc;
-    if ((rc = vs__fleet_check_claim(c, err, errlen))) return rc;
-  }
-  if (c->http_listen[0]) {
-    /* The address the HTTP endpoint will bind, parsed now: a typo stops the start. */
-    struct sockaddr_storage sa;
-    socklen_t len;
-    char inner[200];
-    if (vs_http_parse_listen(c->http_listen, &sa, &len, inner, sizeof inner)) {
-      snprintf(err, errlen, "http.listen = %s: %s", c->http_listen, inner);
-      return VSPEC_EINVAL;
-    }
-    if (!c->http_allow_remote && !vs_http_addr_is_loopback(&sa)) {
-      snprintf(err, errlen, "http.listen = %s can be reached from other machines (the HTTP "
-               "endpoint has no authentication): use a loopback address, or set "
-               "http.allow_remote = true", c->http_listen);
-      return VSPEC_EINVAL;
-    }
   }
   if (c->max_request_bytes > c->max_message_bytes) {
     snprintf(err, errlen, "limits.max_request_bytes (%ld) is over limits.max_message_bytes (%ld)",

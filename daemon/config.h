@@ -97,7 +97,7 @@ typedef struct vs_daemon_config {
   int http_max_connections;   /* HTTP connections at once (each is a thread) */
   int http_timeout_ms;        /* a generation request is cancelled after this long (504) */
   int http_request_deadline_ms; /* a request (headers and body) must arrive within this */
-  int http_max_connections_per_address; /* 0 = automatic (daemon/http_guard.c) */
+  int http_max_connections_per_address; /* 0 = automatic (http/http_guard.c) */
 } vs_daemon_config;
 
 void vs_config_defaults(vs_daemon_config *c);
@@ -116,15 +116,13 @@ int vs_config_set(vs_daemon_config *c, const char *section, const char *key, con
 /* "section.key=value" */
 int vs_config_set_arg(vs_daemon_config *c, const char *arg, char *err, size_t errlen);
 /* Cross-key checks after everything is read (a default model that exists, CURVE files, an
- * admin endpoint that only this machine can reach unless admin_allow_remote). */
+ * admin endpoint that only this machine can reach unless admin_allow_remote). The sections
+ * of the fronts above the service are checked by theirs: [fleet] by vs_fleet_config_check
+ * (fleet/fleet_config.h), [http] by vs_http_config_check (http/http_server.h). */
 int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen);
 /* [fleet] claim_idle_ms >= this many heartbeat_ms: a live daemon keeps its jobs through two
  * refreshes missed or late (DESIGN.md, "Fleet mode"). */
 #define VS_FLEET_CLAIM_HEARTBEATS 3
-
-/* The fleet queue's options from [fleet] (consumer = server.node); strings point into c. */
-struct vs_fleet_opts;
-void vs_fleet_config_opts(const vs_daemon_config *c, struct vs_fleet_opts *o);
 /* Index of model `name` or -1. */
 int vs_config_model(const vs_daemon_config *c, const char *name);
 

@@ -4,10 +4,10 @@
 
 #include "vspec/types.h"
 
-/* The turn of a client's job that a worker finished (see vs__next_turn). */
-typedef struct vs__finished {
+/* The turn of a client's job that a worker finished (see jq_next_turn). */
+typedef struct jq_finished {
   uint64_t client, turn;
-} vs__finished;
+} jq_finished;
 
 struct vs_job_queue {
   pthread_mutex_t mu;
@@ -18,7 +18,7 @@ struct vs_job_queue {
   int n_running, max_running;
   uint64_t order;
   uint64_t turn; /* the turn of the last job a worker took */
-  vs__finished *finished; /* one per client whose last finished job's turn is >= turn */
+  jq_finished *finished; /* one per client whose last finished job's turn is >= turn */
   int n_finished, cap_finished;
   int stopped;
 };
@@ -64,7 +64,7 @@ void vs_job_queue_close(vs_job_queue *q) {
  * and without their finished turn they would get the turn being served again and again,
  * ahead of a job that was given the next turn because its client's previous job was still
  * running; that job waited 10 and 21 s behind 7 such clients in the soak (make soak). */
-static uint64_t vs__next_turn(const vs_job_queue *q, uint64_t client) {
+static uint64_t jq_next_turn(const vs_job_queue *q, uint64_t client) {
   uint64_t turn = q->turn;
   for (int i = 0; i < q->n_running; i++)
     if (q->running[i]->client_key == client && q->running[i]->qturn + 1 > turn)
@@ -81,10 +81,10 @@ static uint64_t vs__next_turn(const vs_job_queue *q, uint64_t client) {
  * which can no longer move a client's next turn, so there is at most one entry per client
  * that finished a job at or after the turn being served. Without memory for it the entry is
  * skipped: fairness degrades, nothing else. */
-static void vs__remember_finished(vs_job_queue *q, const vs_djob *j) {
+static void jq_remember_finished(vs_job_queue *q, const vs_djob *j) {
   int n = 0, have = 0;
   for (int i = 0; i < q->n_finished; i++) {
-    vs__finished f = q->finished[i];
+    jq_finished f = q->finished[i];
     if (f.client == j->client_key) {
       if (j->qturn > f.turn) f.turn = j->qturn;
       have = 1;
@@ -95,12 +95,12 @@ static void vs__remember_finished(vs_job_queue *q, const vs_djob *j) {
   if (have || j->qturn < q->turn) return;
   if (q->n_finished == q->cap_finished) {
     int cap = q->cap_finished ? 2 * q->cap_finished : 16;
-    vs__finished *f = realloc(q->finished, (size_t)cap * sizeof *f);
+    jq_finished *f = realloc(q->finished, (size_t)cap * sizeof *f);
     if (!f) return;
     q->finished = f;
     q->cap_finished = cap;
   }
-  q->finished[q->n_finished++] = (vs__finished){j->client_key, j->qturn};
+  q->finished[q->n_finished++] = (jq_finished){j->client_key, j->qturn};
 }
 
 int vs_job_queue_push(vs_job_queue *q, vs_djob *j) {
@@ -116,7 +116,7 @@ int vs_job_queue_push(vs_job_queue *q, vs_djob *j) {
   vs_djob_retain(j);
   j->state = VS_JOB_QUEUED;
   j->qorder = ++q->order;
-  j->qturn = vs__next_turn(q, j->client_key);
+  j->qturn = jq_next_turn(q, j->client_key);
   j->qnext = NULL;
   vs_djob **p = &q->head;
   while (*p) p = &(*p)->qnext;
@@ -128,7 +128,7 @@ int vs_job_queue_push(vs_job_queue *q, vs_djob *j) {
 }
 
 /* 1 if a should run before b: priority, then turn, then arrival. */
-static int vs__before(const vs_djob *a, const vs_djob *b) {
+static int jq_before(const vs_djob *a, const vs_djob *b) {
   if (a->priority != b->priority) return a->priority > b->priority;
   if (a->qturn != b->qturn) return a->qturn < b->qturn;
   return a->qorder < b->qorder;
@@ -144,7 +144,7 @@ vs_djob *vs_job_queue_pop(vs_job_queue *q) {
   }
   vs_djob **best = &q->head;
   for (vs_djob **p = &q->head; *p; p = &(*p)->qnext)
-    if (vs__before(*p, *best)) best = p;
+    if (jq_before(*p, *best)) best = p;
   vs_djob *j = *best;
   *best = j->qnext;
   j->qnext = NULL;
@@ -163,7 +163,7 @@ void vs_job_queue_done(vs_job_queue *q, vs_djob *j) {
       q->running[i] = q->running[--q->n_running];
       break;
     }
-  vs__remember_finished(q, j);
+  jq_remember_finished(q, j);
   j->state = VS_JOB_DONE;
   pthread_cond_signal(&q->cv);
   pthread_mutex_unlock(&q->mu);
@@ -210,7 +210,7 @@ int vs_job_queue_position(vs_job_queue *q, const vs_djob *j) {
   int found = 0, ahead = 0;
   for (vs_djob *p = q->head; p; p = p->qnext) {
     if (p == j) found = 1;
-    else if (vs__before(p, j)) ahead++;
+    else if (jq_before(p, j)) ahead++;
   }
   pthread_mutex_unlock(&q->mu);
   return found ? ahead : -1;

@@ -40,7 +40,7 @@ struct vs_model_table {
   int sets_alive; /* the table is freed with its last set */
 };
 
-static void vs__table_free(vs_model_table *t) {
+static void ms_table_free(vs_model_table *t) {
   pthread_mutex_destroy(&t->mu);
   pthread_mutex_destroy(&t->load_mu);
   free(t);
@@ -49,7 +49,7 @@ static void vs__table_free(vs_model_table *t) {
 /* What lut/decode previews of the set need. A continuous-token model has no codes, so no
  * colour table: its previews decode the partial latent grid, which only needs the latent
  * decoder. A model without previews still serves jobs; only such previews are refused. */
-static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
+static void ms_set_previews(vs_model_set *s, vspec_dev *dev) {
   const vs_backend_model *t = &s->models->target;
   s->continuous = t->info.token_kind == VSPEC_TOKENS_CONTINUOUS;
   if (!t->info.image_h || !t->info.image_w) return;
@@ -115,7 +115,7 @@ static void vs__set_previews(vs_model_set *s, vspec_dev *dev) {
 /* What one target forward issues, counted once at load on the load device (a step and a
  * 16-node verify, the default CFG rows), for `vspec status`. A failure leaves the costs
  * unknown and is only logged: it costs the model nothing else. */
-static void vs__set_costs(vs_model_table *t, vs_model_set *s) {
+static void ms_set_costs(vs_model_table *t, vs_model_set *s) {
   if (s->continuous) return;
   const vs_backend_model *tg = &s->models->target;
   int rows = s->models->defaults.cfg_scale > 1.0f ? 2 : 1;
@@ -135,13 +135,13 @@ static void vs__set_costs(vs_model_table *t, vs_model_set *s) {
          (unsigned long long)s->step_cost.downloads, (unsigned long long)s->verify16_cost.ops);
 }
 
-static void vs__set_gate_close(vs_model_set *s) {
+static void ms_set_gate_close(vs_model_set *s) {
   vs_forward_gate_destroy(&s->gate);
   for (int i = 0; i < s->gate_lanes; i++) vs_dev_destroy(s->gate_dev[i]);
   s->gate_lanes = 0;
 }
 
-static int vs__set_gate(vs_model_table *t, vs_model_set *s, char *err, size_t errlen) {
+static int ms_set_gate(vs_model_table *t, vs_model_set *s, char *err, size_t errlen) {
   vs_device_options opt = t->batch_dev_opt;
   /* the cores shared out between the lanes */
   opt.threads = opt.threads / t->batch_lanes > 0 ? opt.threads / t->batch_lanes : 1;
@@ -153,14 +153,14 @@ static int vs__set_gate(vs_model_table *t, vs_model_set *s, char *err, size_t er
   if (!rc) rc = vs_forward_gate_create(t->batch, 1e-3 * t->batch_wait_ms, s->gate_dev,
                                        s->gate_lanes, &s->gate, inner, sizeof inner);
   if (rc) {
-    vs__set_gate_close(s);
+    ms_set_gate_close(s);
     snprintf(err, errlen, "cross-job batching: %s", inner);
   }
   return rc;
 }
 
-static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_model_set **out,
-                        char *err, size_t errlen) {
+static int ms_set_open(vs_model_table *t, int idx, unsigned generation, vs_model_set **out,
+                       char *err, size_t errlen) {
   double t0 = vs_now();
   vs_model_set *s = calloc(1, sizeof *s);
   if (!s) {
@@ -182,20 +182,20 @@ static int vs__set_open(vs_model_table *t, int idx, unsigned generation, vs_mode
     vs_log(VSPEC_LOG_INFO, "models", "%s: weights read in %.2f s%s", s->name, vs_now() - t_lock,
            s->models->target.info.codebook ? "; codebook neighbour table deferred to the first "
            "job whose rule uses it" : "");
-    vs__set_previews(s, t->load_dev);
+    ms_set_previews(s, t->load_dev);
   }
   pthread_mutex_unlock(&t->load_mu);
   if (rc) {
     free(s);
     return rc;
   }
-  if (t->batch > 1 && !s->continuous && (rc = vs__set_gate(t, s, err, errlen))) {
+  if (t->batch > 1 && !s->continuous && (rc = ms_set_gate(t, s, err, errlen))) {
     vs_models_close(s->models);
     vs_preview_lut_free(&s->lut);
     free(s);
     return rc;
   }
-  vs__set_costs(t, s);
+  ms_set_costs(t, s);
   s->load_s = vs_now() - t0;
   const vspec_model_info *in = &s->models->target.info;
   char tokens[64];
@@ -247,7 +247,7 @@ int vs_model_table_open(vs_registry *reg, const vspec_host *host, vspec_dev *loa
     char inner[VSPEC_ERRLEN];
     /* A model that does not load is reported (status, submit errors) but does not stop the
      * daemon: the default fmnist model may simply not be trained yet. */
-    if (vs__set_open(t, i, 1, &t->e[i].cur, inner, sizeof inner)) {
+    if (ms_set_open(t, i, 1, &t->e[i].cur, inner, sizeof inner)) {
       snprintf(t->e[i].error, sizeof t->e[i].error, "%s", inner);
       vs_log(VSPEC_LOG_WARN, "models", "%s: not available: %s", t->e[i].name, inner);
     } else {
@@ -265,7 +265,7 @@ int vs_model_table_open(vs_registry *reg, const vspec_host *host, vspec_dev *loa
   return VSPEC_OK;
 }
 
-static void vs__set_close(vs_model_set *s) {
+static void ms_set_close(vs_model_set *s) {
   vs_model_table *t = s->table;
   vs_log(VSPEC_LOG_INFO, "models", "%s generation %u closed", s->name, s->generation);
   if (s->gate) {
@@ -278,7 +278,7 @@ static void vs__set_close(vs_model_set *s) {
            (unsigned long long)gs.batches, (unsigned long long)gs.multi,
            (unsigned long long)gs.timeouts,
            gs.batches ? (double)gs.rows / (double)gs.batches : 0.0, gs.wait_s);
-    vs__set_gate_close(s);
+    ms_set_gate_close(s);
   }
   vs_models_close(s->models);
   vs_preview_lut_free(&s->lut);
@@ -291,11 +291,11 @@ static void vs__set_close(vs_model_set *s) {
   int last = --t->sets_alive == 0 && t->closing;
   pthread_mutex_unlock(&t->mu);
   free(s);
-  if (last) vs__table_free(t);
+  if (last) ms_table_free(t);
 }
 
 void vs_model_set_release(vs_model_set *s) {
-  if (s && atomic_fetch_sub(&s->refs, 1) == 1) vs__set_close(s);
+  if (s && atomic_fetch_sub(&s->refs, 1) == 1) ms_set_close(s);
 }
 
 void vs_model_table_close(vs_model_table *t) {
@@ -311,7 +311,7 @@ void vs_model_table_close(vs_model_table *t) {
   int none = t->sets_alive == 0;
   pthread_mutex_unlock(&t->mu);
   for (int i = 0; i < n; i++) vs_model_set_release(drop[i]);
-  if (none) vs__table_free(t);
+  if (none) ms_table_free(t);
 }
 
 vs_model_set *vs_model_table_acquire(vs_model_table *t, const char *name, char *err,
@@ -336,7 +336,7 @@ vs_model_set *vs_model_table_acquire(vs_model_table *t, const char *name, char *
   return NULL;
 }
 
-static int vs__uses_backend(const vs_model_set *s, const char *backend) {
+static int ms_uses_backend(const vs_model_set *s, const char *backend) {
   const vs_backend_model *b[] = {&s->models->target, &s->models->draft, &s->models->eagle};
   for (int i = 0; i < 3; i++)
     if (b[i]->model && !strcmp(vs_plugin_name(b[i]->plugin), backend)) return 1;
@@ -349,12 +349,12 @@ int vs_model_table_reload_backend(vs_model_table *t, const char *backend, char n
   for (int i = 0; i < t->n; i++) {
     pthread_mutex_lock(&t->mu);
     vs_model_set *old = t->e[i].cur;
-    int use = old ? vs__uses_backend(old, backend) : 0;
+    int use = old ? ms_uses_backend(old, backend) : 0;
     unsigned gen = t->e[i].last_generation + 1;
     pthread_mutex_unlock(&t->mu);
     if (!use) continue;
     vs_model_set *s;
-    int rc = vs__set_open(t, i, gen, &s, err, errlen);
+    int rc = ms_set_open(t, i, gen, &s, err, errlen);
     if (rc) return rc; /* the old set stays current */
     pthread_mutex_lock(&t->mu);
     old = t->e[i].cur;

@@ -7,13 +7,13 @@
 
 #include "vspec/types.h"
 
-static const char vs__magic[8] = "VSLUT1\n";
+static const char pc_magic[8] = "VSLUT1\n";
 
 int vs_preview_cache_key(const char *dir, const char *device, char key[VS_LUT_KEY_LEN + 1]) {
-  return vs_cache_key(dir, vs__magic, device, key);
+  return vs_cache_key(dir, pc_magic, device, key);
 }
 
-static void vs__name(char *out, size_t cap, const char *key) {
+static void pc_name(char *out, size_t cap, const char *key) {
   snprintf(out, cap, "lut-%s.bin", key);
 }
 
@@ -25,11 +25,11 @@ int vs_preview_cache_load(const char *cache_dir, const char *key, int vocab, vs_
   memset(out, 0, sizeof *out);
   if (vocab <= 0) return 0;
   char name[128];
-  vs__name(name, sizeof name, key);
-  size_t want = sizeof vs__magic + 8 + (size_t)vocab * 3, got = 0;
+  pc_name(name, sizeof name, key);
+  size_t want = sizeof pc_magic + 8 + (size_t)vocab * 3, got = 0;
   unsigned char *buf = NULL;
   if (!vs_cache_read(cache_dir, name, want, &buf, &got)) return 0;
-  int ok = got == want && !memcmp(buf, vs__magic, sizeof vs__magic) &&
+  int ok = got == want && !memcmp(buf, pc_magic, sizeof pc_magic) &&
            pc_get32(buf + 8) == (uint32_t)vocab && pc_get32(buf + 12) < (uint32_t)vocab;
   if (ok && (out->rgb = malloc((size_t)vocab * 3))) {
     memcpy(out->rgb, buf + 16, (size_t)vocab * 3);
@@ -42,17 +42,17 @@ int vs_preview_cache_load(const char *cache_dir, const char *key, int vocab, vs_
 
 int vs_preview_cache_store(const char *cache_dir, const char *key, const vs_preview_lut *lut) {
   if (!lut->rgb || lut->vocab <= 0) return VSPEC_EINVAL;
-  size_t len = sizeof vs__magic + 8 + (size_t)lut->vocab * 3;
+  size_t len = sizeof pc_magic + 8 + (size_t)lut->vocab * 3;
   unsigned char *buf = malloc(len);
   if (!buf) return VSPEC_ENOMEM;
-  memcpy(buf, vs__magic, sizeof vs__magic);
+  memcpy(buf, pc_magic, sizeof pc_magic);
   for (int i = 0; i < 4; i++) {
     buf[8 + i] = (unsigned char)((uint32_t)lut->vocab >> (8 * i));
     buf[12 + i] = (unsigned char)((uint32_t)lut->neutral >> (8 * i));
   }
   memcpy(buf + 16, lut->rgb, (size_t)lut->vocab * 3);
   char name[128];
-  vs__name(name, sizeof name, key);
+  pc_name(name, sizeof name, key);
   int rc = vs_cache_write(cache_dir, name, buf, len);
   free(buf);
   return rc;

@@ -11,11 +11,11 @@
 /* Feature vector of code row e [d]: 1, e/|e|, and (quadratic) the products of the
  * normalised components. The decoder sees unit rows for LlamaGen's tokenizers (codebook
  * l2 norm); the raw rows are added so that a tokenizer without the norm is fitted too. */
-static int vs__n_features(int d, int quadratic) {
+static int pf_n_features(int d, int quadratic) {
   return 1 + 2 * d + (quadratic ? d * (d + 1) / 2 : 0);
 }
 
-static void vs__features(const float *e, int d, int quadratic, double *f) {
+static void pf_features(const float *e, int d, int quadratic, double *f) {
   double ss = 0;
   for (int j = 0; j < d; j++) ss += (double)e[j] * e[j];
   double inv = 1.0 / (sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12);
@@ -30,7 +30,7 @@ static void vs__features(const float *e, int d, int quadratic, double *f) {
 
 /* Solves the n x n symmetric positive definite system A x = b in place (Cholesky; A is
  * overwritten, x returned in b). Returns 0, or -1 when A is not positive definite. */
-static int vs__cholesky_solve(double *A, double *b, int n) {
+static int pf_cholesky_solve(double *A, double *b, int n) {
   for (int j = 0; j < n; j++) {
     double s = A[j * n + j];
     for (int k = 0; k < j; k++) s -= A[j * n + k] * A[j * n + k];
@@ -57,13 +57,13 @@ static int vs__cholesky_solve(double *A, double *b, int n) {
 
 /* Sample i of n: evenly spread code indices (distinct for n <= vocab). A trained
  * codebook's order is that of its random initialisation, so this is a uniform sample. */
-static int vs__sample_code(int i, int n, int vocab) {
+static int pf_sample_code(int i, int n, int vocab) {
   return (int)((int64_t)i * vocab / n);
 }
 
 /* Mean colour of every tile of one decoded image; tile t covers grid rows/columns
  * [t / per * gh / per, ...). */
-static void vs__tile_means(const uint8_t *rgb, const vspec_model_info *in, int per, double *out) {
+static void pf_tile_means(const uint8_t *rgb, const vspec_model_info *in, int per, double *out) {
   int H = in->image_h, W = in->image_w;
   for (int ty = 0; ty < per; ty++)
     for (int tx = 0; tx < per; tx++) {
@@ -93,14 +93,14 @@ static int pf_sample(const vs_backend_model *t, vspec_dev *dev, int n, int per, 
     for (int r = 0; r < gh; r++)
       for (int c = 0; c < gw; c++) {
         int i = first + (r * per / gh) * per + c * per / gw;
-        grid[r * gw + c] = vs__sample_code(i < n ? i : first, n, in->vocab);
+        grid[r * gw + c] = pf_sample_code(i < n ? i : first, n, in->vocab);
       }
     char inner[VSPEC_ERRLEN] = "";
     if ((rc = t->vt->decode(t->model, dev, grid, rgb, inner, sizeof inner))) {
       snprintf(err, errlen, "decoding sample codes for the colour table: %s", inner);
       break;
     }
-    vs__tile_means(rgb, in, per, means);
+    pf_tile_means(rgb, in, per, means);
     for (int k = 0; k < per_grid && first + k < n; k++)
       memcpy(y + (size_t)(first + k) * 3, means + k * 3, 3 * sizeof *y);
   }
@@ -111,15 +111,15 @@ static int pf_sample(const vs_backend_model *t, vspec_dev *dev, int n, int per, 
 }
 
 /* Least squares with a small ridge, one weight vector per channel: w [3, nf]. */
-static int vs__fit(const float *cb, int d, int quadratic, int n, int vocab, const double *y,
-                   double *w) {
-  int nf = vs__n_features(d, quadratic);
+static int pf_fit(const float *cb, int d, int quadratic, int n, int vocab, const double *y,
+                  double *w) {
+  int nf = pf_n_features(d, quadratic);
   double *A = calloc((size_t)nf * nf, sizeof *A), *f = malloc((size_t)nf * sizeof *f);
   double *A1 = malloc((size_t)nf * nf * sizeof *A1);
   int rc = A && f && A1 ? 0 : -1;
   memset(w, 0, (size_t)3 * nf * sizeof *w);
   for (int i = 0; !rc && i < n; i++) {
-    vs__features(cb + (size_t)vs__sample_code(i, n, vocab) * d, d, quadratic, f);
+    pf_features(cb + (size_t)pf_sample_code(i, n, vocab) * d, d, quadratic, f);
     for (int a = 0; a < nf; a++) {
       for (int b = 0; b < nf; b++) A[a * nf + b] += f[a] * f[b];
       for (int ch = 0; ch < 3; ch++) w[ch * nf + a] += f[a] * y[i * 3 + ch];
@@ -130,7 +130,7 @@ static int vs__fit(const float *cb, int d, int quadratic, int n, int vocab, cons
   for (int a = 0; !rc && a < nf; a++) A[a * nf + a] += 1e-3 * (n > 0 ? n : 1);
   for (int ch = 0; !rc && ch < 3; ch++) {
     memcpy(A1, A, (size_t)nf * nf * sizeof *A1);
-    rc = vs__cholesky_solve(A1, w + (size_t)ch * nf, nf);
+    rc = pf_cholesky_solve(A1, w + (size_t)ch * nf, nf);
   }
   free(A);
   free(A1);
@@ -138,7 +138,7 @@ static int vs__fit(const float *cb, int d, int quadratic, int n, int vocab, cons
   return rc;
 }
 
-static uint8_t vs__u8(double v) {
+static uint8_t pf_u8(double v) {
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : lround(v));
 }
 
@@ -159,30 +159,30 @@ int vs_preview_lut_fit(const vs_backend_model *t, vspec_dev *dev, const vs_previ
   int n = o->samples < vocab ? o->samples : vocab;
   if (n < 1) n = 1;
   int quadratic = o->quadratic && d <= VS_PREVIEW_FIT_MAX_QUAD_DIM;
-  int nf = vs__n_features(d, quadratic);
+  int nf = pf_n_features(d, quadratic);
   double *y = malloc((size_t)n * 3 * sizeof *y), *w = malloc((size_t)3 * nf * sizeof *w);
   double *f = malloc((size_t)nf * sizeof *f);
   out->rgb = malloc((size_t)vocab * 3);
   int rc = y && w && f && out->rgb ? VSPEC_OK : VSPEC_ENOMEM;
   if (rc) snprintf(err, errlen, "out of memory for the preview colour table");
   if (!rc) rc = pf_sample(t, dev, n, per, y, err, errlen);
-  if (!rc && vs__fit(in->codebook, d, quadratic, n, vocab, y, w)) {
+  if (!rc && pf_fit(in->codebook, d, quadratic, n, vocab, y, w)) {
     snprintf(err, errlen, "the colour table's least-squares fit failed (out of memory or a "
              "degenerate codebook)");
     rc = VSPEC_EINVAL;
   }
   for (int c = 0; !rc && c < vocab; c++) {
-    vs__features(in->codebook + (size_t)c * d, d, quadratic, f);
+    pf_features(in->codebook + (size_t)c * d, d, quadratic, f);
     for (int ch = 0; ch < 3; ch++) {
       double v = 0;
       for (int a = 0; a < nf; a++) v += w[ch * nf + a] * f[a];
-      out->rgb[c * 3 + ch] = vs__u8(v);
+      out->rgb[c * 3 + ch] = pf_u8(v);
     }
   }
   /* Codes decoded alone on a whole grid keep their exact colour. */
   for (int i = 0; !rc && per == 1 && i < n; i++)
     for (int ch = 0; ch < 3; ch++)
-      out->rgb[vs__sample_code(i, n, vocab) * 3 + ch] = vs__u8(y[i * 3 + ch]);
+      out->rgb[pf_sample_code(i, n, vocab) * 3 + ch] = pf_u8(y[i * 3 + ch]);
   free(y);
   free(w);
   free(f);

@@ -33,7 +33,7 @@
  * attacker guesses blind: each connection it holds open under a guessed name collides with an
  * ordinary newcomer with probability 2^-32, a thousand of them (about a whole fd limit) once
  * in some four million newcomers on average, instead of with the first one. */
-static int vs__seed(char *err, size_t errlen) {
+static int rt_seed(char *err, size_t errlen) {
   unsigned seed = 0;
   ssize_t n;
   do {
@@ -59,13 +59,13 @@ static int vs__seed(char *err, size_t errlen) {
 }
 
 void *vs_router_open(void *zctx, char *err, size_t errlen) {
-  if (vs__seed(err, errlen)) return NULL;
+  if (rt_seed(err, errlen)) return NULL;
   void *z = zmq_socket(zctx, ZMQ_ROUTER);
   if (!z) snprintf(err, errlen, "zmq_socket(ROUTER): %s", zmq_strerror(errno));
   return z;
 }
 
-static int vs__secs(int ms) { return ms < 1000 ? 1 : ms / 1000; }
+static int rt_secs(int ms) { return ms < 1000 ? 1 : ms / 1000; }
 
 /* libzmq 4.3.4's ZMTP heartbeat timer (ZMQ_HEARTBEAT_IVL) writes through a connection's
  * engine without looking at its I/O error flag: after a peer floods until libzmq stops reading
@@ -76,7 +76,7 @@ static int vs__secs(int ms) { return ms < 1000 ? 1 : ms / 1000; }
  * and the next send to the peer fails with EHOSTUNREACH (the daemon's Heartbeat events
  * make sure there is one). */
 int vs_tcp_liveness(void *sock, int ivl_ms, int timeout_ms) {
-  int on = 1, idle = vs__secs(ivl_ms), intvl = vs__secs(ivl_ms);
+  int on = 1, idle = rt_secs(ivl_ms), intvl = rt_secs(ivl_ms);
   int cnt = (timeout_ms + intvl * 1000 - 1) / (intvl * 1000);
   if (cnt < 1) cnt = 1;
   if (cnt > 127) cnt = 127; /* TCP_KEEPCNT's limit */

@@ -25,13 +25,37 @@
 
 typedef struct vs_server vs_server;
 
-/* Loads plugins and models, starts the workers and binds both endpoints. */
+/* A front: a part of vspecd that reaches the service as one more client of it, over an inproc
+ * endpoint of the job socket, so that its jobs get the same validation, fairness, credit,
+ * deadline, cancel and drain as any other (the HTTP endpoint, http/http_server.h; the fleet
+ * agent, fleet/fleet_agent.h). The service knows its fronts only through this table: daemon/
+ * includes neither folder, and vspecd's main (vspecd/vspecd.c) hands in those that the
+ * configuration turns on. `*front` is the front's own state, NULL until it is made. */
+typedef struct vs_server_front {
+  const char *endpoint; /* the inproc endpoint the job socket binds for it */
+  /* Optional: called before the models load, so that a mistake (a port in use) costs no
+   * load. cfg is the server's copy, which outlives the front. */
+  int (*prepare)(const vs_daemon_config *cfg, void **front, char *err, size_t errlen);
+  /* Once the service's sockets are bound: starts serving through `endpoint` in the ZeroMQ
+   * context zctx. */
+  int (*start)(const vs_daemon_config *cfg, void **front, void *zctx, const char *endpoint,
+               char *err, size_t errlen);
+  /* Optional: the daemon began draining. */
+  void (*drain)(void *front);
+  /* Stops and frees *front (NULL: nothing to do) and sets it to NULL; called in table order,
+   * before the ZeroMQ context goes. */
+  void (*stop)(void **front);
+} vs_server_front;
+#define VS_SERVER_MAX_FRONTS 4
+
+/* Loads plugins and models, starts the workers, binds both endpoints and starts the fronts
+ * (n_fronts <= VS_SERVER_MAX_FRONTS; the table is copied). */
 /* On failure *config_refused says whether the configuration is at fault (a plugin directory
  * missing or writable by others, no model that loads, unreadable CURVE keys or allow-list, a
  * device or address this host does not have: vspecd exits 2) or the moment is (a port in
  * use, I/O, memory: exit 1). */
-int vs_server_open(const vs_daemon_config *cfg, vs_server **out, int *config_refused, char *err,
-                   size_t errlen);
+int vs_server_open(const vs_daemon_config *cfg, const vs_server_front *fronts, int n_fronts,
+                   vs_server **out, int *config_refused, char *err, size_t errlen);
 /* Runs until the daemon has drained after SIGTERM/SIGINT (or vs_server_stop). Returns 0 after
  * a clean drain. */
 int vs_server_run(vs_server *s);

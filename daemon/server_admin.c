@@ -4,7 +4,7 @@
  */
 #include "daemon/server_internal.h"
 
-static void vs__fill_plugin(Vspec__PluginInfo *pi, const vs_plugin_status *p) {
+static void admin_fill_plugin(Vspec__PluginInfo *pi, const vs_plugin_status *p) {
   vspec__plugin_info__init(pi);
   pi->kind = (char *)vs_plugin_kind_name(p->kind);
   pi->name = (char *)p->name;
@@ -20,8 +20,8 @@ static void vs__fill_plugin(Vspec__PluginInfo *pi, const vs_plugin_status *p) {
 /* The workers: every one on the admin endpoint; on the job endpoint only those running a job
  * of the asker, since job ids are how a client cancels or follows a job and the others' are
  * none of its business (issue 32, finding 6). Fills wi/wip, returns how many. */
-static int vs__status_workers(vs_server *s, int sock, const vs_wire_msg *m,
-                              Vspec__WorkerInfo *wi, Vspec__WorkerInfo **wip, int max) {
+static int admin_status_workers(vs_server *s, int sock, const vs_wire_msg *m,
+                                Vspec__WorkerInfo *wi, Vspec__WorkerInfo **wip, int max) {
   vs_worker_status ws[256];
   int nw = vs_workers_status(s->workers, ws, max < 256 ? max : 256), n = 0;
   for (int i = 0; i < nw; i++) {
@@ -45,8 +45,8 @@ static int vs__status_workers(vs_server *s, int sock, const vs_wire_msg *m,
 
 /* One model's entry; its directory only for the admin endpoint (paths of the host are not
  * for job clients). class_names gets an array for the caller to free. */
-static void vs__status_model(vs_server *s, int i, const vs_model_status *ms, int admin,
-                             Vspec__ModelInfo *mi, char *backends[3], char ***class_names) {
+static void admin_status_model(vs_server *s, int i, const vs_model_status *ms, int admin,
+                               Vspec__ModelInfo *mi, char *backends[3], char ***class_names) {
   vspec__model_info__init(mi);
   mi->name = (char *)ms->name;
   mi->dir = admin ? (char *)ms->dir : NULL;
@@ -81,7 +81,7 @@ static void vs__status_model(vs_server *s, int i, const vs_model_status *ms, int
   }
 }
 
-static void vs__status_totals(vs_server *s, Vspec__Totals *to) {
+static void admin_status_totals(vs_server *s, Vspec__Totals *to) {
   to->has_submitted = to->has_completed = to->has_failed = to->has_cancelled = 1;
   to->has_rejected_busy = to->has_clients_lost = to->has_malformed = to->has_tokens = 1;
   to->has_uptime_s = to->has_preview_bytes = 1;
@@ -134,24 +134,24 @@ void vs__handle_status(vs_server *s, int sock, const vs_wire_msg *m, uint64_t ri
     dv.precision = di.precision == VS_PRECISION_BF16 ? "bf16" : "fp32";
     st.device = &dv;
   }
-  st.n_workers = (size_t)vs__status_workers(s, sock, m, wi, wip, 256);
+  st.n_workers = (size_t)admin_status_workers(s, sock, m, wi, wip, 256);
   st.workers = wip;
   int np = vs_registry_list(s->reg, ps, VS_MAX_PLUGINS);
   if (np > VS_MAX_PLUGINS) np = VS_MAX_PLUGINS;
   for (int i = 0; i < np; i++) {
-    vs__fill_plugin(&pi[i], &ps[i]);
+    admin_fill_plugin(&pi[i], &ps[i]);
     pip[i] = &pi[i];
   }
   st.n_plugins = (size_t)np;
   st.plugins = pip;
   int nm = vs_model_table_status(s->models, ms, VS_CONF_MAX_MODELS);
   for (int i = 0; i < nm; i++) {
-    vs__status_model(s, i, &ms[i], admin, &mi[i], backends[i], &class_names[i]);
+    admin_status_model(s, i, &ms[i], admin, &mi[i], backends[i], &class_names[i]);
     mip[i] = &mi[i];
   }
   st.n_models = (size_t)nm;
   st.models = mip;
-  vs__status_totals(s, &to);
+  admin_status_totals(s, &to);
   st.totals = &to;
   Vspec__MethodStats ms_buf[VS_STATS_MAX_METHODS], *ms_ptr[VS_STATS_MAX_METHODS];
   st.n_methods = (size_t)vs_stats_to_proto(&s->stats, ms_buf, ms_ptr, VS_STATS_MAX_METHODS);
@@ -174,7 +174,7 @@ void vs__handle_plugins(vs_server *s, int sock, const vs_wire_envelope *env,
   int np = vs_registry_list(s->reg, ps, VS_MAX_PLUGINS);
   if (np > VS_MAX_PLUGINS) np = VS_MAX_PLUGINS;
   for (int i = 0; i < np; i++) {
-    vs__fill_plugin(&pi[i], &ps[i]);
+    admin_fill_plugin(&pi[i], &ps[i]);
     pip[i] = &pi[i];
   }
   Vspec__Event ev = VSPEC__EVENT__INIT;
@@ -192,7 +192,7 @@ void vs__handle_plugins(vs_server *s, int sock, const vs_wire_envelope *env,
   vs__send(s, sock, env, &ev, NULL, 0);
 }
 
-static int vs__plugin_status(vs_server *s, int kind, const char *name, vs_plugin_status *out) {
+static int admin_plugin_status(vs_server *s, int kind, const char *name, vs_plugin_status *out) {
   static vs_plugin_status ps[VS_MAX_PLUGINS];
   int np = vs_registry_list(s->reg, ps, VS_MAX_PLUGINS);
   for (int i = 0; i < np && i < VS_MAX_PLUGINS; i++)
@@ -203,16 +203,16 @@ static int vs__plugin_status(vs_server *s, int kind, const char *name, vs_plugin
   return 0;
 }
 
-static void vs__send_reload_reply(vs_server *s, int sock, const vs_wire_envelope *env,
-                                  uint64_t rid, int kind, const char *name, char names[][64],
-                                  int n_names) {
+static void admin_send_reload_reply(vs_server *s, int sock, const vs_wire_envelope *env,
+                                    uint64_t rid, int kind, const char *name, char names[][64],
+                                    int n_names) {
   vs_plugin_status p;
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__ReloadReply rr = VSPEC__RELOAD_REPLY__INIT;
   Vspec__PluginInfo pi;
   char *np[VS_CONF_MAX_MODELS];
-  if (vs__plugin_status(s, kind, name, &p)) {
-    vs__fill_plugin(&pi, &p);
+  if (admin_plugin_status(s, kind, name, &p)) {
+    admin_fill_plugin(&pi, &p);
     rr.plugin = &pi;
   }
   for (int i = 0; i < n_names && i < VS_CONF_MAX_MODELS; i++) np[i] = names[i];
@@ -227,15 +227,15 @@ static void vs__send_reload_reply(vs_server *s, int sock, const vs_wire_envelope
   vs__send(s, sock, env, &ev, NULL, 0);
 }
 
-static void vs__reload_work(uv_work_t *req) {
+static void admin_reload_work(uv_work_t *req) {
   vs_reload_work *w = req->data;
   w->rc = vs_model_table_reload_backend(w->s->models, w->backend, w->names, VS_CONF_MAX_MODELS,
                                         w->err, sizeof w->err);
 }
 
-static void vs__hup_next_backend(vs_server *s);
+static void admin_hup_next_backend(vs_server *s);
 
-static void vs__reload_done(uv_work_t *req, int status) {
+static void admin_reload_done(uv_work_t *req, int status) {
   vs_reload_work *w = req->data;
   vs_server *s = w->s;
   s->reload = NULL;
@@ -251,16 +251,16 @@ static void vs__reload_done(uv_work_t *req, int status) {
     vs_log(VSPEC_LOG_INFO, "admin", "backend %s reloaded; %d model(s) reopened", w->backend,
            w->rc);
     if (w->sock >= 0)
-      vs__send_reload_reply(s, w->sock, &w->env, w->request_id, VSPEC_PLUGIN_BACKEND,
-                            w->backend, w->names, w->rc < VS_CONF_MAX_MODELS ? w->rc
+      admin_send_reload_reply(s, w->sock, &w->env, w->request_id, VSPEC_PLUGIN_BACKEND,
+                              w->backend, w->names, w->rc < VS_CONF_MAX_MODELS ? w->rc
                                                                              : VS_CONF_MAX_MODELS);
   }
   free(w);
-  vs__hup_next_backend(s);
+  admin_hup_next_backend(s);
   vs__check_drained(s);
 }
 
-static int vs__plugin_file_exists(vs_server *s, int kind, const char *name) {
+static int admin_plugin_file_exists(vs_server *s, int kind, const char *name) {
   char path[2048];
   struct stat sb;
   snprintf(path, sizeof path, "%s/%s_%s.so", vs_registry_dir(s->reg), vs_plugin_kind_name(kind),
@@ -283,7 +283,7 @@ void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *env,
   if (kind < 0) {
     int found = 0;
     for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_DRAFTER; k++)
-      if (vs__plugin_file_exists(s, k, name)) {
+      if (admin_plugin_file_exists(s, k, name)) {
         kind = k;
         found++;
       }
@@ -309,11 +309,11 @@ void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *env,
     return;
   }
   vs_plugin_status ps;
-  if (vs__plugin_status(s, kind, name, &ps))
+  if (admin_plugin_status(s, kind, name, &ps))
     vs_log(VSPEC_LOG_INFO, "admin", "%s/%s reloaded: version %s, generation %u",
            vs_plugin_kind_name(kind), name, ps.version, ps.generation);
   if (kind != VSPEC_PLUGIN_BACKEND) {
-    vs__send_reload_reply(s, sock, env, rid, kind, name, NULL, 0);
+    admin_send_reload_reply(s, sock, env, rid, kind, name, NULL, 0);
     return;
   }
   /* Backends serve models: open new model sets on the thread pool (weights, colour table);
@@ -330,7 +330,7 @@ void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *env,
   snprintf(w->backend, sizeof w->backend, "%s", name);
   w->req.data = w;
   s->reload = w;
-  if ((rc = uv_queue_work(&s->loop, &w->req, vs__reload_work, vs__reload_done))) {
+  if ((rc = uv_queue_work(&s->loop, &w->req, admin_reload_work, admin_reload_done))) {
     s->reload = NULL;
     free(w);
     vs__reply_error(s, sock, env, rid, VSPEC__ERROR_CODE__ERR_INTERNAL, uv_strerror(rc), 0);
@@ -339,8 +339,8 @@ void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *env,
 
 
 /* SIGHUP's backends, one at a time: a backend reload reopens its models on the thread pool
- * (vs__reload_done starts the next). */
-static void vs__hup_next_backend(vs_server *s) {
+ * (admin_reload_done starts the next). */
+static void admin_hup_next_backend(vs_server *s) {
   while (!s->reload && !s->draining && s->hup_next < s->hup.n_backends) {
     const char *name = s->hup.backends[s->hup_next++];
     char err[VSPEC_ERRLEN];
@@ -356,7 +356,7 @@ static void vs__hup_next_backend(vs_server *s) {
     snprintf(w->backend, sizeof w->backend, "%s", name);
     w->req.data = w;
     s->reload = w;
-    if (uv_queue_work(&s->loop, &w->req, vs__reload_work, vs__reload_done)) {
+    if (uv_queue_work(&s->loop, &w->req, admin_reload_work, admin_reload_done)) {
       s->reload = NULL;
       free(w);
     }
@@ -393,5 +393,5 @@ void vs__on_sighup(uv_signal_t *h, int signum) {
   vs_log(VSPEC_LOG_INFO, "server", "SIGHUP: plugin directory scanned: %d new, %d reloaded, "
          "%d backend(s) to reload with their models, %d failed", r->loaded, r->reloaded,
          r->n_backends, r->failed);
-  vs__hup_next_backend(s);
+  admin_hup_next_backend(s);
 }

@@ -7,7 +7,7 @@
 /* ---- clients ------------------------------------------------------------------------ */
 
 /* The connection of an envelope: its first routing frame. */
-static void vs__connection(const vs_wire_envelope *env, vs_wire_envelope *conn) {
+static void clients_connection(const vs_wire_envelope *env, vs_wire_envelope *conn) {
   conn->n = env->n > 0;
   if (conn->n) {
     conn->len[0] = env->len[0];
@@ -18,13 +18,13 @@ static void vs__connection(const vs_wire_envelope *env, vs_wire_envelope *conn) 
 /* The client key of the connection m came on (the hash table's and the queue's fairness). */
 uint64_t vs__client_key(int sock, const vs_wire_msg *m) {
   vs_wire_envelope conn;
-  vs__connection(&m->env, &conn);
+  clients_connection(&m->env, &conn);
   return vs_wire_envelope_hash(&conn) ^ (uint64_t)sock;
 }
 
 vs_client *vs__client_find(vs_server *s, int sock, const vs_wire_msg *m) {
   vs_wire_envelope conn;
-  vs__connection(&m->env, &conn);
+  clients_connection(&m->env, &conn);
   uint64_t key = vs__client_key(sock, m);
   for (vs_client *c = s->clients[key % VS_BUCKETS]; c; c = c->hnext)
     if (c->key == key && c->sock == sock && vs_wire_envelope_equal(&c->env, &conn) &&
@@ -36,7 +36,7 @@ vs_client *vs__client_find(vs_server *s, int sock, const vs_wire_msg *m) {
 vs_client *vs__client_add(vs_server *s, int sock, const vs_wire_msg *m) {
   vs_client *c = calloc(1, sizeof *c);
   if (!c) return NULL;
-  vs__connection(&m->env, &c->env);
+  clients_connection(&m->env, &c->env);
   memcpy(c->user_id, m->user_id, sizeof c->user_id);
   c->sock = sock;
   c->key = vs__client_key(sock, m);
@@ -53,7 +53,7 @@ vs_client *vs__client_add(vs_server *s, int sock, const vs_wire_msg *m) {
   return c;
 }
 
-static void vs__client_free(vs_server *s, vs_client *c) {
+static void clients_client_free(vs_server *s, vs_client *c) {
   for (vs_client **p = &s->clients[c->key % VS_BUCKETS]; *p; p = &(*p)->hnext)
     if (*p == c) {
       *p = c->hnext;
@@ -137,7 +137,7 @@ void vs__job_unlink(vs_server *s, vs_djob *j) {
         break;
       }
     j->lp.client = NULL;
-    if (!c->n_jobs && !c->gone) vs__client_free(s, c);
+    if (!c->n_jobs && !c->gone) clients_client_free(s, c);
   }
   j->lp.terminal_sent = 1;
   vs_djob_release(j);

@@ -102,7 +102,7 @@ int vs__send_accepted(vs_server *s, vs_djob *j) {
 
 /* ---- terminal events ---------------------------------------------------------------------- */
 
-static const char *vs__reason_text(int reason) {
+static const char *events_reason_text(int reason) {
   switch (reason) {
     case VS_CANCEL_CLIENT: return "cancelled by its client";
     case VS_CANCEL_ADMIN: return "cancelled by an operator";
@@ -113,7 +113,7 @@ static const char *vs__reason_text(int reason) {
   }
 }
 
-static void vs__free_blob(void *data, void *hint) {
+static void events_free_blob(void *data, void *hint) {
   (void)hint;
   free(data);
 }
@@ -194,9 +194,9 @@ int vs__send_terminal(vs_server *s, vs_djob *j) {
       }
       memcpy(stt, j->sh.status, (size_t)n);
       blobs[n_blobs++] = (vs_wire_blob){.kind = VSPEC__BLOB_KIND__BLOB_TOKENS_I32LE, .data = le,
-                                        .size = (size_t)n * 4, .free_fn = vs__free_blob};
+                                        .size = (size_t)n * 4, .free_fn = events_free_blob};
       blobs[n_blobs++] = (vs_wire_blob){.kind = VSPEC__BLOB_KIND__BLOB_STATUS_U8, .data = stt,
-                                        .size = (size_t)n, .free_fn = vs__free_blob};
+                                        .size = (size_t)n, .free_fn = events_free_blob};
     } else {
       free(le);
       free(stt);
@@ -209,7 +209,7 @@ int vs__send_terminal(vs_server *s, vs_djob *j) {
                                              : VSPEC__ERROR_CODE__ERR_CANCELLED;
       snprintf(msg, sizeof msg, "job %llu stopped after %d of %d tokens: %s",
                (unsigned long long)j->id, j->sh.n_tokens, j->tokens_total,
-               vs__reason_text(reason));
+               events_reason_text(reason));
       if (reason == VS_CANCEL_DRAIN) {
         er.has_retry_after_ms = 1;
         er.retry_after_ms = (uint32_t)s->cfg.busy_retry_ms;
@@ -257,7 +257,7 @@ void vs__finish_unstarted(vs_server *s, vs_djob *j, int reason) {
   if (!j->sh.finished) {
     j->sh.finished = 1;
     j->sh.rc = VSPEC_ECANCELED;
-    snprintf(j->sh.error, sizeof j->sh.error, "%s", vs__reason_text(reason));
+    snprintf(j->sh.error, sizeof j->sh.error, "%s", events_reason_text(reason));
   }
   pthread_mutex_unlock(&j->mu);
   events_finish(s, j);
@@ -268,7 +268,7 @@ void vs__finish_unstarted(vs_server *s, vs_djob *j, int reason) {
 /* Sends the newest phase state and the notices the client has not had. They cost no credit:
  * the worker sends a phase a few times a second at most, and a job has a few notices. Returns
  * -EAGAIN when the client's queue is full (the tick tries again). */
-static int vs__send_side_events(vs_server *s, vs_djob *j) {
+static int events_send_side_events(vs_server *s, vs_djob *j) {
   char name[16], msg[256], note[VS_DJOB_NOTE_LEN], kind[16];
   double done = 0;
   pthread_mutex_lock(&j->mu);
@@ -319,7 +319,7 @@ static int vs__send_side_events(vs_server *s, vs_djob *j) {
 
 /* Sends the worker's newest preview, if one waits. A preview that cannot go now waits for the
  * next pump, unless the job has finished (`final`): then the result is what matters. */
-static void vs__send_preview(vs_server *s, vs_djob *j, int final) {
+static void events_send_preview(vs_server *s, vs_djob *j, int final) {
   pthread_mutex_lock(&j->mu);
   uint8_t *png = j->sh.preview_png;
   size_t len = j->sh.preview_len;
@@ -495,7 +495,7 @@ void vs__pump(vs_server *s, vs_djob *j) {
     }
     return;
   }
-  if (vs__send_side_events(s, j) == -EAGAIN) {
+  if (events_send_side_events(s, j) == -EAGAIN) {
     j->lp.retry = 1;
     vs__start_tick(s);
     if (!finished) return;
@@ -519,7 +519,7 @@ void vs__pump(vs_server *s, vs_djob *j) {
 
   /* A preview rendered before the job ended still goes out, ahead of the result: a fast
    * job would otherwise end before the loop took any. */
-  if (j->lp.credit > 0 && !c->gone) vs__send_preview(s, j, finished);
+  if (j->lp.credit > 0 && !c->gone) events_send_preview(s, j, finished);
   if (finished) events_finish(s, j);
 }
 
@@ -613,9 +613,10 @@ void vs__drain_mail(vs_server *s) {
   }
 }
 
-void vs__on_async(uv_async_t *h) {
-  vs_server *s = h->data;
-  vs__drain_mail(s);
-  vs__reap(s);
-  vs__check_drained(s);
+/* Arms the tick, with the callback server.c registered (s->on_tick, server_tick.c): a send
+ * that has to be retried asks for it without calling into the loop's code. */
+void vs__start_tick(vs_server *s) {
+  if (s->tick_running || s->stopping) return;
+  s->tick_running = 1;
+  uv_timer_start(&s->tick, s->on_tick, VS_TICK_MS, VS_TICK_MS);
 }

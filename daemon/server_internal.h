@@ -3,14 +3,16 @@
  *
  * The service is one libuv loop thread that owns every structure below; worker threads touch
  * jobs only under the job's lock and post them back (server_events.c). It is split by concern:
- *   server.c           lifecycle: open, run, the tick (deadlines, retries, heartbeats), drain
- *                      and shutdown, signals
- *   server_clients.c   the client registry and the job table
- *   server_events.c    events to clients: sending, credit, Accepted, terminal events,
- *                      progress and previews, the workers' news
+ *   server.c           lifecycle: open (the sockets, the workers, the fronts), run, close
  *   server_requests.c  requests: submit, cancel, credit, ping; the dispatch table
  *   server_admin.c     admin requests: status, plugins, reload; SIGHUP's plugin rescan
- * Internal functions shared between them are vs__ names declared here.
+ *   server_tick.c      the loop's callbacks: the tick (deadlines, retries, heartbeats), the
+ *                      workers' wake-up, the signals, drain and stop
+ *   server_events.c    events to clients: sending, credit, Accepted, terminal events,
+ *                      progress and previews, the workers' news
+ *   server_clients.c   the client registry and the job table
+ * each calling only the files below it in this list. Internal functions shared between them
+ * are vs__ names declared here.
  */
 #ifndef VS_SERVER_INTERNAL_H
 #define VS_SERVER_INTERNAL_H
@@ -33,8 +35,6 @@
 #include "core/names.h"
 #include "core/text.h"
 #include "core/registry.h"
-#include "daemon/fleet_agent.h"
-#include "daemon/fleet_queue.h"
 #include "daemon/job_queue.h"
 #include "daemon/model_set.h"
 #include "daemon/plugin_ref.h"
@@ -42,7 +42,6 @@
 #include "daemon/sd_notify.h"
 #include "daemon/stats.h"
 #include "daemon/submit.h"
-#include "daemon/http_server.h"
 #include "daemon/workers.h"
 #include "daemon/zap.h"
 #include "daemon/zsock_watch.h"
@@ -101,9 +100,9 @@ struct vs_server {
   char ipc_file[2][VS_CONF_PATH]; /* ipc socket files bound, to remove at exit */
   vs_zwatch watch[2];
   int watches_open;
-  vs_fleet_agent *fleet; /* fleet mode: takes jobs from Redis, submits them here */
   uv_async_t async;
   uv_timer_t tick;
+  uv_timer_cb on_tick; /* the tick's callback (server_tick.c), registered at open */
   uv_signal_t sig_term, sig_int, sig_hup;
   int tick_running;
 
@@ -128,7 +127,9 @@ struct vs_server {
 
   vs_totals totals;
   vs_stats stats; /* work by method, preview bytes (daemon/stats.h) */
-  vs_http *http;  /* [http]: an HTTP client of this daemon (daemon/http_server.h) */
+  vs_server_front fronts[VS_SERVER_MAX_FRONTS]; /* clients inside vspecd (daemon/server.h) */
+  void *front[VS_SERVER_MAX_FRONTS];            /* their state */
+  int n_fronts;
   double started_at, last_heartbeat;
   int draining, hard_cancel, stopping;
   double drain_started;
@@ -156,7 +157,6 @@ void vs__drain_mail(vs_server *s);
 void vs__finish_unstarted(vs_server *s, vs_djob *j, int reason);
 int vs__job_send(vs_server *s, vs_djob *j, Vspec__Event *ev, vs_wire_blob *blobs,
                  int n_blobs);
-void vs__on_async(uv_async_t *h);
 void vs__post(vs_djob *j, void *user);
 void vs__pump(vs_server *s, vs_djob *j);
 void vs__reap(vs_server *s);
@@ -166,6 +166,8 @@ int vs__send(vs_server *s, int sock, const vs_wire_envelope *env, Vspec__Event *
              vs_wire_blob *blobs, int n_blobs);
 int vs__send_accepted(vs_server *s, vs_djob *j);
 int vs__send_terminal(vs_server *s, vs_djob *j);
+/* Arms the tick (s->on_tick) unless it runs or the loop is stopping. */
+void vs__start_tick(vs_server *s);
 
 /* server_requests.c */
 int vs__on_read(vs_zwatch *w, void *user);
@@ -180,8 +182,11 @@ void vs__handle_reload(vs_server *s, int sock, const vs_wire_envelope *env,
 void vs__handle_status(vs_server *s, int sock, const vs_wire_msg *m, uint64_t rid);
 void vs__on_sighup(uv_signal_t *h, int signum);
 
-/* server.c */
+/* server_tick.c: the loop's callbacks, which server.c registers */
+void vs__on_tick(uv_timer_t *h);
+void vs__on_async(uv_async_t *h);
+void vs__on_signal(uv_signal_t *h, int signum);
+/* Stops the loop once a drain has nothing left to wait for. */
 void vs__check_drained(vs_server *s);
-void vs__start_tick(vs_server *s);
 
 #endif /* VS_SERVER_INTERNAL_H */

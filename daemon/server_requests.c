@@ -6,11 +6,11 @@
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
-static uint64_t vs__new_id(vs_server *s) {
+static uint64_t req_new_id(vs_server *s) {
   return ((uint64_t)s->cfg.node_id << 40) | ++s->next_id;
 }
 
-static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
+static void req_handle_submit(vs_server *s, int sock, const Vspec__Request *r,
                               const vs_wire_msg *m) {
   const vs_wire_envelope *env = &m->env;
   uint64_t rid = r->has_request_id ? r->request_id : 0;
@@ -36,7 +36,7 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
     return;
   }
   int code = 0;
-  uint64_t id = vs__new_id(s);
+  uint64_t id = req_new_id(s);
   vs_djob *j = vs_submit_build(&s->submit, r, m, id, &code, err, sizeof err);
   if (!j) {
     vs_log(VSPEC_LOG_INFO, "server", "submit refused: %s", err);
@@ -91,7 +91,7 @@ static void vs__handle_submit(vs_server *s, int sock, const Vspec__Request *r,
   vs__start_tick(s);
 }
 
-static vs_djob *vs__owned_job(vs_server *s, int sock, const vs_wire_msg *m, uint64_t id,
+static vs_djob *req_owned_job(vs_server *s, int sock, const vs_wire_msg *m, uint64_t id,
                               int any) {
   vs_djob *j = vs__job_find(s, id);
   if (!j || j->lp.terminal_sent) return NULL;
@@ -99,13 +99,13 @@ static vs_djob *vs__owned_job(vs_server *s, int sock, const vs_wire_msg *m, uint
   return vs__job_owned_by(j, sock, m) ? j : NULL;
 }
 
-static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_msg *m,
+static void req_handle_cancel(vs_server *s, int sock, const vs_wire_msg *m,
                               const Vspec__Request *r) {
   const vs_wire_envelope *env = &m->env;
   uint64_t rid = r->has_request_id ? r->request_id : 0;
   uint64_t id = r->cancel->job_id;
   int admin = sock == VS_SOCK_ADMIN;
-  vs_djob *j = vs__owned_job(s, sock, m, id, admin);
+  vs_djob *j = req_owned_job(s, sock, m, id, admin);
   char msg[160];
   if (!j) {
     snprintf(msg, sizeof msg, "no running or queued job %llu%s", (unsigned long long)id,
@@ -139,9 +139,9 @@ static void vs__handle_cancel(vs_server *s, int sock, const vs_wire_msg *m,
   }
 }
 
-static void vs__handle_credit(vs_server *s, int sock, const vs_wire_msg *m,
+static void req_handle_credit(vs_server *s, int sock, const vs_wire_msg *m,
                               const Vspec__Request *r) {
-  vs_djob *j = vs__owned_job(s, sock, m, r->credit->job_id, 0);
+  vs_djob *j = req_owned_job(s, sock, m, r->credit->job_id, 0);
   if (!j) return; /* finished meanwhile: credit for a finished job is not an error */
   int64_t c = (int64_t)j->lp.credit + r->credit->grant;
   j->lp.credit = c > s->cfg.max_credit ? s->cfg.max_credit : (int)c;
@@ -149,7 +149,7 @@ static void vs__handle_credit(vs_server *s, int sock, const vs_wire_msg *m,
 }
 
 
-static void vs__handle_ping(vs_server *s, int sock, const vs_wire_msg *m,
+static void req_handle_ping(vs_server *s, int sock, const vs_wire_msg *m,
                             const Vspec__Request *r, uint64_t rid) {
   Vspec__Event ev = VSPEC__EVENT__INIT;
   Vspec__Pong p = VSPEC__PONG__INIT;
@@ -163,7 +163,7 @@ static void vs__handle_ping(vs_server *s, int sock, const vs_wire_msg *m,
   vs__send(s, sock, &m->env, &ev, NULL, 0);
 }
 
-static void vs__handle_resume(vs_server *s, int sock, const vs_wire_msg *m,
+static void req_handle_resume(vs_server *s, int sock, const vs_wire_msg *m,
                               const Vspec__Request *r, uint64_t rid) {
   /* Events are kept only in fleet mode, by Redis, and relayed by vspec-gateway. */
   vs__reply_error(s, sock, &m->env, rid, VSPEC__ERROR_CODE__ERR_INVALID,
@@ -172,32 +172,32 @@ static void vs__handle_resume(vs_server *s, int sock, const vs_wire_msg *m,
 }
 
 /* Adapters to the table's one signature. */
-static void vs__on_submit(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
+static void req_on_submit(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
                           uint64_t rid) {
-  vs__handle_submit(s, sock, r, m);
+  req_handle_submit(s, sock, r, m);
 }
-static void vs__on_cancel(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
+static void req_on_cancel(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
                           uint64_t rid) {
-  vs__handle_cancel(s, sock, m, r);
+  req_handle_cancel(s, sock, m, r);
 }
-static void vs__on_credit(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
+static void req_on_credit(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
                           uint64_t rid) {
-  vs__handle_credit(s, sock, m, r);
+  req_handle_credit(s, sock, m, r);
 }
-static void vs__on_status(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
+static void req_on_status(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
                           uint64_t rid) {
   vs__handle_status(s, sock, m, rid);
 }
-static void vs__on_plugins(vs_server *s, int sock, const vs_wire_msg *m,
+static void req_on_plugins(vs_server *s, int sock, const vs_wire_msg *m,
                            const Vspec__Request *r, uint64_t rid) {
   vs__handle_plugins(s, sock, &m->env, rid);
 }
-static void vs__on_reload(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
+static void req_on_reload(vs_server *s, int sock, const vs_wire_msg *m, const Vspec__Request *r,
                           uint64_t rid) {
   vs__handle_reload(s, sock, &m->env, r);
 }
 
-typedef void (*vs__request_fn)(vs_server *s, int sock, const vs_wire_msg *m,
+typedef void (*req_request_fn)(vs_server *s, int sock, const vs_wire_msg *m,
                                const Vspec__Request *r, uint64_t rid);
 
 /* Every request body the daemon answers; admin_only ones are refused on the job endpoint
@@ -206,20 +206,20 @@ static const struct {
   Vspec__Request__BodyCase body;
   int admin_only;
   const char *refusal;
-  vs__request_fn fn;
-} vs__requests[] = {
-    {VSPEC__REQUEST__BODY_SUBMIT, 0, NULL, vs__on_submit},
-    {VSPEC__REQUEST__BODY_CANCEL, 0, NULL, vs__on_cancel},
-    {VSPEC__REQUEST__BODY_CREDIT, 0, NULL, vs__on_credit},
-    {VSPEC__REQUEST__BODY_STATUS, 0, NULL, vs__on_status},
-    {VSPEC__REQUEST__BODY_PLUGINS, 0, NULL, vs__on_plugins},
+  req_request_fn fn;
+} req_requests[] = {
+    {VSPEC__REQUEST__BODY_SUBMIT, 0, NULL, req_on_submit},
+    {VSPEC__REQUEST__BODY_CANCEL, 0, NULL, req_on_cancel},
+    {VSPEC__REQUEST__BODY_CREDIT, 0, NULL, req_on_credit},
+    {VSPEC__REQUEST__BODY_STATUS, 0, NULL, req_on_status},
+    {VSPEC__REQUEST__BODY_PLUGINS, 0, NULL, req_on_plugins},
     {VSPEC__REQUEST__BODY_RELOAD, 1, "plugin reload is an admin request: use the admin endpoint",
-     vs__on_reload},
-    {VSPEC__REQUEST__BODY_PING, 0, NULL, vs__handle_ping},
-    {VSPEC__REQUEST__BODY_RESUME, 0, NULL, vs__handle_resume},
+     req_on_reload},
+    {VSPEC__REQUEST__BODY_PING, 0, NULL, req_handle_ping},
+    {VSPEC__REQUEST__BODY_RESUME, 0, NULL, req_handle_resume},
 };
 
-static void vs__handle(vs_server *s, int sock, vs_wire_msg *m) {
+static void req_handle(vs_server *s, int sock, vs_wire_msg *m) {
   vs_wire_alloc a;
   vs_wire_alloc_init(&a, (size_t)s->cfg.unpack_budget_bytes);
   int code = 0;
@@ -232,16 +232,16 @@ static void vs__handle(vs_server *s, int sock, vs_wire_msg *m) {
     return;
   }
   uint64_t rid = r->has_request_id ? r->request_id : 0;
-  size_t i = 0, n = sizeof vs__requests / sizeof vs__requests[0];
-  while (i < n && vs__requests[i].body != r->body_case) i++;
+  size_t i = 0, n = sizeof req_requests / sizeof req_requests[0];
+  while (i < n && req_requests[i].body != r->body_case) i++;
   if (i == n)
     vs__reply_error(s, sock, &m->env, rid, VSPEC__ERROR_CODE__ERR_MALFORMED,
                     "unknown request body", 0);
-  else if (vs__requests[i].admin_only && sock != VS_SOCK_ADMIN)
+  else if (req_requests[i].admin_only && sock != VS_SOCK_ADMIN)
     vs__reply_error(s, sock, &m->env, rid, VSPEC__ERROR_CODE__ERR_FORBIDDEN,
-                    vs__requests[i].refusal, 0);
+                    req_requests[i].refusal, 0);
   else
-    vs__requests[i].fn(s, sock, m, r, rid);
+    req_requests[i].fn(s, sock, m, r, rid);
   vs_wire_request_free(r, &a);
 }
 
@@ -271,7 +271,7 @@ int vs__on_read(vs_zwatch *w, void *user) {
     vs_log(VSPEC_LOG_ERROR, "server", "%s", err);
     return 0;
   }
-  vs__handle(s, sock, &m);
+  req_handle(s, sock, &m);
   vs_wire_msg_close(&m);
   vs__reap(s);
   vs__check_drained(s);

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static vs_method_stats *vs__method_row(vs_stats *s, const char *method) {
+static vs_method_stats *stats_method_row(vs_stats *s, const char *method) {
   char key[sizeof s->m[0].method];
   snprintf(key, sizeof key, "%s", method && *method ? method : "?");
   for (int i = 0; i < s->n; i++)
@@ -26,7 +26,7 @@ static vs_method_stats *vs__method_row(vs_stats *s, const char *method) {
 
 void vs_stats_job_ended(vs_stats *s, const char *method, int completed, int ran,
                         const vs_djob_stats *st) {
-  vs_method_stats *r = vs__method_row(s, method);
+  vs_method_stats *r = stats_method_row(s, method);
   r->jobs++;
   r->completed += completed != 0;
   if (!ran || !st) return;

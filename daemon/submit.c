@@ -19,15 +19,15 @@
 #include "core/text.h"
 
 /* What a plugin kind is called in messages. */
-static const char *vs__plugin_what(int kind) {
+static const char *sb_plugin_what(int kind) {
   return kind == VSPEC_PLUGIN_ACCEPT ? "acceptance rule"
          : kind == VSPEC_PLUGIN_SCHED ? "scheduler"
                                       : "drafter";
 }
 
 /* A trial drafter for a job on a model of `vocab` codes. */
-static int vs__try_drafter(const vs_submit_ctx *c, const vs_plugin *p, const vspec_params *pp,
-                           int32_t vocab, char *err, size_t errlen) {
+static int sb_try_drafter(const vs_submit_ctx *c, const vs_plugin *p, const vspec_params *pp,
+                          int32_t vocab, char *err, size_t errlen) {
   const vspec_drafter_vtable *vt = vs_plugin_vtable(p);
   vspec_drafter_job job = {.struct_size = sizeof job, .vocab = vocab, .n_image = 1,
                            .max_depth = VS_MAX_DEPTH};
@@ -39,9 +39,9 @@ static int vs__try_drafter(const vs_submit_ctx *c, const vs_plugin *p, const vsp
 
 /* Creates and destroys one instance of plugin (kind, name) with `params`; an acceptance rule
  * must also fit the model's kind of tokens (`continuous`). */
-static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, const char *params,
-                          int continuous, const char *model, int32_t vocab, char *err,
-                          size_t errlen) {
+static int sb_try_plugin(const vs_submit_ctx *c, int kind, const char *name, const char *params,
+                         int continuous, const char *model, int32_t vocab, char *err,
+                         size_t errlen) {
   vs_plugin *p = NULL;
   char inner[VSPEC_ERRLEN] = "";
   /* A client naming a file in the plugin directory must not be enough to run its code:
@@ -50,7 +50,7 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
                ? vs_registry_acquire(c->reg, kind, name, &p, inner, sizeof inner)
                : vs_registry_acquire_loaded(c->reg, kind, name, &p, inner, sizeof inner);
   if (rc) {
-    snprintf(err, errlen, "%s '%s' is not available: %s", vs__plugin_what(kind), name, inner);
+    snprintf(err, errlen, "%s '%s' is not available: %s", sb_plugin_what(kind), name, inner);
     return rc;
   }
   vspec_params *pp = NULL;
@@ -63,7 +63,7 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
       if (!rc) rc = vt->create(c->host, pp, &r, inner, sizeof inner);
       if (!rc) vt->destroy(r);
     } else if (kind == VSPEC_PLUGIN_DRAFTER) {
-      rc = vs__try_drafter(c, p, pp, vocab, inner, sizeof inner);
+      rc = sb_try_drafter(c, p, pp, vocab, inner, sizeof inner);
     } else {
       const vspec_sched_vtable *vt = vs_plugin_vtable(p);
       vspec_sched *s = NULL;
@@ -73,13 +73,13 @@ static int vs__try_plugin(const vs_submit_ctx *c, int kind, const char *name, co
   }
   vs_params_free(pp);
   vs_plugin_release(p);
-  if (rc) snprintf(err, errlen, "%s '%s': %s", vs__plugin_what(kind), name, inner);
+  if (rc) snprintf(err, errlen, "%s '%s': %s", sb_plugin_what(kind), name, inner);
   return rc;
 }
 
 /* A seed for a submit that names none. Kept below 2^53 so that it survives a round trip
  * through JSON numbers (the CLI's --json, scripts) unchanged. */
-static uint64_t vs__fresh_seed(uint64_t id) {
+static uint64_t sb_fresh_seed(uint64_t id) {
   uint64_t x = 0;
   if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
     /* No entropy yet (early boot): the clock and the job id, mixed (splitmix64). */
@@ -99,8 +99,8 @@ static uint64_t vs__fresh_seed(uint64_t id) {
  * cfg_schedule
  * drive MAR's sampler and mean nothing to a discrete one. A field that does not apply is
  * refused rather than ignored, so a request never silently differs from what runs. */
-static int vs__sampling_tokens(const Vspec__Submit *s, const vs_model_set *set, vs_sampling *smp,
-                               unsigned *set_mask, char *err, size_t errlen) {
+static int sb_sampling_tokens(const Vspec__Submit *s, const vs_model_set *set, vs_sampling *smp,
+                              unsigned *set_mask, char *err, size_t errlen) {
   const vspec_model_info *in = &set->models->target.info;
   const char *model = set->name;
   if (set->continuous) {
@@ -155,7 +155,7 @@ static int vs__sampling_tokens(const Vspec__Submit *s, const vs_model_set *set, 
  * them, so that no message, log line or plugin sees other bytes. An empty value means "not
  * given" for all of them. `draft` and `cfg_schedule` are keywords: which ones is checked
  * where they are read. */
-static int vs__check_strings(const Vspec__Submit *s, char *err, size_t errlen) {
+static int sb_check_strings(const Vspec__Submit *s, char *err, size_t errlen) {
   const struct {
     const char *field, *value;
     const vs_name_kind *kind;
@@ -258,13 +258,13 @@ static int sb_method(const vs_submit_ctx *c, const Vspec__Submit *s, sb_req *q, 
   if (drafter == VSPEC_DRAFTER_HEAD && !has_eagle)
     SB_INVALID("draft: model '%s' has no eagle head", model);
   int vocab = q->in->vocab;
-  if (vs__try_plugin(c, VSPEC_PLUGIN_ACCEPT, me->rule, me->rule_params, set->continuous, model,
-                     vocab, inner, sizeof inner) ||
-      vs__try_plugin(c, VSPEC_PLUGIN_SCHED, me->sched, sched_params, set->continuous, model,
-                     vocab, inner, sizeof inner) ||
+  if (sb_try_plugin(c, VSPEC_PLUGIN_ACCEPT, me->rule, me->rule_params, set->continuous, model,
+                    vocab, inner, sizeof inner) ||
+      sb_try_plugin(c, VSPEC_PLUGIN_SCHED, me->sched, sched_params, set->continuous, model,
+                    vocab, inner, sizeof inner) ||
       (drafter == VSPEC_DRAFTER_PLUGIN &&
-       vs__try_plugin(c, VSPEC_PLUGIN_DRAFTER, me->drafter, me->drafter_params,
-                      set->continuous, model, vocab, inner, sizeof inner)))
+       sb_try_plugin(c, VSPEC_PLUGIN_DRAFTER, me->drafter, me->drafter_params,
+                     set->continuous, model, vocab, inner, sizeof inner)))
     SB_INVALID("%s", inner);
   snprintf(q->rule, sizeof q->rule, "%s", me->rule);
   snprintf(q->sched, sizeof q->sched, "%s", me->sched);
@@ -340,7 +340,7 @@ static int sb_sampling(const Vspec__Submit *s, sb_req *q, char *err, size_t errl
   if (s->has_cfg_scale) smp->cfg_scale = s->cfg_scale, q->set_mask |= VS_SET_CFG;
   if (s->has_cfg_interval)
     smp->cfg_interval = s->cfg_interval, q->set_mask |= VS_SET_CFG_INTERVAL;
-  if (vs__sampling_tokens(s, q->set, smp, &q->set_mask, inner, sizeof inner))
+  if (sb_sampling_tokens(s, q->set, smp, &q->set_mask, inner, sizeof inner))
     SB_INVALID("%s", inner);
   if (vs_sampling_validate(smp, q->in->vocab, inner, sizeof inner)) SB_INVALID("%s", inner);
   return 0;
@@ -410,7 +410,7 @@ static void sb_job_fill(vs_djob *j, const vs_daemon_config *cfg, const Vspec__Re
   snprintf(j->class_name, sizeof j->class_name, "%s", cn ? cn : "");
   /* proto2 presence: an unset seed is not seed 0 but a fresh one, reported back in Accepted
    * and Result so the image can be made again. */
-  j->seed = s->has_seed ? s->seed : vs__fresh_seed(id);
+  j->seed = s->has_seed ? s->seed : sb_fresh_seed(id);
   j->sampling = q->smp;
   j->sampling_set = q->set_mask;
   j->preview_kind = q->kind;
@@ -439,7 +439,7 @@ vs_djob *vs_submit_build(const vs_submit_ctx *c, const Vspec__Request *r, const 
   sb_req q;
   memset(&q, 0, sizeof q);
   *code = VSPEC__ERROR_CODE__ERR_INVALID;
-  if (vs__check_strings(s, inner, sizeof inner)) {
+  if (sb_check_strings(s, inner, sizeof inner)) {
     snprintf(err, errlen, "%s", inner);
     return NULL;
   }

@@ -34,7 +34,7 @@ struct vs_workers {
 };
 
 /* What the round callback needs. */
-typedef struct vs__run {
+typedef struct wk_run {
   vs_worker *w;
   vs_djob *j;
   vs_model_set *set;
@@ -51,11 +51,11 @@ typedef struct vs__run {
   int previews;
   char rule_version[96], sched_version[96]; /* of the generations the engine runs with */
   const vs_job *job; /* as it runs: the previews' text chunks (core/png_meta.h) */
-} vs__run;
+} wk_run;
 
 /* Renders the preview of a round into r->rgb. A continuous-token model has no codes to paint:
  * both kinds decode the partial latents the engine reports. */
-static int vs__render(vs__run *r, const vs_round_info *info, char *err, size_t errlen) {
+static int wk_render(wk_run *r, const vs_round_info *info, char *err, size_t errlen) {
   const vs_backend_model *t = &r->set->models->target;
   if (r->continuous) {
     if (!info->latents) {
@@ -73,12 +73,12 @@ static int vs__render(vs__run *r, const vs_round_info *info, char *err, size_t e
                                   r->grid, r->rgb, err, errlen);
 }
 
-static void vs__preview(vs__run *r, const vs_round_info *info) {
+static void wk_preview(wk_run *r, const vs_round_info *info) {
   vs_djob *j = r->j;
   const vspec_model_info *in = &r->set->models->target.info;
   double t0 = vs_now();
   char err[VSPEC_ERRLEN];
-  if (vs__render(r, info, err, sizeof err)) {
+  if (wk_render(r, info, err, sizeof err)) {
     vs_log(VSPEC_LOG_WARN, "worker", "job %llu: preview failed: %s", (unsigned long long)j->id,
            err);
     return;
@@ -103,13 +103,13 @@ static void vs__preview(vs__run *r, const vs_round_info *info) {
 }
 
 /* "name version (generation g)" of one plugin generation. */
-static void vs__plugin_version(const vs_plugin *p, char *out, size_t cap) {
+static void wk_plugin_version(const vs_plugin *p, char *out, size_t cap) {
   snprintf(out, cap, "%s %s (generation %u)", vs_plugin_name(p), vs_plugin_version(p),
            vs_plugin_generation(p));
 }
 
-static void vs__on_round(void *user, const vs_round_info *info) {
-  vs__run *r = user;
+static void wk_on_round(void *user, const vs_round_info *info) {
+  wk_run *r = user;
   vs_djob *j = r->j;
   int n = info->n_tokens < r->total ? info->n_tokens : r->total;
   /* A discrete model's map is the prefix of n tokens (raster order). A continuous-token model
@@ -133,14 +133,14 @@ static void vs__on_round(void *user, const vs_round_info *info) {
   atomic_store(&r->w->tokens_done, n);
   /* The engine holds these generations for the whole job: what it reports is what ran. */
   if (info->rule_plugin && !*r->rule_version)
-    vs__plugin_version(info->rule_plugin, r->rule_version, sizeof r->rule_version);
+    wk_plugin_version(info->rule_plugin, r->rule_version, sizeof r->rule_version);
   if (info->sched_plugin && !*r->sched_version)
-    vs__plugin_version(info->sched_plugin, r->sched_version, sizeof r->sched_version);
+    wk_plugin_version(info->sched_plugin, r->sched_version, sizeof r->sched_version);
   if (j->preview_kind >= VSPEC__PREVIEW_KIND__PREVIEW_LUT && r->rgb && n < r->total) {
     int due = r->every_rounds > 0 ? info->round - r->last_preview_round >= r->every_rounds
                                    : n - r->last_preview_tokens >= r->every_tokens;
     if (due) {
-      vs__preview(r, info);
+      wk_preview(r, info);
       r->last_preview_tokens = n;
       r->last_preview_round = info->round;
     }
@@ -149,7 +149,7 @@ static void vs__on_round(void *user, const vs_round_info *info) {
 }
 
 /* Positions of a continuous-token grid generated so far. */
-static int vs__revealed(const uint8_t *status, int n) {
+static int wk_revealed(const uint8_t *status, int n) {
   int k = 0;
   for (int i = 0; i < n; i++) k += status[i] != VS_TOKEN_NONE;
   return k;
@@ -157,7 +157,7 @@ static int vs__revealed(const uint8_t *status, int n) {
 
 /* A phase before generation for the client (Phase events), and a notice (Notice events and
  * the Result's notes). */
-static void vs__set_phase(vs__run *r, const char *name, const char *msg, double done) {
+static void wk_set_phase(wk_run *r, const char *name, const char *msg, double done) {
   vs_djob *j = r->j;
   pthread_mutex_lock(&j->mu);
   snprintf(j->sh.phase_name, sizeof j->sh.phase_name, "%s", name);
@@ -169,7 +169,7 @@ static void vs__set_phase(vs__run *r, const char *name, const char *msg, double 
   r->w->pool->cfg.post(j, r->w->pool->cfg.post_user);
 }
 
-static void vs__add_note(vs__run *r, const char *kind, const char *note) {
+static void wk_add_note(wk_run *r, const char *kind, const char *note) {
   vs_djob *j = r->j;
   pthread_mutex_lock(&j->mu);
   if (j->sh.n_notes < VS_DJOB_MAX_NOTES) {
@@ -181,10 +181,10 @@ static void vs__add_note(vs__run *r, const char *kind, const char *note) {
 }
 
 /* size=auto's progress (core/autotune.h), a few updates a second at most. */
-static void vs__tune_progress(void *user, double done, const char *message) {
-  vs__run *r = user;
+static void wk_tune_progress(void *user, double done, const char *message) {
+  wk_run *r = user;
   if (done > 0 && vs_now() - r->phase_at < 0.25) return;
-  vs__set_phase(r, "tuning", message, done);
+  wk_set_phase(r, "tuning", message, done);
 }
 
 /* The method as it runs: size=auto (asked for, or the default the submit added) replaced by
@@ -193,11 +193,11 @@ static void vs__tune_progress(void *user, double done, const char *message) {
  * with their jobs (tunings are serialised process-wide: a second job asking for the same
  * method waits for the first's tuning and reads its choice, core/autotune.h). The client
  * sees the tuning as a phase and the choice as a notice. */
-static int vs__resolve_size(vs__run *r, vs_models *models, const char *who, const char *method,
-                            char *spec, size_t cap, char *err, size_t errlen) {
+static int wk_resolve_size(wk_run *r, vs_models *models, const char *who, const char *method,
+                           char *spec, size_t cap, char *err, size_t errlen) {
   vs_method me;
   vs_autotune_result tune;
-  vs_autotune_opts opts = {.progress = vs__tune_progress, .user = r};
+  vs_autotune_opts opts = {.progress = wk_tune_progress, .user = r};
   int rc = vs_method_parse(method, &me, err, errlen);
   if (!rc) rc = vs_autotune_resolve(models, r->w->dev, &me, &opts, &tune, err, errlen);
   if (rc) return rc;
@@ -208,9 +208,9 @@ static int vs__resolve_size(vs__run *r, vs_models *models, const char *who, cons
     if (!tune.from_cache) {
       char done[128];
       snprintf(done, sizeof done, "size=auto: tuned %s in %.1f s", me.text, tune.tune_s);
-      vs__set_phase(r, "tuning", done, 1.0);
+      wk_set_phase(r, "tuning", done, 1.0);
     }
-    vs__add_note(r, vs_autotune_is_ar(&tune) ? "fallback" : "autotune", note);
+    wk_add_note(r, vs_autotune_is_ar(&tune) ? "fallback" : "autotune", note);
     /* not stored: every job tunes again and may choose differently (an unwritable cache);
      * slower than AR: the operator should know what the default costs */
     vs_log(tune.stored && !vs_autotune_slower_than_ar(&tune) ? VSPEC_LOG_INFO : VSPEC_LOG_WARN,
@@ -222,8 +222,8 @@ static int vs__resolve_size(vs__run *r, vs_models *models, const char *who, cons
 /* The codebook neighbour table, made on the first job whose rule reads it (core/models.h:
  * seconds for a large codebook when the disk cache has no copy), is made here, before the
  * job's first round, so that its client sees the wait as a phase. */
-static int vs__prepare_neighbours(vs__run *r, vs_models *models, const char *spec, char *err,
-                                  size_t errlen) {
+static int wk_prepare_neighbours(wk_run *r, vs_models *models, const char *spec, char *err,
+                                 size_t errlen) {
   vs_method me;
   vs_plugin *p;
   char inner[VSPEC_ERRLEN];
@@ -239,9 +239,9 @@ static int vs__prepare_neighbours(vs__run *r, vs_models *models, const char *spe
   if (!uses || made) return 0;
   const int32_t *table;
   int k;
-  vs__set_phase(r, "loading", "making the codebook neighbour table (once per model)", 0.0);
+  wk_set_phase(r, "loading", "making the codebook neighbour table (once per model)", 0.0);
   int rc = vs_models_neighbours(models, &table, &k, err, errlen);
-  if (!rc) vs__set_phase(r, "loading", "the codebook neighbour table is ready", 1.0);
+  if (!rc) wk_set_phase(r, "loading", "the codebook neighbour table is ready", 1.0);
   return rc;
 }
 
@@ -267,7 +267,7 @@ static void wk_sampling(const vs_djob *j, vs_sampling *s) {
 }
 
 /* The output buffers, and the preview scratch when the job asked for previews. */
-static int wk_alloc(vs__run *r, const vspec_model_info *in, wk_out *o, char *err,
+static int wk_alloc(wk_run *r, const vspec_model_info *in, wk_out *o, char *err,
                     size_t errlen) {
   o->tokens = calloc((size_t)r->total, sizeof *o->tokens);
   o->status = calloc((size_t)r->total, 1);
@@ -290,7 +290,7 @@ static int wk_alloc(vs__run *r, const vspec_model_info *in, wk_out *o, char *err
 }
 
 /* Generates the job, decodes it and encodes the PNG, on the model set r->set. */
-static int wk_generate(vs__run *r, const char *who, wk_out *o, vs_djob_stats *st, char *err,
+static int wk_generate(wk_run *r, const char *who, wk_out *o, vs_djob_stats *st, char *err,
                        size_t errlen) {
   vs_djob *j = r->j;
   const vs_backend_model *t = &r->set->models->target;
@@ -301,13 +301,13 @@ static int wk_generate(vs__run *r, const char *who, wk_out *o, vs_djob_stats *st
                    "this job was accepted; submit again", j->model, t->info.grid_h,
                    t->info.grid_w);
   char spec[1100];
-  int rc = vs__resolve_size(r, r->set->models, who, j->method, spec, sizeof spec, err, errlen);
-  if (!rc) rc = vs__prepare_neighbours(r, r->set->models, spec, err, errlen);
+  int rc = wk_resolve_size(r, r->set->models, who, j->method, spec, sizeof spec, err, errlen);
+  if (!rc) rc = wk_prepare_neighbours(r, r->set->models, spec, err, errlen);
   if (rc) return rc;
   r->t0 = vs_now(); /* progress's elapsed time (and a client's ETA) count generation only */
   vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
                 .caption_mask = j->caption_mask, .seed = j->seed,
-                .sampling = r->set->models->defaults, .on_round = vs__on_round, .user = r,
+                .sampling = r->set->models->defaults, .on_round = wk_on_round, .user = r,
                 .cancel = &j->cancel, .gate = r->set->gate};
   wk_sampling(j, &job.sampling);
   if ((rc = wk_alloc(r, &t->info, o, err, errlen))) return rc;
@@ -337,7 +337,7 @@ static int wk_generate(vs__run *r, const char *who, wk_out *o, vs_djob_stats *st
 }
 
 /* The job's figures from its metrics and its run. */
-static void wk_stats(vs_djob_stats *st, const vs_metrics *mt, const vs__run *r) {
+static void wk_stats(vs_djob_stats *st, const vs_metrics *mt, const wk_run *r) {
   st->tokens = mt->tokens;
   st->target_forwards = mt->target_forwards;
   st->rounds = mt->rounds;
@@ -358,7 +358,7 @@ static void wk_stats(vs_djob_stats *st, const vs_metrics *mt, const vs__run *r) 
 }
 
 /* The outcome into the job's shared state, under its lock (the PNG changes hands). */
-static void wk_publish(vs__run *r, int rc, const char *err, wk_out *o,
+static void wk_publish(wk_run *r, int rc, const char *err, wk_out *o,
                        const vs_djob_stats *st) {
   vs_djob *j = r->j;
   pthread_mutex_lock(&j->mu);
@@ -371,7 +371,7 @@ static void wk_publish(vs__run *r, int rc, const char *err, wk_out *o,
     memcpy(j->sh.tokens, o->tokens, (size_t)r->total * sizeof *o->tokens);
     memcpy(j->sh.status, o->status, (size_t)r->total);
     j->sh.n_tokens = (int)o->mt.tokens < r->total ? (int)o->mt.tokens : r->total;
-    if (r->continuous) j->sh.n_tokens = vs__revealed(o->status, r->total); /* also when stopped */
+    if (r->continuous) j->sh.n_tokens = wk_revealed(o->status, r->total); /* also when stopped */
     j->sh.whole_map = r->continuous;
   }
   if (r->set) {
@@ -386,10 +386,10 @@ static void wk_publish(vs__run *r, int rc, const char *err, wk_out *o,
   pthread_mutex_unlock(&j->mu);
 }
 
-static void vs__run_job(vs_worker *w, vs_djob *j) {
+static void wk_run_job(vs_worker *w, vs_djob *j) {
   vs_workers *pool = w->pool;
   double started = vs_now();
-  vs__run r = {.w = w, .j = j, .t0 = started};
+  wk_run r = {.w = w, .j = j, .t0 = started};
   vs_djob_stats st;
   memset(&st, 0, sizeof st);
   st.queue_s = started - j->submitted_at;
@@ -447,12 +447,12 @@ static void vs__run_job(vs_worker *w, vs_djob *j) {
   free(r.grid);
 }
 
-static void *vs__worker_main(void *arg) {
+static void *wk_worker_main(void *arg) {
   vs_worker *w = arg;
   for (;;) {
     vs_djob *j = vs_job_queue_pop(w->pool->cfg.queue);
     if (!j) break;
-    vs__run_job(w, j); /* marks the job done in the queue and posts it to the loop */
+    wk_run_job(w, j); /* marks the job done in the queue and posts it to the loop */
     vs_djob_release(j);
   }
   return NULL;
@@ -487,7 +487,7 @@ int vs_workers_start(const vs_workers_config *cfg, vs_workers **out, char *err, 
     opt.threads = threads;
     rc = vs_device_open(cfg->device[0] ? cfg->device : "cpu", &opt, &w->dev, err, errlen);
     if (rc) break;
-    if (pthread_create(&w->thread, NULL, vs__worker_main, w)) {
+    if (pthread_create(&w->thread, NULL, wk_worker_main, w)) {
       snprintf(err, errlen, "cannot start worker thread %d", i);
       rc = VSPEC_ENOMEM;
       break;

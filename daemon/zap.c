@@ -36,7 +36,7 @@ static double zap_mono(void) {
 }
 
 /* A refusal of the peer at `addr`, rate-limited; `why` says what was refused. */
-static void vs__log_refusal(vs_zap *z, const char *addr, const char *why) {
+static void zap_log_refusal(vs_zap *z, const char *addr, const char *why) {
   uint64_t before = 0;
   const char *peer = *addr ? addr : "a local peer";
   if (!vs_log_limit_allow(&z->refusals, peer, zap_mono(), &before)) return;
@@ -65,7 +65,7 @@ static const char *zap_lookup(const vs_zap *z, const uint8_t *key, size_t len) {
   return NULL;
 }
 
-static void *vs__zap_main(void *arg) {
+static void *zap_main(void *arg) {
   vs_zap *z = arg;
   while (!atomic_load(&z->stop)) {
     zmq_pollitem_t it = {.socket = z->sock, .events = ZMQ_POLLIN};
@@ -115,7 +115,7 @@ static void *vs__zap_main(void *arg) {
         text = "only CURVE is accepted";
       }
     }
-    if (strcmp(status, "200")) vs__log_refusal(z, addr, text);
+    if (strcmp(status, "200")) zap_log_refusal(z, addr, text);
     /* Reply: version, request id (echoed), status code, text, user id, metadata. */
     zmq_send(z->sock, "1.0", 3, ZMQ_SNDMORE);
     if (n >= 2) zmq_send(z->sock, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
@@ -148,7 +148,7 @@ int vs_zap_start(void *zctx, const char *allow_file, vs_zap **out, char *err, si
     goto fail;
   }
   /* The socket moves to the thread; pthread_create is the memory barrier libzmq asks for. */
-  if (pthread_create(&z->thread, NULL, vs__zap_main, z)) {
+  if (pthread_create(&z->thread, NULL, zap_main, z)) {
     snprintf(err, errlen, "cannot start the ZAP thread");
     rc = VSPEC_ENOMEM;
     goto fail;

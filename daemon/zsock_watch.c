@@ -4,7 +4,7 @@
 
 #include "core/log.h"
 
-static int vs__events(void *sock) {
+static int zw_events(void *sock) {
   int ev = 0;
   size_t len = sizeof ev;
   /* Reading ZMQ_EVENTS also processes the socket's pending commands, which is what re-arms
@@ -13,33 +13,33 @@ static int vs__events(void *sock) {
   return ev;
 }
 
-static void vs__drain(vs_zwatch *w) {
+static void zw_drain(vs_zwatch *w) {
   int left = w->budget;
   /* on_read may close the watch (the daemon stops once drained): then stop reading, the
    * user's state behind the socket may be gone. */
-  while (left > 0 && !w->closing && (vs__events(w->sock) & ZMQ_POLLIN)) {
+  while (left > 0 && !w->closing && (zw_events(w->sock) & ZMQ_POLLIN)) {
     int n = w->on_read(w, w->user);
     if (n <= 0) break;
     left -= n;
   }
 }
 
-static void vs__on_poll(uv_poll_t *h, int status, int events) {
+static void zw_on_poll(uv_poll_t *h, int status, int events) {
   (void)events;
   if (status < 0) vs_log(VSPEC_LOG_WARN, "zmq", "poll on ZMQ_FD: %s", uv_strerror(status));
   /* Nothing else: the check handle runs right after this and reads ZMQ_EVENTS. */
   (void)h;
 }
 
-static void vs__on_check(uv_check_t *h) { vs__drain(h->data); }
+static void zw_on_check(uv_check_t *h) { zw_drain(h->data); }
 
-static void vs__on_idle(uv_idle_t *h) { (void)h; }
+static void zw_on_idle(uv_idle_t *h) { (void)h; }
 
-static void vs__on_prepare(uv_prepare_t *h) {
+static void zw_on_prepare(uv_prepare_t *h) {
   vs_zwatch *w = h->data;
   if (w->closing) return;
-  if (vs__events(w->sock) & ZMQ_POLLIN) {
-    if (!uv_is_active((uv_handle_t *)&w->idle)) uv_idle_start(&w->idle, vs__on_idle);
+  if (zw_events(w->sock) & ZMQ_POLLIN) {
+    if (!uv_is_active((uv_handle_t *)&w->idle)) uv_idle_start(&w->idle, zw_on_idle);
   } else if (uv_is_active((uv_handle_t *)&w->idle)) {
     uv_idle_stop(&w->idle);
   }
@@ -63,13 +63,13 @@ int vs_zwatch_start(uv_loop_t *loop, vs_zwatch *w, void *sock, vs_zwatch_read_fn
   uv_idle_init(loop, &w->idle);
   w->poll.data = w->prepare.data = w->check.data = w->idle.data = w;
   w->open_handles = 4;
-  uv_poll_start(&w->poll, UV_READABLE, vs__on_poll);
-  uv_prepare_start(&w->prepare, vs__on_prepare);
-  uv_check_start(&w->check, vs__on_check);
+  uv_poll_start(&w->poll, UV_READABLE, zw_on_poll);
+  uv_prepare_start(&w->prepare, zw_on_prepare);
+  uv_check_start(&w->check, zw_on_check);
   return 0;
 }
 
-static void vs__closed(uv_handle_t *h) {
+static void zw_closed(uv_handle_t *h) {
   vs_zwatch *w = h->data;
   if (--w->open_handles == 0 && w->on_closed) w->on_closed(w, w->user);
 }
@@ -83,12 +83,12 @@ void vs_zwatch_close(vs_zwatch *w, vs_zwatch_closed_fn on_closed) {
   }
   /* The poll handle goes first: the fd belongs to libzmq and must not be polled after the
    * socket is closed. */
-  uv_close((uv_handle_t *)&w->poll, vs__closed);
-  uv_close((uv_handle_t *)&w->prepare, vs__closed);
-  uv_close((uv_handle_t *)&w->check, vs__closed);
-  uv_close((uv_handle_t *)&w->idle, vs__closed);
+  uv_close((uv_handle_t *)&w->poll, zw_closed);
+  uv_close((uv_handle_t *)&w->prepare, zw_closed);
+  uv_close((uv_handle_t *)&w->check, zw_closed);
+  uv_close((uv_handle_t *)&w->idle, zw_closed);
 }
 
 void vs_zwatch_kick(vs_zwatch *w) {
-  if (w->open_handles && !w->closing) vs__drain(w);
+  if (w->open_handles && !w->closing) zw_drain(w);
 }

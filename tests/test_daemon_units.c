@@ -173,7 +173,7 @@ static void test_server_device(void **state) {
   assert_int_equal(vs_config_set_arg(&c, "device.kind=cuda", err, sizeof err), 0);
   vs_server *s = NULL;
   int refused = 0;
-  int rc = vs_server_open(&c, &s, &refused, err, sizeof err);
+  int rc = vs_server_open(&c, NULL, 0, &s, &refused, err, sizeof err);
   if (rc == 0) { /* a GPU is here */
     vs_server_close(s);
     return;

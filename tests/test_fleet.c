@@ -21,8 +21,9 @@
 #include <hiredis/hiredis.h>
 
 #include "daemon/config.h"
-#include "daemon/fleet_event.h"
-#include "daemon/fleet_queue.h"
+#include "fleet/fleet_config.h"
+#include "fleet/fleet_event.h"
+#include "fleet/fleet_queue.h"
 #include "tests/support/daemon_harness.h"
 #include "tests/support/redis_fixture.h"
 
@@ -903,6 +904,12 @@ static void test_redis_refuses_writes(void **state) {
   vs_conn_close(&c);
 }
 
+/* vspecd's check of its configuration: the service's keys, then [fleet]'s. */
+static int config_check(const vs_daemon_config *c, char *err, size_t errlen) {
+  int rc = vs_config_check(c, err, errlen);
+  return rc ? rc : vs_fleet_config_check(c, err, errlen);
+}
+
 /* claim_idle_ms must be at least three heartbeats, and the default is that least value: a
  * config that breaks the rule is refused with both keys named. No Redis needed. */
 static void test_claim_rule(void **state) {
@@ -914,19 +921,19 @@ static void test_claim_rule(void **state) {
   assert_true(c.fleet_claim_idle_ms <= 5000); /* was 30000: 44 s before a job ran again */
   assert_int_equal(vs_config_set_arg(&c, "fleet.redis=unix:///tmp/redis.sock", err, sizeof err),
                    0);
-  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_equal(config_check(&c, err, sizeof err), 0);
   assert_int_equal(vs_config_set_arg(&c, "fleet.claim_idle_ms=2999", err, sizeof err), 0);
-  assert_int_equal(vs_config_check(&c, err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(config_check(&c, err, sizeof err), VSPEC_EINVAL);
   print_message("refused: %s\n", err);
   assert_non_null(strstr(err, "fleet.claim_idle_ms = 2999"));
   assert_non_null(strstr(err, "fleet.heartbeat_ms (1000)"));
   assert_non_null(strstr(err, "at least 3000"));
   assert_int_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=999", err, sizeof err), 0);
-  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_equal(config_check(&c, err, sizeof err), 0);
   /* fleet mode off: the keys are not used, nothing to refuse */
   assert_int_equal(vs_config_set_arg(&c, "fleet.redis=", err, sizeof err), 0);
   assert_int_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=2000", err, sizeof err), 0);
-  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
+  assert_int_equal(config_check(&c, err, sizeof err), 0);
   assert_int_not_equal(vs_config_set_arg(&c, "fleet.heartbeat_ms=10", err, sizeof err), 0);
 }
 

@@ -1,6 +1,6 @@
 /*
- * vspec-gateway (daemon/gateway.h) against a real redis-server, with the test playing the
- * daemon's part through the fleet queue (daemon/fleet_queue.h, consumer "fake-daemon"): it
+ * vspec-gateway (fleet/gateway.h) against a real redis-server, with the test playing the
+ * daemon's part through the fleet queue (fleet/fleet_queue.h, consumer "fake-daemon"): it
  * reads the jobs the gateway enqueues and writes their events, and the test's clients check
  * what the gateway relays. Each test starts its own redis-server on a unix socket in a fresh
  * temporary directory and its gateway(s) from $VSPEC_BUILD on ipc endpoints there; both die
@@ -22,8 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/fleet_event.h"
-#include "daemon/fleet_queue.h"
+#include "fleet/fleet_event.h"
+#include "fleet/fleet_queue.h"
 #include "tests/support/daemon_harness.h"
 #include "tests/support/redis_fixture.h"
 

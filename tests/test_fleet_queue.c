@@ -1,5 +1,5 @@
 /*
- * The fleet queue on Redis Streams (daemon/fleet_queue.c) against a real redis-server: each
+ * The fleet queue on Redis Streams (fleet/fleet_queue.c) against a real redis-server: each
  * test starts its own on a unix socket in a fresh temporary directory (no port, no shared
  * instance, nothing saved) and stops it in its teardown, also when the test fails; the
  * server dies with the test process even when that one is SIGKILLed (PR_SET_PDEATHSIG).
@@ -27,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/fleet_queue.h"
+#include "fleet/fleet_queue.h"
 #include "tests/support/daemon_harness.h"
 #include "tests/support/redis_fixture.h"
 

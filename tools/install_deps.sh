@@ -2,7 +2,7 @@
 # Installs every Debian package vspec needs to build, test, run and train.
 # clang, libclang-rt-dev (libFuzzer and the sanitizer runtimes) and llvm (llvm-symbolizer for
 # readable reports) are for make fuzz / the fuzz pass of make test. libhiredis-dev is the
-# fleet queue's Redis client (daemon/fleet_queue.c); redis-server is for the tests, which each
+# fleet queue's Redis client (fleet/fleet_queue.c); redis-server is for the tests, which each
 # start a private instance on a unix socket and never use the system service Debian's package
 # may enable on 127.0.0.1:6379 (stop it if this machine has no other use for it).
 # libmicrohttpd-dev serves vspecd's HTTP endpoint ([http]); its tests drive it with curl, and

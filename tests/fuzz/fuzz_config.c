@@ -4,11 +4,14 @@
  *
  * Checks beyond "no crash": a refused file gets a message naming it; an accepted one leaves
  * every string of the config terminated inside its field and the model table within bounds,
- * and the cross-key check (vs_config_check) either passes or says why.
+ * and the cross-key checks (vs_config_check, and those of [fleet] and [http] that vspecd makes
+ * after it) either pass or say why.
  */
 #include "tests/fuzz/fuzz.h"
 
 #include "daemon/config.h"
+#include "fleet/fleet_config.h"
+#include "http/http_addr.h"
 #include "vspec/types.h"
 
 #define NAME "fuzz.conf"
@@ -56,6 +59,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     err[0] = 0;
     if (vs_config_check(&c, err, sizeof err))
       VS_FUZZ_REQUIRE(err[0], "vs_config_check refused without a message");
+    err[0] = 0;
+    if (vs_fleet_config_check(&c, err, sizeof err))
+      VS_FUZZ_REQUIRE(err[0], "vs_fleet_config_check refused without a message");
+    err[0] = 0;
+    if (vs_http_config_check(&c, err, sizeof err))
+      VS_FUZZ_REQUIRE(err[0], "vs_http_config_check refused without a message");
   }
   set_lines(text);
   free(text);

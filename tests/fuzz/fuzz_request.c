@@ -201,7 +201,7 @@ static void check_job(const vs_djob *j, const Vspec__Submit *s) {
                   (unsigned long long)j->seed);
 }
 
-/* What vs__handle in daemon/server.c does with a received message, minus the server. */
+/* What req_handle in daemon/server_requests.c does with a received message, minus the server. */
 static void handle(const vs_wire_msg *m) {
   vs_wire_alloc a;
   vs_wire_alloc_init(&a, (size_t)cfg.unpack_budget_bytes);

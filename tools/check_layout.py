@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The service's layout rules (docs/DESIGN.md, "Layout" and "Conventions"), checked on the code:
+
+  - a folder includes only headers of its own and of the folders below it (LAYERS): the
+    fronts (http/, fleet/) reach the service (daemon/) through its headers, never the reverse;
+  - no circle of files: file A calls B when A names a function or a global that B defines;
+    no two files that call each other, directly or round a loop;
+  - no two files define the same function, static or not (a name found by grep is the one
+    that runs), and no static carries the cross-file prefix vs__;
+  - no function over 120 lines, no file over 800.
+
+Run from the repository root: tools/check_layout.py [FOLDER ...] (default: the service's
+folders). Prints what breaks a rule and exits 1, or prints nothing and exits 0.
+"""
+import glob
+import os
+import re
+import sys
+
+# Top to bottom; a folder may include its own headers and those of any folder after its row.
+LAYERS = [["vspecd"], ["http", "fleet"], ["daemon"], ["client"], ["proto"], ["core"],
+          ["kernels"], ["include"]]
+SERVICE = ["vspecd", "http", "fleet", "daemon"]
+MAX_FN, MAX_FILE = 120, 800
+PROGRAM_MAINS = {"main"}  # each program defines its own
+
+
+def rank(folder):
+    folder = "include" if folder == "vspec" else folder  # include/vspec/, on -Iinclude
+    for i, row in enumerate(LAYERS):
+        if folder in row:
+            return i
+    return None
+
+
+def strip(text):
+    """Comments and string literals blanked, line breaks kept (line numbers stay true)."""
+    keep = lambda m: re.sub(r"[^\n]", " ", m.group(0))
+    return re.sub(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', keep, text,
+                  flags=re.S)
+
+
+def definitions(code):
+    """(name, is_static, first line, last line) of each function defined at file scope."""
+    out, depth, start, lines = [], 0, None, code.split("\n")
+    for n, line in enumerate(lines, 1):
+        if depth == 0 and start is None and re.match(r"[A-Za-z_]", line) and "(" in line \
+                and not re.match(r"typedef\b", line) and "=" not in line.split("(")[0]:
+            start = n
+        if depth == 0 and start is not None and line.rstrip().endswith(";"):
+            start = None
+        opened = depth
+        depth += line.count("{") - line.count("}")
+        if opened == 0 and depth > 0 and start is not None:
+            head = " ".join(lines[start - 1:n])
+            m = re.search(r"\b([A-Za-z_]\w*)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)"
+                          r"\s*(?:__attribute__.*)?\{", head)
+            name = m.group(1) if m else None
+            body_start = start
+        if opened > 0 and depth == 0 and start is not None:
+            if name:
+                out.append((name, head.lstrip().startswith("static"), body_start, n))
+            start = None
+    return out
+
+
+def main(folders):
+    files = sorted(f for d in folders for f in glob.glob(d + "/*.[ch]"))
+    bad = []
+    code = {f: strip(open(f, encoding="utf-8").read()) for f in files}
+    # includes
+    for f in files:
+        here = rank(f.split("/")[0])
+        for n, line in enumerate(open(f, encoding="utf-8"), 1):
+            m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
+            if not m or here is None:
+                continue
+            there = rank(m.group(1))
+            own = f.split("/")[0]
+            if m.group(1) != own and (there is None or there <= here):
+                bad.append(f"{f}:{n}: includes {m.group(1)}/, which is not below {own}/")
+    # lengths, names
+    defs, statics = {}, {}
+    for f in files:
+        n_lines = code[f].count("\n")
+        if n_lines > MAX_FILE:
+            bad.append(f"{f}: {n_lines} lines (at most {MAX_FILE})")
+        if not f.endswith(".c"):
+            continue
+        for name, static, a, b in definitions(code[f]):
+            if b - a + 1 > MAX_FN:
+                bad.append(f"{f}:{a}: {name} is {b - a + 1} lines (at most {MAX_FN})")
+            if static and name.startswith("vs__"):
+                bad.append(f"{f}:{a}: static {name} carries the cross-file prefix vs__")
+            if name in PROGRAM_MAINS:
+                continue
+            (statics if static else defs).setdefault(name, []).append(f)
+    for name, where in sorted(defs.items()):
+        also = where[1:] + statics.get(name, [])
+        if also:
+            bad.append(f"{name}: defined in {', '.join(where + statics.get(name, []))}")
+    for name, where in sorted(statics.items()):
+        if len(where) > 1 and name not in defs:
+            bad.append(f"{name}: a static of {', '.join(where)}")
+    # circles of calls
+    arrows = {f: set() for f in files if f.endswith(".c")}
+    for f in arrows:
+        for word in set(re.findall(r"\b[A-Za-z_]\w*\b", code[f])):
+            for g in defs.get(word, ()):
+                if g != f:
+                    arrows[f].add(g)
+    for circle in components(arrows):
+        bad.append("circle of files: " + " ".join(sorted(circle)))
+    for line in bad:
+        print(line)
+    return 1 if bad else 0
+
+
+def components(arrows):
+    """Strongly connected components of more than one file (Tarjan, iterative)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    for root in arrows:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(arrows[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(arrows.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+if __name__ == "__main__":
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    sys.exit(main(sys.argv[1:] or SERVICE))
