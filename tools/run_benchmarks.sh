@@ -20,7 +20,8 @@
 #                                          Decoding with each coupling, SJD-PAC's tree, Cool-SD
 #                                          and GSD over its drafts, next to the best drafter-based
 #                                          rows (MODEL=DIR for a model that has no drafter: the
-#                                          drafter rows are left out)
+#                                          drafter rows are left out; a random GPT-B-shaped
+#                                          checkpoint: tools/random_llamagen.py DIR)
 #   tools/run_benchmarks.sh coverage [IMAGES] [SETS]  the coverage of eval's intervals: SETS
 #                                          (default 20) pairs of disjoint sets of IMAGES AR
 #                                          images compared as a method with AR; features cached
@@ -194,7 +195,11 @@ case "$table" in
 esac
 
 make -s all
+# A model without the quality references (a converted checkpoint: tools/random_llamagen.py)
+# is measured for speed only.
+quality=""
+grep -q '"fid_ref"' "$model/vspec-model.json" 2>/dev/null || quality="--no-quality"
 ./build/vspec-bench eval --model "$model" --methods "$methods" --images "$images" --seed 0 \
-  --threads "${THREADS:-1}" --precision "${PRECISION:-fp32}" \
+  --threads "${THREADS:-1}" --precision "${PRECISION:-fp32}" $quality \
   --json "out/bench-$table${SUFFIX:-}.json" --markdown "out/bench-$table${SUFFIX:-}.md" \
   --plot "out/bench-$table${SUFFIX:-}.png"
