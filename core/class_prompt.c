@@ -24,7 +24,7 @@ typedef struct vs__hit {
 
 /* Letters and digits, and every byte of a multi-byte UTF-8 character: a name never starts or
  * ends inside a word, whatever its script. */
-static int vs__wordch(int c) { return isalnum(c) || (c & 0x80); }
+static int cp_wordch(int c) { return isalnum(c) || (c & 0x80); }
 
 /* The text without its surrounding blanks: *n bytes from the pointer returned. */
 static const char *cp_trim(const char *s, size_t n0, size_t *n) {
@@ -37,7 +37,7 @@ static const char *cp_trim(const char *s, size_t n0, size_t *n) {
 /* Calls f on each term of a name: the whole name, the name before a qualifier in
  * parentheses at its end ("crane" of "crane (bird)") and, when it has '/', each part of it. */
 typedef void (*vs__term_fn)(const char *term, size_t n, int label, void *arg);
-static void vs__terms(const char *name, int label, vs__term_fn f, void *arg) {
+static void cp_terms(const char *name, int label, vs__term_fn f, void *arg) {
   size_t n;
   const char *t = cp_trim(name, strlen(name), &n);
   f(t, n, label, arg);
@@ -64,7 +64,7 @@ typedef struct vs__whole {
   int label, exact, count; /* count: labels matched; exact: one matched with its case */
 } vs__whole;
 
-static void vs__whole_term(const char *term, size_t n, int label, void *arg) {
+static void cp_whole_term(const char *term, size_t n, int label, void *arg) {
   vs__whole *w = arg;
   if (n != w->n || strncasecmp(term, w->text, n)) return;
   int exact = !strncmp(term, w->text, n);
@@ -89,23 +89,23 @@ typedef struct vs__scan {
   int n_hits;
 } vs__scan;
 
-static void vs__scan_term(const char *term, size_t tn, int label, void *arg) {
+static void cp_scan_term(const char *term, size_t tn, int label, void *arg) {
   vs__scan *s = arg;
   if (!tn || tn > s->n) return;
   for (size_t i = 0; i + tn <= s->n; i++) {
     if (strncasecmp(s->text + i, term, tn)) continue;
-    if (i && vs__wordch((unsigned char)s->text[i - 1]) && vs__wordch((unsigned char)term[0]))
+    if (i && cp_wordch((unsigned char)s->text[i - 1]) && cp_wordch((unsigned char)term[0]))
       continue;
     size_t e = i + tn;
-    int ends = e >= s->n || !vs__wordch((unsigned char)s->text[e]) ||
-               !vs__wordch((unsigned char)term[tn - 1]);
+    int ends = e >= s->n || !cp_wordch((unsigned char)s->text[e]) ||
+               !cp_wordch((unsigned char)term[tn - 1]);
     if (!ends) { /* an English plural: "sneakers", "dresses"; never "coatings" */
       size_t p = e;
       if (tolower((unsigned char)s->text[p]) == 's') p++;
       else if (p + 1 < s->n && tolower((unsigned char)s->text[p]) == 'e' &&
                tolower((unsigned char)s->text[p + 1]) == 's')
         p += 2;
-      ends = p > e && (p >= s->n || !vs__wordch((unsigned char)s->text[p]));
+      ends = p > e && (p >= s->n || !cp_wordch((unsigned char)s->text[p]));
       e = p;
     }
     if (!ends) continue;
@@ -115,7 +115,7 @@ static void vs__scan_term(const char *term, size_t tn, int label, void *arg) {
 }
 
 /* Whether hit h lies inside a longer hit (of another term). */
-static int vs__covered(const vs__scan *s, const vs__hit *h) {
+static int cp_covered(const vs__scan *s, const vs__hit *h) {
   for (int i = 0; i < s->n_hits; i++) {
     const vs__hit *g = &s->hits[i];
     if (g->len > h->len && g->start <= h->start && h->end <= g->end) return 1;
@@ -127,7 +127,7 @@ static int vs__covered(const vs__scan *s, const vs__hit *h) {
 
 /* " (classes: 0 a, 1 b, ...)" or " (classes 0..N-1, unnamed)". A list longer than err
  * (ImageNet's 1000 names) ends ", and N more)" and leaves `reserve` bytes for what follows. */
-static void vs__list(char *err, size_t errlen, const char *const *names, int n_names,
+static void cp_list(char *err, size_t errlen, const char *const *names, int n_names,
                      int num_classes, size_t reserve) {
   size_t used = strlen(err);
   if (!n_names) {
@@ -153,7 +153,7 @@ static void vs__list(char *err, size_t errlen, const char *const *names, int n_n
 
 /* The name nearest the prompt, or one word or two neighbouring words of it; -1 if none is
  * a likely slip. */
-static int vs__nearest(const char *text, size_t n, const char *const *names, int n_names) {
+static int cp_nearest(const char *text, size_t n, const char *const *names, int n_names) {
   char w[VS__WORD_MAX];
   int k = n < sizeof w ? (snprintf(w, sizeof w, "%.*s", (int)n, text),
                           vs_suggest_nearest(w, names, n_names))
@@ -189,7 +189,7 @@ static int cp_refuse(const char *text, size_t n, const char *model, const char *
       const vs__hit *first = NULL;
       for (int i = 0; i < s->n_hits; i++) {
         const vs__hit *h = &s->hits[i];
-        int dup = vs__covered(s, h);
+        int dup = cp_covered(s, h);
         for (int j = 0; j < k && !dup; j++) dup = seen[j] == h->label;
         if (!dup && (!first || h->start < first->start)) first = h;
       }
@@ -203,8 +203,8 @@ static int cp_refuse(const char *text, size_t n, const char *model, const char *
     snprintf(err, errlen, "prompt: '%.*s%s' names no class of model '%s'", shown, text, ell,
              model);
   }
-  int near = s && s->n_hits ? -1 : vs__nearest(text, n, names, n_names);
-  vs__list(err, errlen, names, n_names, num_classes,
+  int near = s && s->n_hits ? -1 : cp_nearest(text, n, names, n_names);
+  cp_list(err, errlen, names, n_names, num_classes,
            near >= 0 ? strlen("; did you mean ''?") + strlen(names[near]) : 0);
   size_t used = strlen(err);
   if (near >= 0 && used + 1 < errlen)
@@ -226,7 +226,7 @@ int vs_class_prompt_match(const char *prompt, const char *model, const char *con
   }
   if (!n) {
     snprintf(err, errlen, "prompt: empty: name a class of model '%s'", model);
-    vs__list(err, errlen, names, n_names, num_classes, 0);
+    cp_list(err, errlen, names, n_names, num_classes, 0);
     return VSPEC_EINVAL;
   }
   size_t digits = 0;
@@ -236,23 +236,23 @@ int vs_class_prompt_match(const char *prompt, const char *model, const char *con
     if (v < 0 || v >= num_classes) {
       snprintf(err, errlen, "prompt: class %.*s is out of range: model '%s' has classes 0..%d",
                n > 20 ? 20 : (int)n, text, model, num_classes - 1);
-      vs__list(err, errlen, names, n_names, num_classes, 0);
+      cp_list(err, errlen, names, n_names, num_classes, 0);
       return VSPEC_EINVAL;
     }
     *pick = (vs_class_pick){.label = (int)v, .how = VS_CLASS_BY_NUMBER};
     return VSPEC_OK;
   }
   vs__whole w = {.text = text, .n = n, .label = -1};
-  for (int i = 0; i < n_names; i++) vs__terms(names[i], i, vs__whole_term, &w);
+  for (int i = 0; i < n_names; i++) cp_terms(names[i], i, cp_whole_term, &w);
   if (w.count == 1) {
     *pick = (vs_class_pick){.label = w.label, .how = VS_CLASS_BY_NAME};
     return VSPEC_OK;
   }
   vs__scan s = {.text = text, .n = n};
-  for (int i = 0; i < n_names; i++) vs__terms(names[i], i, vs__scan_term, &s);
+  for (int i = 0; i < n_names; i++) cp_terms(names[i], i, cp_scan_term, &s);
   int label = -1, ambiguous = 0;
   for (int i = 0; i < s.n_hits; i++) {
-    if (vs__covered(&s, &s.hits[i])) continue;
+    if (cp_covered(&s, &s.hits[i])) continue;
     if (label >= 0 && label != s.hits[i].label) ambiguous = 1;
     label = s.hits[i].label;
   }

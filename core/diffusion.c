@@ -19,7 +19,7 @@ void vs_diffusion_free(vs_diffusion *d) {
 
 /* get_named_beta_schedule("cosine"): alpha_bar(s) = cos^2((s + 0.008) / 1.008 * pi / 2),
  * beta_i = min(1 - alpha_bar((i+1)/n) / alpha_bar(i/n), 0.999). */
-static double vs__abar(double s) {
+static double df_abar(double s) {
   double c = cos((s + 0.008) / 1.008 * M_PI / 2.0);
   return c * c;
 }
@@ -45,7 +45,7 @@ int vs_diffusion_init(vs_diffusion *d, int base, int steps) {
   }
   double cum = 1.0;
   for (int i = 0; i < base; i++) {
-    double b = 1.0 - vs__abar((double)(i + 1) / base) / vs__abar((double)i / base);
+    double b = 1.0 - df_abar((double)(i + 1) / base) / df_abar((double)i / base);
     if (b > 0.999) b = 0.999;
     cum *= 1.0 - b;
     abar[i] = cum;

@@ -19,11 +19,11 @@ void vs_cache_dir(char *out, size_t cap) {
   else if (cap) out[0] = '\0';
 }
 
-static int vs__by_name(const void *a, const void *b) {
+static int dc_by_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int vs__hash_file(crypto_generichash_state *st, const char *path) {
+static int dc_hash_file(crypto_generichash_state *st, const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return VSPEC_EIO;
   unsigned char buf[1 << 16];
@@ -35,7 +35,7 @@ static int vs__hash_file(crypto_generichash_state *st, const char *path) {
 }
 
 /* The names in `dir` (hidden ones left out), sorted; *out is NULL-terminated. */
-static int vs__list_sorted(const char *dir, char ***out, size_t *count) {
+static int dc_list_sorted(const char *dir, char ***out, size_t *count) {
   DIR *d = opendir(dir);
   if (!d) return VSPEC_EIO;
   char **names = NULL;
@@ -59,7 +59,7 @@ static int vs__list_sorted(const char *dir, char ***out, size_t *count) {
     n++;
   }
   closedir(d);
-  if (names) qsort(names, n, sizeof *names, vs__by_name);
+  if (names) qsort(names, n, sizeof *names, dc_by_name);
   *out = names;
   *count = n;
   return rc;
@@ -70,7 +70,7 @@ int vs_cache_key(const char *dir, const char *purpose, const char *salt,
   if (sodium_init() < 0) return VSPEC_EIO;
   char **names = NULL;
   size_t n = 0;
-  int rc = vs__list_sorted(dir, &names, &n);
+  int rc = dc_list_sorted(dir, &names, &n);
   crypto_generichash_state st;
   crypto_generichash_init(&st, NULL, 0, VS_CACHE_KEY_LEN / 2);
   crypto_generichash_update(&st, (const unsigned char *)purpose, strlen(purpose) + 1);
@@ -81,7 +81,7 @@ int vs_cache_key(const char *dir, const char *purpose, const char *salt,
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     if (stat(path, &sb) || !S_ISREG(sb.st_mode)) continue; /* subdirectories: not the model */
     crypto_generichash_update(&st, (const unsigned char *)names[i], strlen(names[i]) + 1);
-    rc = vs__hash_file(&st, path);
+    rc = dc_hash_file(&st, path);
   }
   for (size_t i = 0; i < n; i++) free(names[i]);
   free(names);

@@ -48,7 +48,7 @@ int vs_draft_chain(vs_rounds *c, int depth, int32_t root_index, char *err, size_
 
 /* Children of `node`, `count` of them, drawn without replacement from its draft
  * distribution (temperature > 0) or its top-`count` (greedy), in rank order. */
-static void vs__sample_children(vs_rounds *c, int32_t node, int count) {
+static void dt_sample_children(vs_rounds *c, int32_t node, int count) {
   vs_tree *t = &c->tree;
   const float *p = vs_tree_dist(t, node);
   memcpy(c->p_work, p, (size_t)c->V * sizeof(float));
@@ -102,7 +102,7 @@ int vs_draft_static(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
   }
   /* Level by level: sample the children of every expanded node at this level, then
    * expand (one drafter forward) the new nodes that have children of their own. */
-  vs__sample_children(c, 0, nkids_root);
+  dt_sample_children(c, 0, nkids_root);
   for (int d = 1; d <= depth_limit; d++) {
     /* Assign tree nodes to the static nodes of depth d. */
     for (int i = 0; i < n; i++) {
@@ -126,13 +126,13 @@ int vs_draft_static(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
     int rc = vs_drafter_expand(c->drafter, t, expand, ne, root_index, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < n; i++)
-      if (sdepth[i] == d && map[i] >= 0 && nkids[i] > 0) vs__sample_children(c, map[i], nkids[i]);
+      if (sdepth[i] == d && map[i] >= 0 && nkids[i] > 0) dt_sample_children(c, map[i], nkids[i]);
   }
   return VSPEC_OK;
 }
 
 /* Indices of the k largest entries of v[0..n) into out (descending, ties by index). */
-static int vs__topk(const float *v, int n, int k, int32_t *out) {
+static int dt_topk(const float *v, int n, int k, int32_t *out) {
   int m = 0;
   for (int i = 0; i < n; i++) {
     if (!(v[i] > -INFINITY)) continue;
@@ -153,7 +153,7 @@ static int vs__topk(const float *v, int n, int k, int32_t *out) {
   return m;
 }
 
-static int vs__cmp_pool(const void *a, const void *b, void *ctx) {
+static int dt_cmp_pool(const void *a, const void *b, void *ctx) {
   const float *cu = ctx;
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   if (cu[x] > cu[y]) return -1;
@@ -161,7 +161,7 @@ static int vs__cmp_pool(const void *a, const void *b, void *ctx) {
   return (x > y) - (x < y);
 }
 
-static int vs__cmp_index(const void *a, const void *b) {
+static int dt_cmp_index(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   return (x > y) - (x < y);
 }
@@ -176,7 +176,7 @@ static int vs__cmp_index(const void *a, const void *b) {
  * the same order: what is dropped would only have added nodes that rank after the kept
  * ones) with as few as total_tokens drafter nodes per step, which is what makes small
  * dynamic trees affordable where a drafter forward is not free (a CPU). */
-static int vs__prune_frontier(const vs_tree *pool, int32_t *frontier, int nf, int keep) {
+static int dt_prune_frontier(const vs_tree *pool, int32_t *frontier, int nf, int keep) {
   int kept = 0;
   for (int f = 0; f < nf; f++) {
     float s = pool->nodes[frontier[f]].logp;
@@ -203,7 +203,7 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
   /* children of a pool node: its top K tokens by log p */
   const float *p0 = vs_tree_dist(pool, 0);
   for (int y = 0; y < c->V; y++) lp[y] = p0[y] > 0.0f ? logf(p0[y]) : -INFINITY;
-  int m = vs__topk(lp, c->V, K, top);
+  int m = dt_topk(lp, c->V, K, top);
   for (int j = 0; j < m && 1 <= depth_limit; j++) {
     int32_t ch = vs_tree_add(pool, 0, top[j], 1.0f, lp[top[j]]);
     if (ch >= 0) frontier[nf++] = ch;
@@ -212,7 +212,7 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
   int keep_max = total < t->cap - 1 - c->n_unv ? total : t->cap - 1 - c->n_unv;
   for (int step = 1; step <= steps && nf > 0; step++) {
     if (pool->nodes[frontier[0]].depth >= depth_limit) break;
-    nf = vs__prune_frontier(pool, frontier, nf, keep_max);
+    nf = dt_prune_frontier(pool, frontier, nf, keep_max);
     if (nf == 0) break;
     if (pool->n + nf * K > pool->cap) break;
     int rc = vs_drafter_expand(c->drafter, pool, frontier, nf, root_index, err, errlen);
@@ -221,14 +221,14 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
     for (int f = 0; f < nf; f++) {
       const float *p = vs_tree_dist(pool, frontier[f]);
       for (int y = 0; y < c->V; y++) lp[y] = p[y] > 0.0f ? logf(p[y]) : -INFINITY;
-      m = vs__topk(lp, c->V, K, top);
+      m = dt_topk(lp, c->V, K, top);
       float base = pool->nodes[frontier[f]].logp;
       for (int j = 0; j < m; j++) vs_tree_add(pool, frontier[f], top[j], 1.0f, base + lp[top[j]]);
     }
     /* the next frontier: the K best new nodes by cumulative log-probability */
     int n_new = pool->n - first_new;
     for (int i = 0; i < n_new; i++) c->pool_cu[i] = pool->nodes[first_new + i].logp;
-    m = vs__topk(c->pool_cu, n_new, K, top);
+    m = dt_topk(c->pool_cu, n_new, K, top);
     nf = 0;
     for (int j = 0; j < m; j++) frontier[nf++] = first_new + top[j];
   }
@@ -238,9 +238,9 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
   int n_cand = 0;
   for (int i = 1; i < pool->n; i++) c->order[n_cand++] = i;
   for (int i = 0; i < pool->n; i++) c->pool_cu[i] = pool->nodes[i].logp;
-  qsort_r(c->order, (size_t)n_cand, sizeof(int32_t), vs__cmp_pool, c->pool_cu);
+  qsort_r(c->order, (size_t)n_cand, sizeof(int32_t), dt_cmp_pool, c->pool_cu);
   int keep = n_cand < keep_max ? n_cand : keep_max;
-  qsort(c->order, (size_t)keep, sizeof(int32_t), vs__cmp_index);
+  qsort(c->order, (size_t)keep, sizeof(int32_t), dt_cmp_index);
   /* Rebuild as the verified tree: creation order puts parents first and siblings in
    * descending draft probability. */
   int32_t *remap = c->parents; /* pool index -> tree index, scratch */

@@ -120,7 +120,7 @@ static double fg_mono(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static struct timespec vs__abs(double t) {
+static struct timespec fg_abs(double t) {
   struct timespec ts;
   ts.tv_sec = (time_t)t;
   ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
@@ -133,15 +133,15 @@ static struct timespec vs__abs(double t) {
 
 /* Runs requests one by one (a batch of one, a backend without forward_multi, or one that
  * refused the batch: then each request gets its own answer and error). */
-static void vs__run_each(vs__gate_req **r, int n) {
+static void fg_run_each(vs__gate_req **r, int n) {
   for (int i = 0; i < n; i++)
     r[i]->rc = r[i]->t->vt->forward(r[i]->s, r[i]->b, r[i]->out, r[i]->err, sizeof r[i]->err);
 }
 
-static void vs__run_batch(vspec_dev *dev, vs__gate_req **r, int n) {
+static void fg_run_batch(vspec_dev *dev, vs__gate_req **r, int n) {
   const vspec_backend_vtable *vt = r[0]->t->vt;
   if (n == 1 || !VSPEC_HAS_FIELD(vt, vspec_backend_vtable, forward_multi) || !vt->forward_multi) {
-    vs__run_each(r, n);
+    fg_run_each(r, n);
     return;
   }
   vspec_session *ss[VS_GATE_MAX_BATCH];
@@ -155,7 +155,7 @@ static void vs__run_batch(vspec_dev *dev, vs__gate_req **r, int n) {
   char err[VSPEC_ERRLEN] = "";
   /* On failure no session has changed (ABI): one by one, each gets its own answer. */
   if (vt->forward_multi(dev, ss, bs, os, n, err, sizeof err)) {
-    vs__run_each(r, n);
+    fg_run_each(r, n);
     return;
   }
   for (int i = 0; i < n; i++) r[i]->rc = VSPEC_OK;
@@ -163,7 +163,7 @@ static void vs__run_batch(vspec_dev *dev, vs__gate_req **r, int n) {
 
 /* The model with the most queued requests (the oldest request's on a tie): a job's target and
  * draft forwards share the gate, and a batch is of one model. */
-static const vspec_model *vs__busiest(const vs_forward_gate *g) {
+static const vspec_model *fg_busiest(const vs_forward_gate *g) {
   const vspec_model *best = g->head->t->model;
   int best_n = 0;
   for (const vs__gate_req *q = g->head; q; q = q->next) {
@@ -177,7 +177,7 @@ static const vspec_model *vs__busiest(const vs_forward_gate *g) {
 /* Takes up to max_batch queued requests of the busiest model, oldest first. */
 static int fg_take(vs_forward_gate *g, vs__gate_req **batch) {
   int n = 0;
-  const vspec_model *model = vs__busiest(g);
+  const vspec_model *model = fg_busiest(g);
   vs__gate_req **link = &g->head;
   while (*link && n < g->max_batch) {
     vs__gate_req *q = *link;
@@ -205,7 +205,7 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
     return t->vt->forward(s, b, out, err, errlen);
   vs__gate_req me = {.t = t, .s = s, .b = b, .out = out, .arrived = fg_mono()};
   double deadline = me.arrived + g->max_wait_s;
-  struct timespec until = vs__abs(deadline);
+  struct timespec until = fg_abs(deadline);
   pthread_mutex_lock(&g->mu);
   if (g->tail) g->tail->next = &me;
   else g->head = &me;
@@ -231,7 +231,7 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
       for (int i = 0; i < n; i++) g->stats.rows += (uint64_t)batch[i]->b->n_nodes;
       for (int i = 0; i < n; i++) g->stats.wait_s += now - batch[i]->arrived;
       pthread_mutex_unlock(&g->mu);
-      vs__run_batch(g->lane_dev[lane], batch, n);
+      fg_run_batch(g->lane_dev[lane], batch, n);
       pthread_mutex_lock(&g->mu);
       for (int i = 0; i < n; i++) batch[i]->done = 1;
       g->running -= n;

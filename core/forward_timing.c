@@ -27,12 +27,12 @@ typedef struct vs__probe {
   vspec_forward_out out;
 } vs__probe;
 
-static void vs__probe_close(const vs_backend_model *t, vs__probe *p) {
+static void ft_probe_close(const vs_backend_model *t, vs__probe *p) {
   free(p->logits);
   if (p->s) t->vt->session_close(p->s);
 }
 
-static int vs__probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+static int ft_probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                           int prefix_wanted, vs__probe *p, char *err, size_t errlen) {
   const int cap = 64;
   memset(p, 0, sizeof *p);
@@ -54,7 +54,7 @@ static int vs__probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, i
   int V = t->info.vocab, N = t->info.grid_h * t->info.grid_w;
   p->logits = malloc((size_t)cap * rows * V * sizeof(float));
   if (!p->logits) {
-    vs__probe_close(t, p);
+    ft_probe_close(t, p);
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
@@ -82,14 +82,14 @@ static int vs__probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, i
   }
   p->b = (vspec_forward_batch){.struct_size = sizeof p->b, .n_nodes = n, .tokens = p->tokens,
                                .parents = p->parents};
-  if (rc) vs__probe_close(t, p);
+  if (rc) ft_probe_close(t, p);
   return rc;
 }
 
 int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                     double min_time, double *median_ms, char *err, size_t errlen) {
   vs__probe p;
-  int rc = vs__probe_open(dev, t, rows, n, 1, &p, err, errlen);
+  int rc = ft_probe_open(dev, t, rows, n, 1, &p, err, errlen);
   if (rc) return rc;
   double samples[256];
   int k = 0;
@@ -104,7 +104,7 @@ int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
     qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
     *median_ms = 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
   }
-  vs__probe_close(t, &p);
+  ft_probe_close(t, &p);
   return rc;
 }
 
@@ -112,13 +112,13 @@ int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                      vs_dev_counters *out, char *err, size_t errlen) {
   /* What a forward issues does not depend on the cache's length: no prefix to pay for. */
   vs__probe p;
-  int rc = vs__probe_open(dev, t, rows, n, 0, &p, err, errlen);
+  int rc = ft_probe_open(dev, t, rows, n, 0, &p, err, errlen);
   if (rc) return rc;
   vs_dev_counters before;
   vs_dev_counters_get(dev, &before);
   rc = t->vt->forward(p.s, &p.b, &p.out, err, errlen);
   vs_dev_counters_get(dev, out);
   vs_dev_counters_sub(out, &before);
-  vs__probe_close(t, &p);
+  ft_probe_close(t, &p);
   return rc;
 }

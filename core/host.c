@@ -10,7 +10,7 @@
 #include "core/safetensors.h"
 #include "kernels/vs_kernels.h"
 
-static void vs__host_log(int level, const char *who, const char *fmt, ...) {
+static void host_host_log(int level, const char *who, const char *fmt, ...) {
   if (level > vs_log_get_level()) return;
   char line[1024];
   va_list ap;
@@ -22,16 +22,16 @@ static void vs__host_log(int level, const char *who, const char *fmt, ...) {
 
 /* The RNG lives in static inline host/device functions (kernels/common/vs_philox.h);
  * plugins reach it through these out-of-line copies. */
-static void vs__rng_init(vspec_rng *r, uint64_t seed, uint64_t stream) {
+static void host_rng_init(vspec_rng *r, uint64_t seed, uint64_t stream) {
   vs_rng_init(r, seed, stream);
 }
-static double vs__rng_uniform(vspec_rng *r) { return vs_rng_uniform(r); }
+static double host_rng_uniform(vspec_rng *r) { return vs_rng_uniform(r); }
 static float vs__rng_normal(vspec_rng *r) { return (float)vs_rng_normal(r); }
 static double vs__rng_uniform_at(uint64_t seed, uint64_t stream, uint64_t n) {
   return vs_rng_uniform_at(seed, stream, n);
 }
 
-static void *vs__host_alloc(size_t n) { return malloc(n ? n : 1); }
+static void *host_host_alloc(size_t n) { return malloc(n ? n : 1); }
 static void *vs__host_calloc(size_t n, size_t s) { return calloc(n ? n : 1, s ? s : 1); }
 static void *vs__host_realloc(void *p, size_t n) { return realloc(p, n ? n : 1); }
 static void vs__host_free(void *p) { free(p); }
@@ -41,14 +41,14 @@ void vs_host_init(vspec_host *h, const vspec_ops *ops) {
       .struct_size = sizeof(vspec_host),
       .abi_major = VSPEC_ABI_MAJOR,
       .abi_minor = VSPEC_ABI_MINOR,
-      .log = vs__host_log,
-      .alloc = vs__host_alloc,
+      .log = host_host_log,
+      .alloc = host_host_alloc,
       .calloc = vs__host_calloc,
       .realloc = vs__host_realloc,
       .free = vs__host_free,
       .ops = ops,
-      .rng_init = vs__rng_init,
-      .rng_uniform = vs__rng_uniform,
+      .rng_init = host_rng_init,
+      .rng_uniform = host_rng_uniform,
       .rng_normal = vs__rng_normal,
       .param_double = vs_param_double,
       .param_int = vs_param_int,

@@ -18,7 +18,7 @@
 
 /* An integer setting: JSON 3 or 3.0 within [lo, hi]. Converting a double outside int's range
  * is undefined behaviour, so the range is checked on the double. */
-static int vs__int_key(json_t *v, const char *key, long lo, long hi, int *out, const char *path,
+static int mf_int_key(json_t *v, const char *key, long lo, long hi, int *out, const char *path,
                        char *err, size_t errlen) {
   double x = json_number_value(v);
   if (!json_is_number(v) || x != floor(x) || x < (double)lo || x > (double)hi) {
@@ -29,7 +29,7 @@ static int vs__int_key(json_t *v, const char *key, long lo, long hi, int *out, c
   return VSPEC_OK;
 }
 
-static int vs__float_key(json_t *v, const char *key, float *out, const char *path, char *err,
+static int mf_float_key(json_t *v, const char *key, float *out, const char *path, char *err,
                          size_t errlen) {
   double x = json_number_value(v);
   if (!json_is_number(v) || !isfinite(x) || fabs(x) > FLT_MAX) {
@@ -42,7 +42,7 @@ static int vs__float_key(json_t *v, const char *key, float *out, const char *pat
 
 /* The "defaults" object; unknown keys are errors so that a typo is not silently ignored.
  * Ranges that depend on the model (top_k against the vocabulary) are the engine's check. */
-static int vs__read_defaults(json_t *d, vs_sampling *s, const char *path, char *err,
+static int mf_read_defaults(json_t *d, vs_sampling *s, const char *path, char *err,
                              size_t errlen) {
   if (!json_is_object(d)) {
     snprintf(err, errlen, "%s: \"defaults\" must be an object", path);
@@ -63,14 +63,14 @@ static int vs__read_defaults(json_t *d, vs_sampling *s, const char *path, char *
       }
       continue;
     }
-    if (strcmp(key, "temperature") == 0) rc = vs__float_key(v, key, &s->temperature, path, err, errlen);
-    else if (strcmp(key, "top_p") == 0) rc = vs__float_key(v, key, &s->top_p, path, err, errlen);
-    else if (strcmp(key, "cfg_scale") == 0) rc = vs__float_key(v, key, &s->cfg_scale, path, err, errlen);
-    else if (strcmp(key, "top_k") == 0) rc = vs__int_key(v, key, 0, 1 << 30, &s->top_k, path, err, errlen);
+    if (strcmp(key, "temperature") == 0) rc = mf_float_key(v, key, &s->temperature, path, err, errlen);
+    else if (strcmp(key, "top_p") == 0) rc = mf_float_key(v, key, &s->top_p, path, err, errlen);
+    else if (strcmp(key, "cfg_scale") == 0) rc = mf_float_key(v, key, &s->cfg_scale, path, err, errlen);
+    else if (strcmp(key, "top_k") == 0) rc = mf_int_key(v, key, 0, 1 << 30, &s->top_k, path, err, errlen);
     else if (strcmp(key, "cfg_interval") == 0)
-      rc = vs__int_key(v, key, -1, 1 << 30, &s->cfg_interval, path, err, errlen);
+      rc = mf_int_key(v, key, -1, 1 << 30, &s->cfg_interval, path, err, errlen);
     else if (strcmp(key, "num_iter") == 0)
-      rc = vs__int_key(v, key, 0, 1 << 30, &s->num_iter, path, err, errlen);
+      rc = mf_int_key(v, key, 0, 1 << 30, &s->num_iter, path, err, errlen);
     else {
       snprintf(err, errlen, "%s: unknown key defaults.%.64s (known: temperature, top_k, top_p, "
                "cfg_scale, cfg_interval, num_iter, cfg_schedule)", path, key);
@@ -85,7 +85,7 @@ static int vs__read_defaults(json_t *d, vs_sampling *s, const char *path, char *
  * naming a .safetensors) get the directory in front. The backend reads the parameters back
  * from "k=v,k=v" text with surrounding blanks trimmed, so a value with ',' or '=' or with
  * blanks at either end would come back as something else: refused. */
-static int vs__role_param(vspec_params *p, const char *role, const char *key, const char *s,
+static int mf_role_param(vspec_params *p, const char *role, const char *key, const char *s,
                           const char *dir, const char *path, char *err, size_t errlen) {
   char value[2048], inner[VSPEC_ERRLEN];
   int is_file = strstr(s, ".safetensors") != NULL;
@@ -107,7 +107,7 @@ static int vs__role_param(vspec_params *p, const char *role, const char *key, co
 }
 
 /* The role object {"backend": ..., "gpt" or "weights": ..., other keys: parameters}. */
-static int vs__read_role(json_t *obj, const char *role, const char *dir, const char *path,
+static int mf_read_role(json_t *obj, const char *role, const char *dir, const char *path,
                          vs_manifest_role *r, char *err, size_t errlen) {
   if (!json_is_object(obj)) {
     snprintf(err, errlen, "%s: \"%s\" must be an object", path, role);
@@ -154,7 +154,7 @@ static int vs__read_role(json_t *obj, const char *role, const char *dir, const c
       }
       continue;
     }
-    if ((rc = vs__role_param(p, role, key, s, dir, path, err, errlen))) break;
+    if ((rc = mf_role_param(p, role, key, s, dir, path, err, errlen))) break;
   }
   if (!rc && vs_params_format(p, r->params, sizeof r->params) >= sizeof r->params) {
     snprintf(err, errlen, "%s: \"%s\" parameters are too long", path, role);
@@ -167,7 +167,7 @@ static int vs__read_role(json_t *obj, const char *role, const char *dir, const c
 
 /* Class names can be typed for --class (vspec-bench) and are shown in status and on the
  * demo grid: short, printable, not a number, and one name for one class. */
-static int vs__class_name_ok(json_t *v, int i, const char *path, char *err, size_t errlen) {
+static int mf_class_name_ok(json_t *v, int i, const char *path, char *err, size_t errlen) {
   const char *s = json_string_value(v);
   size_t n = s ? json_string_length(v) : 0;
   const char *why = NULL;
@@ -182,16 +182,16 @@ static int vs__class_name_ok(json_t *v, int i, const char *path, char *err, size
   return VSPEC_EFORMAT;
 }
 
-static int vs__casecmp_ptr(const void *a, const void *b) {
+static int mf_casecmp_ptr(const void *a, const void *b) {
   return strcasecmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Two names for one class (letter case ignored) in names[0..n), or 0; *dup gets one. */
-static int vs__duplicate(char **names, int n, const char **dup) {
+static int mf_duplicate(char **names, int n, const char **dup) {
   char **sorted = malloc((size_t)n * sizeof *sorted);
   if (!sorted) return VSPEC_ENOMEM;
   memcpy(sorted, names, (size_t)n * sizeof *sorted);
-  qsort(sorted, (size_t)n, sizeof *sorted, vs__casecmp_ptr);
+  qsort(sorted, (size_t)n, sizeof *sorted, mf_casecmp_ptr);
   int found = 0;
   for (int i = 1; i < n && !found; i++)
     if (!strcasecmp(sorted[i - 1], sorted[i])) {
@@ -203,7 +203,7 @@ static int vs__duplicate(char **names, int n, const char **dup) {
 }
 
 /* "class_names": an array of names, checked, into one allocation (pointers, then text). */
-static int vs__read_class_names(json_t *a, vs_manifest *m, const char *path, char *err,
+static int mf_read_class_names(json_t *a, vs_manifest *m, const char *path, char *err,
                                 size_t errlen) {
   int n = json_is_array(a) ? (int)json_array_size(a) : -1;
   if (n <= 0) {
@@ -214,7 +214,7 @@ static int vs__read_class_names(json_t *a, vs_manifest *m, const char *path, cha
   size_t bytes = (size_t)n * sizeof(char *);
   for (int i = 0; i < n; i++) {
     json_t *v = json_array_get(a, (size_t)i);
-    int rc = vs__class_name_ok(v, i, path, err, errlen);
+    int rc = mf_class_name_ok(v, i, path, err, errlen);
     if (rc) return rc;
     bytes += json_string_length(v) + 1;
   }
@@ -231,7 +231,7 @@ static int vs__read_class_names(json_t *a, vs_manifest *m, const char *path, cha
     text += json_string_length(v) + 1;
   }
   const char *dup = NULL;
-  int rc = vs__duplicate(names, n, &dup);
+  int rc = mf_duplicate(names, n, &dup);
   if (rc == 1)
     snprintf(err, errlen, "%s: class_names has '%s' twice (letter case aside): a name must say "
              "which class it is", path, dup);
@@ -275,9 +275,9 @@ int vs_manifest_parse(const char *text, size_t len, const char *dir, const char 
   }
   if (name) snprintf(m->name, sizeof m->name, "%s", json_string_value(name));
   json_t *d = json_object_get(root, "defaults");
-  if (d && (rc = vs__read_defaults(d, &m->defaults, path, err, errlen))) goto out;
+  if (d && (rc = mf_read_defaults(d, &m->defaults, path, err, errlen))) goto out;
   json_t *cn = json_object_get(root, "class_names");
-  if (cn && (rc = vs__read_class_names(cn, m, path, err, errlen))) goto out;
+  if (cn && (rc = mf_read_class_names(cn, m, path, err, errlen))) goto out;
   static const struct {
     unsigned bit;
     const char *key;
@@ -294,7 +294,7 @@ int vs_manifest_parse(const char *text, size_t len, const char *dir, const char 
       rc = VSPEC_EFORMAT;
       goto out;
     }
-    if (obj && (rc = vs__read_role(obj, role_keys[i].key, dir, path, r, err, errlen))) goto out;
+    if (obj && (rc = mf_read_role(obj, role_keys[i].key, dir, path, r, err, errlen))) goto out;
   }
 out:
   json_decref(root);

@@ -22,7 +22,7 @@ const vs_name_kind vs_name_prompt = {"a prompt", NULL, 0,
                                      "UTF-8 text without control characters", 0, 1000};
 
 /* Bytes of the first character of s[0..n) that k does not allow (0: none), at *at. */
-static size_t vs__bad_at(const vs_name_kind *k, const char *s, size_t n, size_t *at) {
+static size_t nm_bad_at(const vs_name_kind *k, const char *s, size_t n, size_t *at) {
   for (size_t i = 0; i < n;) {
     unsigned char c = (unsigned char)s[i];
     if (!k->punct) {
@@ -54,7 +54,7 @@ int vs_name_check(const vs_name_kind *k, const char *field, const char *s, char 
              n ? "a value" : "an empty value", n, k->what, k->min, k->max, k->shown);
     return VSPEC_EINVAL;
   }
-  if ((bad = vs__bad_at(k, s, n, &at))) {
+  if ((bad = nm_bad_at(k, s, n, &at))) {
     char q[96], b[24];
     vs_text_clean(b, sizeof b, s + at, bad, VS_TEXT_ASCII | VS_TEXT_BACKSLASH);
     snprintf(err, errlen, "%s: %s has %s at offset %zu; %s is %zu-%zu bytes of %s", field,

@@ -32,7 +32,7 @@ static void nt_put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static int32_t *vs__load(const char *dir, const char *name, int vocab, int k) {
+static int32_t *nt_load(const char *dir, const char *name, int vocab, int k) {
   size_t n = (size_t)vocab * k, want = sizeof vs__magic + 8 + n * 4, got = 0;
   unsigned char *buf = NULL;
   if (!vs_cache_read(dir, name, want, &buf, &got)) return NULL;
@@ -54,7 +54,7 @@ static int32_t *vs__load(const char *dir, const char *name, int vocab, int k) {
   return t;
 }
 
-static int vs__store(const char *dir, const char *name, const int32_t *t, int vocab, int k) {
+static int nt_store(const char *dir, const char *name, const int32_t *t, int vocab, int k) {
   size_t n = (size_t)vocab * k, len = sizeof vs__magic + 8 + n * 4;
   unsigned char *buf = malloc(len);
   if (!buf) return VSPEC_ENOMEM;
@@ -68,7 +68,7 @@ static int vs__store(const char *dir, const char *name, const int32_t *t, int vo
 }
 
 /* Reads or builds the table into m (its lock held). */
-static int vs__make(vs_models *m, char *err, size_t errlen) {
+static int nt_make(vs_models *m, char *err, size_t errlen) {
   const vspec_model_info *in = &m->target.info;
   int vocab = in->vocab, k = VS_NEIGHBOURS_K < vocab - 1 ? VS_NEIGHBOURS_K : vocab - 1;
   char dir[2048], purpose[64], key[VS_CACHE_KEY_LEN + 1], name[128] = "";
@@ -77,7 +77,7 @@ static int vs__make(vs_models *m, char *err, size_t errlen) {
   if (*dir && !vs_cache_key(m->dir, purpose, "", key)) {
     snprintf(name, sizeof name, "nbr-%s.bin", key);
     double t0 = vs_now();
-    if ((m->neighbours = vs__load(dir, name, vocab, k))) {
+    if ((m->neighbours = nt_load(dir, name, vocab, k))) {
       m->neighbours_k = k;
       vs_log(VSPEC_LOG_INFO, "models", "%s: codebook neighbour table read from the cache in "
              "%.2f s", m->name, vs_now() - t0);
@@ -92,7 +92,7 @@ static int vs__make(vs_models *m, char *err, size_t errlen) {
     return VSPEC_ENOMEM;
   }
   m->neighbours_builds++;
-  int stored = *name && !vs__store(dir, name, m->neighbours, vocab, m->neighbours_k);
+  int stored = *name && !nt_store(dir, name, m->neighbours, vocab, m->neighbours_k);
   vs_log(VSPEC_LOG_INFO, "models", "%s: codebook neighbour table built in %.2f s (%d codes, "
          "k %d)%s", m->name, vs_now() - t0, vocab, m->neighbours_k, stored ? ", cached" : "");
   return VSPEC_OK;
@@ -107,7 +107,7 @@ int vs_models_neighbours(vs_models *m, const int32_t **table, int *k, char *err,
     return VSPEC_OK;
   /* The first asker builds; the others wait for it and share its table. */
   pthread_mutex_lock(&m->neighbours_mu);
-  int rc = m->neighbours ? VSPEC_OK : vs__make(m, err, errlen);
+  int rc = m->neighbours ? VSPEC_OK : nt_make(m, err, errlen);
   *table = m->neighbours;
   *k = m->neighbours_k;
   pthread_mutex_unlock(&m->neighbours_mu);

@@ -7,14 +7,14 @@ typedef struct vs__cand {
   int32_t id;
 } vs__cand;
 
-static int vs__cand_cmp(const void *a, const void *b) {
+static int nb_cand_cmp(const void *a, const void *b) {
   const vs__cand *x = a, *y = b;
   if (x->d < y->d) return -1;
   if (x->d > y->d) return 1;
   return (x->id > y->id) - (x->id < y->id);
 }
 
-static int vs__less(const vs__cand *a, const vs__cand *b) { return vs__cand_cmp(a, b) < 0; }
+static int nb_less(const vs__cand *a, const vs__cand *b) { return nb_cand_cmp(a, b) < 0; }
 
 /* Moves the k smallest candidates (by distance, then id) to c[0..k), in any order:
  * a real codebook (16384 codes) would make a full sort per row too slow. */
@@ -24,8 +24,8 @@ static void vs__select(vs__cand *c, int n, int k) {
     vs__cand pivot = c[lo + (hi - lo) / 2];
     int i = lo, j = hi;
     while (i <= j) {
-      while (vs__less(&c[i], &pivot)) i++;
-      while (vs__less(&pivot, &c[j])) j--;
+      while (nb_less(&c[i], &pivot)) i++;
+      while (nb_less(&pivot, &c[j])) j--;
       if (i <= j) {
         vs__cand t = c[i];
         c[i] = c[j];
@@ -69,7 +69,7 @@ int32_t *vs_neighbours_build(const float *codebook, int vocab, int dim, int k, i
       n++;
     }
     vs__select(c, n, k);
-    qsort(c, (size_t)k, sizeof *c, vs__cand_cmp);
+    qsort(c, (size_t)k, sizeof *c, nb_cand_cmp);
     for (int i = 0; i < k; i++) table[(size_t)y * k + i] = c[i].id;
   }
   free(c);

@@ -25,7 +25,7 @@ void vs_params_free(vspec_params *p) {
   free(p);
 }
 
-static int vs__key_ok(const char *k) {
+static int pm_key_ok(const char *k) {
   if (!*k) return 0;
   for (; *k; k++)
     if (!(isalnum((unsigned char)*k) || *k == '_' || *k == '.' || *k == '-')) return 0;
@@ -40,7 +40,7 @@ static const char *params_lookup(const vspec_params *p, const char *key) {
 }
 
 int vs_params_set(vspec_params *p, const char *key, const char *value, char *err, size_t errlen) {
-  if (!vs__key_ok(key) || strlen(key) >= VS_PARAM_KEY_MAX) {
+  if (!pm_key_ok(key) || strlen(key) >= VS_PARAM_KEY_MAX) {
     snprintf(err, errlen, "parameter name '%.80s' is not valid (letters, digits, '_', '.', '-'; "
              "at most %d characters)", key, VS_PARAM_KEY_MAX - 1);
     return VSPEC_EINVAL;

@@ -25,13 +25,13 @@ static vs__hash_memo vs__memo[VS__HASH_MEMO];
 static int vs__memo_n, vs__memo_next;
 static pthread_mutex_t vs__memo_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int vs__same_file(const struct stat *a, const struct stat *b) {
+static int pmeta_same_file(const struct stat *a, const struct stat *b) {
   return a->st_size == b->st_size && a->st_ino == b->st_ino && a->st_dev == b->st_dev &&
          a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
 /* SHA-256 of the file, its first 5 bytes in hex (A1111's "Model hash"). */
-static int vs__sha256_short(const char *path, char out[11]) {
+static int pmeta_sha256_short(const char *path, char out[11]) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
   crypto_hash_sha256_state st;
@@ -48,12 +48,12 @@ static int vs__sha256_short(const char *path, char out[11]) {
 }
 
 /* The memo entry of dir when its manifest and weights are unchanged; call with the lock. */
-static const vs__hash_memo *vs__memo_find(const char *dir, const struct stat *manifest_st) {
+static const vs__hash_memo *pmeta_memo_find(const char *dir, const struct stat *manifest_st) {
   for (int i = 0; i < vs__memo_n; i++) {
     const vs__hash_memo *e = &vs__memo[i];
     struct stat wst;
-    if (strcmp(e->dir, dir) == 0 && vs__same_file(&e->manifest_st, manifest_st) &&
-        stat(e->weights, &wst) == 0 && vs__same_file(&e->weights_st, &wst))
+    if (strcmp(e->dir, dir) == 0 && pmeta_same_file(&e->manifest_st, manifest_st) &&
+        stat(e->weights, &wst) == 0 && pmeta_same_file(&e->weights_st, &wst))
       return e;
   }
   return NULL;
@@ -66,7 +66,7 @@ int vs_model_short_hash(const char *dir, char out[11]) {
   snprintf(path, sizeof path, "%s/%s", dir, VS_MANIFEST_FILE);
   if (stat(path, &mst) != 0) return -1;
   pthread_mutex_lock(&vs__memo_mu);
-  const vs__hash_memo *hit = vs__memo_find(dir, &mst);
+  const vs__hash_memo *hit = pmeta_memo_find(dir, &mst);
   if (hit) memcpy(out, hit->hash, sizeof hit->hash);
   pthread_mutex_unlock(&vs__memo_mu);
   if (hit) return 0;
@@ -79,7 +79,7 @@ int vs_model_short_hash(const char *dir, char out[11]) {
   if (mf && vs_manifest_read(dir, &base, VS_ROLE_TARGET, mf, err, sizeof err) == VSPEC_OK &&
       mf->target.present && strcmp(mf->target.weights, "-") != 0 &&
       stat(mf->target.weights, &wst) == 0 && sodium_init() >= 0 &&
-      vs__sha256_short(mf->target.weights, out) == 0) {
+      pmeta_sha256_short(mf->target.weights, out) == 0) {
     pthread_mutex_lock(&vs__memo_mu);
     vs__hash_memo *e = &vs__memo[vs__memo_next];
     snprintf(e->dir, sizeof e->dir, "%s", dir);
@@ -115,7 +115,7 @@ static void pm_add(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
 
 /* ", Key: value" with A1111's quoting: a value holding ',', ':' or a newline goes in JSON
  * double quotes (json.dumps), so that a reader's "Key: value, " split keeps it whole. */
-static void vs__pair(char *buf, size_t cap, size_t *n, const char *key, const char *value) {
+static void pmeta_pair(char *buf, size_t cap, size_t *n, const char *key, const char *value) {
   pm_add(buf, cap, n, "%s%s: ", *n && buf[*n - 1] != '\n' ? ", " : "", key);
   if (!strpbrk(value, ",:\n")) {
     pm_add(buf, cap, n, "%s", value);
@@ -130,20 +130,20 @@ static void vs__pair(char *buf, size_t cap, size_t *n, const char *key, const ch
   pm_add(buf, cap, n, "\"");
 }
 
-static void vs__pairf(char *buf, size_t cap, size_t *n, const char *key, const char *fmt, ...)
+static void pmeta_pairf(char *buf, size_t cap, size_t *n, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void vs__pairf(char *buf, size_t cap, size_t *n, const char *key, const char *fmt, ...) {
+static void pmeta_pairf(char *buf, size_t cap, size_t *n, const char *key, const char *fmt, ...) {
   char v[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(v, sizeof v, fmt, ap);
   va_end(ap);
-  vs__pair(buf, cap, n, key, v);
+  pmeta_pair(buf, cap, n, key, v);
 }
 
 /* What a job samples: a discrete model's tokens, one per step; a continuous-token model's
  * generation steps (the MAR loop's choice: the job's, else the model's, else one per token). */
-static int vs__steps(const vs_models *m, const vs_sampling *s) {
+static int pmeta_steps(const vs_models *m, const vs_sampling *s) {
   const vspec_model_info *in = &m->target.info;
   int tokens = in->grid_h * in->grid_w;
   if (in->token_kind != VSPEC_TOKENS_CONTINUOUS) return tokens;
@@ -161,30 +161,30 @@ size_t vs_png_parameters(const vs_job *job, const vs_models *models, char *buf, 
     pm_add(buf, cap, &n, "class %d (%s)\n", job->class_label,
            vs_models_class_name(models, job->class_label));
   else pm_add(buf, cap, &n, "class %d\n", job->class_label);
-  vs__pairf(buf, cap, &n, "Steps", "%d", vs__steps(models, s));
-  vs__pair(buf, cap, &n, "Sampler", job->method ? job->method : "ar");
-  vs__pairf(buf, cap, &n, "CFG scale", "%g", s->cfg_scale);
-  vs__pairf(buf, cap, &n, "Seed", "%llu", (unsigned long long)job->seed);
-  vs__pairf(buf, cap, &n, "Size", "%dx%d", in->image_w, in->image_h);
+  pmeta_pairf(buf, cap, &n, "Steps", "%d", pmeta_steps(models, s));
+  pmeta_pair(buf, cap, &n, "Sampler", job->method ? job->method : "ar");
+  pmeta_pairf(buf, cap, &n, "CFG scale", "%g", s->cfg_scale);
+  pmeta_pairf(buf, cap, &n, "Seed", "%llu", (unsigned long long)job->seed);
+  pmeta_pairf(buf, cap, &n, "Size", "%dx%d", in->image_w, in->image_h);
   char hash[11];
-  if (vs_model_short_hash(models->dir, hash) == 0) vs__pair(buf, cap, &n, "Model hash", hash);
+  if (vs_model_short_hash(models->dir, hash) == 0) pmeta_pair(buf, cap, &n, "Model hash", hash);
   /* A1111 drops these two from model names rather than quoting them */
   char name[sizeof models->name];
   size_t k = 0;
   for (const char *c = models->name; *c && k + 1 < sizeof name; c++)
     if (*c != ',' && *c != ':') name[k++] = *c;
   name[k] = '\0';
-  vs__pair(buf, cap, &n, "Model", name);
-  vs__pairf(buf, cap, &n, "Temperature", "%g", s->temperature);
+  pmeta_pair(buf, cap, &n, "Model", name);
+  pmeta_pairf(buf, cap, &n, "Temperature", "%g", s->temperature);
   if (in->token_kind == VSPEC_TOKENS_CONTINUOUS) {
-    vs__pair(buf, cap, &n, "CFG schedule",
+    pmeta_pair(buf, cap, &n, "CFG schedule",
              s->cfg_schedule == VS_CFG_CONSTANT ? "constant" : "linear");
   } else {
-    if (s->top_k > 0) vs__pairf(buf, cap, &n, "Top k", "%d", s->top_k);
-    if (s->top_p < 1.0f) vs__pairf(buf, cap, &n, "Top p", "%g", s->top_p);
-    if (s->cfg_interval >= 0) vs__pairf(buf, cap, &n, "CFG interval", "%d", s->cfg_interval);
+    if (s->top_k > 0) pmeta_pairf(buf, cap, &n, "Top k", "%d", s->top_k);
+    if (s->top_p < 1.0f) pmeta_pairf(buf, cap, &n, "Top p", "%g", s->top_p);
+    if (s->cfg_interval >= 0) pmeta_pairf(buf, cap, &n, "CFG interval", "%d", s->cfg_interval);
   }
-  vs__pairf(buf, cap, &n, "Version", "vspec %s", VSPEC_VERSION);
+  pmeta_pairf(buf, cap, &n, "Version", "vspec %s", VSPEC_VERSION);
   return n;
 }
 

@@ -49,7 +49,7 @@ typedef struct vs__png_src {
   size_t len, at;
 } vs__png_src;
 
-static void vs__png_mem_read(png_structp png, png_bytep out, png_size_t n) {
+static void pr_png_mem_read(png_structp png, png_bytep out, png_size_t n) {
   vs__png_src *s = png_get_io_ptr(png);
   if (n > s->len - s->at) png_error(png, "truncated PNG");
   memcpy(out, s->p + s->at, n);
@@ -77,7 +77,7 @@ int vs_png_text_get(const void *png, size_t len, const char *key, char *out, siz
     snprintf(err, errlen, "corrupt PNG");
     return VSPEC_EINVAL;
   }
-  png_set_read_fn(rd, &src, vs__png_mem_read);
+  png_set_read_fn(rd, &src, pr_png_mem_read);
   png_read_info(rd, info); /* text chunks before the image data: ours are there */
   png_textp texts = NULL;
   int n = png_get_text(rd, info, &texts, NULL), found = 0;

@@ -15,7 +15,7 @@ typedef struct vs__membuf {
   int failed;
 } vs__membuf;
 
-static void vs__png_mem_write(png_structp png, png_bytep data, png_size_t n) {
+static void pw_png_mem_write(png_structp png, png_bytep data, png_size_t n) {
   vs__membuf *b = png_get_io_ptr(png);
   if (b->failed) return;
   if (b->len + n > b->cap) {
@@ -33,7 +33,7 @@ static void vs__png_mem_write(png_structp png, png_bytep data, png_size_t n) {
   b->len += n;
 }
 
-static void vs__png_flush(png_structp png) { (void)png; }
+static void pw_png_flush(png_structp png) { (void)png; }
 
 int vs_png_encode(const uint8_t *rgb, int width, int height, const vs_png_text *texts,
                   int n_texts, uint8_t **out, size_t *out_len, char *err, size_t errlen) {
@@ -61,7 +61,7 @@ int vs_png_encode(const uint8_t *rgb, int width, int height, const vs_png_text *
     snprintf(err, errlen, "PNG: libpng failed while encoding");
     return VSPEC_EIO;
   }
-  png_set_write_fn(png, &buf, vs__png_mem_write, vs__png_flush);
+  png_set_write_fn(png, &buf, pw_png_mem_write, pw_png_flush);
   png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, PNG_COLOR_TYPE_RGB,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_set_compression_level(png, 6);

@@ -20,30 +20,12 @@
 #include "core/log.h"
 #include "core/registry_internal.h"
 #include "core/suggest.h"
-static const char *const vs__kind_names[] = {NULL, "backend", "accept", "sched", "drafter"};
 
-const char *vs_plugin_kind_name(int kind) {
-  return (kind >= VSPEC_PLUGIN_BACKEND && kind <= VSPEC_PLUGIN_DRAFTER) ? vs__kind_names[kind]
-                                                                      : "unknown";
-}
-
-int vs_plugin_kind_parse(const char *name) {
-  for (int k = VSPEC_PLUGIN_BACKEND; k <= VSPEC_PLUGIN_DRAFTER; k++)
-    if (name && strcmp(name, vs__kind_names[k]) == 0) return k;
-  return -1;
-}
-
-int vs__plugin_name_ok(const char *name) {
-  if (!name || !*name || strlen(name) >= 64) return 0;
-  for (const char *c = name; *c; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return 0;
-  return 1;
-}
-static void vs__registry_unref_locked(vs_registry *reg, int *free_it) {
+static void reg_registry_unref_locked(vs_registry *reg, int *free_it) {
   *free_it = (--reg->refs == 0);
 }
 
-static void vs__registry_free(vs_registry *reg) {
+static void reg_registry_free(vs_registry *reg) {
   pthread_mutex_destroy(&reg->lock);
   free(reg->entries);
   free(reg->failed);
@@ -92,7 +74,7 @@ static vs__entry *vs__find_entry(vs_registry *reg, int kind, const char *name) {
   return NULL;
 }
 
-static int vs__plugin_path(const vs_registry *reg, int kind, const char *name, char *path,
+static int reg_plugin_path(const vs_registry *reg, int kind, const char *name, char *path,
                            size_t n, char *err, size_t errlen) {
   if (kind < VSPEC_PLUGIN_BACKEND || kind > VSPEC_PLUGIN_DRAFTER) {
     snprintf(err, errlen, "unknown plugin kind %d", kind);
@@ -107,17 +89,17 @@ static int vs__plugin_path(const vs_registry *reg, int kind, const char *name, c
   return VSPEC_OK;
 }
 
-static int vs__parse_file_name(const char *n, char name[64]);
+static int reg_parse_file_name(const char *n, char name[64]);
 
 #define VS__MAX_NAMES 64
 
-static int vs__cmp_name(const void *a, const void *b) {
+static int reg_cmp_name(const void *a, const void *b) {
   return strcmp((const char *)a, (const char *)b);
 }
 
 /* The names of the loaded plugins of `kind` and, with `files`, of the plugin directory's
  * files of that kind too: sorted, each once, at most VS__MAX_NAMES. Caller holds reg->lock. */
-static int vs__kind_names_locked(vs_registry *reg, int kind, int files,
+static int reg_kind_names_locked(vs_registry *reg, int kind, int files,
                                  char names[VS__MAX_NAMES][64]) {
   int n = 0;
   for (int i = 0; i < reg->n_entries && n < VS__MAX_NAMES; i++)
@@ -126,24 +108,24 @@ static int vs__kind_names_locked(vs_registry *reg, int kind, int files,
   DIR *d = files ? opendir(reg->dir) : NULL;
   for (struct dirent *de; d && n < VS__MAX_NAMES && (de = readdir(d));) {
     char name[64];
-    if (vs__parse_file_name(de->d_name, name) != kind || !vs__plugin_name_ok(name)) continue;
+    if (reg_parse_file_name(de->d_name, name) != kind || !vs__plugin_name_ok(name)) continue;
     int seen = 0;
     for (int i = 0; i < n && !seen; i++) seen = !strcmp(names[i], name);
     if (!seen) snprintf(names[n++], 64, "%s", name);
   }
   if (d) closedir(d);
-  qsort(names, (size_t)n, sizeof names[0], vs__cmp_name);
+  qsort(names, (size_t)n, sizeof names[0], reg_cmp_name);
   return n;
 }
 
 /* For a name that matches no plugin file, the names there are instead: "there is no KIND
  * plugin 'NAME' (loaded: a, b); did you mean 'x'?", or with `path` (the file it would be),
  * "...: no file PATH (the directory has: a, b, c); ...". Caller holds reg->lock. */
-static void vs__no_such_plugin_locked(vs_registry *reg, int kind, const char *name,
+static void reg_no_such_plugin_locked(vs_registry *reg, int kind, const char *name,
                                       const char *path, char *err, size_t errlen) {
   static char names[VS__MAX_NAMES][64]; /* under reg->lock */
   const char *ptr[VS__MAX_NAMES];
-  int n = vs__kind_names_locked(reg, kind, path != NULL, names);
+  int n = reg_kind_names_locked(reg, kind, path != NULL, names);
   for (int i = 0; i < n; i++) ptr[i] = names[i];
   snprintf(err, errlen, "there is no %s plugin '%s'%s%s", vs_plugin_kind_name(kind), name,
            path ? ": no file " : "", path ? path : "");
@@ -151,14 +133,14 @@ static void vs__no_such_plugin_locked(vs_registry *reg, int kind, const char *na
 }
 
 /* Loads (kind, name) as a new current generation. Caller holds reg->lock. */
-static int vs__load_locked(vs_registry *reg, int kind, const char *name, vs__entry **entry_out,
+static int reg_load_locked(vs_registry *reg, int kind, const char *name, vs__entry **entry_out,
                            char *err, size_t errlen) {
   char path[1024];
-  int rc = vs__plugin_path(reg, kind, name, path, sizeof path, err, errlen);
+  int rc = reg_plugin_path(reg, kind, name, path, sizeof path, err, errlen);
   if (rc) return rc;
   struct stat st;
   if (lstat(path, &st) != 0) {
-    vs__no_such_plugin_locked(reg, kind, name, path, err, errlen);
+    reg_no_such_plugin_locked(reg, kind, name, path, err, errlen);
     return VSPEC_ENOENT;
   }
   vs__entry *e = vs__find_entry(reg, kind, name);
@@ -213,12 +195,12 @@ static int vs__load_locked(vs_registry *reg, int kind, const char *name, vs__ent
 int vs_registry_acquire(vs_registry *reg, int kind, const char *name, vs_plugin **out, char *err,
                         size_t errlen) {
   char path[1024];
-  int rc = vs__plugin_path(reg, kind, name, path, sizeof path, err, errlen);
+  int rc = reg_plugin_path(reg, kind, name, path, sizeof path, err, errlen);
   if (rc) return rc;
   pthread_mutex_lock(&reg->lock);
   vs__entry *e = vs__find_entry(reg, kind, name);
   if (!e) {
-    rc = vs__load_locked(reg, kind, name, &e, err, errlen);
+    rc = reg_load_locked(reg, kind, name, &e, err, errlen);
     if (rc) {
       pthread_mutex_unlock(&reg->lock);
       return rc;
@@ -234,7 +216,7 @@ int vs_registry_acquire(vs_registry *reg, int kind, const char *name, vs_plugin 
 int vs_registry_acquire_loaded(vs_registry *reg, int kind, const char *name, vs_plugin **out,
                                char *err, size_t errlen) {
   char path[1024];
-  int rc = vs__plugin_path(reg, kind, name, path, sizeof path, err, errlen);
+  int rc = reg_plugin_path(reg, kind, name, path, sizeof path, err, errlen);
   if (rc) return rc;
   pthread_mutex_lock(&reg->lock);
   vs__entry *e = vs__find_entry(reg, kind, name);
@@ -242,7 +224,7 @@ int vs_registry_acquire_loaded(vs_registry *reg, int kind, const char *name, vs_
   if (p) atomic_fetch_add(&p->refs, 1);
   struct stat st;
   /* A reload helps only where there is a file to load; a typo gets the loaded names. */
-  if (!p && lstat(path, &st) != 0) vs__no_such_plugin_locked(reg, kind, name, NULL, err, errlen);
+  if (!p && lstat(path, &st) != 0) reg_no_such_plugin_locked(reg, kind, name, NULL, err, errlen);
   else if (!p)
     snprintf(err, errlen, "%s plugin '%s' is not loaded: jobs use only plugins loaded at start "
              "or by an admin reload (vspec plugins reload %s/%s); plugins.on_demand = true lets "
@@ -256,13 +238,13 @@ int vs_registry_acquire_loaded(vs_registry *reg, int kind, const char *name, vs_
 int vs_registry_reload(vs_registry *reg, int kind, const char *name, char *err, size_t errlen) {
   pthread_mutex_lock(&reg->lock);
   vs__entry *e;
-  int rc = vs__load_locked(reg, kind, name, &e, err, errlen);
+  int rc = reg_load_locked(reg, kind, name, &e, err, errlen);
   pthread_mutex_unlock(&reg->lock);
   return rc;
 }
 
 /* KIND and NAME of a directory entry named <kind>_<name>.so; -1 for any other name. */
-static int vs__parse_file_name(const char *n, char name[64]) {
+static int reg_parse_file_name(const char *n, char name[64]) {
   size_t len = strlen(n);
   if (len < 4 || strcmp(n + len - 3, ".so") != 0) return -1;
   const char *us = strchr(n, '_');
@@ -285,12 +267,12 @@ int vs_registry_scan(vs_registry *reg) {
   struct dirent *de;
   while ((de = readdir(d))) {
     char name[64];
-    int kind = vs__parse_file_name(de->d_name, name);
+    int kind = reg_parse_file_name(de->d_name, name);
     if (kind < 0) continue;
     char err[VSPEC_ERRLEN];
     pthread_mutex_lock(&reg->lock);
     vs__entry *e = vs__find_entry(reg, kind, name);
-    int rc = e ? 0 : vs__load_locked(reg, kind, name, &e, err, sizeof err);
+    int rc = e ? 0 : reg_load_locked(reg, kind, name, &e, err, sizeof err);
     pthread_mutex_unlock(&reg->lock);
     if (rc) {
       vs_log(VSPEC_LOG_WARN, "registry", "%s", err);
@@ -302,7 +284,7 @@ int vs_registry_scan(vs_registry *reg) {
 }
 
 /* Whether the file of `e` differs from the one its current generation was read from. */
-static int vs__file_changed(const vs_registry *reg, const vs__entry *e) {
+static int reg_file_changed(const vs_registry *reg, const vs__entry *e) {
   char path[1024];
   struct stat st;
   snprintf(path, sizeof path, "%s/%s_%s.so", reg->dir, vs_plugin_kind_name(e->kind), e->name);
@@ -319,14 +301,14 @@ int vs_registry_refresh(vs_registry *reg, vs_registry_refresh_report *rep) {
   struct dirent *de;
   while ((de = readdir(d))) {
     char name[64], err[VSPEC_ERRLEN];
-    int kind = vs__parse_file_name(de->d_name, name);
+    int kind = reg_parse_file_name(de->d_name, name);
     if (kind < 0) continue;
     pthread_mutex_lock(&reg->lock);
     vs__entry *e = vs__find_entry(reg, kind, name);
-    int isnew = !e, changed = e && vs__file_changed(reg, e), rc = 0;
+    int isnew = !e, changed = e && reg_file_changed(reg, e), rc = 0;
     /* Backends serve models: their caller reloads them with their models. */
     if (isnew || (changed && kind != VSPEC_PLUGIN_BACKEND))
-      rc = vs__load_locked(reg, kind, name, &e, err, sizeof err);
+      rc = reg_load_locked(reg, kind, name, &e, err, sizeof err);
     pthread_mutex_unlock(&reg->lock);
     if (rc) {
       vs_log(VSPEC_LOG_WARN, "registry", "%s", err);
@@ -372,13 +354,13 @@ void vs_registry_close(vs_registry *reg) {
     reg->entries[i].current = NULL;
   }
   int free_it;
-  vs__registry_unref_locked(reg, &free_it);
+  reg_registry_unref_locked(reg, &free_it);
   pthread_mutex_unlock(&reg->lock);
   /* Each release may free the registry when it drops the last generation. */
   for (int i = 0; cur && i < n; i++)
     if (cur[i]) vs_plugin_release(cur[i]);
   free(cur);
-  if (free_it) vs__registry_free(reg);
+  if (free_it) reg_registry_free(reg);
 }
 
 void vs_plugin_retain(vs_plugin *p) { atomic_fetch_add(&p->refs, 1); }
@@ -396,10 +378,10 @@ void vs_plugin_release(vs_plugin *p) {
   pthread_mutex_lock(&reg->lock);
   vs__entry *e = vs__find_entry(reg, p->kind, p->name);
   if (e && e->current != p && e->retired_alive > 0) e->retired_alive--;
-  vs__registry_unref_locked(reg, &free_it);
+  reg_registry_unref_locked(reg, &free_it);
   pthread_mutex_unlock(&reg->lock);
   free(p);
-  if (free_it) vs__registry_free(reg);
+  if (free_it) reg_registry_free(reg);
 }
 
 const vspec_plugin_desc *vs_plugin_desc(const vs_plugin *p) { return p->desc; }

@@ -39,7 +39,7 @@ int vs_text_is_control(uint32_t cp) {
 
 /* The output for the input at s[0..n) (n > 0): a whole character as it is, or one byte
  * escaped. Returns the bytes written to out; *in says how many input bytes they stand for. */
-static size_t vs__piece(const char *s, size_t n, unsigned flags, char out[4], size_t *in) {
+static size_t tx_piece(const char *s, size_t n, unsigned flags, char out[4], size_t *in) {
   static const char hex[] = "0123456789abcdef";
   uint32_t cp = 0;
   int len = vs_text_utf8_char(s, n, &cp);
@@ -72,7 +72,7 @@ static size_t text_emit(char *dst, size_t limit, const char *src, size_t n, unsi
   while (i < n) {
     char piece[4];
     size_t in;
-    size_t w = vs__piece(src + i, n - i, flags, piece, &in);
+    size_t w = tx_piece(src + i, n - i, flags, piece, &in);
     if (o + w > limit) break;
     memcpy(dst + o, piece, w);
     o += w;

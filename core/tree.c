@@ -23,7 +23,7 @@ void vs_tree_free(vs_tree *t) {
   memset(t, 0, sizeof *t);
 }
 
-static void vs__node_init(vs_tree_node *n, int32_t token, int32_t parent, int32_t depth) {
+static void tr_node_init(vs_tree_node *n, int32_t token, int32_t parent, int32_t depth) {
   *n = (vs_tree_node){.token = token, .parent = parent, .depth = depth, .first_child = -1,
                       .last_child = -1, .next_sibling = -1, .p_cond = 1.0f, .dist = -1,
                       .draft_slot = -1};
@@ -32,14 +32,14 @@ static void vs__node_init(vs_tree_node *n, int32_t token, int32_t parent, int32_
 void vs_tree_reset(vs_tree *t, int32_t root_token) {
   t->n = 1;
   t->n_dists = 0;
-  vs__node_init(&t->nodes[0], root_token, -1, 0);
+  tr_node_init(&t->nodes[0], root_token, -1, 0);
 }
 
 int32_t vs_tree_add(vs_tree *t, int32_t parent, int32_t token, float p_cond, float logp) {
   if (t->n >= t->cap) return -1;
   int32_t i = t->n++;
   vs_tree_node *p = &t->nodes[parent], *n = &t->nodes[i];
-  vs__node_init(n, token, parent, p->depth + 1);
+  tr_node_init(n, token, parent, p->depth + 1);
   n->p_cond = p_cond;
   n->logp = logp;
   n->rank = p->n_children++;
