@@ -8,14 +8,14 @@
 #include "kernels/common/vs_philox.h"
 #include "vspec/types.h"
 
-static int cmp_double(const void *a, const void *b) {
+static int boot_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
 double vs_quantile(double *v, int n, double q) {
   if (n <= 0) return NAN;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  qsort(v, (size_t)n, sizeof *v, boot_cmp_double);
   double h = (n - 1) * q;
   int lo = (int)floor(h);
   if (lo >= n - 1) return v[n - 1];

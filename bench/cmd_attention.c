@@ -14,9 +14,9 @@
 #include "core/cli_args.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 
-static void usage(FILE *f) {
+static void ca_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench attention [options]\n"
+          "ca_usage: vspec-bench attention [options]\n"
           "\n"
           "  --sizes LIST       query counts per row (tree nodes; default 1,2,4,8,16,32)\n"
           "  --prefix L         cached tokens before the queries (default 129: half of a\n"
@@ -55,8 +55,8 @@ int vs_bench_cmd_attention(int argc, char **argv) {
       case O_ROWS: ok = vs_cli_long("--rows", optarg, 1, 2, &rows); break;
       case O_REPS: ok = vs_cli_long("--reps", optarg, 1, 100000, &reps); break;
       case O_ISA: isa_name = optarg; break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'h': ca_usage(stdout); return 0;
+      default: ca_usage(stderr); return 2;
     }
     if (!ok) return 2;
   }

@@ -16,9 +16,9 @@
 #include "core/cli_args.h"
 #include "core/forward_timing.h"
 
-static void usage(FILE *f) {
+static void cc_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench costcurve (--model DIR | --random gpt-b|micro) [options]\n"
+          "cc_usage: vspec-bench costcurve (--model DIR | --random gpt-b|micro) [options]\n"
           "\n"
           "  --model DIR        model directory whose target GPT is measured\n"
           "  --random SHAPE     a random-weight GPT: gpt-b (12 layers, width 768, vocab 16384,\n"
@@ -248,11 +248,11 @@ static int curve_parse(int argc, char **argv, curve_args *a) {
       case O_IMAGE: a->image = 1; break;
       case O_COUNTERS: a->counters = 1; break;
       case O_WFORMAT: a->weight_format = optarg; break;
-      case 'h': usage(stdout); return 0;
+      case 'h': cc_usage(stdout); return 0;
       default:
         ok = vs_bench_opt(&a->o, c, optarg);
         if (ok < 0) {
-          usage(stderr);
+          cc_usage(stderr);
           return 2;
         }
     }

@@ -13,9 +13,9 @@
 #include "core/cli_args.h"
 #include "core/png_write.h"
 
-static void usage(FILE *f) {
+static void cd_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench demo [options]\n"
+          "cd_usage: vspec-bench demo [options]\n"
           "\n"
           "Generates one image per class (vanilla AR decoding unless --method says otherwise)\n"
           "and writes them as one PNG grid, enlarged with nearest-neighbour scaling, each\n"
@@ -39,7 +39,7 @@ static void usage(FILE *f) {
 }
 
 /* "12.3 s", "3 min 40 s", "1 h 05 min": durations a person reads at a glance. */
-static void vs__demo_duration(char *out, size_t cap, double s) {
+static void cd_demo_duration(char *out, size_t cap, double s) {
   if (s < 60) snprintf(out, cap, "%.1f s", s);
   else if (s < 3600) snprintf(out, cap, "%d min %02d s", (int)(s / 60), (int)s % 60);
   else snprintf(out, cap, "%d h %02d min", (int)(s / 3600), (int)(s / 60) % 60);
@@ -48,14 +48,14 @@ static void vs__demo_duration(char *out, size_t cap, double s) {
 /* One line per image on stderr: a MAR demo takes minutes (4 for models/fmnist-mar with
  * --per-class 4 on 2 cores), and a silent terminal looks hung. What is left is estimated
  * from the mean time of the images so far. */
-static void vs__demo_progress(const vs_models *m, int k, int n_images, int label,
+static void cd_demo_progress(const vs_models *m, int k, int n_images, int label,
                               double image_s, double elapsed_s) {
   const char *name = vs_models_class_name(m, label);
   char took[32], el[32], left[32];
-  vs__demo_duration(took, sizeof took, image_s);
-  vs__demo_duration(el, sizeof el, elapsed_s);
+  cd_demo_duration(took, sizeof took, image_s);
+  cd_demo_duration(el, sizeof el, elapsed_s);
   if (k + 1 < n_images)
-    vs__demo_duration(left, sizeof left, elapsed_s / (k + 1) * (n_images - k - 1));
+    cd_demo_duration(left, sizeof left, elapsed_s / (k + 1) * (n_images - k - 1));
   fprintf(stderr, "vspec-bench demo: image %d/%d (class %d%s%s) in %s; %s elapsed, %s%s%s\n",
           k + 1, n_images, label, name ? " " : "", name ? name : "", took, el,
           k + 1 < n_images ? "about " : "done", k + 1 < n_images ? left : "",
@@ -73,13 +73,13 @@ typedef struct vs__demo_layout {
 } vs__demo_layout;
 
 /* "7 Sneaker", or "7" for a model without class names, cut to `chars` characters. */
-static void vs__demo_label(const vs_models *m, int c, int chars, char *out, size_t cap) {
+static void cd_demo_label(const vs_models *m, int c, int chars, char *out, size_t cap) {
   const char *name = vs_models_class_name(m, c);
   snprintf(out, cap, "%d%s%s", c, name ? " " : "", name ? name : "");
   if (chars >= 0 && (size_t)chars < strlen(out)) out[chars] = 0;
 }
 
-static void vs__demo_layout_make(const vs_models *m, int classes, int per_class, int k,
+static void cd_demo_layout_make(const vs_models *m, int classes, int per_class, int k,
                                  vs__demo_layout *l) {
   const vspec_model_info *in = &m->target.info;
   int n_images = classes * per_class;
@@ -93,7 +93,7 @@ static void vs__demo_layout_make(const vs_models *m, int classes, int per_class,
   int longest = 0;
   for (int c = 0; c < classes; c++) {
     char label[96];
-    vs__demo_label(m, c, -1, label, sizeof label);
+    cd_demo_label(m, c, -1, label, sizeof label);
     int w = vs_text_width(label, 1);
     if (w > longest) longest = w;
   }
@@ -108,7 +108,7 @@ static void vs__demo_layout_make(const vs_models *m, int classes, int per_class,
 }
 
 /* Top-left corner of image k's cell. */
-static void vs__demo_cell(const vs__demo_layout *l, int k, int *x, int *y) {
+static void cd_demo_cell(const vs__demo_layout *l, int k, int *x, int *y) {
   int r = k / l->cols, c = k % l->cols;
   *x = l->gap + c * (l->cell_w + l->gap);
   *y = l->gap + r * (l->cell_h + l->gap) + (l->label_rows > 1 ? r + 1 : 1) * l->band;
@@ -116,10 +116,10 @@ static void vs__demo_cell(const vs__demo_layout *l, int k, int *x, int *y) {
 
 /* Image k (already enlarged to a cell) into the grid, with its label above it where the
  * layout has one: every image of a labelled row, or the first row's columns. */
-static void vs__demo_place(const vs__demo_layout *l, const vs_canvas *grid, const vs_models *m,
+static void cd_demo_place(const vs__demo_layout *l, const vs_canvas *grid, const vs_models *m,
                            int k, int classes, const uint8_t *cell) {
   int x, y;
-  vs__demo_cell(l, k, &x, &y);
+  cd_demo_cell(l, k, &x, &y);
   for (int row = 0; row < l->cell_h; row++)
     memcpy(grid->rgb + ((size_t)(y + row) * grid->width + x) * 3,
            cell + (size_t)row * l->cell_w * 3, (size_t)l->cell_w * 3);
@@ -127,7 +127,7 @@ static void vs__demo_place(const vs__demo_layout *l, const vs_canvas *grid, cons
   static const uint8_t ink[3] = {0, 0, 0};
   char label[96];
   int chars = (l->cell_w + l->scale) / (VS_FONT_CELL_W * l->scale);
-  vs__demo_label(m, k % classes, chars, label, sizeof label);
+  cd_demo_label(m, k % classes, chars, label, sizeof label);
   vs_draw_text(grid, x, y - l->band, label, ink, l->scale);
 }
 
@@ -160,11 +160,11 @@ static int demo_parse(int argc, char **argv, demo_args *a) {
       case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &a->upscale); break;
       case O_PER_CLASS: ok = vs_cli_long("--per-class", optarg, 1, 100, &a->per_class); break;
       case O_QUIET: a->quiet = 1; break;
-      case 'h': usage(stdout); return 0;
+      case 'h': cd_usage(stdout); return 0;
       default:
         ok = vs_bench_opt(&a->o, c, optarg);
         if (ok < 0) {
-          usage(stderr);
+          cd_usage(stderr);
           return 2;
         }
     }
@@ -222,7 +222,7 @@ static int demo_draw(demo_run *r, double t0) {
   const vspec_model_info *in = &r->models->target.info;
   int h = in->image_h, w = in->image_w;
   r->n_images = r->classes * (int)a->per_class;
-  vs__demo_layout_make(r->models, r->classes, (int)a->per_class, (int)a->upscale, &r->lay);
+  cd_demo_layout_make(r->models, r->classes, (int)a->per_class, (int)a->upscale, &r->lay);
   r->rgb = malloc((size_t)h * w * 3);
   r->grid = malloc((size_t)r->lay.width * r->lay.height * 3);
   if (!r->rgb || !r->grid || vs_bench_grid_alloc(&r->out, r->models, r->err, sizeof r->err)) {
@@ -252,9 +252,9 @@ static int demo_draw(demo_run *r, double t0) {
       fprintf(stderr, "vspec-bench demo: out of memory\n");
       return 1;
     }
-    vs__demo_place(&r->lay, &canvas, r->models, k, r->classes, r->big);
+    cd_demo_place(&r->lay, &canvas, r->models, k, r->classes, r->big);
     if (!a->quiet)
-      vs__demo_progress(r->models, k, r->n_images, k % r->classes, mt.wall_s,
+      cd_demo_progress(r->models, k, r->n_images, k % r->classes, mt.wall_s,
                         vs_bench_now() - start);
   }
   return 0;

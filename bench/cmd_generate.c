@@ -17,9 +17,9 @@
 
 /* The class names listed are those of the model directory named so far (the default's, or
  * --model's when it comes before --help). */
-static void usage(FILE *f, const char *model_dir) {
+static void cg_usage(FILE *f, const char *model_dir) {
   fprintf(f,
-          "usage: vspec-bench generate [options]\n"
+          "cg_usage: vspec-bench generate [options]\n"
           "\n"
           "  --model DIR         model directory (default models/fmnist); a relative DIR that\n"
           "                      is not here is taken from the installed models\n"
@@ -86,11 +86,11 @@ static int gen_parse(int argc, char **argv, gen_args *a) {
       case 'o': a->out_path = optarg; break;
       case O_UP: ok = vs_cli_long("--upscale", optarg, 1, 64, &a->upscale); break;
       case O_JSON: a->json = 1; break;
-      case 'h': usage(stdout, a->o.model_dir); return 0;
+      case 'h': cg_usage(stdout, a->o.model_dir); return 0;
       default:
         ok = vs_bench_opt(&a->o, c, optarg);
         if (ok < 0) {
-          usage(stderr, a->o.model_dir);
+          cg_usage(stderr, a->o.model_dir);
           return 2;
         }
     }

@@ -13,9 +13,9 @@
 #include "core/cli_args.h"
 #include "kernels/cpu/cpu_linear_skinny.h"
 
-static void usage(FILE *f) {
+static void cl_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench linear [options]\n"
+          "cl_usage: vspec-bench linear [options]\n"
           "\n"
           "  --sizes LIST       row counts m (default 1,2,4,8,16,32,64,128,256)\n"
           "  --min-time S       seconds measured per point and path (default 0.3)\n"
@@ -32,7 +32,7 @@ typedef struct lin_layer {
   float *w;
 } lin_layer;
 
-static int cmp_double(const void *a, const void *b) {
+static int cl_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
@@ -57,7 +57,7 @@ static double time_path(vspec_dev *dev, int max_m, const lin_layer *l, int m, co
     forward(dev, l, m, x, y);
     samples[k++] = clock_s(cpu) - t0;
   }
-  qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
+  qsort(samples, (size_t)k, sizeof samples[0], cl_cmp_double);
   return 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
 }
 
@@ -82,8 +82,8 @@ int vs_bench_cmd_linear(int argc, char **argv) {
       case O_THREADS: ok = vs_cli_long("--threads", optarg, 0, 1024, &threads); break;
       case O_ISA: isa_name = optarg; break;
       case O_CPU: cpu = 1; break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'h': cl_usage(stdout); return 0;
+      default: cl_usage(stderr); return 2;
     }
     if (!ok) return 2;
   }

@@ -16,9 +16,9 @@
 #include "bench/quality_eval.h"
 #include "core/cli_args.h"
 
-static void usage(FILE *f) {
+static void cq_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench quality [options]\n"
+          "cq_usage: vspec-bench quality [options]\n"
           "\n"
           "Real-data reference values of the quality metrics, in the feature space of the\n"
           "model's Fashion-MNIST classifier: its accuracy on the 10k test images, the FID of\n"
@@ -58,11 +58,11 @@ int vs_bench_cmd_quality(int argc, char **argv) {
       case O_CACHE: opts.cache_dir = optarg; break;
       case O_NOCACHE: opts.cache_dir = ""; break;
       case O_FLOOR_AT: ok = vs_cli_long("--floor-at", optarg, 2, 1000000, &floor_at); break;
-      case 'h': usage(stdout); return 0;
+      case 'h': cq_usage(stdout); return 0;
       default:
         ok = vs_bench_opt(&o, c, optarg);
         if (ok < 0) {
-          usage(stderr);
+          cq_usage(stderr);
           return 2;
         }
     }

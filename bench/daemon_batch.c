@@ -35,7 +35,7 @@ typedef struct vs__cfg {
   double ips[64]; /* images/s per round */
 } vs__cfg;
 
-static int vs__start(vs__cfg *c, const vs_batch_bench_opts *o) {
+static int db_start(vs__cfg *c, const vs_batch_bench_opts *o) {
   char model[1200], w[16], t[16], b[48], prec[64], lanes[48];
   snprintf(model, sizeof model, "bench=%s", o->model_dir);
   snprintf(w, sizeof w, "%d", c->workers);
@@ -58,27 +58,27 @@ static int vs__start(vs__cfg *c, const vs_batch_bench_opts *o) {
 }
 
 /* The median of n values (type 7: the mean of the middle two for even n), v left as it is. */
-static double vs__median(const double *v, int n) {
+static double dbatch_median(const double *v, int n) {
   double c[64];
   memcpy(c, v, (size_t)n * sizeof *c);
   return vs_quantile(c, n, 0.5);
 }
 
 /* Median, min and max over rounds of cfg a's images/s over cfg b's. */
-static void vs__ratio(const vs__cfg *a, const vs__cfg *b, int rounds) {
+static void db_ratio(const vs__cfg *a, const vs__cfg *b, int rounds) {
   double r[64], lo = 1e300, hi = 0;
   for (int i = 0; i < rounds; i++) {
     r[i] = a->ips[i] / b->ips[i];
     lo = r[i] < lo ? r[i] : lo;
     hi = r[i] > hi ? r[i] : hi;
   }
-  printf("| %s / %s | %.2fx | %.2fx - %.2fx |\n", a->name, b->name, vs__median(r, rounds), lo,
+  printf("| %s / %s | %.2fx | %.2fx - %.2fx |\n", a->name, b->name, dbatch_median(r, rounds), lo,
          hi);
 }
 
 /* The batched daemon's summary line ("... forwards (target and draft) in ... batches ..."),
  * logged when its model set closes at shutdown. */
-static void vs__print_gate_line(const vs_bench_daemon *d) {
+static void db_print_gate_line(const vs_bench_daemon *d) {
   FILE *f = fopen(d->log, "r");
   char line[1024];
   while (f && fgets(line, sizeof line, f))
@@ -101,7 +101,7 @@ int vs_daemon_batch_bench(const vs_batch_bench_opts *o) {
   vs_bench_jobres *res = calloc((size_t)o->jobs, sizeof *res);
   int status = 1;
   for (int k = 0; k < VS_NCFG; k++) {
-    if (vs__start(&cfg[k], o)) goto done;
+    if (db_start(&cfg[k], o)) goto done;
     /* warm-up: page in the weights, let every worker allocate */
     if (vs_bench_run_jobs(&cfg[k].conn, cfg[k].inflight, cfg[k].inflight, 900, 1, o->method, 0,
                           res) < 0)
@@ -127,19 +127,19 @@ int vs_daemon_batch_bench(const vs_batch_bench_opts *o) {
       snprintf(how, sizeof how, ", batches of up to %d on %d lane(s) of %d thread(s)", o->batch,
                lanes, o->cores / lanes > 0 ? o->cores / lanes : 1);
     printf("| %s | %d x %d%s | %d | %.2f |\n", cfg[k].name, cfg[k].workers,
-           threads > 0 ? threads : 1, how, cfg[k].inflight, vs__median(cfg[k].ips, rounds));
+           threads > 0 ? threads : 1, how, cfg[k].inflight, dbatch_median(cfg[k].ips, rounds));
   }
   printf("\n| ratio of images/s | median over rounds | range |\n|---|---|---|\n");
-  vs__ratio(&cfg[VS_CFG_BATCHED], &cfg[VS_CFG_ONE], rounds);
-  vs__ratio(&cfg[VS_CFG_BATCHED], &cfg[VS_CFG_WORKERS], rounds);
-  vs__ratio(&cfg[VS_CFG_WORKERS], &cfg[VS_CFG_ONE], rounds);
+  db_ratio(&cfg[VS_CFG_BATCHED], &cfg[VS_CFG_ONE], rounds);
+  db_ratio(&cfg[VS_CFG_BATCHED], &cfg[VS_CFG_WORKERS], rounds);
+  db_ratio(&cfg[VS_CFG_WORKERS], &cfg[VS_CFG_ONE], rounds);
   status = 0;
 done:
   for (int k = 0; k < VS_NCFG; k++) {
     if (cfg[k].up) vs_conn_close(&cfg[k].conn);
     if (status && cfg[k].d.pid) vs_bench_daemon_dump_log(&cfg[k].d, 20);
     vs_bench_daemon_stop(&cfg[k].d, 30000);
-    if (!status && k == VS_CFG_BATCHED) vs__print_gate_line(&cfg[k].d);
+    if (!status && k == VS_CFG_BATCHED) db_print_gate_line(&cfg[k].d);
     if (cfg[k].d.tmp[0] && vs_bench_daemon_cleanup(&cfg[k].d)) status = 1;
   }
   free(res);

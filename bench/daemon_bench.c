@@ -44,7 +44,7 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n) {
+static double dbench_median(double *v, int n) {
   double *c = malloc((size_t)n * sizeof *c);
   memcpy(c, v, (size_t)n * sizeof *c);
   qsort(c, (size_t)n, sizeof *c, cmp_d);
@@ -65,9 +65,9 @@ static int start_daemon(vs__bd *b, int workers) {
   return vs_bench_daemon_start(&b->d, args, NULL);
 }
 
-static void usage(FILE *f) {
+static void db_usage(FILE *f) {
   fprintf(f,
-          "usage: vspecd-bench [options]\n"
+          "db_usage: vspecd-bench [options]\n"
           "\n"
           "  --model-dir DIR    model (default models/fmnist if present, else\n"
           "                     tests/golden/micro_c2i)\n"
@@ -128,9 +128,9 @@ static int bd_parse(int argc, char **argv, bd_args *a) {
       case O_ROUNDS: ok = vs_cli_long("--rounds", optarg, 1, 64, &a->rounds); break;
       case O_PRECISION: a->precision = optarg; break;
       case O_LANES: ok = vs_cli_long("--lanes", optarg, 1, 16, &a->lanes); break;
-      case 'h': usage(stdout); return 0;
+      case 'h': db_usage(stdout); return 0;
       case O_VERSION: vs_print_version(stdout, "vspecd-bench"); return 0;
-      default: usage(stderr); return 2;
+      default: db_usage(stderr); return 2;
     }
     if (!ok) return 2;
   }
@@ -282,9 +282,9 @@ static int bd_latency(bd_run *r) {
     r->service[i] = j.latency - j.generate_s - j.decode_s;
     r->paired[i] = r->daemon[i] - r->inproc[i];
   }
-  double mi = median(r->inproc, ni), md = median(r->daemon, ni), ms = median(r->service, ni);
+  double mi = dbench_median(r->inproc, ni), md = dbench_median(r->daemon, ni), ms = dbench_median(r->service, ni);
   printf("### 1. end-to-end latency of one image (%d images, interleaved)\n\n", ni);
-  printf("| path | median | p10 | p90 |\n|---|---|---|---|\n");
+  printf("| path | dbench_median | p10 | p90 |\n|---|---|---|---|\n");
   printf("| in-process (generate + decode + PNG) | %.3f ms | %.3f ms | %.3f ms |\n", mi * 1e3,
          pct(r->inproc, ni, 0.1) * 1e3, pct(r->inproc, ni, 0.9) * 1e3);
   printf("| through vspecd (submit -> result, progress streamed) | %.3f ms | %.3f ms | %.3f ms "
@@ -292,9 +292,9 @@ static int bd_latency(bd_run *r) {
   printf("| of which the service itself (end to end - worker's generate, decode, PNG) | %.3f ms "
          "| %.3f ms | %.3f ms |\n", ms * 1e3, pct(r->service, ni, 0.1) * 1e3,
          pct(r->service, ni, 0.9) * 1e3);
-  printf("\noverhead of the daemon: %+.1f %% (medians), %+.3f ms median of paired differences; "
+  printf("\noverhead of the daemon: %+.1f %% (medians), %+.3f ms dbench_median of paired differences; "
          "the service's own time is %.1f %% of the in-process latency\n\n",
-         (md / mi - 1) * 100, median(r->paired, ni) * 1e3, ms / mi * 100);
+         (md / mi - 1) * 100, dbench_median(r->paired, ni) * 1e3, ms / mi * 100);
   return 1;
 }
 
@@ -302,7 +302,7 @@ static int bd_latency(bd_run *r) {
 static int bd_previews(bd_run *r) {
   printf("### 2. cost of previews at the default cadence (every %d tokens)\n\n",
          r->N / 8 > 0 ? r->N / 8 : 1);
-  printf("| previews | previews/image | rendering time / generation time | median latency |\n"
+  printf("| previews | previews/image | rendering time / generation time | dbench_median latency |\n"
          "|---|---|---|---|\n");
   const int kinds[] = {0, VSPEC__PREVIEW_KIND__PREVIEW_LUT, VSPEC__PREVIEW_KIND__PREVIEW_DECODE};
   const char *names[] = {"none", "lut", "decode"};
@@ -320,7 +320,7 @@ static int bd_previews(bd_run *r) {
     }
   for (int k = 0; k < 3; k++)
     printf("| %s | %.1f | %.2f %% | %.3f ms |\n", names[k], cnt[k] / m, frac[k] / m * 100,
-           median(lat[k], m) * 1e3);
+           dbench_median(lat[k], m) * 1e3);
   return 1;
 }
 
@@ -333,7 +333,7 @@ static int bd_throughput(bd_run *r) {
       vs_conn_open(&r->conn, r->b->d.job_ep, NULL, r->err, sizeof r->err))
     return 0;
   r->have_conn = 1;
-  printf("| jobs in flight | images/s | median latency |\n|---|---|---|\n");
+  printf("| jobs in flight | images/s | dbench_median latency |\n|---|---|---|\n");
   int levels[] = {1, 2, 4, 8};
   for (int l = 0; l < 4; l++) {
     double wall = vs_bench_run_jobs(&r->conn, (int)jobs, levels[l], 500, 1, r->a->method, 0,
@@ -341,7 +341,7 @@ static int bd_throughput(bd_run *r) {
     if (wall < 0) return 0;
     double *lv = malloc((size_t)jobs * sizeof *lv);
     for (int i = 0; i < jobs; i++) lv[i] = r->res[i].latency;
-    printf("| %d | %.2f | %.3f ms |\n", levels[l], jobs / wall, median(lv, (int)jobs) * 1e3);
+    printf("| %d | %.2f | %.3f ms |\n", levels[l], jobs / wall, dbench_median(lv, (int)jobs) * 1e3);
     free(lv);
   }
   return 1;

@@ -38,7 +38,7 @@ int vs_bench_fleet_spawn_gateway(vs_bench_fleet *f, int i) {
   return vs_bench_proc_spawn(&f->gw[i], args);
 }
 
-static int vs__paths(vs_bench_fleet *f, char *err, size_t errlen) {
+static int df_paths(vs_bench_fleet *f, char *err, size_t errlen) {
   snprintf(f->dir, sizeof f->dir, "/tmp/vspecd-fleet-bench-XXXXXX");
   if (!mkdtemp(f->dir)) {
     f->dir[0] = 0;
@@ -63,7 +63,7 @@ static int vs__paths(vs_bench_fleet *f, char *err, size_t errlen) {
 }
 
 /* The daemons are started together (each loads the model), then waited for. */
-static int vs__start_members(vs_bench_fleet *f, char *err, size_t errlen) {
+static int df_start_members(vs_bench_fleet *f, char *err, size_t errlen) {
   for (int i = 0; i < VS_BENCH_FLEET_DAEMONS; i++)
     if (vs_bench_fleet_spawn_daemon(f, i)) {
       snprintf(err, errlen, "cannot fork vspecd");
@@ -88,11 +88,11 @@ int vs_bench_fleet_start(vs_bench_fleet *f, const vs_bench_fleet_opts *o, char *
                          size_t errlen) {
   memset(f, 0, sizeof *f);
   f->o = *o;
-  if (vs__paths(f, err, errlen)) return -1;
+  if (df_paths(f, err, errlen)) return -1;
   if (vs_bench_redis_init(&f->redis, f->dir, o->appendfsync, err, errlen) ||
       vs_bench_redis_start(&f->redis, 10, err, errlen))
     return -1;
-  if (vs__start_members(f, err, errlen)) return -1;
+  if (df_start_members(f, err, errlen)) return -1;
   vs_fleet_opts fo;
   vs_fleet_opts_defaults(&fo);
   fo.url = f->redis.url;
@@ -186,18 +186,18 @@ int vs_bench_fleet_drained(vs_bench_fleet *f, double timeout_s, long long *lengt
 }
 
 /* Members a failed start never got to have no log. */
-static int vs__has_log(const char *path) { return path[0] && access(path, R_OK) == 0; }
+static int df_has_log(const char *path) { return path[0] && access(path, R_OK) == 0; }
 
 void vs_bench_fleet_dump_logs(const vs_bench_fleet *f) {
   for (int i = 0; i < VS_BENCH_FLEET_DAEMONS; i++) {
-    if (!vs__has_log(f->d[i].log)) continue;
+    if (!df_has_log(f->d[i].log)) continue;
     fprintf(stderr, "---- vspecd %s (%s)\n", f->d_name[i], f->d[i].log);
     fflush(stderr);
     vs_bench_daemon_dump_log(&f->d[i], 25);
   }
   for (int i = 0; i < VS_BENCH_FLEET_GATEWAYS; i++)
-    if (vs__has_log(f->gw[i].log)) vs_bench_proc_dump_log(&f->gw[i], f->gw_name[i], 25);
-  if (vs__has_log(f->redis.proc.log)) vs_bench_proc_dump_log(&f->redis.proc, "redis-server", 15);
+    if (df_has_log(f->gw[i].log)) vs_bench_proc_dump_log(&f->gw[i], f->gw_name[i], 25);
+  if (df_has_log(f->redis.proc.log)) vs_bench_proc_dump_log(&f->redis.proc, "redis-server", 15);
 }
 
 int vs_bench_fleet_stop(vs_bench_fleet *f, int keep) {

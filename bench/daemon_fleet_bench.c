@@ -56,14 +56,14 @@ typedef struct vs__lat {
   double *direct_acc, *gateway_acc;    /* submit to the daemon's Accepted, s */
 } vs__lat;
 
-static uint64_t vs__random_id(void) {
+static uint64_t dfb_random_id(void) {
   uint64_t v = 0;
   while (!v)
     if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v) v &= (1ull << 63) - 1;
   return v;
 }
 
-static int vs__send_one(vs_conn *c, uint64_t seed, int cls, uint64_t job_id, const char *method,
+static int dfb_send_one(vs_conn *c, uint64_t seed, int cls, uint64_t job_id, const char *method,
                         uint64_t *rid, char *err, size_t errlen) {
   Vspec__Submit s = VSPEC__SUBMIT__INIT;
   s.method = (char *)method;
@@ -87,7 +87,7 @@ static int fb_one(const vs_bench_fleet *f, vs_conn *c, uint64_t seed, int cls, u
                   const char *method, double *lat, double *to_acc, char *err, size_t errlen) {
   uint64_t rid, job = job_id;
   double t0 = vs_bench_now();
-  if (vs__send_one(c, seed, cls, job_id, method, &rid, err, errlen)) return -1;
+  if (dfb_send_one(c, seed, cls, job_id, method, &rid, err, errlen)) return -1;
   *to_acc = -1;
   for (;;) {
     if (vs__stop || vs_bench_now() - t0 > VS__JOB_TIMEOUT_S) {
@@ -132,12 +132,12 @@ typedef struct vs__conns {
   int n_d, n_gw;
 } vs__conns;
 
-static void vs__conns_close(vs__conns *c) {
+static void dfb_conns_close(vs__conns *c) {
   for (int i = 0; i < c->n_d; i++) vs_conn_close(&c->d[i]);
   for (int i = 0; i < c->n_gw; i++) vs_conn_close(&c->gw[i]);
 }
 
-static int vs__conns_open(vs__conns *c, const vs_bench_fleet *f, char *err, size_t errlen) {
+static int dfb_conns_open(vs__conns *c, const vs_bench_fleet *f, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
   for (; c->n_d < VS_BENCH_FLEET_DAEMONS; c->n_d++)
     if (vs_conn_open(&c->d[c->n_d], f->d[c->n_d].job_ep, NULL, err, errlen)) return -1;
@@ -147,14 +147,14 @@ static int vs__conns_open(vs__conns *c, const vs_bench_fleet *f, char *err, size
 }
 
 /* Weights paged in on every daemon, the gateways' and the agents' first Redis commands. */
-static int vs__warm_up(const vs_bench_fleet *f, vs__conns *c, const char *method, char *err,
+static int dfb_warm_up(const vs_bench_fleet *f, vs__conns *c, const char *method, char *err,
                        size_t errlen) {
   double lat, acc;
   for (int i = 0; i < VS_BENCH_FLEET_DAEMONS; i++)
     if (fb_one(f, &c->d[i], 900 + (uint64_t)i, 1, 0, method, &lat, &acc, err, errlen))
       return -1;
   for (int i = 0; i < 2 * VS_BENCH_FLEET_GATEWAYS; i++)
-    if (fb_one(f, &c->gw[i % VS_BENCH_FLEET_GATEWAYS], 910 + (uint64_t)i, 1, vs__random_id(),
+    if (fb_one(f, &c->gw[i % VS_BENCH_FLEET_GATEWAYS], 910 + (uint64_t)i, 1, dfb_random_id(),
                method, &lat, &acc, err, errlen))
       return -1;
   return 0;
@@ -162,11 +162,11 @@ static int vs__warm_up(const vs_bench_fleet *f, vs__conns *c, const char *method
 
 /* Image i: seed i, class i mod 10, straight to daemon i mod 3 and through gateway i mod 2,
  * the two in alternating order so that drift spreads over both paths alike. */
-static int vs__latency(const vs_bench_fleet *f, const vs__opts *o, vs__lat *l, char *err,
+static int dfb_latency(const vs_bench_fleet *f, const vs__opts *o, vs__lat *l, char *err,
                        size_t errlen) {
   vs__conns c;
-  int rc = vs__conns_open(&c, f, err, errlen);
-  if (!rc) rc = vs__warm_up(f, &c, o->method, err, errlen);
+  int rc = dfb_conns_open(&c, f, err, errlen);
+  if (!rc) rc = dfb_warm_up(f, &c, o->method, err, errlen);
   for (int i = 0; !rc && i < l->n; i++) {
     int cls = i % 10;
     vs_conn *direct = &c.d[i % VS_BENCH_FLEET_DAEMONS], *gw = &c.gw[i % VS_BENCH_FLEET_GATEWAYS];
@@ -175,51 +175,51 @@ static int vs__latency(const vs_bench_fleet *f, const vs__opts *o, vs__lat *l, c
         rc = fb_one(f, direct, (uint64_t)i, cls, 0, o->method, &l->direct[i], &l->direct_acc[i],
                     err, errlen);
       else
-        rc = fb_one(f, gw, (uint64_t)i, cls, vs__random_id(), o->method, &l->gateway[i],
+        rc = fb_one(f, gw, (uint64_t)i, cls, dfb_random_id(), o->method, &l->gateway[i],
                     &l->gateway_acc[i], err, errlen);
     }
     l->diff[i] = l->gateway[i] - l->direct[i];
   }
-  vs__conns_close(&c);
+  dfb_conns_close(&c);
   return rc;
 }
 
 /* ---- the report ------------------------------------------------------------------------- */
 
-static double vs__q(const double *v, int n, double q) { return vs_bench_quantile(v, n, q); }
+static double dfb_q(const double *v, int n, double q) { return vs_bench_quantile(v, n, q); }
 
 static double vs__added_pct(const vs__lat *l) {
-  double d = vs__q(l->direct, l->n, 0.5);
-  return d > 0 ? vs__q(l->diff, l->n, 0.5) / d * 100 : 0;
+  double d = dfb_q(l->direct, l->n, 0.5);
+  return d > 0 ? dfb_q(l->diff, l->n, 0.5) / d * 100 : 0;
 }
 
-static void vs__print_latency(const vs__lat *l) {
+static void dfb_print_latency(const vs__lat *l) {
   int n = l->n;
   printf("### 1. latency added by the queue (%d images, one at a time, direct and through a "
          "gateway interleaved, same seeds and classes)\n\n", n);
   printf("| path | p50 | p99 | submit to the daemon's Accepted, p50 | p99 |\n"
          "|---|---|---|---|---|\n");
   printf("| direct to a vspecd (its job endpoint) | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n",
-         vs__q(l->direct, n, 0.5) * 1e3, vs__q(l->direct, n, 0.99) * 1e3,
-         vs__q(l->direct_acc, n, 0.5) * 1e3, vs__q(l->direct_acc, n, 0.99) * 1e3);
+         dfb_q(l->direct, n, 0.5) * 1e3, dfb_q(l->direct, n, 0.99) * 1e3,
+         dfb_q(l->direct_acc, n, 0.5) * 1e3, dfb_q(l->direct_acc, n, 0.99) * 1e3);
   printf("| through vspec-gateway and Redis | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n",
-         vs__q(l->gateway, n, 0.5) * 1e3, vs__q(l->gateway, n, 0.99) * 1e3,
-         vs__q(l->gateway_acc, n, 0.5) * 1e3, vs__q(l->gateway_acc, n, 0.99) * 1e3);
+         dfb_q(l->gateway, n, 0.5) * 1e3, dfb_q(l->gateway, n, 0.99) * 1e3,
+         dfb_q(l->gateway_acc, n, 0.5) * 1e3, dfb_q(l->gateway_acc, n, 0.99) * 1e3);
   printf("| paired difference (gateway - direct, same image) | %+.2f ms | %+.2f ms | | |\n",
-         vs__q(l->diff, n, 0.5) * 1e3, vs__q(l->diff, n, 0.99) * 1e3);
+         dfb_q(l->diff, n, 0.5) * 1e3, dfb_q(l->diff, n, 0.99) * 1e3);
   double pct = vs__added_pct(l);
   printf("\nadded latency at p50: %+.2f ms, %+.1f %% of the direct p50 image time (goal under "
-         "%.0f %%: %s)\n\n", vs__q(l->diff, n, 0.5) * 1e3, pct, VS__GOAL_PCT,
+         "%.0f %%: %s)\n\n", dfb_q(l->diff, n, 0.5) * 1e3, pct, VS__GOAL_PCT,
          pct < VS__GOAL_PCT ? "met" : "missed");
 }
 
-static void vs__print_run_row(const char *name, const vs_bench_load_result *r) {
+static void dfb_print_run_row(const char *name, const vs_bench_load_result *r) {
   printf("| %s | %.2f | %.1f ms | %.1f ms | %d | %d | %d | %d | %lld / %lld | %d | %d | %d |\n",
          name, r->jobs_per_s, r->p50_s * 1e3, r->p99_s * 1e3, r->results, r->errors, r->lost,
          r->duplicated, r->left, r->pending, r->restarted, r->resubmitted, r->retried_jobs);
 }
 
-static void vs__print_chaos(const vs_bench_load_result *r) {
+static void dfb_print_chaos(const vs_bench_load_result *r) {
   const vs_bench_chaos_log *c = &r->chaos;
   printf("\nchaos: vspecd %s (holding %d job(s) in Redis) SIGKILLed after %d jobs ended (t = "
          "%.2f s) and started again; vspec-gateway gw0 SIGKILLed after %d (t = %.2f s) and "
@@ -234,16 +234,16 @@ static void vs__print_chaos(const vs_bench_load_result *r) {
            r->left || r->pending ? "still holding jobs" : "empty", r->drain_s);
 }
 
-static void vs__print_runs(const vs__opts *o, const vs_bench_load_result *calm,
+static void dfb_print_runs(const vs__opts *o, const vs_bench_load_result *calm,
                            const vs_bench_load_result *chaos) {
   printf("### 2. throughput, and no job lost (%ld jobs from 2 clients, one per gateway, %ld in "
          "flight each, client-chosen job ids)\n\n", o->jobs, o->in_flight);
   printf("| run | jobs/s | p50 latency | p99 latency | results | errors | lost | duplicated | "
          "left in the stream / pending | restarted | resubmitted | retried after unavailable |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  vs__print_run_row("calm", calm);
-  if (chaos) vs__print_run_row("chaos", chaos);
-  if (chaos) vs__print_chaos(chaos);
+  dfb_print_run_row("calm", calm);
+  if (chaos) dfb_print_run_row("chaos", chaos);
+  if (chaos) dfb_print_chaos(chaos);
   /* A restarted job whose first daemon died before writing its Accepted shows one run. */
   printf("\nfrom each job's events in Redis: runs (a daemon's Accepted) calm %d, chaos %d; jobs "
          "run by a second daemon: %d, %d; of those, without a Restarted event before the second "
@@ -252,7 +252,7 @@ static void vs__print_runs(const vs__opts *o, const vs_bench_load_result *calm,
          chaos ? chaos->ran_again_unexplained : 0);
 }
 
-static json_t *vs__json_chaos(const vs_bench_chaos_log *c) {
+static json_t *dfb_json_chaos(const vs_bench_chaos_log *c) {
   return json_pack("{s:s, s:i, s:i, s:f, s:i, s:f, s:i, s:i, s:f, s:f, s:f}", "daemon", c->daemon,
                    "daemon_jobs", c->daemon_jobs, "daemon_at", c->daemon_at, "daemon_t",
                    c->daemon_t, "gateway_at", c->gateway_at, "gateway_t", c->gateway_t,
@@ -261,7 +261,7 @@ static json_t *vs__json_chaos(const vs_bench_chaos_log *c) {
                    c->redis_up_t);
 }
 
-static json_t *vs__json_run(const vs_bench_load_result *r) {
+static json_t *dfb_json_run(const vs_bench_load_result *r) {
   json_t *o = json_pack("{s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:b, s:b, s:s}", "jobs",
                         r->jobs, "wall_s", r->wall_s, "jobs_per_s", r->jobs_per_s, "p50_ms",
                         r->p50_s * 1e3, "p99_ms", r->p99_s * 1e3, "left_in_stream",
@@ -279,11 +279,11 @@ static json_t *vs__json_run(const vs_bench_load_result *r) {
                 {"ran_again", r->ran_again}, {"ran_again_unexplained", r->ran_again_unexplained}};
   for (size_t i = 0; o && i < sizeof counts / sizeof *counts; i++)
     json_object_set_new(o, counts[i].name, json_integer(counts[i].v));
-  if (o) json_object_set_new(o, "chaos", vs__json_chaos(&r->chaos));
+  if (o) json_object_set_new(o, "chaos", dfb_json_chaos(&r->chaos));
   return o;
 }
 
-static json_t *vs__json_latency(const vs__lat *l) {
+static json_t *dfb_json_latency(const vs__lat *l) {
   int n = l->n;
   json_t *o = json_pack("{s:i, s:f}", "images", n, "diff_p50_pct_of_direct", vs__added_pct(l));
   const struct {
@@ -295,14 +295,14 @@ static json_t *vs__json_latency(const vs__lat *l) {
   for (size_t i = 0; o && i < sizeof series / sizeof *series; i++) {
     char key[64];
     snprintf(key, sizeof key, "%s_p50_ms", series[i].name);
-    json_object_set_new(o, key, json_real(vs__q(series[i].v, n, 0.5) * 1e3));
+    json_object_set_new(o, key, json_real(dfb_q(series[i].v, n, 0.5) * 1e3));
     snprintf(key, sizeof key, "%s_p99_ms", series[i].name);
-    json_object_set_new(o, key, json_real(vs__q(series[i].v, n, 0.99) * 1e3));
+    json_object_set_new(o, key, json_real(dfb_q(series[i].v, n, 0.99) * 1e3));
   }
   return o;
 }
 
-static int vs__write_json(const vs__opts *o, const vs_bench_fleet *f, const vs__lat *l,
+static int dfb_write_json(const vs__opts *o, const vs_bench_fleet *f, const vs__lat *l,
                           const vs_bench_load_result *calm, const vs_bench_load_result *chaos,
                           int pass, const char *why) {
   json_t *root = json_pack(
@@ -313,9 +313,9 @@ static int vs__write_json(const vs__opts *o, const vs_bench_fleet *f, const vs__
       o->fleet.appendfsync, "in_flight", (int)o->in_flight, "redis_down_ms",
       (int)o->redis_down_ms, "pass", pass, "fail_reasons", why);
   if (!root) return -1;
-  if (l) json_object_set_new(root, "latency", vs__json_latency(l));
-  if (calm) json_object_set_new(root, "calm", vs__json_run(calm));
-  if (chaos) json_object_set_new(root, "chaos", vs__json_run(chaos));
+  if (l) json_object_set_new(root, "latency", dfb_json_latency(l));
+  if (calm) json_object_set_new(root, "calm", dfb_json_run(calm));
+  if (chaos) json_object_set_new(root, "chaos", dfb_json_run(chaos));
   int rc = json_dump_file(root, o->json, JSON_INDENT(2)) ? -1 : 0;
   json_decref(root);
   if (rc) fprintf(stderr, "vspecd-fleet-bench: cannot write %s\n", o->json);
@@ -353,7 +353,7 @@ static void fb_usage(FILE *f) {
           "  --version            version and plugin ABI\n");
 }
 
-static int vs__model_dir(vs__opts *o, const char *model) {
+static int dfb_model_dir(vs__opts *o, const char *model) {
   char cwd[900], probe[1200];
   if (!getcwd(cwd, sizeof cwd)) return -1;
   snprintf(o->model_dir, sizeof o->model_dir, "%s%s%s", model[0] == '/' ? "" : cwd,
@@ -381,7 +381,7 @@ enum { O_MODEL = 256, O_METHOD, O_THREADS, O_WORKERS, O_IMAGES, O_JOBS, O_INFLIG
        O_FSYNC, O_DOWN, O_JSON, O_QUICK, O_KEEP, O_VERSION };
 
 /* One option; 0 when its value is refused (message printed). */
-static int vs__option(int c, const char *arg, vs__opts *o, vs__raw *w) {
+static int dfb_option(int c, const char *arg, vs__opts *o, vs__raw *w) {
   switch (c) {
     case O_MODEL: w->model = arg; return 1;
     case O_METHOD: o->method = arg; return 1;
@@ -438,7 +438,7 @@ static int fb_parse(int argc, char **argv, vs__opts *o) {
       fprintf(stderr, "see vspecd-fleet-bench --help\n"); /* getopt said which */
       return 2;
     }
-    if (!vs__option(c, optarg, o, &w)) return 2;
+    if (!dfb_option(c, optarg, o, &w)) return 2;
   }
   if (optind < argc) {
     fprintf(stderr, "vspecd-fleet-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
@@ -449,7 +449,7 @@ static int fb_parse(int argc, char **argv, vs__opts *o) {
   o->fleet.threads = (int)w.threads;
   o->fleet.workers = (int)w.workers;
   o->fleet.claim_idle_ms = (int)w.claim;
-  return vs__model_dir(o, w.model) ? 2 : 0;
+  return dfb_model_dir(o, w.model) ? 2 : 0;
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
@@ -471,7 +471,7 @@ static void fb_header(const vs__opts *o, const vs_bench_fleet *f) {
   fflush(stdout);
 }
 
-static int vs__lat_alloc(vs__lat *l, int n) {
+static int dfb_lat_alloc(vs__lat *l, int n) {
   l->n = n;
   double **v[] = {&l->direct, &l->gateway, &l->diff, &l->direct_acc, &l->gateway_acc};
   for (int i = 0; i < 5; i++)
@@ -479,7 +479,7 @@ static int vs__lat_alloc(vs__lat *l, int n) {
   return 0;
 }
 
-static void vs__lat_free(vs__lat *l) {
+static void dfb_lat_free(vs__lat *l) {
   free(l->direct);
   free(l->gateway);
   free(l->diff);
@@ -488,7 +488,7 @@ static void vs__lat_free(vs__lat *l) {
 }
 
 /* One throughput run; 0 when it ran to its end (passed or not: *pass). */
-static int vs__throughput(vs_bench_fleet *f, const vs__opts *o, int chaos,
+static int dfb_throughput(vs_bench_fleet *f, const vs__opts *o, int chaos,
                           vs_bench_load_result *res, int *pass, char *why, size_t whylen) {
   vs_bench_load_opts lo = {.jobs = (int)o->jobs, .in_flight = (int)o->in_flight,
                            .chaos = chaos, .redis_down_s = o->redis_down_ms / 1000.0,
@@ -521,7 +521,7 @@ int main(int argc, char **argv) {
   vs__lat lat = {0};
   char err[VSPEC_ERRLEN], why[2048] = "";
   int pass = 1, have_lat = 0, have_calm = 0, have_chaos = 0;
-  if (vs__lat_alloc(&lat, (int)o.images)) {
+  if (dfb_lat_alloc(&lat, (int)o.images)) {
     snprintf(why, sizeof why, "out of memory");
     pass = 0;
     goto done;
@@ -532,25 +532,25 @@ int main(int argc, char **argv) {
     goto done;
   }
   fb_header(&o, &f);
-  if (vs__latency(&f, &o, &lat, err, sizeof err)) {
+  if (dfb_latency(&f, &o, &lat, err, sizeof err)) {
     snprintf(why, sizeof why, "latency phase: %s", err);
     pass = 0;
     goto done;
   }
   have_lat = 1;
-  vs__print_latency(&lat);
+  dfb_print_latency(&lat);
   fflush(stdout);
-  have_calm = !vs__throughput(&f, &o, 0, &calm, &pass, why, sizeof why);
+  have_calm = !dfb_throughput(&f, &o, 0, &calm, &pass, why, sizeof why);
   if (have_calm && !vs__stop)
-    have_chaos = !vs__throughput(&f, &o, 1, &chaos, &pass, why, sizeof why);
-  if (have_calm) vs__print_runs(&o, &calm, have_chaos ? &chaos : NULL);
+    have_chaos = !dfb_throughput(&f, &o, 1, &chaos, &pass, why, sizeof why);
+  if (have_calm) dfb_print_runs(&o, &calm, have_chaos ? &chaos : NULL);
   if (have_calm && !have_chaos && pass) {
     snprintf(why, sizeof why, "the chaos run did not run");
     pass = 0;
   }
 done:
   if (!pass) vs_bench_fleet_dump_logs(&f);
-  if (o.json && vs__write_json(&o, &f, have_lat ? &lat : NULL, have_calm ? &calm : NULL,
+  if (o.json && dfb_write_json(&o, &f, have_lat ? &lat : NULL, have_calm ? &calm : NULL,
                                have_chaos ? &chaos : NULL, pass, why))
     pass = 0;
   if (pass)
@@ -561,6 +561,6 @@ done:
     fprintf(stderr, "vspecd-fleet-bench: FAIL: %s\n", why);
   }
   if (vs_bench_fleet_stop(&f, o.keep)) fprintf(stderr, "vspecd-fleet-bench: cleanup incomplete\n");
-  vs__lat_free(&lat);
+  dfb_lat_free(&lat);
   return pass ? 0 : 1;
 }

@@ -1,13 +1,13 @@
 /*
  * vspecd-http-soak: vspecd's HTTP endpoint under a long mixed load with hostile clients in it
- * (make soak-http; issue 32; docs/RELIABILITY.md, "HTTP soak"). What only a long run shows:
+ * (make soak-http; issue 32; docs/RELIABILITY.md, "HTTP soak"). What only a long dhs_run shows:
  * a legitimate job that fails among the hostile ones, a malformed request that is not refused,
  * a slow client the request deadline does not cut, memory that creeps (the daemon's RSS after
  * the warm-up, bench/rss_watch.h) or leaks (LeakSanitizer at its exit, in the ASan build).
  *
  * The load, on the micro test model against a vspecd of its own (the one beside this program:
  * build/asan/ for make soak-http) with [http] on a free loopback port:
- *   - C client threads run N legitimate jobs, one at a time each, every one a POST
+ *   - C client threads dhs_run N legitimate jobs, one at a time each, every one a POST
  *     /v1/images/generations on a connection of its own (PNG back): every other one AR on
  *     "micro", the rest speculative on "self" (the micro model drafting for itself); every
  *     U-th one through curl, every S-th one trickled in 8 pieces 100 ms apart (slow, but
@@ -16,12 +16,12 @@
  *     closed (or reset) 5-50 ms after it was sent, or curl with --max-time 0.05, in turn;
  *   - before every M-th job its client sends a malformed request (the list below), which
  *     must get a 4xx;
- *   - T more connections trickle a request head one byte per 100 ms all through the run:
+ *   - T more connections trickle a request head one byte per 100 ms all through the dhs_run:
  *     each must be closed by the daemon's request deadline (set to --deadline-ms) and is
  *     then opened again.
  * A legitimate job fails when its answer is not a 200 with a PNG within 60 s. Every wait is
- * bounded, and the whole run by --max-seconds. At the end the daemon must be idle and
- * answer /health; its /metrics counts are read, it gets SIGTERM (by pid), and the report
+ * bounded, and the whole dhs_run by --max-seconds. At the end the daemon must be idle and
+ * answer /health; its /metrics counts are read, it gets SIGTERM (by pid), and the dhs_report
  * (markdown, stdout) gives the counts, the latency of legitimate jobs, the daemon's RSS, the
  * leaks at its exit. Exit status 0 only when all of it holds.
  */
@@ -106,8 +106,8 @@ typedef struct hsoak {
   vs_rss_watch rss;
 } hsoak;
 
-static void note_failure(hsoak *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note_failure(hsoak *s, const char *fmt, ...) {
+static void dhs_note_failure(hsoak *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void dhs_note_failure(hsoak *s, const char *fmt, ...) {
   char m[512];
   va_list ap;
   va_start(ap, fmt);
@@ -209,7 +209,7 @@ static void job_done(hsoak *s, int i, int rc, double lat, const char *how, const
                      int trickled) {
   if (rc) {
     atomic_fetch_add(&s->failed, 1);
-    note_failure(s, "job %d (%s): %s", i, how, why);
+    dhs_note_failure(s, "job %d (%s): %s", i, how, why);
     return;
   }
   atomic_fetch_add(&s->ok, 1);
@@ -223,7 +223,7 @@ static void job_done(hsoak *s, int i, int rc, double lat, const char *how, const
 
 /* A client that gives up mid-job: raw (closed or reset 5-50 ms after its request) or curl
  * timing out, in turn. Its job is cancelled by the daemon; only a failed connect counts
- * against the run (the daemon is gone or refused a legitimate connection). */
+ * against the dhs_run (the daemon is gone or refused a legitimate connection). */
 static void vanish(hsoak *s, int i) {
   char body[256], req[600], cmd[800], out[128];
   job_body(i, 4, body, sizeof body);
@@ -233,7 +233,7 @@ static void vanish(hsoak *s, int i) {
              "application/json' --data-binary '%s' http://127.0.0.1:%d" GEN, body, s->port);
     int rc = run_cmd(cmd, out, sizeof out);
     if (rc == 28 || rc == 0) atomic_fetch_add(&s->vanished, 1); /* 28: timed out */
-    else atomic_fetch_add(&s->hostile_lost, 1), note_failure(s, "vanishing curl: exit %d", rc);
+    else atomic_fetch_add(&s->hostile_lost, 1), dhs_note_failure(s, "vanishing curl: exit %d", rc);
     return;
   }
   size_t n = (size_t)job_request(s->port, body, req, sizeof req);
@@ -241,7 +241,7 @@ static void vanish(hsoak *s, int i) {
   if (fd < 0 || vs_raw_send(fd, req, n, 5)) {
     if (fd >= 0) close(fd);
     atomic_fetch_add(&s->hostile_lost, 1);
-    note_failure(s, "vanishing client %d: cannot connect or send", i);
+    dhs_note_failure(s, "vanishing client %d: cannot connect or send", i);
     return;
   }
   usleep((useconds_t)(5 + (turn * 15) % 46) * 1000);
@@ -274,17 +274,17 @@ static void send_malformed(hsoak *s, int i) {
     atomic_fetch_add(&s->bad_ok, 1);
   } else {
     atomic_fetch_add(&s->bad_wrong, 1);
-    note_failure(s, "malformed request (%s): status %d, expected a 4xx", m->what, st);
+    dhs_note_failure(s, "malformed request (%s): status %d, expected a 4xx", m->what, st);
   }
 }
 
-static void *client_main(void *arg) {
+static void *dhs_client_main(void *arg) {
   hsoak *s = arg;
   for (;;) {
     int i = atomic_fetch_add(&s->next, 1);
     if (i >= s->o.jobs || atomic_load(&s->stop)) break;
     if (vs_bench_now() > s->until) {
-      note_failure(s, "--max-seconds %ld passed with %d jobs not run", s->o.max_seconds,
+      dhs_note_failure(s, "--max-seconds %ld passed with %d jobs not dhs_run", s->o.max_seconds,
                    (int)s->o.jobs - i);
       atomic_store(&s->stop, 1);
       break;
@@ -327,7 +327,7 @@ static void trickle_ended(hsoak *s, double life) {
   pthread_mutex_unlock(&s->mu);
   if (life > d + 1.5) {
     atomic_fetch_add(&s->trickles_late, 1);
-    note_failure(s, "a trickling connection lived %.2f s, past the deadline of %.1f s", life, d);
+    dhs_note_failure(s, "a trickling connection lived %.2f s, past the deadline of %.1f s", life, d);
   } else if (life < d - 0.2) {
     atomic_fetch_add(&s->trickles_early, 1); /* displaced by a newcomer: allowed, counted */
   } else {
@@ -347,7 +347,7 @@ static void *trickler_main(void *arg) {
         fd[k] = vs_raw_connect(s->port), sent[k] = 0, born[k] = vs_bench_now();
         if (fd[k] < 0) {
           atomic_fetch_add(&s->hostile_lost, 1);
-          note_failure(s, "a trickling client cannot connect");
+          dhs_note_failure(s, "a trickling client cannot connect");
           continue;
         }
       }
@@ -367,7 +367,7 @@ static void *trickler_main(void *arg) {
   return NULL;
 }
 
-/* ---- the end of the run: idle, /health, /metrics, the daemon's exit -------------------- */
+/* ---- the end of the dhs_run: idle, /health, /metrics, the daemon's exit -------------------- */
 
 typedef struct hs_end {
   int health;       /* /health's status at the end */
@@ -435,7 +435,7 @@ static void read_end(hsoak *s, hs_end *e) {
   free(h);
 }
 
-/* ---- the report ------------------------------------------------------------------------ */
+/* ---- the dhs_report ------------------------------------------------------------------------ */
 
 static void report_load(const hsoak *s) {
   printf("## vspecd HTTP soak\n\n%ld legitimate jobs from %ld clients (every other one AR on "
@@ -462,12 +462,12 @@ static void report_malformed(const hsoak *s) {
   printf(") |\n");
 }
 
-static int report(hsoak *s, const hs_end *e, double wall) {
+static int dhs_report(hsoak *s, const hs_end *e, double wall) {
   report_load(s);
   int failed = atomic_load(&s->failed), ok = atomic_load(&s->ok);
   printf("| | |\n|---|---|\n");
   printf("| legitimate jobs | %d ok (%d through curl, %d trickled within the deadline), **%d "
-         "failed**, %ld not run |\n", ok, atomic_load(&s->curl_ok), atomic_load(&s->slow_ok),
+         "failed**, %ld not dhs_run |\n", ok, atomic_load(&s->curl_ok), atomic_load(&s->slow_ok),
          failed, s->o.jobs - ok - failed);
   if (*s->first_failure) printf("| first failure | %s |\n", s->first_failure);
   printf("| abandoned jobs | %d (clients gone mid-job; not failures) |\n",
@@ -511,9 +511,9 @@ static int report(hsoak *s, const hs_end *e, double wall) {
 
 /* ---- main ------------------------------------------------------------------------------ */
 
-static void usage(FILE *f) {
+static void dhs_usage(FILE *f) {
   fprintf(f,
-          "usage: vspecd-http-soak [options]   (make soak-http: the ASan build, SOAK_HTTP_JOBS=N)\n"
+          "dhs_usage: vspecd-http-soak [options]   (make soak-http: the ASan build, SOAK_HTTP_JOBS=N)\n"
           "\n"
           "  --jobs N              legitimate jobs in all (default 2000)\n"
           "  --clients C           concurrent clients, one job at a time each (default 6)\n"
@@ -530,13 +530,13 @@ static void usage(FILE *f) {
           "  --rss-bound-mb M      fail when the daemon's RSS grows more than M MB after the\n"
           "                        warm-up (the first tenth of the jobs; default 8)\n"
           "  --quarantine-mb M     ASan's quarantine in the daemon (default 32)\n"
-          "  --max-seconds S       the whole run at most (default 900)\n"
+          "  --max-seconds S       the whole dhs_run at most (default 900)\n"
           "  --log-level L         the daemon's (default warn)\n"
           "  --keep                keep the daemon's directory (log) also when all is well\n"
           "  --version             version and plugin ABI\n", MAX_TRICKLERS);
 }
 
-static int parse_args(int argc, char **argv, hs_opts *o) {
+static int dhs_parse_args(int argc, char **argv, hs_opts *o) {
   *o = (hs_opts){.jobs = 2000, .clients = 6, .disconnect_every = 20, .malformed_every = 10,
                  .slow_every = 20, .curl_every = 10, .tricklers = 3, .deadline_ms = 2000,
                  .workers = 2, .rss_ms = 250, .rss_bound_mb = 8, .quarantine_mb = 32,
@@ -580,9 +580,9 @@ static int parse_args(int argc, char **argv, hs_opts *o) {
       case O_MODEL: o->model_dir = optarg; break;
       case O_LOG: o->log_level = optarg; break;
       case O_KEEP: o->keep = 1; break;
-      case 'h': usage(stdout); return 1;
+      case 'h': dhs_usage(stdout); return 1;
       case O_VERSION: vs_print_version(stdout, "vspecd-http-soak"); return 1;
-      default: usage(stderr); return -1;
+      default: dhs_usage(stderr); return -1;
     }
   }
   /* the clients, two hostile connections of theirs at most, the tricklers and curl stay
@@ -595,7 +595,7 @@ static int parse_args(int argc, char **argv, hs_opts *o) {
   return 0;
 }
 
-static int start(hsoak *s) {
+static int dhs_start(hsoak *s) {
   static char model_dir[1100], self_dir[1300], micro[1200], self[1400], workers[16], asan[256],
       listen[64], deadline[64];
   if (!realpath(s->o.model_dir, model_dir)) {
@@ -629,13 +629,13 @@ static int start(hsoak *s) {
 }
 
 /* Clients, tricklers and the RSS watch against the started daemon, then its end. */
-static int run(hsoak *s) {
+static int dhs_run(hsoak *s) {
   double t0 = s->t0 = vs_bench_now();
   s->until = t0 + (double)s->o.max_seconds;
   pthread_t *cl = calloc((size_t)s->o.clients, sizeof *cl), trickler;
   if (!cl || vs_rss_watch_start(&s->rss, s->d.pid, s->o.rss_ms, &s->done)) return 1;
   pthread_create(&trickler, NULL, trickler_main, s);
-  for (long i = 0; i < s->o.clients; i++) pthread_create(&cl[i], NULL, client_main, s);
+  for (long i = 0; i < s->o.clients; i++) pthread_create(&cl[i], NULL, dhs_client_main, s);
   for (long i = 0; i < s->o.clients; i++) pthread_join(cl[i], NULL);
   free(cl);
   atomic_store(&s->stop, 1);
@@ -646,19 +646,19 @@ static int run(hsoak *s) {
   double wall = vs_bench_now() - t0;
   e.exit_status = vs_bench_daemon_stop(&s->d, 60000);
   vs_bench_daemon_scan_log(&s->d, &e.leaked_bytes, &e.leaked_allocs, &e.sanitizer_reports);
-  return report(s, &e, wall);
+  return dhs_report(s, &e, wall);
 }
 
 int main(int argc, char **argv) {
   static hsoak s;
-  int rc = parse_args(argc, argv, &s.o);
+  int rc = dhs_parse_args(argc, argv, &s.o);
   if (rc) return rc > 0 ? 0 : 2;
   signal(SIGPIPE, SIG_IGN);
   if (vs_bench_daemon_init(&s.d, "vspecd-http-soak")) return 1;
   pthread_mutex_init(&s.mu, NULL);
   s.latency = calloc((size_t)s.o.jobs, sizeof *s.latency);
   s.latency_slow = calloc((size_t)s.o.jobs, sizeof *s.latency_slow);
-  int status = !s.latency || !s.latency_slow || start(&s) ? 1 : run(&s);
+  int status = !s.latency || !s.latency_slow || dhs_start(&s) ? 1 : dhs_run(&s);
   if (status) {
     fprintf(stderr, "vspecd-http-soak: the daemon's log (%s) ends:\n", s.d.log);
     vs_bench_daemon_dump_log(&s.d, 40);

@@ -38,14 +38,14 @@ int vs_bench_daemon_init(vs_bench_daemon *d, const char *prog) {
 
 /* In the child: SIGKILL when the benchmark dies (the check after it closes the race with a
  * parent that was already gone). */
-static void vs__die_with(pid_t parent) {
+static void dp_die_with(pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);
 }
 
-static void vs__exec(vs_bench_daemon *d, const char *const *args, const char *const *env,
+static void dp_exec(vs_bench_daemon *d, const char *const *args, const char *const *env,
                      pid_t parent) {
-  if (d->die_with_parent) vs__die_with(parent);
+  if (d->die_with_parent) dp_die_with(parent);
   char path[1100];
   snprintf(path, sizeof path, "%s/vspecd", d->exe_dir);
   FILE *f = freopen(d->log, "a", stderr);
@@ -68,7 +68,7 @@ int vs_bench_daemon_spawn(vs_bench_daemon *d, const char *const *args, const cha
     d->pid = 0;
     return -1;
   }
-  if (d->pid == 0) vs__exec(d, args, env, parent);
+  if (d->pid == 0) dp_exec(d, args, env, parent);
   return 0;
 }
 
@@ -169,7 +169,7 @@ int vs_bench_proc_spawn(vs_bench_proc *p, const char *const *args) {
     return -1;
   }
   if (p->pid > 0) return 0;
-  vs__die_with(parent);
+  dp_die_with(parent);
   int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
   if (fd >= 0) {
     dup2(fd, 1);

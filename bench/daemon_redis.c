@@ -11,7 +11,7 @@
 #include "bench/bench.h"
 
 /* $VSPEC_REDIS_SERVER names the binary when set; else the first redis-server on PATH. */
-static int vs__find_server(char *out, size_t cap) {
+static int dr_find_server(char *out, size_t cap) {
   const char *env = getenv("VSPEC_REDIS_SERVER");
   if (env) {
     snprintf(out, cap, "%s", env);
@@ -28,7 +28,7 @@ static int vs__find_server(char *out, size_t cap) {
 }
 
 /* "Redis server v=7.0.15 sha=..." -> "7.0.15": for the report, "?" when it cannot tell. */
-static void vs__version(vs_bench_redis *r) {
+static void dr_version(vs_bench_redis *r) {
   snprintf(r->version, sizeof r->version, "?");
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "'%s' --version 2>/dev/null", r->proc.path);
@@ -45,7 +45,7 @@ static void vs__version(vs_bench_redis *r) {
 int vs_bench_redis_init(vs_bench_redis *r, const char *dir, const char *appendfsync, char *err,
                         size_t errlen) {
   memset(r, 0, sizeof *r);
-  if (!vs__find_server(r->proc.path, sizeof r->proc.path)) {
+  if (!dr_find_server(r->proc.path, sizeof r->proc.path)) {
     const char *env = getenv("VSPEC_REDIS_SERVER");
     if (env)
       snprintf(err, errlen, "VSPEC_REDIS_SERVER=%s is not an executable file", env);
@@ -63,7 +63,7 @@ int vs_bench_redis_init(vs_bench_redis *r, const char *dir, const char *appendfs
     snprintf(err, errlen, "the socket path %s is too long for a unix socket", r->sock);
     return -1;
   }
-  vs__version(r);
+  dr_version(r);
   return 0;
 }
 

@@ -1,12 +1,12 @@
 /*
- * vspecd-soak: vspecd under a long mixed load, for what only a long run shows (make soak;
+ * vspecd-soak: vspecd under a long mixed load, for what only a long ds_run shows (make soak;
  * docs/RELIABILITY.md, "Soak"): jobs that fail, memory that leaks (LeakSanitizer when the
- * daemon exits, in the ASan build) or creeps (the daemon's RSS sampled through the run), and
+ * daemon exits, in the ASan build) or creeps (the daemon's RSS sampled through the ds_run), and
  * the latency of it all.
  *
  * The load, on the micro test model (tests/golden/micro_c2i) against a vspecd of its own (the
  * one beside this program: build/asan/ for make soak):
- *   - C clients, one thread and one connection each, run N jobs in all, one at a time each:
+ *   - C clients, one thread and one connection each, ds_run N jobs in all, one at a time each:
  *     every other job AR on "micro", the rest speculative (sd:RULE@standard, a chain of 3) on
  *     "self", the micro model drafting for itself;
  *   - every K-th job's client vanishes: it closes its connection without cancelling, after the
@@ -14,15 +14,15 @@
  *     runs), alternately, and goes on with a new connection. Such a job is not a failure;
  *   - every P-th job asks for a preview (lut and decode alternately) with credit 1 and never
  *     grants more: it must still end with its result;
- *   - the admin reloads accept/RULE R times, evenly over the run, while jobs hold older
+ *   - the admin reloads accept/RULE R times, evenly over the ds_run, while jobs hold older
  *     generations of it.
  * A job fails when it ends with an error or its client hears nothing of it for 60 s.
  *
  * When the jobs are done and the daemon idle, its status totals are read and it gets SIGTERM;
- * the report (markdown, on stdout) gives the failures, the leaks LeakSanitizer found at its
- * exit, its RSS over the run (first sample, after the warm-up, last, the growth after the
+ * the ds_report (markdown, on stdout) gives the failures, the leaks LeakSanitizer found at its
+ * exit, its RSS over the ds_run (first sample, after the warm-up, last, the growth after the
  * warm-up and its slope against jobs done; bench/rss_watch.h) and the latency of completed
- * jobs. Exit status 0 only with no failed job, no failed reload, no leak, no sanitizer report
+ * jobs. Exit status 0 only with no failed job, no failed reload, no leak, no sanitizer ds_report
  * and RSS growth after the warm-up (the first tenth of the jobs) within --rss-bound-mb.
  */
 #include <errno.h>
@@ -74,7 +74,7 @@ typedef struct soak {
 
 enum { JOB_OK, JOB_FAILED, JOB_VANISHED };
 
-static void note_failure(soak *s, const char *fmt, const char *a, const char *b) {
+static void ds_note_failure(soak *s, const char *fmt, const char *a, const char *b) {
   pthread_mutex_lock(&s->mu);
   if (!*s->first_failure) snprintf(s->first_failure, sizeof s->first_failure, fmt, a, b);
   pthread_mutex_unlock(&s->mu);
@@ -120,7 +120,7 @@ static int run_job(soak *s, vs_conn *c, int i, double *latency) {
   snprintf(what, sizeof what, "job %d", i);
   double t0 = vs_bench_now();
   if (vs_conn_send(c, &r, NULL, 0, err, sizeof err)) {
-    note_failure(s, "%s: submit: %s", what, err);
+    ds_note_failure(s, "%s: submit: %s", what, err);
     return JOB_FAILED;
   }
   uint64_t job = 0;
@@ -129,7 +129,7 @@ static int run_job(soak *s, vs_conn *c, int i, double *latency) {
     int rc = vs_conn_recv(c, SILENCE_MS, &e, err, sizeof err);
     if (rc == 0) snprintf(err, sizeof err, "no event for %d s", SILENCE_MS / 1000);
     if (rc <= 0) {
-      note_failure(s, "%s: %s", what, err);
+      ds_note_failure(s, "%s: %s", what, err);
       return JOB_FAILED;
     }
     Vspec__Event *ev = e.ev;
@@ -152,10 +152,10 @@ static int run_job(soak *s, vs_conn *c, int i, double *latency) {
           outcome = JOB_OK;
           if (*latency > SLOW_S)
             fprintf(stderr, "vspecd-soak: %s (daemon job %llu) took %.1f s, from %.1f s into "
-                    "the run\n", what, (unsigned long long)job, *latency, t0 - s->t0);
+                    "the ds_run\n", what, (unsigned long long)job, *latency, t0 - s->t0);
           break;
         case VSPEC__EVENT__BODY_ERROR:
-          note_failure(s, "%s failed: %s", what, ev->error->message ? ev->error->message : "?");
+          ds_note_failure(s, "%s failed: %s", what, ev->error->message ? ev->error->message : "?");
           outcome = JOB_FAILED;
           break;
         default: break;
@@ -165,13 +165,13 @@ static int run_job(soak *s, vs_conn *c, int i, double *latency) {
   }
 }
 
-static void *client_main(void *arg) {
+static void *ds_client_main(void *arg) {
   soak *s = arg;
   vs_conn c;
   vs_conn_opts co = {.ctx = s->zctx};
   char err[512];
   if (vs_conn_open(&c, s->d.job_ep, &co, err, sizeof err)) {
-    note_failure(s, "client: %s%s", err, "");
+    ds_note_failure(s, "client: %s%s", err, "");
     atomic_store(&s->stop, 1);
     return NULL;
   }
@@ -197,7 +197,7 @@ static void *client_main(void *arg) {
     if (out != JOB_OK) {
       vs_conn_close(&c);
       if (vs_conn_open(&c, s->d.job_ep, &co, err, sizeof err)) {
-        note_failure(s, "client: %s%s", err, "");
+        ds_note_failure(s, "client: %s%s", err, "");
         atomic_store(&s->stop, 1);
         return NULL;
       }
@@ -215,7 +215,7 @@ static void *reloader_main(void *arg) {
   char err[512], name[96];
   snprintf(name, sizeof name, "accept/%s", s->o.rule);
   if (vs_conn_open(&c, s->d.admin_ep, &co, err, sizeof err)) {
-    note_failure(s, "reloader: %s%s", err, "");
+    ds_note_failure(s, "reloader: %s%s", err, "");
     return NULL;
   }
   for (long i = 0; i < s->o.reloads && !atomic_load(&s->stop); i++) {
@@ -232,7 +232,7 @@ static void *reloader_main(void *arg) {
       atomic_fetch_add(&s->reloads_ok, 1);
     } else {
       atomic_fetch_add(&s->reloads_failed, 1);
-      note_failure(s, "reload %s: %s", name,
+      ds_note_failure(s, "reload %s: %s", name,
                    rc == 1 && e.ev->body_case == VSPEC__EVENT__BODY_ERROR ? e.ev->error->message
                    : rc == 0 ? "no reply in 30 s" : err);
     }
@@ -242,7 +242,7 @@ static void *reloader_main(void *arg) {
   return NULL;
 }
 
-/* ---- the end of the run: totals, the daemon's exit, its log ------------------------------ */
+/* ---- the end of the ds_run: totals, the daemon's exit, its log ------------------------------ */
 
 typedef struct soak_end {
   int have_totals;
@@ -294,9 +294,9 @@ static void read_status(soak *s, soak_end *end) {
   vs_conn_close(&c);
 }
 
-/* ---- the report ------------------------------------------------------------------------ */
+/* ---- the ds_report ------------------------------------------------------------------------ */
 
-static int report(soak *s, const soak_end *end, double wall) {
+static int ds_report(soak *s, const soak_end *end, double wall) {
 #ifdef VSPEC_SANITIZED
   const int sanitized = 1;
 #else
@@ -348,13 +348,13 @@ static int report(soak *s, const soak_end *end, double wall) {
 
 /* ---- main ------------------------------------------------------------------------------ */
 
-static void usage(FILE *f) {
+static void soak_usage(FILE *f) {
   fprintf(f,
           "usage: vspecd-soak [options]   (make soak: the ASan build, SOAK_JOBS=N)\n"
           "\n"
           "  --jobs N            jobs in all (default 2000)\n"
           "  --clients C         concurrent clients, one job at a time each (default 8)\n"
-          "  --reloads R         admin reloads of the acceptance rule over the run (default 100)\n"
+          "  --reloads R         admin reloads of the acceptance rule over the ds_run (default 100)\n"
           "  --rule NAME         the rule the speculative jobs use and the reloads reload\n"
           "                      (default exact)\n"
           "  --vanish-every K    every K-th job's client vanishes mid-job (default 25; 0: none)\n"
@@ -375,7 +375,7 @@ static void usage(FILE *f) {
           "  --version           version and plugin ABI\n");
 }
 
-static int parse_args(int argc, char **argv, soak_opts *o) {
+static int ds_parse_args(int argc, char **argv, soak_opts *o) {
   *o = (soak_opts){.jobs = 2000, .clients = 8, .reloads = 100, .vanish_every = 25,
                    .preview_every = 5, .workers = 2, .batch = 1, .rss_ms = 250,
                    .quarantine_mb = 32, .rss_bound_mb = 8,
@@ -412,16 +412,16 @@ static int parse_args(int argc, char **argv, soak_opts *o) {
       case O_QUAR: ok = vs_cli_long("--quarantine-mb", optarg, 0, 4096, &o->quarantine_mb); break;
       case O_LOG: o->log_level = optarg; break;
       case O_KEEP: o->keep = 1; break;
-      case 'h': usage(stdout); exit(0);
+      case 'h': soak_usage(stdout); exit(0);
       case O_VERSION: vs_print_version(stdout, "vspecd-soak"); exit(0);
-      default: usage(stderr); return -1;
+      default: soak_usage(stderr); return -1;
     }
     if (!ok) return -1;
   }
   return 0;
 }
 
-static int start(soak *s) {
+static int ds_start(soak *s) {
   static char model_dir[1100], self_dir[1300], micro[1200], self[1400], workers[16], asan[256],
       batch[48];
   if (!realpath(s->o.model_dir, model_dir)) {
@@ -449,14 +449,14 @@ static int start(soak *s) {
 }
 
 /* Clients, the reloader and the RSS sampler against the started daemon, then its end. */
-static int run(soak *s) {
+static int ds_run(soak *s) {
   s->zctx = zmq_ctx_new();
   double t0 = s->t0 = vs_bench_now();
   pthread_t *cl = calloc((size_t)s->o.clients, sizeof *cl);
   pthread_t reloader;
   if (!s->zctx || !cl || vs_rss_watch_start(&s->rss, s->d.pid, s->o.rss_ms, &s->done)) return 1;
   pthread_create(&reloader, NULL, reloader_main, s);
-  for (long i = 0; i < s->o.clients; i++) pthread_create(&cl[i], NULL, client_main, s);
+  for (long i = 0; i < s->o.clients; i++) pthread_create(&cl[i], NULL, ds_client_main, s);
   for (long i = 0; i < s->o.clients; i++) pthread_join(cl[i], NULL);
   free(cl);
   atomic_store(&s->done, s->o.jobs); /* the reloader's last waits end if clients stopped */
@@ -472,17 +472,17 @@ static int run(soak *s) {
   zmq_ctx_term(s->zctx);
   if (s->o.rss_csv && vs_rss_write_csv(&s->rss, s->o.rss_csv))
     fprintf(stderr, "vspecd-soak: cannot write %s\n", s->o.rss_csv);
-  return report(s, &end, wall);
+  return ds_report(s, &end, wall);
 }
 
 int main(int argc, char **argv) {
   static soak s;
-  if (parse_args(argc, argv, &s.o)) return 2;
+  if (ds_parse_args(argc, argv, &s.o)) return 2;
   if (vs_bench_daemon_init(&s.d, "vspecd-soak")) return 1;
   snprintf(s.method_sd, sizeof s.method_sd, "sd:%s@standard:shape=chain,depth=3", s.o.rule);
   pthread_mutex_init(&s.mu, NULL);
   s.latency = calloc((size_t)s.o.jobs, sizeof *s.latency);
-  int status = !s.latency || start(&s) ? 1 : run(&s);
+  int status = !s.latency || ds_start(&s) ? 1 : ds_run(&s);
   if (status) {
     fprintf(stderr, "vspecd-soak: the daemon's log (%s) ends:\n", s.d.log);
     vs_bench_daemon_dump_log(&s.d, 40);

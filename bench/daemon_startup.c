@@ -22,13 +22,13 @@
 #include "core/version.h"
 #include "daemon/preview_fit.h"
 
-static int vs__cmp(const void *a, const void *b) {
+static int ds_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
 /* One timed start: fork to first ping answered; the daemon is stopped after. */
-static int vs__start_once(const char *prog, const char *dir, const char *cache, double *s) {
+static int ds_start_once(const char *prog, const char *dir, const char *cache, double *s) {
   vs_bench_daemon d;
   (void)prog;
   if (vs_bench_daemon_init(&d, "vspecd-startup")) return -1;
@@ -47,7 +47,7 @@ static int vs__start_once(const char *prog, const char *dir, const char *cache, 
   return rc;
 }
 
-static int vs__bench_model(const char *prog, const char *label, const char *dir, int runs) {
+static int ds_bench_model(const char *prog, const char *label, const char *dir, int runs) {
   char cache[] = "/tmp/vspec-startup-XXXXXX";
   if (!mkdtemp(cache)) {
     perror("mkdtemp");
@@ -59,8 +59,8 @@ static int vs__bench_model(const char *prog, const char *label, const char *dir,
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'/*", cache);
     if (system(cmd)) rc = -1;
-    if (!rc) rc = vs__start_once(prog, dir, cache, &cold[i]);
-    if (!rc) rc = vs__start_once(prog, dir, cache, &warm[i]);
+    if (!rc) rc = ds_start_once(prog, dir, cache, &cold[i]);
+    if (!rc) rc = ds_start_once(prog, dir, cache, &warm[i]);
   }
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
@@ -69,8 +69,8 @@ static int vs__bench_model(const char *prog, const char *label, const char *dir,
     fprintf(stderr, "%s: vspecd did not start\n", label);
     return rc;
   }
-  qsort(cold, (size_t)runs, sizeof *cold, vs__cmp);
-  qsort(warm, (size_t)runs, sizeof *warm, vs__cmp);
+  qsort(cold, (size_t)runs, sizeof *cold, ds_cmp);
+  qsort(warm, (size_t)runs, sizeof *warm, ds_cmp);
   printf("%-40s cold cache: median %6.2f s (%.2f-%.2f)   warm cache: median %6.2f s "
          "(%.2f-%.2f)   %d runs\n",
          label, cold[runs / 2], cold[0], cold[runs - 1], warm[runs / 2], warm[0],
@@ -81,7 +81,7 @@ static int vs__bench_model(const char *prog, const char *label, const char *dir,
 
 /* GPT-B (LlamaGen: 12 layers, width 768, 12 heads) over 16x16 tokens of a 16384 x 8
  * codebook, and VQ-16's decoder (ch 128, ch_mult 1,1,2,2,4, z 256, 256 x 256 pixels). */
-static int vs__write_gptb(const char *dir) {
+static int ds_write_gptb(const char *dir) {
   char gpt[1100], vq[1100], mf[1100], err[512];
   snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", dir);
   snprintf(vq, sizeof vq, "%s/vq.safetensors", dir);
@@ -100,7 +100,7 @@ static int vs__write_gptb(const char *dir) {
   return 0;
 }
 
-static int vs__lut_error(const char *prog, const char *dir, const vs_preview_fit_opts *o) {
+static int ds_lut_error(const char *prog, const char *dir, const vs_preview_fit_opts *o) {
   (void)prog;
   vs_bench_env env;
   char err[VSPEC_ERRLEN];
@@ -136,7 +136,7 @@ static int vs__lut_error(const char *prog, const char *dir, const vs_preview_fit
 }
 
 /* The lazy neighbour table of model `dir`: built (an empty cache), then read back. */
-static int vs__neighbours(const char *prog, const char *dir) {
+static int ds_neighbours(const char *prog, const char *dir) {
   char cache[] = "/tmp/vspec-startup-nbr-XXXXXX";
   if (!mkdtemp(cache)) {
     perror("mkdtemp");
@@ -212,12 +212,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "--runs: 1 to 32\n");
     return 2;
   }
-  if (lut) return vs__lut_error(argv[0], lut, &fo);
-  if (nbr) return vs__neighbours(argv[0], nbr);
+  if (lut) return ds_lut_error(argv[0], lut, &fo);
+  if (nbr) return ds_neighbours(argv[0], nbr);
   if (!model && !gptb) model = "models/fmnist";
-  if (model && vs__bench_model(argv[0], model, model, runs)) return 1;
-  if (gptb && (vs__write_gptb(gptb) ||
-               vs__bench_model(argv[0], "random GPT-B / VQ-16", gptb, runs)))
+  if (model && ds_bench_model(argv[0], model, model, runs)) return 1;
+  if (gptb && (ds_write_gptb(gptb) ||
+               ds_bench_model(argv[0], "random GPT-B / VQ-16", gptb, runs)))
     return 1;
   return 0;
 }

@@ -212,6 +212,84 @@ static void json_kid(FILE *f, const vs_eval_method *m) {
   json_kinds(f, m->ci.fid_ratio_ar);
 }
 
+/* One method's object of the JSON's "methods" list. */
+static void json_method(FILE *f, const vs_eval_method *e, int is_last) {
+  const vs_metrics *t = &e->total;
+  fprintf(f, "    {\"method\": ");
+  vs_bench_json_str(f, e->spec);
+  fprintf(f, ", \"requested\": ");
+  vs_bench_json_str(f, e->m.text);
+  fprintf(f, ",\n     \"tokens\": %lld, \"target_forwards\": %lld, \"rounds\": %lld, "
+             "\"draft_forwards\": %lld, \"tpf\": ", (long long)t->tokens,
+          (long long)t->target_forwards, (long long)t->rounds, (long long)t->draft_forwards);
+  json_num(f, vs_metrics_tpf(t));
+  fprintf(f, ", \"mal\": ");
+  json_num(f, vs_metrics_mal(t));
+  fprintf(f, ", \"accept_rate\": ");
+  json_num(f, vs_metrics_accept_rate(t));
+  fprintf(f, ", \"walk_accept_rate\": ");
+  json_num(f, vs_metrics_walk_accept_rate(t));
+  fprintf(f, ", \"draft_tokens\": %lld, \"accepted\": %lld", (long long)t->draft_tokens,
+          (long long)t->accepted);
+  fprintf(f, ",\n     \"accept_by_depth\": [");
+  int last = 0;
+  for (int d = 1; d <= VS_MAX_DEPTH; d++)
+    if (t->reached[d]) last = d;
+  for (int d = 1; d <= last; d++) {
+    fprintf(f, "%s", d > 1 ? ", " : "");
+    json_num(f, vs_metrics_accept_at(t, d));
+  }
+  fprintf(f, "], \"residual_fallbacks\": %lld, \"residual_rounds\": %lld,\n     "
+             "\"skipped_rounds\": %lld, \"unverified_tokens\": %lld, \"skipped_round_frac\": ",
+          (long long)t->residual_fallbacks, (long long)t->residual_rounds,
+          (long long)t->skipped_rounds, (long long)t->unverified_tokens);
+  /* rounds counts verified rounds only (MAL's denominator); skipped ones come on top */
+  json_num(f, t->rounds + t->skipped_rounds
+                  ? (double)t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0);
+  fprintf(f, ", \"unverified_token_frac\": ");
+  json_num(f, t->tokens ? (double)t->unverified_tokens / t->tokens : 0.0);
+  fprintf(f, ",\n     \"draft_s\": ");
+  json_num(f, t->draft_s);
+  fprintf(f, ", \"verify_s\": ");
+  json_num(f, t->verify_s);
+  fprintf(f, ", \"walk_s\": ");
+  json_num(f, t->accept_s);
+  fprintf(f, ", \"wall_s\": ");
+  json_num(f, t->wall_s);
+  fprintf(f, ", \"speedup_vs_ar\": ");
+  json_num(f, e->speedup_median);
+  fprintf(f, ", \"speedup_vs_ar_total\": ");
+  json_num(f, e->speedup_total);
+  fprintf(f, ",\n     \"fid\": ");
+  json_num(f, e->has_quality ? e->q.fid : NAN);
+  fprintf(f, ", \"class_acc\": ");
+  json_num(f, e->has_quality ? e->q.class_acc : NAN);
+  fprintf(f, ", \"precision\": ");
+  json_num(f, e->has_quality ? e->q.precision : NAN);
+  fprintf(f, ", \"recall\": ");
+  json_num(f, e->has_quality ? e->q.recall : NAN);
+  /* bootstrap intervals (null when not computed), and the paired figures against AR */
+    fprintf(f, ",\n     \"fid_ci\": ");
+  json_interval(f, shown(e->ci.fid, VS_EVAL_CI_FID, e->has_quality ? e->q.fid : NAN));
+  fprintf(f, ", \"class_acc_ci\": ");
+  json_interval(f, shown(e->ci.class_acc, VS_EVAL_CI_ACC,
+                         e->has_quality ? e->q.class_acc : NAN));
+  fprintf(f, ", \"speedup_vs_ar_ci\": ");
+  json_interval(f, shown(e->ci.speedup, VS_EVAL_CI_SPEEDUP, e->speedup_median));
+  fprintf(f, ",\n     \"fid_ratio_ar\": ");
+  json_num(f, e->fid_ratio_ar);
+  fprintf(f, ", \"fid_ratio_ar_ci\": ");
+  json_interval(f, shown(e->ci.fid_ratio_ar, VS_EVAL_CI_FID, e->fid_ratio_ar));
+  fprintf(f, ", \"class_acc_diff_ar\": ");
+  json_num(f, e->acc_diff_ar);
+  fprintf(f, ", \"class_acc_diff_ar_ci\": ");
+  json_interval(f, shown(e->ci.acc_diff_ar, VS_EVAL_CI_ACC, e->acc_diff_ar));
+  json_kid(f, e);
+  fprintf(f, ", \"note\": ");
+  vs_bench_json_str(f, e->note);
+  fprintf(f, "}%s\n", is_last ? "" : ",");
+}
+
 int vs_eval_write_json(const char *path, const char *model, const char *device, vs_eval_method *em,
                       int n, int images, unsigned long long seed, int threads, vs_eval_floor floor,
                       const vs_eval_tokens *tk, int resamples, const vs_bench_machine *mc,
@@ -250,83 +328,7 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
   else
     fputs("null", f);
   fprintf(f, ",\n  \"methods\": [\n");
-  for (int i = 0; i < n; i++) {
-    const vs_metrics *t = &em[i].total;
-    fprintf(f, "    {\"method\": ");
-    vs_bench_json_str(f, em[i].spec);
-    fprintf(f, ", \"requested\": ");
-    vs_bench_json_str(f, em[i].m.text);
-    fprintf(f, ",\n     \"tokens\": %lld, \"target_forwards\": %lld, \"rounds\": %lld, "
-               "\"draft_forwards\": %lld, \"tpf\": ", (long long)t->tokens,
-            (long long)t->target_forwards, (long long)t->rounds, (long long)t->draft_forwards);
-    json_num(f, vs_metrics_tpf(t));
-    fprintf(f, ", \"mal\": ");
-    json_num(f, vs_metrics_mal(t));
-    fprintf(f, ", \"accept_rate\": ");
-    json_num(f, vs_metrics_accept_rate(t));
-    fprintf(f, ", \"walk_accept_rate\": ");
-    json_num(f, vs_metrics_walk_accept_rate(t));
-    fprintf(f, ", \"draft_tokens\": %lld, \"accepted\": %lld", (long long)t->draft_tokens,
-            (long long)t->accepted);
-    fprintf(f, ",\n     \"accept_by_depth\": [");
-    int last = 0;
-    for (int d = 1; d <= VS_MAX_DEPTH; d++)
-      if (t->reached[d]) last = d;
-    for (int d = 1; d <= last; d++) {
-      fprintf(f, "%s", d > 1 ? ", " : "");
-      json_num(f, vs_metrics_accept_at(t, d));
-    }
-    fprintf(f, "], \"residual_fallbacks\": %lld, \"residual_rounds\": %lld,\n     "
-               "\"skipped_rounds\": %lld, \"unverified_tokens\": %lld, \"skipped_round_frac\": ",
-            (long long)t->residual_fallbacks, (long long)t->residual_rounds,
-            (long long)t->skipped_rounds, (long long)t->unverified_tokens);
-    /* rounds counts verified rounds only (MAL's denominator); skipped ones come on top */
-    json_num(f, t->rounds + t->skipped_rounds
-                    ? (double)t->skipped_rounds / (double)(t->rounds + t->skipped_rounds) : 0.0);
-    fprintf(f, ", \"unverified_token_frac\": ");
-    json_num(f, t->tokens ? (double)t->unverified_tokens / t->tokens : 0.0);
-    fprintf(f, ",\n     \"draft_s\": ");
-    json_num(f, t->draft_s);
-    fprintf(f, ", \"verify_s\": ");
-    json_num(f, t->verify_s);
-    fprintf(f, ", \"walk_s\": ");
-    json_num(f, t->accept_s);
-    fprintf(f, ", \"wall_s\": ");
-    json_num(f, t->wall_s);
-    fprintf(f, ", \"speedup_vs_ar\": ");
-    json_num(f, em[i].speedup_median);
-    fprintf(f, ", \"speedup_vs_ar_total\": ");
-    json_num(f, em[i].speedup_total);
-    fprintf(f, ",\n     \"fid\": ");
-    json_num(f, em[i].has_quality ? em[i].q.fid : NAN);
-    fprintf(f, ", \"class_acc\": ");
-    json_num(f, em[i].has_quality ? em[i].q.class_acc : NAN);
-    fprintf(f, ", \"precision\": ");
-    json_num(f, em[i].has_quality ? em[i].q.precision : NAN);
-    fprintf(f, ", \"recall\": ");
-    json_num(f, em[i].has_quality ? em[i].q.recall : NAN);
-    /* bootstrap intervals (null when not computed), and the paired figures against AR */
-    const vs_eval_method *e = &em[i];
-    fprintf(f, ",\n     \"fid_ci\": ");
-    json_interval(f, shown(e->ci.fid, VS_EVAL_CI_FID, e->has_quality ? e->q.fid : NAN));
-    fprintf(f, ", \"class_acc_ci\": ");
-    json_interval(f, shown(e->ci.class_acc, VS_EVAL_CI_ACC,
-                           e->has_quality ? e->q.class_acc : NAN));
-    fprintf(f, ", \"speedup_vs_ar_ci\": ");
-    json_interval(f, shown(e->ci.speedup, VS_EVAL_CI_SPEEDUP, e->speedup_median));
-    fprintf(f, ",\n     \"fid_ratio_ar\": ");
-    json_num(f, e->fid_ratio_ar);
-    fprintf(f, ", \"fid_ratio_ar_ci\": ");
-    json_interval(f, shown(e->ci.fid_ratio_ar, VS_EVAL_CI_FID, e->fid_ratio_ar));
-    fprintf(f, ", \"class_acc_diff_ar\": ");
-    json_num(f, e->acc_diff_ar);
-    fprintf(f, ", \"class_acc_diff_ar_ci\": ");
-    json_interval(f, shown(e->ci.acc_diff_ar, VS_EVAL_CI_ACC, e->acc_diff_ar));
-    json_kid(f, e);
-    fprintf(f, ", \"note\": ");
-    vs_bench_json_str(f, em[i].note);
-    fprintf(f, "}%s\n", i + 1 < n ? "," : "");
-  }
+  for (int i = 0; i < n; i++) json_method(f, &em[i], i + 1 == n);
   fprintf(f, "  ]\n}\n");
   if (fclose(f) != 0) {
     snprintf(err, errlen, "%s: write failed", path);

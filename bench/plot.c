@@ -29,17 +29,17 @@ static const uint8_t VS__PARETO[3] = {110, 110, 110};
 
 /* ---- small geometry ------------------------------------------------------------------ */
 
-static int vs__rect_overlap(vs__rect a, vs__rect b) {
+static int plot_rect_overlap(vs__rect a, vs__rect b) {
   return a.x0 <= b.x1 && b.x0 <= a.x1 && a.y0 <= b.y1 && b.y0 <= a.y1;
 }
 
-static vs__rect vs__rect_grow(vs__rect r, int d) {
+static vs__rect plot_rect_grow(vs__rect r, int d) {
   return (vs__rect){r.x0 - d, r.y0 - d, r.x1 + d, r.y1 + d};
 }
 
 /* Whether the segment passes through the rectangle; sampled at about one pixel, which is
  * exact enough for placing labels and costs nothing at plot sizes. */
-static int vs__segment_hits(int ax, int ay, int bx, int by, vs__rect r) {
+static int plot_segment_hits(int ax, int ay, int bx, int by, vs__rect r) {
   int n = abs(bx - ax) > abs(by - ay) ? abs(bx - ax) : abs(by - ay);
   for (int i = 0; i <= n; i++) {
     double t = n ? (double)i / n : 0.0;
@@ -51,7 +51,7 @@ static int vs__segment_hits(int ax, int ay, int bx, int by, vs__rect r) {
 
 /* ---- drawing primitives -------------------------------------------------------------- */
 
-static void vs__rect_outline(const vs_canvas *c, vs__rect r, int t, const uint8_t col[3]) {
+static void plot_rect_outline(const vs_canvas *c, vs__rect r, int t, const uint8_t col[3]) {
   vs_canvas_fill(c, r.x0, r.y0, r.x1, r.y0 + t - 1, col);
   vs_canvas_fill(c, r.x0, r.y1 - t + 1, r.x1, r.y1, col);
   vs_canvas_fill(c, r.x0, r.y0, r.x0 + t - 1, r.y1, col);
@@ -59,7 +59,7 @@ static void vs__rect_outline(const vs_canvas *c, vs__rect r, int t, const uint8_
 }
 
 /* A line `width` pixels wide; dash > 0 draws dash pixels on, dash off. */
-static void vs__line(const vs_canvas *c, int ax, int ay, int bx, int by, int width, int dash,
+static void plot_line(const vs_canvas *c, int ax, int ay, int bx, int by, int width, int dash,
                      const uint8_t col[3]) {
   int dx = abs(bx - ax), dy = -abs(by - ay);
   int sx = ax < bx ? 1 : -1, sy = ay < by ? 1 : -1;
@@ -80,13 +80,13 @@ static void vs__line(const vs_canvas *c, int ax, int ay, int bx, int by, int wid
   }
 }
 
-static void vs__disc(const vs_canvas *c, int cx, int cy, int r, const uint8_t col[3]) {
+static void plot_disc(const vs_canvas *c, int cx, int cy, int r, const uint8_t col[3]) {
   for (int y = -r; y <= r; y++)
     for (int x = -r; x <= r; x++)
       if (x * x + y * y <= r * r + r) vs_canvas_put(c, cx + x, cy + y, col);
 }
 
-static void vs__ring(const vs_canvas *c, int cx, int cy, int r, int t, const uint8_t col[3]) {
+static void plot_ring(const vs_canvas *c, int cx, int cy, int r, int t, const uint8_t col[3]) {
   int ro = r * r + r, ri = (r - t) * (r - t) + (r - t);
   for (int y = -r; y <= r; y++)
     for (int x = -r; x <= r; x++) {
@@ -98,11 +98,11 @@ static void vs__ring(const vs_canvas *c, int cx, int cy, int r, int t, const uin
 /* Marker shapes change with the series as well as colours, so series stay apart in grey
  * print and for readers who cannot tell two palette colours apart. grow enlarges the shape
  * (used to draw a white halo under it). */
-static void vs__marker(const vs_canvas *c, int cx, int cy, int r, int series, int grow,
+static void plot_marker(const vs_canvas *c, int cx, int cy, int r, int series, int grow,
                        const uint8_t col[3]) {
   int shape = series % 4;
   if (shape == 0) {
-    vs__disc(c, cx, cy, r + grow, col);
+    plot_disc(c, cx, cy, r + grow, col);
   } else if (shape == 1) {
     int h = r * 85 / 100 + grow; /* a square reads as larger than a disc of equal radius */
     vs_canvas_fill(c, cx - h, cy - h, cx + h, cy + h, col);
@@ -123,7 +123,7 @@ static void vs__marker(const vs_canvas *c, int cx, int cy, int r, int series, in
 
 /* Text with a one-pixel white outline, so a label stays readable where it crosses a grid
  * or series line. */
-static void vs__text_halo(const vs_canvas *c, int x, int y, const char *s, const uint8_t col[3],
+static void plot_text_halo(const vs_canvas *c, int x, int y, const char *s, const uint8_t col[3],
                           int scale) {
   for (int dy = -1; dy <= 1; dy++)
     for (int dx = -1; dx <= 1; dx++)
@@ -158,14 +158,14 @@ void vs_plot_to_pixel(const vs_plot_layout *l, double x, double y, int *px, int 
   *py = l->y1 - (int)lround((y - l->ymin) / (l->ymax - l->ymin) * (l->y1 - l->y0));
 }
 
-static int vs__finite(const vs_plot_point *p) { return isfinite(p->x) && isfinite(p->y); }
+static int plot_finite(const vs_plot_point *p) { return isfinite(p->x) && isfinite(p->y); }
 
 int vs_plot_pareto(const vs_plot_point *points, int n, int *on_front) {
   int count = 0;
   for (int i = 0; i < n; i++) {
-    on_front[i] = vs__finite(&points[i]);
+    on_front[i] = plot_finite(&points[i]);
     for (int j = 0; j < n && on_front[i]; j++) {
-      if (j == i || !vs__finite(&points[j])) continue;
+      if (j == i || !plot_finite(&points[j])) continue;
       const vs_plot_point *a = &points[i], *b = &points[j];
       if (b->x >= a->x && b->y <= a->y && (b->x > a->x || b->y < a->y)) on_front[i] = 0;
     }
@@ -185,7 +185,7 @@ typedef struct vs__ticks {
   int widest;
 } vs__ticks;
 
-static void vs__format_tick(double v, double step, char *buf, size_t len) {
+static void plot_format_tick(double v, double step, char *buf, size_t len) {
   if (fabs(v) < step * 1e-9) v = 0; /* no "-0.0" from rounding */
   int dec = (int)-floor(log10(step) + 1e-9);
   if (dec < 0) dec = 0;
@@ -195,7 +195,7 @@ static void vs__format_tick(double v, double step, char *buf, size_t len) {
     snprintf(buf, len, "%.*f", dec, v);
 }
 
-static void vs__make_ticks(double lo, double hi, double step, int scale, vs__ticks *t) {
+static void plot_make_ticks(double lo, double hi, double step, int scale, vs__ticks *t) {
   t->n = 0;
   t->widest = 0;
   double first = ceil(lo / step - 1e-9);
@@ -203,7 +203,7 @@ static void vs__make_ticks(double lo, double hi, double step, int scale, vs__tic
     double v = (first + k) * step; /* multiply, not accumulate: no drift */
     if (v > hi + step * 1e-9) break;
     t->v[t->n] = v;
-    vs__format_tick(v, step, t->s[t->n], sizeof t->s[0]);
+    plot_format_tick(v, step, t->s[t->n], sizeof t->s[0]);
     int w = vs_text_width(t->s[t->n], scale);
     if (w > t->widest) t->widest = w;
     t->n++;
@@ -212,7 +212,7 @@ static void vs__make_ticks(double lo, double hi, double step, int scale, vs__tic
 
 /* Pads the data range so markers and labels do not sit on the frame; a zero-width range
  * (one point, or all values equal) gets a width of its own. */
-static void vs__pad_range(double lo, double hi, double *out_lo, double *out_hi) {
+static void plot_pad_range(double lo, double hi, double *out_lo, double *out_hi) {
   double span = hi - lo;
   if (span <= 0) {
     double half = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1.0;
@@ -257,7 +257,7 @@ static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double
   if (max_y > 10) max_y = 10;
   if (max_y < 2) max_y = 2;
   c->L.ystep = vs_plot_nice_step(dyhi - dylo, max_y);
-  vs__make_ticks(dylo, dyhi, c->L.ystep, s, &c->yt);
+  plot_make_ticks(dylo, dyhi, c->L.ystep, s, &c->yt);
   int left = 8 * s + (plot_str(p->y_label) ? th + 10 * s : 0) + c->yt.widest + 4 * s + tick;
   int right = 16 * s + (legend_outside ? c->legend_w + 12 * s : 0);
   /* x ticks: as many as fit with a gap of two characters between labels; the last label
@@ -267,7 +267,7 @@ static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double
     int max_x = 10;
     for (;; max_x--) {
       c->L.xstep = vs_plot_nice_step(dxhi - dxlo, max_x);
-      vs__make_ticks(dxlo, dxhi, c->L.xstep, s, &c->xt);
+      plot_make_ticks(dxlo, dxhi, c->L.xstep, s, &c->xt);
       double px_per_step = c->L.xstep / (dxhi - dxlo) * (x1 - x0);
       if (max_x == 2 || px_per_step >= c->xt.widest + 12 * s) break;
     }
@@ -286,7 +286,7 @@ static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double
   c->L.scale = s;
   c->L.legend_outside = legend_outside;
   for (int i = 0; i < p->n_points; i++) {
-    if (!vs__finite(&p->points[i])) {
+    if (!plot_finite(&p->points[i])) {
       c->px[i] = c->py[i] = VS__SKIP;
       continue;
     }
@@ -295,24 +295,24 @@ static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double
 }
 
 /* How far ink reaches from a point's centre: the marker and its halo, or the Pareto ring. */
-static int vs__point_reach(const vs__ctx *c, int i) {
+static int plot_point_reach(const vs__ctx *c, int i) {
   return c->front[i] ? c->mr + 3 * c->s : c->mr + c->s;
 }
 
-static vs__rect vs__marker_rect(const vs__ctx *c, int i) {
-  int r = vs__point_reach(c, i) + c->s;
+static vs__rect plot_marker_rect(const vs__ctx *c, int i) {
+  int r = plot_point_reach(c, i) + c->s;
   return (vs__rect){c->px[i] - r, c->py[i] - r, c->px[i] + r, c->py[i] + r};
 }
 
 /* Calls fn on every line segment the plot draws (series lines, then the Pareto front). */
 typedef int (*vs__seg_fn)(void *ud, int ax, int ay, int bx, int by);
 
-static int vs__front_order_cmp_x(const vs_plot_point *pts, int a, int b) {
+static int plot_front_order_cmp_x(const vs_plot_point *pts, int a, int b) {
   if (pts[a].x != pts[b].x) return pts[a].x < pts[b].x ? -1 : 1;
   return pts[a].y < pts[b].y ? -1 : pts[a].y > pts[b].y;
 }
 
-static int vs__for_segments(const vs__ctx *c, vs__seg_fn fn, void *ud) {
+static int plot_for_segments(const vs__ctx *c, vs__seg_fn fn, void *ud) {
   const vs_plot *p = c->p;
   int total = 0;
   if (p->connect_series) {
@@ -333,8 +333,8 @@ static int vs__for_segments(const vs__ctx *c, vs__seg_fn fn, void *ud) {
       int next = -1;
       for (int i = 0; i < p->n_points; i++) {
         if (!c->front[i]) continue;
-        if (prev >= 0 && vs__front_order_cmp_x(p->points, i, prev) <= 0) continue;
-        if (next < 0 || vs__front_order_cmp_x(p->points, i, next) < 0) next = i;
+        if (prev >= 0 && plot_front_order_cmp_x(p->points, i, prev) <= 0) continue;
+        if (next < 0 || plot_front_order_cmp_x(p->points, i, next) < 0) next = i;
       }
       if (next < 0) break;
       if (prev >= 0) total += fn(ud, c->px[prev], c->py[prev], c->px[next], c->py[next]);
@@ -348,13 +348,13 @@ typedef struct vs__hit_ud {
   vs__rect r;
 } vs__hit_ud;
 
-static int vs__seg_hit(void *ud, int ax, int ay, int bx, int by) {
-  return vs__segment_hits(ax, ay, bx, by, ((vs__hit_ud *)ud)->r);
+static int plot_seg_hit(void *ud, int ax, int ay, int bx, int by) {
+  return plot_segment_hits(ax, ay, bx, by, ((vs__hit_ud *)ud)->r);
 }
 
 /* ---- legend -------------------------------------------------------------------------- */
 
-static void vs__legend_measure(vs__ctx *c) {
+static void plot_legend_measure(vs__ctx *c) {
   const vs_plot *p = c->p;
   int s = c->s, widest = 0;
   c->n_legend = 0;
@@ -377,7 +377,7 @@ static void vs__legend_measure(vs__ctx *c) {
 }
 
 /* The least cluttered inside corner; returns its cost (>= 1000 when it covers a marker). */
-static int vs__legend_place_inside(vs__ctx *c, vs__rect *best) {
+static int plot_legend_place_inside(vs__ctx *c, vs__rect *best) {
   int inset = 6 * c->s, best_cost = -1;
   const vs_plot_layout *L = &c->L;
   /* Upper corners first: in the Pareto view the bad corner (slow and poor, upper left) and
@@ -391,9 +391,9 @@ static int vs__legend_place_inside(vs__ctx *c, vs__rect *best) {
     if (r.x0 < L->x0 || r.y0 < L->y0 || r.x1 > L->x1 || r.y1 > L->y1) continue; /* too big */
     int cost = 0;
     for (int i = 0; i < c->p->n_points; i++)
-      if (c->px[i] != VS__SKIP && vs__rect_overlap(r, vs__marker_rect(c, i))) cost += 1000;
+      if (c->px[i] != VS__SKIP && plot_rect_overlap(r, plot_marker_rect(c, i))) cost += 1000;
     vs__hit_ud ud = {r};
-    cost += 10 * vs__for_segments(c, vs__seg_hit, &ud);
+    cost += 10 * plot_for_segments(c, plot_seg_hit, &ud);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       *best = r;
@@ -402,11 +402,11 @@ static int vs__legend_place_inside(vs__ctx *c, vs__rect *best) {
   return best_cost < 0 ? 1000000 : best_cost;
 }
 
-static void vs__legend_draw(const vs__ctx *c, const vs_canvas *cv, vs__rect r) {
+static void plot_legend_draw(const vs__ctx *c, const vs_canvas *cv, vs__rect r) {
   const vs_plot *p = c->p;
   int s = c->s;
   vs_canvas_fill(cv, r.x0, r.y0, r.x1, r.y1, VS__WHITE);
-  vs__rect_outline(cv, r, 1, VS__LEGEND_EDGE);
+  plot_rect_outline(cv, r, 1, VS__LEGEND_EDGE);
   int y = r.y0 + 6 * s, sx0 = r.x0 + 8 * s, sx1 = sx0 + c->sample_w - 1;
   int scx = (sx0 + sx1) / 2, tx = sx1 + 1 + 6 * s;
   int rows = p->series_names ? p->n_series : 0;
@@ -414,16 +414,16 @@ static void vs__legend_draw(const vs__ctx *c, const vs_canvas *cv, vs__rect r) {
     uint8_t col[3];
     vs_plot_series_color(i, col);
     int cy = y + c->row_h / 2 - 2 * s;
-    if (p->connect_series) vs__line(cv, sx0, cy, sx1, cy, 2 * s, 0, col);
-    vs__marker(cv, scx, cy, c->mr, i, s, VS__WHITE);
-    vs__marker(cv, scx, cy, c->mr, i, 0, col);
+    if (p->connect_series) plot_line(cv, sx0, cy, sx1, cy, 2 * s, 0, col);
+    plot_marker(cv, scx, cy, c->mr, i, s, VS__WHITE);
+    plot_marker(cv, scx, cy, c->mr, i, 0, col);
     const char *name = p->series_names[i] ? p->series_names[i] : "";
     vs_draw_text(cv, tx, cy - VS_FONT_CAP_H * s / 2, name, VS__INK, s);
   }
   if (p->mark_pareto && c->n_front > 0) {
     int cy = y + c->row_h / 2 - 2 * s;
-    vs__line(cv, sx0, cy, sx1, cy, s, 4 * s, VS__PARETO);
-    vs__ring(cv, scx, cy, c->mr + 3 * s, s, VS__INK);
+    plot_line(cv, sx0, cy, sx1, cy, s, 4 * s, VS__PARETO);
+    plot_ring(cv, scx, cy, c->mr + 3 * s, s, VS__INK);
     vs_draw_text(cv, tx, cy - VS_FONT_CAP_H * s / 2, "Pareto front", VS__INK, s);
   }
 }
@@ -433,7 +433,7 @@ static void vs__legend_draw(const vs__ctx *c, const vs_canvas *cv, vs__rect r) {
 /* Greedy placement: each label tries eight spots around its point and takes the first of
  * the cheapest, where leaving the plot area, covering a marker, another label or the legend
  * costs much and crossing a line costs a little. */
-static void vs__place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__rect *legend) {
+static void plot_place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__rect *legend) {
   const vs_plot *p = c->p;
   const vs_plot_layout *L = &c->L;
   int s = c->s, th = VS_FONT_CAP_H * s, gap = 3 * s;
@@ -443,7 +443,7 @@ static void vs__place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__re
   for (int i = 0; i < p->n_points; i++) {
     const char *label = plot_str(p->points[i].label);
     if (!label || c->px[i] == VS__SKIP) continue;
-    int tw = vs_text_width(label, s), cx = c->px[i], cy = c->py[i], r = vs__point_reach(c, i);
+    int tw = vs_text_width(label, s), cx = c->px[i], cy = c->py[i], r = plot_point_reach(c, i);
     /* Label boxes cover the capital height only: descenders may overhang a little. */
     int cand[8][2] = {{cx + r + gap, cy - th / 2},      {cx - r - gap - tw, cy - th / 2},
                       {cx - tw / 2, cy - r - gap - th}, {cx - tw / 2, cy + r + gap},
@@ -460,23 +460,23 @@ static void vs__place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__re
       if (b.y1 > area.y1) b = (vs__rect){b.x0, area.y1 - th + 1, b.x1, area.y1};
       if (b.y0 < area.y0) b = (vs__rect){b.x0, area.y0, b.x1, area.y0 + th - 1};
       if (b.x0 < area.x0 || b.x1 > area.x1) cost += 5000; /* wider than the whole area */
-      vs__rect g = vs__rect_grow(b, s);
+      vs__rect g = plot_rect_grow(b, s);
       for (int j = 0; j < p->n_points; j++)
-        if (c->px[j] != VS__SKIP && vs__rect_overlap(g, vs__marker_rect(c, j))) cost += 1000;
+        if (c->px[j] != VS__SKIP && plot_rect_overlap(g, plot_marker_rect(c, j))) cost += 1000;
       for (int j = 0; j < n_placed; j++)
-        if (vs__rect_overlap(g, placed[j])) cost += 1000;
-      if (legend && vs__rect_overlap(g, *legend)) cost += 1000;
+        if (plot_rect_overlap(g, placed[j])) cost += 1000;
+      if (legend && plot_rect_overlap(g, *legend)) cost += 1000;
       vs__hit_ud ud = {b};
-      cost += 20 * vs__for_segments(c, vs__seg_hit, &ud);
+      cost += 20 * plot_for_segments(c, plot_seg_hit, &ud);
       if (best < 0 || cost < best_cost) {
         best = k;
         best_cost = cost;
         best_r = b;
       }
     }
-    vs__text_halo(cv, best_r.x0, best_r.y0, label, VS__LABEL_INK, s);
+    plot_text_halo(cv, best_r.x0, best_r.y0, label, VS__LABEL_INK, s);
     /* Grown by most of a character so neighbouring labels never read as one. */
-    if (placed) placed[n_placed++] = vs__rect_grow(best_r, 4 * s);
+    if (placed) placed[n_placed++] = plot_rect_grow(best_r, 4 * s);
   }
   free(placed);
 }
@@ -485,7 +485,7 @@ static void vs__place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__re
 
 /* Copies text into buf, cut and ended with "..." when it is wider than max_w at scale; a
  * title that runs off the canvas would lose its end silently. Returns the width. */
-static int vs__fit_text(const char *text, int scale, int max_w, char *buf, size_t len) {
+static int plot_fit_text(const char *text, int scale, int max_w, char *buf, size_t len) {
   snprintf(buf, len, "%s", text);
   size_t n = strlen(buf);
   if (vs_text_width(buf, scale) <= max_w) return vs_text_width(buf, scale);
@@ -505,13 +505,13 @@ typedef struct vs__line_ud {
   const uint8_t *col;
 } vs__line_ud;
 
-static int vs__seg_draw(void *ud, int ax, int ay, int bx, int by) {
+static int plot_seg_draw(void *ud, int ax, int ay, int bx, int by) {
   vs__line_ud *u = ud;
-  vs__line(u->cv, ax, ay, bx, by, u->width, u->dash, u->col);
+  plot_line(u->cv, ax, ay, bx, by, u->width, u->dash, u->col);
   return 0;
 }
 
-static int vs__validate(const vs_plot *p, int width, int height, char *err, size_t errlen) {
+static int plot_validate(const vs_plot *p, int width, int height, char *err, size_t errlen) {
   if (!p) {
     snprintf(err, errlen, "plot: no plot given");
     return VSPEC_EINVAL;
@@ -535,7 +535,7 @@ static int vs__validate(const vs_plot *p, int width, int height, char *err, size
                n_series);
       return VSPEC_EINVAL;
     }
-    n_finite += vs__finite(&p->points[i]);
+    n_finite += plot_finite(&p->points[i]);
   }
   if (p->n_points == 0) {
     snprintf(err, errlen, "plot: nothing to draw: the plot has no points");
@@ -555,7 +555,7 @@ static void plot_data_range(vs__ctx *c, double *dxlo, double *dxhi, double *dylo
   const vs_plot *p = c->p;
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
   for (int i = 0; i < p->n_points; i++) {
-    if (!vs__finite(&p->points[i])) continue;
+    if (!plot_finite(&p->points[i])) continue;
     c->L.n_drawn++;
     xlo = fmin(xlo, p->points[i].x);
     xhi = fmax(xhi, p->points[i].x);
@@ -566,8 +566,8 @@ static void plot_data_range(vs__ctx *c, double *dxlo, double *dxhi, double *dylo
       yhi = fmax(yhi, p->points[i].y_hi);
     }
   }
-  vs__pad_range(xlo, xhi, dxlo, dxhi);
-  vs__pad_range(ylo, yhi, dylo, dyhi);
+  plot_pad_range(xlo, xhi, dxlo, dxhi);
+  plot_pad_range(ylo, yhi, dylo, dyhi);
 }
 
 /* The plot area and the legend's place: inside, in the corner that hides the fewest
@@ -575,11 +575,11 @@ static void plot_data_range(vs__ctx *c, double *dxlo, double *dxhi, double *dylo
 static int plot_legend_layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double dyhi,
                               vs__rect *legend_out) {
   int width = c->width;
-  vs__legend_measure(c);
+  plot_legend_measure(c);
   vs__rect legend = {-1, -1, -1, -1};
   int has_legend = c->n_legend > 0;
   vs__layout(c, dxlo, dxhi, dylo, dyhi, 0);
-  if (has_legend && vs__legend_place_inside(c, &legend) >= 1000) {
+  if (has_legend && plot_legend_place_inside(c, &legend) >= 1000) {
     /* Every inside corner would hide a point: give the legend its own column, unless that
      * squeezes the data into less than half the picture (small images, long names); then
      * the least bad inside corner it is. */
@@ -589,7 +589,7 @@ static int plot_legend_layout(vs__ctx *c, double dxlo, double dxhi, double dylo,
                           c->L.y0 + c->legend_h - 1};
     } else {
       vs__layout(c, dxlo, dxhi, dylo, dyhi, 0);
-      if (vs__legend_place_inside(c, &legend) >= 1000000)
+      if (plot_legend_place_inside(c, &legend) >= 1000000)
         legend = (vs__rect){c->L.x0 + 2, c->L.y0 + 2, c->L.x0 + 1 + c->legend_w,
                             c->L.y0 + 1 + c->legend_h}; /* bigger than the area: top left */
     }
@@ -631,7 +631,7 @@ static void plot_draw_data(const vs__ctx *cc, vs_canvas *cvp) {
     only_front.connect_series = 0;
     vs__ctx cf = c;
     cf.p = &only_front;
-    vs__for_segments(&cf, vs__seg_draw, &u);
+    plot_for_segments(&cf, plot_seg_draw, &u);
   }
   if (p->connect_series) {
     int n_series = p->n_series > 0 ? p->n_series : 1;
@@ -641,7 +641,7 @@ static void plot_draw_data(const vs__ctx *cc, vs_canvas *cvp) {
       int prev = -1;
       for (int i = 0; i < p->n_points; i++) {
         if (p->points[i].series != sr || c.px[i] == VS__SKIP) continue;
-        if (prev >= 0) vs__line(&cv, c.px[prev], c.py[prev], c.px[i], c.py[i], 2 * s, 0, col);
+        if (prev >= 0) plot_line(&cv, c.px[prev], c.py[prev], c.px[i], c.py[i], 2 * s, 0, col);
         prev = i;
       }
     }
@@ -656,19 +656,19 @@ static void plot_draw_data(const vs__ctx *cc, vs_canvas *cvp) {
     int bx, blo, bhi;
     vs_plot_to_pixel(&c.L, pt->x, pt->y_lo, &bx, &blo);
     vs_plot_to_pixel(&c.L, pt->x, pt->y_hi, &bx, &bhi);
-    vs__line(&cv, bx, blo, bx, bhi, s, 0, col);
-    vs__line(&cv, bx - 3 * s, blo, bx + 3 * s, blo, s, 0, col);
-    vs__line(&cv, bx - 3 * s, bhi, bx + 3 * s, bhi, s, 0, col);
+    plot_line(&cv, bx, blo, bx, bhi, s, 0, col);
+    plot_line(&cv, bx - 3 * s, blo, bx + 3 * s, blo, s, 0, col);
+    plot_line(&cv, bx - 3 * s, bhi, bx + 3 * s, bhi, s, 0, col);
   }
   for (int i = 0; i < p->n_points; i++) {
     if (c.px[i] == VS__SKIP) continue;
     uint8_t col[3];
     vs_plot_series_color(p->points[i].series, col);
-    vs__marker(&cv, c.px[i], c.py[i], c.mr, p->points[i].series, s, VS__WHITE);
-    vs__marker(&cv, c.px[i], c.py[i], c.mr, p->points[i].series, 0, col);
+    plot_marker(&cv, c.px[i], c.py[i], c.mr, p->points[i].series, s, VS__WHITE);
+    plot_marker(&cv, c.px[i], c.py[i], c.mr, p->points[i].series, 0, col);
   }
   for (int i = 0; i < p->n_points; i++)
-    if (c.front[i]) vs__ring(&cv, c.px[i], c.py[i], c.mr + 3 * s, s, VS__INK);
+    if (c.front[i]) plot_ring(&cv, c.px[i], c.py[i], c.mr + 3 * s, s, VS__INK);
 }
 
 /* The frame, the ticks and their values. */
@@ -676,7 +676,7 @@ static void plot_draw_axes(const vs__ctx *c, vs_canvas *cv) {
   const vs_plot_layout *L = &c->L;
   int s = c->s, tick = 5 * s, ipx, ipy;
   vs__rect frame = {L->x0, L->y0, L->x1, L->y1};
-  vs__rect_outline(cv, vs__rect_grow(frame, 1), 1, VS__INK);
+  plot_rect_outline(cv, plot_rect_grow(frame, 1), 1, VS__INK);
   for (int k = 0; k < c->xt.n; k++) {
     vs_plot_to_pixel(L, c->xt.v[k], L->ymin, &ipx, &ipy);
     vs_canvas_fill(cv, ipx, L->y1 + 2, ipx, L->y1 + 1 + tick, VS__INK);
@@ -701,7 +701,7 @@ static void plot_draw_titles(const vs__ctx *c, vs_canvas *cv) {
     /* A title too wide for its large scale drops to the label scale, then is shortened. */
     char buf[256];
     int ts = vs_text_width(p->title, c->ts) <= width - 8 * s ? c->ts : s;
-    int w = vs__fit_text(p->title, ts, width - 8 * s, buf, sizeof buf);
+    int w = plot_fit_text(p->title, ts, width - 8 * s, buf, sizeof buf);
     int x = (L->x0 + L->x1) / 2 - w / 2;
     if (x + w > width - 4 * s) x = width - 4 * s - w; /* keep it on the canvas */
     if (x < 4 * s) x = 4 * s;
@@ -710,7 +710,7 @@ static void plot_draw_titles(const vs__ctx *c, vs_canvas *cv) {
   }
   if (plot_str(p->x_label)) {
     char buf[256];
-    int w = vs__fit_text(p->x_label, s, width - 8 * s, buf, sizeof buf);
+    int w = plot_fit_text(p->x_label, s, width - 8 * s, buf, sizeof buf);
     int x = (L->x0 + L->x1) / 2 - w / 2;
     if (x + w > width - 4 * s) x = width - 4 * s - w;
     if (x < 4 * s) x = 4 * s;
@@ -718,14 +718,14 @@ static void plot_draw_titles(const vs__ctx *c, vs_canvas *cv) {
   }
   if (plot_str(p->y_label)) {
     char buf[256];
-    int w = vs__fit_text(p->y_label, s, L->y1 - L->y0 + 1, buf, sizeof buf);
+    int w = plot_fit_text(p->y_label, s, L->y1 - L->y0 + 1, buf, sizeof buf);
     vs_draw_text_up(cv, 8 * s, (L->y0 + L->y1) / 2 + w / 2, buf, VS__INK, s);
   }
 }
 
 int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plot_layout *layout,
                    char *err, size_t errlen) {
-  int rc = vs__validate(p, width, height, err, errlen);
+  int rc = plot_validate(p, width, height, err, errlen);
   if (rc) return rc;
   vs__ctx c = {.p = p, .width = width, .height = height};
   /* One scale step per 640x480: text stays about the same share of the picture. */
@@ -754,8 +754,8 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
   vs_canvas cv = {rgb, width, height};
   memset(rgb, 255, (size_t)width * height * 3);
   plot_draw_data(&c, &cv);
-  vs__place_labels(&c, &cv, has_legend ? &legend : NULL);
-  if (has_legend) vs__legend_draw(&c, &cv, legend);
+  plot_place_labels(&c, &cv, has_legend ? &legend : NULL);
+  if (has_legend) plot_legend_draw(&c, &cv, legend);
   plot_draw_axes(&c, &cv);
   plot_draw_titles(&c, &cv);
   if (layout) *layout = c.L;
@@ -767,7 +767,7 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
 
 int vs_plot_write_png(const vs_plot *p, int width, int height, const char *path, char *err,
                       size_t errlen) {
-  int rc = vs__validate(p, width, height, err, errlen);
+  int rc = plot_validate(p, width, height, err, errlen);
   if (rc) return rc;
   uint8_t *rgb = malloc((size_t)width * height * 3);
   if (!rgb) {

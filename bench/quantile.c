@@ -3,7 +3,7 @@
 
 #include "bench/bench.h"
 
-static int vs__cmp_double(const void *a, const void *b) {
+static int quan_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
@@ -13,7 +13,7 @@ double vs_bench_quantile(const double *v, int n, double q) {
   double *c = malloc((size_t)n * sizeof *c);
   if (!c) return 0;
   memcpy(c, v, (size_t)n * sizeof *c);
-  qsort(c, (size_t)n, sizeof *c, vs__cmp_double);
+  qsort(c, (size_t)n, sizeof *c, quan_cmp_double);
   int i = (int)(q * (n - 1) + 0.5);
   double x = c[i < 0 ? 0 : i >= n ? n - 1 : i];
   free(c);

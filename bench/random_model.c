@@ -15,7 +15,7 @@ typedef struct vs__tensor_spec {
   int ones;           /* norm weights start at 1 */
 } vs__tensor_spec;
 
-static uint64_t vs__splitmix(uint64_t *s) {
+static uint64_t rm_splitmix(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -107,7 +107,7 @@ int vs_bench_write_random_gpt(const char *path, int n_layer, int dim, int n_head
       int64_t m = numel - done < CHUNK ? numel - done : CHUNK;
       for (int64_t j = 0; j < m; j++)
         chunk[j] = t[i].ones ? 1.0f
-                             : a * (2.0f * (float)(vs__splitmix(&st) >> 40) / 16777216.0f - 1.0f);
+                             : a * (2.0f * (float)(rm_splitmix(&st) >> 40) / 16777216.0f - 1.0f);
       fwrite(chunk, sizeof(float), (size_t)m, f);
     }
   }

@@ -35,7 +35,7 @@ static void rvq_add(vs__vq_list *l, const char *name, int kind, int ndim, int64_
   memcpy(t->shape, s, sizeof s);
 }
 
-static void vs__conv(vs__vq_list *l, const char *prefix, int cout, int cin, int k) {
+static void rv_conv(vs__vq_list *l, const char *prefix, int cout, int cin, int k) {
   char key[96];
   snprintf(key, sizeof key, "%s.weight", prefix);
   rvq_add(l, key, 0, 4, cout, cin, k, k);
@@ -43,7 +43,7 @@ static void vs__conv(vs__vq_list *l, const char *prefix, int cout, int cin, int 
   rvq_add(l, key, 2, 1, cout, 0, 0, 0);
 }
 
-static void vs__norm(vs__vq_list *l, const char *prefix, int c) {
+static void rv_norm(vs__vq_list *l, const char *prefix, int c) {
   char key[96];
   snprintf(key, sizeof key, "%s.weight", prefix);
   rvq_add(l, key, 1, 1, c, 0, 0, 0);
@@ -51,73 +51,73 @@ static void vs__norm(vs__vq_list *l, const char *prefix, int c) {
   rvq_add(l, key, 2, 1, c, 0, 0, 0);
 }
 
-static void vs__res(vs__vq_list *l, const char *prefix, int cin, int cout) {
+static void rv_res(vs__vq_list *l, const char *prefix, int cin, int cout) {
   char key[96];
   snprintf(key, sizeof key, "%s.norm1", prefix);
-  vs__norm(l, key, cin);
+  rv_norm(l, key, cin);
   snprintf(key, sizeof key, "%s.conv1", prefix);
-  vs__conv(l, key, cout, cin, 3);
+  rv_conv(l, key, cout, cin, 3);
   snprintf(key, sizeof key, "%s.norm2", prefix);
-  vs__norm(l, key, cout);
+  rv_norm(l, key, cout);
   snprintf(key, sizeof key, "%s.conv2", prefix);
-  vs__conv(l, key, cout, cout, 3);
+  rv_conv(l, key, cout, cout, 3);
   if (cin != cout) {
     snprintf(key, sizeof key, "%s.nin_shortcut", prefix);
-    vs__conv(l, key, cout, cin, 1);
+    rv_conv(l, key, cout, cin, 1);
   }
 }
 
-static void vs__attn(vs__vq_list *l, const char *prefix, int c) {
+static void rv_attn(vs__vq_list *l, const char *prefix, int c) {
   char key[96];
   snprintf(key, sizeof key, "%s.norm", prefix);
-  vs__norm(l, key, c);
+  rv_norm(l, key, c);
   const char *n[] = {"q", "k", "v", "proj_out"};
   for (int i = 0; i < 4; i++) {
     snprintf(key, sizeof key, "%s.%s", prefix, n[i]);
-    vs__conv(l, key, c, c, 1);
+    rv_conv(l, key, c, c, 1);
   }
 }
 
 /* The decoder's tensors, in vq_model.py's order (2 res blocks + 1 per stage, attention in
  * the first, lowest-resolution stage, an upsample after every stage but the last). */
-static void vs__decoder(vs__vq_list *l, int codebook, int dim, int ch, const int *mult, int nm,
+static void rv_decoder(vs__vq_list *l, int codebook, int dim, int ch, const int *mult, int nm,
                         int z) {
   char key[96];
   rvq_add(l, "quantize.embedding.weight", 0, 2, codebook, dim, 0, 0);
-  vs__conv(l, "post_quant_conv", z, dim, 1);
+  rv_conv(l, "post_quant_conv", z, dim, 1);
   int c = ch * mult[nm - 1];
-  vs__conv(l, "decoder.conv_in", c, z, 3);
-  vs__res(l, "decoder.mid.0", c, c);
-  vs__attn(l, "decoder.mid.1", c);
-  vs__res(l, "decoder.mid.2", c, c);
+  rv_conv(l, "decoder.conv_in", c, z, 3);
+  rv_res(l, "decoder.mid.0", c, c);
+  rv_attn(l, "decoder.mid.1", c);
+  rv_res(l, "decoder.mid.2", c, c);
   for (int s = 0; s < nm; s++) {
     int out = ch * mult[nm - 1 - s];
     for (int r = 0; r < 3; r++) {
       snprintf(key, sizeof key, "decoder.conv_blocks.%d.res.%d", s, r);
-      vs__res(l, key, c, out);
+      rv_res(l, key, c, out);
       c = out;
       if (s == 0) {
         snprintf(key, sizeof key, "decoder.conv_blocks.%d.attn.%d", s, r);
-        vs__attn(l, key, c);
+        rv_attn(l, key, c);
       }
     }
     if (s != nm - 1) {
       snprintf(key, sizeof key, "decoder.conv_blocks.%d.upsample.conv", s);
-      vs__conv(l, key, c, c, 3);
+      rv_conv(l, key, c, c, 3);
     }
   }
-  vs__norm(l, "decoder.norm_out", c);
-  vs__conv(l, "decoder.conv_out", 3, c, 3);
+  rv_norm(l, "decoder.norm_out", c);
+  rv_conv(l, "decoder.conv_out", 3, c, 3);
 }
 
-static uint64_t vs__mix(uint64_t *s) {
+static uint64_t rv_mix(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-static int64_t vs__numel(const vs__vq_t *t) {
+static int64_t rv_numel(const vs__vq_t *t) {
   int64_t n = 1;
   for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
   return n;
@@ -137,7 +137,7 @@ static char *rvq_header(const vs__vq_list *l, int image_size) {
     for (int d = 0; d < l->t[i].ndim; d++)
       json_array_append_new(shape, json_integer(l->t[i].shape[d]));
     json_array_append_new(offs, json_integer((json_int_t)off));
-    off += (uint64_t)vs__numel(&l->t[i]) * 4;
+    off += (uint64_t)rv_numel(&l->t[i]) * 4;
     json_array_append_new(offs, json_integer((json_int_t)off));
     json_object_set_new(e, "dtype", json_string("F32"));
     json_object_set_new(e, "shape", shape);
@@ -157,7 +157,7 @@ int vs_bench_write_random_vq(const char *path, int codebook, int embed_dim, int 
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
-  vs__decoder(l, codebook, embed_dim, ch, ch_mult, n_mult, z_channels);
+  rv_decoder(l, codebook, embed_dim, ch, ch_mult, n_mult, z_channels);
   char *text = l->n < VS__MAX_T ? rvq_header(l, image_size) : NULL;
   FILE *f = text ? fopen(path, "wb") : NULL;
   float *chunk = malloc(sizeof(float) << 16);
@@ -172,7 +172,7 @@ int vs_bench_write_random_vq(const char *path, int codebook, int embed_dim, int 
     uint64_t st = seed;
     for (int i = 0; i < l->n; i++) {
       const vs__vq_t *t = &l->t[i];
-      int64_t n = vs__numel(t), fan = n / t->shape[0];
+      int64_t n = rv_numel(t), fan = n / t->shape[0];
       /* uniform with std 1/sqrt(fan in): activations keep their scale through the layers */
       float a = t->ndim == 2 ? 1.7320508f : 1.7320508f / sqrtf((float)fan);
       for (int64_t done = 0; done < n; done += 1 << 16) {
@@ -180,7 +180,7 @@ int vs_bench_write_random_vq(const char *path, int codebook, int embed_dim, int 
         for (int64_t j = 0; j < m; j++)
           chunk[j] = t->kind == 1   ? 1.0f
                      : t->kind == 2 ? 0.0f
-                                    : a * (2.0f * (float)(vs__mix(&st) >> 40) / 16777216.0f - 1.0f);
+                                    : a * (2.0f * (float)(rv_mix(&st) >> 40) / 16777216.0f - 1.0f);
         fwrite(chunk, sizeof(float), (size_t)m, f);
       }
     }

@@ -7,9 +7,9 @@
 #include "bench/bench.h"
 #include "core/version.h"
 
-static void usage(FILE *f) {
+static void vb_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench COMMAND [options]\n"
+          "vb_usage: vspec-bench COMMAND [options]\n"
           "       vspec-bench --version\n"
           "\n"
           "commands:\n"
@@ -33,7 +33,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    usage(argc < 2 ? stderr : stdout);
+    vb_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const char *cmd = argv[1];
@@ -50,6 +50,6 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "linear") == 0) return vs_bench_cmd_linear(argc - 1, argv + 1);
   if (strcmp(cmd, "attention") == 0) return vs_bench_cmd_attention(argc - 1, argv + 1);
   fprintf(stderr, "vspec-bench: unknown command '%s'\n\n", cmd);
-  usage(stderr);
+  vb_usage(stderr);
   return 2;
 }

@@ -59,7 +59,7 @@ int vs_conn_watch(vs_conn *c, char *err, size_t errlen) {
 
 /* One monitor event (two frames: u16 event + u32 value, then the endpoint): 1, or 0 when
  * none came within wait_ms. */
-static int vs__next_event(void *mon, int wait_ms, int *event, uint32_t *value) {
+static int cc_next_event(void *mon, int wait_ms, int *event, uint32_t *value) {
   zmq_pollitem_t it = {.socket = mon, .events = ZMQ_POLLIN};
   if (zmq_poll(&it, 1, wait_ms) <= 0) return 0;
   zmq_msg_t a, b;
@@ -76,13 +76,13 @@ static int vs__next_event(void *mon, int wait_ms, int *event, uint32_t *value) {
   return ok;
 }
 
-static void vs__unwatch(vs_conn *c) {
+static void cc_unwatch(vs_conn *c) {
   zmq_socket_monitor(c->sock, NULL, 0);
   zmq_close(c->mon);
   c->mon = NULL;
 }
 
-static void vs__protocol_error(const vs_conn *c, uint32_t code, char *err, size_t errlen) {
+static void cc_protocol_error(const vs_conn *c, uint32_t code, char *err, size_t errlen) {
   if (code == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH && c->curve)
     snprintf(err, errlen, "%s does not use CURVE (a plaintext endpoint), but this client "
              "was given a CURVE server key: leave out --curve-server-key and "
@@ -100,7 +100,7 @@ static void vs__protocol_error(const vs_conn *c, uint32_t code, char *err, size_
 }
 
 /* 1 when the peer's ZMTP greeting announces another mechanism than this client's. */
-static int vs__mismatch(const vs_conn *c) {
+static int cc_mismatch(const vs_conn *c) {
   char mech[21];
   if (!vs_endpoint_mechanism(c->endpoint, 500, mech)) return 0;
   return c->curve ? strcmp(mech, "CURVE") != 0 : strcmp(mech, "NULL") != 0;
@@ -114,7 +114,7 @@ int vs_conn_wait_ready(vs_conn *c, int timeout_ms, char *err, size_t errlen) {
     int left = (int)((end - vs_now()) * 1000.0);
     int ev = 0;
     uint32_t val = 0;
-    if (left <= 0 || !vs__next_event(c->mon, left, &ev, &val)) break;
+    if (left <= 0 || !cc_next_event(c->mon, left, &ev, &val)) break;
     if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       rc = 1;
       break;
@@ -131,14 +131,14 @@ int vs_conn_wait_ready(vs_conn *c, int timeout_ms, char *err, size_t errlen) {
       break;
     }
     if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-      vs__protocol_error(c, val, err, errlen);
+      cc_protocol_error(c, val, err, errlen);
       rc = VSPEC_EIO;
       break;
     }
     /* Without detail, libzmq may mean a mechanism mismatch too (a CURVE client at a
      * plaintext endpoint, seen over ipc): the peer's own greeting says which it speaks. */
-    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && !no_detail++ && vs__mismatch(c)) {
-      vs__protocol_error(c, ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, err, errlen);
+    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && !no_detail++ && cc_mismatch(c)) {
+      cc_protocol_error(c, ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, err, errlen);
       rc = VSPEC_EIO;
       break;
     }
@@ -164,6 +164,6 @@ int vs_conn_wait_ready(vs_conn *c, int timeout_ms, char *err, size_t errlen) {
   } else if (rc == 0) {
     snprintf(err, errlen, "no ZeroMQ handshake with %s within %d ms", c->endpoint, timeout_ms);
   }
-  vs__unwatch(c);
+  cc_unwatch(c);
   return rc;
 }

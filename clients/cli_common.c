@@ -3,7 +3,7 @@
  */
 #include "clients/cli.h"
 
-static const char *vs__default_server(void) {
+static const char *cc_default_server(void) {
   const char *e = getenv("VSPEC_SERVER");
   return e && *e ? e : "tcp://127.0.0.1:5555";
 }
@@ -13,7 +13,7 @@ static const char *vs__default_server(void) {
  * so that `vspec plugins` works against either without options. */
 #define VS_UNIT_ADMIN_SOCK "/run/vspecd/admin.sock"
 
-static const char *vs__default_admin(void) {
+static const char *cc_default_admin(void) {
   const char *e = getenv("VSPEC_ADMIN");
   if (e && *e) return e;
   return access(VS_UNIT_ADMIN_SOCK, F_OK) == 0 ? "ipc://" VS_UNIT_ADMIN_SOCK
@@ -39,8 +39,8 @@ int vs__exit_for(int code) {
 }
 
 void vs__net_defaults(vs_net_opts *n) {
-  n->server = vs__default_server();
-  n->admin = vs__default_admin();
+  n->server = cc_default_server();
+  n->admin = cc_default_admin();
   n->server_given = n->admin_given = 0;
   n->server_key = getenv("VSPEC_CURVE_SERVER_KEY");
   n->client_key = getenv("VSPEC_CURVE_KEY");
@@ -55,7 +55,7 @@ void vs__net_defaults(vs_net_opts *n) {
   "(e.g. ipc:///tmp/vspecd-admin.sock, its admin endpoint)"
 
 /* tcp://HOST:PORT with a port of 1 to 65535 (HOST may be [v6]). */
-static int vs__tcp_ok(const char *hp) {
+static int cc_tcp_ok(const char *hp) {
   const char *colon = strrchr(hp, ':');
   if (!colon || colon == hp || !colon[1] || strlen(colon + 1) > 5) return 0;
   for (const char *d = colon + 1; *d; d++)
@@ -66,7 +66,7 @@ static int vs__tcp_ok(const char *hp) {
 
 int vs__endpoint_check(const char *what, const char *ep, char *err, size_t errlen) {
   const char *sep = strstr(ep, "://");
-  if (!strncmp(ep, "tcp://", 6) && vs__tcp_ok(ep + 6)) return 0;
+  if (!strncmp(ep, "tcp://", 6) && cc_tcp_ok(ep + 6)) return 0;
   if (!strncmp(ep, "ipc://", 6) && ep[6]) return 0;
   if (!strncmp(ep, "http://", 7) || !strncmp(ep, "https://", 8))
     snprintf(err, errlen, "%s '%s' is an HTTP URL, but vspec speaks ZeroMQ to vspecd (its "

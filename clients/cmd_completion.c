@@ -54,7 +54,7 @@ static const vs__ccmd vs__ccmds[] = {
 #define VS_BUILTIN_RULES "exact lantern lanternpp coolsd uniform_rsd gsd continuous"
 #define VS_BUILTIN_SCHEDS "standard vvs"
 
-static void vs__words(FILE *f, const vs__copt *o) {
+static void cc_words(FILE *f, const vs__copt *o) {
   for (; o->name; o++) fprintf(f, " %s", o->name);
 }
 
@@ -107,7 +107,7 @@ static const char vs__bash_head[] =
     "\n";
 
 /* _vspec_value OPTION CUR: the replies for an option's value; 1 if it takes none. */
-static void vs__bash_values(FILE *f) {
+static void cc_bash_values(FILE *f) {
   fprintf(f, "_vspec_value() {\n  case $1 in\n");
   const char *kinds[][2] = {{"@file", "compopt -o filenames 2>/dev/null; "
                                       "COMPREPLY=($(compgen -f -- \"$2\"))"},
@@ -136,12 +136,12 @@ static void vs__bash_values(FILE *f) {
   fprintf(f, "    *) return 1 ;;\n  esac\n}\n\n");
 }
 
-static void vs__bash_commands(FILE *f) {
+static void cc_bash_commands(FILE *f) {
   fprintf(f, "_vspec_options() {\n  case $1 in\n");
   for (size_t i = 0; i < VS_N_CCMDS; i++) {
     fprintf(f, "    %s) echo \"--help", vs__ccmds[i].name);
-    vs__words(f, vs__ccmds[i].opts);
-    if (vs__ccmds[i].net) vs__words(f, vs__net_copts);
+    cc_words(f, vs__ccmds[i].opts);
+    if (vs__ccmds[i].net) cc_words(f, vs__net_copts);
     fprintf(f, "\" ;;\n");
   }
   fprintf(f, "  esac\n}\n\n_vspec_args() {\n  case $1 in\n");
@@ -181,10 +181,10 @@ static const char vs__bash_main[] =
     "}\n"
     "complete -F _vspec vspec\n";
 
-static void vs__print_bash(FILE *f) {
+static void cc_print_bash(FILE *f) {
   fputs(vs__bash_head, f);
-  vs__bash_values(f);
-  vs__bash_commands(f);
+  cc_bash_values(f);
+  cc_bash_commands(f);
   char names[512] = "";
   for (size_t i = 0; i < VS_N_CCMDS; i++)
     snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? " " : "",
@@ -233,7 +233,7 @@ static const char vs__zsh_head[] =
     "}\n"
     "\n";
 
-static const char *vs__zsh_action(const char *value) {
+static const char *cc_zsh_action(const char *value) {
   if (!strcmp(value, "@file")) return "_files";
   if (!strcmp(value, "@dir")) return "_files -/";
   if (!strcmp(value, "@accept")) return "_vspec_accept";
@@ -242,16 +242,16 @@ static const char *vs__zsh_action(const char *value) {
   return "";
 }
 
-static void vs__zsh_opts(FILE *f, const vs__copt *o) {
+static void cc_zsh_opts(FILE *f, const vs__copt *o) {
   for (; o->name; o++) {
     if (!o->value) fprintf(f, " \\\n        '%s'", o->name);
     else if (*o->value && *o->value != '@')
       fprintf(f, " \\\n        '%s:%s:(%s)'", o->name, o->name + 2, o->value);
-    else fprintf(f, " \\\n        '%s:%s:%s'", o->name, o->name + 2, vs__zsh_action(o->value));
+    else fprintf(f, " \\\n        '%s:%s:%s'", o->name, o->name + 2, cc_zsh_action(o->value));
   }
 }
 
-static void vs__print_zsh(FILE *f) {
+static void cc_print_zsh(FILE *f) {
   fputs(vs__zsh_head, f);
   fprintf(f, "_vspec() {\n  if (( CURRENT == 2 )); then\n    compadd -- --help --version");
   for (size_t i = 0; i < VS_N_CCMDS; i++) fprintf(f, " %s", vs__ccmds[i].name);
@@ -260,8 +260,8 @@ static void vs__print_zsh(FILE *f) {
   for (size_t i = 0; i < VS_N_CCMDS; i++) {
     const vs__ccmd *c = &vs__ccmds[i];
     fprintf(f, "    %s)\n      _arguments '--help'", c->name);
-    vs__zsh_opts(f, c->opts);
-    if (c->net) vs__zsh_opts(f, vs__net_copts);
+    cc_zsh_opts(f, c->opts);
+    if (c->net) cc_zsh_opts(f, vs__net_copts);
     if (!strcmp(c->args, "@file")) fprintf(f, " \\\n        '1:file:_files'");
     else if (*c->args) fprintf(f, " \\\n        '1:%s:(%s)'", c->name, c->args);
     fprintf(f, " ;;\n");
@@ -279,8 +279,8 @@ int vs_cmd_completion(int argc, char **argv) {
            "zsh one as _vspec in a directory of $fpath.\n");
     return EXIT_OK;
   }
-  if (shell && !strcmp(shell, "bash")) vs__print_bash(stdout);
-  else if (shell && !strcmp(shell, "zsh")) vs__print_zsh(stdout);
+  if (shell && !strcmp(shell, "bash")) cc_print_bash(stdout);
+  else if (shell && !strcmp(shell, "zsh")) cc_print_zsh(stdout);
   else {
     fprintf(stderr, "vspec completion: give the shell: bash or zsh (see vspec completion "
             "--help)\n");

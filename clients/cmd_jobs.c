@@ -22,7 +22,7 @@ static void usage_cancel(FILE *f) {
 }
 
 /* The job --last means: 1 with *id, else the exit status is in *rc. */
-static int vs__last_job(const vs_net_opts *net, unsigned long long *id, int *rc) {
+static int cj_last_job(const vs_net_opts *net, unsigned long long *id, int *rc) {
   char err[4400], path[4100] = "?";
   int found = vs_last_job_load(net->server, id, err, sizeof err);
   if (found > 0) {
@@ -55,7 +55,7 @@ int vs_cmd_cancel(int argc, char **argv) {
     fprintf(stderr, "vspec cancel: give exactly one JOB id, or --last\n");
     return EXIT_USAGE;
   }
-  if (last && !vs__last_job(&net, &id, &prc)) return prc;
+  if (last && !cj_last_job(&net, &id, &prc)) return prc;
   if (!last && !vs_cli_u64("JOB", argv[optind], &id)) return EXIT_USAGE;
   Vspec__Request rq = VSPEC__REQUEST__INIT;
   Vspec__Cancel cc = VSPEC__CANCEL__INIT;

@@ -17,7 +17,7 @@ static void usage_status(FILE *f) {
           "\nExit status: 0, 3 daemon unreachable.\n");
 }
 
-static int vs__uses(const Vspec__ModelInfo *m, const char *backend) {
+static int cs_uses(const Vspec__ModelInfo *m, const char *backend) {
   for (size_t b = 0; b < m->n_backends; b++)
     if (!strcmp(m->backends[b], backend)) return 1;
   return 0;
@@ -26,13 +26,13 @@ static int vs__uses(const Vspec__ModelInfo *m, const char *backend) {
 /* A backend plugin is held by the models it serves, once per role (fmnist-mar's target and
  * draft are two), and jobs hold models, not backends: its own reference count read as
  * "4 job(s)" on an idle daemon. Shown instead: the models that use it, the jobs on them. */
-static void vs__print_backend(const Vspec__PluginInfo *p, const Vspec__StatusReply *s) {
+static void cs_print_backend(const Vspec__PluginInfo *p, const Vspec__StatusReply *s) {
   int n = 0, jobs = 0;
   char names[512] = "";
   size_t used = 0;
   for (size_t i = 0; i < s->n_models; i++) {
     const Vspec__ModelInfo *m = s->models[i];
-    if (!p->name || !vs__uses(m, p->name)) continue;
+    if (!p->name || !cs_uses(m, p->name)) continue;
     if (used + 1 < sizeof names)
       used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", n ? ", " : "", m->name);
     n++;
@@ -48,7 +48,7 @@ static void vs__print_backend(const Vspec__PluginInfo *p, const Vspec__StatusRep
 
 /* "classes 0 T-shirt/top, 1 Trouser, ..." under a model's line, wrapped at 80 columns:
  * what `--class` numbers mean. */
-static void vs__print_classes(const Vspec__ModelInfo *m) {
+static void cs_print_classes(const Vspec__ModelInfo *m) {
   if (!m->n_class_names) return;
   int col = printf("             classes");
   for (size_t c = 0; c < m->n_class_names; c++) {
@@ -62,7 +62,7 @@ static void vs__print_classes(const Vspec__ModelInfo *m) {
 }
 
 /* Whether the daemon says which backends its models use (older ones do not). */
-static int vs__knows_backends(const Vspec__StatusReply *s) {
+static int cs_knows_backends(const Vspec__StatusReply *s) {
   for (size_t i = 0; i < s->n_models; i++)
     if (s->models[i]->n_backends) return 1;
   return 0;
@@ -224,7 +224,7 @@ static void status_text_model(const Vspec__ModelInfo *m) {
          m->has_draft ? "yes" : "no", m->has_eagle ? "yes" : "no", m->jobs,
          m->retired_alive ? ", older generation in use" : "", m->dir ? "  [" : "",
          m->dir ? m->dir : "", m->dir ? "]" : "");
-  vs__print_classes(m);
+  cs_print_classes(m);
   if (m->has_step_ops)
     printf("             a forward issues %u ops and %u download(s) per token step, %u ops "
            "per 16-node verify\n", m->step_ops, m->step_downloads, m->verify16_ops);
@@ -263,8 +263,8 @@ static void status_text(const Vspec__StatusReply *s) {
   if (s->n_plugins) printf("plugins:\n");
   for (size_t i = 0; i < s->n_plugins; i++) {
     const Vspec__PluginInfo *p = s->plugins[i];
-    if (p->kind && !strcmp(p->kind, "backend") && vs__knows_backends(s))
-      vs__print_backend(p, s);
+    if (p->kind && !strcmp(p->kind, "backend") && cs_knows_backends(s))
+      cs_print_backend(p, s);
     else
       vs__print_plugin(p);
   }

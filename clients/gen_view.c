@@ -27,14 +27,14 @@ void vs_gen_view_free(vs_gen_view *v) {
 }
 
 /* Text output is for people: none with --json (stdout is for programs then) or --quiet. */
-static int vs__text(const vs_gen_view *v) { return !v->json && !v->quiet; }
+static int gv_text(const vs_gen_view *v) { return !v->json && !v->quiet; }
 
 static void vs__json_end(vs_gen_view *v) {
   fprintf(v->out, "}\n");
   fflush(v->out);
 }
 
-static void vs__json_opt(FILE *f, const char *key, int has, double x) {
+static void gv_json_opt(FILE *f, const char *key, int has, double x) {
   if (has) fprintf(f, ", \"%s\": %.4f", key, x);
   else fprintf(f, ", \"%s\": null", key);
 }
@@ -63,11 +63,11 @@ void vs_gen_show_accepted(vs_gen_view *v, const Vspec__Event *ev, double now) {
       vs__json_str(v->out, a->class_name);
     }
     vs__json_end(v);
-  } else if (vs__text(v) && !a->model) {
+  } else if (gv_text(v) && !a->model) {
     /* fleet mode: a gateway put the job in the queue; a daemon's Accepted follows */
     vs_progress_line_note(&v->pl, "job %llu queued by %s (%u job(s) waiting before it)", v->job,
                           a->node ? a->node : "?", a->queue_position);
-  } else if (vs__text(v)) {
+  } else if (gv_text(v)) {
     char seed[40] = "", cls[100] = "";
     if (a->has_seed) snprintf(seed, sizeof seed, ", seed %llu", (unsigned long long)a->seed);
     /* the class a --prompt was taken as, or --class's name */
@@ -84,7 +84,7 @@ void vs_gen_show_accepted(vs_gen_view *v, const Vspec__Event *ev, double now) {
 
 /* Applies a progress delta to the status map (allocated at the first one): the unverified
  * count follows every change, and coalesced deltas carry the newest state. */
-static void vs__track_status(vs_gen_view *v, const Vspec__Progress *p) {
+static void gv_track_status(vs_gen_view *v, const Vspec__Progress *p) {
   if (!v->status && p->tokens_total > 0 && p->tokens_total <= (1u << 24)) {
     v->status = calloc(p->tokens_total, 1);
     v->n_status = v->status ? p->tokens_total : 0;
@@ -100,7 +100,7 @@ static void vs__track_status(vs_gen_view *v, const Vspec__Progress *p) {
   }
 }
 
-static void vs__progress_json(vs_gen_view *v, const Vspec__Event *ev) {
+static void gv_progress_json(vs_gen_view *v, const Vspec__Event *ev) {
   const Vspec__Progress *p = ev->progress;
   fprintf(v->out,
           "{\"event\": \"progress\", \"job\": %llu, \"seq\": %llu, \"round\": %lld, "
@@ -117,18 +117,18 @@ void vs_gen_show_progress(vs_gen_view *v, const Vspec__Event *ev, double now) {
   const Vspec__Progress *p = ev->progress;
   if (p->round < 0) { /* queued */
     vs_progress_line_pause(&v->pl, now);
-    if (v->json) vs__progress_json(v, ev);
-    else if (vs__text(v))
+    if (v->json) gv_progress_json(v, ev);
+    else if (gv_text(v))
       vs_progress_line_note(&v->pl, "job %llu: position %u in the queue", v->job,
                             p->queue_position);
     return;
   }
-  vs__track_status(v, p);
+  gv_track_status(v, p);
   if (v->json) {
-    vs__progress_json(v, ev);
+    gv_progress_json(v, ev);
     return;
   }
-  if (!vs__text(v)) return;
+  if (!gv_text(v)) return;
   vs_progress_figures x = {.done = p->tokens_done, .total = p->tokens_total, .tpf = p->tpf,
                            .mal = p->mal, .accept = -1, .gen_s = p->elapsed_s};
   if (v->drafting && p->has_accept_rate) x.accept = p->accept_rate;
@@ -143,27 +143,27 @@ void vs_gen_show_phase(vs_gen_view *v, const Vspec__Event *ev, double now) {
     vs__json_str(v->out, ph->name);
     fprintf(v->out, ", \"message\": ");
     vs__json_str(v->out, ph->message);
-    vs__json_opt(v->out, "done", ph->has_done, ph->done);
-    vs__json_opt(v->out, "eta_s", ph->has_eta_s, ph->eta_s);
+    gv_json_opt(v->out, "done", ph->has_done, ph->done);
+    gv_json_opt(v->out, "eta_s", ph->has_eta_s, ph->eta_s);
     vs__json_end(v);
   }
-  if (vs__text(v))
+  if (gv_text(v))
     vs_progress_line_phase(&v->pl, ph->name, ph->message ? ph->message : ph->name,
                            ph->has_done ? ph->done : -1, ph->has_eta_s ? ph->eta_s : -1, now);
   else
     vs_progress_line_pause(&v->pl, now);
 }
 
-static int vs__noted(const vs_gen_view *v, const char *msg) {
+static int gv_noted(const vs_gen_view *v, const char *msg) {
   for (int i = 0; i < v->n_notes; i++)
     if (!strcmp(v->notes[i], msg)) return 1;
   return 0;
 }
 
 /* Shows a note once (text) and keeps it for the result's "notes". */
-static void vs__note(vs_gen_view *v, const char *msg) {
-  if (!msg || vs__noted(v, msg)) return;
-  if (vs__text(v)) vs_progress_line_note(&v->pl, "note: %s", msg);
+static void gv_note(vs_gen_view *v, const char *msg) {
+  if (!msg || gv_noted(v, msg)) return;
+  if (gv_text(v)) vs_progress_line_note(&v->pl, "note: %s", msg);
   if (v->n_notes < VS_GEN_MAX_NOTES) v->notes[v->n_notes] = strdup(msg);
   if (v->n_notes < VS_GEN_MAX_NOTES && v->notes[v->n_notes]) v->n_notes++;
 }
@@ -177,7 +177,7 @@ void vs_gen_show_notice(vs_gen_view *v, const Vspec__Event *ev) {
     vs__json_str(v->out, n->message);
     vs__json_end(v);
   }
-  vs__note(v, n->message);
+  gv_note(v, n->message);
 }
 
 void vs_gen_show_restarted(vs_gen_view *v, const Vspec__Event *ev, double now) {
@@ -192,7 +192,7 @@ void vs_gen_show_restarted(vs_gen_view *v, const Vspec__Event *ev, double now) {
             v->job, x->delivery);
     vs__json_str(v->out, x->node);
     vs__json_end(v);
-  } else if (vs__text(v)) {
+  } else if (gv_text(v)) {
     fprintf(v->pl.f, "vspec: job %llu restarted on %s (its daemon stopped answering; run %u)\n",
             v->job, x->node ? x->node : "?", x->delivery);
   }
@@ -211,7 +211,7 @@ void vs_gen_show_preview(vs_gen_view *v, const Vspec__Event *ev, const char *pat
 /* "accept 3% of 412 draft tokens, 61% of the tokens unverified (VVS)", or "accept -" when
  * nothing was drafted: the % counts draft tokens the target verified, which VVS's unverified
  * tokens are not, so a high MAL beside a low accept is not a contradiction. */
-static void vs__accept_text(char *buf, size_t n, const Vspec__Stats *st) {
+static void gv_accept_text(char *buf, size_t n, const Vspec__Stats *st) {
   if (!st || !st->draft_tokens) {
     snprintf(buf, n, "accept -");
     return;
@@ -223,10 +223,10 @@ static void vs__accept_text(char *buf, size_t n, const Vspec__Stats *st) {
              100.0 * (double)st->unverified_tokens / (double)st->tokens);
 }
 
-static void vs__result_text(vs_gen_view *v, const Vspec__Result *r, const vs_gen_written *w) {
+static void gv_result_text(vs_gen_view *v, const Vspec__Result *r, const vs_gen_written *w) {
   const Vspec__Stats *st = r->stats;
   char acc[128], seed[40] = "";
-  vs__accept_text(acc, sizeof acc, st);
+  gv_accept_text(acc, sizeof acc, st);
   if (r->has_seed) snprintf(seed, sizeof seed, ", seed %llu", (unsigned long long)r->seed);
   fprintf(v->pl.f, "wrote %s (%ux%u): job %llu%s, %llu tokens, %llu target forwards, TPF "
           "%.2f, MAL %.2f, %s, %.3f s end to end (%.3f s generating)\n",
@@ -235,7 +235,7 @@ static void vs__result_text(vs_gen_view *v, const Vspec__Result *r, const vs_gen
           st ? st->mal : 0, acc, w->latency_s, st ? st->generate_s : 0);
 }
 
-static void vs__stats_json(FILE *f, const Vspec__Stats *st) {
+static void gv_stats_json(FILE *f, const Vspec__Stats *st) {
   fprintf(f, ", \"tokens\": %llu, \"target_forwards\": %llu, \"tpf\": %.4f, \"mal\": %.4f, "
           "\"accept_rate\": %.4f, \"walk_accept_rate\": %.4f, \"draft_tokens\": %llu, "
           "\"drafted\": %llu, \"accepted\": %llu, \"unverified_tokens\": %llu, "
@@ -249,7 +249,7 @@ static void vs__stats_json(FILE *f, const Vspec__Stats *st) {
   vs__json_str(f, st->rule_version);
 }
 
-static void vs__grid_json(FILE *f, const uint8_t *tok, size_t len) {
+static void gv_grid_json(FILE *f, const uint8_t *tok, size_t len) {
   fprintf(f, ", \"grid\": [");
   for (size_t i = 0; tok && i + 4 <= len; i += 4)
     fprintf(f, "%s%d", i ? ", " : "",
@@ -259,7 +259,7 @@ static void vs__grid_json(FILE *f, const uint8_t *tok, size_t len) {
 }
 
 /* The notices shown and whatever else the result's notes say, in order. */
-static void vs__notes_json(vs_gen_view *v) {
+static void gv_notes_json(vs_gen_view *v) {
   fprintf(v->out, ", \"notes\": [");
   for (int i = 0; i < v->n_notes; i++) {
     if (i) fprintf(v->out, ", ");
@@ -272,9 +272,9 @@ void vs_gen_show_result(vs_gen_view *v, const Vspec__Result *r, const vs_gen_wri
   vs_progress_line_end(&v->pl);
   v->ended = 1;
   /* Notes a client saw no Notice for (a relay that drops them): shown now, once. */
-  for (size_t i = 0; i < r->n_notes; i++) vs__note(v, r->notes[i]);
+  for (size_t i = 0; i < r->n_notes; i++) gv_note(v, r->notes[i]);
   if (!v->json) {
-    if (!v->quiet) vs__result_text(v, r, w);
+    if (!v->quiet) gv_result_text(v, r, w);
     return;
   }
   fprintf(v->out, "{\"event\": \"result\", \"job\": %llu, \"out\": ", v->job);
@@ -283,15 +283,15 @@ void vs_gen_show_result(vs_gen_view *v, const Vspec__Result *r, const vs_gen_wri
           "\"previews\": %d", w->width, w->height, w->upscale, w->latency_s, w->previews);
   if (r->has_seed) fprintf(v->out, ", \"seed\": %llu", (unsigned long long)r->seed);
   else fprintf(v->out, ", \"seed\": null");
-  if (r->stats) vs__stats_json(v->out, r->stats);
+  if (r->stats) gv_stats_json(v->out, r->stats);
   fprintf(v->out, ", \"describe\": ");
   vs__json_str(v->out, r->describe);
-  vs__notes_json(v);
-  vs__grid_json(v->out, w->tokens, w->tokens_len);
+  gv_notes_json(v);
+  gv_grid_json(v->out, w->tokens, w->tokens_len);
   vs__json_end(v);
 }
 
-static void vs__error_json(vs_gen_view *v, const char *code, const char *message,
+static void gv_error_json(vs_gen_view *v, const char *code, const char *message,
                            const Vspec__Error *x, int status) {
   fprintf(v->out, "{\"event\": \"error\", \"job\": %llu, \"code\": ", v->job);
   vs__json_str(v->out, code);
@@ -305,7 +305,7 @@ static void vs__error_json(vs_gen_view *v, const char *code, const char *message
 int vs_gen_show_error(vs_gen_view *v, const Vspec__Error *x, int status) {
   vs_progress_line_end(&v->pl);
   v->ended = 1;
-  if (v->json) vs__error_json(v, vs_wire_error_name(x->code), x->message, x, status);
+  if (v->json) gv_error_json(v, vs_wire_error_name(x->code), x->message, x, status);
   if (!v->json || !v->quiet) {
     fprintf(v->pl.f, "vspec: %s: %s", vs_wire_error_name(x->code), x->message);
     if (x->has_retry_after_ms) fprintf(v->pl.f, " (retry after %u ms)", x->retry_after_ms);
@@ -322,7 +322,7 @@ int vs_gen_fail(vs_gen_view *v, int status, const char *code, const char *fmt, .
   va_end(ap);
   vs_progress_line_end(&v->pl);
   /* One terminal object: a failure after the result (say) must not add a second one. */
-  if (v->json && !v->ended) vs__error_json(v, code, msg, NULL, status);
+  if (v->json && !v->ended) gv_error_json(v, code, msg, NULL, status);
   v->ended = 1;
   if (!v->json || !v->quiet) fprintf(v->pl.f, "vspec: %s\n", msg);
   return status;

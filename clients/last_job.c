@@ -12,7 +12,7 @@
 
 /* The XDG base directory rule: $XDG_STATE_HOME when it is an absolute path, else
  * ~/.local/state. dir gets ".../vspec", path ".../vspec/last-jobs". */
-static int vs__state_dir(char *dir, size_t n, char *err, size_t errlen) {
+static int lj_state_dir(char *dir, size_t n, char *err, size_t errlen) {
   const char *x = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
   int k;
   if (x && x[0] == '/') k = snprintf(dir, n, "%s/vspec", x);
@@ -30,7 +30,7 @@ static int vs__state_dir(char *dir, size_t n, char *err, size_t errlen) {
 
 int vs_last_job_path(char *path, size_t n, char *err, size_t errlen) {
   char dir[4000];
-  if (vs__state_dir(dir, sizeof dir, err, errlen)) return -1;
+  if (lj_state_dir(dir, sizeof dir, err, errlen)) return -1;
   int k = snprintf(path, n, "%s/last-jobs", dir);
   if (k < 0 || (size_t)k >= n) {
     snprintf(err, errlen, "the state file's path is too long");
@@ -56,7 +56,7 @@ static int lj_mkdirs(char *dir, char *err, size_t errlen) {
 }
 
 /* One line "JOB ENDPOINT": 1 with its parts, 0 when it is not such a line. */
-static int vs__parse_line(char *line, unsigned long long *job, char **endpoint) {
+static int lj_parse_line(char *line, unsigned long long *job, char **endpoint) {
   char *end;
   line[strcspn(line, "\n")] = 0;
   errno = 0;
@@ -77,20 +77,20 @@ int vs_last_job_load(const char *endpoint, unsigned long long *job, char *err, s
   }
   int found = 0;
   while (!found && fgets(line, sizeof line, f))
-    found = vs__parse_line(line, job, &ep) && !strcmp(ep, endpoint);
+    found = lj_parse_line(line, job, &ep) && !strcmp(ep, endpoint);
   fclose(f);
   return found;
 }
 
 /* The new first line, then the old lines of other endpoints (at most VS_LAST_JOB_MAX in all). */
-static int vs__write_lines(FILE *out, const char *path, const char *endpoint,
+static int lj_write_lines(FILE *out, const char *path, const char *endpoint,
                            unsigned long long job) {
   char line[600], *ep;
   unsigned long long id;
   int n = 1, ok = fprintf(out, "%llu %s\n", job, endpoint) > 0;
   FILE *in = fopen(path, "r");
   while (in && ok && n < VS_LAST_JOB_MAX && fgets(line, sizeof line, in))
-    if (vs__parse_line(line, &id, &ep) && strcmp(ep, endpoint)) {
+    if (lj_parse_line(line, &id, &ep) && strcmp(ep, endpoint)) {
       ok = fprintf(out, "%llu %s\n", id, ep) > 0;
       n++;
     }
@@ -104,7 +104,7 @@ int vs_last_job_save(const char *endpoint, unsigned long long job, char *err, si
     snprintf(err, errlen, "endpoint '%s' cannot be recorded", endpoint);
     return -1;
   }
-  if (vs__state_dir(dir, sizeof dir, err, errlen) || lj_mkdirs(dir, err, errlen)) return -1;
+  if (lj_state_dir(dir, sizeof dir, err, errlen) || lj_mkdirs(dir, err, errlen)) return -1;
   snprintf(path, sizeof path, "%s/last-jobs", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
   FILE *out = fopen(tmp, "w");
@@ -112,7 +112,7 @@ int vs_last_job_save(const char *endpoint, unsigned long long job, char *err, si
     snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     return -1;
   }
-  int ok = vs__write_lines(out, path, endpoint, job);
+  int ok = lj_write_lines(out, path, endpoint, job);
   ok = fclose(out) == 0 && ok;
   if (!ok || rename(tmp, path)) {
     snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));

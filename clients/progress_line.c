@@ -23,14 +23,14 @@ void vs_progress_line_restart(vs_progress_line *p, double now) {
   p->last_tenth = -1;
 }
 
-static void vs__fmt_time(char *buf, size_t n, double s) {
+static void pl_fmt_time(char *buf, size_t n, double s) {
   if (s < 60) snprintf(buf, n, "%.1fs", s);
   else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
 /* "accept 3%" (or "accept -" when nothing is drafted), then the unverified share if any;
  * sep separates the figures (two spaces on the live line, a comma in plain lines). */
-static void vs__fmt_accept(char *buf, size_t n, const vs_progress_figures *x, const char *sep) {
+static void pl_fmt_accept(char *buf, size_t n, const vs_progress_figures *x, const char *sep) {
   int k = x->accept < 0 ? snprintf(buf, n, "%saccept -", sep)
                         : snprintf(buf, n, "%saccept %.0f%%", sep, 100.0 * x->accept);
   if (x->unverified > 0 && k > 0 && (size_t)k < n)
@@ -39,7 +39,7 @@ static void vs__fmt_accept(char *buf, size_t n, const vs_progress_figures *x, co
 
 /* Generation time so far: since the clock last restarted, or the daemon's own figure when
  * that is shorter (a daemon that reports no phase still knows when it started generating). */
-static double vs__gen_time(const vs_progress_line *p, const vs_progress_figures *x,
+static double pl_gen_time(const vs_progress_line *p, const vs_progress_figures *x,
                            double now) {
   double gen = now - p->gen_t0;
   if (x->gen_s > 0 && x->gen_s < gen) gen = x->gen_s;
@@ -48,11 +48,11 @@ static double vs__gen_time(const vs_progress_line *p, const vs_progress_figures 
 
 void vs_progress_line_update(vs_progress_line *p, const vs_progress_figures *x, double now) {
   char el[32], eta[32] = "?", acc[64], plain_acc[64];
-  vs__fmt_accept(acc, sizeof acc, x, "  ");
-  vs__fmt_accept(plain_acc, sizeof plain_acc, x, ", ");
-  vs__fmt_time(el, sizeof el, now - p->t0);
+  pl_fmt_accept(acc, sizeof acc, x, "  ");
+  pl_fmt_accept(plain_acc, sizeof plain_acc, x, ", ");
+  pl_fmt_time(el, sizeof el, now - p->t0);
   if (x->done > 0 && x->total >= x->done)
-    vs__fmt_time(eta, sizeof eta, vs__gen_time(p, x, now) / x->done * (x->total - x->done));
+    pl_fmt_time(eta, sizeof eta, pl_gen_time(p, x, now) / x->done * (x->total - x->done));
   p->phase[0] = 0;
   if (p->tty) {
     fprintf(p->f, "\r\033[K[job %llu] %u/%u tokens  TPF %.2f  MAL %.2f%s  %s  ETA %s", p->job,

@@ -21,7 +21,7 @@ int vs_curve_is_z85(const char *s, size_t n) {
 }
 
 /* A token of exactly 40 Z85 characters at p, ended by a blank or the line's end. */
-static int vs__key_token(const char *p) {
+static int ck_key_token(const char *p) {
   size_t n = 0;
   while (p[n] && !isspace((unsigned char)p[n])) n++;
   return n == 40 && vs_curve_is_z85(p, 40);
@@ -40,7 +40,7 @@ void vs_curve_parse_line(const char *line, vs_curve_line *out) {
     return;
   }
   /* A bare key first: "public=" followed by 33 characters is no named key anyway. */
-  if (vs__key_token(p)) {
+  if (ck_key_token(p)) {
     out->kind = VS_CURVE_LINE_KEY;
   } else {
     /* "NAME = KEY": Z85 has '=' in its alphabet, so split only after a known name. */
@@ -55,7 +55,7 @@ void vs_curve_parse_line(const char *line, vs_curve_line *out) {
       snprintf(out->label, sizeof out->label, "%s", names[i]);
       for (q++; *q && isspace((unsigned char)*q); q++) {}
       p = out->at = q;
-      if (vs__key_token(p)) out->kind = VS_CURVE_LINE_KEY;
+      if (ck_key_token(p)) out->kind = VS_CURVE_LINE_KEY;
       break;
     }
     if (out->kind != VS_CURVE_LINE_KEY) return;
@@ -101,7 +101,7 @@ int vs_curve_key_arg(const char *text, const char *which, char key[41], char *er
 /* Writes a new file and renames it over `path`: open(O_CREAT) would keep the mode of a file
  * that is there already (a secret key written into a 0644 file), and a reader never sees a
  * half-written key. */
-static int vs__write(const char *path, int mode, const char *text, char *err, size_t errlen) {
+static int ck_write(const char *path, int mode, const char *text, char *err, size_t errlen) {
   char tmp[1200];
   snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
   int fd = mkstemp(tmp); /* created 0600 */
@@ -138,11 +138,11 @@ int vs_curve_keygen(const char *prefix, char public_key[41], char *err, size_t e
   snprintf(path, sizeof path, "%s.key", prefix);
   snprintf(text, sizeof text, "# vspec CURVE key pair: keep this file secret\npublic = %s\n"
            "secret = %s\n", pub, sec);
-  int rc = vs__write(path, 0600, text, err, errlen);
+  int rc = ck_write(path, 0600, text, err, errlen);
   if (rc) return rc;
   snprintf(path, sizeof path, "%s.pub", prefix);
   snprintf(text, sizeof text, "# vspec CURVE public key\npublic = %s\n", pub);
-  if ((rc = vs__write(path, 0644, text, err, errlen))) return rc;
+  if ((rc = ck_write(path, 0644, text, err, errlen))) return rc;
   memcpy(public_key, pub, 41);
   return VSPEC_OK;
 }

@@ -17,7 +17,7 @@
 #include "vspec/types.h"
 
 /* Connects fd to addr, waiting up to timeout_ms: 1 connected, 0 not (errno_out set). */
-static int vs__connect_within(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms,
+static int ep_connect_within(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms,
                               int *errno_out) {
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
@@ -46,7 +46,7 @@ static int vs__connect_within(int fd, const struct sockaddr *addr, socklen_t len
 
 /* Whose the socket file is, for a refused connect: the usual case is vspecd's admin socket
  * (0660) made by another user, e.g. the systemd unit's. */
-static void vs__ipc_denied(const char *path, char *err, size_t errlen) {
+static void ep_ipc_denied(const char *path, char *err, size_t errlen) {
   struct stat st;
   if (stat(path, &st)) {
     snprintf(err, errlen, "permission denied on %s (a directory on the way is closed to "
@@ -65,20 +65,20 @@ static void vs__ipc_denied(const char *path, char *err, size_t errlen) {
            group);
 }
 
-static int vs__probe_ipc(const char *path, int timeout_ms, char *err, size_t errlen) {
+static int ep_probe_ipc(const char *path, int timeout_ms, char *err, size_t errlen) {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof a.sun_path) return VSPEC_EINVAL;
   snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return VSPEC_EIO;
-  int e = 0, ok = vs__connect_within(fd, (struct sockaddr *)&a, sizeof a, timeout_ms, &e);
+  int e = 0, ok = ep_connect_within(fd, (struct sockaddr *)&a, sizeof a, timeout_ms, &e);
   close(fd);
   if (ok) return 1;
   struct stat st;
   if (e == ENOENT)
     snprintf(err, errlen, "no socket file %s", path);
   else if (e == EACCES || e == EPERM) {
-    vs__ipc_denied(path, err, errlen);
+    ep_ipc_denied(path, err, errlen);
     return VS_PROBE_DENIED;
   }
   else if (e == ECONNREFUSED && !stat(path, &st) && !S_ISSOCK(st.st_mode))
@@ -92,7 +92,7 @@ static int vs__probe_ipc(const char *path, int timeout_ms, char *err, size_t err
   return 0;
 }
 
-static int vs__probe_tcp(const char *hostport, int timeout_ms, char *err, size_t errlen) {
+static int ep_probe_tcp(const char *hostport, int timeout_ms, char *err, size_t errlen) {
   char host[256];
   const char *colon = strrchr(hostport, ':');
   /* "iface;host:port" (a source address) and the like: left to ZeroMQ */
@@ -118,7 +118,7 @@ static int vs__probe_tcp(const char *hostport, int timeout_ms, char *err, size_t
   for (struct addrinfo *ai = res; ai && !ok; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
-    ok = vs__connect_within(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms, &e);
+    ok = ep_connect_within(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms, &e);
     close(fd);
   }
   freeaddrinfo(res);
@@ -135,13 +135,13 @@ static int vs__probe_tcp(const char *hostport, int timeout_ms, char *err, size_t
 int vs_endpoint_probe(const char *endpoint, int timeout_ms, char *err, size_t errlen) {
   if (errlen) err[0] = '\0';
   if (!strncmp(endpoint, "ipc://", 6) && endpoint[6] && endpoint[6] != '@')
-    return vs__probe_ipc(endpoint + 6, timeout_ms, err, errlen);
-  if (!strncmp(endpoint, "tcp://", 6)) return vs__probe_tcp(endpoint + 6, timeout_ms, err, errlen);
+    return ep_probe_ipc(endpoint + 6, timeout_ms, err, errlen);
+  if (!strncmp(endpoint, "tcp://", 6)) return ep_probe_tcp(endpoint + 6, timeout_ms, err, errlen);
   return VSPEC_EINVAL;
 }
 
 /* A connected stream socket to a tcp:// or ipc:// (file or abstract) endpoint, or -1. */
-static int vs__open_fd(const char *endpoint, int timeout_ms) {
+static int ep_open_fd(const char *endpoint, int timeout_ms) {
   int e = 0;
   if (!strncmp(endpoint, "ipc://", 6) && endpoint[6]) {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -152,7 +152,7 @@ static int vs__open_fd(const char *endpoint, int timeout_ms) {
     if (path[0] == '@') a.sun_path[0] = '\0'; /* the abstract namespace, as libzmq names it */
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (path[0] != '@'));
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && vs__connect_within(fd, (struct sockaddr *)&a, len, timeout_ms, &e)) return fd;
+    if (fd >= 0 && ep_connect_within(fd, (struct sockaddr *)&a, len, timeout_ms, &e)) return fd;
     if (fd >= 0) close(fd);
     return -1;
   }
@@ -172,7 +172,7 @@ static int vs__open_fd(const char *endpoint, int timeout_ms) {
   int fd = -1;
   for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
     fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd >= 0 && !vs__connect_within(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms, &e)) {
+    if (fd >= 0 && !ep_connect_within(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms, &e)) {
       close(fd);
       fd = -1;
     }
@@ -183,7 +183,7 @@ static int vs__open_fd(const char *endpoint, int timeout_ms) {
 
 int vs_endpoint_mechanism(const char *endpoint, int timeout_ms, char mech[21]) {
   mech[0] = '\0';
-  int fd = vs__open_fd(endpoint, timeout_ms);
+  int fd = ep_open_fd(endpoint, timeout_ms);
   if (fd < 0) return 0;
   /* The first 11 bytes of a ZMTP 3 greeting (rfc.zeromq.org/spec/23): the signature and the
    * major version. The peer answers with its whole greeting; we never say a mechanism (a

@@ -13,7 +13,7 @@
 
 /* ---- incoming: the packed bytes --------------------------------------------------------- */
 
-static int vs__varint(const uint8_t *p, size_t n, size_t *at, uint64_t *v) {
+static int wt_varint(const uint8_t *p, size_t n, size_t *at, uint64_t *v) {
   uint64_t x = 0;
   for (int shift = 0; shift < 64 && *at < n; shift += 7) {
     uint8_t b = p[(*at)++];
@@ -26,7 +26,7 @@ static int vs__varint(const uint8_t *p, size_t n, size_t *at, uint64_t *v) {
   return -1;
 }
 
-static int vs__check_string(const char *path, const uint8_t *p, size_t n, char *err,
+static int wt_check_string(const char *path, const uint8_t *p, size_t n, char *err,
                             size_t errlen) {
   const uint8_t *nul = memchr(p, 0, n);
   size_t upto = nul ? (size_t)(nul - p) : n;
@@ -41,12 +41,12 @@ static int vs__check_string(const char *path, const uint8_t *p, size_t n, char *
   return VSPEC_EFORMAT;
 }
 
-static int vs__scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, char *path,
+static int wt_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, char *path,
                     size_t plen, int depth, char *err, size_t errlen);
 
 /* A length-delimited field `id` of message d at p[0..len): a string is checked, a message
  * read in turn; path grows by the field's name meanwhile. */
-static int vs__field(const ProtobufCMessageDescriptor *d, uint64_t id, const uint8_t *p,
+static int wt_field(const ProtobufCMessageDescriptor *d, uint64_t id, const uint8_t *p,
                      size_t len, char *path, size_t plen, int depth, char *err, size_t errlen) {
   const ProtobufCFieldDescriptor *f =
       id <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)id) : NULL;
@@ -58,22 +58,22 @@ static int vs__field(const ProtobufCMessageDescriptor *d, uint64_t id, const uin
     memcpy(path + at + (at > 0), f->name, nl + 1);
   }
   int rc = f->type == PROTOBUF_C_TYPE_STRING
-               ? vs__check_string(path, p, len, err, errlen)
-               : vs__scan(f->descriptor, p, len, path, plen, depth + 1, err, errlen);
+               ? wt_check_string(path, p, len, err, errlen)
+               : wt_scan(f->descriptor, p, len, path, plen, depth + 1, err, errlen);
   path[at] = 0;
   return rc;
 }
 
-static int vs__scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, char *path,
+static int wt_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, char *path,
                     size_t plen, int depth, char *err, size_t errlen) {
   if (depth > VS__MAX_DEPTH) return VSPEC_OK;
   size_t at = 0;
   while (at < n) {
     uint64_t key, v;
-    if (vs__varint(p, n, &at, &key)) goto bad;
+    if (wt_varint(p, n, &at, &key)) goto bad;
     switch (key & 7) {
       case 0:
-        if (vs__varint(p, n, &at, &v)) goto bad;
+        if (wt_varint(p, n, &at, &v)) goto bad;
         break;
       case 1:
         if (n - at < 8) goto bad;
@@ -84,8 +84,8 @@ static int vs__scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_
         at += 4;
         break;
       case 2: {
-        if (vs__varint(p, n, &at, &v) || v > n - at) goto bad;
-        int rc = vs__field(d, key >> 3, p + at, (size_t)v, path, plen, depth, err, errlen);
+        if (wt_varint(p, n, &at, &v) || v > n - at) goto bad;
+        int rc = wt_field(d, key >> 3, p + at, (size_t)v, path, plen, depth, err, errlen);
         if (rc) return rc;
         at += (size_t)v;
         break;
@@ -103,7 +103,7 @@ bad:
 int vs_wire_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
                        char *err, size_t errlen) {
   char path[256] = "";
-  return vs__scan(d, buf, len, path, sizeof path, 0, err, errlen);
+  return wt_scan(d, buf, len, path, sizeof path, 0, err, errlen);
 }
 
 /* ---- outgoing: the message struct --------------------------------------------------------- */
@@ -118,7 +118,7 @@ typedef struct vs__fixes {
   int oom;
 } vs__fixes;
 
-static void vs__clean_one(char **slot, vs__fixes *fx) {
+static void wt_clean_one(char **slot, vs__fixes *fx) {
   const char *s = *slot;
   size_t n = strlen(s);
   if (n <= VS_WIRE_TEXT_MAX && vs_text_clean_prefix(s, n) == n) return; /* the usual case */
@@ -144,7 +144,7 @@ static void vs__clean_one(char **slot, vs__fixes *fx) {
   *slot = c;
 }
 
-static void vs__clean_msg(ProtobufCMessage *m, vs__fixes *fx, int depth) {
+static void wt_clean_msg(ProtobufCMessage *m, vs__fixes *fx, int depth) {
   const ProtobufCMessageDescriptor *d = m->descriptor;
   char *base = (char *)m;
   for (unsigned i = 0; i < d->n_fields && depth <= VS__MAX_DEPTH; i++) {
@@ -162,15 +162,15 @@ static void vs__clean_msg(ProtobufCMessage *m, vs__fixes *fx, int depth) {
     }
     for (size_t k = 0; k < n; k++) {
       if (!items[k]) continue;
-      if (f->type == PROTOBUF_C_TYPE_STRING) vs__clean_one((char **)&items[k], fx);
-      else vs__clean_msg(items[k], fx, depth + 1);
+      if (f->type == PROTOBUF_C_TYPE_STRING) wt_clean_one((char **)&items[k], fx);
+      else wt_clean_msg(items[k], fx, depth + 1);
     }
   }
 }
 
 int vs_wire_pack(ProtobufCMessage *msg, zmq_msg_t *out) {
   vs__fixes fx = {0};
-  vs__clean_msg(msg, &fx, 0);
+  wt_clean_msg(msg, &fx, 0);
   int rc = fx.oom ? -ENOMEM : 0;
   if (!rc) {
     size_t len = protobuf_c_message_get_packed_size(msg);
