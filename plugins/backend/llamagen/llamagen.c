@@ -20,7 +20,6 @@
  *                 parameter the environment variable VSPEC_GRAPHS (the same values) decides.
  * The same plugin serves the target and a small standalone draft GPT.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,42 +28,6 @@
 
 #define LG_DEFAULT_MAX_NODES 256
 
-
-int lg_meta_int(vspec_model *m, vspec_tensor_file *f, const char *key, long def, long *out,
-                char *err, size_t errlen) {
-  const char *v = m->host->tensors_meta(f, key);
-  if (!v || !*v || strcmp(v, "none") == 0 || strcmp(v, "None") == 0 || strcmp(v, "null") == 0) {
-    *out = def;
-    return VSPEC_OK;
-  }
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (end == v || *end || errno) {
-    snprintf(err, errlen, "metadata '%s' = '%s' is not an integer", key, v);
-    return VSPEC_EFORMAT;
-  }
-  *out = x;
-  return VSPEC_OK;
-}
-
-int lg_meta_double(vspec_model *m, vspec_tensor_file *f, const char *key, double def, double *out,
-                   char *err, size_t errlen) {
-  const char *v = m->host->tensors_meta(f, key);
-  if (!v || !*v || strcmp(v, "none") == 0 || strcmp(v, "None") == 0) {
-    *out = def;
-    return VSPEC_OK;
-  }
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (end == v || *end || errno) {
-    snprintf(err, errlen, "metadata '%s' = '%s' is not a number", key, v);
-    return VSPEC_EFORMAT;
-  }
-  *out = x;
-  return VSPEC_OK;
-}
 
 static void lg_unload(vspec_model *m) {
   if (!m) return;

@@ -142,11 +142,13 @@ struct vspec_session {
   int graph_failures, graph_busy;
 };
 
-/* gpt.c: weights and sessions */
-/* Work buffers for `rows` forward rows; h holds at least h_rows (the caption MLP's). */
+/* gpt_work.c: work buffers for `rows` forward rows; h holds at least h_rows (the caption
+ * MLP's). */
 int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, const lg_gpt *g,
                   size_t rows, size_t h_rows, lg_work *w);
 void lg_work_free(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, lg_work *w);
+
+/* gpt.c: weights and sessions */
 int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);
 /* Asks the load device for int8 copies of the GPT's linear weights (weight_format=int8);
  * lg_gpt_unload withdraws the requests. */
@@ -177,7 +179,7 @@ int lg_vq_decode(vspec_model *m, vspec_dev *dev, const int32_t *tokens, uint8_t 
 int lg_vq_decode_raw(vspec_model *m, vspec_dev *dev, const int32_t *tokens, float *out_host,
                      char *err, size_t errlen);
 
-/* shared helpers (llamagen.c) */
+/* lg_meta.c: checkpoint metadata as numbers */
 int lg_meta_int(vspec_model *m, vspec_tensor_file *f, const char *key, long def, long *out,
                 char *err, size_t errlen);
 int lg_meta_double(vspec_model *m, vspec_tensor_file *f, const char *key, double def, double *out,
