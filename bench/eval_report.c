@@ -253,7 +253,7 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
   for (int i = 0; i < n; i++) {
     const vs_metrics *t = &em[i].total;
     fprintf(f, "    {\"method\": ");
-    vs_bench_json_str(f, em[i].spec);
+    vs_bench_json_str(f, em[i].run.text);
     fprintf(f, ", \"requested\": ");
     vs_bench_json_str(f, em[i].m.text);
     fprintf(f, ",\n     \"tokens\": %lld, \"target_forwards\": %lld, \"rounds\": %lld, "

@@ -162,7 +162,7 @@ size_t vs_png_parameters(const vs_job *job, const vs_models *models, char *buf, 
            vs_models_class_name(models, job->class_label));
   else pm_add(buf, cap, &n, "class %d\n", job->class_label);
   vs__pairf(buf, cap, &n, "Steps", "%d", vs__steps(models, s));
-  vs__pair(buf, cap, &n, "Sampler", job->method ? job->method : "ar");
+  vs__pair(buf, cap, &n, "Sampler", job->method ? job->method->text : "ar");
   vs__pairf(buf, cap, &n, "CFG scale", "%g", s->cfg_scale);
   vs__pairf(buf, cap, &n, "Seed", "%llu", (unsigned long long)job->seed);
   vs__pairf(buf, cap, &n, "Size", "%dx%d", in->image_w, in->image_h);
