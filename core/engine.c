@@ -64,6 +64,14 @@ int vs_generate(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *t
   if (rc) return rc;
   static const vs_method plain_ar = {.kind = VS_METHOD_AR, .text = "ar"};
   const vs_method *m = job->method ? job->method : &plain_ar;
+  /* size=auto never reaches the scheduler (vs_method keeps it out of its parameters), so the
+   * refusal that was the scheduler's is here */
+  if (m->size == VS_METHOD_SIZE_AUTO) {
+    snprintf(err, errlen, "method %s: size=auto is resolved before a job reaches the engine "
+             "(vspec-bench, vspecd: core/autotune.h); a job handed to the engine directly gives "
+             "depth, total_tokens or tree", m->text);
+    return VSPEC_EINVAL;
+  }
   double t0 = vs_now();
   if (models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS) {
     /* the ids a continuous model reports are zeros: its output is job->latents */

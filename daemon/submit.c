@@ -221,7 +221,8 @@ static int sb_method_build(const vs_daemon_config *cfg, const Vspec__Submit *s, 
   } else if (s->sched || s->sched_params || s->accept_params || draft) {
     SB_INVALID("sched/draft/params given without an acceptance rule (accept)");
   } else {
-    rc = vs_method_parse(cfg->method, me, inner, sizeof inner);
+    *me = cfg->default_method; /* parsed when the configuration was read */
+    rc = 0;
   }
   if (rc) SB_INVALID("method: %s", inner);
   return 0;

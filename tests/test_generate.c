@@ -88,6 +88,11 @@ static void test_bad_sampling_refused(void **state) {
   vs_method warp;
   assert_int_equal(vs_method_parse("warp", &warp, err, sizeof err), VSPEC_EINVAL);
   assert_non_null(strstr(err, "warp"));
+  /* size=auto is resolved before the engine (core/autotune.h): the engine refuses it */
+  job.method = vs_method_of("sd:exact@standard:size=auto");
+  assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "size=auto is resolved before"));
+  job.method = NULL;
   job.class_label = -1;
   assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_ERANGE);
   assert_non_null(strstr(err, "class"));

@@ -44,7 +44,8 @@ static void test_greedy(void **state) {
     vs_metrics m1, m2, m3;
     vs_job job = {.method = NULL, .seed = (uint64_t)seed, .class_label = 0, .sampling = s};
     assert_int_equal(vs_generate(models, dev, &job, ar, &m1, err, sizeof err), 0);
-    job.method = vs_method_of("sd:exact@standard:shape=dynamic,top_k=4,depth=3,total_tokens=12,drafter=model");
+    job.method =
+        vs_method_of("sd:exact@standard:shape=dynamic,top_k=4,depth=3,total_tokens=12,drafter=model");
     job.on_round = note_width;
     if (vs_generate(models, dev, &job, sd, &m2, err, sizeof err)) fail_msg("%s", err);
     /* greedy exact SD is greedy AR */
@@ -62,8 +63,8 @@ static void test_greedy(void **state) {
       tpf_jacobi[k] += vs_metrics_tpf(&mj);
     }
     job.on_round = note_width;
-    job.method = vs_method_of("sd:lantern:k=5),delta=0.9@standard:shape=dynamic,top_k=4,depth=3,"
-                 "total_tokens=12,drafter=model";
+    job.method = vs_method_of("sd:lantern:k=5,delta=0.9@standard:shape=dynamic,top_k=4,"
+                              "depth=3,total_tokens=12,drafter=model");
     if (vs_generate(models, dev, &job, relaxed, &m3, err, sizeof err)) fail_msg("%s", err);
     tpf_exact += vs_metrics_tpf(&m2);
     tpf_lantern += vs_metrics_tpf(&m3);
@@ -93,7 +94,8 @@ static void test_greedy_unfiltered(void **state) {
     vs_metrics m;
     vs_job job = {.method = NULL, .seed = (uint64_t)seed, .sampling = s};
     assert_int_equal(vs_generate(w.models, w.dev, &job, ar, &m, err, sizeof err), 0);
-    job.method = vs_method_of("sd:lantern:k=5,delta=0.9@standard:shape=chain,depth=3,drafter=model");
+    job.method =
+        vs_method_of("sd:lantern:k=5,delta=0.9@standard:shape=chain,depth=3,drafter=model");
     if (vs_generate(w.models, w.dev, &job, open_k, &m, err, sizeof err)) fail_msg("%s", err);
     job.sampling.top_k = 1;
     if (vs_generate(w.models, w.dev, &job, top1, &m, err, sizeof err)) fail_msg("%s", err);

@@ -215,7 +215,8 @@ static void test_tree_equals_sequential(void **state) {
 
 static void generate(vs_models *m, vspec_dev *dev, const char *method, int cls, uint64_t seed,
                      float temperature, int32_t *tokens) {
-  vs_job job = {.method = vs_method_of(method), .class_label = cls, .seed = seed, .sampling = m->defaults};
+  vs_job job = {.method = vs_method_of(method),
+                .class_label = cls, .seed = seed, .sampling = m->defaults};
   job.sampling.temperature = temperature;
   char err[VSPEC_ERRLEN];
   if (vs_generate(m, dev, &job, tokens, NULL, err, sizeof err))
