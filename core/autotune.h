@@ -3,7 +3,8 @@
  * expected tokens per second on this machine, or plain AR when none pays; tuned once per
  * model, method and machine, then read back from the cache.
  *
- * A speculative method whose scheduler parameters hold size=auto is resolved before it runs.
+ * A speculative method written with size=auto among its scheduler parameters (parsed into
+ * vs_method.size, core/method.h) is resolved before it runs, into the method that runs.
  * What it tunes is what the method leaves open (core/autotune_space.c):
  *   - the drafter (`drafter`: the model's draft GPT, its EAGLE head) unless named;
  *   - the shape (`shape`: chain, dynamic EAGLE-2 tree, static EAGLE-1 tree) unless named;
