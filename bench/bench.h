@@ -78,9 +78,9 @@ int vs_bench_generate(vs_models *m, vspec_dev *dev, vs_job *job, vs_bench_grid *
 /* The method a subcommand runs for `text`: size=auto, asked for or by default, replaced by
  * the choice tuned for this model and machine (core/autotune.h; a cached choice when there is
  * one), which is printed on stderr. Prints the error as "vspec-bench CMD: ..." and returns 0
- * on failure. */
+ * on failure. The method in `run` outlives no one: jobs point at it. */
 int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, const char *text,
-                            char *spec, size_t cap);
+                            vs_method *run);
 /* size=auto's progress on stderr (a vs_autotune_progress_fn; `user` unused): one line that
  * redraws itself on a terminal, else a line every few seconds. */
 void vs_bench_tune_progress(void *user, double done, const char *message);

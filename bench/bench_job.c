@@ -104,7 +104,7 @@ void vs_bench_tune_progress_end(void) {
 }
 
 int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, const char *text,
-                            char *spec, size_t cap) {
+                            vs_method *run) {
   char err[VSPEC_ERRLEN];
   vs_method me;
   vs_autotune_result tune;
@@ -125,6 +125,6 @@ int vs_bench_resolve_method(const char *cmd, vs_bench_env *env, vs_models *m, co
     vs_autotune_describe(&tune, note, sizeof note);
     fprintf(stderr, "%s\n", note);
   }
-  snprintf(spec, cap, "%s", tune.spec);
+  *run = tune.method;
   return 1;
 }

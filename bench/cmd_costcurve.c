@@ -151,7 +151,7 @@ static int time_image(vs_bench_env *env, const vs_backend_model *t, int reps, do
   if (!tokens) return VSPEC_ENOMEM;
   if (reps > 16) reps = 16;
   for (int r = 0; r <= reps; r++) { /* r = 0 warms up (bf16 weight copies, caches) */
-    vs_job job = {.method = "ar", .class_label = 1, .seed = (uint64_t)r + 1,
+    vs_job job = {.method = NULL /* ar */, .class_label = 1, .seed = (uint64_t)r + 1,
                   .sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
                                .cfg_scale = 4.0f, .cfg_interval = -1}};
     double t0 = vs_bench_now();

@@ -179,7 +179,7 @@ typedef struct demo_run {
   const demo_args *a;
   vs_bench_env env;
   vs_models *models;
-  char spec[1100];
+  vs_method run; /* the method, size=auto resolved */
   vs_sampling sampling;
   int classes, n_images;
   vs__demo_layout lay;
@@ -204,7 +204,7 @@ static int demo_open(demo_run *r) {
   if (!a->quiet && strcmp(method, "ar"))
     fprintf(stderr, "vspec-bench demo: preparing %s (a first size=auto tunes the draft size, "
             "once per model and machine)\n", method);
-  if (!vs_bench_resolve_method("demo", &r->env, r->models, method, r->spec, sizeof r->spec))
+  if (!vs_bench_resolve_method("demo", &r->env, r->models, method, &r->run))
     return 1;
   const vs_backend_model *t = &r->models->target;
   r->classes = t->info.num_classes;
@@ -234,9 +234,9 @@ static int demo_draw(demo_run *r, double t0) {
   double start = vs_bench_now();
   if (!a->quiet)
     fprintf(stderr, "vspec-bench demo: %d images of '%s' (%s), ready in %.1f s\n", r->n_images,
-            r->models->name, r->spec, start - t0);
+            r->models->name, r->run.text, start - t0);
   for (int k = 0; k < r->n_images; k++) {
-    vs_job job = {.method = r->spec, .class_label = k % r->classes,
+    vs_job job = {.method = &r->run, .class_label = k % r->classes,
                   .seed = a->o.seed + (uint64_t)k, .sampling = r->sampling};
     vs_metrics mt;
     if (vs_bench_generate(r->models, r->env.dev, &job, &r->out, &mt, r->err, sizeof r->err) ||
@@ -265,7 +265,7 @@ static int demo_write(demo_run *r) {
   const demo_args *a = r->a;
   char desc[512];
   /* latents set: the description names a MAR job's steps and CFG schedule */
-  vs_job demo_job = {.method = r->spec, .class_label = -1, .seed = a->o.seed,
+  vs_job demo_job = {.method = &r->run, .class_label = -1, .seed = a->o.seed,
                      .sampling = r->sampling, .latents = r->out.latents};
   vs_job_describe(&demo_job, r->models->name, desc, sizeof desc);
   vs_png_text text[] = {{"vspec", desc}, {"Software", "vspec-bench demo"}};
@@ -275,7 +275,7 @@ static int demo_write(demo_run *r) {
     return 1;
   }
   printf("vspec demo: %d images of '%s' generated in %.2f s (%s)\n", r->n_images,
-         r->models->name, r->total, r->spec);
+         r->models->name, r->total, r->run.text);
   if (a->per_class > 1)
     printf("wrote %s: %ld images per class, one labelled column per class (0..%d left to "
            "right)\n", a->out_path, a->per_class, r->classes - 1);

@@ -306,8 +306,7 @@ static int eval_run_coverage(eval_run *r) {
 static int eval_resolve_method(vs_models *models, vspec_dev *dev, int continuous, vs_method *p,
                                vs_eval_method *m) {
   char err[VSPEC_ERRLEN];
-  m->m = *p;
-  snprintf(m->spec, sizeof m->spec, "%s", p->text);
+  m->m = m->run = *p;
   vs_autotune_default(p, continuous);
   vs_autotune_result tune;
   vs_autotune_opts o = {.progress = vs_bench_tune_progress};
@@ -316,11 +315,11 @@ static int eval_resolve_method(vs_models *models, vspec_dev *dev, int continuous
     return 0;
   }
   if (!tune.from_cache) vs_bench_tune_progress_end();
-  snprintf(m->spec, sizeof m->spec, "%s", tune.spec);
+  m->run = tune.method;
   if (vs_autotune_is_ar(&tune))
     snprintf(m->label, sizeof m->label, "%s (runs as ar)", p->text);
   else
-    snprintf(m->label, sizeof m->label, "%s", tune.spec);
+    snprintf(m->label, sizeof m->label, "%s", tune.method.text);
   if (tune.choice[0]) {
     vs_autotune_describe(&tune, m->note, sizeof m->note);
     fprintf(stderr, "%s: %s\n", p->text, m->note);
@@ -362,12 +361,12 @@ static int eval_generate(eval_run *r) {
     for (int k = 0; k < n; k++) {
       int j = (i + k) % n; /* rotate the order */
       vs_eval_method *m = &r->em[j];
-      vs_job job = {.method = m->spec, .class_label = r->labels[i],
+      vs_job job = {.method = &m->run, .class_label = r->labels[i],
                     .seed = a->o.seed + (uint64_t)i, .sampling = r->sampling};
       vs_metrics mt;
       if (vs_bench_generate(r->models, r->env.dev, &job, &r->grid, &mt, r->err,
                             sizeof r->err)) {
-        fprintf(stderr, "vspec-bench eval: %s, image %d: %s\n", m->spec, i, r->err);
+        fprintf(stderr, "vspec-bench eval: %s, image %d: %s\n", m->run.text, i, r->err);
         return 1;
       }
       vs_metrics_add(&m->total, &mt);
@@ -397,7 +396,7 @@ static int eval_figures(eval_run *r) {
       m->speedup_total = r->em[ar].total.wall_s / m->total.wall_s;
     }
     if (r->qual && method_quality(r->qual, m, r->labels, images, r->err, sizeof r->err)) {
-      fprintf(stderr, "vspec-bench eval: quality of %s: %s\n", m->spec, r->err);
+      fprintf(stderr, "vspec-bench eval: quality of %s: %s\n", m->run.text, r->err);
       return 1;
     }
   }

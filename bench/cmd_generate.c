@@ -104,15 +104,15 @@ static int gen_parse(int argc, char **argv, gen_args *a) {
 /* The job: its class (a name looked up in the model), the method resolved (size=auto, asked
  * for or by default: the stored choice for this model and machine, so that the same seed
  * gives the same image) and the sampling. 0 or an exit code. */
-static int gen_job(gen_args *a, vs_bench_env *env, vs_models *models, char *spec, size_t cap,
+static int gen_job(gen_args *a, vs_bench_env *env, vs_models *models, vs_method *run,
                    vs_job *job) {
   int named_label;
   if (a->class_name) {
     if (!vs_bench_class_arg("generate", models, a->class_name, &named_label)) return 2;
     a->class_label = named_label;
   }
-  if (!vs_bench_resolve_method("generate", env, models, a->o.method, spec, cap)) return 1;
-  *job = (vs_job){.method = spec, .class_label = (int32_t)a->class_label, .seed = a->o.seed};
+  if (!vs_bench_resolve_method("generate", env, models, a->o.method, run)) return 1;
+  *job = (vs_job){.method = run, .class_label = (int32_t)a->class_label, .seed = a->o.seed};
   return vs_bench_opts_sampling("generate", &a->o, models, &job->sampling) ? 0 : 2;
 }
 
@@ -162,14 +162,15 @@ static void gen_print(const gen_args *a, const vs_metrics *mt, const vs_models *
 
 /* Generates, decodes, writes and reports the image. 0 or an exit code. */
 static int gen_run(gen_args *a, vs_bench_env *env, vs_models *models) {
-  char err[VSPEC_ERRLEN], spec[1100];
+  char err[VSPEC_ERRLEN];
+  vs_method run; /* the job's method, size=auto resolved */
   const vs_backend_model *t = &models->target;
   if (!t->info.image_h) {
     fprintf(stderr, "vspec-bench generate: model '%s' has no image decoder\n", a->o.model_dir);
     return 1;
   }
   vs_job job;
-  int status = gen_job(a, env, models, spec, sizeof spec, &job);
+  int status = gen_job(a, env, models, &run, &job);
   if (status) return status;
   vs_bench_grid grid = {0};
   uint8_t *rgb = malloc((size_t)t->info.image_h * t->info.image_w * 3);

@@ -49,13 +49,12 @@ static int tune_method(const char *text, const vs_models *models, vs_method *me,
     return VSPEC_EINVAL;
   }
   vs_autotune_default(me, vs_bench_is_continuous(models));
-  rc = vs_autotune_wanted(me, NULL, 0, err, errlen);
-  if (rc == 0) {
+  if (!vs_autotune_wanted(me)) {
     snprintf(err, errlen, "method %s names its draft size: drop depth, total_tokens or tree "
              "(or add size=auto) to tune it", me->text);
     return VSPEC_EINVAL;
   }
-  return rc < 0 ? rc : VSPEC_OK;
+  return VSPEC_OK;
 }
 
 int vs_bench_cmd_tune(int argc, char **argv) {
@@ -114,7 +113,7 @@ int vs_bench_cmd_tune(int argc, char **argv) {
   printf("model: %s (%s)\nmethod: %s\n", models->name, model_dir, me.text);
   vs_autotune_print_table(&res, stdout);
   vs_autotune_describe(&res, note, sizeof note);
-  printf("%s\nruns as: %s\n", note, res.spec);
+  printf("%s\nruns as: %s\n", note, res.method.text);
   if (!res.stored) fprintf(stderr, "vspec-bench tune: warning: the choice could not be stored "
                            "(no writable cache directory); size=auto will tune again\n");
   status = res.stored ? 0 : 1;

@@ -207,6 +207,7 @@ typedef struct bd_run {
   vs_conn conn;
   int have_conn;
   int N; /* tokens per image */
+  vs_method method; /* the in-process side's, parsed once */
   char err[VSPEC_ERRLEN];
 } bd_run;
 
@@ -215,6 +216,11 @@ static int bd_open(bd_run *r, const char *argv0) {
   vs_bench_device dv = {.threads = r->b->threads};
   if (vs_bench_env_open(&r->env, argv0, r->b->d.plugins, &dv, r->err, sizeof r->err)) {
     fprintf(stderr, "vspecd-bench: %s\n", r->err);
+    return 0;
+  }
+  if (vs_method_parse(r->a->method, &r->method, r->err, sizeof r->err)) {
+    fprintf(stderr, "vspecd-bench: --method: %s\n", r->err);
+    vs_bench_env_close(&r->env);
     return 0;
   }
   if (vs_models_open(r->env.reg, &r->env.host, r->env.dev, r->b->model_dir, VS_ROLE_ALL,
@@ -240,7 +246,7 @@ static int bd_open(bd_run *r, const char *argv0) {
 /* Image i in-process, exactly as vspec-bench generate: generate, decode, PNG. */
 static int bd_inproc_image(bd_run *r, int i) {
   const vspec_model_info *in = &r->models->target.info;
-  vs_job job = {.method = r->a->method, .class_label = 1, .seed = (uint64_t)i,
+  vs_job job = {.method = &r->method, .class_label = 1, .seed = (uint64_t)i,
                 .sampling = r->models->defaults};
   vs_metrics mt;
   if (vs_bench_generate(r->models, r->env.dev, &job, &r->grid, &mt, r->err, sizeof r->err) ||

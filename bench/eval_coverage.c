@@ -81,7 +81,7 @@ static int make_set(const vs_coverage_opts *o, cov_sets *s, int k, uint8_t *rgb,
   const vs_backend_model *t = &o->models->target;
   size_t npix = (size_t)t->info.image_h * t->info.image_w * 3;
   for (int i = 0; i < o->images; i++) {
-    vs_job job = {.method = "ar", .class_label = i % o->classes,
+    vs_job job = {.method = NULL /* ar */, .class_label = i % o->classes,
                   .seed = o->seed + (uint64_t)k * o->images + (uint64_t)i,
                   .sampling = o->sampling};
     vs_metrics mt;

@@ -216,7 +216,7 @@ static void json_kid(FILE *f, const vs_eval_method *m) {
 static void json_method(FILE *f, const vs_eval_method *e, int is_last) {
   const vs_metrics *t = &e->total;
   fprintf(f, "    {\"method\": ");
-  vs_bench_json_str(f, e->spec);
+  vs_bench_json_str(f, e->run.text);
   fprintf(f, ", \"requested\": ");
   vs_bench_json_str(f, e->m.text);
   fprintf(f, ",\n     \"tokens\": %lld, \"target_forwards\": %lld, \"rounds\": %lld, "

@@ -21,7 +21,7 @@
 
 typedef struct vs_eval_method {
   vs_method m;
-  char spec[1100];     /* the method actually run (size=auto resolved) */
+  vs_method run;       /* the method actually run (size=auto resolved) */
   char label[1200];    /* how the tables name it: spec, or what ran as AR */
   char note[1400];     /* e.g. what auto-tuning chose */
   vs_metrics total;

@@ -117,17 +117,19 @@ static void at_begin(at_entry *e, at_rounds *r) {
 
 /* Runs calibration image i of entry e. */
 static int at_image(at_search *s, at_entry *e, int i, char *err, size_t errlen) {
-  char spec[1100], param[VS_AUTOTUNE_PARAM_LEN] = VS_AUTOTUNE_AR;
+  char param[VS_AUTOTUNE_PARAM_LEN] = VS_AUTOTUNE_AR;
   if (e->fam >= 0) vs__autotune_param(s->sp, e->fam, e->size, param, sizeof param);
-  vs__autotune_spec(s->m, s->sp, param, spec, sizeof spec);
+  vs_method me;
+  int rc = vs__autotune_method(s->m, s->sp, param, &me, err, errlen);
+  if (rc) return rc;
   at_progress(s, "size=auto: tuning %s on this machine: %s, image %d", s->m->text, param, i + 1);
   int classes = s->models->target.info.num_classes > 0 ? s->models->target.info.num_classes : 1;
   e->rounds->last = 0;
-  vs_job job = {.method = spec, .class_label = (int32_t)((7 * i) % classes),
+  vs_job job = {.method = &me, .class_label = (int32_t)((7 * i) % classes),
                 .seed = AT_CALIBRATION_SEED + (uint64_t)i, .sampling = s->models->defaults,
                 .on_round = at_on_round, .user = e->rounds};
   vs_metrics mt;
-  int rc = vs_generate(s->models, s->dev, &job, s->tokens, &mt, err, errlen);
+  rc = vs_generate(s->models, s->dev, &job, s->tokens, &mt, err, errlen);
   if (rc) return rc;
   vs_metrics_add(&e->sum, &mt);
   e->images++;
@@ -294,9 +296,8 @@ int vs__autotune_measure(vs_models *models, vspec_dev *dev, const vs_method *m,
              m->text, models->name);
     return VSPEC_EINVAL;
   }
-  vs__autotune_spec(m, sp, res->choice, res->spec, sizeof res->spec);
   res->tuned_at = (int64_t)time(NULL);
-  return VSPEC_OK;
+  return vs__autotune_method(m, sp, res->choice, &res->method, err, errlen);
 }
 
 int vs__autotune_prefer_ar(int exact, double sd_rate, double ar_rate) {
@@ -321,7 +322,7 @@ int vs_autotune_slower_than_ar(const vs_autotune_result *res) {
 
 void vs_autotune_describe(const vs_autotune_result *res, char *buf, size_t len) {
   if (!res->choice[0]) {
-    snprintf(buf, len, "%s", res->spec);
+    snprintf(buf, len, "%s", res->method.text);
     return;
   }
   char day[32] = "?", when[400];

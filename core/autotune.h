@@ -3,7 +3,8 @@
  * expected tokens per second on this machine, or plain AR when none pays; tuned once per
  * model, method and machine, then read back from the cache.
  *
- * A speculative method whose scheduler parameters hold size=auto is resolved before it runs.
+ * A speculative method written with size=auto among its scheduler parameters (parsed into
+ * vs_method.size, core/method.h) is resolved before it runs, into the method that runs.
  * What it tunes is what the method leaves open (core/autotune_space.c):
  *   - the drafter (`drafter`: the model's draft GPT, its EAGLE head) unless named;
  *   - the shape (`shape`: chain, dynamic EAGLE-2 tree, static EAGLE-1 tree) unless named;
@@ -66,8 +67,8 @@ typedef struct vs_autotune_cand {
 #define VS_AUTOTUNE_AR "ar"
 
 typedef struct vs_autotune_result {
-  char spec[1100];          /* the method as it runs: size=auto replaced by the choice, or
-                               "ar" */
+  vs_method method;         /* the method as it runs: size=auto replaced by the choice (its
+                               scheduler parameters, its drafter), or plain AR */
   char base[1100];          /* the method without its size (part of the cache key) */
   char choice[VS_AUTOTUNE_PARAM_LEN]; /* the chosen parameters or "ar"; "" when none asked */
   int n_cand, best;         /* candidates (cand[best]: the best speculative one; -1: none) */
@@ -98,21 +99,21 @@ int vs_autotune_is_ar(const vs_autotune_result *res);
  * than AR (one target forward per token) on the machine it was tuned on. */
 int vs_autotune_slower_than_ar(const vs_autotune_result *res);
 
-/* Whether m asks for size=auto (1) or not (0); another size value is an error that says what
- * to write. `base`, when not NULL, gets the scheduler parameters without `size` (what the
- * scheduler plugin must accept), e.g. for validating a submission. */
-int vs_autotune_wanted(const vs_method *m, char *base, size_t base_len, char *err,
-                       size_t errlen);
+/* Whether m asks for size=auto (1) or not (0). vs_method_parse took it out of the scheduler's
+ * parameters (which are what the scheduler plugin must accept) into m->size, and refused any
+ * other size value. */
+int vs_autotune_wanted(const vs_method *m);
 
-/* The default above: adds size=auto to m (text included) when m is speculative, runs on
- * `standard`, names no size and `continuous` is 0. Returns 1 when it did, 0 when not. */
+/* The default above: sets m->size to size=auto (and adds it to m->text) when m is
+ * speculative, runs on `standard`, names no size and `continuous` is 0. Returns 1 when it
+ * did, 0 when not. */
 int vs_autotune_default(vs_method *m, int continuous);
 
-/* Resolves m on `dev` for `models` into res: m->text when m has no size=auto; else the cached
- * choice, or (no valid cache entry, or VS_AUTOTUNE_REFRESH) a tuning whose choice is then
- * stored. `opts` may be NULL. Tunings are serialised process-wide, so jobs that ask together
- * tune once. Errors: a continuous-token model (VSPEC_ENOTSUP), a bad size value, a model
- * without a drafter, a failed generation. */
+/* Resolves m on `dev` for `models` into res->method: m itself when m has no size=auto; else m
+ * with the cached choice, or (no valid cache entry, or VS_AUTOTUNE_REFRESH) with the choice of
+ * a tuning, then stored. `opts` may be NULL. Tunings are serialised process-wide, so jobs that
+ * ask together tune once. Errors: a continuous-token model (VSPEC_ENOTSUP), a model without a
+ * drafter, a failed generation. */
 int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m,
                         const vs_autotune_opts *opts, vs_autotune_result *res, char *err,
                         size_t errlen);
@@ -155,9 +156,11 @@ int vs__autotune_space(vs_models *models, const vs_method *m, vs_at_space *sp, c
 void vs__autotune_param(const vs_at_space *sp, int fam, int size, char *out, size_t cap);
 /* 1 when `choice` is one of the space's candidates, or "ar" for an exact rule. */
 int vs__autotune_valid(const vs_at_space *sp, const char *choice);
-/* The method m with `choice` in place of size=auto ("ar" for AR). */
-void vs__autotune_spec(const vs_method *m, const vs_at_space *sp, const char *choice, char *out,
-                       size_t cap);
+/* The method m with `choice` in place of size=auto (plain AR for "ar"): the scheduler's
+ * parameters and the drafter set as vs_method_parse would set them from that spelling, the
+ * text written for logs. Errors: the parameters do not fit. */
+int vs__autotune_method(const vs_method *m, const vs_at_space *sp, const char *choice,
+                        vs_method *out, char *err, size_t errlen);
 
 /* The target's cost curve at these node counts (core/autotune_cache.c: cached per model and
  * machine; measured when absent or refresh is set). */

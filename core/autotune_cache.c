@@ -267,8 +267,9 @@ static int at_read_choice(const char *dir, const char *name, const vs_method *m,
   buf[len] = 0; /* vs_cache_read leaves a byte to spare */
   int ok = memchr(buf, 0, len) == NULL && at_parse((char *)buf, res->base, res->machine, sp, res);
   free(buf);
-  if (ok) vs__autotune_spec(m, sp, res->choice, res->spec, sizeof res->spec);
-  return ok;
+  char err[VSPEC_ERRLEN];
+  /* a choice whose method does not fit is tuned again, as a malformed file would be */
+  return ok && !vs__autotune_method(m, sp, res->choice, &res->method, err, sizeof err);
 }
 
 int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m,
@@ -276,10 +277,9 @@ int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m,
                         size_t errlen) {
   memset(res, 0, sizeof *res);
   res->best = -1;
-  snprintf(res->spec, sizeof res->spec, "%s", m->text);
-  char params[512];
-  int rc = vs_autotune_wanted(m, params, sizeof params, err, errlen);
-  if (rc <= 0) return rc;
+  res->method = *m;
+  if (!vs_autotune_wanted(m)) return VSPEC_OK;
+  int rc;
   /* size=auto weighs acceptance against the target's cost of verifying a token tree; a MAR
    * target verifies a group of generation steps with a bidirectional pass and a diffusion
    * head per token, a cost that curve does not describe. */
@@ -292,7 +292,8 @@ int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m,
   if ((rc = vs__autotune_space(models, m, &sp, err, errlen))) return rc;
   int rows = models->defaults.cfg_scale > 1.0f ? 2 : 1;
   unsigned flags = opts ? opts->flags : 0;
-  vs_method_compose(m, params, res->base, sizeof res->base);
+  /* the cache's key and its "method" line: the method without its size (compose writes none) */
+  vs_method_compose(m, m->sched_params, res->base, sizeof res->base);
   at_machine(dev, res->machine, sizeof res->machine);
   char purpose[1200], key[VS_CACHE_KEY_LEN + 1], dir[1024], name[128];
   snprintf(purpose, sizeof purpose, "autotune/%d %s cfg_rows=%d", VS_AUTOTUNE_VERSION,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/names.h"
 #include "core/params.h"
 
 /* The scheduler parameters that set a draft size: a method naming one is not tuned. */
@@ -28,32 +29,8 @@ static const char *const at_dynamic_totals[] = {"2", "4", "8", "12", "16", "24",
  * its tree is at most one deeper. */
 #define AT_DYNAMIC_STEPS 4
 
-int vs_autotune_wanted(const vs_method *m, char *base, size_t base_len, char *err,
-                       size_t errlen) {
-  if (base && base_len) snprintf(base, base_len, "%s", m->sched_params);
-  if (m->kind != VS_METHOD_SD) return 0;
-  vspec_params *p;
-  int rc = vs_params_parse(m->sched_params, &p, err, errlen);
-  if (rc) return rc;
-  const char *size = vs_param_string(p, "size");
-  if (size && strcmp(size, "auto") != 0) {
-    snprintf(err, errlen, "size=%s: only size=auto is understood (set the size itself with "
-             "depth, total_tokens or tree)", size);
-    vs_params_free(p);
-    return VSPEC_EINVAL;
-  }
-  if (size && base && base_len) {
-    size_t used = 0;
-    base[0] = 0;
-    for (size_t i = 0; i < vs_params_count(p); i++) {
-      const char *k = vs_params_key(p, i);
-      if (strcmp(k, "size") == 0) continue;
-      used += (size_t)snprintf(base + used, used < base_len ? base_len - used : 0, "%s%s=%s",
-                               used ? "," : "", k, vs_params_value(p, i));
-    }
-  }
-  vs_params_free(p);
-  return size != NULL;
+int vs_autotune_wanted(const vs_method *m) {
+  return m->kind == VS_METHOD_SD && m->size == VS_METHOD_SIZE_AUTO;
 }
 
 int vs_autotune_default(vs_method *m, int continuous) {
@@ -61,7 +38,7 @@ int vs_autotune_default(vs_method *m, int continuous) {
   vspec_params *p;
   char err[VSPEC_ERRLEN];
   if (vs_params_parse(m->sched_params, &p, err, sizeof err)) return 0; /* the plugin says why */
-  int named = 0;
+  int named = m->size == VS_METHOD_SIZE_AUTO;
   for (size_t i = 0; i < sizeof at_size_keys / sizeof at_size_keys[0]; i++)
     named |= vs_param_string(p, at_size_keys[i]) != NULL;
   /* A drafter plugin (Jacobi decoding) keeps its own default window unless size=auto is
@@ -73,11 +50,14 @@ int vs_autotune_default(vs_method *m, int continuous) {
   if ((size_t)snprintf(sp, sizeof sp, "%s%ssize=auto", m->sched_params,
                        *m->sched_params ? "," : "") >= sizeof sp)
     return 0;
-  vs_method d;
+  /* The spelling vs_method_parse would give m with size=auto written last among the
+   * scheduler's parameters; the parameters themselves stay as they are. */
   char text[sizeof m->text];
-  vs_method_compose(m, sp, text, sizeof text);
-  if (vs_method_parse(text, &d, err, sizeof err)) return 0;
-  *m = d;
+  if ((size_t)vs_method_compose(m, sp, text, sizeof text) >= sizeof text ||
+      vs_name_check(&vs_name_method, "method", text, err, sizeof err))
+    return 0;
+  memcpy(m->text, text, sizeof text);
+  m->size = VS_METHOD_SIZE_AUTO;
   return 1;
 }
 
@@ -189,13 +169,26 @@ int vs__autotune_valid(const vs_at_space *sp, const char *choice) {
   return 0;
 }
 
-void vs__autotune_spec(const vs_method *m, const vs_at_space *sp, const char *choice, char *out,
-                       size_t cap) {
+int vs__autotune_method(const vs_method *m, const vs_at_space *sp, const char *choice,
+                        vs_method *out, char *err, size_t errlen) {
   if (!strcmp(choice, VS_AUTOTUNE_AR)) {
-    snprintf(out, cap, "ar");
-    return;
+    vs_method_set_ar(out);
+    return VSPEC_OK;
   }
-  char params[sizeof m->sched_params + 64];
-  snprintf(params, sizeof params, "%s%s%s", sp->rest, *sp->rest ? "," : "", choice);
-  vs_method_compose(m, params, out, cap);
+  *out = *m;
+  out->size = VS_METHOD_SIZE_FIXED;
+  /* The choice names the drafter when the method left it open (core/autotune_space.c's
+   * families: "drafter=NAME," first); what stays keeps the one the method named. */
+  if (!strncmp(choice, "drafter=", 8))
+    snprintf(out->drafter, sizeof out->drafter, "%.*s", (int)strcspn(choice + 8, ","),
+             choice + 8);
+  size_t n = (size_t)snprintf(out->sched_params, sizeof out->sched_params, "%s%s%s", sp->rest,
+                              *sp->rest ? "," : "", choice);
+  if (n >= sizeof out->sched_params ||
+      (size_t)vs_method_compose(out, out->sched_params, out->text, sizeof out->text) >=
+          sizeof out->text) {
+    snprintf(err, errlen, "size=auto: %s with %s is too long", m->text, choice);
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
 }

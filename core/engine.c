@@ -15,7 +15,7 @@ size_t vs_job_describe(const vs_job *job, const char *model_name, char *buf, siz
   int n = snprintf(buf, buflen,
                    "model=%s method=%s class=%d seed=%llu temperature=%g top_k=%d top_p=%g "
                    "cfg_scale=%g cfg_interval=%d",
-                   model_name ? model_name : "?", job->method ? job->method : "ar",
+                   model_name ? model_name : "?", job->method ? job->method->text : "ar",
                    job->class_label, (unsigned long long)job->seed, s->temperature, s->top_k,
                    s->top_p, s->cfg_scale, s->cfg_interval);
   if (n >= 0 && (size_t)n < buflen && job->latents) { /* continuous-token (MAR) jobs */
@@ -62,18 +62,26 @@ int vs_generate(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *t
   if (!rc && models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS)
     rc = vs__check_continuous(models, &job->sampling, err, errlen);
   if (rc) return rc;
-  vs_method m;
-  if ((rc = vs_method_parse(job->method ? job->method : "ar", &m, err, errlen))) return rc;
+  static const vs_method plain_ar = {.kind = VS_METHOD_AR, .text = "ar"};
+  const vs_method *m = job->method ? job->method : &plain_ar;
+  /* size=auto never reaches the scheduler (vs_method keeps it out of its parameters), so the
+   * refusal that was the scheduler's is here */
+  if (m->size == VS_METHOD_SIZE_AUTO) {
+    snprintf(err, errlen, "method %s: size=auto is resolved before a job reaches the engine "
+             "(vspec-bench, vspecd: core/autotune.h); a job handed to the engine directly gives "
+             "depth, total_tokens or tree", m->text);
+    return VSPEC_EINVAL;
+  }
   double t0 = vs_now();
   if (models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS) {
     /* the ids a continuous model reports are zeros: its output is job->latents */
     if (tokens)
       memset(tokens, 0,
              (size_t)models->target.info.grid_h * models->target.info.grid_w * sizeof *tokens);
-    rc = vs_mar_run(models, dev, job, &m, &mt, err, errlen);
+    rc = vs_mar_run(models, dev, job, m, &mt, err, errlen);
   }
   else
-    rc = vs_round_loop_run(models, dev, job, &m, tokens, &mt, err, errlen);
+    rc = vs_round_loop_run(models, dev, job, m, tokens, &mt, err, errlen);
   mt.wall_s = vs_now() - t0;
   if (metrics) *metrics = mt;
   return rc;

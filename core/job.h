@@ -7,6 +7,7 @@
 
 #include <stdatomic.h>
 
+#include "core/method.h"
 #include "core/metrics.h"
 #include "core/models.h"
 
@@ -62,7 +63,10 @@ typedef struct vs_round_info {
 typedef void (*vs_round_fn)(void *user, const vs_round_info *info);
 
 typedef struct vs_job {
-  const char *method;          /* "ar" or "sd:RULE[:PARAMS][@SCHED[:PARAMS]]" (core/method.h) */
+  /* What decodes (core/method.h), parsed and checked where the job was asked for and with
+   * size=auto resolved (core/autotune.h); NULL: plain AR. Not copied: it must outlive the
+   * job. */
+  const vs_method *method;
   int32_t class_label;         /* class-conditional models */
   const float *caption;        /* text models: [caption_len, caption_dim] */
   const uint8_t *caption_mask; /* text models: [caption_len] */

@@ -21,18 +21,16 @@ static int vs__trim_copy(char *dst, size_t n, const char *src, size_t len) {
   return 0;
 }
 
-/* "NAME[:PARAMS]" */
-static int vs__name_params(const char *s, size_t len, char *name, size_t nn, char *params,
-                           size_t pn, const char *what, char *err, size_t errlen) {
-  const char *colon = memchr(s, ':', len);
-  size_t name_len = colon ? (size_t)(colon - s) : len;
-  if (vs__trim_copy(name, nn, s, name_len) ||
-      (colon && vs__trim_copy(params, pn, colon + 1, len - name_len - 1))) {
+/* A rule's or scheduler's NAME and PARAMS, trimmed and checked. */
+static int method_part(const char *name_src, size_t name_len, const char *params_src,
+                       size_t params_len, char *name, size_t nn, char *params, size_t pn,
+                       const char *what, char *err, size_t errlen) {
+  if (vs__trim_copy(name, nn, name_src, name_len) ||
+      vs__trim_copy(params, pn, params_src, params_len)) {
     snprintf(err, errlen, "method: %s name or parameters too long (at most %zu characters)",
              what, pn - 1);
     return VSPEC_EINVAL;
   }
-  if (!colon) params[0] = 0;
   if (!*name) {
     snprintf(err, errlen, "method: missing %s name", what);
     return VSPEC_EINVAL;
@@ -43,6 +41,15 @@ static int vs__name_params(const char *s, size_t len, char *name, size_t nn, cha
     return VSPEC_EINVAL;
   }
   return VSPEC_OK;
+}
+
+/* "NAME[:PARAMS]" */
+static int vs__name_params(const char *s, size_t len, char *name, size_t nn, char *params,
+                           size_t pn, const char *what, char *err, size_t errlen) {
+  const char *colon = memchr(s, ':', len);
+  size_t name_len = colon ? (size_t)(colon - s) : len;
+  return method_part(s, name_len, colon ? colon + 1 : "", colon ? len - name_len - 1 : 0, name,
+                     nn, params, pn, what, err, errlen);
 }
 
 /* Parameter keys that configure the drafter, not the scheduler: those of the shipped drafter
@@ -58,7 +65,23 @@ static int method_drafter_key(const char *kv, size_t len) {
   return -1;
 }
 
-/* Moves the drafter's keys out of the scheduler's parameter list, in their order. */
+/* Whether kv[0..len) is the scheduler parameter `size`: 1 for size=auto, 0 for another key,
+ * an error for another size (the size itself is depth, total_tokens or tree). */
+static int method_size_key(const char *kv, size_t len, char *err, size_t errlen) {
+  const char *eq = memchr(kv, '=', len);
+  char key[8], value[64];
+  if (!eq || vs__trim_copy(key, sizeof key, kv, (size_t)(eq - kv)) || strcmp(key, "size"))
+    return 0;
+  if (!vs__trim_copy(value, sizeof value, eq + 1, len - (size_t)(eq - kv) - 1) &&
+      !strcmp(value, "auto"))
+    return 1;
+  snprintf(err, errlen, "size=%.*s: only size=auto is understood (set the size itself with "
+           "depth, total_tokens or tree)", (int)(len - (size_t)(eq - kv) - 1), eq + 1);
+  return VSPEC_EINVAL;
+}
+
+/* Moves the drafter's keys out of the scheduler's parameter list, in their order, and size=auto
+ * into m->size: the scheduler never sees either. */
 static int method_split_drafter_params(vs_method *m, char *err, size_t errlen) {
   char sched[sizeof m->sched_params] = "";
   size_t ns = 0, nd = 0;
@@ -67,6 +90,14 @@ static int method_split_drafter_params(vs_method *m, char *err, size_t errlen) {
     const char *comma = strchr(s, ',');
     size_t len = comma ? (size_t)(comma - s) : strlen(s);
     int strip = method_drafter_key(s, len), drafter = strip >= 0;
+    int size = drafter ? 0 : method_size_key(s, len, err, errlen);
+    if (size < 0) return size;
+    if (size) {
+      m->size = VS_METHOD_SIZE_AUTO;
+      s += len;
+      if (*s == ',') s++;
+      continue;
+    }
     char *dst = drafter ? m->drafter_params : sched;
     size_t *n = drafter ? &nd : &ns, cap = drafter ? sizeof m->drafter_params : sizeof sched;
     if (*n + len + 2 > cap) {
@@ -90,6 +121,23 @@ static int method_split_drafter_params(vs_method *m, char *err, size_t errlen) {
   return VSPEC_OK;
 }
 
+/* The canonical text of the parts in `m`, then its drafter's keys and size taken out. */
+static int method_finish(vs_method *m, char *err, size_t errlen) {
+  if ((size_t)snprintf(m->text, sizeof m->text, "sd:%s%s%s@%s%s%s", m->rule,
+                       *m->rule_params ? ":" : "", m->rule_params, m->sched,
+                       *m->sched_params ? ":" : "", m->sched_params) >= sizeof m->text) {
+    snprintf(err, errlen, "method is too long (at most %zu characters)", sizeof m->text - 1);
+    return VSPEC_EINVAL;
+  }
+  return method_split_drafter_params(m, err, errlen);
+}
+
+void vs_method_set_ar(vs_method *m) {
+  memset(m, 0, sizeof *m);
+  m->kind = VS_METHOD_AR;
+  snprintf(m->text, sizeof m->text, "ar");
+}
+
 int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   char t[1100], q[80];
@@ -101,8 +149,7 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
     return VSPEC_EINVAL;
   }
   if (strcmp(t, "ar") == 0) {
-    out->kind = VS_METHOD_AR;
-    snprintf(out->text, sizeof out->text, "ar");
+    vs_method_set_ar(out);
     return VSPEC_OK;
   }
   if (strncmp(t, "sd:", 3) != 0) {
@@ -123,9 +170,27 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
   } else {
     snprintf(out->sched, sizeof out->sched, "standard");
   }
-  snprintf(out->text, sizeof out->text, "sd:%s%s%s@%s%s%s", out->rule, *out->rule_params ? ":" : "",
-           out->rule_params, out->sched, *out->sched_params ? ":" : "", out->sched_params);
-  return method_split_drafter_params(out, err, errlen);
+  return method_finish(out, err, errlen);
+}
+
+int vs_method_make(const char *rule, const char *rule_params, const char *sched,
+                   const char *sched_params, vs_method *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  out->kind = VS_METHOD_SD;
+  rule_params = rule_params ? rule_params : "";
+  sched = sched && *sched ? sched : "standard";
+  sched_params = sched_params ? sched_params : "";
+  int rc = method_part(rule ? rule : "", rule ? strlen(rule) : 0, rule_params,
+                       strlen(rule_params), out->rule, sizeof out->rule, out->rule_params,
+                       sizeof out->rule_params, "acceptance rule", err, errlen);
+  if (!rc)
+    rc = method_part(sched, strlen(sched), sched_params, strlen(sched_params), out->sched,
+                     sizeof out->sched, out->sched_params, sizeof out->sched_params, "scheduler",
+                     err, errlen);
+  if (!rc) rc = method_finish(out, err, errlen);
+  /* the whole, as vs_method_parse would check its text: the same characters and length */
+  if (!rc && vs_name_check(&vs_name_method, "method", out->text, err, errlen)) rc = VSPEC_EINVAL;
+  return rc;
 }
 
 unsigned vs_method_drafter(const vs_method *m) {

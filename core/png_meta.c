@@ -162,7 +162,7 @@ size_t vs_png_parameters(const vs_job *job, const vs_models *models, char *buf, 
            vs_models_class_name(models, job->class_label));
   else pm_add(buf, cap, &n, "class %d\n", job->class_label);
   pmeta_pairf(buf, cap, &n, "Steps", "%d", pmeta_steps(models, s));
-  pmeta_pair(buf, cap, &n, "Sampler", job->method ? job->method : "ar");
+  pmeta_pair(buf, cap, &n, "Sampler", job->method ? job->method->text : "ar");
   pmeta_pairf(buf, cap, &n, "CFG scale", "%g", s->cfg_scale);
   pmeta_pairf(buf, cap, &n, "Seed", "%llu", (unsigned long long)job->seed);
   pmeta_pairf(buf, cap, &n, "Size", "%dx%d", in->image_w, in->image_h);

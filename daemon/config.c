@@ -39,6 +39,7 @@ void vs_config_defaults(vs_daemon_config *c) {
   c->n_models = 1;
   snprintf(c->default_model, sizeof c->default_model, "fmnist");
   snprintf(c->method, sizeof c->method, "ar");
+  vs_method_set_ar(&c->default_method);
   c->auto_size = 1;
   c->preview_every_tokens = 0;
   c->credit = 8;
@@ -251,8 +252,9 @@ static int cfg_defaults(vs_daemon_config *c, const char *key, const char *k, con
   if (!strcmp(k, "method")) {
     vs_method m;
     int rc = vs_method_parse(v, &m, err, errlen);
-    if (rc) return rc;
-    return cfg_str(key, v, c->method, sizeof c->method, err, errlen);
+    if (!rc) rc = cfg_str(key, v, c->method, sizeof c->method, err, errlen);
+    if (!rc) c->default_method = m;
+    return rc;
   }
   if (!strcmp(k, "auto_size")) return cf_bool(key, v, &c->auto_size, err, errlen);
   if (!strcmp(k, "preview_table")) {

@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "core/method.h"
+
 #define VS_CONF_MAX_MODELS 16
 #define VS_CONF_PATH 1024
 
@@ -54,7 +56,8 @@ typedef struct vs_daemon_config {
   int n_models;
   char default_model[64];
   /* [defaults] */
-  char method[512];           /* when a submit names no method */
+  char method[512];           /* when a submit names no method: as written (GET /v1/models) */
+  vs_method default_method;   /* ... and as parsed at load, what such a submit's job gets */
   int auto_size;              /* a speculative method naming no draft size gets size=auto
                                  (defaults.auto_size, default on; core/autotune.h) */
   int preview_every_tokens;   /* 0 = tokens_total / 8, at least 1 */

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/method.h"
 #include "core/models.h"
 #include "proto/wire.h"
 
@@ -69,7 +70,9 @@ struct vs_djob {
 
   /* ---- the request (immutable once queued) ---- */
   char model[64];
-  char method[1100];
+  /* built and checked once at submission (daemon/submit.c); size=auto stays for the worker to
+   * resolve (daemon/workers.c); method.text is for logs, events and results */
+  vs_method method;
   char sched_name[64]; /* for the stats: which plugins served the job */
   char rule_name[64];
   char tag[64];

@@ -102,7 +102,7 @@ void vs__count(vs_server *s, vs_djob *j) {
   int64_t tokens = j->sh.stats.tokens;
   vs_djob_stats st = j->sh.stats;
   pthread_mutex_unlock(&j->mu);
-  vs_stats_job_ended(&s->stats, j->method, finished && rc == 0, finished, &st);
+  vs_stats_job_ended(&s->stats, j->method.text, finished && rc == 0, finished, &st);
   if (!finished || rc == VSPEC_ECANCELED) {
     s->totals.cancelled++;
   } else if (rc == 0) {

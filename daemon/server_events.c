@@ -82,7 +82,7 @@ int vs__send_accepted(vs_server *s, vs_djob *j) {
   a.has_queue_position = 1;
   a.queue_position = pos > 0 ? (uint32_t)pos : 0;
   a.model = j->model;
-  a.method = j->method;
+  a.method = j->method.text;
   a.node = s->cfg.node;
   a.has_tokens_total = 1;
   a.tokens_total = (uint32_t)j->tokens_total;

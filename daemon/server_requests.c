@@ -80,7 +80,7 @@ static void req_handle_submit(vs_server *s, int sock, const Vspec__Request *r,
   char tag[4 * sizeof j->tag + 3];
   vs_text_quote(tag, sizeof tag, j->tag, strlen(j->tag));
   vs_log(VSPEC_LOG_INFO, who, "accepted from %s: model %s, method %s, class %d, seed %llu, "
-         "preview %d, %s%s%s", c->text, j->model, j->method, j->class_label,
+         "preview %d, %s%s%s", c->text, j->model, j->method.text, j->class_label,
          (unsigned long long)j->seed, j->preview_kind, where, *j->tag ? ", tag " : "",
          *j->tag ? tag : "");
   j->lp.accepted_pending = 1;

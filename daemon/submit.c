@@ -196,55 +196,53 @@ typedef struct sb_req {
  * ERR_INVALID). */
 #define SB_INVALID(...) return vs_fail(err, errlen, -1, __VA_ARGS__)
 
-/* The method's text: a complete method, or one made of accept/sched/draft and their
- * parameters, or the configured default. */
-static int sb_method_text(const vs_daemon_config *cfg, const Vspec__Submit *s, char *method,
-                          size_t cap, char *err, size_t errlen) {
+/* The method, built once from the form the Submit uses: a complete method (the `method`
+ * string, parsed), its parts (accept/sched/draft and their parameters), or the configured
+ * default. Nothing downstream parses it again. */
+static int sb_method_build(const vs_daemon_config *cfg, const Vspec__Submit *s, vs_method *me,
+                           char *err, size_t errlen) {
   char inner[VSPEC_ERRLEN];
   const char *draft = s->draft && *s->draft ? s->draft : NULL;
   if (draft && vs_name_check(&vs_name_plugin, "draft", draft, inner, sizeof inner))
     SB_INVALID("draft: auto, model, head or a drafter plugin such as jacobi: %s", inner);
+  int rc;
   if (s->method && *s->method) {
     if (s->accept || s->sched || s->accept_params || s->sched_params || draft)
       SB_INVALID("method: give either a complete method or accept/sched/draft, not both");
-    snprintf(method, cap, "%s", s->method);
+    rc = vs_method_parse(s->method, me, inner, sizeof inner);
   } else if (s->accept && *s->accept) {
-    const char *sn = s->sched && *s->sched ? s->sched : "standard";
-    const char *ap = s->accept_params ? s->accept_params : "";
+    /* `draft` is the scheduler's drafter= unless its parameters name one */
     const char *sp = s->sched_params ? s->sched_params : "";
     char spx[512];
-    int has_drafter = strstr(sp, "drafter=") != NULL;
-    snprintf(spx, sizeof spx, "%s%s%s%s", sp, draft && !has_drafter && *sp ? "," : "",
-             draft && !has_drafter ? "drafter=" : "", draft && !has_drafter ? draft : "");
-    snprintf(method, cap, "sd:%s%s%s@%s%s%s", s->accept, *ap ? ":" : "", ap, sn,
-             *spx ? ":" : "", spx);
+    int add = draft && strstr(sp, "drafter=") == NULL;
+    snprintf(spx, sizeof spx, "%s%s%s%s", sp, add && *sp ? "," : "", add ? "drafter=" : "",
+             add ? draft : "");
+    rc = vs_method_make(s->accept, s->accept_params, s->sched, spx, me, inner, sizeof inner);
   } else if (s->sched || s->sched_params || s->accept_params || draft) {
     SB_INVALID("sched/draft/params given without an acceptance rule (accept)");
   } else {
-    snprintf(method, cap, "%s", cfg->method);
+    *me = cfg->default_method; /* parsed when the configuration was read */
+    rc = 0;
   }
+  if (rc) SB_INVALID("method: %s", inner);
   return 0;
 }
 
-/* The method, parsed and checked: its drafter against the model, its plugins as they will
+/* The method, built and checked: its drafter against the model, its plugins as they will
  * run it. */
 static int sb_method(const vs_submit_ctx *c, const Vspec__Submit *s, sb_req *q, char *err,
                      size_t errlen) {
-  char method[1100], inner[VSPEC_ERRLEN];
+  char inner[VSPEC_ERRLEN];
   const char *model = q->model;
   vs_model_set *set = q->set;
   vs_method *me = &q->me;
-  if (sb_method_text(c->cfg, s, method, sizeof method, err, errlen)) return -1;
-  if (vs_method_parse(method, me, inner, sizeof inner)) SB_INVALID("method: %s", inner);
+  if (sb_method_build(c->cfg, s, me, err, errlen)) return -1;
   /* size=auto is resolved by the worker that runs the job (daemon/workers.c); here it is the
    * default for a method that names no size (defaults.auto_size), and the scheduler is
-   * checked with the parameters it will get, less the size the worker adds. */
+   * checked with the parameters it will get, less the size the worker adds (vs_method keeps
+   * size=auto out of them). */
   if (c->cfg->auto_size) vs_autotune_default(me, set->continuous);
-  char sched_params[512];
-  int autosize = vs_autotune_wanted(me, sched_params, sizeof sched_params, inner, sizeof inner);
-  /* a malformed parameter list is the scheduler's to report, in its words, below */
-  if (autosize < 0 && !strncmp(inner, "size=", 5)) SB_INVALID("method %s: %s", me->text, inner);
-  if (autosize && set->continuous)
+  if (vs_autotune_wanted(me) && set->continuous)
     SB_INVALID("method %s: size=auto is not supported for continuous-token (MAR) models "
                "(model '%s'); use depth=L explicitly", me->text, model);
   if (me->kind != VS_METHOD_SD) return 0;
@@ -260,7 +258,7 @@ static int sb_method(const vs_submit_ctx *c, const Vspec__Submit *s, sb_req *q, 
   int vocab = q->in->vocab;
   if (sb_try_plugin(c, VSPEC_PLUGIN_ACCEPT, me->rule, me->rule_params, set->continuous, model,
                     vocab, inner, sizeof inner) ||
-      sb_try_plugin(c, VSPEC_PLUGIN_SCHED, me->sched, sched_params, set->continuous, model,
+      sb_try_plugin(c, VSPEC_PLUGIN_SCHED, me->sched, me->sched_params, set->continuous, model,
                     vocab, inner, sizeof inner) ||
       (drafter == VSPEC_DRAFTER_PLUGIN &&
        sb_try_plugin(c, VSPEC_PLUGIN_DRAFTER, me->drafter, me->drafter_params,
@@ -400,7 +398,7 @@ static void sb_job_fill(vs_djob *j, const vs_daemon_config *cfg, const Vspec__Re
                         const sb_req *q, uint64_t id) {
   const Vspec__Submit *s = r->submit;
   snprintf(j->model, sizeof j->model, "%s", q->model);
-  snprintf(j->method, sizeof j->method, "%s", q->me.text);
+  j->method = q->me;
   snprintf(j->rule_name, sizeof j->rule_name, "%s", q->rule);
   snprintf(j->sched_name, sizeof j->sched_name, "%s", q->sched);
   snprintf(j->tag, sizeof j->tag, "%s", s->tag ? s->tag : "");

@@ -193,21 +193,19 @@ static void wk_tune_progress(void *user, double done, const char *message) {
  * with their jobs (tunings are serialised process-wide: a second job asking for the same
  * method waits for the first's tuning and reads its choice, core/autotune.h). The client
  * sees the tuning as a phase and the choice as a notice. */
-static int wk_resolve_size(wk_run *r, vs_models *models, const char *who, const char *method,
-                           char *spec, size_t cap, char *err, size_t errlen) {
-  vs_method me;
+static int wk_resolve_size(wk_run *r, vs_models *models, const char *who, const vs_method *me,
+                           vs_method *run, char *err, size_t errlen) {
   vs_autotune_result tune;
   vs_autotune_opts opts = {.progress = wk_tune_progress, .user = r};
-  int rc = vs_method_parse(method, &me, err, errlen);
-  if (!rc) rc = vs_autotune_resolve(models, r->w->dev, &me, &opts, &tune, err, errlen);
+  int rc = vs_autotune_resolve(models, r->w->dev, me, &opts, &tune, err, errlen);
   if (rc) return rc;
-  snprintf(spec, cap, "%s", tune.spec);
+  *run = tune.method;
   if (tune.choice[0]) {
     char note[VS_DJOB_NOTE_LEN];
     vs_autotune_describe(&tune, note, sizeof note);
     if (!tune.from_cache) {
       char done[128];
-      snprintf(done, sizeof done, "size=auto: tuned %s in %.1f s", me.text, tune.tune_s);
+      snprintf(done, sizeof done, "size=auto: tuned %s in %.1f s", me->text, tune.tune_s);
       wk_set_phase(r, "tuning", done, 1.0);
     }
     wk_add_note(r, vs_autotune_is_ar(&tune) ? "fallback" : "autotune", note);
@@ -222,13 +220,12 @@ static int wk_resolve_size(wk_run *r, vs_models *models, const char *who, const 
 /* The codebook neighbour table, made on the first job whose rule reads it (core/models.h:
  * seconds for a large codebook when the disk cache has no copy), is made here, before the
  * job's first round, so that its client sees the wait as a phase. */
-static int wk_prepare_neighbours(wk_run *r, vs_models *models, const char *spec, char *err,
+static int wk_prepare_neighbours(wk_run *r, vs_models *models, const vs_method *me, char *err,
                                  size_t errlen) {
-  vs_method me;
   vs_plugin *p;
   char inner[VSPEC_ERRLEN];
-  if (vs_method_parse(spec, &me, inner, sizeof inner) || me.kind != VS_METHOD_SD) return 0;
-  if (vs_registry_acquire_loaded(models->reg, VSPEC_PLUGIN_ACCEPT, me.rule, &p, inner,
+  if (me->kind != VS_METHOD_SD) return 0;
+  if (vs_registry_acquire_loaded(models->reg, VSPEC_PLUGIN_ACCEPT, me->rule, &p, inner,
                                  sizeof inner))
     return 0; /* the engine says why */
   int uses = (vs_plugin_desc(p)->flags & VSPEC_PLUGIN_USES_NEIGHBOURS) != 0;
@@ -300,12 +297,12 @@ static int wk_generate(wk_run *r, const char *who, wk_out *o, vs_djob_stats *st,
     return vs_fail(err, errlen, VSPEC_EINVAL, "model '%s' was reloaded with a %dx%d grid after "
                    "this job was accepted; submit again", j->model, t->info.grid_h,
                    t->info.grid_w);
-  char spec[1100];
-  int rc = wk_resolve_size(r, r->set->models, who, j->method, spec, sizeof spec, err, errlen);
-  if (!rc) rc = wk_prepare_neighbours(r, r->set->models, spec, err, errlen);
+  vs_method run; /* the job's method with its size resolved */
+  int rc = wk_resolve_size(r, r->set->models, who, &j->method, &run, err, errlen);
+  if (!rc) rc = wk_prepare_neighbours(r, r->set->models, &run, err, errlen);
   if (rc) return rc;
   r->t0 = vs_now(); /* progress's elapsed time (and a client's ETA) count generation only */
-  vs_job job = {.method = spec, .class_label = j->class_label, .caption = j->caption,
+  vs_job job = {.method = &run, .class_label = j->class_label, .caption = j->caption,
                 .caption_mask = j->caption_mask, .seed = j->seed,
                 .sampling = r->set->models->defaults, .on_round = wk_on_round, .user = r,
                 .cancel = &j->cancel, .gate = r->set->gate};

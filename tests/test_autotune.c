@@ -26,6 +26,7 @@
 #include "core/host.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/daemon_harness.h"
+#include "tests/support/method_of.h"
 
 /* A relaxed rule: a speculative choice whatever the timings. */
 #define CHAIN "sd:coolsd:delta=2@standard:shape=chain,drafter=model,size=auto"
@@ -169,23 +170,48 @@ static void test_default_and_wanted(void **state) {
       {"sd:continuous@standard:shape=chain", "sd:continuous@standard:shape=chain", 1},
       {"ar", "ar", 0},
   };
-  char err[VSPEC_ERRLEN], base[512];
+  char err[VSPEC_ERRLEN];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     vs_method m;
     parse(cases[i].in, &m);
     int changed = vs_autotune_default(&m, cases[i].continuous);
     assert_string_equal(m.text, cases[i].out);
     assert_int_equal(changed, strcmp(cases[i].out, cases[i].in) != 0);
-    assert_int_equal(vs_autotune_wanted(&m, NULL, 0, err, sizeof err),
-                     strstr(m.text, "size=auto") != NULL);
+    assert_int_equal(vs_autotune_wanted(&m), strstr(m.text, "size=auto") != NULL);
+    /* the default sets the field and spells it: the same method as parsing that spelling */
+    vs_method again;
+    parse(m.text, &again);
+    assert_int_equal(again.size, m.size);
+    assert_string_equal(again.sched_params, m.sched_params);
   }
   vs_method m;
   parse("sd:exact@standard:shape=chain,size=auto,drafter=model", &m);
-  assert_int_equal(vs_autotune_wanted(&m, base, sizeof base, err, sizeof err), 1);
-  assert_string_equal(base, "shape=chain,drafter=model");
-  parse("sd:exact@standard:size=4", &m);
-  assert_int_equal(vs_autotune_wanted(&m, base, sizeof base, err, sizeof err), VSPEC_EINVAL);
+  assert_int_equal(vs_autotune_wanted(&m), 1);
+  /* size=auto is a field: the scheduler's parameters are what its plugin must accept */
+  assert_string_equal(m.sched_params, "shape=chain,drafter=model");
+  assert_string_equal(m.text, "sd:exact@standard:shape=chain,size=auto,drafter=model");
+  assert_int_equal(vs_method_parse("sd:exact@standard:size=4", &m, err, sizeof err),
+                   VSPEC_EINVAL);
   assert_non_null(strstr(err, "size=4: only size=auto"));
+}
+
+/* The method a choice makes (vs__autotune_method), its spelling in `spec`; checked field by
+ * field against parsing that spelling, which the daemon and the bench no longer do. */
+static void spec_of(const vs_method *m, const vs_at_space *sp, const char *choice, char *spec,
+                    size_t cap) {
+  vs_method run, parsed;
+  char err[VSPEC_ERRLEN];
+  assert_int_equal(vs__autotune_method(m, sp, choice, &run, err, sizeof err), 0);
+  parse(run.text, &parsed);
+  assert_int_equal(run.kind, parsed.kind);
+  assert_int_equal(run.size, parsed.size);
+  assert_string_equal(run.rule, parsed.rule);
+  assert_string_equal(run.rule_params, parsed.rule_params);
+  assert_string_equal(run.sched, parsed.sched);
+  assert_string_equal(run.sched_params, parsed.sched_params);
+  assert_string_equal(run.drafter, parsed.drafter);
+  assert_string_equal(run.drafter_params, parsed.drafter_params);
+  snprintf(spec, cap, "%s", run.text);
 }
 
 /* What a method leaves to tune on the self model (a draft model, no EAGLE head), how a
@@ -208,9 +234,9 @@ static void test_space(void **state) {
   assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=static,tree=chain2"), 0);
   assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=static,tree=fmnist"), 1);
   assert_int_equal(vs__autotune_valid(&sp, "ar"), 1);
-  vs__autotune_spec(&m, &sp, param, spec, sizeof spec);
+  spec_of(&m, &sp, param, spec, sizeof spec);
   assert_string_equal(spec, "sd:exact@standard:drafter=model,shape=chain,depth=3");
-  vs__autotune_spec(&m, &sp, "ar", spec, sizeof spec);
+  spec_of(&m, &sp, "ar", spec, sizeof spec);
   assert_string_equal(spec, "ar");
 
   /* named axes stay as written; a relaxed rule has no AR choice */
@@ -222,7 +248,7 @@ static void test_space(void **state) {
   vs__autotune_param(&sp, 0, 0, param, sizeof param);
   assert_string_equal(param, "depth=1");
   assert_int_equal(vs__autotune_valid(&sp, "ar"), 0);
-  vs__autotune_spec(&m, &sp, param, spec, sizeof spec);
+  spec_of(&m, &sp, param, spec, sizeof spec);
   assert_string_equal(spec, "sd:coolsd:delta=2@standard:shape=chain,drafter=model,top_k=3,depth=1");
 
   /* drafter=auto is left to the tuning; a named static shape keeps its chainN trees */
@@ -241,7 +267,7 @@ static void test_space(void **state) {
   assert_string_equal(sp.rest, "drafter=jacobi");
   vs__autotune_param(&sp, 0, 2, param, sizeof param);
   assert_string_equal(param, "shape=chain,depth=3");
-  vs__autotune_spec(&m, &sp, param, spec, sizeof spec);
+  spec_of(&m, &sp, param, spec, sizeof spec);
   assert_string_equal(spec,
                       "sd:coolsd:delta=2@standard:drafter=jacobi,shape=chain,depth=3,coupling=maximal");
 
@@ -268,14 +294,14 @@ static void test_cache_round_trip(void **state) {
   assert_int_equal(a.cand[a.best].images, 4); /* a finalist, scored on its own images */
   assert_string_equal(a.choice, a.cand[a.best].param);
   assert_false(vs_autotune_is_ar(&a));
-  assert_non_null(strstr(a.spec, a.choice));
-  assert_null(strstr(a.spec, "size="));
+  assert_non_null(strstr(a.method.text, a.choice));
+  assert_null(strstr(a.method.text, "size="));
   assert_true(a.ar_ms > 0);
 
   resolve(w, CHAIN, 0, &b);
   assert_int_equal(b.from_cache, 1);
   assert_int_equal(b.timed, 0);
-  assert_string_equal(b.spec, a.spec);
+  assert_string_equal(b.method.text, a.method.text);
   assert_string_equal(b.choice, a.choice);
   assert_int_equal(b.tuned_at, a.tuned_at);
   assert_int_equal(b.best, a.best);
@@ -303,8 +329,8 @@ static void test_cache_round_trip(void **state) {
   int32_t *t1 = calloc((size_t)n, sizeof *t1), *t2 = calloc((size_t)n, sizeof *t2);
   char err[VSPEC_ERRLEN];
   vs_metrics mt;
-  vs_job j1 = {.method = a.spec, .class_label = 2, .seed = 11, .sampling = w->models->defaults};
-  vs_job j2 = {.method = b.spec, .class_label = 2, .seed = 11, .sampling = w->models->defaults};
+  vs_job j1 = {.method = &a.method, .class_label = 2, .seed = 11, .sampling = w->models->defaults};
+  vs_job j2 = {.method = &b.method, .class_label = 2, .seed = 11, .sampling = w->models->defaults};
   assert_int_equal(vs_generate(w->models, w->dev, &j1, t1, &mt, err, sizeof err), 0);
   assert_int_equal(vs_generate(w->models, w->dev, &j2, t2, &mt, err, sizeof err), 0);
   assert_memory_equal(t1, t2, (size_t)n * sizeof *t1);
@@ -332,7 +358,7 @@ static void test_ar_fallback(void **state) {
   resolve(w, EXACT, 0, &b);
   assert_int_equal(b.from_cache, 1);
   assert_true(vs_autotune_is_ar(&b));
-  assert_string_equal(b.spec, "ar");
+  assert_string_equal(b.method.text, "ar");
   vs_autotune_describe(&b, note, sizeof note);
   assert_non_null(strstr(note, "size=auto: runs as AR"));
   assert_non_null(strstr(note, "AR samples the same distribution"));
@@ -342,8 +368,8 @@ static void test_ar_fallback(void **state) {
   int32_t *t1 = calloc((size_t)n, sizeof *t1), *t2 = calloc((size_t)n, sizeof *t2);
   char err[VSPEC_ERRLEN];
   vs_metrics mt;
-  vs_job j1 = {.method = b.spec, .class_label = 1, .seed = 3, .sampling = w->models->defaults};
-  vs_job j2 = {.method = "ar", .class_label = 1, .seed = 3, .sampling = w->models->defaults};
+  vs_job j1 = {.method = &b.method, .class_label = 1, .seed = 3, .sampling = w->models->defaults};
+  vs_job j2 = {.method = NULL, .class_label = 1, .seed = 3, .sampling = w->models->defaults};
   assert_int_equal(vs_generate(w->models, w->dev, &j1, t1, &mt, err, sizeof err), 0);
   assert_int_equal(mt.draft_tokens, 0);
   assert_int_equal(vs_generate(w->models, w->dev, &j2, t2, &mt, err, sizeof err), 0);
@@ -404,7 +430,7 @@ static void test_corrupt_cache(void **state) {
   write_file(path, good); /* the original: valid again */
   resolve(w, CHAIN, 0, &b);
   assert_int_equal(b.from_cache, 1);
-  assert_string_equal(b.spec, a.spec);
+  assert_string_equal(b.method.text, a.method.text);
   /* a file without AR's cost (the comparison every choice rests on) is not whole */
   char old[8192];
   const char *ar = strstr(good, "\nar ");

@@ -32,6 +32,7 @@
 #include "core/registry.h"
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/method_of.h"
 
 /* The sanitizer build is several times slower; its run checks memory and that the exact rule
  * passes, the plain run also that the lossy variants fail (which needs the larger sample). */
@@ -64,7 +65,7 @@ static int generate_set(vs_models *m, const char *method, int n, uint64_t seed0,
                         vs_metrics *total, char *err, size_t errlen) {
   memset(total, 0, sizeof *total);
   for (int i = 0; i < n; i++) {
-    vs_job job = {.method = method, .class_label = 3, .seed = seed0 + (uint64_t)i,
+    vs_job job = {.method = vs_method_of(method), .class_label = 3, .seed = seed0 + (uint64_t)i,
                   .latents = out + (size_t)i * DIM, .sampling = m->defaults};
     vs_metrics mt;
     int rc = vs_generate(m, g_dev, &job, NULL, &mt, err, errlen);

@@ -31,6 +31,7 @@
 #include "core/host.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/daemon_harness.h"
+#include "tests/support/method_of.h"
 
 static vs_fixture fx;
 static vs_daemon dm;
@@ -95,7 +96,7 @@ static void in_process_tokens(const char *model_dir, const char *method, int cla
   assert_int_equal(vs_registry_open(plugins, &host, &reg, err, sizeof err), 0);
   if (vs_models_open(reg, &host, dev, model_dir, VS_ROLE_ALL, &models, err, sizeof err))
     fail_msg("%s", err);
-  vs_job job = {.method = method, .class_label = class_label, .seed = seed,
+  vs_job job = {.method = vs_method_of(method), .class_label = class_label, .seed = seed,
                 .sampling = models->defaults};
   vs_metrics mt;
   if (vs_generate(models, dev, &job, tokens, &mt, err, sizeof err)) fail_msg("%s", err);
@@ -1015,7 +1016,7 @@ static void in_process_pixels(const char *model_dir, const char *method, int cla
   assert_int_equal(vs_models_latent_count(models), MAR_GRID * 16);
   float *latents = calloc(vs_models_latent_count(models), sizeof *latents);
   assert_non_null(latents);
-  vs_job job = {.method = method, .class_label = class_label, .seed = seed,
+  vs_job job = {.method = vs_method_of(method), .class_label = class_label, .seed = seed,
                 .sampling = models->defaults, .latents = latents};
   vs_metrics mt;
   if (vs_generate(models, dev, &job, NULL, &mt, err, sizeof err)) fail_msg("%s", err);

@@ -23,6 +23,7 @@
 #include "core/engine.h"
 #include "core/tree.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 typedef struct check {
   const vs_table_model *tm;
@@ -70,7 +71,8 @@ static void run_method(const char *method, int seeds) {
   for (int seed = 0; seed < seeds; seed++) {
     int32_t tokens[7];
     vs_metrics mt;
-    vs_job job = {.method = method, .seed = (uint64_t)seed, .sampling = s, .on_round = on_round,
+    vs_job job = {.method = vs_method_of(method),
+                  .seed = (uint64_t)seed, .sampling = s, .on_round = on_round,
                   .user = &c};
     if (vs_generate(w.models, w.dev, &job, tokens, &mt, err, sizeof err))
       fail_msg("%s: %s", method, err);

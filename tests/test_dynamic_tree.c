@@ -28,6 +28,7 @@
 #include "core/engine.h"
 #include "core/tree.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 #define VOCAB 6
 #define LEN 7
@@ -178,7 +179,8 @@ static void run_total(int total, int greedy) {
     int32_t tokens[LEN];
     vs_metrics mt;
     c.last_draft_nodes = 0;
-    vs_job job = {.method = method, .seed = (uint64_t)seed, .sampling = s, .on_round = on_round,
+    vs_job job = {.method = vs_method_of(method),
+                  .seed = (uint64_t)seed, .sampling = s, .on_round = on_round,
                   .user = &c};
     if (vs_generate(w.models, w.dev, &job, tokens, &mt, err, sizeof err))
       fail_msg("%s: %s", method, err);

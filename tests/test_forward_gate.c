@@ -23,6 +23,7 @@
 #include "core/host.h"
 #include "core/metrics.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/method_of.h"
 
 static vspec_host host;
 static vs_registry *reg;
@@ -460,7 +461,8 @@ static void *real_job_main(void *arg) {
   real_job *j = arg;
   vspec_dev *dev;
   if ((j->rc = vs_dev_create(vs_cpu_ops(), 1, &dev, j->err, sizeof j->err))) return NULL;
-  vs_job job = {.method = j->method, .class_label = (int)(j->seed % 10), .seed = j->seed,
+  vs_job job = {.method = vs_method_of(j->method),
+                .class_label = (int)(j->seed % 10), .seed = j->seed,
                 .sampling = j->models->defaults, .gate = j->gate};
   vs_metrics mt;
   j->rc = vs_generate(j->models, dev, &job, j->tokens, &mt, j->err, sizeof j->err);

@@ -30,6 +30,7 @@
 #include "core/sampling.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/test_device.h"
+#include "tests/support/method_of.h"
 
 static vspec_host host, host_unfused;
 static vspec_dev *dev;
@@ -360,7 +361,7 @@ static void test_engine_same_tokens(void **state) {
   int32_t *tok[2] = {malloc(sizeof(int32_t) * N), malloc(sizeof(int32_t) * N)};
   for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
     for (int i = 0; i < 2; i++) {
-      vs_job job = {.method = methods[k], .class_label = 7, .seed = 5 + k,
+      vs_job job = {.method = vs_method_of(methods[k]), .class_label = 7, .seed = 5 + k,
                     .sampling = m[i]->defaults};
       if (vs_generate(m[i], dev, &job, tok[i], NULL, err, sizeof err))
         fail_msg("%s: %s", methods[k], err);

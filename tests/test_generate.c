@@ -19,6 +19,7 @@
 #include "core/host.h"
 #include "core/png_write.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/method_of.h"
 
 static vspec_host host;
 static vs_registry *reg;
@@ -31,7 +32,7 @@ static void generate_png(int threads, uint64_t seed, int32_t *tokens, uint8_t **
   if (vs_models_open(reg, &host, dev, "tests/golden/micro_c2i", VS_ROLE_TARGET, &models, err,
                      sizeof err))
     fail_msg("%s", err);
-  vs_job job = {.method = "ar", .class_label = 2, .seed = seed,
+  vs_job job = {.method = NULL, .class_label = 2, .seed = seed,
                 .sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f,
                              .cfg_interval = -1}};
   vs_metrics mt;
@@ -74,7 +75,7 @@ static void test_bad_sampling_refused(void **state) {
   assert_int_equal(vs_models_open(reg, &host, dev, "tests/golden/micro_c2i", VS_ROLE_TARGET,
                                   &models, err, sizeof err), 0);
   int32_t tokens[16];
-  vs_job job = {.method = "ar", .class_label = 2, .seed = 1, .sampling = models->defaults};
+  vs_job job = {.method = NULL, .class_label = 2, .seed = 1, .sampling = models->defaults};
   job.sampling.top_p = 0.0f;
   assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_ERANGE);
   assert_non_null(strstr(err, "top_p"));
@@ -83,10 +84,15 @@ static void test_bad_sampling_refused(void **state) {
   assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_ERANGE);
   assert_non_null(strstr(err, "top_k"));
   job.sampling = models->defaults;
-  job.method = "warp";
-  assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_EINVAL);
+  /* a job carries a parsed method: an unknown one is refused where it is parsed */
+  vs_method warp;
+  assert_int_equal(vs_method_parse("warp", &warp, err, sizeof err), VSPEC_EINVAL);
   assert_non_null(strstr(err, "warp"));
-  job.method = "ar";
+  /* size=auto is resolved before the engine (core/autotune.h): the engine refuses it */
+  job.method = vs_method_of("sd:exact@standard:size=auto");
+  assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "size=auto is resolved before"));
+  job.method = NULL;
   job.class_label = -1;
   assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_ERANGE);
   assert_non_null(strstr(err, "class"));
@@ -108,7 +114,7 @@ static void test_cancel(void **state) {
                                   &models, err, sizeof err), 0);
   atomic_int cancel = 0;
   int32_t tokens[16];
-  vs_job job = {.method = "ar", .class_label = 2, .seed = 1, .sampling = models->defaults,
+  vs_job job = {.method = NULL, .class_label = 2, .seed = 1, .sampling = models->defaults,
                 .on_round = cancel_after_3, .user = &cancel, .cancel = &cancel};
   vs_metrics mt;
   assert_int_equal(vs_generate(models, dev, &job, tokens, &mt, err, sizeof err), VSPEC_ECANCELED);
@@ -131,7 +137,7 @@ static void copy_to(const char *src, const char *dst) {
 /* One image's tokens and pixels from a loaded model. */
 static void image(vs_models *models, vspec_dev *dev, int32_t tokens[16], uint8_t rgb[192]) {
   char err[VSPEC_ERRLEN];
-  vs_job job = {.method = "ar", .class_label = 3, .seed = 77, .sampling = models->defaults};
+  vs_job job = {.method = NULL, .class_label = 3, .seed = 77, .sampling = models->defaults};
   if (vs_generate(models, dev, &job, tokens, NULL, err, sizeof err)) fail_msg("%s", err);
   const vs_backend_model *t = &models->target;
   assert_int_equal(t->vt->decode(t->model, dev, tokens, rgb, err, sizeof err), 0);

@@ -28,6 +28,7 @@
 #include "kernels/vs_kernels.h"
 #include "tests/support/graph_replay.h"
 #include "tests/support/test_device.h"
+#include "tests/support/method_of.h"
 
 static vspec_host host;
 static vspec_dev *dev;
@@ -118,7 +119,7 @@ static void test_engine_jobs(void **state) {
   for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
     vs_dev_counters c0, c1;
     for (int i = 0; i < 2; i++) {
-      vs_job job = {.method = methods[k], .class_label = 4, .seed = 11 + k,
+      vs_job job = {.method = vs_method_of(methods[k]), .class_label = 4, .seed = 11 + k,
                     .sampling = m[i]->defaults};
       vs_dev_counters_get(dev, &c0);
       if (vs_generate(m[i], dev, &job, tok[i], NULL, err, sizeof err))

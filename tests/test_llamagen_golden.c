@@ -21,6 +21,7 @@
 #include "kernels/host/host_math.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/test_device.h"
+#include "tests/support/method_of.h"
 
 #define GOLDEN_RTOL 1e-4
 
@@ -292,7 +293,7 @@ static void test_c2i_greedy_generation(void **state) {
   const char *names[] = {"greedy.tokens", "greedy_interval.tokens"};
   int intervals[] = {-1, 3};
   for (int c = 0; c < 2; c++) {
-    vs_job job = {.method = "ar", .class_label = cls, .seed = 7,
+    vs_job job = {.method = NULL, .class_label = cls, .seed = 7,
                   .sampling = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
                                .cfg_scale = scale, .cfg_interval = intervals[c]}};
     int32_t tokens[64];

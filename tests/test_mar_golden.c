@@ -32,6 +32,7 @@
 #include "core/safetensors.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/test_device.h"
+#include "tests/support/method_of.h"
 
 #define DIR "tests/golden/micro_mar"
 
@@ -218,7 +219,7 @@ static void check_generation(const char *name, const vs_backend_model *model) {
   const float *noise = tensor(key, VSPEC_DTYPE_F32, (int64_t)S * (K + 1) * C);
   float *latents = malloc((size_t)S * C * sizeof *latents);
   assert_non_null(latents);
-  vs_job job = {.method = "ar", .class_label = (int32_t)p[0], .seed = 1, .latents = latents,
+  vs_job job = {.method = NULL, .class_label = (int32_t)p[0], .seed = 1, .latents = latents,
                 .mar_order = order, .mar_noise = noise, .sampling = models->defaults};
   job.sampling.cfg_scale = p[1];
   job.sampling.temperature = p[2];
@@ -279,7 +280,7 @@ static void test_seed_determinism(void **state) {
   float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
   assert_true(a && b && c);
   char err[VSPEC_ERRLEN];
-  vs_job job = {.method = "ar", .class_label = 2, .seed = 11, .latents = a,
+  vs_job job = {.method = NULL, .class_label = 2, .seed = 11, .latents = a,
                 .sampling = models->defaults};
   assert_int_equal(vs_generate(models, dev, &job, NULL, NULL, err, sizeof err), 0);
   job.latents = b;

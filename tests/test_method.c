@@ -84,7 +84,78 @@ static void test_errors(void **state) {
   assert_int_equal(vs_method_split(" ; ", many, 2, err, sizeof err), VSPEC_EINVAL);
 }
 
+/* Two methods alike in every field. */
+static void same_method(const vs_method *a, const vs_method *b) {
+  assert_int_equal(a->kind, b->kind);
+  assert_int_equal(a->size, b->size);
+  assert_string_equal(a->rule, b->rule);
+  assert_string_equal(a->rule_params, b->rule_params);
+  assert_string_equal(a->sched, b->sched);
+  assert_string_equal(a->sched_params, b->sched_params);
+  assert_string_equal(a->drafter, b->drafter);
+  assert_string_equal(a->drafter_params, b->drafter_params);
+  assert_string_equal(a->text, b->text);
+}
+
+/* size=auto is a field, kept out of the scheduler's parameters (and the only size value). */
+static void test_size(void **state) {
+  (void)state;
+  vs_method m;
+  char err[256];
+  assert_int_equal(vs_method_parse("sd:exact@standard:shape=chain, size = auto,drafter=jacobi,"
+                                   "coupling=maximal", &m, err, sizeof err), 0);
+  assert_int_equal(m.size, VS_METHOD_SIZE_AUTO);
+  assert_string_equal(m.sched_params, "shape=chain,drafter=jacobi");
+  assert_string_equal(m.drafter_params, "coupling=maximal");
+  assert_string_equal(m.text, "sd:exact@standard:shape=chain, size = auto,drafter=jacobi,"
+                              "coupling=maximal");
+  assert_int_equal(vs_method_parse("sd:exact@standard:depth=3", &m, err, sizeof err), 0);
+  assert_int_equal(m.size, VS_METHOD_SIZE_FIXED);
+  assert_int_equal(vs_method_parse("sd:exact@standard:size=7", &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "size=7: only size=auto"));
+  /* a drafter plugin's own size is its own */
+  assert_int_equal(vs_method_parse("sd:exact@standard:drafter=mine,drafter.size=7", &m, err,
+                                   sizeof err), 0);
+  assert_string_equal(m.drafter_params, "size=7");
+  assert_int_equal(vs_method_parse("ar", &m, err, sizeof err), 0);
+  vs_method ar;
+  vs_method_set_ar(&ar);
+  same_method(&m, &ar);
+}
+
+/* Submit's accept/sched form makes the method that parsing its spelling makes. */
+static void test_make(void **state) {
+  (void)state;
+  static const char *const parts[][5] = {
+      /* rule, rule params, sched, sched params, the same method spelled */
+      {"lantern", "delta=0.2", NULL, NULL, "sd:lantern:delta=0.2"},
+      {"lantern", " k=100,delta=0.2 ", "standard", "shape=dynamic,top_k=4,size=auto",
+       "sd:lantern:k=100,delta=0.2@standard:shape=dynamic,top_k=4,size=auto"},
+      {"exact", "", "vvs", "drafter=head,shape=chain,depth=4",
+       "sd:exact@vvs:drafter=head,shape=chain,depth=4"},
+      {"exact", NULL, "", "drafter=jacobi,coupling=maximal,depth=7",
+       "sd:exact@standard:drafter=jacobi,coupling=maximal,depth=7"},
+  };
+  char err[256];
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    vs_method made, parsed;
+    assert_int_equal(vs_method_make(parts[i][0], parts[i][1], parts[i][2], parts[i][3], &made,
+                                     err, sizeof err), 0);
+    assert_int_equal(vs_method_parse(parts[i][4], &parsed, err, sizeof err), 0);
+    same_method(&made, &parsed);
+  }
+  vs_method m;
+  assert_int_equal(vs_method_make("Exact", "", NULL, NULL, &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "Exact"));
+  assert_int_equal(vs_method_make("", "", NULL, NULL, &m, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "missing acceptance rule"));
+  assert_int_equal(vs_method_make("exact", "", NULL, "size=3", &m, err, sizeof err),
+                   VSPEC_EINVAL);
+  assert_non_null(strstr(err, "only size=auto"));
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_parse), cmocka_unit_test(test_errors)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_parse), cmocka_unit_test(test_errors),
+                                     cmocka_unit_test(test_size), cmocka_unit_test(test_make)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include "core/metrics.h"
 #include "core/tree.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 /* 2 accepted of 4 depths examined, in trees of 10 draft tokens in all: the two figures differ
  * by a factor 2.5, so swapping them fails. */
@@ -62,7 +63,7 @@ static vs_metrics run(vs_table_world *w, const char *method, int n, counted *c) 
   memset(&total, 0, sizeof total);
   memset(c, 0, sizeof *c);
   for (int i = 0; i < n; i++) {
-    vs_job job = {.method = method, .seed = 1000u + (uint64_t)i, .sampling = w->s,
+    vs_job job = {.method = vs_method_of(method), .seed = 1000u + (uint64_t)i, .sampling = w->s,
                   .on_round = count_round, .user = c};
     vs_metrics mt;
     if (vs_generate(w->models, w->dev, &job, tokens, &mt, err, sizeof err))

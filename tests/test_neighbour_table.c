@@ -18,6 +18,7 @@
 
 #include "core/neighbours.h"
 #include "support/table_model.h"
+#include "tests/support/method_of.h"
 
 static char cache[256];
 
@@ -25,7 +26,7 @@ static void run_job(vs_table_world *w, const char *method) {
   char err[VSPEC_ERRLEN];
   int32_t tokens[8];
   vs_metrics mt;
-  vs_job job = {.method = method, .seed = 5, .sampling = w->s};
+  vs_job job = {.method = vs_method_of(method), .seed = 5, .sampling = w->s};
   if (vs_generate(w->models, w->dev, &job, tokens, &mt, err, sizeof err)) fail_msg("%s", err);
 }
 

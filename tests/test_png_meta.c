@@ -23,6 +23,7 @@
 #include "core/png_read.h"
 #include "tests/support/daemon_harness.h"
 #include "core/version.h"
+#include "tests/support/method_of.h"
 
 /* A model set as png_meta sees it: no weights loaded. */
 static vs_models fake_models(const char *dir, const char *name, int continuous) {
@@ -54,7 +55,7 @@ static void test_parameters_text(void **state) {
                           "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
   m.class_names = names; /* the prompt names the class when the manifest does */
   m.n_class_names = 10;
-  vs_job job = {.method = "ar", .class_label = 7, .seed = 1,
+  vs_job job = {.method = NULL, .class_label = 7, .seed = 1,
                 .sampling = {.temperature = 1, .top_p = 1, .cfg_scale = 1.5f, .cfg_interval = -1}};
   char hash[11], got[1024], want[1024];
   sha256sum10("models/fmnist/target.safetensors", hash);
@@ -66,7 +67,7 @@ static void test_parameters_text(void **state) {
 
   /* a method with ',' and ':' in JSON quotes; filters that are on; no manifest, no hash */
   vs_models bare = fake_models("tests/golden/micro_c2i", "micro,c2i", 0);
-  job = (vs_job){.method = "sd:exact@standard:shape=chain,depth=3", .class_label = 2,
+  job = (vs_job){.method = vs_method_of("sd:exact@standard:shape=chain,depth=3"), .class_label = 2,
                  .seed = 18446744073709551615ull,
                  .sampling = {.temperature = 0.5f, .top_k = 5, .top_p = 0.9f, .cfg_scale = 4,
                               .cfg_interval = 10}};
@@ -80,7 +81,7 @@ static void test_parameters_text(void **state) {
   /* continuous tokens: the generation steps (the job's, else the model's) and the schedule */
   vs_models mar = fake_models("tests/golden/micro_mar", "micro_mar", 1);
   mar.target.info.num_iter = 16;
-  job = (vs_job){.method = "ar", .class_label = 1, .seed = 3,
+  job = (vs_job){.method = NULL, .class_label = 1, .seed = 3,
                  .sampling = {.temperature = 1, .cfg_scale = 3, .cfg_schedule = VS_CFG_LINEAR}};
   vs_png_parameters(&job, &mar, got, sizeof got);
   assert_non_null(strstr(got, "\nSteps: 16, Sampler: ar, CFG scale: 3, Seed: 3,"));
@@ -115,7 +116,7 @@ static void chunks_of(const char *path, char *params, size_t cap) {
 static void test_encode_round_trip(void **state) {
   (void)state;
   vs_models m = fake_models("models/fmnist", "fmnist", 0);
-  vs_job job = {.method = "sd:lantern:delta=0.2", .class_label = 4, .seed = 9,
+  vs_job job = {.method = vs_method_of("sd:lantern:delta=0.2"), .class_label = 4, .seed = 9,
                 .sampling = {.temperature = 1, .top_p = 1, .cfg_scale = 1.5f, .cfg_interval = -1}};
   uint8_t rgb[32 * 32 * 3] = {0}, *png = NULL;
   size_t len = 0;
@@ -125,7 +126,8 @@ static void test_encode_round_trip(void **state) {
   vs_png_parameters(&job, &m, want, sizeof want);
   assert_string_equal(got, want);
   assert_int_equal(vs_png_text_get(png, len, "vspec", got, sizeof got, err, sizeof err), 1);
-  assert_non_null(strstr(got, "method=sd:lantern:delta=0.2 class=4 seed=9"));
+  /* the method's canonical spelling (what the job was parsed into), not the words typed */
+  assert_non_null(strstr(got, "method=sd:lantern:delta=0.2@standard class=4 seed=9"));
   assert_int_equal(vs_png_text_get(png, len, "Software", got, sizeof got, err, sizeof err), 1);
   assert_string_equal(got, "test");
   free(png);

@@ -36,6 +36,7 @@
 #include "kernels/vs_kernels.h"
 #include "tests/support/stats.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 /* The sanitizer build is several times slower: a smaller sample, which still separates the
  * processes the power checks compare (their p-values are far below the thresholds). */
@@ -206,7 +207,8 @@ static void sample_joint(world *w, const char *method, double *joint) {
   char err[VSPEC_ERRLEN];
   memset(joint, 0, (size_t)w->cells * sizeof(double));
   for (int i = 0; i < SAMPLES; i++) {
-    vs_job job = {.method = method, .seed = 4242ull * 1000003 + (uint64_t)i, .sampling = w->s};
+    vs_job job = {.method = vs_method_of(method),
+                  .seed = 4242ull * 1000003 + (uint64_t)i, .sampling = w->s};
     vs_metrics mt;
     if (vs_generate(w->models, w->dev, &job, tokens, &mt, err, sizeof err))
       fail_msg("%s: %s", method, err);

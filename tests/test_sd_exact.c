@@ -25,6 +25,7 @@
 #include "kernels/vs_kernels.h"
 #include "tests/support/stats.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 /* The sanitizer build is several times slower; its run checks memory and that the exact
  * methods pass, the plain run also that the wrong rule fails (which needs the larger sample). */
@@ -63,7 +64,8 @@ static double sample_pvalue(world *w, const char *method, int n, double *tpf) {
   vs_metrics total;
   memset(&total, 0, sizeof total);
   for (int i = 0; i < n; i++) {
-    vs_job job = {.method = method, .class_label = 0, .seed = 1000003ull * 17 + (uint64_t)i,
+    vs_job job = {.method = vs_method_of(method),
+                  .class_label = 0, .seed = 1000003ull * 17 + (uint64_t)i,
                   .sampling = w->tw.s};
     vs_metrics mt;
     if (vs_generate(w->tw.models, w->tw.dev, &job, tokens, &mt, err, sizeof err))

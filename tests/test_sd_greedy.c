@@ -19,6 +19,7 @@
 #include "core/tree.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 static int widest;
 
@@ -41,9 +42,10 @@ static void test_greedy(void **state) {
   for (int seed = 0; seed < 40; seed++) {
     int32_t ar[6], sd[6], relaxed[6];
     vs_metrics m1, m2, m3;
-    vs_job job = {.method = "ar", .seed = (uint64_t)seed, .class_label = 0, .sampling = s};
+    vs_job job = {.method = NULL, .seed = (uint64_t)seed, .class_label = 0, .sampling = s};
     assert_int_equal(vs_generate(models, dev, &job, ar, &m1, err, sizeof err), 0);
-    job.method = "sd:exact@standard:shape=dynamic,top_k=4,depth=3,total_tokens=12,drafter=model";
+    job.method =
+        vs_method_of("sd:exact@standard:shape=dynamic,top_k=4,depth=3,total_tokens=12,drafter=model");
     job.on_round = note_width;
     if (vs_generate(models, dev, &job, sd, &m2, err, sizeof err)) fail_msg("%s", err);
     /* greedy exact SD is greedy AR */
@@ -55,14 +57,14 @@ static void test_greedy(void **state) {
     for (int k = 0; k < 2; k++) {
       int32_t jd[6];
       vs_metrics mj;
-      job.method = jacobi[k];
+      job.method = vs_method_of(jacobi[k]);
       if (vs_generate(models, dev, &job, jd, &mj, err, sizeof err)) fail_msg("%s", err);
       assert_memory_equal(ar, jd, sizeof ar);
       tpf_jacobi[k] += vs_metrics_tpf(&mj);
     }
     job.on_round = note_width;
-    job.method = "sd:lantern:k=5,delta=0.9@standard:shape=dynamic,top_k=4,depth=3,"
-                 "total_tokens=12,drafter=model";
+    job.method = vs_method_of("sd:lantern:k=5,delta=0.9@standard:shape=dynamic,top_k=4,"
+                              "depth=3,total_tokens=12,drafter=model");
     if (vs_generate(models, dev, &job, relaxed, &m3, err, sizeof err)) fail_msg("%s", err);
     tpf_exact += vs_metrics_tpf(&m2);
     tpf_lantern += vs_metrics_tpf(&m3);
@@ -90,9 +92,10 @@ static void test_greedy_unfiltered(void **state) {
   for (int seed = 0; seed < 40; seed++) {
     int32_t ar[6], open_k[6], top1[6];
     vs_metrics m;
-    vs_job job = {.method = "ar", .seed = (uint64_t)seed, .sampling = s};
+    vs_job job = {.method = NULL, .seed = (uint64_t)seed, .sampling = s};
     assert_int_equal(vs_generate(w.models, w.dev, &job, ar, &m, err, sizeof err), 0);
-    job.method = "sd:lantern:k=5,delta=0.9@standard:shape=chain,depth=3,drafter=model";
+    job.method =
+        vs_method_of("sd:lantern:k=5,delta=0.9@standard:shape=chain,depth=3,drafter=model");
     if (vs_generate(w.models, w.dev, &job, open_k, &m, err, sizeof err)) fail_msg("%s", err);
     job.sampling.top_k = 1;
     if (vs_generate(w.models, w.dev, &job, top1, &m, err, sizeof err)) fail_msg("%s", err);

@@ -44,6 +44,7 @@
 #include "kernels/vs_kernels.h"
 #include "tests/support/stats.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 /* The sanitizer build is several times slower; its run checks memory and the bounds, the plain
  * run also that the deliberately wrong rules break them (which needs the larger sample). */
@@ -73,7 +74,8 @@ static vs_metrics sample_joint(world *w, const char *method, int n, double *join
   memset(&total, 0, sizeof total);
   memset(joint, 0, (size_t)w->cells * sizeof(double));
   for (int i = 0; i < n; i++) {
-    vs_job job = {.method = method, .seed = 777ull * 1000003 + (uint64_t)i, .sampling = w->s};
+    vs_job job = {.method = vs_method_of(method),
+                  .seed = 777ull * 1000003 + (uint64_t)i, .sampling = w->s};
     vs_metrics mt;
     if (vs_generate(w->models, w->dev, &job, tokens, &mt, err, sizeof err))
       fail_msg("%s: %s", method, err);

@@ -26,6 +26,7 @@
 #include "core/tree.h"
 #include "kernels/vs_kernels.h"
 #include "tests/support/table_model.h"
+#include "tests/support/method_of.h"
 
 static vspec_host host;
 static vspec_dev *dev;
@@ -173,7 +174,7 @@ static void test_vvs_on_llamagen(void **state) {
       w.last_committed = 1; /* after the prefill: the class position */
       int32_t tokens[16], again[16];
       uint8_t status[16], status2[16];
-      vs_job job = {.method = methods[k], .class_label = 2, .seed = (uint64_t)seed,
+      vs_job job = {.method = vs_method_of(methods[k]), .class_label = 2, .seed = (uint64_t)seed,
                     .sampling = models->defaults, .status = status, .on_round = on_round,
                     .user = &w};
       vs_metrics mt;
@@ -252,7 +253,7 @@ static void test_vvs_feature_modes(void **state) {
   const char *runs[] = {ok, ok_dynamic, big};
   for (int r = 0; r < 3; r++)
     for (int seed = 0; seed < 20; seed++) {
-      vs_job job = {.method = runs[r], .seed = (uint64_t)seed, .sampling = s};
+      vs_job job = {.method = vs_method_of(runs[r]), .seed = (uint64_t)seed, .sampling = s};
       if (vs_generate(models, dev, &job, tokens, &mt, err, sizeof err))
         fail_msg("%s: %s", runs[r], err);
       skipped += (int)mt.skipped_rounds;
@@ -260,7 +261,7 @@ static void test_vvs_feature_modes(void **state) {
   assert_true(skipped > 0);
   int refused = 0;
   for (int seed = 0; seed < 20; seed++) {
-    vs_job job = {.method = stale, .seed = (uint64_t)seed, .sampling = s};
+    vs_job job = {.method = vs_method_of(stale), .seed = (uint64_t)seed, .sampling = s};
     refused += vs_generate(models, dev, &job, tokens, &mt, err, sizeof err) != 0;
   }
   assert_true(refused > 0);
@@ -352,7 +353,7 @@ static void test_vvs_stale_positions(void **state) {
       remove(log);
       int32_t tokens[SP_LEN];
       vs_metrics mt;
-      vs_job job = {.method = method, .seed = (uint64_t)seed, .sampling = s,
+      vs_job job = {.method = vs_method_of(method), .seed = (uint64_t)seed, .sampling = s,
                     .on_round = on_round_stale, .user = &sw};
       if (vs_generate(models, w.dev, &job, tokens, &mt, err, sizeof err))
         fail_msg("%s (seed %d): %s", method, seed, err);
@@ -685,7 +686,7 @@ static void test_vvs_static_scores(void **state) {
   for (int m = 0; m < 2; m++) {
     int bad[3] = {0, 0, 0};
     for (int seed = 0; seed < 5; seed++) {
-      vs_job job = {.method = methods[m], .seed = (uint64_t)seed, .sampling = s,
+      vs_job job = {.method = vs_method_of(methods[m]), .seed = (uint64_t)seed, .sampling = s,
                     .on_round = on_round_scores, .user = bad};
       if (vs_generate(w.models, dev, &job, tokens, &mt, err, sizeof err))
         fail_msg("%s: %s", methods[m], err);

@@ -20,7 +20,8 @@
  *
  * Checks beyond "no crash": a refused message comes with an error code and a message;
  * unpacking, failed or not, returns every byte it took from the budget; a job that was built
- * has a method whose canonical text parses again, credit, and a preview kind in range.
+ * has a method whose canonical text parses again into the same method, credit, and a preview
+ * kind in range.
  */
 #include "tests/fuzz/fuzz.h"
 
@@ -190,10 +191,19 @@ static int send_frames(const uint8_t *data, size_t size) {
 }
 
 static void check_job(const vs_djob *j, const Vspec__Submit *s) {
+  /* the job carries the method built at submission; its text (printed for logs and results)
+   * says what it is: parsed, it gives the same method */
   vs_method me;
   char err[VSPEC_ERRLEN];
-  VS_FUZZ_REQUIRE(vs_method_parse(j->method, &me, err, sizeof err) == 0,
-                  "the job's method '%s' does not parse again: %s", j->method, err);
+  const vs_method *jm = &j->method;
+  VS_FUZZ_REQUIRE(vs_method_parse(jm->text, &me, err, sizeof err) == 0,
+                  "the job's method '%s' does not parse again: %s", jm->text, err);
+  VS_FUZZ_REQUIRE(me.kind == jm->kind && me.size == jm->size && !strcmp(me.rule, jm->rule) &&
+                      !strcmp(me.rule_params, jm->rule_params) && !strcmp(me.sched, jm->sched) &&
+                      !strcmp(me.sched_params, jm->sched_params) &&
+                      !strcmp(me.drafter, jm->drafter) &&
+                      !strcmp(me.drafter_params, jm->drafter_params),
+                  "the job's method is not what its text '%s' says", jm->text);
   VS_FUZZ_REQUIRE(j->lp.credit >= 1 && j->lp.credit <= cfg.max_credit, "credit %d",
                   j->lp.credit);
   VS_FUZZ_REQUIRE(j->preview_kind >= 0 && j->preview_kind <= 3, "preview %d", j->preview_kind);

@@ -12,6 +12,7 @@
 #include "core/models.h"
 #include "core/registry.h"
 #include "tests/gpu/gpu_testutil.h"
+#include "tests/support/method_of.h"
 
 static void test_wrong_index(void **state) {
   vspec_dev *gpu = gt_gpu(VS_PRECISION_FP32); /* skips without a GPU */
@@ -55,7 +56,7 @@ static void test_memory_limit(void **state) {
   assert_int_equal(vs_models_open(reg, &host, dev, "tests/golden/micro_c2i", VS_ROLE_ALL, &models,
                                   err, sizeof err), VSPEC_OK);
   int32_t tokens[64];
-  vs_job job = {.method = "ar", .class_label = 1, .seed = 3, .sampling = models->defaults};
+  vs_job job = {.method = NULL, .class_label = 1, .seed = 3, .sampling = models->defaults};
   assert_int_equal(vs_generate(models, dev, &job, tokens, NULL, err, sizeof err), VSPEC_OK);
   vs_models_close(models);
   vs_dev_destroy(dev);

@@ -28,6 +28,7 @@
 #include "core/models.h"
 #include "core/registry.h"
 #include "tests/gpu/gpu_testutil.h"
+#include "tests/support/method_of.h"
 
 #define FP32_RTOL 1e-4
 /* twice tools/ref/bf16_deviation.py's maxima on models/fmnist (see the top comment) */
@@ -214,7 +215,8 @@ static void test_tree_equals_sequential(void **state) {
 
 static void generate(vs_models *m, vspec_dev *dev, const char *method, int cls, uint64_t seed,
                      float temperature, int32_t *tokens) {
-  vs_job job = {.method = method, .class_label = cls, .seed = seed, .sampling = m->defaults};
+  vs_job job = {.method = vs_method_of(method),
+                .class_label = cls, .seed = seed, .sampling = m->defaults};
   job.sampling.temperature = temperature;
   char err[VSPEC_ERRLEN];
   if (vs_generate(m, dev, &job, tokens, NULL, err, sizeof err))

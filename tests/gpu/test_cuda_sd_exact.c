@@ -26,6 +26,7 @@
 #include "core/registry.h"
 #include "tests/gpu/gpu_testutil.h"
 #include "tests/support/stats.h"
+#include "tests/support/method_of.h"
 
 #define SAMPLES 8000
 #define P_MIN 1e-3
@@ -113,7 +114,8 @@ static void sample_pvalues(const char *method, const double *p1, const double *p
   vs_metrics total;
   memset(&total, 0, sizeof total);
   for (int i = 0; i < SAMPLES; i++) {
-    vs_job job = {.method = method, .class_label = 0, .seed = 7000003ull + (uint64_t)i,
+    vs_job job = {.method = vs_method_of(method),
+                  .class_label = 0, .seed = 7000003ull + (uint64_t)i,
                   .sampling = g_s};
     vs_metrics mt;
     if (vs_generate(g_models, g_dev, &job, tokens, &mt, err, sizeof err))
