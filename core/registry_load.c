@@ -25,7 +25,9 @@
 static size_t vs__vtable_min_size(int kind) {
   switch (kind) {
     case VSPEC_PLUGIN_BACKEND: return sizeof(vspec_backend_vtable);
-    case VSPEC_PLUGIN_ACCEPT: return sizeof(vspec_accept_vtable);
+    /* walk_rule (ABI 1.6) is optional: the engine checks for it (VSPEC_HAS_FIELD), so a rule
+     * built before it still loads */
+    case VSPEC_PLUGIN_ACCEPT: return offsetof(vspec_accept_vtable, walk_rule);
     case VSPEC_PLUGIN_SCHED: return sizeof(vspec_sched_vtable);
     case VSPEC_PLUGIN_DRAFTER: return sizeof(vspec_drafter_vtable);
     default: return (size_t)-1;

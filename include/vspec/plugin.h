@@ -1,5 +1,5 @@
 /*
- * vspec/plugin.h - the vspec plugin ABI, version 1.5.
+ * vspec/plugin.h - the vspec plugin ABI, version 1.6.
  *
  * A plugin is a shared object that exports one symbol, `vspec_plugin_entry`, returning a
  * pointer to a const vspec_plugin_desc. The descriptor names the plugin and points at a
@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 5
+#define VSPEC_ABI_MINOR 6
 #endif
 
 #define VSPEC_STR_(x) #x
@@ -401,6 +401,13 @@ typedef struct vspec_accept_vtable {
    * proposal budget ran out (the engine then applies its documented fallback). */
   int (*residual_continuous)(vspec_rule *rule, const vspec_continuous_input *in, vspec_rng *rng,
                              float *y, int32_t *rounds);
+
+  /* ---- ABI 1.6: the walk on the device ----------------------------------------------------
+   * The rule as one of the built-in kinds the ops' verify_walk runs (include/vspec/ops.h,
+   * vspec_walk_rule) for a round of draft depth max_depth: VSPEC_OK and *out filled when its
+   * accept_prob, residual and greedy_accept are exactly that kind's, VSPEC_ENOTSUP otherwise.
+   * NULL: the engine walks on the host. */
+  int (*walk_rule)(vspec_rule *rule, int32_t max_depth, vspec_walk_rule *out);
 } vspec_accept_vtable;
 
 /* ---- scheduler plugins ----------------------------------------------------------------- */
