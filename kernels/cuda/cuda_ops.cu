@@ -10,7 +10,6 @@
 /* The ops this device does not have: their entries stay NULL (the op's comment in
  * ops_list.h says what callers do then). */
 #define vs_cuda_weight_format NULL /* one weight format per precision */
-#define vs_cuda_verify_walk NULL   /* not yet: the engine walks on the host */
 
 static vspec_ops vs__cuda_ops_table(void) {
   vspec_ops o;
