@@ -106,6 +106,20 @@ static void test_counts(void **state) {
   vs_dev_counters_sub(&c, &d);
   assert_int_equal(c.ops, 1);
   assert_int_equal(c.uploads + c.downloads, 0);
+  /* The walk on the device (ABI 1.6) is one op and moves nothing: a round downloads its
+   * result afterwards (a GPU's launch, with no transfer or wait inside). */
+  int32_t parents[2] = {-1, 0}, toks[2] = {0, 3};
+  vspec_walk_spec ws = {.sample = {.n = 2, .rows = 1, .vocab = 32, .temperature = 1.0f,
+                                   .top_p = 1.0f},
+                        .parents = parents, .tokens = toks, .rule = {.kind = VSPEC_WALK_EXACT}};
+  vspec_walk_result wr;
+  vs_dev_counters_get(dev, &d);
+  ops->verify_walk(dev, a, &ws, &wr);
+  vs_dev_counters_get(dev, &c);
+  vs_dev_counters_sub(&c, &d);
+  assert_int_equal(wr.status, VSPEC_OK);
+  assert_int_equal(c.ops, 1);
+  assert_int_equal(c.uploads + c.downloads + c.syncs, 0);
   vs_cpu_ops()->download(NULL, back, a, sizeof back); /* host code: no device to count on */
   ops->free(dev, a);
   ops->free(dev, b);
