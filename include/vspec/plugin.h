@@ -261,6 +261,18 @@ typedef struct vspec_forward_out {
   const vspec_sample_spec *sample;
   int32_t *tokens;
   int32_t sampled;
+  /* ---- ABI 1.6: the verification walk on the device -------------------------------------
+   * Where `walk` is set and the backend can (its device has the ops' verify_walk), the
+   * backend walks the batch's nodes on the device after the head (walk->sample.n = n_nodes),
+   * writes the result to *walk_result (host), sets walked to 1 and leaves logits unwritten.
+   * walk's parents, tokens and sample.guided [n_nodes], dist [n_nodes] (or NULL) and dists
+   * [walk_dists, vocab] are host arrays, which the backend uploads; walk->neighbours is
+   * memory of the backend's device (the engine's copy of the table). Otherwise walked stays
+   * 0 and logits are written as always: the engine walks on the host. */
+  const vspec_walk_spec *walk;
+  int32_t walk_dists;
+  vspec_walk_result *walk_result;
+  int32_t walked;
 } vspec_forward_out;
 
 typedef struct vspec_backend_vtable {
