@@ -191,8 +191,8 @@ static walked host_walk(world *w, const vspec_accept_vtable *vt, vspec_rule *rul
   vs_rng_init(&c.rng_target, seed, VS_STREAM_TARGET_SAMPLE);
   walked o;
   char err[256];
-  assert_int_equal(vs_verify_walk(&c, w->root_index, o.path, &o.n_path, &o.next, err, sizeof err),
-                   0);
+  assert_int_equal(
+      vs_verify_walk(&c, w->root_index, o.path, &o.n_path, &o.next, err, sizeof err), 0);
   vs_sampler_free(&c.sampler);
   o.fallbacks = (int)mt.residual_fallbacks;
   o.tried = (int)mt.siblings_tried;
@@ -246,7 +246,8 @@ static void run_rule(const rule_case *ru, int cases, tally *tl) {
   vspec_params *p;
   assert_int_equal(vs_params_parse(ru->params, &p, err, sizeof err), 0);
   vspec_rule *rule;
-  if (vt->create(&host, p, &rule, err, sizeof err)) fail_msg("%s(%s): %s", ru->name, ru->params, err);
+  if (vt->create(&host, p, &rule, err, sizeof err))
+    fail_msg("%s(%s): %s", ru->name, ru->params, err);
   vs_params_free(p);
   vspec_rng r;
   vs_rng_init(&r, 0x5eed0000u + (uint64_t)strlen(ru->params), 77);

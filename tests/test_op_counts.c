@@ -299,7 +299,8 @@ static void check_walk_steps(world *w, const char *params, int graphs) {
                             sizeof err))
     fail_msg("%s", err);
   int V = bm.info.vocab;
-  float *logits = malloc(sizeof(float) * 16 * 2 * (size_t)V), *dists = calloc(16, V * sizeof(float));
+  float *logits = malloc(sizeof(float) * 16 * 2 * (size_t)V);
+  float *dists = calloc(16, (size_t)V * sizeof(float));
   int32_t tok[16] = {0}, par[16], dist[16];
   for (int i = 0; i < 16; i++) par[i] = i - 1, dist[i] = i, dists[(size_t)i * V] = 1.0f;
   for (int rows = 1; rows <= 2; rows++)

@@ -156,7 +156,8 @@ __device__ static void vs_walk_reject(const vs_walk_args &a, vs_walk_smem *sh, v
   if (threadIdx.x == 0) sh->res = vs_walk_residual_setup(r, &c, depth);
   __syncthreads();
   const vs_walk_res res = sh->res;
-  for (int y = threadIdx.x; y < V; y += blockDim.x) q_tmp[y] = vs_walk_residual_at(r, &c, &res, y);
+  for (int y = threadIdx.x; y < V; y += blockDim.x)
+    q_tmp[y] = vs_walk_residual_at(r, &c, &res, y);
   __syncthreads();
   if (threadIdx.x == 0)
     for (int i = 0; i < res.n_fix; i++) vs_walk_fix(r, &c, &res, i, q_tmp);
@@ -221,7 +222,8 @@ __device__ static int32_t vs_walk_node(const vs_walk_args &a, vs_walk_smem *sh, 
     if (threadIdx.x == 0) t0->tried++;
     int ok;
     if (relaxed_greedy) {
-      if (threadIdx.x == 0) sh->pool = vs_walk_pool_of(&c, r->k, r->budget_abs, r->budget_rel, x, NULL);
+      if (threadIdx.x == 0)
+        sh->pool = vs_walk_pool_of(&c, r->k, r->budget_abs, r->budget_rel, x, NULL);
       __syncthreads();
       const double pool = sh->pool;
       int beaten = 0;
@@ -279,7 +281,8 @@ __global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_verify_walk(vs_walk_args
     if (threadIdx.x == 0) sh.child = vs_walk_child(a.sp, node, node);
     __syncthreads();
     const int leaf = sh.child < 0;
-    int32_t ch = leaf ? -1 : vs_walk_node(a, &sh, &t0, node, n_path, amax, q, q_res, q_tmp, p_work);
+    int32_t ch =
+        leaf ? -1 : vs_walk_node(a, &sh, &t0, node, n_path, amax, q, q_res, q_tmp, p_work);
     if (ch == -2 || (ch >= 0 && n_path == VSPEC_WALK_MAX_PATH)) {
       status = VSPEC_EINVAL;
       break;
