@@ -11,12 +11,14 @@
  * cannot walk (no verify_walk on its device, a batch of several jobs), it writes the logits
  * and the engine walks on the host, as when the walk is off.
  *
- * When it is on: VSPEC_WALK=device or host (else auto: on where the target's device is not the
- * CPU, whose host walk is the reference every golden test runs; device on the CPU runs the
- * CPU op over the host logits, and tests/test_sd_exact.c checks that whole jobs give the same
- * tokens either way); a rule with walk_rule; no drafter plugin (its round end reads the
- * target's logits); no tokens accepted unverified before the tree (VVS: their logits come
- * first in the batch).
+ * When it is on: VSPEC_WALK=device or host forces it (auto, the default: on where the
+ * target's device is not the CPU, whose host walk stays the reference every golden test runs;
+ * another value fails the job); device on the CPU runs the CPU op over the head's logits, and
+ * tests/test_walk_jobs.c checks that whole jobs give the same tokens and metrics either way.
+ * A round qualifies when the rule has a walk_rule, the drafter is not a plugin (its round end
+ * reads the target's logits), no token accepted unverified precedes the tree (VVS: their
+ * logits come first in the batch) and the tree is more than its root (an AR step draws with
+ * sample_tokens).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,17 +29,24 @@
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
 
-/* VSPEC_WALK: 1 device, 0 host, -1 auto. */
-static int vs__walk_mode(void) {
+/* VSPEC_WALK: 1 device, 0 host, -1 auto (also unset or empty); -2 anything else. */
+static int vs__walk_mode(const char **value) {
   const char *e = getenv("VSPEC_WALK");
-  if (e && strcmp(e, "device") == 0) return 1;
-  if (e && strcmp(e, "host") == 0) return 0;
-  return -1;
+  *value = e;
+  if (!e || !*e || strcmp(e, "auto") == 0) return -1;
+  if (strcmp(e, "device") == 0) return 1;
+  if (strcmp(e, "host") == 0) return 0;
+  return -2;
 }
 
 int vs_walk_device_init(vs_rounds *c, int drafter_plugin, char *err, size_t errlen) {
   const vspec_ops *ops = vs_dev_ops(c->dev);
-  int mode = vs__walk_mode();
+  const char *value;
+  int mode = vs__walk_mode(&value);
+  if (mode == -2)
+    return vs_fail(err, errlen, VSPEC_EINVAL,
+                   "VSPEC_WALK=%s: expected device, host or auto (where verification walks)",
+                   value);
   vs_device_info info;
   if (mode < 0) mode = vs_dev_info(c->dev, &info) == VSPEC_OK && info.kind != VSPEC_DEVICE_CPU;
   c->walk_dev = 0;

@@ -332,7 +332,7 @@ static void test_ar_step(void **state) {
 /* A bad spec is refused with VSPEC_EINVAL, not walked. */
 static void test_bad_spec(void **state) {
   (void)state;
-  float logits[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  float logits[2 * 4] = {0.1f, 0.2f, 0.3f, 0.4f, 0.4f, 0.3f, 0.2f, 0.1f}; /* [n, rows, vocab] */
   int32_t parents[2] = {-1, 0}, tokens[2] = {0, 9};
   vspec_walk_spec sp = {.sample = {.n = 2, .rows = 1, .vocab = 4, .temperature = 1.0f,
                                    .top_p = 1.0f},

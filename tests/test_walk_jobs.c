@@ -109,6 +109,22 @@ static void test_jobs_match_host_walk(void **state) {
   }
 }
 
+/* A value of VSPEC_WALK that means nothing fails the job with a message naming it (a typo does
+ * not silently pick a walk). */
+static void test_bad_setting(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN] = "";
+  int32_t tokens[N_TOK];
+  vs_metrics m;
+  vs_job job = {.method = methods[0], .seed = 1, .sampling = samplings[0]};
+  setenv("VSPEC_WALK", "sideways", 1);
+  int rc = vs_generate(models, dev, &job, tokens, &m, err, sizeof err);
+  unsetenv("VSPEC_WALK");
+  assert_int_equal(rc, VSPEC_EINVAL);
+  printf("  %s\n", err);
+  assert_non_null(strstr(err, "VSPEC_WALK=sideways"));
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024], cache[] = "/tmp/vspec-walk-jobs-XXXXXX";
   const char *b = getenv("VSPEC_BUILD");
@@ -122,7 +138,8 @@ int main(void) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;
   }
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_jobs_match_host_walk)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_jobs_match_host_walk),
+                                     cmocka_unit_test(test_bad_setting)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_models_close(models);
   vs_dev_destroy(dev);
