@@ -15,10 +15,10 @@
  * target's device is not the CPU, whose host walk stays the reference every golden test runs;
  * another value fails the job); device on the CPU runs the CPU op over the head's logits, and
  * tests/test_walk_jobs.c checks that whole jobs give the same tokens and metrics either way.
- * A round qualifies when the rule has a walk_rule, the drafter is not a plugin (its round end
- * reads the target's logits), no token accepted unverified precedes the tree (VVS: their
- * logits come first in the batch) and the tree is more than its root (an AR step draws with
- * sample_tokens).
+ * A round qualifies when the rule has a walk_rule and the drafter is not a plugin (its round
+ * end reads the target's logits); an AR step draws with sample_tokens instead. Tokens accepted
+ * without verification (VVS) come first in the batch: the walk covers the batch's last nodes,
+ * the tree.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +94,7 @@ void vs_walk_device_ask(vs_rounds *c, int32_t root_index, vspec_forward_out *out
   out->walk_result = NULL;
   out->walked = 0;
   const vs_tree *t = &c->tree;
-  if (!c->walk_dev || c->n_unv > 0 || t->n < 2 || t->n > VSPEC_WALK_MAX_PATH) return;
+  if (!c->walk_dev || t->n > VSPEC_WALK_MAX_PATH) return;
   vspec_walk_spec *sp = &c->walk_spec;
   memset(sp, 0, sizeof *sp);
   if (c->rule_vt->walk_rule(c->rule, vs_tree_max_depth(t), &sp->rule) != VSPEC_OK) return;

@@ -3,7 +3,7 @@
  * core/verify_device.c: the backend walks where the logits are, the round downloads the
  * result) give the tokens and the metrics of the host walk, for every built-in rule on
  * chains, static trees and dynamic trees, drafted by the draft model and by the EAGLE head,
- * sampled (with CFG, top-k, top-p and a CFG interval) and greedy. models/fmnist on the CPU
+ * after tokens accepted without verification (VVS) too, sampled (with CFG, top-k, top-p and a CFG interval) and greedy. models/fmnist on the CPU
  * device, where VSPEC_WALK=device runs the CPU op over the head's logits (the CPU's default
  * stays the host walk); the same engine and backend code asks for and takes the walk on a
  * GPU. The device runs also download fewer bytes: the walk's result instead of the logits.
@@ -21,6 +21,7 @@
 
 #include "core/engine.h"
 #include "core/host.h"
+#include "core/tree.h"
 #include "kernels/vs_kernels.h"
 
 #define N_TOK 64
@@ -43,6 +44,11 @@ static const char *const methods[] = {
     "drafter=model",
     "sd:lanternpp:lambda=3@standard:shape=dynamic,drafter=head,depth=4,top_k=4,total_tokens=8",
     "sd:lanternpp:resample=optimal,k=6@standard:shape=chain,depth=3,drafter=model",
+    /* rounds after tokens accepted unverified (VVS): the walk covers the batch's last nodes */
+    "sd:exact@vvs:skip=uniform,interval=2,select=confidence,warmup=0,drafter=model,"
+    "shape=dynamic,top_k=3,depth=3,total_tokens=8",
+    "sd:lantern:delta=0.2@vvs:skip=dynamic,threshold=0.0,select=confidence,warmup=0,"
+    "drafter=model,shape=dynamic,top_k=2,depth=3,total_tokens=6",
 };
 #define N_METHODS (sizeof methods / sizeof methods[0])
 
@@ -58,14 +64,29 @@ typedef struct run {
   int32_t tokens[N_TOK];
   vs_metrics m;
   uint64_t download_bytes;
+  uint64_t logits_bytes; /* what the verified rounds past AR steps download as logits */
+  uint64_t walks;        /* those rounds */
+  int rows;
 } run;
+
+/* Every verified round but an AR step (the root alone, nothing prepended: sample_tokens draws
+ * it) downloads its batch's logits when the host walks: the prepended tokens and the tree. */
+static void count_round(void *user, const vs_round_info *in) {
+  run *r = user;
+  if (in->round == 0 || in->skipped) return;
+  int nodes = in->prepended + (in->tree ? in->tree->n : 1);
+  if (nodes == 1) return;
+  r->logits_bytes += (uint64_t)nodes * r->rows * 1024 * sizeof(float);
+  r->walks++;
+}
 
 static void generate(const char *walk, const char *method, const vs_sampling *s, uint64_t seed,
                      run *out) {
   char err[VSPEC_ERRLEN];
   setenv("VSPEC_WALK", walk, 1);
   vs_job job = {.method = method, .class_label = (int32_t)(seed % 10), .seed = seed,
-                .sampling = *s};
+                .sampling = *s, .on_round = count_round, .user = out};
+  out->rows = s->cfg_scale > 1.0f ? 2 : 1;
   vs_dev_counters before, after;
   vs_dev_counters_get(dev, &before);
   if (vs_generate(models, dev, &job, out->tokens, &out->m, err, sizeof err))
@@ -79,7 +100,7 @@ static void generate(const char *walk, const char *method, const vs_sampling *s,
 static void test_jobs_match_host_walk(void **state) {
   (void)state;
   for (size_t i = 0; i < N_METHODS; i++) {
-    uint64_t saved = 0, accepted = 0;
+    uint64_t saved = 0, accepted = 0, host_bytes = 0;
     for (size_t k = 0; k < N_SAMPLINGS; k++)
       for (uint64_t seed = 0; seed < 2; seed++) {
         run *h = calloc(1, sizeof *h), *d = calloc(1, sizeof *d);
@@ -96,15 +117,21 @@ static void test_jobs_match_host_walk(void **state) {
         assert_int_equal(a->residual_fallbacks, b->residual_fallbacks);
         assert_memory_equal(a->reached, b->reached, sizeof a->reached);
         assert_memory_equal(a->accepted_at, b->accepted_at, sizeof a->accepted_at);
-        /* the walked rounds downloaded their results, not their logits */
-        assert_true(d->download_bytes < h->download_bytes);
+        /* every such round downloaded the walk's result instead of its logits (rounds after
+         * unverified tokens too), and nothing else changed (fmnist's vocabulary: 1024) */
+        assert_int_equal(h->logits_bytes, d->logits_bytes);
+        assert_true(d->logits_bytes > 0);
+        assert_int_equal(h->download_bytes - d->download_bytes,
+                         d->logits_bytes - d->walks * sizeof(vspec_walk_result));
         saved += h->download_bytes - d->download_bytes;
+        host_bytes += h->download_bytes;
         accepted += (uint64_t)a->accepted;
         free(h);
         free(d);
       }
-    printf("  %-86s %llu accepted, %llu bytes fewer downloaded\n", methods[i],
-           (unsigned long long)accepted, (unsigned long long)saved);
+    printf("  %-86s %llu accepted, %llu of %llu bytes not downloaded\n", methods[i],
+           (unsigned long long)accepted, (unsigned long long)saved,
+           (unsigned long long)host_bytes);
     assert_true(accepted > 0);
   }
 }

@@ -263,9 +263,10 @@ typedef struct vspec_forward_out {
   int32_t sampled;
   /* ---- ABI 1.6: the verification walk on the device -------------------------------------
    * Where `walk` is set and the backend can (its device has the ops' verify_walk), the
-   * backend walks the batch's nodes on the device after the head (walk->sample.n = n_nodes),
+   * backend walks the batch's last walk->sample.n nodes (the tree; nodes before it, such as
+   * tokens accepted without verification, are not walked) on the device after the head,
    * writes the result to *walk_result (host), sets walked to 1 and leaves logits unwritten.
-   * walk's parents, tokens and sample.guided [n_nodes], dist [n_nodes] (or NULL) and dists
+   * walk's parents, tokens and sample.guided [n], dist [n] (or NULL) and dists
    * [walk_dists, vocab] are host arrays, which the backend uploads; walk->neighbours is
    * memory of the backend's device (the engine's copy of the table). Otherwise walked stays
    * 0 and logits are written as always: the engine walks on the host. */

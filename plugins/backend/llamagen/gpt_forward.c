@@ -244,12 +244,13 @@ static void lg__fused_ops(vspec_session *s, const lg_seg *seg, const lg_idx *idx
 
 /* ---- the walk on the device (ABI 1.6) -------------------------------------------------------- */
 
-/* Whether this forward walks its tree on the device (vspec_forward_out.walk) after computing
- * the logits of its n head nodes. */
+/* Whether this forward walks its tree, its last walk->sample.n head nodes, on the device
+ * (vspec_forward_out.walk) after computing the logits of its n head nodes. */
 static int lg__walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
   return out && VSPEC_HAS_FIELD(out, vspec_forward_out, walked) && out->walk &&
-         out->walk_result && out->walk->sample.n == n && out->walk->sample.rows >= 1 &&
-         out->walk_dists >= 0 && out->walk_dists <= n &&
+         out->walk_result && out->walk->sample.n >= 1 && out->walk->sample.n <= n &&
+         out->walk->sample.rows >= 1 && out->walk_dists >= 0 &&
+         out->walk_dists <= out->walk->sample.n &&
          VSPEC_HAS_FIELD(ops, vspec_ops, verify_walk) && ops->verify_walk;
 }
 
@@ -264,13 +265,13 @@ static size_t lg__walk_layout(int n, int vocab, size_t *at_ints, size_t *at_guid
   return *at_dists + (size_t)n * vocab * sizeof(float);
 }
 
-/* The walk over w->logits' first n nodes: one upload (the tree, its guidance and draft
- * distributions), the op, one download of the result (a few hundred bytes instead of
- * n x rows x vocab floats). 0 when the staging cannot be allocated: the caller downloads the
- * logits instead and the engine walks on the host. */
-static int lg__walk(vspec_session *s, vspec_forward_out *out, int n) {
+/* The walk over the last of w->logits' `nodes` head nodes: one upload (the tree, its guidance
+ * and draft distributions), the op, one download of the result (a few hundred bytes instead of
+ * nodes x rows x vocab floats). 0 when the staging cannot be allocated: the caller downloads
+ * the logits instead and the engine walks on the host. */
+static int lg__walk(vspec_session *s, vspec_forward_out *out, int nodes) {
   const vspec_walk_spec *sp = out->walk;
-  int V = s->m->gpt.vocab;
+  int V = s->m->gpt.vocab, n = sp->sample.n;
   size_t at_i, at_g, at_d, want = lg__walk_layout(s->max_nodes, V, &at_i, &at_g, &at_d);
   if (!s->walk_dev) {
     s->walk_host = s->host->calloc(want, 1);
@@ -301,7 +302,7 @@ static int lg__walk(vspec_session *s, vspec_forward_out *out, int n) {
   ds.sample.guided = s->walk_dev + at_g;
   ds.dists = dist_bytes ? (const float *)(const void *)(s->walk_dev + at_d) : NULL;
   vspec_walk_result *res = (vspec_walk_result *)(void *)s->walk_dev;
-  s->ops->verify_walk(s->dev, s->w.logits, &ds, res);
+  s->ops->verify_walk(s->dev, s->w.logits + (size_t)(nodes - n) * s->rows * V, &ds, res);
   s->ops->download(s->dev, out->walk_result, res, sizeof *res);
   out->walked = 1;
   return 1;
