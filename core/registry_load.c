@@ -25,7 +25,9 @@
 static size_t rl_vtable_min_size(int kind) {
   switch (kind) {
     case VSPEC_PLUGIN_BACKEND: return sizeof(vspec_backend_vtable);
-    case VSPEC_PLUGIN_ACCEPT: return sizeof(vspec_accept_vtable);
+    /* walk_rule (ABI 1.6) is optional: the engine checks for it (VSPEC_HAS_FIELD), so a rule
+     * built before it still loads */
+    case VSPEC_PLUGIN_ACCEPT: return offsetof(vspec_accept_vtable, walk_rule);
     case VSPEC_PLUGIN_SCHED: return sizeof(vspec_sched_vtable);
     /* through skip (ABI 1.5); begin .. counts (ABI 1.6) are checked where used */
     case VSPEC_PLUGIN_DRAFTER:

@@ -47,6 +47,7 @@ static void vs__rounds_free(vs_rounds *c) {
   vs_plugin_release(c->rule_plugin);
   vs_plugin_release(c->sched_plugin);
   vs_drafter_close(c->drafter);
+  vs_walk_device_free(c);
   if (c->sess) c->t->vt->session_close(c->sess);
   vs_tree_free(&c->tree);
   vs_tree_free(&c->pool);
@@ -420,7 +421,8 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
              "always verifies (scheduler 'standard', shape=chain)", m->text, m->drafter);
     return VSPEC_EINVAL;
   }
-  return VSPEC_OK;
+  /* A drafter named by the scheduler may read the target's logits (target_dist): host walk. */
+  return vs_walk_device_init(c, dk == VSPEC_DRAFTER_PLUGIN, err, errlen);
 }
 
 /* One verification: the target's forward over the tree and the walk that accepts a path and
@@ -432,6 +434,7 @@ static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_ind
   vs__ar_draw ar;
   int ar_step = c->tree.n == 1 && c->n_unv == 0;
   if (ar_step) vs__ar_draw_ask(c, root_index + 1, &ar, out);
+  else vs_walk_device_ask(c, root_index, out);
   int rc = vs__verify_forward(c, out, err, errlen);
   if (rc) return rc;
   mt->verify_s += vs_now() - tv;
@@ -448,7 +451,9 @@ static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_ind
       snprintf(err, errlen, "the target distribution is empty (all probabilities zero)");
       return VSPEC_EINVAL;
     }
-  } else if ((rc = vs_verify_walk(c, root_index, path, n_path, next, err, errlen))) {
+  } else if ((rc = vs_walk_device_take(c, out, path, n_path, next, err, errlen)) < 0) {
+    return rc;
+  } else if (rc == 0 && (rc = vs_verify_walk(c, root_index, path, n_path, next, err, errlen))) {
     return rc;
   }
   mt->accept_s += vs_now() - tw;

@@ -69,6 +69,14 @@ typedef struct vs_rounds {
   vspec_rng rng_target, rng_draft, rng_accept;
   vs_metrics *mt;
   vs_forward_gate *gate; /* job->gate once entered (left when the job ends), else NULL */
+  /* the walk on the target's device (core/verify_device.c) */
+  int walk_dev;                  /* asked for in every verified round that qualifies */
+  int32_t *walk_ints;            /* host [3, cap]: the spec's parents, tokens, dist */
+  uint8_t *walk_guided;          /* host [cap] */
+  const int32_t *walk_table;     /* the neighbour table as device memory, or NULL */
+  int32_t *walk_table_copy;      /* the device copy (devices of another memory space) */
+  vspec_walk_spec walk_spec;
+  vspec_walk_result walk_res;
 } vs_rounds;
 
 /* Runs one job's rounds (ar or sd) into tokens[N]; mt accumulates the metrics. */
@@ -86,6 +94,18 @@ int vs_draft_dynamic(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
  * next token. */
 int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path, int32_t *next,
                    char *err, size_t errlen);
+
+/* core/verify_device.c: the walk on the target's device. init decides whether a job's
+ * rounds ask for it (after the rule and the drafter are open; drafter_plugin: the drafter
+ * reads the target's logits at the round's end); ask sets out's request for a round (nothing
+ * when the round does not qualify); take returns 1 with path, n_path and next (the engine's
+ * streams and metrics advanced as the host walk would have), 0 when the backend did not
+ * walk (the logits are there: walk on the host), or a negative status. */
+int vs_walk_device_init(vs_rounds *c, int drafter_plugin, char *err, size_t errlen);
+void vs_walk_device_free(vs_rounds *c);
+void vs_walk_device_ask(vs_rounds *c, int32_t root_index, vspec_forward_out *out);
+int vs_walk_device_take(vs_rounds *c, vspec_forward_out *out, int32_t *path, int *n_path,
+                        int32_t *next, char *err, size_t errlen);
 
 /* core/verify_skip.c (VVS): asks the scheduler whether to verify this round's tree and
  * checks its answer; on a skip, accepts the chosen path without calling the target. */

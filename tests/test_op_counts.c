@@ -20,6 +20,8 @@
  * - Under graphs (ABI 1.5, llamagen graphs=on): a step issues one upload, one graph launch
  *   (one op) and one download, however many layers; the first forward of a node-count bucket
  *   records the budget above (counted as recorded, not issued) and launches it.
+ * - With the verification walk on the device (ABI 1.6): one op more (the walk), one upload
+ *   more (the tree) and the one download is the walk's result, not the logits.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,6 +108,20 @@ static void test_counts(void **state) {
   vs_dev_counters_sub(&c, &d);
   assert_int_equal(c.ops, 1);
   assert_int_equal(c.uploads + c.downloads, 0);
+  /* The walk on the device (ABI 1.6) is one op and moves nothing: a round downloads its
+   * result afterwards (a GPU's launch, with no transfer or wait inside). */
+  int32_t parents[2] = {-1, 0}, toks[2] = {0, 3};
+  vspec_walk_spec ws = {.sample = {.n = 2, .rows = 1, .vocab = 32, .temperature = 1.0f,
+                                   .top_p = 1.0f},
+                        .parents = parents, .tokens = toks, .rule = {.kind = VSPEC_WALK_EXACT}};
+  vspec_walk_result wr;
+  vs_dev_counters_get(dev, &d);
+  ops->verify_walk(dev, a, &ws, &wr);
+  vs_dev_counters_get(dev, &c);
+  vs_dev_counters_sub(&c, &d);
+  assert_int_equal(wr.status, VSPEC_OK);
+  assert_int_equal(c.ops, 1);
+  assert_int_equal(c.uploads + c.downloads + c.syncs, 0);
   vs_cpu_ops()->download(NULL, back, a, sizeof back); /* host code: no device to count on */
   ops->free(dev, a);
   ops->free(dev, b);
@@ -269,6 +285,83 @@ static void test_budget_graphs(void **state) {
   unlink(path);
 }
 
+/* A verified round with the walk on the device (ABI 1.6, vspec_forward_out.walk): the
+ * forward's budget (or, under graphs, its one launch) plus the walk, one op; two uploads (the
+ * forward's integers, then the tree, its guidance flags and, for sampled drafts, its draft
+ * distributions) and one download, of the walk's result instead of the logits; no wait. On
+ * the micro model at 2 and 16 nodes, 1 and 2 CFG rows, eagerly and under graphs. */
+static void check_walk_steps(world *w, const char *params, int graphs) {
+  static const int nodes[] = {2, 16};
+  char err[VSPEC_ERRLEN];
+  vs_backend_model bm = {0};
+  if (vs_backend_model_load(w->reg, &w->host, w->dev, "llamagen",
+                            "tests/golden/micro_c2i/gpt.safetensors", params, &bm, err,
+                            sizeof err))
+    fail_msg("%s", err);
+  int V = bm.info.vocab;
+  float *logits = malloc(sizeof(float) * 16 * 2 * (size_t)V);
+  float *dists = calloc(16, (size_t)V * sizeof(float));
+  int32_t tok[16] = {0}, par[16], dist[16];
+  for (int i = 0; i < 16; i++) par[i] = i - 1, dist[i] = i, dists[(size_t)i * V] = 1.0f;
+  for (int rows = 1; rows <= 2; rows++)
+    for (int i = 0; i < 2; i++)
+      for (int sampled = 0; sampled <= 1; sampled++) {
+        int n = nodes[i];
+        vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 1, .rows = rows,
+                                    .max_nodes = 16};
+        vspec_session *s;
+        if (bm.vt->session_open(bm.model, w->dev, &cfg, &s, err, sizeof err) ||
+            bm.vt->prefill(s, &(vspec_forward_out){.struct_size = sizeof(vspec_forward_out)},
+                           err, sizeof err))
+          fail_msg("%s", err);
+        vspec_walk_spec ws = {.sample = {.n = n, .rows = rows, .vocab = V, .cfg_scale = 2.0f,
+                                         .temperature = 1.0f, .top_p = 1.0f},
+                              .parents = par, .tokens = tok, .dists = sampled ? dists : NULL,
+                              .dist = sampled ? dist : NULL,
+                              .rule = {.kind = VSPEC_WALK_EXACT}};
+        vspec_walk_result res;
+        for (int again = 0; again <= graphs; again++) {
+          vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = n, .tokens = tok,
+                                   .parents = par};
+          vspec_forward_out o = {.struct_size = sizeof o, .logits = logits, .walk = &ws,
+                                 .walk_dists = sampled ? n : 0, .walk_result = &res};
+          vs_dev_counters c0, c;
+          vs_dev_counters_get(w->dev, &c0);
+          if (bm.vt->forward(s, &b, &o, err, sizeof err)) fail_msg("%s", err);
+          vs_dev_counters_get(w->dev, &c);
+          vs_dev_counters_sub(&c, &c0);
+          printf("  walk, %d node(s), %d row(s), %s drafts%s: %llu op(s), %llu upload(s) of "
+                 "%llu bytes, %llu download(s) of %llu bytes\n",
+                 n, rows, sampled ? "sampled" : "one-hot",
+                 graphs ? (again ? ", replayed" : ", recorded") : "",
+                 (unsigned long long)c.ops, (unsigned long long)c.uploads,
+                 (unsigned long long)c.upload_bytes, (unsigned long long)c.downloads,
+                 (unsigned long long)c.download_bytes);
+          assert_int_equal(o.walked, 1);
+          assert_int_equal(res.status, VSPEC_OK);
+          assert_int_equal(c.ops, graphs ? 2 : budget(2) + 1);
+          assert_int_equal(c.uploads, 2);
+          uint64_t tree = (uint64_t)(3 * sizeof(int32_t) + 1) * n +
+                          (sampled ? (uint64_t)n * V * sizeof(float) : 0);
+          assert_true(c.upload_bytes >= (uint64_t)((3 * rows + 2) * n + 2) * sizeof(int32_t) +
+                                            tree);
+          assert_int_equal(c.downloads, 1);
+          assert_int_equal(c.download_bytes, sizeof(vspec_walk_result));
+          assert_int_equal(c.syncs, 0);
+        }
+        bm.vt->session_close(s);
+      }
+  free(logits);
+  free(dists);
+  vs_backend_model_unload(&bm);
+}
+
+static void test_budget_walk(void **state) {
+  world *w = *state;
+  check_walk_steps(w, "max_nodes=16", 0);
+  check_walk_steps(w, "max_nodes=16,graphs=on", 1);
+}
+
 /* vspecd's status reports, per model, what a step and a 16-node verify issue: the figures
  * counted here in-process for the same model, with the model's default CFG rows. */
 static void test_status_reports_costs(void **state) {
@@ -315,6 +408,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_budget_micro, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_random, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_graphs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_budget_walk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_status_reports_costs, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -130,6 +130,7 @@ _Static_assert(offsetof(vspec_ops, weight_format) == 16 + 29 * 8, "weight_format
 _Static_assert(offsetof(vspec_ops, alloc_uninit) == 16 + 30 * 8, "alloc_uninit (ABI 1.3)");
 _Static_assert(offsetof(vspec_ops, gather_rows) == 16 + 31 * 8, "gather_rows (ABI 1.4)");
 _Static_assert(offsetof(vspec_ops, graph_begin) == 16 + 38 * 8, "graph_begin (ABI 1.5)");
+_Static_assert(offsetof(vspec_ops, verify_walk) == 16 + 42 * 8, "verify_walk (ABI 1.6)");
 #endif
 
 /* The list as data: each entry's name, offset and ABI minor, in list order. */

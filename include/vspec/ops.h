@@ -87,6 +87,58 @@ typedef struct vspec_sample_spec {
   const double *u;       /* [n]: each node's uniform in [0, 1) (not read when greedy) */
 } vspec_sample_spec;
 
+/* ABI 1.6: a built-in acceptance rule as the verify_walk op runs it. The rule's plugin fills it
+ * (vspec_accept_vtable.walk_rule); the per-element maths is kernels/common/vs_walk_rules.h,
+ * which the plugins themselves compute with (docs/SPECULATIVE.md has the rules). */
+enum {
+  VSPEC_WALK_EXACT = 1,    /* exact: min(1, q(x)/p(x)), residual max(0, q - p) */
+  VSPEC_WALK_OMEGA = 2,    /* uniform_rsd, coolsd: min(1, omega_d q(x)/p(x)) */
+  VSPEC_WALK_PROXIMITY = 3 /* lantern, lanternpp: min(1, q(A(x))/p(x)) over codebook neighbours */
+};
+#define VSPEC_WALK_MAX_DEPTH 64  /* omega[] holds depths 1..64; deeper drafts use omega[64] */
+#define VSPEC_WALK_MAX_PATH 128  /* nodes of the accepted path, root included */
+
+typedef struct vspec_walk_rule {
+  int32_t kind;      /* VSPEC_WALK_* */
+  int32_t optimal;   /* OMEGA, PROXIMITY: Cool-SD's resampling G* (resample=optimal) */
+  int32_t reference; /* PROXIMITY: the authors' residual and greedy test (reject=reference) */
+  int32_t k;         /* PROXIMITY: neighbours searched */
+  double budget_abs, budget_rel; /* PROXIMITY: the pool's budget abs + rel q(x): LANTERN
+                                  * (delta, 0), LANTERN++ (0, lambda - 1) */
+  double omega[VSPEC_WALK_MAX_DEPTH + 1]; /* OMEGA: omega at draft depth d, [min(d, 64)] */
+} vspec_walk_rule;
+
+/* ABI 1.6: a verified tree and how verify_walk walks it (core/verify_walk.c's walk). The
+ * sampling is sample's (n nodes, rows, vocab, CFG, temperature, top-k, top-p, guided [n] in
+ * device memory; u is not read). */
+typedef struct vspec_walk_spec {
+  vspec_sample_spec sample;
+  const int32_t *parents;    /* device [n]: each node's parent (a smaller index), -1 for node 0,
+                              * the root; a node's children are tried in index order */
+  const int32_t *tokens;     /* device [n]: the drafted tokens (node 0's is not read) */
+  const float *dists;        /* device [*, vocab]: draft distributions, or NULL */
+  const int32_t *dist;       /* device [n]: the row of dists a node's children were drawn from,
+                              * -1 (or dist NULL) for one-hot drafts (top-k: p(x) := 1) */
+  const int32_t *neighbours; /* device [vocab, table_k]: codebook neighbours (PROXIMITY), or NULL */
+  int32_t table_k;
+  vspec_walk_rule rule;
+  vspec_rng accept;          /* the stream of the acceptance uniforms, at its position */
+  vspec_rng target;          /* the stream of the residual and bonus draws, at its position */
+} vspec_walk_spec;
+
+/* ABI 1.6: what verify_walk writes (device memory): the few bytes a round downloads. */
+typedef struct vspec_walk_result {
+  int32_t status;       /* VSPEC_OK; VSPEC_EINVAL for a bad spec or a target distribution
+                         * without mass (next -1) */
+  int32_t n_path;       /* nodes on the accepted path, root included (1: nothing accepted) */
+  int32_t next;         /* the token sampled after the path (bonus or residual draw) */
+  int32_t accept_draws; /* uniforms taken from spec->accept (vs_rng_uniform: 2 words each) */
+  int32_t target_draws; /* ... and from spec->target */
+  int32_t tried;        /* candidates judged (metrics: siblings_tried) */
+  int32_t fallbacks;    /* residuals without mass (metrics: residual_fallbacks) */
+  int32_t path[VSPEC_WALK_MAX_PATH]; /* the path's nodes, path[0] = 0 */
+} vspec_walk_result;
+
 typedef struct vspec_ops {
   uint32_t struct_size; /* sizeof(vspec_ops) as built into the host */
   uint32_t device;      /* vspec_device_kind */

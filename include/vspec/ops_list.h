@@ -284,7 +284,22 @@
    * graph (none recorded for this shape yet), VSPEC_EBUSY while recording. */                     \
   X(int, graph_launch, (vspec_dev *dev, vspec_graph *graph), (dev, graph), 5, graph)               \
   /* Frees a graph (NULL: nothing); its launches may still be queued on a GPU. */                  \
-  X(void, graph_free, (vspec_dev *dev, vspec_graph *graph), (dev, graph), 5, uncounted)
+  X(void, graph_free, (vspec_dev *dev, vspec_graph *graph), (dev, graph), 5, uncounted)       \
+                                                                                                   \
+  /* ==== ABI 1.6: the verification walk ================================================= */     \
+  /* Walks a verified tree on the device for a built-in rule, as the engine's host walk does       \
+   * (core/verify_walk.c): at each node the target distribution from logits [n, rows, vocab]       \
+   * (sample_tokens' processing), the children tried in index order with the rule's acceptance     \
+   * probability against spec->accept's next uniform, the rule's residual normalised after a       \
+   * rejection (with the host walk's fallbacks), the next token drawn from the target (a leaf)     \
+   * or the residual with spec->target's next uniform; greedy (temperature <= 0) as the host       \
+   * walk's greedy path. Writes *out (device memory); logits and spec's arrays are device          \
+   * memory, spec itself host memory. An SD round then downloads the result, not n x rows x        \
+   * vocab logits; an AR step is the one-node tree. NULL on a device without it: the engine        \
+   * walks on the host then (and for rules that have no walk_rule). */                             \
+  X(void, verify_walk,                                                                             \
+    (vspec_dev *dev, const float *logits, const vspec_walk_spec *spec, vspec_walk_result *out),    \
+    (dev, logits, spec, out), 6, op)
 
 /* clang-format on */
 

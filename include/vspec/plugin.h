@@ -261,6 +261,19 @@ typedef struct vspec_forward_out {
   const vspec_sample_spec *sample;
   int32_t *tokens;
   int32_t sampled;
+  /* ---- ABI 1.6: the verification walk on the device -------------------------------------
+   * Where `walk` is set and the backend can (its device has the ops' verify_walk), the
+   * backend walks the batch's last walk->sample.n nodes (the tree; nodes before it, such as
+   * tokens accepted without verification, are not walked) on the device after the head,
+   * writes the result to *walk_result (host), sets walked to 1 and leaves logits unwritten.
+   * walk's parents, tokens and sample.guided [n], dist [n] (or NULL) and dists
+   * [walk_dists, vocab] are host arrays, which the backend uploads; walk->neighbours is
+   * memory of the backend's device (the engine's copy of the table). Otherwise walked stays
+   * 0 and logits are written as always: the engine walks on the host. */
+  const vspec_walk_spec *walk;
+  int32_t walk_dists;
+  vspec_walk_result *walk_result;
+  int32_t walked;
 } vspec_forward_out;
 
 typedef struct vspec_backend_vtable {
@@ -401,6 +414,13 @@ typedef struct vspec_accept_vtable {
    * proposal budget ran out (the engine then applies its documented fallback). */
   int (*residual_continuous)(vspec_rule *rule, const vspec_continuous_input *in, vspec_rng *rng,
                              float *y, int32_t *rounds);
+
+  /* ---- ABI 1.6: the walk on the device ----------------------------------------------------
+   * The rule as one of the built-in kinds the ops' verify_walk runs (include/vspec/ops.h,
+   * vspec_walk_rule) for a round of draft depth max_depth: VSPEC_OK and *out filled when its
+   * accept_prob, residual and greedy_accept are exactly that kind's, VSPEC_ENOTSUP otherwise.
+   * NULL: the engine walks on the host. */
+  int (*walk_rule)(vspec_rule *rule, int32_t max_depth, vspec_walk_rule *out);
 } vspec_accept_vtable;
 
 /* ---- scheduler plugins ----------------------------------------------------------------- */

@@ -74,6 +74,7 @@ static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(V
  *   cpu_fused.c      the ABI 1.4 fused ops, each the sequence of the ops it replaces
  *                    (sample_tokens: cpu_sampling.c)
  *   cpu_graph.c      graph_begin, graph_end, graph_launch, graph_free
+ *   cpu_walk.c       verify_walk (the engine's host walk, with kernels/common/vs_walk_rules.h)
  * The table (cpu_ops.c) points at these, except for the ops a graph records (below). */
 #define VS_CPU_DECLARE(ret, name, params, args, minor, kind) ret vs_cpu_##name params;
 VSPEC_OPS(VS_CPU_DECLARE)

@@ -160,9 +160,9 @@ static inline unsigned vs_cuda_grid(size_t n, unsigned block) {
 /* ---- the ops ---------------------------------------------------------------------------- */
 /* vs_cuda_<op> for every op of include/vspec/ops_list.h, with the op's signature (one file per
  * concept: memory and copies in cuda_memory.cu, the ABI 1.4 fused ops in cuda_fused.cu,
- * sample_tokens in cuda_draw.cu, graphs (stream capture on the context's stream) in
- * cuda_graph.cu, ...). weight_format is declared but not defined: the table leaves it NULL
- * (cuda_ops.cu). */
+ * sample_tokens in cuda_draw.cu, verify_walk in cuda_walk.cu, graphs (stream capture on the
+ * context's stream) in cuda_graph.cu, ...). weight_format is declared but not defined: the
+ * table leaves it NULL (cuda_ops.cu). */
 #define VS_CUDA_DECLARE(ret, name, params, args, minor, kind) ret vs_cuda_##name params;
 VSPEC_OPS(VS_CUDA_DECLARE)
 #undef VS_CUDA_DECLARE

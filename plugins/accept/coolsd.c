@@ -17,13 +17,11 @@
  *   resample=optimal   optimal: G* = norm(q - min(p, omega_i q)) (Eq. (10)); rule: vanilla
  *                      residual norm(max(0, q - p))
  */
-#include <math.h>
 #include <stdio.h>
 
 #include "omega.h"
 
 enum { CS_EXP = 0, CS_LINEAR = 1 };
-#define CS_MAX_DEPTH 64
 
 struct vspec_rule {
   const vspec_host *host;
@@ -57,20 +55,9 @@ static int cs_create(const vspec_host *host, const vspec_params *params, vspec_r
 
 static void cs_destroy(vspec_rule *r) { r->host->free(r); }
 
-/* omega at depth i of a round with draft depth L. */
+/* omega at depth i of a round with draft depth L (depths and L clamped to 1..64). */
 static double cs_omega(const vspec_rule *r, int i, int L) {
-  if (L < 1) L = 1;
-  if (L > CS_MAX_DEPTH) L = CS_MAX_DEPTH;
-  if (i < 1) i = 1;
-  if (i > L) i = L;
-  double sum = 0.0, wi = 0.0;
-  for (int j = 1; j <= L; j++) {
-    double w = r->schedule == CS_EXP ? exp(-r->nu * j) : 1.0 + r->nu * ((L + 1) / 2.0 - j);
-    if (w < 0.0) w = 0.0;
-    sum += w;
-    if (j == i) wi = w;
-  }
-  return sum > 0.0 ? r->delta * wi * L / sum : r->delta;
+  return vs_walk_coolsd_omega(r->delta, r->nu, r->schedule == CS_LINEAR, i, L);
 }
 
 static double cs_accept(vspec_rule *r, const vspec_accept_input *in) {
@@ -82,6 +69,14 @@ static int cs_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out
   return VSPEC_OK;
 }
 
+/* VSPEC_WALK_OMEGA with this round's schedule by depth (omega[d] = cs_omega(d, L); depths
+ * past 64 share omega[64], as cs_omega clamps them). */
+static int cs_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
+  *out = (vspec_walk_rule){.kind = VSPEC_WALK_OMEGA, .optimal = r->resample == VS_OMEGA_OPTIMAL};
+  for (int d = 0; d <= VSPEC_WALK_MAX_DEPTH; d++) out->omega[d] = cs_omega(r, d, max_depth);
+  return VSPEC_OK;
+}
+
 static const vspec_accept_vtable cs_vtable = {
     .struct_size = sizeof(vspec_accept_vtable),
     .create = cs_create,
@@ -89,6 +84,7 @@ static const vspec_accept_vtable cs_vtable = {
     .accept_prob = cs_accept,
     .residual = cs_residual,
     .greedy_accept = NULL,
+    .walk_rule = cs_walk_rule,
 };
 
 static const vspec_plugin_desc cs_desc = {

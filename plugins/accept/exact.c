@@ -7,10 +7,9 @@
  * p being the distribution x was drawn from (earlier siblings removed). For deterministic
  * top-k drafts p is one-hot at x, so the residual is q with x removed (EAGLE-2's rule).
  */
-#include <math.h>
 #include <stdio.h>
 
-#include "vspec/plugin.h"
+#include "cand.h"
 
 struct vspec_rule {
   const vspec_host *host;
@@ -35,21 +34,21 @@ static void ex_destroy(vspec_rule *r) { r->host->free(r); }
 
 static double ex_accept(vspec_rule *r, const vspec_accept_input *in) {
   (void)r;
-  double a = (double)in->q[in->token] / (double)in->p_x;
-  return a < 1.0 ? a : 1.0;
+  return vs_walk_exact_accept(in->q[in->token], in->p_x);
 }
 
 static int ex_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
   (void)r;
-  if (in->p) {
-    for (int y = 0; y < in->vocab; y++) {
-      float d = in->q[y] - in->p[y];
-      q_out[y] = d > 0.0f ? d : 0.0f;
-    }
-  } else {
-    for (int y = 0; y < in->vocab; y++) q_out[y] = in->q[y];
-    q_out[in->token] = 0.0f;
-  }
+  vs_walk_cand c = vs_accept_cand(in);
+  for (int y = 0; y < in->vocab; y++) q_out[y] = vs_walk_exact_residual_at(&c, y);
+  return VSPEC_OK;
+}
+
+/* The ops' verify_walk runs this rule as VSPEC_WALK_EXACT (the same functions above). */
+static int ex_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
+  (void)r;
+  (void)max_depth;
+  *out = (vspec_walk_rule){.kind = VSPEC_WALK_EXACT};
   return VSPEC_OK;
 }
 
@@ -60,6 +59,7 @@ static const vspec_accept_vtable ex_vtable = {
     .accept_prob = ex_accept,
     .residual = ex_residual,
     .greedy_accept = NULL,
+    .walk_rule = ex_walk_rule,
 };
 
 static const vspec_plugin_desc ex_desc = {

@@ -88,6 +88,14 @@ static int lt_greedy(vspec_rule *r, const vspec_accept_input *in) {
                                    : vs_proximity_greedy(in, r->k, lt_budget(r));
 }
 
+/* VSPEC_WALK_PROXIMITY: the functions above are proximity.h's, on the same rule struct. */
+static int lt_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
+  (void)max_depth;
+  *out = vs_proximity_rule(r->k, lt_budget(r), r->resample == LT_OPTIMAL,
+                           r->reject == LT_REFERENCE);
+  return VSPEC_OK;
+}
+
 static const vspec_accept_vtable lt_vtable = {
     .struct_size = sizeof(vspec_accept_vtable),
     .create = lt_create,
@@ -95,6 +103,7 @@ static const vspec_accept_vtable lt_vtable = {
     .accept_prob = lt_accept,
     .residual = lt_residual,
     .greedy_accept = lt_greedy,
+    .walk_rule = lt_walk_rule,
 };
 
 static const vspec_plugin_desc lt_desc = {

@@ -77,6 +77,14 @@ static int lp_greedy(vspec_rule *r, const vspec_accept_input *in) {
                                    : vs_proximity_greedy(in, r->k, lp_budget(r));
 }
 
+/* VSPEC_WALK_PROXIMITY: the functions above are proximity.h's, on the same rule struct. */
+static int lp_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
+  (void)max_depth;
+  *out = vs_proximity_rule(r->k, lp_budget(r), r->resample == LP_OPTIMAL,
+                           r->reject == LP_REFERENCE);
+  return VSPEC_OK;
+}
+
 static const vspec_accept_vtable lp_vtable = {
     .struct_size = sizeof(vspec_accept_vtable),
     .create = lp_create,
@@ -84,6 +92,7 @@ static const vspec_accept_vtable lp_vtable = {
     .accept_prob = lp_accept,
     .residual = lp_residual,
     .greedy_accept = lp_greedy,
+    .walk_rule = lp_walk_rule,
 };
 
 static const vspec_plugin_desc lp_desc = {

@@ -12,27 +12,19 @@
 #ifndef VSPEC_ACCEPT_OMEGA_H
 #define VSPEC_ACCEPT_OMEGA_H
 
-#include "vspec/plugin.h"
+#include "cand.h"
 
 enum { VS_OMEGA_RULE = 0, VS_OMEGA_OPTIMAL = 1 };
 
 static inline double vs_omega_accept(const vspec_accept_input *in, double omega) {
-  double a = omega * (double)in->q[in->token] / (double)in->p_x;
-  return a < 1.0 ? a : 1.0;
+  return vs_walk_omega_accept(in->q[in->token], in->p_x, omega);
 }
 
 static inline void vs_omega_residual(const vspec_accept_input *in, double omega, int resample,
                                      float *q_out) {
-  int V = in->vocab;
-  for (int y = 0; y < V; y++) {
-    /* A one-hot draft (p == NULL) puts mass 1 on x and 0 elsewhere. */
-    double p = in->p ? (double)in->p[y] : (y == in->token ? 1.0 : 0.0);
-    double q = in->q[y];
-    double take = p;
-    if (resample == VS_OMEGA_OPTIMAL && omega * q < p) take = omega * q;
-    double d = q - take;
-    q_out[y] = d > 0.0 ? (float)d : 0.0f;
-  }
+  vs_walk_cand c = vs_accept_cand(in);
+  for (int y = 0; y < in->vocab; y++)
+    q_out[y] = vs_walk_omega_residual_at(&c, omega, resample == VS_OMEGA_OPTIMAL, y);
 }
 
 #endif /* VSPEC_ACCEPT_OMEGA_H */

@@ -49,6 +49,14 @@ static int ur_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out
   return VSPEC_OK;
 }
 
+/* VSPEC_WALK_OMEGA with the same omega at every depth. */
+static int ur_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
+  (void)max_depth;
+  *out = (vspec_walk_rule){.kind = VSPEC_WALK_OMEGA, .optimal = r->resample == VS_OMEGA_OPTIMAL};
+  for (int d = 0; d <= VSPEC_WALK_MAX_DEPTH; d++) out->omega[d] = r->omega;
+  return VSPEC_OK;
+}
+
 static const vspec_accept_vtable ur_vtable = {
     .struct_size = sizeof(vspec_accept_vtable),
     .create = ur_create,
@@ -56,6 +64,7 @@ static const vspec_accept_vtable ur_vtable = {
     .accept_prob = ur_accept,
     .residual = ur_residual,
     .greedy_accept = NULL,
+    .walk_rule = ur_walk_rule,
 };
 
 static const vspec_plugin_desc ur_desc = {

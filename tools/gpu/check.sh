@@ -1,7 +1,7 @@
 #!/bin/sh
 # What to run first on a lent GPU: the GPU suite, then the benchmarks behind the GPU goals
 # (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure. About 5 minutes
-# on an H100; every step has its own time limit (11 minutes at worst, within a loan of 15),
+# on an H100; every step has its own time limit (13 minutes at worst, within a loan of 15),
 # so one that hangs cannot eat the loan.
 #
 #   make gpu-bundle                                  # here: build/gpu-bundle, tens of MiB
@@ -34,8 +34,10 @@ timeout 200 tools/gpu/run_gpu_tests.sh "$B" >"$OUT/gpu-tests.log" 2>&1
 suite=$?
 grep -E '^== |^\[  (FAILED|PASSED|SKIPPED) |^GPU tests:|not ok|FAIL' "$OUT/gpu-tests.log" | tail -40
 
-# Races and out-of-bounds accesses that leave results right by luck: the fused kernels under
-# compute-sanitizer (shipped with the CUDA toolkit; skipped where the machine has none).
+# Races and out-of-bounds accesses that leave results right by luck: the fused kernels and
+# the device walk (a block that broadcasts thread 0's decisions through shared memory, on 3
+# cases per rule) under compute-sanitizer (shipped with the CUDA toolkit; skipped where the
+# machine has none).
 if command -v compute-sanitizer >/dev/null 2>&1; then
   for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer --tool $tool test_cuda_fused"
@@ -43,6 +45,10 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
       "$B/tests/gpu/test_cuda_fused" \
       >"$OUT/sanitizer-$tool.log" 2>&1
     echo "exit $? ($(grep -c 'ERROR\|Hazard' "$OUT/sanitizer-$tool.log") error lines)"
+    echo "== compute-sanitizer --tool $tool test_cuda_walk"
+    VSPEC_BUILD="$B" VSPEC_WALK_CASES=3 timeout 40 compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$B/tests/gpu/test_cuda_walk" >"$OUT/sanitizer-walk-$tool.log" 2>&1
+    echo "exit $? ($(grep -c 'ERROR\|Hazard' "$OUT/sanitizer-walk-$tool.log") error lines)"
   done
 else
   echo "== compute-sanitizer: not on this machine"

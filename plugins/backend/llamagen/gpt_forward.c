@@ -242,6 +242,72 @@ static void lg__fused_ops(vspec_session *s, const lg_seg *seg, const lg_idx *idx
   if (head == LG_HEAD_DRAW) ops->sample_tokens(s->dev, w->logits, &idx->spec, idx->tokens);
 }
 
+/* ---- the walk on the device (ABI 1.6) -------------------------------------------------------- */
+
+/* Whether this forward walks its tree, its last walk->sample.n head nodes, on the device
+ * (vspec_forward_out.walk) after computing the logits of its n head nodes. */
+static int lg__walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
+  return out && VSPEC_HAS_FIELD(out, vspec_forward_out, walked) && out->walk &&
+         out->walk_result && out->walk->sample.n >= 1 && out->walk->sample.n <= n &&
+         out->walk->sample.rows >= 1 && out->walk_dists >= 0 &&
+         out->walk_dists <= out->walk->sample.n &&
+         VSPEC_HAS_FIELD(ops, vspec_ops, verify_walk) && ops->verify_walk;
+}
+
+/* Bytes of the walk's staging for the session's largest tree: the result, the integers
+ * (parents, tokens, dist), the guidance bytes and the draft distributions, each 64-aligned. */
+#define LG_ALIGN(x) (((x) + 63) & ~(size_t)63)
+static size_t lg__walk_layout(int n, int vocab, size_t *at_ints, size_t *at_guided,
+                              size_t *at_dists) {
+  *at_ints = LG_ALIGN(sizeof(vspec_walk_result));
+  *at_guided = *at_ints + LG_ALIGN(3 * (size_t)n * sizeof(int32_t));
+  *at_dists = *at_guided + LG_ALIGN((size_t)n);
+  return *at_dists + (size_t)n * vocab * sizeof(float);
+}
+
+/* The walk over the last of w->logits' `nodes` head nodes: one upload (the tree, its guidance
+ * and draft distributions), the op, one download of the result (a few hundred bytes instead of
+ * nodes x rows x vocab floats). 0 when the staging cannot be allocated: the caller downloads
+ * the logits instead and the engine walks on the host. */
+static int lg__walk(vspec_session *s, vspec_forward_out *out, int nodes) {
+  const vspec_walk_spec *sp = out->walk;
+  int V = s->m->gpt.vocab, n = sp->sample.n;
+  size_t at_i, at_g, at_d, want = lg__walk_layout(s->max_nodes, V, &at_i, &at_g, &at_d);
+  if (!s->walk_dev) {
+    s->walk_host = s->host->calloc(want, 1);
+    s->walk_dev = s->ops->alloc(s->dev, want);
+    if (!s->walk_host || !s->walk_dev) {
+      if (s->walk_dev) s->ops->free(s->dev, s->walk_dev);
+      s->host->free(s->walk_host);
+      s->walk_dev = s->walk_host = NULL;
+      return 0;
+    }
+    s->walk_bytes = want;
+  }
+  int32_t *ints = (int32_t *)(void *)(s->walk_host + at_i);
+  memcpy(ints, sp->parents, (size_t)n * sizeof(int32_t));
+  memcpy(ints + n, sp->tokens, (size_t)n * sizeof(int32_t));
+  if (sp->dist) memcpy(ints + 2 * n, sp->dist, (size_t)n * sizeof(int32_t));
+  memset(s->walk_host + at_g, 1, (size_t)n);
+  if (sp->sample.guided) memcpy(s->walk_host + at_g, sp->sample.guided, (size_t)n);
+  size_t dist_bytes = sp->dists ? (size_t)out->walk_dists * V * sizeof(float) : 0;
+  if (dist_bytes) memcpy(s->walk_host + at_d, sp->dists, dist_bytes);
+  size_t up = dist_bytes ? at_d + dist_bytes : at_g + (size_t)n;
+  s->ops->upload(s->dev, s->walk_dev + at_i, s->walk_host + at_i, up - at_i);
+  const int32_t *dints = (const int32_t *)(const void *)(s->walk_dev + at_i);
+  vspec_walk_spec ds = *sp;
+  ds.parents = dints;
+  ds.tokens = dints + n;
+  ds.dist = sp->dist ? dints + 2 * n : NULL;
+  ds.sample.guided = s->walk_dev + at_g;
+  ds.dists = dist_bytes ? (const float *)(const void *)(s->walk_dev + at_d) : NULL;
+  vspec_walk_result *res = (vspec_walk_result *)(void *)s->walk_dev;
+  s->ops->verify_walk(s->dev, s->w.logits + (size_t)(nodes - n) * s->rows * V, &ds, res);
+  s->ops->download(s->dev, out->walk_result, res, sizeof *res);
+  out->walked = 1;
+  return 1;
+}
+
 /* The downloads of a fused forward: what `out` asks of its first `nodes` head nodes (a
  * padded forward's others are ignored). */
 static void lg__fused_results(vspec_session *s, const lg_idx *idx, vspec_forward_out *out,
@@ -250,7 +316,8 @@ static void lg__fused_results(vspec_session *s, const lg_idx *idx, vspec_forward
   size_t rows = (size_t)nodes * s->rows;
   if (out && out->features)
     s->ops->download(s->dev, out->features, s->w.h, rows * g->dim * sizeof(float));
-  if (head == LG_HEAD_LOGITS)
+  /* a walk on the device downloads its result instead of the logits (ABI 1.6) */
+  if (head == LG_HEAD_LOGITS && !(lg__walks(s->ops, out, nodes) && lg__walk(s, out, nodes)))
     s->ops->download(s->dev, out->logits, s->w.logits, rows * g->vocab * sizeof(float));
   if (head == LG_HEAD_DRAW) {
     s->ops->download(s->dev, out->tokens, idx->tokens, (size_t)nodes * sizeof(int32_t));

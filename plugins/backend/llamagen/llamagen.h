@@ -140,6 +140,11 @@ struct vspec_session {
   int graphs;
   lg_graph graph[LG_GRAPH_BUCKETS][LG_GRAPH_HEADS];
   int graph_failures, graph_busy;
+  /* ABI 1.6: the walk on the device (vspec_forward_out.walk; gpt_forward.c, lg__walk): its
+   * inputs staged on the host and their device copy with the result, allocated at the first
+   * walk for the session's largest tree */
+  unsigned char *walk_host, *walk_dev;
+  size_t walk_bytes;
 };
 
 /* gpt_work.c: work buffers for `rows` forward rows; h holds at least h_rows (the caption
