@@ -23,6 +23,7 @@
 #include "core/host.h"
 #include "core/tree.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/method_of.h"
 
 #define N_TOK 64
 
@@ -84,7 +85,7 @@ static void generate(const char *walk, const char *method, const vs_sampling *s,
                      run *out) {
   char err[VSPEC_ERRLEN];
   setenv("VSPEC_WALK", walk, 1);
-  vs_job job = {.method = method, .class_label = (int32_t)(seed % 10), .seed = seed,
+  vs_job job = {.method = vs_method_of(method), .class_label = (int32_t)(seed % 10), .seed = seed,
                 .sampling = *s, .on_round = count_round, .user = out};
   out->rows = s->cfg_scale > 1.0f ? 2 : 1;
   vs_dev_counters before, after;
@@ -143,7 +144,7 @@ static void test_bad_setting(void **state) {
   char err[VSPEC_ERRLEN] = "";
   int32_t tokens[N_TOK];
   vs_metrics m;
-  vs_job job = {.method = methods[0], .seed = 1, .sampling = samplings[0]};
+  vs_job job = {.method = vs_method_of(methods[0]), .seed = 1, .sampling = samplings[0]};
   setenv("VSPEC_WALK", "sideways", 1);
   int rc = vs_generate(models, dev, &job, tokens, &m, err, sizeof err);
   unsetenv("VSPEC_WALK");
