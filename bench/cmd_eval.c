@@ -32,9 +32,9 @@
 #include "core/cli_args.h"
 #include "core/method.h"
 
-static void usage(FILE *f) {
+static void ce_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench eval [options]\n"
+          "ce_usage: vspec-bench eval [options]\n"
           "\n"
           "Generates the same images with several decoding methods, interleaved, and reports\n"
           "speed (TPF, MAL, acceptance, wall-clock speed-up vs AR) and quality (FID, class\n"
@@ -78,14 +78,14 @@ static void usage(FILE *f) {
           "  --plugins DIR      plugin directory\n");
 }
 
-static int cmp_double(const void *a, const void *b) {
+static int ce_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
 static double median(double *v, int n) {
   if (n <= 0) return NAN;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  qsort(v, (size_t)n, sizeof *v, ce_cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -211,11 +211,11 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
       case O_BOOT: ok = vs_cli_long("--bootstrap", optarg, 0, 100000, &a->resamples); break;
       case O_COVERAGE: ok = vs_cli_long("--coverage", optarg, 1, 10000, &a->coverage); break;
       case O_COV_CACHE: a->coverage_cache = optarg; break;
-      case 'h': usage(stdout); return 0;
+      case 'h': ce_usage(stdout); return 0;
       default:
         ok = vs_bench_opt(&a->o, c, optarg);
         if (ok < 0) {
-          usage(stderr);
+          ce_usage(stderr);
           return 2;
         }
     }

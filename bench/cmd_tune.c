@@ -13,9 +13,9 @@
 #include "core/autotune.h"
 #include "core/cli_args.h"
 
-static void usage(FILE *f) {
+static void ct_usage(FILE *f) {
   fprintf(f,
-          "usage: vspec-bench tune --method M [options]\n"
+          "ct_usage: vspec-bench tune --method M [options]\n"
           "\n"
           "Measures the target's forward cost and, for every drafter, shape and size the\n"
           "method leaves open, the acceptance on calibration images; prints the table and the\n"
@@ -73,11 +73,11 @@ int vs_bench_cmd_tune(int argc, char **argv) {
     int ok = 1;
     switch (c) {
       case O_IMAGES: ok = vs_cli_long("--images", optarg, 1, 1000, &images); break;
-      case 'h': usage(stdout); return 0;
+      case 'h': ct_usage(stdout); return 0;
       default:
         ok = vs_bench_opt(&o, c, optarg);
         if (ok < 0) {
-          usage(stderr);
+          ct_usage(stderr);
           return 2;
         }
     }
@@ -86,7 +86,7 @@ int vs_bench_cmd_tune(int argc, char **argv) {
   if (optind < argc || !o.method) {
     if (optind < argc) fprintf(stderr, "vspec-bench tune: unexpected argument '%s'\n", argv[optind]);
     else fprintf(stderr, "vspec-bench tune: --method is required\n");
-    usage(stderr);
+    ct_usage(stderr);
     return 2;
   }
   const char *model_dir = vs_bench_model_dir(o.model_dir); /* installed when not here */

@@ -70,7 +70,7 @@ static void usage_generate(FILE *f) {
           "shutting down (retry later), 6 cancelled or deadline passed, 130 interrupted.\n");
 }
 
-static int vs__append_param(char *buf, size_t cap, const char *kv, char *err, size_t errlen) {
+static int cg_append_param(char *buf, size_t cap, const char *kv, char *err, size_t errlen) {
   if (!strchr(kv, '=')) {
     snprintf(err, errlen, "parameter '%s' is not KEY=VALUE", kv);
     return -1;
@@ -127,7 +127,7 @@ static const struct option vs__gen_longopts[] = {
   } while (0)
 
 /* The sampling options: 1 when c was one and its value is good, 0 bad, -1 not one of them. */
-static int vs__sampling_opt(vs_gen_opts *g, int c, const char *arg) {
+static int cg_sampling_opt(vs_gen_opts *g, int c, const char *arg) {
   switch (c) {
     case O_TEMP: VS_SET_DOUBLE("--temperature", 0, 100, has_temperature, temperature); return 1;
     case O_TOPK: VS_SET_LONG("--top-k", 0, 1 << 30, has_top_k, top_k); return 1;
@@ -148,7 +148,7 @@ static int vs__sampling_opt(vs_gen_opts *g, int c, const char *arg) {
   }
 }
 
-static int vs__preview_kind(vs_gen_opts *g, const char *arg) {
+static int cg_preview_kind(vs_gen_opts *g, const char *arg) {
   if (!strcmp(arg, "lut")) g->sub.preview = VSPEC__PREVIEW_KIND__PREVIEW_LUT;
   else if (!strcmp(arg, "decode")) g->sub.preview = VSPEC__PREVIEW_KIND__PREVIEW_DECODE;
   else if (!strcmp(arg, "tokens")) {
@@ -167,7 +167,7 @@ static int vs__preview_kind(vs_gen_opts *g, const char *arg) {
 }
 
 /* The job's own options: 1 good, 0 bad value (said on stderr). */
-static int vs__job_opt(vs_gen_opts *g, int c, const char *arg) {
+static int cg_job_opt(vs_gen_opts *g, int c, const char *arg) {
   unsigned long long u;
   char err[600];
   switch (c) {
@@ -185,7 +185,7 @@ static int vs__job_opt(vs_gen_opts *g, int c, const char *arg) {
     case O_DRAFT: g->sub.draft = (char *)arg; return 1;
     case O_PARAM:
     case O_SPARAM:
-      if (!vs__append_param(c == O_PARAM ? g->accept_params : g->sched_params,
+      if (!cg_append_param(c == O_PARAM ? g->accept_params : g->sched_params,
                             sizeof g->accept_params, arg, err, sizeof err))
         return 1;
       fprintf(stderr, "vspec generate: %s\n", err);
@@ -207,16 +207,16 @@ static int vs__job_opt(vs_gen_opts *g, int c, const char *arg) {
       g->sub.has_job_id = 1;
       g->sub.job_id = u;
       return 1;
-    default: return vs__sampling_opt(g, c, arg);
+    default: return cg_sampling_opt(g, c, arg);
   }
 }
 
 /* The client's own options: 1 good, 0 bad value, -1 not one of them. */
-static int vs__client_opt(vs_gen_opts *g, int c, const char *arg) {
+static int cg_client_opt(vs_gen_opts *g, int c, const char *arg) {
   switch (c) {
     case O_OUT: g->out = arg; return 1;
     case O_PREV: g->previews = arg; return 1;
-    case O_PKIND: return vs__preview_kind(g, arg);
+    case O_PKIND: return cg_preview_kind(g, arg);
     case O_JSON: g->json = 1; return 1;
     case O_QUIET: g->quiet = 1; return 1;
     case O_UPSCALE: return vs_cli_long("--upscale", arg, 1, 64, &g->upscale);
@@ -226,24 +226,24 @@ static int vs__client_opt(vs_gen_opts *g, int c, const char *arg) {
 
 /* 1 when the command line asks for --json (or an unambiguous prefix of it), looked for
  * before parsing so that a usage error anywhere on it is still reported as JSON. */
-static int vs__json_wanted(int argc, char **argv) {
+static int cg_json_wanted(int argc, char **argv) {
   for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
     if (strlen(argv[i]) >= 4 && !strncmp("--json", argv[i], strlen(argv[i]))) return 1;
   return 0;
 }
 
-static int vs__usage_error(vs_gen_view *v, const char *fmt, const char *what) {
+static int cg_usage_error(vs_gen_view *v, const char *fmt, const char *what) {
   return vs_gen_fail(v, EXIT_USAGE, VS_GEN_USAGE, fmt, what);
 }
 
 /* A usage error getopt or a value parser has already explained on stderr: without --json
  * there is nothing to add; with it, the error object names the option. */
-static int vs__usage_said(vs_gen_view *v, const char *fmt, const char *what) {
-  return v->json ? vs__usage_error(v, fmt, what) : EXIT_USAGE;
+static int cg_usage_said(vs_gen_view *v, const char *fmt, const char *what) {
+  return v->json ? cg_usage_error(v, fmt, what) : EXIT_USAGE;
 }
 
 /* Options into g: -1 to go on, else the exit status (0 after --help). */
-static int vs__gen_options(vs_gen_opts *g, int argc, char **argv, vs_gen_view *v) {
+static int cg_gen_options(vs_gen_opts *g, int argc, char **argv, vs_gen_view *v) {
   optind = 1;
   for (int c, at = 0; (c = getopt_long(argc, argv, "h", vs__gen_longopts, &at)) != -1; at = 0) {
     const char *name = vs__gen_longopts[at].name;
@@ -252,36 +252,36 @@ static int vs__gen_options(vs_gen_opts *g, int argc, char **argv, vs_gen_view *v
       return EXIT_OK;
     }
     if (c == '?' || c == ':') /* getopt said which on stderr */
-      return vs__usage_said(v, "unknown option or missing value at '%s' (see vspec generate "
+      return cg_usage_said(v, "unknown option or missing value at '%s' (see vspec generate "
                             "--help)", argv[optind - 1]);
     int ok = vs__net_opt(&g->net, c, optarg); /* 1 taken, 0 not a network option, -1 bad */
-    if (ok == 0 && (ok = vs__client_opt(g, c, optarg)) < 0) ok = vs__job_opt(g, c, optarg);
+    if (ok == 0 && (ok = cg_client_opt(g, c, optarg)) < 0) ok = cg_job_opt(g, c, optarg);
     if (ok <= 0) {
       char what[300];
       snprintf(what, sizeof what, "--%s '%s'", name, optarg ? optarg : "");
-      return vs__usage_said(v, "%s is refused (stderr says why; see vspec generate --help)",
+      return cg_usage_said(v, "%s is refused (stderr says why; see vspec generate --help)",
                             what);
     }
   }
   if (optind < argc)
-    return vs__usage_error(v, "vspec generate: unexpected argument '%s' (see --help)",
+    return cg_usage_error(v, "vspec generate: unexpected argument '%s' (see --help)",
                            argv[optind]);
   return -1;
 }
 
 /* What the options mean together: -1 to go on, else the exit status. */
-static int vs__gen_check(vs_gen_opts *g, vs_gen_view *v) {
+static int cg_gen_check(vs_gen_opts *g, vs_gen_view *v) {
   Vspec__Submit *s = &g->sub;
   char err[1024];
   if (vs__net_env_check(&g->net, err, sizeof err))
-    return vs__usage_error(v, "%s", err);
+    return cg_usage_error(v, "%s", err);
   if (s->method && (s->accept || s->sched || *g->accept_params || *g->sched_params || s->draft))
-    return vs__usage_error(v, "%s", "vspec generate: give --method or "
+    return cg_usage_error(v, "%s", "vspec generate: give --method or "
                            "--accept/--sched/--param/--draft, not both");
   if (s->prompt && s->has_class_label)
-    return vs__usage_error(v, "%s", "vspec generate: give --class or --prompt, not both");
+    return cg_usage_error(v, "%s", "vspec generate: give --class or --prompt, not both");
   if (!s->accept && (s->sched || *g->accept_params || *g->sched_params || s->draft))
-    return vs__usage_error(v, "%s", "vspec generate: --sched, --param and --draft need "
+    return cg_usage_error(v, "%s", "vspec generate: --sched, --param and --draft need "
                            "--accept RULE");
   if (*g->accept_params) s->accept_params = g->accept_params;
   if (*g->sched_params) s->sched_params = g->sched_params;
@@ -294,7 +294,7 @@ static int vs__gen_check(vs_gen_opts *g, vs_gen_view *v) {
 
 /* The folder --out names must exist (and be writable, for those permissions bind): checked
  * before submitting, so that a typo does not cost a generation whose image is then lost. */
-static int vs__check_out_dir(const vs_gen_opts *g, vs_gen_view *v) {
+static int cg_check_out_dir(const vs_gen_opts *g, vs_gen_view *v) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", g->out);
   char *slash = strrchr(dir, '/');
@@ -307,7 +307,7 @@ static int vs__check_out_dir(const vs_gen_opts *g, vs_gen_view *v) {
 }
 
 /* 1 for the names vspec generate writes previews under: preview-NNN.png. */
-static int vs__is_preview_file(const char *name) {
+static int cg_is_preview_file(const char *name) {
   size_t n = strlen(name);
   if (n < 13 || strncmp(name, "preview-", 8) || strcmp(name + n - 4, ".png")) return 0;
   for (size_t i = 8; i < n - 4; i++)
@@ -317,7 +317,7 @@ static int vs__is_preview_file(const char *name) {
 
 /* Creates the previews folder, or empties a reused one of an earlier job's preview-NNN.png
  * (only those: nothing else in it is touched), so that it holds this job's previews only. */
-static int vs__prepare_previews(const vs_gen_opts *g, vs_gen_view *v) {
+static int cg_prepare_previews(const vs_gen_opts *g, vs_gen_view *v) {
   if (!g->previews) return -1;
   if (mkdir(g->previews, 0755) && errno != EEXIST)
     return vs_gen_fail(v, EXIT_FAIL, VS_GEN_OUTPUT, "cannot create --previews %s: %s",
@@ -328,7 +328,7 @@ static int vs__prepare_previews(const vs_gen_opts *g, vs_gen_view *v) {
                        g->previews, strerror(errno));
   char path[4400];
   for (struct dirent *e; (e = readdir(d));) {
-    if (!vs__is_preview_file(e->d_name)) continue;
+    if (!cg_is_preview_file(e->d_name)) continue;
     snprintf(path, sizeof path, "%s/%s", g->previews, e->d_name);
     if (unlink(path) && errno != ENOENT) {
       closedir(d);
@@ -348,15 +348,15 @@ int vs_cmd_generate(int argc, char **argv) {
   g.sub.has_credit = 1;
   g.sub.credit = 8;
   vs_gen_view v;
-  vs_gen_view_init(&v, stdout, stderr, vs__json_wanted(argc, argv), 0, VS_PL_AUTO, vs_now());
-  int rc = vs__gen_options(&g, argc, argv, &v);
+  vs_gen_view_init(&v, stdout, stderr, cg_json_wanted(argc, argv), 0, VS_PL_AUTO, vs_now());
+  int rc = cg_gen_options(&g, argc, argv, &v);
   if (rc < 0) {
     v.json = g.json;
     v.quiet = g.quiet;
-    rc = vs__gen_check(&g, &v);
+    rc = cg_gen_check(&g, &v);
   }
-  if (rc < 0) rc = vs__check_out_dir(&g, &v);
-  if (rc < 0) rc = vs__prepare_previews(&g, &v);
+  if (rc < 0) rc = cg_check_out_dir(&g, &v);
+  if (rc < 0) rc = cg_prepare_previews(&g, &v);
   if (rc < 0) rc = vs__gen_run(&g, &v);
   vs_gen_view_free(&v);
   return rc;

@@ -21,7 +21,7 @@ typedef struct vs_gen_job {
 
 /* Writes the result's PNG; with upscale > 1, enlarged on this side (core/png_upscale.h).
  * *w, *h: the size written. */
-static int vs__write_image(const char *path, const void *png, size_t len, int upscale,
+static int cgr_write_image(const char *path, const void *png, size_t len, int upscale,
                            unsigned *w, unsigned *h, char *err, size_t errlen) {
   if (upscale <= 1) return vs__write_file_msg(path, png, len, err, errlen);
   uint8_t *big = NULL;
@@ -39,7 +39,7 @@ static int vs__write_image(const char *path, const void *png, size_t len, int up
   return rc ? -1 : 0;
 }
 
-static void vs__send_cancel(vs_gen_job *r) {
+static void cgr_send_cancel(vs_gen_job *r) {
   Vspec__Request cr = VSPEC__REQUEST__INIT;
   Vspec__Cancel cc = VSPEC__CANCEL__INIT;
   char err[1024];
@@ -50,7 +50,7 @@ static void vs__send_cancel(vs_gen_job *r) {
 }
 
 /* Flow control: one more progress or preview may come now that this one is handled. */
-static void vs__send_credit(vs_gen_job *r) {
+static void cgr_send_credit(vs_gen_job *r) {
   Vspec__Request cr = VSPEC__REQUEST__INIT;
   Vspec__Credit cc = VSPEC__CREDIT__INIT;
   char err[1024];
@@ -63,14 +63,14 @@ static void vs__send_credit(vs_gen_job *r) {
 
 /* Ctrl-C: cancels an accepted job once and waits a while for the daemon's word. -1 to go on,
  * else the exit status. */
-static int vs__gen_interrupt(vs_gen_job *r, double now) {
+static int cgr_gen_interrupt(vs_gen_job *r, double now) {
   if (!vs__interrupted) return -1;
   if (!r->job)
     return vs_gen_fail(r->v, EXIT_INTERRUPTED, VS_GEN_INTERRUPTED,
                        "interrupted before the daemon accepted the job; if it takes it after "
                        "all, `vspec status` lists it");
   if (!r->cancel_sent) {
-    vs__send_cancel(r);
+    cgr_send_cancel(r);
     r->cancel_sent = 1;
     r->last = r->cancel_at = now;
     if (!r->g->quiet && !r->g->json)
@@ -84,7 +84,7 @@ static int vs__gen_interrupt(vs_gen_job *r, double now) {
 }
 
 /* Nothing came: -1 to go on waiting, else the exit status. */
-static int vs__gen_silence(vs_gen_job *r, double now) {
+static int cgr_gen_silence(vs_gen_job *r, double now) {
   double limit = r->g->net.timeout_s;
   if (r->cancel_sent || now - r->last <= limit) return -1;
   if (!r->job)
@@ -97,7 +97,7 @@ static int vs__gen_silence(vs_gen_job *r, double now) {
 }
 
 /* The first Accepted: the job's id, remembered for `vspec cancel --last`. */
-static void vs__gen_accepted(vs_gen_job *r, const Vspec__Event *ev) {
+static void cgr_gen_accepted(vs_gen_job *r, const Vspec__Event *ev) {
   char err[1024];
   if (r->job) return;
   r->job = ev->job_id;
@@ -106,7 +106,7 @@ static void vs__gen_accepted(vs_gen_job *r, const Vspec__Event *ev) {
             (unsigned long long)r->job, err);
 }
 
-static void vs__gen_preview(vs_gen_job *r, const vs_conn_event *e) {
+static void cgr_gen_preview(vs_gen_job *r, const vs_conn_event *e) {
   size_t len;
   const void *png = vs_conn_blob(e, VSPEC__BLOB_KIND__BLOB_PNG, &len);
   char path[4200] = "";
@@ -118,7 +118,7 @@ static void vs__gen_preview(vs_gen_job *r, const vs_conn_event *e) {
   vs_gen_show_preview(r->v, e->ev, path);
 }
 
-static int vs__gen_result(vs_gen_job *r, const vs_conn_event *e, double now) {
+static int cgr_gen_result(vs_gen_job *r, const vs_conn_event *e, double now) {
   const Vspec__Result *res = e->ev->result;
   size_t len = 0, tlen = 0;
   const void *png = vs_conn_blob(e, VSPEC__BLOB_KIND__BLOB_PNG, &len);
@@ -128,7 +128,7 @@ static int vs__gen_result(vs_gen_job *r, const vs_conn_event *e, double now) {
   if (!png)
     return vs_gen_fail(r->v, EXIT_FAIL, VS_GEN_PROTOCOL, "the result of job %llu carries no PNG",
                        (unsigned long long)r->job);
-  if (vs__write_image(r->g->out, png, len, (int)r->g->upscale, &w, &h, err, sizeof err))
+  if (cgr_write_image(r->g->out, png, len, (int)r->g->upscale, &w, &h, err, sizeof err))
     return vs_gen_fail(r->v, EXIT_FAIL, VS_GEN_OUTPUT, "job %llu's image is lost: %s",
                        (unsigned long long)r->job, err);
   vs_gen_written out = {.out = r->g->out, .width = w, .height = h, .upscale = r->g->upscale,
@@ -139,26 +139,26 @@ static int vs__gen_result(vs_gen_job *r, const vs_conn_event *e, double now) {
 }
 
 /* One event of this job: -1 to go on, else the exit status. */
-static int vs__gen_event(vs_gen_job *r, const vs_conn_event *e, double now) {
+static int cgr_gen_event(vs_gen_job *r, const vs_conn_event *e, double now) {
   const Vspec__Event *ev = e->ev;
   switch (ev->body_case) {
     case VSPEC__EVENT__BODY_ACCEPTED:
-      vs__gen_accepted(r, ev);
+      cgr_gen_accepted(r, ev);
       vs_gen_show_accepted(r->v, ev, now);
       return -1;
     case VSPEC__EVENT__BODY_PROGRESS:
       vs_gen_show_progress(r->v, ev, now);
-      vs__send_credit(r);
+      cgr_send_credit(r);
       return -1;
     case VSPEC__EVENT__BODY_PREVIEW:
-      vs__gen_preview(r, e);
-      vs__send_credit(r);
+      cgr_gen_preview(r, e);
+      cgr_send_credit(r);
       return -1;
     /* Phases and notices are not counted against the job's credit. */
     case VSPEC__EVENT__BODY_PHASE: vs_gen_show_phase(r->v, ev, now); return -1;
     case VSPEC__EVENT__BODY_NOTICE: vs_gen_show_notice(r->v, ev); return -1;
     case VSPEC__EVENT__BODY_RESTARTED: vs_gen_show_restarted(r->v, ev, now); return -1;
-    case VSPEC__EVENT__BODY_RESULT: return vs__gen_result(r, e, now);
+    case VSPEC__EVENT__BODY_RESULT: return cgr_gen_result(r, e, now);
     case VSPEC__EVENT__BODY_ERROR: {
       int status = vs__exit_for(ev->error->code);
       if (r->cancel_sent && ev->error->code == VSPEC__ERROR_CODE__ERR_CANCELLED)
@@ -169,24 +169,24 @@ static int vs__gen_event(vs_gen_job *r, const vs_conn_event *e, double now) {
   }
 }
 
-static int vs__gen_follow(vs_gen_job *r) {
+static int cgr_gen_follow(vs_gen_job *r) {
   char err[1024];
   for (;;) {
-    int rc = vs__gen_interrupt(r, vs_now());
+    int rc = cgr_gen_interrupt(r, vs_now());
     if (rc >= 0) return rc;
     vs_conn_event e;
     rc = vs_conn_recv(r->conn, 200, &e, err, sizeof err);
     if (rc < 0) return vs_gen_fail(r->v, EXIT_UNREACHABLE, VS_GEN_PROTOCOL, "%s", err);
     double now = vs_now();
     if (rc == 0) {
-      if ((rc = vs__gen_silence(r, now)) >= 0) return rc;
+      if ((rc = cgr_gen_silence(r, now)) >= 0) return rc;
       continue;
     }
     r->last = now;
     const Vspec__Event *ev = e.ev;
     int mine = (r->job && ev->has_job_id && ev->job_id == r->job) ||
                (!r->job && ev->has_request_id && ev->request_id == r->rid);
-    rc = mine && ev->body_case != VSPEC__EVENT__BODY_HEARTBEAT ? vs__gen_event(r, &e, now) : -1;
+    rc = mine && ev->body_case != VSPEC__EVENT__BODY_HEARTBEAT ? cgr_gen_event(r, &e, now) : -1;
     vs_conn_event_free(&e);
     if (rc >= 0) return rc;
   }
@@ -203,7 +203,7 @@ int vs__gen_run(vs_gen_opts *g, vs_gen_view *v) {
   vs_gen_job r = {.g = g, .v = v, .conn = &conn, .t0 = vs_now()};
   int rc = vs__connect_msg(&conn, &g->net, g->net.server, 1, err, sizeof err);
   if (rc == 0 && vs__interrupted) vs_conn_close(&conn);
-  if (vs__interrupted) return vs__gen_interrupt(&r, vs_now());
+  if (vs__interrupted) return cgr_gen_interrupt(&r, vs_now());
   if (rc) return vs_gen_fail(v, EXIT_UNREACHABLE, VS_GEN_UNREACHABLE, "%s", err);
   Vspec__Request rq = VSPEC__REQUEST__INIT;
   rq.body_case = VSPEC__REQUEST__BODY_SUBMIT;
@@ -213,7 +213,7 @@ int vs__gen_run(vs_gen_opts *g, vs_gen_view *v) {
   else {
     r.rid = rq.request_id;
     r.last = vs_now();
-    rc = vs__gen_follow(&r);
+    rc = cgr_gen_follow(&r);
   }
   vs_conn_close(&conn);
   return rc;

@@ -28,18 +28,18 @@ size_t vs_job_describe(const vs_job *job, const char *model_name, char *buf, siz
   return n < 0 ? 0 : (size_t)n;
 }
 
-static int vs__continuous_only(const vs_models *m, const char *what, char *err, size_t errlen) {
+static int eng_continuous_only(const vs_models *m, const char *what, char *err, size_t errlen) {
   snprintf(err, errlen, "%s applies to discrete tokens; model '%s' has continuous tokens (MAR: "
            "sample with temperature, cfg_scale, num_iter and cfg_schedule)", what, m->name);
   return VSPEC_EINVAL;
 }
 
 /* MAR's sampler has no logits to filter and guides every step: refuse what it would ignore. */
-static int vs__check_continuous(const vs_models *m, const vs_sampling *s, char *err,
+static int eng_check_continuous(const vs_models *m, const vs_sampling *s, char *err,
                                 size_t errlen) {
-  if (s->top_k != 0) return vs__continuous_only(m, "top_k", err, errlen);
-  if (s->top_p != 1.0f) return vs__continuous_only(m, "top_p", err, errlen);
-  if (s->cfg_interval != -1) return vs__continuous_only(m, "cfg_interval", err, errlen);
+  if (s->top_k != 0) return eng_continuous_only(m, "top_k", err, errlen);
+  if (s->top_p != 1.0f) return eng_continuous_only(m, "top_p", err, errlen);
+  if (s->cfg_interval != -1) return eng_continuous_only(m, "cfg_interval", err, errlen);
   return VSPEC_OK;
 }
 
@@ -58,9 +58,9 @@ int vs_generate(vs_models *models, vspec_dev *dev, const vs_job *job, int32_t *t
   int rc = vs_sampling_validate(&job->sampling, models->target.info.vocab, err, errlen);
   if (rc == VSPEC_ERANGE && models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS &&
       job->sampling.top_k != 0)
-    rc = vs__continuous_only(models, "top_k", err, errlen);
+    rc = eng_continuous_only(models, "top_k", err, errlen);
   if (!rc && models->target.info.token_kind == VSPEC_TOKENS_CONTINUOUS)
-    rc = vs__check_continuous(models, &job->sampling, err, errlen);
+    rc = eng_check_continuous(models, &job->sampling, err, errlen);
   if (rc) return rc;
   static const vs_method plain_ar = {.kind = VS_METHOD_AR, .text = "ar"};
   const vs_method *m = job->method ? job->method : &plain_ar;

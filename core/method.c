@@ -9,7 +9,7 @@
 #include "vspec/plugin.h"
 
 /* Copies src[0..len) without surrounding blanks; fails (-1) rather than truncate. */
-static int vs__trim_copy(char *dst, size_t n, const char *src, size_t len) {
+static int mth_trim_copy(char *dst, size_t n, const char *src, size_t len) {
   while (len && isspace((unsigned char)*src)) src++, len--;
   while (len && isspace((unsigned char)src[len - 1])) len--;
   if (len >= n) {
@@ -25,8 +25,8 @@ static int vs__trim_copy(char *dst, size_t n, const char *src, size_t len) {
 static int method_part(const char *name_src, size_t name_len, const char *params_src,
                        size_t params_len, char *name, size_t nn, char *params, size_t pn,
                        const char *what, char *err, size_t errlen) {
-  if (vs__trim_copy(name, nn, name_src, name_len) ||
-      vs__trim_copy(params, pn, params_src, params_len)) {
+  if (mth_trim_copy(name, nn, name_src, name_len) ||
+      mth_trim_copy(params, pn, params_src, params_len)) {
     snprintf(err, errlen, "method: %s name or parameters too long (at most %zu characters)",
              what, pn - 1);
     return VSPEC_EINVAL;
@@ -44,7 +44,7 @@ static int method_part(const char *name_src, size_t name_len, const char *params
 }
 
 /* "NAME[:PARAMS]" */
-static int vs__name_params(const char *s, size_t len, char *name, size_t nn, char *params,
+static int mth_name_params(const char *s, size_t len, char *name, size_t nn, char *params,
                            size_t pn, const char *what, char *err, size_t errlen) {
   const char *colon = memchr(s, ':', len);
   size_t name_len = colon ? (size_t)(colon - s) : len;
@@ -70,9 +70,9 @@ static int method_drafter_key(const char *kv, size_t len) {
 static int method_size_key(const char *kv, size_t len, char *err, size_t errlen) {
   const char *eq = memchr(kv, '=', len);
   char key[8], value[64];
-  if (!eq || vs__trim_copy(key, sizeof key, kv, (size_t)(eq - kv)) || strcmp(key, "size"))
+  if (!eq || mth_trim_copy(key, sizeof key, kv, (size_t)(eq - kv)) || strcmp(key, "size"))
     return 0;
-  if (!vs__trim_copy(value, sizeof value, eq + 1, len - (size_t)(eq - kv) - 1) &&
+  if (!mth_trim_copy(value, sizeof value, eq + 1, len - (size_t)(eq - kv) - 1) &&
       !strcmp(value, "auto"))
     return 1;
   snprintf(err, errlen, "size=%.*s: only size=auto is understood (set the size itself with "
@@ -109,7 +109,7 @@ static int method_split_drafter_params(vs_method *m, char *err, size_t errlen) {
     memcpy(dst + *n, s + (drafter ? strip : 0), len - (drafter ? strip : 0));
     *n += len - (drafter ? strip : 0);
     if (len > 8 && !memcmp(s, "drafter=", 8) &&
-        vs__trim_copy(m->drafter, sizeof m->drafter, s + 8, len - 8)) {
+        mth_trim_copy(m->drafter, sizeof m->drafter, s + 8, len - 8)) {
       snprintf(err, errlen, "method: drafter name too long");
       return VSPEC_EINVAL;
     }
@@ -144,7 +144,7 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
   /* Methods come from clients and config files and are echoed in messages, logs and events:
    * only the characters of the method syntax get in (core/names.h). */
   if (vs_name_check(&vs_name_method, "method", text, err, errlen)) return VSPEC_EINVAL;
-  if (vs__trim_copy(t, sizeof t, text, strlen(text))) {
+  if (mth_trim_copy(t, sizeof t, text, strlen(text))) {
     snprintf(err, errlen, "method is too long (at most %zu characters)", sizeof t - 1);
     return VSPEC_EINVAL;
   }
@@ -160,11 +160,11 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
   out->kind = VS_METHOD_SD;
   const char *body = t + 3, *at = strchr(body, '@');
   size_t rule_len = at ? (size_t)(at - body) : strlen(body);
-  int rc = vs__name_params(body, rule_len, out->rule, sizeof out->rule, out->rule_params,
+  int rc = mth_name_params(body, rule_len, out->rule, sizeof out->rule, out->rule_params,
                            sizeof out->rule_params, "acceptance rule", err, errlen);
   if (rc) return rc;
   if (at) {
-    rc = vs__name_params(at + 1, strlen(at + 1), out->sched, sizeof out->sched,
+    rc = mth_name_params(at + 1, strlen(at + 1), out->sched, sizeof out->sched,
                          out->sched_params, sizeof out->sched_params, "scheduler", err, errlen);
     if (rc) return rc;
   } else {
@@ -227,7 +227,7 @@ int vs_method_split(const char *text, vs_method *out, int max, char *err, size_t
     const char *semi = strchr(s, ';');
     size_t len = semi ? (size_t)(semi - s) : strlen(s);
     char one[1100];
-    if (vs__trim_copy(one, sizeof one, s, len)) {
+    if (mth_trim_copy(one, sizeof one, s, len)) {
       snprintf(err, errlen, "method %d is too long (at most %zu characters)", n + 1,
                sizeof one - 1);
       return VSPEC_EINVAL;

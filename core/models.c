@@ -147,7 +147,7 @@ static int models_exists(const char *path) {
 }
 
 /* Loads one role the manifest describes. */
-static int vs__load_role(vs_registry *reg, const vspec_host *host, vspec_dev *dev,
+static int mdl_load_role(vs_registry *reg, const vspec_host *host, vspec_dev *dev,
                          const vs_manifest_role *r, vs_backend_model *out, char *err,
                          size_t errlen) {
   return vs_backend_model_load(reg, host, dev, r->backend, r->weights, r->params, out, err,
@@ -156,7 +156,7 @@ static int vs__load_role(vs_registry *reg, const vspec_host *host, vspec_dev *de
 
 /* A directory without a manifest: gpt.safetensors (or target.safetensors) and, if present,
  * vq.safetensors as a LlamaGen target. */
-static int vs__load_bare(vs_models *m, vs_registry *reg, const vspec_host *host, vspec_dev *dev,
+static int mdl_load_bare(vs_models *m, vs_registry *reg, const vspec_host *host, vspec_dev *dev,
                          const char *dir, char *err, size_t errlen) {
   char gpt[2048], vq[2048], params[2100] = "";
   snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", dir);
@@ -172,7 +172,7 @@ static int vs__load_bare(vs_models *m, vs_registry *reg, const vspec_host *host,
 }
 
 /* One class name per class label of the target, which the manifest could not know. */
-static int vs__check_class_names(const vs_models *m, char *err, size_t errlen) {
+static int mdl_check_class_names(const vs_models *m, char *err, size_t errlen) {
   int classes = m->target.info.num_classes;
   if (!m->class_names || !m->target.model || m->n_class_names == classes) return VSPEC_OK;
   snprintf(err, errlen, "%s/%s: class_names has %d name(s), the target has %d class label(s): "
@@ -207,7 +207,7 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
   }
   rc = vs_manifest_read(dir, &m->defaults, roles, mf, err, errlen);
   if (rc == VSPEC_ENOENT) {
-    rc = (roles & VS_ROLE_TARGET) ? vs__load_bare(m, reg, host, dev, dir, err, errlen) : VSPEC_OK;
+    rc = (roles & VS_ROLE_TARGET) ? mdl_load_bare(m, reg, host, dev, dir, err, errlen) : VSPEC_OK;
     if (rc) goto fail;
   } else if (rc) {
     goto fail;
@@ -218,13 +218,13 @@ int vs_models_open(vs_registry *reg, const vspec_host *host, vspec_dev *dev, con
     m->n_class_names = mf->n_class_names;
     mf->class_names = NULL;
     if ((mf->target.present &&
-         (rc = vs__load_role(reg, host, dev, &mf->target, &m->target, err, errlen))) ||
+         (rc = mdl_load_role(reg, host, dev, &mf->target, &m->target, err, errlen))) ||
         (mf->draft.present &&
-         (rc = vs__load_role(reg, host, dev, &mf->draft, &m->draft, err, errlen))) ||
+         (rc = mdl_load_role(reg, host, dev, &mf->draft, &m->draft, err, errlen))) ||
         (mf->eagle.present &&
-         (rc = vs__load_role(reg, host, dev, &mf->eagle, &m->eagle, err, errlen))))
+         (rc = mdl_load_role(reg, host, dev, &mf->eagle, &m->eagle, err, errlen))))
       goto fail;
-    if ((rc = vs__check_class_names(m, err, errlen))) goto fail;
+    if ((rc = mdl_check_class_names(m, err, errlen))) goto fail;
   }
   free(mf);
   *out = m;

@@ -22,7 +22,7 @@
 #include "core/registry_internal.h"
 /* Minimum sizes this host needs: everything defined in ABI 1.0. */
 #define VS_DESC_MIN_SIZE (offsetof(vspec_plugin_desc, shutdown) + sizeof(void (*)(void)))
-static size_t rl_vtable_min_size(int kind) {
+static size_t regld_vtable_min_size(int kind) {
   switch (kind) {
     case VSPEC_PLUGIN_BACKEND: return sizeof(vspec_backend_vtable);
     /* walk_rule (ABI 1.6) is optional: the engine checks for it (VSPEC_HAS_FIELD), so a rule
@@ -81,7 +81,7 @@ int vs_plugin_check_desc(const vspec_plugin_desc *d, const char *file, int want_
     return VSPEC_EABI;
   }
   uint32_t vsize = *(const uint32_t *)d->vtable;
-  size_t need = rl_vtable_min_size((int)d->kind);
+  size_t need = regld_vtable_min_size((int)d->kind);
   if (vsize < need) {
     snprintf(err, errlen,
              "%s: plugin '%s' %s vtable is %u bytes, ABI %d.%d needs %zu (plugin claims ABI %u.%u)",
@@ -98,7 +98,7 @@ int vs_plugin_check_desc(const vspec_plugin_desc *d, const char *file, int want_
  * run their code: both must be writable by their owner only, and the owner must be root or
  * the user the daemon runs as. Parent directories are not checked (a checkout in a
  * group-writable home is fine); the directory that holds the file is. */
-static int rl_trusted(const char *path, const struct stat *st, const char *what, char *err,
+static int regld_trusted(const char *path, const struct stat *st, const char *what, char *err,
                        size_t errlen) {
   if (st->st_uid != 0 && st->st_uid != geteuid()) {
     snprintf(err, errlen, "%s %s is owned by uid %u, not by root or the user vspecd runs as "
@@ -122,16 +122,16 @@ int vs__plugin_trusted_dir(const char *dir, const char *what, char *err, size_t 
     snprintf(err, errlen, "%s '%s' does not exist or is not a directory", what, dir);
     return VSPEC_ENOENT;
   }
-  return rl_trusted(dir, &st, what, err, errlen);
+  return regld_trusted(dir, &st, what, err, errlen);
 }
 
-static const char *rl_file_type(mode_t m) {
+static const char *regld_file_type(mode_t m) {
   return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISSOCK(m) ? "a socket" :
          S_ISCHR(m) || S_ISBLK(m) ? "a device" : S_ISLNK(m) ? "a symbolic link" : "not a file";
 }
 
 /* The directory that holds `path` (canonical) and the name in it. */
-static int rl_split(const char *path, char *dir, size_t dlen, char *base, size_t blen, char *err,
+static int regld_split(const char *path, char *dir, size_t dlen, char *base, size_t blen, char *err,
                      size_t errlen) {
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s", path);
@@ -151,14 +151,14 @@ static int rl_split(const char *path, char *dir, size_t dlen, char *base, size_t
 
 /* Follows `path` to the file it names. Symbolic links are followed (a plugin directory of
  * links into a build tree is fine), but every directory that holds a link of the chain or
- * the file itself must pass rl_trusted: a link into a directory others can write is
+ * the file itself must pass regld_trusted: a link into a directory others can write is
  * refused. Fills `real` with the final path (no link in its last component). */
-static int rl_resolve(const vs_registry *reg, const char *path, char *real, size_t rlen,
+static int regld_resolve(const vs_registry *reg, const char *path, char *real, size_t rlen,
                        char *err, size_t errlen) {
   char cur[PATH_MAX], dir[PATH_MAX], base[NAME_MAX + 1];
   snprintf(cur, sizeof cur, "%s", path);
   for (int hop = 0;; hop++) {
-    int rc = rl_split(cur, dir, sizeof dir, base, sizeof base, err, errlen);
+    int rc = regld_split(cur, dir, sizeof dir, base, sizeof base, err, errlen);
     if (rc) return rc;
     /* the plugin directory itself, then every directory a link leads into */
     if ((rc = vs__plugin_trusted_dir(hop ? dir : reg->dir,
@@ -192,10 +192,10 @@ static int rl_resolve(const vs_registry *reg, const char *path, char *real, size
 /* Opens plugin file `path` for copying, after the checks above. Nothing but a regular file
  * is ever opened (a FIFO would block the caller, on the loop thread, under the registry
  * lock), and O_NOFOLLOW | O_NONBLOCK keep a file swapped after the check from doing it. */
-static int rl_open_plugin(const vs_registry *reg, const char *path, int *fd_out, char *err,
+static int regld_open_plugin(const vs_registry *reg, const char *path, int *fd_out, char *err,
                            size_t errlen) {
   char real[PATH_MAX];
-  int rc = rl_resolve(reg, path, real, sizeof real, err, errlen);
+  int rc = regld_resolve(reg, path, real, sizeof real, err, errlen);
   if (rc) return rc;
   struct stat st;
   if (lstat(real, &st) != 0) {
@@ -204,7 +204,7 @@ static int rl_open_plugin(const vs_registry *reg, const char *path, int *fd_out,
     return e == ENOENT ? VSPEC_ENOENT : VSPEC_EIO;
   }
   if (!S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "%s: %s, not a regular file: refused", real, rl_file_type(st.st_mode));
+    snprintf(err, errlen, "%s: %s, not a regular file: refused", real, regld_file_type(st.st_mode));
     return VSPEC_EPLUGIN;
   }
   int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -218,7 +218,7 @@ static int rl_open_plugin(const vs_registry *reg, const char *path, int *fd_out,
     close(fd);
     return VSPEC_EPLUGIN;
   }
-  if ((rc = rl_trusted(real, &st, "plugin file", err, errlen))) {
+  if ((rc = regld_trusted(real, &st, "plugin file", err, errlen))) {
     close(fd);
     return rc;
   }
@@ -229,13 +229,13 @@ static int rl_open_plugin(const vs_registry *reg, const char *path, int *fd_out,
 /* FNV-1a, 64 bits: tells one build from another, not a defence (whoever can write the
  * plugin directory can run code anyway). */
 #define VS__FNV_OFFSET 0xcbf29ce484222325ull
-static uint64_t rl_fnv(uint64_t h, const unsigned char *p, size_t n) {
+static uint64_t regld_fnv(uint64_t h, const unsigned char *p, size_t n) {
   for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
   return h;
 }
 
 /* The hash of the whole file `fd`, read with pread (the file offset does not move). */
-static int rl_hash_fd(int fd, uint64_t *hash) {
+static int regld_hash_fd(int fd, uint64_t *hash) {
   unsigned char buf[1 << 16];
   uint64_t h = VS__FNV_OFFSET;
   for (off_t off = 0;;) {
@@ -245,7 +245,7 @@ static int rl_hash_fd(int fd, uint64_t *hash) {
       if (errno == EINTR) continue;
       return VSPEC_EIO;
     }
-    h = rl_fnv(h, buf, (size_t)n);
+    h = regld_fnv(h, buf, (size_t)n);
     off += n;
   }
   *hash = h;
@@ -254,7 +254,7 @@ static int rl_hash_fd(int fd, uint64_t *hash) {
 
 /* Copies the open plugin `in` (named `src` in messages) to dst (a fresh file); the copy is
  * what gets dlopen'ed. *hash gets the hash of what was copied. */
-static int rl_copy_file(int in, const char *src, const char *dst, uint64_t *hash, char *err,
+static int regld_copy_file(int in, const char *src, const char *dst, uint64_t *hash, char *err,
                          size_t errlen) {
   int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
   if (out < 0) {
@@ -272,7 +272,7 @@ static int rl_copy_file(int in, const char *src, const char *dst, uint64_t *hash
       rc = VSPEC_EIO;
       break;
     }
-    *hash = rl_fnv(*hash, (const unsigned char *)buf, (size_t)n);
+    *hash = regld_fnv(*hash, (const unsigned char *)buf, (size_t)n);
     for (ssize_t off = 0; off < n;) {
       ssize_t w = write(out, buf + off, (size_t)(n - off));
       if (w < 0) {
@@ -293,7 +293,7 @@ static int rl_copy_file(int in, const char *src, const char *dst, uint64_t *hash
 }
 /* ---- builds that failed and stayed mapped ------------------------------------------- */
 
-static vs__failed_build *rl_find_failed(vs_registry *reg, int kind, const char *name) {
+static vs__failed_build *regld_find_failed(vs_registry *reg, int kind, const char *name) {
   for (int i = 0; i < reg->n_failed; i++)
     if (reg->failed[i].kind == kind && !strcmp(reg->failed[i].name, name)) return &reg->failed[i];
   return NULL;
@@ -303,13 +303,13 @@ static vs__failed_build *rl_find_failed(vs_registry *reg, int kind, const char *
  * and stayed mapped: then the refusal is in err. Every attempt maps a fresh copy that is
  * never unmapped, so retrying an unchanged build only grows the daemon (issue 32, finding 1);
  * size and mtime are checked first, the content only when they match. */
-static int rl_failed_before(vs_registry *reg, int kind, const char *name, int fd,
+static int regld_failed_before(vs_registry *reg, int kind, const char *name, int fd,
                              const struct stat *st, const char *file, char *err,
                              size_t errlen) {
-  const vs__failed_build *f = rl_find_failed(reg, kind, name);
+  const vs__failed_build *f = regld_find_failed(reg, kind, name);
   uint64_t hash;
   if (!f || f->size != st->st_size || f->mtime.tv_sec != st->st_mtim.tv_sec ||
-      f->mtime.tv_nsec != st->st_mtim.tv_nsec || rl_hash_fd(fd, &hash) || hash != f->hash)
+      f->mtime.tv_nsec != st->st_mtim.tv_nsec || regld_hash_fd(fd, &hash) || hash != f->hash)
     return 0;
   snprintf(err, errlen, "%s: this build failed to initialise before and is unchanged (same "
            "size, mtime and content): not loaded again, since every failed attempt stays "
@@ -320,9 +320,9 @@ static int rl_failed_before(vs_registry *reg, int kind, const char *name, int fd
 
 /* Remembers the build that just failed and stayed mapped, in place of an earlier failed
  * build of the same plugin: the table holds one per plugin file. */
-static void rl_remember_failed(vs_registry *reg, int kind, const char *name,
+static void regld_remember_failed(vs_registry *reg, int kind, const char *name,
                                 const struct stat *st, uint64_t hash, const char *why) {
-  vs__failed_build *f = rl_find_failed(reg, kind, name);
+  vs__failed_build *f = regld_find_failed(reg, kind, name);
   if (!f) {
     if (reg->n_failed == reg->cap_failed) {
       int cap = reg->cap_failed ? 2 * reg->cap_failed : 4;
@@ -345,11 +345,11 @@ static void rl_remember_failed(vs_registry *reg, int kind, const char *name,
 int vs__plugin_load_generation(vs_registry *reg, const char *file, int kind, const char *name,
                                unsigned generation, vs_plugin **out, char *err, size_t errlen) {
   int in;
-  int rc = rl_open_plugin(reg, file, &in, err, errlen);
+  int rc = regld_open_plugin(reg, file, &in, err, errlen);
   if (rc) return rc;
   struct stat src;
   if (fstat(in, &src) != 0) memset(&src, 0, sizeof src);
-  if (rl_failed_before(reg, kind, name, in, &src, file, err, errlen)) {
+  if (regld_failed_before(reg, kind, name, in, &src, file, err, errlen)) {
     close(in);
     return VSPEC_EPLUGIN;
   }
@@ -370,7 +370,7 @@ int vs__plugin_load_generation(vs_registry *reg, const char *file, int kind, con
   base = base ? base + 1 : file;
   snprintf(copy, sizeof copy, "%s/g%u.%u-%.60s", dir, generation, ++reg->copies, base);
   uint64_t hash;
-  rc = rl_copy_file(in, file, copy, &hash, err, errlen);
+  rc = regld_copy_file(in, file, copy, &hash, err, errlen);
   close(in);
   if (rc) {
     unlink(copy);
@@ -415,7 +415,7 @@ int vs__plugin_load_generation(vs_registry *reg, const char *file, int kind, con
       if ((d->flags & VSPEC_PLUGIN_MAY_UNLOAD) && !(d->flags & VSPEC_PLUGIN_HAS_DEVICE_CODE)) {
         dlclose(h);
       } else {
-        rl_remember_failed(reg, kind, name, &src, hash, *perr ? perr : "no message");
+        regld_remember_failed(reg, kind, name, &src, hash, *perr ? perr : "no message");
         vs_log(VSPEC_LOG_WARN, "registry", "%s: the failed build stays mapped (it may not be "
                "unloaded) and is not loaded again while the file is unchanged; a fixed build "
                "can still be loaded", file);

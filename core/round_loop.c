@@ -12,7 +12,7 @@
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
 
-static void vs__report(vs_rounds *c, int64_t round, int skipped, const int32_t *tokens, int n,
+static void rl_report(vs_rounds *c, int64_t round, int skipped, const int32_t *tokens, int n,
                        int prepended, int accepted_len, const vs_tree *tree) {
   if (!c->job->on_round) return;
   vs_round_info info = {.round = round, .skipped = skipped, .n_tokens = n, .tokens = tokens,
@@ -25,7 +25,7 @@ static void vs__report(vs_rounds *c, int64_t round, int skipped, const int32_t *
 
 /* ---- set-up and tear-down -------------------------------------------------------------- */
 
-static int vs__plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t errlen) {
+static int rl_plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t errlen) {
   int rc = vs_rule_open(c->models->reg, c->models->host, m->rule, m->rule_params, 0,
                         c->models->name, &c->rule_plugin, &c->rule, err, errlen);
   if (rc) return rc;
@@ -40,7 +40,7 @@ static int vs__plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t 
   return rc;
 }
 
-static void vs__rounds_free(vs_rounds *c) {
+static void rl_rounds_free(vs_rounds *c) {
   if (c->gate) vs_forward_gate_leave(c->gate);
   if (c->rule) c->rule_vt->destroy(c->rule);
   if (c->sched) c->sched_vt->destroy(c->sched);
@@ -60,7 +60,7 @@ static void vs__rounds_free(vs_rounds *c) {
 }
 
 /* Nodes the drafter forwards in one round besides the root. */
-static int vs__plan_expansions(const vspec_round_plan *p) {
+static int rl_plan_expansions(const vspec_round_plan *p) {
   switch (p->shape) {
     case VSPEC_DRAFT_CHAIN: return p->depth;
     case VSPEC_DRAFT_STATIC: return p->n_static;
@@ -69,7 +69,7 @@ static int vs__plan_expansions(const vspec_round_plan *p) {
   }
 }
 
-static int vs__plan_nodes(const vspec_round_plan *p) {
+static int rl_plan_nodes(const vspec_round_plan *p) {
   switch (p->shape) {
     case VSPEC_DRAFT_NONE: return 1;
     case VSPEC_DRAFT_CHAIN: return 1 + p->depth;
@@ -81,7 +81,7 @@ static int vs__plan_nodes(const vspec_round_plan *p) {
 
 /* The drafter the first plan asks for (*kind, resolved), checked against the target; *out
  * is its model (NULL for jacobi, which has none). */
-static int vs__pick_drafter(vs_rounds *c, const vs_method *m, const vspec_round_plan *plan,
+static int rl_pick_drafter(vs_rounds *c, const vs_method *m, const vspec_round_plan *plan,
                             uint32_t *kind, const vs_backend_model **out, char *err,
                             size_t errlen) {
   vs_models *models = c->models;
@@ -119,7 +119,7 @@ static int vs__pick_drafter(vs_rounds *c, const vs_method *m, const vspec_round_
 
 /* Host buffers for trees of up to `cap` nodes; the dynamic tree's candidate pool too when
  * the first plan asks for one (only its frontier nodes are expanded). */
-static int vs__buffers(vs_rounds *c, int cap, const vspec_round_plan *plan) {
+static int rl_buffers(vs_rounds *c, int cap, const vspec_round_plan *plan) {
   size_t V = (size_t)c->V, R = (size_t)c->rows, F = (size_t)c->fdim;
   size_t pool = VS_SD_MAX_POOL > V ? VS_SD_MAX_POOL : V;
   c->logits = malloc((size_t)cap * R * V * sizeof(float));
@@ -152,7 +152,7 @@ static int vs__buffers(vs_rounds *c, int cap, const vspec_round_plan *plan) {
 
 /* Asks the scheduler for this round's plan and checks it against what the job allows;
  * *need receives the nodes the target will verify (root included). */
-static int vs__plan_round(vs_rounds *c, const vs_method *m, const vspec_round_state *st,
+static int rl_plan_round(vs_rounds *c, const vs_method *m, const vspec_round_state *st,
                           vspec_round_plan *plan, int expand_max, int cap, int *need, char *err,
                           size_t errlen) {
   if (!c->sched) { /* ar: a round with no draft */
@@ -172,8 +172,8 @@ static int vs__plan_round(vs_rounds *c, const vs_method *m, const vspec_round_st
     snprintf(err, errlen, "scheduler '%s' returned an invalid plan", m->sched);
     return VSPEC_EINVAL;
   }
-  int n = vs__plan_nodes(plan);
-  if (vs__plan_expansions(plan) > expand_max ||
+  int n = rl_plan_nodes(plan);
+  if (rl_plan_expansions(plan) > expand_max ||
       (plan->shape == VSPEC_DRAFT_DYNAMIC &&
        1 + plan->top_k + plan->depth * plan->top_k * plan->top_k > VS_SD_MAX_POOL)) {
     snprintf(err, errlen, "scheduler '%s' planned more drafting than the job allows (the first "
@@ -197,7 +197,7 @@ static int vs__plan_round(vs_rounds *c, const vs_method *m, const vspec_round_st
   return VSPEC_OK;
 }
 
-static int vs__draft(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
+static int rl_draft(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
                      int32_t root_index, char *err, size_t errlen) {
   if (vs_drafter_proposes(c->drafter))
     return vs_drafter_propose(c->drafter, &c->tree,
@@ -220,7 +220,7 @@ static int vs__draft(vs_rounds *c, const vspec_round_plan *plan, int depth_limit
 
 /* One target forward: the unverified tokens of skipped rounds first (post-verification:
  * their KV entries and features are filled, they are not judged again), then the tree. */
-static int vs__verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, size_t errlen) {
+static int rl_verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, size_t errlen) {
   int u = c->n_unv, nb = u + c->tree.n;
   int32_t *bt = c->order, *bp = c->parents;
   for (int i = 0; i < u; i++) {
@@ -245,7 +245,7 @@ static int vs__verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, s
 
 /* After the walk: commits the prepended tokens and the accepted path, caches their
  * features, emits the accepted tokens and `next`, and hands the drafter what it needs. */
-static int vs__finish_round(vs_rounds *c, int drafted, int32_t root_index, const int32_t *path,
+static int rl_finish_round(vs_rounds *c, int drafted, int32_t root_index, const int32_t *path,
                             int n_path, int32_t next, int32_t *tokens, int *emitted,
                             int64_t round, char *err, size_t errlen) {
   int u = c->n_unv;
@@ -278,7 +278,7 @@ static int vs__finish_round(vs_rounds *c, int drafted, int32_t root_index, const
   if (c->job->status) c->job->status[*emitted] = VS_TOKEN_TARGET;
   tokens[(*emitted)++] = next;
   c->mt->tokens = *emitted;
-  vs__report(c, round, 0, tokens, *emitted, u, n_path - 1, c->drafter ? &c->tree : NULL);
+  rl_report(c, round, 0, tokens, *emitted, u, n_path - 1, c->drafter ? &c->tree : NULL);
   if (*emitted >= c->N || !c->drafter) return VSPEC_OK;
   /* The drafter needs the target features at the root and every accepted node. */
   float *pf = NULL;
@@ -305,7 +305,7 @@ typedef struct vs__ar_draw {
   int32_t token;
 } vs__ar_draw;
 
-static void vs__ar_draw_ask(vs_rounds *c, int predicted_index, vs__ar_draw *d,
+static void rl_ar_draw_ask(vs_rounds *c, int predicted_index, vs__ar_draw *d,
                             vspec_forward_out *out) {
   d->u = c->greedy ? 0.0 : vs_rng_uniform(&c->rng_target);
   d->token = -1;
@@ -315,8 +315,8 @@ static void vs__ar_draw_ask(vs_rounds *c, int predicted_index, vs__ar_draw *d,
   out->sampled = 0;
 }
 
-/* The token of the step asked for by vs__ar_draw_ask; out's request is withdrawn. */
-static int32_t vs__ar_draw_take(vs_rounds *c, int predicted_index, vs__ar_draw *d,
+/* The token of the step asked for by rl_ar_draw_ask; out's request is withdrawn. */
+static int32_t rl_ar_draw_take(vs_rounds *c, int predicted_index, vs__ar_draw *d,
                                 vspec_forward_out *out) {
   int sampled = out->sampled;
   out->sample = NULL;
@@ -329,12 +329,12 @@ static int32_t vs__ar_draw_take(vs_rounds *c, int predicted_index, vs__ar_draw *
 }
 
 /* Round 0: the target's prefill gives image token 0 (an AR step). */
-static int vs__prefill(vs_rounds *c, vspec_forward_out *out, int32_t *tokens, char *err,
+static int rl_prefill(vs_rounds *c, vspec_forward_out *out, int32_t *tokens, char *err,
                        size_t errlen) {
   char inner[VSPEC_ERRLEN] = "";
   double t0 = vs_now();
   vs__ar_draw d;
-  vs__ar_draw_ask(c, 0, &d, out);
+  rl_ar_draw_ask(c, 0, &d, out);
   c->logits_off = 0;
   int rc = c->t->vt->prefill(c->sess, out, inner, sizeof inner);
   if (rc) {
@@ -351,7 +351,7 @@ static int vs__prefill(vs_rounds *c, vspec_forward_out *out, int32_t *tokens, ch
   mt->target_forwards++;
   mt->rounds++;
   mt->tree_nodes++;
-  tokens[0] = vs__ar_draw_take(c, 0, &d, out);
+  tokens[0] = rl_ar_draw_take(c, 0, &d, out);
   mt->accept_s += vs_now() - ts;
   if (tokens[0] < 0) {
     snprintf(err, errlen, "the target distribution is empty (all probabilities zero)");
@@ -363,7 +363,7 @@ static int vs__prefill(vs_rounds *c, vspec_forward_out *out, int32_t *tokens, ch
     memcpy(c->fcache, c->feats, (size_t)c->rows * c->fdim * sizeof(float));
     c->n_fcache = 1;
   }
-  vs__report(c, 0, 0, tokens, 1, 0, 0, NULL);
+  rl_report(c, 0, 0, tokens, 1, 0, 0, NULL);
   return VSPEC_OK;
 }
 
@@ -371,7 +371,7 @@ static int vs__prefill(vs_rounds *c, vspec_forward_out *out, int32_t *tokens, ch
 
 /* Opens the target session (and, for sd, the plugins and the drafter) for `cap`-node
  * trees; *expand_max receives what one round may expand. */
-static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
+static int rl_open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
                     vspec_round_plan *plan, int *cap, int *expand_max, char *err, size_t errlen) {
   const vs_job *job = c->job;
   const vs_backend_model *dm = NULL;
@@ -381,14 +381,14 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
   plan->struct_size = sizeof *plan;
   *cap = 1;
   if (m->kind != VS_METHOD_AR) {
-    if ((rc = vs__plugins_open(c, m, err, errlen))) return rc;
+    if ((rc = rl_plugins_open(c, m, err, errlen))) return rc;
     /* The first plan fixes the drafter for the whole job (round -1: the sizing call). */
     st->round = -1;
     if (c->sched_vt->plan(c->sched, st, plan)) {
       snprintf(err, errlen, "scheduler '%s' failed to plan the first round", m->sched);
       return VSPEC_EINVAL;
     }
-    if ((rc = vs__pick_drafter(c, m, plan, &dk, &dm, err, errlen))) return rc;
+    if ((rc = rl_pick_drafter(c, m, plan, &dk, &dm, err, errlen))) return rc;
     *cap = VS_SD_MAX_NODES < c->t->info.max_nodes ? VS_SD_MAX_NODES : c->t->info.max_nodes;
   }
   vspec_session_config sc = {.struct_size = sizeof sc, .class_label = job->class_label,
@@ -400,11 +400,11 @@ static int vs__open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
     snprintf(err, errlen, "%s%s%s%s", inner, *why ? " (" : "", why, *why ? ")" : "");
     return rc;
   }
-  if (vs__buffers(c, *cap, plan)) {
+  if (rl_buffers(c, *cap, plan)) {
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
-  *expand_max = vs__plan_expansions(plan);
+  *expand_max = rl_plan_expansions(plan);
   if (m->kind == VS_METHOD_AR) return VSPEC_OK;
   /* Drafter capacity: the catch-up chain (accepted tokens), the root and the nodes one
    * round expands, which the plan bounds. */
@@ -433,9 +433,9 @@ static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_ind
   double tv = vs_now();
   vs__ar_draw ar;
   int ar_step = c->tree.n == 1 && c->n_unv == 0;
-  if (ar_step) vs__ar_draw_ask(c, root_index + 1, &ar, out);
+  if (ar_step) rl_ar_draw_ask(c, root_index + 1, &ar, out);
   else vs_walk_device_ask(c, root_index, out);
-  int rc = vs__verify_forward(c, out, err, errlen);
+  int rc = rl_verify_forward(c, out, err, errlen);
   if (rc) return rc;
   mt->verify_s += vs_now() - tv;
   mt->target_forwards++;
@@ -447,7 +447,7 @@ static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_ind
   if (ar_step) {
     path[0] = 0;
     *n_path = 1;
-    if ((*next = vs__ar_draw_take(c, root_index + 1, &ar, out)) < 0) {
+    if ((*next = rl_ar_draw_take(c, root_index + 1, &ar, out)) < 0) {
       snprintf(err, errlen, "the target distribution is empty (all probabilities zero)");
       return VSPEC_EINVAL;
     }
@@ -481,7 +481,7 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
                           .max_nodes = VS_SD_MAX_NODES};
   vspec_round_plan plan;
   int cap, expand_max;
-  int rc = vs__open(&c, m, &st, &plan, &cap, &expand_max, err, errlen);
+  int rc = rl_open(&c, m, &st, &plan, &cap, &expand_max, err, errlen);
   if (rc) goto done;
   vs_rng_init(&c.rng_target, job->seed, VS_STREAM_TARGET_SAMPLE);
   vs_rng_init(&c.rng_draft, job->seed, VS_STREAM_DRAFT_SAMPLE);
@@ -490,7 +490,7 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
 
   vspec_forward_out out = {.struct_size = sizeof out, .logits = c.logits,
                            .features = c.fdim > 0 && c.drafter ? c.feats : NULL};
-  if ((rc = vs__prefill(&c, &out, tokens, err, errlen))) goto done;
+  if ((rc = rl_prefill(&c, &out, tokens, err, errlen))) goto done;
   /* Batched with other jobs from here on, drafts and verifies (prefills stay alone: each
    * job's condition runs once). */
   if (job->gate) {
@@ -519,12 +519,12 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
     st.last_skipped = last_skipped;
     st.verified_rounds = (int32_t)mt->rounds;
     int need;
-    if ((rc = vs__plan_round(&c, m, &st, &plan, expand_max, cap, &need, err, errlen))) goto done;
+    if ((rc = rl_plan_round(&c, m, &st, &plan, expand_max, cap, &need, err, errlen))) goto done;
     vs_tree_reset(&c.tree, tokens[root_index]);
     for (int i = 0; i < cap; i++) c.feat_node[i] = i;
     double td = vs_now();
     int drafted = c.drafter && depth_limit > 0 && plan.shape != VSPEC_DRAFT_NONE;
-    if (drafted && (rc = vs__draft(&c, &plan, depth_limit, root_index, err, errlen))) goto done;
+    if (drafted && (rc = rl_draft(&c, &plan, depth_limit, root_index, err, errlen))) goto done;
     mt->draft_s += vs_now() - td;
     if (c.drafter) { /* live, for round callbacks */
       mt->draft_forwards = vs_drafter_forwards(c.drafter);
@@ -541,7 +541,7 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
       if ((rc = vs_skip_accept(&c, &dec, root_index, tokens, &emitted, &gamma, err, errlen)))
         goto done;
       last_skipped = 1;
-      vs__report(&c, round++, 1, tokens, emitted, 0, gamma, &c.tree);
+      rl_report(&c, round++, 1, tokens, emitted, 0, gamma, &c.tree);
       continue;
     }
 
@@ -549,7 +549,7 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
     int32_t next;
     if ((rc = rl_verify_step(&c, &out, root_index, path, &n_path, &next, err, errlen))) goto done;
     last_skipped = 0;
-    if ((rc = vs__finish_round(&c, drafted, root_index, path, n_path, next, tokens, &emitted,
+    if ((rc = rl_finish_round(&c, drafted, root_index, path, n_path, next, tokens, &emitted,
                                round++, err, errlen)))
       goto done;
   }
@@ -557,6 +557,6 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
   mt->draft_forwards = c.drafter ? vs_drafter_forwards(c.drafter) : 0;
   mt->draft_nodes = c.drafter ? vs_drafter_nodes(c.drafter) : 0;
 done:
-  vs__rounds_free(&c);
+  rl_rounds_free(&c);
   return rc;
 }

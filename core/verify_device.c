@@ -30,7 +30,7 @@
 #include "kernels/vs_kernels.h"
 
 /* VSPEC_WALK: 1 device, 0 host, -1 auto (also unset or empty); -2 anything else. */
-static int vs__walk_mode(const char **value) {
+static int vd_walk_mode(const char **value) {
   const char *e = getenv("VSPEC_WALK");
   *value = e;
   if (!e || !*e || strcmp(e, "auto") == 0) return -1;
@@ -42,7 +42,7 @@ static int vs__walk_mode(const char **value) {
 int vs_walk_device_init(vs_rounds *c, int drafter_plugin, char *err, size_t errlen) {
   const vspec_ops *ops = vs_dev_ops(c->dev);
   const char *value;
-  int mode = vs__walk_mode(&value);
+  int mode = vd_walk_mode(&value);
   if (mode == -2)
     return vs_fail(err, errlen, VSPEC_EINVAL,
                    "VSPEC_WALK=%s: expected device, host or auto (where verification walks)",

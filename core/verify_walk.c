@@ -20,14 +20,14 @@
 #include "core/status.h"
 #include "kernels/common/vs_philox.h"
 
-static void vs__normalise(float *p, int n) {
+static void vw_normalise(float *p, int n) {
   double s = 0.0;
   for (int i = 0; i < n; i++) s += p[i];
   if (s > 0.0)
     for (int i = 0; i < n; i++) p[i] = (float)(p[i] / s);
 }
 
-static double vs__mass(const float *p, int n) {
+static double vw_mass(const float *p, int n) {
   double s = 0.0;
   for (int i = 0; i < n; i++) s += p[i];
   return s;
@@ -103,9 +103,9 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
         return vs_fail(err, errlen, rc, "acceptance rule failed to compute a residual: %s (%d)",
                        vspec_strerror(rc), rc);
       }
-      if (vs__mass(c->q_tmp, V) > 0.0) {
+      if (vw_mass(c->q_tmp, V) > 0.0) {
         memcpy(c->q_res, c->q_tmp, (size_t)V * sizeof(float));
-        vs__normalise(c->q_res, V);
+        vw_normalise(c->q_res, V);
       } else {
         /* Fallback: the target distribution without the candidates rejected so far. */
         c->mt->residual_fallbacks++;
@@ -114,13 +114,13 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
           c->q_res[t->nodes[r].token] = 0.0f;
           if (r == ch) break;
         }
-        if (vs__mass(c->q_res, V) > 0.0) vs__normalise(c->q_res, V);
+        if (vw_mass(c->q_res, V) > 0.0) vw_normalise(c->q_res, V);
         else memcpy(c->q_res, c->q, (size_t)V * sizeof(float));
       }
       if (sampled) {
         /* The next sibling was drawn from p without the tokens tried so far. */
         c->p_work[x] = 0.0f;
-        vs__normalise(c->p_work, V);
+        vw_normalise(c->p_work, V);
       }
     }
     if (accepted >= 0) {

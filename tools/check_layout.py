@@ -9,8 +9,8 @@
     that runs), and no static carries the cross-file prefix vs__;
   - no function over 120 lines, no file over 800.
 
-Run from the repository root: tools/check_layout.py [FOLDER ...] (default: the service's
-folders). Prints what breaks a rule and exits 1, or prints nothing and exits 0.
+Run from the repository root: tools/check_layout.py [FOLDER ...] (default: every product
+folder but kernels/). Prints what breaks a rule and exits 1, or prints nothing and exits 0.
 """
 import glob
 import os
@@ -21,6 +21,11 @@ import sys
 LAYERS = [["vspecd"], ["http", "fleet"], ["daemon"], ["client"], ["proto"], ["core"],
           ["kernels"], ["include"]]
 SERVICE = ["vspecd", "http", "fleet", "daemon"]
+# What make check holds to the rules: every product folder but kernels/ (a circle of files
+# in kernels/cpu/ is still open).
+PRODUCT = SERVICE + ["client", "clients", "proto", "bench", "core", "plugins/accept",
+                     "plugins/sched", "plugins/drafter", "plugins/backend/llamagen",
+                     "plugins/backend/eagle", "plugins/backend/mar"]
 MAX_FN, MAX_FILE = 120, 800
 PROGRAM_MAINS = {"main"}  # each program defines its own
 
@@ -158,4 +163,4 @@ def components(arrows):
 
 if __name__ == "__main__":
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    sys.exit(main(sys.argv[1:] or SERVICE))
+    sys.exit(main(sys.argv[1:] or PRODUCT))

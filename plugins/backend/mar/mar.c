@@ -52,7 +52,7 @@ static int mar__get(vspec_model *m, const char *name, int ndim, const int64_t *s
       return rc;                                                                       \
   } while (0)
 
-static int mar__block(vspec_model *m, const char *prefix, int i, int d, int f, mar_block *b,
+static int mar_load_block(vspec_model *m, const char *prefix, int i, int d, int f, mar_block *b,
                       char *err, size_t errlen) {
   char k[160];
   int rc;
@@ -207,10 +207,10 @@ static int mar__weights(vspec_model *m, char *err, size_t errlen) {
   MAR_GET(m->dec_norm_b, "decoder_norm.bias", Dd);
   MAR_GET(m->diff_pos, "diffusion_pos_embed_learned", 1, S, Dd);
   for (int i = 0; i < m->enc_depth; i++)
-    if ((rc = mar__block(m, "encoder_blocks", i, D, m->enc_hidden, &m->enc[i], err, errlen)))
+    if ((rc = mar_load_block(m, "encoder_blocks", i, D, m->enc_hidden, &m->enc[i], err, errlen)))
       return rc;
   for (int i = 0; i < m->dec_depth; i++)
-    if ((rc = mar__block(m, "decoder_blocks", i, Dd, m->dec_hidden, &m->dec[i], err, errlen)))
+    if ((rc = mar_load_block(m, "decoder_blocks", i, Dd, m->dec_hidden, &m->dec[i], err, errlen)))
       return rc;
   MAR_GET(m->t_w0, "diffloss.net.time_embed.mlp.0.weight", W, MAR_FREQ_DIM);
   MAR_GET(m->t_b0, "diffloss.net.time_embed.mlp.0.bias", W);

@@ -17,7 +17,7 @@
 
 /* One timm ViT block in place on x [rows * n, d] (per-row self-attention over n tokens,
  * no mask). */
-static void mar__block(vspec_session *s, const mar_block *b, float *x, int n, int d, int heads,
+static void mar_run_block(vspec_session *s, const mar_block *b, float *x, int n, int d, int heads,
                        int hidden) {
   const vspec_ops *o = s->ops;
   vspec_dev *dev = s->dev;
@@ -107,7 +107,7 @@ int mar_condition(vspec_session *s, const float *tokens, const uint8_t *known,
   /* the encoder on buffer + known tokens */
   mar__move_kept(s, s->kept, n_keep, L, D, s->full, s->enc, 1);
   for (int i = 0; i < m->enc_depth; i++)
-    mar__block(s, &m->enc[i], s->enc, n_keep, D, m->enc_heads, m->enc_hidden);
+    mar_run_block(s, &m->enc[i], s->enc, n_keep, D, m->enc_heads, m->enc_hidden);
   o->layernorm(dev, s->enc, m->enc_norm_w, m->enc_norm_b, s->rows * n_keep, D, MAR_LN_EPS,
                s->enc);
   /* the decoder on every slot: mask_token where the encoder saw nothing */
@@ -118,7 +118,7 @@ int mar_condition(vspec_session *s, const float *tokens, const uint8_t *known,
   for (int r = 0; r < s->rows; r++)
     o->add(dev, s->dec + (size_t)r * L * Dd, m->dec_pos, (size_t)L * Dd);
   for (int i = 0; i < m->dec_depth; i++)
-    mar__block(s, &m->dec[i], s->dec, L, Dd, m->dec_heads, m->dec_hidden);
+    mar_run_block(s, &m->dec[i], s->dec, L, Dd, m->dec_heads, m->dec_hidden);
   o->layernorm(dev, s->dec, m->dec_norm_w, m->dec_norm_b, s->rows * L, Dd, MAR_LN_EPS, s->dec);
   /* the requested positions, (position, row) ordered, plus diffusion_pos_embed_learned */
   for (int i = 0; i < n_out; i++) {
