@@ -58,6 +58,22 @@ static void bf16_rows_scalar(const bf16_job *jb, int j0, int j1) {
 }
 
 #if VS_BF16_X86
+/* The vector loop of a block with its weight rows taken one after the other (row r's whole k
+ * loop, then row r + 1's) rather than side by side: each accumulator sees the same operations
+ * in the same order, so the bits do not change, but the block's rows, adjacent in memory, are
+ * read as one sequential stream, which the hardware prefetcher keeps up with (see
+ * cpu_linear_skinny.c, VS_SKINNY_SEQ). Used when all activation rows fit one block, i.e.
+ * when the weights come from memory exactly once. */
+#define BF16_SEQ(VEC, WIDEN, LOADX, FMADD, W)                                                \
+  _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {                                   \
+    const uint16_t *wr_ = w + (size_t)r * k;                                               \
+    for (int p = 0; p < kv; p += (W)) {                                                    \
+      VEC wv_ = WIDEN(wr_ + p);                                                            \
+      _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) acc[r][q] =                     \
+          FMADD(wv_, LOADX(x + (size_t)q * k + p), acc[r][q]);                             \
+    }                                                                                      \
+  }
+
 /* ---- AVX-512 ----------------------------------------------------------------------------- */
 __attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *p) {
   __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -69,19 +85,23 @@ __attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *
  * each instance below, and the unroll pragmas turn the loops over them into straight code, so
  * the rb x mb accumulators stay in registers. */
 static inline __attribute__((always_inline, target("avx512f,fma"))) void
-bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb) {
+bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
   const int k = jb->k, kv = k / 16 * 16;
   const float *x = jb->x + (size_t)i * k;
   const uint16_t *w = jb->w + (size_t)j * k;
   __m512 acc[VS_BF16_RB][4];
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) acc[r][q] = _mm512_setzero_ps();
-  for (int p = 0; p < kv; p += 16) {
-    __m512 wv[VS_BF16_RB];
-    _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) wv[r] = widen16(w + (size_t)r * k + p);
-    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {
-      __m512 xv = _mm512_loadu_ps(x + (size_t)q * k + p);
-      _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) acc[r][q] = _mm512_fmadd_ps(wv[r], xv, acc[r][q]);
+  if (seq) {
+    BF16_SEQ(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, 16);
+  } else {
+    for (int p = 0; p < kv; p += 16) {
+      __m512 wv[VS_BF16_RB];
+      _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) wv[r] = widen16(w + (size_t)r * k + p);
+      _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {
+        __m512 xv = _mm512_loadu_ps(x + (size_t)q * k + p);
+        _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) acc[r][q] = _mm512_fmadd_ps(wv[r], xv, acc[r][q]);
+      }
     }
   }
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
@@ -106,19 +126,23 @@ __attribute__((target("avx2"))) static inline float reduce8(__m256 a) {
 
 /* As bf16_block_512 with 8 lanes; mb <= 2 (16 ymm registers: 8 accumulators, 4 weights). */
 static inline __attribute__((always_inline, target("avx2,fma"))) void
-bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb) {
+bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
   const int k = jb->k, kv = k / 8 * 8;
   const float *x = jb->x + (size_t)i * k;
   const uint16_t *w = jb->w + (size_t)j * k;
   __m256 acc[VS_BF16_RB][2];
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) acc[r][q] = _mm256_setzero_ps();
-  for (int p = 0; p < kv; p += 8) {
-    __m256 wv[VS_BF16_RB];
-    _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) wv[r] = widen8(w + (size_t)r * k + p);
-    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {
-      __m256 xv = _mm256_loadu_ps(x + (size_t)q * k + p);
-      _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) acc[r][q] = _mm256_fmadd_ps(wv[r], xv, acc[r][q]);
+  if (seq) {
+    BF16_SEQ(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, 8);
+  } else {
+    for (int p = 0; p < kv; p += 8) {
+      __m256 wv[VS_BF16_RB];
+      _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) wv[r] = widen8(w + (size_t)r * k + p);
+      _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {
+        __m256 xv = _mm256_loadu_ps(x + (size_t)q * k + p);
+        _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) acc[r][q] = _mm256_fmadd_ps(wv[r], xv, acc[r][q]);
+      }
     }
   }
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
@@ -127,37 +151,46 @@ bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb) {
                  reduce8(acc[r][q]) + bf16_tail(x + (size_t)q * k, w + (size_t)r * k, kv, k));
 }
 
-#define BF16_INST(NAME, BODY, TGT, RB, MB)                                                  \
+#define BF16_INST(NAME, BODY, TGT, RB, MB, SEQ)                                             \
   __attribute__((noinline, target(TGT))) static void NAME(const bf16_job *jb, int i, int j) { \
-    BODY(jb, i, j, RB, MB);                                                                 \
+    BODY(jb, i, j, RB, MB, SEQ);                                                            \
   }
-BF16_INST(b512_4x1, bf16_block_512, "avx512f,fma", 4, 1)
-BF16_INST(b512_4x2, bf16_block_512, "avx512f,fma", 4, 2)
-BF16_INST(b512_4x3, bf16_block_512, "avx512f,fma", 4, 3)
-BF16_INST(b512_4x4, bf16_block_512, "avx512f,fma", 4, 4)
-BF16_INST(b512_1x1, bf16_block_512, "avx512f,fma", 1, 1)
-BF16_INST(b512_1x2, bf16_block_512, "avx512f,fma", 1, 2)
-BF16_INST(b512_1x3, bf16_block_512, "avx512f,fma", 1, 3)
-BF16_INST(b512_1x4, bf16_block_512, "avx512f,fma", 1, 4)
-BF16_INST(b256_4x1, bf16_block_256, "avx2,fma", 4, 1)
-BF16_INST(b256_4x2, bf16_block_256, "avx2,fma", 4, 2)
-BF16_INST(b256_1x1, bf16_block_256, "avx2,fma", 1, 1)
-BF16_INST(b256_1x2, bf16_block_256, "avx2,fma", 1, 2)
+BF16_INST(b512_4x1, bf16_block_512, "avx512f,fma", 4, 1, 0)
+BF16_INST(b512_4x2, bf16_block_512, "avx512f,fma", 4, 2, 0)
+BF16_INST(b512_4x3, bf16_block_512, "avx512f,fma", 4, 3, 0)
+BF16_INST(b512_4x4, bf16_block_512, "avx512f,fma", 4, 4, 0)
+BF16_INST(b512_1x1, bf16_block_512, "avx512f,fma", 1, 1, 0)
+BF16_INST(b512_1x2, bf16_block_512, "avx512f,fma", 1, 2, 0)
+BF16_INST(b512_1x3, bf16_block_512, "avx512f,fma", 1, 3, 0)
+BF16_INST(b512_1x4, bf16_block_512, "avx512f,fma", 1, 4, 0)
+BF16_INST(b512_4x1s, bf16_block_512, "avx512f,fma", 4, 1, 1)
+BF16_INST(b512_4x2s, bf16_block_512, "avx512f,fma", 4, 2, 1)
+BF16_INST(b512_4x3s, bf16_block_512, "avx512f,fma", 4, 3, 1)
+BF16_INST(b512_4x4s, bf16_block_512, "avx512f,fma", 4, 4, 1)
+BF16_INST(b256_4x1, bf16_block_256, "avx2,fma", 4, 1, 0)
+BF16_INST(b256_4x2, bf16_block_256, "avx2,fma", 4, 2, 0)
+BF16_INST(b256_1x1, bf16_block_256, "avx2,fma", 1, 1, 0)
+BF16_INST(b256_1x2, bf16_block_256, "avx2,fma", 1, 2, 0)
+BF16_INST(b256_4x1s, bf16_block_256, "avx2,fma", 4, 1, 1)
+BF16_INST(b256_4x2s, bf16_block_256, "avx2,fma", 4, 2, 1)
 #endif
 
 typedef void (*bf16_block_fn)(const bf16_job *jb, int i, int j);
 
-/* Instances by [rows of W == 4][activation rows - 1], and the most activation rows per block. */
+/* Instances by [shape][activation rows - 1]: shape 0 one weight row, 1 four side by side,
+ * 2 four in sequence (BF16_SEQ); and the most activation rows per block. */
 typedef struct bf16_kernels {
-  bf16_block_fn by_rb[2][4];
+  bf16_block_fn by_rb[3][4];
   int mb;
 } bf16_kernels;
 
 #if VS_BF16_X86
 static const bf16_kernels k512 = {{{b512_1x1, b512_1x2, b512_1x3, b512_1x4},
-                                   {b512_4x1, b512_4x2, b512_4x3, b512_4x4}}, 4};
-static const bf16_kernels k256 = {{{b256_1x1, b256_1x2, NULL, NULL}, {b256_4x1, b256_4x2, NULL, NULL}},
-                                  2};
+                                   {b512_4x1, b512_4x2, b512_4x3, b512_4x4},
+                                   {b512_4x1s, b512_4x2s, b512_4x3s, b512_4x4s}}, 4};
+static const bf16_kernels k256 = {{{b256_1x1, b256_1x2, NULL, NULL},
+                                   {b256_4x1, b256_4x2, NULL, NULL},
+                                   {b256_4x1s, b256_4x2s, NULL, NULL}}, 2};
 #endif
 
 static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
@@ -174,9 +207,10 @@ static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
    * element sums the same way in every block shape */
   for (int j = j0; j < j1;) {
     int four = j1 - j >= VS_BF16_RB;
+    int shape = four && jb->m <= ks->mb ? 2 : four;
     for (int i = 0; i < jb->m; i += ks->mb) {
       int mb = jb->m - i < ks->mb ? jb->m - i : ks->mb;
-      ks->by_rb[four][mb - 1](jb, i, j);
+      ks->by_rb[shape][mb - 1](jb, i, j);
     }
     j += four ? VS_BF16_RB : 1;
   }

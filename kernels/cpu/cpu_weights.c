@@ -12,6 +12,7 @@
 
 #include "vspec/types.h"
 #include "kernels/common/vs_math.h"
+#include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_linear_amx8.h"
 #include "kernels/cpu/cpu_weights.h"
@@ -195,7 +196,7 @@ const uint16_t *vs_cpu_weights_bf16_rows(const float *w, int n, int k) {
       if (e->n == n && e->k == k) out = e->rows;
     } else {
       size_t count = (size_t)n * k;
-      uint16_t *copy = malloc(count * sizeof(uint16_t));
+      uint16_t *copy = vs_cpu_weight_alloc(count * sizeof(uint16_t));
       if (copy) {
         for (size_t i = 0; i < count; i++) copy[i] = vs_f32_to_bf16(w[i]);
         e->rows = copy, e->n = n, e->k = k;
