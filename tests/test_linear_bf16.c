@@ -80,7 +80,7 @@ static void test_invariance(void **state) {
   enum { M = 7, N = 1100, K = 300 };
   vspec_rng rng;
   vs_rng_init(&rng, 62, 0);
-  static float x[M * K], w[N * K], y1[M * N], y2[M * N], row[N];
+  static float x[M * K], w[N * K], y1[M * N], y2[M * N], few[4 * N];
   vt_fill(&rng, x, M * K, -1, 1);
   vt_fill(&rng, w, N * K, -1, 1);
   uint16_t *wb = to_bf16(w, N * K);
@@ -94,10 +94,13 @@ static void test_invariance(void **state) {
     vs_bf16w_linear(one, x, M, K, wb, N, NULL, y1);
     vs_bf16w_linear(two, x, M, K, wb, N, NULL, y2);
     assert_memory_equal(y1, y2, sizeof y1);
-    for (int i = 0; i < M; i += 3) {
-      vs_bf16w_linear(two, x + (size_t)i * K, 1, K, wb, N, NULL, row);
-      assert_memory_equal(row, y1 + (size_t)i * N, sizeof row);
-    }
+    /* 1 to 4 rows take the weight rows in sequence (BF16_SEQ) where they fit one block, 7 rows
+     * side by side: the same bits */
+    for (int rows = 1; rows <= 4; rows++)
+      for (int i = 0; i + rows <= M; i += 3) {
+        vs_bf16w_linear(two, x + (size_t)i * K, rows, K, wb, N, NULL, few);
+        assert_memory_equal(few, y1 + (size_t)i * N, (size_t)rows * N * sizeof(float));
+      }
     vs_dev_destroy(one);
     vs_dev_destroy(two);
   }

@@ -32,7 +32,10 @@
  * products and measured slower still on the machine at hand (an Intel Xeon with AMX, tiles
  * off): one vdpbf16ps cost 1.6 fp32 FMAs there, and a 4x4 block kernel ran the GPT-B shape's
  * 4-row forward in 42 ms against 25 ms in fp32 (2026-11-27). Not kept; to be measured on a
- * CPU without AMX before it is tried again. */
+ * CPU without AMX before it is tried again. These figures predate the rows-in-sequence order
+ * and the huge pages of issue 33 item 4 (docs/BENCHMARKS.md), which made m <= 4 faster in
+ * both precisions; the limit was not measured again (raising it changes which weights a
+ * 3- or 4-row product uses, hence its bits). */
 #define VS_BF16_ROWS_MAX_M 2
 
 /* y[m, n] = x[m, k] W^T + bias with W [n, k] given as row-major bf16 (round to nearest even of

@@ -6,7 +6,10 @@
  * holds RB x MB vector accumulators and streams the k dimension through them, so every
  * weight element comes from memory once and is used m times from L1 (the 4 weight rows of
  * a block are at most 4 x 8 KiB at the GPT-B shapes; the activations, m x K, sit in L2).
- * The accumulators are reduced horizontally once at the end.
+ * The accumulators are reduced horizontally once at the end. When all m rows fit one
+ * activation block (decoding: 1 or 2 rows), the block's weight rows are taken one after the
+ * other rather than side by side (VS_SKINNY_SEQ), so that the weights are read as one
+ * sequential stream.
  *
  * Summation order. Lane l of the accumulator of element (i, j) sums
  * a[i, p] b[j, p] for p = l, l + W, l + 2W, ... in that order (fused multiply-adds, W the
@@ -153,7 +156,8 @@ static void skinny_cols_scalar(const skinny_job *jb, int j0, int j1) {
 typedef void (*skinny_mk)(const skinny_job *jb, int i, int j);
 
 /* The micro-kernels of one instruction set, indexed by mb - 1: 1-row (right edge) and
- * RB-row blocks, and RB-row blocks that also prefetch the next block's weight rows. */
+ * RB-row blocks, RB-row blocks that also prefetch the next block's weight rows, and RB-row
+ * blocks that take their rows in sequence (VS_SKINNY_SEQ). */
 typedef struct skinny_kernels {
   const skinny_mk *rows1, *rows4, *rows4_pf, *rows4_seq;
   int mb; /* activation rows per block */
@@ -183,7 +187,14 @@ VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j
  * Measured with `vspec-bench linear --threads 1 --cpu-time` (AVX-512, 4 runs each,
  * loaded machine): m = 8 went from 32-35 to 22-26 ms, m = 16 from 39-51 to 31-32 ms,
  * m = 32 from 55-68 to 48-49 ms; m = 1 unchanged (the hardware prefetcher already keeps up
- * with a pure stream). */
+ * with a pure stream).
+ *
+ * When the m rows fit one activation block, that block is the only pass over the weights
+ * and takes the block's rows in sequence instead: one stream rather than four, which on the
+ * Zen 4 development machine made the GPT-B products at m = 1 and 2 about 1.3x faster alone
+ * and 1.8x with the weights on huge pages (cpu_dev.c); above one block the side-by-side
+ * order with its prefetch stays (first block in sequence, the rest side by side measured
+ * slower at m = 8). */
 static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
   const int m = jb->m, mb = ks->mb;
   for (int j = j0; j < j1;) {
@@ -225,9 +236,9 @@ static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_k
  * operations in the same order as in VS_SKINNY_STEP, so the bits are the same; only the
  * order of the memory reads changes: the block's rows, adjacent in memory, are read as one
  * sequential stream. That is what the hardware prefetcher keeps up with: on the AMD EPYC
- * (Zen 4) development machine four side-by-side streams of 3-8 KiB reached 13-19 GB/s of its
- * 30 GB/s, one stream 25-31 GB/s (docs/BENCHMARKS.md, issue 33 item 4). LOADM is the masked
- * load of the k tail (its mask set up by TAIL_SETUP). */
+ * (Zen 4) development machine four side-by-side rows of 3-8 KiB streamed at 13-19 GB/s, the
+ * same rows in sequence at 25-31 GB/s, a plain read at 30-33 GB/s (docs/BENCHMARKS.md, issue
+ * 33 item 4). LOADM is the masked load of the k tail (its mask set up by TAIL_SETUP). */
 #define VS_SKINNY_SEQ(VEC, FMADD, LOAD, LOADM, W, TAIL_SETUP)                            \
   _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) {                                \
     const float *wr_ = b + r * ldb;                                                     \
