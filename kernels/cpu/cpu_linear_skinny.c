@@ -285,6 +285,42 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 __m128 vs512_reduce4(__m512 a0, __m512 a1, __m
 #define VS512_LOAD(ptr) _mm512_loadu_ps(ptr)
 #define VS512_LOADM(ptr) _mm512_maskz_loadu_ps(tail, ptr)
 
+/* VS_SKINNY_SEQ on 256-bit halves: lanes 0-7 and 8-15 of each accumulator in two ymm
+ * registers, every lane the same fused multiply-adds in the same order as in a zmm (the tail
+ * too: masked-off lanes load 0), so the bits are those of the AVX-512 kernel. Why: on the Zen 4
+ * development machine 256-bit loads streamed faster than 512-bit ones (docs/BENCHMARKS.md,
+ * issue 33 item 4). */
+VS_ALWAYS_INLINE VS_TARGET_AVX512 void seq512_halves(const float *a, size_t lda, const float *b,
+                                                     size_t ldb, int k, const int rb,
+                                                     const int mb,
+                                                     __m512 acc[VS_SKINNY_RB][VS512_MB]) {
+  _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) {
+    const float *wr = b + r * ldb;
+    __m256 lo[VS512_MB], hi[VS512_MB];
+    _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) lo[q] = hi[q] = _mm256_setzero_ps();
+    int p = 0;
+    for (; p + 16 <= k; p += 16) {
+      __m256 wl = _mm256_loadu_ps(wr + p), wh = _mm256_loadu_ps(wr + p + 8);
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {
+        lo[q] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(a + q * lda + p), lo[q]);
+        hi[q] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(a + q * lda + p + 8), hi[q]);
+      }
+    }
+    if (p < k) {
+      const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1u);
+      const __mmask8 tl = (__mmask8)tail, th = (__mmask8)(tail >> 8);
+      __m256 wl = _mm256_maskz_loadu_ps(tl, wr + p), wh = _mm256_maskz_loadu_ps(th, wr + p + 8);
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {
+        lo[q] = _mm256_fmadd_ps(wl, _mm256_maskz_loadu_ps(tl, a + q * lda + p), lo[q]);
+        hi[q] = _mm256_fmadd_ps(wh, _mm256_maskz_loadu_ps(th, a + q * lda + p + 8), hi[q]);
+      }
+    }
+    _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] =
+        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo[q])),
+                                            _mm256_castps_pd(hi[q]), 1));
+  }
+}
+
 /* pf: prefetch the next block (VS_SKINNY_STEP); seq: the rows in sequence (VS_SKINNY_SEQ). */
 VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, const int rb,
                                                  const int mb, const int pf, const int seq) {
@@ -295,8 +331,7 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, in
   _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)
   _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] = _mm512_setzero_ps();
   if (seq) {
-    VS_SKINNY_SEQ(__m512, _mm512_fmadd_ps, VS512_LOAD, VS512_LOADM, 16,
-                  const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1u))
+    seq512_halves(a, lda, b, ldb, k, rb, mb, acc);
   } else {
     int p = 0;
     for (; p + 16 <= k; p += 16) VS_SKINNY_STEP(__m512, _mm512_fmadd_ps, VS512_LOAD);
