@@ -15,6 +15,7 @@
 #include "bench/bench_opts.h"
 #include "core/cli_args.h"
 #include "core/forward_timing.h"
+#include "kernels/cpu/cpu_dev.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -93,10 +94,13 @@ static void *bw_read(void *arg) {
 }
 
 /* Read bandwidth in bytes/s over a buffer far larger than the caches; best of 3. With cpu,
- * over the reading thread's CPU time (one thread). */
+ * over the reading thread's CPU time (one thread). The buffer is on huge pages where the
+ * kernel gives them, as the CPU device's weights are (kernels/cpu/cpu_dev.c): on 4 KiB pages
+ * the probe read 20-27 GB/s on the Zen 4 development machine, on 2 MiB pages 30-33, and the
+ * decode's weight stream beat the smaller figure (docs/BENCHMARKS.md, issue 33 item 4). */
 static double measure_read_bandwidth(int threads, int cpu) {
   size_t n = (size_t)256 << 20; /* floats: 1 GiB */
-  float *buf = malloc(n * sizeof(float));
+  float *buf = vs_cpu_weight_alloc(n * sizeof(float));
   if (!buf) return 0;
   for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
   double best = 0;
