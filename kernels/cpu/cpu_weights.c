@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_linear_amx8.h"
+#include "kernels/cpu/cpu_linear_bf16.h"
 #include "kernels/cpu/cpu_weights.h"
 #include "kernels/vs_kernels.h"
 
@@ -198,7 +199,7 @@ const uint16_t *vs_cpu_weights_bf16_rows(const float *w, int n, int k) {
       size_t count = (size_t)n * k;
       uint16_t *copy = vs_cpu_weight_alloc(count * sizeof(uint16_t));
       if (copy) {
-        for (size_t i = 0; i < count; i++) copy[i] = vs_f32_to_bf16(w[i]);
+        vs_bf16_pack(w, n, k, copy);
         e->rows = copy, e->n = n, e->k = k;
         copy_bytes += count * sizeof(uint16_t);
         out = copy;
