@@ -56,7 +56,9 @@ void *vs_cpu_weight_alloc(size_t bytes) {
   size_t rounded = vs_align_up(bytes ? bytes : 1);
   if (rounded < bytes) return NULL; /* overflow */
   int huge = rounded >= VS_CPU_HUGE;
-  void *p = aligned_alloc(huge ? VS_CPU_HUGE : VS_CPU_ALIGN, rounded);
+  /* posix_memalign: aligned_alloc wants the size a multiple of the alignment */
+  void *p = NULL;
+  if (posix_memalign(&p, huge ? VS_CPU_HUGE : VS_CPU_ALIGN, rounded) != 0) p = NULL;
 #ifdef MADV_HUGEPAGE
   /* before the first touch, which then faults in huge pages; a refusal (THP off, an old
    * kernel) only leaves small pages */
