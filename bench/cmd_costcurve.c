@@ -15,6 +15,7 @@
 #include "bench/bench_opts.h"
 #include "core/cli_args.h"
 #include "core/forward_timing.h"
+#include "kernels/cpu/cpu_dev.h"
 
 static void cc_usage(FILE *f) {
   fprintf(f,
@@ -36,6 +37,9 @@ static void cc_usage(FILE *f) {
           "                     on the CPU: AMX tiles, else AVX2 for decode steps)\n"
           "  --plugins DIR      plugin directory\n"
           "  --image            also time one whole image by AR with CFG (median of 5)\n"
+          "  --cpu-time         time forwards and the bandwidth probe with the thread's CPU\n"
+          "                     clock instead of the wall clock (steadier on a loaded\n"
+          "                     machine; --threads 1 on the CPU only)\n"
           "  --counters         also count what one forward issues on the device at each\n"
           "                     size: ops (kernel launches on a GPU), host<->device\n"
           "                     transfers and waits\n");
@@ -49,6 +53,7 @@ typedef struct bw_arg {
   const float *p;
   size_t n;
   float sum;
+  double cpu_s; /* the thread's CPU time for the sum */
 } bw_arg;
 
 /* Wide vector loads with independent accumulators, so the loop is limited by memory and not
@@ -70,25 +75,32 @@ __attribute__((target("avx2"))) static float bw_sum_avx2(const float *p, size_t 
   return s;
 }
 
-static void *bw_read(void *arg) {
-  bw_arg *a = arg;
-  if (__builtin_cpu_supports("avx2")) {
-    a->sum = bw_sum_avx2(a->p, a->n);
-    return NULL;
-  }
+static float bw_sum(const float *p, size_t n) {
+  if (__builtin_cpu_supports("avx2")) return bw_sum_avx2(p, n);
   float acc[16] = {0};
-  for (size_t i = 0; i + 16 <= a->n; i += 16)
-    for (int j = 0; j < 16; j++) acc[j] += a->p[i + j];
+  for (size_t i = 0; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; j++) acc[j] += p[i + j];
   float s = 0;
   for (int j = 0; j < 16; j++) s += acc[j];
-  a->sum = s;
+  return s;
+}
+
+static void *bw_read(void *arg) {
+  bw_arg *a = arg;
+  double t0 = vs_bench_cpu_now();
+  a->sum = bw_sum(a->p, a->n);
+  a->cpu_s = vs_bench_cpu_now() - t0;
   return NULL;
 }
 
-/* Read bandwidth in bytes/s over a buffer far larger than the caches; best of 3. */
-static double measure_read_bandwidth(int threads) {
+/* Read bandwidth in bytes/s over a buffer far larger than the caches; best of 3. With cpu,
+ * over the reading thread's CPU time (one thread). The buffer is on huge pages where the
+ * kernel gives them, as the CPU device's weights are (kernels/cpu/cpu_dev.c): on 4 KiB pages
+ * the probe read 20-27 GB/s on the Zen 4 development machine, on 2 MiB pages 30-33, and the
+ * decode's weight stream beat the smaller figure (docs/BENCHMARKS.md, issue 33 item 4). */
+static double measure_read_bandwidth(int threads, int cpu) {
   size_t n = (size_t)256 << 20; /* floats: 1 GiB */
-  float *buf = malloc(n * sizeof(float));
+  float *buf = vs_cpu_weight_alloc(n * sizeof(float));
   if (!buf) return 0;
   for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
   double best = 0;
@@ -97,7 +109,7 @@ static double measure_read_bandwidth(int threads) {
     bw_arg args[64];
     double t0 = vs_bench_now();
     for (int t = 0; t < threads; t++) {
-      args[t] = (bw_arg){buf + n / threads * t, n / threads, 0};
+      args[t] = (bw_arg){buf + n / threads * t, n / threads, 0, 0};
       pthread_create(&tid[t], NULL, bw_read, &args[t]);
     }
     float total = 0;
@@ -105,7 +117,7 @@ static double measure_read_bandwidth(int threads) {
       pthread_join(tid[t], NULL);
       total += args[t].sum;
     }
-    double dt = vs_bench_now() - t0;
+    double dt = cpu ? args[0].cpu_s : vs_bench_now() - t0;
     double bw = (double)n * sizeof(float) / dt;
     if (bw > best && total != -1.0f) best = bw;
   }
@@ -198,7 +210,7 @@ typedef struct curve_args {
   const char *random, *label, *weight_format;
   int sizes[16], n_sizes;
   double min_time;
-  int image, counters;
+  int image, counters, cpu_time;
 } curve_args;
 
 /* The checks between options, after parsing. 1 when they fit, else 0 (printed). */
@@ -218,6 +230,10 @@ static int curve_check(curve_args *a, const char *sizes_text) {
             "directory's manifest sets weight_format per role)\n");
     return 0;
   }
+  if (a->cpu_time && (a->o.dv.threads != 1 || a->image)) {
+    fprintf(stderr, "vspec-bench costcurve: --cpu-time needs --threads 1 (and no --image)\n");
+    return 0;
+  }
   a->n_sizes = vs_bench_parse_sizes("costcurve", sizes_text, 1, 64, a->sizes, 16);
   return a->n_sizes >= 0;
 }
@@ -227,14 +243,14 @@ static int curve_parse(int argc, char **argv, curve_args *a) {
   const char *sizes_text = "1,2,4,8,16,32,64";
   *a = (curve_args){.min_time = 0.5};
   vs_bench_opts_init(&a->o, NULL);
-  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_IMAGE, O_WFORMAT, O_COUNTERS };
+  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_IMAGE, O_WFORMAT, O_COUNTERS, O_CPU };
   static const struct option opts[] = {
       VS_BENCH_OPT_MODEL,                        {"random", required_argument, 0, O_RANDOM},
       {"label", required_argument, 0, O_LABEL},  {"sizes", required_argument, 0, O_SIZES},
       {"min-time", required_argument, 0, O_MIN}, VS_BENCH_OPTS_DEVICE,
       VS_BENCH_OPT_PLUGINS,                      {"help", no_argument, 0, 'h'},
       {"image", no_argument, 0, O_IMAGE}, {"weight-format", required_argument, 0, O_WFORMAT},
-      {"counters", no_argument, 0, O_COUNTERS},
+      {"counters", no_argument, 0, O_COUNTERS}, {"cpu-time", no_argument, 0, O_CPU},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -247,6 +263,7 @@ static int curve_parse(int argc, char **argv, curve_args *a) {
       case O_MIN: ok = vs_cli_double("--min-time", optarg, 0.01, 600, &a->min_time); break;
       case O_IMAGE: a->image = 1; break;
       case O_COUNTERS: a->counters = 1; break;
+      case O_CPU: a->cpu_time = 1; break;
       case O_WFORMAT: a->weight_format = optarg; break;
       case 'h': cc_usage(stdout); return 0;
       default:
@@ -332,7 +349,8 @@ static int curve_table(const curve_args *a, vs_bench_env *env, const vs_backend_
     int n = a->sizes[i];
     double ms[3];
     for (int rows = 1; rows <= 2; rows++) {
-      int rc = vs_time_forward(env->dev, t, rows, n, a->min_time, &ms[rows], err, errlen);
+      int rc = vs_time_forward_clock(env->dev, t, rows, n, a->min_time,
+                                     a->cpu_time ? vs_bench_cpu_now : NULL, &ms[rows], err, errlen);
       if (rc) return rc;
     }
     if (i == 0) base[1] = ms[1], base[2] = ms[2];
@@ -350,17 +368,24 @@ static int curve_bound(const curve_args *a, vs_bench_env *env, const vs_backend_
                        char *err, size_t errlen) {
   double one_ms[3];
   for (int rows = 1; rows <= 2; rows++) {
-    int rc = vs_time_forward(env->dev, t, rows, 1, a->min_time, &one_ms[rows], err, errlen);
+    int rc = vs_time_forward_clock(env->dev, t, rows, 1, a->min_time,
+                                   a->cpu_time ? vs_bench_cpu_now : NULL, &one_ms[rows], err, errlen);
     if (rc) return rc;
   }
   int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
   int bw_threads = a->o.dv.threads > 0 ? a->o.dv.threads : ncpu;
   int on_cpu = vs_dev_ops(env->dev)->device == VSPEC_DEVICE_CPU;
-  double bw = on_cpu ? measure_read_bandwidth(bw_threads) : measure_device_bandwidth(env->dev);
+  if (a->cpu_time && !on_cpu) {
+    snprintf(err, errlen, "--cpu-time: the device is not the CPU");
+    return VSPEC_EINVAL;
+  }
+  double bw = on_cpu ? measure_read_bandwidth(bw_threads, a->cpu_time)
+                     : measure_device_bandwidth(env->dev);
   printf("\nbatch-1 decode: %.1f tokens/s (1 row), %.1f tokens/s (2 rows, CFG)\n", 1e3 / one_ms[1],
          1e3 / one_ms[2]);
   if (on_cpu)
-    printf("memory read bandwidth: %.2f GB/s (%d threads)\n", bw / 1e9, bw_threads);
+    printf("memory read bandwidth: %.2f GB/s (%d threads%s)\n", bw / 1e9, bw_threads,
+           a->cpu_time ? ", CPU time" : "");
   else
     printf("device memory bandwidth: %.2f GB/s (device-to-device copy)\n", bw / 1e9);
   /* bf16 weights: linear layers read half the bytes (they are nearly all of stream_bytes) */

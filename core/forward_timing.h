@@ -13,6 +13,11 @@
  * least three forwards). VSPEC_ENOTSUP for a continuous-token (MAR) target. */
 int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                     double min_time, double *median_ms, char *err, size_t errlen);
+/* The same on another clock (seconds, e.g. the calling thread's CPU time, which a loaded
+ * machine disturbs less than the wall clock); NULL: the wall clock. */
+int vs_time_forward_clock(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
+                          double min_time, double (*clock)(void), double *median_ms, char *err,
+                          size_t errlen);
 /* What one such forward issues on its device: ops, transfers and waits (kernels/vs_device.h,
  * vs_dev_counters); right after the prefill (the counts do not depend on the cache). */
 int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,

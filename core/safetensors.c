@@ -141,6 +141,14 @@ static int vs_st_bytes_alloc(vspec_tensor_file *f, size_t len, char *err, size_t
     return vs_fail(err, errlen, VSPEC_ENOMEM, "%s: cannot allocate %llu bytes to load it: %s",
                    f->path, (unsigned long long)len, strerror(errno));
   }
+#ifdef MADV_HUGEPAGE
+  /* Transparent huge pages, asked before the reads fault the pages in: on the CPU, fp32
+   * tensors are used in place, and decoding streams them once per token; with 4 KiB pages
+   * one thread's stream ran at 20-25 GB/s, with 2 MiB pages at 30-31 GB/s on an AMD EPYC
+   * (Zen 4) (docs/BENCHMARKS.md, issue 33 item 4). The reads touch every page anyway, so no
+   * more memory is resident; a refusal (THP off) only leaves small pages. */
+  (void)madvise(mem, len, MADV_HUGEPAGE);
+#endif
   b->refs = 1;
   b->mem = mem;
   b->len = len;

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_linear_amx8.h"
+#include "kernels/cpu/cpu_linear_bf16.h"
 #include "kernels/cpu/cpu_weights.h"
 #include "tests/support/kernels_testutil.h"
 
@@ -93,6 +94,39 @@ static void test_copy_lifecycle(void **state) {
   assert_null(vs_cpu_weights_amx(lent, 32, 64));
   free(lent);
   free(want);
+  vs_dev_destroy(dev);
+}
+
+/* bf16 copies (CPUs without AMX) are carved from shared arenas (cpu_weights.c): each is the
+ * packing of its weight, and the memory goes back with the weights in any order, a copy
+ * larger than half an arena (a block of its own) included. */
+static void test_bf16_copy_lifecycle(void **state) {
+  vspec_dev *dev = vt_dev(1);
+  const vspec_ops *ops = vs_dev_ops(dev);
+  enum { W = 5 };
+  static const int ns[W] = {768, 3, 2048, 1, 4500}, ks[W] = {768, 17, 768, 40, 2048};
+  float *w[W];
+  size_t before, held;
+  vs_cpu_weights_stats(NULL, &before);
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < W; i++) {
+      size_t count = (size_t)ns[i] * ks[i];
+      w[i] = ops->alloc(dev, count * sizeof(float));
+      for (size_t e = 0; e < count; e++) w[i][e] = (float)((e * 7 + (size_t)i) % 13) - 6.0f;
+      const uint16_t *rows = vs_cpu_weights_bf16_rows(w[i], ns[i], ks[i]);
+      assert_non_null(rows);
+      assert_ptr_equal(vs_cpu_weights_bf16_rows(w[i], ns[i], ks[i]), rows); /* made once */
+      uint16_t *want = vt_malloc(count * sizeof *want);
+      vs_bf16_pack(w[i], ns[i], ks[i], want);
+      assert_memory_equal(rows, want, count * sizeof *want);
+      free(want);
+    }
+    /* freed out of order: the middle ones first */
+    static const int order[W] = {2, 1, 4, 0, 3};
+    for (int i = 0; i < W; i++) ops->free(dev, w[order[i]]);
+    vs_cpu_weights_stats(NULL, &held);
+    assert_int_equal(held, before);
+  }
   vs_dev_destroy(dev);
 }
 
@@ -216,6 +250,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_matches_list),
       cmocka_unit_test(test_copy_lifecycle),
+      cmocka_unit_test(test_bf16_copy_lifecycle),
       cmocka_unit_test(test_bf16_device),
       cmocka_unit_test(test_int8_weights),
   };

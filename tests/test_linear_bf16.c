@@ -32,6 +32,13 @@ static uint16_t *to_bf16(const float *w, size_t n) {
   return b;
 }
 
+/* the kernel's layout (vs_bf16_pack) */
+static uint16_t *packed(const float *w, int n, int k) {
+  uint16_t *b = vt_malloc((size_t)n * k * sizeof *b);
+  vs_bf16_pack(w, n, k, b);
+  return b;
+}
+
 /* x round(W)^T + bias in double: only the weights are rounded */
 static double *reference(const float *x, int m, int k, const uint16_t *w, int n,
                          const float *bias) {
@@ -60,16 +67,16 @@ static void test_matches_reference(void **state) {
       vt_fill(&rng, x, (size_t)m * k, -2, 2);
       vt_fill(&rng, w, (size_t)n * k, -0.5f, 0.5f);
       vt_fill(&rng, bias, (size_t)n, -1, 1);
-      uint16_t *wb = to_bf16(w, (size_t)n * k);
+      uint16_t *wb = to_bf16(w, (size_t)n * k), *wp = packed(w, n, k);
       for (int with_bias = 0; with_bias < 2; with_bias++) {
-        vs_bf16w_linear(dev, x, m, k, wb, n, with_bias ? bias : NULL, y);
+        vs_bf16w_linear(dev, x, m, k, wp, n, with_bias ? bias : NULL, y);
         double *ref = reference(x, m, k, wb, n, with_bias ? bias : NULL);
         char what[80];
         snprintf(what, sizeof what, "bf16 %s m=%d n=%d k=%d", vs_isa_name(isas[t]), m, n, k);
         vt_assert_close(y, ref, (size_t)m * n, 0, 4e-7 * k + 1e-6, what);
         free(ref);
       }
-      free(x), free(w), free(bias), free(y), free(wb);
+      free(x), free(w), free(bias), free(y), free(wb), free(wp);
     }
     vs_dev_destroy(dev);
   }
@@ -80,10 +87,10 @@ static void test_invariance(void **state) {
   enum { M = 7, N = 1100, K = 300 };
   vspec_rng rng;
   vs_rng_init(&rng, 62, 0);
-  static float x[M * K], w[N * K], y1[M * N], y2[M * N], row[N];
+  static float x[M * K], w[N * K], y1[M * N], y2[M * N], few[4 * N];
   vt_fill(&rng, x, M * K, -1, 1);
   vt_fill(&rng, w, N * K, -1, 1);
-  uint16_t *wb = to_bf16(w, N * K);
+  uint16_t *wb = packed(w, N, K);
   for (int t = 0; t < 3; t++) {
     vspec_dev *one = dev_isa(1, isas[t]), *two = dev_isa(2, isas[t]);
     if (!one || !two) {
@@ -94,10 +101,13 @@ static void test_invariance(void **state) {
     vs_bf16w_linear(one, x, M, K, wb, N, NULL, y1);
     vs_bf16w_linear(two, x, M, K, wb, N, NULL, y2);
     assert_memory_equal(y1, y2, sizeof y1);
-    for (int i = 0; i < M; i += 3) {
-      vs_bf16w_linear(two, x + (size_t)i * K, 1, K, wb, N, NULL, row);
-      assert_memory_equal(row, y1 + (size_t)i * N, sizeof row);
-    }
+    /* 1 to 4 rows take the weight rows in sequence (BF16_SEQ) where they fit one block, 7 rows
+     * side by side: the same bits */
+    for (int rows = 1; rows <= 4; rows++)
+      for (int i = 0; i + rows <= M; i += 3) {
+        vs_bf16w_linear(two, x + (size_t)i * K, rows, K, wb, N, NULL, few);
+        assert_memory_equal(few, y1 + (size_t)i * N, (size_t)rows * N * sizeof(float));
+      }
     vs_dev_destroy(one);
     vs_dev_destroy(two);
   }

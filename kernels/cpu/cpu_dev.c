@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -41,15 +42,48 @@ static void malloc_keep_job_memory(void) {}
 
 static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
 
-/* fill: the byte every new block starts with, or -1 to leave it as malloc gives it. */
+/* Blocks of at least this many bytes from vs_cpu_weight_alloc start on a 2 MiB boundary and
+ * ask for transparent huge pages (where the kernel's THP mode is "madvise", the common default,
+ * nothing else gets them). Decoding streams every weight once per token: with 4 KiB pages one
+ * thread's weight stream ran at 20-25 GB/s, with 2 MiB pages at 30-31 GB/s on the AMD EPYC
+ * (Zen 4) development machine (docs/BENCHMARKS.md, issue 33 item 4; the hardware prefetcher
+ * does not cross a 4 KiB page and each page costs a TLB miss). The alignment gap goes back to
+ * malloc's free lists. */
+#define VS_CPU_HUGE ((size_t)2 << 20)
+
+void *vs_cpu_weight_alloc(size_t bytes) {
+  pthread_once(&malloc_once, malloc_keep_job_memory);
+  size_t rounded = vs_align_up(bytes ? bytes : 1);
+  if (rounded < bytes) return NULL; /* overflow */
+  int huge = rounded >= VS_CPU_HUGE;
+  /* posix_memalign: aligned_alloc wants the size a multiple of the alignment */
+  void *p = NULL;
+  if (posix_memalign(&p, huge ? VS_CPU_HUGE : VS_CPU_ALIGN, rounded) != 0) p = NULL;
+#ifdef MADV_HUGEPAGE
+  /* before the first touch, which then faults in huge pages; a refusal (THP off, an old
+   * kernel) only leaves small pages */
+  if (p && huge) (void)madvise(p, rounded / VS_CPU_HUGE * VS_CPU_HUGE, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+/* fill: the byte every new block starts with, or -1 to leave it as malloc gives it. Zero-filled
+ * blocks (every tensor a model loads comes through vs_cpu_alloc) are weight blocks: the memset
+ * touches every page anyway, so huge pages cost no resident memory that small ones would not;
+ * an uninitialised block, which may be touched sparsely, keeps small pages. */
 static void *aligned_fill_alloc(size_t bytes, int fill) {
+  if (fill == 0) {
+    void *p = vs_cpu_weight_alloc(bytes);
+    if (p) memset(p, 0, vs_align_up(bytes ? bytes : 1));
+    return p;
+  }
   pthread_once(&malloc_once, malloc_keep_job_memory);
   /* aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
    * distinct pointer so that callers can treat NULL as failure only. */
   size_t rounded = vs_align_up(bytes ? bytes : 1);
   if (rounded < bytes) return NULL; /* overflow */
   void *p = aligned_alloc(VS_CPU_ALIGN, rounded);
-  if (p && fill >= 0) memset(p, fill, rounded);
+  if (p && fill > 0) memset(p, fill, rounded);
   return p;
 }
 

@@ -56,6 +56,12 @@ size_t vs_scratch_size(const vspec_dev *dev);
  * fails. Freed with the device. */
 void *vs_fused_scratch(vspec_dev *dev, size_t bytes);
 
+/* A block for weights that decoding streams (a model's tensors, their bf16 copies): when it
+ * spans at least one 2 MiB page it starts on a 2 MiB boundary and asks for transparent huge
+ * pages (see cpu_dev.c). Contents undefined, free() frees it; NULL when out of memory. The
+ * pages are given at first touch, so fill the block right away. */
+void *vs_cpu_weight_alloc(size_t bytes);
+
 /* Rounds up to the scratch alignment, for carving several arrays out of one scratch. */
 static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(VS_CPU_ALIGN - 1); }
 

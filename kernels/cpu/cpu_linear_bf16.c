@@ -3,7 +3,8 @@
  *
  * Blocking: four weight rows at a time, each activation row against them with four vector
  * accumulators, so every weight element is read from memory once and, for the other rows of
- * a CFG pair or a tree, from L1 (four rows of k bf16 are 6 KiB at k = 768).
+ * a CFG pair or a tree, from L1 (four rows of k bf16 are 6 KiB at k = 768). The weights come in
+ * the pair-interleaved layout of vs_bf16_pack (cpu_linear_bf16.h).
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_linear_bf16.h"
@@ -34,30 +35,89 @@ static void bf16_store(const bf16_job *jb, int i, int j, float s) {
   jb->y[(size_t)i * jb->n + j] = s + (jb->bias ? jb->bias[j] : 0.0f);
 }
 
-/* The k tail past the vector loop, in order, added after the lanes. */
-static float bf16_tail(const float *x, const uint16_t *w, int p0, int k) {
+/* Where row j lies in the pair-interleaved layout (cpu_linear_bf16.h): its first 16-column
+ * chunk, the step from one chunk to the next (32 in a pair, 16 for an unpaired last row), and
+ * its k - k16 tail columns. */
+typedef struct bf16_row {
+  const uint16_t *v, *t;
+  int cs;
+} bf16_row;
+
+/* Offset of element (j, p) of an n x k weight in the layout. */
+static inline size_t bf16_index(int n, int k, int j, int p) {
+  const int k16 = k & ~15;
+  if (j >= (n & ~1)) return (size_t)j * k + p;
+  size_t pair = (size_t)(j & ~1) * k;
+  if (p < k16) return pair + (size_t)(p >> 4) * 32 + 16 * (size_t)(j & 1) + (p & 15);
+  return pair + 2 * (size_t)k16 + (size_t)(j & 1) * (k - k16) + (p - k16);
+}
+
+static inline bf16_row bf16_row_at(const bf16_job *jb, int j) {
+  const int n = jb->n, k = jb->k;
+  return (bf16_row){jb->w + bf16_index(n, k, j, 0), jb->w + bf16_index(n, k, j, k & ~15),
+                    j < (n & ~1) ? 32 : 16};
+}
+
+/* Row r's columns p .. p+7 (p a multiple of 8): within one chunk below k16, else in the tail. */
+static inline const uint16_t *bf16_at(bf16_row r, int k16, int p) {
+  return p < k16 ? r.v + (size_t)(p >> 4) * r.cs + (p & 15) : r.t + (p - k16);
+}
+
+void vs_bf16_pack(const float *w, int n, int k, uint16_t *out) {
+  const int k16 = k & ~15;
+  for (int j = 0; j < n; j++) {
+    const float *src = w + (size_t)j * k;
+    uint16_t *v = out + bf16_index(n, k, j, 0), *t = out + bf16_index(n, k, j, k16);
+    const size_t cs = j < (n & ~1) ? 32 : 16;
+    for (int p = 0; p < k16; p++) v[(size_t)(p >> 4) * cs + (p & 15)] = vs_f32_to_bf16(src[p]);
+    for (int p = k16; p < k; p++) t[p - k16] = vs_f32_to_bf16(src[p]);
+  }
+}
+
+/* The k tail past the vector loop (columns p0 .., all past k16), in order, added after the
+ * lanes. */
+static float bf16_tail(const float *x, bf16_row w, int k16, int p0, int k) {
   float t = 0.0f;
-  for (int p = p0; p < k; p++) t += x[p] * vs_bf16_to_f32(w[p]);
+  for (int p = p0; p < k; p++) t += x[p] * vs_bf16_to_f32(w.t[p - k16]);
   return t;
 }
 
 /* ---- portable C: eight partial sums (lane p mod 8), added in a fixed tree ---------------- */
 static void bf16_rows_scalar(const bf16_job *jb, int j0, int j1) {
-  const int k = jb->k, kv = k / 8 * 8;
+  const int k = jb->k, kv = k / 8 * 8, k16 = k & ~15;
   for (int j = j0; j < j1; j++) {
-    const uint16_t *w = jb->w + (size_t)j * k;
+    const bf16_row w = bf16_row_at(jb, j);
     for (int i = 0; i < jb->m; i++) {
       const float *x = jb->x + (size_t)i * k;
       float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int p = 0; p < kv; p += 8)
-        for (int t = 0; t < 8; t++) l[t] += x[p + t] * vs_bf16_to_f32(w[p + t]);
+      for (int p = 0; p < kv; p += 8) {
+        const uint16_t *wp = bf16_at(w, k16, p);
+        for (int t = 0; t < 8; t++) l[t] += x[p + t] * vs_bf16_to_f32(wp[t]);
+      }
       float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-      bf16_store(jb, i, j, s + bf16_tail(x, w, kv, k));
+      bf16_store(jb, i, j, s + bf16_tail(x, w, k16, kv, k));
     }
   }
 }
 
 #if VS_BF16_X86
+/* One k step at column P of rows [R0, R1) side by side: each weight vector (WP(r): row r's
+ * columns at P) widened once and used for all mb activation rows. */
+#define BF16_STEP(VEC, WIDEN, LOADX, FMADD, R0, R1, WP, P)                                   \
+  do {                                                                                       \
+    VEC wv_[VS_BF16_RB];                                                                     \
+    _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++) wv_[r] = WIDEN(WP(r));         \
+    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {                                   \
+      VEC xv_ = LOADX(x + (size_t)q * k + (P));                                              \
+      _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++) acc[r][q] =                  \
+          FMADD(wv_[r], xv_, acc[r][q]);                                                     \
+    }                                                                                        \
+  } while (0)
+
+/* Row r's columns at p, within a chunk, and its tail columns. */
+#define BF16_AT(r) (w[r].v + (size_t)(p >> 4) * w[r].cs + (p & 15))
+#define BF16_TAIL(r) (w[r].t)
+
 /* ---- AVX-512 ----------------------------------------------------------------------------- */
 __attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *p) {
   __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -67,28 +127,33 @@ __attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *
 /* rb weight rows (4 or 1) from j against mb activation rows from i: each weight vector is
  * widened once per k step and used for all mb rows. rb and mb are compile-time constants in
  * each instance below, and the unroll pragmas turn the loops over them into straight code, so
- * the rb x mb accumulators stay in registers. */
+ * the rb x mb accumulators stay in registers. With seq (four rows, all activation rows in
+ * this block, so the weights come from memory once) the block's two pairs go one after the
+ * other, each pair's rows side by side: one sequential stream with two independent chains of
+ * multiply-adds (see cpu_linear_bf16.h). Every accumulator sees the same operations in the
+ * same order either way. */
 static inline __attribute__((always_inline, target("avx512f,fma"))) void
-bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb) {
+bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
   const int k = jb->k, kv = k / 16 * 16;
   const float *x = jb->x + (size_t)i * k;
-  const uint16_t *w = jb->w + (size_t)j * k;
+  bf16_row w[VS_BF16_RB];
   __m512 acc[VS_BF16_RB][4];
-  _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
+  _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {
+    w[r] = bf16_row_at(jb, j + r);
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) acc[r][q] = _mm512_setzero_ps();
-  for (int p = 0; p < kv; p += 16) {
-    __m512 wv[VS_BF16_RB];
-    _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) wv[r] = widen16(w + (size_t)r * k + p);
-    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {
-      __m512 xv = _mm512_loadu_ps(x + (size_t)q * k + p);
-      _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) acc[r][q] = _mm512_fmadd_ps(wv[r], xv, acc[r][q]);
-    }
+  }
+  if (seq) {
+    _Pragma("GCC unroll 2") for (int h = 0; h < rb; h += 2)
+      for (int p = 0; p < kv; p += 16)
+        BF16_STEP(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, h, h + 2, BF16_AT, p);
+  } else {
+    for (int p = 0; p < kv; p += 16)
+      BF16_STEP(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, 0, rb, BF16_AT, p);
   }
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
       bf16_store(jb, i + q, j + r,
-                 _mm512_reduce_add_ps(acc[r][q]) +
-                     bf16_tail(x + (size_t)q * k, w + (size_t)r * k, kv, k));
+                 _mm512_reduce_add_ps(acc[r][q]) + bf16_tail(x + (size_t)q * k, w[r], kv, kv, k));
 }
 
 /* ---- AVX2 --------------------------------------------------------------------------------- */
@@ -104,60 +169,72 @@ __attribute__((target("avx2"))) static inline float reduce8(__m256 a) {
   return _mm_cvtss_f32(_mm_add_ss(g, _mm_shuffle_ps(g, g, 1)));
 }
 
-/* As bf16_block_512 with 8 lanes; mb <= 2 (16 ymm registers: 8 accumulators, 4 weights). */
+/* As bf16_block_512 with 8 lanes (the k16 columns in 8-column halves of the chunks, then one
+ * more step from the tail columns when 8 or more remain); mb <= 2 (16 ymm registers: 8
+ * accumulators, 4 weights). */
 static inline __attribute__((always_inline, target("avx2,fma"))) void
-bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb) {
-  const int k = jb->k, kv = k / 8 * 8;
+bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
+  const int k = jb->k, kv = k / 8 * 8, k16 = k & ~15;
   const float *x = jb->x + (size_t)i * k;
-  const uint16_t *w = jb->w + (size_t)j * k;
+  bf16_row w[VS_BF16_RB];
   __m256 acc[VS_BF16_RB][2];
-  _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
+  _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {
+    w[r] = bf16_row_at(jb, j + r);
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) acc[r][q] = _mm256_setzero_ps();
-  for (int p = 0; p < kv; p += 8) {
-    __m256 wv[VS_BF16_RB];
-    _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) wv[r] = widen8(w + (size_t)r * k + p);
-    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {
-      __m256 xv = _mm256_loadu_ps(x + (size_t)q * k + p);
-      _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) acc[r][q] = _mm256_fmadd_ps(wv[r], xv, acc[r][q]);
-    }
+  }
+  const int step = seq ? 2 : rb;
+  _Pragma("GCC unroll 2") for (int h = 0; h < rb; h += step) {
+    for (int p = 0; p < k16; p += 8)
+      BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_AT, p);
+    if (kv > k16)
+      BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_TAIL, k16);
   }
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
       bf16_store(jb, i + q, j + r,
-                 reduce8(acc[r][q]) + bf16_tail(x + (size_t)q * k, w + (size_t)r * k, kv, k));
+                 reduce8(acc[r][q]) + bf16_tail(x + (size_t)q * k, w[r], k16, kv, k));
 }
 
-#define BF16_INST(NAME, BODY, TGT, RB, MB)                                                  \
+#define BF16_INST(NAME, BODY, TGT, RB, MB, SEQ)                                             \
   __attribute__((noinline, target(TGT))) static void NAME(const bf16_job *jb, int i, int j) { \
-    BODY(jb, i, j, RB, MB);                                                                 \
+    BODY(jb, i, j, RB, MB, SEQ);                                                            \
   }
-BF16_INST(b512_4x1, bf16_block_512, "avx512f,fma", 4, 1)
-BF16_INST(b512_4x2, bf16_block_512, "avx512f,fma", 4, 2)
-BF16_INST(b512_4x3, bf16_block_512, "avx512f,fma", 4, 3)
-BF16_INST(b512_4x4, bf16_block_512, "avx512f,fma", 4, 4)
-BF16_INST(b512_1x1, bf16_block_512, "avx512f,fma", 1, 1)
-BF16_INST(b512_1x2, bf16_block_512, "avx512f,fma", 1, 2)
-BF16_INST(b512_1x3, bf16_block_512, "avx512f,fma", 1, 3)
-BF16_INST(b512_1x4, bf16_block_512, "avx512f,fma", 1, 4)
-BF16_INST(b256_4x1, bf16_block_256, "avx2,fma", 4, 1)
-BF16_INST(b256_4x2, bf16_block_256, "avx2,fma", 4, 2)
-BF16_INST(b256_1x1, bf16_block_256, "avx2,fma", 1, 1)
-BF16_INST(b256_1x2, bf16_block_256, "avx2,fma", 1, 2)
+BF16_INST(b512_4x1, bf16_block_512, "avx512f,fma", 4, 1, 0)
+BF16_INST(b512_4x2, bf16_block_512, "avx512f,fma", 4, 2, 0)
+BF16_INST(b512_4x3, bf16_block_512, "avx512f,fma", 4, 3, 0)
+BF16_INST(b512_4x4, bf16_block_512, "avx512f,fma", 4, 4, 0)
+BF16_INST(b512_1x1, bf16_block_512, "avx512f,fma", 1, 1, 0)
+BF16_INST(b512_1x2, bf16_block_512, "avx512f,fma", 1, 2, 0)
+BF16_INST(b512_1x3, bf16_block_512, "avx512f,fma", 1, 3, 0)
+BF16_INST(b512_1x4, bf16_block_512, "avx512f,fma", 1, 4, 0)
+BF16_INST(b512_4x1s, bf16_block_512, "avx512f,fma", 4, 1, 1)
+BF16_INST(b512_4x2s, bf16_block_512, "avx512f,fma", 4, 2, 1)
+BF16_INST(b512_4x3s, bf16_block_512, "avx512f,fma", 4, 3, 1)
+BF16_INST(b512_4x4s, bf16_block_512, "avx512f,fma", 4, 4, 1)
+BF16_INST(b256_4x1, bf16_block_256, "avx2,fma", 4, 1, 0)
+BF16_INST(b256_4x2, bf16_block_256, "avx2,fma", 4, 2, 0)
+BF16_INST(b256_1x1, bf16_block_256, "avx2,fma", 1, 1, 0)
+BF16_INST(b256_1x2, bf16_block_256, "avx2,fma", 1, 2, 0)
+BF16_INST(b256_4x1s, bf16_block_256, "avx2,fma", 4, 1, 1)
+BF16_INST(b256_4x2s, bf16_block_256, "avx2,fma", 4, 2, 1)
 #endif
 
 typedef void (*bf16_block_fn)(const bf16_job *jb, int i, int j);
 
-/* Instances by [rows of W == 4][activation rows - 1], and the most activation rows per block. */
+/* Instances by [shape][activation rows - 1]: shape 0 one weight row, 1 four side by side,
+ * 2 four as two pairs one after the other (seq); and the most activation rows per block. */
 typedef struct bf16_kernels {
-  bf16_block_fn by_rb[2][4];
+  bf16_block_fn by_rb[3][4];
   int mb;
 } bf16_kernels;
 
 #if VS_BF16_X86
 static const bf16_kernels k512 = {{{b512_1x1, b512_1x2, b512_1x3, b512_1x4},
-                                   {b512_4x1, b512_4x2, b512_4x3, b512_4x4}}, 4};
-static const bf16_kernels k256 = {{{b256_1x1, b256_1x2, NULL, NULL}, {b256_4x1, b256_4x2, NULL, NULL}},
-                                  2};
+                                   {b512_4x1, b512_4x2, b512_4x3, b512_4x4},
+                                   {b512_4x1s, b512_4x2s, b512_4x3s, b512_4x4s}}, 4};
+static const bf16_kernels k256 = {{{b256_1x1, b256_1x2, NULL, NULL},
+                                   {b256_4x1, b256_4x2, NULL, NULL},
+                                   {b256_4x1s, b256_4x2s, NULL, NULL}}, 2};
 #endif
 
 static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
@@ -174,9 +251,10 @@ static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
    * element sums the same way in every block shape */
   for (int j = j0; j < j1;) {
     int four = j1 - j >= VS_BF16_RB;
+    int shape = four && jb->m <= ks->mb ? 2 : four;
     for (int i = 0; i < jb->m; i += ks->mb) {
       int mb = jb->m - i < ks->mb ? jb->m - i : ks->mb;
-      ks->by_rb[four][mb - 1](jb, i, j);
+      ks->by_rb[shape][mb - 1](jb, i, j);
     }
     j += four ? VS_BF16_RB : 1;
   }

@@ -32,12 +32,26 @@
  * products and measured slower still on the machine at hand (an Intel Xeon with AMX, tiles
  * off): one vdpbf16ps cost 1.6 fp32 FMAs there, and a 4x4 block kernel ran the GPT-B shape's
  * 4-row forward in 42 ms against 25 ms in fp32 (2026-11-27). Not kept; to be measured on a
- * CPU without AMX before it is tried again. */
+ * CPU without AMX before it is tried again. These figures predate the rows-in-sequence order
+ * and the huge pages of issue 33 item 4 (docs/BENCHMARKS.md), which made m <= 4 faster in
+ * both precisions; the limit was not measured again (raising it changes which weights a
+ * 3- or 4-row product uses, hence its bits). */
 #define VS_BF16_ROWS_MAX_M 2
 
-/* y[m, n] = x[m, k] W^T + bias with W [n, k] given as row-major bf16 (round to nearest even of
- * the fp32 weight); bias may be NULL. Runs the device's instruction set (dev->isa) on its
- * pool, split by output rows of W. */
+/* W [n, k] (row-major fp32) in bf16 (round to nearest even) into out (n k elements), in the
+ * layout the kernel reads: rows in pairs (0, 1), (2, 3), ... and, within a pair's 2 k elements,
+ * the first k16 = k / 16 * 16 columns in chunks of 16, the chunks of the two rows alternating
+ * (row 2i chunk 0, row 2i+1 chunk 0, row 2i chunk 1, ...), then row 2i's k - k16 last columns,
+ * then row 2i+1's; an odd last row stays as it is. Why: decoding multiplies one or two
+ * activation rows into each weight row, a chain of dependent fused multiply-adds per row
+ * whose latency, not memory, set the pace on the Zen 4 development machine at k = 2048
+ * (20 GB/s for one row's stream, 29-30 GB/s for a pair's two chains reading one stream,
+ * docs/BENCHMARKS.md issue 33 item 4); side by side in separate rows the two chains would be
+ * two memory streams, which streamed slower still. */
+void vs_bf16_pack(const float *w, int n, int k, uint16_t *out);
+
+/* y[m, n] = x[m, k] W^T + bias with W [n, k] given as vs_bf16_pack made it; bias may be NULL.
+ * Runs the device's instruction set (dev->isa) on its pool, split by output rows of W. */
 void vs_bf16w_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t *w, int n,
                      const float *bias, float *y);
 

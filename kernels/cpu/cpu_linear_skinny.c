@@ -6,7 +6,10 @@
  * holds RB x MB vector accumulators and streams the k dimension through them, so every
  * weight element comes from memory once and is used m times from L1 (the 4 weight rows of
  * a block are at most 4 x 8 KiB at the GPT-B shapes; the activations, m x K, sit in L2).
- * The accumulators are reduced horizontally once at the end.
+ * The accumulators are reduced horizontally once at the end. When all m rows fit one
+ * activation block (decoding: 1 or 2 rows), the block's weight rows are taken one after the
+ * other rather than side by side (VS_SKINNY_SEQ), so that the weights are read as one
+ * sequential stream.
  *
  * Summation order. Lane l of the accumulator of element (i, j) sums
  * a[i, p] b[j, p] for p = l, l + W, l + 2W, ... in that order (fused multiply-adds, W the
@@ -153,9 +156,10 @@ static void skinny_cols_scalar(const skinny_job *jb, int j0, int j1) {
 typedef void (*skinny_mk)(const skinny_job *jb, int i, int j);
 
 /* The micro-kernels of one instruction set, indexed by mb - 1: 1-row (right edge) and
- * RB-row blocks, and RB-row blocks that also prefetch the next block's weight rows. */
+ * RB-row blocks, RB-row blocks that also prefetch the next block's weight rows, and RB-row
+ * blocks that take their rows in sequence (VS_SKINNY_SEQ). */
 typedef struct skinny_kernels {
-  const skinny_mk *rows1, *rows4, *rows4_pf;
+  const skinny_mk *rows1, *rows4, *rows4_pf, *rows4_seq;
   int mb; /* activation rows per block */
 } skinny_kernels;
 
@@ -183,13 +187,23 @@ VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j
  * Measured with `vspec-bench linear --threads 1 --cpu-time` (AVX-512, 4 runs each,
  * loaded machine): m = 8 went from 32-35 to 22-26 ms, m = 16 from 39-51 to 31-32 ms,
  * m = 32 from 55-68 to 48-49 ms; m = 1 unchanged (the hardware prefetcher already keeps up
- * with a pure stream). */
+ * with a pure stream).
+ *
+ * When the m rows fit one activation block, that block is the only pass over the weights
+ * and takes the block's rows in sequence instead: one stream rather than four, which on the
+ * Zen 4 development machine made the GPT-B products at m = 1 and 2 about 1.3x faster alone
+ * and 1.8x with the weights on huge pages (cpu_dev.c); above one block the side-by-side
+ * order with its prefetch stays (first block in sequence, the rest side by side measured
+ * slower at m = 8). */
 static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
   const int m = jb->m, mb = ks->mb;
   for (int j = j0; j < j1;) {
     if (j1 - j >= VS_SKINNY_RB) {
-      for (int i = 0; i < m; i += mb)
-        (i == 0 ? ks->rows4_pf : ks->rows4)[(m - i < mb ? m - i : mb) - 1](jb, i, j);
+      if (m <= mb)
+        ks->rows4_seq[m - 1](jb, 0, j);
+      else
+        for (int i = 0; i < m; i += mb)
+          (i == 0 ? ks->rows4_pf : ks->rows4)[(m - i < mb ? m - i : mb) - 1](jb, i, j);
       j += VS_SKINNY_RB;
     } else {
       for (int i = 0; i < m; i += mb) ks->rows1[(m - i < mb ? m - i : mb) - 1](jb, i, j);
@@ -215,6 +229,32 @@ static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_k
           FMADD(w_[r], x_, acc[r][q]);                                                  \
     }                                                                                   \
   } while (0)
+
+/* The rb x mb micro-kernel with the weight rows taken one after the other instead of side
+ * by side: row r's whole k loop (one weight vector, then per activation row one vector and
+ * one fused multiply-add into acc[r][q]), then row r + 1's. Every accumulator sees the same
+ * operations in the same order as in VS_SKINNY_STEP, so the bits are the same; only the
+ * order of the memory reads changes: the block's rows, adjacent in memory, are read as one
+ * sequential stream. That is what the hardware prefetcher keeps up with: on the AMD EPYC
+ * (Zen 4) development machine four side-by-side rows of 3-8 KiB streamed at 13-19 GB/s, the
+ * same rows in sequence at 25-31 GB/s, a plain read at 30-33 GB/s (docs/BENCHMARKS.md, issue
+ * 33 item 4). LOADM is the masked load of the k tail (its mask set up by TAIL_SETUP). */
+#define VS_SKINNY_SEQ(VEC, FMADD, LOAD, LOADM, W, TAIL_SETUP)                            \
+  _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) {                                \
+    const float *wr_ = b + r * ldb;                                                     \
+    int p = 0;                                                                          \
+    for (; p + (W) <= k; p += (W)) {                                                    \
+      VEC w_ = LOAD(wr_ + p);                                                           \
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] =                  \
+          FMADD(w_, LOAD(a + q * lda + p), acc[r][q]);                                  \
+    }                                                                                   \
+    if (p < k) {                                                                        \
+      TAIL_SETUP;                                                                       \
+      VEC w_ = LOADM(wr_ + p);                                                          \
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] =                  \
+          FMADD(w_, LOADM(a + q * lda + p), acc[r][q]);                                 \
+    }                                                                                   \
+  }
 
 /* ---- AVX-512 ------------------------------------------------------------------------- */
 
@@ -245,20 +285,61 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 __m128 vs512_reduce4(__m512 a0, __m512 a1, __m
 #define VS512_LOAD(ptr) _mm512_loadu_ps(ptr)
 #define VS512_LOADM(ptr) _mm512_maskz_loadu_ps(tail, ptr)
 
+/* VS_SKINNY_SEQ on 256-bit halves: lanes 0-7 and 8-15 of each accumulator in two ymm
+ * registers, every lane the same fused multiply-adds in the same order as in a zmm (the tail
+ * too: masked-off lanes load 0), so the bits are those of the AVX-512 kernel. Why: on the Zen 4
+ * development machine 256-bit loads streamed faster than 512-bit ones (docs/BENCHMARKS.md,
+ * issue 33 item 4). */
+VS_ALWAYS_INLINE VS_TARGET_AVX512 void seq512_halves(const float *a, size_t lda, const float *b,
+                                                     size_t ldb, int k, const int rb,
+                                                     const int mb,
+                                                     __m512 acc[VS_SKINNY_RB][VS512_MB]) {
+  _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) {
+    const float *wr = b + r * ldb;
+    __m256 lo[VS512_MB], hi[VS512_MB];
+    _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) lo[q] = hi[q] = _mm256_setzero_ps();
+    int p = 0;
+    for (; p + 16 <= k; p += 16) {
+      __m256 wl = _mm256_loadu_ps(wr + p), wh = _mm256_loadu_ps(wr + p + 8);
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {
+        lo[q] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(a + q * lda + p), lo[q]);
+        hi[q] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(a + q * lda + p + 8), hi[q]);
+      }
+    }
+    if (p < k) {
+      const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1u);
+      const __mmask8 tl = (__mmask8)tail, th = (__mmask8)(tail >> 8);
+      __m256 wl = _mm256_maskz_loadu_ps(tl, wr + p), wh = _mm256_maskz_loadu_ps(th, wr + p + 8);
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {
+        lo[q] = _mm256_fmadd_ps(wl, _mm256_maskz_loadu_ps(tl, a + q * lda + p), lo[q]);
+        hi[q] = _mm256_fmadd_ps(wh, _mm256_maskz_loadu_ps(th, a + q * lda + p + 8), hi[q]);
+      }
+    }
+    _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] =
+        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo[q])),
+                                            _mm256_castps_pd(hi[q]), 1));
+  }
+}
+
+/* pf: prefetch the next block (VS_SKINNY_STEP); seq: the rows in sequence (VS_SKINNY_SEQ). */
 VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, const int rb,
-                                                 const int mb, const int pf) {
+                                                 const int mb, const int pf, const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
   const int k = jb->k;
   __m512 acc[VS_SKINNY_RB][VS512_MB];
   _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)
   _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] = _mm512_setzero_ps();
-  int p = 0;
-  for (; p + 16 <= k; p += 16) VS_SKINNY_STEP(__m512, _mm512_fmadd_ps, VS512_LOAD);
-  if (p < k) {
-    /* Masked-off lanes load as 0 (and fault-free past the end of a row): 0 * 0 + acc. */
-    const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1u);
-    VS_SKINNY_STEP(__m512, _mm512_fmadd_ps, VS512_LOADM);
+  if (seq) {
+    seq512_halves(a, lda, b, ldb, k, rb, mb, acc);
+  } else {
+    int p = 0;
+    for (; p + 16 <= k; p += 16) VS_SKINNY_STEP(__m512, _mm512_fmadd_ps, VS512_LOAD);
+    if (p < k) {
+      /* Masked-off lanes load as 0 (and fault-free past the end of a row): 0 * 0 + acc. */
+      const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1u);
+      VS_SKINNY_STEP(__m512, _mm512_fmadd_ps, VS512_LOADM);
+    }
   }
   /* rb is 4 or 1; for 1 the index expressions keep to acc[0] */
   _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++)
@@ -268,23 +349,28 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, in
                     i + q, j, rb);
 }
 
-#define VS512_DEF(NAME, RB, MB, PF)                                                    \
+#define VS512_DEF(NAME, RB, MB, PF, SEQ)                                               \
   __attribute__((noinline)) VS_TARGET_AVX512 static void NAME(const skinny_job *jb, int i, \
                                                               int j) {                  \
-    mk_avx512(jb, i, j, RB, MB, PF);                                                    \
+    mk_avx512(jb, i, j, RB, MB, PF, SEQ);                                               \
   }
-VS512_DEF(mk512_1x1, 1, 1, 0) VS512_DEF(mk512_1x2, 1, 2, 0)
-VS512_DEF(mk512_1x3, 1, 3, 0) VS512_DEF(mk512_1x4, 1, 4, 0)
-VS512_DEF(mk512_4x1, 4, 1, 0) VS512_DEF(mk512_4x2, 4, 2, 0)
-VS512_DEF(mk512_4x3, 4, 3, 0) VS512_DEF(mk512_4x4, 4, 4, 0)
-VS512_DEF(mk512_4x1_pf, 4, 1, 1) VS512_DEF(mk512_4x2_pf, 4, 2, 1)
-VS512_DEF(mk512_4x3_pf, 4, 3, 1) VS512_DEF(mk512_4x4_pf, 4, 4, 1)
+VS512_DEF(mk512_1x1, 1, 1, 0, 0) VS512_DEF(mk512_1x2, 1, 2, 0, 0)
+VS512_DEF(mk512_1x3, 1, 3, 0, 0) VS512_DEF(mk512_1x4, 1, 4, 0, 0)
+VS512_DEF(mk512_4x1, 4, 1, 0, 0) VS512_DEF(mk512_4x2, 4, 2, 0, 0)
+VS512_DEF(mk512_4x3, 4, 3, 0, 0) VS512_DEF(mk512_4x4, 4, 4, 0, 0)
+VS512_DEF(mk512_4x1_pf, 4, 1, 1, 0) VS512_DEF(mk512_4x2_pf, 4, 2, 1, 0)
+VS512_DEF(mk512_4x3_pf, 4, 3, 1, 0) VS512_DEF(mk512_4x4_pf, 4, 4, 1, 0)
+VS512_DEF(mk512_4x1_seq, 4, 1, 0, 1) VS512_DEF(mk512_4x2_seq, 4, 2, 0, 1)
+VS512_DEF(mk512_4x3_seq, 4, 3, 0, 1) VS512_DEF(mk512_4x4_seq, 4, 4, 0, 1)
 
 static const skinny_mk mk512_rows1[VS512_MB] = {mk512_1x1, mk512_1x2, mk512_1x3, mk512_1x4};
 static const skinny_mk mk512_rows4[VS512_MB] = {mk512_4x1, mk512_4x2, mk512_4x3, mk512_4x4};
 static const skinny_mk mk512_rows4_pf[VS512_MB] = {mk512_4x1_pf, mk512_4x2_pf, mk512_4x3_pf,
                                                    mk512_4x4_pf};
-static const skinny_kernels vs512_kernels = {mk512_rows1, mk512_rows4, mk512_rows4_pf, VS512_MB};
+static const skinny_mk mk512_rows4_seq[VS512_MB] = {mk512_4x1_seq, mk512_4x2_seq, mk512_4x3_seq,
+                                                    mk512_4x4_seq};
+static const skinny_kernels vs512_kernels = {mk512_rows1, mk512_rows4, mk512_rows4_pf,
+                                             mk512_rows4_seq, VS512_MB};
 
 /* ---- AVX2 ------------------------------------------------------------------------------ */
 
@@ -314,18 +400,24 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 __m128 vs256_reduce4(__m256 a0, __m256 a1, __m25
 }
 
 VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, const int rb,
-                                             const int mb, const int pf) {
+                                             const int mb, const int pf, const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
   const int k = jb->k;
   __m256 acc[VS_SKINNY_RB][VS256_MB];
   _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)
   _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] = _mm256_setzero_ps();
-  int p = 0;
-  for (; p + 8 <= k; p += 8) VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOAD);
-  if (p < k) {
-    const __m256i tail = _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p)));
-    VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOADM);
+  if (seq) {
+    VS_SKINNY_SEQ(__m256, _mm256_fmadd_ps, VS256_LOAD, VS256_LOADM, 8,
+                  const __m256i tail =
+                      _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p))))
+  } else {
+    int p = 0;
+    for (; p + 8 <= k; p += 8) VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOAD);
+    if (p < k) {
+      const __m256i tail = _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p)));
+      VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOADM);
+    }
   }
   _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++)
       skinny_store4(jb,
@@ -334,19 +426,22 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j,
                     i + q, j, rb);
 }
 
-#define VS256_DEF(NAME, RB, MB, PF)                                                    \
+#define VS256_DEF(NAME, RB, MB, PF, SEQ)                                               \
   __attribute__((noinline)) VS_TARGET_AVX2 static void NAME(const skinny_job *jb, int i,   \
                                                             int j) {                    \
-    mk_avx2(jb, i, j, RB, MB, PF);                                                      \
+    mk_avx2(jb, i, j, RB, MB, PF, SEQ);                                                 \
   }
-VS256_DEF(mk256_1x1, 1, 1, 0) VS256_DEF(mk256_1x2, 1, 2, 0)
-VS256_DEF(mk256_4x1, 4, 1, 0) VS256_DEF(mk256_4x2, 4, 2, 0)
-VS256_DEF(mk256_4x1_pf, 4, 1, 1) VS256_DEF(mk256_4x2_pf, 4, 2, 1)
+VS256_DEF(mk256_1x1, 1, 1, 0, 0) VS256_DEF(mk256_1x2, 1, 2, 0, 0)
+VS256_DEF(mk256_4x1, 4, 1, 0, 0) VS256_DEF(mk256_4x2, 4, 2, 0, 0)
+VS256_DEF(mk256_4x1_pf, 4, 1, 1, 0) VS256_DEF(mk256_4x2_pf, 4, 2, 1, 0)
+VS256_DEF(mk256_4x1_seq, 4, 1, 0, 1) VS256_DEF(mk256_4x2_seq, 4, 2, 0, 1)
 
 static const skinny_mk mk256_rows1[VS256_MB] = {mk256_1x1, mk256_1x2};
 static const skinny_mk mk256_rows4[VS256_MB] = {mk256_4x1, mk256_4x2};
 static const skinny_mk mk256_rows4_pf[VS256_MB] = {mk256_4x1_pf, mk256_4x2_pf};
-static const skinny_kernels vs256_kernels = {mk256_rows1, mk256_rows4, mk256_rows4_pf, VS256_MB};
+static const skinny_mk mk256_rows4_seq[VS256_MB] = {mk256_4x1_seq, mk256_4x2_seq};
+static const skinny_kernels vs256_kernels = {mk256_rows1, mk256_rows4, mk256_rows4_pf,
+                                             mk256_rows4_seq, VS256_MB};
 
 #endif /* VS_SKINNY_X86 */
 

@@ -12,8 +12,10 @@
 
 #include "vspec/types.h"
 #include "kernels/common/vs_math.h"
+#include "kernels/cpu/cpu_dev.h"
 #include "kernels/cpu/cpu_linear_amx.h"
 #include "kernels/cpu/cpu_linear_amx8.h"
+#include "kernels/cpu/cpu_linear_bf16.h"
 #include "kernels/cpu/cpu_weights.h"
 #include "kernels/vs_kernels.h"
 
@@ -101,6 +103,63 @@ static void remove_at(size_t i) {
   }
 }
 
+/* The bf16 copies (CPUs without AMX) are carved from arenas on huge pages: most copies are
+ * 1-4 MiB, so a block of their own would start a huge page at best once and leave the rest of
+ * the copy on 4 KiB pages, and decoding streams the copies once per token: on the Zen 4
+ * development machine a GPT-B bf16 forward took 10.2 ms with the copies in their own blocks
+ * and 7.6 ms on huge pages throughout (docs/BENCHMARKS.md, issue 33 item 4). An arena is
+ * freed with the last copy carved from it; a copy above half an arena gets its own block
+ * (vs_cpu_weight_alloc, which puts it on huge pages but for its ends). Under table_mu. */
+#define VS_COPY_ARENA ((size_t)32 << 20)
+
+typedef struct copy_arena {
+  struct copy_arena *next;
+  char *base;
+  size_t used;
+  int live; /* copies carved from it and not freed */
+} copy_arena;
+
+static copy_arena *arenas; /* the newest first: the one carved from */
+
+static void *copy_alloc(size_t bytes) {
+  bytes = (bytes + 63) & ~(size_t)63; /* each copy on a cache line of its own */
+#ifdef VSPEC_SANITIZED
+  /* blocks of their own, so that the sanitizer sees a read past the end of a copy */
+  return vs_cpu_weight_alloc(bytes);
+#endif
+  if (bytes > VS_COPY_ARENA / 2) return vs_cpu_weight_alloc(bytes);
+  copy_arena *a = arenas;
+  if (!a || VS_COPY_ARENA - a->used < bytes) {
+    a = calloc(1, sizeof *a);
+    if (!a || !(a->base = vs_cpu_weight_alloc(VS_COPY_ARENA))) {
+      free(a);
+      return NULL;
+    }
+    a->next = arenas;
+    arenas = a;
+  }
+  void *p = a->base + a->used;
+  a->used += bytes;
+  a->live++;
+  return p;
+}
+
+/* Releases a copy carved from an arena (the arena with its last copy) and returns 1; 0 for a
+ * copy in a block of its own (the caller frees it). */
+static int copy_release(const void *p) {
+  for (copy_arena **pp = &arenas; *pp; pp = &(*pp)->next) {
+    copy_arena *a = *pp;
+    if ((const char *)p < a->base || (const char *)p >= a->base + VS_COPY_ARENA) continue;
+    if (--a->live == 0) {
+      *pp = a->next;
+      free(a->base);
+      free(a);
+    }
+    return 1;
+  }
+  return 0;
+}
+
 void vs_cpu_weights_untrack(void *p) {
   uint16_t *amx = NULL, *rows = NULL;
   void *int8 = NULL;
@@ -112,6 +171,7 @@ void vs_cpu_weights_untrack(void *p) {
     int8 = e->int8;
     if (amx) copy_bytes -= vs_amx_packed_bytes(e->n, e->k);
     if (rows) copy_bytes -= (size_t)e->n * e->k * sizeof(uint16_t);
+    if (rows && copy_release(rows)) rows = NULL;
     if (int8) copy_bytes -= vs_amx8_packed_bytes(e->int8_n, e->int8_k);
     remove_at((size_t)(e - table));
     table_used--;
@@ -195,9 +255,9 @@ const uint16_t *vs_cpu_weights_bf16_rows(const float *w, int n, int k) {
       if (e->n == n && e->k == k) out = e->rows;
     } else {
       size_t count = (size_t)n * k;
-      uint16_t *copy = malloc(count * sizeof(uint16_t));
+      uint16_t *copy = copy_alloc(count * sizeof(uint16_t));
       if (copy) {
-        for (size_t i = 0; i < count; i++) copy[i] = vs_f32_to_bf16(w[i]);
+        vs_bf16_pack(w, n, k, copy);
         e->rows = copy, e->n = n, e->k = k;
         copy_bytes += count * sizeof(uint16_t);
         out = copy;
