@@ -17,7 +17,7 @@
 
 /* One byte longer than a line so that a line that is too long fails to compile (-Werror)
  * and one that is too short is caught by vs_font_check. */
-static const char vs__sheet[VS__SHEET_BLOCKS * VS_FONT_GLYPH_H][VS__SHEET_LINE_LEN + 1] = {
+static const char bf_sheet[VS__SHEET_BLOCKS * VS_FONT_GLYPH_H][VS__SHEET_LINE_LEN + 1] = {
     /* spc   !     "     #     $     %     &     '     (     )     *     + */
     "..... ..#.. .#.#. .#.#. ..#.. ##... .##.. ..#.. ...#. .#... ..... .....",
     "..... ..#.. .#.#. .#.#. .#### ##..# #..#. ..#.. ..#.. ..#.. ..#.. ..#..",
@@ -129,7 +129,7 @@ unsigned vs_font_glyph_row(unsigned char ch, int row) {
   if (row < 0 || row >= VS_FONT_GLYPH_H) return 0;
   if (ch < 32 || ch > 126) ch = '?';
   int k = ch - 32;
-  const char *line = vs__sheet[(k / VS__SHEET_PER_BLOCK) * VS_FONT_GLYPH_H + row];
+  const char *line = bf_sheet[(k / VS__SHEET_PER_BLOCK) * VS_FONT_GLYPH_H + row];
   const char *cell = line + (k % VS__SHEET_PER_BLOCK) * (VS_FONT_GLYPH_W + 1);
   unsigned bits = 0;
   for (int i = 0; i < VS_FONT_GLYPH_W; i++) bits = (bits << 1) | (cell[i] == '#');
@@ -137,9 +137,9 @@ unsigned vs_font_glyph_row(unsigned char ch, int row) {
 }
 
 int vs_font_check(void) {
-  int n_lines = (int)(sizeof vs__sheet / sizeof vs__sheet[0]);
+  int n_lines = (int)(sizeof bf_sheet / sizeof bf_sheet[0]);
   for (int l = 0; l < n_lines; l++) {
-    const char *s = vs__sheet[l];
+    const char *s = bf_sheet[l];
     if (strlen(s) != VS__SHEET_LINE_LEN) return l + 1;
     for (int i = 0; i < VS__SHEET_LINE_LEN; i++) {
       int sep = i % (VS_FONT_GLYPH_W + 1) == VS_FONT_GLYPH_W;
@@ -159,8 +159,8 @@ int vs_text_height(int scale) { return VS_FONT_GLYPH_H * scale; }
 
 /* Both orientations share the glyph walk; `up` maps text-space (tx, ty) to the screen
  * rotated a quarter turn counter-clockwise around the box's bottom-left corner. */
-static int vs__draw(const vs_canvas *c, int x, int y, const char *text, const uint8_t color[3],
-                    int scale, int up) {
+static int bf_draw(const vs_canvas *c, int x, int y, const char *text, const uint8_t color[3],
+                   int scale, int up) {
   if (!text) return 0;
   if (scale < 1) scale = 1;
   int pen = 0;
@@ -183,10 +183,10 @@ static int vs__draw(const vs_canvas *c, int x, int y, const char *text, const ui
 
 int vs_draw_text(const vs_canvas *c, int x, int y, const char *text, const uint8_t color[3],
                  int scale) {
-  return vs__draw(c, x, y, text, color, scale, 0);
+  return bf_draw(c, x, y, text, color, scale, 0);
 }
 
 int vs_draw_text_up(const vs_canvas *c, int x, int y, const char *text, const uint8_t color[3],
                     int scale) {
-  return vs__draw(c, x, y, text, color, scale, 1);
+  return bf_draw(c, x, y, text, color, scale, 1);
 }

@@ -34,27 +34,27 @@
 #define VS__JOB_TIMEOUT_S 60.0 /* one image of phase 1, submit to result */
 #define VS__GOAL_PCT 5.0       /* the goal for the added p50 latency */
 
-static volatile sig_atomic_t vs__stop;
+static volatile sig_atomic_t dfb_stop;
 static void fb_on_signal(int sig) {
   (void)sig;
-  vs__stop = 1;
+  dfb_stop = 1;
 }
 
-typedef struct vs__opts {
+typedef struct dfb_opts {
   vs_bench_fleet_opts fleet;
   char model_dir[1100];
   const char *model_label, *method, *json;
   int keep;
   long images, jobs, in_flight, redis_down_ms;
-} vs__opts;
+} dfb_opts;
 
 /* ---- phase 1: one image at a time ------------------------------------------------------- */
 
-typedef struct vs__lat {
+typedef struct dfb_lat {
   int n;
   double *direct, *gateway, *diff;     /* end to end, s */
   double *direct_acc, *gateway_acc;    /* submit to the daemon's Accepted, s */
-} vs__lat;
+} dfb_lat;
 
 static uint64_t dfb_random_id(void) {
   uint64_t v = 0;
@@ -90,8 +90,8 @@ static int fb_one(const vs_bench_fleet *f, vs_conn *c, uint64_t seed, int cls, u
   if (dfb_send_one(c, seed, cls, job_id, method, &rid, err, errlen)) return -1;
   *to_acc = -1;
   for (;;) {
-    if (vs__stop || vs_bench_now() - t0 > VS__JOB_TIMEOUT_S) {
-      snprintf(err, errlen, vs__stop ? "interrupted" : "no result within %.0f s",
+    if (dfb_stop || vs_bench_now() - t0 > VS__JOB_TIMEOUT_S) {
+      snprintf(err, errlen, dfb_stop ? "interrupted" : "no result within %.0f s",
                VS__JOB_TIMEOUT_S);
       return -1;
     }
@@ -127,17 +127,17 @@ static int fb_one(const vs_bench_fleet *f, vs_conn *c, uint64_t seed, int cls, u
   }
 }
 
-typedef struct vs__conns {
+typedef struct dfb_conns {
   vs_conn d[VS_BENCH_FLEET_DAEMONS], gw[VS_BENCH_FLEET_GATEWAYS];
   int n_d, n_gw;
-} vs__conns;
+} dfb_conns;
 
-static void dfb_conns_close(vs__conns *c) {
+static void dfb_conns_close(dfb_conns *c) {
   for (int i = 0; i < c->n_d; i++) vs_conn_close(&c->d[i]);
   for (int i = 0; i < c->n_gw; i++) vs_conn_close(&c->gw[i]);
 }
 
-static int dfb_conns_open(vs__conns *c, const vs_bench_fleet *f, char *err, size_t errlen) {
+static int dfb_conns_open(dfb_conns *c, const vs_bench_fleet *f, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
   for (; c->n_d < VS_BENCH_FLEET_DAEMONS; c->n_d++)
     if (vs_conn_open(&c->d[c->n_d], f->d[c->n_d].job_ep, NULL, err, errlen)) return -1;
@@ -147,7 +147,7 @@ static int dfb_conns_open(vs__conns *c, const vs_bench_fleet *f, char *err, size
 }
 
 /* Weights paged in on every daemon, the gateways' and the agents' first Redis commands. */
-static int dfb_warm_up(const vs_bench_fleet *f, vs__conns *c, const char *method, char *err,
+static int dfb_warm_up(const vs_bench_fleet *f, dfb_conns *c, const char *method, char *err,
                        size_t errlen) {
   double lat, acc;
   for (int i = 0; i < VS_BENCH_FLEET_DAEMONS; i++)
@@ -162,9 +162,9 @@ static int dfb_warm_up(const vs_bench_fleet *f, vs__conns *c, const char *method
 
 /* Image i: seed i, class i mod 10, straight to daemon i mod 3 and through gateway i mod 2,
  * the two in alternating order so that drift spreads over both paths alike. */
-static int dfb_latency(const vs_bench_fleet *f, const vs__opts *o, vs__lat *l, char *err,
+static int dfb_latency(const vs_bench_fleet *f, const dfb_opts *o, dfb_lat *l, char *err,
                        size_t errlen) {
-  vs__conns c;
+  dfb_conns c;
   int rc = dfb_conns_open(&c, f, err, errlen);
   if (!rc) rc = dfb_warm_up(f, &c, o->method, err, errlen);
   for (int i = 0; !rc && i < l->n; i++) {
@@ -188,12 +188,12 @@ static int dfb_latency(const vs_bench_fleet *f, const vs__opts *o, vs__lat *l, c
 
 static double dfb_q(const double *v, int n, double q) { return vs_bench_quantile(v, n, q); }
 
-static double vs__added_pct(const vs__lat *l) {
+static double dfb_added_pct(const dfb_lat *l) {
   double d = dfb_q(l->direct, l->n, 0.5);
   return d > 0 ? dfb_q(l->diff, l->n, 0.5) / d * 100 : 0;
 }
 
-static void dfb_print_latency(const vs__lat *l) {
+static void dfb_print_latency(const dfb_lat *l) {
   int n = l->n;
   printf("### 1. latency added by the queue (%d images, one at a time, direct and through a "
          "gateway interleaved, same seeds and classes)\n\n", n);
@@ -207,7 +207,7 @@ static void dfb_print_latency(const vs__lat *l) {
          dfb_q(l->gateway_acc, n, 0.5) * 1e3, dfb_q(l->gateway_acc, n, 0.99) * 1e3);
   printf("| paired difference (gateway - direct, same image) | %+.2f ms | %+.2f ms | | |\n",
          dfb_q(l->diff, n, 0.5) * 1e3, dfb_q(l->diff, n, 0.99) * 1e3);
-  double pct = vs__added_pct(l);
+  double pct = dfb_added_pct(l);
   printf("\nadded latency at p50: %+.2f ms, %+.1f %% of the direct p50 image time (goal under "
          "%.0f %%: %s)\n\n", dfb_q(l->diff, n, 0.5) * 1e3, pct, VS__GOAL_PCT,
          pct < VS__GOAL_PCT ? "met" : "missed");
@@ -234,7 +234,7 @@ static void dfb_print_chaos(const vs_bench_load_result *r) {
            r->left || r->pending ? "still holding jobs" : "empty", r->drain_s);
 }
 
-static void dfb_print_runs(const vs__opts *o, const vs_bench_load_result *calm,
+static void dfb_print_runs(const dfb_opts *o, const vs_bench_load_result *calm,
                            const vs_bench_load_result *chaos) {
   printf("### 2. throughput, and no job lost (%ld jobs from 2 clients, one per gateway, %ld in "
          "flight each, client-chosen job ids)\n\n", o->jobs, o->in_flight);
@@ -283,9 +283,9 @@ static json_t *dfb_json_run(const vs_bench_load_result *r) {
   return o;
 }
 
-static json_t *dfb_json_latency(const vs__lat *l) {
+static json_t *dfb_json_latency(const dfb_lat *l) {
   int n = l->n;
-  json_t *o = json_pack("{s:i, s:f}", "images", n, "diff_p50_pct_of_direct", vs__added_pct(l));
+  json_t *o = json_pack("{s:i, s:f}", "images", n, "diff_p50_pct_of_direct", dfb_added_pct(l));
   const struct {
     const char *name;
     const double *v;
@@ -302,7 +302,7 @@ static json_t *dfb_json_latency(const vs__lat *l) {
   return o;
 }
 
-static int dfb_write_json(const vs__opts *o, const vs_bench_fleet *f, const vs__lat *l,
+static int dfb_write_json(const dfb_opts *o, const vs_bench_fleet *f, const dfb_lat *l,
                           const vs_bench_load_result *calm, const vs_bench_load_result *chaos,
                           int pass, const char *why) {
   json_t *root = json_pack(
@@ -353,7 +353,7 @@ static void fb_usage(FILE *f) {
           "  --version            version and plugin ABI\n");
 }
 
-static int dfb_model_dir(vs__opts *o, const char *model) {
+static int dfb_model_dir(dfb_opts *o, const char *model) {
   char cwd[900], probe[1200];
   if (!getcwd(cwd, sizeof cwd)) return -1;
   snprintf(o->model_dir, sizeof o->model_dir, "%s%s%s", model[0] == '/' ? "" : cwd,
@@ -371,17 +371,17 @@ static int dfb_model_dir(vs__opts *o, const char *model) {
 }
 
 /* What the options set before they are checked together. */
-typedef struct vs__raw {
+typedef struct dfb_raw {
   long threads, workers, claim;
   int quick, have_images, have_jobs;
   const char *model;
-} vs__raw;
+} dfb_raw;
 
 enum { O_MODEL = 256, O_METHOD, O_THREADS, O_WORKERS, O_IMAGES, O_JOBS, O_INFLIGHT, O_CLAIM,
        O_FSYNC, O_DOWN, O_JSON, O_QUICK, O_KEEP, O_VERSION };
 
 /* One option; 0 when its value is refused (message printed). */
-static int dfb_option(int c, const char *arg, vs__opts *o, vs__raw *w) {
+static int dfb_option(int c, const char *arg, dfb_opts *o, dfb_raw *w) {
   switch (c) {
     case O_MODEL: w->model = arg; return 1;
     case O_METHOD: o->method = arg; return 1;
@@ -405,7 +405,7 @@ static int dfb_option(int c, const char *arg, vs__opts *o, vs__raw *w) {
 }
 
 /* Returns 0, 1 (--help or --version: done) or 2 (usage error). */
-static int fb_parse(int argc, char **argv, vs__opts *o) {
+static int fb_parse(int argc, char **argv, dfb_opts *o) {
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},
       {"method", required_argument, 0, O_METHOD},
@@ -423,7 +423,7 @@ static int fb_parse(int argc, char **argv, vs__opts *o) {
       {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
-  vs__raw w = {.threads = 1, .workers = 1, .claim = 2000, .model = "models/fmnist"};
+  dfb_raw w = {.threads = 1, .workers = 1, .claim = 2000, .model = "models/fmnist"};
   o->images = 40, o->jobs = 300, o->in_flight = 4, o->redis_down_ms = 1000;
   o->method = "ar";
   o->fleet.appendfsync = "always";
@@ -454,7 +454,7 @@ static int fb_parse(int argc, char **argv, vs__opts *o) {
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-static void fb_header(const vs__opts *o, const vs_bench_fleet *f) {
+static void fb_header(const dfb_opts *o, const vs_bench_fleet *f) {
   double load = -1;
   FILE *la = fopen("/proc/loadavg", "r");
   if (la) {
@@ -471,7 +471,7 @@ static void fb_header(const vs__opts *o, const vs_bench_fleet *f) {
   fflush(stdout);
 }
 
-static int dfb_lat_alloc(vs__lat *l, int n) {
+static int dfb_lat_alloc(dfb_lat *l, int n) {
   l->n = n;
   double **v[] = {&l->direct, &l->gateway, &l->diff, &l->direct_acc, &l->gateway_acc};
   for (int i = 0; i < 5; i++)
@@ -479,7 +479,7 @@ static int dfb_lat_alloc(vs__lat *l, int n) {
   return 0;
 }
 
-static void dfb_lat_free(vs__lat *l) {
+static void dfb_lat_free(dfb_lat *l) {
   free(l->direct);
   free(l->gateway);
   free(l->diff);
@@ -488,11 +488,11 @@ static void dfb_lat_free(vs__lat *l) {
 }
 
 /* One throughput run; 0 when it ran to its end (passed or not: *pass). */
-static int dfb_throughput(vs_bench_fleet *f, const vs__opts *o, int chaos,
+static int dfb_throughput(vs_bench_fleet *f, const dfb_opts *o, int chaos,
                           vs_bench_load_result *res, int *pass, char *why, size_t whylen) {
   vs_bench_load_opts lo = {.jobs = (int)o->jobs, .in_flight = (int)o->in_flight,
                            .chaos = chaos, .redis_down_s = o->redis_down_ms / 1000.0,
-                           .stall_s = 60, .seed0 = 10000, .method = o->method, .stop = &vs__stop};
+                           .stall_s = 60, .seed0 = 10000, .method = o->method, .stop = &dfb_stop};
   char err[VSPEC_ERRLEN];
   if (vs_bench_load_run(f, &lo, res, err, sizeof err)) {
     snprintf(why, whylen, "%s run: %s", chaos ? "chaos" : "calm", err);
@@ -509,7 +509,7 @@ static int dfb_throughput(vs_bench_fleet *f, const vs__opts *o, int chaos,
 }
 
 int main(int argc, char **argv) {
-  vs__opts o;
+  dfb_opts o;
   memset(&o, 0, sizeof o);
   int prc = fb_parse(argc, argv, &o);
   if (prc) return prc == 1 ? 0 : 2;
@@ -518,7 +518,7 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   static vs_bench_fleet f;
   static vs_bench_load_result calm, chaos;
-  vs__lat lat = {0};
+  dfb_lat lat = {0};
   char err[VSPEC_ERRLEN], why[2048] = "";
   int pass = 1, have_lat = 0, have_calm = 0, have_chaos = 0;
   if (dfb_lat_alloc(&lat, (int)o.images)) {
@@ -541,7 +541,7 @@ int main(int argc, char **argv) {
   dfb_print_latency(&lat);
   fflush(stdout);
   have_calm = !dfb_throughput(&f, &o, 0, &calm, &pass, why, sizeof why);
-  if (have_calm && !vs__stop)
+  if (have_calm && !dfb_stop)
     have_chaos = !dfb_throughput(&f, &o, 1, &chaos, &pass, why, sizeof why);
   if (have_calm) dfb_print_runs(&o, &calm, have_chaos ? &chaos : NULL);
   if (have_calm && !have_chaos && pass) {

@@ -15,9 +15,9 @@
 #include "core/png_write.h"
 #include "vspec/types.h"
 
-typedef struct vs__rect {
+typedef struct plot_rect {
   int x0, y0, x1, y1; /* inclusive */
-} vs__rect;
+} plot_rect;
 
 static const uint8_t VS__WHITE[3] = {255, 255, 255};
 static const uint8_t VS__INK[3] = {25, 25, 25};        /* title, axis titles, frame */
@@ -29,17 +29,17 @@ static const uint8_t VS__PARETO[3] = {110, 110, 110};
 
 /* ---- small geometry ------------------------------------------------------------------ */
 
-static int plot_rect_overlap(vs__rect a, vs__rect b) {
+static int plot_rect_overlap(plot_rect a, plot_rect b) {
   return a.x0 <= b.x1 && b.x0 <= a.x1 && a.y0 <= b.y1 && b.y0 <= a.y1;
 }
 
-static vs__rect plot_rect_grow(vs__rect r, int d) {
-  return (vs__rect){r.x0 - d, r.y0 - d, r.x1 + d, r.y1 + d};
+static plot_rect plot_rect_grow(plot_rect r, int d) {
+  return (plot_rect){r.x0 - d, r.y0 - d, r.x1 + d, r.y1 + d};
 }
 
 /* Whether the segment passes through the rectangle; sampled at about one pixel, which is
  * exact enough for placing labels and costs nothing at plot sizes. */
-static int plot_segment_hits(int ax, int ay, int bx, int by, vs__rect r) {
+static int plot_segment_hits(int ax, int ay, int bx, int by, plot_rect r) {
   int n = abs(bx - ax) > abs(by - ay) ? abs(bx - ax) : abs(by - ay);
   for (int i = 0; i <= n; i++) {
     double t = n ? (double)i / n : 0.0;
@@ -51,7 +51,7 @@ static int plot_segment_hits(int ax, int ay, int bx, int by, vs__rect r) {
 
 /* ---- drawing primitives -------------------------------------------------------------- */
 
-static void plot_rect_outline(const vs_canvas *c, vs__rect r, int t, const uint8_t col[3]) {
+static void plot_rect_outline(const vs_canvas *c, plot_rect r, int t, const uint8_t col[3]) {
   vs_canvas_fill(c, r.x0, r.y0, r.x1, r.y0 + t - 1, col);
   vs_canvas_fill(c, r.x0, r.y1 - t + 1, r.x1, r.y1, col);
   vs_canvas_fill(c, r.x0, r.y0, r.x0 + t - 1, r.y1, col);
@@ -178,12 +178,12 @@ int vs_plot_pareto(const vs_plot_point *points, int n, int *on_front) {
 
 #define VS__MAX_TICKS 12
 
-typedef struct vs__ticks {
+typedef struct plot_ticks {
   int n;
   double v[VS__MAX_TICKS];
   char s[VS__MAX_TICKS][32];
   int widest;
-} vs__ticks;
+} plot_ticks;
 
 static void plot_format_tick(double v, double step, char *buf, size_t len) {
   if (fabs(v) < step * 1e-9) v = 0; /* no "-0.0" from rounding */
@@ -195,7 +195,7 @@ static void plot_format_tick(double v, double step, char *buf, size_t len) {
     snprintf(buf, len, "%.*f", dec, v);
 }
 
-static void plot_make_ticks(double lo, double hi, double step, int scale, vs__ticks *t) {
+static void plot_make_ticks(double lo, double hi, double step, int scale, plot_ticks *t) {
   t->n = 0;
   t->widest = 0;
   double first = ceil(lo / step - 1e-9);
@@ -226,26 +226,26 @@ static void plot_pad_range(double lo, double hi, double *out_lo, double *out_hi)
 
 /* ---- layout -------------------------------------------------------------------------- */
 
-typedef struct vs__ctx {
+typedef struct plot_ctx {
   const vs_plot *p;
   int width, height, s, ts; /* ts: title scale */
   int th;                   /* text height at scale s */
   int mr;                   /* marker radius */
   vs_plot_layout L;
-  vs__ticks xt, yt;
+  plot_ticks xt, yt;
   int *px, *py, *front; /* per point; px = VS__SKIP for a point that is not drawn */
   int n_front;
   /* legend */
   int n_legend, legend_w, legend_h, row_h, sample_w;
-} vs__ctx;
+} plot_ctx;
 
 #define VS__SKIP (-1000000)
 
 static const char *plot_str(const char *s) { return s && *s ? s : NULL; }
 
 /* The plot area and ticks for a given right margin extra (the legend, when outside). */
-static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double dyhi,
-                       int legend_outside) {
+static void plot_layout(plot_ctx *c, double dxlo, double dxhi, double dylo, double dyhi,
+                        int legend_outside) {
   const vs_plot *p = c->p;
   int s = c->s, th = c->th, tick = 5 * s;
   int top = 10 * s + (plot_str(p->title) ? vs_text_height(c->ts) + 10 * s : 0);
@@ -295,24 +295,24 @@ static void vs__layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double
 }
 
 /* How far ink reaches from a point's centre: the marker and its halo, or the Pareto ring. */
-static int plot_point_reach(const vs__ctx *c, int i) {
+static int plot_point_reach(const plot_ctx *c, int i) {
   return c->front[i] ? c->mr + 3 * c->s : c->mr + c->s;
 }
 
-static vs__rect plot_marker_rect(const vs__ctx *c, int i) {
+static plot_rect plot_marker_rect(const plot_ctx *c, int i) {
   int r = plot_point_reach(c, i) + c->s;
-  return (vs__rect){c->px[i] - r, c->py[i] - r, c->px[i] + r, c->py[i] + r};
+  return (plot_rect){c->px[i] - r, c->py[i] - r, c->px[i] + r, c->py[i] + r};
 }
 
 /* Calls fn on every line segment the plot draws (series lines, then the Pareto front). */
-typedef int (*vs__seg_fn)(void *ud, int ax, int ay, int bx, int by);
+typedef int (*plot_seg_fn)(void *ud, int ax, int ay, int bx, int by);
 
 static int plot_front_order_cmp_x(const vs_plot_point *pts, int a, int b) {
   if (pts[a].x != pts[b].x) return pts[a].x < pts[b].x ? -1 : 1;
   return pts[a].y < pts[b].y ? -1 : pts[a].y > pts[b].y;
 }
 
-static int plot_for_segments(const vs__ctx *c, vs__seg_fn fn, void *ud) {
+static int plot_for_segments(const plot_ctx *c, plot_seg_fn fn, void *ud) {
   const vs_plot *p = c->p;
   int total = 0;
   if (p->connect_series) {
@@ -344,17 +344,17 @@ static int plot_for_segments(const vs__ctx *c, vs__seg_fn fn, void *ud) {
   return total;
 }
 
-typedef struct vs__hit_ud {
-  vs__rect r;
-} vs__hit_ud;
+typedef struct plot_hit_ud {
+  plot_rect r;
+} plot_hit_ud;
 
 static int plot_seg_hit(void *ud, int ax, int ay, int bx, int by) {
-  return plot_segment_hits(ax, ay, bx, by, ((vs__hit_ud *)ud)->r);
+  return plot_segment_hits(ax, ay, bx, by, ((plot_hit_ud *)ud)->r);
 }
 
 /* ---- legend -------------------------------------------------------------------------- */
 
-static void plot_legend_measure(vs__ctx *c) {
+static void plot_legend_measure(plot_ctx *c) {
   const vs_plot *p = c->p;
   int s = c->s, widest = 0;
   c->n_legend = 0;
@@ -377,7 +377,7 @@ static void plot_legend_measure(vs__ctx *c) {
 }
 
 /* The least cluttered inside corner; returns its cost (>= 1000 when it covers a marker). */
-static int plot_legend_place_inside(vs__ctx *c, vs__rect *best) {
+static int plot_legend_place_inside(plot_ctx *c, plot_rect *best) {
   int inset = 6 * c->s, best_cost = -1;
   const vs_plot_layout *L = &c->L;
   /* Upper corners first: in the Pareto view the bad corner (slow and poor, upper left) and
@@ -387,12 +387,12 @@ static int plot_legend_place_inside(vs__ctx *c, vs__rect *best) {
   int ys[4] = {L->y0 + inset, L->y0 + inset, L->y1 - inset - c->legend_h + 1,
                L->y1 - inset - c->legend_h + 1};
   for (int k = 0; k < 4; k++) {
-    vs__rect r = {xs[k], ys[k], xs[k] + c->legend_w - 1, ys[k] + c->legend_h - 1};
+    plot_rect r = {xs[k], ys[k], xs[k] + c->legend_w - 1, ys[k] + c->legend_h - 1};
     if (r.x0 < L->x0 || r.y0 < L->y0 || r.x1 > L->x1 || r.y1 > L->y1) continue; /* too big */
     int cost = 0;
     for (int i = 0; i < c->p->n_points; i++)
       if (c->px[i] != VS__SKIP && plot_rect_overlap(r, plot_marker_rect(c, i))) cost += 1000;
-    vs__hit_ud ud = {r};
+    plot_hit_ud ud = {r};
     cost += 10 * plot_for_segments(c, plot_seg_hit, &ud);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
@@ -402,7 +402,7 @@ static int plot_legend_place_inside(vs__ctx *c, vs__rect *best) {
   return best_cost < 0 ? 1000000 : best_cost;
 }
 
-static void plot_legend_draw(const vs__ctx *c, const vs_canvas *cv, vs__rect r) {
+static void plot_legend_draw(const plot_ctx *c, const vs_canvas *cv, plot_rect r) {
   const vs_plot *p = c->p;
   int s = c->s;
   vs_canvas_fill(cv, r.x0, r.y0, r.x1, r.y1, VS__WHITE);
@@ -433,12 +433,12 @@ static void plot_legend_draw(const vs__ctx *c, const vs_canvas *cv, vs__rect r) 
 /* Greedy placement: each label tries eight spots around its point and takes the first of
  * the cheapest, where leaving the plot area, covering a marker, another label or the legend
  * costs much and crossing a line costs a little. */
-static void plot_place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__rect *legend) {
+static void plot_place_labels(const plot_ctx *c, const vs_canvas *cv, const plot_rect *legend) {
   const vs_plot *p = c->p;
   const vs_plot_layout *L = &c->L;
   int s = c->s, th = VS_FONT_CAP_H * s, gap = 3 * s;
-  vs__rect area = {L->x0 + 2, L->y0 + 2, L->x1 - 2, L->y1 - 2};
-  vs__rect *placed = calloc((size_t)p->n_points + 1, sizeof *placed);
+  plot_rect area = {L->x0 + 2, L->y0 + 2, L->x1 - 2, L->y1 - 2};
+  plot_rect *placed = calloc((size_t)p->n_points + 1, sizeof *placed);
   int n_placed = 0;
   for (int i = 0; i < p->n_points; i++) {
     const char *label = plot_str(p->points[i].label);
@@ -450,23 +450,23 @@ static void plot_place_labels(const vs__ctx *c, const vs_canvas *cv, const vs__r
                       {cx + r, cy - r - th},            {cx + r, cy + r},
                       {cx - r - tw, cy - r - th},       {cx - r - tw, cy + r}};
     int best = -1, best_cost = 0;
-    vs__rect best_r = {0, 0, 0, 0};
+    plot_rect best_r = {0, 0, 0, 0};
     for (int k = 0; k < 8; k++) {
-      vs__rect b = {cand[k][0], cand[k][1], cand[k][0] + tw - 1, cand[k][1] + th - 1};
+      plot_rect b = {cand[k][0], cand[k][1], cand[k][0] + tw - 1, cand[k][1] + th - 1};
       int cost = 0;
       /* Pull a box that sticks out back inside; what it then covers is paid for below. */
-      if (b.x1 > area.x1) b = (vs__rect){area.x1 - tw + 1, b.y0, area.x1, b.y1};
-      if (b.x0 < area.x0) b = (vs__rect){area.x0, b.y0, area.x0 + tw - 1, b.y1};
-      if (b.y1 > area.y1) b = (vs__rect){b.x0, area.y1 - th + 1, b.x1, area.y1};
-      if (b.y0 < area.y0) b = (vs__rect){b.x0, area.y0, b.x1, area.y0 + th - 1};
+      if (b.x1 > area.x1) b = (plot_rect){area.x1 - tw + 1, b.y0, area.x1, b.y1};
+      if (b.x0 < area.x0) b = (plot_rect){area.x0, b.y0, area.x0 + tw - 1, b.y1};
+      if (b.y1 > area.y1) b = (plot_rect){b.x0, area.y1 - th + 1, b.x1, area.y1};
+      if (b.y0 < area.y0) b = (plot_rect){b.x0, area.y0, b.x1, area.y0 + th - 1};
       if (b.x0 < area.x0 || b.x1 > area.x1) cost += 5000; /* wider than the whole area */
-      vs__rect g = plot_rect_grow(b, s);
+      plot_rect g = plot_rect_grow(b, s);
       for (int j = 0; j < p->n_points; j++)
         if (c->px[j] != VS__SKIP && plot_rect_overlap(g, plot_marker_rect(c, j))) cost += 1000;
       for (int j = 0; j < n_placed; j++)
         if (plot_rect_overlap(g, placed[j])) cost += 1000;
       if (legend && plot_rect_overlap(g, *legend)) cost += 1000;
-      vs__hit_ud ud = {b};
+      plot_hit_ud ud = {b};
       cost += 20 * plot_for_segments(c, plot_seg_hit, &ud);
       if (best < 0 || cost < best_cost) {
         best = k;
@@ -499,14 +499,14 @@ static int plot_fit_text(const char *text, int scale, int max_w, char *buf, size
   return vs_text_width(buf, scale);
 }
 
-typedef struct vs__line_ud {
+typedef struct plot_line_ud {
   const vs_canvas *cv;
   int width, dash;
   const uint8_t *col;
-} vs__line_ud;
+} plot_line_ud;
 
 static int plot_seg_draw(void *ud, int ax, int ay, int bx, int by) {
-  vs__line_ud *u = ud;
+  plot_line_ud *u = ud;
   plot_line(u->cv, ax, ay, bx, by, u->width, u->dash, u->col);
   return 0;
 }
@@ -550,7 +550,7 @@ static int plot_validate(const vs_plot *p, int width, int height, char *err, siz
 }
 
 /* The data's extent, error bars included, padded (the drawn points are counted in c->L). */
-static void plot_data_range(vs__ctx *c, double *dxlo, double *dxhi, double *dylo,
+static void plot_data_range(plot_ctx *c, double *dxlo, double *dxhi, double *dylo,
                             double *dyhi) {
   const vs_plot *p = c->p;
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
@@ -572,26 +572,26 @@ static void plot_data_range(vs__ctx *c, double *dxlo, double *dxhi, double *dylo
 
 /* The plot area and the legend's place: inside, in the corner that hides the fewest
  * points, or in a column of its own. Returns whether there is a legend. */
-static int plot_legend_layout(vs__ctx *c, double dxlo, double dxhi, double dylo, double dyhi,
-                              vs__rect *legend_out) {
+static int plot_legend_layout(plot_ctx *c, double dxlo, double dxhi, double dylo, double dyhi,
+                              plot_rect *legend_out) {
   int width = c->width;
   plot_legend_measure(c);
-  vs__rect legend = {-1, -1, -1, -1};
+  plot_rect legend = {-1, -1, -1, -1};
   int has_legend = c->n_legend > 0;
-  vs__layout(c, dxlo, dxhi, dylo, dyhi, 0);
+  plot_layout(c, dxlo, dxhi, dylo, dyhi, 0);
   if (has_legend && plot_legend_place_inside(c, &legend) >= 1000) {
     /* Every inside corner would hide a point: give the legend its own column, unless that
      * squeezes the data into less than half the picture (small images, long names); then
      * the least bad inside corner it is. */
-    vs__layout(c, dxlo, dxhi, dylo, dyhi, 1);
+    plot_layout(c, dxlo, dxhi, dylo, dyhi, 1);
     if (c->L.x1 - c->L.x0 >= width / 2) {
-      legend = (vs__rect){c->L.x1 + 12 * c->s, c->L.y0, c->L.x1 + 12 * c->s + c->legend_w - 1,
-                          c->L.y0 + c->legend_h - 1};
+      legend = (plot_rect){c->L.x1 + 12 * c->s, c->L.y0, c->L.x1 + 12 * c->s + c->legend_w - 1,
+                           c->L.y0 + c->legend_h - 1};
     } else {
-      vs__layout(c, dxlo, dxhi, dylo, dyhi, 0);
+      plot_layout(c, dxlo, dxhi, dylo, dyhi, 0);
       if (plot_legend_place_inside(c, &legend) >= 1000000)
-        legend = (vs__rect){c->L.x0 + 2, c->L.y0 + 2, c->L.x0 + 1 + c->legend_w,
-                            c->L.y0 + 1 + c->legend_h}; /* bigger than the area: top left */
+        legend = (plot_rect){c->L.x0 + 2, c->L.y0 + 2, c->L.x0 + 1 + c->legend_w,
+                             c->L.y0 + 1 + c->legend_h}; /* bigger than the area: top left */
     }
   }
   if (has_legend) {
@@ -607,8 +607,8 @@ static int plot_legend_layout(vs__ctx *c, double dxlo, double dxhi, double dylo,
 }
 
 /* Grid, Pareto front, series lines, error bars, markers and rings. */
-static void plot_draw_data(const vs__ctx *cc, vs_canvas *cvp) {
-  vs__ctx c = *cc;
+static void plot_draw_data(const plot_ctx *cc, vs_canvas *cvp) {
+  plot_ctx c = *cc;
   const vs_plot *p = c.p;
   vs_canvas cv = *cvp;
   const vs_plot_layout *L = &c.L;
@@ -626,10 +626,10 @@ static void plot_draw_data(const vs__ctx *cc, vs_canvas *cvp) {
   if (p->mark_pareto) {
     /* Only the front here (a copy with connect_series off): series lines are drawn in
      * their own colours below. */
-    vs__line_ud u = {&cv, s, 5 * s, VS__PARETO};
+    plot_line_ud u = {&cv, s, 5 * s, VS__PARETO};
     vs_plot only_front = *p;
     only_front.connect_series = 0;
-    vs__ctx cf = c;
+    plot_ctx cf = c;
     cf.p = &only_front;
     plot_for_segments(&cf, plot_seg_draw, &u);
   }
@@ -672,10 +672,10 @@ static void plot_draw_data(const vs__ctx *cc, vs_canvas *cvp) {
 }
 
 /* The frame, the ticks and their values. */
-static void plot_draw_axes(const vs__ctx *c, vs_canvas *cv) {
+static void plot_draw_axes(const plot_ctx *c, vs_canvas *cv) {
   const vs_plot_layout *L = &c->L;
   int s = c->s, tick = 5 * s, ipx, ipy;
-  vs__rect frame = {L->x0, L->y0, L->x1, L->y1};
+  plot_rect frame = {L->x0, L->y0, L->x1, L->y1};
   plot_rect_outline(cv, plot_rect_grow(frame, 1), 1, VS__INK);
   for (int k = 0; k < c->xt.n; k++) {
     vs_plot_to_pixel(L, c->xt.v[k], L->ymin, &ipx, &ipy);
@@ -693,7 +693,7 @@ static void plot_draw_axes(const vs__ctx *c, vs_canvas *cv) {
 }
 
 /* Title, x label and y label, shortened to fit. */
-static void plot_draw_titles(const vs__ctx *c, vs_canvas *cv) {
+static void plot_draw_titles(const plot_ctx *c, vs_canvas *cv) {
   const vs_plot *p = c->p;
   const vs_plot_layout *L = &c->L;
   int s = c->s, tick = 5 * s, width = c->width;
@@ -727,7 +727,7 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
                    char *err, size_t errlen) {
   int rc = plot_validate(p, width, height, err, errlen);
   if (rc) return rc;
-  vs__ctx c = {.p = p, .width = width, .height = height};
+  plot_ctx c = {.p = p, .width = width, .height = height};
   /* One scale step per 640x480: text stays about the same share of the picture. */
   double fit = fmin(width / 640.0, height / 480.0);
   c.s = fit < 1.5 ? 1 : (int)lround(fit);
@@ -749,7 +749,7 @@ int vs_plot_render(const vs_plot *p, int width, int height, uint8_t *rgb, vs_plo
 
   double dxlo, dxhi, dylo, dyhi;
   plot_data_range(&c, &dxlo, &dxhi, &dylo, &dyhi);
-  vs__rect legend;
+  plot_rect legend;
   int has_legend = plot_legend_layout(&c, dxlo, dxhi, dylo, dyhi, &legend);
   vs_canvas cv = {rgb, width, height};
   memset(rgb, 255, (size_t)width * height * 3);

@@ -29,7 +29,7 @@ void vs_gen_view_free(vs_gen_view *v) {
 /* Text output is for people: none with --json (stdout is for programs then) or --quiet. */
 static int gv_text(const vs_gen_view *v) { return !v->json && !v->quiet; }
 
-static void vs__json_end(vs_gen_view *v) {
+static void gv_json_end(vs_gen_view *v) {
   fprintf(v->out, "}\n");
   fflush(v->out);
 }
@@ -62,7 +62,7 @@ void vs_gen_show_accepted(vs_gen_view *v, const Vspec__Event *ev, double now) {
       fprintf(v->out, ", \"class\": %d, \"class_name\": ", (int)a->class_label);
       vs__json_str(v->out, a->class_name);
     }
-    vs__json_end(v);
+    gv_json_end(v);
   } else if (gv_text(v) && !a->model) {
     /* fleet mode: a gateway put the job in the queue; a daemon's Accepted follows */
     vs_progress_line_note(&v->pl, "job %llu queued by %s (%u job(s) waiting before it)", v->job,
@@ -110,7 +110,7 @@ static void gv_progress_json(vs_gen_view *v, const Vspec__Event *ev) {
           v->job, (unsigned long long)ev->seq, (long long)p->round, p->tokens_done,
           p->tokens_total, p->tpf, p->mal, p->accept_rate, p->walk_accept_rate, v->unverified,
           p->elapsed_s, p->n_positions);
-  vs__json_end(v);
+  gv_json_end(v);
 }
 
 void vs_gen_show_progress(vs_gen_view *v, const Vspec__Event *ev, double now) {
@@ -145,7 +145,7 @@ void vs_gen_show_phase(vs_gen_view *v, const Vspec__Event *ev, double now) {
     vs__json_str(v->out, ph->message);
     gv_json_opt(v->out, "done", ph->has_done, ph->done);
     gv_json_opt(v->out, "eta_s", ph->has_eta_s, ph->eta_s);
-    vs__json_end(v);
+    gv_json_end(v);
   }
   if (gv_text(v))
     vs_progress_line_phase(&v->pl, ph->name, ph->message ? ph->message : ph->name,
@@ -175,7 +175,7 @@ void vs_gen_show_notice(vs_gen_view *v, const Vspec__Event *ev) {
     vs__json_str(v->out, n->kind);
     fprintf(v->out, ", \"message\": ");
     vs__json_str(v->out, n->message);
-    vs__json_end(v);
+    gv_json_end(v);
   }
   gv_note(v, n->message);
 }
@@ -191,7 +191,7 @@ void vs_gen_show_restarted(vs_gen_view *v, const Vspec__Event *ev, double now) {
     fprintf(v->out, "{\"event\": \"restarted\", \"job\": %llu, \"delivery\": %u, \"node\": ",
             v->job, x->delivery);
     vs__json_str(v->out, x->node);
-    vs__json_end(v);
+    gv_json_end(v);
   } else if (gv_text(v)) {
     fprintf(v->pl.f, "vspec: job %llu restarted on %s (its daemon stopped answering; run %u)\n",
             v->job, x->node ? x->node : "?", x->delivery);
@@ -205,7 +205,7 @@ void vs_gen_show_preview(vs_gen_view *v, const Vspec__Event *ev, const char *pat
           "\"tokens_total\": %u, \"file\": ", v->job, (unsigned long long)ev->seq,
           p->tokens_done, p->tokens_total);
   vs__json_str(v->out, path);
-  vs__json_end(v);
+  gv_json_end(v);
 }
 
 /* "accept 3% of 412 draft tokens, 61% of the tokens unverified (VVS)", or "accept -" when
@@ -288,7 +288,7 @@ void vs_gen_show_result(vs_gen_view *v, const Vspec__Result *r, const vs_gen_wri
   vs__json_str(v->out, r->describe);
   gv_notes_json(v);
   gv_grid_json(v->out, w->tokens, w->tokens_len);
-  vs__json_end(v);
+  gv_json_end(v);
 }
 
 static void gv_error_json(vs_gen_view *v, const char *code, const char *message,
@@ -299,7 +299,7 @@ static void gv_error_json(vs_gen_view *v, const char *code, const char *message,
   vs__json_str(v->out, message);
   if (x && x->has_retry_after_ms) fprintf(v->out, ", \"retry_after_ms\": %u", x->retry_after_ms);
   fprintf(v->out, ", \"exit\": %d", status);
-  vs__json_end(v);
+  gv_json_end(v);
 }
 
 int vs_gen_show_error(vs_gen_view *v, const Vspec__Error *x, int status) {

@@ -26,15 +26,15 @@ static void host_rng_init(vspec_rng *r, uint64_t seed, uint64_t stream) {
   vs_rng_init(r, seed, stream);
 }
 static double host_rng_uniform(vspec_rng *r) { return vs_rng_uniform(r); }
-static float vs__rng_normal(vspec_rng *r) { return (float)vs_rng_normal(r); }
-static double vs__rng_uniform_at(uint64_t seed, uint64_t stream, uint64_t n) {
+static float host_rng_normal(vspec_rng *r) { return (float)vs_rng_normal(r); }
+static double host_rng_uniform_at(uint64_t seed, uint64_t stream, uint64_t n) {
   return vs_rng_uniform_at(seed, stream, n);
 }
 
 static void *host_host_alloc(size_t n) { return malloc(n ? n : 1); }
-static void *vs__host_calloc(size_t n, size_t s) { return calloc(n ? n : 1, s ? s : 1); }
-static void *vs__host_realloc(void *p, size_t n) { return realloc(p, n ? n : 1); }
-static void vs__host_free(void *p) { free(p); }
+static void *host_host_calloc(size_t n, size_t s) { return calloc(n ? n : 1, s ? s : 1); }
+static void *host_host_realloc(void *p, size_t n) { return realloc(p, n ? n : 1); }
+static void host_host_free(void *p) { free(p); }
 
 void vs_host_init(vspec_host *h, const vspec_ops *ops) {
   *h = (vspec_host){
@@ -43,13 +43,13 @@ void vs_host_init(vspec_host *h, const vspec_ops *ops) {
       .abi_minor = VSPEC_ABI_MINOR,
       .log = host_host_log,
       .alloc = host_host_alloc,
-      .calloc = vs__host_calloc,
-      .realloc = vs__host_realloc,
-      .free = vs__host_free,
+      .calloc = host_host_calloc,
+      .realloc = host_host_realloc,
+      .free = host_host_free,
       .ops = ops,
       .rng_init = host_rng_init,
       .rng_uniform = host_rng_uniform,
-      .rng_normal = vs__rng_normal,
+      .rng_normal = host_rng_normal,
       .param_double = vs_param_double,
       .param_int = vs_param_int,
       .param_choice = vs_param_choice,
@@ -62,6 +62,6 @@ void vs_host_init(vspec_host *h, const vspec_ops *ops) {
       .tensors_get_f32 = vs_st_get_f32,
       .dev_ops = vs_dev_ops,
       .dev_space = vs_dev_space,
-      .rng_uniform_at = vs__rng_uniform_at,
+      .rng_uniform_at = host_rng_uniform_at,
   };
 }

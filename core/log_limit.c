@@ -14,7 +14,7 @@ void vs_log_limit_destroy(vs_log_limit *l) { pthread_mutex_destroy(&l->mu); }
 
 /* The slot of `key`: its own, a free one, one whose interval passed with nothing to report
  * (reused), or the shared one. Caller holds l->mu. */
-static vs_log_limit_slot *vs__slot(vs_log_limit *l, const char *key, double now) {
+static vs_log_limit_slot *ll_slot(vs_log_limit *l, const char *key, double now) {
   vs_log_limit_slot *spare = NULL;
   for (int i = 0; i < VS_LOG_LIMIT_KEYS; i++) {
     vs_log_limit_slot *s = &l->slot[i];
@@ -30,7 +30,7 @@ static vs_log_limit_slot *vs__slot(vs_log_limit *l, const char *key, double now)
 
 int vs_log_limit_allow(vs_log_limit *l, const char *key, double now, uint64_t *suppressed) {
   pthread_mutex_lock(&l->mu);
-  vs_log_limit_slot *s = vs__slot(l, key, now);
+  vs_log_limit_slot *s = ll_slot(l, key, now);
   int allow = !s->used || now - s->logged_at >= l->interval;
   if (allow) {
     *suppressed = s->suppressed;

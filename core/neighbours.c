@@ -2,32 +2,32 @@
 
 #include <stdlib.h>
 
-typedef struct vs__cand {
+typedef struct nb_cand {
   float d;
   int32_t id;
-} vs__cand;
+} nb_cand;
 
 static int nb_cand_cmp(const void *a, const void *b) {
-  const vs__cand *x = a, *y = b;
+  const nb_cand *x = a, *y = b;
   if (x->d < y->d) return -1;
   if (x->d > y->d) return 1;
   return (x->id > y->id) - (x->id < y->id);
 }
 
-static int nb_less(const vs__cand *a, const vs__cand *b) { return nb_cand_cmp(a, b) < 0; }
+static int nb_less(const nb_cand *a, const nb_cand *b) { return nb_cand_cmp(a, b) < 0; }
 
 /* Moves the k smallest candidates (by distance, then id) to c[0..k), in any order:
  * a real codebook (16384 codes) would make a full sort per row too slow. */
-static void vs__select(vs__cand *c, int n, int k) {
+static void nb_select(nb_cand *c, int n, int k) {
   int lo = 0, hi = n - 1;
   while (lo < hi) {
-    vs__cand pivot = c[lo + (hi - lo) / 2];
+    nb_cand pivot = c[lo + (hi - lo) / 2];
     int i = lo, j = hi;
     while (i <= j) {
       while (nb_less(&c[i], &pivot)) i++;
       while (nb_less(&pivot, &c[j])) j--;
       if (i <= j) {
-        vs__cand t = c[i];
+        nb_cand t = c[i];
         c[i] = c[j];
         c[j] = t;
         i++;
@@ -47,7 +47,7 @@ int32_t *vs_neighbours_build(const float *codebook, int vocab, int dim, int k, i
   if (vocab < 2 || dim < 1 || k < 1) return NULL;
   if (k > vocab - 1) k = vocab - 1;
   int32_t *table = malloc((size_t)vocab * k * sizeof *table);
-  vs__cand *c = malloc((size_t)(vocab - 1) * sizeof *c);
+  nb_cand *c = malloc((size_t)(vocab - 1) * sizeof *c);
   if (!table || !c) {
     free(table);
     free(c);
@@ -68,7 +68,7 @@ int32_t *vs_neighbours_build(const float *codebook, int vocab, int dim, int k, i
       c[n].id = z;
       n++;
     }
-    vs__select(c, n, k);
+    nb_select(c, n, k);
     qsort(c, (size_t)k, sizeof *c, nb_cand_cmp);
     for (int i = 0; i < k; i++) table[(size_t)y * k + i] = c[i].id;
   }

@@ -67,7 +67,7 @@ int vs_registry_open(const char *plugin_dir, const vspec_host *host, vs_registry
 
 const char *vs_registry_dir(const vs_registry *reg) { return reg->dir; }
 
-static vs__entry *vs__find_entry(vs_registry *reg, int kind, const char *name) {
+static vs__entry *reg_find_entry(vs_registry *reg, int kind, const char *name) {
   for (int i = 0; i < reg->n_entries; i++)
     if (reg->entries[i].kind == kind && strcmp(reg->entries[i].name, name) == 0)
       return &reg->entries[i];
@@ -143,7 +143,7 @@ static int reg_load_locked(vs_registry *reg, int kind, const char *name, vs__ent
     reg_no_such_plugin_locked(reg, kind, name, path, err, errlen);
     return VSPEC_ENOENT;
   }
-  vs__entry *e = vs__find_entry(reg, kind, name);
+  vs__entry *e = reg_find_entry(reg, kind, name);
   unsigned gen = e ? e->next_generation : 1;
   vs_plugin *p;
   rc = vs__plugin_load_generation(reg, path, kind, name, gen, &p, err, errlen);
@@ -187,7 +187,7 @@ static int reg_load_locked(vs_registry *reg, int kind, const char *name, vs__ent
     vs_plugin_release(old);
     pthread_mutex_lock(&reg->lock);
     /* `e` may have moved if another thread grew the table meanwhile. */
-    *entry_out = vs__find_entry(reg, kind, name);
+    *entry_out = reg_find_entry(reg, kind, name);
   }
   return VSPEC_OK;
 }
@@ -198,7 +198,7 @@ int vs_registry_acquire(vs_registry *reg, int kind, const char *name, vs_plugin 
   int rc = reg_plugin_path(reg, kind, name, path, sizeof path, err, errlen);
   if (rc) return rc;
   pthread_mutex_lock(&reg->lock);
-  vs__entry *e = vs__find_entry(reg, kind, name);
+  vs__entry *e = reg_find_entry(reg, kind, name);
   if (!e) {
     rc = reg_load_locked(reg, kind, name, &e, err, errlen);
     if (rc) {
@@ -219,7 +219,7 @@ int vs_registry_acquire_loaded(vs_registry *reg, int kind, const char *name, vs_
   int rc = reg_plugin_path(reg, kind, name, path, sizeof path, err, errlen);
   if (rc) return rc;
   pthread_mutex_lock(&reg->lock);
-  vs__entry *e = vs__find_entry(reg, kind, name);
+  vs__entry *e = reg_find_entry(reg, kind, name);
   vs_plugin *p = e ? e->current : NULL;
   if (p) atomic_fetch_add(&p->refs, 1);
   struct stat st;
@@ -271,7 +271,7 @@ int vs_registry_scan(vs_registry *reg) {
     if (kind < 0) continue;
     char err[VSPEC_ERRLEN];
     pthread_mutex_lock(&reg->lock);
-    vs__entry *e = vs__find_entry(reg, kind, name);
+    vs__entry *e = reg_find_entry(reg, kind, name);
     int rc = e ? 0 : reg_load_locked(reg, kind, name, &e, err, sizeof err);
     pthread_mutex_unlock(&reg->lock);
     if (rc) {
@@ -304,7 +304,7 @@ int vs_registry_refresh(vs_registry *reg, vs_registry_refresh_report *rep) {
     int kind = reg_parse_file_name(de->d_name, name);
     if (kind < 0) continue;
     pthread_mutex_lock(&reg->lock);
-    vs__entry *e = vs__find_entry(reg, kind, name);
+    vs__entry *e = reg_find_entry(reg, kind, name);
     int isnew = !e, changed = e && reg_file_changed(reg, e), rc = 0;
     /* Backends serve models: their caller reloads them with their models. */
     if (isnew || (changed && kind != VSPEC_PLUGIN_BACKEND))
@@ -376,7 +376,7 @@ void vs_plugin_release(vs_plugin *p) {
     dlclose(p->handle);
   int free_it = 0;
   pthread_mutex_lock(&reg->lock);
-  vs__entry *e = vs__find_entry(reg, p->kind, p->name);
+  vs__entry *e = reg_find_entry(reg, p->kind, p->name);
   if (e && e->current != p && e->retired_alive > 0) e->retired_alive--;
   reg_registry_unref_locked(reg, &free_it);
   pthread_mutex_unlock(&reg->lock);

@@ -6,9 +6,11 @@
   - no circle of files: file A calls B when A names a function or a global that B defines;
     no two files that call each other, directly or round a loop;
   - no two files define the same function, static or not (a name found by grep is the one
-    that runs), and no static carries the cross-file prefix vs__;
+    that runs; one file may define a name twice, as #if alternatives or C++ overloads, which
+    the compiler allows in no other way), and no static carries the cross-file prefix vs__;
   - no function over 120 lines, no file over 800.
 
+Sources are C (.c) and CUDA C++ (.cu); headers (.h) are held to the include and length rules.
 Run from the repository root: tools/check_layout.py [FOLDER ...] (default: every product
 folder but kernels/). Prints what breaks a rule and exits 1, or prints nothing and exits 0.
 """
@@ -27,6 +29,7 @@ PRODUCT = SERVICE + ["client", "clients", "proto", "bench", "core", "plugins/acc
                      "plugins/sched", "plugins/drafter", "plugins/backend/llamagen",
                      "plugins/backend/eagle", "plugins/backend/mar"]
 MAX_FN, MAX_FILE = 120, 800
+SOURCES = (".c", ".cu")  # what defines functions; headers only declare (or inline)
 PROGRAM_MAINS = {"main"}  # each program defines its own
 
 
@@ -46,9 +49,17 @@ def strip(text):
 
 
 def definitions(code):
-    """(name, is_static, first line, last line) of each function defined at file scope."""
-    out, depth, start, lines = [], 0, None, code.split("\n")
+    """(name, is_static, first line, last line) of each function defined at file scope.
+    A function on one line counts; so do those inside `extern "C" {` and `namespace {` (whose
+    braces open no scope of their own here; an anonymous namespace's are static)."""
+    out, depth, start, lines, blocks = [], 0, None, code.split("\n"), []
     for n, line in enumerate(lines, 1):
+        if depth == 0 and re.match(r"\s*(extern\s*|namespace\s*\w*\s*)\{\s*$", line):
+            blocks.append("namespace" in line and not re.search(r"namespace\s*\w+", line))
+            continue
+        if depth == 0 and blocks and re.match(r"\s*\}\s*;?\s*$", line):
+            blocks.pop()
+            continue
         if depth == 0 and start is None and re.match(r"[A-Za-z_]", line) and "(" in line \
                 and not re.match(r"typedef\b", line) and "=" not in line.split("(")[0]:
             start = n
@@ -56,21 +67,24 @@ def definitions(code):
             start = None
         opened = depth
         depth += line.count("{") - line.count("}")
-        if opened == 0 and depth > 0 and start is not None:
+        if opened == 0 and "{" in line and start is not None:
             head = " ".join(lines[start - 1:n])
             m = re.search(r"\b([A-Za-z_]\w*)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)"
                           r"\s*(?:__attribute__.*)?\{", head)
             name = m.group(1) if m else None
+            static = bool(m and re.search(r"\bstatic\b", head[:m.start()])) or any(blocks)
             body_start = start
-        if opened > 0 and depth == 0 and start is not None:
+            if depth > 0:
+                continue
+        if depth == 0 and start is not None and (opened > 0 or "{" in line):
             if name:
-                out.append((name, head.lstrip().startswith("static"), body_start, n))
+                out.append((name, static, body_start, n))
             start = None
     return out
 
 
 def main(folders):
-    files = sorted(f for d in folders for f in glob.glob(d + "/*.[ch]"))
+    files = sorted(f for d in folders for ext in ("c", "h", "cu") for f in glob.glob(f"{d}/*.{ext}"))
     bad = []
     code = {f: strip(open(f, encoding="utf-8").read()) for f in files}
     # includes
@@ -90,7 +104,7 @@ def main(folders):
         n_lines = code[f].count("\n")
         if n_lines > MAX_FILE:
             bad.append(f"{f}: {n_lines} lines (at most {MAX_FILE})")
-        if not f.endswith(".c"):
+        if not f.endswith(SOURCES):
             continue
         for name, static, a, b in definitions(code[f]):
             if b - a + 1 > MAX_FN:
@@ -99,7 +113,9 @@ def main(folders):
                 bad.append(f"{f}:{a}: static {name} carries the cross-file prefix vs__")
             if name in PROGRAM_MAINS:
                 continue
-            (statics if static else defs).setdefault(name, []).append(f)
+            where = (statics if static else defs).setdefault(name, [])
+            if f not in where:  # twice in one file: #if alternatives (or C++ overloads)
+                where.append(f)
     for name, where in sorted(defs.items()):
         also = where[1:] + statics.get(name, [])
         if also:
@@ -108,7 +124,7 @@ def main(folders):
         if len(where) > 1 and name not in defs:
             bad.append(f"{name}: a static of {', '.join(where)}")
     # circles of calls
-    arrows = {f: set() for f in files if f.endswith(".c")}
+    arrows = {f: set() for f in files if f.endswith(SOURCES)}
     for f in arrows:
         for word in set(re.findall(r"\b[A-Za-z_]\w*\b", code[f])):
             for g in defs.get(word, ()):
