@@ -6,7 +6,8 @@
 
 #include "bench/bench.h"
 #include "core/paths.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 
 double vs_bench_now(void) {
   struct timespec ts;

@@ -12,7 +12,8 @@
 
 #include "bench/bench.h"
 #include "core/cli_args.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 
 static void ca_usage(FILE *f) {
   fprintf(f,

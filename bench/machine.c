@@ -7,7 +7,8 @@
 
 #include "bench/bench.h"
 #include "bench/machine.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "vspec/types.h"
 
 void vs_bench_machine_cpu_model(const char *cpuinfo_path, char *out, size_t cap) {

@@ -74,14 +74,14 @@ int vs_device_parse(const char *spec, uint32_t *kind, int *index, char *err, siz
 
 /* ---- the CUDA module ------------------------------------------------------------------ */
 
-static pthread_mutex_t vs__cuda_lock = PTHREAD_MUTEX_INITIALIZER;
-static const vs_device_class *vs__cuda_class;
-static char vs__cuda_error[VSPEC_ERRLEN];
+static pthread_mutex_t dev_cuda_lock = PTHREAD_MUTEX_INITIALIZER;
+static const vs_device_class *dev_cuda_class;
+static char dev_cuda_error[VSPEC_ERRLEN];
 
 /* Where the module may be: $VSPEC_CUDA_MODULE, else lib/ next to the executable or one or
  * two levels up (build/vspecd, build/tests/test_* and build/tests/gpu/test_* all find
  * build/lib/). */
-static int vs__cuda_candidates(char paths[][PATH_MAX], int max) {
+static int dev_cuda_candidates(char paths[][PATH_MAX], int max) {
   int n = 0;
   const char *env = getenv("VSPEC_CUDA_MODULE");
   if (env && *env) {
@@ -101,14 +101,14 @@ static int vs__cuda_candidates(char paths[][PATH_MAX], int max) {
   return n;
 }
 
-static void vs__cuda_load_locked(void) {
+static void dev_cuda_load_locked(void) {
   char paths[3][PATH_MAX];
-  int n = vs__cuda_candidates(paths, 3);
+  int n = dev_cuda_candidates(paths, 3);
   for (int i = 0; i < n; i++) {
     if (access(paths[i], F_OK) != 0) continue;
     void *h = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-      snprintf(vs__cuda_error, sizeof vs__cuda_error,
+      snprintf(dev_cuda_error, sizeof dev_cuda_error,
                "cannot load the CUDA module %s: %s (the CUDA 13 runtime and cuBLAS must be on "
                "the library path)", paths[i], dlerror());
       return;
@@ -117,36 +117,36 @@ static void vs__cuda_load_locked(void) {
     const vs_device_class *cls = fn ? fn() : NULL;
     if (!cls || cls->struct_size < sizeof(vs_device_class) ||
         cls->version != VS_DEVICE_CLASS_VERSION || cls->kind != VSPEC_DEVICE_CUDA) {
-      snprintf(vs__cuda_error, sizeof vs__cuda_error,
+      snprintf(dev_cuda_error, sizeof dev_cuda_error,
                "%s is not a CUDA module of this build (device class version %u, expected %u); "
                "rebuild it with this tree", paths[i], cls ? cls->version : 0u,
                (unsigned)VS_DEVICE_CLASS_VERSION);
       return; /* never dlclose: a half-initialised CUDA runtime must not be unloaded */
     }
-    vs__cuda_class = cls;
+    dev_cuda_class = cls;
     return;
   }
   const char *env = getenv("VSPEC_CUDA_MODULE");
   if (env && *env) {
-    snprintf(vs__cuda_error, sizeof vs__cuda_error,
+    snprintf(dev_cuda_error, sizeof dev_cuda_error,
              "VSPEC_CUDA_MODULE=%s: no such file (the CUDA module, libvspec-cuda.so)", env);
     return;
   }
   char *dir = n ? strrchr(paths[0], '/') : NULL;
   if (dir) *dir = '\0';
-  snprintf(vs__cuda_error, sizeof vs__cuda_error,
+  snprintf(dev_cuda_error, sizeof dev_cuda_error,
            "this build has no CUDA support: %s not found (looked in %s%s; it is built when "
            "nvcc is found, or with make VSPEC_CUDA=1; VSPEC_CUDA_MODULE names another)",
            VS_CUDA_MODULE, n ? paths[0] : "nowhere: cannot locate the executable",
            n > 1 ? " and above" : "");
 }
 
-static const vs_device_class *vs__cuda(char *err, size_t errlen) {
-  pthread_mutex_lock(&vs__cuda_lock);
-  if (!vs__cuda_class && !vs__cuda_error[0]) vs__cuda_load_locked();
-  const vs_device_class *cls = vs__cuda_class;
-  if (!cls) snprintf(err, errlen, "%s", vs__cuda_error);
-  pthread_mutex_unlock(&vs__cuda_lock);
+static const vs_device_class *dev_cuda(char *err, size_t errlen) {
+  pthread_mutex_lock(&dev_cuda_lock);
+  if (!dev_cuda_class && !dev_cuda_error[0]) dev_cuda_load_locked();
+  const vs_device_class *cls = dev_cuda_class;
+  if (!cls) snprintf(err, errlen, "%s", dev_cuda_error);
+  pthread_mutex_unlock(&dev_cuda_lock);
   return cls;
 }
 
@@ -159,7 +159,7 @@ int vs_device_open(const char *spec, const vs_device_options *opt, vspec_dev **o
   int rc = vs_device_parse(spec, &kind, &o.index, err, errlen);
   if (rc) return rc;
   const vs_device_class *cls =
-      kind == VSPEC_DEVICE_CPU ? vs_cpu_device_class() : vs__cuda(err, errlen);
+      kind == VSPEC_DEVICE_CPU ? vs_cpu_device_class() : dev_cuda(err, errlen);
   if (!cls) return VSPEC_ENOTSUP;
   rc = cls->open(&o, out, err, errlen);
   /* The head hands out the counting table (kernels/op_counts.c); the module's own stays in

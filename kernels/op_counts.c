@@ -19,55 +19,55 @@
 
 #include "kernels/vs_kernels.h"
 
-static inline vs_dev_head *vs__head(vspec_dev *dev) { return (vs_dev_head *)(void *)dev; }
-static inline const vspec_ops *vs__own(vspec_dev *dev) { return vs__head(dev)->cls->ops; }
+static inline vs_dev_head *oc_head(vspec_dev *dev) { return (vs_dev_head *)(void *)dev; }
+static inline const vspec_ops *oc_own(vspec_dev *dev) { return oc_head(dev)->cls->ops; }
 /* An op recorded into a graph is not issued: it counts when the graph is launched, as the
  * launch (one op, however many it holds). */
-static inline void vs__op(vspec_dev *dev) {
-  vs_dev_head *h = vs__head(dev);
+static inline void oc_op(vspec_dev *dev) {
+  vs_dev_head *h = oc_head(dev);
   vs_dev_count(h->recording ? &h->counters.recorded : &h->counters.ops, 1);
 }
 
 /* The counting wrapper of each op of kind op or op_ret (include/vspec/ops_list.h): count, then
  * call the device's own. A fused op (ABI 1.4) is one op, whatever it runs inside (its point is
  * the launches it saves). */
-#define VS__COUNT_op(ret, name, params, args)                                                  \
+#define OC_COUNT_op(ret, name, params, args)                                                   \
   static ret c_##name params {                                                                 \
-    vs__op(dev);                                                                               \
-    vs__own(dev)->name args;                                                                   \
+    oc_op(dev);                                                                                \
+    oc_own(dev)->name args;                                                                    \
   }
-#define VS__COUNT_op_ret(ret, name, params, args)                                              \
+#define OC_COUNT_op_ret(ret, name, params, args)                                               \
   static ret c_##name params {                                                                 \
-    vs__op(dev);                                                                               \
-    return vs__own(dev)->name args;                                                            \
+    oc_op(dev);                                                                                \
+    return oc_own(dev)->name args;                                                             \
   }
-#define VS__COUNT_graph(ret, name, params, args)     /* by hand, below */
-#define VS__COUNT_uncounted(ret, name, params, args) /* passed through */
-#define VS__COUNT(ret, name, params, args, minor, kind) VS__COUNT_##kind(ret, name, params, args)
-VSPEC_OPS(VS__COUNT)
-#undef VS__COUNT
-#undef VS__COUNT_op
-#undef VS__COUNT_op_ret
-#undef VS__COUNT_graph
-#undef VS__COUNT_uncounted
+#define OC_COUNT_graph(ret, name, params, args)     /* by hand, below */
+#define OC_COUNT_uncounted(ret, name, params, args) /* passed through */
+#define OC_COUNT(ret, name, params, args, minor, kind) OC_COUNT_##kind(ret, name, params, args)
+VSPEC_OPS(OC_COUNT)
+#undef OC_COUNT
+#undef OC_COUNT_op
+#undef OC_COUNT_op_ret
+#undef OC_COUNT_graph
+#undef OC_COUNT_uncounted
 
 /* ABI 1.5 graphs: begin and end mark the head as recording (not work themselves); a launch
  * is one op and one launch. graph_free is memory management: not wrapped. */
 static int c_graph_begin(vspec_dev *dev) {
-  int rc = vs__own(dev)->graph_begin(dev);
-  if (rc == VSPEC_OK) vs__head(dev)->recording = 1;
+  int rc = oc_own(dev)->graph_begin(dev);
+  if (rc == VSPEC_OK) oc_head(dev)->recording = 1;
   return rc;
 }
 
 static int c_graph_end(vspec_dev *dev, vspec_graph **graph) {
-  vs__head(dev)->recording = 0;
-  return vs__own(dev)->graph_end(dev, graph);
+  oc_head(dev)->recording = 0;
+  return oc_own(dev)->graph_end(dev, graph);
 }
 
 static int c_graph_launch(vspec_dev *dev, vspec_graph *graph) {
-  vs__op(dev);
-  vs_dev_count(&vs__head(dev)->counters.launches, 1);
-  return vs__own(dev)->graph_launch(dev, graph);
+  oc_op(dev);
+  vs_dev_count(&oc_head(dev)->counters.launches, 1);
+  return oc_own(dev)->graph_launch(dev, graph);
 }
 
 /* The counting copy of `own`: every op the device has, counted (kinds op, op_ret and graph of
@@ -75,42 +75,42 @@ static int c_graph_launch(vspec_dev *dev, vspec_graph *graph) {
  * wrapper): callers test for NULL to fall back to other ops (vspec_has_fused_ops), and a
  * wrapper would call through NULL. tests/test_op_counts.c checks that every member but the
  * uncounted ones is wrapped. */
-#define VS__WRAP_op(name)                                                                      \
+#define OC_WRAP_op(name)                                                                       \
   if (own->name) t->name = c_##name;
-#define VS__WRAP_op_ret VS__WRAP_op
-#define VS__WRAP_graph VS__WRAP_op
-#define VS__WRAP_uncounted(name)
-#define VS__WRAP(ret, name, params, args, minor, kind) VS__WRAP_##kind(name)
-static void vs__build(vspec_ops *t, const vspec_ops *own) {
+#define OC_WRAP_op_ret OC_WRAP_op
+#define OC_WRAP_graph OC_WRAP_op
+#define OC_WRAP_uncounted(name)
+#define OC_WRAP(ret, name, params, args, minor, kind) OC_WRAP_##kind(name)
+static void oc_build(vspec_ops *t, const vspec_ops *own) {
   *t = *own;
-  VSPEC_OPS(VS__WRAP)
+  VSPEC_OPS(OC_WRAP)
 }
-#undef VS__WRAP
+#undef OC_WRAP
 
 /* One counting table per device class (a process has at most a CPU and a CUDA class). */
-#define VS__CLASSES 4
-static pthread_mutex_t vs__mu = PTHREAD_MUTEX_INITIALIZER;
+#define OC_CLASSES 4
+static pthread_mutex_t oc_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   const vs_device_class *cls;
   vspec_ops table;
-} vs__tables[VS__CLASSES];
+} oc_tables[OC_CLASSES];
 
 const vspec_ops *vs__counted_ops(const vs_device_class *cls) {
   const vspec_ops *t = cls->ops; /* uncounted if the slots are full: never in practice */
-  pthread_mutex_lock(&vs__mu);
-  for (int i = 0; i < VS__CLASSES; i++) {
-    if (vs__tables[i].cls == cls) {
-      t = &vs__tables[i].table;
+  pthread_mutex_lock(&oc_mu);
+  for (int i = 0; i < OC_CLASSES; i++) {
+    if (oc_tables[i].cls == cls) {
+      t = &oc_tables[i].table;
       break;
     }
-    if (!vs__tables[i].cls) {
-      vs__build(&vs__tables[i].table, cls->ops);
-      vs__tables[i].cls = cls;
-      t = &vs__tables[i].table;
+    if (!oc_tables[i].cls) {
+      oc_build(&oc_tables[i].table, cls->ops);
+      oc_tables[i].cls = cls;
+      t = &oc_tables[i].table;
       break;
     }
   }
-  pthread_mutex_unlock(&vs__mu);
+  pthread_mutex_unlock(&oc_mu);
   return t;
 }
 

@@ -116,7 +116,7 @@ static inline void vs_dev_count_transfer(vspec_dev *dev, int down, size_t bytes)
 
 typedef const vs_device_class *(*vs_device_class_fn)(void);
 
-/* The CPU class (kernels/cpu/cpu_dev.c). */
+/* The CPU class (kernels/cpu/cpu_device.c). */
 const vs_device_class *vs_cpu_device_class(void);
 
 #ifdef __cplusplus

@@ -59,7 +59,7 @@ uint32_t vs_dev_space(const vspec_dev *dev);
 int vs_dev_counters_get(const vspec_dev *dev, vs_dev_counters *out);
 void vs_dev_counters_sub(vs_dev_counters *a, const vs_dev_counters *b);
 /* internal (kernels/op_counts.c): the counting copy of a class's ops table, which every
- * device context's head points to (kernels/device.c, kernels/cpu/cpu_dev.c). */
+ * device context's head points to (kernels/device.c, kernels/cpu/cpu_device.c). */
 const vspec_ops *vs__counted_ops(const vs_device_class *cls);
 
 #endif /* VS_KERNELS_H */

@@ -11,7 +11,8 @@
 
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_linear_bf16.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_weights.h"
 #include "tests/support/kernels_testutil.h"
 

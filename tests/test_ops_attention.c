@@ -8,7 +8,8 @@
 
 #include <string.h>
 
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/support/kernels_testutil.h"
 
 typedef struct {

@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "kernels/common/vs_math.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/support/kernels_testutil.h"
 
 #define N 1031

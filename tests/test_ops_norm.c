@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "kernels/common/vs_math.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/support/kernels_testutil.h"
 
 static void ref_rmsnorm(const float *x, const float *w, int rows, int dim, double eps,

@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "kernels/common/vs_math.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_dev.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/support/kernels_testutil.h"
 
 /* precompute_freqs_cis_2d written out directly in double: theta_k = base^(-4k/hd), the first

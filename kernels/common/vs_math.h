@@ -101,6 +101,13 @@ VS_HD static inline float vs_cfg_mix(float cond, float uncond, float scale) {
 
 /* ---- normalisation ------------------------------------------------------------------------ */
 
+/* Eight partial double sums (entry i went to sum i mod 8) added in a fixed tree: independent
+ * partials vectorise without reassociating anything, so a sum (RMSNorm's squares, softmax's
+ * exponentials) has the same bits whatever the compiler or instruction set. */
+VS_HD static inline double vs_sum8(const double *s) {
+  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
 /* RMSNorm's scale (LlamaGen autoregressive/models/gpt.py RMSNorm) from the double sum of squares of a row of `dim` values:
  * x * rsqrt(mean(x^2) + eps) in fp32 (the mean rounded to float first, as the reference's
  * float32 mean is), then times the weight (vs_rms_apply). */

@@ -27,7 +27,7 @@
 #include "kernels/cpu/cpu_attention_softmax.h"
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/common/vs_exp_simd.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_isa.h"
 
 /* Query rows whose W V share one pass over the values (the AVX-512 loop, head_dim 64). */
 #define VS_ATTN_ROW_GROUP 4

@@ -8,7 +8,7 @@
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_attention_softmax.h"
 #include "kernels/common/vs_exp_simd.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_isa.h"
 
 /* Masked entries -> 0, the rest -> e^(s - max) times 1 / sum (a multiply: a vector division
  * cost a tenth of the softmax). e is vs_exp_poly; the sum is kept in 16 partial sums (entry j

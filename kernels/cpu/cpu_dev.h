@@ -24,7 +24,7 @@ struct vspec_dev {
   vs_dev_head head;     /* first: the host reads the class and ops table through it */
   int threads;          /* compute threads, >= 1 (vs_dev_create resolves 0 to online cores) */
   struct vs_pool *pool; /* threads - 1 persistent helpers (cpu_threads.h) */
-  int isa;              /* VS_ISA_* of the hand-written kernels (cpu_linear_skinny.h) */
+  int isa;              /* VS_ISA_* of the hand-written kernels (cpu_isa.h) */
   int skinny_max_m;     /* products A B^T with at most this many rows skip BLIS */
   int precision;        /* VS_PRECISION_FP32, or VS_PRECISION_BF16: linear layers with bf16
                          * copies of the weights, on AMX tiles (cpu_linear_amx.h) or widened
@@ -38,6 +38,8 @@ struct vspec_dev {
   struct vs_cpu_graph *rec; /* the graph being recorded (ABI 1.5, cpu_graph.c), or NULL */
   int rec_status;           /* VSPEC_OK, or why the recording failed */
 };
+
+/* ---- the device's memory (cpu_dev.c: a leaf, the other files call it and it calls none) -- */
 
 /* Returns the scratch base with at least `bytes` available. Ops size their tiles from
  * vs_scratch_size() first, so this only grows the arena when a single minimal tile (one
@@ -61,6 +63,10 @@ void *vs_fused_scratch(vspec_dev *dev, size_t bytes);
  * pages (see cpu_dev.c). Contents undefined, free() frees it; NULL when out of memory. The
  * pages are given at first touch, so fill the block right away. */
 void *vs_cpu_weight_alloc(size_t bytes);
+/* The block of the alloc ops: VS_CPU_ALIGN-aligned, rounded up to it, a distinct pointer for
+ * zero bytes; fill is the byte every new block starts with (0: a weight block, on huge pages
+ * as above), or -1 to leave it as malloc gives it. NULL when out of memory. */
+void *vs_cpu_block_alloc(size_t bytes, int fill);
 
 /* Rounds up to the scratch alignment, for carving several arrays out of one scratch. */
 static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(VS_CPU_ALIGN - 1); }
@@ -68,8 +74,8 @@ static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(V
 /* ---- op implementations (one file per concept) --------------------------------------- */
 
 /* vs_cpu_<op> for every op of include/vspec/ops_list.h, with the op's signature:
- *   cpu_dev.c        alloc, free, upload, download, copy, reserve_scratch, copy3d,
- *                    alloc_uninit
+ *   cpu_memory.c     alloc, free, upload, download, copy, copy3d, alloc_uninit
+ *   cpu_dev.c        reserve_scratch
  *   cpu_gemm.c       gemm, linear, weight_format
  *   cpu_norm.c       rmsnorm, groupnorm, layernorm
  *   cpu_elementwise.c silu, swiglu, gelu_tanh, add, cfg_combine, gelu, mul
@@ -97,12 +103,24 @@ int vs_blis_tuned(void);
 void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+/* cpu_device.c: the device itself (open, close, info) */
+/* Test and benchmark hook: makes `dev` use the kernels of `isa` (VS_ISA_*, cpu_isa.h), with
+ * that instruction set's threshold. Returns
+ * VSPEC_OK, VSPEC_ENOTSUP when this CPU lacks it, VSPEC_EINVAL for an unknown value.
+ * A new device uses vs_isa_best(), capped by the environment variable VSPEC_CPU_ISA
+ * (scalar, avx2, avx512) when that is set. */
+int vs_cpu_set_isa(vspec_dev *dev, int isa);
+
 /* cpu_graph.c: ABI 1.5 graphs by recording (the ops a fused forward issues), and the rest
  * of the table refusing to be recorded */
 /* Nonzero while dev records; then an op that is not recorded calls vs_cpu_graph_refuse,
- * which fails the recording (VSPEC_ENOTSUP, the op's name logged once). */
+ * which fails the recording (VSPEC_ENOTSUP). Both inline here rather than in cpu_graph.c:
+ * every op refuses, and cpu_graph.c replays ops, so the ops must not call into that file. */
 static inline int vs_cpu_recording(const vspec_dev *dev) { return dev && dev->rec; }
-void vs_cpu_graph_refuse(vspec_dev *dev, const char *op);
+static inline void vs_cpu_graph_refuse(vspec_dev *dev, const char *op) {
+  (void)op; /* the status says it; the caller falls back to eager ops */
+  if (dev->rec_status == VSPEC_OK) dev->rec_status = VSPEC_ENOTSUP;
+}
 /* First statement of every op that is not recorded: while recording it is neither recorded
  * nor run (as a CUDA capture that met a host copy), and the recording fails. */
 #define VS_CPU_UNRECORDED(dev, name)                                                           \

@@ -10,7 +10,7 @@
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/common/vs_exp_simd.h"
-#include "kernels/cpu/cpu_linear_skinny.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/host/host_math.h"
 
 #if VS_EXP_SIMD

@@ -51,12 +51,12 @@
 /* The rows or columns of one block of a split product: a multiple of the micro-tiles. */
 #define VS_GEMM_BLOCK 64
 
-static void vs__gemm_one(int trans_a, int trans_b, int m, int n, int k, float alpha,
-                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                         int ldc);
-static void vs__gemm_split(vspec_dev *dev, int nth, int trans_a, int trans_b, int m, int n,
-                           int k, float alpha, const float *a, int lda, const float *b, int ldb,
-                           float beta, float *c, int ldc);
+static void gemm_one(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                     const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                     int ldc);
+static void gemm_split(vspec_dev *dev, int nth, int trans_a, int trans_b, int m, int n,
+                       int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                       float beta, float *c, int ldc);
 
 int vs_blis_tuned(void) { return bli_arch_query_id() != BLIS_ARCH_GENERIC; }
 
@@ -77,16 +77,16 @@ void vs_sgemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, flo
   int nth = vs_pool_threads(dev->pool);
   if (nth > 1 && (double)m * n * (k > 0 ? k : 1) >= VS_GEMM_MT_MIN_MACS &&
       (m >= 2 * VS_GEMM_BLOCK || n >= 2 * VS_GEMM_BLOCK)) {
-    vs__gemm_split(dev, nth, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_split(dev, nth, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  vs__gemm_one(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_one(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* One BLIS call on one thread. */
-static void vs__gemm_one(int trans_a, int trans_b, int m, int n, int k, float alpha,
-                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                         int ldc) {
+static void gemm_one(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                     const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                     int ldc) {
   rntm_t rntm;
   bli_rntm_init_from_global(&rntm);
   bli_rntm_set_num_threads(1, &rntm);
@@ -105,37 +105,37 @@ static void vs__gemm_one(int trans_a, int trans_b, int m, int n, int k, float al
                (float *)b, ldb, 1, &beta, c, ldc, 1, NULL, &rntm);
 }
 
-typedef struct vs__gemm_job {
+typedef struct gemm_job {
   int trans_a, trans_b, m, n, k, lda, ldb, ldc, by_rows, block;
   float alpha, beta;
   const float *a, *b;
   float *c;
-} vs__gemm_job;
+} gemm_job;
 
-static void vs__gemm_block(void *ctx, int t) {
-  const vs__gemm_job *g = ctx;
+static void gemm_block(void *ctx, int t) {
+  const gemm_job *g = ctx;
   int total = g->by_rows ? g->m : g->n, i0 = t * g->block;
   int len = total - i0 < g->block ? total - i0 : g->block;
   if (g->by_rows) /* rows i0.. of op(A) and of C */
-    vs__gemm_one(g->trans_a, g->trans_b, len, g->n, g->k, g->alpha,
-                 g->trans_a ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->lda, g->b, g->ldb,
-                 g->beta, g->c + (size_t)i0 * g->ldc, g->ldc);
+    gemm_one(g->trans_a, g->trans_b, len, g->n, g->k, g->alpha,
+             g->trans_a ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->lda, g->b, g->ldb,
+             g->beta, g->c + (size_t)i0 * g->ldc, g->ldc);
   else /* columns i0.. of op(B) and of C */
-    vs__gemm_one(g->trans_a, g->trans_b, g->m, len, g->k, g->alpha, g->a, g->lda,
-                 g->trans_b ? g->b + (size_t)i0 * g->ldb : g->b + i0, g->ldb, g->beta,
-                 g->c + i0, g->ldc);
+    gemm_one(g->trans_a, g->trans_b, g->m, len, g->k, g->alpha, g->a, g->lda,
+             g->trans_b ? g->b + (size_t)i0 * g->ldb : g->b + i0, g->ldb, g->beta,
+             g->c + i0, g->ldc);
 }
 
-static void vs__gemm_split(vspec_dev *dev, int nth, int trans_a, int trans_b, int m, int n,
-                           int k, float alpha, const float *a, int lda, const float *b, int ldb,
-                           float beta, float *c, int ldc) {
-  vs__gemm_job g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, m >= n, 0, alpha, beta, a, b, c};
+static void gemm_split(vspec_dev *dev, int nth, int trans_a, int trans_b, int m, int n,
+                       int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                       float beta, float *c, int ldc) {
+  gemm_job g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, m >= n, 0, alpha, beta, a, b, c};
   int total = g.by_rows ? m : n;
   /* Two blocks per thread (a late helper costs half a share), whole multiples of
    * VS_GEMM_BLOCK so that BLIS's micro-tiles are not cut more than they would be anyway. */
   int blocks = 2 * nth, per = (total + blocks - 1) / blocks;
   g.block = (per + VS_GEMM_BLOCK - 1) / VS_GEMM_BLOCK * VS_GEMM_BLOCK;
-  vs_pool_run(dev->pool, (total + g.block - 1) / g.block, vs__gemm_block, &g);
+  vs_pool_run(dev->pool, (total + g.block - 1) / g.block, gemm_block, &g);
 }
 
 void vs_cpu_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,

@@ -59,11 +59,6 @@ int vs_cpu_graph_begin(vspec_dev *dev) {
   return VSPEC_OK;
 }
 
-void vs_cpu_graph_refuse(vspec_dev *dev, const char *op) {
-  (void)op; /* the status says it; the caller falls back to eager ops */
-  if (dev->rec_status == VSPEC_OK) dev->rec_status = VSPEC_ENOTSUP;
-}
-
 /* A new entry of the recording open on dev, or NULL (the recording then fails: ENOMEM). */
 static vs_rec *rec_add(vspec_dev *dev, int kind) {
   vs_cpu_graph *g = dev->rec;

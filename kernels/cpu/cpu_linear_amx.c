@@ -40,16 +40,14 @@
 #define VS_AMX_NBLOCK 16      /* fp32 columns of a C tile */
 #define VS_AMX_BLOCK_ELEMS 512 /* bf16 values in one packed 16 x 32 block */
 
-static int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
 size_t vs_amx_packed_bytes(int n, int k) {
-  return (size_t)round_up(n, 2 * VS_AMX_NBLOCK) * (size_t)round_up(k, VS_AMX_KBLOCK) *
-         sizeof(uint16_t);
+  return (size_t)vs_amx_round_up(n, 2 * VS_AMX_NBLOCK) *
+         (size_t)vs_amx_round_up(k, VS_AMX_KBLOCK) * sizeof(uint16_t);
 }
 
 void vs_amx_pack(const float *w, int n, int k, uint16_t *packed) {
-  int nb_count = round_up(n, 2 * VS_AMX_NBLOCK) / VS_AMX_NBLOCK;
-  int kb_count = round_up(k, VS_AMX_KBLOCK) / VS_AMX_KBLOCK;
+  int nb_count = vs_amx_round_up(n, 2 * VS_AMX_NBLOCK) / VS_AMX_NBLOCK;
+  int kb_count = vs_amx_round_up(k, VS_AMX_KBLOCK) / VS_AMX_KBLOCK;
   for (int nb = 0; nb < nb_count; nb++)
     for (int kb = 0; kb < kb_count; kb++) {
       uint16_t *blk = packed + ((size_t)nb * kb_count + kb) * VS_AMX_BLOCK_ELEMS;
@@ -256,10 +254,10 @@ void vs_amx_linear(vspec_dev *dev, const float *x, int m, int k, const uint16_t 
                    const float *bias, float *y) {
   if (m <= 0 || n <= 0) return;
   amx_job jb = {.packed = packed, .bias = bias, .y = y, .m = m, .n = n,
-                .mp = m < VS_AMX_ROWS ? m : round_up(m, VS_AMX_ROWS),
+                .mp = m < VS_AMX_ROWS ? m : vs_amx_round_up(m, VS_AMX_ROWS),
                 .tile_rows = m < VS_AMX_ROWS ? m : VS_AMX_ROWS,
-                .kp = round_up(k > 0 ? k : 1, VS_AMX_KBLOCK)};
-  jb.pairs = round_up(n, 2 * VS_AMX_NBLOCK) / (2 * VS_AMX_NBLOCK);
+                .kp = vs_amx_round_up(k > 0 ? k : 1, VS_AMX_KBLOCK)};
+  jb.pairs = vs_amx_round_up(n, 2 * VS_AMX_NBLOCK) / (2 * VS_AMX_NBLOCK);
   uint16_t *xb = vs_scratch(dev, (size_t)jb.mp * jb.kp * sizeof(uint16_t));
   amx_convert_rows(x, m, k, xb, jb.mp, jb.kp);
   jb.xb = xb;

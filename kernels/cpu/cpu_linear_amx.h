@@ -59,4 +59,7 @@ void vs_amx_tile_config(int tile_rows);
  * task streams at least 512 KiB; see cpu_linear_amx.c). */
 int vs_amx_split(const vspec_dev *dev, int pairs, size_t bytes, int *pairs_per_task);
 
+/* v rounded up to a multiple of m: the tiles' padding, in both AMX kernels. */
+static inline int vs_amx_round_up(int v, int m) { return (v + m - 1) / m * m; }
+
 #endif /* VS_CPU_LINEAR_AMX_H */

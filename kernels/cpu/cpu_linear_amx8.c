@@ -20,11 +20,9 @@
 #define VS_AMX8_NBLOCK 16   /* int32 columns of a C tile */
 #define VS_AMX8_BLOCK 1024  /* bytes of one packed 16-column x 64-input block */
 
-static int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
 size_t vs_amx8_packed_bytes(int n, int k) {
-  size_t np = (size_t)round_up(n, 2 * VS_AMX8_NBLOCK);
-  return np * (size_t)round_up(k, VS_AMX8_KBLOCK) + np * sizeof(float);
+  size_t np = (size_t)vs_amx_round_up(n, 2 * VS_AMX8_NBLOCK);
+  return np * (size_t)vs_amx_round_up(k, VS_AMX8_KBLOCK) + np * sizeof(float);
 }
 
 /* Below this largest magnitude a row counts as zero: 127 / max would overflow to infinity
@@ -54,7 +52,7 @@ static float quantize(const float *v, int k, int8_t *q) {
 float vs_amx8_quantize_row(const float *x, int k, int8_t *q) { return quantize(x, k, q); }
 
 int vs_amx8_pack(const float *w, int n, int k, void *packed) {
-  int np = round_up(n, 2 * VS_AMX8_NBLOCK), kp = round_up(k, VS_AMX8_KBLOCK);
+  int np = vs_amx_round_up(n, 2 * VS_AMX8_NBLOCK), kp = vs_amx_round_up(k, VS_AMX8_KBLOCK);
   int kbs = kp / VS_AMX8_KBLOCK;
   if (k <= 0 || k > VS_AMX8_MAX_K || n <= 0) return -1;
   int8_t *tiles = packed, *row = malloc((size_t)k);
@@ -208,14 +206,14 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) static void amx8_task(void 
 int vs_amx8_linear(vspec_dev *dev, const float *x, int m, int k, const void *packed, int n,
                    const float *bias, float *y) {
   if (m <= 0 || n <= 0) return 0;
-  int np = round_up(n, 2 * VS_AMX8_NBLOCK);
+  int np = vs_amx_round_up(n, 2 * VS_AMX8_NBLOCK);
   amx8_job jb = {.tiles = packed, .bias = bias, .y = y, .m = m, .n = n,
-                 .mp = m < VS_AMX8_ROWS ? m : round_up(m, VS_AMX8_ROWS),
+                 .mp = m < VS_AMX8_ROWS ? m : vs_amx_round_up(m, VS_AMX8_ROWS),
                  .tile_rows = m < VS_AMX8_ROWS ? m : VS_AMX8_ROWS,
-                 .kp = round_up(k > 0 ? k : 1, VS_AMX8_KBLOCK)};
+                 .kp = vs_amx_round_up(k > 0 ? k : 1, VS_AMX8_KBLOCK)};
   jb.sw = (const float *)(jb.tiles + (size_t)np * jb.kp);
   jb.pairs = np / (2 * VS_AMX8_NBLOCK);
-  size_t xq_bytes = (size_t)round_up(jb.mp * jb.kp, 64);
+  size_t xq_bytes = (size_t)vs_amx_round_up(jb.mp * jb.kp, 64);
   char *scratch = vs_scratch(dev, xq_bytes + (size_t)jb.mp * sizeof(float));
   int8_t *xq = (int8_t *)scratch;
   float *sx = (float *)(scratch + xq_bytes);

@@ -447,46 +447,6 @@ static const skinny_kernels vs256_kernels = {mk256_rows1, mk256_rows4, mk256_row
 
 /* ---- dispatch ------------------------------------------------------------------------ */
 
-int vs_isa_supported(int isa) {
-  switch (isa) {
-    case VS_ISA_SCALAR: return 1;
-#if VS_SKINNY_X86
-    case VS_ISA_AVX2:
-      __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case VS_ISA_AVX512:
-      /* libgcc's check includes the OS's XCR0 state for the zmm registers */
-      __builtin_cpu_init();
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
-#endif
-    default: return 0;
-  }
-}
-
-int vs_isa_best(void) {
-  if (vs_isa_supported(VS_ISA_AVX512)) return VS_ISA_AVX512;
-  if (vs_isa_supported(VS_ISA_AVX2)) return VS_ISA_AVX2;
-  return VS_ISA_SCALAR;
-}
-
-const char *vs_isa_name(int isa) {
-  switch (isa) {
-    case VS_ISA_SCALAR: return "scalar";
-    case VS_ISA_AVX2: return "avx2";
-    case VS_ISA_AVX512: return "avx512";
-    default: return "?";
-  }
-}
-
-int vs_cpu_set_isa(vspec_dev *dev, int isa) {
-  if (!dev || isa < VS_ISA_SCALAR || isa > VS_ISA_AVX512) return VSPEC_EINVAL;
-  if (!vs_isa_supported(isa)) return VSPEC_ENOTSUP;
-  dev->isa = isa;
-  dev->skinny_max_m = vs_skinny_max_m(isa, vs_blis_tuned());
-  return VSPEC_OK;
-}
-
 int vs_skinny_max_m(int isa, int blis_tuned) {
   switch (isa) {
     case VS_ISA_AVX512: return blis_tuned ? VS_SKINNY_MAX_M_AVX512 : VS_SKINNY_MAX_M_UNLIMITED;

@@ -12,27 +12,7 @@
 #define VS_CPU_LINEAR_SKINNY_H
 
 #include "kernels/cpu/cpu_dev.h"
-
-/* Instruction sets of the hand-written kernels, in increasing order. */
-enum {
-  VS_ISA_SCALAR = 1, /* portable C, any CPU */
-  VS_ISA_AVX2 = 2,   /* AVX2 + FMA */
-  VS_ISA_AVX512 = 3  /* AVX-512F/VL/BW + FMA */
-};
-
-/* The best instruction set this CPU (and OS) supports. */
-int vs_isa_best(void);
-/* Nonzero when `isa` can run here. */
-int vs_isa_supported(int isa);
-/* "scalar", "avx2", "avx512" ("?" otherwise). */
-const char *vs_isa_name(int isa);
-
-/* Test and benchmark hook: makes `dev` use the kernels of `isa` (VS_ISA_*), with that
- * instruction set's threshold. Returns
- * VSPEC_OK, VSPEC_ENOTSUP when this CPU lacks it, VSPEC_EINVAL for an unknown value.
- * A new device uses vs_isa_best(), capped by the environment variable VSPEC_CPU_ISA
- * (scalar, avx2, avx512) when that is set. */
-int vs_cpu_set_isa(vspec_dev *dev, int isa);
+#include "kernels/cpu/cpu_isa.h"
 
 /* Largest m for which the skinny kernel of `isa` beats BLIS (measured, see the .c file);
  * blis_tuned is vs_blis_tuned(). vs_dev_create and vs_cpu_set_isa store it in the device

@@ -6,7 +6,7 @@
 
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_dev.h"
-#include "kernels/cpu/cpu_linear_skinny.h" /* VS_ISA_* */
+#include "kernels/cpu/cpu_isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VS_NORM_SIMD 1
@@ -17,20 +17,15 @@
 
 /* Sum of squares of a row in double: the mean of squares over a few thousand channels loses
  * several bits in a float running sum, and this scale multiplies every activation. Eight
- * partial sums (channel i goes to sum i mod 8), added in a fixed tree: one running sum is a
- * chain of dependent adds that cost 7 % of a tree verify; independent partials vectorise
- * without reassociating anything, so the result does not depend on the compiler or ISA. */
-static double sum8(const double *s) {
-  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-}
-
+ * partial sums (channel i goes to sum i mod 8), added in a fixed tree (vs_sum8): one running
+ * sum is a chain of dependent adds that cost 7 % of a tree verify. */
 static double sum_squares(const float *x, int dim) {
   double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
   for (; i + 8 <= dim; i += 8)
     for (int t = 0; t < 8; t++) s[t] += (double)x[i + t] * (double)x[i + t];
   for (int t = 0; i + t < dim; t++) s[t] += (double)x[i + t] * (double)x[i + t];
-  return sum8(s);
+  return vs_sum8(s);
 }
 
 static void rms_row_scalar(const float *x, const float *w, int dim, float eps, float *y) {
@@ -57,7 +52,7 @@ __attribute__((target("avx512f,avx512vl"))) static void rms_row_512(const float 
   }
   double p[8];
   _mm512_storeu_pd(p, s);
-  const __m512 inv = _mm512_set1_ps(vs_rms_inv(sum8(p), dim, eps));
+  const __m512 inv = _mm512_set1_ps(vs_rms_inv(vs_sum8(p), dim, eps));
   /* whole vectors by plain stores: the next op reads y at once, and a load waits for a masked
    * store to reach the cache */
   for (i = 0; i + 16 <= dim; i += 16)
@@ -84,7 +79,7 @@ __attribute__((target("avx2"))) static void rms_row_256(const float *x, const fl
   _mm256_storeu_pd(p, lo);
   _mm256_storeu_pd(p + 4, hi);
   for (int t = 0; i + t < dim; t++) p[t] += (double)x[i + t] * (double)x[i + t];
-  float inv_s = vs_rms_inv(sum8(p), dim, eps);
+  float inv_s = vs_rms_inv(vs_sum8(p), dim, eps);
   const __m256 inv = _mm256_set1_ps(inv_s);
   for (i = 0; i + 8 <= dim; i += 8)
     _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv),

@@ -7,7 +7,7 @@
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_dev.h"
-#include "kernels/cpu/cpu_linear_skinny.h" /* VS_ISA_* */
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/host/host_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -30,14 +30,14 @@ typedef struct vs_walk {
 } vs_walk;
 
 /* core/verify_walk.c's vs__normalise and vs__mass: sequential double sums. */
-static void vs_walk_normalise(float *p, int n) {
+static void cw_normalise(float *p, int n) {
   double s = 0.0;
   for (int i = 0; i < n; i++) s += p[i];
   if (s > 0.0)
     for (int i = 0; i < n; i++) p[i] = (float)(p[i] / s);
 }
 
-static double vs_walk_mass(const float *p, int n) {
+static double cw_mass(const float *p, int n) {
   double s = 0.0;
   for (int i = 0; i < n; i++) s += p[i];
   return s;
@@ -45,7 +45,7 @@ static double vs_walk_mass(const float *p, int n) {
 
 /* The target distribution after `node` (core/sampling.c vs_node_distribution), processed
  * with temperature t, top_k and top_p. */
-static void vs_walk_dist(vs_walk *w, int node, float t, int top_k, float top_p, float *probs) {
+static void cw_dist(vs_walk *w, int node, float t, int top_k, float top_p, float *probs) {
   const vspec_sample_spec *s = &w->sp->sample;
   const float *l = w->logits + (size_t)node * s->rows * w->V;
   if (s->rows == 2 && (!s->guided || s->guided[node])) {
@@ -56,7 +56,7 @@ static void vs_walk_dist(vs_walk *w, int node, float t, int top_k, float top_p, 
 }
 
 /* The first child of `node` after index `after` (children in index order), or -1. */
-static int32_t vs_walk_child(const vspec_walk_spec *sp, int32_t node, int32_t after) {
+static int32_t cw_child(const vspec_walk_spec *sp, int32_t node, int32_t after) {
   for (int32_t j = after + 1; j < sp->sample.n; j++)
     if (sp->parents[j] == node) return j;
   return -1;
@@ -64,30 +64,30 @@ static int32_t vs_walk_child(const vspec_walk_spec *sp, int32_t node, int32_t af
 
 /* c->q_res := norm(residual) after candidate `ch` (the `rank`-th child tried) was rejected,
  * with the host walk's fallbacks when it has no mass. */
-static void vs_walk_reject(vs_walk *w, const vs_walk_cand *c, int depth, int32_t node,
-                           int32_t ch) {
+static void cw_reject(vs_walk *w, const vs_walk_cand *c, int depth, int32_t node,
+                      int32_t ch) {
   const vspec_walk_rule *r = &w->sp->rule;
   int V = w->V;
   vs_walk_res s = vs_walk_residual_setup(r, c, depth);
   for (int y = 0; y < V; y++) w->q_tmp[y] = vs_walk_residual_at(r, c, &s, y);
   for (int i = 0; i < s.n_fix; i++) vs_walk_fix(r, c, &s, i, w->q_tmp);
-  if (vs_walk_mass(w->q_tmp, V) > 0.0) {
+  if (cw_mass(w->q_tmp, V) > 0.0) {
     memcpy(w->q_res, w->q_tmp, (size_t)V * sizeof(float));
-    vs_walk_normalise(w->q_res, V);
+    cw_normalise(w->q_res, V);
     return;
   }
   /* Fallback: the target distribution without the candidates rejected so far. */
   w->out->fallbacks++;
   memcpy(w->q_res, w->q, (size_t)V * sizeof(float));
-  for (int32_t j = vs_walk_child(w->sp, node, node); j >= 0; j = vs_walk_child(w->sp, node, j)) {
+  for (int32_t j = cw_child(w->sp, node, node); j >= 0; j = cw_child(w->sp, node, j)) {
     w->q_res[w->sp->tokens[j]] = 0.0f;
     if (j == ch) break;
   }
-  if (vs_walk_mass(w->q_res, V) > 0.0) vs_walk_normalise(w->q_res, V);
+  if (cw_mass(w->q_res, V) > 0.0) cw_normalise(w->q_res, V);
   else memcpy(w->q_res, w->q, (size_t)V * sizeof(float));
 }
 
-static int32_t vs_walk_argmax_first(const float *p, int n) {
+static int32_t cw_argmax_first(const float *p, int n) {
   int32_t best = 0; /* plain comparisons, as the engine's vs_argmax_first */
   for (int i = 1; i < n; i++)
     if (p[i] > p[best]) best = i;
@@ -95,18 +95,18 @@ static int32_t vs_walk_argmax_first(const float *p, int n) {
 }
 
 /* Judges node's children; returns the accepted one or -1 (q_res then holds the residual). */
-static int32_t vs_walk_node(vs_walk *w, int32_t node, int depth, int greedy) {
+static int32_t cw_node(vs_walk *w, int32_t node, int depth, int greedy) {
   const vspec_walk_spec *sp = w->sp;
   const vspec_walk_rule *r = &sp->rule;
   int V = w->V;
   memcpy(w->q_res, w->q, (size_t)V * sizeof(float));
   int relaxed_greedy = greedy && r->kind == VSPEC_WALK_PROXIMITY;
   if (relaxed_greedy) /* the target's unfiltered softmax (core/verify_walk.c says why) */
-    vs_walk_dist(w, node, 1.0f, 0, 1.0f, w->q_res);
+    cw_dist(w, node, 1.0f, 0, 1.0f, w->q_res);
   int32_t di = sp->dist ? sp->dist[node] : -1;
   int sampled = di >= 0 && sp->dists;
   if (sampled) memcpy(w->p_work, sp->dists + (size_t)di * V, (size_t)V * sizeof(float));
-  for (int32_t ch = vs_walk_child(sp, node, node); ch >= 0; ch = vs_walk_child(sp, node, ch)) {
+  for (int32_t ch = cw_child(sp, node, node); ch >= 0; ch = cw_child(sp, node, ch)) {
     int32_t x = sp->tokens[ch];
     if (x < 0 || x >= V) return -2;
     float px = sampled ? w->p_work[x] : 1.0f;
@@ -122,7 +122,7 @@ static int32_t vs_walk_node(vs_walk *w, int32_t node, int depth, int greedy) {
       for (int y = 0; y < V && ok; y++)
         if (vs_walk_greedy_beats(w->q_res, x, y, pool, r->reference)) ok = 0;
     } else if (greedy) {
-      ok = x == vs_walk_argmax_first(w->q, V);
+      ok = x == cw_argmax_first(w->q, V);
     } else {
       double a = vs_walk_accept(r, &c, depth);
       w->out->accept_draws++;
@@ -130,16 +130,16 @@ static int32_t vs_walk_node(vs_walk *w, int32_t node, int depth, int greedy) {
     }
     if (ok) return ch;
     if (greedy) continue;
-    vs_walk_reject(w, &c, depth, node, ch);
+    cw_reject(w, &c, depth, node, ch);
     if (sampled) { /* the next sibling was drawn from p without the tokens tried so far */
       w->p_work[x] = 0.0f;
-      vs_walk_normalise(w->p_work, V);
+      cw_normalise(w->p_work, V);
     }
   }
   return -1;
 }
 
-static int vs_walk_valid(const float *logits, const vspec_walk_spec *sp, vspec_walk_result *out) {
+static int cw_valid(const float *logits, const vspec_walk_spec *sp, vspec_walk_result *out) {
   const vspec_sample_spec *s = &sp->sample;
   if (!logits || !out || s->n < 1 || s->vocab < 1 || (s->rows != 1 && s->rows != 2) ||
       !sp->parents || !sp->tokens || sp->parents[0] != -1)
@@ -159,7 +159,7 @@ void vs_cpu_verify_walk(vspec_dev *dev, const float *logits, const vspec_walk_sp
   memset(out, 0, sizeof *out);
   out->next = -1;
   out->status = VSPEC_EINVAL;
-  if (!spec || !vs_walk_valid(logits, spec, out)) return;
+  if (!spec || !cw_valid(logits, spec, out)) return;
   int V = spec->sample.vocab;
   size_t row = vs_host_align_up((size_t)V * sizeof(float));
   unsigned char *m = vs_scratch(dev, 5 * row + vs_host_probs_work_bytes(V));
@@ -176,8 +176,8 @@ void vs_cpu_verify_walk(vspec_dev *dev, const float *logits, const vspec_walk_sp
   int32_t node = 0, next;
   out->path[out->n_path++] = 0;
   for (;;) {
-    vs_walk_dist(&w, node, s->temperature, s->top_k, s->top_p, w.q);
-    int32_t ch = vs_walk_child(spec, node, node) >= 0 ? vs_walk_node(&w, node, out->n_path, greedy)
+    cw_dist(&w, node, s->temperature, s->top_k, s->top_p, w.q);
+    int32_t ch = cw_child(spec, node, node) >= 0 ? cw_node(&w, node, out->n_path, greedy)
                                                       : -1;
     if (ch == -2) return; /* a drafted token outside the vocabulary */
     if (ch >= 0) {
@@ -187,9 +187,9 @@ void vs_cpu_verify_walk(vspec_dev *dev, const float *logits, const vspec_walk_sp
       continue;
     }
     /* A leaf: the bonus token from the target; all rejected: the draw from the residual. */
-    const float *from = vs_walk_child(spec, node, node) >= 0 ? w.q_res : w.q;
+    const float *from = cw_child(spec, node, node) >= 0 ? w.q_res : w.q;
     if (greedy) {
-      next = vs_walk_argmax_first(w.q, V);
+      next = cw_argmax_first(w.q, V);
     } else {
       out->target_draws++;
       next = vs_host_sample(from, V, vs_rng_uniform(&w.tgt));

@@ -48,6 +48,7 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernels/vs_device.h"
 #include "vspec/ops.h"
@@ -123,8 +124,17 @@ static inline int vs_cuda_enter(vs_cuda_dev *d) {
 
 /* While a capture is open: fails it with `status` (the first reason kept) and returns 1, so
  * that the caller skips what a capture cannot hold (an allocation, a wait, a copy from
- * pageable host memory); 0 when no capture is open. */
-int vs_cuda_refuse_in_capture(vs_cuda_dev *d, int status, const char *what);
+ * pageable host memory); 0 when no capture is open. Inline here rather than in cuda_graph.cu:
+ * the memory ops refuse, and cuda_graph.cu calls them, so they must not call into it. */
+static inline int vs_cuda_refuse_in_capture(vs_cuda_dev *d, int status, const char *what) {
+  if (!d->capturing) return 0;
+  if (d->capture_status == VSPEC_OK) {
+    d->capture_status = status;
+    snprintf(d->capture_error, sizeof d->capture_error, "cuda:%d: %s cannot be captured",
+             d->head.index, what);
+  }
+  return 1;
+}
 
 /* Waits for the context's stream, counted (vs_dev_counters.syncs): what a forward costs in
  * waits is reported whatever op waits. 1 when it went well. */

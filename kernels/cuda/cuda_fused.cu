@@ -27,7 +27,7 @@
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
        i += (size_t)gridDim.x * blockDim.x)
 
-static inline size_t vs__align16(size_t b) { return (b + 15) & ~(size_t)15; }
+static inline size_t cf_align16(size_t b) { return (b + 15) & ~(size_t)15; }
 
 /* ---- gather_rows, rmsnorm_rows ------------------------------------------------------------ */
 
@@ -63,26 +63,26 @@ void vs_cuda_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, in
  * conversion launch disappears into the norm). */
 enum { VS_PATH_FP32, VS_PATH_SKINNY, VS_PATH_TC };
 
-static int vs__path(int m, const uint16_t *wb) {
+static int cf_path(int m, const uint16_t *wb) {
   return !wb ? VS_PATH_FP32 : m <= VS_CUDA_SKINNY_ROWS ? VS_PATH_SKINNY : VS_PATH_TC;
 }
 
 /* Normalised activations: fp32 rows h, or bf16 rows hb on the tensor-core path. */
-typedef struct vs__acts {
+typedef struct cf_acts {
   float *h;
   uint16_t *hb;
-} vs__acts;
+} cf_acts;
 
 /* Bytes of the normalised activations of m rows of dim on `path`, 16-byte aligned. */
-static size_t vs__acts_bytes(int path, int m, int dim) {
-  return vs__align16((size_t)m * dim * (path == VS_PATH_TC ? sizeof(uint16_t) : sizeof(float)));
+static size_t cf_acts_bytes(int path, int m, int dim) {
+  return cf_align16((size_t)m * dim * (path == VS_PATH_TC ? sizeof(uint16_t) : sizeof(float)));
 }
 
 /* rmsnorm(x) * norm_w into the activations at `at` (scratch); 1 when launched. Without
  * norm_w (EAGLE's first layer) the activations are x itself: nothing runs at fp32 or on the
  * few-row kernel, the tensor cores get x converted to bf16. */
-static int vs__norm_into(vs_cuda_dev *d, int path, const float *x, int m, int dim,
-                         const float *norm_w, float eps, void *at, vs__acts *a) {
+static int cf_norm_into(vs_cuda_dev *d, int path, const float *x, int m, int dim,
+                        const float *norm_w, float eps, void *at, cf_acts *a) {
   a->h = path == VS_PATH_TC ? NULL : (float *)at;
   a->hb = path == VS_PATH_TC ? (uint16_t *)at : NULL;
   if (!norm_w) {
@@ -96,8 +96,8 @@ static int vs__norm_into(vs_cuda_dev *d, int path, const float *x, int m, int di
 }
 
 /* y = a W^T, or y += a W^T when accumulate; 1 when launched. */
-static int vs__product(vs_cuda_dev *d, int path, const vs__acts *a, int m, int n_in,
-                       const float *w, const uint16_t *wb, int n_out, int accumulate, float *y) {
+static int cf_product(vs_cuda_dev *d, int path, const cf_acts *a, int m, int n_in,
+                      const float *w, const uint16_t *wb, int n_out, int accumulate, float *y) {
   if (path == VS_PATH_SKINNY)
     return vs__cuda_skinny_bf16(d, a->h, m, n_in, wb, NULL, n_out, NULL,
                                 accumulate ? VS_SKINNY_ADD : VS_SKINNY_STORE, y);
@@ -114,15 +114,15 @@ void vs_cuda_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const f
   /* n_in = 0: the product is zero and y stays as it is */
   if (m <= 0 || n_out <= 0 || n_in <= 0 || d->failed || !vs_cuda_enter(d)) return;
   const uint16_t *wb = vs__cuda_bf16_weight(d, w, n_out, n_in);
-  int path = vs__path(m, wb);
-  vs__acts a = {(float *)x, NULL};
+  int path = cf_path(m, wb);
+  cf_acts a = {(float *)x, NULL};
   if (path == VS_PATH_TC) {
     size_t nx = (size_t)m * n_in;
     if (!(a.hb = (uint16_t *)vs_cuda_scratch(d, nx * sizeof(uint16_t))) ||
         !vs__cuda_to_bf16(d, a.hb, x, nx))
       return;
   }
-  vs__product(d, path, &a, m, n_in, w, wb, n_out, 1, y);
+  cf_product(d, path, &a, m, n_in, w, wb, n_out, 1, y);
 }
 
 __global__ void vs_k_swiglu_pair(float *gate_y, const float *up, size_t n) {
@@ -141,20 +141,20 @@ void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const f
   const uint16_t *wb1 = vs__cuda_bf16_weight(d, w1, hidden, dim);
   const uint16_t *wb3 = wb1 ? vs__cuda_bf16_weight(d, w3, hidden, dim) : NULL;
   if (!wb3) wb1 = NULL; /* both weights take one path */
-  int path = vs__path(m, wb1);
-  size_t hbytes = vs__acts_bytes(path, m, dim);
+  int path = cf_path(m, wb1);
+  size_t hbytes = cf_acts_bytes(path, m, dim);
   /* the up projection needs its own rows unless the few-row kernel fuses SwiGLU */
   size_t upbytes = path == VS_PATH_SKINNY ? 0 : ny * sizeof(float);
   char *s = (char *)vs_cuda_scratch(d, hbytes + upbytes);
-  vs__acts a;
-  if (!s || !vs__norm_into(d, path, x, m, dim, norm_w, eps, s, &a)) return;
+  cf_acts a;
+  if (!s || !cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a)) return;
   if (path == VS_PATH_SKINNY) {
     vs__cuda_skinny_bf16(d, a.h, m, dim, wb1, wb3, hidden, NULL, VS_SKINNY_SWIGLU, y);
     return;
   }
   float *up = (float *)(s + hbytes);
-  if (!vs__product(d, path, &a, m, dim, w1, wb1, hidden, 0, y) ||
-      !vs__product(d, path, &a, m, dim, w3, wb3, hidden, 0, up))
+  if (!cf_product(d, path, &a, m, dim, w1, wb1, hidden, 0, y) ||
+      !cf_product(d, path, &a, m, dim, w3, wb3, hidden, 0, up))
     return;
   vs_k_swiglu_pair<<<vs_cuda_grid(ny, 256), 256, 0, d->stream>>>(y, up, ny);
   VS_CUDA_LAUNCHED(d, "norm_swiglu (swiglu)");
@@ -197,7 +197,7 @@ __global__ void vs_k_rope_store(float *qkv, int m, int n, int H, int Hkv, int hd
 }
 
 /* The cache's shape as the fused kernels index it; 0 (failure recorded) when it is not. */
-static int vs__kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op) {
+static int cf_kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op) {
   if (kv && kv->k && kv->v && kv->rows > 0 && kv->n_heads > 0 && kv->kv_heads > 0 &&
       kv->head_dim > 0 && kv->slots > 0 && kv->n_heads % kv->kv_heads == 0)
     return 1;
@@ -210,7 +210,7 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
                            const float *rope_table, const vspec_kv_cache *kv,
                            const int32_t *slots, float *qkv) {
   vs_cuda_dev *d = vs_cuda(dev);
-  if (n <= 0 || d->failed || !vs_cuda_enter(d) || !vs__kv_ok(d, kv, "norm_qkv_rope")) return;
+  if (n <= 0 || d->failed || !vs_cuda_enter(d) || !cf_kv_ok(d, kv, "norm_qkv_rope")) return;
   /* the slots are device memory: a bad one is skipped by the kernel, not checked here */
   if (n > kv->slots || dim <= 0 || !slots) {
     vs_cuda_fail(d, VSPEC_ERANGE, "cuda:%d: norm_qkv_rope: %d nodes for a cache of %d slots "
@@ -220,11 +220,11 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
   int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
   int qkv_w = (H + 2 * Hkv) * hd;
   const uint16_t *wb = vs__cuda_bf16_weight(d, wqkv, qkv_w, dim);
-  int path = vs__path(m, wb);
-  void *s = vs_cuda_scratch(d, vs__acts_bytes(path, m, dim));
-  vs__acts a;
-  if (!s || !vs__norm_into(d, path, x, m, dim, norm_w, eps, s, &a) ||
-      !vs__product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv))
+  int path = cf_path(m, wb);
+  void *s = vs_cuda_scratch(d, cf_acts_bytes(path, m, dim));
+  cf_acts a;
+  if (!s || !cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a) ||
+      !cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv))
     return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
   vs_k_rope_store<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(qkv, m, n, H, Hkv, hd, pos,
@@ -337,8 +337,8 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
 }
 
 /* Checks the view against the cache; 0 (failure recorded) when it does not fit. */
-static int vs__tree_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const vspec_kv_tree_view *t,
-                       size_t *shared) {
+static int cf_tree_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const vspec_kv_tree_view *t,
+                      size_t *shared) {
   int ok = t && t->n > 0 && t->lens && t->parents && t->n_prefix >= 0 &&
            (t->n_prefix == 0 || t->prefix);
   if (!ok) {
@@ -362,8 +362,8 @@ void vs_cuda_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cac
                             const vspec_kv_tree_view *tree, float *out) {
   vs_cuda_dev *d = vs_cuda(dev);
   size_t shared = 0;
-  if (d->failed || !vs_cuda_enter(d) || !vs__kv_ok(d, kv, "tree_attention") ||
-      !vs__tree_ok(d, kv, tree, &shared))
+  if (d->failed || !vs_cuda_enter(d) || !cf_kv_ok(d, kv, "tree_attention") ||
+      !cf_tree_ok(d, kv, tree, &shared))
     return;
   float scale = (float)(1.0 / sqrt((double)kv->head_dim));
   unsigned blocks = (unsigned)kv->rows * tree->n * kv->n_heads;

@@ -203,17 +203,17 @@ __global__ void __launch_bounds__(VS_SKINNY_THREADS)
 
 /* Warps per column: 1 while n_out columns fill a large GPU's resident warps (an H100 holds
  * about 8k), else more, up to the block's 8 warps, keeping at least 256 terms per warp. */
-static int vs__skinny_split(int n_in, int n_out) {
+static int cg_skinny_split(int n_in, int n_out) {
   int k = 1;
   while (k < VS_SKINNY_WARPS && (long)n_out * k < 8192 && n_in / (2 * k) >= 256) k *= 2;
   return k;
 }
 
 template <int R>
-static void vs__skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uint16_t *w,
-                              const uint16_t *w3, int n_out, const float *bias, int mode,
-                              float *y) {
-  int ksplit = vs__skinny_split(n_in, n_out);
+static void cg_skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uint16_t *w,
+                             const uint16_t *w3, int n_out, const float *bias, int mode,
+                             float *y) {
+  int ksplit = cg_skinny_split(n_in, n_out);
   int vec = n_in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 &&
             (uintptr_t)w3 % 16 == 0;
   int cols = VS_SKINNY_WARPS / ksplit;
@@ -236,14 +236,14 @@ int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const 
     return 0;
   }
   switch (m) {
-    case 1: vs__skinny_launch<1>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 2: vs__skinny_launch<2>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 3: vs__skinny_launch<3>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 4: vs__skinny_launch<4>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 5: vs__skinny_launch<5>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 6: vs__skinny_launch<6>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 7: vs__skinny_launch<7>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    default: vs__skinny_launch<8>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 1: cg_skinny_launch<1>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 2: cg_skinny_launch<2>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 3: cg_skinny_launch<3>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 4: cg_skinny_launch<4>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 5: cg_skinny_launch<5>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 6: cg_skinny_launch<6>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 7: cg_skinny_launch<7>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    default: cg_skinny_launch<8>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
   }
   return VS_CUDA_LAUNCHED(d, "linear (bf16, few rows)");
 }
@@ -282,8 +282,8 @@ const uint16_t *vs__cuda_bf16_weight(vs_cuda_dev *d, const float *w, int n_out, 
   return vs_cuda_weight_bf16(d, w, (size_t)n_out * n_in);
 }
 
-static int vs__linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const float *w,
-                           int n_out, const float *bias, float *y) {
+static int cg_linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const float *w,
+                          int n_out, const float *bias, float *y) {
   /* n_in = 0 (y = bias) takes the fp32 path: cublasGemmEx rejects lda = 0 */
   const uint16_t *wb = vs__cuda_bf16_weight(d, w, n_out, n_in);
   if (!wb) return 0; /* not a weight allocation (or no memory for the copy): fp32 */
@@ -309,7 +309,7 @@ void vs_cuda_linear(vspec_dev *dev, const float *x, int m, int n_in, const float
                     const float *bias, float *y) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (m <= 0 || n_out <= 0 || d->failed || !vs_cuda_enter(d)) return;
-  if (d->precision == VS_PRECISION_BF16 && vs__linear_bf16(d, x, m, n_in, w, n_out, bias, y))
+  if (d->precision == VS_PRECISION_BF16 && cg_linear_bf16(d, x, m, n_in, w, n_out, bias, y))
     return;
   float beta = 0.0f;
   if (bias) {

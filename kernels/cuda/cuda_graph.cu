@@ -13,7 +13,6 @@
  * while capturing (vs_cuda_refuse_in_capture) so that graph_end reports why instead of the
  * context failing for good.
  */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/cuda/cuda_dev.h"
@@ -21,16 +20,6 @@
 typedef struct vs_cuda_graph {
   cudaGraphExec_t exec;
 } vs_cuda_graph;
-
-int vs_cuda_refuse_in_capture(vs_cuda_dev *d, int status, const char *what) {
-  if (!d->capturing) return 0;
-  if (d->capture_status == VSPEC_OK) {
-    d->capture_status = status;
-    snprintf(d->capture_error, sizeof d->capture_error, "cuda:%d: %s cannot be captured",
-             d->head.index, what);
-  }
-  return 1;
-}
 
 int vs_cuda_graph_begin(vspec_dev *dev) {
   vs_cuda_dev *d = vs_cuda(dev);

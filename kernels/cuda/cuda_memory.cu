@@ -37,8 +37,8 @@ struct vs_cuda_gpu {
 };
 
 #define VS_CUDA_MAX_GPUS 64
-static std::mutex vs__gpus_lock;
-static vs_cuda_gpu *vs__gpus[VS_CUDA_MAX_GPUS];
+static std::mutex cm_gpus_lock;
+static vs_cuda_gpu *cm_gpus[VS_CUDA_MAX_GPUS];
 
 vs_cuda_gpu *vs_cuda_gpu_get(int index, size_t memory_limit, char *err, size_t errlen) {
   if (index < 0 || index >= VS_CUDA_MAX_GPUS) {
@@ -46,18 +46,18 @@ vs_cuda_gpu *vs_cuda_gpu_get(int index, size_t memory_limit, char *err, size_t e
              VS_CUDA_MAX_GPUS - 1);
     return nullptr;
   }
-  std::lock_guard<std::mutex> g(vs__gpus_lock);
-  if (!vs__gpus[index]) {
-    vs__gpus[index] = new (std::nothrow) vs_cuda_gpu();
-    if (!vs__gpus[index]) {
+  std::lock_guard<std::mutex> g(cm_gpus_lock);
+  if (!cm_gpus[index]) {
+    cm_gpus[index] = new (std::nothrow) vs_cuda_gpu();
+    if (!cm_gpus[index]) {
       snprintf(err, errlen, "out of memory");
       return nullptr;
     }
-    vs__gpus[index]->index = index;
-    vs__gpus[index]->in_use = 0;
-    vs__gpus[index]->limit = 0;
+    cm_gpus[index]->index = index;
+    cm_gpus[index]->in_use = 0;
+    cm_gpus[index]->limit = 0;
   }
-  vs_cuda_gpu *gpu = vs__gpus[index];
+  vs_cuda_gpu *gpu = cm_gpus[index];
   /* The strictest limit asked for wins: several contexts share one GPU's budget. */
   std::lock_guard<std::mutex> l(gpu->lock);
   if (memory_limit && (!gpu->limit || memory_limit < gpu->limit)) gpu->limit = memory_limit;
@@ -118,7 +118,7 @@ int vs_cuda_check_blas(vs_cuda_dev *d, cublasStatus_t s, const char *what) {
  * any stream, reads zeros. The wait is this stream's only (the memory is new: no other
  * stream can have work on it), and it is not counted as a forward's wait (allocations are
  * outside forwards; test_op_counts: "allocations are free"). */
-static void *vs__alloc(vs_cuda_dev *d, size_t bytes, int zero) {
+static void *cm_alloc(vs_cuda_dev *d, size_t bytes, int zero) {
   vs_cuda_gpu *g = d->gpu;
   size_t n = bytes ? bytes : 1;
   if (vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, "alloc")) return nullptr;
@@ -160,12 +160,12 @@ static void *vs__alloc(vs_cuda_dev *d, size_t bytes, int zero) {
   return p;
 }
 
-void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) { return vs__alloc(vs_cuda(dev), bytes, 1); }
+void *vs_cuda_alloc(vspec_dev *dev, size_t bytes) { return cm_alloc(vs_cuda(dev), bytes, 1); }
 
 /* ABI 1.3: no fill and no wait. No stream has work on the memory when it returns, so any
  * context may be the first to write it; the contents are unspecified until then (ops.h). */
 void *vs_cuda_alloc_uninit(vspec_dev *dev, size_t bytes) {
-  return vs__alloc(vs_cuda(dev), bytes, 0);
+  return cm_alloc(vs_cuda(dev), bytes, 0);
 }
 
 void vs_cuda_free(vspec_dev *dev, void *ptr) {
@@ -313,7 +313,7 @@ int vs_cuda_copy3d(vspec_dev *dev, void *dst, size_t dst_a, size_t dst_b, const 
  * GPU, which stalls the other contexts for a moment: reserve_scratch at session open is how
  * a backend keeps growth, and the wait, out of its forwards). The new buffer needs no zero
  * fill (its users write before they read), so it costs no memset and no second wait. */
-static int vs__grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
+static int cm_grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
   if (bytes <= *cap) return 1;
   /* a capture records no allocation: scratch is reserved before (reserve_scratch) */
   if (vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, "scratch grow")) return 0;
@@ -325,13 +325,13 @@ static int vs__grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
     *buf = nullptr;
     *cap = 0;
   }
-  *buf = vs__alloc(d, want, 0);
+  *buf = cm_alloc(d, want, 0);
   *cap = *buf ? want : 0;
   return *buf != nullptr;
 }
 
 void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes) {
-  return vs__grow(d, &d->scratch, &d->scratch_bytes, bytes) ? d->scratch : nullptr;
+  return cm_grow(d, &d->scratch, &d->scratch_bytes, bytes) ? d->scratch : nullptr;
 }
 
 int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes) {
@@ -341,8 +341,8 @@ int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes) {
 }
 
 /* Uploads n elements of `size` bytes unless the device copy already holds them. */
-static const void *vs__stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void **host_copy,
-                             size_t *len, const void *host, size_t bytes) {
+static const void *cm_stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void **host_copy,
+                            size_t *len, const void *host, size_t bytes) {
   if (bytes == 0) return *dev_buf;
   /* a host array of the op's call would be baked into the graph (ops.h: device arrays) */
   if (vs_cuda_refuse_in_capture(d, VSPEC_ENOTSUP, "staged host array")) return nullptr;
@@ -350,7 +350,7 @@ static const void *vs__stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void *
   if (bytes > *cap) {
     free(*host_copy);
     *host_copy = malloc(bytes + bytes / 2);
-    if (!*host_copy || !vs__grow(d, dev_buf, cap, bytes)) {
+    if (!*host_copy || !cm_grow(d, dev_buf, cap, bytes)) {
       free(*host_copy);
       *host_copy = nullptr;
       *len = 0;
@@ -376,13 +376,13 @@ static const void *vs__stage(vs_cuda_dev *d, void **dev_buf, size_t *cap, void *
 }
 
 const int32_t *vs_cuda_stage_pos(vs_cuda_dev *d, const int32_t *host, size_t n) {
-  return (const int32_t *)vs__stage(d, (void **)&d->pos_dev, &d->pos_cap, (void **)&d->pos_host,
-                                    &d->pos_len, host, n * sizeof(int32_t));
+  return (const int32_t *)cm_stage(d, (void **)&d->pos_dev, &d->pos_cap, (void **)&d->pos_host,
+                                   &d->pos_len, host, n * sizeof(int32_t));
 }
 
 const uint8_t *vs_cuda_stage_mask(vs_cuda_dev *d, const uint8_t *host, size_t n) {
-  return (const uint8_t *)vs__stage(d, (void **)&d->mask_dev, &d->mask_cap,
-                                    (void **)&d->mask_host, &d->mask_len, host, n);
+  return (const uint8_t *)cm_stage(d, (void **)&d->mask_dev, &d->mask_cap,
+                                   (void **)&d->mask_host, &d->mask_len, host, n);
 }
 
 float *vs_cuda_host_floats(vs_cuda_dev *d, size_t n) {

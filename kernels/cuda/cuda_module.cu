@@ -202,14 +202,14 @@ static int cuda_sync(vspec_dev *dev) {
 
 static const char *cuda_alloc_error(vspec_dev *dev) { return vs_cuda(dev)->alloc_error; }
 
-static vs_device_class vs__cuda_class = {
+static vs_device_class module_class = {
     sizeof(vs_device_class), VS_DEVICE_CLASS_VERSION, "cuda", VSPEC_DEVICE_CUDA, NULL,
     cuda_count, cuda_open, cuda_close, cuda_info, cuda_check, cuda_sync, cuda_alloc_error,
 };
 
 static const vs_device_class *cuda_class_ptr(void) {
-  vs__cuda_class.ops = vs_cuda_ops();
-  return &vs__cuda_class;
+  module_class.ops = vs_cuda_ops();
+  return &module_class;
 }
 
 extern "C" __attribute__((visibility("default"))) const vs_device_class *vs_cuda_device_class(void) {

@@ -11,7 +11,7 @@
  * ops_list.h says what callers do then). */
 #define vs_cuda_weight_format NULL /* one weight format per precision */
 
-static vspec_ops vs__cuda_ops_table(void) {
+static vspec_ops cuda_ops_table(void) {
   vspec_ops o;
   memset(&o, 0, sizeof o);
   o.struct_size = sizeof(vspec_ops);
@@ -24,6 +24,6 @@ static vspec_ops vs__cuda_ops_table(void) {
 }
 
 const vspec_ops *vs_cuda_ops(void) {
-  static const vspec_ops table = vs__cuda_ops_table();
+  static const vspec_ops table = cuda_ops_table();
   return &table;
 }

@@ -54,17 +54,17 @@ __global__ void vs_k_softmax(float *x, int n, int as_log) {
   }
 }
 
-static void vs__softmax(vspec_dev *dev, float *x, int rows, int n, int log) {
+static void cs_softmax(vspec_dev *dev, float *x, int rows, int n, int log) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (rows <= 0 || n <= 0 || d->failed || !vs_cuda_enter(d)) return;
   vs_k_softmax<<<rows, VS_SOFTMAX_THREADS, 0, d->stream>>>(x, n, log);
   VS_CUDA_LAUNCHED(d, log ? "log_softmax" : "softmax");
 }
 
-void vs_cuda_softmax(vspec_dev *dev, float *x, int rows, int n) { vs__softmax(dev, x, rows, n, 0); }
+void vs_cuda_softmax(vspec_dev *dev, float *x, int rows, int n) { cs_softmax(dev, x, rows, n, 0); }
 
 void vs_cuda_log_softmax(vspec_dev *dev, float *x, int rows, int n) {
-  vs__softmax(dev, x, rows, n, 1);
+  cs_softmax(dev, x, rows, n, 1);
 }
 
 int vs_cuda_logits_to_probs(vspec_dev *dev, const float *logits, int n, float temperature,

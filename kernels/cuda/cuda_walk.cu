@@ -52,21 +52,21 @@ struct vs_walk_smem {
 /* ---- block-wide helpers (every thread calls them) ------------------------------------------ */
 
 /* Sum of p[0 .. V) in double, in a fixed order. */
-__device__ static double vs_walk_sum(const float *p, int V, vs_draw_smem *s) {
+__device__ static double gw_sum(const float *p, int V, vs_draw_smem *s) {
   double a = 0.0;
   for (int j = threadIdx.x; j < V; j += blockDim.x) a += p[j];
   return vs_draw_sum(a, s);
 }
 
 /* p = (float)(p / sum) where the sum is positive (core/verify_walk.c vs__normalise), from src. */
-__device__ static void vs_walk_normalise(float *p, const float *src, int V, vs_draw_smem *s) {
-  double sum = vs_walk_sum(src, V, s);
+__device__ static void gw_normalise(float *p, const float *src, int V, vs_draw_smem *s) {
+  double sum = gw_sum(src, V, s);
   if (sum > 0.0)
     for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = (float)(src[j] / sum);
   __syncthreads();
 }
 
-__device__ static void vs_walk_copy(float *dst, const float *src, int V) {
+__device__ static void gw_copy(float *dst, const float *src, int V) {
   for (int j = threadIdx.x; j < V; j += blockDim.x) dst[j] = src[j];
   __syncthreads();
 }
@@ -74,7 +74,7 @@ __device__ static void vs_walk_copy(float *dst, const float *src, int V) {
 /* The host's vs_host_sample: the first i whose cumulative probability (positive entries, index
  * order) exceeds u x total, the last positive entry when rounding runs past, -1 for none. The
  * chunks and their scan are sample_tokens'. */
-__device__ static int vs_walk_draw(const float *p, int V, double u, vs_draw_smem *s) {
+__device__ static int gw_draw(const float *p, int V, double u, vs_draw_smem *s) {
   int tid = threadIdx.x, nt = blockDim.x;
   int chunk = (V + nt - 1) / nt, lo = vs_draw_chunk_start(tid, chunk, V);
   int hi = vs_draw_chunk_start(tid + 1, chunk, V), lastp = -1;
@@ -101,8 +101,8 @@ __device__ static int vs_walk_draw(const float *p, int V, double u, vs_draw_smem
 /* The target distribution after `node` into probs (core/sampling.c vs_node_distribution):
  * greedy the one-hot at the first maximum of the mixed logits (returned; 0 when all are NaN),
  * else sample_tokens' processing (all zero when nothing has mass). Returns -1 when not greedy. */
-__device__ static int vs_walk_dist(const vs_walk_args &a, int node, int greedy, float t,
-                                   int top_k, int has_p, float *probs, vs_draw_smem *s) {
+__device__ static int gw_dist(const vs_walk_args &a, int node, int greedy, float t,
+                              int top_k, int has_p, float *probs, vs_draw_smem *s) {
   const vspec_sample_spec &sp = a.sp.sample;
   const int V = sp.vocab, tid = threadIdx.x, nt = blockDim.x;
   const float *base = a.logits + (size_t)node * sp.rows * V;
@@ -134,7 +134,7 @@ __device__ static int vs_walk_dist(const vs_walk_args &a, int node, int greedy, 
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 /* The first child of `node` after `after` (index order), or -1; thread 0. */
-__device__ static int32_t vs_walk_child(const vspec_walk_spec &sp, int32_t node, int32_t after) {
+__device__ static int32_t gw_child(const vspec_walk_spec &sp, int32_t node, int32_t after) {
   for (int32_t j = after + 1; j < sp.sample.n; j++)
     if (sp.parents[j] == node) return j;
   return -1;
@@ -148,9 +148,9 @@ struct vs_walk_t0 {
 
 /* After candidate ch (token x) at node was rejected: q_res := the normalised residual, with the
  * host walk's fallbacks. Every thread. */
-__device__ static void vs_walk_reject(const vs_walk_args &a, vs_walk_smem *sh, vs_walk_t0 *t0,
-                                      const vs_walk_cand &c, int depth, int32_t node,
-                                      int32_t ch, float *q, float *q_res, float *q_tmp) {
+__device__ static void gw_reject(const vs_walk_args &a, vs_walk_smem *sh, vs_walk_t0 *t0,
+                                 const vs_walk_cand &c, int depth, int32_t node,
+                                 int32_t ch, float *q, float *q_res, float *q_tmp) {
   const vspec_walk_rule *r = &a.sp.rule;
   const int V = c.vocab;
   if (threadIdx.x == 0) sh->res = vs_walk_residual_setup(r, &c, depth);
@@ -162,49 +162,49 @@ __device__ static void vs_walk_reject(const vs_walk_args &a, vs_walk_smem *sh, v
   if (threadIdx.x == 0)
     for (int i = 0; i < res.n_fix; i++) vs_walk_fix(r, &c, &res, i, q_tmp);
   __syncthreads();
-  double mass = vs_walk_sum(q_tmp, V, &sh->d);
+  double mass = gw_sum(q_tmp, V, &sh->d);
   if (mass > 0.0) {
     for (int y = threadIdx.x; y < V; y += blockDim.x) q_res[y] = (float)(q_tmp[y] / mass);
     __syncthreads();
     return;
   }
   /* Fallback: the target distribution without the candidates rejected so far. */
-  vs_walk_copy(q_res, q, V);
+  gw_copy(q_res, q, V);
   if (threadIdx.x == 0) {
     t0->fallbacks++;
-    for (int32_t j = vs_walk_child(a.sp, node, node); j >= 0; j = vs_walk_child(a.sp, node, j)) {
+    for (int32_t j = gw_child(a.sp, node, node); j >= 0; j = gw_child(a.sp, node, j)) {
       q_res[a.sp.tokens[j]] = 0.0f;
       if (j == ch) break;
     }
   }
   __syncthreads();
-  if (vs_walk_sum(q_res, V, &sh->d) > 0.0) vs_walk_normalise(q_res, q_res, V, &sh->d);
-  else vs_walk_copy(q_res, q, V);
+  if (gw_sum(q_res, V, &sh->d) > 0.0) gw_normalise(q_res, q_res, V, &sh->d);
+  else gw_copy(q_res, q, V);
 }
 
 /* Judges node's children (core/verify_walk.c's loop): the accepted child, -1 when every child
  * was rejected (q_res holds the residual), -2 for a token outside the vocabulary. amax: the
  * greedy target's argmax. */
-__device__ static int32_t vs_walk_node(const vs_walk_args &a, vs_walk_smem *sh, vs_walk_t0 *t0,
-                                       int32_t node, int depth, int amax, float *q, float *q_res,
-                                       float *q_tmp, float *p_work) {
+__device__ static int32_t gw_node(const vs_walk_args &a, vs_walk_smem *sh, vs_walk_t0 *t0,
+                                  int32_t node, int depth, int amax, float *q, float *q_res,
+                                  float *q_tmp, float *p_work) {
   const vspec_walk_spec &sp = a.sp;
   const vspec_walk_rule *r = &sp.rule;
   const int V = sp.sample.vocab;
   const int relaxed_greedy = a.greedy && r->kind == VSPEC_WALK_PROXIMITY;
   if (relaxed_greedy) /* the target's unfiltered softmax, as the host walk's greedy rules */
-    vs_walk_dist(a, node, 0, 1.0f, 0, 0, q_res, &sh->d);
+    gw_dist(a, node, 0, 1.0f, 0, 0, q_res, &sh->d);
   else
-    vs_walk_copy(q_res, q, V);
+    gw_copy(q_res, q, V);
   const int32_t di = sp.dist ? sp.dist[node] : -1;
   const int sampled = di >= 0 && sp.dists;
-  if (sampled) vs_walk_copy(p_work, sp.dists + (size_t)di * V, V);
+  if (sampled) gw_copy(p_work, sp.dists + (size_t)di * V, V);
   const int32_t *table = sp.neighbours && sp.table_k > 0 ? sp.neighbours : NULL;
   int32_t ch = -1;
   for (;;) {
     __syncthreads(); /* everyone has read the last broadcast */
     if (threadIdx.x == 0) {
-      sh->child = vs_walk_child(sp, node, ch);
+      sh->child = gw_child(sp, node, ch);
       if (sh->child >= 0) {
         sh->x = sp.tokens[sh->child];
         sh->flag = sh->x < 0 || sh->x >= V;
@@ -243,17 +243,17 @@ __device__ static int32_t vs_walk_node(const vs_walk_args &a, vs_walk_smem *sh, 
     }
     if (ok) return ch;
     if (a.greedy) continue;
-    vs_walk_reject(a, sh, t0, c, depth, node, ch, q, q_res, q_tmp);
+    gw_reject(a, sh, t0, c, depth, node, ch, q, q_res, q_tmp);
     if (sampled) { /* the next sibling was drawn from p without the tokens tried so far */
       if (threadIdx.x == 0) p_work[x] = 0.0f;
       __syncthreads();
-      vs_walk_normalise(p_work, p_work, V, &sh->d);
+      gw_normalise(p_work, p_work, V, &sh->d);
     }
   }
 }
 
 /* Thread 0: whether every parent comes before its child (node 0 the root). */
-__device__ static int vs_walk_tree_ok(const vspec_walk_spec &sp) {
+__device__ static int gw_tree_ok(const vspec_walk_spec &sp) {
   if (sp.parents[0] != -1) return 0;
   for (int j = 1; j < sp.sample.n; j++)
     if (sp.parents[j] < 0 || sp.parents[j] >= j) return 0;
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_verify_walk(vs_walk_args
   float *p_work = a.buf + 3 * (size_t)V;
   vspec_walk_result *out = a.out;
   vs_walk_t0 t0 = {a.sp.accept, a.sp.target, 0, 0, 0, 0};
-  if (threadIdx.x == 0) sh.flag = vs_walk_tree_ok(a.sp);
+  if (threadIdx.x == 0) sh.flag = gw_tree_ok(a.sp);
   __syncthreads();
   if (!sh.flag) {
     if (threadIdx.x == 0) *out = vspec_walk_result{VSPEC_EINVAL, 0, -1};
@@ -276,13 +276,13 @@ __global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_verify_walk(vs_walk_args
   int32_t node = 0, n_path = 1, next = -1, status = VSPEC_OK;
   if (threadIdx.x == 0) out->path[0] = 0;
   for (;;) {
-    int amax = vs_walk_dist(a, node, a.greedy, a.t, a.top_k, a.has_p, q, &sh.d);
+    int amax = gw_dist(a, node, a.greedy, a.t, a.top_k, a.has_p, q, &sh.d);
     __syncthreads();
-    if (threadIdx.x == 0) sh.child = vs_walk_child(a.sp, node, node);
+    if (threadIdx.x == 0) sh.child = gw_child(a.sp, node, node);
     __syncthreads();
     const int leaf = sh.child < 0;
     int32_t ch =
-        leaf ? -1 : vs_walk_node(a, &sh, &t0, node, n_path, amax, q, q_res, q_tmp, p_work);
+        leaf ? -1 : gw_node(a, &sh, &t0, node, n_path, amax, q, q_res, q_tmp, p_work);
     if (ch == -2 || (ch >= 0 && n_path == VSPEC_WALK_MAX_PATH)) {
       status = VSPEC_EINVAL;
       break;
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_verify_walk(vs_walk_args
         sh.u = vs_rng_uniform(&t0.tgt);
       }
       __syncthreads();
-      next = vs_walk_draw(leaf ? q : q_res, V, sh.u, &sh.d);
+      next = gw_draw(leaf ? q : q_res, V, sh.u, &sh.d);
     }
     if (next < 0) status = VSPEC_EINVAL;
     break;

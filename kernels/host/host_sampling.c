@@ -19,15 +19,11 @@
 /* ---- the exponentials of a softmax row, in vector loops with the scalar loop's bits ------ */
 
 /* e = vs_exp_poly(x - max), and entry i's e goes to double partial sum i mod 8 (the sums are
- * added in a fixed tree after): every instruction set gives the same bits. The row softmax of
- * a 1024-code vocabulary, once per drafted and per verified node, was 4 % of a speculative
- * job on models/fmnist with expf one entry at a time (perf, 2026-11-27). vs_exp_poly is 0
- * below -87.34 where expf still gave denormals (down to e^-104): entries that far below the
- * row's maximum now get probability 0 instead of less than 1e-37. */
-static double sum8(const double *s) {
-  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-}
-
+ * added in a fixed tree after, vs_sum8): every instruction set gives the same bits. The row
+ * softmax of a 1024-code vocabulary, once per drafted and per verified node, was 4 % of a
+ * speculative job on models/fmnist with expf one entry at a time (perf, 2026-11-27).
+ * vs_exp_poly is 0 below -87.34 where expf still gave denormals (down to e^-104): entries that
+ * far below the row's maximum now get probability 0 instead of less than 1e-37. */
 static void exp_scalar(float *x, int from, int n, float mx, double *s) {
   for (int i = from; i < n; i++) {
     float e = vs_exp_poly(x[i] - mx);
@@ -153,7 +149,7 @@ double vs_host_exp_row(float *x, int n, float mx) {
   else if (level >= VS_HOST_SIMD_AVX2) done = exp_256(x, n, mx, s);
 #endif
   exp_scalar(x, done, n, mx, s);
-  return sum8(s);
+  return vs_sum8(s);
 }
 
 /* ---- softmax family -------------------------------------------------------------------- */
