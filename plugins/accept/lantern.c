@@ -26,19 +26,10 @@
  *                                x and those k+1 are zeroed in q. The greedy test is
  *                                torch.argmax's (ties go to the lower index).
  */
-#include <stdio.h>
-
 #include "proximity.h"
 
 enum { LT_RULE = 0, LT_OPTIMAL = 1 };
 enum { LT_SET = 0, LT_REFERENCE = 1 };
-
-struct vspec_rule {
-  const vspec_host *host;
-  int k;
-  double delta;
-  int resample, reject;
-};
 
 static int lt_create(const vspec_host *host, const vspec_params *params, vspec_rule **out,
                      char *err, size_t errlen) {
@@ -54,57 +45,11 @@ static int lt_create(const vspec_host *host, const vspec_params *params, vspec_r
       (rc = host->param_choice(params, "resample", resample, LT_RULE, &rs, err, errlen)) ||
       (rc = host->param_choice(params, "reject", reject, LT_SET, &rj, err, errlen)))
     return rc;
-  vspec_rule *r = host->alloc(sizeof *r);
-  if (!r) {
-    snprintf(err, errlen, "out of memory");
-    return VSPEC_ENOMEM;
-  }
-  *r = (vspec_rule){.host = host, .k = (int)k, .delta = delta, .resample = rs, .reject = rj};
-  *out = r;
-  return VSPEC_OK;
+  return vs_proximity_new(host, (int)k, (vs_budget){delta, 0.0}, rs == LT_OPTIMAL,
+                          rj == LT_REFERENCE, out, err, errlen);
 }
 
-static void lt_destroy(vspec_rule *r) { r->host->free(r); }
-
-static vs_budget lt_budget(const vspec_rule *r) { return (vs_budget){r->delta, 0.0}; }
-
-static double lt_accept(vspec_rule *r, const vspec_accept_input *in) {
-  double a = vs_proximity_pool_of(in, r->k, lt_budget(r), in->token, NULL) / (double)in->p_x;
-  return a < 1.0 ? a : 1.0;
-}
-
-static int lt_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
-  if (r->resample == LT_OPTIMAL) {
-    vs_proximity_optimal_residual(in, r->k, lt_budget(r), q_out);
-    return VSPEC_OK;
-  }
-  if (r->reject == LT_REFERENCE) vs_proximity_reference_residual(in, r->k, lt_budget(r), q_out);
-  else vs_proximity_set_residual(in, r->k, lt_budget(r), q_out);
-  return VSPEC_OK;
-}
-
-static int lt_greedy(vspec_rule *r, const vspec_accept_input *in) {
-  return r->reject == LT_REFERENCE ? vs_proximity_greedy_reference(in, r->k, lt_budget(r))
-                                   : vs_proximity_greedy(in, r->k, lt_budget(r));
-}
-
-/* VSPEC_WALK_PROXIMITY: the functions above are proximity.h's, on the same rule struct. */
-static int lt_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
-  (void)max_depth;
-  *out = vs_proximity_rule(r->k, lt_budget(r), r->resample == LT_OPTIMAL,
-                           r->reject == LT_REFERENCE);
-  return VSPEC_OK;
-}
-
-static const vspec_accept_vtable lt_vtable = {
-    .struct_size = sizeof(vspec_accept_vtable),
-    .create = lt_create,
-    .destroy = lt_destroy,
-    .accept_prob = lt_accept,
-    .residual = lt_residual,
-    .greedy_accept = lt_greedy,
-    .walk_rule = lt_walk_rule,
-};
+static const vspec_accept_vtable lt_vtable = VS_PROXIMITY_VTABLE(lt_create);
 
 static const vspec_plugin_desc lt_desc = {
     VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "lantern", "1.0.0",

@@ -18,18 +18,10 @@
  *                   (one-hot drafts of dynamic trees); greedy ties go to the lower index.
  *                   set: x and A(x) removed from max(0, q - p), as lantern's default
  */
-#include <stdio.h>
-
 #include "proximity.h"
 
 enum { LP_RULE = 0, LP_OPTIMAL = 1 };
 enum { LP_REFERENCE = 0, LP_SET = 1 };
-
-struct vspec_rule {
-  const vspec_host *host;
-  double lambda;
-  int k, resample, reject;
-};
 
 static int lp_create(const vspec_host *host, const vspec_params *params, vspec_rule **out,
                      char *err, size_t errlen) {
@@ -45,55 +37,11 @@ static int lp_create(const vspec_host *host, const vspec_params *params, vspec_r
       (rc = host->param_choice(params, "resample", resample, LP_RULE, &rs, err, errlen)) ||
       (rc = host->param_choice(params, "reject", reject, LP_REFERENCE, &rj, err, errlen)))
     return rc;
-  vspec_rule *r = host->alloc(sizeof *r);
-  if (!r) {
-    snprintf(err, errlen, "out of memory");
-    return VSPEC_ENOMEM;
-  }
-  *r = (vspec_rule){.host = host, .lambda = lambda, .k = (int)k, .resample = rs,
-                    .reject = rj};
-  *out = r;
-  return VSPEC_OK;
+  return vs_proximity_new(host, (int)k, (vs_budget){0.0, lambda - 1.0}, rs == LP_OPTIMAL,
+                          rj == LP_REFERENCE, out, err, errlen);
 }
 
-static void lp_destroy(vspec_rule *r) { r->host->free(r); }
-
-static vs_budget lp_budget(const vspec_rule *r) { return (vs_budget){0.0, r->lambda - 1.0}; }
-
-static double lp_accept(vspec_rule *r, const vspec_accept_input *in) {
-  double a = vs_proximity_pool_of(in, r->k, lp_budget(r), in->token, NULL) / (double)in->p_x;
-  return a < 1.0 ? a : 1.0;
-}
-
-static int lp_residual(vspec_rule *r, const vspec_accept_input *in, float *q_out) {
-  if (r->resample == LP_OPTIMAL) vs_proximity_optimal_residual(in, r->k, lp_budget(r), q_out);
-  else if (r->reject == LP_SET) vs_proximity_set_residual(in, r->k, lp_budget(r), q_out);
-  else vs_proximity_reference_residual(in, r->k, lp_budget(r), q_out);
-  return VSPEC_OK;
-}
-
-static int lp_greedy(vspec_rule *r, const vspec_accept_input *in) {
-  return r->reject == LP_REFERENCE ? vs_proximity_greedy_reference(in, r->k, lp_budget(r))
-                                   : vs_proximity_greedy(in, r->k, lp_budget(r));
-}
-
-/* VSPEC_WALK_PROXIMITY: the functions above are proximity.h's, on the same rule struct. */
-static int lp_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
-  (void)max_depth;
-  *out = vs_proximity_rule(r->k, lp_budget(r), r->resample == LP_OPTIMAL,
-                           r->reject == LP_REFERENCE);
-  return VSPEC_OK;
-}
-
-static const vspec_accept_vtable lp_vtable = {
-    .struct_size = sizeof(vspec_accept_vtable),
-    .create = lp_create,
-    .destroy = lp_destroy,
-    .accept_prob = lp_accept,
-    .residual = lp_residual,
-    .greedy_accept = lp_greedy,
-    .walk_rule = lp_walk_rule,
-};
+static const vspec_accept_vtable lp_vtable = VS_PROXIMITY_VTABLE(lp_create);
 
 static const vspec_plugin_desc lp_desc = {
     VSPEC_PLUGIN_HEAD(VSPEC_PLUGIN_ACCEPT, "lanternpp", "1.0.0",

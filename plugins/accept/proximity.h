@@ -16,6 +16,8 @@
 #ifndef VSPEC_ACCEPT_PROXIMITY_H
 #define VSPEC_ACCEPT_PROXIMITY_H
 
+#include <stdio.h>
+
 #include "cand.h"
 
 /* Pooled probability q(A(x)) = q(x) + S_m*; *m_out = m* (may be NULL). */
@@ -71,24 +73,6 @@ static inline void vs_proximity_residual(const vspec_accept_input *in, const vsp
   for (int i = 0; i < s.n_fix; i++) vs_walk_fix(r, &c, &s, i, q_out);
 }
 
-static inline void vs_proximity_optimal_residual(const vspec_accept_input *in, int k, vs_budget b,
-                                                 float *q_out) {
-  vspec_walk_rule r = vs_proximity_rule(k, b, 1, 0);
-  vs_proximity_residual(in, &r, q_out);
-}
-
-static inline void vs_proximity_set_residual(const vspec_accept_input *in, int k, vs_budget b,
-                                             float *q_out) {
-  vspec_walk_rule r = vs_proximity_rule(k, b, 0, 0);
-  vs_proximity_residual(in, &r, q_out);
-}
-
-static inline void vs_proximity_reference_residual(const vspec_accept_input *in, int k,
-                                                   vs_budget b, float *q_out) {
-  vspec_walk_rule r = vs_proximity_rule(k, b, 0, 1);
-  vs_proximity_residual(in, &r, q_out);
-}
-
 /* Greedy acceptance (LANTERN's greedy path in evaluate_posterior): x wins if its pooled
  * probability is at least every other token's own probability; the authors' test
  * (reference) is torch.argmax of q with q(x) replaced by the pooled mass, so a tie with a
@@ -101,13 +85,66 @@ static inline int vs_proximity_greedy_test(const vspec_accept_input *in, int k, 
   return 1;
 }
 
-static inline int vs_proximity_greedy(const vspec_accept_input *in, int k, vs_budget b) {
-  return vs_proximity_greedy_test(in, k, b, 0);
+/* ---- the rules over the proximity set: lantern and lanternpp ---------------------------- */
+
+/* Both rules are this struct and the vtable functions below (VS_PROXIMITY_VTABLE); they
+ * differ in their parameters only, which each one's create parses (LANTERN's delta,
+ * LANTERN++'s lambda) before vs_proximity_new. */
+struct vspec_rule {
+  const vspec_host *host;
+  int k;            /* neighbours searched */
+  vs_budget budget; /* of the pool */
+  int optimal;      /* resample=optimal: Cool-SD's G*, else the residual `reject` names */
+  int reference;    /* reject=reference: the authors' residual and greedy test; else set */
+};
+
+static inline int vs_proximity_new(const vspec_host *host, int k, vs_budget b, int optimal,
+                                   int reference, vspec_rule **out, char *err, size_t errlen) {
+  vspec_rule *r = host->alloc(sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    return VSPEC_ENOMEM;
+  }
+  *r = (vspec_rule){.host = host, .k = k, .budget = b, .optimal = optimal,
+                    .reference = reference};
+  *out = r;
+  return VSPEC_OK;
 }
 
-static inline int vs_proximity_greedy_reference(const vspec_accept_input *in, int k,
-                                                vs_budget b) {
-  return vs_proximity_greedy_test(in, k, b, 1);
+static inline void vs_proximity_destroy(vspec_rule *r) { r->host->free(r); }
+
+/* min(1, q(A(x)) / p(x)) */
+static inline double vs_proximity_accept(vspec_rule *r, const vspec_accept_input *in) {
+  double a = vs_proximity_pool_of(in, r->k, r->budget, in->token, NULL) / (double)in->p_x;
+  return a < 1.0 ? a : 1.0;
 }
+
+static inline int vs_proximity_residual_of(vspec_rule *r, const vspec_accept_input *in,
+                                           float *q_out) {
+  vspec_walk_rule w = vs_proximity_rule(r->k, r->budget, r->optimal,
+                                        !r->optimal && r->reference);
+  vs_proximity_residual(in, &w, q_out);
+  return VSPEC_OK;
+}
+
+static inline int vs_proximity_greedy(vspec_rule *r, const vspec_accept_input *in) {
+  return vs_proximity_greedy_test(in, r->k, r->budget, r->reference);
+}
+
+/* VSPEC_WALK_PROXIMITY: the functions above are the walk's, on the same settings. */
+static inline int vs_proximity_walk_rule(vspec_rule *r, int32_t max_depth, vspec_walk_rule *out) {
+  (void)max_depth;
+  *out = vs_proximity_rule(r->k, r->budget, r->optimal, r->reference);
+  return VSPEC_OK;
+}
+
+/* The vtable of a proximity rule whose create is create_fn. */
+#define VS_PROXIMITY_VTABLE(create_fn)                                                         \
+  {                                                                                            \
+    .struct_size = sizeof(vspec_accept_vtable), .create = (create_fn),                         \
+    .destroy = vs_proximity_destroy, .accept_prob = vs_proximity_accept,                       \
+    .residual = vs_proximity_residual_of, .greedy_accept = vs_proximity_greedy,                \
+    .walk_rule = vs_proximity_walk_rule,                                                       \
+  }
 
 #endif /* VSPEC_ACCEPT_PROXIMITY_H */
