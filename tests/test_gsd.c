@@ -20,55 +20,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/host.h"
-#include "core/params.h"
-#include "core/registry.h"
-#include "kernels/vs_kernels.h"
+#include "tests/support/accept_rule.h"
 
 #define FIXTURE "tests/golden/gsd_ref/cases.txt"
 #define MAXV 32
 #define NX 8
 
-static vspec_host host;
-static vs_registry *reg;
-
-typedef struct rule {
-  vs_plugin *plugin;
-  const vspec_accept_vtable *vt;
-  vspec_rule *r;
-} rule;
-
-static rule make(const char *name, const char *params) {
-  rule x;
-  char err[VSPEC_ERRLEN];
-  if (vs_registry_acquire(reg, VSPEC_PLUGIN_ACCEPT, name, &x.plugin, err, sizeof err))
-    fail_msg("%s", err);
-  x.vt = vs_plugin_vtable(x.plugin);
-  vspec_params *p;
-  assert_int_equal(vs_params_parse(params, &p, err, sizeof err), 0);
-  if (x.vt->create(&host, p, &x.r, err, sizeof err)) fail_msg("%s(%s): %s", name, params, err);
-  vs_params_free(p);
-  return x;
-}
-
-static void drop(rule *x) {
-  x->vt->destroy(x->r);
-  vs_plugin_release(x->plugin);
-}
+typedef vs_test_rule rule; /* tests/support/accept_rule.h */
 
 static int create_error(const char *params) {
   char err[VSPEC_ERRLEN];
-  vs_plugin *pl;
-  assert_int_equal(vs_registry_acquire(reg, VSPEC_PLUGIN_ACCEPT, "gsd", &pl, err, sizeof err), 0);
-  const vspec_accept_vtable *vt = vs_plugin_vtable(pl);
-  vspec_params *p;
-  assert_int_equal(vs_params_parse(params, &p, err, sizeof err), 0);
-  vspec_rule *r = NULL;
-  int rc = vt->create(&host, p, &r, err, sizeof err);
-  if (!rc) vt->destroy(r);
-  else printf("  gsd:%s refused: %s\n", params, err);
-  vs_params_free(p);
-  vs_plugin_release(pl);
+  int rc = vs_test_rule_create_error("gsd", params, err, sizeof err);
+  if (rc) printf("  gsd:%s refused: %s\n", params, err);
   return rc;
 }
 
@@ -97,18 +60,18 @@ static vspec_accept_input input(int32_t x, const float *pp) {
 }
 
 static double acc(const char *params, int32_t x, const float *pp) {
-  rule r = make("gsd", params);
+  rule r = vs_test_rule_make("gsd", params);
   vspec_accept_input in = input(x, pp);
   double a = r.vt->accept_prob(r.r, &in);
-  drop(&r);
+  vs_test_rule_drop(&r);
   return a;
 }
 
 static int greedy(const char *params, int32_t x) {
-  rule r = make("gsd", params);
+  rule r = vs_test_rule_make("gsd", params);
   vspec_accept_input in = input(x, NULL);
   int ok = r.vt->greedy_accept(r.r, &in);
-  drop(&r);
+  vs_test_rule_drop(&r);
   return ok;
 }
 
@@ -160,17 +123,17 @@ static void test_filters(void **state) {
   /* both filters: p_thr 0.08 leaves {4, 3}, k = 2 keeps 3 */
   assert_float_equal(acc("window=2,p_thr=0.08,k=2", 4, p), 0.75, 1e-6);
   /* no neighbour table (a model without a codebook): no latent filter */
-  rule r = make("gsd", "window=2,k=1");
+  rule r = vs_test_rule_make("gsd", "window=2,k=1");
   vspec_accept_input in = input(4, p);
   in.neighbours = in.neighbour_table = NULL;
   in.n_neighbours = in.table_k = 0;
   assert_float_equal(r.vt->accept_prob(r.r, &in), 0.8125, 1e-6);
-  drop(&r);
+  vs_test_rule_drop(&r);
 }
 
 static void test_residual_and_greedy(void **state) {
   (void)state;
-  rule r = make("gsd", "window=2,latent=off");
+  rule r = vs_test_rule_make("gsd", "window=2,latent=off");
   float out[6];
   vspec_accept_input in = input(4, p);
   assert_int_equal(r.vt->residual(r.r, &in, out), 0);
@@ -179,7 +142,7 @@ static void test_residual_and_greedy(void **state) {
   in = input(4, NULL);
   assert_int_equal(r.vt->residual(r.r, &in, out), 0);
   for (int y = 0; y < 6; y++) assert_float_equal(out[y], y == 4 ? 0.0f : q[y], 1e-7);
-  drop(&r);
+  vs_test_rule_drop(&r);
   /* Greedy: accept x when the target's argmax (0) is x or in G(x). x = 3 (rank 4): slice
    * {5, 4, 3, 0}, |0.30 - 0.25| < 0.15. */
   assert_true(greedy("window=2,latent=off", 0));
@@ -261,14 +224,14 @@ static void test_matches_upstream(void **state) {
   int n = 0, judged = 0, rc, exact_differs = 0, above_exact = 0, fallbacks = 0;
   int knn = 0, knn_differs = 0;
   while ((rc = read_case(f, &c)) == 1) {
-    rule r = make("gsd", c.params), ex = make("exact", "");
+    rule r = vs_test_rule_make("gsd", c.params), ex = vs_test_rule_make("exact", "");
     /* the same rule without its latent filter: "window=W,p_thr=P,k=K" -> ",latent=off" */
     const char *kpos = strstr(c.params, ",k=");
     int is_knn = kpos != NULL;
     char off[128];
     snprintf(off, sizeof off, "%.*s,latent=off", is_knn ? (int)(kpos - c.params) : 0,
              c.params);
-    rule ro = make("gsd", is_knn ? off : c.params);
+    rule ro = vs_test_rule_make("gsd", is_knn ? off : c.params);
     for (int s = 0; s < c.nx; s++) {
       vspec_accept_input in = case_input(&c, s);
       double a = r.vt->accept_prob(r.r, &in);
@@ -295,9 +258,9 @@ static void test_matches_upstream(void **state) {
       }
       judged++;
     }
-    drop(&r);
-    drop(&ex);
-    drop(&ro);
+    vs_test_rule_drop(&r);
+    vs_test_rule_drop(&ex);
+    vs_test_rule_drop(&ro);
     n++;
   }
   fclose(f);
@@ -312,20 +275,13 @@ static void test_matches_upstream(void **state) {
 }
 
 int main(void) {
-  char err[VSPEC_ERRLEN], dir[1024];
-  const char *b = getenv("VSPEC_BUILD");
-  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
-  vs_host_init(&host, vs_cpu_ops());
-  if (vs_registry_open(dir, &host, &reg, err, sizeof err)) {
-    fprintf(stderr, "setup: %s\n", err);
-    return 1;
-  }
+  if (vs_test_rules_open()) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_ratio),         cmocka_unit_test(test_empty_slice),
       cmocka_unit_test(test_filters),             cmocka_unit_test(test_residual_and_greedy),
       cmocka_unit_test(test_params),              cmocka_unit_test(test_matches_upstream),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  vs_registry_close(reg);
+  vs_test_rules_close();
   return rc;
 }

@@ -26,17 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/host.h"
-#include "core/params.h"
-#include "core/registry.h"
-#include "kernels/vs_kernels.h"
+#include "tests/support/accept_rule.h"
 
 #define FIXTURE "tests/golden/relaxed_ref/cases.txt"
 #define MAXV 16
 #define NSIB 8
-
-static vspec_host host;
-static vs_registry *reg;
 
 typedef struct fcase {
   char rule[32], params[96];
@@ -81,29 +75,7 @@ static int read_case(FILE *f, fcase *c) {
   return 1;
 }
 
-typedef struct rule {
-  vs_plugin *plugin;
-  const vspec_accept_vtable *vt;
-  vspec_rule *r;
-} rule;
-
-static rule make(const char *name, const char *params) {
-  rule x;
-  char err[VSPEC_ERRLEN];
-  if (vs_registry_acquire(reg, VSPEC_PLUGIN_ACCEPT, name, &x.plugin, err, sizeof err))
-    fail_msg("%s", err);
-  x.vt = vs_plugin_vtable(x.plugin);
-  vspec_params *p;
-  assert_int_equal(vs_params_parse(params, &p, err, sizeof err), 0);
-  if (x.vt->create(&host, p, &x.r, err, sizeof err)) fail_msg("%s(%s): %s", name, params, err);
-  vs_params_free(p);
-  return x;
-}
-
-static void drop(rule *x) {
-  x->vt->destroy(x->r);
-  vs_plugin_release(x->plugin);
-}
+typedef vs_test_rule rule; /* tests/support/accept_rule.h */
 
 static void normalise(float *v, int n) {
   double s = 0.0;
@@ -211,7 +183,7 @@ static void test_reference_matches_upstream(void **state) {
   double tv_max[2] = {0.0, 0.0}; /* one-hot, sampled */
   char why[256];
   while ((rc = read_case(f, &c)) == 1) {
-    rule r = make(c.rule, c.params);
+    rule r = vs_test_rule_make(c.rule, c.params);
     if (replay(&c, &r, why, sizeof why))
       fail_msg("case %d, %s:%s (%s): %s", n, c.rule, c.params,
                c.sampled ? "sampled" : "one-hot", why);
@@ -219,18 +191,18 @@ static void test_reference_matches_upstream(void **state) {
                                             c.rule, c.params);
     /* the distance measured below is 0 for the rule that matches */
     if (residual_tv(&c, &r) > 1e-4) fail_msg("case %d: residual_tv of the matching rule", n);
-    drop(&r);
+    vs_test_rule_drop(&r);
     for (int s = 0; s < c.nsib; s++) accepted_greedy += c.greedy[s];
     /* power: the project's `set` residual is a different process on these inputs */
     char params[128];
     snprintf(params, sizeof params, "%.*s", (int)(strstr(c.params, ",reject=") - c.params),
              c.params);
     strncat(params, ",reject=set", sizeof params - strlen(params) - 1);
-    r = make(c.rule, params);
+    r = vs_test_rule_make(c.rule, params);
     set_differs += replay(&c, &r, why, sizeof why) > 0;
     double tv = residual_tv(&c, &r);
     if (tv > tv_max[c.sampled]) tv_max[c.sampled] = tv;
-    drop(&r);
+    vs_test_rule_drop(&r);
     n++;
   }
   fclose(f);
@@ -248,18 +220,11 @@ static void test_reference_matches_upstream(void **state) {
 }
 
 int main(void) {
-  char err[VSPEC_ERRLEN], dir[1024];
-  const char *b = getenv("VSPEC_BUILD");
-  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
-  vs_host_init(&host, vs_cpu_ops());
-  if (vs_registry_open(dir, &host, &reg, err, sizeof err)) {
-    fprintf(stderr, "setup: %s\n", err);
-    return 1;
-  }
+  if (vs_test_rules_open()) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_matches_upstream),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  vs_registry_close(reg);
+  vs_test_rules_close();
   return rc;
 }
