@@ -13,7 +13,6 @@
 #include <cmocka.h>
 
 #include <dirent.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +42,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture *f = *state;
-  if (f->d.pid > 0 && vs_daemon_stop(&f->d, SIGTERM, 30000) != 0) vs_daemon_dump_log(&f->d);
-  vs_fixture_remove(&f->fx);
+  vs_daemon_finish(&f->d, &f->fx);
   free(f);
   return 0;
 }

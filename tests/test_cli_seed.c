@@ -11,7 +11,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,24 +20,15 @@
 
 #define WAIT_MS 60000
 
-typedef struct fixture {
-  vs_fixture fx;
-  vs_daemon d;
-} fixture;
+typedef vs_daemon_fixture fixture;
 
 static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  *state = f;
-  vs_fixture_make(&f->fx);
-  vs_daemon_start(&f->d, &f->fx, "seed", NULL);
+  *state = vs_daemon_fixture_start("seed");
   return 0;
 }
 
 static int teardown(void **state) {
-  fixture *f = *state;
-  if (f->d.pid > 0 && vs_daemon_stop(&f->d, SIGTERM, 30000) != 0) vs_daemon_dump_log(&f->d);
-  vs_fixture_remove(&f->fx);
-  free(f);
+  vs_daemon_fixture_stop(*state);
   return 0;
 }
 

@@ -231,6 +231,24 @@ int vs_daemon_alive(const vs_daemon *d) {
   return d->pid > 0 && waitpid(d->pid, &st, WNOHANG) == 0;
 }
 
+void vs_daemon_finish(vs_daemon *d, vs_fixture *f) {
+  if (d->pid > 0 && vs_daemon_stop(d, SIGTERM, 30000) != 0) vs_daemon_dump_log(d);
+  vs_fixture_remove(f);
+}
+
+vs_daemon_fixture *vs_daemon_fixture_start(const char *name) {
+  vs_daemon_fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  vs_fixture_make(&f->fx);
+  vs_daemon_start(&f->d, &f->fx, name, NULL);
+  return f;
+}
+
+void vs_daemon_fixture_stop(vs_daemon_fixture *f) {
+  vs_daemon_finish(&f->d, &f->fx);
+  free(f);
+}
+
 void vs_daemon_start(vs_daemon *d, const vs_fixture *f, const char *name,
                      const char *const *extra) {
   memset(d, 0, sizeof *d);

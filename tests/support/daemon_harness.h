@@ -56,6 +56,19 @@ int vs_daemon_stop(vs_daemon *d, int sig, int timeout_ms);
 void vs_daemon_dump_log(const vs_daemon *d);
 int vs_daemon_alive(const vs_daemon *d);
 
+/* The end of a test that ran one daemon over its own fixture: stops the daemon if it runs
+ * (SIGTERM; its log printed when it did not stop cleanly) and removes the fixture. */
+void vs_daemon_finish(vs_daemon *d, vs_fixture *f);
+
+/* A fixture and the daemon `name` over it, for cmocka's setup (vs_daemon_fixture_start) and
+ * teardown (vs_daemon_fixture_stop: vs_daemon_finish, then the struct freed). */
+typedef struct vs_daemon_fixture {
+  vs_fixture fx;
+  vs_daemon d;
+} vs_daemon_fixture;
+vs_daemon_fixture *vs_daemon_fixture_start(const char *name);
+void vs_daemon_fixture_stop(vs_daemon_fixture *f);
+
 /* Runs a program from $VSPEC_BUILD with arguments; stdout into out (may be NULL); returns its
  * exit status. */
 int vs_run_tool(const char *tool, const char *const *args, char *out, size_t outlen);
