@@ -41,6 +41,37 @@ static inline vspec_dev *gt_cpu(void) {
   return dev;
 }
 
+/* The devices of a test that holds one op of the CUDA device (fp32) to the CPU's: opens both
+ * (exits VT_EXIT_SKIP without a GPU). */
+static inline void gt_open_pair(vspec_dev **gpu, vspec_dev **cpu) {
+  *gpu = gt_gpu(VS_PRECISION_FP32);
+  *cpu = gt_cpu();
+}
+
+static inline void gt_close_pair(vspec_dev *gpu, vspec_dev *cpu) {
+  vs_dev_destroy(gpu);
+  vs_dev_destroy(cpu);
+}
+
+/* Nonzero when dev's table has the op `field` (a member of vspec_ops) and it is not NULL. */
+#define GT_HAS_OP(dev, field)                                                                  \
+  (VSPEC_HAS_FIELD(vs_dev_ops(dev), vspec_ops, field) && vs_dev_ops(dev)->field)
+
+/* A setup's status: 0 when the CUDA device has the op under test, else -1 with a word why. */
+static inline int gt_need_op(int has, const char *op) {
+  if (has) return 0;
+  fprintf(stderr, "the CUDA device has no %s\n", op);
+  return -1;
+}
+
+/* A device copy of `bytes` host bytes (host NULL: the zeros alloc gives). */
+static inline void *gt_up_bytes(vspec_dev *dev, const void *host, size_t bytes) {
+  const vspec_ops *o = vs_dev_ops(dev);
+  void *d = o->alloc(dev, bytes ? bytes : 1);
+  if (!d || (host && bytes && o->upload(dev, d, host, bytes))) abort();
+  return d;
+}
+
 static inline float *gt_host(size_t n) {
   float *p = (float *)malloc((n ? n : 1) * sizeof(float));
   if (!p) abort();

@@ -25,28 +25,13 @@
 static vspec_dev *g_gpu, *g_cpu;
 
 static int setup(void **state) {
-  g_gpu = gt_gpu(VS_PRECISION_FP32);
-  g_cpu = gt_cpu();
-  const vspec_ops *o = vs_dev_ops(g_gpu);
-  if (!VSPEC_HAS_FIELD(o, vspec_ops, sample_tokens) || !o->sample_tokens) {
-    fprintf(stderr, "the CUDA device has no sample_tokens\n");
-    return -1;
-  }
-  return 0;
+  gt_open_pair(&g_gpu, &g_cpu);
+  return gt_need_op(GT_HAS_OP(g_gpu, sample_tokens), "sample_tokens");
 }
 
 static int teardown(void **state) {
-  vs_dev_destroy(g_gpu);
-  vs_dev_destroy(g_cpu);
+  gt_close_pair(g_gpu, g_cpu);
   return 0;
-}
-
-/* A device copy of `bytes` host bytes (host NULL: zeros). */
-static void *up_bytes(vspec_dev *dev, const void *host, size_t bytes) {
-  const vspec_ops *o = vs_dev_ops(dev);
-  void *d = o->alloc(dev, bytes ? bytes : 1);
-  if (!d || (host && bytes && o->upload(dev, d, host, bytes))) abort();
-  return d;
 }
 
 /* The tokens of spec (host arrays) on the CPU into want and on the GPU into got; the GPU
@@ -57,10 +42,10 @@ static void draw_both(const float *logits, const vspec_sample_spec *spec, int32_
   size_t n = (size_t)spec->n, count = n * (size_t)spec->rows * (size_t)spec->vocab;
   cpu->sample_tokens(g_cpu, logits, spec, want);
 
-  float *dl = (float *)up_bytes(g_gpu, logits, count * sizeof(float));
-  uint8_t *dg = spec->guided ? (uint8_t *)up_bytes(g_gpu, spec->guided, n) : NULL;
-  double *du = (double *)up_bytes(g_gpu, spec->u, n * sizeof(double));
-  int32_t *dt = (int32_t *)up_bytes(g_gpu, NULL, n * sizeof(int32_t));
+  float *dl = (float *)gt_up_bytes(g_gpu, logits, count * sizeof(float));
+  uint8_t *dg = spec->guided ? (uint8_t *)gt_up_bytes(g_gpu, spec->guided, n) : NULL;
+  double *du = (double *)gt_up_bytes(g_gpu, spec->u, n * sizeof(double));
+  int32_t *dt = (int32_t *)gt_up_bytes(g_gpu, NULL, n * sizeof(int32_t));
   vspec_sample_spec ds = *spec;
   ds.guided = dg;
   ds.u = du;

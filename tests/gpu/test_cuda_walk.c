@@ -28,27 +28,13 @@
 static vspec_dev *g_gpu, *g_cpu;
 
 static int setup(void **state) {
-  g_gpu = gt_gpu(VS_PRECISION_FP32);
-  g_cpu = gt_cpu();
-  const vspec_ops *o = vs_dev_ops(g_gpu);
-  if (!VSPEC_HAS_FIELD(o, vspec_ops, verify_walk) || !o->verify_walk) {
-    fprintf(stderr, "the CUDA device has no verify_walk\n");
-    return -1;
-  }
-  return 0;
+  gt_open_pair(&g_gpu, &g_cpu);
+  return gt_need_op(GT_HAS_OP(g_gpu, verify_walk), "verify_walk");
 }
 
 static int teardown(void **state) {
-  vs_dev_destroy(g_gpu);
-  vs_dev_destroy(g_cpu);
+  gt_close_pair(g_gpu, g_cpu);
   return 0;
-}
-
-static void *up(const void *host, size_t bytes) {
-  const vspec_ops *o = vs_dev_ops(g_gpu);
-  void *d = o->alloc(g_gpu, bytes ? bytes : 1);
-  if (!d || (host && bytes && o->upload(g_gpu, d, host, bytes))) abort();
-  return d;
 }
 
 /* One case's host data. */
@@ -117,14 +103,14 @@ static int walk_both(const walk_case *c, vspec_walk_result *want, vspec_walk_res
   int n = sp->sample.n, V = sp->sample.vocab, rows = sp->sample.rows;
   vs_dev_ops(g_cpu)->verify_walk(g_cpu, c->logits, sp, want);
   vspec_walk_spec ds = *sp;
-  float *dl = up(c->logits, (size_t)n * rows * V * sizeof(float));
-  ds.sample.guided = up(c->guided, (size_t)n);
-  ds.parents = up(c->parents, (size_t)n * sizeof(int32_t));
-  ds.tokens = up(c->tokens, (size_t)n * sizeof(int32_t));
-  ds.dists = up(c->dists, (size_t)n * V * sizeof(float));
-  ds.dist = sp->dist ? up(c->dist, (size_t)n * sizeof(int32_t)) : NULL;
-  ds.neighbours = up(c->table, (size_t)V * TK * sizeof(int32_t));
-  vspec_walk_result *dr = up(NULL, sizeof *dr);
+  float *dl = gt_up_bytes(g_gpu, c->logits, (size_t)n * rows * V * sizeof(float));
+  ds.sample.guided = gt_up_bytes(g_gpu, c->guided, (size_t)n);
+  ds.parents = gt_up_bytes(g_gpu, c->parents, (size_t)n * sizeof(int32_t));
+  ds.tokens = gt_up_bytes(g_gpu, c->tokens, (size_t)n * sizeof(int32_t));
+  ds.dists = gt_up_bytes(g_gpu, c->dists, (size_t)n * V * sizeof(float));
+  ds.dist = sp->dist ? gt_up_bytes(g_gpu, c->dist, (size_t)n * sizeof(int32_t)) : NULL;
+  ds.neighbours = gt_up_bytes(g_gpu, c->table, (size_t)V * TK * sizeof(int32_t));
+  vspec_walk_result *dr = gt_up_bytes(g_gpu, NULL, sizeof *dr);
   gpu->reserve_scratch(g_gpu, 4 * (size_t)V * sizeof(float));
   vs_dev_counters before, now;
   vs_dev_counters_get(g_gpu, &before);
