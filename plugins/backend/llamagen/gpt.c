@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "llamagen.h"
+#include "lg_internal.h"
 
 #define LG_ERR(...) (snprintf(err, errlen, __VA_ARGS__), 0)
 

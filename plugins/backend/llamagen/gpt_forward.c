@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "llamagen.h"
+#include "lg_internal.h"
 
 /* One session's part of a forward: n nodes whose keys and values go to slots first_slot ..
  * first_slot + n - 1 of its cache, at rows row0 .. row0 + rows * n - 1 of the work buffers

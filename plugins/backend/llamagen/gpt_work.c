@@ -1,10 +1,10 @@
 /*
- * plugins/backend/llamagen/gpt_work.c - a session's work buffers (llamagen.h lg_work). A leaf:
- * sessions (gpt.c) and batched forwards (gpt_forward.c) size them.
+ * plugins/backend/llamagen/gpt_work.c - a session's work buffers (lg_work, lg_internal.h). A
+ * leaf: sessions (gpt.c) and batched forwards (gpt_forward.c) size them.
  */
 #include <string.h>
 
-#include "llamagen.h"
+#include "lg_internal.h"
 
 int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, const lg_gpt *g,
                   size_t rows, size_t h_rows, lg_work *w) {

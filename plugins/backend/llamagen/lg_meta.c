@@ -1,13 +1,13 @@
 /*
  * plugins/backend/llamagen/lg_meta.c - hyper-parameters read from a checkpoint's metadata
- * (llamagen.h). A leaf: the loaders of llamagen.c and gpt.c use it.
+ * (lg_internal.h). A leaf: the loaders of llamagen.c and gpt.c use it.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "llamagen.h"
+#include "lg_internal.h"
 
 int lg_meta_int(vspec_model *m, vspec_tensor_file *f, const char *key, long def, long *out,
                 char *err, size_t errlen) {

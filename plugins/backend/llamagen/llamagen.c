@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llamagen.h"
+#include "lg_internal.h"
 
 #define LG_DEFAULT_MAX_NODES 256
 

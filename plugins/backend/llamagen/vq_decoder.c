@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "llamagen.h"
+#include "lg_internal.h"
 
 #define LG_GN_GROUPS 32
 #define LG_GN_EPS 1e-6f /* vq_model.py Normalize (the GPT's RMSNorm uses 1e-5) */

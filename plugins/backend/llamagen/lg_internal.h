@@ -1,12 +1,16 @@
 /*
- * plugins/backend/llamagen/llamagen.h - internal types of the LlamaGen backend plugin.
+ * plugins/backend/llamagen/lg_internal.h - internal types of the LlamaGen backend plugin.
+ *
+ * Its files call one way: llamagen.c (the plugin's vtables) -> gpt.c (the GPT's weights and
+ * sessions) -> gpt_forward.c (prefill, forward, commit) -> gpt_work.c (a session's work
+ * buffers); vq_decoder.c (the image tokenizer's decoder) and lg_meta.c (metadata) are leaves.
  *
  * The GPT follows FoundationVision/LlamaGen autoregressive/models/gpt.py (sampling and masks:
  * autoregressive/models/generate.py) and the VQ decoder tokenizer/tokenizer_image/vq_model.py;
  * the comments in this backend name the upstream class or function they follow.
  */
-#ifndef LLAMAGEN_H
-#define LLAMAGEN_H
+#ifndef LG_INTERNAL_H
+#define LG_INTERNAL_H
 
 #include "../kv_tree.h"
 #include "vspec/plugin.h"
@@ -190,4 +194,4 @@ int lg_meta_int(vspec_model *m, vspec_tensor_file *f, const char *key, long def,
 int lg_meta_double(vspec_model *m, vspec_tensor_file *f, const char *key, double def, double *out,
                    char *err, size_t errlen);
 
-#endif /* LLAMAGEN_H */
+#endif /* LG_INTERNAL_H */
