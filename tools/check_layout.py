@@ -3,6 +3,7 @@
 
   - a folder includes only headers of its own and of the folders below it (LAYERS): the
     fronts (http/, fleet/) reach the service (daemon/) through its headers, never the reverse;
+    a plugin includes only the ABI (vspec/), kernels/common/ and its kind's shared headers;
   - no circle of files: file A calls B when A names a function or a global that B defines;
     no two files that call each other, directly or round a loop;
   - no two files define the same function, static or not (a name found by grep is the one
@@ -23,11 +24,14 @@ import sys
 LAYERS = [["vspecd"], ["http", "fleet"], ["daemon"], ["client"], ["proto"], ["core"],
           ["kernels"], ["include"]]
 SERVICE = ["vspecd", "http", "fleet", "daemon"]
+# What a plugin may include besides its own folder's headers and its kind's (../): the ABI and
+# the per-element math (it compiles with -Iinclude -Ikernels and links nothing but the host).
+PLUGIN_SEES = ("vspec", "common", "..")
 # What make check holds to the rules: every product folder.
 PRODUCT = SERVICE + ["client", "clients", "proto", "bench", "core", "kernels", "kernels/common",
-                     "kernels/host", "kernels/cpu", "kernels/cuda", "plugins/accept",
-                     "plugins/sched", "plugins/drafter", "plugins/backend/llamagen",
-                     "plugins/backend/eagle", "plugins/backend/mar"]
+                     "kernels/host", "kernels/cpu", "kernels/cuda", "include/vspec", "plugins/accept",
+                     "plugins/sched", "plugins/drafter", "plugins/backend",
+                     "plugins/backend/llamagen", "plugins/backend/eagle", "plugins/backend/mar"]
 MAX_FN, MAX_FILE = 120, 800
 SOURCES = (".c", ".cu")  # what defines functions; headers only declare (or inline)
 PROGRAM_MAINS = {"main"}  # each program defines its own
@@ -92,11 +96,14 @@ def main(folders):
         here = rank(f.split("/")[0])
         for n, line in enumerate(open(f, encoding="utf-8"), 1):
             m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
+            if m and f.startswith("plugins/") and m.group(1) not in PLUGIN_SEES:
+                bad.append(f"{f}:{n}: includes {m.group(1)}/: a plugin sees include/vspec/ and "
+                           "kernels/common/ only")
             if not m or here is None:
                 continue
             there = rank(m.group(1))
-            own = f.split("/")[0]
-            if m.group(1) != own and (there is None or there <= here):
+            own, folder = f.split("/")[0], "include" if m.group(1) == "vspec" else m.group(1)
+            if folder != own and (there is None or there <= here):
                 bad.append(f"{f}:{n}: includes {m.group(1)}/, which is not below {own}/")
     # lengths, names
     defs, statics = {}, {}
