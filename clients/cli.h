@@ -81,16 +81,12 @@ int cmd_plugins(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int vs__call(const vs_net_opts *net, int admin, Vspec__Request *rq, vs_conn_event *e,
              vs_conn *conn);
-int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve);
-/* As vs__connect, with the reason it failed in err instead of on stderr. */
+/* Connects c to endpoint (curve: with the server's key, as the options and environment
+ * set them); 0, or nonzero with the reason in err. */
 int vs__connect_msg(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve,
                     char *err, size_t errlen);
-/* Endpoint syntax, checked where a value enters (options, environment) so that a typo is a
- * usage error that shows the right forms: 0, or -1 with err naming `what` and the fix. */
-int vs__endpoint_check(const char *what, const char *ep, char *err, size_t errlen);
 /* The endpoints taken from $VSPEC_SERVER / $VSPEC_ADMIN (not overridden by an option). */
 int vs__net_env_check(const vs_net_opts *n, char *err, size_t errlen);
-int vs__connect_admin(vs_conn *c, const vs_net_opts *n);
 int vs__exit_for(int code);
 void vs__net_defaults(vs_net_opts *n);
 int vs__net_opt(vs_net_opts *n, int c, const char *arg);

@@ -64,7 +64,9 @@ static int cc_tcp_ok(const char *hp) {
   return port >= 1 && port <= 65535;
 }
 
-int vs__endpoint_check(const char *what, const char *ep, char *err, size_t errlen) {
+/* Endpoint syntax, checked where a value enters (options, environment) so that a typo is a
+ * usage error that shows the right forms: 0, or -1 with err naming `what` and the fix. */
+static int cc_endpoint_check(const char *what, const char *ep, char *err, size_t errlen) {
   const char *sep = strstr(ep, "://");
   if (!strncmp(ep, "tcp://", 6) && cc_tcp_ok(ep + 6)) return 0;
   if (!strncmp(ep, "ipc://", 6) && ep[6]) return 0;
@@ -91,7 +93,7 @@ int vs__net_opt(vs_net_opts *n, int c, const char *arg) {
   switch (c) {
     case O_SERVER:
     case O_ADMIN:
-      if (vs__endpoint_check(c == O_SERVER ? "--server" : "--admin", arg, err, sizeof err)) {
+      if (cc_endpoint_check(c == O_SERVER ? "--server" : "--admin", arg, err, sizeof err)) {
         fprintf(stderr, "vspec: %s\n", err);
         return -1;
       }
@@ -112,10 +114,10 @@ int vs__net_opt(vs_net_opts *n, int c, const char *arg) {
 
 int vs__net_env_check(const vs_net_opts *n, char *err, size_t errlen) {
   if (!n->server_given && getenv("VSPEC_SERVER") && *getenv("VSPEC_SERVER") &&
-      vs__endpoint_check("$VSPEC_SERVER", n->server, err, errlen))
+      cc_endpoint_check("$VSPEC_SERVER", n->server, err, errlen))
     return -1;
   if (!n->admin_given && getenv("VSPEC_ADMIN") && *getenv("VSPEC_ADMIN") &&
-      vs__endpoint_check("$VSPEC_ADMIN", n->admin, err, errlen))
+      cc_endpoint_check("$VSPEC_ADMIN", n->admin, err, errlen))
     return -1;
   return 0;
 }
@@ -147,7 +149,8 @@ int vs__connect_msg(vs_conn *c, const vs_net_opts *n, const char *endpoint, int 
   return 0;
 }
 
-int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve) {
+/* vs__connect_msg with the reason on stderr. */
+static int cc_connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curve) {
   char err[1024];
   if (vs__connect_msg(c, n, endpoint, curve, err, sizeof err)) {
     fprintf(stderr, "vspec: %s\n", err);
@@ -158,9 +161,9 @@ int vs__connect(vs_conn *c, const vs_net_opts *n, const char *endpoint, int curv
 
 /* Status, plugins, cancel and reload go to the admin endpoint unless only --server was given
  * (e.g. a daemon on another machine, whose admin endpoint is local to it). */
-int vs__connect_admin(vs_conn *c, const vs_net_opts *n) {
-  if (n->server_given && !n->admin_given) return vs__connect(c, n, n->server, 1);
-  return vs__connect(c, n, n->admin, 0);
+static int cc_connect_admin(vs_conn *c, const vs_net_opts *n) {
+  if (n->server_given && !n->admin_given) return cc_connect(c, n, n->server, 1);
+  return cc_connect(c, n, n->admin, 0);
 }
 
 int vs__write_file_msg(const char *path, const void *data, size_t len, char *err,
@@ -194,7 +197,7 @@ int vs__write_file(const char *path, const void *data, size_t len) {
 int vs__call(const vs_net_opts *net, int admin, Vspec__Request *rq, vs_conn_event *e,
              vs_conn *conn) {
   char err[1024];
-  if (admin ? vs__connect_admin(conn, net) : vs__connect(conn, net, net->server, 1))
+  if (admin ? cc_connect_admin(conn, net) : cc_connect(conn, net, net->server, 1))
     return EXIT_UNREACHABLE;
   int rc = vs_conn_call(conn, rq, (int)(net->timeout_s * 1000), e, err, sizeof err);
   if (rc <= 0) {

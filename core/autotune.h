@@ -162,12 +162,10 @@ int vs__autotune_valid(const vs_at_space *sp, const char *choice);
 int vs__autotune_method(const vs_method *m, const vs_at_space *sp, const char *choice,
                         vs_method *out, char *err, size_t errlen);
 
-/* The target's cost curve at these node counts (core/autotune_cache.c: cached per model and
+/* The node counts of the target's cost curve (core/autotune_cache.c: cached per model and
  * machine; measured when absent or refresh is set). */
 #define VS_AT_CURVE_N 7
 extern const int vs__at_curve_nodes[VS_AT_CURVE_N];
-int vs__autotune_curve(vs_models *models, vspec_dev *dev, const char *machine, int refresh,
-                       double ms[VS_AT_CURVE_N], int *timed, char *err, size_t errlen);
 /* 1 when a method should run as AR: its rule is exact and the best speculative rate (tokens
  * per second, 0: none) is not VS_AUTOTUNE_AR_MARGIN times AR's. */
 int vs__autotune_prefer_ar(int exact, double sd_rate, double ar_rate);

@@ -221,8 +221,10 @@ static int at_curve_parse(char *text, const char *machine, double ms[VS_AT_CURVE
   return *v == 0;
 }
 
-int vs__autotune_curve(vs_models *models, vspec_dev *dev, const char *machine, int refresh,
-                       double ms[VS_AT_CURVE_N], int *timed, char *err, size_t errlen) {
+/* The target's cost curve at vs__at_curve_nodes: cached per model and machine, measured when
+ * absent or refresh is set. */
+static int at_cost_curve(vs_models *models, vspec_dev *dev, const char *machine, int refresh,
+                         double ms[VS_AT_CURVE_N], int *timed, char *err, size_t errlen) {
   int rows = models->defaults.cfg_scale > 1.0f ? 2 : 1;
   char purpose[128], key[VS_CACHE_KEY_LEN + 1], dir[1024], name[128];
   snprintf(purpose, sizeof purpose, "autotune-curve/%d cfg_rows=%d", VS_AUTOTUNE_VERSION, rows);
@@ -312,7 +314,7 @@ int vs_autotune_resolve(vs_models *models, vspec_dev *dev, const vs_method *m,
   double t0 = vs_now(), curve[VS_AT_CURVE_N];
   if (opts && opts->progress)
     opts->progress(opts->user, 0.0, "size=auto: timing the target's forwards on this machine");
-  rc = vs__autotune_curve(models, dev, res->machine, flags & VS_AUTOTUNE_REFRESH, curve,
+  rc = at_cost_curve(models, dev, res->machine, flags & VS_AUTOTUNE_REFRESH, curve,
                           &res->timed, err, errlen);
   if (!rc) rc = vs__autotune_measure(models, dev, m, &sp, curve, opts, res, err, errlen);
   res->tune_s = vs_now() - t0;

@@ -195,7 +195,6 @@ vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *sub
 struct MHD_Response;
 /* MHD's response reading the stream; it frees the stream (and cancels what still runs). */
 struct MHD_Response *vs__http_stream_response(vs_http_stream *st);
-void vs__http_stream_free(vs_http_stream *st);
 
 /* POST /v1/images/generations; client_fd is the HTTP connection's socket, watched for a
  * client that goes away; interim: the client speaks HTTP/1.1 (may be sent a 1xx). */

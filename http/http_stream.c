@@ -146,7 +146,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   return (ssize_t)n;
 }
 
-void vs__http_stream_free(vs_http_stream *st) {
+static void stream_free(vs_http_stream *st) {
   if (!st) return;
   if (st->b.connected && (st->b.gave_up == VS_HTTP_CLIENT_GONE || !st->b.over))
     vs_log(VSPEC_LOG_INFO, "http", "stream client went away: %d job(s) cancelled", st->b.n);
@@ -156,7 +156,7 @@ void vs__http_stream_free(vs_http_stream *st) {
   free(st);
 }
 
-static void stream_free_cb(void *cls) { vs__http_stream_free(cls); }
+static void stream_free_cb(void *cls) { stream_free(cls); }
 
 vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *submit,
                                       const vs_http_batch *proto, void *root, int upscale,
@@ -182,7 +182,7 @@ vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *sub
     st->submit.credit = (uint32_t)h->cfg->max_credit;
   }
   if (vs__http_jobs_start(&st->b, r)) {
-    vs__http_stream_free(st);
+    stream_free(st);
     return NULL;
   }
   /* every job accepted (or one refused, a plain error answer) before the 200 goes out */
@@ -198,7 +198,7 @@ vs_http_stream *vs__http_stream_start(vs_http *h, int client_fd, const void *sub
     r->retry_after_s = 1;
   }
   if (r->status || st->b.gave_up) {
-    vs__http_stream_free(st);
+    stream_free(st);
     return NULL;
   }
   return st;
@@ -208,6 +208,6 @@ struct MHD_Response *vs__http_stream_response(vs_http_stream *st) {
   struct MHD_Response *resp =
       MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
                                         stream_free_cb);
-  if (!resp) vs__http_stream_free(st);
+  if (!resp) stream_free(st);
   return resp;
 }

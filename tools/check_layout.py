@@ -8,7 +8,8 @@
     no two files that call each other, directly or round a loop;
   - no two files define the same function, static or not (a name found by grep is the one
     that runs; one file may define a name twice, as #if alternatives or C++ overloads, which
-    the compiler allows in no other way), and no static carries the cross-file prefix vs__;
+    the compiler allows in no other way), no static carries the cross-file prefix vs__, and
+    a function that does is named by another file (a test's counts: a test hook);
   - no function over 120 lines, no file over 800.
 
 Sources are C (.c) and CUDA C++ (.cu); headers (.h) are held to the include and length rules.
@@ -130,6 +131,18 @@ def main(folders):
     for name, where in sorted(statics.items()):
         if len(where) > 1 and name not in defs:
             bad.append(f"{name}: a static of {', '.join(where)}")
+    # vs__ is for a cross-file internal: some other file (a test's, for a test hook) names it
+    inside = [n for n in defs if n.startswith("vs__")]
+    if inside:
+        texts = list(code.items()) + [(t, strip(open(t, encoding="utf-8").read())) for t in
+                                      glob.glob("tests/**/*.c", recursive=True)]
+        named = set()
+        for f, text in texts:
+            if not f.endswith(".h"):
+                named |= {(w, f) for w in re.findall(r"\bvs__\w+", text)}
+        for name in sorted(inside):
+            if not any((name, f) in named for f, _ in texts if f not in defs[name]):
+                bad.append(f"{name}: vs__ but named outside {defs[name][0]} by no file")
     # circles of calls
     arrows = {f: set() for f in files if f.endswith(SOURCES)}
     for f in arrows:
