@@ -235,7 +235,8 @@ static int rl_verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, si
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp};
   out->features = c->drafter && vs_drafter_uses_features(c->drafter) ? c->feats : NULL;
   char inner[VSPEC_ERRLEN] = "";
-  int rc = vs_forward_gate_forward(c->gate, c->t, c->sess, &b, out, inner, sizeof inner);
+  int rc = vs_forward_gate_forward(c->gate, c->t, c->sess, c->dev, &b, out, inner,
+                                   sizeof inner);
   if (rc) snprintf(err, errlen, "target forward: %s", inner);
   else if ((rc = vs_dev_check(c->dev, inner, sizeof inner)))
     snprintf(err, errlen, "device error during the target forward: %s", inner);

@@ -222,12 +222,22 @@ static void test_forward_multi_fmnist(void **state) {
  * so a request answered with another session's state shows. */
 struct vspec_session {
   int id, forwards;
+  vspec_dev *dev; /* the job's own device, or NULL */
+  atomic_int multis; /* batches of several sessions it was in */
 };
 
 static vspec_dev *fake_dev, *fake_dev2; /* the gates' batch devices (lanes) */
 static atomic_int fake_multi_calls, fake_max_count, fake_sessions_in_multi;
 static atomic_int fake_errors;          /* a batch on an unknown or busy lane device */
 static atomic_int fake_busy[2], fake_parallel, fake_max_parallel;
+static atomic_int fake_order_errors; /* a batch whose lane was not ordered after its sessions */
+static uint64_t fake_lane_orders[2]; /* each lane's `orders` at its last batch's end */
+
+static uint64_t dev_orders(vspec_dev *dev) {
+  vs_dev_counters c;
+  vs_dev_counters_get(dev, &c);
+  return c.orders;
+}
 
 static void fake_raise(atomic_int *max, int v) {
   int m = atomic_load(max);
@@ -256,9 +266,17 @@ static int fake_forward_multi(vspec_dev *dev, vspec_session *const *s,
   fake_raise(&fake_max_parallel, atomic_fetch_add(&fake_parallel, 1) + 1);
   atomic_fetch_add(&fake_multi_calls, 1);
   atomic_fetch_add(&fake_sessions_in_multi, count);
+  /* The gate ordered the lane after each session's own device just before the call (one
+   * order per session with a device: each job has its own here); the lane is this thread's. */
+  int with_dev = 0;
+  for (int i = 0; i < count; i++) with_dev += s[i]->dev != NULL;
+  if (dev_orders(dev) - fake_lane_orders[lane] != (uint64_t)with_dev)
+    atomic_fetch_add(&fake_order_errors, 1);
+  for (int i = 0; i < count; i++) atomic_fetch_add(&s[i]->multis, 1);
   fake_raise(&fake_max_count, count);
   usleep(500); /* the compute */
   for (int i = 0; i < count; i++) fake_forward(s[i], b[i], out[i], err, errlen);
+  fake_lane_orders[lane] = dev_orders(dev);
   atomic_fetch_sub(&fake_parallel, 1);
   atomic_fetch_sub(&fake_busy[lane], 1);
   return VSPEC_OK;
@@ -295,11 +313,15 @@ static void *fake_job_main(void *arg) {
     vspec_forward_out o = {.struct_size = sizeof o, .logits = &logit};
     char err[VSPEC_ERRLEN];
     int want_fw = j->s.forwards;
-    if (vs_forward_gate_forward(j->g, &j->t, &j->s, &b, &o, err, sizeof err)) {
+    if (vs_forward_gate_forward(j->g, &j->t, &j->s, j->s.dev, &b, &o, err, sizeof err)) {
       j->wrong++;
       continue;
     }
     j->wrong += logit != 1000.0f * j->s.id + (float)tok + 0.5f * (float)want_fw;
+    /* back from the gate: the job's device was ordered after every batch it was in (and
+     * after no forward it ran alone) */
+    if (j->s.dev && dev_orders(j->s.dev) != (uint64_t)atomic_load(&j->s.multis))
+      atomic_fetch_add(&fake_order_errors, 1);
     if (j->think_us) usleep(j->think_us + (useconds_t)(k * 37 % 50));
   }
   vs_forward_gate_leave(j->g);
@@ -323,6 +345,9 @@ static void reset_fake(void) {
   atomic_store(&fake_sessions_in_multi, 0);
   atomic_store(&fake_errors, 0);
   atomic_store(&fake_max_parallel, 0);
+  atomic_store(&fake_order_errors, 0);
+  fake_lane_orders[0] = dev_orders(fake_dev);
+  fake_lane_orders[1] = dev_orders(fake_dev2);
 }
 
 /* Jobs in step batch together, never more than max_batch (7 jobs, batches of 3: four wait
@@ -372,6 +397,45 @@ static void test_gate_lanes(void **state) {
   assert_int_equal(atomic_load(&fake_errors), 0);
   assert_true(atomic_load(&fake_max_count) <= 2);
   assert_int_equal(atomic_load(&fake_max_parallel), 2);
+  vs_forward_gate_destroy(&g);
+}
+
+/* Jobs on devices of their own (as a daemon's GPU workers have, each its own stream): the
+ * gate orders a batch's lane after every session's device before the batch and each device
+ * after the lane before its job goes on (the checks in fake_forward_multi and fake_job_main),
+ * and a forward that runs alone is not ordered. Counted on the CPU device, where ordering is
+ * free: what a GPU is asked to do (kernels/cuda: an event wait per order, no host wait). */
+static void test_gate_orders_devices(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vs_forward_gate *g;
+  vspec_dev *devs[2] = {fake_dev, fake_dev2};
+  assert_int_equal(vs_forward_gate_create(3, 0.5, devs, 2, &g, err, sizeof err), 0);
+  reset_fake();
+  fake_job jobs[5];
+  memset(jobs, 0, sizeof jobs);
+  for (int i = 0; i < 5; i++) {
+    jobs[i] = (fake_job){.g = g, .forwards = 30, .think_us = 150};
+    assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &jobs[i].s.dev, err, sizeof err), 0);
+  }
+  uint64_t lanes0 = dev_orders(fake_dev) + dev_orders(fake_dev2);
+  run_fake_jobs(jobs, 5);
+  vs_forward_gate_stats st;
+  vs_forward_gate_get_stats(g, &st);
+  assert_int_equal(atomic_load(&fake_order_errors), 0);
+  assert_int_equal(atomic_load(&fake_errors), 0);
+  assert_true(st.multi > 0);
+  /* every session in a batch of several: one order on its lane, one on its own device */
+  uint64_t on_jobs = 0;
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(jobs[i].wrong, 0);
+    on_jobs += dev_orders(jobs[i].s.dev);
+    vs_dev_destroy(jobs[i].s.dev);
+  }
+  uint64_t on_lanes = dev_orders(fake_dev) + dev_orders(fake_dev2) - lanes0;
+  assert_int_equal(on_jobs, (uint64_t)atomic_load(&fake_sessions_in_multi));
+  assert_int_equal(on_lanes, on_jobs);
+  assert_int_equal(st.orders, on_lanes + on_jobs);
   vs_forward_gate_destroy(&g);
 }
 
@@ -433,16 +497,17 @@ static void test_gate_bad_config(void **state) {
   vs_forward_gate_destroy(&g); /* NULL is fine */
   /* no gate: the backend's own forward, on the caller's thread */
   vs_backend_model t = {.vt = &fake_vt, .model = fake_model};
-  vspec_session s = {.id = 9};
+  vspec_session s = {.id = 9, .dev = fake_dev};
   int32_t tok = 4, parent = -1;
   float logit = -1;
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tok,
                            .parents = &parent};
   vspec_forward_out o = {.struct_size = sizeof o, .logits = &logit};
   reset_fake();
-  assert_int_equal(vs_forward_gate_forward(NULL, &t, &s, &b, &o, err, sizeof err), 0);
+  assert_int_equal(vs_forward_gate_forward(NULL, &t, &s, NULL, &b, &o, err, sizeof err), 0);
   assert_true(logit == 9004.0f);
   assert_int_equal(atomic_load(&fake_multi_calls), 0);
+  assert_int_equal(dev_orders(fake_dev), fake_lane_orders[0]); /* nothing to order */
 }
 
 /* ---- whole jobs through a gate ---------------------------------------------------------- */
@@ -453,6 +518,7 @@ typedef struct real_job {
   const char *method;
   uint64_t seed;
   int32_t tokens[1024];
+  uint64_t orders; /* its device's, at the end */
   int rc;
   char err[VSPEC_ERRLEN];
 } real_job;
@@ -466,6 +532,7 @@ static void *real_job_main(void *arg) {
                 .sampling = j->models->defaults, .gate = j->gate};
   vs_metrics mt;
   j->rc = vs_generate(j->models, dev, &job, j->tokens, &mt, j->err, sizeof j->err);
+  j->orders = dev_orders(dev);
   vs_dev_destroy(dev);
   return NULL;
 }
@@ -495,6 +562,7 @@ static void test_gate_jobs_match_alone(void **state) {
   for (size_t m = 0; m < n_methods; m++) {
     vs_forward_gate *g;
     assert_int_equal(vs_forward_gate_create(3, 0.2, &gate_dev, 1, &g, err, sizeof err), 0);
+    uint64_t gate_orders0 = dev_orders(gate_dev);
     real_job batched[3], alone[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
@@ -508,6 +576,16 @@ static void test_gate_jobs_match_alone(void **state) {
     for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
     vs_forward_gate_stats st;
     vs_forward_gate_get_stats(g, &st);
+    /* each job's device was ordered after every batch of several it was in, the batches'
+     * device before each (lone jobs: never) */
+    uint64_t on_jobs = 0;
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(alone[i].orders, 0);
+      on_jobs += batched[i].orders;
+    }
+    assert_true(on_jobs > 0);
+    assert_int_equal(st.orders, 2 * on_jobs);
+    assert_int_equal(dev_orders(gate_dev) - gate_orders0, on_jobs);
     for (int i = 0; i < 3; i++) {
       if (batched[i].rc) fail_msg("%s: %s", methods[m], batched[i].err);
       int diff = 0;
@@ -540,6 +618,7 @@ int main(void) {
       cmocka_unit_test(test_forward_multi_fmnist),
       cmocka_unit_test(test_gate_batches_in_step),
       cmocka_unit_test(test_gate_lanes),
+      cmocka_unit_test(test_gate_orders_devices),
       cmocka_unit_test(test_gate_wait_limit),
       cmocka_unit_test(test_gate_leave_wakes),
       cmocka_unit_test(test_gate_bad_config),

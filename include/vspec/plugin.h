@@ -336,9 +336,12 @@ typedef struct vspec_backend_vtable {
    * `dev`, a device of the sessions' memory space that nothing else uses during the call
    * (the sessions' own devices may be busy elsewhere, drafting). Results equal separate
    * forwards up to float rounding (the products run with more rows). The caller guarantees
-   * that no session is in use by another thread during the call. On failure no session has
-   * changed; a backend may refuse sessions it cannot batch (VSPEC_EINVAL, e.g. GPU sessions
-   * of different streams), and the caller then runs them one by one. NULL or absent
+   * that no session is in use by another thread during the call, and orders the devices'
+   * queues: what the sessions' own devices queued before the call runs before what it queues
+   * on `dev`, and what they queue after it runs after (on a GPU, each context's stream waits
+   * on an event of the other's), so GPU sessions of other contexts than `dev` may be
+   * batched. On failure no session has changed; a backend may refuse sessions it cannot
+   * batch (VSPEC_EINVAL), and the caller then runs them one by one. NULL or absent
    * (struct_size): no batching. */
   int (*forward_multi)(vspec_dev *dev, vspec_session *const *sessions,
                        const vspec_forward_batch *const *batch, vspec_forward_out *const *out,
