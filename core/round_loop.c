@@ -415,7 +415,8 @@ static int rl_open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
                           .max_nodes = VS_MAX_DEPTH + 2 + *expand_max,
                           .max_tree_nodes = VS_SD_MAX_POOL, .n_image = c->N,
                           .max_depth = *expand_max < VS_MAX_DEPTH ? *expand_max : VS_MAX_DEPTH,
-                          .target_feature_dim = c->fdim, .vocab = c->V};
+                          .target_feature_dim = c->fdim, .vocab = c->V,
+                          .may_skip = c->sched_vt->decide != NULL};
   if ((rc = vs_drafter_open(&dc, &c->drafter, err, errlen))) return rc;
   if (vs_drafter_proposes(c->drafter) && (c->sched_vt->decide || plan->shape != VSPEC_DRAFT_CHAIN)) {
     snprintf(err, errlen, "method '%s': drafter=%s builds its own drafts, which the target "
