@@ -115,8 +115,16 @@ static void round_trip(multi_fixture *f, const int *members, int count,
     bs[j] = &batch[j];
     os[j] = &outs[j];
   }
+  vs_dev_counters before, after;
+  vs_dev_counters_get(f->dev, &before);
   if (f->t->vt->forward_multi(f->batch_dev, ss, bs, os, count, err, sizeof err))
     fail_msg("%s", err);
+  /* Everything the batch does runs on the batch's device: on a GPU the sessions' own devices
+   * are other streams, ordered only before and after the call (core/forward_gate.c), so an op
+   * issued there (a KV store) would not wait for the batch's work it reads. */
+  vs_dev_counters_get(f->dev, &after);
+  vs_dev_counters_sub(&after, &before);
+  assert_int_equal(after.ops + after.uploads + after.downloads + after.syncs, 0);
   for (int j = 0; j < count; j++) {
     size_t rows = (size_t)batch[j].n_nodes * f->rows[members[j]];
     expect_near("logits", members[j], outs[j].logits, want_l[j], rows * f->V);

@@ -50,7 +50,8 @@ static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev
       vspec_session *s = seg[i].s;
       int n = seg[i].n, L = seg[i].first_slot;
       const float *qkv = w->qkv + (size_t)seg[i].row0 * qkv_w;
-      vs_kv_store(&s->kv, l, n, L, qkv, qkv_w, H * hd, (H + Hkv) * hd);
+      /* on the batch's device, after the qkv it copies (not the cache's: another stream) */
+      vs_kv_store_on(&s->kv, ops, dev, l, n, L, qkv, qkv_w, H * hd, (H + Hkv) * hd);
       for (int r = 0; r < s->rows; r++)
         ops->attention(dev, qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
                        vs_kv_at(&s->kv, s->kv.k, l, r, 0), vs_kv_at(&s->kv, s->kv.v, l, r, 0),
