@@ -1,6 +1,7 @@
 /*
  * Cross-job batching: the llamagen backend's forward_multi against separate forwards
- * (several sessions, CFG and not, trees and chains, a failing member), the gate's scheduling
+ * (several sessions, CFG and not, trees and chains, a failing member; unfused, the CPU's
+ * default, and on the fused ops, a GPU's, with their op budget), the gate's scheduling
  * with a counting fake backend (answers, batch limit, wait limit, a leaving job wakes the
  * waiters), and jobs generated concurrently through a gate against the same jobs alone.
  */
@@ -39,6 +40,7 @@ typedef struct multi_fixture {
   vspec_session *a[NS], *b[NS]; /* batched, and the reference run one by one */
   int rows[NS];
   int V, d;
+  int fused_layers; /* multi=fused: the model's layers (the batch's op budget); 0: unfused */
 } multi_fixture;
 
 static void open_fixture(multi_fixture *f, const char *dir) {
@@ -115,10 +117,20 @@ static void round_trip(multi_fixture *f, const int *members, int count,
     bs[j] = &batch[j];
     os[j] = &outs[j];
   }
-  vs_dev_counters before, after;
+  vs_dev_counters before, after, lane0, lane;
   vs_dev_counters_get(f->dev, &before);
+  vs_dev_counters_get(f->batch_dev, &lane0);
   if (f->t->vt->forward_multi(f->batch_dev, ss, bs, os, count, err, sizeof err))
     fail_msg("%s", err);
+  /* on the fused ops: the embedding gather, per layer each session's norm + QKV + RoPE + KV
+   * store and tree attention and three ops over every row, the head rows' norm and the head;
+   * one upload */
+  vs_dev_counters_get(f->batch_dev, &lane);
+  vs_dev_counters_sub(&lane, &lane0);
+  if (f->fused_layers) {
+    assert_int_equal(lane.ops, 3 + (uint64_t)f->fused_layers * (2 * (uint64_t)count + 3));
+    assert_int_equal(lane.uploads, 1);
+  }
   /* Everything the batch does runs on the batch's device: on a GPU the sessions' own devices
    * are other streams, ordered only before and after the call (core/forward_gate.c), so an op
    * issued there (a KV store) would not wait for the batch's work it reads. */
@@ -142,9 +154,14 @@ static void commit_both(multi_fixture *f, int i, const int32_t *path, int n) {
   if (f->t->vt->commit(f->b[i], path, n, err, sizeof err)) fail_msg("%s", err);
 }
 
-static void check_forward_multi(const char *dir) {
+/* fused_layers: 0 for the default path (unfused on the CPU), else the model's layers, run
+ * with multi=fused (VSPEC_MULTI, read at load). */
+static void check_forward_multi(const char *dir, int fused_layers) {
   multi_fixture f;
+  if (fused_layers) setenv("VSPEC_MULTI", "fused", 1);
   open_fixture(&f, dir);
+  unsetenv("VSPEC_MULTI");
+  f.fused_layers = fused_layers;
   char err[VSPEC_ERRLEN];
   /* round 1: a chain, a branching tree, a single node */
   int32_t t0[] = {5, 9, 2}, p0[] = {-1, 0, 1};
@@ -215,13 +232,21 @@ static void check_forward_multi(const char *dir) {
 
 static void test_forward_multi_micro(void **state) {
   (void)state;
-  check_forward_multi("tests/golden/micro_c2i");
+  check_forward_multi("tests/golden/micro_c2i", 0);
 }
 
 /* The shipped model: its width takes the linear layers onto other kernels' paths. */
 static void test_forward_multi_fmnist(void **state) {
   (void)state;
-  check_forward_multi("models/fmnist");
+  check_forward_multi("models/fmnist", 0);
+}
+
+/* On the fused ops (a GPU's default, multi=fused here): the same answers, and 3 + 2 x sessions
+ * ops per layer where the unfused path issues 12 + 3 x rows. */
+static void test_forward_multi_fused(void **state) {
+  (void)state;
+  check_forward_multi("tests/golden/micro_c2i", 2);
+  check_forward_multi("models/fmnist", 8);
 }
 
 /* ---- the gate's scheduling, with a fake backend ---------------------------------------- */
@@ -547,16 +572,20 @@ static void *real_job_main(void *arg) {
 
 /* Three jobs at once through a gate give the images they give alone (token maps agree: the
  * batched logits differ from the lone ones by float rounding only, which moves a sample only
- * where it falls on a boundary; at most 2 % of tokens may differ), and they did batch. */
-static void test_gate_jobs_match_alone(void **state) {
-  (void)state;
+ * where it falls on a boundary; at most 2 % of tokens may differ), and they did batch.
+ * fused: batches on the fused ops (multi=fused, a GPU's default), the speculative method
+ * only. */
+static void gate_jobs(int fused) {
   char err[VSPEC_ERRLEN];
   vspec_dev *dev, *gate_dev;
   vs_models *models;
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 2, &gate_dev, err, sizeof err), 0);
-  if (vs_models_open(reg, &host, dev, "models/fmnist", VS_ROLE_ALL, &models, err, sizeof err))
-    fail_msg("%s", err);
+  if (fused) setenv("VSPEC_MULTI", "fused", 1);
+  int rc = vs_models_open(reg, &host, dev, "models/fmnist", VS_ROLE_ALL, &models, err,
+                          sizeof err);
+  unsetenv("VSPEC_MULTI");
+  if (rc) fail_msg("%s", err);
   int N = models->target.info.grid_h * models->target.info.grid_w;
   assert_true(N <= 1024);
   /* Under the sanitizers (ten times slower) the speculative method alone: its jobs send both
@@ -565,7 +594,7 @@ static void test_gate_jobs_match_alone(void **state) {
 #ifdef VSPEC_SANITIZED
   const size_t n_methods = 1;
 #else
-  const size_t n_methods = sizeof methods / sizeof *methods;
+  const size_t n_methods = fused ? 1 : sizeof methods / sizeof *methods;
 #endif
   for (size_t m = 0; m < n_methods; m++) {
     vs_forward_gate *g;
@@ -610,6 +639,16 @@ static void test_gate_jobs_match_alone(void **state) {
   vs_dev_destroy(gate_dev);
 }
 
+static void test_gate_jobs_match_alone(void **state) {
+  (void)state;
+  gate_jobs(0);
+}
+
+static void test_gate_jobs_fused(void **state) {
+  (void)state;
+  gate_jobs(1);
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024];
   const char *b = getenv("VSPEC_BUILD");
@@ -624,6 +663,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forward_multi_micro),
       cmocka_unit_test(test_forward_multi_fmnist),
+      cmocka_unit_test(test_forward_multi_fused),
       cmocka_unit_test(test_gate_batches_in_step),
       cmocka_unit_test(test_gate_lanes),
       cmocka_unit_test(test_gate_orders_devices),
@@ -631,6 +671,7 @@ int main(void) {
       cmocka_unit_test(test_gate_leave_wakes),
       cmocka_unit_test(test_gate_bad_config),
       cmocka_unit_test(test_gate_jobs_match_alone),
+      cmocka_unit_test(test_gate_jobs_fused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_dev_destroy(fake_dev);

@@ -11,6 +11,7 @@
  *    logits equal those of the same rounds run alone on one context, within the fp32
  *    tolerance of the other GPU tests (products with more rows round differently). Without
  *    the ordering the lane would read caches that the sessions' streams are still writing.
+ *    Both ways a batch runs (multi=fused, the GPU's default, and multi=unfused).
  *  - Counters: a batched forward adds one order to its session's context and no wait there;
  *    the lane gets one order per session of the batch.
  *  - Whole jobs on models/fmnist, AR and exact SD with the draft GPT: three at once through a
@@ -124,15 +125,15 @@ static vspec_session *bj_session(const vs_backend_model *t, vspec_dev *dev, int 
   return s;
 }
 
-static void test_gptb_batches_across_streams(void **state) {
-  (void)state;
-  char err[VSPEC_ERRLEN], path[128];
+static void gptb_batches(const char *multi) {
+  char err[VSPEC_ERRLEN], path[128], params[64];
+  snprintf(params, sizeof params, "max_nodes=128,multi=%s", multi);
   snprintf(path, sizeof path, "/tmp/vspec-gptb-batch-%d.safetensors", (int)getpid());
   if (vs_bench_write_random_gpt(path, 3, 768, 12, 12, 16384, 16, 1000, 5, err, sizeof err))
     fail_msg("%s", err);
   vspec_dev *load = gt_gpu(VS_PRECISION_FP32), *lane = gt_gpu(VS_PRECISION_FP32);
   vs_backend_model t;
-  if (vs_backend_model_load(g_reg, &g_host, load, "llamagen", path, "max_nodes=128", &t, err,
+  if (vs_backend_model_load(g_reg, &g_host, load, "llamagen", path, params, &t, err,
                             sizeof err))
     fail_msg("%s", err);
   unlink(path);
@@ -167,8 +168,8 @@ static void test_gptb_batches_across_streams(void **state) {
     if (vs_dev_check(bat[j].dev, err, sizeof err)) fail_msg("device error: %s", err);
     gt_close("batched logits against alone", bat[j].logits, ref[j].logits, per, FP32_RTOL, 0);
   }
-  printf("%d of %d forwards batched with others; %llu batches, %llu orders\n", batched,
-         NJ * ROUNDS, (unsigned long long)st.batches, (unsigned long long)st.orders);
+  printf("multi=%s: %d of %d forwards batched with others; %llu batches, %llu orders\n", multi,
+         batched, NJ * ROUNDS, (unsigned long long)st.batches, (unsigned long long)st.orders);
   assert_true(st.multi > 0 && batched > 0);
   assert_int_equal(orders_of(lane, NULL) - lane0, (uint64_t)batched);
   assert_int_equal(st.orders, 2 * (uint64_t)batched);
@@ -183,6 +184,16 @@ static void test_gptb_batches_across_streams(void **state) {
   vs_backend_model_unload(&t);
   vs_dev_destroy(lane);
   vs_dev_destroy(load);
+}
+
+static void test_gptb_batches_fused(void **state) {
+  (void)state;
+  gptb_batches("fused");
+}
+
+static void test_gptb_batches_unfused(void **state) {
+  (void)state;
+  gptb_batches("unfused");
 }
 
 /* ---- whole jobs ------------------------------------------------------------------------- */
@@ -280,7 +291,8 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gptb_batches_across_streams),
+      cmocka_unit_test(test_gptb_batches_fused),
+      cmocka_unit_test(test_gptb_batches_unfused),
       cmocka_unit_test(test_fmnist_jobs_match_alone),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -75,6 +75,9 @@ enum {
   LG_GRAPHS_ON = 1,  /* padded to a node-count bucket, through a recorded graph per bucket */
   LG_GRAPHS_PAD = 2  /* padded to the bucket, eagerly: the reference replay must equal */
 };
+/* How forward_multi runs (llamagen.c, "multi"). */
+enum { LG_MULTI_AUTO = 0, LG_MULTI_FUSED = 1, LG_MULTI_UNFUSED = 2 };
+
 /* Buckets of 1, 2, 4, .. 256 nodes (at most the session's work rows); a forward of more
  * nodes runs eagerly. Head kinds: features only, logits, a draw on the device. */
 #define LG_GRAPH_BUCKETS 9
@@ -96,6 +99,7 @@ struct vspec_model {
   int int8_asked; /* weight_format=int8 requests stand for the GPT's linears (gpt.c) */
   int graphs;     /* LG_GRAPHS_*: the load parameter graphs=, else VSPEC_GRAPHS, else on
                    * where the device has graphs and is not the CPU (llamagen.c) */
+  int multi;      /* LG_MULTI_*: the load parameter multi=, else VSPEC_MULTI */
   char arch[32];
 };
 
