@@ -127,6 +127,8 @@ static void round_trip(multi_fixture *f, const int *members, int count,
    * one upload */
   vs_dev_counters_get(f->batch_dev, &lane);
   vs_dev_counters_sub(&lane, &lane0);
+  /* the features and the logits of every session: one download each (a wait each on a GPU) */
+  assert_int_equal(lane.downloads, 2);
   if (f->fused_layers) {
     assert_int_equal(lane.ops, 3 + (uint64_t)f->fused_layers * (2 * (uint64_t)count + 3));
     assert_int_equal(lane.uploads, 1);

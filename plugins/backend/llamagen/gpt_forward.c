@@ -199,28 +199,37 @@ static void lg__run_layers_fused(const lg_gpt *g, const vspec_ops *ops, vspec_de
 
 /* ---- the output head ------------------------------------------------------------------- */
 
+/* Each segment's rows of src [rows, width] to its out's features (logits 0) or logits: a
+ * download per segment, or with a host stage (a batch of several sessions) one download of
+ * every row, copied out from there: on a GPU each download is a wait. */
+static void lg__out_rows(const vspec_ops *ops, vspec_dev *dev, const float *src, int width,
+                         const lg_seg *seg, int count, int rows, float *stage, int logits) {
+  size_t row = (size_t)width * sizeof(float);
+  if (stage) ops->download(dev, stage, src, (size_t)rows * row);
+  for (int i = 0, at = 0; i < count; i++) {
+    int k = seg[i].head_count * seg[i].s->rows;
+    vspec_forward_out *out = seg[i].out;
+    float *dst = !out ? NULL : logits ? out->logits : out->features;
+    if (dst && stage) memcpy(dst, stage + (size_t)at * width, (size_t)k * row);
+    else if (dst) ops->download(dev, dst, src + (size_t)at * width, (size_t)k * row);
+    at += k;
+  }
+}
+
 /* Features and logits of the normed head rows in w->h (the segments' in order) to each
- * segment's `out`: one GEMM over all of them. */
+ * segment's `out`: one GEMM over all of them. stage: NULL, or host room for rows x
+ * max(vocab, dim) floats (lg__out_rows). */
 static void lg__head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                         const lg_seg *seg, int count, int rows) {
-  int d = g->dim, V = g->vocab, logits = 0;
-  for (int i = 0, at = 0; i < count; i++) {
-    int k = seg[i].head_count * seg[i].s->rows;
-    vspec_forward_out *out = seg[i].out;
-    if (out && out->features)
-      ops->download(dev, out->features, w->h + (size_t)at * d, (size_t)k * d * sizeof(float));
-    logits |= out && out->logits;
-    at += k;
+                         const lg_seg *seg, int count, int rows, float *stage) {
+  int logits = 0, feats = 0;
+  for (int i = 0; i < count; i++) {
+    logits |= seg[i].out && seg[i].out->logits;
+    feats |= seg[i].out && seg[i].out->features;
   }
+  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, rows, stage, 0);
   if (!logits) return;
-  ops->linear(dev, w->h, rows, d, g->output, V, NULL, w->logits);
-  for (int i = 0, at = 0; i < count; i++) {
-    int k = seg[i].head_count * seg[i].s->rows;
-    vspec_forward_out *out = seg[i].out;
-    if (out && out->logits)
-      ops->download(dev, out->logits, w->logits + (size_t)at * V, (size_t)k * V * sizeof(float));
-    at += k;
-  }
+  ops->linear(dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
+  lg__out_rows(ops, dev, w->logits, g->vocab, seg, count, rows, stage, 1);
 }
 
 /* The ops of a fused forward between its upload and its downloads: embeddings (unless the
@@ -471,7 +480,7 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
         s->mask[(size_t)i * T + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
     lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
     lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-                 lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1));
+                 lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   }
   s->kv.committed = T;
   s->prefilled = 1;
@@ -518,7 +527,7 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
   lg__unfused_inputs(&seg, &s->w, s->ops, s->dev);
   lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
   lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-               lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1));
+               lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   return VSPEC_OK;
 }
 /* ---- cross-job batches on the fused ops --------------------------------------------------- */
@@ -564,7 +573,7 @@ static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, co
  * every row, then the head rows normed and the head. On a GPU that is 3 + 2 x sessions
  * launches per layer where the unfused path takes 12 + 3 x rows. */
 static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                                    const lg_seg *seg, int count, int M) {
+                                    const lg_seg *seg, int count, int M, float *stage) {
   const lg_gpt *g = &seg[0].s->m->gpt;
   int d = g->dim, att_w = g->n_head * g->head_dim;
   int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
@@ -594,7 +603,31 @@ static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_wor
     ops->linear_add(dev, w->ff1, M, g->ffn_hidden, W->w2, d, w->x);
   }
   ops->rmsnorm_rows(dev, w->x, w->idx_dev + 2 * M, K, d, g->norm, g->norm_eps, w->h);
-  lg__head_out(g, ops, dev, w, seg, count, K);
+  lg__head_out(g, ops, dev, w, seg, count, K, stage);
+}
+
+/* The lead session's batch workspace for `need` rows and its host stage for `rows` rows of
+ * outputs (lg__out_rows), grown as needed; both belong to the lead (freed with it, by its own
+ * device). Returns the stage, or NULL when out of memory. */
+static float *lg__multi_room(vspec_session *lead, size_t need, size_t rows) {
+  const vspec_host *H = lead->host;
+  const lg_gpt *g = &lead->m->gpt;
+  if (need > lead->multi.rows) {
+    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+    if (lg_work_alloc(H, lead->ops, lead->dev, g, need, 0, &lead->multi)) {
+      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+      return NULL;
+    }
+  }
+  size_t floats = rows * (size_t)(g->vocab > g->dim ? g->vocab : g->dim);
+  if (floats == 0) floats = 1;
+  if (floats > lead->multi_out_cap) {
+    H->free(lead->multi_out);
+    lead->multi_out_cap = 0;
+    if (!(lead->multi_out = H->alloc(floats * sizeof(float)))) return NULL;
+    lead->multi_out_cap = floats;
+  }
+  return lead->multi_out;
 }
 
 int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
@@ -637,14 +670,10 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
   size_t need = rows;
   ints += 3 * rows;
   if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
-  /* the workspace belongs to the lead session (freed with it, by its own device) */
-  if (need > lead->multi.rows) {
-    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-    if (lg_work_alloc(H, lead->ops, lead->dev, g, need, 0, &lead->multi)) {
-      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-      snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
-      return VSPEC_ENOMEM;
-    }
+  float *stage = lg__multi_room(lead, need, rows);
+  if (!stage) {
+    snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
+    return VSPEC_ENOMEM;
   }
   lg_seg seg[LG_MULTI_MAX];
   int row0 = 0, pending[LG_MULTI_MAX];
@@ -662,13 +691,15 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
     if (!fused) lg__unfused_inputs(&seg[i], &lead->multi, ops, dev);
     row0 += ss[i]->rows * seg[i].n;
   }
+  /* a batch of one downloads straight into its out, as a forward does */
+  if (count == 1) stage = NULL;
   if (fused) {
-    lg__forward_multi_fused(ops, dev, &lead->multi, seg, count, row0);
+    lg__forward_multi_fused(ops, dev, &lead->multi, seg, count, row0, stage);
     return VSPEC_OK;
   }
   lg__run_layers(g, ops, dev, &lead->multi, seg, count, row0);
   lg__head_out(g, ops, dev, &lead->multi, seg, count,
-               lg__head_rows(g, ops, dev, &lead->multi, seg, count));
+               lg__head_rows(g, ops, dev, &lead->multi, seg, count), stage);
   return VSPEC_OK;
 }
 

@@ -136,8 +136,11 @@ struct vspec_session {
   /* per-forward work buffers, [rows * max_nodes, ...] (h: at least caption_len rows) */
   lg_work w;
   uint8_t *mask;       /* host [max_nodes, kv.slots] */
-  /* lg_forward_multi's workspace when this session led a batch (grown on demand) */
+  /* lg_forward_multi's workspace when this session led a batch (grown on demand), and the
+   * host stage its outputs come down into, one download for the whole batch [multi_out_cap] */
   lg_work multi;
+  float *multi_out;
+  size_t multi_out_cap;
   /* ABI 1.5: LG_GRAPHS_* for this session (OFF where the device lacks fused ops or graphs),
    * its graphs by (bucket, head kind), and failed recordings so far (gpt_forward.c,
    * lg__graph_get: those that would have had to allocate or wait count apart) */
