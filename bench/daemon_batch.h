@@ -15,6 +15,7 @@ typedef struct vs_batch_bench_opts {
   int cores;
   const char *precision; /* [device] precision of all three daemons, NULL = default */
   int lanes;             /* [workers] batch_lanes of the batched daemon */
+  const char *device;    /* "cpu", "cuda" or "cuda:N"; NULL = cpu */
 } vs_batch_bench_opts;
 
 /* Prints a markdown section; returns 0, or 1 on failure (message on stderr). */

@@ -73,6 +73,8 @@ static void db_usage(FILE *f) {
           "                     tests/golden/micro_c2i)\n"
           "  --synthetic L,D,G  a random-weight GPT with L layers, width D and a GxG grid over the\n"
           "                     micro model's VQ decoder, for a heavier per-image cost\n"
+          "  --gpt-b            a random-weight LlamaGen GPT-B (12 layers, width 768, 16x16 tokens\n"
+          "                     of a 16384-entry codebook) and VQ-16 decoder\n"
           "  --method M         decoding method (default ar)\n"
           "  --images N         images per latency/preview measurement (default 20)\n"
           "  --threads T        compute threads, in-process and per daemon worker (default 1)\n"
@@ -85,6 +87,8 @@ static void db_usage(FILE *f) {
           "  --precision P      with --batch: the daemons' [device] precision (fp32, bf16)\n"
           "  --lanes L          with --batch: [workers] batch_lanes (batches at once, default\n"
           "                     1); B x L jobs in flight\n"
+          "  --device D         with --batch: the daemons' device, cpu (default) or cuda[:N]; on\n"
+          "                     a GPU the unbatched daemon has B x L workers (a stream each)\n"
           "  --no-progress      submit jobs without progress events\n"
           "  --version          version and plugin ABI\n");
 }
@@ -92,7 +96,8 @@ static void db_usage(FILE *f) {
 /* vspecd-bench's options. */
 typedef struct bd_args {
   long images, workers, jobs, threads, batch, rounds, lanes;
-  const char *precision, *model_dir, *method, *synthetic;
+  const char *precision, *model_dir, *method, *synthetic, *device;
+  int gpt_b;
 } bd_args;
 
 /* -1 to go on, else the exit code (--help, --version, a bad option). */
@@ -101,7 +106,7 @@ static int bd_parse(int argc, char **argv, bd_args *a) {
                  .threads = 1, .rounds = 5, .lanes = 1, .method = "ar"};
   enum {
     O_MODEL = 256, O_SYN, O_METHOD, O_IMAGES, O_THREADS, O_WORKERS, O_JOBS, O_NOPROG, O_BATCH,
-    O_ROUNDS, O_PRECISION, O_LANES, O_VERSION
+    O_ROUNDS, O_PRECISION, O_LANES, O_VERSION, O_GPTB, O_DEVICE
   };
   static const struct option opts[] = {
       {"model-dir", required_argument, 0, O_MODEL}, {"synthetic", required_argument, 0, O_SYN},
@@ -110,6 +115,7 @@ static int bd_parse(int argc, char **argv, bd_args *a) {
       {"jobs", required_argument, 0, O_JOBS},       {"no-progress", no_argument, 0, O_NOPROG},
       {"batch", required_argument, 0, O_BATCH},     {"rounds", required_argument, 0, O_ROUNDS},
       {"precision", required_argument, 0, O_PRECISION}, {"lanes", required_argument, 0, O_LANES},
+      {"gpt-b", no_argument, 0, O_GPTB},            {"device", required_argument, 0, O_DEVICE},
       {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0}};
   int c;
@@ -128,6 +134,8 @@ static int bd_parse(int argc, char **argv, bd_args *a) {
       case O_ROUNDS: ok = vs_cli_long("--rounds", optarg, 1, 64, &a->rounds); break;
       case O_PRECISION: a->precision = optarg; break;
       case O_LANES: ok = vs_cli_long("--lanes", optarg, 1, 16, &a->lanes); break;
+      case O_GPTB: a->gpt_b = 1; break;
+      case O_DEVICE: a->device = optarg; break;
       case 'h': db_usage(stdout); return 0;
       case O_VERSION: vs_print_version(stdout, "vspecd-bench"); return 0;
       default: db_usage(stderr); return 2;
@@ -165,11 +173,31 @@ static int bd_synthetic(vs__bd *b, const char *synthetic, const char *cwd, const
   return 0;
 }
 
+/* --gpt-b: LlamaGen GPT-B over 16x16 tokens of a 16384 x 8 codebook and VQ-16's decoder
+ * (ch 128, ch_mult 1,1,2,2,4, z 256, 256 x 256 pixels), random weights, in the daemon's
+ * scratch directory: the shape of the issue's concurrency goal. 0 or an exit code. */
+static int bd_gptb(vs__bd *b, const char **label) {
+  char gpt[1200], vq[1200], err[VSPEC_ERRLEN];
+  snprintf(b->model_dir, sizeof b->model_dir, "%s/gpt-b", b->d.tmp);
+  mkdir(b->model_dir, 0755);
+  snprintf(gpt, sizeof gpt, "%s/gpt.safetensors", b->model_dir);
+  snprintf(vq, sizeof vq, "%s/vq.safetensors", b->model_dir);
+  static const int mult[] = {1, 1, 2, 2, 4};
+  if (vs_bench_write_random_gpt(gpt, 12, 768, 12, 12, 16384, 16, 1000, 1, err, sizeof err) ||
+      vs_bench_write_random_vq(vq, 16384, 8, 128, mult, 5, 256, 256, 2, err, sizeof err)) {
+    fprintf(stderr, "vspecd-bench: %s\n", err);
+    return 1;
+  }
+  *label = "GPT-B (random weights, 12 layers, width 768, 16x16 tokens of 16384, VQ-16 decoder)";
+  return 0;
+}
+
 /* The model the daemon and the in-process side load, as an absolute path in b->model_dir,
  * and its name in the tables. 0 or an exit code. */
 static int bd_model(vs__bd *b, const bd_args *a, const char **label) {
   char cwd[900];
   if (!getcwd(cwd, sizeof cwd)) return 1;
+  if (a->gpt_b) return bd_gptb(b, label);
   if (a->synthetic) return bd_synthetic(b, a->synthetic, cwd, label);
   struct stat sb;
   const char *model_dir = a->model_dir;
@@ -188,7 +216,8 @@ static int bd_batch(vs__bd *b, const bd_args *a, const char *label) {
   vs_batch_bench_opts bo = {.prog = "vspecd-bench", .model_dir = b->model_dir,
                             .method = a->method, .batch = (int)a->batch, .jobs = (int)a->jobs,
                             .rounds = (int)a->rounds, .cores = cores > 0 ? (int)cores : 1,
-                            .precision = a->precision, .lanes = (int)a->lanes};
+                            .precision = a->precision, .lanes = (int)a->lanes,
+                            .device = a->device};
   int status = vs_daemon_batch_bench(&bo);
   if (vs_bench_daemon_cleanup(&b->d)) status = 1;
   return status;

@@ -53,7 +53,7 @@ static int dm_forward(void *ctx, vspec_session *s, const vspec_forward_batch *b,
                       vspec_forward_out *o, char *err, size_t errlen) {
   vs_draft_model *m = ctx;
   char inner[VSPEC_ERRLEN] = "";
-  int rc = vs_forward_gate_forward(m->gate, m->bm, s, b, o, inner, sizeof inner);
+  int rc = vs_forward_gate_forward(m->gate, m->bm, s, m->dev, b, o, inner, sizeof inner);
   if (rc) snprintf(err, errlen, "drafter forward: %s", inner);
   return rc;
 }

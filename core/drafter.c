@@ -76,7 +76,8 @@ static int create_plugin_drafter(vs_drafter *p, const vs_drafter_config *cfg, ch
                            .seed = cfg->job->seed, .rows = cfg->rows,
                            .max_nodes = cfg->max_nodes, .max_tree_nodes = cfg->max_tree_nodes,
                            .target_feature_dim = cfg->target_feature_dim,
-                           .model = p->model ? vs_draft_model_abi(p->model) : NULL};
+                           .model = p->model ? vs_draft_model_abi(p->model) : NULL,
+                           .may_skip = cfg->may_skip};
   vspec_params *params = NULL;
   char inner[VSPEC_ERRLEN] = "";
   rc = vs_params_parse(cfg->params ? cfg->params : "", &params, inner, sizeof inner);

@@ -40,6 +40,7 @@ typedef struct vs_drafter_config {
   int n_image;       /* tokens in the grid */
   int target_feature_dim;
   int vocab;         /* the target's */
+  int may_skip;      /* the scheduler may skip verification (it has decide): node_feature */
 } vs_drafter_config;
 
 int vs_drafter_open(const vs_drafter_config *cfg, vs_drafter **out, char *err, size_t errlen);

@@ -15,12 +15,14 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "kernels/vs_kernels.h"
 
 enum { VS_GATE_MAX_BATCH = 64, VS_GATE_MAX_LANES = VS_FORWARD_GATE_MAX_LANES };
 
 typedef struct vs__gate_req {
   const vs_backend_model *t;
   vspec_session *s;
+  vspec_dev *dev; /* the session's */
   const vspec_forward_batch *b;
   vspec_forward_out *out;
   double arrived;
@@ -138,12 +140,33 @@ static void fg_run_each(vs__gate_req **r, int n) {
     r[i]->rc = r[i]->t->vt->forward(r[i]->s, r[i]->b, r[i]->out, r[i]->err, sizeof r[i]->err);
 }
 
-static void fg_run_batch(vspec_dev *dev, vs__gate_req **r, int n) {
+/* The sessions' devices other than the lane's, each once. */
+static int fg_others(vspec_dev *lane, vs__gate_req **r, int n, vspec_dev **out) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = r[i]->dev == lane || !r[i]->dev;
+    for (int j = 0; j < k && !seen; j++) seen = out[j] == r[i]->dev;
+    if (!seen) out[k++] = r[i]->dev;
+  }
+  return k;
+}
+
+/* Returns the orders it issued. */
+static int fg_run_batch(vspec_dev *dev, vs__gate_req **r, int n) {
   const vspec_backend_vtable *vt = r[0]->t->vt;
   if (n == 1 || !VSPEC_HAS_FIELD(vt, vspec_backend_vtable, forward_multi) || !vt->forward_multi) {
     fg_run_each(r, n);
-    return;
+    return 0;
   }
+  /* A batch runs on the lane's queue over caches and buffers that the sessions' own queues
+   * write (their prefills, the draft's and target's forwards of other rounds), and those
+   * queues run on after it: on a GPU each is a stream of its own, so the lane waits for each
+   * session's device before the batch and each waits for the lane after it (an event, no
+   * host wait; on the CPU nothing to order, counted all the same: tests/test_forward_gate.c).
+   * Forwards run alone (fg_run_each) are on the session's own queue and need neither. */
+  vspec_dev *others[VS_GATE_MAX_BATCH];
+  int n_others = fg_others(dev, r, n, others);
+  for (int i = 0; i < n_others; i++) vs_dev_order(dev, others[i]);
   vspec_session *ss[VS_GATE_MAX_BATCH];
   const vspec_forward_batch *bs[VS_GATE_MAX_BATCH];
   vspec_forward_out *os[VS_GATE_MAX_BATCH];
@@ -153,12 +176,14 @@ static void fg_run_batch(vspec_dev *dev, vs__gate_req **r, int n) {
     os[i] = r[i]->out;
   }
   char err[VSPEC_ERRLEN] = "";
+  int rc = vt->forward_multi(dev, ss, bs, os, n, err, sizeof err);
+  /* also after a failure: the lane may have queued work on the sessions' memory */
+  for (int i = 0; i < n_others; i++) vs_dev_order(others[i], dev);
   /* On failure no session has changed (ABI): one by one, each gets its own answer. */
-  if (vt->forward_multi(dev, ss, bs, os, n, err, sizeof err)) {
-    fg_run_each(r, n);
-    return;
-  }
-  for (int i = 0; i < n; i++) r[i]->rc = VSPEC_OK;
+  if (rc) fg_run_each(r, n);
+  else
+    for (int i = 0; i < n; i++) r[i]->rc = VSPEC_OK;
+  return 2 * n_others;
 }
 
 /* The model with the most queued requests (the oldest request's on a tie): a job's target and
@@ -196,14 +221,14 @@ static int fg_take(vs_forward_gate *g, vs__gate_req **batch) {
 }
 
 int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec_session *s,
-                            const vspec_forward_batch *b, vspec_forward_out *out, char *err,
-                            size_t errlen) {
+                            vspec_dev *dev, const vspec_forward_batch *b, vspec_forward_out *out,
+                            char *err, size_t errlen) {
   /* No gate, or a backend that cannot batch: on the job's own device and thread (through the
    * gate it would only run one job at a time). */
   if (!g || !VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, forward_multi) ||
       !t->vt->forward_multi)
     return t->vt->forward(s, b, out, err, errlen);
-  vs__gate_req me = {.t = t, .s = s, .b = b, .out = out, .arrived = fg_mono()};
+  vs__gate_req me = {.t = t, .s = s, .dev = dev, .b = b, .out = out, .arrived = fg_mono()};
   double deadline = me.arrived + g->max_wait_s;
   struct timespec until = fg_abs(deadline);
   pthread_mutex_lock(&g->mu);
@@ -231,8 +256,9 @@ int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec
       for (int i = 0; i < n; i++) g->stats.rows += (uint64_t)batch[i]->b->n_nodes;
       for (int i = 0; i < n; i++) g->stats.wait_s += now - batch[i]->arrived;
       pthread_mutex_unlock(&g->mu);
-      fg_run_batch(g->lane_dev[lane], batch, n);
+      int orders = fg_run_batch(g->lane_dev[lane], batch, n);
       pthread_mutex_lock(&g->mu);
+      g->stats.orders += (uint64_t)orders;
       for (int i = 0; i < n; i++) batch[i]->done = 1;
       g->running -= n;
       g->lane_busy[lane] = 0;

@@ -34,6 +34,8 @@ typedef struct vs_forward_gate_stats {
   uint64_t timeouts;     /* batches started because a forward waited max_wait_s */
   uint64_t rows;         /* tree nodes forwarded (rows / batches = nodes per batch) */
   double wait_s;         /* total time forwards waited for others (not their compute) */
+  uint64_t orders;       /* vs_dev_order calls around batches (two per session whose device is
+                            not the lane's: on a GPU an event wait each, no host wait) */
 } vs_forward_gate_stats;
 
 /* max_batch: most sessions in one batched forward (>= 1); max_wait_s: the longest a ready
@@ -51,11 +53,15 @@ void vs_forward_gate_destroy(vs_forward_gate **g);
 void vs_forward_gate_enter(vs_forward_gate *g);
 void vs_forward_gate_leave(vs_forward_gate *g);
 
-/* The forward of `s` (a session of t), batched with other jobs' ready forwards. Same contract
- * as t->vt->forward, which it is when g is NULL (a job that is not batched). */
+/* The forward of `s` (a session of t, opened on `dev`), batched with other jobs' ready
+ * forwards. Same contract as t->vt->forward, which it is when g is NULL (a job that is not
+ * batched). A batch runs on a lane's device, ordered after the work each session's device
+ * has queued and before what it queues next (vs_dev_order both ways, counted in the devices'
+ * `orders`: a lane's gets one per other device in the batch, each other device one), so
+ * that sessions of several contexts of one GPU, each with its own stream, batch safely. */
 int vs_forward_gate_forward(vs_forward_gate *g, const vs_backend_model *t, vspec_session *s,
-                            const vspec_forward_batch *b, vspec_forward_out *out, char *err,
-                            size_t errlen);
+                            vspec_dev *dev, const vspec_forward_batch *b, vspec_forward_out *out,
+                            char *err, size_t errlen);
 
 void vs_forward_gate_get_stats(vs_forward_gate *g, vs_forward_gate_stats *out);
 

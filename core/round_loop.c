@@ -235,7 +235,8 @@ static int rl_verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, si
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp};
   out->features = c->drafter && vs_drafter_uses_features(c->drafter) ? c->feats : NULL;
   char inner[VSPEC_ERRLEN] = "";
-  int rc = vs_forward_gate_forward(c->gate, c->t, c->sess, &b, out, inner, sizeof inner);
+  int rc = vs_forward_gate_forward(c->gate, c->t, c->sess, c->dev, &b, out, inner,
+                                   sizeof inner);
   if (rc) snprintf(err, errlen, "target forward: %s", inner);
   else if ((rc = vs_dev_check(c->dev, inner, sizeof inner)))
     snprintf(err, errlen, "device error during the target forward: %s", inner);
@@ -414,7 +415,8 @@ static int rl_open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
                           .max_nodes = VS_MAX_DEPTH + 2 + *expand_max,
                           .max_tree_nodes = VS_SD_MAX_POOL, .n_image = c->N,
                           .max_depth = *expand_max < VS_MAX_DEPTH ? *expand_max : VS_MAX_DEPTH,
-                          .target_feature_dim = c->fdim, .vocab = c->V};
+                          .target_feature_dim = c->fdim, .vocab = c->V,
+                          .may_skip = c->sched_vt->decide != NULL};
   if ((rc = vs_drafter_open(&dc, &c->drafter, err, errlen))) return rc;
   if (vs_drafter_proposes(c->drafter) && (c->sched_vt->decide || plan->shape != VSPEC_DRAFT_CHAIN)) {
     snprintf(err, errlen, "method '%s': drafter=%s builds its own drafts, which the target "

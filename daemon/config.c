@@ -513,13 +513,6 @@ int vs_config_check(const vs_daemon_config *c, char *err, size_t errlen) {
              "jobs of different workers, one each (count = %d)", c->batch, c->batch, c->workers);
     return VSPEC_EINVAL;
   }
-  if (c->batch > 1 && strcmp(c->device_kind, "cpu")) {
-    /* Each worker has its own GPU stream; a batch would read other workers' caches across
-     * streams. Not supported yet rather than racy. */
-    snprintf(err, errlen, "[workers] batch = %d is supported on kind = cpu only for now; set "
-             "batch = 1 for kind = %s", c->batch, c->device_kind);
-    return VSPEC_EINVAL;
-  }
   if (c->n_models == 0) {
     snprintf(err, errlen, "no models configured ([models] NAME = DIR)");
     return VSPEC_EINVAL;

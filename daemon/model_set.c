@@ -273,11 +273,13 @@ static void ms_set_close(vs_model_set *s) {
     vs_forward_gate_get_stats(s->gate, &gs);
     vs_log(VSPEC_LOG_INFO, "models",
            "%s generation %u: %llu forwards (target and draft) in %llu batches (%llu of several "
-           "jobs, %llu started by the wait limit), %.1f nodes per batch, %.2f s waited",
+           "jobs, %llu started by the wait limit), %.1f nodes per batch, %.2f s waited, %llu "
+           "device orderings (a GPU stream's event wait each, no host wait)",
            s->name, s->generation, (unsigned long long)gs.forwards,
            (unsigned long long)gs.batches, (unsigned long long)gs.multi,
            (unsigned long long)gs.timeouts,
-           gs.batches ? (double)gs.rows / (double)gs.batches : 0.0, gs.wait_s);
+           gs.batches ? (double)gs.rows / (double)gs.batches : 0.0, gs.wait_s,
+           (unsigned long long)gs.orders);
     ms_set_gate_close(s);
   }
   vs_models_close(s->models);

@@ -46,6 +46,13 @@ int vs_dev_sync(vspec_dev *dev) {
   return cls->sync ? cls->sync(dev) : VSPEC_OK;
 }
 
+int vs_dev_order(vspec_dev *dev, vspec_dev *after) {
+  if (!dev || !after || dev == after) return VSPEC_OK;
+  vs_dev_head *h = (vs_dev_head *)(void *)dev;
+  vs_dev_count(&h->counters.orders, 1);
+  return h->cls->order ? h->cls->order(dev, after) : VSPEC_OK;
+}
+
 uint32_t vs_dev_space(const vspec_dev *dev) {
   const vs_dev_head *h = (const vs_dev_head *)(const void *)dev;
   if (!h || h->cls->kind == VSPEC_DEVICE_CPU) return 0;

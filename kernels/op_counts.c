@@ -126,6 +126,7 @@ int vs_dev_counters_get(const vspec_dev *dev, vs_dev_counters *out) {
   out->syncs = __atomic_load_n(&c->syncs, __ATOMIC_RELAXED);
   out->launches = __atomic_load_n(&c->launches, __ATOMIC_RELAXED);
   out->recorded = __atomic_load_n(&c->recorded, __ATOMIC_RELAXED);
+  out->orders = __atomic_load_n(&c->orders, __ATOMIC_RELAXED);
   return VSPEC_OK;
 }
 
@@ -138,4 +139,5 @@ void vs_dev_counters_sub(vs_dev_counters *a, const vs_dev_counters *b) {
   a->syncs -= b->syncs;
   a->launches -= b->launches;
   a->recorded -= b->recorded;
+  a->orders -= b->orders;
 }

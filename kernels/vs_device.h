@@ -48,7 +48,8 @@ typedef struct vs_device_info {
   int precision;       /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
 } vs_device_info;
 
-#define VS_DEVICE_CLASS_VERSION 3 /* 2: vs_dev_head holds the counters; 3: and graphs' */
+/* 2: vs_dev_head holds the counters; 3: and graphs'; 4: order, and its counter */
+#define VS_DEVICE_CLASS_VERSION 4
 #define VS_CUDA_CLASS_SYMBOL "vs_cuda_device_class"
 
 typedef struct vs_device_class {
@@ -72,6 +73,12 @@ typedef struct vs_device_class {
   /* Why the last allocation that returned NULL failed (a memory limit, the device's own
    * memory), or "" (allocations that fail for want of memory are not device failures). */
   const char *(*alloc_error)(vspec_dev *dev);
+  /* (version 4) Makes the work `dev` queues from now on wait for everything `after` (another
+   * context of the same memory space) has queued so far, without the host waiting: on a GPU
+   * an event recorded on after's stream that dev's stream waits for. NULL where every op has
+   * run when it returns (the CPU): there is nothing to order. The caller owns both contexts
+   * for the call (their threads are not issuing work). */
+  int (*order)(vspec_dev *dev, vspec_dev *after);
 } vs_device_class;
 
 /* What a device context has done since it was opened: every call of its ops table
@@ -88,6 +95,9 @@ typedef struct vs_dev_counters {
   uint64_t launches;       /* graph launches (ABI 1.5), each also one of `ops` */
   uint64_t recorded;       /* ops called while a graph was recorded: recorded, not issued,
                               so not in `ops` */
+  uint64_t orders;         /* times this context's queue was made to wait for another
+                              context's (vs_dev_order: an event wait on a GPU, no host wait;
+                              counted on every device, the CPU included, where it is free) */
 } vs_dev_counters;
 
 /* The first member of every device context. */

@@ -49,6 +49,12 @@ const char *vs_dev_alloc_error(vspec_dev *dev);
 /* Waits for the device's queued work (a no-op on the CPU): what it wrote is then visible
  * to every device of its memory space. */
 int vs_dev_sync(vspec_dev *dev);
+/* Orders two contexts of one memory space: the work `dev` queues from now on runs after
+ * everything `after` queued so far (vs_device_class.order), without the host waiting; counted
+ * in dev's `orders` on every device (so that CPU tests see what a GPU is asked to do). A no-op
+ * when dev is after or either is NULL. Cross-job batches need it: a batch runs on one
+ * context's queue over caches that other contexts' queues write (core/forward_gate.c). */
+int vs_dev_order(vspec_dev *dev, vspec_dev *after);
 /* Name, memory and precision of a device. */
 int vs_dev_info(vspec_dev *dev, vs_device_info *out);
 /* Devices with the same memory space share pointers: what one allocated, the ops of the

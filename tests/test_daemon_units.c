@@ -139,7 +139,8 @@ static void test_config(void **state) {
   assert_int_equal(vs_config_set_arg(&c, "device.kind=cpu", err, sizeof err), 0);
   assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
   assert_non_null(strstr(err, "kind = cpu"));
-  /* cross-job batching: one job per worker in a batch, CPU only */
+  /* cross-job batching: one job per worker in a batch, on the CPU or a GPU (the gate orders
+   * the workers' streams around a batch: core/forward_gate.c) */
   vs_config_defaults(&c);
   assert_int_equal(vs_config_set_arg(&c, "workers.batch=4", err, sizeof err), 0);
   assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
@@ -147,8 +148,7 @@ static void test_config(void **state) {
   assert_int_equal(vs_config_set_arg(&c, "workers.count=4", err, sizeof err), 0);
   assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
   assert_int_equal(vs_config_set_arg(&c, "device.kind=cuda", err, sizeof err), 0);
-  assert_int_not_equal(vs_config_check(&c, err, sizeof err), 0);
-  assert_non_null(strstr(err, "kind = cpu only"));
+  assert_int_equal(vs_config_check(&c, err, sizeof err), 0);
   /* the shipped example configuration is valid */
   vs_config_defaults(&c);
   if (vs_config_load(&c, "etc/vspecd.conf", err, sizeof err)) fail_msg("%s", err);

@@ -1,6 +1,7 @@
 /*
  * Cross-job batching: the llamagen backend's forward_multi against separate forwards
- * (several sessions, CFG and not, trees and chains, a failing member), the gate's scheduling
+ * (several sessions, CFG and not, trees and chains, a failing member; unfused, the CPU's
+ * default, and on the fused ops, a GPU's, with their op budget), the gate's scheduling
  * with a counting fake backend (answers, batch limit, wait limit, a leaving job wakes the
  * waiters), and jobs generated concurrently through a gate against the same jobs alone.
  */
@@ -39,6 +40,7 @@ typedef struct multi_fixture {
   vspec_session *a[NS], *b[NS]; /* batched, and the reference run one by one */
   int rows[NS];
   int V, d;
+  int fused_layers; /* multi=fused: the model's layers (the batch's op budget); 0: unfused */
 } multi_fixture;
 
 static void open_fixture(multi_fixture *f, const char *dir) {
@@ -115,8 +117,28 @@ static void round_trip(multi_fixture *f, const int *members, int count,
     bs[j] = &batch[j];
     os[j] = &outs[j];
   }
+  vs_dev_counters before, after, lane0, lane;
+  vs_dev_counters_get(f->dev, &before);
+  vs_dev_counters_get(f->batch_dev, &lane0);
   if (f->t->vt->forward_multi(f->batch_dev, ss, bs, os, count, err, sizeof err))
     fail_msg("%s", err);
+  /* on the fused ops: the embedding gather, per layer each session's norm + QKV + RoPE + KV
+   * store and tree attention and three ops over every row, the head rows' norm and the head;
+   * one upload */
+  vs_dev_counters_get(f->batch_dev, &lane);
+  vs_dev_counters_sub(&lane, &lane0);
+  /* the features and the logits of every session: one download each (a wait each on a GPU) */
+  assert_int_equal(lane.downloads, 2);
+  if (f->fused_layers) {
+    assert_int_equal(lane.ops, 3 + (uint64_t)f->fused_layers * (2 * (uint64_t)count + 3));
+    assert_int_equal(lane.uploads, 1);
+  }
+  /* Everything the batch does runs on the batch's device: on a GPU the sessions' own devices
+   * are other streams, ordered only before and after the call (core/forward_gate.c), so an op
+   * issued there (a KV store) would not wait for the batch's work it reads. */
+  vs_dev_counters_get(f->dev, &after);
+  vs_dev_counters_sub(&after, &before);
+  assert_int_equal(after.ops + after.uploads + after.downloads + after.syncs, 0);
   for (int j = 0; j < count; j++) {
     size_t rows = (size_t)batch[j].n_nodes * f->rows[members[j]];
     expect_near("logits", members[j], outs[j].logits, want_l[j], rows * f->V);
@@ -134,9 +156,14 @@ static void commit_both(multi_fixture *f, int i, const int32_t *path, int n) {
   if (f->t->vt->commit(f->b[i], path, n, err, sizeof err)) fail_msg("%s", err);
 }
 
-static void check_forward_multi(const char *dir) {
+/* fused_layers: 0 for the default path (unfused on the CPU), else the model's layers, run
+ * with multi=fused (VSPEC_MULTI, read at load). */
+static void check_forward_multi(const char *dir, int fused_layers) {
   multi_fixture f;
+  if (fused_layers) setenv("VSPEC_MULTI", "fused", 1);
   open_fixture(&f, dir);
+  unsetenv("VSPEC_MULTI");
+  f.fused_layers = fused_layers;
   char err[VSPEC_ERRLEN];
   /* round 1: a chain, a branching tree, a single node */
   int32_t t0[] = {5, 9, 2}, p0[] = {-1, 0, 1};
@@ -207,13 +234,21 @@ static void check_forward_multi(const char *dir) {
 
 static void test_forward_multi_micro(void **state) {
   (void)state;
-  check_forward_multi("tests/golden/micro_c2i");
+  check_forward_multi("tests/golden/micro_c2i", 0);
 }
 
 /* The shipped model: its width takes the linear layers onto other kernels' paths. */
 static void test_forward_multi_fmnist(void **state) {
   (void)state;
-  check_forward_multi("models/fmnist");
+  check_forward_multi("models/fmnist", 0);
+}
+
+/* On the fused ops (a GPU's default, multi=fused here): the same answers, and 3 + 2 x sessions
+ * ops per layer where the unfused path issues 12 + 3 x rows. */
+static void test_forward_multi_fused(void **state) {
+  (void)state;
+  check_forward_multi("tests/golden/micro_c2i", 2);
+  check_forward_multi("models/fmnist", 8);
 }
 
 /* ---- the gate's scheduling, with a fake backend ---------------------------------------- */
@@ -222,12 +257,22 @@ static void test_forward_multi_fmnist(void **state) {
  * so a request answered with another session's state shows. */
 struct vspec_session {
   int id, forwards;
+  vspec_dev *dev; /* the job's own device, or NULL */
+  atomic_int multis; /* batches of several sessions it was in */
 };
 
 static vspec_dev *fake_dev, *fake_dev2; /* the gates' batch devices (lanes) */
 static atomic_int fake_multi_calls, fake_max_count, fake_sessions_in_multi;
 static atomic_int fake_errors;          /* a batch on an unknown or busy lane device */
 static atomic_int fake_busy[2], fake_parallel, fake_max_parallel;
+static atomic_int fake_order_errors; /* a batch whose lane was not ordered after its sessions */
+static uint64_t fake_lane_orders[2]; /* each lane's `orders` at its last batch's end */
+
+static uint64_t dev_orders(vspec_dev *dev) {
+  vs_dev_counters c;
+  vs_dev_counters_get(dev, &c);
+  return c.orders;
+}
 
 static void fake_raise(atomic_int *max, int v) {
   int m = atomic_load(max);
@@ -256,9 +301,17 @@ static int fake_forward_multi(vspec_dev *dev, vspec_session *const *s,
   fake_raise(&fake_max_parallel, atomic_fetch_add(&fake_parallel, 1) + 1);
   atomic_fetch_add(&fake_multi_calls, 1);
   atomic_fetch_add(&fake_sessions_in_multi, count);
+  /* The gate ordered the lane after each session's own device just before the call (one
+   * order per session with a device: each job has its own here); the lane is this thread's. */
+  int with_dev = 0;
+  for (int i = 0; i < count; i++) with_dev += s[i]->dev != NULL;
+  if (dev_orders(dev) - fake_lane_orders[lane] != (uint64_t)with_dev)
+    atomic_fetch_add(&fake_order_errors, 1);
+  for (int i = 0; i < count; i++) atomic_fetch_add(&s[i]->multis, 1);
   fake_raise(&fake_max_count, count);
   usleep(500); /* the compute */
   for (int i = 0; i < count; i++) fake_forward(s[i], b[i], out[i], err, errlen);
+  fake_lane_orders[lane] = dev_orders(dev);
   atomic_fetch_sub(&fake_parallel, 1);
   atomic_fetch_sub(&fake_busy[lane], 1);
   return VSPEC_OK;
@@ -295,11 +348,15 @@ static void *fake_job_main(void *arg) {
     vspec_forward_out o = {.struct_size = sizeof o, .logits = &logit};
     char err[VSPEC_ERRLEN];
     int want_fw = j->s.forwards;
-    if (vs_forward_gate_forward(j->g, &j->t, &j->s, &b, &o, err, sizeof err)) {
+    if (vs_forward_gate_forward(j->g, &j->t, &j->s, j->s.dev, &b, &o, err, sizeof err)) {
       j->wrong++;
       continue;
     }
     j->wrong += logit != 1000.0f * j->s.id + (float)tok + 0.5f * (float)want_fw;
+    /* back from the gate: the job's device was ordered after every batch it was in (and
+     * after no forward it ran alone) */
+    if (j->s.dev && dev_orders(j->s.dev) != (uint64_t)atomic_load(&j->s.multis))
+      atomic_fetch_add(&fake_order_errors, 1);
     if (j->think_us) usleep(j->think_us + (useconds_t)(k * 37 % 50));
   }
   vs_forward_gate_leave(j->g);
@@ -323,6 +380,9 @@ static void reset_fake(void) {
   atomic_store(&fake_sessions_in_multi, 0);
   atomic_store(&fake_errors, 0);
   atomic_store(&fake_max_parallel, 0);
+  atomic_store(&fake_order_errors, 0);
+  fake_lane_orders[0] = dev_orders(fake_dev);
+  fake_lane_orders[1] = dev_orders(fake_dev2);
 }
 
 /* Jobs in step batch together, never more than max_batch (7 jobs, batches of 3: four wait
@@ -372,6 +432,45 @@ static void test_gate_lanes(void **state) {
   assert_int_equal(atomic_load(&fake_errors), 0);
   assert_true(atomic_load(&fake_max_count) <= 2);
   assert_int_equal(atomic_load(&fake_max_parallel), 2);
+  vs_forward_gate_destroy(&g);
+}
+
+/* Jobs on devices of their own (as a daemon's GPU workers have, each its own stream): the
+ * gate orders a batch's lane after every session's device before the batch and each device
+ * after the lane before its job goes on (the checks in fake_forward_multi and fake_job_main),
+ * and a forward that runs alone is not ordered. Counted on the CPU device, where ordering is
+ * free: what a GPU is asked to do (kernels/cuda: an event wait per order, no host wait). */
+static void test_gate_orders_devices(void **state) {
+  (void)state;
+  char err[VSPEC_ERRLEN];
+  vs_forward_gate *g;
+  vspec_dev *devs[2] = {fake_dev, fake_dev2};
+  assert_int_equal(vs_forward_gate_create(3, 0.5, devs, 2, &g, err, sizeof err), 0);
+  reset_fake();
+  fake_job jobs[5];
+  memset(jobs, 0, sizeof jobs);
+  for (int i = 0; i < 5; i++) {
+    jobs[i] = (fake_job){.g = g, .forwards = 30, .think_us = 150};
+    assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &jobs[i].s.dev, err, sizeof err), 0);
+  }
+  uint64_t lanes0 = dev_orders(fake_dev) + dev_orders(fake_dev2);
+  run_fake_jobs(jobs, 5);
+  vs_forward_gate_stats st;
+  vs_forward_gate_get_stats(g, &st);
+  assert_int_equal(atomic_load(&fake_order_errors), 0);
+  assert_int_equal(atomic_load(&fake_errors), 0);
+  assert_true(st.multi > 0);
+  /* every session in a batch of several: one order on its lane, one on its own device */
+  uint64_t on_jobs = 0;
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(jobs[i].wrong, 0);
+    on_jobs += dev_orders(jobs[i].s.dev);
+    vs_dev_destroy(jobs[i].s.dev);
+  }
+  uint64_t on_lanes = dev_orders(fake_dev) + dev_orders(fake_dev2) - lanes0;
+  assert_int_equal(on_jobs, (uint64_t)atomic_load(&fake_sessions_in_multi));
+  assert_int_equal(on_lanes, on_jobs);
+  assert_int_equal(st.orders, on_lanes + on_jobs);
   vs_forward_gate_destroy(&g);
 }
 
@@ -433,16 +532,17 @@ static void test_gate_bad_config(void **state) {
   vs_forward_gate_destroy(&g); /* NULL is fine */
   /* no gate: the backend's own forward, on the caller's thread */
   vs_backend_model t = {.vt = &fake_vt, .model = fake_model};
-  vspec_session s = {.id = 9};
+  vspec_session s = {.id = 9, .dev = fake_dev};
   int32_t tok = 4, parent = -1;
   float logit = -1;
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = &tok,
                            .parents = &parent};
   vspec_forward_out o = {.struct_size = sizeof o, .logits = &logit};
   reset_fake();
-  assert_int_equal(vs_forward_gate_forward(NULL, &t, &s, &b, &o, err, sizeof err), 0);
+  assert_int_equal(vs_forward_gate_forward(NULL, &t, &s, NULL, &b, &o, err, sizeof err), 0);
   assert_true(logit == 9004.0f);
   assert_int_equal(atomic_load(&fake_multi_calls), 0);
+  assert_int_equal(dev_orders(fake_dev), fake_lane_orders[0]); /* nothing to order */
 }
 
 /* ---- whole jobs through a gate ---------------------------------------------------------- */
@@ -453,6 +553,7 @@ typedef struct real_job {
   const char *method;
   uint64_t seed;
   int32_t tokens[1024];
+  uint64_t orders; /* its device's, at the end */
   int rc;
   char err[VSPEC_ERRLEN];
 } real_job;
@@ -466,22 +567,27 @@ static void *real_job_main(void *arg) {
                 .sampling = j->models->defaults, .gate = j->gate};
   vs_metrics mt;
   j->rc = vs_generate(j->models, dev, &job, j->tokens, &mt, j->err, sizeof j->err);
+  j->orders = dev_orders(dev);
   vs_dev_destroy(dev);
   return NULL;
 }
 
 /* Three jobs at once through a gate give the images they give alone (token maps agree: the
  * batched logits differ from the lone ones by float rounding only, which moves a sample only
- * where it falls on a boundary; at most 2 % of tokens may differ), and they did batch. */
-static void test_gate_jobs_match_alone(void **state) {
-  (void)state;
+ * where it falls on a boundary; at most 2 % of tokens may differ), and they did batch.
+ * fused: batches on the fused ops (multi=fused, a GPU's default), the speculative method
+ * only. */
+static void gate_jobs(int fused) {
   char err[VSPEC_ERRLEN];
   vspec_dev *dev, *gate_dev;
   vs_models *models;
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err), 0);
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 2, &gate_dev, err, sizeof err), 0);
-  if (vs_models_open(reg, &host, dev, "models/fmnist", VS_ROLE_ALL, &models, err, sizeof err))
-    fail_msg("%s", err);
+  if (fused) setenv("VSPEC_MULTI", "fused", 1);
+  int rc = vs_models_open(reg, &host, dev, "models/fmnist", VS_ROLE_ALL, &models, err,
+                          sizeof err);
+  unsetenv("VSPEC_MULTI");
+  if (rc) fail_msg("%s", err);
   int N = models->target.info.grid_h * models->target.info.grid_w;
   assert_true(N <= 1024);
   /* Under the sanitizers (ten times slower) the speculative method alone: its jobs send both
@@ -490,11 +596,12 @@ static void test_gate_jobs_match_alone(void **state) {
 #ifdef VSPEC_SANITIZED
   const size_t n_methods = 1;
 #else
-  const size_t n_methods = sizeof methods / sizeof *methods;
+  const size_t n_methods = fused ? 1 : sizeof methods / sizeof *methods;
 #endif
   for (size_t m = 0; m < n_methods; m++) {
     vs_forward_gate *g;
     assert_int_equal(vs_forward_gate_create(3, 0.2, &gate_dev, 1, &g, err, sizeof err), 0);
+    uint64_t gate_orders0 = dev_orders(gate_dev);
     real_job batched[3], alone[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
@@ -508,6 +615,16 @@ static void test_gate_jobs_match_alone(void **state) {
     for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
     vs_forward_gate_stats st;
     vs_forward_gate_get_stats(g, &st);
+    /* each job's device was ordered after every batch of several it was in, the batches'
+     * device before each (lone jobs: never) */
+    uint64_t on_jobs = 0;
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(alone[i].orders, 0);
+      on_jobs += batched[i].orders;
+    }
+    assert_true(on_jobs > 0);
+    assert_int_equal(st.orders, 2 * on_jobs);
+    assert_int_equal(dev_orders(gate_dev) - gate_orders0, on_jobs);
     for (int i = 0; i < 3; i++) {
       if (batched[i].rc) fail_msg("%s: %s", methods[m], batched[i].err);
       int diff = 0;
@@ -524,6 +641,16 @@ static void test_gate_jobs_match_alone(void **state) {
   vs_dev_destroy(gate_dev);
 }
 
+static void test_gate_jobs_match_alone(void **state) {
+  (void)state;
+  gate_jobs(0);
+}
+
+static void test_gate_jobs_fused(void **state) {
+  (void)state;
+  gate_jobs(1);
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024];
   const char *b = getenv("VSPEC_BUILD");
@@ -538,12 +665,15 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forward_multi_micro),
       cmocka_unit_test(test_forward_multi_fmnist),
+      cmocka_unit_test(test_forward_multi_fused),
       cmocka_unit_test(test_gate_batches_in_step),
       cmocka_unit_test(test_gate_lanes),
+      cmocka_unit_test(test_gate_orders_devices),
       cmocka_unit_test(test_gate_wait_limit),
       cmocka_unit_test(test_gate_leave_wakes),
       cmocka_unit_test(test_gate_bad_config),
       cmocka_unit_test(test_gate_jobs_match_alone),
+      cmocka_unit_test(test_gate_jobs_fused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   vs_dev_destroy(fake_dev);

@@ -269,6 +269,81 @@ static void test_eagle_head(void **state) {
   pair_unload(&p);
 }
 
+/* One forward of session s; NULL feats/src where not given. */
+static void head_fwd(const vs_backend_model *m, vspec_session *s, int n, const int32_t *tok,
+                     const int32_t *par, int append, const float *feats, const int32_t *src,
+                     float *logits, float *out_feats) {
+  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = n, .tokens = tok,
+                           .parents = par, .features = feats, .append = append,
+                           .feature_src = src};
+  vspec_forward_out o = {.struct_size = sizeof o, .logits = logits, .features = out_feats};
+  char err[VSPEC_ERRLEN];
+  if (m->vt->forward(s, &b, &o, err, sizeof err)) fail_msg("forward: %s", err);
+}
+
+/* ABI 1.7 (vspec_forward_batch.feature_src): tree nodes fed their parents' output features
+ * where the head left them on the device give the bits they give when those features are
+ * downloaded and passed back as host rows (what the EAGLE drafter did before), fused and
+ * unfused alike; a source that is not an earlier pending node is refused. */
+static void test_eagle_feature_src(void **state) {
+  (void)state;
+  pair p;
+  pair_load_backend(&p, "eagle", "tests/golden/micro_eagle/eagle.safetensors",
+                    "target=tests/golden/micro_c2i/gpt.safetensors");
+  assert_true(p.fused.info.keeps_features && p.plain.info.keeps_features);
+  enum { R = 2 };
+  vspec_session_config cfg = {.struct_size = sizeof cfg, .rows = R, .max_nodes = 16};
+  pair_open(&p, &cfg);
+  vspec_session *h; /* fed host features */
+  char err[VSPEC_ERRLEN];
+  if (p.fused.vt->session_open(p.fused.model, dev, &cfg, &h, err, sizeof err))
+    fail_msg("%s", err);
+  vspec_session *ss[3] = {p.s[0], p.s[1], h};
+  const vs_backend_model *ms[3] = {&p.fused, &p.plain, &p.fused};
+  int d = p.d, V = p.V;
+  float *feats = malloc(sizeof(float) * 3 * R * d), *out = malloc(sizeof(float) * 3 * R * d);
+  float *l[3], *f[3], *l1 = malloc(sizeof(float) * 3 * R * V);
+  uint32_t x = 5;
+  for (int i = 0; i < 3 * R * d; i++) feats[i] = (float)lcg(&x) / 16777216.0f - 0.5f;
+  int32_t tok[3] = {4, 9, 1}, par[3] = {-1, 0, 1}, tok2[2] = {7, 3}, par2[2] = {0, 2};
+  int32_t src[2] = {0, 2};
+  for (int k = 0; k < 3; k++) {
+    vspec_forward_out o = {.struct_size = sizeof o};
+    if (ms[k]->vt->prefill(ss[k], &o, err, sizeof err)) fail_msg("%s", err);
+    head_fwd(ms[k], ss[k], 3, tok, par, 0, feats, NULL, l1, k == 2 ? out : NULL);
+  }
+  /* the host-fed session takes the first forward's outputs at nodes 0 and 2 */
+  float host_feats[2 * R * 64];
+  assert_true(d <= 64);
+  for (int j = 0; j < 2; j++)
+    memcpy(host_feats + (size_t)j * R * d, out + (size_t)src[j] * R * d, sizeof(float) * R * d);
+  for (int k = 0; k < 3; k++) {
+    l[k] = malloc(sizeof(float) * 2 * R * V);
+    f[k] = malloc(sizeof(float) * 2 * R * d);
+    head_fwd(ms[k], ss[k], 2, tok2, par2, 1, k == 2 ? host_feats : NULL, k == 2 ? NULL : src,
+             l[k], f[k]);
+  }
+  assert_memory_equal(l[0], l[2], sizeof(float) * 2 * R * V);
+  assert_memory_equal(f[0], f[2], sizeof(float) * 2 * R * d);
+  expect_same("feature_src logits", l[0], l[1], (size_t)2 * R * V);
+  expect_same("feature_src features", f[0], f[1], (size_t)2 * R * d);
+  /* node 5 is not pending before this batch (5 are); nothing is before a replacing batch */
+  int32_t late[1] = {5}, first[1] = {0};
+  vspec_forward_batch bad = {.struct_size = sizeof bad, .n_nodes = 1, .tokens = tok2,
+                             .parents = par2, .append = 1, .feature_src = late};
+  vspec_forward_out o = {.struct_size = sizeof o};
+  assert_int_equal(p.fused.vt->forward(p.s[0], &bad, &o, err, sizeof err), VSPEC_EINVAL);
+  assert_non_null(strstr(err, "feature_src[0] = 5"));
+  bad.append = 0;
+  bad.parents = par;
+  bad.feature_src = first;
+  assert_int_equal(p.fused.vt->forward(p.s[0], &bad, &o, err, sizeof err), VSPEC_EINVAL);
+  for (int k = 0; k < 3; k++) free(l[k]), free(f[k]);
+  free(feats), free(out), free(l1);
+  p.fused.vt->session_close(h);
+  pair_unload(&p);
+}
+
 /* The draw on the device (vspec_forward_out.sample): the token the engine's host sampler
  * draws from the same node's logits, for plain sampling, top-k, top-p, greedy and steps past
  * cfg_interval; and an AR step then downloads one int32, no logits. On a GPU the logits and
@@ -437,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_t2i_micro),
       cmocka_unit_test(test_random_gqa),
       cmocka_unit_test(test_eagle_head),
+      cmocka_unit_test(test_eagle_feature_src),
       cmocka_unit_test(test_device_draw),
       cmocka_unit_test(test_engine_same_tokens),
       cmocka_unit_test(test_fused_path_taken),

@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 6
+#define VSPEC_ABI_MINOR 7
 #endif
 
 #define VSPEC_STR_(x) #x
@@ -214,6 +214,10 @@ typedef struct vspec_model_info {
   int32_t num_iter;         /* the model's default generation steps (MAR's num_iter) */
   int32_t clip_denoised;    /* the sampler clamps its x0 estimate to [-1, 1] (pixel-space
                                tokens, as ADM); 0 for MAR's latents */
+  /* ---- ABI 1.7 ---- */
+  int32_t keeps_features;   /* forward honours vspec_forward_batch.feature_src: a node's
+                               input feature may be the session's own output feature at an
+                               earlier pending node, which stays on the device */
 } vspec_model_info;
 
 typedef struct vspec_session_config {
@@ -242,6 +246,13 @@ typedef struct vspec_forward_batch {
   const float *features;  /* feature-conditioned drafters (EAGLE): [n_nodes, rows, in_dim]
                              host input features; NULL for plain language models */
   int32_t append;         /* 0: replace the pending nodes; 1: add to them */
+  /* ---- ABI 1.7 (backends whose info says keeps_features) ----
+   * [n_nodes] or NULL: where feature_src[i] = k >= 0, node i's input feature is the
+   * session's own output feature (forward_out.features) at pending node k, fed by an earlier
+   * forward since the last commit (k below the pending count before this batch), read where
+   * the forward left it on the device, so it never crosses to the host and back (EAGLE's
+   * tree: a node's input is its parent's output); -1: features' row i, as without it. */
+  const int32_t *feature_src;
 } vspec_forward_batch;
 
 /* Outputs are caller-provided host buffers; either may be NULL when not needed. A backend
@@ -336,9 +347,12 @@ typedef struct vspec_backend_vtable {
    * `dev`, a device of the sessions' memory space that nothing else uses during the call
    * (the sessions' own devices may be busy elsewhere, drafting). Results equal separate
    * forwards up to float rounding (the products run with more rows). The caller guarantees
-   * that no session is in use by another thread during the call. On failure no session has
-   * changed; a backend may refuse sessions it cannot batch (VSPEC_EINVAL, e.g. GPU sessions
-   * of different streams), and the caller then runs them one by one. NULL or absent
+   * that no session is in use by another thread during the call, and orders the devices'
+   * queues: what the sessions' own devices queued before the call runs before what it queues
+   * on `dev`, and what they queue after it runs after (on a GPU, each context's stream waits
+   * on an event of the other's), so GPU sessions of other contexts than `dev` may be
+   * batched. On failure no session has changed; a backend may refuse sessions it cannot
+   * batch (VSPEC_EINVAL), and the caller then runs them one by one. NULL or absent
    * (struct_size): no batching. */
   int (*forward_multi)(vspec_dev *dev, vspec_session *const *sessions,
                        const vspec_forward_batch *const *batch, vspec_forward_out *const *out,
@@ -547,6 +561,10 @@ typedef struct vspec_drafter_job {
    * drafter=head: "eagle"; a drafter named by the scheduler gets "draft" where there is
    * one), NULL otherwise. */
   const struct vspec_draft_model *model;
+  /* ---- ABI 1.7 ---- */
+  int32_t may_skip;  /* the scheduler may accept a path unverified (VVS): node_feature may be
+                        asked; 0: every round is verified and node_feature is never asked, so
+                        a drafter need not bring its nodes' features to the host */
 } vspec_drafter_job;
 
 /* A draft model the engine loaded, served to a drafter (ABI 1.6). Sessions and forwards go

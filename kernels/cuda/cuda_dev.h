@@ -22,6 +22,10 @@
  *    before any other context can use it, and downloaded data is on the host on return;
  *  - free (cudaFree) synchronises the whole GPU, every stream included (CUDA programming
  *    guide, stream-ordered allocator), so no queued work still uses the memory afterwards;
+ *  - order(dev, after) (the device class's) makes dev's stream wait for an event recorded on
+ *    after's stream: what after queued before runs before what dev queues next, and the
+ *    host does not wait (a cross-job batch on one context over caches that the other
+ *    contexts' streams write: core/forward_gate.c orders both ways around it);
  *  - everything else is asynchronous on the context's stream.
  * Fixed per-context resources, made at open and never grown in a forward (what a CUDA graph
  * capture needs: nothing may allocate while it records): the cuBLAS workspace
@@ -98,6 +102,9 @@ typedef struct vs_cuda_dev {
   /* The last allocation that failed for want of memory (not sticky: the caller gets NULL,
    * reports it, and the context serves the next job). */
   char alloc_error[VSPEC_ERRLEN];
+  /* Recorded on `stream` when another context of the GPU must wait for this one's queued work
+   * (the class's order: cross-job batches); made at open, without timing. */
+  cudaEvent_t order_ev;
 } vs_cuda_dev;
 
 static inline vs_cuda_dev *vs_cuda(vspec_dev *dev) { return (vs_cuda_dev *)(void *)dev; }

@@ -41,6 +41,7 @@ static void cuda_close(vspec_dev *dev) {
   if (d->blas) cublasDestroy(d->blas);
   /* after the handle that uses it; the stream was waited for above */
   if (d->blas_ws) cudaFree(d->blas_ws);
+  if (d->order_ev) cudaEventDestroy(d->order_ev);
   if (d->stream) cudaStreamDestroy(d->stream);
   if (d->staging) cudaFreeHost(d->staging); /* idle: every copy through it was waited for */
   free(d->pos_host);
@@ -118,6 +119,7 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
    * this context neither waits for nor holds up the other contexts of the GPU (cuda_dev.h). */
   cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
   if ((e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+      (e = cudaEventCreateWithFlags(&d->order_ev, cudaEventDisableTiming)) != cudaSuccess ||
       (bs = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
       (bs = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS ||
       /* parity: no TF32 and no reduced-precision reductions in fp32 products */
@@ -202,9 +204,28 @@ static int cuda_sync(vspec_dev *dev) {
 
 static const char *cuda_alloc_error(vspec_dev *dev) { return vs_cuda(dev)->alloc_error; }
 
+/* dev's stream waits for what after's stream holds now (cuda_dev.h's rules). The event is
+ * after's: its owner thread issues nothing meanwhile (the caller owns both contexts), and
+ * cudaStreamWaitEvent takes the event's state at the call, so a later record does not
+ * matter. Both contexts are of one GPU (one memory space). */
+static int cuda_order(vspec_dev *dev, vspec_dev *after) {
+  vs_cuda_dev *d = vs_cuda(dev), *a = vs_cuda(after);
+  if (a->head.index != d->head.index) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "order: contexts of two GPUs (cuda:%d after cuda:%d)",
+                 d->head.index, a->head.index);
+    return VSPEC_EINVAL;
+  }
+  if (!vs_cuda_enter(d)) return d->fail_status;
+  if (!vs_cuda_check_rt(a, cudaEventRecord(a->order_ev, a->stream), "order (event record)") ||
+      !vs_cuda_check_rt(d, cudaStreamWaitEvent(d->stream, a->order_ev, 0), "order (wait)"))
+    return d->failed ? d->fail_status : a->fail_status;
+  return VSPEC_OK;
+}
+
 static vs_device_class module_class = {
     sizeof(vs_device_class), VS_DEVICE_CLASS_VERSION, "cuda", VSPEC_DEVICE_CUDA, NULL,
     cuda_count, cuda_open, cuda_close, cuda_info, cuda_check, cuda_sync, cuda_alloc_error,
+    cuda_order,
 };
 
 static const vs_device_class *cuda_class_ptr(void) {

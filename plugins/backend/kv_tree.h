@@ -119,19 +119,29 @@ static inline void vs_kv_tree_mask(const vs_kv_tree *t, int base, int n,
 }
 
 /* Stores keys and values of `n` rows, row i at slot `first_slot + i`. Row i of (row r)
- * starts at src + (r * n + i) * stride; k at k_off, v at v_off, head after head. */
-static inline void vs_kv_store(vs_kv_tree *t, int layer, int n, int first_slot, const float *src,
-                               int stride, int k_off, int v_off) {
+ * starts at src + (r * n + i) * stride; k at k_off, v at v_off, head after head. The copies
+ * run on `dev` (ops its table): the device that computed src, which a cross-job batch's is
+ * and the cache's own need not be (on a GPU another stream: a copy there would not wait for
+ * src). */
+static inline void vs_kv_store_on(vs_kv_tree *t, const vspec_ops *ops, vspec_dev *dev, int layer,
+                                  int n, int first_slot, const float *src, int stride, int k_off,
+                                  int v_off) {
   size_t hd = (size_t)t->head_dim, f = sizeof(float);
   /* Per row: a = kv head, b = node. */
   for (int r = 0; r < t->rows; r++) {
     const float *rows = src + (size_t)r * n * stride;
     float *kc = vs_kv_at(t, t->k, layer, r, 0), *vc = vs_kv_at(t, t->v, layer, r, 0);
-    t->ops->copy3d(t->dev, kc + (size_t)first_slot * hd, t->slots * hd * f, hd * f,
-                   rows + k_off, hd * f, (size_t)stride * f, hd * f, t->kv_heads, n);
-    t->ops->copy3d(t->dev, vc + (size_t)first_slot * hd, t->slots * hd * f, hd * f,
-                   rows + v_off, hd * f, (size_t)stride * f, hd * f, t->kv_heads, n);
+    ops->copy3d(dev, kc + (size_t)first_slot * hd, t->slots * hd * f, hd * f, rows + k_off,
+                hd * f, (size_t)stride * f, hd * f, t->kv_heads, n);
+    ops->copy3d(dev, vc + (size_t)first_slot * hd, t->slots * hd * f, hd * f, rows + v_off,
+                hd * f, (size_t)stride * f, hd * f, t->kv_heads, n);
   }
+}
+
+/* vs_kv_store_on the cache's own device. */
+static inline void vs_kv_store(vs_kv_tree *t, int layer, int n, int first_slot, const float *src,
+                               int stride, int k_off, int v_off) {
+  vs_kv_store_on(t, t->ops, t->dev, layer, n, first_slot, src, stride, k_off, v_off);
 }
 
 /* Appends pending nodes `path` to the committed sequence, compacting their cache slots. */

@@ -18,6 +18,10 @@
  *     draft GPT also keeps the accepted nodes it fed while drafting (their KV entries depend
  *     on the tokens alone), so next round it feeds only the root and, when the whole path
  *     was accepted, the leaf it never fed.
+ * A feature head whose backend keeps its output features on the device (model info
+ * keeps_features, ABI 1.7) in a job whose scheduler never skips verification feeds each tree
+ * node its parent's output by reference (vspec_forward_batch.feature_src): the head's
+ * features never cross to the host, a download (on a GPU a wait) less per head forward.
  * Draft distributions are the draft model's logits processed as the target's (LANTERN's
  * convention: Model.topK_genrate in jadohu/LANTERN models/drafters/cnets_llamagen.py), which
  * the engine's vspec_draft_model.distribution does.
@@ -34,6 +38,7 @@ typedef struct vspec_drafter {
   const vspec_draft_model *m;
   vspec_session *sess;
   int rows, vocab, max_nodes, fdim_in, fdim_out, uses_features;
+  int keep; /* tree nodes' features stay on the device (feature_src); node_feats unused */
   int64_t forwards, nodes;
   /* tokens to feed before the next root, with the target feature preceding each */
   int32_t *chain_tokens;
@@ -43,7 +48,7 @@ typedef struct vspec_drafter {
   float *root_feat;   /* [rows, fdim_in] */
   int n_pending;      /* nodes fed since the round began (catch-up chain, root, expanded) */
   /* per-forward buffers */
-  int32_t *tokens, *parents;
+  int32_t *tokens, *parents, *src;
   float *in_feats;    /* [max_nodes, rows, fdim_in] */
   float *logits;      /* [max_nodes, rows, vocab] */
   float *out_feats;   /* [max_nodes, rows, fdim_out] */
@@ -60,6 +65,7 @@ static void md_destroy(vspec_drafter *d) {
   h->free(d->root_feat);
   h->free(d->tokens);
   h->free(d->parents);
+  h->free(d->src);
   h->free(d->in_feats);
   h->free(d->logits);
   h->free(d->out_feats);
@@ -94,11 +100,12 @@ static int md_alloc(md_drafter *d, const vspec_drafter_job *job) {
   d->root_feat = h->calloc(R * fin, sizeof(float));
   d->tokens = h->alloc(M * sizeof(int32_t));
   d->parents = h->alloc(M * sizeof(int32_t));
+  d->src = h->alloc(M * sizeof(int32_t));
   d->in_feats = h->alloc(M * R * fin * sizeof(float));
   d->logits = h->alloc(M * R * (size_t)d->vocab * sizeof(float));
   d->out_feats = h->alloc(M * R * fout * sizeof(float));
   d->node_feats = h->alloc((size_t)d->node_cap * R * fout * sizeof(float));
-  return d->chain_tokens && d->chain_feats && d->root_feat && d->tokens && d->parents &&
+  return d->chain_tokens && d->chain_feats && d->root_feat && d->tokens && d->parents && d->src &&
                  d->in_feats && d->logits && d->out_feats && d->node_feats
              ? VSPEC_OK
              : VSPEC_ENOMEM;
@@ -128,6 +135,10 @@ static int md_create(const vspec_host *host, const vspec_params *params,
   d->fdim_in = info->feature_in_dim;
   d->fdim_out = info->feature_dim;
   d->uses_features = d->fdim_in > 0;
+  /* node_feature (asked only where the scheduler may skip) reads host copies */
+  d->keep = d->uses_features && VSPEC_HAS_FIELD(info, vspec_model_info, keeps_features) &&
+            info->keeps_features && VSPEC_HAS_FIELD(job, vspec_drafter_job, may_skip) &&
+            !job->may_skip;
   if ((rc = md_check_widths(d, job->target_feature_dim, err, errlen))) {
     md_destroy(d);
     return rc;
@@ -177,20 +188,22 @@ static int md_fill(md_drafter *d, const vspec_draft_builder *b, int32_t node, in
   /* A node at depth k predicts image token root_index + k + 1. */
   d->m->distribution(d->m->ctx, d->logits + (size_t)i * d->rows * d->vocab,
                      root_index + depth + 1, p);
-  if (d->uses_features)
+  if (d->uses_features && !d->keep)
     memcpy(d->node_feats + (size_t)node * d->rows * d->fdim_out,
            d->out_feats + (size_t)i * d->rows * d->fdim_out,
            (size_t)d->rows * d->fdim_out * sizeof(float));
   return VSPEC_OK;
 }
 
-static int md_forward(md_drafter *d, int n, int append, char *err, size_t errlen) {
+/* by_ref: the nodes' input features are their parents' outputs where the head left them
+ * (d->src, pending indices), not host rows. */
+static int md_forward(md_drafter *d, int n, int append, int by_ref, char *err, size_t errlen) {
   vspec_forward_batch fb = {.struct_size = sizeof fb, .n_nodes = n, .tokens = d->tokens,
                             .parents = d->parents,
-                            .features = d->uses_features ? d->in_feats : NULL,
-                            .append = append};
+                            .features = d->uses_features && !by_ref ? d->in_feats : NULL,
+                            .append = append, .feature_src = by_ref ? d->src : NULL};
   vspec_forward_out o = {.struct_size = sizeof o, .logits = d->logits,
-                         .features = d->uses_features ? d->out_feats : NULL};
+                         .features = d->uses_features && !d->keep ? d->out_feats : NULL};
   d->forwards++;
   d->nodes += n;
   return d->m->forward(d->m->ctx, d->sess, &fb, &o, err, errlen);
@@ -219,7 +232,7 @@ static int md_begin(vspec_drafter *d, int32_t root_index, const vspec_draft_buil
   d->tokens[n - 1] = d->root_token;
   d->parents[n - 1] = n - 2;
   if (d->uses_features) memcpy(d->in_feats + (n - 1) * fsz, d->root_feat, fsz * sizeof(float));
-  int rc = md_forward(d, n, 0, err, errlen);
+  int rc = md_forward(d, n, 0, 0, err, errlen);
   if (rc) return rc;
   d->n_pending = n;
   *b->mark(b->ctx, 0) = n - 1;
@@ -250,11 +263,12 @@ static int md_expand(vspec_drafter *d, int32_t root_index, const int32_t *nodes,
     }
     d->tokens[i] = token;
     d->parents[i] = *pm;
+    d->src[i] = *pm;
     /* A tree node's input feature is the model's own output at its parent (EAGLE). */
-    if (d->uses_features)
+    if (d->uses_features && !d->keep)
       memcpy(d->in_feats + i * fin, d->node_feats + (size_t)parent * fout, fin * sizeof(float));
   }
-  int rc = md_forward(d, n, 1, err, errlen);
+  int rc = md_forward(d, n, 1, d->keep, err, errlen);
   if (rc) return rc;
   for (int i = 0; i < n; i++) {
     *b->mark(b->ctx, nodes[i]) = base + i;
@@ -314,7 +328,7 @@ static int md_skip_feature(vspec_drafter *d, int32_t next_root, const float *roo
     /* A long run of rounds without drafting: feed and commit the chain now rather than
      * letting it outgrow one forward. */
     md_stage_chain(d);
-    int rc = md_forward(d, d->n_chain, 0, err, errlen);
+    int rc = md_forward(d, d->n_chain, 0, 0, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < d->n_chain; i++) d->parents[i] = i;
     if ((rc = d->m->commit(d->m->ctx, d->sess, d->parents, d->n_chain, err, errlen))) return rc;
@@ -335,7 +349,7 @@ static int md_skip(vspec_drafter *d, int32_t next_root, char *err, size_t errlen
 }
 
 static const float *md_node_feature(const vspec_drafter *d, int32_t node) {
-  if (!d->uses_features || node < 0 || node >= d->node_cap) return NULL;
+  if (!d->uses_features || d->keep || node < 0 || node >= d->node_cap) return NULL;
   return d->node_feats + (size_t)node * d->rows * d->fdim_out;
 }
 

@@ -13,7 +13,7 @@ BUILD=$1
 OUT=$2
 rm -rf "$OUT"
 mkdir -p "$OUT/lib" "$OUT/tests/gpu" "$OUT/tests/plugins" "$OUT/plugins"
-cp "$BUILD"/vspec-bench "$BUILD"/vspecd "$BUILD"/vspec "$OUT/"
+cp "$BUILD"/vspec-bench "$BUILD"/vspecd-bench "$BUILD"/vspecd "$BUILD"/vspec "$OUT/"
 cp "$BUILD"/plugins/*.so "$OUT/plugins/"
 # The registry refuses plugins its group or others can write, whatever the umask here was.
 chmod go-w "$OUT/plugins" "$OUT"/plugins/*.so
@@ -27,7 +27,7 @@ else
   exit 1
 fi
 # Shared libraries, minus the C library (the target has its own, newer) and CUDA's.
-for f in "$OUT"/vspec-bench "$OUT"/vspecd "$OUT"/vspec "$OUT"/tests/test_* "$OUT"/tests/gpu/test_* \
+for f in "$OUT"/vspec-bench "$OUT"/vspecd-bench "$OUT"/vspecd "$OUT"/vspec "$OUT"/tests/test_* "$OUT"/tests/gpu/test_* \
          "$OUT"/plugins/*.so; do
   ldd "$f" 2>/dev/null | awk '$3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do

@@ -8,7 +8,8 @@
 # Writes OUT_DIR/costcurve-*.txt (random-weight GPT-B, GPT-L and GPT-XL shapes, bf16 and
 # fp32: one-token step, 1..64-node verify with 2 CFG rows, one 256-token image) and
 # OUT_DIR/fmnist-sd.{json,md} (vanilla AR against exact SD and Cool-SD with size=auto,
-# interleaved per image, on the GPU). DEVICE=cuda:N picks another GPU.
+# interleaved per image, on the GPU) and OUT_DIR/concurrency-gpt-b.txt (8 concurrent GPT-B
+# jobs against one, vspecd-bench --batch 8). DEVICE=cuda:N picks another GPU.
 set -eu
 BUILD=${1:-build}
 OUT=${2:-out/gpu}
@@ -42,3 +43,10 @@ for prec in bf16 fp32; do
     --device "$DEVICE" --precision "$prec" $PLUG --json "$OUT/fmnist-sd-$prec.json" \
     --markdown "$OUT/fmnist-sd-$prec.md"
 done
+
+# Issue 29 item 6: 8 concurrent GPT-B jobs (AR, the model's default sampling) against one job
+# alone, batched and not (three daemons on the GPU, interleaved rounds; "batched / one job" is
+# the goal's ratio, at least 5x).
+echo "== 8 concurrent GPT-B jobs"
+"$BUILD/vspecd-bench" --gpt-b --device "$DEVICE" --batch 8 --jobs 32 --rounds 3 --method ar |
+  tee "$OUT/concurrency-gpt-b.txt"

@@ -57,11 +57,21 @@ struct vspec_session {
   int32_t *pos;
   /* The fused path's inputs (eg_forward_fused), staged on the host and uploaded at once:
    * features [M, dim] in (row, node) order, then tokens, positions, output rows [M] each,
-   * tree parents [max_nodes], the nodes' cache slots [max_nodes] and the tree's lengths
-   * (committed, base). */
+   * tree parents [max_nodes], the nodes' cache slots [max_nodes], the tree's lengths
+   * (committed, base) and, for vspec_forward_batch.feature_src, each row's input feature
+   * row [M]. On the device the upload lands after `keep`. */
   int fused;
   char *stage_host, *stage_dev;
+  /* ABI 1.7: the output feature of every pending node, [rows, max_nodes, dim] at the start
+   * of stage_dev, so that one gather over keep and the uploaded features makes the inputs
+   * (a tree node's is its parent's output: it never crosses to the host and back) */
+  float *keep;
 };
+
+/* Bytes of `keep` before the upload area of stage_dev. */
+static size_t eg_keep_bytes(const vspec_session *s) {
+  return (size_t)s->rows * s->max_nodes * s->m->dim * sizeof(float);
+}
 
 static int eg_meta_num(const vspec_host *H, vspec_tensor_file *f, const char *key, double def,
                        double *out, char *err, size_t errlen) {
@@ -276,6 +286,7 @@ static int eg_info(const vspec_model *m, vspec_model_info *o) {
   i.feature_dim = m->dim;
   i.feature_in_dim = m->dim;
   i.max_nodes = m->max_nodes;
+  i.keeps_features = 1; /* feature_src: eg_forward */
   i.arch = "eagle-llamagen";
   int64_t d = m->dim;
   i.params = 2 * d * d + d + m->n_layer * (4 * d * d + 3 * d * m->ffn + 2 * d);
@@ -339,9 +350,10 @@ static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *c
   s->logits = s->ops->alloc(dev, M * (size_t)m->vocab * sizeof(float));
   s->mask = H->calloc((size_t)max_nodes * slots, 1);
   s->pos = H->calloc(M, sizeof(int32_t));
-  size_t stage = M * d * sizeof(float) + (3 * M + 2 * (size_t)max_nodes + 2) * sizeof(int32_t);
+  size_t stage = M * d * sizeof(float) + (4 * M + 2 * (size_t)max_nodes + 2) * sizeof(int32_t);
   s->stage_host = H->alloc(stage);
-  s->stage_dev = vspec_alloc_uninit(s->ops, dev, stage);
+  s->stage_dev = vspec_alloc_uninit(s->ops, dev, eg_keep_bytes(s) + stage);
+  s->keep = (float *)(void *)s->stage_dev;
   s->fused = vspec_has_fused_ops(s->ops);
   if (rc || !s->cat || !s->x || !s->h || !s->qkv || !s->att || !s->ff1 || !s->ff3 ||
       !s->logits || !s->mask || !s->pos || !s->stage_host || !s->stage_dev) {
@@ -374,8 +386,8 @@ static int eg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_
  * below): one upload of the features and integer inputs, 6 ops plus 5 per layer, a download
  * each of the features and logits asked for. The rows run in (row, node) order, as attention
  * wants them; a last gather puts them in the ABI's (node, row) order. */
-static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, int base,
-                             vspec_forward_out *out) {
+static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, const int32_t *src,
+                             int base, vspec_forward_out *out) {
   const vspec_model *m = s->m;
   const vspec_ops *ops = s->ops;
   vspec_dev *dev = s->dev;
@@ -385,23 +397,34 @@ static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, int
   int32_t *tok = (int32_t *)(void *)(s->stage_host + fb), *pos = tok + M, *outr = pos + M;
   for (int r = 0; r < R; r++)
     for (int i = 0; i < n; i++) {
-      memcpy(feat + (size_t)(r * n + i) * d, b->features + ((size_t)i * R + r) * d, row);
+      if (!src || src[i] < 0)
+        memcpy(feat + (size_t)(r * n + i) * d, b->features + ((size_t)i * R + r) * d, row);
       tok[r * n + i] = b->tokens[i];
       pos[r * n + i] = m->n_cond + L + s->kv.depth[base + i];
       outr[i * R + r] = r * n + i;
     }
-  int32_t *par = outr + M, *slots = par + base + n, *lens = slots + n;
+  int32_t *par = outr + M, *slots = par + base + n, *lens = slots + n, *frow = lens + 2;
   memcpy(par, s->kv.parents, (size_t)(base + n) * sizeof(int32_t));
   for (int i = 0; i < n; i++) slots[i] = L + base + i;
   lens[0] = L;
   lens[1] = base;
-  ops->upload(dev, s->stage_dev, s->stage_host,
-              fb + (3 * (size_t)M + base + 2 * (size_t)n + 2) * sizeof(int32_t));
-  const int32_t *dtok = (const int32_t *)(void *)(s->stage_dev + fb);
+  /* each row's input feature: a row of keep, or an uploaded one (after keep's rows) */
+  for (int r = 0; src && r < R; r++)
+    for (int i = 0; i < n; i++)
+      frow[r * n + i] = src[i] >= 0 ? r * s->max_nodes + src[i] : R * s->max_nodes + r * n + i;
+  char *up = s->stage_dev + eg_keep_bytes(s);
+  size_t ints = 3 * (size_t)M + base + 2 * (size_t)n + 2 + (src ? (size_t)M : 0);
+  ops->upload(dev, up, s->stage_host, fb + ints * sizeof(int32_t));
+  const int32_t *dtok = (const int32_t *)(void *)(up + fb);
   /* concat(E[x], f): the embeddings gathered, then both halves interleaved by row */
   ops->gather_rows(dev, m->embed, dtok, M, d, s->h);
   ops->copy3d(dev, s->cat, 2 * row, 0, s->h, row, 0, row, M, 1);
-  ops->copy3d(dev, s->cat + d, 2 * row, 0, s->stage_dev, row, 0, row, M, 1);
+  if (src) {
+    ops->gather_rows(dev, s->keep, dtok + (frow - tok), M, d, s->h);
+    ops->copy3d(dev, s->cat + d, 2 * row, 0, s->h, row, 0, row, M, 1);
+  } else {
+    ops->copy3d(dev, s->cat + d, 2 * row, 0, up, row, 0, row, M, 1);
+  }
   ops->linear(dev, s->cat, M, 2 * d, m->fc_w, d, m->fc_b, s->x);
   const int32_t *dpar = dtok + 3 * M, *dslots = dpar + base + n;
   vspec_kv_tree_view tree = {.n = n, .lens = dslots + n, .parents = dpar};
@@ -419,6 +442,9 @@ static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, int
     ops->norm_swiglu(dev, s->x, M, d, W->post_norm, m->norm_eps, W->gate, W->up, m->ffn, s->ff1);
     ops->linear_add(dev, s->ff1, M, m->ffn, W->down, d, s->x);
   }
+  /* what later forwards' feature_src may name (one op; nothing crosses to the host) */
+  ops->copy3d(dev, s->keep + (size_t)base * d, row, (size_t)s->max_nodes * row, s->x, row,
+              (size_t)n * row, row, n, R);
   const float *f = s->x;
   if (R > 1 && ((out && out->features) || (out && out->logits))) {
     ops->gather_rows(dev, s->x, dtok + 2 * M, M, d, s->h);
@@ -431,6 +457,46 @@ static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, int
   }
 }
 
+/* The ABI 1.7 feature sources of a batch (NULL: every node's from b->features), checked:
+ * each is -1 (b->features must then be given) or a node pending before this batch. */
+static int eg_feature_src(const vspec_session *s, const vspec_forward_batch *b,
+                          const int32_t **src, char *err, size_t errlen) {
+  *src = VSPEC_HAS_FIELD(b, vspec_forward_batch, feature_src) ? b->feature_src : NULL;
+  int before = b->append ? s->kv.n_pending : 0, host = !*src;
+  for (int i = 0; *src && i < b->n_nodes; i++) {
+    if ((*src)[i] < -1 || (*src)[i] >= before) {
+      snprintf(err, errlen, "feature_src[%d] = %d: give -1 or a node pending before the batch "
+               "(%d)", i, (*src)[i], before);
+      return VSPEC_EINVAL;
+    }
+    host |= (*src)[i] < 0;
+  }
+  if (host && !b->features) {
+    snprintf(err, errlen, "the draft head needs the target features of every node");
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
+/* The unfused path's input rows concat(E[x], f) per (row, node) (the ABI's features are
+ * (node, row) ordered; a feature_src row comes from keep). */
+static void eg_inputs_unfused(vspec_session *s, const vspec_forward_batch *b,
+                              const int32_t *src, int base) {
+  const vspec_model *m = s->m;
+  int n = b->n_nodes, R = s->rows, d = m->dim, L = s->kv.committed;
+  size_t row = (size_t)d * sizeof(float);
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < n; i++) {
+      float *in = s->cat + (size_t)(r * n + i) * 2 * d;
+      s->ops->copy(s->dev, in, m->embed + (size_t)b->tokens[i] * d, row);
+      if (src && src[i] >= 0)
+        s->ops->copy(s->dev, in + d, s->keep + ((size_t)r * s->max_nodes + src[i]) * d, row);
+      else
+        s->ops->upload(s->dev, in + d, b->features + ((size_t)i * R + r) * d, row);
+      s->pos[r * n + i] = m->n_cond + L + s->kv.depth[base + i];
+    }
+}
+
 static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
                       char *err, size_t errlen) {
   const vspec_model *m = s->m;
@@ -440,29 +506,21 @@ static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forw
     snprintf(err, errlen, "forward before prefill");
     return VSPEC_EINVAL;
   }
-  if (!b->features) {
-    snprintf(err, errlen, "the draft head needs the target features of every node");
-    return VSPEC_EINVAL;
-  }
+  const int32_t *src;
+  int rc = eg_feature_src(s, b, &src, err, errlen);
+  if (rc) return rc;
   int n = b->n_nodes, R = s->rows, d = m->dim, H = m->n_head, hd = m->head_dim;
   /* The head's committed rows are image tokens only (its condition rows, if any, are
    * RoPE-table offsets), so positions run 0 .. n_image - 1. */
-  int base, rc = vs_kv_tree_add(&s->kv, b, m->vocab, m->n_image - 1, &base, err, errlen);
-  if (rc) return rc;
+  int base;
+  if ((rc = vs_kv_tree_add(&s->kv, b, m->vocab, m->n_image - 1, &base, err, errlen))) return rc;
   if (s->fused) {
-    eg_forward_fused(s, b, base, out);
+    eg_forward_fused(s, b, src, base, out);
     return VSPEC_OK;
   }
   int L = s->kv.committed, M = R * n;
   vs_kv_tree_mask(&s->kv, base, n, NULL, 0, s->mask);
-  /* Input: concat(E[x], f) per (row, node); the ABI's features are (node, row) ordered. */
-  for (int r = 0; r < R; r++)
-    for (int i = 0; i < n; i++) {
-      float *row = s->cat + (size_t)(r * n + i) * 2 * d;
-      ops->copy(dev, row, m->embed + (size_t)b->tokens[i] * d, (size_t)d * sizeof(float));
-      ops->upload(dev, row + d, b->features + ((size_t)i * R + r) * d, (size_t)d * sizeof(float));
-      s->pos[r * n + i] = m->n_cond + L + s->kv.depth[base + i];
-    }
+  eg_inputs_unfused(s, b, src, base);
   ops->linear(dev, s->cat, M, 2 * d, m->fc_w, d, m->fc_b, s->x);
   for (int l = 0; l < m->n_layer; l++) {
     const eg_layer *W = &m->layers[l];
@@ -488,6 +546,9 @@ static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forw
     ops->linear(dev, s->ff1, M, m->ffn, W->down, d, NULL, s->h);
     ops->add(dev, s->x, s->h, (size_t)M * d);
   }
+  for (int r = 0; r < R; r++) /* for later forwards' feature_src */
+    ops->copy(dev, s->keep + ((size_t)r * s->max_nodes + base) * d, s->x + (size_t)r * n * d,
+              (size_t)n * d * sizeof(float));
   /* (row, node) -> the ABI's (node, row) order. */
   if (out && out->features)
     for (int i = 0; i < n; i++)

@@ -283,6 +283,7 @@ void lg_session_close(vspec_session *s) {
   if (s->prefix_dev) s->ops->free(s->dev, s->prefix_dev);
   lg_work_free(s->host, s->ops, s->dev, &s->w);
   lg_work_free(s->host, s->ops, s->dev, &s->multi);
+  s->host->free(s->multi_out);
   if (s->walk_dev) s->ops->free(s->dev, s->walk_dev);
   s->host->free(s->walk_host);
   vs_kv_tree_free(&s->kv, s->host);

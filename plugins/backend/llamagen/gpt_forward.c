@@ -8,8 +8,10 @@
  *    transfer, the attention mask made on the device from the tree's parents. On the CPU the
  *    fused ops are the unfused sequences below, so the outputs are bit-identical; on a GPU
  *    each op is a kernel launch or a few, and launches are what a decode step there costs.
- *  - the unfused path, for devices without the fused ops and for cross-job batches, whose
- *    linear layers run once over the rows of several sessions with different caches.
+ *  - the unfused path, for devices without the fused ops and for cross-job batches on the
+ *    CPU (multi=auto), whose linear layers run once over the rows of several sessions with
+ *    different caches. A batch on a GPU takes the fused ops too (lg__forward_multi_fused):
+ *    each session's QKV and attention on its own cache, the other layers over every row.
  *
  * Work buffers hold rows * nodes vectors ordered (row, node): each CFG row's nodes are
  * contiguous, so one attention call per row covers all of its queries.
@@ -50,7 +52,8 @@ static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev
       vspec_session *s = seg[i].s;
       int n = seg[i].n, L = seg[i].first_slot;
       const float *qkv = w->qkv + (size_t)seg[i].row0 * qkv_w;
-      vs_kv_store(&s->kv, l, n, L, qkv, qkv_w, H * hd, (H + Hkv) * hd);
+      /* on the batch's device, after the qkv it copies (not the cache's: another stream) */
+      vs_kv_store_on(&s->kv, ops, dev, l, n, L, qkv, qkv_w, H * hd, (H + Hkv) * hd);
       for (int r = 0; r < s->rows; r++)
         ops->attention(dev, qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
                        vs_kv_at(&s->kv, s->kv.k, l, r, 0), vs_kv_at(&s->kv, s->kv.v, l, r, 0),
@@ -196,28 +199,37 @@ static void lg__run_layers_fused(const lg_gpt *g, const vspec_ops *ops, vspec_de
 
 /* ---- the output head ------------------------------------------------------------------- */
 
+/* Each segment's rows of src [rows, width] to its out's features (logits 0) or logits: a
+ * download per segment, or with a host stage (a batch of several sessions) one download of
+ * every row, copied out from there: on a GPU each download is a wait. */
+static void lg__out_rows(const vspec_ops *ops, vspec_dev *dev, const float *src, int width,
+                         const lg_seg *seg, int count, int rows, float *stage, int logits) {
+  size_t row = (size_t)width * sizeof(float);
+  if (stage) ops->download(dev, stage, src, (size_t)rows * row);
+  for (int i = 0, at = 0; i < count; i++) {
+    int k = seg[i].head_count * seg[i].s->rows;
+    vspec_forward_out *out = seg[i].out;
+    float *dst = !out ? NULL : logits ? out->logits : out->features;
+    if (dst && stage) memcpy(dst, stage + (size_t)at * width, (size_t)k * row);
+    else if (dst) ops->download(dev, dst, src + (size_t)at * width, (size_t)k * row);
+    at += k;
+  }
+}
+
 /* Features and logits of the normed head rows in w->h (the segments' in order) to each
- * segment's `out`: one GEMM over all of them. */
+ * segment's `out`: one GEMM over all of them. stage: NULL, or host room for rows x
+ * max(vocab, dim) floats (lg__out_rows). */
 static void lg__head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                         const lg_seg *seg, int count, int rows) {
-  int d = g->dim, V = g->vocab, logits = 0;
-  for (int i = 0, at = 0; i < count; i++) {
-    int k = seg[i].head_count * seg[i].s->rows;
-    vspec_forward_out *out = seg[i].out;
-    if (out && out->features)
-      ops->download(dev, out->features, w->h + (size_t)at * d, (size_t)k * d * sizeof(float));
-    logits |= out && out->logits;
-    at += k;
+                         const lg_seg *seg, int count, int rows, float *stage) {
+  int logits = 0, feats = 0;
+  for (int i = 0; i < count; i++) {
+    logits |= seg[i].out && seg[i].out->logits;
+    feats |= seg[i].out && seg[i].out->features;
   }
+  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, rows, stage, 0);
   if (!logits) return;
-  ops->linear(dev, w->h, rows, d, g->output, V, NULL, w->logits);
-  for (int i = 0, at = 0; i < count; i++) {
-    int k = seg[i].head_count * seg[i].s->rows;
-    vspec_forward_out *out = seg[i].out;
-    if (out && out->logits)
-      ops->download(dev, out->logits, w->logits + (size_t)at * V, (size_t)k * V * sizeof(float));
-    at += k;
-  }
+  ops->linear(dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
+  lg__out_rows(ops, dev, w->logits, g->vocab, seg, count, rows, stage, 1);
 }
 
 /* The ops of a fused forward between its upload and its downloads: embeddings (unless the
@@ -468,7 +480,7 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
         s->mask[(size_t)i * T + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
     lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
     lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-                 lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1));
+                 lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   }
   s->kv.committed = T;
   s->prefilled = 1;
@@ -515,28 +527,129 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
   lg__unfused_inputs(&seg, &s->w, s->ops, s->dev);
   lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
   lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-               lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1));
+               lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   return VSPEC_OK;
 }
+/* ---- cross-job batches on the fused ops --------------------------------------------------- */
+
+enum { LG_MULTI_MAX = 64 };
+
+/* One segment's device integers in a batch's upload. */
+typedef struct lg_mseg {
+  const int32_t *slots, *lens, *parents;
+} lg_mseg;
+
+/* Stages and uploads a batch's integers in one transfer: tokens and positions [M] each, head
+ * rows [K], then per segment its cache slots [n], lengths [2] (committed, base) and tree
+ * parents [base + n] (lg_forward_multi sizes the workspace for them); returns K. */
+static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, const lg_seg *seg,
+                            int count, int M, lg_mseg *ms) {
+  int32_t *h = w->idx_host;
+  memcpy(h, w->tok, (size_t)M * sizeof *h);
+  memcpy(h + M, w->pos, (size_t)M * sizeof *h);
+  int K = 0;
+  for (int i = 0; i < count; i++) /* (node, row) order, as lg__head_out takes them */
+    for (int j = 0; j < seg[i].head_count; j++)
+      for (int r = 0; r < seg[i].s->rows; r++)
+        h[2 * M + K++] = seg[i].row0 + r * seg[i].n + seg[i].head_first + j;
+  size_t at = 2 * (size_t)M + (size_t)K;
+  for (int i = 0; i < count; i++) {
+    const vs_kv_tree *kv = &seg[i].s->kv;
+    int n = seg[i].n, base = seg[i].first_slot - kv->committed;
+    for (int j = 0; j < n; j++) h[at + j] = seg[i].first_slot + j;
+    h[at + n] = kv->committed;
+    h[at + n + 1] = base;
+    memcpy(h + at + n + 2, kv->parents, (size_t)(base + n) * sizeof *h);
+    ms[i] = (lg_mseg){.slots = w->idx_dev + at, .lens = w->idx_dev + at + n,
+                      .parents = w->idx_dev + at + n + 2};
+    at += 2 * (size_t)n + 2 + (size_t)base;
+  }
+  ops->upload(dev, w->idx_dev, h, at * sizeof *h);
+  return K;
+}
+
+/* A batch on the fused ops: one upload, the embeddings gathered, per layer each session's
+ * norm + QKV + RoPE + KV store and tree attention (its own cache and tree) and three ops over
+ * every row, then the head rows normed and the head. On a GPU that is 3 + 2 x sessions
+ * launches per layer where the unfused path takes 12 + 3 x rows. */
+static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                                    const lg_seg *seg, int count, int M, float *stage) {
+  const lg_gpt *g = &seg[0].s->m->gpt;
+  int d = g->dim, att_w = g->n_head * g->head_dim;
+  int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
+  lg_mseg ms[LG_MULTI_MAX];
+  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms);
+  ops->gather_rows(dev, g->tok_embeddings, w->idx_dev, M, d, w->x);
+  for (int l = 0; l < g->n_layer; l++) {
+    const lg_layer *W = &g->layers[l];
+    for (int i = 0; i < count; i++) {
+      vspec_session *s = seg[i].s;
+      size_t r0 = (size_t)seg[i].row0;
+      vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
+                           .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0),
+                           .rows = s->rows, .n_heads = g->n_head, .kv_heads = g->n_kv_head,
+                           .head_dim = g->head_dim, .slots = s->kv.slots};
+      vspec_kv_tree_view tree = {.n = seg[i].n, .n_prefix = s->prefix_dev ? g->n_cond : 0,
+                                 .lens = ms[i].lens, .parents = ms[i].parents,
+                                 .prefix = s->prefix_dev};
+      ops->norm_qkv_rope(dev, w->x + r0 * d, seg[i].n, d, W->attention_norm, g->norm_eps,
+                         W->wqkv, w->idx_dev + M + r0, g->rope_table, &kv, ms[i].slots,
+                         w->qkv + r0 * qkv_w);
+      ops->tree_attention(dev, w->qkv + r0 * qkv_w, &kv, &tree, w->att + r0 * att_w);
+    }
+    ops->linear_add(dev, w->att, M, att_w, W->wo, d, w->x);
+    ops->norm_swiglu(dev, w->x, M, d, W->ffn_norm, g->norm_eps, W->w1, W->w3, g->ffn_hidden,
+                     w->ff1);
+    ops->linear_add(dev, w->ff1, M, g->ffn_hidden, W->w2, d, w->x);
+  }
+  ops->rmsnorm_rows(dev, w->x, w->idx_dev + 2 * M, K, d, g->norm, g->norm_eps, w->h);
+  lg__head_out(g, ops, dev, w, seg, count, K, stage);
+}
+
+/* The lead session's batch workspace for `need` rows and its host stage for `rows` rows of
+ * outputs (lg__out_rows), grown as needed; both belong to the lead (freed with it, by its own
+ * device). Returns the stage, or NULL when out of memory. */
+static float *lg__multi_room(vspec_session *lead, size_t need, size_t rows) {
+  const vspec_host *H = lead->host;
+  const lg_gpt *g = &lead->m->gpt;
+  if (need > lead->multi.rows) {
+    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+    if (lg_work_alloc(H, lead->ops, lead->dev, g, need, 0, &lead->multi)) {
+      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+      return NULL;
+    }
+  }
+  size_t floats = rows * (size_t)(g->vocab > g->dim ? g->vocab : g->dim);
+  if (floats == 0) floats = 1;
+  if (floats > lead->multi_out_cap) {
+    H->free(lead->multi_out);
+    lead->multi_out_cap = 0;
+    if (!(lead->multi_out = H->alloc(floats * sizeof(float)))) return NULL;
+    lead->multi_out_cap = floats;
+  }
+  return lead->multi_out;
+}
+
 int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
                      vspec_forward_out *const *outs, int32_t count, char *err, size_t errlen) {
-  enum { LG_MULTI_MAX = 64 };
   if (count < 1 || count > LG_MULTI_MAX) {
     snprintf(err, errlen, "forward_multi of %d sessions: give 1..%d", count, LG_MULTI_MAX);
     return VSPEC_EINVAL;
   }
   vspec_session *lead = ss[0];
   const vspec_host *H = lead->host;
-  size_t rows = 0;
+  size_t rows = 0, ints = 0;
   for (int i = 0; i < count; i++) {
     const vspec_session *s = ss[i];
     if (s->m != lead->m) {
       snprintf(err, errlen, "forward_multi: session %d belongs to another model", i);
       return VSPEC_EINVAL;
     }
-    if (H->dev_space(s->dev) != H->dev_space(dev) || (H->dev_space(dev) != 0 && s->dev != dev)) {
-      snprintf(err, errlen, "forward_multi: session %d lives on another device than the "
-               "batch's: batch host-memory sessions, or sessions of the batch's GPU context", i);
+    /* Sessions of other contexts of the batch's GPU are fine: the caller orders their
+     * streams around the call (plugin.h, forward_multi). */
+    if (H->dev_space(s->dev) != H->dev_space(dev)) {
+      snprintf(err, errlen, "forward_multi: session %d lives in another memory space than the "
+               "batch's device", i);
       return VSPEC_EINVAL;
     }
     for (int j = 0; j < i; j++)
@@ -544,18 +657,23 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
         snprintf(err, errlen, "forward_multi: session %d appears twice", i);
         return VSPEC_EINVAL;
       }
-    rows += (size_t)s->rows * (bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0);
+    int n = bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0;
+    rows += (size_t)s->rows * n;
+    ints += 2 * (size_t)n + 2 + (size_t)(bs[i]->append ? s->kv.n_pending : 0);
   }
   const lg_gpt *g = &lead->m->gpt;
   const vspec_ops *ops = H->dev_ops(dev);
-  /* the workspace belongs to the lead session (freed with it, by its own device) */
-  if (rows > lead->multi.rows) {
-    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-    if (lg_work_alloc(H, lead->ops, lead->dev, g, rows, 0, &lead->multi)) {
-      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-      snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
-      return VSPEC_ENOMEM;
-    }
+  int fused = vspec_has_fused_ops(ops) &&
+              (lead->m->multi == LG_MULTI_FUSED ||
+               (lead->m->multi == LG_MULTI_AUTO && ops->device != VSPEC_DEVICE_CPU));
+  /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
+  size_t need = rows;
+  ints += 3 * rows;
+  if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
+  float *stage = lg__multi_room(lead, need, rows);
+  if (!stage) {
+    snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
+    return VSPEC_ENOMEM;
   }
   lg_seg seg[LG_MULTI_MAX];
   int row0 = 0, pending[LG_MULTI_MAX];
@@ -570,12 +688,18 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
       snprintf(err, errlen, "forward_multi: session %d: %s", i, inner);
       return rc;
     }
-    lg__unfused_inputs(&seg[i], &lead->multi, ops, dev);
+    if (!fused) lg__unfused_inputs(&seg[i], &lead->multi, ops, dev);
     row0 += ss[i]->rows * seg[i].n;
+  }
+  /* a batch of one downloads straight into its out, as a forward does */
+  if (count == 1) stage = NULL;
+  if (fused) {
+    lg__forward_multi_fused(ops, dev, &lead->multi, seg, count, row0, stage);
+    return VSPEC_OK;
   }
   lg__run_layers(g, ops, dev, &lead->multi, seg, count, row0);
   lg__head_out(g, ops, dev, &lead->multi, seg, count,
-               lg__head_rows(g, ops, dev, &lead->multi, seg, count));
+               lg__head_rows(g, ops, dev, &lead->multi, seg, count), stage);
   return VSPEC_OK;
 }
 

@@ -79,6 +79,9 @@ enum {
   LG_GRAPHS_ON = 1,  /* padded to a node-count bucket, through a recorded graph per bucket */
   LG_GRAPHS_PAD = 2  /* padded to the bucket, eagerly: the reference replay must equal */
 };
+/* How forward_multi runs (llamagen.c, "multi"). */
+enum { LG_MULTI_AUTO = 0, LG_MULTI_FUSED = 1, LG_MULTI_UNFUSED = 2 };
+
 /* Buckets of 1, 2, 4, .. 256 nodes (at most the session's work rows); a forward of more
  * nodes runs eagerly. Head kinds: features only, logits, a draw on the device. */
 #define LG_GRAPH_BUCKETS 9
@@ -100,6 +103,7 @@ struct vspec_model {
   int int8_asked; /* weight_format=int8 requests stand for the GPT's linears (gpt.c) */
   int graphs;     /* LG_GRAPHS_*: the load parameter graphs=, else VSPEC_GRAPHS, else on
                    * where the device has graphs and is not the CPU (llamagen.c) */
+  int multi;      /* LG_MULTI_*: the load parameter multi=, else VSPEC_MULTI */
   char arch[32];
 };
 
@@ -136,8 +140,11 @@ struct vspec_session {
   /* per-forward work buffers, [rows * max_nodes, ...] (h: at least caption_len rows) */
   lg_work w;
   uint8_t *mask;       /* host [max_nodes, kv.slots] */
-  /* lg_forward_multi's workspace when this session led a batch (grown on demand) */
+  /* lg_forward_multi's workspace when this session led a batch (grown on demand), and the
+   * host stage its outputs come down into, one download for the whole batch [multi_out_cap] */
   lg_work multi;
+  float *multi_out;
+  size_t multi_out_cap;
   /* ABI 1.5: LG_GRAPHS_* for this session (OFF where the device lacks fused ops or graphs),
    * its graphs by (bucket, head kind), and failed recordings so far (gpt_forward.c,
    * lg__graph_get: those that would have had to allocate or wait count apart) */

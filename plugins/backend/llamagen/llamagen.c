@@ -18,6 +18,11 @@
  *                 equal bit for bit), auto (default: on where the device records graphs and
  *                 is not the CPU, whose graphs are a checker, not a speed-up). Without the
  *                 parameter the environment variable VSPEC_GRAPHS (the same values) decides.
+ *   multi=M       how cross-job batches (forward_multi) run: fused (on the fused ops: per
+ *                 layer two per session, its QKV and attention, and three over every row),
+ *                 unfused ((12 + 3 x rows) per layer: the CPU's outputs as they were), auto
+ *                 (default: fused where the batch's device has the fused ops and is not the
+ *                 CPU). Without the parameter the environment variable VSPEC_MULTI decides.
  * The same plugin serves the target and a small standalone draft GPT.
  */
 #include <stdio.h>
@@ -60,9 +65,24 @@ static int lg_graphs_mode(const vspec_host *host, vspec_dev *dev, const char *pa
   return VSPEC_OK;
 }
 
+/* LG_MULTI_* from the parameter multi=, else VSPEC_MULTI, else auto. */
+static int lg_multi_mode(const char *param, int *mode, char *err, size_t errlen) {
+  const char *v = param ? param : getenv("VSPEC_MULTI");
+  if (!v || !*v || strcmp(v, "auto") == 0) *mode = LG_MULTI_AUTO;
+  else if (strcmp(v, "fused") == 0) *mode = LG_MULTI_FUSED;
+  else if (strcmp(v, "unfused") == 0) *mode = LG_MULTI_UNFUSED;
+  else {
+    snprintf(err, errlen, "llamagen: multi=%s%s: use auto, fused or unfused", v,
+             param ? "" : " (VSPEC_MULTI)");
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
 static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
                    const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
-  static const char *const known[] = {"vq", "max_nodes", "weight_format", "graphs", NULL};
+  static const char *const known[] = {"vq", "max_nodes", "weight_format", "graphs", "multi",
+                                      NULL};
   int rc = host->param_check_known(params, known, err, errlen);
   if (rc) return rc;
   long max_nodes;
@@ -74,9 +94,10 @@ static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
     snprintf(err, errlen, "llamagen: weight_format=%s: use default or int8", weights);
     return VSPEC_EINVAL;
   }
-  int graphs;
+  int graphs, multi;
   if ((rc = lg_graphs_mode(host, dev, host->param_string(params, "graphs"), &graphs, err,
-                           errlen)))
+                           errlen)) ||
+      (rc = lg_multi_mode(host->param_string(params, "multi"), &multi, err, errlen)))
     return rc;
   const char *vq_path = host->param_string(params, "vq");
   int want_gpt = path && *path && strcmp(path, "-") != 0;
@@ -93,6 +114,7 @@ static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
   m->load_dev = dev;
   m->max_nodes = (int)max_nodes;
   m->graphs = graphs;
+  m->multi = multi;
   char inner[VSPEC_ERRLEN];
   if (want_gpt) {
     if ((rc = host->tensors_open(path, &m->gpt_file, err, errlen))) goto fail;
