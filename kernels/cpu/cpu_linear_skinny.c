@@ -94,6 +94,14 @@
 /* Weight rows per micro-kernel block, and the column alignment of the per-task chunks:
  * a multiple of the block and of a 64-byte line of c, so threads never share a line. */
 #define VS_SKINNY_RB 4
+
+/* Products of at most this many rows take a block's weight rows in sequence
+ * (VS_SKINNY_SEQ); larger ones side by side with software prefetch (skinny_cols_tab). */
+#define VS_SKINNY_SEQ_MAX_M 2
+
+/* How far ahead the side-by-side blocks prefetch: the weight block this many blocks after
+ * the current one (skinny_cols_tab). */
+#define VS_SKINNY_PF_BLOCKS 2
 #define VS_SKINNY_CHUNK_ALIGN 16
 #define VS_SKINNY_TASKS_PER_THREAD 8
 
@@ -153,13 +161,14 @@ static void skinny_cols_scalar(const skinny_job *jb, int j0, int j1) {
  * non-inlined function (generated below) so that the register allocator sees only that
  * kernel's k loop: inlined into one big driver, GCC ran out of general registers for the
  * row pointers and reloaded them from the stack inside the loop. */
-typedef void (*skinny_mk)(const skinny_job *jb, int i, int j);
+typedef void (*skinny_mk)(const skinny_job *jb, int i, int j, int pr);
 
 /* The micro-kernels of one instruction set, indexed by mb - 1: 1-row (right edge) and
- * RB-row blocks, RB-row blocks that also prefetch the next block's weight rows, and RB-row
- * blocks that take their rows in sequence (VS_SKINNY_SEQ). */
+ * RB-row blocks, RB-row blocks that also prefetch 1, 2 or 4 weight rows of a block ahead
+ * (pf[0], pf[1], pf[2]; see skinny_cols_tab), and RB-row blocks that take their rows in
+ * sequence (VS_SKINNY_SEQ). */
 typedef struct skinny_kernels {
-  const skinny_mk *rows1, *rows4, *rows4_pf, *rows4_seq;
+  const skinny_mk *rows1, *rows4, *rows4_pf[3], *rows4_seq;
   int mb; /* activation rows per block */
 } skinny_kernels;
 
@@ -181,47 +190,58 @@ VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j
 /* Walks weight rows [j0, j1) in blocks of RB (edge: single rows) and, per block, all
  * activation rows in blocks of ks->mb (edge: the rest).
  *
- * The first activation block of a weight block is the one that pulls the weights in from
- * memory; it also prefetches the next weight block, one line per weight row and k step,
- * so that those lines arrive while the remaining activation blocks compute from L1.
- * Measured with `vspec-bench linear --threads 1 --cpu-time` (AVX-512, 4 runs each,
- * loaded machine): m = 8 went from 32-35 to 22-26 ms, m = 16 from 39-51 to 31-32 ms,
- * m = 32 from 55-68 to 48-49 ms; m = 1 unchanged (the hardware prefetcher already keeps up
- * with a pure stream).
+ * Up to VS_SKINNY_SEQ_MAX_M rows (decoding: 1 row, or 2 with CFG) the block's weight rows are
+ * taken one after the other (VS_SKINNY_SEQ): one sequential stream, which the hardware
+ * prefetcher keeps up with, made the GPT-B products at m = 1 and 2 about 1.3x faster than four
+ * rows side by side on the Zen 4 development machine, 1.8x with huge pages (cpu_dev.c).
  *
- * When the m rows fit one activation block, that block is the only pass over the weights
- * and takes the block's rows in sequence instead: one stream rather than four, which on the
- * Zen 4 development machine made the GPT-B products at m = 1 and 2 about 1.3x faster alone
- * and 1.8x with the weights on huge pages (cpu_dev.c); above one block the side-by-side
- * order with its prefetch stays (first block in sequence, the rest side by side measured
- * slower at m = 8). */
+ * Larger products are compute-heavy enough that what matters is keeping memory busy while
+ * the FMAs run: the blocks go side by side (4 weight rows x mb activation rows, the most reuse
+ * per load) and every pass over the block prefetches a share of the weight block
+ * VS_SKINNY_PF_BLOCKS blocks ahead, into L2 (_MM_HINT_T2): with P passes (activation
+ * blocks) pass q takes rows q npf .. (q + 1) npf - 1 of it, npf = 4, 2 or 1 as P is 1, 2-3
+ * or more, so the requests spread evenly over the block's compute instead of bunching in its
+ * first pass. Prefetching into L1 (_MM_HINT_T0) and only in the first pass, as before, left
+ * memory idle during the other passes and ran into the L1's few outstanding misses: on the Zen 4
+ * machine the GPT-B products at m = 4 / 8 / 16 went from 34-39 / 36 / 46 ms to 19 / 25 / 38 ms
+ * (docs/BENCHMARKS.md, issue 33 item 5). Every element sees the same operations in the same
+ * order in every kernel, so the choice of path changes no bits. */
 static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
   const int m = jb->m, mb = ks->mb;
+  const int passes = (m + mb - 1) / mb;
+  const int npf = passes >= 4 ? 1 : passes >= 2 ? 2 : 4, pf_index = passes >= 4 ? 0 : passes >= 2 ? 1 : 2;
   for (int j = j0; j < j1;) {
     if (j1 - j >= VS_SKINNY_RB) {
-      if (m <= mb)
-        ks->rows4_seq[m - 1](jb, 0, j);
-      else
-        for (int i = 0; i < m; i += mb)
-          (i == 0 ? ks->rows4_pf : ks->rows4)[(m - i < mb ? m - i : mb) - 1](jb, i, j);
+      if (m <= VS_SKINNY_SEQ_MAX_M && m <= mb) {
+        ks->rows4_seq[m - 1](jb, 0, j, 0);
+      } else {
+        for (int i = 0, q = 0; i < m; i += mb, q++) {
+          const int rows = m - i < mb ? m - i : mb;
+          if (q * npf < VS_SKINNY_RB)
+            ks->rows4_pf[pf_index][rows - 1](jb, i, j, q * npf);
+          else
+            ks->rows4[rows - 1](jb, i, j, 0);
+        }
+      }
       j += VS_SKINNY_RB;
     } else {
-      for (int i = 0; i < m; i += mb) ks->rows1[(m - i < mb ? m - i : mb) - 1](jb, i, j);
+      for (int i = 0; i < m; i += mb) ks->rows1[(m - i < mb ? m - i : mb) - 1](jb, i, j, 0);
       j++;
     }
   }
 }
 
 /* One k step of the rb x mb micro-kernel: rb weight vectors, then per activation row one
- * vector and rb fused multiply-adds; with pf, a prefetch of the same offset in each row of
- * the next weight block. LOAD is a plain or a masked load. The unroll pragmas
+ * vector and rb fused multiply-adds; with pf, a prefetch of the same offset in pf rows (from
+ * row pr) of the weight block VS_SKINNY_PF_BLOCKS ahead. LOAD is a plain or a masked load. The unroll pragmas
  * turn the loops over the compile-time rb/mb into straight code, so acc lives in
  * registers (checked in the generated assembly: no spills in the k loop). */
 #define VS_SKINNY_STEP(VEC, FMADD, LOAD)                                                \
   do {                                                                                  \
     VEC w_[VS_SKINNY_RB];                                                               \
-    if (pf) _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)                        \
-      _mm_prefetch((const char *)(b + (r + VS_SKINNY_RB) * ldb + p), _MM_HINT_T0);     \
+    _Pragma("GCC unroll 8") for (int r = 0; r < pf; r++) _mm_prefetch(                  \
+        (const char *)(b + (VS_SKINNY_PF_BLOCKS * VS_SKINNY_RB + pr + r) * ldb + p),    \
+        _MM_HINT_T2);                                                                   \
     _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) w_[r] = LOAD(b + r * ldb + p); \
     _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {                              \
       VEC x_ = LOAD(a + q * lda + p);                                                   \
@@ -321,8 +341,9 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void seq512_halves(const float *a, size_t lda,
   }
 }
 
-/* pf: prefetch the next block (VS_SKINNY_STEP); seq: the rows in sequence (VS_SKINNY_SEQ). */
-VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, const int rb,
+/* pf: how many rows (from row pr) of the block ahead to prefetch (VS_SKINNY_STEP); seq: the
+ * rows in sequence (VS_SKINNY_SEQ). */
+VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, int pr, const int rb,
                                                  const int mb, const int pf, const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
@@ -349,28 +370,37 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, in
                     i + q, j, rb);
 }
 
-#define VS512_DEF(NAME, RB, MB, PF, SEQ)                                               \
-  __attribute__((noinline)) VS_TARGET_AVX512 static void NAME(const skinny_job *jb, int i, \
-                                                              int j) {                  \
-    mk_avx512(jb, i, j, RB, MB, PF, SEQ);                                               \
+#define VS512_DEF(NAME, RB, MB, PF, SEQ)                                                     \
+  __attribute__((noinline)) VS_TARGET_AVX512 static void NAME(const skinny_job *jb, int i, int j, \
+                                                              int pr) {                       \
+    mk_avx512(jb, i, j, pr, RB, MB, PF, SEQ);                                                 \
   }
 VS512_DEF(mk512_1x1, 1, 1, 0, 0) VS512_DEF(mk512_1x2, 1, 2, 0, 0)
 VS512_DEF(mk512_1x3, 1, 3, 0, 0) VS512_DEF(mk512_1x4, 1, 4, 0, 0)
 VS512_DEF(mk512_4x1, 4, 1, 0, 0) VS512_DEF(mk512_4x2, 4, 2, 0, 0)
 VS512_DEF(mk512_4x3, 4, 3, 0, 0) VS512_DEF(mk512_4x4, 4, 4, 0, 0)
-VS512_DEF(mk512_4x1_pf, 4, 1, 1, 0) VS512_DEF(mk512_4x2_pf, 4, 2, 1, 0)
-VS512_DEF(mk512_4x3_pf, 4, 3, 1, 0) VS512_DEF(mk512_4x4_pf, 4, 4, 1, 0)
+VS512_DEF(mk512_4x1_pf1, 4, 1, 1, 0) VS512_DEF(mk512_4x2_pf1, 4, 2, 1, 0)
+VS512_DEF(mk512_4x3_pf1, 4, 3, 1, 0) VS512_DEF(mk512_4x4_pf1, 4, 4, 1, 0)
+VS512_DEF(mk512_4x1_pf2, 4, 1, 2, 0) VS512_DEF(mk512_4x2_pf2, 4, 2, 2, 0)
+VS512_DEF(mk512_4x3_pf2, 4, 3, 2, 0) VS512_DEF(mk512_4x4_pf2, 4, 4, 2, 0)
+VS512_DEF(mk512_4x1_pf4, 4, 1, 4, 0) VS512_DEF(mk512_4x2_pf4, 4, 2, 4, 0)
+VS512_DEF(mk512_4x3_pf4, 4, 3, 4, 0) VS512_DEF(mk512_4x4_pf4, 4, 4, 4, 0)
 VS512_DEF(mk512_4x1_seq, 4, 1, 0, 1) VS512_DEF(mk512_4x2_seq, 4, 2, 0, 1)
 VS512_DEF(mk512_4x3_seq, 4, 3, 0, 1) VS512_DEF(mk512_4x4_seq, 4, 4, 0, 1)
 
 static const skinny_mk mk512_rows1[VS512_MB] = {mk512_1x1, mk512_1x2, mk512_1x3, mk512_1x4};
 static const skinny_mk mk512_rows4[VS512_MB] = {mk512_4x1, mk512_4x2, mk512_4x3, mk512_4x4};
-static const skinny_mk mk512_rows4_pf[VS512_MB] = {mk512_4x1_pf, mk512_4x2_pf, mk512_4x3_pf,
-                                                   mk512_4x4_pf};
+static const skinny_mk mk512_rows4_pf1[VS512_MB] = {mk512_4x1_pf1, mk512_4x2_pf1, mk512_4x3_pf1,
+                                                    mk512_4x4_pf1};
+static const skinny_mk mk512_rows4_pf2[VS512_MB] = {mk512_4x1_pf2, mk512_4x2_pf2, mk512_4x3_pf2,
+                                                    mk512_4x4_pf2};
+static const skinny_mk mk512_rows4_pf4[VS512_MB] = {mk512_4x1_pf4, mk512_4x2_pf4, mk512_4x3_pf4,
+                                                    mk512_4x4_pf4};
 static const skinny_mk mk512_rows4_seq[VS512_MB] = {mk512_4x1_seq, mk512_4x2_seq, mk512_4x3_seq,
                                                     mk512_4x4_seq};
-static const skinny_kernels vs512_kernels = {mk512_rows1, mk512_rows4, mk512_rows4_pf,
-                                             mk512_rows4_seq, VS512_MB};
+static const skinny_kernels vs512_kernels = {
+    mk512_rows1, mk512_rows4, {mk512_rows4_pf1, mk512_rows4_pf2, mk512_rows4_pf4}, mk512_rows4_seq,
+    VS512_MB};
 
 /* ---- AVX2 ------------------------------------------------------------------------------ */
 
@@ -399,7 +429,7 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 __m128 vs256_reduce4(__m256 a0, __m256 a1, __m25
   return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
 }
 
-VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, const int rb,
+VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, int pr, const int rb,
                                              const int mb, const int pf, const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
@@ -426,22 +456,27 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j,
                     i + q, j, rb);
 }
 
-#define VS256_DEF(NAME, RB, MB, PF, SEQ)                                               \
-  __attribute__((noinline)) VS_TARGET_AVX2 static void NAME(const skinny_job *jb, int i,   \
-                                                            int j) {                    \
-    mk_avx2(jb, i, j, RB, MB, PF, SEQ);                                                 \
+#define VS256_DEF(NAME, RB, MB, PF, SEQ)                                                     \
+  __attribute__((noinline)) VS_TARGET_AVX2 static void NAME(const skinny_job *jb, int i, int j, \
+                                                            int pr) {                         \
+    mk_avx2(jb, i, j, pr, RB, MB, PF, SEQ);                                                   \
   }
 VS256_DEF(mk256_1x1, 1, 1, 0, 0) VS256_DEF(mk256_1x2, 1, 2, 0, 0)
 VS256_DEF(mk256_4x1, 4, 1, 0, 0) VS256_DEF(mk256_4x2, 4, 2, 0, 0)
-VS256_DEF(mk256_4x1_pf, 4, 1, 1, 0) VS256_DEF(mk256_4x2_pf, 4, 2, 1, 0)
+VS256_DEF(mk256_4x1_pf1, 4, 1, 1, 0) VS256_DEF(mk256_4x2_pf1, 4, 2, 1, 0)
+VS256_DEF(mk256_4x1_pf2, 4, 1, 2, 0) VS256_DEF(mk256_4x2_pf2, 4, 2, 2, 0)
+VS256_DEF(mk256_4x1_pf4, 4, 1, 4, 0) VS256_DEF(mk256_4x2_pf4, 4, 2, 4, 0)
 VS256_DEF(mk256_4x1_seq, 4, 1, 0, 1) VS256_DEF(mk256_4x2_seq, 4, 2, 0, 1)
 
 static const skinny_mk mk256_rows1[VS256_MB] = {mk256_1x1, mk256_1x2};
 static const skinny_mk mk256_rows4[VS256_MB] = {mk256_4x1, mk256_4x2};
-static const skinny_mk mk256_rows4_pf[VS256_MB] = {mk256_4x1_pf, mk256_4x2_pf};
+static const skinny_mk mk256_rows4_pf1[VS256_MB] = {mk256_4x1_pf1, mk256_4x2_pf1};
+static const skinny_mk mk256_rows4_pf2[VS256_MB] = {mk256_4x1_pf2, mk256_4x2_pf2};
+static const skinny_mk mk256_rows4_pf4[VS256_MB] = {mk256_4x1_pf4, mk256_4x2_pf4};
 static const skinny_mk mk256_rows4_seq[VS256_MB] = {mk256_4x1_seq, mk256_4x2_seq};
-static const skinny_kernels vs256_kernels = {mk256_rows1, mk256_rows4, mk256_rows4_pf,
-                                             mk256_rows4_seq, VS256_MB};
+static const skinny_kernels vs256_kernels = {
+    mk256_rows1, mk256_rows4, {mk256_rows4_pf1, mk256_rows4_pf2, mk256_rows4_pf4}, mk256_rows4_seq,
+    VS256_MB};
 
 #endif /* VS_SKINNY_X86 */
 
