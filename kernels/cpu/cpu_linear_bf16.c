@@ -19,6 +19,11 @@
 #endif
 
 #define VS_BF16_RB 4 /* weight rows per block */
+/* Products of at most this many rows take a block's two pairs one after the other (seq in
+ * bf16_block_512); larger ones side by side with software prefetch (bf16_rows). */
+#define VS_BF16_SEQ_MAX_M 2
+/* The side-by-side blocks prefetch the weight block this many blocks ahead (bf16_rows). */
+#define VS_BF16_PF_BLOCKS 2
 /* A task streams at least this many weight bytes; fewer do not pay for a helper's wake-up
  * (the same reasoning as the AMX kernel's split, cpu_linear_amx.c). */
 #define VS_BF16_TASK_MIN_BYTES ((size_t)256 << 10)
@@ -114,6 +119,16 @@ static void bf16_rows_scalar(const bf16_job *jb, int j0, int j1) {
     }                                                                                        \
   } while (0)
 
+/* The prefetch of one k step at column P: pf / 4 of the weight block VS_BF16_PF_BLOCKS ahead
+ * (pfw), from its row pr on, spread over the pass's k steps (bf16_rows). The block is 4 k
+ * contiguous elements in the pair layout; the share of pf rows is taken as ceil(pf / 2) runs
+ * of 2 k elements advancing 2 P, or for pf = 1 one run of k advancing P, so each step asks for
+ * one line per run (some lines twice). */
+#define BF16_PF(P)                                                                             \
+  _Pragma("GCC unroll 2") for (int t_ = 0; t_ < (pf + 1) / 2; t_++)                            \
+      _mm_prefetch((const char *)(pfw + (size_t)(pr + 2 * t_) * k + (pf > 1 ? 2 * (P) : (P))), \
+                   _MM_HINT_T2)
+
 /* Row r's columns at p, within a chunk, and its tail columns. */
 #define BF16_AT(r) (w[r].v + (size_t)(p >> 4) * w[r].cs + (p & 15))
 #define BF16_TAIL(r) (w[r].t)
@@ -133,9 +148,11 @@ __attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *
  * multiply-adds (see cpu_linear_bf16.h). Every accumulator sees the same operations in the
  * same order either way. */
 static inline __attribute__((always_inline, target("avx512f,fma"))) void
-bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
+bf16_block_512(const bf16_job *jb, int i, int j, int pr, const int rb, const int mb, const int seq,
+               const int pf) {
   const int k = jb->k, kv = k / 16 * 16;
   const float *x = jb->x + (size_t)i * k;
+  const uint16_t *pfw = jb->w + (size_t)(j + VS_BF16_PF_BLOCKS * VS_BF16_RB) * k;
   bf16_row w[VS_BF16_RB];
   __m512 acc[VS_BF16_RB][4];
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {
@@ -147,8 +164,10 @@ bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb, con
       for (int p = 0; p < kv; p += 16)
         BF16_STEP(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, h, h + 2, BF16_AT, p);
   } else {
-    for (int p = 0; p < kv; p += 16)
+    for (int p = 0; p < kv; p += 16) {
+      BF16_PF(p);
       BF16_STEP(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, 0, rb, BF16_AT, p);
+    }
   }
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
@@ -173,9 +192,11 @@ __attribute__((target("avx2"))) static inline float reduce8(__m256 a) {
  * more step from the tail columns when 8 or more remain); mb <= 2 (16 ymm registers: 8
  * accumulators, 4 weights). */
 static inline __attribute__((always_inline, target("avx2,fma"))) void
-bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
+bf16_block_256(const bf16_job *jb, int i, int j, int pr, const int rb, const int mb, const int seq,
+               const int pf) {
   const int k = jb->k, kv = k / 8 * 8, k16 = k & ~15;
   const float *x = jb->x + (size_t)i * k;
+  const uint16_t *pfw = jb->w + (size_t)(j + VS_BF16_PF_BLOCKS * VS_BF16_RB) * k;
   bf16_row w[VS_BF16_RB];
   __m256 acc[VS_BF16_RB][2];
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {
@@ -184,8 +205,10 @@ bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb, con
   }
   const int step = seq ? 2 : rb;
   _Pragma("GCC unroll 2") for (int h = 0; h < rb; h += step) {
-    for (int p = 0; p < k16; p += 8)
+    for (int p = 0; p < k16; p += 8) {
+      BF16_PF(p);
       BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_AT, p);
+    }
     if (kv > k16)
       BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_TAIL, k16);
   }
@@ -195,46 +218,53 @@ bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb, con
                  reduce8(acc[r][q]) + bf16_tail(x + (size_t)q * k, w[r], k16, kv, k));
 }
 
-#define BF16_INST(NAME, BODY, TGT, RB, MB, SEQ)                                             \
-  __attribute__((noinline, target(TGT))) static void NAME(const bf16_job *jb, int i, int j) { \
-    BODY(jb, i, j, RB, MB, SEQ);                                                            \
+#define BF16_INST(NAME, BODY, TGT, RB, MB, SEQ, PF)                                         \
+  __attribute__((noinline, target(TGT))) static void NAME(const bf16_job *jb, int i, int j,  \
+                                                          int pr) {                          \
+    BODY(jb, i, j, pr, RB, MB, SEQ, PF);                                                     \
   }
-BF16_INST(b512_4x1, bf16_block_512, "avx512f,fma", 4, 1, 0)
-BF16_INST(b512_4x2, bf16_block_512, "avx512f,fma", 4, 2, 0)
-BF16_INST(b512_4x3, bf16_block_512, "avx512f,fma", 4, 3, 0)
-BF16_INST(b512_4x4, bf16_block_512, "avx512f,fma", 4, 4, 0)
-BF16_INST(b512_1x1, bf16_block_512, "avx512f,fma", 1, 1, 0)
-BF16_INST(b512_1x2, bf16_block_512, "avx512f,fma", 1, 2, 0)
-BF16_INST(b512_1x3, bf16_block_512, "avx512f,fma", 1, 3, 0)
-BF16_INST(b512_1x4, bf16_block_512, "avx512f,fma", 1, 4, 0)
-BF16_INST(b512_4x1s, bf16_block_512, "avx512f,fma", 4, 1, 1)
-BF16_INST(b512_4x2s, bf16_block_512, "avx512f,fma", 4, 2, 1)
-BF16_INST(b512_4x3s, bf16_block_512, "avx512f,fma", 4, 3, 1)
-BF16_INST(b512_4x4s, bf16_block_512, "avx512f,fma", 4, 4, 1)
-BF16_INST(b256_4x1, bf16_block_256, "avx2,fma", 4, 1, 0)
-BF16_INST(b256_4x2, bf16_block_256, "avx2,fma", 4, 2, 0)
-BF16_INST(b256_1x1, bf16_block_256, "avx2,fma", 1, 1, 0)
-BF16_INST(b256_1x2, bf16_block_256, "avx2,fma", 1, 2, 0)
-BF16_INST(b256_4x1s, bf16_block_256, "avx2,fma", 4, 1, 1)
-BF16_INST(b256_4x2s, bf16_block_256, "avx2,fma", 4, 2, 1)
+/* one weight row; four side by side; four as two pairs in sequence; four side by side
+ * prefetching 1, 2 or 4 rows' worth (bf16_rows) */
+#define BF16_SHAPES(P, BODY, TGT, MB)                                                        \
+  BF16_INST(P##_1x##MB, BODY, TGT, 1, MB, 0, 0)                                              \
+  BF16_INST(P##_4x##MB, BODY, TGT, 4, MB, 0, 0)                                              \
+  BF16_INST(P##_4x##MB##s, BODY, TGT, 4, MB, 1, 0)                                           \
+  BF16_INST(P##_4x##MB##p1, BODY, TGT, 4, MB, 0, 1)                                          \
+  BF16_INST(P##_4x##MB##p2, BODY, TGT, 4, MB, 0, 2)                                          \
+  BF16_INST(P##_4x##MB##p4, BODY, TGT, 4, MB, 0, 4)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 1)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 2)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 3)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 4)
+BF16_SHAPES(b256, bf16_block_256, "avx2,fma", 1)
+BF16_SHAPES(b256, bf16_block_256, "avx2,fma", 2)
 #endif
 
-typedef void (*bf16_block_fn)(const bf16_job *jb, int i, int j);
+typedef void (*bf16_block_fn)(const bf16_job *jb, int i, int j, int pr);
 
-/* Instances by [shape][activation rows - 1]: shape 0 one weight row, 1 four side by side,
- * 2 four as two pairs one after the other (seq); and the most activation rows per block. */
+/* Instances by [shape][activation rows - 1], the shapes of BF16_SHAPES (BF16_ONE ...); and the
+ * most activation rows per block. */
+enum { BF16_ONE, BF16_FOUR, BF16_SEQ, BF16_PF1, BF16_PF2, BF16_PF4, BF16_NSHAPES };
 typedef struct bf16_kernels {
-  bf16_block_fn by_rb[3][4];
+  bf16_block_fn by_rb[BF16_NSHAPES][4];
   int mb;
 } bf16_kernels;
 
 #if VS_BF16_X86
 static const bf16_kernels k512 = {{{b512_1x1, b512_1x2, b512_1x3, b512_1x4},
                                    {b512_4x1, b512_4x2, b512_4x3, b512_4x4},
-                                   {b512_4x1s, b512_4x2s, b512_4x3s, b512_4x4s}}, 4};
+                                   {b512_4x1s, b512_4x2s, b512_4x3s, b512_4x4s},
+                                   {b512_4x1p1, b512_4x2p1, b512_4x3p1, b512_4x4p1},
+                                   {b512_4x1p2, b512_4x2p2, b512_4x3p2, b512_4x4p2},
+                                   {b512_4x1p4, b512_4x2p4, b512_4x3p4, b512_4x4p4}},
+                                  4};
 static const bf16_kernels k256 = {{{b256_1x1, b256_1x2, NULL, NULL},
                                    {b256_4x1, b256_4x2, NULL, NULL},
-                                   {b256_4x1s, b256_4x2s, NULL, NULL}}, 2};
+                                   {b256_4x1s, b256_4x2s, NULL, NULL},
+                                   {b256_4x1p1, b256_4x2p1, NULL, NULL},
+                                   {b256_4x1p2, b256_4x2p2, NULL, NULL},
+                                   {b256_4x1p4, b256_4x2p4, NULL, NULL}},
+                                  2};
 #endif
 
 static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
@@ -247,16 +277,32 @@ static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
     bf16_rows_scalar(jb, j0, j1);
     return;
   }
-  /* blocks of four weight rows (single rows at the end) by blocks of activation rows: an
-   * element sums the same way in every block shape */
+  /* Blocks of four weight rows (single rows at the end) by blocks of activation rows: an
+   * element sums the same way in every block shape. Decode-sized products take the pairs in
+   * sequence (one stream); larger ones side by side, every pass (activation block) prefetching
+   * a share of the block VS_BF16_PF_BLOCKS ahead into L2, as the fp32 kernel does
+   * (skinny_cols_tab in cpu_linear_skinny.c, which says why). */
+  const int m = jb->m, passes = (m + ks->mb - 1) / ks->mb;
+  const int npf = passes >= 4 ? 1 : passes >= 2 ? 2 : 4;
+  const int pf_shape = passes >= 4 ? BF16_PF1 : passes >= 2 ? BF16_PF2 : BF16_PF4;
   for (int j = j0; j < j1;) {
-    int four = j1 - j >= VS_BF16_RB;
-    int shape = four && jb->m <= ks->mb ? 2 : four;
-    for (int i = 0; i < jb->m; i += ks->mb) {
-      int mb = jb->m - i < ks->mb ? jb->m - i : ks->mb;
-      ks->by_rb[shape][mb - 1](jb, i, j);
+    if (j1 - j < VS_BF16_RB) {
+      for (int i = 0; i < m; i += ks->mb) ks->by_rb[BF16_ONE][(m - i < ks->mb ? m - i : ks->mb) - 1](jb, i, j, 0);
+      j++;
+      continue;
     }
-    j += four ? VS_BF16_RB : 1;
+    if (m <= VS_BF16_SEQ_MAX_M && m <= ks->mb) {
+      ks->by_rb[BF16_SEQ][m - 1](jb, 0, j, 0);
+    } else {
+      for (int i = 0, q = 0; i < m; i += ks->mb, q++) {
+        const int rows = m - i < ks->mb ? m - i : ks->mb;
+        if (q * npf < VS_BF16_RB)
+          ks->by_rb[pf_shape][rows - 1](jb, i, j, q * npf);
+        else
+          ks->by_rb[BF16_FOUR][rows - 1](jb, i, j, 0);
+      }
+    }
+    j += VS_BF16_RB;
   }
 }
 
