@@ -144,6 +144,15 @@ static void test_rows_match_one_row(void **state) {
           if (memcmp(&y[e], &one[e], sizeof(float)) != 0)
             fail_msg("bf16 %s n=%d k=%d: row %d of %d rows, column %d: %.9g, alone %.9g",
                      vs_isa_name(isas[t]), n, k, e / n, m, e % n, y[e], one[e]);
+        /* the last three weight rows alone (from an even row, a valid packed matrix): at the
+         * right edge, one row at a time, where the full product had some in a 4-row block */
+        const int j0 = (n - 3) & ~1, nn = n - j0;
+        vs_bf16w_linear(dev, x, m, k, wp + (size_t)j0 * k, nn, bias + j0, y);
+        for (int i = 0; i < m; i++)
+          for (int c = 0; c < nn; c++)
+            if (memcmp(&y[i * nn + c], &one[i * n + j0 + c], sizeof(float)) != 0)
+              fail_msg("bf16 %s n=%d k=%d: column %d alone differs (row %d of %d)",
+                       vs_isa_name(isas[t]), n, k, j0 + c, i, m);
       }
       vs_dev_destroy(dev);
     }
