@@ -99,8 +99,8 @@
  * (VS_SKINNY_SEQ); larger ones side by side with software prefetch (skinny_cols_tab). */
 #define VS_SKINNY_SEQ_MAX_M 2
 
-/* How far ahead the side-by-side blocks prefetch: the weight block this many blocks after
- * the current one (skinny_cols_tab). */
+/* How far ahead the side-by-side blocks prefetch into L2: the weight block this many blocks
+ * after the current one (skinny_cols_tab); into L1 they prefetch the next block. */
 #define VS_SKINNY_PF_BLOCKS 2
 #define VS_SKINNY_CHUNK_ALIGN 16
 #define VS_SKINNY_TASKS_PER_THREAD 8
@@ -198,13 +198,14 @@ VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j
  * Larger products are compute-heavy enough that what matters is keeping memory busy while
  * the FMAs run: the blocks go side by side (4 weight rows x mb activation rows, the most reuse
  * per load) and every pass over the block prefetches a share of the weight block
- * VS_SKINNY_PF_BLOCKS blocks ahead, into L2 (_MM_HINT_T2): with P passes (activation
- * blocks) pass q takes rows q npf .. (q + 1) npf - 1 of it, npf = 4, 2 or 1 as P is 1, 2-3
- * or more, so the requests spread evenly over the block's compute instead of bunching in its
- * first pass. Prefetching into L1 (_MM_HINT_T0) and only in the first pass, as before, left
- * memory idle during the other passes and ran into the L1's few outstanding misses: on the Zen 4
- * machine the GPT-B products at m = 4 / 8 / 16 went from 34-39 / 36 / 46 ms to 19 / 25 / 38 ms
- * (docs/BENCHMARKS.md, issue 33 item 5). Every element sees the same operations in the same
+ * VS_SKINNY_PF_BLOCKS blocks ahead into L2 (_MM_HINT_T2), and the same share of the next
+ * block from there into L1: with P passes (activation blocks) pass q takes rows
+ * q npf .. (q + 1) npf - 1, npf = 4, 2 or 1 as P is 1, 2-3 or more, so the requests spread
+ * evenly over the block's compute instead of bunching in its first pass. Prefetching only the
+ * next block into L1 and only in the first pass, as before, left memory idle during the other
+ * passes and ran into the L1's few outstanding misses: on the Zen 4 machine the GPT-B products
+ * at m = 4 / 8 / 16 went from 34-39 / 36 / 46 ms to 19 / 25 / 38 ms with the L2 prefetch, to
+ * 35 ms at m = 16 with the L1 one added (docs/BENCHMARKS.md, issue 33 item 5). Every element sees the same operations in the same
  * order in every kernel, so the choice of path changes no bits. */
 static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
   const int m = jb->m, mb = ks->mb;
@@ -232,16 +233,19 @@ static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_k
 }
 
 /* One k step of the rb x mb micro-kernel: rb weight vectors, then per activation row one
- * vector and rb fused multiply-adds; with pf, a prefetch of the same offset in pf rows (from
- * row pr) of the weight block VS_SKINNY_PF_BLOCKS ahead. LOAD is a plain or a masked load. The unroll pragmas
+ * vector and rb fused multiply-adds; with pf, prefetches of the same offset in pf rows (from
+ * row pr) of the weight block VS_SKINNY_PF_BLOCKS ahead into L2 and of the next block into L1
+ * (skinny_cols_tab). LOAD is a plain or a masked load. The unroll pragmas
  * turn the loops over the compile-time rb/mb into straight code, so acc lives in
  * registers (checked in the generated assembly: no spills in the k loop). */
 #define VS_SKINNY_STEP(VEC, FMADD, LOAD)                                                \
   do {                                                                                  \
     VEC w_[VS_SKINNY_RB];                                                               \
-    _Pragma("GCC unroll 8") for (int r = 0; r < pf; r++) _mm_prefetch(                  \
-        (const char *)(b + (VS_SKINNY_PF_BLOCKS * VS_SKINNY_RB + pr + r) * ldb + p),    \
-        _MM_HINT_T2);                                                                   \
+    _Pragma("GCC unroll 8") for (int r = 0; r < pf; r++) {                              \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_PF_BLOCKS * VS_SKINNY_RB + pr + r) * ldb + p), \
+                   _MM_HINT_T2);                                                        \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_RB + pr + r) * ldb + p), _MM_HINT_T0); \
+    }                                                                                   \
     _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) w_[r] = LOAD(b + r * ldb + p); \
     _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {                              \
       VEC x_ = LOAD(a + q * lda + p);                                                   \
