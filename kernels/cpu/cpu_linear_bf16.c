@@ -4,7 +4,12 @@
  * Blocking: four weight rows at a time, each activation row against them with four vector
  * accumulators, so every weight element is read from memory once and, for the other rows of
  * a CFG pair or a tree, from L1 (four rows of k bf16 are 6 KiB at k = 768). The weights come in
- * the pair-interleaved layout of vs_bf16_pack (cpu_linear_bf16.h).
+ * the pair-interleaved layout of vs_bf16_pack (cpu_linear_bf16.h). Products of one or two
+ * rows (decoding) read a block as one stream; larger ones (verification) go over it once per
+ * block of activation rows, prefetching ahead and reusing the first pass's widened weights
+ * (bf16_rows). Every output element gets the same operations in the same order in every
+ * block shape, so row i of an m-row product is the 1-row product of row i, bit for bit
+ * (tests/test_linear_bf16.c).
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_linear_bf16.h"
@@ -180,9 +185,12 @@ static inline __attribute__((always_inline)) void bf16_store4(const bf16_job *jb
  * cpu_linear_skinny.c. */
 static inline __attribute__((always_inline, target("avx512f"))) __m128
 bf16_reduce4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
-  __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
-  __m512 g = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+  __m512 s01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+  __m512 s23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+  __m512 g =
+      _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
   __m512 f = _mm512_add_ps(g, _mm512_permute_ps(g, _MM_SHUFFLE(1, 0, 3, 2)));
   __m512 t = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm512_castps512_ps128(
@@ -218,7 +226,8 @@ bf16_block_512(const bf16_job *jb, int i, int j, int pr, float *buf, const int r
   }
   if (rb == VS_BF16_RB) {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
-      bf16_store4(jb, i + q, j, bf16_reduce4_512(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
+      bf16_store4(jb, i + q, j,
+                  bf16_reduce4_512(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
                   x + (size_t)q * k, w, kv, kv);
   } else {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
@@ -245,8 +254,10 @@ __attribute__((target("avx2"))) static inline float reduce8(__m256 a) {
  * h[l+2], g0 + g1, four at once (see bf16_reduce4_512; vs256_reduce4 in cpu_linear_skinny.c). */
 static inline __attribute__((always_inline, target("avx2"))) __m128
 bf16_reduce4_256(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  __m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20), _mm256_permute2f128_ps(a0, a1, 0x31));
-  __m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20), _mm256_permute2f128_ps(a2, a3, 0x31));
+  __m256 s01 =
+      _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20), _mm256_permute2f128_ps(a0, a1, 0x31));
+  __m256 s23 =
+      _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20), _mm256_permute2f128_ps(a2, a3, 0x31));
   __m256 g = _mm256_add_ps(_mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
                            _mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
   __m256 f = _mm256_hadd_ps(g, g);
@@ -275,21 +286,24 @@ bf16_block_256(const bf16_job *jb, int i, int j, int pr, float *buf, const int r
     for (int p = 0; p < k16; p += 8) {
       BF16_PF(p);
       if (bm == 2)
-        BF16_STEP(__m256, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_BUF_AT, p);
+        BF16_STEP(__m256, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step,
+                  BF16_BUF_AT, p);
       else
         BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_AT, p);
     }
     if (kv > k16) {
       const int p = k16;
       if (bm == 2)
-        BF16_STEP(__m256, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_BUF_AT, k16);
+        BF16_STEP(__m256, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step,
+                  BF16_BUF_AT, k16);
       else
         BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_TAIL, k16);
     }
   }
   if (rb == VS_BF16_RB) {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
-      bf16_store4(jb, i + q, j, bf16_reduce4_256(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
+      bf16_store4(jb, i + q, j,
+                  bf16_reduce4_256(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
                   x + (size_t)q * k, w, k16, kv);
   } else {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
@@ -392,7 +406,8 @@ static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
         const int rows = m - i < ks->mb ? m - i : ks->mb, pr = q * npf;
         int shape = pr < VS_BF16_RB ? pf_shape : BF16_FOUR;
         /* the copy: PFn -> Wn (write) in the first pass, PFn -> Rn, FOUR -> R0 (read) after */
-        if (copy) shape = q == 0 ? shape + 3 : pr < VS_BF16_RB ? shape - BF16_PF1 + BF16_R1 : BF16_R0;
+        if (copy)
+          shape = q == 0 ? shape + 3 : pr < VS_BF16_RB ? shape - BF16_PF1 + BF16_R1 : BF16_R0;
         ks->by_rb[shape][rows - 1](jb, i, j, pr < VS_BF16_RB ? pr : 0, buf);
       }
     }

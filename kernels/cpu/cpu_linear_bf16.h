@@ -27,8 +27,10 @@
  * (tests/test_linear_bf16.c); speculative decoding's target distribution is then AR's.
  * Until issue 33 item 5 the limit was 2 and larger products used the fp32 weights (a decode
  * step and a verify then differed in their weights), because the kernel's multi-row blocks
- * were slow; with the prefetch of bf16_rows it is faster than the fp32 kernel up to about 16
- * rows and within 5-15 % above (docs/BENCHMARKS.md, issue 33 item 5).
+ * were slow. With the prefetch and the widened copy of bf16_rows it is as fast as the fp32
+ * kernel or faster at every m measured on the GPT-B shapes (m 1-64, AVX-512, Zen 4), and
+ * 0-10 % slower at m 16-64 on the small fmnist model, whose fp32 weights are the ones that
+ * lose least from memory (docs/BENCHMARKS.md, issue 33 item 5).
  *
  * AVX512-BF16 dot products (vdpbf16ps) would double the multiply-adds per instruction but
  * round the activations to bf16 as well, so an m-row product would no longer match the 1-row

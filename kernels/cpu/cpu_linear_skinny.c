@@ -37,50 +37,13 @@
 #endif
 
 /* Thresholds: the largest m that takes the skinny kernel rather than BLIS, per instruction
- * set and per kind of BLIS. Chosen from `vspec-bench linear --threads 1 --cpu-time --isa X`
- * (the 61 linear products of a GPT-B forward, 390 MB of distinct weights; single-thread
- * CPU time, because wall time on the shared 2-vCPU development VM - AMD EPYC Zen 5, load
- * 4-7 from other jobs during these runs - swung by 2x). Milliseconds, skinny / BLIS:
- *
- *   BLIS as Debian's BLIS 0.9 runs here: it does not know Zen 5 (AMD family 0x1a) and
- *   falls back to its 'generic' reference kernels (vs_blis_tuned() == 0):
- *        m      1      2      4      8      16      32      64     128     256
- *   avx512  13.6   14.3   15.8   20.2    29.0    46.7    81.4     152     304
- *   avx2    16.2   18.4   20.2   31.2    45.5    81.2     155     296     719
- *   BLIS    59.8   58.1   57.7   81.4     131     226     402     763    1780
- *   scalar 14.6 / 66.3 (m 1), 40.3 / 78.8 (2), 76.4 / 81.3 (4), 111 / 89.1 (6),
- *          80.8 / 79.9 (8), 143 / 160 (16): a tie from m = 4 on.
- *   So with AVX2 or AVX-512 the kernel wins at every m measured (2x to 6x) and takes every
- *   m; the scalar loop takes m <= 4.
- *
- *   BLIS with tuned kernels: the same runs with BLIS's CPU detection overridden (a
- *   bli_cpuid_query_id returning SKX or ZEN3, linked against Debian's static libblis.a):
- *        m      1      2      4      8      16      32      64     128     256
- *   avx512  14.8   15.0   17.1   20.9    29.7    53.7    80.0     148     285
- *   skx     94.9   91.6   96.2   95.9     115     131     151     215     341
- *   avx512  15.5   15.8   17.2   20.5    29.3    47.2    77.7     142     281
- *   zen3    17.6   17.9   20.2   26.2    43.5    74.9     132     253     498
- *   avx2    16.1   16.6   19.3   27.4    44.2    79.8     158     371     722
- *   zen3    16.7   17.1   19.2   24.5    41.0    68.3     152     290     591
- *   scalar vs BLIS penryn: 18.1 / 59.7 (m 1), 36.2 / 55.8 (4), 77.4 / 75.6 (8).
- *   BLIS's AVX2 "sup" kernels for unpacked small products match the AVX2 kernel up to
- *   m = 4 and beat it by 7-20% above; nothing in BLIS 0.9 beats the AVX-512 kernel up to
- *   m = 256 (its AVX-512 configuration has no sup kernels and packs W on every call). */
-/*
- * Effect on a whole forward, `vspec-bench costcurve --random gpt-b --min-time 0.3`, median
- * of 3 runs interleaved with the BLIS-only build, load ~3.2, ms for 1 row / 2 CFG rows:
- *   nodes        1            2            8            16            64
- *   before  57.2 / 64.7  54.4 / 59.1  83.5 / 161   130 / 220     398 / 755
- *   after   14.7 / 20.3  18.8 / 20.0  25.7 / 38.2  36.5 / 59.8   104 / 191  (--threads 1)
- */
-/*
- * Since BLIS's small-matrix path is switched off (kernels/cpu/cpu_gemm.c: it reads past
- * its operands), BLIS packs W on every call and the AVX2 kernel wins further: GPT-B layers,
- * one thread, Intel Xeon (Sapphire Rapids, BLIS 'haswell' configuration), ms skinny / BLIS:
- * m 4: 32.3 / 68.2, 8: 43.1 / 73.1, 16: 63.3 / 85.8, 24: 85.6 / 92.0, 32: 99.2 / 112,
- * 48: 136 / 132, 64: 184 / 166, 256: 680 / 485 (`vspec-bench linear --isa avx2 --threads 1`).
- * AVX-512 at 64 / 256: 108 / 162, 377 / 480.
- */
+ * set and per kind of BLIS, chosen from `vspec-bench linear --threads 1 --cpu-time --isa X`
+ * (the 61 linear products of a GPT-B forward); the tables are in docs/BENCHMARKS.md, "The
+ * skinny kernel against BLIS". With Debian's BLIS on its generic reference kernels
+ * (vs_blis_tuned() == 0) the AVX2 and AVX-512 kernels win at every m measured (2x to 6x) and
+ * take every m; the scalar loop ties from m = 4 on. With tuned BLIS kernels nothing in BLIS
+ * 0.9 beat the AVX-512 kernel up to m = 256, and on its packed path (its small-matrix path is
+ * off, cpu_gemm.c) BLIS passed the AVX2 kernel between m = 32 and 48. */
 #define VS_SKINNY_MAX_M_AVX512 256
 #define VS_SKINNY_MAX_M_AVX2 32
 #define VS_SKINNY_MAX_M_SCALAR 4
@@ -205,12 +168,15 @@ VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j
  * next block into L1 and only in the first pass, as before, left memory idle during the other
  * passes and ran into the L1's few outstanding misses: on the Zen 4 machine the GPT-B products
  * at m = 4 / 8 / 16 went from 34-39 / 36 / 46 ms to 19 / 25 / 38 ms with the L2 prefetch, to
- * 35 ms at m = 16 with the L1 one added (docs/BENCHMARKS.md, issue 33 item 5). Every element sees the same operations in the same
- * order in every kernel, so the choice of path changes no bits. */
+ * 35 ms at m = 16 with the L1 one added (docs/BENCHMARKS.md, issue 33 item 5). Every element
+ * sees the same operations in the same order in every kernel, so the choice of path changes
+ * no bits. */
 static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
   const int m = jb->m, mb = ks->mb;
   const int passes = (m + mb - 1) / mb;
-  const int npf = passes >= 4 ? 1 : passes >= 2 ? 2 : 4, pf_index = passes >= 4 ? 0 : passes >= 2 ? 1 : 2;
+  /* rows of the block ahead per pass, and the index of its kernels in rows4_pf */
+  const int npf = passes >= 4 ? 1 : passes >= 2 ? 2 : 4;
+  const int pf_index = passes >= 4 ? 0 : passes >= 2 ? 1 : 2;
   for (int j = j0; j < j1;) {
     if (j1 - j >= VS_SKINNY_RB) {
       if (m <= VS_SKINNY_SEQ_MAX_M && m <= mb) {
@@ -347,8 +313,9 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void seq512_halves(const float *a, size_t lda,
 
 /* pf: how many rows (from row pr) of the block ahead to prefetch (VS_SKINNY_STEP); seq: the
  * rows in sequence (VS_SKINNY_SEQ). */
-VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, int pr, const int rb,
-                                                 const int mb, const int pf, const int seq) {
+VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, int pr,
+                                                 const int rb, const int mb, const int pf,
+                                                 const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
   const int k = jb->k;
@@ -433,8 +400,9 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 __m128 vs256_reduce4(__m256 a0, __m256 a1, __m25
   return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
 }
 
-VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, int pr, const int rb,
-                                             const int mb, const int pf, const int seq) {
+VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, int pr,
+                                             const int rb, const int mb, const int pf,
+                                             const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
   const int k = jb->k;
