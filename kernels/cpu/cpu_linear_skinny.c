@@ -220,6 +220,27 @@ static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_k
     }                                                                                   \
   } while (0)
 
+/* VS_SKINNY_STEP with the loops turned round, for register files too small for rb weight
+ * vectors beside rb x mb accumulators (AVX2 at mb = 3: 12 + 4 + 1 > 16): mb activation
+ * vectors, then per weight row one vector and mb fused multiply-adds. Each accumulator gets
+ * the same one multiply-add per step, so the bits are the same. */
+#define VS_SKINNY_STEP_XW(VEC, FMADD, LOAD)                                             \
+  do {                                                                                  \
+    VEC x_[VS_SKINNY_MB_MAX];                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < pf; r++) {                              \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_PF_BLOCKS * VS_SKINNY_RB + pr + r) * ldb + p), \
+                   _MM_HINT_T2);                                                        \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_RB + pr + r) * ldb + p), _MM_HINT_T0); \
+    }                                                                                   \
+    _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) x_[q] = LOAD(a + q * lda + p); \
+    _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) {                              \
+      VEC w_ = LOAD(b + r * ldb + p);                                                   \
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] =                  \
+          FMADD(w_, x_[q], acc[r][q]);                                                  \
+    }                                                                                   \
+  } while (0)
+#define VS_SKINNY_MB_MAX 4
+
 /* The rb x mb micro-kernel with the weight rows taken one after the other instead of side
  * by side: row r's whole k loop (one weight vector, then per activation row one vector and
  * one fused multiply-add into acc[r][q]), then row r + 1's. Every accumulator sees the same
@@ -377,7 +398,7 @@ static const skinny_kernels vs512_kernels = {
 
 /* 16 ymm registers: 4 x 2 accumulators + 4 weight vectors + 1 activation vector = 13.
  * 4 x 3 would need 17 and spill. */
-#define VS256_MB 2
+#define VS256_MB 3
 
 /* _mm256_maskload_ps takes a lane mask of int32 sign bits: a window into this table. */
 static const int32_t vs256_tail_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
@@ -415,7 +436,11 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j,
                       _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p))))
   } else {
     int p = 0;
-    for (; p + 8 <= k; p += 8) VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOAD);
+    if (mb == 3) {
+      for (; p + 8 <= k; p += 8) VS_SKINNY_STEP_XW(__m256, _mm256_fmadd_ps, VS256_LOAD);
+    } else {
+      for (; p + 8 <= k; p += 8) VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOAD);
+    }
     if (p < k) {
       const __m256i tail = _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p)));
       VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOADM);
@@ -433,19 +458,23 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j,
                                                             int pr) {                         \
     mk_avx2(jb, i, j, pr, RB, MB, PF, SEQ);                                                   \
   }
-VS256_DEF(mk256_1x1, 1, 1, 0, 0) VS256_DEF(mk256_1x2, 1, 2, 0, 0)
-VS256_DEF(mk256_4x1, 4, 1, 0, 0) VS256_DEF(mk256_4x2, 4, 2, 0, 0)
+VS256_DEF(mk256_1x1, 1, 1, 0, 0) VS256_DEF(mk256_1x2, 1, 2, 0, 0) VS256_DEF(mk256_1x3, 1, 3, 0, 0)
+VS256_DEF(mk256_4x1, 4, 1, 0, 0) VS256_DEF(mk256_4x2, 4, 2, 0, 0) VS256_DEF(mk256_4x3, 4, 3, 0, 0)
 VS256_DEF(mk256_4x1_pf1, 4, 1, 1, 0) VS256_DEF(mk256_4x2_pf1, 4, 2, 1, 0)
+VS256_DEF(mk256_4x3_pf1, 4, 3, 1, 0)
 VS256_DEF(mk256_4x1_pf2, 4, 1, 2, 0) VS256_DEF(mk256_4x2_pf2, 4, 2, 2, 0)
+VS256_DEF(mk256_4x3_pf2, 4, 3, 2, 0)
 VS256_DEF(mk256_4x1_pf4, 4, 1, 4, 0) VS256_DEF(mk256_4x2_pf4, 4, 2, 4, 0)
+VS256_DEF(mk256_4x3_pf4, 4, 3, 4, 0)
 VS256_DEF(mk256_4x1_seq, 4, 1, 0, 1) VS256_DEF(mk256_4x2_seq, 4, 2, 0, 1)
+VS256_DEF(mk256_4x3_seq, 4, 3, 0, 1)
 
-static const skinny_mk mk256_rows1[VS256_MB] = {mk256_1x1, mk256_1x2};
-static const skinny_mk mk256_rows4[VS256_MB] = {mk256_4x1, mk256_4x2};
-static const skinny_mk mk256_rows4_pf1[VS256_MB] = {mk256_4x1_pf1, mk256_4x2_pf1};
-static const skinny_mk mk256_rows4_pf2[VS256_MB] = {mk256_4x1_pf2, mk256_4x2_pf2};
-static const skinny_mk mk256_rows4_pf4[VS256_MB] = {mk256_4x1_pf4, mk256_4x2_pf4};
-static const skinny_mk mk256_rows4_seq[VS256_MB] = {mk256_4x1_seq, mk256_4x2_seq};
+static const skinny_mk mk256_rows1[VS256_MB] = {mk256_1x1, mk256_1x2, mk256_1x3};
+static const skinny_mk mk256_rows4[VS256_MB] = {mk256_4x1, mk256_4x2, mk256_4x3};
+static const skinny_mk mk256_rows4_pf1[VS256_MB] = {mk256_4x1_pf1, mk256_4x2_pf1, mk256_4x3_pf1};
+static const skinny_mk mk256_rows4_pf2[VS256_MB] = {mk256_4x1_pf2, mk256_4x2_pf2, mk256_4x3_pf2};
+static const skinny_mk mk256_rows4_pf4[VS256_MB] = {mk256_4x1_pf4, mk256_4x2_pf4, mk256_4x3_pf4};
+static const skinny_mk mk256_rows4_seq[VS256_MB] = {mk256_4x1_seq, mk256_4x2_seq, mk256_4x3_seq};
 static const skinny_kernels vs256_kernels = {
     mk256_rows1, mk256_rows4, {mk256_rows4_pf1, mk256_rows4_pf2, mk256_rows4_pf4}, mk256_rows4_seq,
     VS256_MB};
