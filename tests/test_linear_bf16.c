@@ -115,7 +115,54 @@ static void test_invariance(void **state) {
   free(wb);
 }
 
-/* A bf16 device without AMX: decode-sized products take the bf16 rows, larger ones fp32. */
+/* Row i of an m-row product has the bits of the 1-row product of row i, for m = 1 .. 17 (every
+ * block and prefetch shape of bf16_rows: rows in sequence up to 2, then 1 to 5 activation
+ * blocks on AVX-512, 2 to 9 on AVX2), on every instruction set this CPU has, with k tails
+ * past the 16-column chunks and an unpaired last weight row: a verify's rows reproduce decode
+ * steps. */
+static void test_rows_match_one_row(void **state) {
+  static const int shapes[][2] = {{37, 131}, {64, 64}, {9, 200}};
+  enum { MAXM = 17 };
+  vspec_rng rng;
+  vs_rng_init(&rng, 64, 0);
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int n = shapes[s][0], k = shapes[s][1];
+    float *x = vt_malloc((size_t)MAXM * k * 4), *w = vt_malloc((size_t)n * k * 4);
+    float *bias = vt_malloc((size_t)n * 4), *y = vt_malloc((size_t)MAXM * n * 4);
+    float *one = vt_malloc((size_t)MAXM * n * 4);
+    vt_fill(&rng, x, (size_t)MAXM * k, -2, 2);
+    vt_fill(&rng, w, (size_t)n * k, -1, 1);
+    vt_fill(&rng, bias, (size_t)n, -1, 1);
+    uint16_t *wp = packed(w, n, k);
+    for (int t = 0; t < 3; t++) {
+      vspec_dev *dev = dev_isa(2, isas[t]);
+      if (!dev) continue;
+      for (int i = 0; i < MAXM; i++)
+        vs_bf16w_linear(dev, x + (size_t)i * k, 1, k, wp, n, bias, one + (size_t)i * n);
+      for (int m = 1; m <= MAXM; m++) {
+        vs_bf16w_linear(dev, x, m, k, wp, n, bias, y);
+        for (int e = 0; e < m * n; e++)
+          if (memcmp(&y[e], &one[e], sizeof(float)) != 0)
+            fail_msg("bf16 %s n=%d k=%d: row %d of %d rows, column %d: %.9g, alone %.9g",
+                     vs_isa_name(isas[t]), n, k, e / n, m, e % n, y[e], one[e]);
+        /* the last three weight rows alone (from an even row, a valid packed matrix): at the
+         * right edge, one row at a time, where the full product had some in a 4-row block */
+        const int j0 = (n - 3) & ~1, nn = n - j0;
+        vs_bf16w_linear(dev, x, m, k, wp + (size_t)j0 * k, nn, bias + j0, y);
+        for (int i = 0; i < m; i++)
+          for (int c = 0; c < nn; c++)
+            if (memcmp(&y[i * nn + c], &one[i * n + j0 + c], sizeof(float)) != 0)
+              fail_msg("bf16 %s n=%d k=%d: column %d alone differs (row %d of %d)",
+                       vs_isa_name(isas[t]), n, k, j0 + c, i, m);
+      }
+      vs_dev_destroy(dev);
+    }
+    free(x), free(w), free(bias), free(y), free(one), free(wp);
+  }
+}
+
+/* A bf16 device without AMX: products of any row count take the bf16 rows
+ * (VS_BF16_ROWS_MAX_M), so a verify multiplies by the weights a decode step uses. */
 static void test_device_dispatch(void **state) {
   vs_device_options opt = {.threads = 1, .precision = VS_PRECISION_BF16};
   vspec_dev *dev = NULL;
@@ -123,7 +170,7 @@ static void test_device_dispatch(void **state) {
   if (vs_device_open("cpu", &opt, &dev, err, sizeof err) != VSPEC_OK) skip(); /* no AVX2 */
   dev->amx = 0; /* as on a CPU without AMX */
   const vspec_ops *ops = vs_dev_ops(dev);
-  enum { M = 5, N = 24, K = 48 };
+  enum { M = 33, N = 24, K = 48 };
   float *w = ops->alloc(dev, N * K * sizeof(float));
   float x[M * K], y[M * N], want[M * N];
   vspec_rng rng;
@@ -132,18 +179,12 @@ static void test_device_dispatch(void **state) {
   vt_fill(&rng, x, M * K, -1, 1);
   const uint16_t *rows = vs_cpu_weights_bf16_rows(w, N, K);
   assert_non_null(rows);
-  ops->linear(dev, x, VS_BF16_ROWS_MAX_M, K, w, N, NULL, y);
-  vs_bf16w_linear(dev, x, VS_BF16_ROWS_MAX_M, K, rows, N, NULL, want);
-  assert_memory_equal(y, want, (size_t)VS_BF16_ROWS_MAX_M * N * sizeof(float));
-  ops->linear(dev, x, M, K, w, N, NULL, y); /* more rows: fp32 weights */
-  double ref[M * N];
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) {
-      double s = 0;
-      for (int p = 0; p < K; p++) s += (double)x[i * K + p] * w[j * K + p];
-      ref[i * N + j] = s;
-    }
-  vt_assert_close(y, ref, M * N, 1e-6, 1e-6, "fp32 above the bf16 row limit");
+  static const int ms[] = {1, 2, 3, 5, 12, M};
+  for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
+    ops->linear(dev, x, ms[t], K, w, N, NULL, y);
+    vs_bf16w_linear(dev, x, ms[t], K, rows, N, NULL, want);
+    assert_memory_equal(y, want, (size_t)ms[t] * N * sizeof(float));
+  }
   ops->free(dev, w);
   vs_dev_destroy(dev);
 }
@@ -152,6 +193,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matches_reference),
       cmocka_unit_test(test_invariance),
+      cmocka_unit_test(test_rows_match_one_row),
       cmocka_unit_test(test_device_dispatch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

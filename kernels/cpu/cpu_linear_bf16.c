@@ -4,7 +4,12 @@
  * Blocking: four weight rows at a time, each activation row against them with four vector
  * accumulators, so every weight element is read from memory once and, for the other rows of
  * a CFG pair or a tree, from L1 (four rows of k bf16 are 6 KiB at k = 768). The weights come in
- * the pair-interleaved layout of vs_bf16_pack (cpu_linear_bf16.h).
+ * the pair-interleaved layout of vs_bf16_pack (cpu_linear_bf16.h). Products of one or two
+ * rows (decoding) read a block as one stream; larger ones (verification) go over it once per
+ * block of activation rows, prefetching ahead and reusing the first pass's widened weights
+ * (bf16_rows). Every output element gets the same operations in the same order in every
+ * block shape, so row i of an m-row product is the 1-row product of row i, bit for bit
+ * (tests/test_linear_bf16.c).
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cpu/cpu_linear_bf16.h"
@@ -19,6 +24,13 @@
 #endif
 
 #define VS_BF16_RB 4 /* weight rows per block */
+/* Products of at most this many rows take a block's two pairs one after the other (seq in
+ * bf16_block_512); larger ones side by side with software prefetch (bf16_rows). */
+#define VS_BF16_SEQ_MAX_M 2
+/* The side-by-side blocks prefetch the weight block this many blocks ahead (bf16_rows). */
+#define VS_BF16_PF_BLOCKS 2
+/* The longest rows whose widened copy bf16_rows keeps on the stack (4 rows: 64 KiB). */
+#define VS_BF16_BUF_MAX_K 4096
 /* A task streams at least this many weight bytes; fewer do not pay for a helper's wake-up
  * (the same reasoning as the AMX kernel's split, cpu_linear_amx.c). */
 #define VS_BF16_TASK_MIN_BYTES ((size_t)256 << 10)
@@ -102,11 +114,15 @@ static void bf16_rows_scalar(const bf16_job *jb, int j0, int j1) {
 
 #if VS_BF16_X86
 /* One k step at column P of rows [R0, R1) side by side: each weight vector (WP(r): row r's
- * columns at P) widened once and used for all mb activation rows. */
+ * columns at P) widened once and used for all mb activation rows. With bm = 1 the widened
+ * vectors also go to the block's fp32 copy (BF16_BUF, bf16_rows), with bm = 2 they come from
+ * it (WIDEN then a plain load): the same values either way. */
 #define BF16_STEP(VEC, WIDEN, LOADX, FMADD, R0, R1, WP, P)                                   \
   do {                                                                                       \
     VEC wv_[VS_BF16_RB];                                                                     \
     _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++) wv_[r] = WIDEN(WP(r));         \
+    if (bm == 1) _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++)                   \
+      STOREW(BF16_BUF(r, P), wv_[r]);                                                        \
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) {                                   \
       VEC xv_ = LOADX(x + (size_t)q * k + (P));                                              \
       _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++) acc[r][q] =                  \
@@ -114,9 +130,23 @@ static void bf16_rows_scalar(const bf16_job *jb, int j0, int j1) {
     }                                                                                        \
   } while (0)
 
+/* The prefetch of one k step at column P: pf / 4 of the weight block VS_BF16_PF_BLOCKS ahead
+ * (pfw), from its row pr on, spread over the pass's k steps (bf16_rows). The block is 4 k
+ * contiguous elements in the pair layout; the share of pf rows is taken as ceil(pf / 2) runs
+ * of 2 k elements advancing 2 P, or for pf = 1 one run of k advancing P, so each step asks for
+ * one line per run (some lines twice). */
+#define BF16_PF(P)                                                                             \
+  _Pragma("GCC unroll 2") for (int t_ = 0; t_ < (pf + 1) / 2; t_++)                            \
+      _mm_prefetch((const char *)(pfw + (size_t)(pr + 2 * t_) * k + (pf > 1 ? 2 * (P) : (P))), \
+                   _MM_HINT_T2)
+
 /* Row r's columns at p, within a chunk, and its tail columns. */
 #define BF16_AT(r) (w[r].v + (size_t)(p >> 4) * w[r].cs + (p & 15))
 #define BF16_TAIL(r) (w[r].t)
+/* Row r's widened columns at P in the block's fp32 copy: per k step the four rows' vectors
+ * one after the other (VL floats each). */
+#define BF16_BUF(r, P) (buf + (size_t)(P) * VS_BF16_RB + (r) * VL)
+#define BF16_BUF_AT(r) BF16_BUF(r, p)
 
 /* ---- AVX-512 ----------------------------------------------------------------------------- */
 __attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *p) {
@@ -132,10 +162,49 @@ __attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *
  * other, each pair's rows side by side: one sequential stream with two independent chains of
  * multiply-adds (see cpu_linear_bf16.h). Every accumulator sees the same operations in the
  * same order either way. */
+/* y[i, j .. j+3] from the dot products s of four weight rows: lane-wise the operations of
+ * bf16_store on s + bf16_tail (a tail of no columns adds 0.0f, as there). */
+static inline __attribute__((always_inline)) void bf16_store4(const bf16_job *jb, int i, int j,
+                                                              __m128 s, const float *x,
+                                                              const bf16_row *w, int k16, int kv) {
+  const int k = jb->k;
+  __m128 t = _mm_setzero_ps();
+  if (kv < k)
+    t = _mm_setr_ps(bf16_tail(x, w[0], k16, kv, k), bf16_tail(x, w[1], k16, kv, k),
+                    bf16_tail(x, w[2], k16, kv, k), bf16_tail(x, w[3], k16, kv, k));
+  s = _mm_add_ps(s, t);
+  s = _mm_add_ps(s, jb->bias ? _mm_loadu_ps(jb->bias + j) : _mm_setzero_ps());
+  _mm_storeu_ps(jb->y + (size_t)i * jb->n + j, s);
+}
+
+/* [sum a0, sum a1, sum a2, sum a3], each by the tree of GCC's _mm512_reduce_add_ps (which
+ * the 1-row blocks use): h[l] = a[l] + a[l+8], g[l] = h[l] + h[l+4], f[l] = g[l] + g[l+2],
+ * f0 + f1 (additions commute exactly, so operand order within one does not matter). Four at
+ * once share the shuffles: a quarter of the instructions of four reductions, which at the
+ * k = 256 of a small model are a third of a block's work. The same tree as vs512_reduce4 in
+ * cpu_linear_skinny.c. */
+static inline __attribute__((always_inline, target("avx512f"))) __m128
+bf16_reduce4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  __m512 s01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+  __m512 s23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+  __m512 g =
+      _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+  __m512 f = _mm512_add_ps(g, _mm512_permute_ps(g, _MM_SHUFFLE(1, 0, 3, 2)));
+  __m512 t = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
+}
+
 static inline __attribute__((always_inline, target("avx512f,fma"))) void
-bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
+bf16_block_512(const bf16_job *jb, int i, int j, int pr, float *buf, const int rb, const int mb,
+               const int seq, const int pf, const int bm) {
+  enum { VL = 16 };
+#define STOREW _mm512_storeu_ps
   const int k = jb->k, kv = k / 16 * 16;
   const float *x = jb->x + (size_t)i * k;
+  const uint16_t *pfw = jb->w + (size_t)(j + VS_BF16_PF_BLOCKS * VS_BF16_RB) * k;
   bf16_row w[VS_BF16_RB];
   __m512 acc[VS_BF16_RB][4];
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {
@@ -147,13 +216,25 @@ bf16_block_512(const bf16_job *jb, int i, int j, const int rb, const int mb, con
       for (int p = 0; p < kv; p += 16)
         BF16_STEP(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, h, h + 2, BF16_AT, p);
   } else {
-    for (int p = 0; p < kv; p += 16)
-      BF16_STEP(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, 0, rb, BF16_AT, p);
+    for (int p = 0; p < kv; p += 16) {
+      BF16_PF(p);
+      if (bm == 2)
+        BF16_STEP(__m512, _mm512_loadu_ps, _mm512_loadu_ps, _mm512_fmadd_ps, 0, rb, BF16_BUF_AT, p);
+      else
+        BF16_STEP(__m512, widen16, _mm512_loadu_ps, _mm512_fmadd_ps, 0, rb, BF16_AT, p);
+    }
   }
-  _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
+  if (rb == VS_BF16_RB) {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
-      bf16_store(jb, i + q, j + r,
-                 _mm512_reduce_add_ps(acc[r][q]) + bf16_tail(x + (size_t)q * k, w[r], kv, kv, k));
+      bf16_store4(jb, i + q, j,
+                  bf16_reduce4_512(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
+                  x + (size_t)q * k, w, kv, kv);
+  } else {
+    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
+      bf16_store(jb, i + q, j,
+                 _mm512_reduce_add_ps(acc[0][q]) + bf16_tail(x + (size_t)q * k, w[0], kv, kv, k));
+  }
+#undef STOREW
 }
 
 /* ---- AVX2 --------------------------------------------------------------------------------- */
@@ -169,13 +250,31 @@ __attribute__((target("avx2"))) static inline float reduce8(__m256 a) {
   return _mm_cvtss_f32(_mm_add_ss(g, _mm_shuffle_ps(g, g, 1)));
 }
 
+/* [sum a0, sum a1, sum a2, sum a3] by reduce8's tree, h[l] = a[l] + a[l+4], g[l] = h[l] +
+ * h[l+2], g0 + g1, four at once (see bf16_reduce4_512; vs256_reduce4 in cpu_linear_skinny.c). */
+static inline __attribute__((always_inline, target("avx2"))) __m128
+bf16_reduce4_256(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  __m256 s01 =
+      _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20), _mm256_permute2f128_ps(a0, a1, 0x31));
+  __m256 s23 =
+      _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20), _mm256_permute2f128_ps(a2, a3, 0x31));
+  __m256 g = _mm256_add_ps(_mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+  __m256 f = _mm256_hadd_ps(g, g);
+  return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+}
+
 /* As bf16_block_512 with 8 lanes (the k16 columns in 8-column halves of the chunks, then one
  * more step from the tail columns when 8 or more remain); mb <= 2 (16 ymm registers: 8
  * accumulators, 4 weights). */
 static inline __attribute__((always_inline, target("avx2,fma"))) void
-bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb, const int seq) {
+bf16_block_256(const bf16_job *jb, int i, int j, int pr, float *buf, const int rb, const int mb,
+               const int seq, const int pf, const int bm) {
+  enum { VL = 8 };
+#define STOREW _mm256_storeu_ps
   const int k = jb->k, kv = k / 8 * 8, k16 = k & ~15;
   const float *x = jb->x + (size_t)i * k;
+  const uint16_t *pfw = jb->w + (size_t)(j + VS_BF16_PF_BLOCKS * VS_BF16_RB) * k;
   bf16_row w[VS_BF16_RB];
   __m256 acc[VS_BF16_RB][2];
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {
@@ -184,57 +283,90 @@ bf16_block_256(const bf16_job *jb, int i, int j, const int rb, const int mb, con
   }
   const int step = seq ? 2 : rb;
   _Pragma("GCC unroll 2") for (int h = 0; h < rb; h += step) {
-    for (int p = 0; p < k16; p += 8)
-      BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_AT, p);
-    if (kv > k16)
-      BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_TAIL, k16);
+    for (int p = 0; p < k16; p += 8) {
+      BF16_PF(p);
+      if (bm == 2)
+        BF16_STEP(__m256, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step,
+                  BF16_BUF_AT, p);
+      else
+        BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_AT, p);
+    }
+    if (kv > k16) {
+      const int p = k16;
+      if (bm == 2)
+        BF16_STEP(__m256, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step,
+                  BF16_BUF_AT, k16);
+      else
+        BF16_STEP(__m256, widen8, _mm256_loadu_ps, _mm256_fmadd_ps, h, h + step, BF16_TAIL, k16);
+    }
   }
-  _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++)
+  if (rb == VS_BF16_RB) {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
-      bf16_store(jb, i + q, j + r,
-                 reduce8(acc[r][q]) + bf16_tail(x + (size_t)q * k, w[r], k16, kv, k));
+      bf16_store4(jb, i + q, j,
+                  bf16_reduce4_256(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
+                  x + (size_t)q * k, w, k16, kv);
+  } else {
+    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
+      bf16_store(jb, i + q, j, reduce8(acc[0][q]) + bf16_tail(x + (size_t)q * k, w[0], k16, kv, k));
+  }
+#undef STOREW
 }
 
-#define BF16_INST(NAME, BODY, TGT, RB, MB, SEQ)                                             \
-  __attribute__((noinline, target(TGT))) static void NAME(const bf16_job *jb, int i, int j) { \
-    BODY(jb, i, j, RB, MB, SEQ);                                                            \
+#define BF16_INST(NAME, BODY, TGT, RB, MB, SEQ, PF, BM)                                     \
+  __attribute__((noinline, target(TGT))) static void NAME(const bf16_job *jb, int i, int j,  \
+                                                          int pr, float *buf) {              \
+    BODY(jb, i, j, pr, buf, RB, MB, SEQ, PF, BM);                                            \
   }
-BF16_INST(b512_4x1, bf16_block_512, "avx512f,fma", 4, 1, 0)
-BF16_INST(b512_4x2, bf16_block_512, "avx512f,fma", 4, 2, 0)
-BF16_INST(b512_4x3, bf16_block_512, "avx512f,fma", 4, 3, 0)
-BF16_INST(b512_4x4, bf16_block_512, "avx512f,fma", 4, 4, 0)
-BF16_INST(b512_1x1, bf16_block_512, "avx512f,fma", 1, 1, 0)
-BF16_INST(b512_1x2, bf16_block_512, "avx512f,fma", 1, 2, 0)
-BF16_INST(b512_1x3, bf16_block_512, "avx512f,fma", 1, 3, 0)
-BF16_INST(b512_1x4, bf16_block_512, "avx512f,fma", 1, 4, 0)
-BF16_INST(b512_4x1s, bf16_block_512, "avx512f,fma", 4, 1, 1)
-BF16_INST(b512_4x2s, bf16_block_512, "avx512f,fma", 4, 2, 1)
-BF16_INST(b512_4x3s, bf16_block_512, "avx512f,fma", 4, 3, 1)
-BF16_INST(b512_4x4s, bf16_block_512, "avx512f,fma", 4, 4, 1)
-BF16_INST(b256_4x1, bf16_block_256, "avx2,fma", 4, 1, 0)
-BF16_INST(b256_4x2, bf16_block_256, "avx2,fma", 4, 2, 0)
-BF16_INST(b256_1x1, bf16_block_256, "avx2,fma", 1, 1, 0)
-BF16_INST(b256_1x2, bf16_block_256, "avx2,fma", 1, 2, 0)
-BF16_INST(b256_4x1s, bf16_block_256, "avx2,fma", 4, 1, 1)
-BF16_INST(b256_4x2s, bf16_block_256, "avx2,fma", 4, 2, 1)
+/* The shapes of bf16_kernels.by_rb, per activation block height MB: one weight row; four side
+ * by side; four as two pairs in sequence; four side by side prefetching 1, 2 or 4 rows' worth
+ * (bf16_rows); the same writing the block's fp32 copy (1, 2 rows' worth) and reading it (0, 1,
+ * 2). */
+#define BF16_SHAPES(P, BODY, TGT, MB)                                                        \
+  BF16_INST(P##_1x##MB, BODY, TGT, 1, MB, 0, 0, 0)                                           \
+  BF16_INST(P##_4x##MB, BODY, TGT, 4, MB, 0, 0, 0)                                           \
+  BF16_INST(P##_4x##MB##s, BODY, TGT, 4, MB, 1, 0, 0)                                        \
+  BF16_INST(P##_4x##MB##p1, BODY, TGT, 4, MB, 0, 1, 0)                                       \
+  BF16_INST(P##_4x##MB##p2, BODY, TGT, 4, MB, 0, 2, 0)                                       \
+  BF16_INST(P##_4x##MB##p4, BODY, TGT, 4, MB, 0, 4, 0)                                       \
+  BF16_INST(P##_4x##MB##w1, BODY, TGT, 4, MB, 0, 1, 1)                                       \
+  BF16_INST(P##_4x##MB##w2, BODY, TGT, 4, MB, 0, 2, 1)                                       \
+  BF16_INST(P##_4x##MB##r0, BODY, TGT, 4, MB, 0, 0, 2)                                       \
+  BF16_INST(P##_4x##MB##r1, BODY, TGT, 4, MB, 0, 1, 2)                                       \
+  BF16_INST(P##_4x##MB##r2, BODY, TGT, 4, MB, 0, 2, 2)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 1)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 2)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 3)
+BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 4)
+BF16_SHAPES(b256, bf16_block_256, "avx2,fma", 1)
+BF16_SHAPES(b256, bf16_block_256, "avx2,fma", 2)
 #endif
 
-typedef void (*bf16_block_fn)(const bf16_job *jb, int i, int j);
+typedef void (*bf16_block_fn)(const bf16_job *jb, int i, int j, int pr, float *buf);
 
-/* Instances by [shape][activation rows - 1]: shape 0 one weight row, 1 four side by side,
- * 2 four as two pairs one after the other (seq); and the most activation rows per block. */
+/* Instances by [shape][activation rows - 1], the shapes of BF16_SHAPES (BF16_ONE ...); and the
+ * most activation rows per block. */
+enum {
+  BF16_ONE, BF16_FOUR, BF16_SEQ, BF16_PF1, BF16_PF2, BF16_PF4, /* PFn + 3: also write the copy */
+  BF16_W1, BF16_W2, BF16_R0, BF16_R1, BF16_R2, BF16_NSHAPES    /* Rn: read it */
+};
 typedef struct bf16_kernels {
-  bf16_block_fn by_rb[3][4];
+  bf16_block_fn by_rb[BF16_NSHAPES][4];
   int mb;
 } bf16_kernels;
 
 #if VS_BF16_X86
-static const bf16_kernels k512 = {{{b512_1x1, b512_1x2, b512_1x3, b512_1x4},
-                                   {b512_4x1, b512_4x2, b512_4x3, b512_4x4},
-                                   {b512_4x1s, b512_4x2s, b512_4x3s, b512_4x4s}}, 4};
-static const bf16_kernels k256 = {{{b256_1x1, b256_1x2, NULL, NULL},
-                                   {b256_4x1, b256_4x2, NULL, NULL},
-                                   {b256_4x1s, b256_4x2s, NULL, NULL}}, 2};
+#define BF16_ROW4(P, S) {P##_4x1##S, P##_4x2##S, P##_4x3##S, P##_4x4##S}
+#define BF16_ROW2(P, S) {P##_4x1##S, P##_4x2##S, NULL, NULL}
+static const bf16_kernels k512 = {
+    {{b512_1x1, b512_1x2, b512_1x3, b512_1x4}, BF16_ROW4(b512, ), BF16_ROW4(b512, s),
+     BF16_ROW4(b512, p1), BF16_ROW4(b512, p2), BF16_ROW4(b512, p4), BF16_ROW4(b512, w1),
+     BF16_ROW4(b512, w2), BF16_ROW4(b512, r0), BF16_ROW4(b512, r1), BF16_ROW4(b512, r2)},
+    4};
+static const bf16_kernels k256 = {
+    {{b256_1x1, b256_1x2, NULL, NULL}, BF16_ROW2(b256, ), BF16_ROW2(b256, s), BF16_ROW2(b256, p1),
+     BF16_ROW2(b256, p2), BF16_ROW2(b256, p4), BF16_ROW2(b256, w1), BF16_ROW2(b256, w2),
+     BF16_ROW2(b256, r0), BF16_ROW2(b256, r1), BF16_ROW2(b256, r2)},
+    2};
 #endif
 
 static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
@@ -247,16 +379,39 @@ static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
     bf16_rows_scalar(jb, j0, j1);
     return;
   }
-  /* blocks of four weight rows (single rows at the end) by blocks of activation rows: an
-   * element sums the same way in every block shape */
+  /* Blocks of four weight rows (single rows at the end) by blocks of activation rows: an
+   * element sums the same way in every block shape. Decode-sized products take the pairs in
+   * sequence (one stream); larger ones side by side, every pass (activation block) prefetching
+   * a share of the block VS_BF16_PF_BLOCKS ahead into L2, as the fp32 kernel does
+   * (skinny_cols_tab in cpu_linear_skinny.c, which says why). With more than one pass the
+   * first also keeps the block's widened rows in buf and the others read them from there,
+   * so the widening (a load, a zero-extension and a shift per vector) is done once per block
+   * rather than once per pass. */
+  float buf[VS_BF16_RB * VS_BF16_BUF_MAX_K] __attribute__((aligned(64)));
+  const int m = jb->m, passes = (m + ks->mb - 1) / ks->mb;
+  const int npf = passes >= 4 ? 1 : passes >= 2 ? 2 : 4;
+  const int pf_shape = passes >= 4 ? BF16_PF1 : passes >= 2 ? BF16_PF2 : BF16_PF4;
+  const int copy = passes >= 2 && jb->k <= VS_BF16_BUF_MAX_K;
   for (int j = j0; j < j1;) {
-    int four = j1 - j >= VS_BF16_RB;
-    int shape = four && jb->m <= ks->mb ? 2 : four;
-    for (int i = 0; i < jb->m; i += ks->mb) {
-      int mb = jb->m - i < ks->mb ? jb->m - i : ks->mb;
-      ks->by_rb[shape][mb - 1](jb, i, j);
+    if (j1 - j < VS_BF16_RB) {
+      for (int i = 0; i < m; i += ks->mb)
+        ks->by_rb[BF16_ONE][(m - i < ks->mb ? m - i : ks->mb) - 1](jb, i, j, 0, buf);
+      j++;
+      continue;
     }
-    j += four ? VS_BF16_RB : 1;
+    if (m <= VS_BF16_SEQ_MAX_M && m <= ks->mb) {
+      ks->by_rb[BF16_SEQ][m - 1](jb, 0, j, 0, buf);
+    } else {
+      for (int i = 0, q = 0; i < m; i += ks->mb, q++) {
+        const int rows = m - i < ks->mb ? m - i : ks->mb, pr = q * npf;
+        int shape = pr < VS_BF16_RB ? pf_shape : BF16_FOUR;
+        /* the copy: PFn -> Wn (write) in the first pass, PFn -> Rn, FOUR -> R0 (read) after */
+        if (copy)
+          shape = q == 0 ? shape + 3 : pr < VS_BF16_RB ? shape - BF16_PF1 + BF16_R1 : BF16_R0;
+        ks->by_rb[shape][rows - 1](jb, i, j, pr < VS_BF16_RB ? pr : 0, buf);
+      }
+    }
+    j += VS_BF16_RB;
   }
 }
 

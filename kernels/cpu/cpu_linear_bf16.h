@@ -21,22 +21,21 @@
 
 #include "kernels/cpu/cpu_dev.h"
 
-/* The most rows a product may have to take this kernel; larger products (tree verification)
- * use the fp32 weights. Widening costs instructions per row, and above two rows that cost
- * more than the halved bytes saved: `vspec-bench costcurve --precision bf16` with
- * VSPEC_CPU_AMX=0 (AVX-512, one thread), ms per forward, bf16 rows / fp32:
- *   fmnist shape  m = 1: 0.70 / 1.00, m = 2: 0.83 / 1.04, m = 8: 1.69 / 1.29;
- *   GPT-B shape   m = 1: 19.6 / 26.1, m = 2: 23.3 / 27.3, m = 8: 34.3 / 34.7.
- * So without AMX a decode step and a tree verify use different weights (bf16 and fp32).
- * AVX512-BF16 dot products (vdpbf16ps, bf16 activations too) were tried for the larger
- * products and measured slower still on the machine at hand (an Intel Xeon with AMX, tiles
- * off): one vdpbf16ps cost 1.6 fp32 FMAs there, and a 4x4 block kernel ran the GPT-B shape's
- * 4-row forward in 42 ms against 25 ms in fp32 (2026-11-27). Not kept; to be measured on a
- * CPU without AMX before it is tried again. These figures predate the rows-in-sequence order
- * and the huge pages of issue 33 item 4 (docs/BENCHMARKS.md), which made m <= 4 faster in
- * both precisions; the limit was not measured again (raising it changes which weights a
- * 3- or 4-row product uses, hence its bits). */
-#define VS_BF16_ROWS_MAX_M 2
+/* The most rows a product may have to take this kernel: all. Without AMX every product of a
+ * bf16 device takes the bf16 weights, so a tree or chain verify multiplies by the same weights
+ * as a decode step, and row i of an m-row product has the bits of the 1-row product of row i
+ * (tests/test_linear_bf16.c); speculative decoding's target distribution is then AR's.
+ * Until issue 33 item 5 the limit was 2 and larger products used the fp32 weights (a decode
+ * step and a verify then differed in their weights), because the kernel's multi-row blocks
+ * were slow. With the prefetch and the widened copy of bf16_rows it is as fast as the fp32
+ * kernel or faster at every m measured on the GPT-B shapes (m 1-64, AVX-512, Zen 4), and
+ * 0-10 % slower at m 16-64 on the small fmnist model, whose fp32 weights are the ones that
+ * lose least from memory (docs/BENCHMARKS.md, issue 33 item 5).
+ *
+ * AVX512-BF16 dot products (vdpbf16ps) would double the multiply-adds per instruction but
+ * round the activations to bf16 as well, so an m-row product would no longer match the 1-row
+ * path (which keeps fp32 activations) bit for bit; not used. */
+#define VS_BF16_ROWS_MAX_M (1 << 30)
 
 /* W [n, k] (row-major fp32) in bf16 (round to nearest even) into out (n k elements), in the
  * layout the kernel reads: rows in pairs (0, 1), (2, 3), ... and, within a pair's 2 k elements,

@@ -37,50 +37,13 @@
 #endif
 
 /* Thresholds: the largest m that takes the skinny kernel rather than BLIS, per instruction
- * set and per kind of BLIS. Chosen from `vspec-bench linear --threads 1 --cpu-time --isa X`
- * (the 61 linear products of a GPT-B forward, 390 MB of distinct weights; single-thread
- * CPU time, because wall time on the shared 2-vCPU development VM - AMD EPYC Zen 5, load
- * 4-7 from other jobs during these runs - swung by 2x). Milliseconds, skinny / BLIS:
- *
- *   BLIS as Debian's BLIS 0.9 runs here: it does not know Zen 5 (AMD family 0x1a) and
- *   falls back to its 'generic' reference kernels (vs_blis_tuned() == 0):
- *        m      1      2      4      8      16      32      64     128     256
- *   avx512  13.6   14.3   15.8   20.2    29.0    46.7    81.4     152     304
- *   avx2    16.2   18.4   20.2   31.2    45.5    81.2     155     296     719
- *   BLIS    59.8   58.1   57.7   81.4     131     226     402     763    1780
- *   scalar 14.6 / 66.3 (m 1), 40.3 / 78.8 (2), 76.4 / 81.3 (4), 111 / 89.1 (6),
- *          80.8 / 79.9 (8), 143 / 160 (16): a tie from m = 4 on.
- *   So with AVX2 or AVX-512 the kernel wins at every m measured (2x to 6x) and takes every
- *   m; the scalar loop takes m <= 4.
- *
- *   BLIS with tuned kernels: the same runs with BLIS's CPU detection overridden (a
- *   bli_cpuid_query_id returning SKX or ZEN3, linked against Debian's static libblis.a):
- *        m      1      2      4      8      16      32      64     128     256
- *   avx512  14.8   15.0   17.1   20.9    29.7    53.7    80.0     148     285
- *   skx     94.9   91.6   96.2   95.9     115     131     151     215     341
- *   avx512  15.5   15.8   17.2   20.5    29.3    47.2    77.7     142     281
- *   zen3    17.6   17.9   20.2   26.2    43.5    74.9     132     253     498
- *   avx2    16.1   16.6   19.3   27.4    44.2    79.8     158     371     722
- *   zen3    16.7   17.1   19.2   24.5    41.0    68.3     152     290     591
- *   scalar vs BLIS penryn: 18.1 / 59.7 (m 1), 36.2 / 55.8 (4), 77.4 / 75.6 (8).
- *   BLIS's AVX2 "sup" kernels for unpacked small products match the AVX2 kernel up to
- *   m = 4 and beat it by 7-20% above; nothing in BLIS 0.9 beats the AVX-512 kernel up to
- *   m = 256 (its AVX-512 configuration has no sup kernels and packs W on every call). */
-/*
- * Effect on a whole forward, `vspec-bench costcurve --random gpt-b --min-time 0.3`, median
- * of 3 runs interleaved with the BLIS-only build, load ~3.2, ms for 1 row / 2 CFG rows:
- *   nodes        1            2            8            16            64
- *   before  57.2 / 64.7  54.4 / 59.1  83.5 / 161   130 / 220     398 / 755
- *   after   14.7 / 20.3  18.8 / 20.0  25.7 / 38.2  36.5 / 59.8   104 / 191  (--threads 1)
- */
-/*
- * Since BLIS's small-matrix path is switched off (kernels/cpu/cpu_gemm.c: it reads past
- * its operands), BLIS packs W on every call and the AVX2 kernel wins further: GPT-B layers,
- * one thread, Intel Xeon (Sapphire Rapids, BLIS 'haswell' configuration), ms skinny / BLIS:
- * m 4: 32.3 / 68.2, 8: 43.1 / 73.1, 16: 63.3 / 85.8, 24: 85.6 / 92.0, 32: 99.2 / 112,
- * 48: 136 / 132, 64: 184 / 166, 256: 680 / 485 (`vspec-bench linear --isa avx2 --threads 1`).
- * AVX-512 at 64 / 256: 108 / 162, 377 / 480.
- */
+ * set and per kind of BLIS, chosen from `vspec-bench linear --threads 1 --cpu-time --isa X`
+ * (the 61 linear products of a GPT-B forward); the tables are in docs/BENCHMARKS.md, "The
+ * skinny kernel against BLIS". With Debian's BLIS on its generic reference kernels
+ * (vs_blis_tuned() == 0) the AVX2 and AVX-512 kernels win at every m measured (2x to 6x) and
+ * take every m; the scalar loop ties from m = 4 on. With tuned BLIS kernels nothing in BLIS
+ * 0.9 beat the AVX-512 kernel up to m = 256, and on its packed path (its small-matrix path is
+ * off, cpu_gemm.c) BLIS passed the AVX2 kernel between m = 32 and 48. */
 #define VS_SKINNY_MAX_M_AVX512 256
 #define VS_SKINNY_MAX_M_AVX2 32
 #define VS_SKINNY_MAX_M_SCALAR 4
@@ -94,6 +57,14 @@
 /* Weight rows per micro-kernel block, and the column alignment of the per-task chunks:
  * a multiple of the block and of a 64-byte line of c, so threads never share a line. */
 #define VS_SKINNY_RB 4
+
+/* Products of at most this many rows take a block's weight rows in sequence
+ * (VS_SKINNY_SEQ); larger ones side by side with software prefetch (skinny_cols_tab). */
+#define VS_SKINNY_SEQ_MAX_M 2
+
+/* How far ahead the side-by-side blocks prefetch into L2: the weight block this many blocks
+ * after the current one (skinny_cols_tab); into L1 they prefetch the next block. */
+#define VS_SKINNY_PF_BLOCKS 2
 #define VS_SKINNY_CHUNK_ALIGN 16
 #define VS_SKINNY_TASKS_PER_THREAD 8
 
@@ -153,13 +124,14 @@ static void skinny_cols_scalar(const skinny_job *jb, int j0, int j1) {
  * non-inlined function (generated below) so that the register allocator sees only that
  * kernel's k loop: inlined into one big driver, GCC ran out of general registers for the
  * row pointers and reloaded them from the stack inside the loop. */
-typedef void (*skinny_mk)(const skinny_job *jb, int i, int j);
+typedef void (*skinny_mk)(const skinny_job *jb, int i, int j, int pr);
 
 /* The micro-kernels of one instruction set, indexed by mb - 1: 1-row (right edge) and
- * RB-row blocks, RB-row blocks that also prefetch the next block's weight rows, and RB-row
- * blocks that take their rows in sequence (VS_SKINNY_SEQ). */
+ * RB-row blocks, RB-row blocks that also prefetch 1, 2 or 4 weight rows of a block ahead
+ * (pf[0], pf[1], pf[2]; see skinny_cols_tab), and RB-row blocks that take their rows in
+ * sequence (VS_SKINNY_SEQ). */
 typedef struct skinny_kernels {
-  const skinny_mk *rows1, *rows4, *rows4_pf, *rows4_seq;
+  const skinny_mk *rows1, *rows4, *rows4_pf[3], *rows4_seq;
   int mb; /* activation rows per block */
 } skinny_kernels;
 
@@ -181,47 +153,65 @@ VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j
 /* Walks weight rows [j0, j1) in blocks of RB (edge: single rows) and, per block, all
  * activation rows in blocks of ks->mb (edge: the rest).
  *
- * The first activation block of a weight block is the one that pulls the weights in from
- * memory; it also prefetches the next weight block, one line per weight row and k step,
- * so that those lines arrive while the remaining activation blocks compute from L1.
- * Measured with `vspec-bench linear --threads 1 --cpu-time` (AVX-512, 4 runs each,
- * loaded machine): m = 8 went from 32-35 to 22-26 ms, m = 16 from 39-51 to 31-32 ms,
- * m = 32 from 55-68 to 48-49 ms; m = 1 unchanged (the hardware prefetcher already keeps up
- * with a pure stream).
+ * Up to VS_SKINNY_SEQ_MAX_M rows (decoding: 1 row, or 2 with CFG) the block's weight rows are
+ * taken one after the other (VS_SKINNY_SEQ): one sequential stream, which the hardware
+ * prefetcher keeps up with, made the GPT-B products at m = 1 and 2 about 1.3x faster than four
+ * rows side by side on the Zen 4 development machine, 1.8x with huge pages (cpu_dev.c).
  *
- * When the m rows fit one activation block, that block is the only pass over the weights
- * and takes the block's rows in sequence instead: one stream rather than four, which on the
- * Zen 4 development machine made the GPT-B products at m = 1 and 2 about 1.3x faster alone
- * and 1.8x with the weights on huge pages (cpu_dev.c); above one block the side-by-side
- * order with its prefetch stays (first block in sequence, the rest side by side measured
- * slower at m = 8). */
+ * Larger products are compute-heavy enough that what matters is keeping memory busy while
+ * the FMAs run: the blocks go side by side (4 weight rows x mb activation rows, the most reuse
+ * per load) and every pass over the block prefetches a share of the weight block
+ * VS_SKINNY_PF_BLOCKS blocks ahead into L2 (_MM_HINT_T2), and the same share of the next
+ * block from there into L1: with P passes (activation blocks) pass q takes rows
+ * q npf .. (q + 1) npf - 1, npf = 4, 2 or 1 as P is 1, 2-3 or more, so the requests spread
+ * evenly over the block's compute instead of bunching in its first pass. Prefetching only the
+ * next block into L1 and only in the first pass, as before, left memory idle during the other
+ * passes and ran into the L1's few outstanding misses: on the Zen 4 machine the GPT-B products
+ * at m = 4 / 8 / 16 went from 34-39 / 36 / 46 ms to 19 / 25 / 38 ms with the L2 prefetch, to
+ * 35 ms at m = 16 with the L1 one added (docs/BENCHMARKS.md, issue 33 item 5). Every element
+ * sees the same operations in the same order in every kernel, so the choice of path changes
+ * no bits. */
 static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
   const int m = jb->m, mb = ks->mb;
+  const int passes = (m + mb - 1) / mb;
+  /* rows of the block ahead per pass, and the index of its kernels in rows4_pf */
+  const int npf = passes >= 4 ? 1 : passes >= 2 ? 2 : 4;
+  const int pf_index = passes >= 4 ? 0 : passes >= 2 ? 1 : 2;
   for (int j = j0; j < j1;) {
     if (j1 - j >= VS_SKINNY_RB) {
-      if (m <= mb)
-        ks->rows4_seq[m - 1](jb, 0, j);
-      else
-        for (int i = 0; i < m; i += mb)
-          (i == 0 ? ks->rows4_pf : ks->rows4)[(m - i < mb ? m - i : mb) - 1](jb, i, j);
+      if (m <= VS_SKINNY_SEQ_MAX_M && m <= mb) {
+        ks->rows4_seq[m - 1](jb, 0, j, 0);
+      } else {
+        for (int i = 0, q = 0; i < m; i += mb, q++) {
+          const int rows = m - i < mb ? m - i : mb;
+          if (q * npf < VS_SKINNY_RB)
+            ks->rows4_pf[pf_index][rows - 1](jb, i, j, q * npf);
+          else
+            ks->rows4[rows - 1](jb, i, j, 0);
+        }
+      }
       j += VS_SKINNY_RB;
     } else {
-      for (int i = 0; i < m; i += mb) ks->rows1[(m - i < mb ? m - i : mb) - 1](jb, i, j);
+      for (int i = 0; i < m; i += mb) ks->rows1[(m - i < mb ? m - i : mb) - 1](jb, i, j, 0);
       j++;
     }
   }
 }
 
 /* One k step of the rb x mb micro-kernel: rb weight vectors, then per activation row one
- * vector and rb fused multiply-adds; with pf, a prefetch of the same offset in each row of
- * the next weight block. LOAD is a plain or a masked load. The unroll pragmas
+ * vector and rb fused multiply-adds; with pf, prefetches of the same offset in pf rows (from
+ * row pr) of the weight block VS_SKINNY_PF_BLOCKS ahead into L2 and of the next block into L1
+ * (skinny_cols_tab). LOAD is a plain or a masked load. The unroll pragmas
  * turn the loops over the compile-time rb/mb into straight code, so acc lives in
  * registers (checked in the generated assembly: no spills in the k loop). */
 #define VS_SKINNY_STEP(VEC, FMADD, LOAD)                                                \
   do {                                                                                  \
     VEC w_[VS_SKINNY_RB];                                                               \
-    if (pf) _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++)                        \
-      _mm_prefetch((const char *)(b + (r + VS_SKINNY_RB) * ldb + p), _MM_HINT_T0);     \
+    _Pragma("GCC unroll 8") for (int r = 0; r < pf; r++) {                              \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_PF_BLOCKS * VS_SKINNY_RB + pr + r) * ldb + p), \
+                   _MM_HINT_T2);                                                        \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_RB + pr + r) * ldb + p), _MM_HINT_T0); \
+    }                                                                                   \
     _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) w_[r] = LOAD(b + r * ldb + p); \
     _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) {                              \
       VEC x_ = LOAD(a + q * lda + p);                                                   \
@@ -229,6 +219,27 @@ static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_k
           FMADD(w_[r], x_, acc[r][q]);                                                  \
     }                                                                                   \
   } while (0)
+
+/* VS_SKINNY_STEP with the loops turned round, for register files too small for rb weight
+ * vectors beside rb x mb accumulators (AVX2 at mb = 3: 12 + 4 + 1 > 16): mb activation
+ * vectors, then per weight row one vector and mb fused multiply-adds. Each accumulator gets
+ * the same one multiply-add per step, so the bits are the same. */
+#define VS_SKINNY_STEP_XW(VEC, FMADD, LOAD)                                             \
+  do {                                                                                  \
+    VEC x_[VS_SKINNY_MB_MAX];                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < pf; r++) {                              \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_PF_BLOCKS * VS_SKINNY_RB + pr + r) * ldb + p), \
+                   _MM_HINT_T2);                                                        \
+      _mm_prefetch((const char *)(b + (VS_SKINNY_RB + pr + r) * ldb + p), _MM_HINT_T0); \
+    }                                                                                   \
+    _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) x_[q] = LOAD(a + q * lda + p); \
+    _Pragma("GCC unroll 8") for (int r = 0; r < rb; r++) {                              \
+      VEC w_ = LOAD(b + r * ldb + p);                                                   \
+      _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++) acc[r][q] =                  \
+          FMADD(w_, x_[q], acc[r][q]);                                                  \
+    }                                                                                   \
+  } while (0)
+#define VS_SKINNY_MB_MAX 4
 
 /* The rb x mb micro-kernel with the weight rows taken one after the other instead of side
  * by side: row r's whole k loop (one weight vector, then per activation row one vector and
@@ -321,9 +332,11 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void seq512_halves(const float *a, size_t lda,
   }
 }
 
-/* pf: prefetch the next block (VS_SKINNY_STEP); seq: the rows in sequence (VS_SKINNY_SEQ). */
-VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, const int rb,
-                                                 const int mb, const int pf, const int seq) {
+/* pf: how many rows (from row pr) of the block ahead to prefetch (VS_SKINNY_STEP); seq: the
+ * rows in sequence (VS_SKINNY_SEQ). */
+VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, int j, int pr,
+                                                 const int rb, const int mb, const int pf,
+                                                 const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
   const int k = jb->k;
@@ -349,34 +362,43 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, in
                     i + q, j, rb);
 }
 
-#define VS512_DEF(NAME, RB, MB, PF, SEQ)                                               \
-  __attribute__((noinline)) VS_TARGET_AVX512 static void NAME(const skinny_job *jb, int i, \
-                                                              int j) {                  \
-    mk_avx512(jb, i, j, RB, MB, PF, SEQ);                                               \
+#define VS512_DEF(NAME, RB, MB, PF, SEQ)                                                     \
+  __attribute__((noinline)) VS_TARGET_AVX512 static void NAME(const skinny_job *jb, int i, int j, \
+                                                              int pr) {                       \
+    mk_avx512(jb, i, j, pr, RB, MB, PF, SEQ);                                                 \
   }
 VS512_DEF(mk512_1x1, 1, 1, 0, 0) VS512_DEF(mk512_1x2, 1, 2, 0, 0)
 VS512_DEF(mk512_1x3, 1, 3, 0, 0) VS512_DEF(mk512_1x4, 1, 4, 0, 0)
 VS512_DEF(mk512_4x1, 4, 1, 0, 0) VS512_DEF(mk512_4x2, 4, 2, 0, 0)
 VS512_DEF(mk512_4x3, 4, 3, 0, 0) VS512_DEF(mk512_4x4, 4, 4, 0, 0)
-VS512_DEF(mk512_4x1_pf, 4, 1, 1, 0) VS512_DEF(mk512_4x2_pf, 4, 2, 1, 0)
-VS512_DEF(mk512_4x3_pf, 4, 3, 1, 0) VS512_DEF(mk512_4x4_pf, 4, 4, 1, 0)
+VS512_DEF(mk512_4x1_pf1, 4, 1, 1, 0) VS512_DEF(mk512_4x2_pf1, 4, 2, 1, 0)
+VS512_DEF(mk512_4x3_pf1, 4, 3, 1, 0) VS512_DEF(mk512_4x4_pf1, 4, 4, 1, 0)
+VS512_DEF(mk512_4x1_pf2, 4, 1, 2, 0) VS512_DEF(mk512_4x2_pf2, 4, 2, 2, 0)
+VS512_DEF(mk512_4x3_pf2, 4, 3, 2, 0) VS512_DEF(mk512_4x4_pf2, 4, 4, 2, 0)
+VS512_DEF(mk512_4x1_pf4, 4, 1, 4, 0) VS512_DEF(mk512_4x2_pf4, 4, 2, 4, 0)
+VS512_DEF(mk512_4x3_pf4, 4, 3, 4, 0) VS512_DEF(mk512_4x4_pf4, 4, 4, 4, 0)
 VS512_DEF(mk512_4x1_seq, 4, 1, 0, 1) VS512_DEF(mk512_4x2_seq, 4, 2, 0, 1)
 VS512_DEF(mk512_4x3_seq, 4, 3, 0, 1) VS512_DEF(mk512_4x4_seq, 4, 4, 0, 1)
 
 static const skinny_mk mk512_rows1[VS512_MB] = {mk512_1x1, mk512_1x2, mk512_1x3, mk512_1x4};
 static const skinny_mk mk512_rows4[VS512_MB] = {mk512_4x1, mk512_4x2, mk512_4x3, mk512_4x4};
-static const skinny_mk mk512_rows4_pf[VS512_MB] = {mk512_4x1_pf, mk512_4x2_pf, mk512_4x3_pf,
-                                                   mk512_4x4_pf};
+static const skinny_mk mk512_rows4_pf1[VS512_MB] = {mk512_4x1_pf1, mk512_4x2_pf1, mk512_4x3_pf1,
+                                                    mk512_4x4_pf1};
+static const skinny_mk mk512_rows4_pf2[VS512_MB] = {mk512_4x1_pf2, mk512_4x2_pf2, mk512_4x3_pf2,
+                                                    mk512_4x4_pf2};
+static const skinny_mk mk512_rows4_pf4[VS512_MB] = {mk512_4x1_pf4, mk512_4x2_pf4, mk512_4x3_pf4,
+                                                    mk512_4x4_pf4};
 static const skinny_mk mk512_rows4_seq[VS512_MB] = {mk512_4x1_seq, mk512_4x2_seq, mk512_4x3_seq,
                                                     mk512_4x4_seq};
-static const skinny_kernels vs512_kernels = {mk512_rows1, mk512_rows4, mk512_rows4_pf,
-                                             mk512_rows4_seq, VS512_MB};
+static const skinny_kernels vs512_kernels = {
+    mk512_rows1, mk512_rows4, {mk512_rows4_pf1, mk512_rows4_pf2, mk512_rows4_pf4}, mk512_rows4_seq,
+    VS512_MB};
 
 /* ---- AVX2 ------------------------------------------------------------------------------ */
 
 /* 16 ymm registers: 4 x 2 accumulators + 4 weight vectors + 1 activation vector = 13.
  * 4 x 3 would need 17 and spill. */
-#define VS256_MB 2
+#define VS256_MB 3
 
 /* _mm256_maskload_ps takes a lane mask of int32 sign bits: a window into this table. */
 static const int32_t vs256_tail_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
@@ -399,8 +421,9 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 __m128 vs256_reduce4(__m256 a0, __m256 a1, __m25
   return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
 }
 
-VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, const int rb,
-                                             const int mb, const int pf, const int seq) {
+VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, int pr,
+                                             const int rb, const int mb, const int pf,
+                                             const int seq) {
   const float *a = jb->a + (size_t)i * jb->lda, *b = jb->b + (size_t)j * jb->ldb;
   const size_t lda = (size_t)jb->lda, ldb = (size_t)jb->ldb;
   const int k = jb->k;
@@ -413,7 +436,11 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j,
                       _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p))))
   } else {
     int p = 0;
-    for (; p + 8 <= k; p += 8) VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOAD);
+    if (mb == 3) {
+      for (; p + 8 <= k; p += 8) VS_SKINNY_STEP_XW(__m256, _mm256_fmadd_ps, VS256_LOAD);
+    } else {
+      for (; p + 8 <= k; p += 8) VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOAD);
+    }
     if (p < k) {
       const __m256i tail = _mm256_loadu_si256((const __m256i *)(vs256_tail_mask + 8 - (k - p)));
       VS_SKINNY_STEP(__m256, _mm256_fmadd_ps, VS256_LOADM);
@@ -426,22 +453,31 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j,
                     i + q, j, rb);
 }
 
-#define VS256_DEF(NAME, RB, MB, PF, SEQ)                                               \
-  __attribute__((noinline)) VS_TARGET_AVX2 static void NAME(const skinny_job *jb, int i,   \
-                                                            int j) {                    \
-    mk_avx2(jb, i, j, RB, MB, PF, SEQ);                                                 \
+#define VS256_DEF(NAME, RB, MB, PF, SEQ)                                                     \
+  __attribute__((noinline)) VS_TARGET_AVX2 static void NAME(const skinny_job *jb, int i, int j, \
+                                                            int pr) {                         \
+    mk_avx2(jb, i, j, pr, RB, MB, PF, SEQ);                                                   \
   }
-VS256_DEF(mk256_1x1, 1, 1, 0, 0) VS256_DEF(mk256_1x2, 1, 2, 0, 0)
-VS256_DEF(mk256_4x1, 4, 1, 0, 0) VS256_DEF(mk256_4x2, 4, 2, 0, 0)
-VS256_DEF(mk256_4x1_pf, 4, 1, 1, 0) VS256_DEF(mk256_4x2_pf, 4, 2, 1, 0)
+VS256_DEF(mk256_1x1, 1, 1, 0, 0) VS256_DEF(mk256_1x2, 1, 2, 0, 0) VS256_DEF(mk256_1x3, 1, 3, 0, 0)
+VS256_DEF(mk256_4x1, 4, 1, 0, 0) VS256_DEF(mk256_4x2, 4, 2, 0, 0) VS256_DEF(mk256_4x3, 4, 3, 0, 0)
+VS256_DEF(mk256_4x1_pf1, 4, 1, 1, 0) VS256_DEF(mk256_4x2_pf1, 4, 2, 1, 0)
+VS256_DEF(mk256_4x3_pf1, 4, 3, 1, 0)
+VS256_DEF(mk256_4x1_pf2, 4, 1, 2, 0) VS256_DEF(mk256_4x2_pf2, 4, 2, 2, 0)
+VS256_DEF(mk256_4x3_pf2, 4, 3, 2, 0)
+VS256_DEF(mk256_4x1_pf4, 4, 1, 4, 0) VS256_DEF(mk256_4x2_pf4, 4, 2, 4, 0)
+VS256_DEF(mk256_4x3_pf4, 4, 3, 4, 0)
 VS256_DEF(mk256_4x1_seq, 4, 1, 0, 1) VS256_DEF(mk256_4x2_seq, 4, 2, 0, 1)
+VS256_DEF(mk256_4x3_seq, 4, 3, 0, 1)
 
-static const skinny_mk mk256_rows1[VS256_MB] = {mk256_1x1, mk256_1x2};
-static const skinny_mk mk256_rows4[VS256_MB] = {mk256_4x1, mk256_4x2};
-static const skinny_mk mk256_rows4_pf[VS256_MB] = {mk256_4x1_pf, mk256_4x2_pf};
-static const skinny_mk mk256_rows4_seq[VS256_MB] = {mk256_4x1_seq, mk256_4x2_seq};
-static const skinny_kernels vs256_kernels = {mk256_rows1, mk256_rows4, mk256_rows4_pf,
-                                             mk256_rows4_seq, VS256_MB};
+static const skinny_mk mk256_rows1[VS256_MB] = {mk256_1x1, mk256_1x2, mk256_1x3};
+static const skinny_mk mk256_rows4[VS256_MB] = {mk256_4x1, mk256_4x2, mk256_4x3};
+static const skinny_mk mk256_rows4_pf1[VS256_MB] = {mk256_4x1_pf1, mk256_4x2_pf1, mk256_4x3_pf1};
+static const skinny_mk mk256_rows4_pf2[VS256_MB] = {mk256_4x1_pf2, mk256_4x2_pf2, mk256_4x3_pf2};
+static const skinny_mk mk256_rows4_pf4[VS256_MB] = {mk256_4x1_pf4, mk256_4x2_pf4, mk256_4x3_pf4};
+static const skinny_mk mk256_rows4_seq[VS256_MB] = {mk256_4x1_seq, mk256_4x2_seq, mk256_4x3_seq};
+static const skinny_kernels vs256_kernels = {
+    mk256_rows1, mk256_rows4, {mk256_rows4_pf1, mk256_rows4_pf2, mk256_rows4_pf4}, mk256_rows4_seq,
+    VS256_MB};
 
 #endif /* VS_SKINNY_X86 */
 
