@@ -116,7 +116,7 @@ static void test_invariance(void **state) {
 
 /* Row i of an m-row product has the bits of the 1-row product of row i, for m = 1 .. 17 (every
  * block and prefetch shape of bf16_rows: rows in sequence up to 2, then 1 to 5 activation
- * blocks on AVX-512, 2 to 9 on AVX2), on every instruction set this CPU has, with k tails
+ * blocks on AVX-512, 1 to 6 on AVX2), on every instruction set this CPU has, with k tails
  * past the 16-column chunks and an unpaired last weight row: a verify's rows reproduce decode
  * steps. */
 static void test_rows_match_one_row(void **state) {
