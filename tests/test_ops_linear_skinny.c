@@ -227,7 +227,7 @@ static void test_skinny_thread_invariance(void **state) {
 /* A row's result does not depend on the other rows batched with it: the tree verify of
  * speculative decoding must reproduce a one-token forward bit for bit. Batches of 1 and 2 rows
  * take the weight rows in sequence (VS_SKINNY_SEQ), larger ones side by side with a prefetch
- * pattern that depends on the number of activation blocks (1 to 17 rows: 1 to 9 blocks on
+ * pattern that depends on the number of activation blocks (1 to 17 rows: 1 to 6 blocks on
  * AVX2, 1 to 5 on AVX-512), 40 rows side by side: same bits. */
 static void test_skinny_row_independence(void **state) {
   const int n = 75, k = 131, m = 40;

@@ -119,6 +119,10 @@ static void bf16_rows_scalar(const bf16_job *jb, int j0, int j1) {
  * it (WIDEN then a plain load): the same values either way. */
 #define BF16_STEP(VEC, WIDEN, LOADX, FMADD, R0, R1, WP, P)                                   \
   do {                                                                                       \
+    if (xw) {                                                                                \
+      BF16_STEP_XW(VEC, WIDEN, LOADX, FMADD, R0, R1, WP, P);                                 \
+      break;                                                                                 \
+    }                                                                                        \
     VEC wv_[VS_BF16_RB];                                                                     \
     _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++) wv_[r] = WIDEN(WP(r));         \
     if (bm == 1) _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++)                   \
@@ -127,6 +131,22 @@ static void bf16_rows_scalar(const bf16_job *jb, int j0, int j1) {
       VEC xv_ = LOADX(x + (size_t)q * k + (P));                                              \
       _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++) acc[r][q] =                  \
           FMADD(wv_[r], xv_, acc[r][q]);                                                     \
+    }                                                                                        \
+  } while (0)
+
+/* BF16_STEP with its loops turned round, for xw (AVX2 at mb = 3: 12 accumulators, 3
+ * activation vectors and 1 weight vector fill the 16 registers, where the plain order needs
+ * 4 weight vectors): each accumulator gets the same multiply-add, so the same bits. */
+#define BF16_STEP_XW(VEC, WIDEN, LOADX, FMADD, R0, R1, WP, P)                                \
+  do {                                                                                       \
+    VEC xv_[4];                                                                              \
+    _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) xv_[q] =                            \
+        LOADX(x + (size_t)q * k + (P));                                                      \
+    _Pragma("GCC unroll 4") for (int r = (R0); r < (R1); r++) {                              \
+      VEC wv_ = WIDEN(WP(r));                                                                \
+      if (bm == 1) STOREW(BF16_BUF(r, P), wv_);                                              \
+      _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) acc[r][q] =                       \
+          FMADD(wv_, xv_[q], acc[r][q]);                                                     \
     }                                                                                        \
   } while (0)
 
@@ -200,7 +220,7 @@ bf16_reduce4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 static inline __attribute__((always_inline, target("avx512f,fma"))) void
 bf16_block_512(const bf16_job *jb, int i, int j, int pr, float *buf, const int rb, const int mb,
                const int seq, const int pf, const int bm) {
-  enum { VL = 16 };
+  enum { VL = 16, xw = 0 };
 #define STOREW _mm512_storeu_ps
   const int k = jb->k, kv = k / 16 * 16;
   const float *x = jb->x + (size_t)i * k;
@@ -265,18 +285,19 @@ bf16_reduce4_256(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 }
 
 /* As bf16_block_512 with 8 lanes (the k16 columns in 8-column halves of the chunks, then one
- * more step from the tail columns when 8 or more remain); mb <= 2 (16 ymm registers: 8
- * accumulators, 4 weights). */
+ * more step from the tail columns when 8 or more remain); mb <= 3 (16 ymm registers: at
+ * mb = 3 12 accumulators, 3 activations and 1 weight, the k step turned round). */
 static inline __attribute__((always_inline, target("avx2,fma"))) void
 bf16_block_256(const bf16_job *jb, int i, int j, int pr, float *buf, const int rb, const int mb,
                const int seq, const int pf, const int bm) {
   enum { VL = 8 };
+  const int xw = mb == 3;
 #define STOREW _mm256_storeu_ps
   const int k = jb->k, kv = k / 8 * 8, k16 = k & ~15;
   const float *x = jb->x + (size_t)i * k;
   const uint16_t *pfw = jb->w + (size_t)(j + VS_BF16_PF_BLOCKS * VS_BF16_RB) * k;
   bf16_row w[VS_BF16_RB];
-  __m256 acc[VS_BF16_RB][2];
+  __m256 acc[VS_BF16_RB][3];
   _Pragma("GCC unroll 4") for (int r = 0; r < rb; r++) {
     w[r] = bf16_row_at(jb, j + r);
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++) acc[r][q] = _mm256_setzero_ps();
@@ -339,6 +360,7 @@ BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 3)
 BF16_SHAPES(b512, bf16_block_512, "avx512f,fma", 4)
 BF16_SHAPES(b256, bf16_block_256, "avx2,fma", 1)
 BF16_SHAPES(b256, bf16_block_256, "avx2,fma", 2)
+BF16_SHAPES(b256, bf16_block_256, "avx2,fma", 3)
 #endif
 
 typedef void (*bf16_block_fn)(const bf16_job *jb, int i, int j, int pr, float *buf);
@@ -356,17 +378,17 @@ typedef struct bf16_kernels {
 
 #if VS_BF16_X86
 #define BF16_ROW4(P, S) {P##_4x1##S, P##_4x2##S, P##_4x3##S, P##_4x4##S}
-#define BF16_ROW2(P, S) {P##_4x1##S, P##_4x2##S, NULL, NULL}
+#define BF16_ROW3(P, S) {P##_4x1##S, P##_4x2##S, P##_4x3##S, NULL}
 static const bf16_kernels k512 = {
     {{b512_1x1, b512_1x2, b512_1x3, b512_1x4}, BF16_ROW4(b512, ), BF16_ROW4(b512, s),
      BF16_ROW4(b512, p1), BF16_ROW4(b512, p2), BF16_ROW4(b512, p4), BF16_ROW4(b512, w1),
      BF16_ROW4(b512, w2), BF16_ROW4(b512, r0), BF16_ROW4(b512, r1), BF16_ROW4(b512, r2)},
     4};
 static const bf16_kernels k256 = {
-    {{b256_1x1, b256_1x2, NULL, NULL}, BF16_ROW2(b256, ), BF16_ROW2(b256, s), BF16_ROW2(b256, p1),
-     BF16_ROW2(b256, p2), BF16_ROW2(b256, p4), BF16_ROW2(b256, w1), BF16_ROW2(b256, w2),
-     BF16_ROW2(b256, r0), BF16_ROW2(b256, r1), BF16_ROW2(b256, r2)},
-    2};
+    {{b256_1x1, b256_1x2, b256_1x3, NULL}, BF16_ROW3(b256, ), BF16_ROW3(b256, s),
+     BF16_ROW3(b256, p1), BF16_ROW3(b256, p2), BF16_ROW3(b256, p4), BF16_ROW3(b256, w1),
+     BF16_ROW3(b256, w2), BF16_ROW3(b256, r0), BF16_ROW3(b256, r1), BF16_ROW3(b256, r2)},
+    3};
 #endif
 
 static void bf16_rows(const bf16_job *jb, int isa, int j0, int j1) {
