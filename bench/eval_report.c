@@ -337,20 +337,6 @@ int vs_eval_write_json(const char *path, const char *model, const char *device, 
   return VSPEC_OK;
 }
 
-/* The value of KEY in a "k=v,k=v" list, copied to out ("" when absent). */
-static void param_value(const char *list, const char *key, char *out, size_t len) {
-  size_t kl = strlen(key);
-  out[0] = 0;
-  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-    while (*p == ' ') p++;
-    if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
-      size_t n = strcspn(p + kl + 1, ",");
-      snprintf(out, len, "%.*s", (int)n, p + kl + 1);
-      return;
-    }
-  }
-}
-
 /* A point's label: AR, else the rule's parameters; chains of a continuous rule differ only
  * in their schedule, so those name the draft length and pre-fill (L=8 p=0.15 tau=42). */
 static void point_label(const vs_method *m, char *out, size_t len) {
@@ -362,11 +348,11 @@ static void point_label(const vs_method *m, char *out, size_t len) {
     snprintf(out, len, "%s", m->rule_params);
     return;
   }
-  char depth[16], prefill[16];
-  param_value(m->sched_params, "depth", depth, sizeof depth);
-  param_value(m->sched_params, "prefill", prefill, sizeof prefill);
-  snprintf(out, len, "L=%s%s%s%s%s", depth[0] ? depth : "?", prefill[0] ? " p=" : "", prefill,
-           m->rule_params[0] ? " " : "", m->rule_params);
+  const char *depth = vs_param_string(&m->sched_set, "depth"),
+             *prefill = vs_param_string(&m->sched_set, "prefill");
+  snprintf(out, len, "L=%.15s%s%.15s%s%s", depth && *depth ? depth : "?",
+           prefill && *prefill ? " p=" : "", prefill ? prefill : "", m->rule_params[0] ? " " : "",
+           m->rule_params);
 }
 
 int vs_eval_write_plot(const char *path, vs_eval_method *em, int n, const vs_bench_machine *mc,

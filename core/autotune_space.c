@@ -35,17 +35,14 @@ int vs_autotune_wanted(const vs_method *m) {
 
 int vs_autotune_default(vs_method *m, int continuous) {
   if (m->kind != VS_METHOD_SD || continuous || strcmp(m->sched, "standard") != 0) return 0;
-  vspec_params *p;
-  char err[VSPEC_ERRLEN];
-  if (vs_params_parse(m->sched_params, &p, err, sizeof err)) return 0; /* the plugin says why */
   int named = m->size == VS_METHOD_SIZE_AUTO;
   for (size_t i = 0; i < sizeof at_size_keys / sizeof at_size_keys[0]; i++)
-    named |= vs_param_string(p, at_size_keys[i]) != NULL;
+    named |= vs_param_string(&m->sched_set, at_size_keys[i]) != NULL;
   /* A drafter plugin (Jacobi decoding) keeps its own default window unless size=auto is
    * asked for by name: its tuning is a chain's depths only. */
   named |= vs_method_drafter(m) == VSPEC_DRAFTER_PLUGIN;
-  vs_params_free(p);
   if (named) return 0;
+  char err[VSPEC_ERRLEN];
   char sp[sizeof m->sched_params];
   if ((size_t)snprintf(sp, sizeof sp, "%s%ssize=auto", m->sched_params,
                        *m->sched_params ? "," : "") >= sizeof sp)
@@ -108,21 +105,28 @@ static int at_rule_exact(vs_models *models, const char *rule) {
   return exact;
 }
 
+/* The drafter the method names for the tuning to keep (NULL: auto, the tuning's choice). */
+static const char *at_named_drafter(const vspec_params *p) {
+  const char *drafter = vs_param_string(p, "drafter");
+  return drafter && !strcmp(drafter, "auto") ? NULL : drafter;
+}
+
+/* Whether the scheduler's parameter `key` stays in a tuned method: everything but the size
+ * and the keys the tuning sets. */
+static int at_kept(const vspec_params *p, const char *key) {
+  return strcmp(key, "size") && (at_named_drafter(p) || strcmp(key, "drafter")) &&
+         (vs_param_string(p, "shape") || strcmp(key, "shape"));
+}
+
 int vs__autotune_space(vs_models *models, const vs_method *m, vs_at_space *sp, char *err,
                        size_t errlen) {
   memset(sp, 0, sizeof *sp);
-  vspec_params *p;
-  int rc = vs_params_parse(m->sched_params, &p, err, errlen);
-  if (rc) return rc;
-  const char *shape = vs_param_string(p, "shape"), *drafter = vs_param_string(p, "drafter");
-  if (drafter && !strcmp(drafter, "auto")) drafter = NULL; /* auto leaves it to the tuning */
-  /* What stays: everything but the size and the keys the tuning sets. */
+  const vspec_params *p = &m->sched_set;
+  const char *shape = vs_param_string(p, "shape"), *drafter = at_named_drafter(p);
   size_t used = 0;
   for (size_t i = 0; i < vs_params_count(p); i++) {
     const char *k = vs_params_key(p, i);
-    if (!strcmp(k, "size") || (!drafter && !strcmp(k, "drafter")) ||
-        (!shape && !strcmp(k, "shape")))
-      continue;
+    if (!at_kept(p, k)) continue;
     used += (size_t)snprintf(sp->rest + used, used < sizeof sp->rest ? sizeof sp->rest - used : 0,
                              "%s%s=%s", used ? "," : "", k, vs_params_value(p, i));
   }
@@ -139,7 +143,6 @@ int vs__autotune_space(vs_models *models, const vs_method *m, vs_at_space *sp, c
     if (!shape || !strcmp(shape, "dynamic")) at_add_family(sp, dn, "dynamic", 2, !shape);
     if (!shape || !strcmp(shape, "static")) at_add_family(sp, dn, "static", 1, !shape);
   }
-  vs_params_free(p);
   if (sp->n_fam == 0) {
     snprintf(err, errlen, "size=auto: model '%s' has no drafter to tune (a draft model or an "
              "EAGLE head in its vspec-model.json)%s", models->name,
@@ -158,15 +161,52 @@ void vs__autotune_param(const vs_at_space *sp, int fam, int size, char *out, siz
            f->shape ? f->shape : "", f->shape ? "," : "", f->size_key, f->sizes[size]);
 }
 
-int vs__autotune_valid(const vs_at_space *sp, const char *choice) {
-  if (!strcmp(choice, VS_AUTOTUNE_AR)) return sp->exact;
+/* The family and size whose spelling is `choice`; 0 when none is. */
+static int at_find(const vs_at_space *sp, const char *choice, int *fam, int *size) {
   char param[VS_AUTOTUNE_PARAM_LEN];
   for (int f = 0; f < sp->n_fam; f++)
     for (int s = 0; s < sp->fam[f].n_sizes; s++) {
       vs__autotune_param(sp, f, s, param, sizeof param);
-      if (!strcmp(param, choice)) return 1;
+      if (!strcmp(param, choice)) {
+        *fam = f, *size = s;
+        return 1;
+      }
     }
   return 0;
+}
+
+int vs__autotune_valid(const vs_at_space *sp, const char *choice) {
+  if (!strcmp(choice, VS_AUTOTUNE_AR)) return sp->exact;
+  int f, s;
+  return at_find(sp, choice, &f, &s);
+}
+
+/* The tuned method's drafter and scheduler parameters: what stays of m's, then the choice's
+ * keys in the order they are spelt (vs__autotune_param), set from its family rather than read
+ * back from the spelling. */
+static int at_tuned_set(const vs_method *m, const vs_at_space *sp, const char *choice,
+                        vs_method *out, char *err, size_t errlen) {
+  const vspec_params *p = &m->sched_set;
+  int f, s, rc = VSPEC_OK;
+  if (!at_find(sp, choice, &f, &s)) {
+    snprintf(err, errlen, "size=auto: %s is not a choice for %s", choice, m->text);
+    return VSPEC_EINVAL;
+  }
+  const vs_at_family *fam = &sp->fam[f];
+  /* The family names the drafter when the method left it open; else m's stays. */
+  if (fam->drafter) snprintf(out->drafter, sizeof out->drafter, "%s", fam->drafter);
+  vspec_params *o = &out->sched_set;
+  char inner[VSPEC_ERRLEN];
+  memset(o, 0, sizeof *o);
+  for (size_t i = 0; !rc && i < vs_params_count(p); i++)
+    if (at_kept(p, vs_params_key(p, i)))
+      rc = vs_params_set(o, vs_params_key(p, i), vs_params_value(p, i), inner, sizeof inner);
+  if (!rc && fam->drafter) rc = vs_params_set(o, "drafter", fam->drafter, inner, sizeof inner);
+  if (!rc && fam->shape) rc = vs_params_set(o, "shape", fam->shape, inner, sizeof inner);
+  if (!rc) rc = vs_params_set(o, fam->size_key, fam->sizes[s], inner, sizeof inner);
+  /* as the scheduler said it when it parsed the spelling (a size key the method gave too) */
+  if (rc) snprintf(err, errlen, "scheduler '%s': %s", m->sched, inner);
+  return rc;
 }
 
 int vs__autotune_method(const vs_method *m, const vs_at_space *sp, const char *choice,
@@ -177,11 +217,8 @@ int vs__autotune_method(const vs_method *m, const vs_at_space *sp, const char *c
   }
   *out = *m;
   out->size = VS_METHOD_SIZE_FIXED;
-  /* The choice names the drafter when the method left it open (core/autotune_space.c's
-   * families: "drafter=NAME," first); what stays keeps the one the method named. */
-  if (!strncmp(choice, "drafter=", 8))
-    snprintf(out->drafter, sizeof out->drafter, "%.*s", (int)strcspn(choice + 8, ","),
-             choice + 8);
+  int rc = at_tuned_set(m, sp, choice, out, err, errlen);
+  if (rc) return rc;
   size_t n = (size_t)snprintf(out->sched_params, sizeof out->sched_params, "%s%s%s", sp->rest,
                               *sp->rest ? "," : "", choice);
   if (n >= sizeof out->sched_params ||

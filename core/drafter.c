@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "core/draft_model.h"
-#include "core/params.h"
 #include "core/registry.h"
 
 struct vs_drafter {
@@ -78,11 +77,8 @@ static int create_plugin_drafter(vs_drafter *p, const vs_drafter_config *cfg, ch
                            .target_feature_dim = cfg->target_feature_dim,
                            .model = p->model ? vs_draft_model_abi(p->model) : NULL,
                            .may_skip = cfg->may_skip};
-  vspec_params *params = NULL;
   char inner[VSPEC_ERRLEN] = "";
-  rc = vs_params_parse(cfg->params ? cfg->params : "", &params, inner, sizeof inner);
-  if (!rc) rc = p->vt->create(cfg->host, params, &job, &p->d, inner, sizeof inner);
-  vs_params_free(params);
+  rc = p->vt->create(cfg->host, cfg->params, &job, &p->d, inner, sizeof inner);
   if (rc) {
     p->d = NULL;
     snprintf(err, errlen, "drafter '%s': %s", p->name, inner);

@@ -27,7 +27,7 @@ typedef struct vs_drafter vs_drafter;
 typedef struct vs_drafter_config {
   uint32_t kind;     /* vspec_drafter_kind, resolved (model, head or plugin; not auto) */
   const char *name;  /* a drafter plugin's name */
-  const char *params; /* the drafter's own parameters ("k=v,..."; a plugin's) */
+  const vspec_params *params; /* the drafter's own parameters (vs_method.drafter_set) */
   struct vs_registry *reg;   /* where drafter plugins come from */
   const vspec_host *host;    /* what they are given */
   const vs_backend_model *model; /* the draft model served to the drafter, or NULL */

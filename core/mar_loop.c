@@ -394,19 +394,24 @@ static int ml_mar_group(vs_mar *c, int *step, int L, char *err, size_t errlen) {
 /* ---- the job ----------------------------------------------------------------------------- */
 
 static int ml_mar_plugins(vs_mar *c, const vs_method *m, char *err, size_t errlen) {
-  int rc = vs_rule_open(c->models->reg, c->models->host, m->rule, m->rule_params, 1,
+  int rc = vs_rule_open(c->models->reg, c->models->host, m->rule, &m->rule_set, 1,
                         c->models->name, &c->rule_plugin, &c->rule, err, errlen);
   if (rc) return rc;
   c->rule_vt = vs_plugin_vtable(c->rule_plugin);
   /* A MAR model drafts chains of generation steps: a scheduler told no shape gets a chain
    * (its default, a dynamic tree, has no meaning here). */
-  char sp[sizeof m->sched_params + 16];
-  if (strstr(m->sched_params, "shape=") == NULL)
-    snprintf(sp, sizeof sp, "shape=chain%s%s", *m->sched_params ? "," : "", m->sched_params);
-  else
-    snprintf(sp, sizeof sp, "%s", m->sched_params);
-  rc = vs_sched_open(c->models->reg, c->models->host, m->sched, sp, &c->sched_plugin, &c->sched,
-                     err, errlen);
+  const vspec_params *sp = &m->sched_set;
+  vspec_params chain = {0};
+  if (!vs_param_string(sp, "shape")) {
+    /* shape=chain first, then the method's own, as a method that wrote it would have them */
+    rc = vs_params_set(&chain, "shape", "chain", err, errlen);
+    for (size_t i = 0; !rc && i < vs_params_count(sp); i++)
+      rc = vs_params_set(&chain, vs_params_key(sp, i), vs_params_value(sp, i), err, errlen);
+    if (rc) return rc;
+    sp = &chain;
+  }
+  rc = vs_sched_open(c->models->reg, c->models->host, m->sched, sp, &c->sched_plugin,
+                     &c->sched, err, errlen);
   if (!rc) c->sched_vt = vs_plugin_vtable(c->sched_plugin);
   return rc;
 }

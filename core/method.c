@@ -132,6 +132,26 @@ static int method_finish(vs_method *m, char *err, size_t errlen) {
   return method_split_drafter_params(m, err, errlen);
 }
 
+/* The plugins' parameter sets from their text, each parsed here once; a message names the
+ * plugin as opening it did when the engine parsed them. */
+static int method_read_params(vs_method *m, char *err, size_t errlen) {
+  const char *drafter = vs_method_drafter(m) == VSPEC_DRAFTER_PLUGIN ? m->drafter : "model";
+  const struct {
+    const char *what, *name, *text;
+    vspec_params *set;
+  } part[] = {{"acceptance rule", m->rule, m->rule_params, &m->rule_set},
+              {"scheduler", m->sched, m->sched_params, &m->sched_set},
+              {"drafter", drafter, m->drafter_params, &m->drafter_set}};
+  for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+    char inner[VSPEC_ERRLEN];
+    if (vs_params_read(part[i].text, part[i].set, inner, sizeof inner)) {
+      snprintf(err, errlen, "%s '%s': %s", part[i].what, part[i].name, inner);
+      return VSPEC_EFORMAT;
+    }
+  }
+  return VSPEC_OK;
+}
+
 void vs_method_set_ar(vs_method *m) {
   memset(m, 0, sizeof *m);
   m->kind = VS_METHOD_AR;
@@ -170,7 +190,8 @@ int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen) 
   } else {
     snprintf(out->sched, sizeof out->sched, "standard");
   }
-  return method_finish(out, err, errlen);
+  rc = method_finish(out, err, errlen);
+  return rc ? rc : method_read_params(out, err, errlen);
 }
 
 int vs_method_make(const char *rule, const char *rule_params, const char *sched,
@@ -190,7 +211,7 @@ int vs_method_make(const char *rule, const char *rule_params, const char *sched,
   if (!rc) rc = method_finish(out, err, errlen);
   /* the whole, as vs_method_parse would check its text: the same characters and length */
   if (!rc && vs_name_check(&vs_name_method, "method", out->text, err, errlen)) rc = VSPEC_EINVAL;
-  return rc;
+  return rc ? rc : method_read_params(out, err, errlen);
 }
 
 unsigned vs_method_drafter(const vs_method *m) {

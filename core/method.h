@@ -13,26 +13,38 @@
 
 #include <stddef.h>
 
+#include "core/params.h"
+
 enum { VS_METHOD_AR = 0, VS_METHOD_SD = 1 };
 /* The draft size: named by the scheduler's parameters (or its default), or size=auto, which
  * core/autotune.h resolves into parameters before the method runs. */
 enum { VS_METHOD_SIZE_FIXED = 0, VS_METHOD_SIZE_AUTO = 1 };
 
+/* A method is a value: its parameter sets own no memory (core/params.h), so it is copied by
+ * assigning it and needs no release. */
 typedef struct vs_method {
   int kind;
-  char rule[64], rule_params[512];
-  char sched[64], sched_params[512]; /* without size=auto, which is `size` */
-  int size;                          /* VS_METHOD_SIZE_* */
-  /* The drafter the scheduler's parameters name (drafter=NAME; "" when none), and its own
-   * parameters, written among the scheduler's (the shipped jacobi plugin's coupling=, init=,
-   * continue=; any other drafter plugin's as drafter.KEY=V) and moved here at parsing: the
-   * scheduler never sees them, the drafter gets them as KEY=V. */
+  char rule[64], sched[64];
+  int size; /* VS_METHOD_SIZE_* */
+  /* The drafter the scheduler's parameters name (drafter=NAME; "" when none). Its own
+   * parameters are written among the scheduler's (the shipped jacobi plugin's coupling=,
+   * init=, continue=; any other drafter plugin's as drafter.KEY=V) and moved to drafter_set at
+   * parsing: the scheduler never sees them, the drafter gets them as KEY=V. */
   char drafter[64];
-  char drafter_params[256];
-  char text[1100]; /* canonical spelling, for logs, results and PNG metadata only */
+  /* The parameters each plugin is created with, parsed once where the method is made: the
+   * submission's check, the engine and size=auto read these, never the text. The scheduler's
+   * lack size=auto, which is `size`. */
+  vspec_params rule_set, sched_set, drafter_set;
+  /* The same parameters as they were written, for printing only: the canonical spelling
+   * (logs, results, PNG metadata) and the spellings vs_method_compose makes from them (the
+   * size=auto cache's key). */
+  char rule_params[512], sched_params[512], drafter_params[256];
+  char text[1100];
 } vs_method;
 
-/* Parses a method as users write it; the only parse a method's text goes through. */
+/* Parses a method as users write it; the only parse a method's text, and its parameters'
+ * text, go through. Parameters that do not parse fail with VSPEC_EFORMAT and a message that
+ * names their plugin as opening it would ("acceptance rule 'lantern': parameter ..."). */
 int vs_method_parse(const char *text, vs_method *out, char *err, size_t errlen);
 /* The method sd:RULE[:RULE_PARAMS]@SCHED[:SCHED_PARAMS] from its parts (Submit's accept /
  * sched form), checked as vs_method_parse checks its text; sched NULL or "": standard. */

@@ -5,8 +5,6 @@
 
 #include <stdio.h>
 
-#include "core/params.h"
-
 int vs_rule_fits(const vspec_accept_vtable *vt, int continuous, const char *model, char *err,
                  size_t errlen) {
   int has_cont = VSPEC_HAS_FIELD(vt, vspec_accept_vtable, accept_prob_continuous) &&
@@ -26,20 +24,17 @@ int vs_rule_fits(const vspec_accept_vtable *vt, int continuous, const char *mode
   return VSPEC_OK;
 }
 
-int vs_rule_open(vs_registry *reg, const vspec_host *host, const char *name, const char *params,
-                 int continuous, const char *model, vs_plugin **plugin, vspec_rule **rule,
-                 char *err, size_t errlen) {
+int vs_rule_open(vs_registry *reg, const vspec_host *host, const char *name,
+                 const vspec_params *params, int continuous, const char *model,
+                 vs_plugin **plugin, vspec_rule **rule, char *err, size_t errlen) {
   *plugin = NULL;
   *rule = NULL;
   int rc = vs_registry_acquire(reg, VSPEC_PLUGIN_ACCEPT, name, plugin, err, errlen);
   if (rc) return rc;
   const vspec_accept_vtable *vt = vs_plugin_vtable(*plugin);
   char inner[VSPEC_ERRLEN] = "";
-  vspec_params *p = NULL;
   rc = vs_rule_fits(vt, continuous, model, inner, sizeof inner);
-  if (!rc) rc = vs_params_parse(params, &p, inner, sizeof inner);
-  if (!rc) rc = vt->create(host, p, rule, inner, sizeof inner);
-  vs_params_free(p);
+  if (!rc) rc = vt->create(host, params, rule, inner, sizeof inner);
   if (rc) {
     snprintf(err, errlen, "acceptance rule '%s': %s", name, inner);
     *rule = NULL;
@@ -49,18 +44,16 @@ int vs_rule_open(vs_registry *reg, const vspec_host *host, const char *name, con
   return rc;
 }
 
-int vs_sched_open(vs_registry *reg, const vspec_host *host, const char *name, const char *params,
-                  vs_plugin **plugin, vspec_sched **sched, char *err, size_t errlen) {
+int vs_sched_open(vs_registry *reg, const vspec_host *host, const char *name,
+                  const vspec_params *params, vs_plugin **plugin, vspec_sched **sched,
+                  char *err, size_t errlen) {
   *plugin = NULL;
   *sched = NULL;
   int rc = vs_registry_acquire(reg, VSPEC_PLUGIN_SCHED, name, plugin, err, errlen);
   if (rc) return rc;
   const vspec_sched_vtable *vt = vs_plugin_vtable(*plugin);
   char inner[VSPEC_ERRLEN] = "";
-  vspec_params *p = NULL;
-  rc = vs_params_parse(params, &p, inner, sizeof inner);
-  if (!rc) rc = vt->create(host, p, sched, inner, sizeof inner);
-  vs_params_free(p);
+  rc = vt->create(host, params, sched, inner, sizeof inner);
   if (rc) {
     snprintf(err, errlen, "scheduler '%s': %s", name, inner);
     *sched = NULL;

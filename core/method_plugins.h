@@ -18,14 +18,16 @@ int vs_rule_fits(const vspec_accept_vtable *vt, int continuous, const char *mode
                  size_t errlen);
 
 /* Acquires rule `name` from reg, checks it fits the model's tokens and creates it with
- * `params` ("k=v,..."). On success the caller owns *plugin (vs_plugin_release) and *rule
- * (destroy through the plugin's vtable); on failure both are NULL. */
-int vs_rule_open(vs_registry *reg, const vspec_host *host, const char *name, const char *params,
-                 int continuous, const char *model, vs_plugin **plugin, vspec_rule **rule,
-                 char *err, size_t errlen);
+ * `params`, the set the method parsed (vs_method.rule_set). On success the caller owns
+ * *plugin (vs_plugin_release) and *rule (destroy through the plugin's vtable); on failure both
+ * are NULL. */
+int vs_rule_open(vs_registry *reg, const vspec_host *host, const char *name,
+                 const vspec_params *params, int continuous, const char *model,
+                 vs_plugin **plugin, vspec_rule **rule, char *err, size_t errlen);
 
-/* The same for scheduler `name`. */
-int vs_sched_open(vs_registry *reg, const vspec_host *host, const char *name, const char *params,
-                  vs_plugin **plugin, vspec_sched **sched, char *err, size_t errlen);
+/* The same for scheduler `name` (vs_method.sched_set). */
+int vs_sched_open(vs_registry *reg, const vspec_host *host, const char *name,
+                  const vspec_params *params, vs_plugin **plugin, vspec_sched **sched,
+                  char *err, size_t errlen);
 
 #endif /* VS_METHOD_PLUGINS_H */

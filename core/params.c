@@ -10,20 +10,9 @@
 #define VS_PARAM_KEY_MAX 64
 #define VS_PARAM_VALUE_MAX 256
 
-struct vspec_params {
-  size_t n, cap;
-  char (*keys)[VS_PARAM_KEY_MAX];
-  char (*values)[VS_PARAM_VALUE_MAX];
-};
-
 vspec_params *vs_params_new(void) { return calloc(1, sizeof(vspec_params)); }
 
-void vs_params_free(vspec_params *p) {
-  if (!p) return;
-  free(p->keys);
-  free(p->values);
-  free(p);
-}
+void vs_params_free(vspec_params *p) { free(p); }
 
 static int pm_key_ok(const char *k) {
   if (!*k) return 0;
@@ -32,10 +21,18 @@ static int pm_key_ok(const char *k) {
   return 1;
 }
 
+/* Pair i's key; its value follows the key's NUL. */
+static const char *pm_key_at(const vspec_params *p, size_t i) {
+  const char *k = p->buf;
+  for (; i; i--) k += strlen(k) + 1, k += strlen(k) + 1;
+  return k;
+}
+
 static const char *params_lookup(const vspec_params *p, const char *key) {
   if (!p) return NULL;
-  for (size_t i = 0; i < p->n; i++)
-    if (strcmp(p->keys[i], key) == 0) return p->values[i];
+  const char *k = p->buf;
+  for (size_t i = 0; i < p->n; i++, k += strlen(k) + 1, k += strlen(k) + 1)
+    if (strcmp(k, key) == 0) return k + strlen(k) + 1;
   return NULL;
 }
 
@@ -54,23 +51,17 @@ int vs_params_set(vspec_params *p, const char *key, const char *value, char *err
     snprintf(err, errlen, "parameter '%s' given twice", key);
     return VSPEC_EINVAL;
   }
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? 2 * p->cap : 8;
-    void *k = realloc(p->keys, cap * sizeof *p->keys);
-    if (!k) goto oom;
-    p->keys = k;
-    void *v = realloc(p->values, cap * sizeof *p->values);
-    if (!v) goto oom;
-    p->values = v;
-    p->cap = cap;
+  size_t kn = strlen(key) + 1, vn = strlen(value) + 1;
+  if (kn + vn > sizeof p->buf - p->used) {
+    snprintf(err, errlen, "parameter '%s': the parameters are too long (at most %zu characters)",
+             key, sizeof p->buf - 1);
+    return VSPEC_ERANGE;
   }
-  snprintf(p->keys[p->n], VS_PARAM_KEY_MAX, "%s", key);
-  snprintf(p->values[p->n], VS_PARAM_VALUE_MAX, "%s", value);
+  memcpy(p->buf + p->used, key, kn);
+  memcpy(p->buf + p->used + kn, value, vn);
+  p->used += (unsigned)(kn + vn);
   p->n++;
   return VSPEC_OK;
-oom:
-  snprintf(err, errlen, "out of memory");
-  return VSPEC_ENOMEM;
 }
 
 static void params_trim(char *s) {
@@ -87,6 +78,17 @@ int vs_params_parse(const char *text, vspec_params **out, char *err, size_t errl
     snprintf(err, errlen, "out of memory");
     return VSPEC_ENOMEM;
   }
+  int rc = vs_params_read(text, p, err, errlen);
+  if (rc) {
+    vs_params_free(p);
+    return rc;
+  }
+  *out = p;
+  return VSPEC_OK;
+}
+
+int vs_params_read(const char *text, vspec_params *p, char *err, size_t errlen) {
+  p->n = p->used = 0;
   const char *s = text ? text : "";
   while (*s) {
     const char *end = strchr(s, ',');
@@ -94,7 +96,6 @@ int vs_params_parse(const char *text, vspec_params **out, char *err, size_t errl
     char item[VS_PARAM_KEY_MAX + VS_PARAM_VALUE_MAX + 2];
     if (len >= sizeof item) {
       snprintf(err, errlen, "parameter '%.40s...' is too long", s);
-      vs_params_free(p);
       return VSPEC_EINVAL;
     }
     memcpy(item, s, len);
@@ -104,7 +105,6 @@ int vs_params_parse(const char *text, vspec_params **out, char *err, size_t errl
       char *eq = strchr(item, '=');
       if (!eq) {
         snprintf(err, errlen, "parameter '%s' has no value (expected key=value)", item);
-        vs_params_free(p);
         return VSPEC_EINVAL;
       }
       *eq = 0;
@@ -114,26 +114,25 @@ int vs_params_parse(const char *text, vspec_params **out, char *err, size_t errl
       if (strchr(value, '=')) {
         snprintf(err, errlen, "parameter '%s': value '%s' contains '=' (separate parameters with ',')",
                  key, value);
-        vs_params_free(p);
         return VSPEC_EINVAL;
       }
       int rc = vs_params_set(p, key, value, err, errlen);
-      if (rc) {
-        vs_params_free(p);
-        return rc;
-      }
+      if (rc) return rc;
     }
     s += len;
     if (*s == ',') s++;
   }
-  *out = p;
   return VSPEC_OK;
 }
 
 size_t vs_params_count(const vspec_params *p) { return p ? p->n : 0; }
-const char *vs_params_key(const vspec_params *p, size_t i) { return i < p->n ? p->keys[i] : NULL; }
+const char *vs_params_key(const vspec_params *p, size_t i) {
+  return i < p->n ? pm_key_at(p, i) : NULL;
+}
 const char *vs_params_value(const vspec_params *p, size_t i) {
-  return i < p->n ? p->values[i] : NULL;
+  if (i >= p->n) return NULL;
+  const char *k = pm_key_at(p, i);
+  return k + strlen(k) + 1;
 }
 
 size_t vs_params_format(const vspec_params *p, char *buf, size_t buflen) {
@@ -141,8 +140,8 @@ size_t vs_params_format(const vspec_params *p, char *buf, size_t buflen) {
   if (buflen) buf[0] = 0;
   for (size_t i = 0; p && i < p->n; i++) {
     int w = snprintf(buf ? buf + (need < buflen ? need : buflen) : NULL,
-                     need < buflen ? buflen - need : 0, "%s%s=%s", i ? "," : "", p->keys[i],
-                     p->values[i]);
+                     need < buflen ? buflen - need : 0, "%s%s=%s", i ? "," : "",
+                     vs_params_key(p, i), vs_params_value(p, i));
     need += (size_t)w;
   }
   return need;
@@ -224,13 +223,13 @@ int vs_param_check_known(const vspec_params *p, const char *const *known, char *
   for (size_t i = 0; p && i < p->n; i++) {
     int found = 0;
     for (int j = 0; known[j]; j++)
-      if (strcmp(known[j], p->keys[i]) == 0) found = 1;
+      if (strcmp(known[j], vs_params_key(p, i)) == 0) found = 1;
     if (!found) {
       char list[256] = "";
       size_t used = 0;
       for (int j = 0; known[j] && used < sizeof list; j++)
         used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", j ? ", " : "", known[j]);
-      snprintf(err, errlen, "unknown parameter '%s' (known: %s)", p->keys[i],
+      snprintf(err, errlen, "unknown parameter '%s' (known: %s)", vs_params_key(p, i),
                *list ? list : "none");
       return VSPEC_EINVAL;
     }

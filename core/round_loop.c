@@ -26,7 +26,7 @@ static void rl_report(vs_rounds *c, int64_t round, int skipped, const int32_t *t
 /* ---- set-up and tear-down -------------------------------------------------------------- */
 
 static int rl_plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t errlen) {
-  int rc = vs_rule_open(c->models->reg, c->models->host, m->rule, m->rule_params, 0,
+  int rc = vs_rule_open(c->models->reg, c->models->host, m->rule, &m->rule_set, 0,
                         c->models->name, &c->rule_plugin, &c->rule, err, errlen);
   if (rc) return rc;
   c->rule_vt = vs_plugin_vtable(c->rule_plugin);
@@ -34,7 +34,7 @@ static int rl_plugins_open(vs_rounds *c, const vs_method *m, char *err, size_t e
   if ((vs_plugin_desc(c->rule_plugin)->flags & VSPEC_PLUGIN_USES_NEIGHBOURS) &&
       (rc = vs_models_neighbours(c->models, &c->neighbours, &c->neighbours_k, err, errlen)))
     return rc;
-  rc = vs_sched_open(c->models->reg, c->models->host, m->sched, m->sched_params,
+  rc = vs_sched_open(c->models->reg, c->models->host, m->sched, &m->sched_set,
                      &c->sched_plugin, &c->sched, err, errlen);
   if (!rc) c->sched_vt = vs_plugin_vtable(c->sched_plugin);
   return rc;
@@ -409,7 +409,7 @@ static int rl_open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
   if (m->kind == VS_METHOD_AR) return VSPEC_OK;
   /* Drafter capacity: the catch-up chain (accepted tokens), the root and the nodes one
    * round expands, which the plan bounds. */
-  vs_drafter_config dc = {.kind = dk, .name = m->drafter, .params = m->drafter_params,
+  vs_drafter_config dc = {.kind = dk, .name = m->drafter, .params = &m->drafter_set,
                           .reg = c->models->reg, .host = c->models->host, .model = dm,
                           .dev = c->dev, .job = job, .rows = c->rows,
                           .max_nodes = VS_MAX_DEPTH + 2 + *expand_max,

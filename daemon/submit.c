@@ -14,7 +14,6 @@
 #include "core/method.h"
 #include "core/method_plugins.h"
 #include "core/names.h"
-#include "core/params.h"
 #include "core/status.h"
 #include "core/text.h"
 
@@ -37,10 +36,10 @@ static int sb_try_drafter(const vs_submit_ctx *c, const vs_plugin *p, const vspe
   return rc;
 }
 
-/* Creates and destroys one instance of plugin (kind, name) with `params`; an acceptance rule
- * must also fit the model's kind of tokens (`continuous`). */
-static int sb_try_plugin(const vs_submit_ctx *c, int kind, const char *name, const char *params,
-                         int continuous, const char *model, int32_t vocab, char *err,
+/* Creates and destroys one instance of plugin (kind, name) with `pp`, the set the method
+ * parsed; an acceptance rule must also fit the model's kind of tokens (`continuous`). */
+static int sb_try_plugin(const vs_submit_ctx *c, int kind, const char *name,
+                         const vspec_params *pp, int continuous, const char *model, int32_t vocab, char *err,
                          size_t errlen) {
   vs_plugin *p = NULL;
   char inner[VSPEC_ERRLEN] = "";
@@ -53,25 +52,20 @@ static int sb_try_plugin(const vs_submit_ctx *c, int kind, const char *name, con
     snprintf(err, errlen, "%s '%s' is not available: %s", sb_plugin_what(kind), name, inner);
     return rc;
   }
-  vspec_params *pp = NULL;
-  rc = vs_params_parse(params, &pp, inner, sizeof inner);
-  if (!rc) {
-    if (kind == VSPEC_PLUGIN_ACCEPT) {
-      const vspec_accept_vtable *vt = vs_plugin_vtable(p);
-      vspec_rule *r = NULL;
-      rc = vs_rule_fits(vt, continuous, model, inner, sizeof inner);
-      if (!rc) rc = vt->create(c->host, pp, &r, inner, sizeof inner);
-      if (!rc) vt->destroy(r);
-    } else if (kind == VSPEC_PLUGIN_DRAFTER) {
-      rc = sb_try_drafter(c, p, pp, vocab, inner, sizeof inner);
-    } else {
-      const vspec_sched_vtable *vt = vs_plugin_vtable(p);
-      vspec_sched *s = NULL;
-      rc = vt->create(c->host, pp, &s, inner, sizeof inner);
-      if (!rc) vt->destroy(s);
-    }
+  if (kind == VSPEC_PLUGIN_ACCEPT) {
+    const vspec_accept_vtable *vt = vs_plugin_vtable(p);
+    vspec_rule *r = NULL;
+    rc = vs_rule_fits(vt, continuous, model, inner, sizeof inner);
+    if (!rc) rc = vt->create(c->host, pp, &r, inner, sizeof inner);
+    if (!rc) vt->destroy(r);
+  } else if (kind == VSPEC_PLUGIN_DRAFTER) {
+    rc = sb_try_drafter(c, p, pp, vocab, inner, sizeof inner);
+  } else {
+    const vspec_sched_vtable *vt = vs_plugin_vtable(p);
+    vspec_sched *s = NULL;
+    rc = vt->create(c->host, pp, &s, inner, sizeof inner);
+    if (!rc) vt->destroy(s);
   }
-  vs_params_free(pp);
   vs_plugin_release(p);
   if (rc) snprintf(err, errlen, "%s '%s': %s", sb_plugin_what(kind), name, inner);
   return rc;
@@ -198,7 +192,7 @@ typedef struct sb_req {
 
 /* The method, built once from the form the Submit uses: a complete method (the `method`
  * string, parsed), its parts (accept/sched/draft and their parameters), or the configured
- * default. Nothing downstream parses it again. */
+ * default. Its parameters are parsed here too: nothing downstream parses it, or them, again. */
 static int sb_method_build(const vs_daemon_config *cfg, const Vspec__Submit *s, vs_method *me,
                            char *err, size_t errlen) {
   char inner[VSPEC_ERRLEN];
@@ -224,6 +218,8 @@ static int sb_method_build(const vs_daemon_config *cfg, const Vspec__Submit *s, 
     *me = cfg->default_method; /* parsed when the configuration was read */
     rc = 0;
   }
+  /* malformed parameters are told as the plugin's, as when they were parsed at its trial */
+  if (rc == VSPEC_EFORMAT) SB_INVALID("%s", inner);
   if (rc) SB_INVALID("method: %s", inner);
   return 0;
 }
@@ -256,12 +252,12 @@ static int sb_method(const vs_submit_ctx *c, const Vspec__Submit *s, sb_req *q, 
   if (drafter == VSPEC_DRAFTER_HEAD && !has_eagle)
     SB_INVALID("draft: model '%s' has no eagle head", model);
   int vocab = q->in->vocab;
-  if (sb_try_plugin(c, VSPEC_PLUGIN_ACCEPT, me->rule, me->rule_params, set->continuous, model,
+  if (sb_try_plugin(c, VSPEC_PLUGIN_ACCEPT, me->rule, &me->rule_set, set->continuous, model,
                     vocab, inner, sizeof inner) ||
-      sb_try_plugin(c, VSPEC_PLUGIN_SCHED, me->sched, me->sched_params, set->continuous, model,
+      sb_try_plugin(c, VSPEC_PLUGIN_SCHED, me->sched, &me->sched_set, set->continuous, model,
                     vocab, inner, sizeof inner) ||
       (drafter == VSPEC_DRAFTER_PLUGIN &&
-       sb_try_plugin(c, VSPEC_PLUGIN_DRAFTER, me->drafter, me->drafter_params,
+       sb_try_plugin(c, VSPEC_PLUGIN_DRAFTER, me->drafter, &me->drafter_set,
                      set->continuous, model, vocab, inner, sizeof inner)))
     SB_INVALID("%s", inner);
   snprintf(q->rule, sizeof q->rule, "%s", me->rule);

@@ -211,6 +211,15 @@ static void spec_of(const vs_method *m, const vs_at_space *sp, const char *choic
   assert_string_equal(run.sched_params, parsed.sched_params);
   assert_string_equal(run.drafter, parsed.drafter);
   assert_string_equal(run.drafter_params, parsed.drafter_params);
+  /* the sets, made from the family without parsing, are those its spelling parses to */
+  const vspec_params *made[] = {&run.rule_set, &run.sched_set, &run.drafter_set},
+                     *read[] = {&parsed.rule_set, &parsed.sched_set, &parsed.drafter_set};
+  for (int i = 0; i < 3; i++) {
+    char a[600], b[600];
+    vs_params_format(made[i], a, sizeof a);
+    vs_params_format(read[i], b, sizeof b);
+    assert_string_equal(a, b);
+  }
   snprintf(spec, cap, "%s", run.text);
 }
 

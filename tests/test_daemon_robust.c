@@ -370,6 +370,13 @@ static void b_accept_unknown(Vspec__Submit *s) { s->model = "self", s->accept = 
 static void b_accept_param(Vspec__Submit *s) {
   s->model = "self", s->accept = "lantern", s->accept_params = "delta=banana";
 }
+/* parameters that do not parse: refused where the method is built, in the plugin's words */
+static void b_accept_param_bare(Vspec__Submit *s) {
+  s->model = "self", s->accept = "lantern", s->accept_params = "k";
+}
+static void b_sched_param_twice(Vspec__Submit *s) {
+  s->model = "self", s->method = "sd:exact@standard:depth=2,depth=3";
+}
 static void b_sched_unknown(Vspec__Submit *s) {
   s->model = "self", s->accept = "exact", s->sched = "nosuch";
 }
@@ -408,6 +415,9 @@ static void test_out_of_range_fields(void **state) {
       {"method", b_method},           {"method", b_method_path},
       {"method", b_method_long},      {"accept", b_accept_name},
       {"nosuch", b_accept_unknown},   {"delta", b_accept_param},
+      {"acceptance rule 'lantern': parameter 'k' has no value (expected key=value)",
+       b_accept_param_bare},
+      {"scheduler 'standard': parameter 'depth' given twice", b_sched_param_twice},
       {"scheduler 'nosuch'", b_sched_unknown}, {"draft", b_draft},
       {"eagle", b_no_eagle},          {"no drafter", b_no_drafter},
       {"not both", b_both},           {"without an acceptance rule", b_sched_alone},
@@ -435,6 +445,12 @@ static void test_out_of_range_fields(void **state) {
     assert_int_equal(e.ev->error->code, VSPEC__ERROR_CODE__ERR_INVALID);
     if (!strstr(e.ev->error->message, cases[i].what))
       fail_msg("case %zu: message '%s' does not name '%s'", i, e.ev->error->message,
+               cases[i].what);
+    /* a plugin's refusal is its own words, with nothing put before them */
+    if ((!strncmp(cases[i].what, "acceptance rule '", 17) ||
+         !strncmp(cases[i].what, "scheduler '", 11)) &&
+        strncmp(e.ev->error->message, cases[i].what, strlen(cases[i].what)))
+      fail_msg("case %zu: message '%s' does not start '%s'", i, e.ev->error->message,
                cases[i].what);
     assert_false(e.ev->has_job_id);
     vs_conn_event_free(&e);

@@ -154,8 +154,48 @@ static void test_make(void **state) {
   assert_non_null(strstr(err, "only size=auto"));
 }
 
+/* The plugins' parameters are parsed with the method, once; the text is kept for printing. */
+static void test_parameter_sets(void **state) {
+  (void)state;
+  vs_method m, made;
+  char err[256], buf[512];
+  assert_int_equal(vs_method_parse("sd:lantern: k = 100 ,delta=0.2@standard:size=auto,"
+                                   "drafter=jacobi,coupling=gumbel,depth=3", &m, err, sizeof err),
+                   0);
+  assert_string_equal(vs_param_string(&m.rule_set, "k"), "100");
+  assert_string_equal(vs_param_string(&m.rule_set, "delta"), "0.2");
+  vs_params_format(&m.sched_set, buf, sizeof buf);
+  assert_string_equal(buf, "drafter=jacobi,depth=3"); /* no size=auto, no drafter keys */
+  vs_params_format(&m.drafter_set, buf, sizeof buf);
+  assert_string_equal(buf, "coupling=gumbel");
+  assert_string_equal(m.rule_params, "k = 100 ,delta=0.2"); /* printed as written */
+  /* the parts' form gives the same sets; a copy is the method */
+  assert_int_equal(vs_method_make("lantern", "k=100,delta=0.2", NULL,
+                                  "size=auto,drafter=jacobi,coupling=gumbel,depth=3", &made, err,
+                                  sizeof err), 0);
+  vs_method copy = made;
+  vs_params_format(&copy.sched_set, buf, sizeof buf);
+  assert_string_equal(buf, "drafter=jacobi,depth=3");
+  assert_string_equal(vs_param_string(&copy.drafter_set, "coupling"), "gumbel");
+  assert_int_equal(vs_params_count(&copy.rule_set), 2);
+  /* parameters that do not parse: told as the plugin's, as opening it said them */
+  assert_int_equal(vs_method_parse("sd:lantern:k@standard", &m, err, sizeof err), VSPEC_EFORMAT);
+  assert_string_equal(err, "acceptance rule 'lantern': parameter 'k' has no value "
+                           "(expected key=value)");
+  assert_int_equal(vs_method_parse("sd:exact@standard:depth=2,depth=3", &m, err, sizeof err),
+                   VSPEC_EFORMAT);
+  assert_string_equal(err, "scheduler 'standard': parameter 'depth' given twice");
+  assert_int_equal(vs_method_make("exact", "", "standard", "drafter=jacobi,coupling=a=b", &m,
+                                  err, sizeof err), VSPEC_EFORMAT);
+  assert_non_null(strstr(err, "drafter 'jacobi': parameter 'coupling'"));
+  assert_int_equal(vs_method_parse("sd:exact@standard:drafter.x=1,drafter.x=2", &m, err,
+                                   sizeof err), VSPEC_EFORMAT);
+  assert_string_equal(err, "drafter 'model': parameter 'x' given twice");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_parse), cmocka_unit_test(test_errors),
-                                     cmocka_unit_test(test_size), cmocka_unit_test(test_make)};
+                                     cmocka_unit_test(test_size), cmocka_unit_test(test_make),
+                                     cmocka_unit_test(test_parameter_sets)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "core/params.h"
@@ -72,11 +73,43 @@ static void test_malformed_text(void **state) {
   vs_params_free(p);
 }
 
+/* A set the caller holds: read in place, copied by assigning it, bounded in bytes. */
+static void test_held_set(void **state) {
+  (void)state;
+  vspec_params a, b;
+  char err[256], buf[64];
+  assert_int_equal(vs_params_read("x=1, y = two", &a, err, sizeof err), 0);
+  b = a;
+  assert_int_equal(vs_params_read("z=3", &a, err, sizeof err), 0); /* emptied first */
+  vs_params_format(&a, buf, sizeof buf);
+  assert_string_equal(buf, "z=3");
+  vs_params_format(&b, buf, sizeof buf);
+  assert_string_equal(buf, "x=1,y=two");
+  assert_string_equal(vs_params_key(&b, 1), "y");
+  assert_string_equal(vs_params_value(&b, 1), "two");
+  assert_null(vs_params_key(&b, 2));
+  vspec_params z = {0};
+  assert_int_equal(vs_params_count(&z), 0);
+  assert_null(vs_param_string(&z, "x"));
+  char value[200], key[16];
+  memset(value, 'v', sizeof value - 1);
+  value[sizeof value - 1] = 0;
+  int rc = 0, n = 0;
+  while (!rc) {
+    snprintf(key, sizeof key, "k%d", n++);
+    rc = vs_params_set(&z, key, value, err, sizeof err);
+  }
+  assert_int_equal(rc, VSPEC_ERANGE);
+  assert_non_null(strstr(err, "too long"));
+  assert_true(vs_params_count(&z) * (sizeof value + 4) <= VS_PARAMS_BYTES);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_and_get),
       cmocka_unit_test(test_errors_name_the_parameter),
       cmocka_unit_test(test_malformed_text),
+      cmocka_unit_test(test_held_set),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

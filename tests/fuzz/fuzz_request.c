@@ -204,6 +204,16 @@ static void check_job(const vs_djob *j, const Vspec__Submit *s) {
                       !strcmp(me.drafter, jm->drafter) &&
                       !strcmp(me.drafter_params, jm->drafter_params),
                   "the job's method is not what its text '%s' says", jm->text);
+  /* ... and the sets parsed at submission are what that text's parameters parse to */
+  const vspec_params *built[] = {&jm->rule_set, &jm->sched_set, &jm->drafter_set},
+                     *again[] = {&me.rule_set, &me.sched_set, &me.drafter_set};
+  for (int i = 0; i < 3; i++) {
+    char a[600], b[600];
+    vs_params_format(built[i], a, sizeof a);
+    vs_params_format(again[i], b, sizeof b);
+    VS_FUZZ_REQUIRE(!strcmp(a, b), "the job's method '%s' holds '%s', its text parses to '%s'",
+                    jm->text, a, b);
+  }
   VS_FUZZ_REQUIRE(j->lp.credit >= 1 && j->lp.credit <= cfg.max_credit, "credit %d",
                   j->lp.credit);
   VS_FUZZ_REQUIRE(j->preview_kind >= 0 && j->preview_kind <= 3, "preview %d", j->preview_kind);
