@@ -158,9 +158,9 @@ void vs_cpu_linear(vspec_dev *dev, const float *x, int m, int n_in, const float 
                    const float *bias, float *y) {
   if (m <= 0 || n_out <= 0) return;
   /* bf16 precision: the weight's converted copy, on AMX tiles where the device has them
-   * (and its ISA was not lowered under it), else widened in fp32 FMAs for decode-sized
-   * products (VS_BF16_ROWS_MAX_M); fp32 for a weight that has no copy (a pointer into an
-   * allocation) and, without AMX, for larger products. */
+   * (and its ISA was not lowered under it), else widened in fp32 FMAs at every row count
+   * (VS_BF16_ROWS_MAX_M: a verify uses a decode step's weights); fp32 for a weight that has
+   * no copy (a pointer into an allocation). */
   if (dev->precision == VS_PRECISION_BF16) {
     if (dev->amx && dev->isa == VS_ISA_AVX512) {
       /* a weight its backend asked to keep in int8 (vs_cpu_weight_format); a call whose

@@ -25,12 +25,12 @@
  * bf16 device takes the bf16 weights, so a tree or chain verify multiplies by the same weights
  * as a decode step, and row i of an m-row product has the bits of the 1-row product of row i
  * (tests/test_linear_bf16.c); speculative decoding's target distribution is then AR's.
- * Until issue 33 item 5 the limit was 2 and larger products used the fp32 weights (a decode
- * step and a verify then differed in their weights), because the kernel's multi-row blocks
+ * Until issue 33 item 4 (multi-row) the limit was 2 and larger products used the fp32
+ * weights (a decode step and a verify then differed in their weights), because the kernel's multi-row blocks
  * were slow. With the prefetch and the widened copy of bf16_rows it is as fast as the fp32
  * kernel or faster at every m measured on the GPT-B shapes (m 1-64, AVX-512, Zen 4), and
  * 0-10 % slower at m 16-64 on the small fmnist model, whose fp32 weights are the ones that
- * lose least from memory (docs/BENCHMARKS.md, issue 33 item 5).
+ * lose least from memory (docs/BENCHMARKS.md, issue 33 item 4, multi-row products).
  *
  * AVX512-BF16 dot products (vdpbf16ps) would double the multiply-adds per instruction but
  * round the activations to bf16 as well, so an m-row product would no longer match the 1-row

@@ -19,7 +19,7 @@
  * on how the columns are split among threads.
  *
  * Instruction sets: AVX-512 and AVX2 variants are compiled with GCC target attributes and
- * picked at run time (cpu_dev.c stores the choice in the device), so the same binary runs
+ * picked at run time (cpu_device.c stores the choice in the device), so the same binary runs
  * on any x86-64; the portable C variant is the fallback and the reference for the others'
  * structure.
  */
@@ -168,7 +168,7 @@ VS_ALWAYS_INLINE void skinny_store4(const skinny_job *jb, __m128 s, int i, int j
  * next block into L1 and only in the first pass, as before, left memory idle during the other
  * passes and ran into the L1's few outstanding misses: on the Zen 4 machine the GPT-B products
  * at m = 4 / 8 / 16 went from 34-39 / 36 / 46 ms to 19 / 25 / 38 ms with the L2 prefetch, to
- * 35 ms at m = 16 with the L1 one added (docs/BENCHMARKS.md, issue 33 item 5). Every element
+ * 35 ms at m = 16 with the L1 one added (docs/BENCHMARKS.md, issue 33 item 4). Every element
  * sees the same operations in the same order in every kernel, so the choice of path changes
  * no bits. */
 static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_kernels *ks) {
