@@ -19,6 +19,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VS_BF16_X86 1
 #include <immintrin.h>
+
+#include "kernels/cpu/cpu_reduce4.h"
 #else
 #define VS_BF16_X86 0
 #endif
@@ -197,26 +199,6 @@ static inline __attribute__((always_inline)) void bf16_store4(const bf16_job *jb
   _mm_storeu_ps(jb->y + (size_t)i * jb->n + j, s);
 }
 
-/* [sum a0, sum a1, sum a2, sum a3], each by the tree of GCC's _mm512_reduce_add_ps (which
- * the 1-row blocks use): h[l] = a[l] + a[l+8], g[l] = h[l] + h[l+4], f[l] = g[l] + g[l+2],
- * f0 + f1 (additions commute exactly, so operand order within one does not matter). Four at
- * once share the shuffles: a quarter of the instructions of four reductions, which at the
- * k = 256 of a small model are a third of a block's work. The same tree as vs512_reduce4 in
- * cpu_linear_skinny.c. */
-static inline __attribute__((always_inline, target("avx512f"))) __m128
-bf16_reduce4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  __m512 s01 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
-  __m512 s23 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
-  __m512 g =
-      _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
-  __m512 f = _mm512_add_ps(g, _mm512_permute_ps(g, _MM_SHUFFLE(1, 0, 3, 2)));
-  __m512 t = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_castps512_ps128(
-      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
-}
-
 static inline __attribute__((always_inline, target("avx512f,fma"))) void
 bf16_block_512(const bf16_job *jb, int i, int j, int pr, float *buf, const int rb, const int mb,
                const int seq, const int pf, const int bm) {
@@ -247,7 +229,7 @@ bf16_block_512(const bf16_job *jb, int i, int j, int pr, float *buf, const int r
   if (rb == VS_BF16_RB) {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
       bf16_store4(jb, i + q, j,
-                  bf16_reduce4_512(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
+                  vs_reduce4_512(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
                   x + (size_t)q * k, w, kv, kv);
   } else {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
@@ -268,20 +250,6 @@ __attribute__((target("avx2"))) static inline float reduce8(__m256 a) {
   __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   __m128 g = _mm_add_ps(h, _mm_movehl_ps(h, h));
   return _mm_cvtss_f32(_mm_add_ss(g, _mm_shuffle_ps(g, g, 1)));
-}
-
-/* [sum a0, sum a1, sum a2, sum a3] by reduce8's tree, h[l] = a[l] + a[l+4], g[l] = h[l] +
- * h[l+2], g0 + g1, four at once (see bf16_reduce4_512; vs256_reduce4 in cpu_linear_skinny.c). */
-static inline __attribute__((always_inline, target("avx2"))) __m128
-bf16_reduce4_256(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  __m256 s01 =
-      _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20), _mm256_permute2f128_ps(a0, a1, 0x31));
-  __m256 s23 =
-      _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20), _mm256_permute2f128_ps(a2, a3, 0x31));
-  __m256 g = _mm256_add_ps(_mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
-                           _mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
-  __m256 f = _mm256_hadd_ps(g, g);
-  return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
 }
 
 /* As bf16_block_512 with 8 lanes (the k16 columns in 8-column halves of the chunks, then one
@@ -324,7 +292,7 @@ bf16_block_256(const bf16_job *jb, int i, int j, int pr, float *buf, const int r
   if (rb == VS_BF16_RB) {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)
       bf16_store4(jb, i + q, j,
-                  bf16_reduce4_256(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
+                  vs_reduce4_256(acc[0][q], acc[1 % rb][q], acc[2 % rb][q], acc[3 % rb][q]),
                   x + (size_t)q * k, w, k16, kv);
   } else {
     _Pragma("GCC unroll 4") for (int q = 0; q < mb; q++)

@@ -32,6 +32,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VS_SKINNY_X86 1
 #include <immintrin.h>
+
+#include "kernels/cpu/cpu_reduce4.h"
 #else
 #define VS_SKINNY_X86 0
 #endif
@@ -275,24 +277,6 @@ static void skinny_cols_tab(const skinny_job *jb, int j0, int j1, const skinny_k
  * pointers); 4 divides the row counts trees and CFG produce (2, 4, 8, ...). */
 #define VS512_MB 4
 
-/* The dot products of four accumulators, [sum a0, sum a1, sum a2, sum a3], each by the
- * halving tree h[l] = a[l] + a[l+8], g[l] = h[l] + h[l+4], f[l] = g[l] + g[l+2], f0 + f1.
- * Reducing four at once shares the shuffles; a single accumulator goes through the same
- * code (passed four times) so that its tree is the same. */
-VS_ALWAYS_INLINE VS_TARGET_AVX512 __m128 vs512_reduce4(__m512 a0, __m512 a1, __m512 a2,
-                                                       __m512 a3) {
-  /* 128-bit blocks [a0 h(0..3), a0 h(4..7), a1 h(0..3), a1 h(4..7)] and likewise a2, a3 */
-  __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
-  __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
-  /* blocks [g of a0, g of a1, g of a2, g of a3] */
-  __m512 g = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
-  /* lanes 0, 1 of each block: f0, f1; then lane 0: f0 + f1 */
-  __m512 f = _mm512_add_ps(g, _mm512_permute_ps(g, _MM_SHUFFLE(1, 0, 3, 2)));
-  __m512 t = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_castps512_ps128(
-      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
-}
-
 #define VS512_LOAD(ptr) _mm512_loadu_ps(ptr)
 #define VS512_LOADM(ptr) _mm512_maskz_loadu_ps(tail, ptr)
 
@@ -357,7 +341,7 @@ VS_ALWAYS_INLINE VS_TARGET_AVX512 void mk_avx512(const skinny_job *jb, int i, in
   /* rb is 4 or 1; for 1 the index expressions keep to acc[0] */
   _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++)
       skinny_store4(jb,
-                    vs512_reduce4(acc[0][q], acc[rb > 1 ? 1 : 0][q], acc[rb > 2 ? 2 : 0][q],
+                    vs_reduce4_512(acc[0][q], acc[rb > 1 ? 1 : 0][q], acc[rb > 2 ? 2 : 0][q],
                                   acc[rb > 3 ? 3 : 0][q]),
                     i + q, j, rb);
 }
@@ -410,20 +394,6 @@ static const int32_t vs256_tail_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
 #define VS256_LOAD(ptr) _mm256_loadu_ps(ptr)
 #define VS256_LOADM(ptr) _mm256_maskload_ps(ptr, tail)
 
-/* [sum a0, sum a1, sum a2, sum a3] by the tree h[l] = a[l] + a[l+4], g[l] = h[l] + h[l+2],
- * g0 + g1 (see vs512_reduce4). */
-VS_ALWAYS_INLINE VS_TARGET_AVX2 __m128 vs256_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  /* 128-bit halves [h of a0, h of a1] and [h of a2, h of a3] */
-  __m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20), _mm256_permute2f128_ps(a0, a1, 0x31));
-  __m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20), _mm256_permute2f128_ps(a2, a3, 0x31));
-  /* low half [g of a0 (2), g of a2 (2)], high half [g of a1, g of a3] */
-  __m256 g = _mm256_add_ps(_mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
-                           _mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
-  /* low half [sum a0, sum a2, ...], high half [sum a1, sum a3, ...] */
-  __m256 f = _mm256_hadd_ps(g, g);
-  return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
-}
-
 VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j, int pr,
                                              const int rb, const int mb, const int pf,
                                              const int seq) {
@@ -451,7 +421,7 @@ VS_ALWAYS_INLINE VS_TARGET_AVX2 void mk_avx2(const skinny_job *jb, int i, int j,
   }
   _Pragma("GCC unroll 8") for (int q = 0; q < mb; q++)
       skinny_store4(jb,
-                    vs256_reduce4(acc[0][q], acc[rb > 1 ? 1 : 0][q], acc[rb > 2 ? 2 : 0][q],
+                    vs_reduce4_256(acc[0][q], acc[rb > 1 ? 1 : 0][q], acc[rb > 2 ? 2 : 0][q],
                                   acc[rb > 3 ? 3 : 0][q]),
                     i + q, j, rb);
 }
