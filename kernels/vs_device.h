@@ -91,7 +91,9 @@ typedef struct vs_dev_counters {
                               the host-side RoPE table (on a GPU, about one launch each) */
   uint64_t uploads, upload_bytes;     /* host -> device: the upload op, and inside ops */
   uint64_t downloads, download_bytes; /* device -> host */
-  uint64_t syncs;          /* waits until the device's queued work is done (0 on the CPU) */
+  uint64_t syncs;          /* waits until the device's queued work is done, besides the
+                              downloads (each waits for its copy; an upload does not): the
+                              host's waits are downloads + syncs (syncs 0 on the CPU) */
   uint64_t launches;       /* graph launches (ABI 1.5), each also one of `ops` */
   uint64_t recorded;       /* ops called while a graph was recorded: recorded, not issued,
                               so not in `ops` */

@@ -38,7 +38,10 @@
   /* Aligned device allocation (64 bytes on the CPU), zero-filled. NULL on failure. */             \
   X(void *, alloc, (vspec_dev *dev, size_t bytes), (dev, bytes), 0, uncounted)                     \
   X(void, free, (vspec_dev *dev, void *ptr), (dev, ptr), 0, uncounted)                             \
-  /* Host <-> device copies; on the CPU device these are memcpy. */                                \
+  /* Host <-> device copies; on the CPU device these are memcpy. upload queues its copy and        \
+   * does not wait for the device: src_host may change once it returns, and the work queued        \
+   * after it on dev sees the data. download waits for its copy, and so for the work queued        \
+   * before it: the host's one way to wait for a result. */                                        \
   X(int, upload, (vspec_dev *dev, void *dst, const void *src_host, size_t bytes),                  \
     (dev, dst, src_host, bytes), 0, uncounted)                                                     \
   X(int, download, (vspec_dev *dev, void *dst_host, const void *src, size_t bytes),                \

@@ -18,8 +18,15 @@
  *    that stream before returning: the memory reads back zero from any stream of any
  *    context of the GPU for work enqueued after alloc returned (alloc_uninit does no fill
  *    and no wait: no stream has work on the memory, any context may write it first);
- *  - upload and download wait for their copy, so data uploaded at model load is on the GPU
- *    before any other context can use it, and downloaded data is on the host on return;
+ *  - upload does not wait: a small copy (up to VS_CUDA_UP_SLOT_BYTES) goes through a slot of
+ *    the context's page-locked upload ring, queued on the stream, so the caller's source may
+ *    change once it returns and the host goes on; a slot is written again only after its
+ *    copy ran (its event), which the ring's size makes a wait only when the host is a whole
+ *    ring ahead of the GPU (counted in syncs then). A larger copy, or one on a context
+ *    without the ring, waits (a sync). Another context sees an upload only after an order or
+ *    a sync (model load ends with the class's sync());
+ *  - download waits for its copy (and so for the stream's queued work): downloaded data is
+ *    on the host on return. The download is the wait; it is not counted again in syncs;
  *  - free (cudaFree) synchronises the whole GPU, every stream included (CUDA programming
  *    guide, stream-ordered allocator), so no queued work still uses the memory afterwards;
  *  - order(dev, after) (the device class's) makes dev's stream wait for an event recorded on
@@ -30,8 +37,9 @@
  * Fixed per-context resources, made at open and never grown in a forward (what a CUDA graph
  * capture needs: nothing may allocate while it records): the cuBLAS workspace
  * (cublasSetWorkspace; one per handle and stream, which is also what keeps cuBLAS bit for
- * bit reproducible with several streams active), and a page-locked staging buffer through
- * which uploads and downloads of up to VS_CUDA_STAGING_BYTES go as DMA copies. Neither counts
+ * bit reproducible with several streams active), the upload ring, and a page-locked staging
+ * buffer through which downloads and waited uploads of up to VS_CUDA_STAGING_BYTES go as DMA
+ * copies. None counts
  * against the GPU's memory limit (like the cuBLAS handle's own state, they are the
  * context's, not a model's). The scratch grows on demand unless reserved (reserve_scratch).
  * Ops that return void record the first failure in the context (vs_cuda_fail); the host
@@ -58,6 +66,12 @@
 #include "vspec/ops.h"
 #include "vspec/types.h"
 
+/* The upload ring: enough slots that a round's uploads (a forward's integers, a walk's tree,
+ * a draft forward's inputs) never wait for one to come free; a slot holds a GPT-B head
+ * forward's features (64 nodes x 2 rows x 768 floats is 384 KiB). */
+#define VS_CUDA_UP_SLOTS 8
+#define VS_CUDA_UP_SLOT_BYTES ((size_t)512 << 10)
+
 struct vs_cuda_gpu; /* per-GPU shared state, cuda_memory.cu */
 
 typedef struct vs_cuda_dev {
@@ -72,6 +86,13 @@ typedef struct vs_cuda_dev {
    * between calls: every copy through it is waited for before upload/download return. */
   unsigned char *staging;
   size_t staging_bytes;
+  /* The upload ring (VS_CUDA_UP_SLOTS slots of VS_CUDA_UP_SLOT_BYTES, page-locked; NULL if
+   * the host would not pin it): slot i's copy was queued before up_ev[i] was recorded, and
+   * up_live has bit i set while that record may still be pending. */
+  unsigned char *up_ring;
+  cudaEvent_t up_ev[VS_CUDA_UP_SLOTS];
+  unsigned up_live;
+  int up_next;
   int precision;    /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
   /* device scratch: im2col tiles, bf16 activations, uploaded positions and masks */
   void *scratch;

@@ -198,6 +198,24 @@ void vs_cuda_free(vspec_dev *dev, void *ptr) {
 
 /* ---- copies ----------------------------------------------------------------------------------- */
 
+/* A free slot of the upload ring for `bytes`, or NULL (too large, no ring, a failed context:
+ * the caller copies and waits). Waits for the slot's last copy only when it has not run yet,
+ * the host being a whole ring ahead of the stream (counted as a sync). */
+static unsigned char *cm_up_slot(vs_cuda_dev *d, size_t bytes) {
+  if (!d->up_ring || bytes > VS_CUDA_UP_SLOT_BYTES || d->failed) return nullptr;
+  int i = d->up_next;
+  if (d->up_live & (1u << i)) {
+    cudaError_t e = cudaEventQuery(d->up_ev[i]);
+    if (e == cudaErrorNotReady) {
+      vs_dev_count(&d->head.counters.syncs, 1);
+      e = cudaEventSynchronize(d->up_ev[i]);
+    }
+    if (!vs_cuda_check_rt(d, e, "upload (ring slot)")) return nullptr;
+    d->up_live &= ~(1u << i);
+  }
+  return d->up_ring + (size_t)i * VS_CUDA_UP_SLOT_BYTES;
+}
+
 int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (bytes == 0) return VSPEC_OK;
@@ -207,10 +225,21 @@ int vs_cuda_upload(vspec_dev *dev, void *dst, const void *src_host, size_t bytes
   if (vs_cuda_refuse_in_capture(d, VSPEC_ENOTSUP, "upload")) return VSPEC_ENOTSUP;
   if (!vs_cuda_enter(d)) return d->fail_status;
   vs_dev_count_transfer(dev, 0, bytes); /* one upload of `bytes`, whichever path */
-  /* Small: through the page-locked staging buffer, so that the copy is a DMA on the stream
-   * (and, captured, a graph memcpy node). The buffer is idle here: every copy through it is
-   * waited for before upload or download returns (not after a failed wait: a failed
-   * context takes the pageable path). */
+  /* Small: queued from a ring slot (cuda_dev.h), no wait. */
+  unsigned char *slot = cm_up_slot(d, bytes);
+  if (slot) {
+    int i = d->up_next;
+    memcpy(slot, src_host, bytes);
+    if (!vs_cuda_check_rt(d, cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice,
+                                             d->stream), "upload") ||
+        !vs_cuda_check_rt(d, cudaEventRecord(d->up_ev[i], d->stream), "upload (event)"))
+      return d->fail_status;
+    d->up_live |= 1u << i;
+    d->up_next = (i + 1) % VS_CUDA_UP_SLOTS;
+    return VSPEC_OK;
+  }
+  /* Otherwise the copy is waited for (a sync): through the staging buffer when it fits (a
+   * DMA), else from the caller's pageable memory. */
   const void *from = src_host;
   if (d->staging && bytes <= d->staging_bytes && !d->failed) {
     memcpy(d->staging, src_host, bytes);
@@ -232,11 +261,12 @@ int vs_cuda_download(vspec_dev *dev, void *dst_host, const void *src, size_t byt
   if (d->failed) return d->fail_status;
   if (!vs_cuda_enter(d)) return d->fail_status;
   vs_dev_count_transfer(dev, 1, bytes); /* one download of `bytes`, whichever path */
-  /* Small: a DMA into the staging buffer, then a host copy once the stream is done. */
+  /* Small: a DMA into the staging buffer, then a host copy once the stream is done. The
+   * download is the wait: not counted again in syncs. */
   int staged = d->staging && bytes <= d->staging_bytes;
   if (!vs_cuda_check_rt(d, cudaMemcpyAsync(staged ? (void *)d->staging : dst_host, src, bytes,
                                            cudaMemcpyDeviceToHost, d->stream), "download") ||
-      !vs_cuda_wait(d, "download (wait)"))
+      !vs_cuda_check_rt(d, cudaStreamSynchronize(d->stream), "download (wait)"))
     return d->fail_status;
   if (staged) memcpy(dst_host, d->staging, bytes);
   return VSPEC_OK;

@@ -44,6 +44,10 @@ static void cuda_close(vspec_dev *dev) {
   if (d->order_ev) cudaEventDestroy(d->order_ev);
   if (d->stream) cudaStreamDestroy(d->stream);
   if (d->staging) cudaFreeHost(d->staging); /* idle: every copy through it was waited for */
+  /* idle too: the stream, which queued the ring's copies, was waited for above */
+  for (int i = 0; i < VS_CUDA_UP_SLOTS; i++)
+    if (d->up_ev[i]) cudaEventDestroy(d->up_ev[i]);
+  if (d->up_ring) cudaFreeHost(d->up_ring);
   free(d->pos_host);
   free(d->mask_host);
   free(d->host_f);
@@ -53,6 +57,26 @@ static void cuda_close(vspec_dev *dev) {
 }
 
 static const vs_device_class *cuda_class_ptr(void);
+
+/* The upload ring (cuda_dev.h): page-locked slots and their events. Only a speed-up: where
+ * the host will not pin the memory or an event cannot be made, uploads wait for their copy. */
+static void cuda_open_up_ring(vs_cuda_dev *d) {
+  void *ring = NULL;
+  if (cudaHostAlloc(&ring, VS_CUDA_UP_SLOTS * VS_CUDA_UP_SLOT_BYTES, cudaHostAllocDefault) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  for (int i = 0; i < VS_CUDA_UP_SLOTS; i++)
+    if (cudaEventCreateWithFlags(&d->up_ev[i], cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      for (int j = 0; j < i; j++) cudaEventDestroy(d->up_ev[j]);
+      memset(d->up_ev, 0, sizeof d->up_ev);
+      cudaFreeHost(ring);
+      return;
+    }
+  d->up_ring = (unsigned char *)ring;
+}
 
 /* Built with the module's -gencode list like every other kernel: whether the device can run
  * it tells whether this build has code for the GPU. */
@@ -161,6 +185,7 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
   } else {
     (void)cudaGetLastError();
   }
+  cuda_open_up_ring(d);
   *out = (vspec_dev *)(void *)d;
   return VSPEC_OK;
 }
