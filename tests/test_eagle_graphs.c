@@ -8,13 +8,15 @@
  * bucket, one graph per bucket and head kind, replayed every step) and graphs=pad (the same
  * padded forwards run eagerly). Asserted:
  *  - replay equals the eager run bit for bit, logits and features, across every bucket up to
- *    32, KV lengths, trees fed host features and batches appended below pending nodes that
- *    read their inputs from the head's own outputs (ABI 1.7 feature_src) or from the host,
- *    each head kind (logits, features, nothing downloaded), two sessions interleaved, 1 and
+ *    32 and the last one cut to the session's 40 nodes, KV lengths, trees fed host features
+ *    and batches appended below pending nodes that read their inputs from the head's own
+ *    outputs (ABI 1.7 feature_src) or from the host, each head kind (logits, features, nothing downloaded), two sessions interleaved, 1 and
  *    2 CFG rows. A value of the step baked into a recorded op (a node count, a length, a
  *    pointer offset by the pending base) replays the recording step's value and fails here;
  *  - a replayed forward costs one upload, one graph launch (one op) and its downloads, no
  *    wait, with or without feature_src; pad launches nothing; the CPU's default is eager;
+ *  - a failed recording runs the forward eagerly; two the device cannot make turn graphs
+ *    off, those that met an allocation or a wait (VSPEC_EBUSY) are tried again;
  *  - whole engine jobs (chain and static tree drafted by the head) give the same tokens with
  *    VSPEC_GRAPHS=on as with pad.
  * VSPEC_TEST_DEVICE=cuda runs the same on a GPU.
@@ -141,7 +143,7 @@ static void test_replay_bit_identical(void **state) {
   static const int sizes[] = {1, 3, 2, 9, 1, 16, 32, 5, 1};
 #else
   static const int sizes[] = {1, 3, 4, 2, 7, 5, 1, 9, 16, 12, 8, 6, 1,
-                              13, 11, 10, 15, 14, 1, 17, 32, 24, 2, 1};
+                              13, 11, 10, 15, 14, 1, 17, 36, 32, 24, 2, 1};
 #endif
   pair p;
   memset(&p, 0, sizeof p);
@@ -263,6 +265,72 @@ static void test_replay_costs(void **state) {
   assert_non_null(strstr(err, "graphs=maybe"));
 }
 
+/* A device whose recordings all fail with `fail_code` (a GPU's capture that met an op it
+ * cannot record, VSPEC_ENOTSUP, or one that had to allocate or wait, VSPEC_EBUSY). */
+static int fail_code;
+static int failing_end(vspec_dev *d, vspec_graph **graph) {
+  const vspec_ops *o = vs_dev_ops(d);
+  if (o->graph_end(d, graph) == VSPEC_OK) o->graph_free(d, *graph);
+  *graph = NULL;
+  return fail_code;
+}
+static const vspec_ops *ops_failing(const vspec_dev *d) {
+  static vspec_ops t;
+  t = *vs_dev_ops(d);
+  t.graph_end = failing_end;
+  return &t;
+}
+
+/* Failed recordings: the forward runs eagerly (the bits of pad); two that the device cannot
+ * record turn the session's graphs off, while one that met an allocation or a wait is tried
+ * again. */
+static void test_failed_recordings(void **state) {
+  (void)state;
+  vspec_host failing = host;
+  failing.dev_ops = ops_failing;
+  char err[VSPEC_ERRLEN];
+  vs_backend_model on, pad;
+  if (vs_backend_model_load(reg, &failing, dev, "eagle", HEAD, TARGET ",max_nodes=16,graphs=on",
+                            &on, err, sizeof err))
+    fail_msg("%s", err);
+  load(&pad, "max_nodes=16,graphs=pad");
+  static const int codes[2] = {VSPEC_ENOTSUP, VSPEC_EBUSY};
+  for (int c = 0; c < 2; c++) {
+    fail_code = codes[c];
+    vspec_session *s[2] = {open_session(&on, 2, 16), open_session(&pad, 2, 16)};
+    size_t nl = (size_t)4 * 2 * on.info.vocab;
+    float *l[2] = {malloc(nl * sizeof(float)), malloc(nl * sizeof(float))};
+    for (int step = 0; step < 6; step++) {
+      int n = 1 + step % 4; /* buckets 1, 2, 4, 4, 1, 2 */
+      vs_dev_counters c0, c1;
+      vs_dev_counters_get(dev, &c0);
+      for (int i = 0; i < 2; i++) {
+        vs_backend_model *bm = i ? &pad : &on;
+        int32_t tok[4] = {1, 2, 3, 4}, par[4] = {-1, 0, 0, 1};
+        float feat[4 * 2 * 256];
+        assert_true(bm->info.feature_dim <= 256);
+        for (int k = 0; k < 4 * 2 * bm->info.feature_dim; k++) feat[k] = (float)(k % 5) * 0.25f;
+        vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = n, .tokens = tok,
+                                 .parents = par, .features = feat};
+        vspec_forward_out o = {.struct_size = sizeof o, .logits = l[i]};
+        if (bm->vt->forward(s[i], &b, &o, err, sizeof err)) fail_msg("%s", err);
+        if (i == 0) vs_dev_counters_get(dev, &c1);
+      }
+      vs_dev_counters_sub(&c1, &c0);
+      assert_memory_equal(l[0], l[1], (size_t)n * 2 * on.info.vocab * sizeof(float));
+      assert_int_equal(c1.launches, 0);
+      /* ENOTSUP: recorded at the first two forwards, then eager for good; EBUSY: every time */
+      if (c == 0) assert_true(step < 2 ? c1.recorded > 0 : c1.recorded == 0);
+      else assert_true(c1.recorded > 0);
+    }
+    free(l[0]), free(l[1]);
+    on.vt->session_close(s[0]);
+    pad.vt->session_close(s[1]);
+  }
+  vs_backend_model_unload(&on);
+  vs_backend_model_unload(&pad);
+}
+
 /* Whole jobs through the engine on models/fmnist, drafted by the head: the same tokens with
  * graphs as with the same padded forwards run eagerly. VSPEC_GRAPHS, read when a model loads
  * (the manifest names no graphs=), sets the head's mode (and the target's). */
@@ -323,6 +391,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_bit_identical),
       cmocka_unit_test(test_replay_costs),
+      cmocka_unit_test(test_failed_recordings),
       cmocka_unit_test(test_engine_jobs),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
