@@ -11,8 +11,9 @@
  *    32 and the last one cut to the session's 40 nodes, KV lengths, trees fed host features
  *    and batches appended below pending nodes that read their inputs from the head's own
  *    outputs (ABI 1.7 feature_src) or from the host, each head kind (logits, features,
- *    nothing downloaded), two sessions interleaved, 1 and 2 CFG rows. A value of the step baked into a recorded op (a node count, a length, a
- *    pointer offset by the pending base) replays the recording step's value and fails here;
+ *    nothing downloaded), two sessions interleaved, 1 and 2 CFG rows. A value of the step
+ *    baked into a recorded op (a node count, a length, a pointer offset by the pending base)
+ *    replays the recording step's value and fails here;
  *  - a replayed forward costs one upload, one graph launch (one op) and its downloads, no
  *    wait, with or without feature_src; pad launches nothing; the CPU's default is eager;
  *  - a failed recording runs the forward eagerly; two the device cannot make turn graphs
