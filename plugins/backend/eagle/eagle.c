@@ -14,7 +14,12 @@
  * rotates like image token p. E and lm_head are the target's tok_embeddings and output,
  * read from the target file (parameter target=FILE).
  *
- * load(path, params): path = the head's safetensors; target=FILE (required); max_nodes=N.
+ * load(path, params): path = the head's safetensors; target=FILE (required); max_nodes=N;
+ * graphs=G, how fused forwards run (ABI 1.5 graphs, eagle_graph.c), as llamagen's parameter
+ * of that name: on (padded to a node-count bucket, one recorded graph per bucket and head
+ * kind replayed every step), off (unpadded, eagerly), pad (padded, eagerly: what replay must
+ * equal bit for bit), auto (default: on where the device records graphs and is not the CPU,
+ * whose graphs are a checker, not a speed-up); without it VSPEC_GRAPHS (the same values).
  */
 #include <errno.h>
 #include <math.h>
@@ -22,56 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kv_tree.h"
-#include "vspec/plugin.h"
-
-#define EG_MAX_LAYERS 8
-#define EG_DEFAULT_MAX_NODES 256
-
-typedef struct eg_layer {
-  const float *input_norm; /* NULL for layer 0 */
-  float *wqkv;             /* device [3d, d]: q_proj, k_proj, v_proj stacked */
-  const float *wo, *post_norm, *gate, *up, *down;
-} eg_layer;
-
-struct vspec_model {
-  const vspec_host *host;
-  vspec_dev *dev;
-  vspec_tensor_file *f, *target;
-  int dim, n_head, head_dim, ffn, vocab, n_layer, grid, n_image, n_cond, max_nodes;
-  float norm_eps, rope_base;
-  const float *fc_w, *fc_b, *embed, *output;
-  eg_layer layers[EG_MAX_LAYERS];
-  float *rope; /* device [(n_cond + n_image), head_dim/2, 2] */
-};
-
-struct vspec_session {
-  vspec_model *m;
-  const vspec_host *host;
-  const vspec_ops *ops;
-  vspec_dev *dev;
-  int rows, max_nodes, prefilled;
-  vs_kv_tree kv;
-  float *cat, *x, *h, *qkv, *att, *ff1, *ff3, *logits; /* [rows * max_nodes, ...] */
-  uint8_t *mask;
-  int32_t *pos;
-  /* The fused path's inputs (eg_forward_fused), staged on the host and uploaded at once:
-   * features [M, dim] in (row, node) order, then tokens, positions, output rows [M] each,
-   * tree parents [max_nodes], the nodes' cache slots [max_nodes], the tree's lengths
-   * (committed, base) and, for vspec_forward_batch.feature_src, each row's input feature
-   * row [M]. On the device the upload lands after `keep`. */
-  int fused;
-  char *stage_host, *stage_dev;
-  /* ABI 1.7: the output feature of every pending node, [rows, max_nodes, dim] at the start
-   * of stage_dev, so that one gather over keep and the uploaded features makes the inputs
-   * (a tree node's is its parent's output: it never crosses to the host and back) */
-  float *keep;
-};
-
-/* Bytes of `keep` before the upload area of stage_dev. */
-static size_t eg_keep_bytes(const vspec_session *s) {
-  return (size_t)s->rows * s->max_nodes * s->m->dim * sizeof(float);
-}
+#include "eg_internal.h"
 
 static int eg_meta_num(const vspec_host *H, vspec_tensor_file *f, const char *key, double def,
                        double *out, char *err, size_t errlen) {
@@ -245,11 +201,36 @@ static int eg_load_rope(vspec_model *m, char *err, size_t errlen) {
   return VSPEC_OK;
 }
 
+/* EG_GRAPHS_* from the parameter graphs=, else VSPEC_GRAPHS, else auto. */
+static int eg_graphs_mode(const vspec_host *H, vspec_dev *dev, const char *param, int *mode,
+                          char *err, size_t errlen) {
+  const char *v = param ? param : getenv("VSPEC_GRAPHS");
+  const vspec_ops *ops = H->dev_ops(dev);
+  if (!v || !*v || strcmp(v, "auto") == 0)
+    *mode = ops->device != VSPEC_DEVICE_CPU && vspec_has_graphs(ops) ? EG_GRAPHS_ON
+                                                                     : EG_GRAPHS_OFF;
+  else if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
+    *mode = EG_GRAPHS_ON;
+  else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
+    *mode = EG_GRAPHS_OFF;
+  else if (strcmp(v, "pad") == 0)
+    *mode = EG_GRAPHS_PAD;
+  else {
+    snprintf(err, errlen, "eagle: graphs=%s%s: use auto, on, off or pad", v,
+             param ? "" : " (VSPEC_GRAPHS)");
+    return VSPEC_EINVAL;
+  }
+  return VSPEC_OK;
+}
+
 static int eg_load(const vspec_host *H, vspec_dev *dev, const char *path,
                    const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
-  static const char *const known[] = {"target", "max_nodes", NULL};
+  static const char *const known[] = {"target", "max_nodes", "graphs", NULL};
   int rc = H->param_check_known(params, known, err, errlen);
   if (rc) return rc;
+  int graphs;
+  if ((rc = eg_graphs_mode(H, dev, H->param_string(params, "graphs"), &graphs, err, errlen)))
+    return rc;
   long max_nodes;
   if ((rc = H->param_int(params, "max_nodes", EG_DEFAULT_MAX_NODES, 1, 4096, &max_nodes, err,
                          errlen)))
@@ -265,6 +246,7 @@ static int eg_load(const vspec_host *H, vspec_dev *dev, const char *path,
   m->host = H;
   m->dev = dev;
   m->max_nodes = (int)max_nodes;
+  m->graphs = graphs;
   if (!(rc = H->tensors_open(path, &m->f, err, errlen)) &&
       !(rc = H->tensors_open(target, &m->target, err, errlen)) &&
       !(rc = eg_load_shape(m, path, target, err, errlen)) &&
@@ -299,7 +281,8 @@ static int eg_info(const vspec_model *m, vspec_model_info *o) {
 
 static void eg_close(vspec_session *s) {
   if (!s) return;
-  float *bufs[] = {s->cat, s->x, s->h, s->qkv, s->att, s->ff1, s->ff3, s->logits};
+  eg_graphs_free(s);
+  float *bufs[] = {s->cat, s->h, s->qkv, s->att, s->ff1, s->ff3, s->logits};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) s->ops->free(s->dev, bufs[i]);
   if (s->stage_dev) s->ops->free(s->dev, s->stage_dev);
@@ -336,12 +319,18 @@ static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *c
   s->dev = dev;
   s->rows = cfg->rows;
   s->max_nodes = max_nodes;
-  int slots = (m->n_image + max_nodes + 7) / 8 * 8;
+  s->fused = vspec_has_fused_ops(s->ops);
+  s->graphs = !s->fused ? EG_GRAPHS_OFF
+              : m->graphs == EG_GRAPHS_ON && !vspec_has_graphs(s->ops) ? EG_GRAPHS_OFF
+                                                                      : m->graphs;
+  /* committed rows never pass n_image; pending nodes sit after them, and with graphs a
+   * forward's padding nodes after those (eagle_graph.c) */
+  int pad = s->graphs != EG_GRAPHS_OFF ? eg_graph_pad_room(max_nodes) : 0;
+  int slots = (m->n_image + max_nodes + pad + 7) / 8 * 8;
   int rc = vs_kv_tree_init(&s->kv, H, dev, m->n_layer, s->rows, m->n_head, m->head_dim, slots,
                            max_nodes);
   size_t M = (size_t)s->rows * max_nodes, d = (size_t)m->dim;
   s->cat = s->ops->alloc(dev, M * 2 * d * sizeof(float));
-  s->x = s->ops->alloc(dev, M * d * sizeof(float));
   s->h = s->ops->alloc(dev, M * d * sizeof(float));
   s->qkv = s->ops->alloc(dev, M * 3 * d * sizeof(float));
   s->att = s->ops->alloc(dev, M * d * sizeof(float));
@@ -350,12 +339,12 @@ static int eg_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *c
   s->logits = s->ops->alloc(dev, M * (size_t)m->vocab * sizeof(float));
   s->mask = H->calloc((size_t)max_nodes * slots, 1);
   s->pos = H->calloc(M, sizeof(int32_t));
-  size_t stage = M * d * sizeof(float) + (4 * M + 2 * (size_t)max_nodes + 2) * sizeof(int32_t);
-  s->stage_host = H->alloc(stage);
-  s->stage_dev = vspec_alloc_uninit(s->ops, dev, eg_keep_bytes(s) + stage);
-  s->keep = (float *)(void *)s->stage_dev;
-  s->fused = vspec_has_fused_ops(s->ops);
-  if (rc || !s->cat || !s->x || !s->h || !s->qkv || !s->att || !s->ff1 || !s->ff3 ||
+  /* the host side of one upload: block 3 and the integers (eg_internal.h, stage_dev) */
+  size_t stage = M * d * sizeof(float) + eg_stage_ints(s->rows, max_nodes) * sizeof(int32_t);
+  s->stage_host = H->calloc(stage, 1);
+  s->stage_dev = vspec_alloc_uninit(s->ops, dev, 3 * M * d * sizeof(float) + stage);
+  if (s->stage_dev) s->keep = eg_block(s, 0), s->x = eg_block(s, 2);
+  if (rc || !s->cat || !s->h || !s->qkv || !s->att || !s->ff1 || !s->ff3 ||
       !s->logits || !s->mask || !s->pos || !s->stage_host || !s->stage_dev) {
     eg_close(s);
     snprintf(err, errlen, "out of memory for a draft-head session");
@@ -380,81 +369,6 @@ static int eg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_
   if (out && out->logits) memset(out->logits, 0, (size_t)s->rows * s->m->vocab * sizeof(float));
   if (out && out->features) memset(out->features, 0, (size_t)s->rows * s->m->dim * sizeof(float));
   return VSPEC_OK;
-}
-
-/* The forward on the fused ops of ABI 1.4 (the same numbers on the CPU as the unfused one
- * below): one upload of the features and integer inputs, 6 ops plus 5 per layer, a download
- * each of the features and logits asked for. The rows run in (row, node) order, as attention
- * wants them; a last gather puts them in the ABI's (node, row) order. */
-static void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, const int32_t *src,
-                             int base, vspec_forward_out *out) {
-  const vspec_model *m = s->m;
-  const vspec_ops *ops = s->ops;
-  vspec_dev *dev = s->dev;
-  int n = b->n_nodes, R = s->rows, d = m->dim, L = s->kv.committed, M = R * n;
-  size_t fb = (size_t)M * d * sizeof(float), row = (size_t)d * sizeof(float);
-  float *feat = (float *)(void *)s->stage_host;
-  int32_t *tok = (int32_t *)(void *)(s->stage_host + fb), *pos = tok + M, *outr = pos + M;
-  for (int r = 0; r < R; r++)
-    for (int i = 0; i < n; i++) {
-      if (!src || src[i] < 0)
-        memcpy(feat + (size_t)(r * n + i) * d, b->features + ((size_t)i * R + r) * d, row);
-      tok[r * n + i] = b->tokens[i];
-      pos[r * n + i] = m->n_cond + L + s->kv.depth[base + i];
-      outr[i * R + r] = r * n + i;
-    }
-  int32_t *par = outr + M, *slots = par + base + n, *lens = slots + n, *frow = lens + 2;
-  memcpy(par, s->kv.parents, (size_t)(base + n) * sizeof(int32_t));
-  for (int i = 0; i < n; i++) slots[i] = L + base + i;
-  lens[0] = L;
-  lens[1] = base;
-  /* each row's input feature: a row of keep, or an uploaded one (after keep's rows) */
-  for (int r = 0; src && r < R; r++)
-    for (int i = 0; i < n; i++)
-      frow[r * n + i] = src[i] >= 0 ? r * s->max_nodes + src[i] : R * s->max_nodes + r * n + i;
-  char *up = s->stage_dev + eg_keep_bytes(s);
-  size_t ints = 3 * (size_t)M + base + 2 * (size_t)n + 2 + (src ? (size_t)M : 0);
-  ops->upload(dev, up, s->stage_host, fb + ints * sizeof(int32_t));
-  const int32_t *dtok = (const int32_t *)(void *)(up + fb);
-  /* concat(E[x], f): the embeddings gathered, then both halves interleaved by row */
-  ops->gather_rows(dev, m->embed, dtok, M, d, s->h);
-  ops->copy3d(dev, s->cat, 2 * row, 0, s->h, row, 0, row, M, 1);
-  if (src) {
-    ops->gather_rows(dev, s->keep, dtok + (frow - tok), M, d, s->h);
-    ops->copy3d(dev, s->cat + d, 2 * row, 0, s->h, row, 0, row, M, 1);
-  } else {
-    ops->copy3d(dev, s->cat + d, 2 * row, 0, up, row, 0, row, M, 1);
-  }
-  ops->linear(dev, s->cat, M, 2 * d, m->fc_w, d, m->fc_b, s->x);
-  const int32_t *dpar = dtok + 3 * M, *dslots = dpar + base + n;
-  vspec_kv_tree_view tree = {.n = n, .lens = dslots + n, .parents = dpar};
-  for (int l = 0; l < m->n_layer; l++) {
-    const eg_layer *W = &m->layers[l];
-    vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
-                         .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0), .rows = R,
-                         .n_heads = m->n_head, .kv_heads = m->n_head, .head_dim = m->head_dim,
-                         .slots = s->kv.slots};
-    /* layer 0 has no input norm (NULL) */
-    ops->norm_qkv_rope(dev, s->x, n, d, W->input_norm, m->norm_eps, W->wqkv, dtok + M, m->rope,
-                       &kv, dslots, s->qkv);
-    ops->tree_attention(dev, s->qkv, &kv, &tree, s->att);
-    ops->linear_add(dev, s->att, M, d, W->wo, d, s->x);
-    ops->norm_swiglu(dev, s->x, M, d, W->post_norm, m->norm_eps, W->gate, W->up, m->ffn, s->ff1);
-    ops->linear_add(dev, s->ff1, M, m->ffn, W->down, d, s->x);
-  }
-  /* what later forwards' feature_src may name (one op; nothing crosses to the host) */
-  ops->copy3d(dev, s->keep + (size_t)base * d, row, (size_t)s->max_nodes * row, s->x, row,
-              (size_t)n * row, row, n, R);
-  const float *f = s->x;
-  if (R > 1 && ((out && out->features) || (out && out->logits))) {
-    ops->gather_rows(dev, s->x, dtok + 2 * M, M, d, s->h);
-    f = s->h;
-  }
-  if (out && out->features) ops->download(dev, out->features, f, (size_t)M * row);
-  if (out && out->logits) {
-    ops->linear(dev, f, M, d, m->output, m->vocab, NULL, s->logits);
-    ops->download(dev, out->logits, s->logits, (size_t)M * m->vocab * sizeof(float));
-  }
 }
 
 /* The ABI 1.7 feature sources of a batch (NULL: every node's from b->features), checked:
