@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/forward_gate.h"
 #include "core/sampling.h"
@@ -19,6 +20,8 @@ struct vs_draft_model {
   vs_forward_gate *gate; /* batched with other jobs' forwards, or NULL */
   vs_sampler sampler;
   float *prefill_logits; /* [rows, vocab]: the prefill's output, which no drafter reads */
+  vs_draft_draw draw;    /* drafts drawn on the device while draw_on; draw_k forwards so far */
+  int draw_on, draw_k;
 };
 
 static int dm_open(void *ctx, vspec_session **out, char *err, size_t errlen) {
@@ -49,11 +52,48 @@ static void dm_close(void *ctx, vspec_session *s) {
   if (s) m->bm->vt->session_close(s);
 }
 
+/* A forward of the drafter that draws its last node's token on the device (vs_draft_draw):
+ * the plugin's batch and outputs with ABI 1.8's fields added. */
+static int dm_forward_draw(vs_draft_model *m, vspec_session *s, const vspec_forward_batch *b,
+                           vspec_forward_out *o, char *inner, size_t len) {
+  const vs_draft_draw *d = &m->draw;
+  int k = m->draw_k;
+  if (k >= d->forwards) {
+    snprintf(inner, len, "more forwards (%d) than drafts drawn on the device (%d)", k + 1,
+             d->forwards);
+    return VSPEC_ERANGE;
+  }
+  vspec_forward_batch b2 = {0};
+  vspec_forward_out o2 = {0};
+  memcpy(&b2, b, b->struct_size < sizeof b2 ? b->struct_size : sizeof b2);
+  memcpy(&o2, o, o->struct_size < sizeof o2 ? o->struct_size : sizeof o2);
+  b2.struct_size = sizeof b2;
+  o2.struct_size = sizeof o2;
+  b2.token_dev = d->tokens;
+  vspec_sample_spec sp = d->spec;
+  sp.n = 1;
+  sp.u = d->u ? d->u + k : NULL;
+  sp.guided = d->guided + k;
+  o2.logits = NULL;
+  o2.draw = &sp;
+  o2.draw_probs = d->probs + (size_t)k * sp.vocab;
+  o2.draw_tokens = d->tokens + k;
+  int rc = vs_forward_gate_forward(m->gate, m->bm, s, m->dev, &b2, &o2, inner, len);
+  if (!rc && !o2.drawn) {
+    snprintf(inner, len, "the draft model's backend did not draw on the device");
+    rc = VSPEC_EABI;
+  }
+  m->draw_k += !rc;
+  return rc;
+}
+
 static int dm_forward(void *ctx, vspec_session *s, const vspec_forward_batch *b,
                       vspec_forward_out *o, char *err, size_t errlen) {
   vs_draft_model *m = ctx;
   char inner[VSPEC_ERRLEN] = "";
-  int rc = vs_forward_gate_forward(m->gate, m->bm, s, m->dev, b, o, inner, sizeof inner);
+  int rc = m->draw_on ? dm_forward_draw(m, s, b, o, inner, sizeof inner)
+                      : vs_forward_gate_forward(m->gate, m->bm, s, m->dev, b, o, inner,
+                                                sizeof inner);
   if (rc) snprintf(err, errlen, "drafter forward: %s", inner);
   return rc;
 }
@@ -69,6 +109,7 @@ static int dm_commit(void *ctx, vspec_session *s, const int32_t *path, int32_t n
 
 static void dm_distribution(void *ctx, const float *logits, int32_t image_index, float *probs) {
   vs_draft_model *m = ctx;
+  if (m->draw_on) return; /* the distribution is on the device (vs_draft_draw) */
   vs_sampling s = m->job->sampling;
   if (!(s.temperature > 0.0f)) s.temperature = 1.0f;
   vs_node_distribution(&m->sampler, logits, m->rows, image_index, &s, probs);
@@ -107,3 +148,14 @@ void vs_draft_model_free(vs_draft_model **pm) {
 const vspec_draft_model *vs_draft_model_abi(const vs_draft_model *m) { return &m->abi; }
 
 void vs_draft_model_set_gate(vs_draft_model *m, struct vs_forward_gate *gate) { m->gate = gate; }
+
+int vs_draft_model_draws(const vs_draft_model *m) {
+  return VSPEC_HAS_FIELD(&m->bm->info, vspec_model_info, device_tokens) &&
+         m->bm->info.device_tokens;
+}
+
+void vs_draft_model_set_draw(vs_draft_model *m, const vs_draft_draw *d) {
+  m->draw_on = d != NULL;
+  m->draw_k = 0;
+  if (d) m->draw = *d;
+}

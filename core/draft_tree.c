@@ -15,13 +15,23 @@
 #include <string.h>
 
 #include "core/round_loop.h"
+#include "core/status.h"
 #include "kernels/common/vs_philox.h"
 
 int vs_draft_chain(vs_rounds *c, int depth, int32_t root_index, char *err, size_t errlen) {
   vs_tree *t = &c->tree;
   t->deterministic = c->greedy;
   int32_t node = 0;
-  for (int d = 1; d <= depth; d++) {
+  for (int d = 1; d <= depth && c->round_dev; d++) {
+    /* drawn on the device (core/draft_device.c): draft d - 1 of the chain's device tokens */
+    int32_t child = vs_tree_add(t, node, -d, 1.0f, 0.0f);
+    if (child < 0) return vs_fail(err, errlen, VSPEC_ERANGE, "a chain of %d drafts does not "
+                                  "fit the tree", depth);
+    int rc = d < depth ? vs_drafter_expand(c->drafter, t, &child, 1, root_index, err, errlen) : 0;
+    if (rc) return rc;
+    node = child;
+  }
+  for (int d = 1; d <= depth && !c->round_dev; d++) {
     const float *p = vs_tree_dist(t, node);
     int32_t x;
     float px = 1.0f;

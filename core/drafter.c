@@ -295,6 +295,14 @@ void vs_drafter_set_gate(vs_drafter *p, struct vs_forward_gate *gate) {
   if (p->model) vs_draft_model_set_gate(p->model, gate);
 }
 
+int vs_drafter_draws(const vs_drafter *p) {
+  return p->model && !p->proposes && vs_draft_model_draws(p->model);
+}
+
+void vs_drafter_set_draw(vs_drafter *p, const vs_draft_draw *draw) {
+  if (p->model) vs_draft_model_set_draw(p->model, draw);
+}
+
 const float *vs_drafter_node_feature(const vs_drafter *p, int32_t node) {
   return p->uses_features && p->vt->node_feature ? p->vt->node_feature(p->d, node) : NULL;
 }

@@ -90,6 +90,11 @@ int64_t vs_drafter_nodes(const vs_drafter *d);
  * entered it), or alone again with NULL. */
 struct vs_forward_gate;
 void vs_drafter_set_gate(vs_drafter *d, struct vs_forward_gate *gate);
+/* Whether its draft model can draw drafts on the device (core/draft_model.h), and from the
+ * next forward on draws them so (NULL: on the host again). */
+struct vs_draft_draw;
+int vs_drafter_draws(const vs_drafter *d);
+void vs_drafter_set_draw(vs_drafter *d, const struct vs_draft_draw *draw);
 /* The drafter's output feature at an expanded tree node ([rows, dim]); feature heads only. */
 const float *vs_drafter_node_feature(const vs_drafter *d, int32_t node);
 

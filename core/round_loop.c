@@ -48,6 +48,7 @@ static void rl_rounds_free(vs_rounds *c) {
   vs_plugin_release(c->sched_plugin);
   vs_drafter_close(c->drafter);
   vs_walk_device_free(c);
+  vs_draft_device_free(c);
   if (c->sess) c->t->vt->session_close(c->sess);
   vs_tree_free(&c->tree);
   vs_tree_free(&c->pool);
@@ -203,12 +204,15 @@ static int rl_draft(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
     return vs_drafter_propose(c->drafter, &c->tree,
                               plan->depth < depth_limit ? plan->depth : depth_limit, root_index,
                               err, errlen);
+  int chain = plan->depth < depth_limit ? plan->depth : depth_limit;
+  if (plan->shape == VSPEC_DRAFT_CHAIN) vs_draft_device_round(c, chain, root_index);
   int rc = vs_drafter_begin(c->drafter, &c->tree, root_index, err, errlen);
   if (rc) return rc;
   switch (plan->shape) {
     case VSPEC_DRAFT_CHAIN:
-      return vs_draft_chain(c, plan->depth < depth_limit ? plan->depth : depth_limit, root_index,
-                            err, errlen);
+      rc = vs_draft_chain(c, chain, root_index, err, errlen);
+      vs_draft_device_done(c);
+      return rc;
     case VSPEC_DRAFT_STATIC: return vs_draft_static(c, plan, depth_limit, root_index, err, errlen);
     case VSPEC_DRAFT_DYNAMIC:
       return vs_draft_dynamic(c, plan, depth_limit, root_index, err, errlen);
@@ -232,7 +236,8 @@ static int rl_verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, si
     bt[u + i] = c->tree.nodes[i].token;
     bp[u + i] = i == 0 ? u - 1 : bp[u + i] + u;
   }
-  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp};
+  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp,
+                           .token_dev = c->round_dev ? c->chain_tok_dev : NULL};
   out->features = c->drafter && vs_drafter_uses_features(c->drafter) ? c->feats : NULL;
   char inner[VSPEC_ERRLEN] = "";
   int rc = vs_forward_gate_forward(c->gate, c->t, c->sess, c->dev, &b, out, inner,
@@ -424,7 +429,8 @@ static int rl_open(vs_rounds *c, const vs_method *m, vspec_round_state *st,
     return VSPEC_EINVAL;
   }
   /* A drafter named by the scheduler may read the target's logits (target_dist): host walk. */
-  return vs_walk_device_init(c, dk == VSPEC_DRAFTER_PLUGIN, err, errlen);
+  if ((rc = vs_walk_device_init(c, dk == VSPEC_DRAFTER_PLUGIN, err, errlen))) return rc;
+  return vs_draft_device_init(c, dk, err, errlen);
 }
 
 /* One verification: the target's forward over the tree and the walk that accepts a path and
@@ -523,6 +529,7 @@ int vs_round_loop_run(vs_models *models, vspec_dev *dev, const vs_job *job, cons
     int need;
     if ((rc = rl_plan_round(&c, m, &st, &plan, expand_max, cap, &need, err, errlen))) goto done;
     vs_tree_reset(&c.tree, tokens[root_index]);
+    c.round_dev = 0;
     for (int i = 0; i < cap; i++) c.feat_node[i] = i;
     double td = vs_now();
     int drafted = c.drafter && depth_limit > 0 && plan.shape != VSPEC_DRAFT_NONE;

@@ -77,6 +77,14 @@ typedef struct vs_rounds {
   int32_t *walk_table_copy;      /* the device copy (devices of another memory space) */
   vspec_walk_spec walk_spec;
   vspec_walk_result walk_res;
+  /* drafts drawn on the device (core/draft_device.c) */
+  int draft_dev;             /* a chain round may draw its drafts on the device */
+  int round_dev;             /* this round's drafts are there: tree token -1 - j is draft j */
+  int32_t *chain_tok_dev;    /* device [VS_MAX_DEPTH + 1]: the chain's drafts */
+  float *chain_probs_dev;    /* device [VS_MAX_DEPTH + 1, V]: their distributions */
+  int32_t *walk_tokens;      /* host [cap]: the tree's tokens, with the walk's result */
+  double chain_u[VS_MAX_DEPTH + 1];
+  uint8_t chain_guided[VS_MAX_DEPTH + 1];
 } vs_rounds;
 
 /* Runs one job's rounds (ar or sd) into tokens[N]; mt accumulates the metrics. */
@@ -101,6 +109,14 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
  * when the round does not qualify); take returns 1 with path, n_path and next (the engine's
  * streams and metrics advanced as the host walk would have), 0 when the backend did not
  * walk (the logits are there: walk on the host), or a negative status. */
+/* core/draft_device.c: chains drawn on the device. init decides for the job (after the walk's
+ * init); round sets up a chain round of `depth` drafts (c->round_dev) before the drafter's
+ * first forward, done ends its drawing; a round that is not such a chain resets round_dev. */
+int vs_draft_device_init(vs_rounds *c, uint32_t drafter_kind, char *err, size_t errlen);
+void vs_draft_device_free(vs_rounds *c);
+void vs_draft_device_round(vs_rounds *c, int depth, int32_t root_index);
+void vs_draft_device_done(vs_rounds *c);
+
 int vs_walk_device_init(vs_rounds *c, int drafter_plugin, char *err, size_t errlen);
 void vs_walk_device_free(vs_rounds *c);
 void vs_walk_device_ask(vs_rounds *c, int32_t root_index, vspec_forward_out *out);

@@ -93,6 +93,8 @@ void vs_walk_device_ask(vs_rounds *c, int32_t root_index, vspec_forward_out *out
   out->walk = NULL;
   out->walk_result = NULL;
   out->walked = 0;
+  out->walk_probs = NULL;
+  out->walk_tokens = NULL;
   const vs_tree *t = &c->tree;
   if (!c->walk_dev || t->n > VSPEC_WALK_MAX_PATH) return;
   vspec_walk_spec *sp = &c->walk_spec;
@@ -121,6 +123,13 @@ void vs_walk_device_ask(vs_rounds *c, int32_t root_index, vspec_forward_out *out
   out->walk = sp;
   out->walk_dists = sp->dists ? t->n_dists : 0;
   out->walk_result = &c->walk_res;
+  if (c->round_dev) { /* drafts drawn on the device: their distributions are there */
+    out->walk_probs = t->deterministic ? NULL : c->chain_probs_dev;
+    sp->dist = out->walk_probs ? dist : NULL;
+    sp->dists = NULL;
+    out->walk_dists = 0;
+    out->walk_tokens = c->walk_tokens;
+  }
 }
 
 int vs_walk_device_take(vs_rounds *c, vspec_forward_out *out, int32_t *path, int *n_path,
@@ -129,7 +138,14 @@ int vs_walk_device_take(vs_rounds *c, vspec_forward_out *out, int32_t *path, int
   out->walk = NULL;
   out->walk_result = NULL;
   out->walked = 0;
+  out->walk_probs = NULL;
+  out->walk_tokens = NULL;
+  if (!walked && c->round_dev)
+    return vs_fail(err, errlen, VSPEC_EDEVICE, "the drafts are on the device, but the target's "
+                   "backend did not walk there");
   if (!walked) return 0;
+  if (c->round_dev) /* the drafts the host has not seen, with the result */
+    for (int i = 0; i < c->tree.n; i++) c->tree.nodes[i].token = c->walk_tokens[i];
   const vspec_walk_result *r = &c->walk_res;
   if (r->status != VSPEC_OK || r->n_path < 1 || r->n_path > VS_MAX_DEPTH + 2) {
     if (r->status == VSPEC_OK || r->next >= 0)

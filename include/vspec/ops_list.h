@@ -302,7 +302,20 @@
    * walks on the host then (and for rules that have no walk_rule). */                             \
   X(void, verify_walk,                                                                             \
     (vspec_dev *dev, const float *logits, const vspec_walk_spec *spec, vspec_walk_result *out),    \
-    (dev, logits, spec, out), 6, op)
+    (dev, logits, spec, out), 6, op)                                                               \
+                                                                                                   \
+  /* ==== ABI 1.8: a draft drawn on the device ============================================ */     \
+  /* sample_tokens that keeps what it drew from: node i's distribution (sample_tokens' CFG         \
+   * mix, temperature, top-k, top-p and softmax; the engine's vs_node_distribution) to probs       \
+   * [n, vocab], and its token drawn from that row at u[i] or, with u NULL, the row's first        \
+   * maximum (a greedy draft over the distribution the walk compares with). temperature must       \
+   * be > 0. All device memory but spec. A node without mass gets a zero row and token 0, so       \
+   * that a forward fed it reads a valid embedding. A draft then stays on the device: the walk     \
+   * reads probs, the next forward the token (vspec_forward_batch.token_dev). */                   \
+  X(void, draw_probs,                                                                              \
+    (vspec_dev *dev, const float *logits, const vspec_sample_spec *spec, float *probs,             \
+     int32_t *tokens),                                                                             \
+    (dev, logits, spec, probs, tokens), 8, op)
 
 /* clang-format on */
 

@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 7
+#define VSPEC_ABI_MINOR 8
 #endif
 
 #define VSPEC_STR_(x) #x
@@ -218,6 +218,11 @@ typedef struct vspec_model_info {
   int32_t keeps_features;   /* forward honours vspec_forward_batch.feature_src: a node's
                                input feature may be the session's own output feature at an
                                earlier pending node, which stays on the device */
+  /* ---- ABI 1.8 ---- */
+  int32_t device_tokens;    /* forward honours vspec_forward_batch.token_dev and
+                               vspec_forward_out.draw, walk_probs and walk_tokens: drafts
+                               drawn on the device that the host does not see until the
+                               walk's result */
 } vspec_model_info;
 
 typedef struct vspec_session_config {
@@ -253,6 +258,11 @@ typedef struct vspec_forward_batch {
    * the forward left it on the device, so it never crosses to the host and back (EAGLE's
    * tree: a node's input is its parent's output); -1: features' row i, as without it. */
   const int32_t *feature_src;
+  /* ---- ABI 1.8 (backends whose info says device_tokens) ----
+   * Memory of the forward's device, or NULL: where tokens[i] < 0, node i's token is
+   * token_dev[-1 - tokens[i]], one an earlier forward drew on the device
+   * (vspec_forward_out.draw_tokens) and the host has not seen. */
+  const int32_t *token_dev;
 } vspec_forward_batch;
 
 /* Outputs are caller-provided host buffers; either may be NULL when not needed. A backend
@@ -285,6 +295,23 @@ typedef struct vspec_forward_out {
   int32_t walk_dists;
   vspec_walk_result *walk_result;
   int32_t walked;
+  /* ---- ABI 1.8: a draft drawn on the device (backends whose info says device_tokens) ----
+   * Where `draw` is set, the backend runs the ops' draw_probs over the head of the batch's
+   * last draw->n nodes (draw's guided and u are host arrays [draw->n], which it uploads; u
+   * NULL: each node's first maximum), writes their distributions to draw_probs
+   * [draw->n, vocab] and their tokens to draw_tokens [draw->n], memory of its device, leaves
+   * logits unwritten and sets drawn to 1: nothing comes to the host.
+   * With a walk: walk_probs, memory of the device or NULL, holds the walk's draft
+   * distributions (earlier forwards' draw_probs) instead of walk->dists (walk_dists 0);
+   * walk->tokens may hold negative entries, resolved through the batch's token_dev as its
+   * tokens are; walk_tokens, a host array [walk->sample.n] or NULL, receives the tree's tokens
+   * as walked, in the same download as the result. */
+  const vspec_sample_spec *draw;
+  float *draw_probs;
+  int32_t *draw_tokens;
+  int32_t drawn;
+  const float *walk_probs;
+  int32_t *walk_tokens;
 } vspec_forward_out;
 
 typedef struct vspec_backend_vtable {

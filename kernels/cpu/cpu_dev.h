@@ -81,7 +81,8 @@ static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(V
  *   cpu_elementwise.c silu, swiglu, gelu_tanh, add, cfg_combine, gelu, mul
  *   cpu_rope.c       rope2d_table, rope_apply
  *   cpu_attention.c  attention
- *   cpu_sampling.c   softmax, log_softmax, logits_to_probs, sample, argmax, sample_tokens
+ *   cpu_sampling.c   softmax, log_softmax, logits_to_probs, sample, argmax, sample_tokens,
+ *                    draw_probs
  *   cpu_conv.c       conv2d, upsample_nearest2x
  *   cpu_fused.c      the ABI 1.4 fused ops, each the sequence of the ops it replaces
  *                    (sample_tokens: cpu_sampling.c)
@@ -156,5 +157,7 @@ void vs_cpu_rec_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_
                                const vspec_kv_tree_view *tree, float *out);
 void vs_cpu_rec_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
                               int32_t *tokens);
+void vs_cpu_rec_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                           float *probs, int32_t *tokens);
 
 #endif /* VS_CPU_DEV_H */

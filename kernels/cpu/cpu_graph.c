@@ -13,6 +13,7 @@
  * other op refuses while recording (VS_CPU_UNRECORDED, cpu_dev.h), which fails the recording
  * with VSPEC_ENOTSUP so that the caller runs its ops eagerly, as a failed capture would.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +27,8 @@ enum {
   REC_NORM_SWIGLU,
   REC_NORM_QKV_ROPE,
   REC_TREE_ATTENTION,
-  REC_SAMPLE_TOKENS
+  REC_SAMPLE_TOKENS,
+  REC_DRAW_PROBS
 };
 
 /* One recorded call: the pointers and scalars it was called with, by position in its
@@ -196,6 +198,17 @@ void vs_cpu_rec_sample_tokens(vspec_dev *dev, const float *logits, const vspec_s
   *r = (vs_rec){.kind = REC_SAMPLE_TOKENS, .p = {logits}, .out = tokens, .spec = *spec};
 }
 
+void vs_cpu_rec_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                           float *probs, int32_t *tokens) {
+  if (!vs_cpu_recording(dev)) {
+    vs_cpu_draw_probs(dev, logits, spec, probs, tokens);
+    return;
+  }
+  vs_rec *r = rec_add(dev, REC_DRAW_PROBS);
+  if (!r) return;
+  *r = (vs_rec){.kind = REC_DRAW_PROBS, .p = {logits, probs}, .out = tokens, .spec = *spec};
+}
+
 /* ---- replay ------------------------------------------------------------------------------ */
 
 static void rec_run(vspec_dev *dev, const vs_rec *r) {
@@ -226,6 +239,9 @@ static void rec_run(vspec_dev *dev, const vs_rec *r) {
     break;
   case REC_SAMPLE_TOKENS:
     vs_cpu_sample_tokens(dev, p[0], &r->spec, r->out);
+    break;
+  case REC_DRAW_PROBS:
+    vs_cpu_draw_probs(dev, p[0], &r->spec, (float *)(uintptr_t)p[1], r->out);
     break;
   }
 }

@@ -15,6 +15,7 @@
 #define vs_cpu_norm_qkv_rope vs_cpu_rec_norm_qkv_rope
 #define vs_cpu_tree_attention vs_cpu_rec_tree_attention
 #define vs_cpu_sample_tokens vs_cpu_rec_sample_tokens
+#define vs_cpu_draw_probs vs_cpu_rec_draw_probs
 
 static const vspec_ops cpu_ops = {
     .struct_size = sizeof(vspec_ops),

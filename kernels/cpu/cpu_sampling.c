@@ -3,6 +3,8 @@
  * implementations of kernels/host/ on device (= host) memory, with the device's scratch
  * arena as their work space.
  */
+#include <string.h>
+
 #include "kernels/cpu/cpu_dev.h"
 #include "kernels/host/host_math.h"
 
@@ -60,6 +62,40 @@ void vs_cpu_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sampl
     int best = 0; /* plain comparisons, as the engine's vs_argmax_first */
     for (int k = 1; k < V; k++)
       if (probs[k] > probs[best]) best = k;
+    tokens[i] = best;
+  }
+}
+
+/* sample_tokens that keeps each node's distribution (ABI 1.8): the rows the engine's chain
+ * drafter computes with vs_node_distribution, and its token as the drafter takes it
+ * (core/draft_tree.c: vs_draw at u, or the first maximum, vs_argmax_first). */
+void vs_cpu_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                       float *probs, int32_t *tokens) {
+  int V = spec->vocab;
+  if (spec->n <= 0 || V <= 0) return;
+  size_t row = vs_host_align_up((size_t)V * sizeof(float));
+  unsigned char *s = vs_scratch(dev, row + vs_host_probs_work_bytes(V));
+  float *mixed = (float *)(void *)s;
+  void *work = s + row;
+  for (int i = 0; i < spec->n; i++) {
+    const float *l = logits + (size_t)i * spec->rows * V;
+    float *p = probs + (size_t)i * V;
+    if (spec->rows == 2 && (!spec->guided || spec->guided[i])) {
+      vs_host_cfg_combine(l, l + V, (size_t)V, spec->cfg_scale, mixed);
+      l = mixed;
+    }
+    vs_host_logits_to_probs(l, V, spec->temperature, spec->top_k, spec->top_p, p, work);
+    int best = 0;
+    if (spec->u) {
+      best = vs_host_sample(p, V, spec->u[i]);
+    } else {
+      for (int k = 1; k < V; k++)
+        if (p[k] > p[best]) best = k;
+    }
+    if (best < 0) { /* no mass: a zero row and a token a forward can be fed */
+      memset(p, 0, (size_t)V * sizeof(float));
+      best = 0;
+    }
     tokens[i] = best;
   }
 }

@@ -68,7 +68,40 @@ struct vs_draw_args {
   double fx_scale; /* 2^(62 - ceil(log2 vocab)): a vocabulary of masses <= 1 sums below 2^62 */
 };
 
-/* ---- the kernel --------------------------------------------------------------------------- */
+/* ---- the kernels -------------------------------------------------------------------------- */
+
+/* The inverse-CDF draw over the cut's probabilities at u: chunk sums, their scan, then the
+ * walk in each chunk. -1 when nothing has mass. Every thread gets the token. */
+__device__ static int vs_draw_invcdf(vs_draw_smem *s, const vs_draw_row &r, const vs_draw_cut &c,
+                                     int V, double u) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  int chunk = (V + nt - 1) / nt, lo = vs_draw_chunk_start(tid, chunk, V);
+  int hi = vs_draw_chunk_start(tid + 1, chunk, V), lastp = -1;
+  double cs = 0.0, total;
+  for (int j = lo; j < hi; j++) {
+    float v = r.val(j);
+    float p = c.prob(v, j);
+    if (p > 0.0f) cs += p, lastp = j;
+  }
+  double run = vs_draw_scan<double>(cs, s->dred, &total);
+  int last = vs_draw_iext(lastp, 1, s);
+  if (last < 0) return -1;
+  double target = u * total;
+  int found = VS_DRAW_NONE;
+  for (int j = lo; j < hi; j++) {
+    float v = r.val(j);
+    float p = c.prob(v, j);
+    if (!(p > 0.0f)) continue; /* the running sum cannot cross on a zero entry */
+    run += p;
+    if (run > target) {
+      found = j;
+      break;
+    }
+  }
+  found = vs_draw_iext(found, 0, s);
+  return found < last ? found : last;
+}
+
 
 __global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_sample_tokens(vs_draw_args a) {
   __shared__ vs_draw_smem s;
@@ -98,35 +131,58 @@ __global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_sample_tokens(vs_draw_ar
     return;
   }
 
-  /* the inverse-CDF draw: chunk sums, their scan, then the walk in each chunk */
-  int chunk = (V + nt - 1) / nt, lo = vs_draw_chunk_start(tid, chunk, V);
-  int hi = vs_draw_chunk_start(tid + 1, chunk, V), lastp = -1;
-  double cs = 0.0, total;
-  for (int j = lo; j < hi; j++) {
-    float v = r.val(j);
-    float p = c.prob(v, j);
-    if (p > 0.0f) cs += p, lastp = j;
-  }
-  double run = vs_draw_scan<double>(cs, s.dred, &total);
-  int last = vs_draw_iext(lastp, 1, &s);
-  if (last < 0) {
-    if (tid == 0) a.tokens[node] = -1;
+  int tok = vs_draw_invcdf(&s, r, c, V, a.u[node]);
+  if (tid == 0) a.tokens[node] = tok;
+}
+
+/* draw_probs (ABI 1.8): sample_tokens' distribution written out, then its draw at u (or, u
+ * NULL, the row's first maximum). Without mass: a zero row and token 0. */
+__global__ void __launch_bounds__(VS_DRAW_THREADS) vs_k_draw_probs(vs_draw_args a, float *probs) {
+  __shared__ vs_draw_smem s;
+  const int node = blockIdx.x, V = a.vocab, tid = threadIdx.x, nt = blockDim.x;
+  const float *base = a.logits + (size_t)node * a.rows * V;
+  float *out = probs + (size_t)node * V;
+  vs_draw_row r;
+  r.c = base;
+  r.uc = a.rows == 2 && (!a.guided || a.guided[node]) ? base + V : NULL;
+  r.scale = a.cfg_scale;
+  r.t = a.t;
+  vs_draw_cut c;
+  if (!vs_draw_cut_find(&s, r, V, a.top_k, a.has_p, a.top_p, a.fx_scale, &c)) {
+    for (int j = tid; j < V; j += nt) out[j] = 0.0f;
+    if (tid == 0) a.tokens[node] = 0;
     return;
   }
-  double target = a.u[node] * total;
-  int found = VS_DRAW_NONE;
-  for (int j = lo; j < hi; j++) {
-    float v = r.val(j);
-    float p = c.prob(v, j);
-    if (!(p > 0.0f)) continue; /* the running sum cannot cross on a zero entry */
-    run += p;
-    if (run > target) {
-      found = j;
-      break;
-    }
+  float bv = -1.0f;
+  int bi = VS_DRAW_NONE;
+  for (int j = tid; j < V; j += nt) {
+    float p = c.prob(r.val(j), j);
+    out[j] = p;
+    if (p > bv) bv = p, bi = j; /* ascending j: a thread keeps its first maximum */
   }
-  found = vs_draw_iext(found, 0, &s);
-  if (tid == 0) a.tokens[node] = found < last ? found : last;
+  int tok = a.u ? vs_draw_invcdf(&s, r, c, V, a.u[node]) : vs_draw_argmax(bv, bi, &s);
+  if (tid == 0) a.tokens[node] = tok < 0 || tok == VS_DRAW_NONE ? 0 : tok;
+}
+
+/* The kernels' arguments from a spec, normalised. */
+static vs_draw_args cd_args(const vspec_sample_spec *spec, const float *logits, int32_t *tokens) {
+  int V = spec->vocab, lg = 0;
+  while (((int64_t)1 << lg) < V) lg++;
+  vs_draw_args a;
+  a.logits = logits;
+  a.guided = spec->guided;
+  a.u = spec->u;
+  a.tokens = tokens;
+  a.rows = spec->rows;
+  a.vocab = V;
+  a.top_k = spec->top_k > 0 && spec->top_k < V ? spec->top_k : 0;
+  a.has_p = spec->top_p < 1.0f;
+  a.greedy = !(spec->temperature > 0.0f);
+  a.cfg_scale = spec->cfg_scale;
+  a.t = spec->temperature > 1e-5f ? spec->temperature : 1e-5f;
+  a.top_p = spec->top_p;
+  a.fx_scale = ldexp(1.0, 62 - lg);
+  return a;
 }
 
 void vs_cuda_sample_tokens(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
@@ -139,22 +195,21 @@ void vs_cuda_sample_tokens(vspec_dev *dev, const float *logits, const vspec_samp
     return;
   }
   if (!vs_cuda_enter(d)) return;
-  int V = spec->vocab, lg = 0;
-  while (((int64_t)1 << lg) < V) lg++;
-  vs_draw_args a;
-  a.logits = logits;
-  a.guided = spec->guided;
-  a.u = spec->u;
-  a.tokens = tokens;
-  a.rows = spec->rows;
-  a.vocab = V;
-  a.top_k = spec->top_k > 0 && spec->top_k < V ? spec->top_k : 0;
-  a.has_p = spec->top_p < 1.0f;
-  a.greedy = greedy;
-  a.cfg_scale = spec->cfg_scale;
-  a.t = spec->temperature > 1e-5f ? spec->temperature : 1e-5f;
-  a.top_p = spec->top_p;
-  a.fx_scale = ldexp(1.0, 62 - lg);
+  vs_draw_args a = cd_args(spec, logits, tokens);
   vs_k_sample_tokens<<<(unsigned)spec->n, VS_DRAW_THREADS, 0, d->stream>>>(a);
   VS_CUDA_LAUNCHED(d, "sample_tokens");
+}
+
+void vs_cuda_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
+                        float *probs, int32_t *tokens) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (!spec || spec->n <= 0 || spec->vocab <= 0 || d->failed) return;
+  if (spec->rows < 1 || !logits || !probs || !tokens || !(spec->temperature > 0.0f)) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: draw_probs: bad arguments", d->head.index);
+    return;
+  }
+  if (!vs_cuda_enter(d)) return;
+  vs_draw_args a = cd_args(spec, logits, tokens);
+  vs_k_draw_probs<<<(unsigned)spec->n, VS_DRAW_THREADS, 0, d->stream>>>(a, probs);
+  VS_CUDA_LAUNCHED(d, "draw_probs");
 }

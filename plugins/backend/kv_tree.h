@@ -83,7 +83,10 @@ static inline int vs_kv_tree_add(vs_kv_tree *t, const vspec_forward_batch *b, in
                i, p);
       return VSPEC_EINVAL;
     }
-    if (b->tokens[i] < 0 || b->tokens[i] >= vocab) {
+    /* a negative token is one drawn on the device (ABI 1.8, token_dev) */
+    if ((b->tokens[i] < 0 && !(VSPEC_HAS_FIELD(b, vspec_forward_batch, token_dev) &&
+                               b->token_dev)) ||
+        b->tokens[i] >= vocab) {
       snprintf(err, errlen, "node %d has token %d outside the vocabulary 0..%d", i, b->tokens[i],
                vocab - 1);
       return VSPEC_ERANGE;

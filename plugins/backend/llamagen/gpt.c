@@ -286,6 +286,7 @@ void lg_session_close(vspec_session *s) {
   s->host->free(s->multi_out);
   if (s->walk_dev) s->ops->free(s->dev, s->walk_dev);
   s->host->free(s->walk_host);
+  if (s->draft_probs) s->ops->free(s->dev, s->draft_probs);
   vs_kv_tree_free(&s->kv, s->host);
   s->host->free(s->cond_valid);
   s->host->free(s->mask);

@@ -29,6 +29,7 @@ typedef struct lg_seg {
   int n, first_slot, row0;
   int head_first, head_count;
   vspec_forward_out *out;
+  const int32_t *token_dev; /* ABI 1.8: the batch's tokens drawn on the device, or NULL */
 } lg_seg;
 
 /* ---- the unfused path ------------------------------------------------------------------ */
@@ -111,9 +112,10 @@ typedef struct lg_idx {
   int32_t *tokens; /* NULL: no draw on the device */
 } lg_idx;
 
-/* What a fused forward's head computes: features only, logits, or tokens drawn on the device
- * (vspec_forward_out.sample). A graph is recorded per kind: each issues other ops. */
-enum { LG_HEAD_FEATURES = 0, LG_HEAD_LOGITS = 1, LG_HEAD_DRAW = 2 };
+/* What a fused forward's head computes: features only, logits, tokens drawn on the device
+ * (vspec_forward_out.sample), or a draft drawn there (vspec_forward_out.draw: distributions
+ * and tokens that stay on the device). A graph is recorded per kind: each issues other ops. */
+enum { LG_HEAD_FEATURES = 0, LG_HEAD_LOGITS = 1, LG_HEAD_DRAW = 2, LG_HEAD_DRAFT = 3 };
 
 /* Whether this forward draws its tokens on the device (vspec_forward_out.sample). */
 static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) {
@@ -123,8 +125,10 @@ static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) 
 }
 
 static int lg__head_kind(const vspec_ops *ops, const vspec_forward_out *out, int n) {
-  return lg__draws(ops, out, n) ? LG_HEAD_DRAW : out && out->logits ? LG_HEAD_LOGITS
-                                                                    : LG_HEAD_FEATURES;
+  return lg_drafts(ops, out, n)  ? LG_HEAD_DRAFT
+         : lg__draws(ops, out, n) ? LG_HEAD_DRAW
+         : out && out->logits     ? LG_HEAD_LOGITS
+                                  : LG_HEAD_FEATURES;
 }
 
 /* Uploads w->tok and w->pos of M rows, the head rows of `seg` (in the order of
@@ -252,100 +256,66 @@ static void lg__fused_ops(vspec_session *s, const lg_seg *seg, const lg_idx *idx
   ops->linear(s->dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
   /* the draw on the device: n tokens come back instead of the logits */
   if (head == LG_HEAD_DRAW) ops->sample_tokens(s->dev, w->logits, &idx->spec, idx->tokens);
-}
-
-/* ---- the walk on the device (ABI 1.6) -------------------------------------------------------- */
-
-/* Whether this forward walks its tree, its last walk->sample.n head nodes, on the device
- * (vspec_forward_out.walk) after computing the logits of its n head nodes. */
-static int lg__walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
-  return out && VSPEC_HAS_FIELD(out, vspec_forward_out, walked) && out->walk &&
-         out->walk_result && out->walk->sample.n >= 1 && out->walk->sample.n <= n &&
-         out->walk->sample.rows >= 1 && out->walk_dists >= 0 &&
-         out->walk_dists <= out->walk->sample.n &&
-         VSPEC_HAS_FIELD(ops, vspec_ops, verify_walk) && ops->verify_walk;
-}
-
-/* Bytes of the walk's staging for the session's largest tree: the result, the integers
- * (parents, tokens, dist), the guidance bytes and the draft distributions, each 64-aligned. */
-#define LG_ALIGN(x) (((x) + 63) & ~(size_t)63)
-static size_t lg__walk_layout(int n, int vocab, size_t *at_ints, size_t *at_guided,
-                              size_t *at_dists) {
-  *at_ints = LG_ALIGN(sizeof(vspec_walk_result));
-  *at_guided = *at_ints + LG_ALIGN(3 * (size_t)n * sizeof(int32_t));
-  *at_dists = *at_guided + LG_ALIGN((size_t)n);
-  return *at_dists + (size_t)n * vocab * sizeof(float);
-}
-
-/* The walk over the last of w->logits' `nodes` head nodes: one upload (the tree, its guidance
- * and draft distributions), the op, one download of the result (a few hundred bytes instead of
- * nodes x rows x vocab floats). 0 when the staging cannot be allocated: the caller downloads
- * the logits instead and the engine walks on the host. */
-static int lg__walk(vspec_session *s, vspec_forward_out *out, int nodes) {
-  const vspec_walk_spec *sp = out->walk;
-  int V = s->m->gpt.vocab, n = sp->sample.n;
-  size_t at_i, at_g, at_d, want = lg__walk_layout(s->max_nodes, V, &at_i, &at_g, &at_d);
-  if (!s->walk_dev) {
-    s->walk_host = s->host->calloc(want, 1);
-    s->walk_dev = s->ops->alloc(s->dev, want);
-    if (!s->walk_host || !s->walk_dev) {
-      if (s->walk_dev) s->ops->free(s->dev, s->walk_dev);
-      s->host->free(s->walk_host);
-      s->walk_dev = s->walk_host = NULL;
-      return 0;
-    }
-    s->walk_bytes = want;
-  }
-  int32_t *ints = (int32_t *)(void *)(s->walk_host + at_i);
-  memcpy(ints, sp->parents, (size_t)n * sizeof(int32_t));
-  memcpy(ints + n, sp->tokens, (size_t)n * sizeof(int32_t));
-  if (sp->dist) memcpy(ints + 2 * n, sp->dist, (size_t)n * sizeof(int32_t));
-  memset(s->walk_host + at_g, 1, (size_t)n);
-  if (sp->sample.guided) memcpy(s->walk_host + at_g, sp->sample.guided, (size_t)n);
-  size_t dist_bytes = sp->dists ? (size_t)out->walk_dists * V * sizeof(float) : 0;
-  if (dist_bytes) memcpy(s->walk_host + at_d, sp->dists, dist_bytes);
-  size_t up = dist_bytes ? at_d + dist_bytes : at_g + (size_t)n;
-  s->ops->upload(s->dev, s->walk_dev + at_i, s->walk_host + at_i, up - at_i);
-  const int32_t *dints = (const int32_t *)(const void *)(s->walk_dev + at_i);
-  vspec_walk_spec ds = *sp;
-  ds.parents = dints;
-  ds.tokens = dints + n;
-  ds.dist = sp->dist ? dints + 2 * n : NULL;
-  ds.sample.guided = s->walk_dev + at_g;
-  ds.dists = dist_bytes ? (const float *)(const void *)(s->walk_dev + at_d) : NULL;
-  vspec_walk_result *res = (vspec_walk_result *)(void *)s->walk_dev;
-  s->ops->verify_walk(s->dev, s->w.logits + (size_t)(nodes - n) * s->rows * V, &ds, res);
-  s->ops->download(s->dev, out->walk_result, res, sizeof *res);
-  out->walked = 1;
-  return 1;
+  /* a draft's: its distributions and tokens stay (lg__fused_results copies the drawn rows) */
+  if (head == LG_HEAD_DRAFT)
+    ops->draw_probs(s->dev, w->logits, &idx->spec, s->draft_probs, idx->tokens);
 }
 
 /* The downloads of a fused forward: what `out` asks of its first `nodes` head nodes (a
- * padded forward's others are ignored). */
-static void lg__fused_results(vspec_session *s, const lg_idx *idx, vspec_forward_out *out,
-                              int head, int nodes) {
+ * padded forward's others are ignored). A draft's draw downloads nothing: its drawn rows are
+ * copied where the caller keeps them on the device. */
+static void lg__fused_results(vspec_session *s, const lg_idx *idx, const lg_seg *seg, int head,
+                              int nodes) {
   const lg_gpt *g = &s->m->gpt;
+  vspec_forward_out *out = seg->out;
   size_t rows = (size_t)nodes * s->rows;
   if (out && out->features)
     s->ops->download(s->dev, out->features, s->w.h, rows * g->dim * sizeof(float));
   /* a walk on the device downloads its result instead of the logits (ABI 1.6) */
-  if (head == LG_HEAD_LOGITS && !(lg__walks(s->ops, out, nodes) && lg__walk(s, out, nodes)))
+  if (head == LG_HEAD_LOGITS &&
+      !(lg_walks(s->ops, out, nodes) && lg_walk(s, out, nodes, seg->token_dev)))
     s->ops->download(s->dev, out->logits, s->w.logits, rows * g->vocab * sizeof(float));
   if (head == LG_HEAD_DRAW) {
     s->ops->download(s->dev, out->tokens, idx->tokens, (size_t)nodes * sizeof(int32_t));
     out->sampled = 1;
   }
+  if (head == LG_HEAD_DRAFT) {
+    int k = out->draw->n, first = nodes - k;
+    s->ops->copy(s->dev, out->draw_tokens, idx->tokens + first, (size_t)k * sizeof(int32_t));
+    s->ops->copy(s->dev, out->draw_probs, s->draft_probs + (size_t)first * g->vocab,
+                 (size_t)k * g->vocab * sizeof(float));
+    out->drawn = 1;
+  }
+}
+
+/* lg__idx_upload for a forward of head kind `head` whose first n_real nodes are real (the
+ * segment may be padded), then the tokens drawn on the device copied into its tokens. */
+static lg_idx lg__upload(vspec_session *s, const lg_seg *seg, const int32_t *parents,
+                         int n_parents, int n_pad, int head, int n_real) {
+  const vspec_forward_out *out = seg->out;
+  double u[LG_DRAFT_MAX];
+  uint8_t guided[LG_DRAFT_MAX];
+  vspec_sample_spec draft;
+  const vspec_sample_spec *draw = head == LG_HEAD_DRAW ? out->sample : NULL;
+  if (head == LG_HEAD_DRAFT) {
+    draft = lg_draft_spec(out->draw, n_real, u, guided);
+    draw = &draft;
+  }
+  lg_idx idx = lg__idx_upload(s->ops, s->dev, &s->w, s->rows * seg->n, seg, parents, n_parents,
+                              n_pad, draw);
+  if (head == LG_HEAD_DRAFT && !out->draw->u) idx.spec.u = NULL; /* each row's first maximum */
+  lg_patch_tokens(s, s->w.tok, seg->token_dev, s->rows, seg->n, seg->n, (int32_t *)idx.tok);
+  return idx;
 }
 
 /* One session's segment through the fused path, eagerly: upload, ops, downloads. */
 static void lg__forward_fused(vspec_session *s, const lg_seg *seg, const int32_t *parents,
                               int with_tokens) {
-  int M = s->rows * seg->n, n_parents = seg->first_slot - s->kv.committed + seg->n;
+  int n_parents = seg->first_slot - s->kv.committed + seg->n;
   int head = lg__head_kind(s->ops, seg->out, seg->head_count);
-  lg_idx idx = lg__idx_upload(s->ops, s->dev, &s->w, M, seg, parents, n_parents, 0,
-                              head == LG_HEAD_DRAW ? seg->out->sample : NULL);
+  lg_idx idx = lg__upload(s, seg, parents, n_parents, 0, head, seg->n);
   lg__fused_ops(s, seg, &idx, with_tokens, head);
-  lg__fused_results(s, &idx, seg->out, head, seg->head_count);
+  lg__fused_results(s, &idx, seg, head, seg->head_count);
 }
 
 /* ---- graphs (ABI 1.5) ---------------------------------------------------------------------- */
@@ -386,7 +356,7 @@ static void lg__pad_rows(lg_work *w, int rows, int n, int nodes) {
 static int lg__same_draw(const vspec_sample_spec *a, const vspec_sample_spec *b) {
   return a->rows == b->rows && a->vocab == b->vocab && a->top_k == b->top_k &&
          a->cfg_scale == b->cfg_scale && a->temperature == b->temperature &&
-         a->top_p == b->top_p;
+         a->top_p == b->top_p && !a->u == !b->u;
 }
 
 /* The graph of (bucket k, head kind) for this forward, recorded now if there is none (or its
@@ -397,7 +367,8 @@ static int lg__same_draw(const vspec_sample_spec *a, const vspec_sample_spec *b)
 static vspec_graph *lg__graph_get(vspec_session *s, int k, int head, const lg_seg *seg,
                                   const lg_idx *idx) {
   lg_graph *gr = &s->graph[k][head];
-  if (gr->graph && head == LG_HEAD_DRAW && !lg__same_draw(&gr->draw, &idx->spec)) {
+  if (gr->graph && (head == LG_HEAD_DRAW || head == LG_HEAD_DRAFT) &&
+      !lg__same_draw(&gr->draw, &idx->spec)) {
     s->ops->graph_free(s->dev, gr->graph);
     gr->graph = NULL;
   }
@@ -429,13 +400,11 @@ static int lg__forward_graph(vspec_session *s, const lg_seg *real) {
   lg__pad_rows(&s->w, s->rows, n, nodes);
   lg_seg seg = *real;
   seg.n = seg.head_count = nodes;
-  lg_idx idx = lg__idx_upload(s->ops, s->dev, &s->w, s->rows * nodes, &seg, s->kv.parents,
-                              base + n, nodes - n,
-                              head == LG_HEAD_DRAW ? real->out->sample : NULL);
+  lg_idx idx = lg__upload(s, &seg, s->kv.parents, base + n, nodes - n, head, n);
   vspec_graph *graph = s->graphs == LG_GRAPHS_ON ? lg__graph_get(s, k, head, &seg, &idx) : NULL;
   if (!graph || s->ops->graph_launch(s->dev, graph) != VSPEC_OK)
     lg__fused_ops(s, &seg, &idx, 1, head);
-  lg__fused_results(s, &idx, real->out, head, n);
+  lg__fused_results(s, &idx, real, head, n);
   return VSPEC_OK;
 }
 
@@ -509,12 +478,23 @@ static int lg__stage(vspec_session *s, const vspec_forward_batch *b, vspec_forwa
       w->pos[row0 + r * n + i] = L + s->kv.depth[base + i];
     }
   *seg = (lg_seg){.s = s, .n = n, .first_slot = L + base, .row0 = row0, .head_first = 0,
-                  .head_count = n, .out = out};
+                  .head_count = n, .out = out,
+                  .token_dev = lg_token_dev(b)};
   return VSPEC_OK;
 }
 
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen) {
+  int drafts = lg_drafts(s->ops, out, b->n_nodes);
+  if ((lg_token_dev(b) || drafts) && !s->fused) {
+    snprintf(err, errlen, "tokens drawn on the device need the fused ops, which device '%s' "
+             "lacks", s->ops->name);
+    return VSPEC_ENOTSUP;
+  }
+  if (drafts && !lg_draft_room(s)) {
+    snprintf(err, errlen, "out of device memory for a draft's distributions");
+    return VSPEC_ENOMEM;
+  }
   lg_seg seg;
   int rc = lg__stage(s, b, out, &s->w, 0, &seg, err, errlen);
   if (rc) return rc;
@@ -657,6 +637,11 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
         snprintf(err, errlen, "forward_multi: session %d appears twice", i);
         return VSPEC_EINVAL;
       }
+    /* drafts drawn on the device go alone (lg_forward): the caller then runs each so */
+    if (lg_token_dev(bs[i]) || lg_drafts(s->ops, outs[i], bs[i]->n_nodes)) {
+      snprintf(err, errlen, "forward_multi: session %d feeds or draws tokens on the device", i);
+      return VSPEC_ENOTSUP;
+    }
     int n = bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0;
     rows += (size_t)s->rows * n;
     ints += 2 * (size_t)n + 2 + (size_t)(bs[i]->append ? s->kv.n_pending : 0);

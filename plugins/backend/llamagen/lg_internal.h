@@ -2,7 +2,8 @@
  * plugins/backend/llamagen/lg_internal.h - internal types of the LlamaGen backend plugin.
  *
  * Its files call one way: llamagen.c (the plugin's vtables) -> gpt.c (the GPT's weights and
- * sessions) -> gpt_forward.c (prefill, forward, commit) -> gpt_work.c (a session's work
+ * sessions) -> gpt_forward.c (prefill, forward, commit) -> gpt_device.c (what a forward
+ * leaves on the device: the walk, a draft's draw) and gpt_work.c (a session's work
  * buffers); vq_decoder.c (the image tokenizer's decoder) and lg_meta.c (metadata) are leaves.
  *
  * The GPT follows FoundationVision/LlamaGen autoregressive/models/gpt.py (sampling and masks:
@@ -83,9 +84,10 @@ enum {
 enum { LG_MULTI_AUTO = 0, LG_MULTI_FUSED = 1, LG_MULTI_UNFUSED = 2 };
 
 /* Buckets of 1, 2, 4, .. 256 nodes (at most the session's work rows); a forward of more
- * nodes runs eagerly. Head kinds: features only, logits, a draw on the device. */
+ * nodes runs eagerly. Head kinds: features only, logits, a draw on the device, a draft's draw
+ * that stays there. */
 #define LG_GRAPH_BUCKETS 9
-#define LG_GRAPH_HEADS 3
+#define LG_GRAPH_HEADS 4
 
 typedef struct lg_graph {
   vspec_graph *graph;     /* NULL until the first forward of its shape records it */
@@ -151,11 +153,15 @@ struct vspec_session {
   int graphs;
   lg_graph graph[LG_GRAPH_BUCKETS][LG_GRAPH_HEADS];
   int graph_failures, graph_busy;
-  /* ABI 1.6: the walk on the device (vspec_forward_out.walk; gpt_forward.c, lg__walk): its
+  /* ABI 1.6: the walk on the device (vspec_forward_out.walk; gpt_device.c, lg_walk): its
    * inputs staged on the host and their device copy with the result, allocated at the first
    * walk for the session's largest tree */
   unsigned char *walk_host, *walk_dev;
   size_t walk_bytes;
+  /* ABI 1.8: the distributions a draft's draw on the device writes for every node of the
+   * forward ([max_nodes, vocab], allocated at the first such forward), before the drawn
+   * nodes' rows are copied to vspec_forward_out.draw_probs */
+  float *draft_probs;
 };
 
 /* gpt_work.c: work buffers for `rows` forward rows; h holds at least h_rows (the caption
@@ -177,6 +183,24 @@ void lg_session_close(vspec_session *s);
 int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen);
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen);
+/* gpt_device.c: what a fused forward leaves on its device (the walk, a draft's draw).
+ * lg_drafts: whether `out` asks for a draft drawn on the device over the last draw->n of n
+ * head nodes; lg_draft_spec: that draw as one over all n nodes (u, guided: host room for n);
+ * lg_patch_tokens: tokens drawn on the device (host entry -1 - j: token_dev[j]) copied into
+ * dst [rows, stride] (device) after its upload; lg_token_dev: the batch's token_dev or NULL;
+ * lg_draft_room: the session's draft_probs (0: out of memory); lg_walks: whether `out` asks
+ * for the walk over the last of n head nodes; lg_walk: that walk (0: it cannot, the caller
+ * downloads the logits). */
+#define LG_DRAFT_MAX 512 /* nodes of a forward that draws a draft on the device */
+int lg_drafts(const vspec_ops *ops, const vspec_forward_out *out, int n);
+vspec_sample_spec lg_draft_spec(const vspec_sample_spec *draw, int n, double *u, uint8_t *guided);
+void lg_patch_tokens(vspec_session *s, const int32_t *host, const int32_t *token_dev, int rows,
+                     int n, int stride, int32_t *dst);
+const int32_t *lg_token_dev(const vspec_forward_batch *b);
+int lg_draft_room(vspec_session *s);
+int lg_walks(const vspec_ops *ops, const vspec_forward_out *out, int n);
+int lg_walk(vspec_session *s, vspec_forward_out *out, int nodes, const int32_t *token_dev);
+
 int lg_forward_multi(vspec_dev *dev, vspec_session *const *s, const vspec_forward_batch *const *b,
                      vspec_forward_out *const *out, int32_t count, char *err, size_t errlen);
 int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen);

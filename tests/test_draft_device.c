@@ -1,0 +1,206 @@
+/*
+ * tests/test_draft_device.c - a chain's drafts drawn on the device (ABI 1.8,
+ * core/draft_device.c): the draft model draws each draft where its logits are (draw_probs),
+ * feeds it to its next forward and the target from device memory (token_dev), the walk reads
+ * the drafts' distributions there (walk_probs) and brings their tokens back with its result
+ * (walk_tokens). Whole models/fmnist jobs on the CPU device, where the device is the host's
+ * memory and draw_probs the host drafter's code, give the tokens and the metrics of the same
+ * jobs drafted on the host (VSPEC_DRAFT_DRAW=host, the walk on the device both ways), for the
+ * built-in rules, sampled (with CFG, top-k, top-p, a CFG interval) and greedy, with 1 and 2 CFG
+ * rows; and a chain round then waits once: the walk's result is its one download.
+ * Also: draw_probs against the engine's host sampler, row by row, on random logits.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine.h"
+#include "core/host.h"
+#include "core/sampling.h"
+#include "core/tree.h"
+#include "kernels/common/vs_philox.h"
+#include "kernels/vs_kernels.h"
+#include "tests/support/method_of.h"
+
+#define N_TOK 64
+
+static vspec_host host;
+static vs_registry *reg;
+static vspec_dev *dev;
+static vs_models *models;
+
+static const char *const methods[] = {
+    "sd:exact@standard:shape=chain,depth=4,drafter=model",
+    "sd:coolsd:delta=2@standard:shape=chain,depth=5,drafter=model",
+    "sd:lantern:k=8,delta=0.3@standard:shape=chain,depth=3,drafter=model",
+    "sd:lanternpp:resample=optimal,k=6@standard:shape=chain,depth=2,drafter=model",
+};
+#define N_METHODS (sizeof methods / sizeof methods[0])
+
+static const vs_sampling samplings[] = {
+    {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1},
+    {.temperature = 0.8f, .top_k = 100, .top_p = 0.9f, .cfg_scale = 3.0f, .cfg_interval = 20},
+    {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 1.0f, .cfg_interval = -1},
+    {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .cfg_scale = 2.0f, .cfg_interval = -1},
+};
+#define N_SAMPLINGS (sizeof samplings / sizeof samplings[0])
+
+typedef struct run {
+  int32_t tokens[N_TOK];
+  vs_metrics m;
+  vs_dev_counters last;
+  int rounds, over; /* verified rounds past AR steps, and those that waited more than once */
+  char first_bad[160];
+} run;
+
+static void count_round(void *user, const vs_round_info *in) {
+  run *r = user;
+  vs_dev_counters now, d;
+  vs_dev_counters_get(dev, &now);
+  d = now;
+  vs_dev_counters_sub(&d, &r->last);
+  r->last = now;
+  if (in->round == 0 || in->skipped || !in->tree || in->tree->n == 1) return;
+  r->rounds++;
+  if (d.downloads + d.syncs != 1) {
+    r->over++;
+    if (!r->first_bad[0])
+      snprintf(r->first_bad, sizeof r->first_bad, "round %lld: %llu downloads, %llu syncs",
+               (long long)in->round, (unsigned long long)d.downloads,
+               (unsigned long long)d.syncs);
+  }
+}
+
+static void generate(const char *draw, const char *method, const vs_sampling *s, uint64_t seed,
+                     run *out) {
+  char err[VSPEC_ERRLEN];
+  setenv("VSPEC_WALK", "device", 1);
+  setenv("VSPEC_DRAFT_DRAW", draw, 1);
+  vs_job job = {.method = vs_method_of(method), .class_label = (int32_t)(seed % 10), .seed = seed,
+                .sampling = *s, .on_round = count_round, .user = out};
+  vs_dev_counters_get(dev, &out->last);
+  int rc = vs_generate(models, dev, &job, out->tokens, &out->m, err, sizeof err);
+  unsetenv("VSPEC_WALK");
+  unsetenv("VSPEC_DRAFT_DRAW");
+  if (rc) fail_msg("%s (VSPEC_DRAFT_DRAW=%s): %s", method, draw, err);
+}
+
+/* The grid in the plain build; under the sanitizers each method once. */
+#ifdef VSPEC_SANITIZED
+#define FULL_GRID 0
+#else
+#define FULL_GRID 1
+#endif
+
+static void test_jobs_match_host_drafts(void **state) {
+  (void)state;
+  for (size_t i = 0; i < N_METHODS; i++) {
+    int rounds = 0;
+    int64_t accepted = 0;
+    for (size_t k = 0; k < N_SAMPLINGS; k++)
+      for (uint64_t seed = 0; seed < 2; seed++) {
+        if (!FULL_GRID && (k != i % N_SAMPLINGS || seed > 0)) continue;
+        run *h = calloc(1, sizeof *h), *d = calloc(1, sizeof *d);
+        generate("host", methods[i], &samplings[k], seed * 5 + k, h);
+        generate("device", methods[i], &samplings[k], seed * 5 + k, d);
+        if (memcmp(h->tokens, d->tokens, sizeof h->tokens))
+          fail_msg("%s, sampling %zu, seed %llu: the tokens differ", methods[i], k,
+                   (unsigned long long)seed);
+        const vs_metrics *a = &h->m, *b = &d->m;
+        assert_int_equal(a->rounds, b->rounds);
+        assert_int_equal(a->accepted, b->accepted);
+        assert_int_equal(a->drafted, b->drafted);
+        assert_int_equal(a->draft_forwards, b->draft_forwards);
+        assert_int_equal(a->siblings_tried, b->siblings_tried);
+        assert_int_equal(a->residual_fallbacks, b->residual_fallbacks);
+        assert_memory_equal(a->reached, b->reached, sizeof a->reached);
+        assert_memory_equal(a->accepted_at, b->accepted_at, sizeof a->accepted_at);
+        /* drafted on the device, a chain round waits once; on the host once per forward */
+        if (d->over) fail_msg("%s: %d rounds waited more than once; %s", methods[i], d->over,
+                              d->first_bad);
+        assert_true(d->rounds > 0 && h->over == h->rounds);
+        rounds += d->rounds;
+        accepted += a->accepted;
+        free(h);
+        free(d);
+      }
+    printf("  %-72s %d rounds, each 1 wait; %lld accepted\n", methods[i], rounds,
+           (long long)accepted);
+    assert_true(accepted > 0);
+  }
+}
+
+/* draw_probs gives, row by row, the host drafter's distribution and its token: the same
+ * floats, the draw at u or the first maximum. Random logits with ties and -inf entries. */
+static void test_draw_probs_op(void **state) {
+  (void)state;
+  enum { V = 97, N = 6 };
+  const vspec_ops *ops = vs_dev_ops(dev);
+  float logits[N * 2 * V], probs[N * V], want[V];
+  int32_t tokens[N];
+  double u[N];
+  uint8_t guided[N];
+  vs_sampler sp;
+  assert_int_equal(vs_sampler_init(&sp, V), 0);
+  vspec_rng rng;
+  vs_rng_init(&rng, 3, 0);
+  for (int trial = 0; trial < 24; trial++) {
+    for (int j = 0; j < N * 2 * V; j++) {
+      double x = vs_rng_uniform(&rng);
+      logits[j] = x < 0.05 ? -INFINITY : x < 0.15 ? 1.0f : (float)(8.0 * x - 4.0);
+    }
+    for (int i = 0; i < N; i++) u[i] = vs_rng_uniform(&rng), guided[i] = (uint8_t)(i % 3 != 1);
+    vs_sampling s = {.temperature = trial % 4 == 3 ? 1.0f : 0.5f + 0.25f * (trial % 3),
+                     .top_k = trial % 2 ? 10 : 0, .top_p = trial % 3 ? 0.85f : 1.0f,
+                     .cfg_scale = 2.5f, .cfg_interval = -1};
+    int rows = 1 + trial % 2, greedy = trial % 4 == 3;
+    vspec_sample_spec spec = {.n = N, .rows = rows, .vocab = V, .top_k = s.top_k,
+                              .cfg_scale = s.cfg_scale, .temperature = s.temperature,
+                              .top_p = s.top_p, .guided = guided, .u = greedy ? NULL : u};
+    ops->draw_probs(dev, logits, &spec, probs, tokens);
+    for (int i = 0; i < N; i++) {
+      /* vs_node_distribution's guidance: rows 2 and a guided node (cfg_interval -1: all) */
+      vs_sampling si = s;
+      if (!guided[i]) si.cfg_scale = 1.0f;
+      float mixed[2 * V];
+      memcpy(mixed, logits + (size_t)i * rows * V, (size_t)rows * V * sizeof(float));
+      vs_node_distribution(&sp, mixed, guided[i] ? rows : 1, 1, &si, want);
+      assert_memory_equal(probs + (size_t)i * V, want, sizeof want);
+      int32_t tok = greedy ? vs_argmax_first(want, V) : vs_draw(want, V, u[i]);
+      assert_int_equal(tokens[i], tok);
+    }
+  }
+  vs_sampler_free(&sp);
+}
+
+int main(void) {
+  char err[VSPEC_ERRLEN], dir[1024], cache[] = "/tmp/vspec-draft-device-XXXXXX";
+  const char *b = getenv("VSPEC_BUILD");
+  snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
+  if (!mkdtemp(cache)) return 1;
+  setenv("VSPEC_CACHE_DIR", cache, 1); /* the neighbour table is built, not read from $HOME */
+  vs_host_init(&host, vs_cpu_ops());
+  if (vs_registry_open(dir, &host, &reg, err, sizeof err) ||
+      vs_dev_create(vs_cpu_ops(), 1, &dev, err, sizeof err) ||
+      vs_models_open(reg, &host, dev, "models/fmnist", VS_ROLE_ALL, &models, err, sizeof err)) {
+    fprintf(stderr, "setup: %s\n", err);
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_draw_probs_op),
+                                     cmocka_unit_test(test_jobs_match_host_drafts)};
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  vs_models_close(models);
+  vs_dev_destroy(dev);
+  vs_registry_close(reg);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+  if (system(cmd)) rc |= 0;
+  return rc;
+}
