@@ -1,5 +1,6 @@
 /*
- * The LlamaGen GPT's forward: prefill, tree forwards, cross-job batches and commits.
+ * The LlamaGen GPT's forward: prefill, tree forwards and commits; the layers, the head and the
+ * walk on the device that cross-job batches (gpt_multi.c) share.
  *
  * Two paths compute the same numbers (LlamaGen autoregressive/models/gpt.py, Transformer
  * and TransformerBlock):
@@ -10,7 +11,7 @@
  *    each op is a kernel launch or a few, and launches are what a decode step there costs.
  *  - the unfused path, for devices without the fused ops and for cross-job batches on the
  *    CPU (multi=auto), whose linear layers run once over the rows of several sessions with
- *    different caches. A batch on a GPU takes the fused ops too (lg__forward_multi_fused):
+ *    different caches. A batch on a GPU takes the fused ops too (gpt_multi.c):
  *    each session's QKV and attention on its own cache, the other layers over every row.
  *
  * Work buffers hold rows * nodes vectors ordered (row, node): each CFG row's nodes are
@@ -21,24 +22,14 @@
 
 #include "lg_internal.h"
 
-/* One session's part of a forward: n nodes whose keys and values go to slots first_slot ..
- * first_slot + n - 1 of its cache, at rows row0 .. row0 + rows * n - 1 of the work buffers
- * (ordered (row, node)); the head reads nodes head_first .. head_first + head_count - 1. */
-typedef struct lg_seg {
-  vspec_session *s;
-  int n, first_slot, row0;
-  int head_first, head_count;
-  vspec_forward_out *out;
-} lg_seg;
-
 /* ---- the unfused path ------------------------------------------------------------------ */
 
 /* Runs all layers over the segments' nodes: embeddings in w->x, positions in w->pos, each
  * session's attention mask in its s->mask ([n, first_slot + n]). The linear layers run once
  * over the rows of every segment (one pass over the weights), attention per session and row
  * against that session's cache. */
-static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                           const lg_seg *seg, int count, int M) {
+void lg_run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                   const lg_seg *seg, int count, int M) {
   int d = g->dim, hd = g->head_dim, H = g->n_head, Hkv = g->n_kv_head;
   int qkv_w = (H + 2 * Hkv) * hd;
   for (int l = 0; l < g->n_layer; l++) {
@@ -73,8 +64,8 @@ static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev
 
 /* Each segment's head nodes, normed, into w->h in the ABI's (node, row) order; returns how
  * many rows that is. */
-static int lg__head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                         const lg_seg *seg, int count) {
+int lg_head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                 const lg_seg *seg, int count) {
   int d = g->dim, rows = 0;
   for (int i = 0; i < count; i++) {
     int R = seg[i].s->rows, n = seg[i].n;
@@ -89,8 +80,7 @@ static int lg__head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, 
 }
 
 /* The session's attention mask and the embeddings of a staged segment's nodes. */
-static void lg__unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *ops,
-                               vspec_dev *dev) {
+void lg_unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *ops, vspec_dev *dev) {
   vspec_session *s = seg->s;
   const lg_gpt *g = &s->m->gpt;
   int n = seg->n, d = g->dim, base = seg->first_slot - s->kv.committed;
@@ -128,7 +118,7 @@ static int lg__head_kind(const vspec_ops *ops, const vspec_forward_out *out, int
 }
 
 /* Uploads w->tok and w->pos of M rows, the head rows of `seg` (in the order of
- * lg__head_rows), the segment's cache slots, the tree's lengths (committed, base), with
+ * lg_head_rows), the segment's cache slots, the tree's lengths (committed, base), with
  * `draw` its uniforms and guidance flags, then n_parents tree parents followed by n_pad
  * padding parents (-1): one transfer (w->idx_* hold LG_IDX_INTS(w->rows)). Everything that
  * changes from step to step is in it. The parents come last, the only part whose length
@@ -197,19 +187,150 @@ static void lg__run_layers_fused(const lg_gpt *g, const vspec_ops *ops, vspec_de
   }
 }
 
+/* ---- the walk on the device (ABI 1.6) -------------------------------------------------------- */
+
+/* Whether this forward walks its tree, its last walk->sample.n head nodes, on the device
+ * (vspec_forward_out.walk) after computing the logits of its n head nodes. */
+static int lg__walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
+  return out && VSPEC_HAS_FIELD(out, vspec_forward_out, walked) && out->walk &&
+         out->walk_result && out->walk->sample.n >= 1 && out->walk->sample.n <= n &&
+         out->walk->sample.rows >= 1 && out->walk_dists >= 0 &&
+         out->walk_dists <= out->walk->sample.n &&
+         VSPEC_HAS_FIELD(ops, vspec_ops, verify_walk) && ops->verify_walk;
+}
+
+#define LG_ALIGN(x) (((x) + 63) & ~(size_t)63)
+
+/* One walk's inputs from `at` on (64-aligned pieces): the integers (parents, tokens, dist),
+ * the guidance bytes, the draft distributions. Copies them to host + at when host is set and
+ * points *ds, the spec with device arrays, at their copies at dev + at when dev is; returns
+ * where they end. The same offsets every way, so a batch sizes its staging, packs every walk,
+ * uploads once, then places each again to run it. */
+static size_t lg__walk_pack(const vspec_forward_out *out, int V, unsigned char *host,
+                            unsigned char *dev, size_t at, vspec_walk_spec *ds) {
+  const vspec_walk_spec *sp = out->walk;
+  int n = sp->sample.n;
+  size_t at_g = at + LG_ALIGN(3 * (size_t)n * sizeof(int32_t)), at_d = at_g + LG_ALIGN((size_t)n);
+  size_t dist_bytes = sp->dists ? (size_t)out->walk_dists * V * sizeof(float) : 0;
+  size_t end = dist_bytes ? at_d + dist_bytes : at_g + (size_t)n;
+  if (host) {
+    int32_t *ints = (int32_t *)(void *)(host + at);
+    memcpy(ints, sp->parents, (size_t)n * sizeof(int32_t));
+    memcpy(ints + n, sp->tokens, (size_t)n * sizeof(int32_t));
+    if (sp->dist) memcpy(ints + 2 * n, sp->dist, (size_t)n * sizeof(int32_t));
+    memset(host + at_g, 1, (size_t)n);
+    if (sp->sample.guided) memcpy(host + at_g, sp->sample.guided, (size_t)n);
+    if (dist_bytes) memcpy(host + at_d, sp->dists, dist_bytes);
+  }
+  if (!dev) return end;
+  const int32_t *dints = (const int32_t *)(const void *)(dev + at);
+  *ds = *sp;
+  ds->parents = dints;
+  ds->tokens = dints + n;
+  ds->dist = sp->dist ? dints + 2 * n : NULL;
+  ds->sample.guided = dev + at_g;
+  ds->dists = dist_bytes ? (const float *)(const void *)(dev + at_d) : NULL;
+  return end;
+}
+
+/* The walk staging of `owner` (a session, or a batch's lead), host and device alike, for at
+ * least `need` bytes: the first for the session's largest tree (a lone forward then never
+ * grows it), more where a batch needs it. 0 when it cannot be allocated. */
+static int lg__walk_room(vspec_session *owner, size_t need) {
+  if (owner->walk_dev && need <= owner->walk_bytes) return 1;
+  if (owner->walk_dev) owner->ops->free(owner->dev, owner->walk_dev);
+  owner->host->free(owner->walk_host);
+  owner->walk_dev = owner->walk_host = NULL;
+  owner->walk_bytes = 0;
+  const lg_gpt *g = &owner->m->gpt;
+  int n = owner->max_nodes;
+  size_t one = LG_ALIGN(sizeof(vspec_walk_result)) + LG_ALIGN(3 * (size_t)n * sizeof(int32_t)) +
+               LG_ALIGN((size_t)n) + (size_t)n * g->vocab * sizeof(float);
+  size_t want = need > one ? need : one;
+  owner->walk_host = owner->host->calloc(want, 1);
+  owner->walk_dev = owner->ops->alloc(owner->dev, want);
+  if (!owner->walk_host || !owner->walk_dev) {
+    if (owner->walk_dev) owner->ops->free(owner->dev, owner->walk_dev);
+    owner->host->free(owner->walk_host);
+    owner->walk_dev = owner->walk_host = NULL;
+    return 0;
+  }
+  owner->walk_bytes = want;
+  return 1;
+}
+
+/* The walks the segments ask for (vspec_forward_out.walk), each over the last of its head
+ * nodes in `logits` (the segments' head rows in order, (node, row) in each), on (ops, dev):
+ * one upload of every walk's tree, guidance and draft distributions, the op per walk (its own
+ * spec: rule, sampling, rows, streams), one download of every result (a few hundred bytes each
+ * instead of nodes x rows x vocab floats). The staging is owner's (lg__walk_room): the
+ * session's own, or a batch's lead's. Sets walked[i] and each walker's out->walked; returns
+ * how many walked, 0 too when the staging cannot be had: then the logits come down and the
+ * engine walks on the host. */
+static int lg__walk_segs(const vspec_ops *ops, vspec_dev *dev, vspec_session *owner,
+                         const float *logits, const lg_seg *seg, int count, int *walked) {
+  int V = owner->m->gpt.vocab, W = 0;
+  for (int i = 0; i < count; i++) W += walked[i] = lg__walks(ops, seg[i].out, seg[i].head_count);
+  if (!W) return 0;
+  /* the results first, side by side: one download */
+  size_t at0 = LG_ALIGN((size_t)W * sizeof(vspec_walk_result)), end = at0;
+  vspec_walk_spec ds;
+  for (int i = 0; i < count; i++)
+    if (walked[i]) end = lg__walk_pack(seg[i].out, V, NULL, NULL, LG_ALIGN(end), &ds);
+  if (!lg__walk_room(owner, end)) {
+    memset(walked, 0, (size_t)count * sizeof *walked);
+    return 0;
+  }
+  unsigned char *host = owner->walk_host, *dmem = owner->walk_dev;
+  end = at0;
+  for (int i = 0; i < count; i++)
+    if (walked[i]) end = lg__walk_pack(seg[i].out, V, host, dmem, LG_ALIGN(end), &ds);
+  ops->upload(dev, dmem + at0, host + at0, end - at0);
+  vspec_walk_result *res = (vspec_walk_result *)(void *)dmem;
+  end = at0;
+  for (int i = 0, at = 0, k = 0; i < count; i++) {
+    int R = seg[i].s->rows;
+    if (walked[i]) {
+      end = lg__walk_pack(seg[i].out, V, NULL, dmem, LG_ALIGN(end), &ds);
+      size_t first = (size_t)at + (size_t)(seg[i].head_count - ds.sample.n) * R;
+      ops->verify_walk(dev, logits + first * V, &ds, res + k++);
+    }
+    at += seg[i].head_count * R;
+  }
+  ops->download(dev, host, res, (size_t)W * sizeof *res);
+  for (int i = 0, k = 0; i < count; i++)
+    if (walked[i]) {
+      memcpy(seg[i].out->walk_result, host + (size_t)k++ * sizeof *res, sizeof *res);
+      seg[i].out->walked = 1;
+    }
+  return W;
+}
+
 /* ---- the output head ------------------------------------------------------------------- */
 
-/* Each segment's rows of src [rows, width] to its out's features (logits 0) or logits: a
- * download per segment, or with a host stage (a batch of several sessions) one download of
- * every row, copied out from there: on a GPU each download is a wait. */
+/* Each segment's rows of src [rows, width] to its out's features (logits 0) or logits, but
+ * for the segments that walked (walked: NULL, none did): a download per segment, or with a
+ * host stage (a batch of several sessions) one download per run of consecutive segments that
+ * did not walk (one in all where none walked), copied out from there: on a GPU each download
+ * is a wait, and a walker's logits are what its walk saved. */
 static void lg__out_rows(const vspec_ops *ops, vspec_dev *dev, const float *src, int width,
-                         const lg_seg *seg, int count, int rows, float *stage, int logits) {
+                         const lg_seg *seg, int count, float *stage, int logits,
+                         const int *walked) {
   size_t row = (size_t)width * sizeof(float);
-  if (stage) ops->download(dev, stage, src, (size_t)rows * row);
+  for (int i = 0, at = 0, run = 0; stage && i <= count; i++) {
+    if (i == count || (walked && walked[i])) {
+      if (at > run)
+        ops->download(dev, stage + (size_t)run * width, src + (size_t)run * width,
+                      (size_t)(at - run) * row);
+      if (i == count) break;
+      run = at + seg[i].head_count * seg[i].s->rows;
+    }
+    at += seg[i].head_count * seg[i].s->rows;
+  }
   for (int i = 0, at = 0; i < count; i++) {
     int k = seg[i].head_count * seg[i].s->rows;
     vspec_forward_out *out = seg[i].out;
-    float *dst = !out ? NULL : logits ? out->logits : out->features;
+    float *dst = !out || (walked && walked[i]) ? NULL : logits ? out->logits : out->features;
     if (dst && stage) memcpy(dst, stage + (size_t)at * width, (size_t)k * row);
     else if (dst) ops->download(dev, dst, src + (size_t)at * width, (size_t)k * row);
     at += k;
@@ -217,19 +338,22 @@ static void lg__out_rows(const vspec_ops *ops, vspec_dev *dev, const float *src,
 }
 
 /* Features and logits of the normed head rows in w->h (the segments' in order) to each
- * segment's `out`: one GEMM over all of them. stage: NULL, or host room for rows x
- * max(vocab, dim) floats (lg__out_rows). */
-static void lg__head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                         const lg_seg *seg, int count, int rows, float *stage) {
-  int logits = 0, feats = 0;
+ * segment's `out`: one GEMM over all of them; the walks the segments ask for run where the
+ * logits are (lg__walk_segs: their staging is the first segment's session's, a batch's lead)
+ * and their logits stay there. stage: NULL, or host room for rows x max(vocab, dim) floats
+ * (lg__out_rows). */
+void lg_head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                 const lg_seg *seg, int count, int rows, float *stage) {
+  int logits = 0, feats = 0, walked[LG_MULTI_MAX];
   for (int i = 0; i < count; i++) {
     logits |= seg[i].out && seg[i].out->logits;
     feats |= seg[i].out && seg[i].out->features;
   }
-  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, rows, stage, 0);
+  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, stage, 0, NULL);
   if (!logits) return;
   ops->linear(dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
-  lg__out_rows(ops, dev, w->logits, g->vocab, seg, count, rows, stage, 1);
+  lg__walk_segs(ops, dev, seg[0].s, w->logits, seg, count, walked);
+  lg__out_rows(ops, dev, w->logits, g->vocab, seg, count, stage, 1, walked);
 }
 
 /* The ops of a fused forward between its upload and its downloads: embeddings (unless the
@@ -254,72 +378,6 @@ static void lg__fused_ops(vspec_session *s, const lg_seg *seg, const lg_idx *idx
   if (head == LG_HEAD_DRAW) ops->sample_tokens(s->dev, w->logits, &idx->spec, idx->tokens);
 }
 
-/* ---- the walk on the device (ABI 1.6) -------------------------------------------------------- */
-
-/* Whether this forward walks its tree, its last walk->sample.n head nodes, on the device
- * (vspec_forward_out.walk) after computing the logits of its n head nodes. */
-static int lg__walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
-  return out && VSPEC_HAS_FIELD(out, vspec_forward_out, walked) && out->walk &&
-         out->walk_result && out->walk->sample.n >= 1 && out->walk->sample.n <= n &&
-         out->walk->sample.rows >= 1 && out->walk_dists >= 0 &&
-         out->walk_dists <= out->walk->sample.n &&
-         VSPEC_HAS_FIELD(ops, vspec_ops, verify_walk) && ops->verify_walk;
-}
-
-/* Bytes of the walk's staging for the session's largest tree: the result, the integers
- * (parents, tokens, dist), the guidance bytes and the draft distributions, each 64-aligned. */
-#define LG_ALIGN(x) (((x) + 63) & ~(size_t)63)
-static size_t lg__walk_layout(int n, int vocab, size_t *at_ints, size_t *at_guided,
-                              size_t *at_dists) {
-  *at_ints = LG_ALIGN(sizeof(vspec_walk_result));
-  *at_guided = *at_ints + LG_ALIGN(3 * (size_t)n * sizeof(int32_t));
-  *at_dists = *at_guided + LG_ALIGN((size_t)n);
-  return *at_dists + (size_t)n * vocab * sizeof(float);
-}
-
-/* The walk over the last of w->logits' `nodes` head nodes: one upload (the tree, its guidance
- * and draft distributions), the op, one download of the result (a few hundred bytes instead of
- * nodes x rows x vocab floats). 0 when the staging cannot be allocated: the caller downloads
- * the logits instead and the engine walks on the host. */
-static int lg__walk(vspec_session *s, vspec_forward_out *out, int nodes) {
-  const vspec_walk_spec *sp = out->walk;
-  int V = s->m->gpt.vocab, n = sp->sample.n;
-  size_t at_i, at_g, at_d, want = lg__walk_layout(s->max_nodes, V, &at_i, &at_g, &at_d);
-  if (!s->walk_dev) {
-    s->walk_host = s->host->calloc(want, 1);
-    s->walk_dev = s->ops->alloc(s->dev, want);
-    if (!s->walk_host || !s->walk_dev) {
-      if (s->walk_dev) s->ops->free(s->dev, s->walk_dev);
-      s->host->free(s->walk_host);
-      s->walk_dev = s->walk_host = NULL;
-      return 0;
-    }
-    s->walk_bytes = want;
-  }
-  int32_t *ints = (int32_t *)(void *)(s->walk_host + at_i);
-  memcpy(ints, sp->parents, (size_t)n * sizeof(int32_t));
-  memcpy(ints + n, sp->tokens, (size_t)n * sizeof(int32_t));
-  if (sp->dist) memcpy(ints + 2 * n, sp->dist, (size_t)n * sizeof(int32_t));
-  memset(s->walk_host + at_g, 1, (size_t)n);
-  if (sp->sample.guided) memcpy(s->walk_host + at_g, sp->sample.guided, (size_t)n);
-  size_t dist_bytes = sp->dists ? (size_t)out->walk_dists * V * sizeof(float) : 0;
-  if (dist_bytes) memcpy(s->walk_host + at_d, sp->dists, dist_bytes);
-  size_t up = dist_bytes ? at_d + dist_bytes : at_g + (size_t)n;
-  s->ops->upload(s->dev, s->walk_dev + at_i, s->walk_host + at_i, up - at_i);
-  const int32_t *dints = (const int32_t *)(const void *)(s->walk_dev + at_i);
-  vspec_walk_spec ds = *sp;
-  ds.parents = dints;
-  ds.tokens = dints + n;
-  ds.dist = sp->dist ? dints + 2 * n : NULL;
-  ds.sample.guided = s->walk_dev + at_g;
-  ds.dists = dist_bytes ? (const float *)(const void *)(s->walk_dev + at_d) : NULL;
-  vspec_walk_result *res = (vspec_walk_result *)(void *)s->walk_dev;
-  s->ops->verify_walk(s->dev, s->w.logits + (size_t)(nodes - n) * s->rows * V, &ds, res);
-  s->ops->download(s->dev, out->walk_result, res, sizeof *res);
-  out->walked = 1;
-  return 1;
-}
-
 /* The downloads of a fused forward: what `out` asks of its first `nodes` head nodes (a
  * padded forward's others are ignored). */
 static void lg__fused_results(vspec_session *s, const lg_idx *idx, vspec_forward_out *out,
@@ -329,7 +387,9 @@ static void lg__fused_results(vspec_session *s, const lg_idx *idx, vspec_forward
   if (out && out->features)
     s->ops->download(s->dev, out->features, s->w.h, rows * g->dim * sizeof(float));
   /* a walk on the device downloads its result instead of the logits (ABI 1.6) */
-  if (head == LG_HEAD_LOGITS && !(lg__walks(s->ops, out, nodes) && lg__walk(s, out, nodes)))
+  lg_seg one = {.s = s, .n = nodes, .head_count = nodes, .out = out};
+  int walked = 0;
+  if (head == LG_HEAD_LOGITS && !lg__walk_segs(s->ops, s->dev, s, s->w.logits, &one, 1, &walked))
     s->ops->download(s->dev, out->logits, s->w.logits, rows * g->vocab * sizeof(float));
   if (head == LG_HEAD_DRAW) {
     s->ops->download(s->dev, out->tokens, idx->tokens, (size_t)nodes * sizeof(int32_t));
@@ -478,9 +538,9 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
     for (int i = 0; i < T; i++)
       for (int j = 0; j < T; j++)
         s->mask[(size_t)i * T + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
-    lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
-    lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-                 lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
+    lg_run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
+    lg_head_out(g, s->ops, s->dev, &s->w, &seg, 1,
+                 lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   }
   s->kv.committed = T;
   s->prefilled = 1;
@@ -489,8 +549,8 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
 
 /* Adds a batch's nodes to the session's pending tree and writes their tokens (w->tok) and
  * positions (w->pos) from row `row0` on; fills the segment. */
-static int lg__stage(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
-                     lg_work *w, int row0, lg_seg *seg, char *err, size_t errlen) {
+int lg_stage_seg(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
+                 lg_work *w, int row0, lg_seg *seg, char *err, size_t errlen) {
   const lg_gpt *g = &s->m->gpt;
   int n = b->n_nodes, R = s->rows;
   if (!s->prefilled) {
@@ -516,7 +576,7 @@ static int lg__stage(vspec_session *s, const vspec_forward_batch *b, vspec_forwa
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen) {
   lg_seg seg;
-  int rc = lg__stage(s, b, out, &s->w, 0, &seg, err, errlen);
+  int rc = lg_stage_seg(s, b, out, &s->w, 0, &seg, err, errlen);
   if (rc) return rc;
   if (s->fused) {
     if (s->graphs == LG_GRAPHS_OFF || lg__forward_graph(s, &seg) != VSPEC_OK)
@@ -524,182 +584,10 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
     return VSPEC_OK;
   }
   const lg_gpt *g = &s->m->gpt;
-  lg__unfused_inputs(&seg, &s->w, s->ops, s->dev);
-  lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
-  lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-               lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
-  return VSPEC_OK;
-}
-/* ---- cross-job batches on the fused ops --------------------------------------------------- */
-
-enum { LG_MULTI_MAX = 64 };
-
-/* One segment's device integers in a batch's upload. */
-typedef struct lg_mseg {
-  const int32_t *slots, *lens, *parents;
-} lg_mseg;
-
-/* Stages and uploads a batch's integers in one transfer: tokens and positions [M] each, head
- * rows [K], then per segment its cache slots [n], lengths [2] (committed, base) and tree
- * parents [base + n] (lg_forward_multi sizes the workspace for them); returns K. */
-static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, const lg_seg *seg,
-                            int count, int M, lg_mseg *ms) {
-  int32_t *h = w->idx_host;
-  memcpy(h, w->tok, (size_t)M * sizeof *h);
-  memcpy(h + M, w->pos, (size_t)M * sizeof *h);
-  int K = 0;
-  for (int i = 0; i < count; i++) /* (node, row) order, as lg__head_out takes them */
-    for (int j = 0; j < seg[i].head_count; j++)
-      for (int r = 0; r < seg[i].s->rows; r++)
-        h[2 * M + K++] = seg[i].row0 + r * seg[i].n + seg[i].head_first + j;
-  size_t at = 2 * (size_t)M + (size_t)K;
-  for (int i = 0; i < count; i++) {
-    const vs_kv_tree *kv = &seg[i].s->kv;
-    int n = seg[i].n, base = seg[i].first_slot - kv->committed;
-    for (int j = 0; j < n; j++) h[at + j] = seg[i].first_slot + j;
-    h[at + n] = kv->committed;
-    h[at + n + 1] = base;
-    memcpy(h + at + n + 2, kv->parents, (size_t)(base + n) * sizeof *h);
-    ms[i] = (lg_mseg){.slots = w->idx_dev + at, .lens = w->idx_dev + at + n,
-                      .parents = w->idx_dev + at + n + 2};
-    at += 2 * (size_t)n + 2 + (size_t)base;
-  }
-  ops->upload(dev, w->idx_dev, h, at * sizeof *h);
-  return K;
-}
-
-/* A batch on the fused ops: one upload, the embeddings gathered, per layer each session's
- * norm + QKV + RoPE + KV store and tree attention (its own cache and tree) and three ops over
- * every row, then the head rows normed and the head. On a GPU that is 3 + 2 x sessions
- * launches per layer where the unfused path takes 12 + 3 x rows. */
-static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                                    const lg_seg *seg, int count, int M, float *stage) {
-  const lg_gpt *g = &seg[0].s->m->gpt;
-  int d = g->dim, att_w = g->n_head * g->head_dim;
-  int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
-  lg_mseg ms[LG_MULTI_MAX];
-  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms);
-  ops->gather_rows(dev, g->tok_embeddings, w->idx_dev, M, d, w->x);
-  for (int l = 0; l < g->n_layer; l++) {
-    const lg_layer *W = &g->layers[l];
-    for (int i = 0; i < count; i++) {
-      vspec_session *s = seg[i].s;
-      size_t r0 = (size_t)seg[i].row0;
-      vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
-                           .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0),
-                           .rows = s->rows, .n_heads = g->n_head, .kv_heads = g->n_kv_head,
-                           .head_dim = g->head_dim, .slots = s->kv.slots};
-      vspec_kv_tree_view tree = {.n = seg[i].n, .n_prefix = s->prefix_dev ? g->n_cond : 0,
-                                 .lens = ms[i].lens, .parents = ms[i].parents,
-                                 .prefix = s->prefix_dev};
-      ops->norm_qkv_rope(dev, w->x + r0 * d, seg[i].n, d, W->attention_norm, g->norm_eps,
-                         W->wqkv, w->idx_dev + M + r0, g->rope_table, &kv, ms[i].slots,
-                         w->qkv + r0 * qkv_w);
-      ops->tree_attention(dev, w->qkv + r0 * qkv_w, &kv, &tree, w->att + r0 * att_w);
-    }
-    ops->linear_add(dev, w->att, M, att_w, W->wo, d, w->x);
-    ops->norm_swiglu(dev, w->x, M, d, W->ffn_norm, g->norm_eps, W->w1, W->w3, g->ffn_hidden,
-                     w->ff1);
-    ops->linear_add(dev, w->ff1, M, g->ffn_hidden, W->w2, d, w->x);
-  }
-  ops->rmsnorm_rows(dev, w->x, w->idx_dev + 2 * M, K, d, g->norm, g->norm_eps, w->h);
-  lg__head_out(g, ops, dev, w, seg, count, K, stage);
-}
-
-/* The lead session's batch workspace for `need` rows and its host stage for `rows` rows of
- * outputs (lg__out_rows), grown as needed; both belong to the lead (freed with it, by its own
- * device). Returns the stage, or NULL when out of memory. */
-static float *lg__multi_room(vspec_session *lead, size_t need, size_t rows) {
-  const vspec_host *H = lead->host;
-  const lg_gpt *g = &lead->m->gpt;
-  if (need > lead->multi.rows) {
-    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-    if (lg_work_alloc(H, lead->ops, lead->dev, g, need, 0, &lead->multi)) {
-      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-      return NULL;
-    }
-  }
-  size_t floats = rows * (size_t)(g->vocab > g->dim ? g->vocab : g->dim);
-  if (floats == 0) floats = 1;
-  if (floats > lead->multi_out_cap) {
-    H->free(lead->multi_out);
-    lead->multi_out_cap = 0;
-    if (!(lead->multi_out = H->alloc(floats * sizeof(float)))) return NULL;
-    lead->multi_out_cap = floats;
-  }
-  return lead->multi_out;
-}
-
-int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
-                     vspec_forward_out *const *outs, int32_t count, char *err, size_t errlen) {
-  if (count < 1 || count > LG_MULTI_MAX) {
-    snprintf(err, errlen, "forward_multi of %d sessions: give 1..%d", count, LG_MULTI_MAX);
-    return VSPEC_EINVAL;
-  }
-  vspec_session *lead = ss[0];
-  const vspec_host *H = lead->host;
-  size_t rows = 0, ints = 0;
-  for (int i = 0; i < count; i++) {
-    const vspec_session *s = ss[i];
-    if (s->m != lead->m) {
-      snprintf(err, errlen, "forward_multi: session %d belongs to another model", i);
-      return VSPEC_EINVAL;
-    }
-    /* Sessions of other contexts of the batch's GPU are fine: the caller orders their
-     * streams around the call (plugin.h, forward_multi). */
-    if (H->dev_space(s->dev) != H->dev_space(dev)) {
-      snprintf(err, errlen, "forward_multi: session %d lives in another memory space than the "
-               "batch's device", i);
-      return VSPEC_EINVAL;
-    }
-    for (int j = 0; j < i; j++)
-      if (ss[j] == s) {
-        snprintf(err, errlen, "forward_multi: session %d appears twice", i);
-        return VSPEC_EINVAL;
-      }
-    int n = bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0;
-    rows += (size_t)s->rows * n;
-    ints += 2 * (size_t)n + 2 + (size_t)(bs[i]->append ? s->kv.n_pending : 0);
-  }
-  const lg_gpt *g = &lead->m->gpt;
-  const vspec_ops *ops = H->dev_ops(dev);
-  int fused = vspec_has_fused_ops(ops) &&
-              (lead->m->multi == LG_MULTI_FUSED ||
-               (lead->m->multi == LG_MULTI_AUTO && ops->device != VSPEC_DEVICE_CPU));
-  /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
-  size_t need = rows;
-  ints += 3 * rows;
-  if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
-  float *stage = lg__multi_room(lead, need, rows);
-  if (!stage) {
-    snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
-    return VSPEC_ENOMEM;
-  }
-  lg_seg seg[LG_MULTI_MAX];
-  int row0 = 0, pending[LG_MULTI_MAX];
-  for (int i = 0; i < count; i++) {
-    char inner[256];
-    pending[i] = bs[i]->append ? ss[i]->kv.n_pending : 0;
-    int rc = lg__stage(ss[i], bs[i], outs[i], &lead->multi, row0, &seg[i], inner, sizeof inner);
-    if (rc) {
-      /* Sessions staged before this one would keep new pending nodes without keys and
-       * values: take them back (an appending batch keeps what was pending before it). */
-      for (int j = 0; j < i; j++) ss[j]->kv.n_pending = pending[j];
-      snprintf(err, errlen, "forward_multi: session %d: %s", i, inner);
-      return rc;
-    }
-    if (!fused) lg__unfused_inputs(&seg[i], &lead->multi, ops, dev);
-    row0 += ss[i]->rows * seg[i].n;
-  }
-  /* a batch of one downloads straight into its out, as a forward does */
-  if (count == 1) stage = NULL;
-  if (fused) {
-    lg__forward_multi_fused(ops, dev, &lead->multi, seg, count, row0, stage);
-    return VSPEC_OK;
-  }
-  lg__run_layers(g, ops, dev, &lead->multi, seg, count, row0);
-  lg__head_out(g, ops, dev, &lead->multi, seg, count,
-               lg__head_rows(g, ops, dev, &lead->multi, seg, count), stage);
+  lg_unfused_inputs(&seg, &s->w, s->ops, s->dev);
+  lg_run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
+  lg_head_out(g, s->ops, s->dev, &s->w, &seg, 1,
+               lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   return VSPEC_OK;
 }
 
