@@ -12,7 +12,8 @@
  *    last nodes), walkers and not in either order; the downloads and bytes exactly, unfused
  *    (the CPU's default) and on the fused ops (a GPU's);
  *  - whole models/fmnist jobs, several at once through a forward gate with VSPEC_WALK=device,
- *    against each alone with VSPEC_WALK=host: the same tokens and metrics, and every batch's
+ *    against each alone with VSPEC_WALK=host: the same tokens and metrics (where batched
+ *    forwards give the lone ones' bits, as the CPU's few-row kernels do), and every batch's
  *    downloads (a wrapper round the target's forward_multi counts them) exactly the features,
  *    the logits of the sessions that did not walk and the walk results;
  *  - whole jobs on a device without the fused ops (the unfused forward): the same tokens and
@@ -476,11 +477,50 @@ static const vs_sampling job_samplings[] = {
 };
 enum { NJ = 3 };
 
+/* Whether a batch of the model's forwards gives each session the bits of its lone forward, at
+ * the jobs' sizes (3 sessions, 2 rows, 18 nodes: more than the jobs' trees): on the CPU each
+ * row's linear products do not depend on the row count up to the few-row kernel's limit
+ * (kernels/cpu/cpu_reduce4.h, VS_SKINNY_MAX_M: 256 rows on AVX-512); past it, or with other
+ * kernels, batched jobs differ from lone ones by float rounding and may draw differently. */
+static int batch_bits_exact(const vs_backend_model *bm, vspec_dev *dev, vspec_dev *batch_dev) {
+  enum { S = 3, N = 18 };
+  char err[VSPEC_ERRLEN];
+  int V = bm->info.vocab, same = 1;
+  vspec_session *s[2][S];
+  float *l = malloc((size_t)2 * S * 2 * N * V * sizeof(float));
+  int32_t tok[N], par[N];
+  for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 5) % V), par[i] = i - 1;
+  vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = N, .tokens = tok, .parents = par};
+  const vspec_forward_batch *bs[S] = {&b, &b, &b};
+  vspec_forward_out o[2][S], *os[S];
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < S; i++) {
+      vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = i, .rows = 2,
+                                  .max_nodes = N};
+      if (bm->vt->session_open(bm->model, dev, &cfg, &s[k][i], err, sizeof err))
+        fail_msg("%s", err);
+      o[k][i] = (vspec_forward_out){.struct_size = sizeof o[k][i],
+                                    .logits = l + (size_t)(k * S + i) * 2 * N * V};
+      if (bm->vt->prefill(s[k][i], &o[k][i], err, sizeof err)) fail_msg("%s", err);
+      if (k == 0 && bm->vt->forward(s[k][i], &b, &o[k][i], err, sizeof err))
+        fail_msg("%s", err);
+      os[i] = &o[k][i];
+    }
+  if (bm->vt->forward_multi(batch_dev, s[1], bs, os, S, err, sizeof err)) fail_msg("%s", err);
+  for (int i = 0; i < S; i++) {
+    same &= memcmp(o[0][i].logits, o[1][i].logits, (size_t)2 * N * V * sizeof(float)) == 0;
+    bm->vt->session_close(s[0][i]);
+    bm->vt->session_close(s[1][i]);
+  }
+  free(l);
+  return same;
+}
+
 /* Jobs several at once through a gate that batches them, walking on the device, give each
- * the tokens and metrics it gets alone walking on the host (batched logits are bitwise the
- * lone ones on the CPU: each row's linear products do not depend on the row count,
- * kernels/cpu/cpu_reduce4.h), and the batches walked every session that asked, downloading
- * nothing else of theirs. */
+ * the tokens and metrics it gets alone walking on the host (where batched forwards give the
+ * lone forwards' bits: batch_bits_exact; else at most 2 % of the tokens differ, as
+ * tests/test_forward_gate.c allows), and the batches walked every session that asked,
+ * downloading nothing else of theirs. */
 static void test_gate_jobs_walk(void **state) {
   (void)state;
 #ifdef VSPEC_SANITIZED
@@ -502,6 +542,9 @@ static void test_gate_jobs_walk(void **state) {
   real_vt = models->target.vt;
   wrap_vt = *real_vt;
   wrap_vt.forward_multi = wrapped_multi;
+  int exact = batch_bits_exact(&models->target, dev, gate_dev) &&
+              batch_bits_exact(&models->draft, dev, gate_dev);
+  if (!exact) printf("  batched forwards are not the lone ones' bits here: tokens within 2 %%\n");
   models->target.vt = &wrap_vt;
   for (int round = 0; round < 2; round++) {
     job_run *alone = calloc(NJ, sizeof *alone), *batched = calloc(NJ, sizeof *batched);
@@ -524,8 +567,16 @@ static void test_gate_jobs_walk(void **state) {
     unsetenv("VSPEC_WALK");
     vs_forward_gate_stats st;
     vs_forward_gate_get_stats(g, &st);
-    for (int i = 0; i < NJ; i++)
-      expect_same("batched, walked on the device", &batched[i], &alone[i]);
+    for (int i = 0; i < NJ; i++) {
+      if (exact) {
+        expect_same("batched, walked on the device", &batched[i], &alone[i]);
+        continue;
+      }
+      if (batched[i].rc || alone[i].rc) fail_msg("%s%s", batched[i].err, alone[i].err);
+      int diff = 0, n = models->target.info.grid_h * models->target.info.grid_w;
+      for (int k = 0; k < n; k++) diff += batched[i].tokens[k] != alone[i].tokens[k];
+      if (diff * 50 > n) fail_msg("%s: %d of %d tokens differ", job_methods[i], diff, n);
+    }
     printf("  %d batches of several, %d walks asked for in them, %d walked\n", wrap_batches,
            wrap_asked, wrap_walked);
     assert_true(st.multi > 0);
