@@ -540,7 +540,7 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
         s->mask[(size_t)i * T + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
     lg_run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
     lg_head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-                 lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
+                lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   }
   s->kv.committed = T;
   s->prefilled = 1;
@@ -587,7 +587,7 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
   lg_unfused_inputs(&seg, &s->w, s->ops, s->dev);
   lg_run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
   lg_head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-               lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
+              lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   return VSPEC_OK;
 }
 

@@ -186,7 +186,7 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
   }
   lg_run_layers(g, ops, dev, &lead->multi, seg, count, row0);
   lg_head_out(g, ops, dev, &lead->multi, seg, count,
-               lg_head_rows(g, ops, dev, &lead->multi, seg, count), stage);
+              lg_head_rows(g, ops, dev, &lead->multi, seg, count), stage);
   return VSPEC_OK;
 }
 
