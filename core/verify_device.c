@@ -7,9 +7,11 @@
  * The device walk is core/verify_walk.c's walk (kernels/cpu/cpu_walk.c is it step for step,
  * tests/test_device_walk.c holds them together), from the same Philox streams at the same
  * positions: the engine hands the streams' states over and advances its own by the draws the
- * walk reports, so the rounds after it draw what they would have drawn. Where the backend
- * cannot walk (no verify_walk on its device, a batch of several jobs), it writes the logits
- * and the engine walks on the host, as when the walk is off.
+ * walk reports, so the rounds after it draw what they would have drawn. A cross-job batch
+ * (the forward gate's forward_multi) walks each job that asked over its own logits, with its
+ * own spec, so a batched round takes the walk as a lone one does (tests/test_walk_batch.c).
+ * Where the backend cannot walk (no verify_walk on its device), it writes the logits and the
+ * engine walks on the host, as when the walk is off.
  *
  * When it is on: VSPEC_WALK=device or host forces it (auto, the default: on where the
  * target's device is not the CPU, whose host walk stays the reference every golden test runs;

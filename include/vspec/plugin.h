@@ -369,8 +369,9 @@ typedef struct vspec_backend_vtable {
 
   /* ---- ABI 1.2: cross-job batching ------------------------------------------------------
    * forward() for `count` sessions of this model at once: session i runs batch[i] into
-   * out[i] exactly as forward() would, but the weights are read once for the rows of all of
-   * them (a busy server verifies the trees of several jobs per weight pass). The work runs on
+   * out[i] exactly as forward() would (the walk out[i] asks for too, ABI 1.6, where `dev` has
+   * verify_walk), but the weights are read once for the rows of all of them (a busy server
+   * verifies the trees of several jobs per weight pass). The work runs on
    * `dev`, a device of the sessions' memory space that nothing else uses during the call
    * (the sessions' own devices may be busy elsewhere, drafting). Results equal separate
    * forwards up to float rounding (the products run with more rows). The caller guarantees

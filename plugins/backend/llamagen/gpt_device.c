@@ -13,18 +13,17 @@
 /* Whether this forward draws a draft on the device (ABI 1.8, vspec_forward_out.draw) over the
  * last draw->n of its n head nodes. */
 int lg_drafts(const vspec_ops *ops, const vspec_forward_out *out, int n) {
-  return n <= LG_DRAFT_MAX && out && VSPEC_HAS_FIELD(out, vspec_forward_out, walk_tokens) && out->draw &&
-         out->draw_probs && out->draw_tokens && out->draw->n >= 1 && out->draw->n <= n &&
+  return n <= LG_DRAFT_MAX && out && VSPEC_HAS_FIELD(out, vspec_forward_out, walk_tokens) &&
+         out->draw && out->draw_probs && out->draw_tokens && out->draw->n >= 1 && out->draw->n <= n &&
          out->draw->temperature > 0.0f && VSPEC_HAS_FIELD(ops, vspec_ops, draw_probs) &&
          ops->draw_probs;
 }
-
 
 /* A draft's draw as a draw over all n nodes of the forward, the drawn ones last (the others
  * draw at u = 0, unguided rows aside, into rows nobody reads): the shape lg__idx_upload
  * stages. u and guided: host room for n entries. */
 vspec_sample_spec lg_draft_spec(const vspec_sample_spec *draw, int n, double *u,
-                                        uint8_t *guided) {
+                                uint8_t *guided) {
   vspec_sample_spec sp = *draw;
   int first = n - draw->n;
   memset(u, 0, (size_t)n * sizeof *u);
@@ -40,8 +39,8 @@ vspec_sample_spec lg_draft_spec(const vspec_sample_spec *draw, int n, double *u,
 /* Tokens drawn on the device into an uploaded token array dst [rows, stride] (device): host
  * entry host[r stride + i] = -1 - j is token_dev[j]; a copy per run of consecutive j per row
  * (a chain's drafts are one run). */
-void lg_patch_tokens(vspec_session *s, const int32_t *host, const int32_t *token_dev,
-                             int rows, int n, int stride, int32_t *dst) {
+void lg_patch_tokens(const vspec_ops *ops, vspec_dev *dev, const int32_t *host,
+                     const int32_t *token_dev, int rows, int n, int stride, int32_t *dst) {
   if (!token_dev) return;
   for (int r = 0; r < rows; r++)
     for (int i = 0; i < n;) {
@@ -52,18 +51,16 @@ void lg_patch_tokens(vspec_session *s, const int32_t *host, const int32_t *token
         continue;
       }
       while (i + len < n && host[r * stride + i + len] == t - len) len++;
-      s->ops->copy(s->dev, dst + r * stride + i, token_dev + (-1 - t),
+      ops->copy(dev, dst + r * stride + i, token_dev + (-1 - t),
                    (size_t)len * sizeof(int32_t));
       i += len;
     }
 }
 
-
 /* The batch's tokens drawn on the device (ABI 1.8), or NULL. */
 const int32_t *lg_token_dev(const vspec_forward_batch *b) {
   return VSPEC_HAS_FIELD(b, vspec_forward_batch, token_dev) ? b->token_dev : NULL;
 }
-
 
 /* The session's draft_probs, allocated at its first draft drawn on the device (not in a
  * forward's ops: a graph's recording may not allocate). */
@@ -73,12 +70,11 @@ int lg_draft_room(vspec_session *s) {
   return s->draft_probs != NULL;
 }
 
-
 /* ---- the walk on the device (ABI 1.6) -------------------------------------------------------- */
 
 /* Whether this forward walks its tree, its last walk->sample.n head nodes, on the device
  * (vspec_forward_out.walk) after computing the logits of its n head nodes. */
-int lg_walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
+static int lgd_walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
   return out && VSPEC_HAS_FIELD(out, vspec_forward_out, walked) && out->walk &&
          out->walk_result && out->walk->sample.n >= 1 && out->walk->sample.n <= n &&
          out->walk->sample.rows >= 1 && out->walk_dists >= 0 &&
@@ -86,77 +82,156 @@ int lg_walks(const vspec_ops *ops, const vspec_forward_out *out, int n) {
          VSPEC_HAS_FIELD(ops, vspec_ops, verify_walk) && ops->verify_walk;
 }
 
-/* Bytes of the walk's staging for the session's largest tree: the result, the integers
- * (tokens, parents, dist: the tokens first, so that one download brings the result and the
- * tokens, ABI 1.8's walk_tokens), the guidance bytes and the draft distributions, each
- * 64-aligned. */
-#define LG_ALIGN(x) (((x) + 63) & ~(size_t)63)
-static size_t lgd_walk_layout(int n, int vocab, size_t *at_ints, size_t *at_guided,
-                              size_t *at_dists) {
-  *at_ints = LG_ALIGN(sizeof(vspec_walk_result));
-  *at_guided = *at_ints + LG_ALIGN(3 * (size_t)n * sizeof(int32_t));
-  *at_dists = *at_guided + LG_ALIGN((size_t)n);
-  return *at_dists + (size_t)n * vocab * sizeof(float);
-}
-
-/* The draft distributions of the walk: walk_probs on the device (ABI 1.8), or NULL. */
+/* ABI 1.8's walk fields of `out`, or NULL: the drafts' distributions on the device, and the
+ * host room for the tree's tokens. */
 static const float *lgd_walk_probs(const vspec_forward_out *out) {
   return VSPEC_HAS_FIELD(out, vspec_forward_out, walk_tokens) ? out->walk_probs : NULL;
 }
+static int32_t *lgd_walk_tokens(const vspec_forward_out *out) {
+  return VSPEC_HAS_FIELD(out, vspec_forward_out, walk_tokens) ? out->walk_tokens : NULL;
+}
 
-/* The walk over the last of w->logits' `nodes` head nodes: one upload (the tree, its guidance
- * and draft distributions), the op, one download of the result (a few hundred bytes instead of
- * nodes x rows x vocab floats; with the tree's tokens where walk_tokens asks). Tokens drawn on
- * the device (negative, token_dev) are copied into the uploaded ones. 0 when the staging
- * cannot be allocated: the caller downloads the logits instead and the engine walks on the
- * host. */
-int lg_walk(vspec_session *s, vspec_forward_out *out, int nodes,
-                    const int32_t *token_dev) {
+#define LG_ALIGN(x) (((x) + 63) & ~(size_t)63)
+
+/* One walk's inputs: its tokens at `tok` (in the batch's token area, right after the results,
+ * so that one download brings the results and the tokens: walk_tokens), then from `at` on
+ * (64-aligned pieces) the other integers (parents, dist), the guidance bytes, the draft
+ * distributions (none where they are on the device already: walk_probs). Copies them to host
+ * + offset when host is set and points *ds, the spec with device arrays, at their copies at
+ * dev + offset when dev is; returns where they end. The same offsets every way, so a batch
+ * sizes its staging, packs every walk, uploads once, then places each again to run it. */
+static size_t lgd_walk_pack(const vspec_forward_out *out, int V, unsigned char *host,
+                            unsigned char *dev, size_t tok, size_t at, vspec_walk_spec *ds) {
   const vspec_walk_spec *sp = out->walk;
-  int V = s->m->gpt.vocab, n = sp->sample.n;
-  size_t at_i, at_g, at_d, want = lgd_walk_layout(s->max_nodes, V, &at_i, &at_g, &at_d);
-  if (!s->walk_dev) {
-    s->walk_host = s->host->calloc(want, 1);
-    s->walk_dev = s->ops->alloc(s->dev, want);
-    if (!s->walk_host || !s->walk_dev) {
-      if (s->walk_dev) s->ops->free(s->dev, s->walk_dev);
-      s->host->free(s->walk_host);
-      s->walk_dev = s->walk_host = NULL;
-      return 0;
-    }
-    s->walk_bytes = want;
-  }
   const float *probs = lgd_walk_probs(out);
-  int32_t *ints = (int32_t *)(void *)(s->walk_host + at_i);
-  memcpy(ints, sp->tokens, (size_t)n * sizeof(int32_t));
-  memcpy(ints + n, sp->parents, (size_t)n * sizeof(int32_t));
-  if (sp->dist) memcpy(ints + 2 * n, sp->dist, (size_t)n * sizeof(int32_t));
-  memset(s->walk_host + at_g, 1, (size_t)n);
-  if (sp->sample.guided) memcpy(s->walk_host + at_g, sp->sample.guided, (size_t)n);
+  int n = sp->sample.n;
+  size_t at_g = at + LG_ALIGN(2 * (size_t)n * sizeof(int32_t)), at_d = at_g + LG_ALIGN((size_t)n);
   size_t dist_bytes = sp->dists && !probs ? (size_t)out->walk_dists * V * sizeof(float) : 0;
-  if (dist_bytes) memcpy(s->walk_host + at_d, sp->dists, dist_bytes);
-  size_t up = dist_bytes ? at_d + dist_bytes : at_g + (size_t)n;
-  s->ops->upload(s->dev, s->walk_dev + at_i, s->walk_host + at_i, up - at_i);
-  int32_t *dints = (int32_t *)(void *)(s->walk_dev + at_i);
-  lg_patch_tokens(s, ints, token_dev, 1, n, n, dints);
-  vspec_walk_spec ds = *sp;
-  ds.tokens = dints;
-  ds.parents = dints + n;
-  ds.dist = sp->dist ? dints + 2 * n : NULL;
-  ds.sample.guided = s->walk_dev + at_g;
-  ds.dists = probs ? probs : dist_bytes ? (const float *)(const void *)(s->walk_dev + at_d) : NULL;
-  vspec_walk_result *res = (vspec_walk_result *)(void *)s->walk_dev;
-  s->ops->verify_walk(s->dev, s->w.logits + (size_t)(nodes - n) * s->rows * V, &ds, res);
-  int32_t *tokens_out = VSPEC_HAS_FIELD(out, vspec_forward_out, walk_tokens) ? out->walk_tokens
-                                                                            : NULL;
-  if (tokens_out) { /* one download: the result, then the tokens */
-    s->ops->download(s->dev, s->walk_host, s->walk_dev, at_i + (size_t)n * sizeof(int32_t));
-    memcpy(out->walk_result, s->walk_host, sizeof *out->walk_result);
-    memcpy(tokens_out, ints, (size_t)n * sizeof(int32_t));
-  } else {
-    s->ops->download(s->dev, out->walk_result, res, sizeof *res);
+  size_t end = dist_bytes ? at_d + dist_bytes : at_g + (size_t)n;
+  if (host) {
+    int32_t *ints = (int32_t *)(void *)(host + at);
+    memcpy(host + tok, sp->tokens, (size_t)n * sizeof(int32_t));
+    memcpy(ints, sp->parents, (size_t)n * sizeof(int32_t));
+    if (sp->dist) memcpy(ints + n, sp->dist, (size_t)n * sizeof(int32_t));
+    memset(host + at_g, 1, (size_t)n);
+    if (sp->sample.guided) memcpy(host + at_g, sp->sample.guided, (size_t)n);
+    if (dist_bytes) memcpy(host + at_d, sp->dists, dist_bytes);
   }
-  out->walked = 1;
+  if (!dev) return end;
+  const int32_t *dints = (const int32_t *)(const void *)(dev + at);
+  *ds = *sp;
+  ds->tokens = (const int32_t *)(const void *)(dev + tok);
+  ds->parents = dints;
+  ds->dist = sp->dist ? dints + n : NULL;
+  ds->sample.guided = dev + at_g;
+  ds->dists = probs ? probs : dist_bytes ? (const float *)(const void *)(dev + at_d) : NULL;
+  return end;
+}
+
+/* The walk staging of `owner` (a session, or a batch's lead), host and device alike, for at
+ * least `need` bytes: the first for the session's largest tree (a lone forward then never
+ * grows it), more where a batch needs it. 0 when it cannot be allocated. */
+static int lgd_walk_room(vspec_session *owner, size_t need) {
+  if (owner->walk_dev && need <= owner->walk_bytes) return 1;
+  if (owner->walk_dev) owner->ops->free(owner->dev, owner->walk_dev);
+  owner->host->free(owner->walk_host);
+  owner->walk_dev = owner->walk_host = NULL;
+  owner->walk_bytes = 0;
+  const lg_gpt *g = &owner->m->gpt;
+  int n = owner->max_nodes;
+  size_t one = LG_ALIGN(sizeof(vspec_walk_result)) + 2 * LG_ALIGN((size_t)n * sizeof(int32_t)) +
+               LG_ALIGN(2 * (size_t)n * sizeof(int32_t)) + LG_ALIGN((size_t)n) +
+               (size_t)n * g->vocab * sizeof(float);
+  size_t want = need > one ? need : one;
+  owner->walk_host = owner->host->calloc(want, 1);
+  owner->walk_dev = owner->ops->alloc(owner->dev, want);
+  if (!owner->walk_host || !owner->walk_dev) {
+    if (owner->walk_dev) owner->ops->free(owner->dev, owner->walk_dev);
+    owner->host->free(owner->walk_host);
+    owner->walk_dev = owner->walk_host = NULL;
+    return 0;
+  }
+  owner->walk_bytes = want;
   return 1;
 }
 
+/* The staging's layout for the walkers of seg: the results [W] from 0, the token area from
+ * *tok0 (each walker's n tokens in turn), the packs from the token area's end on; returns
+ * where the last pack ends. */
+static size_t lgd_walk_layout(const lg_seg *seg, int count, const int *walked, int W, int V,
+                              size_t *tok0, size_t *tok_end) {
+  vspec_walk_spec ds;
+  size_t tok = LG_ALIGN((size_t)W * sizeof(vspec_walk_result)), end;
+  *tok0 = tok;
+  for (int i = 0; i < count; i++)
+    if (walked[i]) tok += (size_t)seg[i].out->walk->sample.n * sizeof(int32_t);
+  *tok_end = tok;
+  end = tok;
+  for (int i = 0; i < count; i++)
+    if (walked[i]) end = lgd_walk_pack(seg[i].out, V, NULL, NULL, 0, LG_ALIGN(end), &ds);
+  return end;
+}
+
+/* The results and, where walk_tokens asks, the trees' tokens to each walker: one download of
+ * the results (and of the token area when any walker wants its tokens). */
+static void lgd_walk_results(const vspec_ops *ops, vspec_dev *dev, vspec_session *owner,
+                             const lg_seg *seg, int count, const int *walked, int W,
+                             size_t tok0, size_t tok_end) {
+  unsigned char *host = owner->walk_host, *dmem = owner->walk_dev;
+  int want_tokens = 0;
+  for (int i = 0; i < count; i++) want_tokens |= walked[i] && lgd_walk_tokens(seg[i].out);
+  size_t res_bytes = (size_t)W * sizeof(vspec_walk_result);
+  /* the token area was packed on the host too: download over it */
+  ops->download(dev, host, dmem, want_tokens ? tok_end : res_bytes);
+  size_t tok = tok0;
+  for (int i = 0, k = 0; i < count; i++) {
+    if (!walked[i]) continue;
+    vspec_forward_out *out = seg[i].out;
+    int n = out->walk->sample.n;
+    memcpy(out->walk_result, host + (size_t)k++ * sizeof(vspec_walk_result),
+           sizeof(vspec_walk_result));
+    if (lgd_walk_tokens(out)) memcpy(lgd_walk_tokens(out), host + tok, (size_t)n * sizeof(int32_t));
+    tok += (size_t)n * sizeof(int32_t);
+    out->walked = 1;
+  }
+}
+
+int lg_walk_segs(const vspec_ops *ops, vspec_dev *dev, vspec_session *owner, const float *logits,
+                 const lg_seg *seg, int count, int *walked) {
+  int V = owner->m->gpt.vocab, W = 0;
+  for (int i = 0; i < count; i++) W += walked[i] = lgd_walks(ops, seg[i].out, seg[i].head_count);
+  if (!W) return 0;
+  size_t tok0, tok_end, end = lgd_walk_layout(seg, count, walked, W, V, &tok0, &tok_end);
+  if (!lgd_walk_room(owner, end)) {
+    memset(walked, 0, (size_t)count * sizeof *walked);
+    return 0;
+  }
+  unsigned char *host = owner->walk_host, *dmem = owner->walk_dev;
+  vspec_walk_spec ds;
+  size_t tok = tok0, at = tok_end;
+  for (int i = 0; i < count; i++)
+    if (walked[i]) {
+      at = lgd_walk_pack(seg[i].out, V, host, dmem, tok, LG_ALIGN(at), &ds);
+      tok += (size_t)seg[i].out->walk->sample.n * sizeof(int32_t);
+    }
+  ops->upload(dev, dmem + tok0, host + tok0, at - tok0);
+  vspec_walk_result *res = (vspec_walk_result *)(void *)dmem;
+  tok = tok0;
+  at = tok_end;
+  for (int i = 0, rows = 0, k = 0; i < count; i++) {
+    int R = seg[i].s->rows;
+    if (walked[i]) {
+      at = lgd_walk_pack(seg[i].out, V, NULL, dmem, tok, LG_ALIGN(at), &ds);
+      int n = ds.sample.n;
+      /* tokens drawn on the device (ABI 1.8) into the uploaded ones */
+      lg_patch_tokens(ops, dev, (const int32_t *)(const void *)(host + tok), seg[i].token_dev, 1,
+                      n, n, (int32_t *)(void *)(dmem + tok));
+      size_t first = (size_t)rows + (size_t)(seg[i].head_count - n) * R;
+      ops->verify_walk(dev, logits + first * V, &ds, res + k++);
+      tok += (size_t)n * sizeof(int32_t);
+    }
+    rows += seg[i].head_count * R;
+  }
+  lgd_walk_results(ops, dev, owner, seg, count, walked, W, tok0, tok_end);
+  return W;
+}

@@ -1,5 +1,6 @@
 /*
- * The LlamaGen GPT's forward: prefill, tree forwards, cross-job batches and commits.
+ * The LlamaGen GPT's forward: prefill, tree forwards and commits; the layers, the head and the
+ * walk on the device that cross-job batches (gpt_multi.c) share.
  *
  * Two paths compute the same numbers (LlamaGen autoregressive/models/gpt.py, Transformer
  * and TransformerBlock):
@@ -10,27 +11,17 @@
  *    each op is a kernel launch or a few, and launches are what a decode step there costs.
  *  - the unfused path, for devices without the fused ops and for cross-job batches on the
  *    CPU (multi=auto), whose linear layers run once over the rows of several sessions with
- *    different caches. A batch on a GPU takes the fused ops too (lg__forward_multi_fused):
+ *    different caches. A batch on a GPU takes the fused ops too (gpt_multi.c):
  *    each session's QKV and attention on its own cache, the other layers over every row.
  *
  * Work buffers hold rows * nodes vectors ordered (row, node): each CFG row's nodes are
  * contiguous, so one attention call per row covers all of its queries.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "lg_internal.h"
-
-/* One session's part of a forward: n nodes whose keys and values go to slots first_slot ..
- * first_slot + n - 1 of its cache, at rows row0 .. row0 + rows * n - 1 of the work buffers
- * (ordered (row, node)); the head reads nodes head_first .. head_first + head_count - 1. */
-typedef struct lg_seg {
-  vspec_session *s;
-  int n, first_slot, row0;
-  int head_first, head_count;
-  vspec_forward_out *out;
-  const int32_t *token_dev; /* ABI 1.8: the batch's tokens drawn on the device, or NULL */
-} lg_seg;
 
 /* ---- the unfused path ------------------------------------------------------------------ */
 
@@ -38,8 +29,8 @@ typedef struct lg_seg {
  * session's attention mask in its s->mask ([n, first_slot + n]). The linear layers run once
  * over the rows of every segment (one pass over the weights), attention per session and row
  * against that session's cache. */
-static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                           const lg_seg *seg, int count, int M) {
+void lg_run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                   const lg_seg *seg, int count, int M) {
   int d = g->dim, hd = g->head_dim, H = g->n_head, Hkv = g->n_kv_head;
   int qkv_w = (H + 2 * Hkv) * hd;
   for (int l = 0; l < g->n_layer; l++) {
@@ -74,8 +65,8 @@ static void lg__run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev
 
 /* Each segment's head nodes, normed, into w->h in the ABI's (node, row) order; returns how
  * many rows that is. */
-static int lg__head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                         const lg_seg *seg, int count) {
+int lg_head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                 const lg_seg *seg, int count) {
   int d = g->dim, rows = 0;
   for (int i = 0; i < count; i++) {
     int R = seg[i].s->rows, n = seg[i].n;
@@ -90,8 +81,7 @@ static int lg__head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, 
 }
 
 /* The session's attention mask and the embeddings of a staged segment's nodes. */
-static void lg__unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *ops,
-                               vspec_dev *dev) {
+void lg_unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *ops, vspec_dev *dev) {
   vspec_session *s = seg->s;
   const lg_gpt *g = &s->m->gpt;
   int n = seg->n, d = g->dim, base = seg->first_slot - s->kv.committed;
@@ -125,14 +115,14 @@ static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) 
 }
 
 static int lg__head_kind(const vspec_ops *ops, const vspec_forward_out *out, int n) {
-  return lg_drafts(ops, out, n)  ? LG_HEAD_DRAFT
+  return lg_drafts(ops, out, n)   ? LG_HEAD_DRAFT
          : lg__draws(ops, out, n) ? LG_HEAD_DRAW
          : out && out->logits     ? LG_HEAD_LOGITS
                                   : LG_HEAD_FEATURES;
 }
 
 /* Uploads w->tok and w->pos of M rows, the head rows of `seg` (in the order of
- * lg__head_rows), the segment's cache slots, the tree's lengths (committed, base), with
+ * lg_head_rows), the segment's cache slots, the tree's lengths (committed, base), with
  * `draw` its uniforms and guidance flags, then n_parents tree parents followed by n_pad
  * padding parents (-1): one transfer (w->idx_* hold LG_IDX_INTS(w->rows)). Everything that
  * changes from step to step is in it. The parents come last, the only part whose length
@@ -203,17 +193,29 @@ static void lg__run_layers_fused(const lg_gpt *g, const vspec_ops *ops, vspec_de
 
 /* ---- the output head ------------------------------------------------------------------- */
 
-/* Each segment's rows of src [rows, width] to its out's features (logits 0) or logits: a
- * download per segment, or with a host stage (a batch of several sessions) one download of
- * every row, copied out from there: on a GPU each download is a wait. */
+/* Each segment's rows of src [rows, width] to its out's features (logits 0) or logits, but
+ * for the segments that walked (walked: NULL, none did): a download per segment, or with a
+ * host stage (a batch of several sessions) one download per run of consecutive segments that
+ * did not walk (one in all where none walked), copied out from there: on a GPU each download
+ * is a wait, and a walker's logits are what its walk saved. */
 static void lg__out_rows(const vspec_ops *ops, vspec_dev *dev, const float *src, int width,
-                         const lg_seg *seg, int count, int rows, float *stage, int logits) {
+                         const lg_seg *seg, int count, float *stage, int logits,
+                         const int *walked) {
   size_t row = (size_t)width * sizeof(float);
-  if (stage) ops->download(dev, stage, src, (size_t)rows * row);
+  for (int i = 0, at = 0, run = 0; stage && i <= count; i++) {
+    if (i == count || (walked && walked[i])) {
+      if (at > run)
+        ops->download(dev, stage + (size_t)run * width, src + (size_t)run * width,
+                      (size_t)(at - run) * row);
+      if (i == count) break;
+      run = at + seg[i].head_count * seg[i].s->rows;
+    }
+    at += seg[i].head_count * seg[i].s->rows;
+  }
   for (int i = 0, at = 0; i < count; i++) {
     int k = seg[i].head_count * seg[i].s->rows;
     vspec_forward_out *out = seg[i].out;
-    float *dst = !out ? NULL : logits ? out->logits : out->features;
+    float *dst = !out || (walked && walked[i]) ? NULL : logits ? out->logits : out->features;
     if (dst && stage) memcpy(dst, stage + (size_t)at * width, (size_t)k * row);
     else if (dst) ops->download(dev, dst, src + (size_t)at * width, (size_t)k * row);
     at += k;
@@ -221,19 +223,22 @@ static void lg__out_rows(const vspec_ops *ops, vspec_dev *dev, const float *src,
 }
 
 /* Features and logits of the normed head rows in w->h (the segments' in order) to each
- * segment's `out`: one GEMM over all of them. stage: NULL, or host room for rows x
- * max(vocab, dim) floats (lg__out_rows). */
-static void lg__head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                         const lg_seg *seg, int count, int rows, float *stage) {
-  int logits = 0, feats = 0;
+ * segment's `out`: one GEMM over all of them; the walks the segments ask for run where the
+ * logits are (lg_walk_segs: their staging is the first segment's session's, a batch's lead)
+ * and their logits stay there. stage: NULL, or host room for rows x max(vocab, dim) floats
+ * (lg__out_rows). */
+void lg_head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                 const lg_seg *seg, int count, int rows, float *stage) {
+  int logits = 0, feats = 0, walked[LG_MULTI_MAX];
   for (int i = 0; i < count; i++) {
     logits |= seg[i].out && seg[i].out->logits;
     feats |= seg[i].out && seg[i].out->features;
   }
-  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, rows, stage, 0);
+  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, stage, 0, NULL);
   if (!logits) return;
   ops->linear(dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
-  lg__out_rows(ops, dev, w->logits, g->vocab, seg, count, rows, stage, 1);
+  lg_walk_segs(ops, dev, seg[0].s, w->logits, seg, count, walked);
+  lg__out_rows(ops, dev, w->logits, g->vocab, seg, count, stage, 1, walked);
 }
 
 /* The ops of a fused forward between its upload and its downloads: embeddings (unless the
@@ -272,8 +277,9 @@ static void lg__fused_results(vspec_session *s, const lg_idx *idx, const lg_seg 
   if (out && out->features)
     s->ops->download(s->dev, out->features, s->w.h, rows * g->dim * sizeof(float));
   /* a walk on the device downloads its result instead of the logits (ABI 1.6) */
-  if (head == LG_HEAD_LOGITS &&
-      !(lg_walks(s->ops, out, nodes) && lg_walk(s, out, nodes, seg->token_dev)))
+  lg_seg one = {.s = s, .n = nodes, .head_count = nodes, .out = out, .token_dev = seg->token_dev};
+  int walked = 0;
+  if (head == LG_HEAD_LOGITS && !lg_walk_segs(s->ops, s->dev, s, s->w.logits, &one, 1, &walked))
     s->ops->download(s->dev, out->logits, s->w.logits, rows * g->vocab * sizeof(float));
   if (head == LG_HEAD_DRAW) {
     s->ops->download(s->dev, out->tokens, idx->tokens, (size_t)nodes * sizeof(int32_t));
@@ -304,7 +310,8 @@ static lg_idx lg__upload(vspec_session *s, const lg_seg *seg, const int32_t *par
   lg_idx idx = lg__idx_upload(s->ops, s->dev, &s->w, s->rows * seg->n, seg, parents, n_parents,
                               n_pad, draw);
   if (head == LG_HEAD_DRAFT && !out->draw->u) idx.spec.u = NULL; /* each row's first maximum */
-  lg_patch_tokens(s, s->w.tok, seg->token_dev, s->rows, seg->n, seg->n, (int32_t *)idx.tok);
+  lg_patch_tokens(s->ops, s->dev, s->w.tok, seg->token_dev, s->rows, seg->n, seg->n,
+                  (int32_t *)(uintptr_t)idx.tok);
   return idx;
 }
 
@@ -447,9 +454,9 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
     for (int i = 0; i < T; i++)
       for (int j = 0; j < T; j++)
         s->mask[(size_t)i * T + j] = (uint8_t)(j <= i && (s->cond_valid[j] || j == i));
-    lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
-    lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-                 lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
+    lg_run_layers(g, s->ops, s->dev, &s->w, &seg, 1, R * T);
+    lg_head_out(g, s->ops, s->dev, &s->w, &seg, 1,
+                lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   }
   s->kv.committed = T;
   s->prefilled = 1;
@@ -458,8 +465,8 @@ int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errle
 
 /* Adds a batch's nodes to the session's pending tree and writes their tokens (w->tok) and
  * positions (w->pos) from row `row0` on; fills the segment. */
-static int lg__stage(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
-                     lg_work *w, int row0, lg_seg *seg, char *err, size_t errlen) {
+int lg_stage_seg(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
+                 lg_work *w, int row0, lg_seg *seg, char *err, size_t errlen) {
   const lg_gpt *g = &s->m->gpt;
   int n = b->n_nodes, R = s->rows;
   if (!s->prefilled) {
@@ -478,8 +485,7 @@ static int lg__stage(vspec_session *s, const vspec_forward_batch *b, vspec_forwa
       w->pos[row0 + r * n + i] = L + s->kv.depth[base + i];
     }
   *seg = (lg_seg){.s = s, .n = n, .first_slot = L + base, .row0 = row0, .head_first = 0,
-                  .head_count = n, .out = out,
-                  .token_dev = lg_token_dev(b)};
+                  .head_count = n, .out = out, .token_dev = lg_token_dev(b)};
   return VSPEC_OK;
 }
 
@@ -496,7 +502,7 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
     return VSPEC_ENOMEM;
   }
   lg_seg seg;
-  int rc = lg__stage(s, b, out, &s->w, 0, &seg, err, errlen);
+  int rc = lg_stage_seg(s, b, out, &s->w, 0, &seg, err, errlen);
   if (rc) return rc;
   if (s->fused) {
     if (s->graphs == LG_GRAPHS_OFF || lg__forward_graph(s, &seg) != VSPEC_OK)
@@ -504,187 +510,10 @@ int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out
     return VSPEC_OK;
   }
   const lg_gpt *g = &s->m->gpt;
-  lg__unfused_inputs(&seg, &s->w, s->ops, s->dev);
-  lg__run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
-  lg__head_out(g, s->ops, s->dev, &s->w, &seg, 1,
-               lg__head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
-  return VSPEC_OK;
-}
-/* ---- cross-job batches on the fused ops --------------------------------------------------- */
-
-enum { LG_MULTI_MAX = 64 };
-
-/* One segment's device integers in a batch's upload. */
-typedef struct lg_mseg {
-  const int32_t *slots, *lens, *parents;
-} lg_mseg;
-
-/* Stages and uploads a batch's integers in one transfer: tokens and positions [M] each, head
- * rows [K], then per segment its cache slots [n], lengths [2] (committed, base) and tree
- * parents [base + n] (lg_forward_multi sizes the workspace for them); returns K. */
-static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, const lg_seg *seg,
-                            int count, int M, lg_mseg *ms) {
-  int32_t *h = w->idx_host;
-  memcpy(h, w->tok, (size_t)M * sizeof *h);
-  memcpy(h + M, w->pos, (size_t)M * sizeof *h);
-  int K = 0;
-  for (int i = 0; i < count; i++) /* (node, row) order, as lg__head_out takes them */
-    for (int j = 0; j < seg[i].head_count; j++)
-      for (int r = 0; r < seg[i].s->rows; r++)
-        h[2 * M + K++] = seg[i].row0 + r * seg[i].n + seg[i].head_first + j;
-  size_t at = 2 * (size_t)M + (size_t)K;
-  for (int i = 0; i < count; i++) {
-    const vs_kv_tree *kv = &seg[i].s->kv;
-    int n = seg[i].n, base = seg[i].first_slot - kv->committed;
-    for (int j = 0; j < n; j++) h[at + j] = seg[i].first_slot + j;
-    h[at + n] = kv->committed;
-    h[at + n + 1] = base;
-    memcpy(h + at + n + 2, kv->parents, (size_t)(base + n) * sizeof *h);
-    ms[i] = (lg_mseg){.slots = w->idx_dev + at, .lens = w->idx_dev + at + n,
-                      .parents = w->idx_dev + at + n + 2};
-    at += 2 * (size_t)n + 2 + (size_t)base;
-  }
-  ops->upload(dev, w->idx_dev, h, at * sizeof *h);
-  return K;
-}
-
-/* A batch on the fused ops: one upload, the embeddings gathered, per layer each session's
- * norm + QKV + RoPE + KV store and tree attention (its own cache and tree) and three ops over
- * every row, then the head rows normed and the head. On a GPU that is 3 + 2 x sessions
- * launches per layer where the unfused path takes 12 + 3 x rows. */
-static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                                    const lg_seg *seg, int count, int M, float *stage) {
-  const lg_gpt *g = &seg[0].s->m->gpt;
-  int d = g->dim, att_w = g->n_head * g->head_dim;
-  int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
-  lg_mseg ms[LG_MULTI_MAX];
-  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms);
-  ops->gather_rows(dev, g->tok_embeddings, w->idx_dev, M, d, w->x);
-  for (int l = 0; l < g->n_layer; l++) {
-    const lg_layer *W = &g->layers[l];
-    for (int i = 0; i < count; i++) {
-      vspec_session *s = seg[i].s;
-      size_t r0 = (size_t)seg[i].row0;
-      vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
-                           .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0),
-                           .rows = s->rows, .n_heads = g->n_head, .kv_heads = g->n_kv_head,
-                           .head_dim = g->head_dim, .slots = s->kv.slots};
-      vspec_kv_tree_view tree = {.n = seg[i].n, .n_prefix = s->prefix_dev ? g->n_cond : 0,
-                                 .lens = ms[i].lens, .parents = ms[i].parents,
-                                 .prefix = s->prefix_dev};
-      ops->norm_qkv_rope(dev, w->x + r0 * d, seg[i].n, d, W->attention_norm, g->norm_eps,
-                         W->wqkv, w->idx_dev + M + r0, g->rope_table, &kv, ms[i].slots,
-                         w->qkv + r0 * qkv_w);
-      ops->tree_attention(dev, w->qkv + r0 * qkv_w, &kv, &tree, w->att + r0 * att_w);
-    }
-    ops->linear_add(dev, w->att, M, att_w, W->wo, d, w->x);
-    ops->norm_swiglu(dev, w->x, M, d, W->ffn_norm, g->norm_eps, W->w1, W->w3, g->ffn_hidden,
-                     w->ff1);
-    ops->linear_add(dev, w->ff1, M, g->ffn_hidden, W->w2, d, w->x);
-  }
-  ops->rmsnorm_rows(dev, w->x, w->idx_dev + 2 * M, K, d, g->norm, g->norm_eps, w->h);
-  lg__head_out(g, ops, dev, w, seg, count, K, stage);
-}
-
-/* The lead session's batch workspace for `need` rows and its host stage for `rows` rows of
- * outputs (lg__out_rows), grown as needed; both belong to the lead (freed with it, by its own
- * device). Returns the stage, or NULL when out of memory. */
-static float *lg__multi_room(vspec_session *lead, size_t need, size_t rows) {
-  const vspec_host *H = lead->host;
-  const lg_gpt *g = &lead->m->gpt;
-  if (need > lead->multi.rows) {
-    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-    if (lg_work_alloc(H, lead->ops, lead->dev, g, need, 0, &lead->multi)) {
-      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-      return NULL;
-    }
-  }
-  size_t floats = rows * (size_t)(g->vocab > g->dim ? g->vocab : g->dim);
-  if (floats == 0) floats = 1;
-  if (floats > lead->multi_out_cap) {
-    H->free(lead->multi_out);
-    lead->multi_out_cap = 0;
-    if (!(lead->multi_out = H->alloc(floats * sizeof(float)))) return NULL;
-    lead->multi_out_cap = floats;
-  }
-  return lead->multi_out;
-}
-
-int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
-                     vspec_forward_out *const *outs, int32_t count, char *err, size_t errlen) {
-  if (count < 1 || count > LG_MULTI_MAX) {
-    snprintf(err, errlen, "forward_multi of %d sessions: give 1..%d", count, LG_MULTI_MAX);
-    return VSPEC_EINVAL;
-  }
-  vspec_session *lead = ss[0];
-  const vspec_host *H = lead->host;
-  size_t rows = 0, ints = 0;
-  for (int i = 0; i < count; i++) {
-    const vspec_session *s = ss[i];
-    if (s->m != lead->m) {
-      snprintf(err, errlen, "forward_multi: session %d belongs to another model", i);
-      return VSPEC_EINVAL;
-    }
-    /* Sessions of other contexts of the batch's GPU are fine: the caller orders their
-     * streams around the call (plugin.h, forward_multi). */
-    if (H->dev_space(s->dev) != H->dev_space(dev)) {
-      snprintf(err, errlen, "forward_multi: session %d lives in another memory space than the "
-               "batch's device", i);
-      return VSPEC_EINVAL;
-    }
-    for (int j = 0; j < i; j++)
-      if (ss[j] == s) {
-        snprintf(err, errlen, "forward_multi: session %d appears twice", i);
-        return VSPEC_EINVAL;
-      }
-    /* drafts drawn on the device go alone (lg_forward): the caller then runs each so */
-    if (lg_token_dev(bs[i]) || lg_drafts(s->ops, outs[i], bs[i]->n_nodes)) {
-      snprintf(err, errlen, "forward_multi: session %d feeds or draws tokens on the device", i);
-      return VSPEC_ENOTSUP;
-    }
-    int n = bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0;
-    rows += (size_t)s->rows * n;
-    ints += 2 * (size_t)n + 2 + (size_t)(bs[i]->append ? s->kv.n_pending : 0);
-  }
-  const lg_gpt *g = &lead->m->gpt;
-  const vspec_ops *ops = H->dev_ops(dev);
-  int fused = vspec_has_fused_ops(ops) &&
-              (lead->m->multi == LG_MULTI_FUSED ||
-               (lead->m->multi == LG_MULTI_AUTO && ops->device != VSPEC_DEVICE_CPU));
-  /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
-  size_t need = rows;
-  ints += 3 * rows;
-  if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
-  float *stage = lg__multi_room(lead, need, rows);
-  if (!stage) {
-    snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
-    return VSPEC_ENOMEM;
-  }
-  lg_seg seg[LG_MULTI_MAX];
-  int row0 = 0, pending[LG_MULTI_MAX];
-  for (int i = 0; i < count; i++) {
-    char inner[256];
-    pending[i] = bs[i]->append ? ss[i]->kv.n_pending : 0;
-    int rc = lg__stage(ss[i], bs[i], outs[i], &lead->multi, row0, &seg[i], inner, sizeof inner);
-    if (rc) {
-      /* Sessions staged before this one would keep new pending nodes without keys and
-       * values: take them back (an appending batch keeps what was pending before it). */
-      for (int j = 0; j < i; j++) ss[j]->kv.n_pending = pending[j];
-      snprintf(err, errlen, "forward_multi: session %d: %s", i, inner);
-      return rc;
-    }
-    if (!fused) lg__unfused_inputs(&seg[i], &lead->multi, ops, dev);
-    row0 += ss[i]->rows * seg[i].n;
-  }
-  /* a batch of one downloads straight into its out, as a forward does */
-  if (count == 1) stage = NULL;
-  if (fused) {
-    lg__forward_multi_fused(ops, dev, &lead->multi, seg, count, row0, stage);
-    return VSPEC_OK;
-  }
-  lg__run_layers(g, ops, dev, &lead->multi, seg, count, row0);
-  lg__head_out(g, ops, dev, &lead->multi, seg, count,
-               lg__head_rows(g, ops, dev, &lead->multi, seg, count), stage);
+  lg_unfused_inputs(&seg, &s->w, s->ops, s->dev);
+  lg_run_layers(g, s->ops, s->dev, &s->w, &seg, 1, s->rows * seg.n);
+  lg_head_out(g, s->ops, s->dev, &s->w, &seg, 1,
+              lg_head_rows(g, s->ops, s->dev, &s->w, &seg, 1), NULL);
   return VSPEC_OK;
 }
 

@@ -2,9 +2,10 @@
  * plugins/backend/llamagen/lg_internal.h - internal types of the LlamaGen backend plugin.
  *
  * Its files call one way: llamagen.c (the plugin's vtables) -> gpt.c (the GPT's weights and
- * sessions) -> gpt_forward.c (prefill, forward, commit) -> gpt_device.c (what a forward
- * leaves on the device: the walk, a draft's draw) and gpt_work.c (a session's work
- * buffers); vq_decoder.c (the image tokenizer's decoder) and lg_meta.c (metadata) are leaves.
+ * sessions) -> gpt_multi.c (cross-job batches) -> gpt_forward.c (prefill, forward, commit; the
+ * layers and the head a batch shares) -> gpt_device.c (what a forward leaves on the device: the
+ * walk, a draft's draw) and gpt_work.c (a session's work buffers); vq_decoder.c (the image
+ * tokenizer's decoder) and lg_meta.c (metadata) are leaves.
  *
  * The GPT follows FoundationVision/LlamaGen autoregressive/models/gpt.py (sampling and masks:
  * autoregressive/models/generate.py) and the VQ decoder tokenizer/tokenizer_image/vq_model.py;
@@ -153,9 +154,9 @@ struct vspec_session {
   int graphs;
   lg_graph graph[LG_GRAPH_BUCKETS][LG_GRAPH_HEADS];
   int graph_failures, graph_busy;
-  /* ABI 1.6: the walk on the device (vspec_forward_out.walk; gpt_device.c, lg_walk): its
-   * inputs staged on the host and their device copy with the result, allocated at the first
-   * walk for the session's largest tree */
+  /* ABI 1.6: the walk on the device (vspec_forward_out.walk; gpt_device.c, lg_walk_segs):
+   * its inputs staged on the host and their device copy with the results, allocated at the
+   * first walk for the session's largest tree, grown where a batch it leads needs more */
   unsigned char *walk_host, *walk_dev;
   size_t walk_bytes;
   /* ABI 1.8: the distributions a draft's draw on the device writes for every node of the
@@ -180,35 +181,75 @@ int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *
                     vspec_session **out, char *err, size_t errlen);
 void lg_session_close(vspec_session *s);
 /* gpt_forward.c */
+
+/* One session's part of a forward: n nodes whose keys and values go to slots first_slot ..
+ * first_slot + n - 1 of its cache, at rows row0 .. row0 + rows * n - 1 of the work buffers
+ * (ordered (row, node)); the head reads nodes head_first .. head_first + head_count - 1. */
+typedef struct lg_seg {
+  vspec_session *s;
+  int n, first_slot, row0;
+  int head_first, head_count;
+  vspec_forward_out *out;
+  const int32_t *token_dev; /* ABI 1.8: the batch's tokens drawn on the device, or NULL */
+} lg_seg;
+
+/* The most sessions in one forward_multi. */
+#define LG_MULTI_MAX 64
+
+/* Adds a batch's nodes to the session's pending tree and writes their tokens (w->tok) and
+ * positions (w->pos) from row `row0` on; fills the segment. */
+int lg_stage_seg(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out,
+                 lg_work *w, int row0, lg_seg *seg, char *err, size_t errlen);
+/* The unfused path: a staged segment's attention mask and embeddings; all layers over the
+ * segments' M rows; each segment's head nodes normed into w->h (returns how many rows). */
+void lg_unfused_inputs(const lg_seg *seg, lg_work *w, const vspec_ops *ops, vspec_dev *dev);
+void lg_run_layers(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                   const lg_seg *seg, int count, int M);
+int lg_head_rows(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                 const lg_seg *seg, int count);
+/* The head over the `rows` normed head rows in w->h: features and logits to each segment's
+ * out, the walks they ask for on the device (staged by seg[0]'s session); stage: NULL, or
+ * host room for rows x max(vocab, dim) floats, through which a batch downloads once. */
+void lg_head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                 const lg_seg *seg, int count, int rows, float *stage);
 int lg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_t errlen);
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen);
-/* gpt_device.c: what a fused forward leaves on its device (the walk, a draft's draw).
- * lg_drafts: whether `out` asks for a draft drawn on the device over the last draw->n of n
- * head nodes; lg_draft_spec: that draw as one over all n nodes (u, guided: host room for n);
- * lg_patch_tokens: tokens drawn on the device (host entry -1 - j: token_dev[j]) copied into
- * dst [rows, stride] (device) after its upload; lg_token_dev: the batch's token_dev or NULL;
- * lg_draft_room: the session's draft_probs (0: out of memory); lg_walks: whether `out` asks
- * for the walk over the last of n head nodes; lg_walk: that walk (0: it cannot, the caller
- * downloads the logits). */
-#define LG_DRAFT_MAX 512 /* nodes of a forward that draws a draft on the device */
-int lg_drafts(const vspec_ops *ops, const vspec_forward_out *out, int n);
-vspec_sample_spec lg_draft_spec(const vspec_sample_spec *draw, int n, double *u, uint8_t *guided);
-void lg_patch_tokens(vspec_session *s, const int32_t *host, const int32_t *token_dev, int rows,
-                     int n, int stride, int32_t *dst);
-const int32_t *lg_token_dev(const vspec_forward_batch *b);
-int lg_draft_room(vspec_session *s);
-int lg_walks(const vspec_ops *ops, const vspec_forward_out *out, int n);
-int lg_walk(vspec_session *s, vspec_forward_out *out, int nodes, const int32_t *token_dev);
-
-int lg_forward_multi(vspec_dev *dev, vspec_session *const *s, const vspec_forward_batch *const *b,
-                     vspec_forward_out *const *out, int32_t count, char *err, size_t errlen);
 int lg_commit(vspec_session *s, const int32_t *path, int32_t n, char *err, size_t errlen);
 /* The most padding nodes a forward of at most max_nodes nodes gets from its bucket, for a
  * session with work rows for work_nodes nodes: the cache slots kept free for them. */
 int lg_graph_pad_room(int max_nodes, int work_nodes);
 /* Frees a session's graphs. */
 void lg_graphs_free(vspec_session *s);
+
+/* gpt_device.c: what a fused forward leaves on its device (the walk, a draft's draw).
+ * lg_drafts: whether `out` asks for a draft drawn on the device over the last draw->n of n
+ * head nodes; lg_draft_spec: that draw as one over all n nodes (u, guided: host room for n);
+ * lg_patch_tokens: tokens drawn on the device (host entry -1 - j: token_dev[j]) copied into
+ * dst [rows, stride] (device) after its upload; lg_token_dev: the batch's token_dev or NULL;
+ * lg_draft_room: the session's draft_probs (0: out of memory). */
+#define LG_DRAFT_MAX 512 /* nodes of a forward that draws a draft on the device */
+int lg_drafts(const vspec_ops *ops, const vspec_forward_out *out, int n);
+vspec_sample_spec lg_draft_spec(const vspec_sample_spec *draw, int n, double *u, uint8_t *guided);
+void lg_patch_tokens(const vspec_ops *ops, vspec_dev *dev, const int32_t *host,
+                     const int32_t *token_dev, int rows, int n, int stride, int32_t *dst);
+const int32_t *lg_token_dev(const vspec_forward_batch *b);
+int lg_draft_room(vspec_session *s);
+/* The walks the segments ask for (vspec_forward_out.walk), each over the last of its head
+ * nodes in `logits` (the segments' head rows in order, (node, row) in each), on (ops, dev):
+ * one upload of every walk's tree, guidance and draft distributions, the op per walk (its own
+ * spec: rule, sampling, rows, streams), one download of every result, with the trees' tokens
+ * where walk_tokens asks (a few hundred bytes each instead of nodes x rows x vocab floats).
+ * The staging is owner's: the session's own, or a batch's lead's. Sets walked[i] and each
+ * walker's out->walked; returns how many walked, 0 too when the staging cannot be had: then
+ * the logits come down and the engine walks on the host. */
+int lg_walk_segs(const vspec_ops *ops, vspec_dev *dev, vspec_session *owner, const float *logits,
+                 const lg_seg *seg, int count, int *walked);
+
+/* gpt_multi.c: forward for several sessions of one model at once, computed on `dev`
+ * (vspec_backend_vtable.forward_multi) */
+int lg_forward_multi(vspec_dev *dev, vspec_session *const *s, const vspec_forward_batch *const *b,
+                     vspec_forward_out *const *out, int32_t count, char *err, size_t errlen);
 
 /* vq_decoder.c */
 int lg_vq_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);

@@ -1,0 +1,197 @@
+/*
+ * The LlamaGen GPT's cross-job batches (ABI 1.2 forward_multi): the forwards of several
+ * sessions of one model as one, so that the weights are read once for the rows of all of
+ * them. Every op runs on the batch's device, the KV stores into the sessions' caches too (the
+ * caller orders the sessions' queues around the call: core/forward_gate.c).
+ *
+ * Two paths, as for a lone forward (gpt_forward.c): the unfused one (the CPU's default,
+ * multi=auto) runs the linear layers once over every row and the attention per session and
+ * row; on the fused ops (a GPU's default) each session's QKV and attention run on its own
+ * cache and tree, the other layers over every row. Either way the head is one GEMM over every
+ * session's head rows, and what comes back comes in few transfers: one download of every
+ * session's features, one of the logits of the sessions that did not walk, and for those that
+ * asked for the walk on the device (vspec_forward_out.walk) one upload of their trees and one
+ * download of their results (gpt_forward.c, lg_head_out).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "lg_internal.h"
+
+/* ---- on the fused ops ------------------------------------------------------------------- */
+
+/* One segment's device integers in a batch's upload. */
+typedef struct lg_mseg {
+  const int32_t *slots, *lens, *parents;
+} lg_mseg;
+
+/* Stages and uploads a batch's integers in one transfer: tokens and positions [M] each, head
+ * rows [K], then per segment its cache slots [n], lengths [2] (committed, base) and tree
+ * parents [base + n] (lg_forward_multi sizes the workspace for them); returns K. */
+static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, const lg_seg *seg,
+                            int count, int M, lg_mseg *ms) {
+  int32_t *h = w->idx_host;
+  memcpy(h, w->tok, (size_t)M * sizeof *h);
+  memcpy(h + M, w->pos, (size_t)M * sizeof *h);
+  int K = 0;
+  for (int i = 0; i < count; i++) /* (node, row) order, as lg_head_out takes them */
+    for (int j = 0; j < seg[i].head_count; j++)
+      for (int r = 0; r < seg[i].s->rows; r++)
+        h[2 * M + K++] = seg[i].row0 + r * seg[i].n + seg[i].head_first + j;
+  size_t at = 2 * (size_t)M + (size_t)K;
+  for (int i = 0; i < count; i++) {
+    const vs_kv_tree *kv = &seg[i].s->kv;
+    int n = seg[i].n, base = seg[i].first_slot - kv->committed;
+    for (int j = 0; j < n; j++) h[at + j] = seg[i].first_slot + j;
+    h[at + n] = kv->committed;
+    h[at + n + 1] = base;
+    memcpy(h + at + n + 2, kv->parents, (size_t)(base + n) * sizeof *h);
+    ms[i] = (lg_mseg){.slots = w->idx_dev + at, .lens = w->idx_dev + at + n,
+                      .parents = w->idx_dev + at + n + 2};
+    at += 2 * (size_t)n + 2 + (size_t)base;
+  }
+  ops->upload(dev, w->idx_dev, h, at * sizeof *h);
+  return K;
+}
+
+/* A batch on the fused ops: one upload, the embeddings gathered, per layer each session's
+ * norm + QKV + RoPE + KV store and tree attention (its own cache and tree) and three ops over
+ * every row, then the head rows normed and the head. On a GPU that is 3 + 2 x sessions
+ * launches per layer where the unfused path takes 12 + 3 x rows. */
+static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_work *w,
+                                    const lg_seg *seg, int count, int M, float *stage) {
+  const lg_gpt *g = &seg[0].s->m->gpt;
+  int d = g->dim, att_w = g->n_head * g->head_dim;
+  int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
+  lg_mseg ms[LG_MULTI_MAX];
+  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms);
+  ops->gather_rows(dev, g->tok_embeddings, w->idx_dev, M, d, w->x);
+  for (int l = 0; l < g->n_layer; l++) {
+    const lg_layer *W = &g->layers[l];
+    for (int i = 0; i < count; i++) {
+      vspec_session *s = seg[i].s;
+      size_t r0 = (size_t)seg[i].row0;
+      vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
+                           .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0),
+                           .rows = s->rows, .n_heads = g->n_head, .kv_heads = g->n_kv_head,
+                           .head_dim = g->head_dim, .slots = s->kv.slots};
+      vspec_kv_tree_view tree = {.n = seg[i].n, .n_prefix = s->prefix_dev ? g->n_cond : 0,
+                                 .lens = ms[i].lens, .parents = ms[i].parents,
+                                 .prefix = s->prefix_dev};
+      ops->norm_qkv_rope(dev, w->x + r0 * d, seg[i].n, d, W->attention_norm, g->norm_eps,
+                         W->wqkv, w->idx_dev + M + r0, g->rope_table, &kv, ms[i].slots,
+                         w->qkv + r0 * qkv_w);
+      ops->tree_attention(dev, w->qkv + r0 * qkv_w, &kv, &tree, w->att + r0 * att_w);
+    }
+    ops->linear_add(dev, w->att, M, att_w, W->wo, d, w->x);
+    ops->norm_swiglu(dev, w->x, M, d, W->ffn_norm, g->norm_eps, W->w1, W->w3, g->ffn_hidden,
+                     w->ff1);
+    ops->linear_add(dev, w->ff1, M, g->ffn_hidden, W->w2, d, w->x);
+  }
+  ops->rmsnorm_rows(dev, w->x, w->idx_dev + 2 * M, K, d, g->norm, g->norm_eps, w->h);
+  lg_head_out(g, ops, dev, w, seg, count, K, stage);
+}
+
+/* The lead session's batch workspace for `need` rows and its host stage for `rows` rows of
+ * outputs (lg__out_rows), grown as needed; both belong to the lead (freed with it, by its own
+ * device). Returns the stage, or NULL when out of memory. */
+static float *lg__multi_room(vspec_session *lead, size_t need, size_t rows) {
+  const vspec_host *H = lead->host;
+  const lg_gpt *g = &lead->m->gpt;
+  if (need > lead->multi.rows) {
+    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+    if (lg_work_alloc(H, lead->ops, lead->dev, g, need, 0, &lead->multi)) {
+      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+      return NULL;
+    }
+  }
+  size_t floats = rows * (size_t)(g->vocab > g->dim ? g->vocab : g->dim);
+  if (floats == 0) floats = 1;
+  if (floats > lead->multi_out_cap) {
+    H->free(lead->multi_out);
+    lead->multi_out_cap = 0;
+    if (!(lead->multi_out = H->alloc(floats * sizeof(float)))) return NULL;
+    lead->multi_out_cap = floats;
+  }
+  return lead->multi_out;
+}
+
+int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
+                     vspec_forward_out *const *outs, int32_t count, char *err, size_t errlen) {
+  if (count < 1 || count > LG_MULTI_MAX) {
+    snprintf(err, errlen, "forward_multi of %d sessions: give 1..%d", count, LG_MULTI_MAX);
+    return VSPEC_EINVAL;
+  }
+  vspec_session *lead = ss[0];
+  const vspec_host *H = lead->host;
+  size_t rows = 0, ints = 0;
+  for (int i = 0; i < count; i++) {
+    const vspec_session *s = ss[i];
+    if (s->m != lead->m) {
+      snprintf(err, errlen, "forward_multi: session %d belongs to another model", i);
+      return VSPEC_EINVAL;
+    }
+    /* Sessions of other contexts of the batch's GPU are fine: the caller orders their
+     * streams around the call (plugin.h, forward_multi). */
+    if (H->dev_space(s->dev) != H->dev_space(dev)) {
+      snprintf(err, errlen, "forward_multi: session %d lives in another memory space than the "
+               "batch's device", i);
+      return VSPEC_EINVAL;
+    }
+    for (int j = 0; j < i; j++)
+      if (ss[j] == s) {
+        snprintf(err, errlen, "forward_multi: session %d appears twice", i);
+        return VSPEC_EINVAL;
+      }
+    /* drafts drawn on the device go alone (lg_forward): the caller then runs each so */
+    if (lg_token_dev(bs[i]) || lg_drafts(s->ops, outs[i], bs[i]->n_nodes)) {
+      snprintf(err, errlen, "forward_multi: session %d feeds or draws tokens on the device", i);
+      return VSPEC_ENOTSUP;
+    }
+    int n = bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0;
+    rows += (size_t)s->rows * n;
+    ints += 2 * (size_t)n + 2 + (size_t)(bs[i]->append ? s->kv.n_pending : 0);
+  }
+  const lg_gpt *g = &lead->m->gpt;
+  const vspec_ops *ops = H->dev_ops(dev);
+  int fused = vspec_has_fused_ops(ops) &&
+              (lead->m->multi == LG_MULTI_FUSED ||
+               (lead->m->multi == LG_MULTI_AUTO && ops->device != VSPEC_DEVICE_CPU));
+  /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
+  size_t need = rows;
+  ints += 3 * rows;
+  if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
+  float *stage = lg__multi_room(lead, need, rows);
+  if (!stage) {
+    snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
+    return VSPEC_ENOMEM;
+  }
+  lg_seg seg[LG_MULTI_MAX];
+  int row0 = 0, pending[LG_MULTI_MAX];
+  for (int i = 0; i < count; i++) {
+    char inner[256];
+    pending[i] = bs[i]->append ? ss[i]->kv.n_pending : 0;
+    int rc = lg_stage_seg(ss[i], bs[i], outs[i], &lead->multi, row0, &seg[i], inner,
+                          sizeof inner);
+    if (rc) {
+      /* Sessions staged before this one would keep new pending nodes without keys and
+       * values: take them back (an appending batch keeps what was pending before it). */
+      for (int j = 0; j < i; j++) ss[j]->kv.n_pending = pending[j];
+      snprintf(err, errlen, "forward_multi: session %d: %s", i, inner);
+      return rc;
+    }
+    if (!fused) lg_unfused_inputs(&seg[i], &lead->multi, ops, dev);
+    row0 += ss[i]->rows * seg[i].n;
+  }
+  /* a batch of one downloads straight into its out, as a forward does */
+  if (count == 1) stage = NULL;
+  if (fused) {
+    lg__forward_multi_fused(ops, dev, &lead->multi, seg, count, row0, stage);
+    return VSPEC_OK;
+  }
+  lg_run_layers(g, ops, dev, &lead->multi, seg, count, row0);
+  lg_head_out(g, ops, dev, &lead->multi, seg, count,
+              lg_head_rows(g, ops, dev, &lead->multi, seg, count), stage);
+  return VSPEC_OK;
+}
+
