@@ -59,7 +59,11 @@ int vs_draft_device_init(vs_rounds *c, uint32_t drafter_kind, char *err, size_t 
   c->chain_tok_dev = ops->alloc(c->dev, (VS_MAX_DEPTH + 1) * sizeof(int32_t));
   c->chain_probs_dev = ops->alloc(c->dev, (size_t)(VS_MAX_DEPTH + 1) * c->V * sizeof(float));
   c->walk_tokens = malloc((size_t)c->tree.cap * sizeof(int32_t));
-  if (!c->chain_tok_dev || !c->chain_probs_dev || !c->walk_tokens)
+  /* A feature head reads the target's features where the target left them. */
+  if (vs_drafter_uses_features(c->drafter))
+    c->tfeat_dev = ops->alloc(c->dev, (size_t)c->tree.cap * c->rows * c->fdim * sizeof(float));
+  if (!c->chain_tok_dev || !c->chain_probs_dev || !c->walk_tokens ||
+      (vs_drafter_uses_features(c->drafter) && !c->tfeat_dev))
     return vs_fail(err, errlen, VSPEC_ENOMEM, "cannot hold drafts on the device%s%s",
                    *vs_dev_alloc_error(c->dev) ? ": " : "", vs_dev_alloc_error(c->dev));
   c->draft_dev = 1;
@@ -70,6 +74,8 @@ void vs_draft_device_free(vs_rounds *c) {
   const vspec_ops *ops = vs_dev_ops(c->dev);
   if (c->chain_tok_dev) ops->free(c->dev, c->chain_tok_dev);
   if (c->chain_probs_dev) ops->free(c->dev, c->chain_probs_dev);
+  if (c->tfeat_dev) ops->free(c->dev, c->tfeat_dev);
+  c->tfeat_dev = NULL;
   free(c->walk_tokens);
   c->chain_tok_dev = NULL;
   c->chain_probs_dev = NULL;

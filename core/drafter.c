@@ -256,7 +256,8 @@ int vs_drafter_end(vs_drafter *p, const vs_round_outcome *o, char *err, size_t e
                           .n_nodes = t->n, .tokens = p->tokens, .parents = p->parents,
                           .depth = p->depth, .ctx = p, .target_dist = result_target_dist,
                           .marks = p->marks, .features = o->features,
-                          .verified = o->logits != NULL};
+                          .verified = o->logits != NULL, .feature_table = o->feature_table,
+                          .feature_rows = o->feature_rows};
   p->o = o;
   char inner[VSPEC_ERRLEN] = "";
   int rc = p->vt->end(p->d, &r, inner, sizeof inner);

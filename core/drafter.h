@@ -77,6 +77,10 @@ typedef struct vs_round_outcome {
   int32_t root_index;      /* image index of the tree's root */
   const float *logits;     /* the target's logits at every tree node ([tree->n, rows,
                               vocab]); NULL for a path accepted without verification */
+  /* Where the target's features stayed on the device (features NULL): the table [*, rows,
+   * dim] (device) and the rows [n + 1] of the root's and each accepted node's feature. */
+  const float *feature_table;
+  const int32_t *feature_rows;
 } vs_round_outcome;
 int vs_drafter_end(vs_drafter *d, const vs_round_outcome *o, char *err, size_t errlen);
 /* Ends a round the drafter sat out (an AR step): the root joins the catch-up chain;

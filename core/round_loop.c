@@ -238,7 +238,14 @@ static int rl_verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, si
   }
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp,
                            .token_dev = c->round_dev ? c->chain_tok_dev : NULL};
-  out->features = c->drafter && vs_drafter_uses_features(c->drafter) ? c->feats : NULL;
+  /* a feature head reads the target's features on the device (core/draft_device.c), or
+   * here on the host */
+  int feats = c->drafter && vs_drafter_uses_features(c->drafter);
+  /* Only a drafted round's: the drafter reads rows of the previous one's until its first
+   * forward, and a round without drafts hands it the root's feature on the host. */
+  c->feats_on_dev = c->tfeat_dev && c->tree.n > 1;
+  out->features = feats && !c->feats_on_dev ? c->feats : NULL;
+  out->features_dev = c->feats_on_dev ? c->tfeat_dev : NULL;
   char inner[VSPEC_ERRLEN] = "";
   int rc = vs_forward_gate_forward(c->gate, c->t, c->sess, c->dev, &b, out, inner,
                                    sizeof inner);
@@ -256,7 +263,7 @@ static int rl_finish_round(vs_rounds *c, int drafted, int32_t root_index, const 
                             int64_t round, char *err, size_t errlen) {
   int u = c->n_unv;
   size_t fs = (size_t)c->rows * c->fdim;
-  int feats = c->drafter && vs_drafter_uses_features(c->drafter);
+  int feats = c->drafter && vs_drafter_uses_features(c->drafter) && !c->feats_on_dev;
   int32_t commit[VS_SD_MAX_NODES];
   for (int i = 0; i < u; i++) commit[i] = i;
   for (int j = 0; j < n_path; j++) commit[u + j] = u + path[j];
@@ -296,6 +303,11 @@ static int rl_finish_round(vs_rounds *c, int drafted, int32_t root_index, const 
   vs_round_outcome o = {.tree = &c->tree, .path = path, .accepted = acc_tokens, .n = n_path - 1,
                         .features = pf, .next_root = next, .root_index = root_index,
                         .logits = c->logits + c->logits_off * c->rows * c->V};
+  if (c->feats_on_dev) { /* the features stayed on the device: their rows */
+    for (int j = 0; j < n_path; j++) c->feat_rows[j] = u + path[j];
+    o.feature_table = c->tfeat_dev;
+    o.feature_rows = c->feat_rows;
+  }
   return drafted ? vs_drafter_end(c->drafter, &o, err, errlen)
                  : vs_drafter_skip(c->drafter, pf, next, err, errlen);
 }

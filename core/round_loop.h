@@ -83,6 +83,10 @@ typedef struct vs_rounds {
   int32_t *chain_tok_dev;    /* device [VS_MAX_DEPTH + 1]: the chain's drafts */
   float *chain_probs_dev;    /* device [VS_MAX_DEPTH + 1, V]: their distributions */
   int32_t *walk_tokens;      /* host [cap]: the tree's tokens, with the walk's result */
+  float *tfeat_dev;          /* device [cap, rows, fdim]: the target's features, which a
+                                feature head then reads there (NULL: they come down) */
+  int feats_on_dev;          /* this round's target features went to tfeat_dev */
+  int32_t feat_rows[VS_MAX_DEPTH + 2]; /* the accepted path's rows in tfeat_dev */
   double chain_u[VS_MAX_DEPTH + 1];
   uint8_t chain_guided[VS_MAX_DEPTH + 1];
 } vs_rounds;

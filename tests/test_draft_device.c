@@ -41,6 +41,11 @@ static const char *const methods[] = {
     "sd:coolsd:delta=2@standard:shape=chain,depth=5,drafter=model",
     "sd:lantern:k=8,delta=0.3@standard:shape=chain,depth=3,drafter=model",
     "sd:lanternpp:resample=optimal,k=6@standard:shape=chain,depth=2,drafter=model",
+    /* the EAGLE head: its input features are the target's, read where the target left them */
+    "sd:exact@standard:shape=chain,depth=4,drafter=head",
+    "sd:coolsd:delta=2@standard:shape=chain,depth=3,drafter=head",
+    /* rounds without drafts first (pre-filling): the head's features come to the host */
+    "sd:lantern:k=8,delta=0.3@standard:shape=chain,depth=3,drafter=head,prefill=0.2",
 };
 #define N_METHODS (sizeof methods / sizeof methods[0])
 

@@ -219,10 +219,11 @@ typedef struct vspec_model_info {
                                input feature may be the session's own output feature at an
                                earlier pending node, which stays on the device */
   /* ---- ABI 1.8 ---- */
-  int32_t device_tokens;    /* forward honours vspec_forward_batch.token_dev and
-                               vspec_forward_out.draw, walk_probs and walk_tokens: drafts
-                               drawn on the device that the host does not see until the
-                               walk's result */
+  int32_t device_tokens;    /* forward honours vspec_forward_batch.token_dev (and, for a
+                               feature-conditioned model, feature_table) and
+                               vspec_forward_out.draw, walk_probs, walk_tokens and
+                               features_dev: drafts drawn on the device that the host does
+                               not see until the walk's result, features that stay there */
 } vspec_model_info;
 
 typedef struct vspec_session_config {
@@ -263,6 +264,13 @@ typedef struct vspec_forward_batch {
    * token_dev[-1 - tokens[i]], one an earlier forward drew on the device
    * (vspec_forward_out.draw_tokens) and the host has not seen. */
   const int32_t *token_dev;
+  /* Feature-conditioned models: memory of the device [*, rows, in_dim] (another session's
+   * vspec_forward_out.features_dev: the target's), and host [n_nodes]: where feature_row[i]
+   * = k >= 0 (and feature_src does not name a node for i), node i's input feature is row k
+   * of feature_table; -1: features' row i. The target's features then reach the drafter
+   * without crossing to the host. */
+  const float *feature_table;
+  const int32_t *feature_row;
 } vspec_forward_batch;
 
 /* Outputs are caller-provided host buffers; either may be NULL when not needed. A backend
@@ -312,6 +320,9 @@ typedef struct vspec_forward_out {
   int32_t drawn;
   const float *walk_probs;
   int32_t *walk_tokens;
+  /* Memory of the device [n_nodes, rows, feature_dim], or NULL: where set, the features go
+   * there (a copy on the device) instead of to `features`. */
+  float *features_dev;
 } vspec_forward_out;
 
 typedef struct vspec_backend_vtable {
@@ -671,6 +682,13 @@ typedef struct vspec_round_result {
                                path was accepted unverified, target_dist fails and features
                                are what the scheduler chose (stale target or the drafter's
                                own, node_feature) */
+  /* ---- ABI 1.8 ----
+   * Where the target's features stayed on the device (features NULL): feature_table, memory
+   * of the drafter's device [*, rows, target_feature_dim], and feature_rows [n_accepted + 1],
+   * the rows of the root's and each accepted node's feature in it. The table holds them
+   * until the next round's first forward (vspec_forward_batch.feature_table) has read them. */
+  const float *feature_table;
+  const int32_t *feature_rows;
 } vspec_round_result;
 
 typedef struct vspec_drafter_vtable {

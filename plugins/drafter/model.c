@@ -46,6 +46,11 @@ typedef struct vspec_drafter {
   int n_chain;
   int32_t root_token;
   float *root_feat;   /* [rows, fdim_in] */
+  /* ABI 1.8: where the target's features stayed on the device (vspec_round_result
+   * feature_table), the rows of the catch-up chain's and the root's in it; -1: the host
+   * copies above */
+  const float *table;
+  int32_t *chain_rows, root_row, *rows_fed; /* rows_fed: a forward's feature_row */
   int n_pending;      /* nodes fed since the round began (catch-up chain, root, expanded) */
   /* per-forward buffers */
   int32_t *tokens, *parents, *src;
@@ -63,6 +68,8 @@ static void md_destroy(vspec_drafter *d) {
   h->free(d->chain_tokens);
   h->free(d->chain_feats);
   h->free(d->root_feat);
+  h->free(d->chain_rows);
+  h->free(d->rows_fed);
   h->free(d->tokens);
   h->free(d->parents);
   h->free(d->src);
@@ -98,6 +105,9 @@ static int md_alloc(md_drafter *d, const vspec_drafter_job *job) {
   d->chain_tokens = h->alloc(M * sizeof(int32_t));
   d->chain_feats = h->alloc(M * R * fin * sizeof(float));
   d->root_feat = h->calloc(R * fin, sizeof(float));
+  d->chain_rows = h->alloc(M * sizeof(int32_t));
+  d->rows_fed = h->alloc(M * sizeof(int32_t));
+  d->root_row = -1;
   d->tokens = h->alloc(M * sizeof(int32_t));
   d->parents = h->alloc(M * sizeof(int32_t));
   d->src = h->alloc(M * sizeof(int32_t));
@@ -105,7 +115,8 @@ static int md_alloc(md_drafter *d, const vspec_drafter_job *job) {
   d->logits = h->alloc(M * R * (size_t)d->vocab * sizeof(float));
   d->out_feats = h->alloc(M * R * fout * sizeof(float));
   d->node_feats = h->alloc((size_t)d->node_cap * R * fout * sizeof(float));
-  return d->chain_tokens && d->chain_feats && d->root_feat && d->tokens && d->parents && d->src &&
+  return d->chain_tokens && d->chain_feats && d->root_feat && d->chain_rows && d->rows_fed &&
+                 d->tokens && d->parents && d->src &&
                  d->in_feats && d->logits && d->out_feats && d->node_feats
              ? VSPEC_OK
              : VSPEC_ENOMEM;
@@ -169,6 +180,7 @@ static int md_start_feature(vspec_drafter *d, int32_t root_token, const float *r
   (void)errlen;
   d->n_chain = 0;
   d->root_token = root_token;
+  d->root_row = -1;
   if (d->uses_features && root_feature) /* start (without) is for drafters without features */
     memcpy(d->root_feat, root_feature, (size_t)d->rows * d->fdim_in * sizeof(float));
   return VSPEC_OK;
@@ -198,10 +210,14 @@ static int md_fill(md_drafter *d, const vspec_draft_builder *b, int32_t node, in
 /* by_ref: the nodes' input features are their parents' outputs where the head left them
  * (d->src, pending indices), not host rows. */
 static int md_forward(md_drafter *d, int n, int append, int by_ref, char *err, size_t errlen) {
+  int table = 0; /* some node's feature is a row of the target's table (rows_fed) */
+  for (int i = 0; !by_ref && d->uses_features && i < n; i++) table |= d->rows_fed[i] >= 0;
   vspec_forward_batch fb = {.struct_size = sizeof fb, .n_nodes = n, .tokens = d->tokens,
                             .parents = d->parents,
                             .features = d->uses_features && !by_ref ? d->in_feats : NULL,
-                            .append = append, .feature_src = by_ref ? d->src : NULL};
+                            .append = append, .feature_src = by_ref ? d->src : NULL,
+                            .feature_table = table ? d->table : NULL,
+                            .feature_row = table ? d->rows_fed : NULL};
   vspec_forward_out o = {.struct_size = sizeof o, .logits = d->logits,
                          .features = d->uses_features && !d->keep ? d->out_feats : NULL};
   d->forwards++;
@@ -215,7 +231,8 @@ static void md_stage_chain(md_drafter *d) {
   for (int i = 0; i < d->n_chain; i++) {
     d->tokens[i] = d->chain_tokens[i];
     d->parents[i] = i - 1;
-    if (d->uses_features)
+    d->rows_fed[i] = d->chain_rows[i];
+    if (d->uses_features && d->chain_rows[i] < 0)
       memcpy(d->in_feats + i * fsz, d->chain_feats + i * fsz, fsz * sizeof(float));
   }
 }
@@ -231,7 +248,9 @@ static int md_begin(vspec_drafter *d, int32_t root_index, const vspec_draft_buil
   md_stage_chain(d);
   d->tokens[n - 1] = d->root_token;
   d->parents[n - 1] = n - 2;
-  if (d->uses_features) memcpy(d->in_feats + (n - 1) * fsz, d->root_feat, fsz * sizeof(float));
+  d->rows_fed[n - 1] = d->root_row;
+  if (d->uses_features && d->root_row < 0)
+    memcpy(d->in_feats + (n - 1) * fsz, d->root_feat, fsz * sizeof(float));
   int rc = md_forward(d, n, 0, 0, err, errlen);
   if (rc) return rc;
   d->n_pending = n;
@@ -308,15 +327,27 @@ static int md_end(vspec_drafter *d, const vspec_round_result *r, char *err, size
   int rc = d->m->commit(d->m->ctx, d->sess, commit, head + kept, err, errlen);
   if (rc) return rc;
   size_t fsz = (size_t)d->rows * d->fdim_in;
+  /* ABI 1.8: the target's features still on the device, read by row there */
+  const int32_t *rows = VSPEC_HAS_FIELD(r, vspec_round_result, feature_rows) && !r->features
+                            ? r->feature_rows
+                            : NULL;
+  if (d->uses_features && !r->features && !rows) {
+    snprintf(err, errlen, "the round ended without the target's features");
+    return VSPEC_EINVAL;
+  }
+  if (rows) d->table = r->feature_table;
   /* Accepted token j is fed after the target feature of the node before it. */
   for (int j = kept; j < n; j++) {
     d->chain_tokens[j - kept] = r->tokens[r->path[j + 1]];
-    if (d->uses_features)
+    d->chain_rows[j - kept] = rows ? rows[j] : -1;
+    if (d->uses_features && !rows)
       memcpy(d->chain_feats + (j - kept) * fsz, r->features + j * fsz, fsz * sizeof(float));
   }
   d->n_chain = n - kept;
   d->root_token = r->next_root;
-  if (d->uses_features) memcpy(d->root_feat, r->features + (size_t)n * fsz, fsz * sizeof(float));
+  d->root_row = rows ? rows[n] : -1;
+  if (d->uses_features && !rows)
+    memcpy(d->root_feat, r->features + (size_t)n * fsz, fsz * sizeof(float));
   d->n_pending = 0;
   return VSPEC_OK;
 }
@@ -335,9 +366,12 @@ static int md_skip_feature(vspec_drafter *d, int32_t next_root, const float *roo
     d->n_chain = 0;
   }
   d->chain_tokens[d->n_chain] = d->root_token;
+  d->chain_rows[d->n_chain] = d->root_row;
   if (d->uses_features && root_feature) {
-    memcpy(d->chain_feats + d->n_chain * fsz, d->root_feat, fsz * sizeof(float));
+    if (d->root_row < 0)
+      memcpy(d->chain_feats + d->n_chain * fsz, d->root_feat, fsz * sizeof(float));
     memcpy(d->root_feat, root_feature, fsz * sizeof(float));
+    d->root_row = -1;
   }
   d->n_chain++;
   d->root_token = next_root;

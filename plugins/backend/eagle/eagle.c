@@ -269,6 +269,7 @@ static int eg_info(const vspec_model *m, vspec_model_info *o) {
   i.feature_in_dim = m->dim;
   i.max_nodes = m->max_nodes;
   i.keeps_features = 1; /* feature_src: eg_forward */
+  i.device_tokens = 1;  /* token_dev, feature_table, draw, features_dev: eagle_graph.c */
   i.arch = "eagle-llamagen";
   int64_t d = m->dim;
   i.params = 2 * d * d + d + m->n_layer * (4 * d * d + 3 * d * m->ffn + 2 * d);
@@ -287,6 +288,10 @@ static void eg_close(vspec_session *s) {
     if (bufs[i]) s->ops->free(s->dev, bufs[i]);
   if (s->stage_dev) s->ops->free(s->dev, s->stage_dev);
   s->host->free(s->stage_host);
+  void *draft[] = {s->draft_probs, s->draft_tok, s->draw_dev};
+  for (size_t i = 0; i < sizeof draft / sizeof draft[0]; i++)
+    if (draft[i]) s->ops->free(s->dev, draft[i]);
+  s->host->free(s->draw_host);
   vs_kv_tree_free(&s->kv, s->host);
   s->host->free(s->mask);
   s->host->free(s->pos);
@@ -372,18 +377,20 @@ static int eg_prefill(vspec_session *s, vspec_forward_out *out, char *err, size_
 }
 
 /* The ABI 1.7 feature sources of a batch (NULL: every node's from b->features), checked:
- * each is -1 (b->features must then be given) or a node pending before this batch. */
+ * each is -1 (then ABI 1.8's feature_row, or b->features, must give it) or a node pending
+ * before this batch. */
 static int eg_feature_src(const vspec_session *s, const vspec_forward_batch *b,
                           const int32_t **src, char *err, size_t errlen) {
   *src = VSPEC_HAS_FIELD(b, vspec_forward_batch, feature_src) ? b->feature_src : NULL;
-  int before = b->append ? s->kv.n_pending : 0, host = !*src;
-  for (int i = 0; *src && i < b->n_nodes; i++) {
-    if ((*src)[i] < -1 || (*src)[i] >= before) {
+  const int32_t *row = vs_bk_feature_row(b);
+  int before = b->append ? s->kv.n_pending : 0, host = 0;
+  for (int i = 0; i < b->n_nodes; i++) {
+    if (*src && ((*src)[i] < -1 || (*src)[i] >= before)) {
       snprintf(err, errlen, "feature_src[%d] = %d: give -1 or a node pending before the batch "
                "(%d)", i, (*src)[i], before);
       return VSPEC_EINVAL;
     }
-    host |= (*src)[i] < 0;
+    host |= (!*src || (*src)[i] < 0) && !(row && row[i] >= 0);
   }
   if (host && !b->features) {
     snprintf(err, errlen, "the draft head needs the target features of every node");
@@ -423,6 +430,17 @@ static int eg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forw
   const int32_t *src;
   int rc = eg_feature_src(s, b, &src, err, errlen);
   if (rc) return rc;
+  int drafts = vs_bk_drafts(s->ops, out, b->n_nodes, s->max_nodes);
+  if ((vs_bk_token_dev(b) || vs_bk_feature_row(b) || drafts || vs_bk_features_dev(out)) &&
+      !s->fused) {
+    snprintf(err, errlen, "tokens or features kept on the device need the fused ops, which "
+             "device '%s' lacks", ops->name);
+    return VSPEC_ENOTSUP;
+  }
+  if (drafts && !eg_draft_room(s)) {
+    snprintf(err, errlen, "out of device memory for a draft's distributions");
+    return VSPEC_ENOMEM;
+  }
   int n = b->n_nodes, R = s->rows, d = m->dim, H = m->n_head, hd = m->head_dim;
   /* The head's committed rows are image tokens only (its condition rows, if any, are
    * RoPE-table offsets), so positions run 0 .. n_image - 1. */

@@ -31,7 +31,33 @@
 /* Device copies of a fused forward's integers, from one upload. */
 typedef struct eg_idx {
   const int32_t *tok, *pos, *outr, *slots, *lens, *fidx, *ident, *kidx, *parents;
+  vspec_sample_spec draw; /* EG_HEAD_DRAFT: the draw over every node (eg_draw_upload) */
 } eg_idx;
+
+/* ABI 1.8: the input features of the nodes whose feature_row names a row of the batch's
+ * feature_table (another session's features on the device: the target's) into their rows of
+ * block 3, where eg_stage's gather takes them: a copy3d per run of consecutive rows. */
+static void eg_table_rows(vspec_session *s, const vspec_forward_batch *b, const int32_t *src,
+                          int nodes) {
+  int R = s->rows;
+  size_t row = (size_t)s->m->dim * sizeof(float);
+  const int32_t *frow = b->feature_row;
+  char *dst = (char *)(void *)eg_block(s, 3);
+  const char *table = (const char *)(const void *)b->feature_table;
+  for (int i = 0; i < b->n_nodes;) {
+    int len = 1;
+    if ((src && src[i] >= 0) || frow[i] < 0) {
+      i++;
+      continue;
+    }
+    while (i + len < b->n_nodes && !(src && src[i + len] >= 0) && frow[i + len] == frow[i] + len)
+      len++;
+    /* row r of node i + t sits at block 3's row r nodes + i + t; the table is [*, rows, dim] */
+    s->ops->copy3d(s->dev, dst + (size_t)i * row, (size_t)nodes * row, row,
+                   table + (size_t)frow[i] * R * row, row, (size_t)R * row, row, R, len);
+    i += len;
+  }
+}
 
 /* Stages and uploads a forward of the batch's n nodes padded to `nodes` (n: none), its nodes
  * pending from base on, in one transfer: the host features [rows * nodes, dim] (block 3; left
@@ -46,6 +72,7 @@ static eg_idx eg_stage(vspec_session *s, const vspec_forward_batch *b, const int
   const vspec_model *m = s->m;
   int n = b->n_nodes, R = s->rows, d = m->dim, L = s->kv.committed, M = R * nodes;
   int mx = s->max_nodes, F = R * mx, host = 0;
+  const int32_t *frow = vs_bk_feature_row(b);
   size_t row = (size_t)d * sizeof(float), fb = (size_t)M * row;
   float *feat = (float *)(void *)s->stage_host;
   int32_t *h = (int32_t *)(void *)(s->stage_host + fb);
@@ -54,14 +81,15 @@ static eg_idx eg_stage(vspec_session *s, const vspec_forward_batch *b, const int
   size_t at_k = at_id + (padded ? (size_t)F : 0), at_par = at_k + (padded ? (size_t)F : 0);
   for (int r = 0; r < R; r++)
     for (int i = 0; i < nodes; i++) {
-      int j = r * nodes + i, real = i < n, feed = real && (!src || src[i] < 0);
+      int j = r * nodes + i, real = i < n, own = real && (!src || src[i] < 0);
+      int tab = own && frow && frow[i] >= 0, feed = own && !tab; /* tab: eg_table_rows */
       if (feed) memcpy(feat + (size_t)j * d, b->features + ((size_t)i * R + r) * d, row);
       host |= feed;
       h[j] = real ? b->tokens[i] : 0;
       h[at_pos + j] = real ? m->n_cond + L + s->kv.depth[base + i] : 0;
       h[at_out + (size_t)i * R + r] = j;
       h[at_f + 2 * (size_t)j] = F + j; /* block 1: its embedding */
-      h[at_f + 2 * (size_t)j + 1] = !real ? F + j : feed ? 3 * F + j : r * mx + src[i];
+      h[at_f + 2 * (size_t)j + 1] = !real ? F + j : own ? 3 * F + j : r * mx + src[i];
     }
   for (int i = 0; i < nodes; i++) h[at_slot + i] = L + base + i;
   h[at_len] = L;
@@ -78,6 +106,9 @@ static eg_idx eg_stage(vspec_session *s, const vspec_forward_batch *b, const int
   if (host) s->ops->upload(s->dev, up, s->stage_host, fb + ints);
   else s->ops->upload(s->dev, up + fb, h, ints);
   const int32_t *dh = (const int32_t *)(const void *)(up + fb);
+  /* ABI 1.8: tokens drawn on the device, and the target's features from its table */
+  vs_bk_patch_tokens(s->ops, s->dev, h, vs_bk_token_dev(b), R, n, nodes, (int32_t *)(void *)(up + fb));
+  if (frow) eg_table_rows(s, b, src, nodes);
   return (eg_idx){.tok = dh, .pos = dh + at_pos, .outr = dh + at_out, .slots = dh + at_slot,
                   .lens = dh + at_len, .fidx = dh + at_f, .ident = dh + at_id,
                   .kidx = dh + at_k, .parents = dh + at_par};
@@ -126,18 +157,60 @@ static void eg_fused_ops(vspec_session *s, const eg_idx *idx, int nodes, int kee
     ops->gather_rows(dev, s->x, idx->outr, M, d, s->h);
     f = s->h;
   }
-  if (head == EG_HEAD_LOGITS) ops->linear(dev, f, M, d, m->output, m->vocab, NULL, s->logits);
+  if (head == EG_HEAD_LOGITS || head == EG_HEAD_DRAFT)
+    ops->linear(dev, f, M, d, m->output, m->vocab, NULL, s->logits);
+  /* a draft's draw: distributions and tokens stay (eg_results copies the drawn rows) */
+  if (head == EG_HEAD_DRAFT)
+    ops->draw_probs(dev, s->logits, &idx->draw, s->draft_probs, s->draft_tok);
+}
+
+int eg_draft_room(vspec_session *s) {
+  if (s->draft_probs) return 1;
+  size_t mx = (size_t)s->max_nodes;
+  s->draft_probs = s->ops->alloc(s->dev, mx * s->m->vocab * sizeof(float));
+  s->draft_tok = s->ops->alloc(s->dev, mx * sizeof(int32_t));
+  s->draw_dev = s->ops->alloc(s->dev, EG_DRAW_BYTES(mx));
+  s->draw_host = s->host->calloc(EG_DRAW_BYTES(mx), 1);
+  return s->draft_probs && s->draft_tok && s->draw_dev && s->draw_host;
+}
+
+/* A draft's draw (vspec_forward_out.draw, over the last draw->n of the n real nodes) as a
+ * draw over all `nodes`: its uniforms and guidance bytes in one upload to draw_dev, at
+ * places that depend on the session alone (what a graph records). */
+static vspec_sample_spec eg_draw_upload(vspec_session *s, const vspec_sample_spec *draw, int n,
+                                        int nodes) {
+  size_t mx = (size_t)s->max_nodes;
+  double *u = (double *)(void *)s->draw_host;
+  uint8_t *g = (uint8_t *)s->draw_host + mx * sizeof(double);
+  vspec_sample_spec sp = vs_bk_draft_spec(draw, n, u, g);
+  memset(u + n, 0, (size_t)(nodes - n) * sizeof *u);
+  memset(g + n, 1, (size_t)(nodes - n));
+  s->ops->upload(s->dev, s->draw_dev, s->draw_host, EG_DRAW_BYTES(mx));
+  sp.n = nodes;
+  sp.u = draw->u ? (const double *)(const void *)s->draw_dev : NULL; /* NULL: first maximum */
+  sp.guided = (const uint8_t *)s->draw_dev + mx * sizeof(double);
+  return sp;
 }
 
 /* The downloads of a fused forward: what `out` asks of its first n nodes (a padded
  * forward's others are ignored). */
 static void eg_results(vspec_session *s, vspec_forward_out *out, int n, int head) {
-  size_t rows = (size_t)n * s->rows;
+  size_t rows = (size_t)n * s->rows, V = (size_t)s->m->vocab;
   const float *f = s->rows > 1 ? s->h : s->x;
-  if (head != EG_HEAD_NONE && out->features)
+  float *fdev = vs_bk_features_dev(out);
+  if (head != EG_HEAD_NONE && fdev)
+    s->ops->copy(s->dev, fdev, f, rows * s->m->dim * sizeof(float));
+  else if (head != EG_HEAD_NONE && out->features)
     s->ops->download(s->dev, out->features, f, rows * s->m->dim * sizeof(float));
   if (head == EG_HEAD_LOGITS)
-    s->ops->download(s->dev, out->logits, s->logits, rows * s->m->vocab * sizeof(float));
+    s->ops->download(s->dev, out->logits, s->logits, rows * V * sizeof(float));
+  if (head == EG_HEAD_DRAFT) { /* nothing comes to the host */
+    int k = out->draw->n, first = n - k;
+    s->ops->copy(s->dev, out->draw_tokens, s->draft_tok + first, (size_t)k * sizeof(int32_t));
+    s->ops->copy(s->dev, out->draw_probs, s->draft_probs + (size_t)first * V,
+                 (size_t)k * V * sizeof(float));
+    out->drawn = 1;
+  }
 }
 
 /* ---- graphs (ABI 1.5) ---------------------------------------------------------------------- */
@@ -192,6 +265,7 @@ static int eg_forward_graph(vspec_session *s, const vspec_forward_batch *b, cons
   int n = b->n_nodes, nodes, k = eg_bucket(s->max_nodes, n, &nodes);
   if (k < 0 || nodes < n || s->kv.committed + base + nodes > s->kv.slots) return VSPEC_ENOTSUP;
   eg_idx idx = eg_stage(s, b, src, base, nodes, 1);
+  if (head == EG_HEAD_DRAFT) idx.draw = eg_draw_upload(s, out->draw, n, nodes);
   vspec_graph *graph = s->graphs == EG_GRAPHS_ON ? eg_graph_get(s, k, head, &idx, nodes) : NULL;
   if (!graph || s->ops->graph_launch(s->dev, graph) != VSPEC_OK)
     eg_fused_ops(s, &idx, nodes, -1, head);
@@ -211,12 +285,14 @@ void eg_graphs_free(vspec_session *s) {
 void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, const int32_t *src,
                       int base, vspec_forward_out *out) {
   int head = !out ? EG_HEAD_NONE
+             : vs_bk_drafts(s->ops, out, b->n_nodes, s->max_nodes) ? EG_HEAD_DRAFT
              : out->logits ? EG_HEAD_LOGITS
-             : out->features ? EG_HEAD_FEATURES
-                             : EG_HEAD_NONE;
+             : out->features || vs_bk_features_dev(out) ? EG_HEAD_FEATURES
+                                                        : EG_HEAD_NONE;
   if (s->graphs != EG_GRAPHS_OFF && eg_forward_graph(s, b, src, base, out, head) == VSPEC_OK)
     return;
   eg_idx idx = eg_stage(s, b, src, base, b->n_nodes, 0);
+  if (head == EG_HEAD_DRAFT) idx.draw = eg_draw_upload(s, out->draw, b->n_nodes, b->n_nodes);
   eg_fused_ops(s, &idx, b->n_nodes, base, head);
   eg_results(s, out, b->n_nodes, head);
 }

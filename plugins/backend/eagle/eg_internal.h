@@ -8,6 +8,7 @@
 #ifndef EG_INTERNAL_H
 #define EG_INTERNAL_H
 
+#include "../device_tokens.h"
 #include "../kv_tree.h"
 #include "vspec/plugin.h"
 
@@ -30,7 +31,13 @@ enum {
 /* Buckets of 1, 2, 4 .. 256 nodes; what a forward's head computes (a graph per kind: each
  * issues other ops): nothing downloaded, features, or logits (and features). */
 #define EG_GRAPH_BUCKETS 9
-enum { EG_HEAD_NONE = 0, EG_HEAD_FEATURES = 1, EG_HEAD_LOGITS = 2, EG_GRAPH_HEADS = 3 };
+enum {
+  EG_HEAD_NONE = 0,
+  EG_HEAD_FEATURES = 1,
+  EG_HEAD_LOGITS = 2,
+  EG_HEAD_DRAFT = 3, /* ABI 1.8: a draft drawn on the device (vspec_forward_out.draw) */
+  EG_GRAPH_HEADS = 4
+};
 
 struct vspec_model {
   const vspec_host *host;
@@ -72,6 +79,13 @@ struct vspec_session {
   int graphs;
   vspec_graph *graph[EG_GRAPH_BUCKETS][EG_GRAPH_HEADS];
   int graph_failures, graph_busy;
+  /* ABI 1.8, a draft drawn on the device (eagle_graph.c), allocated at the first: every
+   * node's distribution [max_nodes, vocab] and token [max_nodes], and the draw's uniforms
+   * [max_nodes] and guidance bytes [max_nodes] after one upload each forward (draw_host
+   * stages them) */
+  float *draft_probs;
+  int32_t *draft_tok;
+  char *draw_dev, *draw_host;
 };
 
 /* Block k of the fused path's device area (see stage_dev). */
@@ -94,5 +108,10 @@ void eg_forward_fused(vspec_session *s, const vspec_forward_batch *b, const int3
                       int base, vspec_forward_out *out);
 /* Frees a session's graphs. */
 void eg_graphs_free(vspec_session *s);
+/* The room a draft drawn on the device needs (draft_probs .. draw_host), allocated once; 0
+ * when it cannot be. */
+int eg_draft_room(vspec_session *s);
+/* Bytes of a draw's staging: uniforms then guidance bytes for max_nodes nodes. */
+#define EG_DRAW_BYTES(max_nodes) ((size_t)(max_nodes) * (sizeof(double) + 1))
 
 #endif /* EG_INTERNAL_H */

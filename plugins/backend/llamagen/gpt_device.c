@@ -1,66 +1,15 @@
 /*
  * plugins/backend/llamagen/gpt_device.c - what a forward leaves on its device instead of
  * downloading: the verification walk (ABI 1.6, vspec_forward_out.walk: the result instead of
- * the logits) and a draft drawn there (ABI 1.8, vspec_forward_out.draw: distributions and
- * tokens that never reach the host; vspec_forward_batch.token_dev feeds such tokens back).
+ * the logits) and a draft drawn there (ABI 1.8, vspec_forward_out.draw: its distributions
+ * stay in the session's draft_probs; ../device_tokens.h has what both backends share).
  * gpt_forward.c calls these around its fused forwards.
  */
 #include <stdint.h>
 #include <string.h>
 
+#include "../device_tokens.h"
 #include "lg_internal.h"
-
-/* Whether this forward draws a draft on the device (ABI 1.8, vspec_forward_out.draw) over the
- * last draw->n of its n head nodes. */
-int lg_drafts(const vspec_ops *ops, const vspec_forward_out *out, int n) {
-  return n <= LG_DRAFT_MAX && out && VSPEC_HAS_FIELD(out, vspec_forward_out, walk_tokens) &&
-         out->draw && out->draw_probs && out->draw_tokens && out->draw->n >= 1 && out->draw->n <= n &&
-         out->draw->temperature > 0.0f && VSPEC_HAS_FIELD(ops, vspec_ops, draw_probs) &&
-         ops->draw_probs;
-}
-
-/* A draft's draw as a draw over all n nodes of the forward, the drawn ones last (the others
- * draw at u = 0, unguided rows aside, into rows nobody reads): the shape lg__idx_upload
- * stages. u and guided: host room for n entries. */
-vspec_sample_spec lg_draft_spec(const vspec_sample_spec *draw, int n, double *u,
-                                uint8_t *guided) {
-  vspec_sample_spec sp = *draw;
-  int first = n - draw->n;
-  memset(u, 0, (size_t)n * sizeof *u);
-  memset(guided, 1, (size_t)n);
-  if (draw->u) memcpy(u + first, draw->u, (size_t)draw->n * sizeof *u);
-  if (draw->guided) memcpy(guided + first, draw->guided, (size_t)draw->n);
-  sp.n = n;
-  sp.u = u;
-  sp.guided = guided;
-  return sp;
-}
-
-/* Tokens drawn on the device into an uploaded token array dst [rows, stride] (device): host
- * entry host[r stride + i] = -1 - j is token_dev[j]; a copy per run of consecutive j per row
- * (a chain's drafts are one run). */
-void lg_patch_tokens(const vspec_ops *ops, vspec_dev *dev, const int32_t *host,
-                     const int32_t *token_dev, int rows, int n, int stride, int32_t *dst) {
-  if (!token_dev) return;
-  for (int r = 0; r < rows; r++)
-    for (int i = 0; i < n;) {
-      int32_t t = host[r * stride + i];
-      int len = 1;
-      if (t >= 0) {
-        i++;
-        continue;
-      }
-      while (i + len < n && host[r * stride + i + len] == t - len) len++;
-      ops->copy(dev, dst + r * stride + i, token_dev + (-1 - t),
-                   (size_t)len * sizeof(int32_t));
-      i += len;
-    }
-}
-
-/* The batch's tokens drawn on the device (ABI 1.8), or NULL. */
-const int32_t *lg_token_dev(const vspec_forward_batch *b) {
-  return VSPEC_HAS_FIELD(b, vspec_forward_batch, token_dev) ? b->token_dev : NULL;
-}
 
 /* The session's draft_probs, allocated at its first draft drawn on the device (not in a
  * forward's ops: a graph's recording may not allocate). */
@@ -224,7 +173,7 @@ int lg_walk_segs(const vspec_ops *ops, vspec_dev *dev, vspec_session *owner, con
       at = lgd_walk_pack(seg[i].out, V, NULL, dmem, tok, LG_ALIGN(at), &ds);
       int n = ds.sample.n;
       /* tokens drawn on the device (ABI 1.8) into the uploaded ones */
-      lg_patch_tokens(ops, dev, (const int32_t *)(const void *)(host + tok), seg[i].token_dev, 1,
+      vs_bk_patch_tokens(ops, dev, (const int32_t *)(const void *)(host + tok), seg[i].token_dev, 1,
                       n, n, (int32_t *)(void *)(dmem + tok));
       size_t first = (size_t)rows + (size_t)(seg[i].head_count - n) * R;
       ops->verify_walk(dev, logits + first * V, &ds, res + k++);

@@ -115,7 +115,7 @@ static int lg__draws(const vspec_ops *ops, const vspec_forward_out *out, int n) 
 }
 
 static int lg__head_kind(const vspec_ops *ops, const vspec_forward_out *out, int n) {
-  return lg_drafts(ops, out, n)   ? LG_HEAD_DRAFT
+  return vs_bk_drafts(ops, out, n, LG_DRAFT_MAX)   ? LG_HEAD_DRAFT
          : lg__draws(ops, out, n) ? LG_HEAD_DRAW
          : out && out->logits     ? LG_HEAD_LOGITS
                                   : LG_HEAD_FEATURES;
@@ -274,7 +274,9 @@ static void lg__fused_results(vspec_session *s, const lg_idx *idx, const lg_seg 
   const lg_gpt *g = &s->m->gpt;
   vspec_forward_out *out = seg->out;
   size_t rows = (size_t)nodes * s->rows;
-  if (out && out->features)
+  float *fdev = vs_bk_features_dev(out);
+  if (fdev) s->ops->copy(s->dev, fdev, s->w.h, rows * g->dim * sizeof(float));
+  else if (out && out->features)
     s->ops->download(s->dev, out->features, s->w.h, rows * g->dim * sizeof(float));
   /* a walk on the device downloads its result instead of the logits (ABI 1.6) */
   lg_seg one = {.s = s, .n = nodes, .head_count = nodes, .out = out, .token_dev = seg->token_dev};
@@ -304,13 +306,13 @@ static lg_idx lg__upload(vspec_session *s, const lg_seg *seg, const int32_t *par
   vspec_sample_spec draft;
   const vspec_sample_spec *draw = head == LG_HEAD_DRAW ? out->sample : NULL;
   if (head == LG_HEAD_DRAFT) {
-    draft = lg_draft_spec(out->draw, n_real, u, guided);
+    draft = vs_bk_draft_spec(out->draw, n_real, u, guided);
     draw = &draft;
   }
   lg_idx idx = lg__idx_upload(s->ops, s->dev, &s->w, s->rows * seg->n, seg, parents, n_parents,
                               n_pad, draw);
   if (head == LG_HEAD_DRAFT && !out->draw->u) idx.spec.u = NULL; /* each row's first maximum */
-  lg_patch_tokens(s->ops, s->dev, s->w.tok, seg->token_dev, s->rows, seg->n, seg->n,
+  vs_bk_patch_tokens(s->ops, s->dev, s->w.tok, seg->token_dev, s->rows, seg->n, seg->n,
                   (int32_t *)(uintptr_t)idx.tok);
   return idx;
 }
@@ -485,16 +487,16 @@ int lg_stage_seg(vspec_session *s, const vspec_forward_batch *b, vspec_forward_o
       w->pos[row0 + r * n + i] = L + s->kv.depth[base + i];
     }
   *seg = (lg_seg){.s = s, .n = n, .first_slot = L + base, .row0 = row0, .head_first = 0,
-                  .head_count = n, .out = out, .token_dev = lg_token_dev(b)};
+                  .head_count = n, .out = out, .token_dev = vs_bk_token_dev(b)};
   return VSPEC_OK;
 }
 
 int lg_forward(vspec_session *s, const vspec_forward_batch *b, vspec_forward_out *out, char *err,
                size_t errlen) {
-  int drafts = lg_drafts(s->ops, out, b->n_nodes);
-  if ((lg_token_dev(b) || drafts) && !s->fused) {
-    snprintf(err, errlen, "tokens drawn on the device need the fused ops, which device '%s' "
-             "lacks", s->ops->name);
+  int drafts = vs_bk_drafts(s->ops, out, b->n_nodes, LG_DRAFT_MAX);
+  if ((vs_bk_token_dev(b) || drafts || vs_bk_features_dev(out)) && !s->fused) {
+    snprintf(err, errlen, "tokens or features kept on the device need the fused ops, which "
+             "device '%s' lacks", s->ops->name);
     return VSPEC_ENOTSUP;
   }
   if (drafts && !lg_draft_room(s)) {

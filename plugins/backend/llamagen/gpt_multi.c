@@ -144,8 +144,10 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
         return VSPEC_EINVAL;
       }
     /* drafts drawn on the device go alone (lg_forward): the caller then runs each so */
-    if (lg_token_dev(bs[i]) || lg_drafts(s->ops, outs[i], bs[i]->n_nodes)) {
-      snprintf(err, errlen, "forward_multi: session %d feeds or draws tokens on the device", i);
+    if (vs_bk_token_dev(bs[i]) || vs_bk_drafts(s->ops, outs[i], bs[i]->n_nodes, LG_DRAFT_MAX) ||
+        vs_bk_features_dev(outs[i])) {
+      snprintf(err, errlen, "forward_multi: session %d keeps tokens or features on the device",
+               i);
       return VSPEC_ENOTSUP;
     }
     int n = bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0;

@@ -14,6 +14,7 @@
 #ifndef LG_INTERNAL_H
 #define LG_INTERNAL_H
 
+#include "../device_tokens.h"
 #include "../kv_tree.h"
 #include "vspec/plugin.h"
 
@@ -222,18 +223,10 @@ int lg_graph_pad_room(int max_nodes, int work_nodes);
 /* Frees a session's graphs. */
 void lg_graphs_free(vspec_session *s);
 
-/* gpt_device.c: what a fused forward leaves on its device (the walk, a draft's draw).
- * lg_drafts: whether `out` asks for a draft drawn on the device over the last draw->n of n
- * head nodes; lg_draft_spec: that draw as one over all n nodes (u, guided: host room for n);
- * lg_patch_tokens: tokens drawn on the device (host entry -1 - j: token_dev[j]) copied into
- * dst [rows, stride] (device) after its upload; lg_token_dev: the batch's token_dev or NULL;
+/* gpt_device.c: what a fused forward leaves on its device (the walk, a draft's draw; the
+ * ABI 1.8 fields and helpers both backends share are ../device_tokens.h's vs_bk_*).
  * lg_draft_room: the session's draft_probs (0: out of memory). */
 #define LG_DRAFT_MAX 512 /* nodes of a forward that draws a draft on the device */
-int lg_drafts(const vspec_ops *ops, const vspec_forward_out *out, int n);
-vspec_sample_spec lg_draft_spec(const vspec_sample_spec *draw, int n, double *u, uint8_t *guided);
-void lg_patch_tokens(const vspec_ops *ops, vspec_dev *dev, const int32_t *host,
-                     const int32_t *token_dev, int rows, int n, int stride, int32_t *dst);
-const int32_t *lg_token_dev(const vspec_forward_batch *b);
 int lg_draft_room(vspec_session *s);
 /* The walks the segments ask for (vspec_forward_out.walk), each over the last of its head
  * nodes in `logits` (the segments' head rows in order, (node, row) in each), on (ops, dev):
