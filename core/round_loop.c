@@ -238,11 +238,10 @@ static int rl_verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, si
   }
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp,
                            .token_dev = c->round_dev ? c->chain_tok_dev : NULL};
-  /* a feature head reads the target's features on the device (core/draft_device.c), or
-   * here on the host */
+  /* A feature head reads the target's features on the device (core/draft_device.c) after a
+   * drafted round, on the host after one without drafts: the rows a drafter holds are then
+   * those of the last drafted round's, never overwritten before its next forward reads them. */
   int feats = c->drafter && vs_drafter_uses_features(c->drafter);
-  /* Only a drafted round's: the drafter reads rows of the previous one's until its first
-   * forward, and a round without drafts hands it the root's feature on the host. */
   c->feats_on_dev = c->tfeat_dev && c->tree.n > 1;
   out->features = feats && !c->feats_on_dev ? c->feats : NULL;
   out->features_dev = c->feats_on_dev ? c->tfeat_dev : NULL;
