@@ -15,9 +15,10 @@
  * tokens and metrics are the host path's (tests/test_draft_device.c).
  *
  * When: VSPEC_DRAFT_DRAW=device|host|auto (auto, the default: where the walk is on the
- * device and the device is not the CPU); and the walk on the device, a draft model whose
- * backend and the target's draw on the device (model info device_tokens), a scheduler that
- * never skips verification, no cross-job batching (each forward goes alone), chain rounds.
+ * device and the device is not the CPU); and the walk on the device, a device with the fused
+ * ops and draw_probs, a draft model whose backend and the target's draw on the device (model
+ * info device_tokens), a scheduler that never skips verification, no cross-job batching
+ * (each forward goes alone), chain rounds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,12 +51,15 @@ int vs_draft_device_init(vs_rounds *c, uint32_t drafter_kind, char *err, size_t 
   if (mode < 0) mode = vs_dev_info(c->dev, &info) == VSPEC_OK && info.kind != VSPEC_DEVICE_CPU;
   c->draft_dev = 0;
   const vspec_model_info *ti = &c->t->info;
+  const vspec_ops *ops = vs_dev_ops(c->dev);
+  /* the backends keep tokens and features on the device on the fused ops alone */
   if (!mode || !c->walk_dev || !c->drafter || c->job->gate || c->sched_vt->decide ||
+      !vspec_has_fused_ops(ops) || !VSPEC_HAS_FIELD(ops, vspec_ops, draw_probs) ||
+      !ops->draw_probs ||
       (drafter_kind != VSPEC_DRAFTER_MODEL && drafter_kind != VSPEC_DRAFTER_HEAD) ||
       !vs_drafter_draws(c->drafter) ||
       !(VSPEC_HAS_FIELD(ti, vspec_model_info, device_tokens) && ti->device_tokens))
     return VSPEC_OK;
-  const vspec_ops *ops = vs_dev_ops(c->dev);
   c->chain_tok_dev = ops->alloc(c->dev, (VS_MAX_DEPTH + 1) * sizeof(int32_t));
   c->chain_probs_dev = ops->alloc(c->dev, (size_t)(VS_MAX_DEPTH + 1) * c->V * sizeof(float));
   c->walk_tokens = malloc((size_t)c->tree.cap * sizeof(int32_t));
