@@ -1,5 +1,5 @@
 /*
- * vspec/plugin.h - the vspec plugin ABI, version 1.6.
+ * vspec/plugin.h - the vspec plugin ABI, version 1.8.
  *
  * A plugin is a shared object that exports one symbol, `vspec_plugin_entry`, returning a
  * pointer to a const vspec_plugin_desc. The descriptor names the plugin and points at a
