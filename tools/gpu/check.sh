@@ -1,7 +1,7 @@
 #!/bin/sh
 # What to run first on a lent GPU: the GPU suite, then the benchmarks behind the GPU goals
-# (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure. About 5 minutes
-# on an H100; every step has its own time limit (13 minutes at worst, within a loan of 15),
+# (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure. About 6 minutes
+# on an H100; every step has its own time limit (15 minutes at worst, within a loan of 15),
 # so one that hangs cannot eat the loan; the concurrency benchmark (up to 4 minutes) runs only
 # when the steps before it left the time.
 #
@@ -66,6 +66,21 @@ timeout 150 "$BENCH" eval --model models/fmnist --images "$IMAGES" --seed 0 --no
   --methods "ar;sd:exact;sd:coolsd:delta=2" >"$OUT/fmnist-sd.txt" 2>&1
 tail -12 "$OUT/fmnist-sd.txt"
 
+# Issue 29 item 5: chains drawn on the device (a round waits once) against drawn on the host
+# (a wait per draft forward), the same methods, fp32 so that the tokens are comparable.
+CHAINS="ar;sd:exact@standard:shape=chain,depth=4,drafter=model;sd:coolsd:delta=2@standard:shape=chain,depth=5,drafter=model;sd:exact@standard:shape=chain,depth=4,drafter=head"
+for d in host device; do
+  if [ "$SECONDS" -ge 420 ]; then
+    echo "== fmnist chains drawn on the $d: skipped ($SECONDS s gone)"
+    continue
+  fi
+  echo "== models/fmnist chains, drafts drawn on the $d (VSPEC_DRAFT_DRAW=$d), $IMAGES images"
+  VSPEC_DRAFT_DRAW=$d timeout 80 "$BENCH" eval --model models/fmnist --images "$IMAGES" \
+    --seed 0 --no-quality --device "$DEVICE" $PLUG --json "$OUT/fmnist-draw-$d.json" \
+    --methods "$CHAINS" >"$OUT/fmnist-draw-$d.txt" 2>&1
+  tail -6 "$OUT/fmnist-draw-$d.txt"
+done
+
 # Issue 29 item 6: 8 concurrent GPT-B jobs (random weights, VQ-16 decoder, AR) on one
 # GPU: one job alone, 8 workers with a stream each, and 8 workers batched through the forward
 # gate (three daemons, interleaved). Only while the loan has time left for it (about 2-3
@@ -106,6 +121,13 @@ printf '%-52s | %s\n' "64-node CFG verify <= 1.25x a one-token step" "${v64:--} 
 printf '%-52s | %s\n' "ops of a one-token CFG step (12 layers): 5 x 12 + 3" "${ops:--}"
 printf '%-52s | %s\n' "fmnist exact SD (size=auto) >= 2x AR" "$(speed sd:exact)"
 printf '%-52s | %s\n' "fmnist Cool-SD delta=2 (size=auto) >= 2.5x AR" "$(speed sd:coolsd:delta=2)"
+for d in host device; do
+  printf '%-52s | %s\n' "fmnist exact chain 4, draft GPT, drawn on the $d" \
+    "$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+hit = [m for m in d["methods"] if m["requested"].startswith("sd:exact@standard:shape=chain,depth=4,drafter=model")]
+print("%.2fx over AR" % hit[0]["speedup_vs_ar"] if hit else "-")' "$OUT/fmnist-draw-$d.json" 2>/dev/null || echo -)"
+done
 conc=$(sed -n 's/^| batched \/ one job | \([0-9.]*x\) .*/\1/p' "$OUT/concurrency-gpt-b.txt" 2>/dev/null)
 wconc=$(sed -n 's/^| workers \/ one job | \([0-9.]*x\) .*/\1/p' "$OUT/concurrency-gpt-b.txt" 2>/dev/null)
 printf '%-52s | %s\n' "8 concurrent GPT-B jobs >= 5x one job" "${conc:--} batched, ${wconc:--} unbatched"
