@@ -207,6 +207,9 @@ static unsigned char *cm_up_slot(vs_cuda_dev *d, size_t bytes) {
   if (d->up_live & (1u << i)) {
     cudaError_t e = cudaEventQuery(d->up_ev[i]);
     if (e == cudaErrorNotReady) {
+      /* not an error, but the runtime may keep it as the thread's last one, which the next
+       * launch's check would read: cleared, as PyTorch's event query does */
+      (void)cudaGetLastError();
       vs_dev_count(&d->head.counters.syncs, 1);
       e = cudaEventSynchronize(d->up_ev[i]);
     }
