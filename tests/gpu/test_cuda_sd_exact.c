@@ -9,6 +9,10 @@
  * wrong rule that accepts with min(1, 3 q/p) must fail the same test, which shows the
  * test can fail at this sample size.
  *
+ * The same with a chain of the head drafted on the device (ABI 1.8: drafts, their
+ * distributions and the target's features never cross to the host), whose rounds must also
+ * wait once each.
+ *
  * VSPEC_TEST_DEVICE=cpu runs the same test on the CPU (how it was calibrated without a
  * GPU); make gpu-test runs it on cuda.
  */
@@ -24,6 +28,7 @@
 #include "core/host.h"
 #include "core/models.h"
 #include "core/registry.h"
+#include "core/tree.h"
 #include "tests/gpu/gpu_testutil.h"
 #include "tests/support/stats.h"
 #include "tests/support/method_of.h"
@@ -31,6 +36,7 @@
 #define SAMPLES 8000
 #define P_MIN 1e-3
 #define TREE "shape=static,tree=0/1/2/0.0/0.1/1.0/0.0.0"
+#define CHAIN "shape=chain,depth=3,drafter=head"
 
 static vspec_host g_host;
 static vs_registry *g_reg;
@@ -105,15 +111,15 @@ static void exact_marginals(double *p1, double *p2) {
 }
 
 /* Chi-square p-values of tokens 1 and 2 over SAMPLES images generated with `method`. */
-static void sample_pvalues(const char *method, const double *p1, const double *p2, double *pv1,
-                           double *pv2) {
+static void sample_n_pvalues(const char *method, int samples, const double *p1, const double *p2,
+                             double *pv1, double *pv2) {
   int V = g_models->target.info.vocab;
   int64_t *c1 = calloc((size_t)V, sizeof *c1), *c2 = calloc((size_t)V, sizeof *c2);
   int32_t tokens[64];
   char err[VSPEC_ERRLEN];
   vs_metrics total;
   memset(&total, 0, sizeof total);
-  for (int i = 0; i < SAMPLES; i++) {
+  for (int i = 0; i < samples; i++) {
     vs_job job = {.method = vs_method_of(method),
                   .class_label = 0, .seed = 7000003ull + (uint64_t)i,
                   .sampling = g_s};
@@ -126,11 +132,16 @@ static void sample_pvalues(const char *method, const double *p1, const double *p
   }
   double stat1, stat2;
   int dof1, dof2;
-  *pv1 = vs_chi2_test(c1, p1, V, SAMPLES, 5.0, &stat1, &dof1);
-  *pv2 = vs_chi2_test(c2, p2, V, SAMPLES, 5.0, &stat2, &dof2);
+  *pv1 = vs_chi2_test(c1, p1, V, samples, 5.0, &stat1, &dof1);
+  *pv2 = vs_chi2_test(c2, p2, V, samples, 5.0, &stat2, &dof2);
   printf("  %-62s token 1: chi2 %7.1f dof %2d p %.3g; token 2: chi2 %7.1f dof %2d p %.3g; "
          "TPF %.2f\n", method, stat1, dof1, *pv1, stat2, dof2, *pv2, vs_metrics_tpf(&total));
   free(c1), free(c2);
+}
+
+static void sample_pvalues(const char *method, const double *p1, const double *p2, double *pv1,
+                           double *pv2) {
+  sample_n_pvalues(method, SAMPLES, p1, p2, pv1, pv2);
 }
 
 static void test_exact_sd_matches_target(void **state) {
@@ -149,6 +160,56 @@ static void test_exact_sd_matches_target(void **state) {
   sample_pvalues("sd:uniform_rsd:omega=3,resample=rule@standard:" TREE, p1, p2, &a, &b);
   if (!(a < P_MIN || b < P_MIN))
     fail_msg("the wrong rule passed the chi-square test (p %.3g, %.3g)", a, b);
+  free(p1), free(p2);
+}
+
+/* Drafts drawn on the device (ABI 1.8, core/draft_device.c): a chain of the head, its
+ * drafts, distributions and the target's features kept where they were computed, waiting
+ * once a round, still samples the target; the wrong rule still fails the same test. */
+static int64_t g_rounds, g_over;
+static vs_dev_counters g_last;
+
+static void count_waits(void *user, const vs_round_info *in) {
+  (void)user;
+  vs_dev_counters now, d;
+  vs_dev_counters_get(g_dev, &now);
+  d = now;
+  vs_dev_counters_sub(&d, &g_last);
+  g_last = now;
+  if (in->round == 0 || !in->tree || in->tree->n == 1) return;
+  g_rounds++;
+  g_over += d.downloads + d.syncs != 1;
+}
+
+static void test_device_chain_matches_target(void **state) {
+  int V = g_models->target.info.vocab;
+  double *p1 = calloc((size_t)V, sizeof *p1), *p2 = calloc((size_t)V, sizeof *p2);
+  exact_marginals(p1, p2);
+  setenv("VSPEC_WALK", "device", 1);
+  setenv("VSPEC_DRAFT_DRAW", "device", 1);
+  /* one job, its rounds' waits counted */
+  int32_t tokens[64];
+  char err[VSPEC_ERRLEN];
+  vs_metrics mt;
+  vs_job job = {.method = vs_method_of("sd:exact@standard:" CHAIN), .seed = 5,
+                .sampling = g_s, .on_round = count_waits};
+  vs_dev_counters_get(g_dev, &g_last);
+  if (vs_generate(g_models, g_dev, &job, tokens, &mt, err, sizeof err)) fail_msg("%s", err);
+  printf("  %lld chain rounds, %lld waited more than once\n", (long long)g_rounds,
+         (long long)g_over);
+  assert_true(g_rounds > 0);
+  assert_int_equal(g_over, 0);
+  double a, b;
+  /* half the samples: the suite's time on a GPU; the wrong rule's p-values stay far below */
+  sample_n_pvalues("sd:exact@standard:" CHAIN, SAMPLES / 2, p1, p2, &a, &b);
+  if (!(a > P_MIN && b > P_MIN))
+    fail_msg("exact SD drafted on the device failed the chi-square test (p %.3g, %.3g)", a, b);
+  sample_n_pvalues("sd:uniform_rsd:omega=3,resample=rule@standard:" CHAIN, SAMPLES / 2, p1, p2,
+                   &a, &b);
+  if (!(a < P_MIN || b < P_MIN))
+    fail_msg("the wrong rule passed the chi-square test (p %.3g, %.3g)", a, b);
+  unsetenv("VSPEC_WALK");
+  unsetenv("VSPEC_DRAFT_DRAW");
   free(p1), free(p2);
 }
 
@@ -182,6 +243,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_exact_sd_matches_target)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_exact_sd_matches_target),
+                                     cmocka_unit_test(test_device_chain_matches_target)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
