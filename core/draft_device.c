@@ -17,8 +17,10 @@
  * When: VSPEC_DRAFT_DRAW=device|host|auto (auto, the default: where the walk is on the
  * device and the device is not the CPU); and the walk on the device, a device with the fused
  * ops and draw_probs, a draft model whose backend and the target's draw on the device (model
- * info device_tokens), a scheduler that never skips verification, no cross-job batching
- * (each forward goes alone), chain rounds.
+ * info device_tokens), a scheduler that never skips verification, chain rounds. With cross-job
+ * batching the draft forwards go alone (core/draft_model.c) and the verifies are batched
+ * where the backend's batch takes tokens and features on the device (llamagen's fused
+ * batch; else the gate runs each alone).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +55,7 @@ int vs_draft_device_init(vs_rounds *c, uint32_t drafter_kind, char *err, size_t 
   const vspec_model_info *ti = &c->t->info;
   const vspec_ops *ops = vs_dev_ops(c->dev);
   /* the backends keep tokens and features on the device on the fused ops alone */
-  if (!mode || !c->walk_dev || !c->drafter || c->job->gate || c->sched_vt->decide ||
+  if (!mode || !c->walk_dev || !c->drafter || c->sched_vt->decide ||
       !vspec_has_fused_ops(ops) || !VSPEC_HAS_FIELD(ops, vspec_ops, draw_probs) ||
       !ops->draw_probs ||
       (drafter_kind != VSPEC_DRAFTER_MODEL && drafter_kind != VSPEC_DRAFTER_HEAD) ||

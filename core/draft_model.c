@@ -78,7 +78,8 @@ static int dm_forward_draw(vs_draft_model *m, vspec_session *s, const vspec_forw
   o2.draw = &sp;
   o2.draw_probs = d->probs + (size_t)k * sp.vocab;
   o2.draw_tokens = d->tokens + k;
-  int rc = vs_forward_gate_forward(m->gate, m->bm, s, m->dev, &b2, &o2, inner, len);
+  /* alone on the job's device: a batch of several cannot draw drafts on the device */
+  int rc = m->bm->vt->forward(s, &b2, &o2, inner, len);
   if (!rc && !o2.drawn) {
     snprintf(inner, len, "the draft model's backend did not draw on the device");
     rc = VSPEC_EABI;

@@ -229,12 +229,18 @@ static void lg__out_rows(const vspec_ops *ops, vspec_dev *dev, const float *src,
  * (lg__out_rows). */
 void lg_head_out(const lg_gpt *g, const vspec_ops *ops, vspec_dev *dev, lg_work *w,
                  const lg_seg *seg, int count, int rows, float *stage) {
-  int logits = 0, feats = 0, walked[LG_MULTI_MAX];
-  for (int i = 0; i < count; i++) {
+  int logits = 0, feats = 0, walked[LG_MULTI_MAX], kept[LG_MULTI_MAX];
+  size_t frow = (size_t)g->dim * sizeof(float);
+  for (int i = 0, at = 0; i < count; i++) {
+    int k = seg[i].head_count * seg[i].s->rows;
+    float *fdev = vs_bk_features_dev(seg[i].out);
     logits |= seg[i].out && seg[i].out->logits;
-    feats |= seg[i].out && seg[i].out->features;
+    feats |= seg[i].out && seg[i].out->features && !fdev;
+    /* ABI 1.8: features kept on the device are copied there, not downloaded */
+    if ((kept[i] = fdev != NULL)) ops->copy(dev, fdev, w->h + (size_t)at * g->dim, k * frow);
+    at += k;
   }
-  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, stage, 0, NULL);
+  if (feats) lg__out_rows(ops, dev, w->h, g->dim, seg, count, stage, 0, kept);
   if (!logits) return;
   ops->linear(dev, w->h, rows, g->dim, g->output, g->vocab, NULL, w->logits);
   lg_walk_segs(ops, dev, seg[0].s, w->logits, seg, count, walked);

@@ -65,6 +65,9 @@ static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_wor
   int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
   lg_mseg ms[LG_MULTI_MAX];
   int K = lg__multi_upload(ops, dev, w, seg, count, M, ms);
+  for (int i = 0; i < count; i++) /* tokens drawn on the device (ABI 1.8) */
+    vs_bk_patch_tokens(ops, dev, w->tok + seg[i].row0, seg[i].token_dev, seg[i].s->rows,
+                       seg[i].n, seg[i].n, w->idx_dev + seg[i].row0);
   ops->gather_rows(dev, g->tok_embeddings, w->idx_dev, M, d, w->x);
   for (int l = 0; l < g->n_layer; l++) {
     const lg_layer *W = &g->layers[l];
@@ -143,13 +146,6 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
         snprintf(err, errlen, "forward_multi: session %d appears twice", i);
         return VSPEC_EINVAL;
       }
-    /* drafts drawn on the device go alone (lg_forward): the caller then runs each so */
-    if (vs_bk_token_dev(bs[i]) || vs_bk_drafts(s->ops, outs[i], bs[i]->n_nodes, LG_DRAFT_MAX) ||
-        vs_bk_features_dev(outs[i])) {
-      snprintf(err, errlen, "forward_multi: session %d keeps tokens or features on the device",
-               i);
-      return VSPEC_ENOTSUP;
-    }
     int n = bs[i]->n_nodes > 0 ? bs[i]->n_nodes : 0;
     rows += (size_t)s->rows * n;
     ints += 2 * (size_t)n + 2 + (size_t)(bs[i]->append ? s->kv.n_pending : 0);
@@ -159,6 +155,16 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
   int fused = vspec_has_fused_ops(ops) &&
               (lead->m->multi == LG_MULTI_FUSED ||
                (lead->m->multi == LG_MULTI_AUTO && ops->device != VSPEC_DEVICE_CPU));
+  /* A draft drawn on the device goes alone (lg_forward); tokens drawn there and features
+   * kept there are taken on the fused path only: the caller then runs each alone. */
+  for (int i = 0; i < count; i++)
+    if (vs_bk_drafts(ops, outs[i], bs[i]->n_nodes, LG_DRAFT_MAX) ||
+        (!fused && (vs_bk_token_dev(bs[i]) || vs_bk_features_dev(outs[i])))) {
+      snprintf(err, errlen, "forward_multi: session %d %s", i,
+               fused ? "draws a draft on the device" : "keeps tokens or features on the device, "
+                                                       "which the unfused batch does not");
+      return VSPEC_ENOTSUP;
+    }
   /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
   size_t need = rows;
   ints += 3 * rows;
