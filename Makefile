@@ -425,10 +425,16 @@ python-check: all $(PY_PKG)/vspec_pb2.py
 # case, each fuzz target one (all skipped without clang). As before, the first of the three
 # runs that fails ends make test with exit status 1; a failure no case shows (a build error)
 # counts as one failed case.
+# The three trees are built with one job per core (TEST_JOBS) unless make test was given -j:
+# a clean clone (CI) otherwise compiles them on one core of its two (the tests themselves run
+# as make check orders them, whatever -j says).
 TEST_TALLIES := build/tests/results.txt build/asan/tests/results.txt build/fuzz/results.txt
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_J = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS))
 test:
 	@rm -f $(TEST_TALLIES); st=0; \
-	{ $(MAKE) check && $(MAKE) check SAN=1 && $(MAKE) fuzz-check; } || st=1; \
+	{ $(MAKE) $(TEST_J) check && $(MAKE) $(TEST_J) check SAN=1 && \
+	  $(MAKE) $(TEST_J) fuzz-check; } || st=1; \
 	$(TALLY) summary $$st $(TEST_TALLIES); exit $$st
 
 # Fuzzing (tests/fuzz/run.sh; docs/RELIABILITY.md, "Fuzzing"): make fuzz runs each target for
