@@ -395,8 +395,9 @@ check: all $(TESTS)
 	exit $$fail
 
 # make install into a temporary DESTDIR and use the result (tests/install/test_install.sh).
+# (The make the script runs works alone, as before make test gave -j: no jobserver for it.)
 install-check: all $(SHARED_LIB) $(DYN_PROGS)
-	tests/install/test_install.sh $(BUILD)
+	MAKEFLAGS="$(filter-out -j% --jobserver%,$(MAKEFLAGS))" tests/install/test_install.sh $(BUILD)
 
 # The Python client (clients/python): the package with the protobuf module protoc generates
 # (never committed) in $(BUILD)/python/vspec, and its test against a real vspecd on the
