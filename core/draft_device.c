@@ -32,25 +32,10 @@
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
 
-/* VSPEC_DRAFT_DRAW: 1 device, 0 host, -1 auto (also unset or empty); -2 anything else. */
-static int dd_mode(const char **value) {
-  const char *e = getenv("VSPEC_DRAFT_DRAW");
-  *value = e;
-  if (!e || !*e || strcmp(e, "auto") == 0) return -1;
-  if (strcmp(e, "device") == 0) return 1;
-  if (strcmp(e, "host") == 0) return 0;
-  return -2;
-}
-
 int vs_draft_device_init(vs_rounds *c, uint32_t drafter_kind, char *err, size_t errlen) {
-  const char *value;
-  int mode = dd_mode(&value);
-  if (mode == -2)
-    return vs_fail(err, errlen, VSPEC_EINVAL,
-                   "VSPEC_DRAFT_DRAW=%s: expected device, host or auto (where drafts are drawn)",
-                   value);
-  vs_device_info info;
-  if (mode < 0) mode = vs_dev_info(c->dev, &info) == VSPEC_OK && info.kind != VSPEC_DEVICE_CPU;
+  int mode, rc = vs__device_or_host(c->dev, "VSPEC_DRAFT_DRAW", "where drafts are drawn", &mode,
+                                    err, errlen);
+  if (rc) return rc;
   c->draft_dev = 0;
   const vspec_model_info *ti = &c->t->info;
   const vspec_ops *ops = vs_dev_ops(c->dev);

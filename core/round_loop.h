@@ -113,6 +113,12 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
  * when the round does not qualify); take returns 1 with path, n_path and next (the engine's
  * streams and metrics advanced as the host walk would have), 0 when the backend did not
  * walk (the logits are there: walk on the host), or a negative status. */
+/* core/verify_device.c: a VSPEC_WALK-like switch `var` (device, host, or auto/unset: the device
+ * unless it is the CPU) into *on; VSPEC_EINVAL with a message naming it and `what` it decides
+ * for any other value. */
+int vs__device_or_host(vspec_dev *dev, const char *var, const char *what, int *on, char *err,
+                       size_t errlen);
+
 /* core/draft_device.c: chains drawn on the device. init decides for the job (after the walk's
  * init); round sets up a chain round of `depth` drafts (c->round_dev) before the drafter's
  * first forward, done ends its drawing; a round that is not such a chain resets round_dev. */

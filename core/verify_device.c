@@ -31,26 +31,25 @@
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
 
-/* VSPEC_WALK: 1 device, 0 host, -1 auto (also unset or empty); -2 anything else. */
-static int vd_walk_mode(const char **value) {
-  const char *e = getenv("VSPEC_WALK");
-  *value = e;
-  if (!e || !*e || strcmp(e, "auto") == 0) return -1;
-  if (strcmp(e, "device") == 0) return 1;
-  if (strcmp(e, "host") == 0) return 0;
-  return -2;
+int vs__device_or_host(vspec_dev *dev, const char *var, const char *what, int *on, char *err,
+                       size_t errlen) {
+  const char *e = getenv(var);
+  vs_device_info info;
+  if (!e || !*e || strcmp(e, "auto") == 0)
+    *on = vs_dev_info(dev, &info) == VSPEC_OK && info.kind != VSPEC_DEVICE_CPU;
+  else if (strcmp(e, "device") == 0 || strcmp(e, "host") == 0)
+    *on = strcmp(e, "device") == 0;
+  else
+    return vs_fail(err, errlen, VSPEC_EINVAL, "%s=%s: expected device, host or auto (%s)", var,
+                   e, what);
+  return VSPEC_OK;
 }
 
 int vs_walk_device_init(vs_rounds *c, int drafter_plugin, char *err, size_t errlen) {
   const vspec_ops *ops = vs_dev_ops(c->dev);
-  const char *value;
-  int mode = vd_walk_mode(&value);
-  if (mode == -2)
-    return vs_fail(err, errlen, VSPEC_EINVAL,
-                   "VSPEC_WALK=%s: expected device, host or auto (where verification walks)",
-                   value);
-  vs_device_info info;
-  if (mode < 0) mode = vs_dev_info(c->dev, &info) == VSPEC_OK && info.kind != VSPEC_DEVICE_CPU;
+  int mode, rc = vs__device_or_host(c->dev, "VSPEC_WALK", "where verification walks", &mode,
+                                    err, errlen);
+  if (rc) return rc;
   c->walk_dev = 0;
   if (!mode || drafter_plugin || !c->rule_vt || !VSPEC_HAS_FIELD(ops, vspec_ops, verify_walk) ||
       !ops->verify_walk ||
