@@ -10,7 +10,8 @@
 #
 # BUNDLE_DIR defaults to build/gpu-bundle (or build where there is no bundle), OUT_DIR to
 # out/gpu-check: the logs, the cost curve and the eval's JSON land there. DEVICE=cuda:N
-# picks another GPU, IMAGES (default 24) sets the images per method of the fmnist table.
+# picks another GPU, IMAGES (default 24) sets the images per method of the fmnist table,
+# SANITIZERS (default "memcheck racecheck synccheck") the compute-sanitizer tools to run.
 # Exit status: that of the GPU suite (the goals are figures to record, not a pass/fail).
 set -u
 B=${1:-build/gpu-bundle}
@@ -18,6 +19,7 @@ B=${1:-build/gpu-bundle}
 OUT=${2:-out/gpu-check}
 DEVICE=${DEVICE:-cuda}
 IMAGES=${IMAGES:-24}
+SANITIZERS=${SANITIZERS-memcheck racecheck synccheck}
 mkdir -p "$OUT"
 [ -d "$B/lib" ] && export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 BENCH="$B/vspec-bench"
@@ -39,8 +41,10 @@ grep -E '^== |^\[  (FAILED|PASSED|SKIPPED) |^GPU tests:|not ok|FAIL' "$OUT/gpu-t
 # the device walk (a block that broadcasts thread 0's decisions through shared memory, on 3
 # cases per rule) under compute-sanitizer (shipped with the CUDA toolkit; skipped where the
 # machine has none).
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  for tool in memcheck racecheck synccheck; do
+if [ -z "$SANITIZERS" ] || [ "$SECONDS" -ge 240 ]; then
+  echo "== compute-sanitizer: skipped (SANITIZERS='$SANITIZERS', $SECONDS s gone)"
+elif command -v compute-sanitizer >/dev/null 2>&1; then
+  for tool in $SANITIZERS; do
     echo "== compute-sanitizer --tool $tool test_cuda_fused"
     VSPEC_BUILD="$B" timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$B/tests/gpu/test_cuda_fused" \
