@@ -156,11 +156,12 @@ CUDA_SRC := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 # Host math the module shares with libvspec, compiled again position-independent.
 CUDA_HOST_OBJ := $(patsubst %.c,$(BUILD)/obj/pic/%.o,$(wildcard kernels/host/*.c))
-# sm_80 (A100), sm_89 (L4, RTX 40), sm_90 (H100/H200) and PTX for later GPUs. --fmad=false:
+# -lineinfo: source lines for Nsight Compute's stall samples (tools/gpu/kernels.sh), no cost at run
+# time. sm_80 (A100), sm_89 (L4, RTX 40), sm_90 (H100/H200) and PTX for later GPUs. --fmad=false:
 # the shared per-element math (kernels/common/) must round as it does on the CPU.
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCCFLAGS := -std=c++17 -O2 -g --fmad=false $(CUDA_ARCH) -Iinclude -I. \
+NVCCFLAGS := -std=c++17 -O2 -g -lineinfo --fmad=false $(CUDA_ARCH) -Iinclude -I. \
              -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation \
              -Werror all-warnings
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker '$$ORIGIN' \

@@ -28,6 +28,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,9 +245,11 @@ static void test_replay_costs(void **state) {
     assert_int_equal(on.vt->commit(s, &path, 1, err, sizeof err), 0);
     expect_replay(counted(&on, s, 4, 0, 1, 1), 2); /* another KV length: replayed */
     on.vt->session_close(s);
-    /* pad: the same padded ops one by one; the default on the CPU: eager and unpadded */
+    /* pad: the same padded ops one by one; the default on the CPU: eager and unpadded (on a
+     * GPU the default is graphs, tested as `on` above) */
     vs_backend_model *eager[2] = {&pad, &def};
-    for (int k = 0; k < 2; k++) {
+    int n_eager = strcmp(vt_test_device_name(), "cpu") == 0 ? 2 : 1;
+    for (int k = 0; k < n_eager; k++) {
       s = open_session(eager[k], rows, 16);
       c = counted(eager[k], s, 3, 0, 1, 1);
       assert_int_equal(c.launches + c.recorded, 0);
@@ -281,6 +284,23 @@ static const vspec_ops *ops_failing(const vspec_dev *d) {
   t = *vs_dev_ops(d);
   t.graph_end = failing_end;
   return &t;
+}
+
+/* The logits of a forward run eagerly after a failed recording against pad's: the same bits
+ * on the CPU, whose kernels do each row alike at any row count; on a GPU within 1e-5 of the
+ * largest magnitude, since once graphs are off the forward runs unpadded and a GPU's matrix
+ * product may pick another algorithm for another row count (seen on an H200 with cuBLAS). */
+static void same_logits(const float *a, const float *b, size_t n) {
+  if (strcmp(vt_test_device_name(), "cpu") == 0) {
+    assert_memory_equal(a, b, n * sizeof(float));
+    return;
+  }
+  float big = 0.0f, worst = 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    big = fmaxf(big, fabsf(b[i]));
+    worst = fmaxf(worst, fabsf(a[i] - b[i]));
+  }
+  if (!(worst <= 1e-5f * big)) fail_msg("logits differ by %g (largest %g)", worst, big);
 }
 
 /* Failed recordings: the forward runs eagerly (the bits of pad); two that the device cannot
@@ -319,7 +339,7 @@ static void test_failed_recordings(void **state) {
         if (i == 0) vs_dev_counters_get(dev, &c1);
       }
       vs_dev_counters_sub(&c1, &c0);
-      assert_memory_equal(l[0], l[1], (size_t)n * 2 * on.info.vocab * sizeof(float));
+      same_logits(l[0], l[1], (size_t)n * 2 * on.info.vocab);
       assert_int_equal(c1.launches, 0);
       /* ENOTSUP: recorded at the first two forwards, then eager for good; EBUSY: every time */
       if (c == 0) assert_true(step < 2 ? c1.recorded > 0 : c1.recorded == 0);

@@ -223,7 +223,9 @@ typedef struct vspec_model_info {
                                feature-conditioned model, feature_table) and
                                vspec_forward_out.draw, walk_probs, walk_tokens and
                                features_dev: drafts drawn on the device that the host does
-                               not see until the walk's result, features that stay there */
+                               not see until the walk's result, features that stay there;
+                               0 where the model's host lacks what that needs (llamagen and
+                               eagle: the fused ops) */
 } vspec_model_info;
 
 typedef struct vspec_session_config {

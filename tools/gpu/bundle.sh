@@ -19,7 +19,11 @@ cp "$BUILD"/plugins/*.so "$OUT/plugins/"
 chmod go-w "$OUT/plugins" "$OUT"/plugins/*.so
 cp "$BUILD"/tests/plugins/*.so "$OUT/tests/plugins/" 2>/dev/null || true
 cp "$BUILD"/tests/gpu/test_* "$OUT/tests/gpu/"
-for t in test_llamagen_golden test_eagle_golden test_fused_forward test_device; do cp "$BUILD/tests/$t" "$OUT/tests/"; done
+# The CPU suite's tests that tools/gpu/run_gpu_tests.sh runs again on the GPU (keep the lists alike).
+for t in test_llamagen_golden test_eagle_golden test_fused_forward test_graph_replay \
+         test_eagle_graphs test_device; do
+  cp "$BUILD/tests/$t" "$OUT/tests/"
+done
 if [ -f "$BUILD/lib/libvspec-cuda.so" ]; then
   cp "$BUILD/lib/libvspec-cuda.so" "$OUT/lib/"
 else

@@ -43,6 +43,9 @@ done
 # CUDA graphs replayed against the same padded forwards run eagerly, and whole jobs.
 run "test_graph_replay ($DEVICE, fp32)" env VSPEC_TEST_DEVICE="$DEVICE" \
   VSPEC_TEST_PRECISION=fp32 "$BUILD/tests/test_graph_replay"
+# The EAGLE head's forwards through graphs against the same forwards padded, eagerly.
+run "test_eagle_graphs ($DEVICE, fp32)" env VSPEC_TEST_DEVICE="$DEVICE" \
+  VSPEC_TEST_PRECISION=fp32 "$BUILD/tests/test_eagle_graphs"
 
 echo
 if [ $passed -eq 0 ] && [ $failed -eq 0 ]; then

@@ -269,7 +269,8 @@ static int eg_info(const vspec_model *m, vspec_model_info *o) {
   i.feature_in_dim = m->dim;
   i.max_nodes = m->max_nodes;
   i.keeps_features = 1; /* feature_src: eg_forward */
-  i.device_tokens = 1;  /* token_dev, feature_table, draw, features_dev: eagle_graph.c */
+  /* token_dev, feature_table, draw, features_dev (eagle_graph.c): on the fused ops alone */
+  i.device_tokens = vspec_has_fused_ops(m->host->dev_ops(m->dev));
   i.arch = "eagle-llamagen";
   int64_t d = m->dim;
   i.params = 2 * d * d + d + m->n_layer * (4 * d * d + 3 * d * m->ffn + 2 * d);

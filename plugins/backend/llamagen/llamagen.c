@@ -181,7 +181,9 @@ static int lg_info(const vspec_model *m, vspec_model_info *out) {
   }
   i.max_nodes = m->max_nodes;
   i.arch = m->arch;
-  i.device_tokens = 1; /* gpt_forward.c: token_dev, draw, walk_probs, walk_tokens */
+  /* gpt_forward.c: token_dev, draw, walk_probs, walk_tokens; on the fused ops alone, so a
+   * host whose ops table lacks them gets host drafts (lg_forward refuses the rest) */
+  i.device_tokens = vspec_has_fused_ops(m->host->dev_ops(m->load_dev));
   if (m->has_gpt) {
     /* Per layer 4d^2 + 3dF + 2d: wqkv + wo, w1/w2/w3, two RMSNorm weights (MHA; wqkv
      * generalised for GQA); gpt.py's GPT_* comments (111M, 343M, 775M, ...) match it. */
