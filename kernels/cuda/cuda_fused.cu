@@ -10,7 +10,8 @@
  *   norm_swiglu    4 (norm, w1, w3, swiglu) / 2 (norm, both weights + SwiGLU in one kernel) /
  *                  4 (norm written as bf16, w1, w3, swiglu)
  *   norm_qkv_rope  3 (norm, qkv, one kernel for RoPE and the cache stores) in every path
- *   tree_attention 1 (every CFG row, query and head; visibility from parents and prefix)
+ *   tree_attention 1 (every CFG row, query and head; visibility from parents and prefix; a
+ *                  kernel per head_dim of 32, 64, 128, a generic one for the rest)
  * Nothing here uploads, downloads or waits: idx, pos, parents and prefix are device arrays,
  * and temporaries come from the context's scratch (vs_cuda_scratch: it grows, with a wait,
  * only when too small, which reserve_scratch at load avoids). Each op enqueues on the
@@ -336,6 +337,140 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
   }
 }
 
+/* The same op for a head_dim of 32, 64 or 128 (every LlamaGen and EAGLE shape), laid out for
+ * memory latency: the first GPU profile (docs/BENCHMARKS.md, "On a GPU", second run) had the
+ * kernel above at 27.6 us a layer over a 128-slot cache, 7.2 us over 1 slot, with its loads
+ * used as soon as issued (a loop over channels or slots of run-time length cannot be
+ * software-pipelined). Here every trip count is a constant: a warp loads VS_TATTF_KEYS whole
+ * keys (lanes across the channels, coalesced) before it uses any, so a block waits on memory
+ * about kv_len / (warps x keys) times per pass instead of once per slot. The ancestor walk
+ * reads the parents from shared memory, staged there by the whole block (a 64-node chain
+ * walked in global memory is 64 dependent loads). Same rule, same skip of zero weights (a
+ * value is loaded but never multiplied by a zero weight, so NaN in an unseen slot stays out),
+ * the softmax as above; the sums run in another order, so the bits differ from the kernel
+ * above, within the tests' tolerance against the CPU. */
+#define VS_TATTF_WARPS 8
+#define VS_TATTF_KEYS 8
+static_assert(VS_TATTF_WARPS * 32 <= 31 * 32, "vs_block_max / vs_block_dsum use red[31]");
+
+template <int HD>
+__global__ void __launch_bounds__(VS_TATTF_WARPS * 32)
+    vs_k_tree_attention_hd(const float *qkv, vspec_kv_cache kv, vspec_kv_tree_view t,
+                           float scale, float *out) {
+  constexpr int CH = HD / 32; /* channels a lane holds: lane + 32 j */
+  /* scores [kv.slots] (first the staged parents), ancestor bits [(kv.slots + 31) / 32], the
+   * warps' partial outputs [VS_TATTF_WARPS][HD] */
+  extern __shared__ float sh[];
+  __shared__ float fred[32];
+  __shared__ double dred[32];
+  int H = kv.n_heads, n = t.n;
+  int L = t.lens[0], base = t.lens[1];
+  long long len64 = (long long)L + base + n; /* in 64 bits, as above */
+  int kv_len = (int)len64;
+  if (L < 0 || base < 0 || len64 > kv.slots) {
+    kv_len = 0;
+    L = base = 0;
+  }
+  int h = blockIdx.x % H, ri = blockIdx.x / H, i = ri % n, r = ri / n;
+  int g = h / (H / kv.kv_heads), words = kv_len ? (base + n + 31) / 32 : 0;
+  int self = L + base + i, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float *sc = sh;
+  uint32_t *anc = (uint32_t *)(sc + kv.slots);
+  float *part = (float *)(anc + (kv.slots + 31) / 32);
+  const float *qh = qkv + (size_t)ri * (H + 2 * kv.kv_heads) * HD + (size_t)h * HD;
+  size_t head = ((size_t)r * kv.kv_heads + g) * kv.slots * HD;
+  const float *kh = kv.k + head, *vh = kv.v + head;
+  float *oh = out + (size_t)ri * H * HD + (size_t)h * HD;
+
+  float qr[CH];
+#pragma unroll
+  for (int j = 0; j < CH; j++) qr[j] = qh[lane + 32 * j];
+  for (int w = threadIdx.x; w < words; w += blockDim.x) anc[w] = 0u;
+  if (kv_len) { /* uniform over the block */
+    int *par = (int *)sc; /* the scores' room is free until the scores */
+    for (int a = threadIdx.x; a < base + n; a += blockDim.x) par[a] = t.parents[a];
+    __syncthreads();
+    if (threadIdx.x == 0) /* as vs_tatt_ancestors: a parent that is not earlier ends it */
+      for (int a = base + i; a >= 0;) {
+        anc[a >> 5] |= 1u << (a & 31);
+        int p = par[a];
+        a = p < a ? p : -1;
+      }
+  }
+  __syncthreads();
+
+  /* scores: a past-the-end key is read at slot kv_len - 1 (memory of the cache) and dropped */
+  float local_max = -INFINITY;
+  for (int s0 = warp * VS_TATTF_KEYS; s0 < kv_len; s0 += VS_TATTF_WARPS * VS_TATTF_KEYS) {
+    float kr[VS_TATTF_KEYS][CH], dot[VS_TATTF_KEYS];
+#pragma unroll
+    for (int u = 0; u < VS_TATTF_KEYS; u++) {
+      const float *ks = kh + (size_t)min(s0 + u, kv_len - 1) * HD;
+#pragma unroll
+      for (int j = 0; j < CH; j++) kr[u][j] = ks[lane + 32 * j];
+    }
+#pragma unroll
+    for (int u = 0; u < VS_TATTF_KEYS; u++) {
+      dot[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < CH; j++) dot[u] += qr[j] * kr[u][j];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], off);
+    }
+#pragma unroll
+    for (int u = 0; u < VS_TATTF_KEYS; u++) {
+      int s = s0 + u;
+      if (s >= kv_len) break;
+      float v = vs_tatt_visible(&t, anc, L, s, self) ? scale * dot[u] : -INFINITY;
+      if (lane == 0) sc[s] = v;
+      local_max = fmaxf(local_max, v);
+    }
+  }
+  float mx = vs_block_max(local_max, fred); /* its barriers publish sc[] too */
+  if (mx == -INFINITY) { /* nothing visible (uniform over the block) */
+    for (int c = threadIdx.x; c < HD; c += blockDim.x) oh[c] = 0.0f;
+    return;
+  }
+  double local_sum = 0.0;
+  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
+    float e = sc[s] == -INFINITY ? 0.0f : vs_exp_poly(sc[s] - mx);
+    sc[s] = e;
+    local_sum += e;
+  }
+  float fsum = (float)vs_block_dsum(local_sum, dred);
+  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) sc[s] /= fsum;
+  __syncthreads();
+
+  /* values: the same chunks of keys, loaded before they are weighed */
+  float acc[CH];
+#pragma unroll
+  for (int j = 0; j < CH; j++) acc[j] = 0.0f;
+  for (int s0 = warp * VS_TATTF_KEYS; s0 < kv_len; s0 += VS_TATTF_WARPS * VS_TATTF_KEYS) {
+    float vr[VS_TATTF_KEYS][CH], p[VS_TATTF_KEYS];
+#pragma unroll
+    for (int u = 0; u < VS_TATTF_KEYS; u++) {
+      int s = min(s0 + u, kv_len - 1);
+      p[u] = s0 + u < kv_len ? sc[s] : 0.0f;
+      const float *vs = vh + (size_t)s * HD;
+#pragma unroll
+      for (int j = 0; j < CH; j++) vr[u][j] = vs[lane + 32 * j];
+    }
+#pragma unroll
+    for (int u = 0; u < VS_TATTF_KEYS; u++)
+      if (p[u] != 0.0f)
+#pragma unroll
+        for (int j = 0; j < CH; j++) acc[j] += p[u] * vr[u][j];
+  }
+#pragma unroll
+  for (int j = 0; j < CH; j++) part[warp * HD + lane + 32 * j] = acc[j];
+  __syncthreads();
+  for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < VS_TATTF_WARPS; w++) o += part[w * HD + c];
+    oh[c] = o;
+  }
+}
+
 /* Checks the view against the cache; 0 (failure recorded) when it does not fit. */
 static int cf_tree_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const vspec_kv_tree_view *t,
                       size_t *shared) {
@@ -367,7 +502,18 @@ void vs_cuda_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cac
     return;
   float scale = (float)(1.0 / sqrt((double)kv->head_dim));
   unsigned blocks = (unsigned)kv->rows * tree->n * kv->n_heads;
-  vs_k_tree_attention<<<blocks, VS_TATT_THREADS, shared, d->stream>>>(qkv, *kv, *tree, scale,
-                                                                      out);
+  int hd = kv->head_dim;
+  size_t fast = ((size_t)kv->slots + (size_t)(kv->slots + 31) / 32 +
+                 (size_t)VS_TATTF_WARPS * hd) * 4;
+  dim3 grid(blocks), block(VS_TATTF_WARPS * 32);
+  if (fast > VS_TATT_SHARED || (hd != 32 && hd != 64 && hd != 128))
+    vs_k_tree_attention<<<blocks, VS_TATT_THREADS, shared, d->stream>>>(qkv, *kv, *tree, scale,
+                                                                        out);
+  else if (hd == 64)
+    vs_k_tree_attention_hd<64><<<grid, block, fast, d->stream>>>(qkv, *kv, *tree, scale, out);
+  else if (hd == 128)
+    vs_k_tree_attention_hd<128><<<grid, block, fast, d->stream>>>(qkv, *kv, *tree, scale, out);
+  else
+    vs_k_tree_attention_hd<32><<<grid, block, fast, d->stream>>>(qkv, *kv, *tree, scale, out);
   VS_CUDA_LAUNCHED(d, "tree_attention");
 }

@@ -415,6 +415,13 @@ static void test_tree_attention(void **state) {
       /* chain prefills (committed 0), the caption rule hiding some slots */
       {2, 4, 2, 64, 16, 0, 0, 16, 1},   {2, 2, 1, 16, 64, 0, 0, 40, 1},
       {1, 4, 4, 16, 1, 0, 0, 1, 1},
+      /* head_dim 32, 64 and 128 take the latency-bound kernel (vs_k_tree_attention_hd),
+       * the others the generic one: both, a 64-node chain whose ancestors are walked in
+       * shared memory, a long cache, and one too long for the first kernel's shared memory
+       * (11296 slots at head_dim 64), which falls back to the generic kernel */
+      {2, 4, 2, 128, 4, 1, 50, 0, 0},   {1, 8, 8, 32, 16, 0, 70, 3, 0},
+      {2, 4, 2, 64, 64, 0, 10, 5, 1},   {1, 2, 1, 64, 2, 0, 3000, 0, 0},
+      {1, 2, 1, 64, 1, 0, 11290, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     tree_attention_case(&rng, &cases[i]);
