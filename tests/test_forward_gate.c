@@ -26,7 +26,17 @@
 #include "kernels/vs_kernels.h"
 #include "tests/support/method_of.h"
 
-static vspec_host host;
+static vspec_host host, host_nobatch;
+
+/* The device's table without the batch ops of ABI 1.9: a batch then runs each session's
+ * attention part as its own ops, as before them. */
+static const vspec_ops *ops_nobatch(const vspec_dev *d) {
+  static vspec_ops t;
+  t = *vs_dev_ops(d);
+  t.norm_qkv_rope_batch = NULL;
+  t.tree_attention_batch = NULL;
+  return &t;
+}
 static vs_registry *reg;
 
 /* ---- forward_multi against forward ----------------------------------------------------- */
@@ -41,13 +51,15 @@ typedef struct multi_fixture {
   int rows[NS];
   int V, d;
   int fused_layers; /* multi=fused: the model's layers (the batch's op budget); 0: unfused */
+  int batch_ops;    /* the host's table has the batch ops (ABI 1.9) */
 } multi_fixture;
 
 static void open_fixture(multi_fixture *f, const char *dir) {
   char err[VSPEC_ERRLEN];
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &f->dev, err, sizeof err), 0);
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 2, &f->batch_dev, err, sizeof err), 0);
-  if (vs_models_open(reg, &host, f->dev, dir, VS_ROLE_TARGET, &f->models, err, sizeof err))
+  if (vs_models_open(reg, f->batch_ops ? &host : &host_nobatch, f->dev, dir, VS_ROLE_TARGET,
+                     &f->models, err, sizeof err))
     fail_msg("%s", err);
   f->t = &f->models->target;
   assert_true(VSPEC_HAS_FIELD(f->t->vt, vspec_backend_vtable, forward_multi));
@@ -122,15 +134,16 @@ static void round_trip(multi_fixture *f, const int *members, int count,
   vs_dev_counters_get(f->batch_dev, &lane0);
   if (f->t->vt->forward_multi(f->batch_dev, ss, bs, os, count, err, sizeof err))
     fail_msg("%s", err);
-  /* on the fused ops: the embedding gather, per layer each session's norm + QKV + RoPE + KV
-   * store and tree attention and three ops over every row, the head rows' norm and the head;
-   * one upload */
+  /* on the fused ops: the embedding gather, per layer every session's norm + QKV + RoPE + KV
+   * store and tree attention (one op each with the batch ops, else one per session) and three
+   * ops over every row, the head rows' norm and the head; one upload */
   vs_dev_counters_get(f->batch_dev, &lane);
   vs_dev_counters_sub(&lane, &lane0);
   /* the features and the logits of every session: one download each (a wait each on a GPU) */
   assert_int_equal(lane.downloads, 2);
   if (f->fused_layers) {
-    assert_int_equal(lane.ops, 3 + (uint64_t)f->fused_layers * (2 * (uint64_t)count + 3));
+    uint64_t attention = f->batch_ops ? 2 : 2 * (uint64_t)count;
+    assert_int_equal(lane.ops, 3 + (uint64_t)f->fused_layers * (attention + 3));
     assert_int_equal(lane.uploads, 1);
   }
   /* Everything the batch does runs on the batch's device: on a GPU the sessions' own devices
@@ -157,10 +170,12 @@ static void commit_both(multi_fixture *f, int i, const int32_t *path, int n) {
 }
 
 /* fused_layers: 0 for the default path (unfused on the CPU), else the model's layers, run
- * with multi=fused (VSPEC_MULTI, read at load). */
-static void check_forward_multi(const char *dir, int fused_layers) {
+ * with multi=fused (VSPEC_MULTI, read at load); batch_ops: whether the device's table keeps
+ * the batch ops. */
+static void check_forward_multi(const char *dir, int fused_layers, int batch_ops) {
   multi_fixture f;
   if (fused_layers) setenv("VSPEC_MULTI", "fused", 1);
+  f.batch_ops = batch_ops;
   open_fixture(&f, dir);
   unsetenv("VSPEC_MULTI");
   f.fused_layers = fused_layers;
@@ -234,21 +249,24 @@ static void check_forward_multi(const char *dir, int fused_layers) {
 
 static void test_forward_multi_micro(void **state) {
   (void)state;
-  check_forward_multi("tests/golden/micro_c2i", 0);
+  check_forward_multi("tests/golden/micro_c2i", 0, 1);
 }
 
 /* The shipped model: its width takes the linear layers onto other kernels' paths. */
 static void test_forward_multi_fmnist(void **state) {
   (void)state;
-  check_forward_multi("models/fmnist", 0);
+  check_forward_multi("models/fmnist", 0, 1);
 }
 
-/* On the fused ops (a GPU's default, multi=fused here): the same answers, and 3 + 2 x sessions
- * ops per layer where the unfused path issues 12 + 3 x rows. */
+/* On the fused ops (a GPU's default, multi=fused here): the same answers, and 5 ops per layer
+ * with the batch ops whatever the sessions, 3 + 2 x sessions without them, where the unfused
+ * path issues 12 + 3 x rows. */
 static void test_forward_multi_fused(void **state) {
   (void)state;
-  check_forward_multi("tests/golden/micro_c2i", 2);
-  check_forward_multi("models/fmnist", 8);
+  check_forward_multi("tests/golden/micro_c2i", 2, 1);
+  check_forward_multi("models/fmnist", 8, 1);
+  check_forward_multi("tests/golden/micro_c2i", 2, 0);
+  check_forward_multi("models/fmnist", 8, 0);
 }
 
 /* ---- the gate's scheduling, with a fake backend ---------------------------------------- */
@@ -663,6 +681,8 @@ int main(void) {
   const char *b = getenv("VSPEC_BUILD");
   snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
   vs_host_init(&host, vs_cpu_ops());
+  host_nobatch = host;
+  host_nobatch.dev_ops = ops_nobatch;
   if (vs_registry_open(dir, &host, &reg, err, sizeof err) ||
       vs_dev_create(vs_cpu_ops(), 1, &fake_dev, err, sizeof err) ||
       vs_dev_create(vs_cpu_ops(), 1, &fake_dev2, err, sizeof err)) {

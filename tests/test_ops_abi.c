@@ -131,6 +131,9 @@ _Static_assert(offsetof(vspec_ops, alloc_uninit) == 16 + 30 * 8, "alloc_uninit (
 _Static_assert(offsetof(vspec_ops, gather_rows) == 16 + 31 * 8, "gather_rows (ABI 1.4)");
 _Static_assert(offsetof(vspec_ops, graph_begin) == 16 + 38 * 8, "graph_begin (ABI 1.5)");
 _Static_assert(offsetof(vspec_ops, verify_walk) == 16 + 42 * 8, "verify_walk (ABI 1.6)");
+_Static_assert(offsetof(vspec_ops, draw_probs) == 16 + 43 * 8, "draw_probs (ABI 1.8)");
+_Static_assert(offsetof(vspec_ops, norm_qkv_rope_batch) == 16 + 44 * 8,
+               "norm_qkv_rope_batch (ABI 1.9)");
 #endif
 
 /* The list as data: each entry's name, offset and ABI minor, in list order. */

@@ -72,6 +72,33 @@ typedef struct vspec_kv_tree_view {
   const uint8_t *prefix;  /* device [n_prefix], NULL when n_prefix is 0 */
 } vspec_kv_tree_view;
 
+/* ABI 1.9: one session of a cross-job batch, for the batch ops (norm_qkv_rope_batch,
+ * tree_attention_batch): what norm_qkv_rope and tree_attention take for it alone (this
+ * layer's caches, its tree, the slots of its nodes) and where its rows sit in the batch's
+ * arrays: rows [row0, row0 + kv.rows x tree.n), ordered (CFG row, node) as norm_qkv_rope
+ * orders one session's. Every session of a batch has the same n_heads, kv_heads and
+ * head_dim. */
+typedef struct vspec_kv_batch_entry {
+  vspec_kv_cache kv;
+  vspec_kv_tree_view tree;
+  const int32_t *slots; /* device [tree.n] */
+  int32_t row0;
+  int32_t reserved;     /* 0 */
+} vspec_kv_batch_entry;
+
+/* ABI 1.9: the sessions of a batch for one layer's batch ops. The same entries twice: in
+ * host memory for a device that runs the op session by session (the CPU, and a GPU's
+ * fallback), in device memory for kernels that find a row's session themselves; a forward
+ * uploads them with its other indices. */
+typedef struct vspec_kv_batch {
+  int32_t count;     /* sessions */
+  int32_t m;         /* batch rows: the sum of kv.rows x tree.n */
+  int32_t max_slots; /* the largest kv.slots (a GPU sizes its shared memory by it) */
+  int32_t reserved;  /* 0 */
+  const vspec_kv_batch_entry *entries;     /* host [count] */
+  const vspec_kv_batch_entry *entries_dev; /* device [count] */
+} vspec_kv_batch;
+
 /* ABI 1.4: how sample_tokens draws one token per node (LlamaGen generate.py sample; the same
  * rules as the engine's host sampler). */
 typedef struct vspec_sample_spec {
@@ -170,6 +197,12 @@ static inline int vspec_has_fused_ops(const vspec_ops *ops) {
   return VSPEC_HAS_FIELD(ops, vspec_ops, tree_attention) && ops->gather_rows &&
          ops->rmsnorm_rows && ops->linear_add && ops->norm_swiglu && ops->norm_qkv_rope &&
          ops->tree_attention;
+}
+
+/* Whether a device (and the host's table) has the batch ops of ABI 1.9. */
+static inline int vspec_has_batch_ops(const vspec_ops *ops) {
+  return VSPEC_HAS_FIELD(ops, vspec_ops, tree_attention_batch) && ops->norm_qkv_rope_batch &&
+         ops->tree_attention_batch;
 }
 
 /* Whether a device (and the host's table) records and replays graphs (ABI 1.5). */

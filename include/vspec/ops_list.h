@@ -315,7 +315,23 @@
   X(void, draw_probs,                                                                              \
     (vspec_dev *dev, const float *logits, const vspec_sample_spec *spec, float *probs,             \
      int32_t *tokens),                                                                             \
-    (dev, logits, spec, probs, tokens), 8, op)
+    (dev, logits, spec, probs, tokens), 8, op)                                                    \
+                                                                                                   \
+  /* ==== ABI 1.9: a cross-job batch's sessions in one op ================================= */     \
+  /* norm_qkv_rope for every session of b (vspec_kv_batch), each over its own rows of x, pos       \
+   * and qkv (from row entries[i].row0) into its own caches at its own slots: on a GPU one         \
+   * norm and one product over all b->m rows, the weights read once, and one kernel for RoPE       \
+   * and the stores; the CPU runs the sessions' norm_qkv_rope in turn (the same numbers as         \
+   * alone). Where a batch took 2 ops per session and layer, it takes 2. */                        \
+  X(void, norm_qkv_rope_batch,                                                                     \
+    (vspec_dev *dev, const float *x, int dim, const float *norm_w, float eps, const float *wqkv,   \
+     const int32_t *pos, const float *rope_table, const vspec_kv_batch *b, float *qkv),            \
+    (dev, x, dim, norm_w, eps, wqkv, pos, rope_table, b, qkv), 9, op)                              \
+  /* tree_attention for every session of b over its own cache and tree, its query rows at qkv      \
+   * + entries[i].row0 x qkv_w and its output at out + entries[i].row0 x n_heads head_dim. */      \
+  X(void, tree_attention_batch,                                                                    \
+    (vspec_dev *dev, const float *qkv, const vspec_kv_batch *b, float *out),                      \
+    (dev, qkv, b, out), 9, op)
 
 /* clang-format on */
 

@@ -1,5 +1,6 @@
 /*
- * kernels/cpu/cpu_fused.c - the ABI 1.4 fused ops (include/vspec/ops.h) on the CPU.
+ * kernels/cpu/cpu_fused.c - the ABI 1.4 fused ops (include/vspec/ops.h) on the CPU, and the
+ * ABI 1.9 batch ops made of them.
  *
  * A fused op exists for its op count: on a GPU each op is at least one kernel launch, and a
  * decode step at the memory-bandwidth bound cannot afford dozens of them per layer. The CPU
@@ -111,4 +112,32 @@ void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cach
     vs_cpu_attention(dev, qkv + (size_t)r * n * qkv_w, n, qkv_w, H, Hkv, hd,
                      kv->k + (size_t)r * row_elems, kv->v + (size_t)r * row_elems, kv->slots,
                      kv_len, mask, out + (size_t)r * n * H * hd);
+}
+
+/* ---- ABI 1.9: a cross-job batch's sessions in one op ------------------------------------ */
+
+/* The CPU runs each session's op in turn, exactly as the batch made them before these ops
+ * existed: the same numbers as each session alone, one counted op. */
+void vs_cpu_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const float *norm_w,
+                                float eps, const float *wqkv, const int32_t *pos,
+                                const float *rope_table, const vspec_kv_batch *b, float *qkv) {
+  VS_CPU_UNRECORDED(dev, "norm_qkv_rope_batch");
+  for (int i = 0; i < b->count; i++) {
+    const vspec_kv_batch_entry *e = &b->entries[i];
+    size_t r0 = (size_t)e->row0;
+    int qkv_w = (e->kv.n_heads + 2 * e->kv.kv_heads) * e->kv.head_dim;
+    vs_cpu_norm_qkv_rope(dev, x + r0 * dim, e->tree.n, dim, norm_w, eps, wqkv, pos + r0,
+                         rope_table, &e->kv, e->slots, qkv + r0 * qkv_w);
+  }
+}
+
+void vs_cpu_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_kv_batch *b,
+                                 float *out) {
+  VS_CPU_UNRECORDED(dev, "tree_attention_batch");
+  for (int i = 0; i < b->count; i++) {
+    const vspec_kv_batch_entry *e = &b->entries[i];
+    size_t r0 = (size_t)e->row0;
+    int H = e->kv.n_heads, hd = e->kv.head_dim, qkv_w = (H + 2 * e->kv.kv_heads) * hd;
+    vs_cpu_tree_attention(dev, qkv + r0 * qkv_w, &e->kv, &e->tree, out + r0 * H * hd);
+  }
 }

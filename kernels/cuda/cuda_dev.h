@@ -236,6 +236,10 @@ int vs__cuda_to_bf16(vs_cuda_dev *d, uint16_t *dst, const float *src, size_t n);
  * (fp32 precision, or not a weight allocation: the fp32 path). */
 const uint16_t *vs__cuda_bf16_weight(vs_cuda_dev *d, const float *w, int n_out, int n_in);
 
+/* The cache's shape as the fused kernels index it; 0 (failure recorded) when it is not
+ * (cuda_fused.cu). */
+int vs__cuda_kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op);
+
 const vspec_ops *vs_cuda_ops(void);
 
 #endif /* VS_CUDA_DEV_H */

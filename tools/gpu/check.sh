@@ -1,9 +1,9 @@
 #!/bin/sh
 # What to run first on a lent GPU: the GPU suite, then the benchmarks behind the GPU goals
-# (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure. About 6 minutes
-# on an H100; every step has its own time limit (15 minutes at worst, within a loan of 15),
-# so one that hangs cannot eat the loan; the concurrency benchmark (up to 4 minutes) runs only
-# when the steps before it left the time.
+# (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure, then where a
+# step's time goes (tools/gpu/kernels.sh). About 4 minutes on an H200 (2026-11-28); every
+# step has its own time limit, so one that hangs cannot eat the loan, and the later steps
+# (chains, concurrency, kernels) run only while the steps before them left the time.
 #
 #   make gpu-bundle                                  # here: build/gpu-bundle, tens of MiB
 #   tools/gpu/check.sh [BUNDLE_DIR] [OUT_DIR]        # there, from the repository root
@@ -99,6 +99,22 @@ if [ "$(elapsed)" -lt 480 ]; then
   tail -14 "$OUT/concurrency-gpt-b.txt"
 else
   echo "== 8 concurrent GPT-B jobs: skipped ($(elapsed) s gone; run it alone, docs/BENCHMARKS.md)"
+fi
+
+# Where a step's time goes: each kernel of a GPT-B one-token CFG step and its duration
+# (Nsight Compute, eager), then the attention kernel in depth (stall reasons by source line),
+# while the loan has time; docs/BENCHMARKS.md "On a GPU" has the last table.
+if [ "$(elapsed)" -lt 420 ]; then
+  echo "== kernels of a GPT-B step (tools/gpu/kernels.sh)"
+  KTIMEOUT=90 tools/gpu/kernels.sh "$B" "$OUT" 1
+  python3 tools/gpu/kernel_table.py "$OUT"/kernels-random-gpt-b-bf16-1.csv --groups 1 \
+    >"$OUT/kernels-table.txt" 2>&1
+  grep -v '^| [0-9]' "$OUT/kernels-table.txt" | head -16
+  if [ "$(elapsed)" -lt 470 ]; then
+    KERNEL=tree_attention KTIMEOUT=60 tools/gpu/kernels.sh "$B" "$OUT" 1
+  fi
+else
+  echo "== kernels of a GPT-B step: skipped ($(elapsed) s gone)"
 fi
 
 # ---- goals against figures ------------------------------------------------------------

@@ -25,11 +25,51 @@ typedef struct lg_mseg {
   const int32_t *slots, *lens, *parents;
 } lg_mseg;
 
+/* The batch ops' entries (ABI 1.9), every layer's sessions, in the batch's upload after its
+ * integers: [n_layer][count], host and device copies; NULL where the device lacks the ops. */
+typedef struct lg_mbatch {
+  const vspec_kv_batch_entry *host, *dev;
+  int max_slots;
+} lg_mbatch;
+
+/* The upload's room for the batch ops' entries, in int32 words (an 8-byte alignment
+ * included): lg_forward_multi sizes the workspace with it. */
+static size_t lg__batch_ints(const vspec_ops *ops, int n_layer, int count) {
+  if (!vspec_has_batch_ops(ops)) return 0;
+  return 2 + (size_t)n_layer * count * sizeof(vspec_kv_batch_entry) / sizeof(int32_t);
+}
+
+/* Fills the entries at h + at (at rounded up to 8 bytes); returns the words used. */
+static size_t lg__batch_entries(const lg_work *w, const lg_seg *seg, int count,
+                                const lg_mseg *ms, int32_t *h, size_t at, lg_mbatch *mb) {
+  const lg_gpt *g = &seg[0].s->m->gpt;
+  size_t start = (at + 1) & ~(size_t)1;
+  vspec_kv_batch_entry *e = (vspec_kv_batch_entry *)(void *)(h + start);
+  mb->host = e;
+  mb->dev = (const vspec_kv_batch_entry *)(const void *)(w->idx_dev + start);
+  mb->max_slots = 0;
+  for (int l = 0; l < g->n_layer; l++)
+    for (int i = 0; i < count; i++, e++) {
+      vspec_session *s = seg[i].s;
+      *e = (vspec_kv_batch_entry){
+          .kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0), .v = vs_kv_at(&s->kv, s->kv.v, l, 0, 0),
+                 .rows = s->rows, .n_heads = g->n_head, .kv_heads = g->n_kv_head,
+                 .head_dim = g->head_dim, .slots = s->kv.slots},
+          .tree = {.n = seg[i].n, .n_prefix = s->prefix_dev ? g->n_cond : 0,
+                   .lens = ms[i].lens, .parents = ms[i].parents, .prefix = s->prefix_dev},
+          .slots = ms[i].slots,
+          .row0 = seg[i].row0};
+      if (s->kv.slots > mb->max_slots) mb->max_slots = s->kv.slots;
+    }
+  return start - at + (size_t)g->n_layer * count * sizeof *e / sizeof *h;
+}
+
 /* Stages and uploads a batch's integers in one transfer: tokens and positions [M] each, head
  * rows [K], then per segment its cache slots [n], lengths [2] (committed, base) and tree
- * parents [base + n] (lg_forward_multi sizes the workspace for them); returns K. */
+ * parents [base + n], then the batch ops' entries where the device has them (mb->host NULL
+ * where not; lg_forward_multi sizes the workspace for all of it); returns K. */
 static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, const lg_seg *seg,
-                            int count, int M, lg_mseg *ms) {
+                            int count, int M, lg_mseg *ms, lg_mbatch *mb) {
   int32_t *h = w->idx_host;
   memcpy(h, w->tok, (size_t)M * sizeof *h);
   memcpy(h + M, w->pos, (size_t)M * sizeof *h);
@@ -50,28 +90,41 @@ static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, co
                       .parents = w->idx_dev + at + n + 2};
     at += 2 * (size_t)n + 2 + (size_t)base;
   }
+  *mb = (lg_mbatch){0};
+  if (vspec_has_batch_ops(ops)) at += lg__batch_entries(w, seg, count, ms, h, at, mb);
   ops->upload(dev, w->idx_dev, h, at * sizeof *h);
   return K;
 }
 
-/* A batch on the fused ops: one upload, the embeddings gathered, per layer each session's
- * norm + QKV + RoPE + KV store and tree attention (its own cache and tree) and three ops over
- * every row, then the head rows normed and the head. On a GPU that is 3 + 2 x sessions
- * launches per layer where the unfused path takes 12 + 3 x rows. */
+/* A batch on the fused ops: one upload, the embeddings gathered, per layer every session's
+ * norm + QKV + RoPE + KV store and tree attention (each its own cache and tree) and three ops
+ * over every row, then the head rows normed and the head. With the batch ops of ABI 1.9 the
+ * sessions' attention parts are one op each, 5 ops per layer whatever the sessions (on a GPU
+ * the QKV weights read once for all of them); without, 3 + 2 x sessions, where the unfused
+ * path takes 12 + 3 x rows. */
 static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_work *w,
                                     const lg_seg *seg, int count, int M, float *stage) {
   const lg_gpt *g = &seg[0].s->m->gpt;
   int d = g->dim, att_w = g->n_head * g->head_dim;
   int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
   lg_mseg ms[LG_MULTI_MAX];
-  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms);
+  lg_mbatch mb;
+  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms, &mb);
   for (int i = 0; i < count; i++) /* tokens drawn on the device (ABI 1.8) */
     vs_bk_patch_tokens(ops, dev, w->tok + seg[i].row0, seg[i].token_dev, seg[i].s->rows,
                        seg[i].n, seg[i].n, w->idx_dev + seg[i].row0);
   ops->gather_rows(dev, g->tok_embeddings, w->idx_dev, M, d, w->x);
   for (int l = 0; l < g->n_layer; l++) {
     const lg_layer *W = &g->layers[l];
-    for (int i = 0; i < count; i++) {
+    if (mb.host) {
+      vspec_kv_batch kb = {.count = count, .m = M, .max_slots = mb.max_slots,
+                           .entries = mb.host + (size_t)l * count,
+                           .entries_dev = mb.dev + (size_t)l * count};
+      ops->norm_qkv_rope_batch(dev, w->x, d, W->attention_norm, g->norm_eps, W->wqkv,
+                               w->idx_dev + M, g->rope_table, &kb, w->qkv);
+      ops->tree_attention_batch(dev, w->qkv, &kb, w->att);
+    }
+    for (int i = 0; i < count && !mb.host; i++) {
       vspec_session *s = seg[i].s;
       size_t r0 = (size_t)seg[i].row0;
       vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
@@ -167,7 +220,7 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
     }
   /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
   size_t need = rows;
-  ints += 3 * rows;
+  ints += 3 * rows + lg__batch_ints(ops, g->n_layer, count);
   if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
   float *stage = lg__multi_room(lead, need, rows);
   if (!stage) {
