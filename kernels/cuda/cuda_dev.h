@@ -94,6 +94,9 @@ typedef struct vs_cuda_dev {
   unsigned up_live;
   int up_next;
   int precision;    /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
+  int tatt_generic; /* VSPEC_CUDA_ATTENTION=generic at open (cuda_module.cu) */
+  int pdl;          /* programmatic dependent launch (vs_cuda_launch): sm_90+ unless
+                     * VSPEC_CUDA_PDL=off at open (cuda_module.cu) */
   /* device scratch: im2col tiles, bf16 activations, uploaded positions and masks */
   void *scratch;
   size_t scratch_bytes;
@@ -136,6 +139,40 @@ int vs_cuda_check_blas(vs_cuda_dev *d, cublasStatus_t s, const char *what);
 void vs_cuda_fail(vs_cuda_dev *d, int status, const char *fmt, ...);
 /* After a kernel launch. */
 #define VS_CUDA_LAUNCHED(d, what) vs_cuda_check_rt((d), cudaGetLastError(), (what))
+
+/* Programmatic dependent launch (sm_90+): a decode step is a hundred small kernels, and
+ * between two of them a GPU idles while the second launches. A kernel launched through
+ * vs_cuda_launch on a context with d->pdl may be launched while the kernel before it on the
+ * stream still runs; its first statement, VS_PDL_ENTER, waits until that kernel has finished
+ * and its writes are visible (griddepcontrol.wait; a no-op for a kernel launched plainly),
+ * then lets the next one start launching (griddepcontrol.launch_dependents). So every
+ * kernel launched through vs_cuda_launch must begin with VS_PDL_ENTER. Graph capture keeps
+ * the programmatic edges (CUDA 12.3+). VSPEC_CUDA_PDL=off (cuda_module.cu) turns it off. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define VS_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define VS_PDL_ENTER() \
+  do {               \
+  } while (0)
+#endif
+
+/* kernel<<<grid, block, shared, d->stream>>>(args...), with programmatic dependent launch
+ * where d->pdl; 1 when launched, else 0 with the failure recorded as `what`. */
+template <typename... P, typename... A>
+static inline int vs_cuda_launch(vs_cuda_dev *d, const char *what, void (*kernel)(P...),
+                                 dim3 grid, dim3 block, size_t shared, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = shared;
+  cfg.stream = d->stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = d->pdl ? 1 : 0;
+  return vs_cuda_check_rt(d, cudaLaunchKernelEx(&cfg, kernel, ((P)args)...), what);
+}
 
 /* Makes the context's GPU the calling thread's current device; 0 (failure recorded) when it
  * cannot. The current device is per host thread: contexts are opened on one thread (the

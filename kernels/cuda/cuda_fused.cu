@@ -32,6 +32,7 @@ static inline size_t cf_align16(size_t b) { return (b + 15) & ~(size_t)15; }
 
 __global__ void vs_k_gather_rows(const float *src, const int32_t *idx, int n, int dim,
                                  float *dst) {
+  VS_PDL_ENTER();
   size_t total = (size_t)n * dim;
   VS_GRID_STRIDE(e, total) {
     size_t i = e / (size_t)dim, c = e % (size_t)dim;
@@ -44,8 +45,8 @@ void vs_cuda_gather_rows(vspec_dev *dev, const float *src, const int32_t *idx, i
   vs_cuda_dev *d = vs_cuda(dev);
   if (n <= 0 || dim <= 0 || d->failed || !vs_cuda_enter(d)) return;
   size_t total = (size_t)n * dim;
-  vs_k_gather_rows<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(src, idx, n, dim, dst);
-  VS_CUDA_LAUNCHED(d, "gather_rows");
+  vs_cuda_launch(d, "gather_rows", vs_k_gather_rows, vs_cuda_grid(total, 256), 256, 0, src, idx,
+                 n, dim, dst);
 }
 
 void vs_cuda_rmsnorm_rows(vspec_dev *dev, const float *x, const int32_t *idx, int n, int dim,
@@ -190,6 +191,7 @@ __device__ static inline void cf_rope_store_pair(float *row, int hh, int j, int 
 __global__ void vs_k_rope_store(float *qkv, int m, int n, int H, int Hkv, int hd,
                                 const int32_t *pos, const float *table, vspec_kv_cache kv,
                                 const int32_t *slots) {
+  VS_PDL_ENTER();
   int half = hd / 2, pairs = (hd + 1) / 2, heads = H + 2 * Hkv;
   size_t total = (size_t)m * heads * pairs, qkv_w = (size_t)heads * hd;
   VS_GRID_STRIDE(e, total) {
@@ -208,6 +210,7 @@ __global__ void vs_k_rope_store(float *qkv, int m, int n, int H, int Hkv, int hd
 __global__ void vs_k_rope_store_batch(float *qkv, int m, int H, int Hkv, int hd,
                                       const int32_t *pos, const float *table,
                                       const vspec_kv_batch_entry *es, int count) {
+  VS_PDL_ENTER();
   __shared__ int row0[VS_CUDA_BATCH_MAX];
   for (int k = threadIdx.x; k < count; k += blockDim.x) row0[k] = es[k].row0;
   __syncthreads();
@@ -224,6 +227,18 @@ __global__ void vs_k_rope_store_batch(float *qkv, int m, int H, int Hkv, int hd,
     cf_rope_store_pair(qkv + (size_t)row * qkv_w, hh, j, H, Hkv, hd,
                        table + (size_t)pos[row] * half * 2, se->kv, ri / n, slot);
   }
+}
+
+/* qkv[m, qkv_w] = rmsnorm(x[m, dim]) * norm_w times wqkv^T (norm_w NULL: x itself), on the
+ * precision's path; 1 when launched, else 0 with the failure recorded. */
+static int cf_norm_qkv(vs_cuda_dev *d, const float *x, int m, int dim, const float *norm_w,
+                       float eps, const float *wqkv, int qkv_w, float *qkv) {
+  const uint16_t *wb = vs__cuda_bf16_weight(d, wqkv, qkv_w, dim);
+  int path = cf_path(m, wb);
+  void *s = vs_cuda_scratch(d, cf_acts_bytes(path, m, dim));
+  cf_acts a;
+  return s && cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a) &&
+         cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv);
 }
 
 int vs__cuda_kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op) {
@@ -248,17 +263,11 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
   }
   int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
   int qkv_w = (H + 2 * Hkv) * hd;
-  const uint16_t *wb = vs__cuda_bf16_weight(d, wqkv, qkv_w, dim);
-  int path = cf_path(m, wb);
-  void *s = vs_cuda_scratch(d, cf_acts_bytes(path, m, dim));
-  cf_acts a;
-  if (!s || !cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a) ||
-      !cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv))
-    return;
+  if (!cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, qkv_w, qkv)) return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
-  vs_k_rope_store<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(qkv, m, n, H, Hkv, hd, pos,
-                                                                  rope_table, *kv, slots);
-  VS_CUDA_LAUNCHED(d, "norm_qkv_rope (rope and cache stores)");
+  vs_cuda_launch(d, "norm_qkv_rope (rope and cache stores)", vs_k_rope_store,
+                 vs_cuda_grid(total, 256), 256, 0, qkv, m, n, H, Hkv, hd, pos, rope_table, *kv,
+                 slots);
 }
 
 
@@ -297,15 +306,9 @@ void vs_cuda_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const 
   }
   int m = b->m, H = k0->n_heads, Hkv = k0->kv_heads, hd = k0->head_dim;
   int qkv_w = (H + 2 * Hkv) * hd;
-  const uint16_t *wb = vs__cuda_bf16_weight(d, wqkv, qkv_w, dim);
-  int path = cf_path(m, wb);
-  void *s = vs_cuda_scratch(d, cf_acts_bytes(path, m, dim));
-  cf_acts a;
-  if (!s || !cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a) ||
-      !cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv))
-    return;
+  if (!cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, qkv_w, qkv)) return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
-  vs_k_rope_store_batch<<<vs_cuda_grid(total, 256), 256, 0, d->stream>>>(
-      qkv, m, H, Hkv, hd, pos, rope_table, b->entries_dev, b->count);
-  VS_CUDA_LAUNCHED(d, "norm_qkv_rope_batch (rope and cache stores)");
+  vs_cuda_launch(d, "norm_qkv_rope_batch (rope and cache stores)", vs_k_rope_store_batch,
+                 vs_cuda_grid(total, 256), 256, 0, qkv, m, H, Hkv, hd, pos, rope_table,
+                 b->entries_dev, b->count);
 }

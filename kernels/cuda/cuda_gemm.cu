@@ -72,6 +72,11 @@ __global__ void vs_k_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
 #define VS_SKINNY_THREADS 256
 #define VS_SKINNY_WARPS (VS_SKINNY_THREADS / 32)
 
+/* Asks for the 128-byte line holding p in L2, without waiting for it. */
+__device__ static inline void vs_prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* The 8 bf16 weights of a 16-byte load as floats (bf16 is the top half of a float). */
 __device__ static inline void vs_bf16x8(uint4 u, float *f) {
   uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -153,6 +158,13 @@ __global__ void __launch_bounds__(VS_SKINNY_THREADS)
   __shared__ float part[VS_SKINNY_WARPS][NW][R];
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int piece = warp % ksplit, j = blockIdx.x * (VS_SKINNY_WARPS / ksplit) + warp / ksplit;
+  /* The weights do not depend on the kernel before this one: under programmatic dependent
+   * launch they are fetched into L2 while it finishes (a prefetch changes no result). */
+  if (j < n_out)
+    for (int t = 0; t < NW; t++)
+      for (int c = piece * 32 + lane; c < (n_in + 7) / 8; c += 32 * ksplit)
+        vs_prefetch_l2((t ? w3 : w) + (size_t)j * n_in + (size_t)c * 8);
+  VS_PDL_ENTER();
   /* j is the same for a whole warp, so shuffles below see full warps; no thread returns
    * before the barrier */
   float acc[NW][R];
@@ -210,7 +222,7 @@ static int cg_skinny_split(int n_in, int n_out) {
 }
 
 template <int R>
-static void cg_skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uint16_t *w,
+static int cg_skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uint16_t *w,
                              const uint16_t *w3, int n_out, const float *bias, int mode,
                              float *y) {
   int ksplit = cg_skinny_split(n_in, n_out);
@@ -218,15 +230,12 @@ static void cg_skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uin
             (uintptr_t)w3 % 16 == 0;
   int cols = VS_SKINNY_WARPS / ksplit;
   unsigned blocks = (unsigned)((n_out + cols - 1) / cols);
-  if (mode == VS_SKINNY_ADD)
-    vs_k_skinny_bf16<R, VS_SKINNY_ADD><<<blocks, VS_SKINNY_THREADS, 0, d->stream>>>(
-        x, n_in, w, w3, n_out, bias, ksplit, vec, y);
-  else if (mode == VS_SKINNY_SWIGLU)
-    vs_k_skinny_bf16<R, VS_SKINNY_SWIGLU><<<blocks, VS_SKINNY_THREADS, 0, d->stream>>>(
-        x, n_in, w, w3, n_out, bias, ksplit, vec, y);
-  else
-    vs_k_skinny_bf16<R, VS_SKINNY_STORE><<<blocks, VS_SKINNY_THREADS, 0, d->stream>>>(
-        x, n_in, w, w3, n_out, bias, ksplit, vec, y);
+  return vs_cuda_launch(d, "linear (bf16, few rows)",
+                        mode == VS_SKINNY_ADD      ? vs_k_skinny_bf16<R, VS_SKINNY_ADD>
+                        : mode == VS_SKINNY_SWIGLU ? vs_k_skinny_bf16<R, VS_SKINNY_SWIGLU>
+                                                   : vs_k_skinny_bf16<R, VS_SKINNY_STORE>,
+                        blocks, VS_SKINNY_THREADS, 0, x, n_in, w, w3, n_out, bias, ksplit, vec,
+                        y);
 }
 
 int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const uint16_t *w,
@@ -236,16 +245,15 @@ int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const 
     return 0;
   }
   switch (m) {
-    case 1: cg_skinny_launch<1>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 2: cg_skinny_launch<2>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 3: cg_skinny_launch<3>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 4: cg_skinny_launch<4>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 5: cg_skinny_launch<5>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 6: cg_skinny_launch<6>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    case 7: cg_skinny_launch<7>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
-    default: cg_skinny_launch<8>(d, x, n_in, w, w3, n_out, bias, mode, y); break;
+    case 1: return cg_skinny_launch<1>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    case 2: return cg_skinny_launch<2>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    case 3: return cg_skinny_launch<3>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    case 4: return cg_skinny_launch<4>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    case 5: return cg_skinny_launch<5>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    case 6: return cg_skinny_launch<6>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    case 7: return cg_skinny_launch<7>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    default: return cg_skinny_launch<8>(d, x, n_in, w, w3, n_out, bias, mode, y);
   }
-  return VS_CUDA_LAUNCHED(d, "linear (bf16, few rows)");
 }
 
 /* ---- bf16 on tensor cores ------------------------------------------------------------------ */

@@ -82,6 +82,27 @@ static void cuda_open_up_ring(vs_cuda_dev *d) {
  * it tells whether this build has code for the GPU. */
 __global__ void vs_k_probe(void) {}
 
+/* The kernel switches, read from the environment when a device opens (A/B runs of
+ * tools/gpu/check.sh): VSPEC_CUDA_ATTENTION=generic takes the generic tree-attention kernel
+ * at every head size (cuda_tree_attention.cu), auto (or unset) the latency-bound one where it
+ * applies; VSPEC_CUDA_PDL=off launches every kernel plainly, auto (or unset) the decode
+ * kernels with programmatic dependent launch on sm_90+ (cuda_dev.h, vs_cuda_launch). Nonzero
+ * for a value neither knows. */
+static int cuda_switches(int *tatt_generic, int *pdl_off, char *err, size_t errlen) {
+  const char *att = getenv("VSPEC_CUDA_ATTENTION"), *pdl = getenv("VSPEC_CUDA_PDL");
+  if (att && *att && strcmp(att, "auto") != 0 && strcmp(att, "generic") != 0) {
+    snprintf(err, errlen, "VSPEC_CUDA_ATTENTION=%s: use auto or generic", att);
+    return 1;
+  }
+  if (pdl && *pdl && strcmp(pdl, "auto") != 0 && strcmp(pdl, "off") != 0) {
+    snprintf(err, errlen, "VSPEC_CUDA_PDL=%s: use auto or off", pdl);
+    return 1;
+  }
+  *tatt_generic = att && strcmp(att, "generic") == 0;
+  *pdl_off = pdl && strcmp(pdl, "off") == 0;
+  return 0;
+}
+
 static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, size_t errlen) {
   *out = NULL;
   char why[VSPEC_ERRLEN] = "";
@@ -100,6 +121,8 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
     snprintf(err, errlen, "CUDA device: unknown precision %d", opt->precision);
     return VSPEC_EINVAL;
   }
+  int tatt_generic, pdl_off;
+  if (cuda_switches(&tatt_generic, &pdl_off, err, errlen)) return VSPEC_EINVAL;
   cudaError_t e = cudaSetDevice(opt->index);
   if (e != cudaSuccess) {
     (void)cudaGetLastError(); /* or the thread's next launch, in any context, reports it */
@@ -135,6 +158,12 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
   d->head.cls = cuda_class_ptr();
   d->head.index = opt->index;
   d->precision = opt->precision == VS_PRECISION_FP32 ? VS_PRECISION_FP32 : VS_PRECISION_BF16;
+  d->tatt_generic = tatt_generic;
+  int cc_major = 0;
+  if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, opt->index) !=
+      cudaSuccess)
+    (void)cudaGetLastError();
+  d->pdl = cc_major >= 9 && !pdl_off;
   if (!(d->gpu = vs_cuda_gpu_get(opt->index, opt->memory_limit, err, errlen))) {
     free(d);
     return VSPEC_ENOMEM;

@@ -37,6 +37,7 @@ __device__ static inline void vs_store(uint16_t *y, float v) { *y = vs_f32_to_bf
 template <typename Out>
 __global__ void vs_k_rmsnorm(const float *x, const int32_t *idx, const float *w, int dim,
                              float eps, Out *y) {
+  VS_PDL_ENTER();
   size_t src = idx ? (size_t)idx[blockIdx.x] : blockIdx.x;
   const float *xr = x + src * dim;
   Out *yr = y + (size_t)blockIdx.x * dim;
@@ -52,10 +53,10 @@ __global__ void vs_k_rmsnorm(const float *x, const int32_t *idx, const float *w,
 int vs__cuda_rmsnorm_launch(vs_cuda_dev *d, const float *x, const int32_t *idx, int rows,
                             int dim, const float *w, float eps, float *y, uint16_t *yb) {
   if (y)
-    vs_k_rmsnorm<float><<<rows, VS_NORM_THREADS, 0, d->stream>>>(x, idx, w, dim, eps, y);
-  else
-    vs_k_rmsnorm<uint16_t><<<rows, VS_NORM_THREADS, 0, d->stream>>>(x, idx, w, dim, eps, yb);
-  return VS_CUDA_LAUNCHED(d, "rmsnorm");
+    return vs_cuda_launch(d, "rmsnorm", vs_k_rmsnorm<float>, rows, VS_NORM_THREADS, 0, x, idx,
+                          w, dim, eps, y);
+  return vs_cuda_launch(d, "rmsnorm", vs_k_rmsnorm<uint16_t>, rows, VS_NORM_THREADS, 0, x, idx,
+                        w, dim, eps, yb);
 }
 
 void vs_cuda_rmsnorm(vspec_dev *dev, const float *x, const float *w, int rows, int dim, float eps,

@@ -49,8 +49,31 @@ __device__ static inline int vs_tatt_visible(const vspec_kv_tree_view *t, const 
   return s >= t->n_prefix || t->prefix[s] || s == self;
 }
 
+/* The scores sc[0, kv_len) (-INFINITY where unseen) to their softmax, in place: a stable
+ * softmax summed in double, each weight exactly 0 where unseen. Every thread of the block
+ * calls it with its own running maximum; its barriers publish what the threads wrote to sc
+ * before the call, and a barrier ends it. 0 when nothing is visible (the same answer for the
+ * whole block, so no barrier is skipped): the block then writes zeros. */
+__device__ static int vs_tatt_softmax(float *sc, int kv_len, float local_max, float *fred,
+                                      double *dred) {
+  float mx = vs_block_max(local_max, fred);
+  if (mx == -INFINITY) return 0;
+  double local_sum = 0.0;
+  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
+    /* vs_exp_poly: the CPU attention's exp (cpu_attention_softmax.c), one formula */
+    float e = sc[s] == -INFINITY ? 0.0f : vs_exp_poly(sc[s] - mx);
+    sc[s] = e;
+    local_sum += e;
+  }
+  float fsum = (float)vs_block_dsum(local_sum, dred); /* >= 1: the maximum gives exp(0) */
+  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) sc[s] /= fsum;
+  __syncthreads();
+  return 1;
+}
+
 __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_kv_tree_view t,
                                     float scale, float *out) {
+  VS_PDL_ENTER();
   /* q [hd], scores [kv.slots], ancestor bits [(kv.slots + 31) / 32]: sized for the cache,
    * since the lengths are read here, on the device (a graph replays with new ones) */
   extern __shared__ float sh[];
@@ -92,21 +115,10 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
     sc[s] = scale * dot;
     local_max = fmaxf(local_max, sc[s]);
   }
-  float mx = vs_block_max(local_max, fred);
-  if (mx == -INFINITY) { /* nothing visible (uniform over the block: no barrier skipped) */
+  if (!vs_tatt_softmax(sc, kv_len, local_max, fred, dred)) {
     for (int c = threadIdx.x; c < hd; c += blockDim.x) oh[c] = 0.0f;
     return;
   }
-  double local_sum = 0.0;
-  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
-    /* vs_exp_poly: the CPU attention's exp (cpu_attention_softmax.c), one formula */
-    float e = sc[s] == -INFINITY ? 0.0f : vs_exp_poly(sc[s] - mx);
-    sc[s] = e;
-    local_sum += e;
-  }
-  float fsum = (float)vs_block_dsum(local_sum, dred); /* >= 1: the maximum gives exp(0) */
-  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) sc[s] /= fsum;
-  __syncthreads();
   for (int c = threadIdx.x; c < hd; c += blockDim.x) {
     float acc = 0.0f;
     for (int s = 0; s < kv_len; s++)
@@ -206,20 +218,10 @@ __device__ static void vs_tatt_fast(const float *qkv, const vspec_kv_cache &kv,
       local_max = fmaxf(local_max, v);
     }
   }
-  float mx = vs_block_max(local_max, fred); /* its barriers publish sc[] too */
-  if (mx == -INFINITY) { /* nothing visible (uniform over the block) */
+  if (!vs_tatt_softmax(sc, kv_len, local_max, fred, dred)) {
     for (int c = threadIdx.x; c < HD; c += blockDim.x) oh[c] = 0.0f;
     return;
   }
-  double local_sum = 0.0;
-  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) {
-    float e = sc[s] == -INFINITY ? 0.0f : vs_exp_poly(sc[s] - mx);
-    sc[s] = e;
-    local_sum += e;
-  }
-  float fsum = (float)vs_block_dsum(local_sum, dred);
-  for (int s = threadIdx.x; s < kv_len; s += blockDim.x) sc[s] /= fsum;
-  __syncthreads();
 
   /* values: the same chunks of keys, loaded before they are weighed */
   float acc[CH];
@@ -255,6 +257,7 @@ template <int HD>
 __global__ void __launch_bounds__(VS_TATTF_WARPS * 32)
     vs_k_tree_attention_hd(const float *qkv, vspec_kv_cache kv, vspec_kv_tree_view t,
                            float scale, float *out) {
+  VS_PDL_ENTER();
   vs_tatt_fast<HD>(qkv, kv, t, blockIdx.x / kv.n_heads, blockIdx.x % kv.n_heads, scale, out);
 }
 
@@ -265,6 +268,7 @@ template <int HD>
 __global__ void __launch_bounds__(VS_TATTF_WARPS * 32)
     vs_k_tree_attention_batch_hd(const float *qkv, const vspec_kv_batch_entry *es, int count,
                                  int H, float scale, float *out) {
+  VS_PDL_ENTER();
   int row = blockIdx.x / H, h = blockIdx.x % H;
   int k = __syncthreads_count(threadIdx.x < count && es[threadIdx.x].row0 <= row) - 1;
   const vspec_kv_batch_entry *se = &es[k < 0 ? 0 : k];
@@ -309,17 +313,15 @@ void vs_cuda_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cac
   int hd = kv->head_dim;
   size_t fast = ((size_t)kv->slots + (size_t)(kv->slots + 31) / 32 +
                  (size_t)VS_TATTF_WARPS * hd) * 4;
-  dim3 grid(blocks), block(VS_TATTF_WARPS * 32);
-  if (fast > VS_TATT_SHARED || (hd != 32 && hd != 64 && hd != 128))
-    vs_k_tree_attention<<<blocks, VS_TATT_THREADS, shared, d->stream>>>(qkv, *kv, *tree, scale,
-                                                                        out);
-  else if (hd == 64)
-    vs_k_tree_attention_hd<64><<<grid, block, fast, d->stream>>>(qkv, *kv, *tree, scale, out);
-  else if (hd == 128)
-    vs_k_tree_attention_hd<128><<<grid, block, fast, d->stream>>>(qkv, *kv, *tree, scale, out);
+  if (d->tatt_generic || fast > VS_TATT_SHARED || (hd != 32 && hd != 64 && hd != 128))
+    vs_cuda_launch(d, "tree_attention", vs_k_tree_attention, blocks, VS_TATT_THREADS, shared, qkv,
+                   *kv, *tree, scale, out);
   else
-    vs_k_tree_attention_hd<32><<<grid, block, fast, d->stream>>>(qkv, *kv, *tree, scale, out);
-  VS_CUDA_LAUNCHED(d, "tree_attention");
+    vs_cuda_launch(d, "tree_attention",
+                   hd == 64 ? vs_k_tree_attention_hd<64>
+                   : hd == 128 ? vs_k_tree_attention_hd<128>
+                               : vs_k_tree_attention_hd<32>,
+                   blocks, VS_TATTF_WARPS * 32, fast, qkv, *kv, *tree, scale, out);
 }
 
 /* Every session's tree attention in one launch (ABI 1.9), by the kernel above for a
@@ -359,7 +361,7 @@ void vs_cuda_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_
   float scale = (float)(1.0 / sqrt((double)hd));
   size_t fast = ((size_t)max_slots + (size_t)(max_slots + 31) / 32 +
                  (size_t)VS_TATTF_WARPS * hd) * 4;
-  if (fast > VS_TATT_SHARED || (hd != 32 && hd != 64 && hd != 128)) {
+  if (d->tatt_generic || fast > VS_TATT_SHARED || (hd != 32 && hd != 64 && hd != 128)) {
     for (int i = 0; i < b->count; i++) {
       const vspec_kv_batch_entry *e = &b->entries[i];
       size_t r0 = (size_t)e->row0;
@@ -368,15 +370,10 @@ void vs_cuda_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_
     }
     return;
   }
-  dim3 grid((unsigned)b->m * H), block(VS_TATTF_WARPS * 32);
-  if (hd == 64)
-    vs_k_tree_attention_batch_hd<64><<<grid, block, fast, d->stream>>>(qkv, b->entries_dev,
-                                                                     b->count, H, scale, out);
-  else if (hd == 128)
-    vs_k_tree_attention_batch_hd<128><<<grid, block, fast, d->stream>>>(qkv, b->entries_dev,
-                                                                      b->count, H, scale, out);
-  else
-    vs_k_tree_attention_batch_hd<32><<<grid, block, fast, d->stream>>>(qkv, b->entries_dev,
-                                                                     b->count, H, scale, out);
-  VS_CUDA_LAUNCHED(d, "tree_attention_batch");
+  vs_cuda_launch(d, "tree_attention_batch",
+                 hd == 64 ? vs_k_tree_attention_batch_hd<64>
+                 : hd == 128 ? vs_k_tree_attention_batch_hd<128>
+                             : vs_k_tree_attention_batch_hd<32>,
+                 (unsigned)b->m * H, VS_TATTF_WARPS * 32, fast, qkv, b->entries_dev, b->count, H,
+                 scale, out);
 }

@@ -25,6 +25,32 @@ static void test_wrong_index(void **state) {
   printf("  %s\n", err);
 }
 
+/* The kernel switches read at open (VSPEC_CUDA_ATTENTION, VSPEC_CUDA_PDL): a value they do
+ * not know is refused with a message naming the variable and what it takes; the known ones
+ * open. */
+static void test_kernel_switches(void **state) {
+  vspec_dev *gpu = gt_gpu(VS_PRECISION_FP32); /* skips without a GPU */
+  vs_dev_destroy(gpu);
+  static const char *const vars[2][3] = {{"VSPEC_CUDA_ATTENTION", "generic", "auto"},
+                                         {"VSPEC_CUDA_PDL", "off", "auto"}};
+  for (int v = 0; v < 2; v++) {
+    char err[VSPEC_ERRLEN] = "";
+    vspec_dev *dev = NULL;
+    setenv(vars[v][0], "maybe", 1);
+    assert_int_equal(vs_device_open("cuda", NULL, &dev, err, sizeof err), VSPEC_EINVAL);
+    assert_null(dev);
+    assert_non_null(strstr(err, vars[v][0]));
+    assert_non_null(strstr(err, vars[v][2]));
+    printf("  %s\n", err);
+    for (int k = 1; k < 3; k++) {
+      setenv(vars[v][0], vars[v][k], 1);
+      assert_int_equal(vs_device_open("cuda", NULL, &dev, err, sizeof err), VSPEC_OK);
+      vs_dev_destroy(dev);
+    }
+    unsetenv(vars[v][0]);
+  }
+}
+
 /* models/fmnist needs about 30 MB for its fp32 weights: under a 16 MiB limit the load fails
  * with a message that names the limit, and the device stays usable (running out of memory
  * is not a device failure): the micro model, well under the limit, loads and generates. */
@@ -66,6 +92,7 @@ static void test_memory_limit(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wrong_index),
+      cmocka_unit_test(test_kernel_switches),
       cmocka_unit_test(test_memory_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

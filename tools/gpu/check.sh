@@ -67,6 +67,22 @@ timeout 120 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf1
   --sizes 1,16,64 --min-time 0.2 --image --counters $PLUG >"$OUT/costcurve-gpt-b-bf16.txt" 2>&1
 cat "$OUT/costcurve-gpt-b-bf16.txt"
 
+# The kernel switches against the defaults, interleaved, twice: the generic attention kernel
+# (VSPEC_CUDA_ATTENTION=generic) and plain launches (VSPEC_CUDA_PDL=off); each line is one
+# costcurve: the CFG one-token step and 64-node verify in ms, one image in s.
+if [ "$(elapsed)" -lt 300 ]; then
+  echo "== kernel switches, GPT-B bf16 (ms: 1-node and 64-node CFG forward; s: one image)"
+  for rep in 1 2; do
+    for sw in VSPEC_CUDA_ATTENTION=auto VSPEC_CUDA_ATTENTION=generic VSPEC_CUDA_PDL=off; do
+      env "$sw" timeout 60 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf16 \
+        --sizes 1,64 --min-time 0.2 --image $PLUG 2>&1 |
+        awk -F'|' -v sw="$sw" '$2+0 == 1 && NF > 7 {one = $6} $2+0 == 64 && NF > 7 {v = $6}
+          /^one image/ {split($0, a, ": "); split(a[2], b, " "); img = b[1]}
+          END {gsub(/ /, "", one); gsub(/ /, "", v); printf "%-30s %s ms, %s ms, %s s\n", sw, one, v, img}'
+    done
+  done | tee "$OUT/switches.txt"
+fi
+
 echo "== models/fmnist: AR against SD with size=auto, bf16, $IMAGES images"
 timeout 150 "$BENCH" eval --model models/fmnist --images "$IMAGES" --seed 0 --no-quality \
   --device "$DEVICE" --precision bf16 $PLUG --json "$OUT/fmnist-sd.json" \
