@@ -51,14 +51,19 @@ typedef struct multi_fixture {
   int rows[NS];
   int V, d;
   int fused_layers; /* multi=fused: the model's layers (the batch's op budget); 0: unfused */
-  int batch_ops;    /* the host's table has the batch ops (ABI 1.9) */
+  int batch_ops;    /* the batch runs the batch ops of ABI 1.9 (BATCH_*) */
 } multi_fixture;
+
+/* How a fused batch takes its sessions' QKV and attention: the batch ops, an op per session
+ * because the device's table lacks them, or because multi=sessions asks for that. */
+enum { BATCH_OPS = 1, BATCH_NO_OPS = 0, BATCH_SESSIONS = 2 };
 
 static void open_fixture(multi_fixture *f, const char *dir) {
   char err[VSPEC_ERRLEN];
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 1, &f->dev, err, sizeof err), 0);
   assert_int_equal(vs_dev_create(vs_cpu_ops(), 2, &f->batch_dev, err, sizeof err), 0);
-  if (vs_models_open(reg, f->batch_ops ? &host : &host_nobatch, f->dev, dir, VS_ROLE_TARGET,
+  if (vs_models_open(reg, f->batch_ops == BATCH_NO_OPS ? &host_nobatch : &host, f->dev, dir,
+                     VS_ROLE_TARGET,
                      &f->models, err, sizeof err))
     fail_msg("%s", err);
   f->t = &f->models->target;
@@ -142,7 +147,7 @@ static void round_trip(multi_fixture *f, const int *members, int count,
   /* the features and the logits of every session: one download each (a wait each on a GPU) */
   assert_int_equal(lane.downloads, 2);
   if (f->fused_layers) {
-    uint64_t attention = f->batch_ops ? 2 : 2 * (uint64_t)count;
+    uint64_t attention = f->batch_ops == BATCH_OPS ? 2 : 2 * (uint64_t)count;
     assert_int_equal(lane.ops, 3 + (uint64_t)f->fused_layers * (attention + 3));
     assert_int_equal(lane.uploads, 1);
   }
@@ -170,11 +175,11 @@ static void commit_both(multi_fixture *f, int i, const int32_t *path, int n) {
 }
 
 /* fused_layers: 0 for the default path (unfused on the CPU), else the model's layers, run
- * with multi=fused (VSPEC_MULTI, read at load); batch_ops: whether the device's table keeps
- * the batch ops. */
+ * with multi=fused or multi=sessions (VSPEC_MULTI, read at load); batch_ops: BATCH_*. */
 static void check_forward_multi(const char *dir, int fused_layers, int batch_ops) {
   multi_fixture f;
-  if (fused_layers) setenv("VSPEC_MULTI", "fused", 1);
+  if (fused_layers)
+    setenv("VSPEC_MULTI", batch_ops == BATCH_SESSIONS ? "sessions" : "fused", 1);
   f.batch_ops = batch_ops;
   open_fixture(&f, dir);
   unsetenv("VSPEC_MULTI");
@@ -249,24 +254,25 @@ static void check_forward_multi(const char *dir, int fused_layers, int batch_ops
 
 static void test_forward_multi_micro(void **state) {
   (void)state;
-  check_forward_multi("tests/golden/micro_c2i", 0, 1);
+  check_forward_multi("tests/golden/micro_c2i", 0, BATCH_OPS);
 }
 
 /* The shipped model: its width takes the linear layers onto other kernels' paths. */
 static void test_forward_multi_fmnist(void **state) {
   (void)state;
-  check_forward_multi("models/fmnist", 0, 1);
+  check_forward_multi("models/fmnist", 0, BATCH_OPS);
 }
 
 /* On the fused ops (a GPU's default, multi=fused here): the same answers, and 5 ops per layer
- * with the batch ops whatever the sessions, 3 + 2 x sessions without them, where the unfused
- * path issues 12 + 3 x rows. */
+ * with the batch ops whatever the sessions, 3 + 2 x sessions without them (a table that lacks
+ * them, or multi=sessions), where the unfused path issues 12 + 3 x rows. */
 static void test_forward_multi_fused(void **state) {
   (void)state;
-  check_forward_multi("tests/golden/micro_c2i", 2, 1);
-  check_forward_multi("models/fmnist", 8, 1);
-  check_forward_multi("tests/golden/micro_c2i", 2, 0);
-  check_forward_multi("models/fmnist", 8, 0);
+  check_forward_multi("tests/golden/micro_c2i", 2, BATCH_OPS);
+  check_forward_multi("models/fmnist", 8, BATCH_OPS);
+  check_forward_multi("tests/golden/micro_c2i", 2, BATCH_NO_OPS);
+  check_forward_multi("models/fmnist", 8, BATCH_NO_OPS);
+  check_forward_multi("tests/golden/micro_c2i", 2, BATCH_SESSIONS);
 }
 
 /* ---- the gate's scheduling, with a fake backend ---------------------------------------- */

@@ -113,6 +113,13 @@ if [ "$(elapsed)" -lt 480 ]; then
   timeout 240 "$B/vspecd-bench" --gpt-b --device "$DEVICE" --batch 8 --jobs 16 --rounds 1 \
     --method ar >"$OUT/concurrency-gpt-b.txt" 2>&1
   tail -14 "$OUT/concurrency-gpt-b.txt"
+  # the batches without the batch ops of ABI 1.9 (an op per session), for the A/B
+  if [ "$(elapsed)" -lt 400 ]; then
+    echo "== the same, batches without the batch ops (VSPEC_MULTI=sessions)"
+    VSPEC_MULTI=sessions timeout 120 "$B/vspecd-bench" --gpt-b --device "$DEVICE" --batch 8 \
+      --jobs 16 --rounds 1 --method ar >"$OUT/concurrency-gpt-b-sessions.txt" 2>&1
+    grep '^| batched' "$OUT/concurrency-gpt-b-sessions.txt"
+  fi
 else
   echo "== 8 concurrent GPT-B jobs: skipped ($(elapsed) s gone; run it alone, docs/BENCHMARKS.md)"
 fi

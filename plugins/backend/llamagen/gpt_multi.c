@@ -26,17 +26,24 @@ typedef struct lg_mseg {
 } lg_mseg;
 
 /* The batch ops' entries (ABI 1.9), every layer's sessions, in the batch's upload after its
- * integers: [n_layer][count], host and device copies; NULL where the device lacks the ops. */
+ * integers: [n_layer][count], host and device copies; NULL where the batch runs without the
+ * ops (lg__batch_ops). */
 typedef struct lg_mbatch {
   const vspec_kv_batch_entry *host, *dev;
   int max_slots;
 } lg_mbatch;
 
+/* Whether a fused batch of this model runs the sessions' QKV and attention as the batch ops:
+ * where the device has them, unless multi=sessions asks for an op per session. */
+static int lg__batch_ops(const vspec_model *m, const vspec_ops *ops) {
+  return m->multi != LG_MULTI_SESSIONS && vspec_has_batch_ops(ops);
+}
+
 /* The upload's room for the batch ops' entries, in int32 words (an 8-byte alignment
  * included): lg_forward_multi sizes the workspace with it. */
-static size_t lg__batch_ints(const vspec_ops *ops, int n_layer, int count) {
-  if (!vspec_has_batch_ops(ops)) return 0;
-  return 2 + (size_t)n_layer * count * sizeof(vspec_kv_batch_entry) / sizeof(int32_t);
+static size_t lg__batch_ints(const vspec_model *m, const vspec_ops *ops, int count) {
+  if (!lg__batch_ops(m, ops)) return 0;
+  return 2 + (size_t)m->gpt.n_layer * count * sizeof(vspec_kv_batch_entry) / sizeof(int32_t);
 }
 
 /* Fills the entries at h + at (at rounded up to 8 bytes); returns the words used. */
@@ -91,7 +98,7 @@ static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, co
     at += 2 * (size_t)n + 2 + (size_t)base;
   }
   *mb = (lg_mbatch){0};
-  if (vspec_has_batch_ops(ops)) at += lg__batch_entries(w, seg, count, ms, h, at, mb);
+  if (lg__batch_ops(seg[0].s->m, ops)) at += lg__batch_entries(w, seg, count, ms, h, at, mb);
   ops->upload(dev, w->idx_dev, h, at * sizeof *h);
   return K;
 }
@@ -206,7 +213,7 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
   const lg_gpt *g = &lead->m->gpt;
   const vspec_ops *ops = H->dev_ops(dev);
   int fused = vspec_has_fused_ops(ops) &&
-              (lead->m->multi == LG_MULTI_FUSED ||
+              (lead->m->multi == LG_MULTI_FUSED || lead->m->multi == LG_MULTI_SESSIONS ||
                (lead->m->multi == LG_MULTI_AUTO && ops->device != VSPEC_DEVICE_CPU));
   /* A draft drawn on the device goes alone (lg_forward); tokens drawn there and features
    * kept there are taken on the fused path only: the caller then runs each alone. */
@@ -220,7 +227,7 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
     }
   /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
   size_t need = rows;
-  ints += 3 * rows + lg__batch_ints(ops, g->n_layer, count);
+  ints += 3 * rows + lg__batch_ints(lead->m, ops, count);
   if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
   float *stage = lg__multi_room(lead, need, rows);
   if (!stage) {

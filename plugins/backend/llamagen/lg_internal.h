@@ -83,7 +83,7 @@ enum {
   LG_GRAPHS_PAD = 2  /* padded to the bucket, eagerly: the reference replay must equal */
 };
 /* How forward_multi runs (llamagen.c, "multi"). */
-enum { LG_MULTI_AUTO = 0, LG_MULTI_FUSED = 1, LG_MULTI_UNFUSED = 2 };
+enum { LG_MULTI_AUTO = 0, LG_MULTI_FUSED = 1, LG_MULTI_UNFUSED = 2, LG_MULTI_SESSIONS = 3 };
 
 /* Buckets of 1, 2, 4, .. 256 nodes (at most the session's work rows); a forward of more
  * nodes runs eagerly. Head kinds: features only, logits, a draw on the device, a draft's draw

@@ -19,10 +19,13 @@
  *                 is not the CPU, whose graphs are a checker, not a speed-up). Without the
  *                 parameter the environment variable VSPEC_GRAPHS (the same values) decides.
  *   multi=M       how cross-job batches (forward_multi) run: fused (on the fused ops: per
- *                 layer two per session, its QKV and attention, and three over every row),
- *                 unfused ((12 + 3 x rows) per layer: the CPU's outputs as they were), auto
- *                 (default: fused where the batch's device has the fused ops and is not the
- *                 CPU). Without the parameter the environment variable VSPEC_MULTI decides.
+ *                 layer every session's QKV and attention, as two ops for all of them where
+ *                 the device has the batch ops of ABI 1.9, else two per session, and three
+ *                 over every row), sessions (fused, two ops per session even where the device
+ *                 has the batch ops: the A/B switch against them), unfused ((12 + 3 x rows)
+ *                 per layer: the CPU's outputs as they were), auto (default: fused where the
+ *                 batch's device has the fused ops and is not the CPU). Without the parameter
+ *                 the environment variable VSPEC_MULTI decides.
  * The same plugin serves the target and a small standalone draft GPT.
  */
 #include <stdio.h>
@@ -71,8 +74,9 @@ static int lg_multi_mode(const char *param, int *mode, char *err, size_t errlen)
   if (!v || !*v || strcmp(v, "auto") == 0) *mode = LG_MULTI_AUTO;
   else if (strcmp(v, "fused") == 0) *mode = LG_MULTI_FUSED;
   else if (strcmp(v, "unfused") == 0) *mode = LG_MULTI_UNFUSED;
+  else if (strcmp(v, "sessions") == 0) *mode = LG_MULTI_SESSIONS;
   else {
-    snprintf(err, errlen, "llamagen: multi=%s%s: use auto, fused or unfused", v,
+    snprintf(err, errlen, "llamagen: multi=%s%s: use auto, fused, sessions or unfused", v,
              param ? "" : " (VSPEC_MULTI)");
     return VSPEC_EINVAL;
   }
