@@ -262,9 +262,13 @@ int vs__cuda_rmsnorm_launch(vs_cuda_dev *d, const float *x, const int32_t *idx, 
  * second weight w3 and its sum u) y = silu(s) * u. */
 enum { VS_SKINNY_STORE = 0, VS_SKINNY_ADD = 1, VS_SKINNY_SWIGLU = 2 };
 /* y[m, n_out] from x[m, n_in] (m <= VS_CUDA_SKINNY_ROWS) and bf16 weights (cuda_gemm.cu). 1 when
- * launched. */
-int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const uint16_t *w,
-                         const uint16_t *w3, int n_out, const float *bias, int mode, float *y);
+ * launched. With norm_w the kernel multiplies rmsnorm(x) * norm_w instead, normalising the
+ * rows itself as vs__cuda_rmsnorm_launch would (the same bits); only where
+ * vs__cuda_skinny_norms(m, n_in) says the rows fit. */
+int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, const float *norm_w, float eps, int m,
+                         int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
+                         const float *bias, int mode, float *y);
+int vs__cuda_skinny_norms(int m, int n_in);
 /* y = xb W^T + beta y on tensor cores, bf16 operands and fp32 accumulation (cuBLAS). */
 int vs__cuda_gemm_bf16(vs_cuda_dev *d, const uint16_t *xb, int m, int n_in, const uint16_t *wb,
                        int n_out, float beta, float *y);

@@ -7,10 +7,12 @@
  *   gather_rows    1
  *   rmsnorm_rows   1 (the rmsnorm kernel reading row idx[i])
  *   linear_add     1 (cuBLAS, beta = 1) / 1 (few-row kernel, accumulate) / 2 (to bf16, GEMM)
- *   norm_swiglu    4 (norm, w1, w3, swiglu) / 2 (norm, both weights + SwiGLU in one kernel) /
- *                  4 (norm written as bf16, w1, w3, swiglu)
- *   norm_qkv_rope  3 (norm, qkv, one kernel for RoPE and the cache stores) in every path
- *   norm_qkv_rope_batch  3 over all the batch's rows (ABI 1.9)
+ *   norm_swiglu    4 (norm, w1, w3, swiglu) / 1 (both weights + SwiGLU in one kernel that
+ *                  normalises its rows itself; 2 with the norm apart for rows too long for
+ *                  its shared memory) / 4 (norm written as bf16, w1, w3, swiglu)
+ *   norm_qkv_rope  3 (norm, qkv, one kernel for RoPE and the cache stores); 2 on the few-row
+ *                  path (the product normalises its rows)
+ *   norm_qkv_rope_batch  as norm_qkv_rope over all the batch's rows (ABI 1.9)
  *   tree_attention 1 (cuda_tree_attention.cu)
  * Nothing here uploads, downloads or waits: idx, pos, parents and prefix are device arrays,
  * and temporaries come from the context's scratch (vs_cuda_scratch: it grows, with a wait,
@@ -67,10 +69,14 @@ static int cf_path(int m, const uint16_t *wb) {
   return !wb ? VS_PATH_FP32 : m <= VS_CUDA_SKINNY_ROWS ? VS_PATH_SKINNY : VS_PATH_TC;
 }
 
-/* Normalised activations: fp32 rows h, or bf16 rows hb on the tensor-core path. */
+/* Normalised activations: fp32 rows h, or bf16 rows hb on the tensor-core path; or, on the
+ * few-row path, h the rows before their norm and norm_w the norm the kernel applies itself
+ * (NULL: h is what it multiplies). */
 typedef struct cf_acts {
   float *h;
   uint16_t *hb;
+  const float *norm_w;
+  float eps;
 } cf_acts;
 
 /* Bytes of the normalised activations of m rows of dim on `path`, 16-byte aligned. */
@@ -80,11 +86,20 @@ static size_t cf_acts_bytes(int path, int m, int dim) {
 
 /* rmsnorm(x) * norm_w into the activations at `at` (scratch); 1 when launched. Without
  * norm_w (EAGLE's first layer) the activations are x itself: nothing runs at fp32 or on the
- * few-row kernel, the tensor cores get x converted to bf16. */
+ * few-row kernel, the tensor cores get x converted to bf16. On the few-row path the product's
+ * kernel normalises its rows itself where they fit its shared memory (a launch less, the
+ * same bits: vs__cuda_skinny_bf16). */
 static int cf_norm_into(vs_cuda_dev *d, int path, const float *x, int m, int dim,
                         const float *norm_w, float eps, void *at, cf_acts *a) {
   a->h = path == VS_PATH_TC ? NULL : (float *)at;
   a->hb = path == VS_PATH_TC ? (uint16_t *)at : NULL;
+  a->norm_w = NULL;
+  a->eps = eps;
+  if (norm_w && path == VS_PATH_SKINNY && vs__cuda_skinny_norms(m, dim)) {
+    a->h = (float *)x;
+    a->norm_w = norm_w;
+    return 1;
+  }
   if (!norm_w) {
     if (path != VS_PATH_TC) {
       a->h = (float *)x;
@@ -99,7 +114,7 @@ static int cf_norm_into(vs_cuda_dev *d, int path, const float *x, int m, int dim
 static int cf_product(vs_cuda_dev *d, int path, const cf_acts *a, int m, int n_in,
                       const float *w, const uint16_t *wb, int n_out, int accumulate, float *y) {
   if (path == VS_PATH_SKINNY)
-    return vs__cuda_skinny_bf16(d, a->h, m, n_in, wb, NULL, n_out, NULL,
+    return vs__cuda_skinny_bf16(d, a->h, a->norm_w, a->eps, m, n_in, wb, NULL, n_out, NULL,
                                 accumulate ? VS_SKINNY_ADD : VS_SKINNY_STORE, y);
   if (path == VS_PATH_TC)
     return vs__cuda_gemm_bf16(d, a->hb, m, n_in, wb, n_out, accumulate ? 1.0f : 0.0f, y);
@@ -115,7 +130,7 @@ void vs_cuda_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const f
   if (m <= 0 || n_out <= 0 || n_in <= 0 || d->failed || !vs_cuda_enter(d)) return;
   const uint16_t *wb = vs__cuda_bf16_weight(d, w, n_out, n_in);
   int path = cf_path(m, wb);
-  cf_acts a = {(float *)x, NULL};
+  cf_acts a = {(float *)x, NULL, NULL, 0.0f};
   if (path == VS_PATH_TC) {
     size_t nx = (size_t)m * n_in;
     if (!(a.hb = (uint16_t *)vs_cuda_scratch(d, nx * sizeof(uint16_t))) ||
@@ -149,7 +164,8 @@ void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const f
   cf_acts a;
   if (!s || !cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a)) return;
   if (path == VS_PATH_SKINNY) {
-    vs__cuda_skinny_bf16(d, a.h, m, dim, wb1, wb3, hidden, NULL, VS_SKINNY_SWIGLU, y);
+    vs__cuda_skinny_bf16(d, a.h, a.norm_w, a.eps, m, dim, wb1, wb3, hidden, NULL,
+                         VS_SKINNY_SWIGLU, y);
     return;
   }
   float *up = (float *)(s + hbytes);

@@ -19,6 +19,7 @@
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cuda/cuda_dev.h"
+#include "kernels/cuda/cuda_reduce.h"
 
 void vs_cuda_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
@@ -152,8 +153,9 @@ __device__ static void vs_skinny_terms(const float *x, int n_in, const uint16_t 
 
 template <int R, int MODE>
 __global__ void __launch_bounds__(VS_SKINNY_THREADS)
-    vs_k_skinny_bf16(const float *x, int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
-                     const float *bias, int ksplit, int vec, float *y) {
+    vs_k_skinny_bf16(const float *x, const float *norm_w, float eps, int n_in, const uint16_t *w,
+                     const uint16_t *w3, int n_out, const float *bias, int ksplit, int vec,
+                     float *y) {
   constexpr int NW = MODE == VS_SKINNY_SWIGLU ? 2 : 1;
   __shared__ float part[VS_SKINNY_WARPS][NW][R];
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -165,6 +167,21 @@ __global__ void __launch_bounds__(VS_SKINNY_THREADS)
       for (int c = piece * 32 + lane; c < (n_in + 7) / 8; c += 32 * ksplit)
         vs_prefetch_l2((t ? w3 : w) + (size_t)j * n_in + (size_t)c * 8);
   VS_PDL_ENTER();
+  if (norm_w) { /* the block's copy of the rows, normalised as vs_k_rmsnorm does */
+    extern __shared__ float4 xs4[];
+    __shared__ double dred[32];
+    float *xs = (float *)xs4;
+    for (int i = 0; i < R; i++) {
+      const float *xr = x + (size_t)i * n_in;
+      double ss = 0.0;
+      for (int k = threadIdx.x; k < n_in; k += blockDim.x) ss += (double)xr[k] * (double)xr[k];
+      float inv = vs_rms_inv(vs_block_dsum(ss, dred), n_in, eps);
+      for (int k = threadIdx.x; k < n_in; k += blockDim.x)
+        xs[(size_t)i * n_in + k] = vs_rms_apply(xr[k], inv, norm_w[k]);
+    }
+    __syncthreads();
+    x = xs;
+  }
   /* j is the same for a whole warp, so shuffles below see full warps; no thread returns
    * before the barrier */
   float acc[NW][R];
@@ -222,9 +239,9 @@ static int cg_skinny_split(int n_in, int n_out) {
 }
 
 template <int R>
-static int cg_skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uint16_t *w,
-                             const uint16_t *w3, int n_out, const float *bias, int mode,
-                             float *y) {
+static int cg_skinny_launch(vs_cuda_dev *d, const float *x, const float *norm_w, float eps,
+                            int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
+                            const float *bias, int mode, float *y) {
   int ksplit = cg_skinny_split(n_in, n_out);
   int vec = n_in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 &&
             (uintptr_t)w3 % 16 == 0;
@@ -234,25 +251,36 @@ static int cg_skinny_launch(vs_cuda_dev *d, const float *x, int n_in, const uint
                         mode == VS_SKINNY_ADD      ? vs_k_skinny_bf16<R, VS_SKINNY_ADD>
                         : mode == VS_SKINNY_SWIGLU ? vs_k_skinny_bf16<R, VS_SKINNY_SWIGLU>
                                                    : vs_k_skinny_bf16<R, VS_SKINNY_STORE>,
-                        blocks, VS_SKINNY_THREADS, 0, x, n_in, w, w3, n_out, bias, ksplit, vec,
-                        y);
+                        blocks, VS_SKINNY_THREADS,
+                        norm_w ? (size_t)R * n_in * sizeof(float) : 0, x, norm_w, eps, n_in, w,
+                        w3, n_out, bias, ksplit, vec, y);
 }
 
-int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const uint16_t *w,
-                         const uint16_t *w3, int n_out, const float *bias, int mode, float *y) {
-  if (m < 1 || m > VS_CUDA_SKINNY_ROWS || n_out <= 0 || (mode == VS_SKINNY_SWIGLU && !w3)) {
+/* Rows the few-row kernel normalises itself: m x n_in floats in its shared memory, within
+ * the default 48 KiB with room for its own arrays. */
+#define VS_SKINNY_NORM_BYTES (40 * 1024)
+int vs__cuda_skinny_norms(int m, int n_in) {
+  return m >= 1 && m <= VS_CUDA_SKINNY_ROWS && n_in > 0 &&
+         (size_t)m * n_in * sizeof(float) <= VS_SKINNY_NORM_BYTES;
+}
+
+int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, const float *norm_w, float eps, int m,
+                         int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
+                         const float *bias, int mode, float *y) {
+  if (m < 1 || m > VS_CUDA_SKINNY_ROWS || n_out <= 0 || (mode == VS_SKINNY_SWIGLU && !w3) ||
+      (norm_w && !vs__cuda_skinny_norms(m, n_in))) {
     vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: few-row bf16 product of %d rows", d->head.index, m);
     return 0;
   }
   switch (m) {
-    case 1: return cg_skinny_launch<1>(d, x, n_in, w, w3, n_out, bias, mode, y);
-    case 2: return cg_skinny_launch<2>(d, x, n_in, w, w3, n_out, bias, mode, y);
-    case 3: return cg_skinny_launch<3>(d, x, n_in, w, w3, n_out, bias, mode, y);
-    case 4: return cg_skinny_launch<4>(d, x, n_in, w, w3, n_out, bias, mode, y);
-    case 5: return cg_skinny_launch<5>(d, x, n_in, w, w3, n_out, bias, mode, y);
-    case 6: return cg_skinny_launch<6>(d, x, n_in, w, w3, n_out, bias, mode, y);
-    case 7: return cg_skinny_launch<7>(d, x, n_in, w, w3, n_out, bias, mode, y);
-    default: return cg_skinny_launch<8>(d, x, n_in, w, w3, n_out, bias, mode, y);
+    case 1: return cg_skinny_launch<1>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
+    case 2: return cg_skinny_launch<2>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
+    case 3: return cg_skinny_launch<3>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
+    case 4: return cg_skinny_launch<4>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
+    case 5: return cg_skinny_launch<5>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
+    case 6: return cg_skinny_launch<6>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
+    case 7: return cg_skinny_launch<7>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
+    default: return cg_skinny_launch<8>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
   }
 }
 
@@ -296,7 +324,8 @@ static int cg_linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const
   const uint16_t *wb = vs__cuda_bf16_weight(d, w, n_out, n_in);
   if (!wb) return 0; /* not a weight allocation (or no memory for the copy): fp32 */
   if (m <= VS_CUDA_SKINNY_ROWS) {
-    vs__cuda_skinny_bf16(d, x, m, n_in, wb, nullptr, n_out, bias, VS_SKINNY_STORE, y);
+    vs__cuda_skinny_bf16(d, x, nullptr, 0.0f, m, n_in, wb, nullptr, n_out, bias, VS_SKINNY_STORE,
+                         y);
     return 1;
   }
   size_t nx = (size_t)m * n_in;
