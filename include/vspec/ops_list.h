@@ -225,7 +225,8 @@
     (vspec_dev *dev, const float *x, int m, int n_in, const float *w, int n_out, float *y),        \
     (dev, x, m, n_in, w, n_out, y), 4, op)                                                         \
   /* y[m, hidden] = silu(h W1^T) * (h W3^T) with h = rmsnorm(x[m, dim]) * norm_w (LlamaGen's       \
-   * FeedForward after ffn_norm): rmsnorm, linear w1, linear w3, swiglu. */                        \
+   * FeedForward after ffn_norm): rmsnorm, linear w1, linear w3, swiglu. y must not overlap        \
+   * x. */                                                                                         \
   X(void, norm_swiglu,                                                                             \
     (vspec_dev *dev, const float *x, int m, int dim, const float *norm_w, float eps,               \
      const float *w1, const float *w3, int hidden, float *y),                                      \
@@ -235,7 +236,7 @@
    * then v), q and k rotated by rope_apply with table row pos[i], then the keys and values        \
    * of node j of CFG row r stored at cache slot slots[j] (vspec_kv_cache; slots is device         \
    * memory [n], the same for every CFG row). norm_w NULL: no norm, x itself is multiplied         \
-   * (EAGLE's first layer has no input norm). */                                                   \
+   * (EAGLE's first layer has no input norm). qkv must not overlap x. */                           \
   X(void, norm_qkv_rope,                                                                           \
     (vspec_dev *dev, const float *x, int n, int dim, const float *norm_w, float eps,               \
      const float *wqkv, const int32_t *pos, const float *rope_table, const vspec_kv_cache *kv,     \

@@ -162,10 +162,10 @@ __global__ void __launch_bounds__(VS_SKINNY_THREADS)
   int piece = warp % ksplit, j = blockIdx.x * (VS_SKINNY_WARPS / ksplit) + warp / ksplit;
   /* The weights do not depend on the kernel before this one: under programmatic dependent
    * launch they are fetched into L2 while it finishes (a prefetch changes no result). */
-  if (j < n_out)
+  if (j < n_out) /* one request per 128-byte line (64 weights) of the column's row */
     for (int t = 0; t < NW; t++)
-      for (int c = piece * 32 + lane; c < (n_in + 7) / 8; c += 32 * ksplit)
-        vs_prefetch_l2((t ? w3 : w) + (size_t)j * n_in + (size_t)c * 8);
+      for (int c = piece * 32 + lane; c < (n_in + 63) / 64; c += 32 * ksplit)
+        vs_prefetch_l2((t ? w3 : w) + (size_t)j * n_in + (size_t)c * 64);
   VS_PDL_ENTER();
   if (norm_w) { /* the block's copy of the rows, normalised as vs_k_rmsnorm does */
     extern __shared__ float4 xs4[];
@@ -243,7 +243,8 @@ static int cg_skinny_launch(vs_cuda_dev *d, const float *x, const float *norm_w,
                             int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
                             const float *bias, int mode, float *y) {
   int ksplit = cg_skinny_split(n_in, n_out);
-  int vec = n_in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 &&
+  /* with norm_w the kernel reads its shared copy of the rows, always aligned */
+  int vec = n_in % 8 == 0 && (norm_w || (uintptr_t)x % 16 == 0) && (uintptr_t)w % 16 == 0 &&
             (uintptr_t)w3 % 16 == 0;
   int cols = VS_SKINNY_WARPS / ksplit;
   unsigned blocks = (unsigned)((n_out + cols - 1) / cols);

@@ -163,7 +163,9 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
   if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, opt->index) !=
       cudaSuccess)
     (void)cudaGetLastError();
-  d->pdl = cc_major >= 9 && !pdl_off;
+  /* griddepcontrol is in the kernels only where they were compiled for sm_90+ (a build
+   * whose CUDA_ARCH lacks it would launch kernels that do not wait) */
+  d->pdl = cc_major >= 9 && fa.ptxVersion >= 90 && !pdl_off;
   if (!(d->gpu = vs_cuda_gpu_get(opt->index, opt->memory_limit, err, errlen))) {
     free(d);
     return VSPEC_ENOMEM;

@@ -36,7 +36,7 @@ static void test_kernel_switches(void **state) {
   for (int v = 0; v < 2; v++) {
     char err[VSPEC_ERRLEN] = "";
     vspec_dev *dev = NULL;
-    setenv(vars[v][0], "maybe", 1);
+    setenv(vars[v][0], "maybe", 1); /* unset_switches clears it even when this test fails */
     assert_int_equal(vs_device_open("cuda", NULL, &dev, err, sizeof err), VSPEC_EINVAL);
     assert_null(dev);
     assert_non_null(strstr(err, vars[v][0]));
@@ -49,6 +49,13 @@ static void test_kernel_switches(void **state) {
     }
     unsetenv(vars[v][0]);
   }
+}
+
+static int unset_switches(void **state) {
+  (void)state;
+  unsetenv("VSPEC_CUDA_ATTENTION");
+  unsetenv("VSPEC_CUDA_PDL");
+  return 0;
 }
 
 /* models/fmnist needs about 30 MB for its fp32 weights: under a 16 MiB limit the load fails
@@ -92,7 +99,7 @@ static void test_memory_limit(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wrong_index),
-      cmocka_unit_test(test_kernel_switches),
+      cmocka_unit_test_teardown(test_kernel_switches, unset_switches),
       cmocka_unit_test(test_memory_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -369,7 +369,7 @@ static int lg__session_buffers(vspec_session *s, int max_nodes, char *err, size_
   size_t M = (size_t)s->rows * s->max_nodes;
   size_t cache = (size_t)g->n_layer * vs_kv_layer_elems(&s->kv) * sizeof(float);
   s->cond_embed = ops->alloc(dev, (size_t)s->rows * g->n_cond * g->dim * sizeof(float));
-  int work_rc = lg_work_alloc(H, ops, dev, g, M, (size_t)g->caption_len, &s->w);
+  int work_rc = lg_work_alloc(H, ops, dev, g, M, (size_t)g->caption_len, 0, &s->w);
   s->cond_valid = H->calloc((size_t)g->n_cond, 1);
   s->mask = H->calloc((size_t)s->max_nodes * slots, 1);
   if (kv_rc || work_rc || !s->cond_embed || !s->cond_valid || !s->mask) {

@@ -155,15 +155,17 @@ static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_wor
   lg_head_out(g, ops, dev, w, seg, count, K, stage);
 }
 
-/* The lead session's batch workspace for `need` rows and its host stage for `rows` rows of
- * outputs (lg__out_rows), grown as needed; both belong to the lead (freed with it, by its own
- * device). Returns the stage, or NULL when out of memory. */
-static float *lg__multi_room(vspec_session *lead, size_t need, size_t rows) {
+/* The lead session's batch workspace for `rows` rows and `ints` words of integers, and its
+ * host stage for `rows` rows of outputs (lg__out_rows), grown as needed; both belong to the
+ * lead (freed with it, by its own device). Returns the stage, or NULL when out of memory. */
+static float *lg__multi_room(vspec_session *lead, size_t rows, size_t ints) {
   const vspec_host *H = lead->host;
   const lg_gpt *g = &lead->m->gpt;
-  if (need > lead->multi.rows) {
+  if (rows > lead->multi.rows || ints > lead->multi.idx_ints) {
+    size_t want = rows > lead->multi.rows ? rows : lead->multi.rows;
+    size_t want_ints = ints > lead->multi.idx_ints ? ints : lead->multi.idx_ints;
     lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-    if (lg_work_alloc(H, lead->ops, lead->dev, g, need, 0, &lead->multi)) {
+    if (lg_work_alloc(H, lead->ops, lead->dev, g, want, 0, want_ints, &lead->multi)) {
       lg_work_free(H, lead->ops, lead->dev, &lead->multi);
       return NULL;
     }
@@ -225,11 +227,9 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
                                                        "which the unfused batch does not");
       return VSPEC_ENOTSUP;
     }
-  /* rows enough for the fused path's integers too (lg__multi_upload: at most this many) */
-  size_t need = rows;
-  ints += 3 * rows + lg__batch_ints(lead->m, ops, count);
-  if (LG_IDX_INTS(need) < ints) need = (ints + 9) / 10;
-  float *stage = lg__multi_room(lead, need, rows);
+  /* room for the fused path's integers too (lg__multi_upload: at most this many words) */
+  ints += 3 * rows + (fused ? lg__batch_ints(lead->m, ops, count) : 0);
+  float *stage = lg__multi_room(lead, rows, ints);
   if (!stage) {
     snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
     return VSPEC_ENOMEM;

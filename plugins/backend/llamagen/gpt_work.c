@@ -7,7 +7,7 @@
 #include "lg_internal.h"
 
 int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, const lg_gpt *g,
-                  size_t rows, size_t h_rows, lg_work *w) {
+                  size_t rows, size_t h_rows, size_t idx_ints, lg_work *w) {
   size_t f = sizeof(float), qkv_w = (size_t)(g->n_head + 2 * g->n_kv_head) * g->head_dim;
   memset(w, 0, sizeof *w);
   /* Not zero-filled: a forward writes the rows it reads. A speculative job's target session
@@ -22,9 +22,11 @@ int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, con
   w->logits = vspec_alloc_uninit(ops, dev, rows * g->vocab * f);
   w->pos = H->calloc(rows, sizeof(int32_t));
   w->tok = H->calloc(rows, sizeof(int32_t));
-  w->idx_host = H->calloc(LG_IDX_INTS(rows), sizeof(int32_t));
-  w->idx_dev = vspec_alloc_uninit(ops, dev, LG_IDX_INTS(rows) * sizeof(int32_t));
+  if (idx_ints < LG_IDX_INTS(rows)) idx_ints = LG_IDX_INTS(rows);
+  w->idx_host = H->calloc(idx_ints, sizeof(int32_t));
+  w->idx_dev = vspec_alloc_uninit(ops, dev, idx_ints * sizeof(int32_t));
   w->rows = rows;
+  w->idx_ints = idx_ints;
   return w->x && w->h && w->qkv && w->att && w->ff1 && w->ff3 && w->logits && w->pos &&
                  w->tok && w->idx_host && w->idx_dev
              ? VSPEC_OK

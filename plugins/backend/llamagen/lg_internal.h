@@ -122,9 +122,11 @@ typedef struct lg_work {
   /* The integer inputs of a fused forward, staged on the host and uploaded in one transfer
    * (lg_idx): tokens, positions, head rows, tree parents, cache slots and the tree's
    * lengths, then the device draw's uniforms, guidance flags and tokens
-   * [LG_IDX_INTS(rows)]. */
+   * [idx_ints: at least LG_IDX_INTS(rows); a batch's also holds the entries of its batch
+   * ops]. */
   int32_t *idx_host, *idx_dev;
   size_t rows;     /* capacity in rows */
+  size_t idx_ints; /* capacity of idx_host and idx_dev in int32 words */
 } lg_work;
 
 struct vspec_session {
@@ -167,9 +169,9 @@ struct vspec_session {
 };
 
 /* gpt_work.c: work buffers for `rows` forward rows; h holds at least h_rows (the caption
- * MLP's). */
+ * MLP's), the integer staging at least idx_ints words (and LG_IDX_INTS(rows)). */
 int lg_work_alloc(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, const lg_gpt *g,
-                  size_t rows, size_t h_rows, lg_work *w);
+                  size_t rows, size_t h_rows, size_t idx_ints, lg_work *w);
 void lg_work_free(const vspec_host *H, const vspec_ops *ops, vspec_dev *dev, lg_work *w);
 
 /* gpt.c: weights and sessions */
