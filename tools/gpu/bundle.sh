@@ -46,3 +46,10 @@ done
 # most 64 MiB): symbols stay, so backtraces still name functions.
 find "$OUT" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true
 du -sh "$OUT" | awk '{print "bundle: " $1 " in " $2}'
+# The checkout that travels with it (models/, tests/golden/) is about 48 MB already: the
+# bundle travels packed (about 9 MB), unpacked there with `tar xJf OUT.tar.xz -C <its parent>`
+# (tools/gpu/check.sh does that itself when given the archive).
+if command -v xz >/dev/null 2>&1; then
+  tar cf - -C "$(dirname "$OUT")" "$(basename "$OUT")" | xz -T0 -6 >"$OUT.tar.xz"
+  du -sh "$OUT.tar.xz" | awk '{print "packed: " $1 " in " $2}'
+fi

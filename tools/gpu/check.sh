@@ -5,8 +5,10 @@
 # step has its own time limit, so one that hangs cannot eat the loan, and the later steps
 # (chains, concurrency, kernels) run only while the steps before them left the time.
 #
-#   make gpu-bundle                                  # here: build/gpu-bundle, tens of MiB
+#   make gpu-bundle                                  # here: build/gpu-bundle and its .tar.xz
 #   tools/gpu/check.sh [BUNDLE_DIR] [OUT_DIR]        # there, from the repository root
+#   tools/gpu/check.sh build/gpu-bundle.tar.xz       # the same from the packed bundle (carry
+#                                                    # that one: the checkout is 48 MB already)
 #
 # BUNDLE_DIR defaults to build/gpu-bundle (or build where there is no bundle), OUT_DIR to
 # out/gpu-check: the logs, the cost curve and the eval's JSON land there. DEVICE=cuda:N
@@ -15,6 +17,9 @@
 # Exit status: that of the GPU suite (the goals are figures to record, not a pass/fail).
 set -u
 B=${1:-build/gpu-bundle}
+case $B in # the packed bundle (make gpu-bundle writes both): unpacked beside the archive
+  *.tar.xz) tar xJf "$B" -C "$(dirname "$B")" && B=${B%.tar.xz} ;;
+esac
 [ -x "$B/vspec-bench" ] || B=build
 OUT=${2:-out/gpu-check}
 DEVICE=${DEVICE:-cuda}
