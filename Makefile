@@ -419,6 +419,7 @@ python-check: all $(PY_PKG)/vspec_pb2.py
 	@st=0; \
 	VSPEC_BUILD=$(BUILD) PYTHONPATH=$(BUILD)/python $(PYTHON) tests/python/test_client.py || st=1; \
 	VSPEC_BUILD=$(BUILD) $(OPENAI_PYTHON) tests/python/test_openai.py || st=1; \
+	$(PYTHON) tests/python/test_kernel_table.py || st=1; \
 	exit $$st
 
 # make test ends with one line, "N passed, N failed, N skipped" (tests/tally.sh): test
