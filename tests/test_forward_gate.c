@@ -24,19 +24,11 @@
 #include "core/host.h"
 #include "core/metrics.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/ops_views.h"
 #include "tests/support/method_of.h"
 
 static vspec_host host, host_nobatch;
 
-/* The device's table without the batch ops of ABI 1.9: a batch then runs each session's
- * attention part as its own ops, as before them. */
-static const vspec_ops *ops_nobatch(const vspec_dev *d) {
-  static vspec_ops t;
-  t = *vs_dev_ops(d);
-  t.norm_qkv_rope_batch = NULL;
-  t.tree_attention_batch = NULL;
-  return &t;
-}
 static vs_registry *reg;
 
 /* ---- forward_multi against forward ----------------------------------------------------- */
@@ -688,7 +680,7 @@ int main(void) {
   snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
   vs_host_init(&host, vs_cpu_ops());
   host_nobatch = host;
-  host_nobatch.dev_ops = ops_nobatch;
+  host_nobatch.dev_ops = vt_ops_nobatch;
   if (vs_registry_open(dir, &host, &reg, err, sizeof err) ||
       vs_dev_create(vs_cpu_ops(), 1, &fake_dev, err, sizeof err) ||
       vs_dev_create(vs_cpu_ops(), 1, &fake_dev2, err, sizeof err)) {

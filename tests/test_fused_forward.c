@@ -29,6 +29,7 @@
 #include "core/safetensors.h"
 #include "core/sampling.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/ops_views.h"
 #include "tests/support/test_device.h"
 #include "tests/support/method_of.h"
 
@@ -36,20 +37,6 @@ static vspec_host host, host_unfused;
 static vspec_dev *dev;
 static vs_registry *reg;
 static double tolerance; /* 0 on the CPU: bit-identical */
-
-/* The device's table without the fused ops: what a device that lacks them hands out. */
-static const vspec_ops *ops_unfused(const vspec_dev *d) {
-  static vspec_ops t;
-  t = *vs_dev_ops(d);
-  t.gather_rows = NULL;
-  t.rmsnorm_rows = NULL;
-  t.linear_add = NULL;
-  t.norm_swiglu = NULL;
-  t.norm_qkv_rope = NULL;
-  t.tree_attention = NULL;
-  t.sample_tokens = NULL;
-  return &t;
-}
 
 /* One model loaded by both hosts, and a session of each. A draft head (eagle) reads the
  * target's features with every node: the script makes them up. */
@@ -499,7 +486,7 @@ int main(void) {
   snprintf(dir, sizeof dir, "%s/plugins", b ? b : "build");
   vs_host_init(&host, vs_cpu_ops());
   host_unfused = host;
-  host_unfused.dev_ops = ops_unfused;
+  host_unfused.dev_ops = vt_ops_unfused;
   dev = vt_test_device(2);
   const char *prec = getenv("VSPEC_TEST_PRECISION");
   tolerance = strcmp(vt_test_device_name(), "cpu") == 0 ? 0

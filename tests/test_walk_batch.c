@@ -37,6 +37,7 @@
 #include "core/tree.h"
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
+#include "tests/support/ops_views.h"
 #include "tests/support/method_of.h"
 
 static vspec_host host, host_unfused;
@@ -595,21 +596,6 @@ static void test_gate_jobs_walk(void **state) {
 
 /* ---- the unfused forward ----------------------------------------------------------------- */
 
-/* The device's table without the fused ops: what a device that lacks them hands out (the
- * walk op it keeps). */
-static const vspec_ops *ops_unfused(const vspec_dev *d) {
-  static vspec_ops t;
-  t = *vs_dev_ops(d);
-  t.gather_rows = NULL;
-  t.rmsnorm_rows = NULL;
-  t.linear_add = NULL;
-  t.norm_swiglu = NULL;
-  t.norm_qkv_rope = NULL;
-  t.tree_attention = NULL;
-  t.sample_tokens = NULL;
-  return &t;
-}
-
 /* Whole jobs whose target forwards take the unfused path walk there too: the same tokens and
  * metrics as the host walk, and every such round's logits less its result not downloaded. */
 static void test_unfused_jobs_walk(void **state) {
@@ -657,7 +643,7 @@ int main(void) {
   setenv("VSPEC_CACHE_DIR", cache, 1); /* the neighbour table is built, not read from $HOME */
   vs_host_init(&host, vs_cpu_ops());
   host_unfused = host;
-  host_unfused.dev_ops = ops_unfused;
+  host_unfused.dev_ops = vt_ops_unfused;
   if (vs_registry_open(dir, &host, &reg, err, sizeof err)) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;

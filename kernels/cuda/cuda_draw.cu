@@ -74,32 +74,7 @@ struct vs_draw_args {
  * walk in each chunk. -1 when nothing has mass. Every thread gets the token. */
 __device__ static int vs_draw_invcdf(vs_draw_smem *s, const vs_draw_row &r, const vs_draw_cut &c,
                                      int V, double u) {
-  const int tid = threadIdx.x, nt = blockDim.x;
-  int chunk = (V + nt - 1) / nt, lo = vs_draw_chunk_start(tid, chunk, V);
-  int hi = vs_draw_chunk_start(tid + 1, chunk, V), lastp = -1;
-  double cs = 0.0, total;
-  for (int j = lo; j < hi; j++) {
-    float v = r.val(j);
-    float p = c.prob(v, j);
-    if (p > 0.0f) cs += p, lastp = j;
-  }
-  double run = vs_draw_scan<double>(cs, s->dred, &total);
-  int last = vs_draw_iext(lastp, 1, s);
-  if (last < 0) return -1;
-  double target = u * total;
-  int found = VS_DRAW_NONE;
-  for (int j = lo; j < hi; j++) {
-    float v = r.val(j);
-    float p = c.prob(v, j);
-    if (!(p > 0.0f)) continue; /* the running sum cannot cross on a zero entry */
-    run += p;
-    if (run > target) {
-      found = j;
-      break;
-    }
-  }
-  found = vs_draw_iext(found, 0, s);
-  return found < last ? found : last;
+  return vs_draw_pick(s, V, u, [&](int j) { return c.prob(r.val(j), j); });
 }
 
 

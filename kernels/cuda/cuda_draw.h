@@ -153,6 +153,39 @@ __device__ static inline int vs_draw_chunk_start(int t, int chunk, int V) {
   return s < V ? (int)s : V;
 }
 
+/* The host's vs_host_sample over probabilities prob(j) (positive entries, index order): the
+ * first j whose cumulative probability exceeds u x total, the last positive entry when
+ * rounding runs past, -1 for none. Chunk sums, their scan, then the walk in each chunk;
+ * prob is evaluated twice per entry, the same value each time. Every thread gets the token.
+ * sample_tokens' and draw_probs' draw (cuda_draw.cu) and the walk's (cuda_walk.cu). */
+template <typename Prob>
+__device__ static int vs_draw_pick(vs_draw_smem *s, int V, double u, Prob prob) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  int chunk = (V + nt - 1) / nt, lo = vs_draw_chunk_start(tid, chunk, V);
+  int hi = vs_draw_chunk_start(tid + 1, chunk, V), lastp = -1;
+  double cs = 0.0, total;
+  for (int j = lo; j < hi; j++) {
+    float p = prob(j);
+    if (p > 0.0f) cs += p, lastp = j;
+  }
+  double run = vs_draw_scan<double>(cs, s->dred, &total);
+  int last = vs_draw_iext(lastp, 1, s);
+  if (last < 0) return -1;
+  double target = u * total;
+  int found = VS_DRAW_NONE;
+  for (int j = lo; j < hi; j++) {
+    float p = prob(j);
+    if (!(p > 0.0f)) continue; /* the running sum cannot cross on a zero entry */
+    run += p;
+    if (run > target) {
+      found = j;
+      break;
+    }
+  }
+  found = vs_draw_iext(found, 0, s);
+  return found < last ? found : last;
+}
+
 /* ---- radix select ---------------------------------------------------------------------- */
 
 /* Warp 0, after a histogram: the first bucket, from 255 down, that holds entries and whose

@@ -71,31 +71,9 @@ __device__ static void gw_copy(float *dst, const float *src, int V) {
   __syncthreads();
 }
 
-/* The host's vs_host_sample: the first i whose cumulative probability (positive entries, index
- * order) exceeds u x total, the last positive entry when rounding runs past, -1 for none. The
- * chunks and their scan are sample_tokens'. */
+/* The host's vs_host_sample over p (cuda_draw.h, vs_draw_pick: sample_tokens' draw). */
 __device__ static int gw_draw(const float *p, int V, double u, vs_draw_smem *s) {
-  int tid = threadIdx.x, nt = blockDim.x;
-  int chunk = (V + nt - 1) / nt, lo = vs_draw_chunk_start(tid, chunk, V);
-  int hi = vs_draw_chunk_start(tid + 1, chunk, V), lastp = -1;
-  double cs = 0.0, total;
-  for (int j = lo; j < hi; j++)
-    if (p[j] > 0.0f) cs += p[j], lastp = j;
-  double run = vs_draw_scan<double>(cs, s->dred, &total);
-  int last = vs_draw_iext(lastp, 1, s);
-  if (last < 0) return -1;
-  double target = u * total;
-  int found = VS_DRAW_NONE;
-  for (int j = lo; j < hi; j++) {
-    if (!(p[j] > 0.0f)) continue;
-    run += p[j];
-    if (run > target) {
-      found = j;
-      break;
-    }
-  }
-  found = vs_draw_iext(found, 0, s);
-  return found < last ? found : last;
+  return vs_draw_pick(s, V, u, [p](int j) { return p[j]; });
 }
 
 /* The target distribution after `node` into probs (core/sampling.c vs_node_distribution):
