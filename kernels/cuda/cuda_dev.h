@@ -95,6 +95,8 @@ typedef struct vs_cuda_dev {
   int up_next;
   int precision;    /* VS_PRECISION_FP32 or VS_PRECISION_BF16 */
   int tatt_generic; /* VSPEC_CUDA_ATTENTION=generic at open (cuda_module.cu) */
+  int rope_epilogue; /* RoPE and stores in the few-row product (cuda_fused.cu) unless
+                      * VSPEC_CUDA_ROPE=separate at open */
   int pdl;          /* programmatic dependent launch (vs_cuda_launch): sm_90+ unless
                      * VSPEC_CUDA_PDL=off at open (cuda_module.cu) */
   /* device scratch: im2col tiles, bf16 activations, uploaded positions and masks */
@@ -259,8 +261,22 @@ int vs__cuda_rmsnorm_launch(vs_cuda_dev *d, const float *x, const int32_t *idx, 
 /* Rows up to which bf16 linear layers run the few-row kernel (cuda_gemm.cu). */
 #define VS_CUDA_SKINNY_ROWS 8
 /* What the few-row kernel does with a column's sum s: y = s + bias, y += s, or (with the
- * second weight w3 and its sum u) y = silu(s) * u. */
-enum { VS_SKINNY_STORE = 0, VS_SKINNY_ADD = 1, VS_SKINNY_SWIGLU = 2 };
+ * second weight w3 and its sum u) y = silu(s) * u; or, for norm_qkv_rope, RoPE and the KV
+ * stores on the sums of a pair of columns (vs__cuda_skinny_qkv_rope). */
+enum { VS_SKINNY_STORE = 0, VS_SKINNY_ADD = 1, VS_SKINNY_SWIGLU = 2, VS_SKINNY_ROPE = 3 };
+/* What the RoPE epilogue needs (device arrays, as norm_qkv_rope's and norm_qkv_rope_batch's):
+ * positions and the table, the shape, and one session's cache, slots and node count, or
+ * (es non-NULL) a batch's entries in row order. */
+typedef struct vs_skinny_rope {
+  const int32_t *pos;
+  const float *table;
+  int H, Hkv, hd;
+  vspec_kv_cache kv;
+  const int32_t *slots;
+  int n;
+  const vspec_kv_batch_entry *es;
+  int count;
+} vs_skinny_rope;
 /* y[m, n_out] from x[m, n_in] (m <= VS_CUDA_SKINNY_ROWS) and bf16 weights (cuda_gemm.cu). 1 when
  * launched. With norm_w the kernel multiplies rmsnorm(x) * norm_w instead, normalising the
  * rows itself as vs__cuda_rmsnorm_launch would (the same bits); only where
@@ -269,6 +285,11 @@ int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, const float *norm_w, fl
                          int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
                          const float *bias, int mode, float *y);
 int vs__cuda_skinny_norms(int m, int n_in);
+/* norm_qkv_rope's product on the few-row kernel with RoPE and the stores in its epilogue,
+ * the same bits as the product then vs_k_rope_store (cuda_fused.cu); an even head_dim. */
+int vs__cuda_skinny_qkv_rope(vs_cuda_dev *d, const float *x, const float *norm_w, float eps,
+                             int m, int n_in, const uint16_t *w, const vs_skinny_rope *rope,
+                             float *qkv);
 /* y = xb W^T + beta y on tensor cores, bf16 operands and fp32 accumulation (cuBLAS). */
 int vs__cuda_gemm_bf16(vs_cuda_dev *d, const uint16_t *xb, int m, int n_in, const uint16_t *wb,
                        int n_out, float beta, float *y);

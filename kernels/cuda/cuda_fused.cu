@@ -23,6 +23,7 @@
 
 #include "kernels/common/vs_math.h"
 #include "kernels/cuda/cuda_dev.h"
+#include "kernels/cuda/cuda_rope_store.h"
 
 #define VS_GRID_STRIDE(i, n)                                                   \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
@@ -178,30 +179,15 @@ void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const f
 
 /* ---- norm_qkv_rope ----------------------------------------------------------------------- */
 
-/* One thread per (row, head of q|k|v, pair of channels): q and k pairs rotate as vs_k_rope
- * does (table row pos[row], pair j uses entries 2j and 2j+1), k and v pairs of row
- * (CFG row r, node j) go to cache slot slots[j] as well (a slot outside the cache is not
- * written). An odd head_dim leaves its last channel unrotated, as rope_apply does. */
-/* Element j (channels 2j, 2j + 1) of head hh of one row: q and k rotate by the table row
- * of the row's position; k and v are stored at `slot` of CFG row r (none outside the cache). */
+/* One thread per (row, head of q|k|v, pair of channels): vs_rope_store_vals
+ * (cuda_rope_store.h) on the pair the product stored, in place. */
 __device__ static inline void cf_rope_store_pair(float *row, int hh, int j, int H, int Hkv,
                                                  int hd, const float *t,
                                                  const vspec_kv_cache &kv, int r, int slot) {
   float *xh = row + (size_t)hh * hd;
-  int c = 2 * j, pair = c + 1 < hd;
-  float y0 = xh[c], y1 = pair ? xh[c + 1] : 0.0f;
-  if (hh < H + Hkv && j < hd / 2) { /* q or k: rotate */
-    float x0 = y0, x1 = y1;
-    vs_rope_rotate(x0, x1, t[2 * j], t[2 * j + 1], &y0, &y1);
-    xh[c] = y0;
-    xh[c + 1] = y1;
-  }
-  if (hh >= H && slot >= 0 && slot < kv.slots) { /* k or v: store into the cache */
-    int is_v = hh >= H + Hkv, g = hh - H - (is_v ? Hkv : 0);
-    float *dst = (is_v ? kv.v : kv.k) + (((size_t)r * Hkv + g) * kv.slots + (size_t)slot) * hd + c;
-    dst[0] = y0;
-    if (pair) dst[1] = y1;
-  }
+  int c = 2 * j;
+  vs_rope_store_vals(xh, xh[c], c + 1 < hd ? xh[c + 1] : 0.0f, hh, j, H, Hkv, hd, t, kv, r,
+                     slot);
 }
 
 __global__ void vs_k_rope_store(float *qkv, int m, int n, int H, int Hkv, int hd,
@@ -257,6 +243,25 @@ static int cf_norm_qkv(vs_cuda_dev *d, const float *x, int m, int dim, const flo
          cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv);
 }
 
+/* The whole op in one launch where it can be: the few-row bf16 product with RoPE and the
+ * stores in its epilogue (an even head_dim). 1 when launched that way (or failed, recorded),
+ * 0 when the caller runs the product and vs_k_rope_store. The third profile (docs/
+ * BENCHMARKS.md, "On a GPU") had the separate store kernel at 2.9 us a layer, 8 % of a step. */
+static int cf_qkv_rope_fused(vs_cuda_dev *d, const float *x, int m, int dim,
+                             const float *norm_w, float eps, const float *wqkv,
+                             const vs_skinny_rope *rope, float *qkv) {
+  int qkv_w = (rope->H + 2 * rope->Hkv) * rope->hd;
+  const uint16_t *wb = d->rope_epilogue && rope->hd % 2 == 0
+                           ? vs__cuda_bf16_weight(d, wqkv, qkv_w, dim)
+                           : NULL;
+  if (cf_path(m, wb) != VS_PATH_SKINNY) return 0;
+  void *s = vs_cuda_scratch(d, cf_acts_bytes(VS_PATH_SKINNY, m, dim));
+  cf_acts a;
+  if (s && cf_norm_into(d, VS_PATH_SKINNY, x, m, dim, norm_w, eps, s, &a))
+    vs__cuda_skinny_qkv_rope(d, a.h, a.norm_w, a.eps, m, dim, wb, rope, qkv);
+  return 1;
+}
+
 int vs__cuda_kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op) {
   if (kv && kv->k && kv->v && kv->rows > 0 && kv->n_heads > 0 && kv->kv_heads > 0 &&
       kv->head_dim > 0 && kv->slots > 0 && kv->n_heads % kv->kv_heads == 0)
@@ -279,6 +284,8 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
   }
   int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
   int qkv_w = (H + 2 * Hkv) * hd;
+  vs_skinny_rope rope = {pos, rope_table, H, Hkv, hd, *kv, slots, n, NULL, 0};
+  if (cf_qkv_rope_fused(d, x, m, dim, norm_w, eps, wqkv, &rope, qkv)) return;
   if (!cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, qkv_w, qkv)) return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
   vs_cuda_launch(d, "norm_qkv_rope (rope and cache stores)", vs_k_rope_store,
@@ -322,6 +329,8 @@ void vs_cuda_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const 
   }
   int m = b->m, H = k0->n_heads, Hkv = k0->kv_heads, hd = k0->head_dim;
   int qkv_w = (H + 2 * Hkv) * hd;
+  vs_skinny_rope rope = {pos, rope_table, H, Hkv, hd, *k0, NULL, 0, b->entries_dev, b->count};
+  if (cf_qkv_rope_fused(d, x, m, dim, norm_w, eps, wqkv, &rope, qkv)) return;
   if (!cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, qkv_w, qkv)) return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
   vs_cuda_launch(d, "norm_qkv_rope_batch (rope and cache stores)", vs_k_rope_store_batch,

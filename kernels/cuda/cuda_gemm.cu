@@ -19,7 +19,7 @@
  */
 #include "kernels/common/vs_math.h"
 #include "kernels/cuda/cuda_dev.h"
-#include "kernels/cuda/cuda_reduce.h"
+#include "kernels/cuda/cuda_rope_store.h"
 
 void vs_cuda_gemm(vspec_dev *dev, int trans_a, int trans_b, int m, int n, int k, float alpha,
                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
@@ -151,36 +151,120 @@ __device__ static void vs_skinny_terms(const float *x, int n_in, const uint16_t 
     }
 }
 
+/* The R rows of x normalised into xs (shared, R x n_in), bit for bit as vs_k_rmsnorm
+ * (cuda_norm.cu) normalises each: every thread sums its elements k = tid, tid + 256, ... in
+ * double in that order, the warps reduce by the same shuffle tree and thread i adds the
+ * warps' partials of row i from 0 in warp order. Laid out for latency, since the rows are
+ * the previous kernel's output and every block waits for them: all R rows' loads of a
+ * thread are issued together (VS_SKINNY_NORM_UNROLL elements each before any is used), the
+ * R reductions share one barrier, and norm_w, which no kernel writes, was asked into L2
+ * before the programmatic wait. The first profile of the fused kernel had a row-by-row
+ * prologue (three dependent trips to memory and six barriers for two rows) costing about
+ * as much as a separate norm launch (docs/BENCHMARKS.md, "On a GPU"). Ends with a barrier. */
+#define VS_SKINNY_NORM_UNROLL 4
+template <int R>
+__device__ static const float *vs_skinny_norm_rows(const float *x, const float *norm_w,
+                                                   float eps, int n_in, float *xs) {
+  __shared__ double red[R][VS_SKINNY_WARPS];
+  __shared__ float inv[R];
+  double ss[R];
+#pragma unroll
+  for (int i = 0; i < R; i++) ss[i] = 0.0;
+  int step = blockDim.x;
+  for (int k0 = threadIdx.x; k0 < n_in; k0 += VS_SKINNY_NORM_UNROLL * step) {
+    float v[VS_SKINNY_NORM_UNROLL][R];
+#pragma unroll
+    for (int u = 0; u < VS_SKINNY_NORM_UNROLL; u++) {
+      int k = k0 + u * step;
+#pragma unroll
+      for (int i = 0; i < R; i++) v[u][i] = k < n_in ? x[(size_t)i * n_in + k] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < VS_SKINNY_NORM_UNROLL; u++) {
+      int k = k0 + u * step;
+      if (k >= n_in) break;
+#pragma unroll
+      for (int i = 0; i < R; i++) {
+        xs[(size_t)i * n_in + k] = v[u][i];
+        ss[i] += (double)v[u][i] * (double)v[u][i];
+      }
+    }
+  }
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    double s = ss[i];
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0) red[i][warp] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < R) {
+    double s = 0.0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += red[threadIdx.x][w];
+    inv[threadIdx.x] = vs_rms_inv(s, n_in, eps);
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < n_in; k += step) { /* the thread's own elements */
+    float wk = norm_w[k];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      xs[(size_t)i * n_in + k] = vs_rms_apply(xs[(size_t)i * n_in + k], inv[i], wk);
+  }
+  __syncthreads();
+  return xs;
+}
+
+/* The RoPE epilogue (VS_SKINNY_ROPE): columns 2j and 2j + 1 of the q|k|v rows, summed as the
+ * store mode sums them (plus a zero bias, as that mode adds), go through vs_rope_store_vals
+ * (cuda_rope_store.h) as vs_k_rope_store would take them from memory: q and k rotated, k and v
+ * also into the row's session's cache. Row i's session is the one-session op's, or the last
+ * entry of a batch whose first row is at most i. */
+template <int R>
+__device__ static void vs_skinny_rope_rows(const vs_skinny_rope &rp, int j, const float *s0,
+                                           const float *s1, float *qkv) {
+  int hd = rp.hd, qkv_w = (rp.H + 2 * rp.Hkv) * hd;
+  int c = 2 * j, hh = c / hd, pj = (c % hd) / 2;
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    int k = 0;
+    if (rp.es)
+      while (k + 1 < rp.count && rp.es[k + 1].row0 <= i) k++;
+    vspec_kv_cache kv = rp.es ? rp.es[k].kv : rp.kv;
+    const int32_t *slots = rp.es ? rp.es[k].slots : rp.slots;
+    int n = rp.es ? rp.es[k].tree.n : rp.n, ri = rp.es ? i - rp.es[k].row0 : i;
+    int slot = hh >= rp.H ? slots[ri % n] : -1;
+    vs_rope_store_vals(qkv + (size_t)i * qkv_w + (size_t)hh * hd, s0[i] + 0.0f, s1[i] + 0.0f,
+                       hh, pj, rp.H, rp.Hkv, hd, rp.table + (size_t)rp.pos[i] * (hd / 2) * 2, kv,
+                       ri / n, slot);
+  }
+}
+
 template <int R, int MODE>
 __global__ void __launch_bounds__(VS_SKINNY_THREADS)
     vs_k_skinny_bf16(const float *x, const float *norm_w, float eps, int n_in, const uint16_t *w,
                      const uint16_t *w3, int n_out, const float *bias, int ksplit, int vec,
-                     float *y) {
-  constexpr int NW = MODE == VS_SKINNY_SWIGLU ? 2 : 1;
+                     vs_skinny_rope rope, float *y) {
+  /* two weight rows a warp: w and w3 (SwiGLU), or rows 2j and 2j + 1 of w (RoPE's pair) */
+  constexpr int NW = MODE == VS_SKINNY_SWIGLU || MODE == VS_SKINNY_ROPE ? 2 : 1;
   __shared__ float part[VS_SKINNY_WARPS][NW][R];
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int piece = warp % ksplit, j = blockIdx.x * (VS_SKINNY_WARPS / ksplit) + warp / ksplit;
+  const uint16_t *wr[NW]; /* formed for every j, read only where j < n_out */
+  wr[0] = w + (MODE == VS_SKINNY_ROPE ? 2 * (size_t)j : (size_t)j) * n_in;
+  if (NW == 2) wr[NW - 1] = MODE == VS_SKINNY_ROPE ? wr[0] + n_in : w3 + (size_t)j * n_in;
   /* The weights do not depend on the kernel before this one: under programmatic dependent
    * launch they are fetched into L2 while it finishes (a prefetch changes no result). */
   if (j < n_out) /* one request per 128-byte line (64 weights) of the column's row */
     for (int t = 0; t < NW; t++)
       for (int c = piece * 32 + lane; c < (n_in + 63) / 64; c += 32 * ksplit)
-        vs_prefetch_l2((t ? w3 : w) + (size_t)j * n_in + (size_t)c * 64);
+        vs_prefetch_l2(wr[t] + (size_t)c * 64);
+  if (norm_w) /* a weight too: its 128-byte lines (32 floats), for the norm below */
+    for (int c = threadIdx.x; c < (n_in + 31) / 32; c += blockDim.x)
+      vs_prefetch_l2(norm_w + (size_t)c * 32);
   VS_PDL_ENTER();
   if (norm_w) { /* the block's copy of the rows, normalised as vs_k_rmsnorm does */
     extern __shared__ float4 xs4[];
-    __shared__ double dred[32];
-    float *xs = (float *)xs4;
-    for (int i = 0; i < R; i++) {
-      const float *xr = x + (size_t)i * n_in;
-      double ss = 0.0;
-      for (int k = threadIdx.x; k < n_in; k += blockDim.x) ss += (double)xr[k] * (double)xr[k];
-      float inv = vs_rms_inv(vs_block_dsum(ss, dred), n_in, eps);
-      for (int k = threadIdx.x; k < n_in; k += blockDim.x)
-        xs[(size_t)i * n_in + k] = vs_rms_apply(xr[k], inv, norm_w[k]);
-    }
-    __syncthreads();
-    x = xs;
+    x = vs_skinny_norm_rows<R>(x, norm_w, eps, n_in, (float *)xs4);
   }
   /* j is the same for a whole warp, so shuffles below see full warps; no thread returns
    * before the barrier */
@@ -189,12 +273,8 @@ __global__ void __launch_bounds__(VS_SKINNY_THREADS)
   for (int t = 0; t < NW; t++)
 #pragma unroll
     for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
-  if (j < n_out) {
-    const uint16_t *wr[NW];
-    wr[0] = w + (size_t)j * n_in;
-    if (NW == 2) wr[NW - 1] = w3 + (size_t)j * n_in;
+  if (j < n_out)
     vs_skinny_terms<R, NW>(x, n_in, wr, vec != 0, piece * 32 + lane, 32 * ksplit, acc);
-  }
 #pragma unroll
   for (int t = 0; t < NW; t++)
 #pragma unroll
@@ -221,12 +301,16 @@ __global__ void __launch_bounds__(VS_SKINNY_THREADS)
         }
   }
   if (lane != 0 || piece != 0 || j >= n_out) return;
+  if (MODE == VS_SKINNY_ROPE) {
+    vs_skinny_rope_rows<R>(rope, j, acc[0], acc[NW - 1], y);
+  } else {
 #pragma unroll
-  for (int i = 0; i < R; i++) {
-    float *yo = y + (size_t)i * n_out + j;
-    if (MODE == VS_SKINNY_STORE) *yo = acc[0][i] + (bias ? bias[j] : 0.0f);
-    else if (MODE == VS_SKINNY_ADD) *yo += acc[0][i];
-    else *yo = vs_swiglu(acc[0][i], acc[NW - 1][i]);
+    for (int i = 0; i < R; i++) {
+      float *yo = y + (size_t)i * n_out + j;
+      if (MODE == VS_SKINNY_STORE) *yo = acc[0][i] + (bias ? bias[j] : 0.0f);
+      else if (MODE == VS_SKINNY_ADD) *yo += acc[0][i];
+      else *yo = vs_swiglu(acc[0][i], acc[NW - 1][i]);
+    }
   }
 }
 
@@ -238,23 +322,37 @@ static int cg_skinny_split(int n_in, int n_out) {
   return k;
 }
 
+/* One few-row product's arguments, carried from the entry points to the launch. In RoPE mode
+ * n_out counts pairs of columns (qkv_w / 2) and w3 is unused. */
+typedef struct cg_skinny_args {
+  const float *x, *norm_w, *bias;
+  float eps;
+  int m, n_in, n_out, mode;
+  const uint16_t *w, *w3;
+  vs_skinny_rope rope;
+  float *y;
+} cg_skinny_args;
+
 template <int R>
-static int cg_skinny_launch(vs_cuda_dev *d, const float *x, const float *norm_w, float eps,
-                            int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
-                            const float *bias, int mode, float *y) {
-  int ksplit = cg_skinny_split(n_in, n_out);
+static int cg_skinny_launch(vs_cuda_dev *d, const cg_skinny_args *a) {
+  int mode = a->mode, rope = mode == VS_SKINNY_ROPE;
+  /* the split of the plain product of all the columns: each column's terms in the same order,
+   * so the RoPE mode's sums are the store mode's bit for bit */
+  int ksplit = cg_skinny_split(a->n_in, rope ? 2 * a->n_out : a->n_out);
   /* with norm_w the kernel reads its shared copy of the rows, always aligned */
-  int vec = n_in % 8 == 0 && (norm_w || (uintptr_t)x % 16 == 0) && (uintptr_t)w % 16 == 0 &&
-            (uintptr_t)w3 % 16 == 0;
+  int vec = a->n_in % 8 == 0 && (a->norm_w || (uintptr_t)a->x % 16 == 0) &&
+            (uintptr_t)a->w % 16 == 0 && (uintptr_t)a->w3 % 16 == 0;
   int cols = VS_SKINNY_WARPS / ksplit;
-  unsigned blocks = (unsigned)((n_out + cols - 1) / cols);
-  return vs_cuda_launch(d, "linear (bf16, few rows)",
+  unsigned blocks = (unsigned)((a->n_out + cols - 1) / cols);
+  return vs_cuda_launch(d, rope ? "norm_qkv_rope (bf16, few rows)" : "linear (bf16, few rows)",
                         mode == VS_SKINNY_ADD      ? vs_k_skinny_bf16<R, VS_SKINNY_ADD>
                         : mode == VS_SKINNY_SWIGLU ? vs_k_skinny_bf16<R, VS_SKINNY_SWIGLU>
+                        : rope                     ? vs_k_skinny_bf16<R, VS_SKINNY_ROPE>
                                                    : vs_k_skinny_bf16<R, VS_SKINNY_STORE>,
                         blocks, VS_SKINNY_THREADS,
-                        norm_w ? (size_t)R * n_in * sizeof(float) : 0, x, norm_w, eps, n_in, w,
-                        w3, n_out, bias, ksplit, vec, y);
+                        a->norm_w ? (size_t)R * a->n_in * sizeof(float) : 0, a->x, a->norm_w,
+                        a->eps, a->n_in, a->w, a->w3, a->n_out, a->bias, ksplit, vec, a->rope,
+                        a->y);
 }
 
 /* Rows the few-row kernel normalises itself: m x n_in floats in its shared memory, within
@@ -265,24 +363,49 @@ int vs__cuda_skinny_norms(int m, int n_in) {
          (size_t)m * n_in * sizeof(float) <= VS_SKINNY_NORM_BYTES;
 }
 
+static int cg_skinny(vs_cuda_dev *d, const cg_skinny_args *a) {
+  if (a->m < 1 || a->m > VS_CUDA_SKINNY_ROWS || a->n_out <= 0 ||
+      (a->mode == VS_SKINNY_SWIGLU && !a->w3) ||
+      (a->norm_w && !vs__cuda_skinny_norms(a->m, a->n_in))) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: few-row bf16 product of %d rows", d->head.index,
+                 a->m);
+    return 0;
+  }
+  switch (a->m) {
+    case 1: return cg_skinny_launch<1>(d, a);
+    case 2: return cg_skinny_launch<2>(d, a);
+    case 3: return cg_skinny_launch<3>(d, a);
+    case 4: return cg_skinny_launch<4>(d, a);
+    case 5: return cg_skinny_launch<5>(d, a);
+    case 6: return cg_skinny_launch<6>(d, a);
+    case 7: return cg_skinny_launch<7>(d, a);
+    default: return cg_skinny_launch<8>(d, a);
+  }
+}
+
 int vs__cuda_skinny_bf16(vs_cuda_dev *d, const float *x, const float *norm_w, float eps, int m,
                          int n_in, const uint16_t *w, const uint16_t *w3, int n_out,
                          const float *bias, int mode, float *y) {
-  if (m < 1 || m > VS_CUDA_SKINNY_ROWS || n_out <= 0 || (mode == VS_SKINNY_SWIGLU && !w3) ||
-      (norm_w && !vs__cuda_skinny_norms(m, n_in))) {
-    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: few-row bf16 product of %d rows", d->head.index, m);
+  if (mode != VS_SKINNY_STORE && mode != VS_SKINNY_ADD && mode != VS_SKINNY_SWIGLU) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: few-row bf16 product: mode %d", d->head.index, mode);
+    return 0; /* RoPE has its own entry, below */
+  }
+  cg_skinny_args a = {x, norm_w, bias, eps, m, n_in, n_out, mode, w, w3, {}, y};
+  return cg_skinny(d, &a);
+}
+
+int vs__cuda_skinny_qkv_rope(vs_cuda_dev *d, const float *x, const float *norm_w, float eps,
+                             int m, int n_in, const uint16_t *w, const vs_skinny_rope *rope,
+                             float *qkv) {
+  int qkv_w = (rope->H + 2 * rope->Hkv) * rope->hd;
+  if (rope->hd % 2) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: few-row norm_qkv_rope: odd head_dim %d",
+                 d->head.index, rope->hd);
     return 0;
   }
-  switch (m) {
-    case 1: return cg_skinny_launch<1>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-    case 2: return cg_skinny_launch<2>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-    case 3: return cg_skinny_launch<3>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-    case 4: return cg_skinny_launch<4>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-    case 5: return cg_skinny_launch<5>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-    case 6: return cg_skinny_launch<6>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-    case 7: return cg_skinny_launch<7>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-    default: return cg_skinny_launch<8>(d, x, norm_w, eps, n_in, w, w3, n_out, bias, mode, y);
-  }
+  cg_skinny_args a = {x, norm_w, NULL, eps, m, n_in, qkv_w / 2, VS_SKINNY_ROPE, w, w + n_in,
+                      *rope, qkv};
+  return cg_skinny(d, &a);
 }
 
 /* ---- bf16 on tensor cores ------------------------------------------------------------------ */

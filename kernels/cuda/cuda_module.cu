@@ -86,21 +86,26 @@ __global__ void vs_k_probe(void) {}
  * tools/gpu/check.sh): VSPEC_CUDA_ATTENTION=generic takes the generic tree-attention kernel
  * at every head size (cuda_tree_attention.cu), auto (or unset) the latency-bound one where it
  * applies; VSPEC_CUDA_PDL=off launches every kernel plainly, auto (or unset) the decode
- * kernels with programmatic dependent launch on sm_90+ (cuda_dev.h, vs_cuda_launch). Nonzero
- * for a value neither knows. */
-static int cuda_switches(int *tatt_generic, int *pdl_off, char *err, size_t errlen) {
-  const char *att = getenv("VSPEC_CUDA_ATTENTION"), *pdl = getenv("VSPEC_CUDA_PDL");
-  if (att && *att && strcmp(att, "auto") != 0 && strcmp(att, "generic") != 0) {
-    snprintf(err, errlen, "VSPEC_CUDA_ATTENTION=%s: use auto or generic", att);
-    return 1;
-  }
-  if (pdl && *pdl && strcmp(pdl, "auto") != 0 && strcmp(pdl, "off") != 0) {
-    snprintf(err, errlen, "VSPEC_CUDA_PDL=%s: use auto or off", pdl);
-    return 1;
-  }
-  *tatt_generic = att && strcmp(att, "generic") == 0;
-  *pdl_off = pdl && strcmp(pdl, "off") == 0;
-  return 0;
+ * kernels with programmatic dependent launch on sm_90+ (cuda_dev.h, vs_cuda_launch);
+ * VSPEC_CUDA_ROPE=separate runs norm_qkv_rope's RoPE and stores as a kernel of their own,
+ * auto (or unset) in the few-row product's epilogue where it applies (cuda_fused.cu).
+ * Nonzero for a value none knows. */
+typedef struct cuda_switch_set {
+  int tatt_generic, pdl_off, rope_separate;
+} cuda_switch_set;
+
+static int cuda_switch(const char *name, const char *alt, int *on, char *err, size_t errlen) {
+  const char *v = getenv(name);
+  *on = v && strcmp(v, alt) == 0;
+  if (!v || !*v || strcmp(v, "auto") == 0 || *on) return 0;
+  snprintf(err, errlen, "%s=%s: use auto or %s", name, v, alt);
+  return 1;
+}
+
+static int cuda_switches(cuda_switch_set *sw, char *err, size_t errlen) {
+  return cuda_switch("VSPEC_CUDA_ATTENTION", "generic", &sw->tatt_generic, err, errlen) ||
+         cuda_switch("VSPEC_CUDA_PDL", "off", &sw->pdl_off, err, errlen) ||
+         cuda_switch("VSPEC_CUDA_ROPE", "separate", &sw->rope_separate, err, errlen);
 }
 
 static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, size_t errlen) {
@@ -121,8 +126,8 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
     snprintf(err, errlen, "CUDA device: unknown precision %d", opt->precision);
     return VSPEC_EINVAL;
   }
-  int tatt_generic, pdl_off;
-  if (cuda_switches(&tatt_generic, &pdl_off, err, errlen)) return VSPEC_EINVAL;
+  cuda_switch_set sw;
+  if (cuda_switches(&sw, err, errlen)) return VSPEC_EINVAL;
   cudaError_t e = cudaSetDevice(opt->index);
   if (e != cudaSuccess) {
     (void)cudaGetLastError(); /* or the thread's next launch, in any context, reports it */
@@ -158,14 +163,15 @@ static int cuda_open(const vs_device_options *opt, vspec_dev **out, char *err, s
   d->head.cls = cuda_class_ptr();
   d->head.index = opt->index;
   d->precision = opt->precision == VS_PRECISION_FP32 ? VS_PRECISION_FP32 : VS_PRECISION_BF16;
-  d->tatt_generic = tatt_generic;
+  d->tatt_generic = sw.tatt_generic;
+  d->rope_epilogue = !sw.rope_separate;
   int cc_major = 0;
   if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, opt->index) !=
       cudaSuccess)
     (void)cudaGetLastError();
   /* griddepcontrol is in the kernels only where they were compiled for sm_90+ (a build
    * whose CUDA_ARCH lacks it would launch kernels that do not wait) */
-  d->pdl = cc_major >= 9 && fa.ptxVersion >= 90 && !pdl_off;
+  d->pdl = cc_major >= 9 && fa.ptxVersion >= 90 && !sw.pdl_off;
   if (!(d->gpu = vs_cuda_gpu_get(opt->index, opt->memory_limit, err, errlen))) {
     free(d);
     return VSPEC_ENOMEM;

@@ -133,14 +133,22 @@ __global__ void vs_k_tree_attention(const float *qkv, vspec_kv_cache kv, vspec_k
  * used as soon as issued (a loop over channels or slots of run-time length cannot be
  * software-pipelined). Here every trip count is a constant: a warp loads VS_TATTF_KEYS whole
  * keys (lanes across the channels, coalesced) before it uses any, so a block waits on memory
- * about kv_len / (warps x keys) times per pass instead of once per slot. The ancestor walk
+ * about kv_len / (warps x keys) times per pass instead of once per slot: 16 keys a warp,
+ * so the 128 keys of the profile's half image take one trip (at 8 they took two, 9.0 us a
+ * layer in the third run), and the values of the keys just loaded are asked into L2 for the
+ * value pass. The ancestor walk
  * reads the parents from shared memory, staged there by the whole block (a 64-node chain
  * walked in global memory is 64 dependent loads). Same rule, same skip of zero weights (a
  * value is loaded but never multiplied by a zero weight, so NaN in an unseen slot stays out),
  * the softmax as above; the sums run in another order, so the bits differ from the kernel
  * above, within the tests' tolerance against the CPU. */
 #define VS_TATTF_WARPS 8
-#define VS_TATTF_KEYS 8
+#define VS_TATTF_KEYS 16
+
+/* Asks for the 128-byte line holding p in L2, without waiting for it. */
+__device__ static inline void vs_tatt_prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 static_assert(VS_TATTF_WARPS * 32 <= 31 * 32, "vs_block_max / vs_block_dsum use red[31]");
 
 /* One block's work: query row ri (CFG row ri / n, node ri % n) and head h of the session
@@ -201,6 +209,11 @@ __device__ static void vs_tatt_fast(const float *qkv, const vspec_kv_cache &kv,
 #pragma unroll
       for (int j = 0; j < CH; j++) kr[u][j] = ks[lane + 32 * j];
     }
+    /* the same keys' values asked into L2 now: the value pass then waits on L2, not DRAM
+     * (a prefetch changes no result) */
+    for (int l = lane; l < VS_TATTF_KEYS * (HD / 32); l += 32) /* HD / 32 lines a key */
+      if (s0 + l / (HD / 32) < kv_len)
+        vs_tatt_prefetch_l2(vh + (size_t)(s0 + l / (HD / 32)) * HD + (l % (HD / 32)) * 32);
 #pragma unroll
     for (int u = 0; u < VS_TATTF_KEYS; u++) {
       dot[u] = 0.0f;

@@ -25,15 +25,16 @@ static void test_wrong_index(void **state) {
   printf("  %s\n", err);
 }
 
-/* The kernel switches read at open (VSPEC_CUDA_ATTENTION, VSPEC_CUDA_PDL): a value they do
- * not know is refused with a message naming the variable and what it takes; the known ones
- * open. */
+/* The kernel switches read at open (VSPEC_CUDA_ATTENTION, VSPEC_CUDA_PDL, VSPEC_CUDA_ROPE): a
+ * value they do not know is refused with a message naming the variable and what it takes;
+ * the known ones open. */
 static void test_kernel_switches(void **state) {
   vspec_dev *gpu = gt_gpu(VS_PRECISION_FP32); /* skips without a GPU */
   vs_dev_destroy(gpu);
-  static const char *const vars[2][3] = {{"VSPEC_CUDA_ATTENTION", "generic", "auto"},
-                                         {"VSPEC_CUDA_PDL", "off", "auto"}};
-  for (int v = 0; v < 2; v++) {
+  static const char *const vars[3][3] = {{"VSPEC_CUDA_ATTENTION", "generic", "auto"},
+                                         {"VSPEC_CUDA_PDL", "off", "auto"},
+                                         {"VSPEC_CUDA_ROPE", "separate", "auto"}};
+  for (int v = 0; v < 3; v++) {
     char err[VSPEC_ERRLEN] = "";
     vspec_dev *dev = NULL;
     setenv(vars[v][0], "maybe", 1); /* unset_switches clears it even when this test fails */
@@ -55,6 +56,7 @@ static int unset_switches(void **state) {
   (void)state;
   unsetenv("VSPEC_CUDA_ATTENTION");
   unsetenv("VSPEC_CUDA_PDL");
+  unsetenv("VSPEC_CUDA_ROPE");
   return 0;
 }
 

@@ -57,11 +57,11 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
     VSPEC_BUILD="$B" timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$B/tests/gpu/test_cuda_fused" \
       >"$OUT/sanitizer-$tool.log" 2>&1
-    echo "exit $? ($(grep -c 'ERROR\|Hazard' "$OUT/sanitizer-$tool.log") error lines)"
+    echo "exit $? ($(grep -o 'ERROR SUMMARY: .*' "$OUT/sanitizer-$tool.log" || echo 'no summary'))"
     echo "== compute-sanitizer --tool $tool test_cuda_walk"
     VSPEC_BUILD="$B" VSPEC_WALK_CASES=3 timeout 40 compute-sanitizer --tool "$tool" \
       --error-exitcode 9 "$B/tests/gpu/test_cuda_walk" >"$OUT/sanitizer-walk-$tool.log" 2>&1
-    echo "exit $? ($(grep -c 'ERROR\|Hazard' "$OUT/sanitizer-walk-$tool.log") error lines)"
+    echo "exit $? ($(grep -o 'ERROR SUMMARY: .*' "$OUT/sanitizer-walk-$tool.log" || echo 'no summary'))"
   done
 else
   echo "== compute-sanitizer: not on this machine"
@@ -73,12 +73,14 @@ timeout 120 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf1
 cat "$OUT/costcurve-gpt-b-bf16.txt"
 
 # The kernel switches against the defaults, interleaved, twice: the generic attention kernel
-# (VSPEC_CUDA_ATTENTION=generic) and plain launches (VSPEC_CUDA_PDL=off); each line is one
+# (VSPEC_CUDA_ATTENTION=generic), plain launches (VSPEC_CUDA_PDL=off) and RoPE with the KV
+# stores in a kernel of their own (VSPEC_CUDA_ROPE=separate); each line is one
 # costcurve: the CFG one-token step and 64-node verify in ms, one image in s.
 if [ "$(elapsed)" -lt 300 ]; then
   echo "== kernel switches, GPT-B bf16 (ms: 1-node and 64-node CFG forward; s: one image)"
   for rep in 1 2; do
-    for sw in VSPEC_CUDA_ATTENTION=auto VSPEC_CUDA_ATTENTION=generic VSPEC_CUDA_PDL=off; do
+    for sw in VSPEC_CUDA_ATTENTION=auto VSPEC_CUDA_ATTENTION=generic VSPEC_CUDA_PDL=off \
+      VSPEC_CUDA_ROPE=separate; do
       env "$sw" timeout 60 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf16 \
         --sizes 1,64 --min-time 0.2 --image $PLUG 2>&1 |
         awk -F'|' -v sw="$sw" '$2+0 == 1 && NF > 7 {one = $6} $2+0 == 64 && NF > 7 {v = $6}
