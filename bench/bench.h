@@ -46,9 +46,10 @@ double vs_bench_now(void);
 void vs_bench_json_str(FILE *f, const char *s);
 /* The calling thread's CPU clock in seconds (steadier than the wall on a shared machine). */
 double vs_bench_cpu_now(void);
-/* The --sizes option of `cmd`: a comma-separated list of lo..hi, at most max values (the rest
- * are ignored). Returns how many (at least one), or -1 after printing the error. */
-int vs_bench_parse_sizes(const char *cmd, const char *text, int lo, int hi, int *sizes, int max);
+/* A list option of `cmd` (opt: its name, for the message, e.g. --sizes): a comma-separated
+ * list of lo..hi, at most max values (the rest are ignored). Returns how many (at least one), or -1 after printing the error. */
+int vs_bench_parse_sizes(const char *cmd, const char *opt, const char *text, int lo, int hi,
+                         int *sizes, int max);
 /* The --isa option (scalar, avx2, avx512) on a CPU device; prints the error and returns 0 when
  * the name is unknown or this CPU lacks it. */
 int vs_bench_set_isa(vspec_dev *dev, const char *cmd, const char *name);

@@ -21,21 +21,21 @@ double vs_bench_cpu_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int vs_bench_parse_sizes(const char *cmd, const char *text, int lo, int hi, int *sizes,
-                         int max) {
+int vs_bench_parse_sizes(const char *cmd, const char *opt, const char *text, int lo, int hi,
+                         int *sizes, int max) {
   int n = 0;
   for (const char *p = text; *p && n < max;) {
     char *end;
     long v = strtol(p, &end, 10);
     if (end == p || v < lo || v > hi || (*end && *end != ',')) {
-      fprintf(stderr, "vspec-bench %s: --sizes '%s' must be a list of %d..%d\n", cmd, text, lo,
+      fprintf(stderr, "vspec-bench %s: %s '%s' must be a list of %d..%d\n", cmd, opt, text, lo,
               hi);
       return -1;
     }
     sizes[n++] = (int)v;
     p = *end ? end + 1 : end;
   }
-  if (n == 0) fprintf(stderr, "vspec-bench %s: --sizes is empty\n", cmd);
+  if (n == 0) fprintf(stderr, "vspec-bench %s: %s is empty\n", cmd, opt);
   return n ? n : -1;
 }
 

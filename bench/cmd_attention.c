@@ -62,7 +62,7 @@ int vs_bench_cmd_attention(int argc, char **argv) {
     if (!ok) return 2;
   }
   int sizes[32], max_n = 0;
-  int n_sizes = vs_bench_parse_sizes("attention", sizes_text, 1, 1024, sizes, 32);
+  int n_sizes = vs_bench_parse_sizes("attention", "--sizes", sizes_text, 1, 1024, sizes, 32);
   if (n_sizes < 0) return 2;
   for (int i = 0; i < n_sizes; i++)
     if (sizes[i] > max_n) max_n = sizes[i];

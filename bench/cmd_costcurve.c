@@ -37,6 +37,9 @@ static void cc_usage(FILE *f) {
           "                     on the CPU: AMX tiles, else AVX2 for decode steps)\n"
           "  --plugins DIR      plugin directory\n"
           "  --image            also time one whole image by AR with CFG (median of 5)\n"
+          "  --sessions LIST    also time cross-job batches (the backend's forward_multi, as\n"
+          "                     [workers] batch runs them): LIST session counts (1..16), each\n"
+          "                     session a one-token step with CFG, against lone forwards\n"
           "  --cpu-time         time forwards and the bandwidth probe with the thread's CPU\n"
           "                     clock instead of the wall clock (steadier on a loaded\n"
           "                     machine; --threads 1 on the CPU only)\n"
@@ -209,12 +212,13 @@ typedef struct curve_args {
   vs_bench_opts o; /* o.model_dir: NULL unless --model */
   const char *random, *label, *weight_format;
   int sizes[16], n_sizes;
+  int sessions[16], n_sessions; /* --sessions; 0 counts: no batch table */
   double min_time;
   int image, counters, cpu_time;
 } curve_args;
 
 /* The checks between options, after parsing. 1 when they fit, else 0 (printed). */
-static int curve_check(curve_args *a, const char *sizes_text) {
+static int curve_check(curve_args *a, const char *sizes_text, const char *sessions_text) {
   if (!a->o.model_dir == !a->random) {
     fprintf(stderr, "vspec-bench costcurve: give exactly one of --model and --random\n");
     return 0;
@@ -234,16 +238,20 @@ static int curve_check(curve_args *a, const char *sizes_text) {
     fprintf(stderr, "vspec-bench costcurve: --cpu-time needs --threads 1 (and no --image)\n");
     return 0;
   }
-  a->n_sizes = vs_bench_parse_sizes("costcurve", sizes_text, 1, 64, a->sizes, 16);
-  return a->n_sizes >= 0;
+  a->n_sizes = vs_bench_parse_sizes("costcurve", "--sizes", sizes_text, 1, 64, a->sizes, 16);
+  if (a->n_sizes >= 0 && sessions_text)
+    a->n_sessions = vs_bench_parse_sizes("costcurve", "--sessions", sessions_text, 1,
+                                         VS_TIME_MULTI_MAX, a->sessions, 16);
+  return a->n_sizes >= 0 && a->n_sessions >= 0;
 }
 
 /* -1 to go on, else the exit code (--help, a bad option). */
 static int curve_parse(int argc, char **argv, curve_args *a) {
-  const char *sizes_text = "1,2,4,8,16,32,64";
+  const char *sizes_text = "1,2,4,8,16,32,64", *sessions_text = NULL;
   *a = (curve_args){.min_time = 0.5};
   vs_bench_opts_init(&a->o, NULL);
-  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_IMAGE, O_WFORMAT, O_COUNTERS, O_CPU };
+  enum { O_RANDOM = 256, O_LABEL, O_SIZES, O_MIN, O_IMAGE, O_WFORMAT, O_COUNTERS, O_CPU,
+         O_SESSIONS };
   static const struct option opts[] = {
       VS_BENCH_OPT_MODEL,                        {"random", required_argument, 0, O_RANDOM},
       {"label", required_argument, 0, O_LABEL},  {"sizes", required_argument, 0, O_SIZES},
@@ -251,7 +259,7 @@ static int curve_parse(int argc, char **argv, curve_args *a) {
       VS_BENCH_OPT_PLUGINS,                      {"help", no_argument, 0, 'h'},
       {"image", no_argument, 0, O_IMAGE}, {"weight-format", required_argument, 0, O_WFORMAT},
       {"counters", no_argument, 0, O_COUNTERS}, {"cpu-time", no_argument, 0, O_CPU},
-      {0, 0, 0, 0}};
+      {"sessions", required_argument, 0, O_SESSIONS}, {0, 0, 0, 0}};
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
@@ -264,6 +272,7 @@ static int curve_parse(int argc, char **argv, curve_args *a) {
       case O_IMAGE: a->image = 1; break;
       case O_COUNTERS: a->counters = 1; break;
       case O_CPU: a->cpu_time = 1; break;
+      case O_SESSIONS: sessions_text = optarg; break;
       case O_WFORMAT: a->weight_format = optarg; break;
       case 'h': cc_usage(stdout); return 0;
       default:
@@ -275,7 +284,7 @@ static int curve_parse(int argc, char **argv, curve_args *a) {
     }
     if (!ok) return 2;
   }
-  return curve_check(a, sizes_text) ? -1 : 2;
+  return curve_check(a, sizes_text, sessions_text) ? -1 : 2;
 }
 
 /* The target measured: --random's random-weight GPT (written to tmp_path and loaded into
@@ -399,6 +408,33 @@ static int curve_bound(const curve_args *a, vs_bench_env *env, const vs_backend_
   return VSPEC_OK;
 }
 
+/* Cross-job batches (--sessions): the batched forward of S sessions, each a one-token step
+ * with CFG over its own half-image prefix, against S lone forwards of one session; the last
+ * column bounds what batching can give a server's images/s over one job (the host's share of
+ * a step left out). Timed last, so that tools/gpu/kernels.sh finds the batched forwards at
+ * the end of the run. */
+static int curve_sessions(const curve_args *a, vs_bench_env *env, const vs_backend_model *t,
+                          char *err, size_t errlen) {
+  double lone;
+  int rc = vs_time_forward(env->dev, t, 2, 1, a->min_time, &lone, err, errlen);
+  if (rc) return rc;
+  printf("\ncross-job batches (forward_multi, as [workers] batch runs them): sessions of one "
+         "token step with CFG, each over its own half-image prefix\n\n");
+  printf("| sessions | batched: ms | ms a session | x one session alone | S lone / batched |\n");
+  printf("|---------:|------------:|-------------:|--------------------:|-----------------:|\n");
+  for (int i = 0; i < a->n_sessions; i++) {
+    int S = a->sessions[i];
+    double ms;
+    rc = vs_time_forward_multi(env->dev, t, S, 2, a->min_time, &ms, err, errlen);
+    if (rc) return rc;
+    printf("| %8d | %11.3f | %12.3f | %19.2f | %15.2fx |\n", S, ms, ms / S, ms / lone,
+           S * lone / ms);
+    fflush(stdout);
+  }
+  printf("(one session alone: %.3f ms)\n", lone);
+  return VSPEC_OK;
+}
+
 /* Everything measured on the target t. 0 or an exit code. */
 static int curve_measure(const curve_args *a, vs_bench_env *env, const vs_backend_model *t) {
   char err[VSPEC_ERRLEN];
@@ -412,6 +448,7 @@ static int curve_measure(const curve_args *a, vs_bench_env *env, const vs_backen
       printf("one image by AR with CFG (%d tokens, 2 rows, sampling included, no VQ decode): "
              "%.4f s (median of 5)\n", t->info.grid_h * t->info.grid_w, img_s);
   }
+  if (!rc && a->n_sessions) rc = curve_sessions(a, env, t, err, sizeof err);
   if (!rc) return 0;
   fprintf(stderr, "vspec-bench costcurve: %s\n", err);
   return 1;

@@ -88,7 +88,7 @@ int vs_bench_cmd_linear(int argc, char **argv) {
     if (!ok) return 2;
   }
   int sizes[32], max_size = 0;
-  int n_sizes = vs_bench_parse_sizes("linear", sizes_text, 1, 4096, sizes, 32);
+  int n_sizes = vs_bench_parse_sizes("linear", "--sizes", sizes_text, 1, 4096, sizes, 32);
   if (n_sizes < 0) return 2;
   for (int i = 0; i < n_sizes; i++)
     if (sizes[i] > max_size) max_size = sizes[i];

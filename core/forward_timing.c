@@ -129,3 +129,41 @@ int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
   ft_probe_close(t, &p);
   return rc;
 }
+
+int vs_time_forward_multi(vspec_dev *dev, const vs_backend_model *t, int sessions, int rows,
+                          double min_time, double *median_ms, char *err, size_t errlen) {
+  if (!VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, forward_multi) || !t->vt->forward_multi) {
+    snprintf(err, errlen, "the model's backend has no batched forward (forward_multi)");
+    return VSPEC_ENOTSUP;
+  }
+  if (sessions < 1 || sessions > VS_TIME_MULTI_MAX) {
+    snprintf(err, errlen, "forward timing: %d sessions in a batch (1..%d)", sessions,
+             VS_TIME_MULTI_MAX);
+    return VSPEC_EINVAL;
+  }
+  vs__probe p[VS_TIME_MULTI_MAX];
+  vspec_session *ss[VS_TIME_MULTI_MAX];
+  const vspec_forward_batch *bs[VS_TIME_MULTI_MAX];
+  vspec_forward_out *outs[VS_TIME_MULTI_MAX];
+  int opened = 0, rc = VSPEC_OK;
+  for (; opened < sessions && !rc; opened++) {
+    rc = ft_probe_open(dev, t, rows, 1, 1, &p[opened], err, errlen);
+    if (rc) break;
+    ss[opened] = p[opened].s, bs[opened] = &p[opened].b, outs[opened] = &p[opened].out;
+  }
+  double samples[256];
+  int k = 0;
+  if (!rc) rc = t->vt->forward_multi(dev, ss, bs, outs, sessions, err, errlen); /* warm-up */
+  double start = vs_now();
+  while (!rc && k < 256 && (k < 3 || vs_now() - start < min_time)) {
+    double t0 = vs_now();
+    rc = t->vt->forward_multi(dev, ss, bs, outs, sessions, err, errlen);
+    samples[k++] = vs_now() - t0;
+  }
+  if (!rc) {
+    qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
+    *median_ms = 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
+  }
+  for (int i = 0; i < opened; i++) ft_probe_close(t, &p[i]);
+  return rc;
+}

@@ -18,6 +18,13 @@ int vs_time_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
 int vs_time_forward_clock(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
                           double min_time, double (*clock)(void), double *median_ms, char *err,
                           size_t errlen);
+/* Median latency (ms) of one batched forward (the backend's forward_multi, as the daemon's
+ * cross-job batches run it: core/forward_gate.c) of `sessions` sessions, each a one-node step
+ * with `rows` CFG rows after its own half-image prefix. VSPEC_ENOTSUP for a backend without
+ * forward_multi. */
+#define VS_TIME_MULTI_MAX 16
+int vs_time_forward_multi(vspec_dev *dev, const vs_backend_model *t, int sessions, int rows,
+                          double min_time, double *median_ms, char *err, size_t errlen);
 /* What one such forward issues on its device: ops, transfers and waits (kernels/vs_device.h,
  * vs_dev_counters); right after the prefill (the counts do not depend on the cache). */
 int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,

@@ -22,6 +22,8 @@
  *   records the budget above (counted as recorded, not issued) and launches it.
  * - With the verification walk on the device (ABI 1.6): one op more (the walk), one upload
  *   more (the tree) and the one download is the walk's result, not the logits.
+ * - The timing of cross-job batches (costcurve --sessions) times one forward_multi of all the
+ *   sessions per call.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -193,6 +195,49 @@ static vs_models *open_micro(world *w) {
                      sizeof err))
     fail_msg("%s", err);
   return m;
+}
+
+/* vspec-bench costcurve --sessions (core/forward_timing.c, vs_time_forward_multi): each timed
+ * call is one forward_multi of all S sessions (a wrapper in a copy of the backend's table
+ * counts them), at least the warm-up and three timed; out-of-range counts and a backend
+ * without forward_multi are refused with messages that say so. */
+static const vspec_backend_vtable *g_real_vt;
+static int g_multi_calls, g_multi_count;
+static int counted_multi(vspec_dev *dev, vspec_session *const *ss,
+                         const vspec_forward_batch *const *bs, vspec_forward_out *const *outs,
+                         int32_t count, char *err, size_t errlen) {
+  g_multi_calls++;
+  if (g_multi_count && g_multi_count != count) g_multi_count = -1; /* not always the same */
+  else g_multi_count = count;
+  return g_real_vt->forward_multi(dev, ss, bs, outs, count, err, errlen);
+}
+
+static void test_time_forward_multi(void **state) {
+  world *w = *state;
+  vs_models *m = open_micro(w);
+  vspec_backend_vtable vt = *m->target.vt;
+  g_real_vt = m->target.vt;
+  vt.forward_multi = counted_multi;
+  vs_backend_model t = m->target;
+  t.vt = &vt;
+  char err[VSPEC_ERRLEN];
+  double ms = 0;
+  g_multi_calls = g_multi_count = 0;
+  if (vs_time_forward_multi(w->dev, &t, 3, 2, 0.01, &ms, err, sizeof err)) fail_msg("%s", err);
+  printf("  3 sessions of micro_c2i: %.3f ms a batch, %d batches of %d\n", ms, g_multi_calls,
+         g_multi_count);
+  assert_true(ms > 0);
+  assert_int_equal(g_multi_count, 3);
+  assert_true(g_multi_calls >= 4);
+  assert_int_equal(vs_time_forward_multi(w->dev, &t, VS_TIME_MULTI_MAX + 1, 2, 0.01, &ms, err,
+                                         sizeof err),
+                   VSPEC_EINVAL);
+  assert_non_null(strstr(err, "sessions in a batch"));
+  vt.forward_multi = NULL;
+  assert_int_equal(vs_time_forward_multi(w->dev, &t, 2, 2, 0.01, &ms, err, sizeof err),
+                   VSPEC_ENOTSUP);
+  assert_non_null(strstr(err, "no batched forward"));
+  vs_models_close(m);
 }
 
 static void test_budget_micro(void **state) {
@@ -406,6 +451,7 @@ int main(void) {
       cmocka_unit_test(test_table_wraps_every_op),
       cmocka_unit_test(test_counts),
       cmocka_unit_test_setup_teardown(test_budget_micro, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_time_forward_multi, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_random, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_graphs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_walk, setup, teardown),

@@ -69,7 +69,8 @@ fi
 
 echo "== cost curve: random GPT-B shape, bf16, CFG"
 timeout 120 "$BENCH" costcurve --random gpt-b --device "$DEVICE" --precision bf16 \
-  --sizes 1,16,64 --min-time 0.2 --image --counters $PLUG >"$OUT/costcurve-gpt-b-bf16.txt" 2>&1
+  --sizes 1,16,64 --min-time 0.2 --image --counters --sessions 1,2,4,8 $PLUG \
+  >"$OUT/costcurve-gpt-b-bf16.txt" 2>&1
 cat "$OUT/costcurve-gpt-b-bf16.txt"
 
 # The kernel switches against the defaults, interleaved, twice: the generic attention kernel
@@ -132,7 +133,8 @@ else
 fi
 
 # Where a step's time goes: each kernel of a GPT-B one-token CFG step and its duration
-# (Nsight Compute, eager), then the attention kernel in depth (stall reasons by source line),
+# (Nsight Compute, eager), the same for a 64-node verify, then the attention kernel in depth
+# (stall reasons by source line),
 # while the loan has time; docs/BENCHMARKS.md "On a GPU" has the last table.
 if [ "$(elapsed)" -lt 420 ]; then
   echo "== kernels of a GPT-B step (tools/gpu/kernels.sh)"
@@ -140,7 +142,23 @@ if [ "$(elapsed)" -lt 420 ]; then
   python3 tools/gpu/kernel_table.py "$OUT"/kernels-random-gpt-b-bf16-1.csv --groups 1 \
     >"$OUT/kernels-table.txt" 2>&1
   grep -v '^| [0-9]' "$OUT/kernels-table.txt" | head -16
-  if [ "$(elapsed)" -lt 470 ]; then
+  # the 64-node CFG verify (128 rows: the tensor-core path), the goal furthest from its figure
+  if [ "$(elapsed)" -lt 460 ]; then
+    echo "== kernels of a GPT-B 64-node verify"
+    KTIMEOUT=60 tools/gpu/kernels.sh "$B" "$OUT" 64
+    python3 tools/gpu/kernel_table.py "$OUT"/kernels-random-gpt-b-bf16-64.csv --groups 1 \
+      >"$OUT/kernels-table-64.txt" 2>&1
+    grep -v '^| [0-9]' "$OUT/kernels-table-64.txt" | head -16
+  fi
+  # a cross-job batch of 8 sessions (16 rows: the tensor-core path), item 6's forward
+  if [ "$(elapsed)" -lt 475 ]; then
+    echo "== kernels of a GPT-B batch of 8 one-token CFG steps"
+    SESSIONS=8 KTIMEOUT=60 tools/gpu/kernels.sh "$B" "$OUT" 1
+    python3 tools/gpu/kernel_table.py "$OUT"/kernels-random-gpt-b-bf16-1-x8.csv --groups 1 \
+      >"$OUT/kernels-table-x8.txt" 2>&1
+    grep -v '^| [0-9]' "$OUT/kernels-table-x8.txt" | head -16
+  fi
+  if [ "$(elapsed)" -lt 490 ]; then
     KERNEL=tree_attention KTIMEOUT=60 tools/gpu/kernels.sh "$B" "$OUT" 1
   fi
 else
@@ -184,5 +202,8 @@ done
 conc=$(sed -n 's/^| batched \/ one job | \([0-9.]*x\) .*/\1/p' "$OUT/concurrency-gpt-b.txt" 2>/dev/null)
 wconc=$(sed -n 's/^| workers \/ one job | \([0-9.]*x\) .*/\1/p' "$OUT/concurrency-gpt-b.txt" 2>/dev/null)
 printf '%-52s | %s\n' "8 concurrent GPT-B jobs >= 5x one job" "${conc:--} batched, ${wconc:--} unbatched"
+# the sessions table's last column at 8: what the batched forward alone allows
+fwd8=$(awk -F'|' '$2+0 == 8 && NF == 7 {gsub(/ /, "", $6); print $6; exit}' "$cc" 2>/dev/null)
+printf '%-52s | %s\n' "  8 lone forwards / one batched forward of 8" "${fwd8:--}"
 echo "(logs in $OUT)"
 exit $suite

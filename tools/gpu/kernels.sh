@@ -7,7 +7,9 @@
 #   tools/gpu/kernels.sh [BUNDLE_DIR] [OUT_DIR] [NODES]     # there, from the repository root
 #   python3 tools/gpu/kernel_table.py OUT_DIR/kernels-*.csv  # anywhere: the table per forward
 #
-# NODES (default 1) is the tree size of the timed forwards; MODEL=--random gpt-b (default) or
+# NODES (default 1) is the tree size of the timed forwards; SESSIONS=S adds costcurve
+# --sessions S (S sessions' one-token CFG steps as one cross-job batch, timed last, so that
+# the table is the batched forward's); MODEL=--random gpt-b (default) or
 # MODEL="--model models/fmnist"; PRECISION=bf16 (default) or fp32; KTIMEOUT (default 240)
 # limits ncu's run in seconds. About 1-2 minutes.
 # KERNEL=REGEX profiles one launch of that kernel in depth instead (the launch after SKIP of
@@ -30,8 +32,8 @@ if [ -z "$NCU" ]; then
   echo "kernels.sh: ncu (Nsight Compute) is not on this machine" >&2
   exit 77
 fi
-tag=$(echo "$MODEL" | tr -c 'a-zA-Z0-9\n' '-' | sed 's/^-*//')-$PRECISION-$NODES
-RUN="$B/vspec-bench costcurve $MODEL --device cuda --precision $PRECISION --sizes $NODES \
+tag=$(echo "$MODEL" | tr -c 'a-zA-Z0-9\n' '-' | sed 's/^-*//')-$PRECISION-$NODES${SESSIONS:+-x$SESSIONS}
+RUN="$B/vspec-bench costcurve $MODEL --device cuda --precision $PRECISION --sizes $NODES ${SESSIONS:+--sessions $SESSIONS} \
   --min-time 0.01 --plugins $B/plugins"
 if [ -n "${KERNEL:-}" ]; then
   rep="$OUT/kernel-$(echo "$KERNEL" | tr -c 'a-zA-Z0-9_\n' '-')-$tag"
