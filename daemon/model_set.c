@@ -280,9 +280,12 @@ static void ms_set_close(vs_model_set *s) {
            (unsigned long long)gs.timeouts,
            gs.batches ? (double)gs.rows / (double)gs.batches : 0.0, gs.wait_s,
            (unsigned long long)gs.orders);
-    ms_set_gate_close(s);
+    vs_forward_gate_destroy(&s->gate);
   }
+  /* the models before the lanes' devices: a backend frees what it keeps per lane (a batch
+   * workspace, graphs) with the lane's device */
   vs_models_close(s->models);
+  ms_set_gate_close(s);
   vs_preview_lut_free(&s->lut);
   pthread_mutex_lock(&t->mu);
   for (int i = 0; i < t->n; i++)

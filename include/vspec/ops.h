@@ -87,9 +87,12 @@ typedef struct vspec_kv_batch_entry {
 } vspec_kv_batch_entry;
 
 /* ABI 1.9: the sessions of a batch for one layer's batch ops. The same entries twice: in
- * host memory for a device that runs the op session by session (the CPU, and a GPU's
- * fallback), in device memory for kernels that find a row's session themselves; a forward
- * uploads them with its other indices. */
+ * host memory, read when the op is issued (checks, launch shapes, a GPU's session-by-session
+ * fallback), and in device memory, read when it runs; a forward uploads them with its other
+ * indices. Recorded in a graph (ABI 1.5), an op keeps count, m and max_slots and reads the
+ * sessions from entries_dev at each launch, so one graph serves every batch of that shape
+ * whose entries are uploaded to the same place; a device that would run it from the host copy
+ * refuses to record it (the recording fails and the caller runs the ops eagerly). */
 typedef struct vspec_kv_batch {
   int32_t count;     /* sessions */
   int32_t m;         /* batch rows: the sum of kv.rows x tree.n */

@@ -393,8 +393,10 @@ typedef struct vspec_backend_vtable {
    * on `dev`, and what they queue after it runs after (on a GPU, each context's stream waits
    * on an event of the other's), so GPU sessions of other contexts than `dev` may be
    * batched. On failure no session has changed; a backend may refuse sessions it cannot
-   * batch (VSPEC_EINVAL), and the caller then runs them one by one. NULL or absent
-   * (struct_size): no batching. */
+   * batch (VSPEC_EINVAL), and the caller then runs them one by one. A backend may keep
+   * what it needs per batch device (a workspace, graphs) until the model unloads, freeing it
+   * with that device: `dev` must stay open until then. NULL or absent (struct_size): no
+   * batching. */
   int (*forward_multi)(vspec_dev *dev, vspec_session *const *sessions,
                        const vspec_forward_batch *const *batch, vspec_forward_out *const *out,
                        int32_t count, char *err, size_t errlen);

@@ -159,5 +159,11 @@ void vs_cpu_rec_sample_tokens(vspec_dev *dev, const float *logits, const vspec_s
                               int32_t *tokens);
 void vs_cpu_rec_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_spec *spec,
                            float *probs, int32_t *tokens);
+void vs_cpu_rec_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim,
+                                    const float *norm_w, float eps, const float *wqkv,
+                                    const int32_t *pos, const float *rope_table,
+                                    const vspec_kv_batch *b, float *qkv);
+void vs_cpu_rec_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_kv_batch *b,
+                                     float *out);
 
 #endif /* VS_CPU_DEV_H */

@@ -117,13 +117,15 @@ void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cach
 /* ---- ABI 1.9: a cross-job batch's sessions in one op ------------------------------------ */
 
 /* The CPU runs each session's op in turn, exactly as the batch made them before these ops
- * existed: the same numbers as each session alone, one counted op. */
+ * existed: the same numbers as each session alone, one counted op. The sessions are read
+ * from entries_dev, as a GPU's kernels read them when they run (the CPU's device memory is
+ * the host's): a recorded batch (cpu_graph.c) then replays with the entries uploaded for
+ * the step it serves, not those of the step it was recorded at. */
 void vs_cpu_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const float *norm_w,
                                 float eps, const float *wqkv, const int32_t *pos,
                                 const float *rope_table, const vspec_kv_batch *b, float *qkv) {
-  VS_CPU_UNRECORDED(dev, "norm_qkv_rope_batch");
   for (int i = 0; i < b->count; i++) {
-    const vspec_kv_batch_entry *e = &b->entries[i];
+    const vspec_kv_batch_entry *e = &b->entries_dev[i];
     size_t r0 = (size_t)e->row0;
     int qkv_w = (e->kv.n_heads + 2 * e->kv.kv_heads) * e->kv.head_dim;
     vs_cpu_norm_qkv_rope(dev, x + r0 * dim, e->tree.n, dim, norm_w, eps, wqkv, pos + r0,
@@ -133,9 +135,8 @@ void vs_cpu_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const f
 
 void vs_cpu_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_kv_batch *b,
                                  float *out) {
-  VS_CPU_UNRECORDED(dev, "tree_attention_batch");
   for (int i = 0; i < b->count; i++) {
-    const vspec_kv_batch_entry *e = &b->entries[i];
+    const vspec_kv_batch_entry *e = &b->entries_dev[i];
     size_t r0 = (size_t)e->row0;
     int H = e->kv.n_heads, hd = e->kv.head_dim, qkv_w = (H + 2 * e->kv.kv_heads) * hd;
     vs_cpu_tree_attention(dev, qkv + r0 * qkv_w, &e->kv, &e->tree, out + r0 * H * hd);

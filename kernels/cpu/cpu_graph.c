@@ -9,7 +9,8 @@
  * runs the list. A backend that baked a per-step value into an op's arguments (a count, a
  * host array, a field of a struct) would replay a stale value here exactly as a CUDA graph
  * would, and a test comparing replay with eager execution sees different bits. Recordable
- * are the ops a fused forward issues (the ABI 1.4 fused ops and `linear`, the head); every
+ * are the ops a fused forward issues (the ABI 1.4 fused ops and `linear`, the head) and a
+ * fused cross-job batch's (the ABI 1.9 batch ops); every
  * other op refuses while recording (VS_CPU_UNRECORDED, cpu_dev.h), which fails the recording
  * with VSPEC_ENOTSUP so that the caller runs its ops eagerly, as a failed capture would.
  */
@@ -28,7 +29,9 @@ enum {
   REC_NORM_QKV_ROPE,
   REC_TREE_ATTENTION,
   REC_SAMPLE_TOKENS,
-  REC_DRAW_PROBS
+  REC_DRAW_PROBS,
+  REC_NORM_QKV_ROPE_BATCH,
+  REC_TREE_ATTENTION_BATCH
 };
 
 /* One recorded call: the pointers and scalars it was called with, by position in its
@@ -42,6 +45,8 @@ typedef struct vs_rec {
   vspec_kv_cache kv;
   vspec_kv_tree_view tree;
   vspec_sample_spec spec;
+  vspec_kv_batch batch; /* count, m and max_slots as called; the entries read at replay
+                         * from entries_dev (the host copy is the call's alone) */
 } vs_rec;
 
 typedef struct vs_cpu_graph {
@@ -209,6 +214,33 @@ void vs_cpu_rec_draw_probs(vspec_dev *dev, const float *logits, const vspec_samp
   *r = (vs_rec){.kind = REC_DRAW_PROBS, .p = {logits, probs}, .out = tokens, .spec = *spec};
 }
 
+void vs_cpu_rec_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim,
+                                    const float *norm_w, float eps, const float *wqkv,
+                                    const int32_t *pos, const float *rope_table,
+                                    const vspec_kv_batch *b, float *qkv) {
+  if (!vs_cpu_recording(dev)) {
+    vs_cpu_norm_qkv_rope_batch(dev, x, dim, norm_w, eps, wqkv, pos, rope_table, b, qkv);
+    return;
+  }
+  vs_rec *r = rec_add(dev, REC_NORM_QKV_ROPE_BATCH);
+  if (!r) return;
+  *r = (vs_rec){.kind = REC_NORM_QKV_ROPE_BATCH, .p = {x, norm_w, wqkv, pos, rope_table},
+                .out = qkv, .i = {dim}, .eps = eps, .batch = *b};
+  r->batch.entries = NULL;
+}
+
+void vs_cpu_rec_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_kv_batch *b,
+                                     float *out) {
+  if (!vs_cpu_recording(dev)) {
+    vs_cpu_tree_attention_batch(dev, qkv, b, out);
+    return;
+  }
+  vs_rec *r = rec_add(dev, REC_TREE_ATTENTION_BATCH);
+  if (!r) return;
+  *r = (vs_rec){.kind = REC_TREE_ATTENTION_BATCH, .p = {qkv}, .out = out, .batch = *b};
+  r->batch.entries = NULL;
+}
+
 /* ---- replay ------------------------------------------------------------------------------ */
 
 static void rec_run(vspec_dev *dev, const vs_rec *r) {
@@ -242,6 +274,13 @@ static void rec_run(vspec_dev *dev, const vs_rec *r) {
     break;
   case REC_DRAW_PROBS:
     vs_cpu_draw_probs(dev, p[0], &r->spec, (float *)(uintptr_t)p[1], r->out);
+    break;
+  case REC_NORM_QKV_ROPE_BATCH:
+    vs_cpu_norm_qkv_rope_batch(dev, p[0], i[0], p[1], r->eps, p[2], p[3], p[4], &r->batch,
+                               r->out);
+    break;
+  case REC_TREE_ATTENTION_BATCH:
+    vs_cpu_tree_attention_batch(dev, p[0], &r->batch, r->out);
     break;
   }
 }

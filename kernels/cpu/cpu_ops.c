@@ -16,6 +16,8 @@
 #define vs_cpu_tree_attention vs_cpu_rec_tree_attention
 #define vs_cpu_sample_tokens vs_cpu_rec_sample_tokens
 #define vs_cpu_draw_probs vs_cpu_rec_draw_probs
+#define vs_cpu_norm_qkv_rope_batch vs_cpu_rec_norm_qkv_rope_batch
+#define vs_cpu_tree_attention_batch vs_cpu_rec_tree_attention_batch
 
 static const vspec_ops cpu_ops = {
     .struct_size = sizeof(vspec_ops),

@@ -375,6 +375,10 @@ void vs_cuda_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_
   size_t fast = ((size_t)max_slots + (size_t)(max_slots + 31) / 32 +
                  (size_t)VS_TATTF_WARPS * hd) * 4;
   if (d->tatt_generic || fast > VS_TATT_SHARED || (hd != 32 && hd != 64 && hd != 128)) {
+    /* session by session from the host copy, whose pointers a graph would replay for other
+     * sessions (ops.h: a recorded batch op reads entries_dev when it runs) */
+    if (vs_cuda_refuse_in_capture(d, VSPEC_ENOTSUP, "tree_attention_batch (session by session)"))
+      return;
     for (int i = 0; i < b->count; i++) {
       const vspec_kv_batch_entry *e = &b->entries[i];
       size_t r0 = (size_t)e->row0;

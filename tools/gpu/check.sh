@@ -1,7 +1,7 @@
 #!/bin/sh
 # What to run first on a lent GPU: the GPU suite, then the benchmarks behind the GPU goals
 # (docs/BENCHMARKS.md, "On a GPU"), each goal printed next to its figure, then where a
-# step's time goes (tools/gpu/kernels.sh). About 4 minutes on an H200 (2026-11-28); every
+# step's time goes (tools/gpu/kernels.sh). About 4-6 minutes on an H200 (2026-11-28); every
 # step has its own time limit, so one that hangs cannot eat the loan, and the later steps
 # (chains, concurrency, kernels) run only while the steps before them left the time.
 #
@@ -127,6 +127,12 @@ if [ "$(elapsed)" -lt 480 ]; then
     VSPEC_MULTI=sessions timeout 120 "$B/vspecd-bench" --gpt-b --device "$DEVICE" --batch 8 \
       --jobs 16 --rounds 1 --method ar >"$OUT/concurrency-gpt-b-sessions.txt" 2>&1
     grep '^| batched' "$OUT/concurrency-gpt-b-sessions.txt"
+  fi
+  if [ "$(elapsed)" -lt 420 ]; then
+    echo "== the same, batches eager (VSPEC_MULTI_GRAPHS=off)"
+    VSPEC_MULTI_GRAPHS=off timeout 120 "$B/vspecd-bench" --gpt-b --device "$DEVICE" --batch 8 \
+      --jobs 16 --rounds 1 --method ar >"$OUT/concurrency-gpt-b-eager.txt" 2>&1
+    grep '^| batched' "$OUT/concurrency-gpt-b-eager.txt"
   fi
 else
   echo "== 8 concurrent GPT-B jobs: skipped ($(elapsed) s gone; run it alone, docs/BENCHMARKS.md)"

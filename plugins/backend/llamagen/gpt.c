@@ -282,8 +282,6 @@ void lg_session_close(vspec_session *s) {
   if (s->cond_embed) s->ops->free(s->dev, s->cond_embed);
   if (s->prefix_dev) s->ops->free(s->dev, s->prefix_dev);
   lg_work_free(s->host, s->ops, s->dev, &s->w);
-  lg_work_free(s->host, s->ops, s->dev, &s->multi);
-  s->host->free(s->multi_out);
   if (s->walk_dev) s->ops->free(s->dev, s->walk_dev);
   s->host->free(s->walk_host);
   if (s->draft_probs) s->ops->free(s->dev, s->draft_probs);

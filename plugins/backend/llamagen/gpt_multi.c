@@ -13,6 +13,7 @@
  * asked for the walk on the device (vspec_forward_out.walk) one upload of their trees and one
  * download of their results (gpt_forward.c, lg_head_out).
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,21 +40,25 @@ static int lg__batch_ops(const vspec_model *m, const vspec_ops *ops) {
   return m->multi != LG_MULTI_SESSIONS && vspec_has_batch_ops(ops);
 }
 
+/* Words of the batch ops' entries of `count` sessions (every layer's). */
+static size_t lg__entry_words(const lg_gpt *g, int count) {
+  return (size_t)g->n_layer * count * sizeof(vspec_kv_batch_entry) / sizeof(int32_t);
+}
+
 /* The upload's room for the batch ops' entries, in int32 words (an 8-byte alignment
  * included): lg_forward_multi sizes the workspace with it. */
 static size_t lg__batch_ints(const vspec_model *m, const vspec_ops *ops, int count) {
   if (!lg__batch_ops(m, ops)) return 0;
-  return 2 + (size_t)m->gpt.n_layer * count * sizeof(vspec_kv_batch_entry) / sizeof(int32_t);
+  return 2 + lg__entry_words(&m->gpt, count);
 }
 
-/* Fills the entries at h + at (at rounded up to 8 bytes); returns the words used. */
-static size_t lg__batch_entries(const lg_work *w, const lg_seg *seg, int count,
-                                const lg_mseg *ms, int32_t *h, size_t at, lg_mbatch *mb) {
+/* Fills the entries at h + at (at 8-byte aligned), from the segments' integers ms. */
+static void lg__batch_entries(const lg_work *w, const lg_seg *seg, int count, const lg_mseg *ms,
+                              int32_t *h, size_t at, lg_mbatch *mb) {
   const lg_gpt *g = &seg[0].s->m->gpt;
-  size_t start = (at + 1) & ~(size_t)1;
-  vspec_kv_batch_entry *e = (vspec_kv_batch_entry *)(void *)(h + start);
+  vspec_kv_batch_entry *e = (vspec_kv_batch_entry *)(void *)(h + at);
   mb->host = e;
-  mb->dev = (const vspec_kv_batch_entry *)(const void *)(w->idx_dev + start);
+  mb->dev = (const vspec_kv_batch_entry *)(const void *)(w->idx_dev + at);
   mb->max_slots = 0;
   for (int l = 0; l < g->n_layer; l++)
     for (int i = 0; i < count; i++, e++) {
@@ -68,13 +73,15 @@ static size_t lg__batch_entries(const lg_work *w, const lg_seg *seg, int count,
           .row0 = seg[i].row0};
       if (s->kv.slots > mb->max_slots) mb->max_slots = s->kv.slots;
     }
-  return start - at + (size_t)g->n_layer * count * sizeof *e / sizeof *h;
 }
 
 /* Stages and uploads a batch's integers in one transfer: tokens and positions [M] each, head
- * rows [K], then per segment its cache slots [n], lengths [2] (committed, base) and tree
- * parents [base + n], then the batch ops' entries where the device has them (mb->host NULL
- * where not; lg_forward_multi sizes the workspace for all of it); returns K. */
+ * rows [K], then the batch ops' entries where the device has them (8-byte aligned; mb->host
+ * NULL where not), then per segment its cache slots [n], lengths [2] (committed, base) and
+ * tree parents [base + n]; lg_forward_multi sizes the workspace for all of it. Everything a
+ * batch's ops are called with thus sits at offsets that depend on M, K and the session count
+ * alone (the parents' lengths vary from step to step, and come last): a graph recorded for
+ * one batch serves every batch of that shape (lg__multi_graph). Returns K. */
 static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, const lg_seg *seg,
                             int count, int M, lg_mseg *ms, lg_mbatch *mb) {
   int32_t *h = w->idx_host;
@@ -85,7 +92,9 @@ static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, co
     for (int j = 0; j < seg[i].head_count; j++)
       for (int r = 0; r < seg[i].s->rows; r++)
         h[2 * M + K++] = seg[i].row0 + r * seg[i].n + seg[i].head_first + j;
-  size_t at = 2 * (size_t)M + (size_t)K;
+  size_t at_e = (2 * (size_t)M + (size_t)K + 1) & ~(size_t)1;
+  int batch_ops = lg__batch_ops(seg[0].s->m, ops);
+  size_t at = at_e + (batch_ops ? lg__entry_words(&seg[0].s->m->gpt, count) : 0);
   for (int i = 0; i < count; i++) {
     const vs_kv_tree *kv = &seg[i].s->kv;
     int n = seg[i].n, base = seg[i].first_slot - kv->committed;
@@ -98,40 +107,34 @@ static int lg__multi_upload(const vspec_ops *ops, vspec_dev *dev, lg_work *w, co
     at += 2 * (size_t)n + 2 + (size_t)base;
   }
   *mb = (lg_mbatch){0};
-  if (lg__batch_ops(seg[0].s->m, ops)) at += lg__batch_entries(w, seg, count, ms, h, at, mb);
+  if (batch_ops) lg__batch_entries(w, seg, count, ms, h, at_e, mb);
   ops->upload(dev, w->idx_dev, h, at * sizeof *h);
   return K;
 }
 
-/* A batch on the fused ops: one upload, the embeddings gathered, per layer every session's
- * norm + QKV + RoPE + KV store and tree attention (each its own cache and tree) and three ops
- * over every row, then the head rows normed and the head. With the batch ops of ABI 1.9 the
+/* A fused batch's trunk, after its upload: the embeddings gathered, per layer every
+ * session's norm + QKV + RoPE + KV store and tree attention (each its own cache and tree) and
+ * three ops over every row, then the head rows normed. With the batch ops of ABI 1.9 the
  * sessions' attention parts are one op each, 5 ops per layer whatever the sessions (on a GPU
  * the QKV weights read once for all of them); without, 3 + 2 x sessions, where the unfused
  * path takes 12 + 3 x rows. */
-static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_work *w,
-                                    const lg_seg *seg, int count, int M, float *stage) {
+static void lg__multi_trunk(const vspec_ops *ops, vspec_dev *dev, lg_work *w, const lg_seg *seg,
+                            int count, int M, int K, const lg_mseg *ms, const lg_mbatch *mb) {
   const lg_gpt *g = &seg[0].s->m->gpt;
   int d = g->dim, att_w = g->n_head * g->head_dim;
   int qkv_w = (g->n_head + 2 * g->n_kv_head) * g->head_dim;
-  lg_mseg ms[LG_MULTI_MAX];
-  lg_mbatch mb;
-  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms, &mb);
-  for (int i = 0; i < count; i++) /* tokens drawn on the device (ABI 1.8) */
-    vs_bk_patch_tokens(ops, dev, w->tok + seg[i].row0, seg[i].token_dev, seg[i].s->rows,
-                       seg[i].n, seg[i].n, w->idx_dev + seg[i].row0);
   ops->gather_rows(dev, g->tok_embeddings, w->idx_dev, M, d, w->x);
   for (int l = 0; l < g->n_layer; l++) {
     const lg_layer *W = &g->layers[l];
-    if (mb.host) {
-      vspec_kv_batch kb = {.count = count, .m = M, .max_slots = mb.max_slots,
-                           .entries = mb.host + (size_t)l * count,
-                           .entries_dev = mb.dev + (size_t)l * count};
+    if (mb->host) {
+      vspec_kv_batch kb = {.count = count, .m = M, .max_slots = mb->max_slots,
+                           .entries = mb->host + (size_t)l * count,
+                           .entries_dev = mb->dev + (size_t)l * count};
       ops->norm_qkv_rope_batch(dev, w->x, d, W->attention_norm, g->norm_eps, W->wqkv,
                                w->idx_dev + M, g->rope_table, &kb, w->qkv);
       ops->tree_attention_batch(dev, w->qkv, &kb, w->att);
     }
-    for (int i = 0; i < count && !mb.host; i++) {
+    for (int i = 0; i < count && !mb->host; i++) {
       vspec_session *s = seg[i].s;
       size_t r0 = (size_t)seg[i].row0;
       vspec_kv_cache kv = {.k = vs_kv_at(&s->kv, s->kv.k, l, 0, 0),
@@ -152,33 +155,163 @@ static void lg__forward_multi_fused(const vspec_ops *ops, vspec_dev *dev, lg_wor
     ops->linear_add(dev, w->ff1, M, g->ffn_hidden, W->w2, d, w->x);
   }
   ops->rmsnorm_rows(dev, w->x, w->idx_dev + 2 * M, K, d, g->norm, g->norm_eps, w->h);
-  lg_head_out(g, ops, dev, w, seg, count, K, stage);
 }
 
-/* The lead session's batch workspace for `rows` rows and `ints` words of integers, and its
- * host stage for `rows` rows of outputs (lg__out_rows), grown as needed; both belong to the
- * lead (freed with it, by its own device). Returns the stage, or NULL when out of memory. */
-static float *lg__multi_room(vspec_session *lead, size_t rows, size_t ints) {
-  const vspec_host *H = lead->host;
-  const lg_gpt *g = &lead->m->gpt;
-  if (rows > lead->multi.rows || ints > lead->multi.idx_ints) {
-    size_t want = rows > lead->multi.rows ? rows : lead->multi.rows;
-    size_t want_ints = ints > lead->multi.idx_ints ? ints : lead->multi.idx_ints;
-    lg_work_free(H, lead->ops, lead->dev, &lead->multi);
-    if (lg_work_alloc(H, lead->ops, lead->dev, g, want, 0, want_ints, &lead->multi)) {
-      lg_work_free(H, lead->ops, lead->dev, &lead->multi);
+/* ---- lanes: a batch device's workspace and graphs ---------------------------------------- */
+
+/* What a model keeps for the batches one device runs (a server's lane): the batch
+ * workspace, grown as needed, the host stage the batch's outputs come down into (one
+ * download for the whole batch), and the graphs of its batch shapes. Owned by the model, freed
+ * at its unload (lg_lanes_free) by the lane's own device: a session closing on a job's thread
+ * never touches a lane that may be recording a batch on another thread. One batch at a time
+ * per device (ops.h: a device's ops run in order on one thread). */
+typedef struct lg_lane {
+  vspec_dev *dev;
+  lg_work w;
+  float *out;
+  size_t out_cap;
+  lg_mgraph graph[LG_MULTI_GRAPHS];
+  unsigned clock;
+  int failures, busy; /* recordings refused, and those that met an allocation or a wait */
+} lg_lane;
+
+static void lg__lane_graphs_free(const vspec_host *H, lg_lane *l) {
+  for (int i = 0; i < LG_MULTI_GRAPHS; i++) {
+    if (l->graph[i].graph) H->dev_ops(l->dev)->graph_free(l->dev, l->graph[i].graph);
+    l->graph[i] = (lg_mgraph){0};
+  }
+}
+
+void lg_lanes_free(vspec_model *m) {
+  const vspec_host *H = m->host;
+  for (int i = 0; i < LG_LANES; i++) {
+    lg_lane *l = atomic_exchange(&m->lanes[i], NULL);
+    if (!l) continue;
+    lg__lane_graphs_free(H, l);
+    lg_work_free(H, H->dev_ops(l->dev), l->dev, &l->w);
+    H->free(l->out);
+    H->free(l);
+  }
+}
+
+/* m's lane for dev, made at its first batch; NULL when LG_LANES devices have one already (or
+ * out of memory). Lanes of other devices may be made at once on other threads: a slot is
+ * taken by compare-and-swap. */
+static lg_lane *lg__lane(vspec_model *m, vspec_dev *dev) {
+  for (int i = 0; i < LG_LANES; i++) {
+    lg_lane *l = atomic_load(&m->lanes[i]);
+    if (l && l->dev == dev) return l;
+  }
+  lg_lane *mine = m->host->calloc(1, sizeof *mine);
+  if (!mine) return NULL;
+  mine->dev = dev;
+  for (int i = 0; i < LG_LANES; i++) {
+    lg_lane *expected = NULL;
+    if (atomic_compare_exchange_strong(&m->lanes[i], &expected, mine)) return mine;
+  }
+  m->host->free(mine);
+  return NULL;
+}
+
+/* The lane's workspace for `rows` rows and `ints` words of integers, and its host stage for
+ * `rows` rows of outputs (lg__out_rows), grown as needed (the graphs, which hold the old
+ * workspace's pointers, go with it). Returns the stage, or NULL when out of memory. */
+static float *lg__lane_room(const vspec_host *H, const lg_gpt *g, lg_lane *l, size_t rows,
+                            size_t ints) {
+  const vspec_ops *ops = H->dev_ops(l->dev);
+  if (rows > l->w.rows || ints > l->w.idx_ints) {
+    size_t want = rows > l->w.rows ? rows : l->w.rows;
+    size_t want_ints = ints > l->w.idx_ints ? ints : l->w.idx_ints;
+    lg__lane_graphs_free(H, l);
+    lg_work_free(H, ops, l->dev, &l->w);
+    if (lg_work_alloc(H, ops, l->dev, g, want, 0, want_ints, &l->w)) {
+      lg_work_free(H, ops, l->dev, &l->w);
       return NULL;
     }
   }
   size_t floats = rows * (size_t)(g->vocab > g->dim ? g->vocab : g->dim);
   if (floats == 0) floats = 1;
-  if (floats > lead->multi_out_cap) {
-    H->free(lead->multi_out);
-    lead->multi_out_cap = 0;
-    if (!(lead->multi_out = H->alloc(floats * sizeof(float)))) return NULL;
-    lead->multi_out_cap = floats;
+  if (floats > l->out_cap) {
+    H->free(l->out);
+    l->out_cap = 0;
+    if (!(l->out = H->alloc(floats * sizeof(float)))) return NULL;
+    l->out_cap = floats;
   }
-  return lead->multi_out;
+  return l->out;
+}
+
+/* ---- graphs of batches (ABI 1.5) --------------------------------------------------------- */
+
+/* The lane's entry for this shape, or a new one in the least recently used slot (its graph
+ * freed); *fresh says which. */
+static lg_mgraph *lg__mgraph_entry(const vspec_host *H, lg_lane *l, int count, int M, int K,
+                                   int max_slots, int *fresh) {
+  lg_mgraph *victim = &l->graph[0];
+  *fresh = 0;
+  for (int i = 0; i < LG_MULTI_GRAPHS; i++) {
+    lg_mgraph *e = &l->graph[i];
+    if (e->count == count && e->M == M && e->K == K && e->max_slots == max_slots) {
+      e->last = ++l->clock;
+      return e;
+    }
+    if (!e->count || (victim->count && e->last < victim->last)) victim = e;
+  }
+  if (victim->graph) H->dev_ops(l->dev)->graph_free(l->dev, victim->graph);
+  *victim = (lg_mgraph){.count = count, .M = M, .K = K, .max_slots = max_slots,
+                        .last = ++l->clock};
+  *fresh = 1;
+  return victim;
+}
+
+/* The trunk through the lane's graph for this batch's shape: recorded the second time the
+ * shape comes (a shape seen once, as a server's batches change while jobs come and go, is not
+ * worth a recording), launched from then on. 1 when the trunk ran so, 0 when the caller runs
+ * it eagerly: graphs off (the lead session's graphs=, VSPEC_GRAPHS; multi_graphs=off), a
+ * batch without the batch ops (their per-session arguments would be baked in), a first
+ * sighting, or a failed recording. A device that could not record an op turns the lane's
+ * graphs off at its second failure; VSPEC_EBUSY (a scratch growth or a weight conversion met
+ * while recording, which the eager run then does) is tried again, a few times. */
+static int lg__multi_graph(const vspec_ops *ops, lg_lane *l, const lg_seg *seg, int count, int M,
+                           int K, const lg_mseg *ms, const lg_mbatch *mb) {
+  const vspec_session *lead = seg[0].s;
+  if (lead->graphs != LG_GRAPHS_ON || !lead->m->multi_graphs || !mb->host ||
+      !vspec_has_graphs(ops) || l->failures >= 2 || l->busy > 2 * LG_MULTI_GRAPHS)
+    return 0;
+  int fresh;
+  lg_mgraph *e = lg__mgraph_entry(lead->host, l, count, M, K, mb->max_slots, &fresh);
+  if (fresh) return 0;
+  if (!e->graph) {
+    int rc = ops->graph_begin(l->dev);
+    if (rc == VSPEC_OK) {
+      lg__multi_trunk(ops, l->dev, &l->w, seg, count, M, K, ms, mb); /* recorded, not run */
+      rc = ops->graph_end(l->dev, &e->graph);
+    }
+    if (rc != VSPEC_OK) {
+      e->graph = NULL;
+      if (rc == VSPEC_EBUSY) l->busy++;
+      else l->failures++;
+      return 0;
+    }
+  }
+  return ops->graph_launch(l->dev, e->graph) == VSPEC_OK;
+}
+
+/* A batch on the fused ops: one upload, the tokens drawn on the device patched in, the trunk
+ * (through a graph where lg__multi_graph can), then the head. */
+static void lg__forward_multi_fused(const vspec_ops *ops, lg_lane *l, const lg_seg *seg,
+                                    int count, int M, float *stage) {
+  const lg_gpt *g = &seg[0].s->m->gpt;
+  vspec_dev *dev = l->dev;
+  lg_work *w = &l->w;
+  lg_mseg ms[LG_MULTI_MAX];
+  lg_mbatch mb;
+  int K = lg__multi_upload(ops, dev, w, seg, count, M, ms, &mb);
+  for (int i = 0; i < count; i++) /* tokens drawn on the device (ABI 1.8) */
+    vs_bk_patch_tokens(ops, dev, w->tok + seg[i].row0, seg[i].token_dev, seg[i].s->rows,
+                       seg[i].n, seg[i].n, w->idx_dev + seg[i].row0);
+  if (!lg__multi_graph(ops, l, seg, count, M, K, ms, &mb))
+    lg__multi_trunk(ops, dev, w, seg, count, M, K, ms, &mb);
+  lg_head_out(g, ops, dev, w, seg, count, K, stage);
 }
 
 int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forward_batch *const *bs,
@@ -229,7 +362,13 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
     }
   /* room for the fused path's integers too (lg__multi_upload: at most this many words) */
   ints += 3 * rows + (fused ? lg__batch_ints(lead->m, ops, count) : 0);
-  float *stage = lg__multi_room(lead, rows, ints);
+  lg_lane *lane = lg__lane(lead->m, dev);
+  if (!lane) { /* the caller runs the sessions one by one (plugin.h, forward_multi) */
+    snprintf(err, errlen, "forward_multi: batches of this model already run on %d devices",
+             LG_LANES);
+    return VSPEC_EINVAL;
+  }
+  float *stage = lg__lane_room(H, g, lane, rows, ints);
   if (!stage) {
     snprintf(err, errlen, "out of memory for a batch of %zu rows", rows);
     return VSPEC_ENOMEM;
@@ -239,7 +378,7 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
   for (int i = 0; i < count; i++) {
     char inner[256];
     pending[i] = bs[i]->append ? ss[i]->kv.n_pending : 0;
-    int rc = lg_stage_seg(ss[i], bs[i], outs[i], &lead->multi, row0, &seg[i], inner,
+    int rc = lg_stage_seg(ss[i], bs[i], outs[i], &lane->w, row0, &seg[i], inner,
                           sizeof inner);
     if (rc) {
       /* Sessions staged before this one would keep new pending nodes without keys and
@@ -248,18 +387,18 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
       snprintf(err, errlen, "forward_multi: session %d: %s", i, inner);
       return rc;
     }
-    if (!fused) lg_unfused_inputs(&seg[i], &lead->multi, ops, dev);
+    if (!fused) lg_unfused_inputs(&seg[i], &lane->w, ops, dev);
     row0 += ss[i]->rows * seg[i].n;
   }
   /* a batch of one downloads straight into its out, as a forward does */
   if (count == 1) stage = NULL;
   if (fused) {
-    lg__forward_multi_fused(ops, dev, &lead->multi, seg, count, row0, stage);
+    lg__forward_multi_fused(ops, lane, seg, count, row0, stage);
     return VSPEC_OK;
   }
-  lg_run_layers(g, ops, dev, &lead->multi, seg, count, row0);
-  lg_head_out(g, ops, dev, &lead->multi, seg, count,
-              lg_head_rows(g, ops, dev, &lead->multi, seg, count), stage);
+  lg_run_layers(g, ops, dev, &lane->w, seg, count, row0);
+  lg_head_out(g, ops, dev, &lane->w, seg, count,
+              lg_head_rows(g, ops, dev, &lane->w, seg, count), stage);
   return VSPEC_OK;
 }
 

@@ -96,6 +96,21 @@ typedef struct lg_graph {
   vspec_sample_spec draw; /* the draw it was recorded with (its scalars are in the graph) */
 } lg_graph;
 
+/* A cross-job batch's trunk (the embeddings to the head rows' norm) as a graph, for the
+ * batches of one shape on one lane (gpt_multi.c, lg__multi_graph): the shape is what the
+ * batch's ops are called with (sessions, rows, head rows, the longest cache); which sessions,
+ * and their trees, are in the entries uploaded each time. */
+#define LG_MULTI_GRAPHS 8
+typedef struct lg_mgraph {
+  int count, M, K, max_slots; /* count 0: a free slot */
+  vspec_graph *graph;         /* NULL: seen once; recorded when the shape comes again */
+  unsigned last;              /* the lane's batch clock at its last use (the least recent goes) */
+} lg_mgraph;
+
+/* The devices cross-job batches of one model run on (a server's lanes): each keeps its own
+ * batch workspace and graphs (gpt_multi.c, lg_lane). */
+#define LG_LANES 16
+
 struct vspec_model {
   const vspec_host *host;
   vspec_dev *load_dev;
@@ -108,7 +123,10 @@ struct vspec_model {
   int graphs;     /* LG_GRAPHS_*: the load parameter graphs=, else VSPEC_GRAPHS, else on
                    * where the device has graphs and is not the CPU (llamagen.c) */
   int multi;      /* LG_MULTI_*: the load parameter multi=, else VSPEC_MULTI */
+  int multi_graphs; /* batches through graphs (gpt_multi.c): multi_graphs=, else
+                     * VSPEC_MULTI_GRAPHS, else on */
   char arch[32];
+  _Atomic(struct lg_lane *) lanes[LG_LANES]; /* forward_multi's, by batch device (gpt_multi.c) */
 };
 
 /* The work buffers of one forward, row-major by (session, row, node): a session's own,
@@ -146,11 +164,6 @@ struct vspec_session {
   /* per-forward work buffers, [rows * max_nodes, ...] (h: at least caption_len rows) */
   lg_work w;
   uint8_t *mask;       /* host [max_nodes, kv.slots] */
-  /* lg_forward_multi's workspace when this session led a batch (grown on demand), and the
-   * host stage its outputs come down into, one download for the whole batch [multi_out_cap] */
-  lg_work multi;
-  float *multi_out;
-  size_t multi_out_cap;
   /* ABI 1.5: LG_GRAPHS_* for this session (OFF where the device lacks fused ops or graphs),
    * its graphs by (bucket, head kind), and failed recordings so far (gpt_forward.c,
    * lg__graph_get: those that would have had to allocate or wait count apart) */
@@ -195,6 +208,10 @@ typedef struct lg_seg {
   vspec_forward_out *out;
   const int32_t *token_dev; /* ABI 1.8: the batch's tokens drawn on the device, or NULL */
 } lg_seg;
+
+/* gpt_multi.c: frees m's batch lanes (their workspaces and graphs, each by its device,
+ * which must still be open). */
+void lg_lanes_free(vspec_model *m);
 
 /* The most sessions in one forward_multi. */
 #define LG_MULTI_MAX 64

@@ -26,6 +26,10 @@
  *                 per layer: the CPU's outputs as they were), auto (default: fused where the
  *                 batch's device has the fused ops and is not the CPU). Without the parameter
  *                 the environment variable VSPEC_MULTI decides.
+ *   multi_graphs=B  whether a fused batch with the batch ops runs its trunk through a graph
+ *                 per batch shape where the session's forwards use graphs (graphs=on): on
+ *                 (default) or off, the A/B switch; else the environment variable
+ *                 VSPEC_MULTI_GRAPHS.
  * The same plugin serves the target and a small standalone draft GPT.
  */
 #include <stdio.h>
@@ -39,6 +43,7 @@
 
 static void lg_unload(vspec_model *m) {
   if (!m) return;
+  lg_lanes_free(m);
   lg_gpt_unload(m);
   lg_vq_unload(m);
   if (m->gpt_file) m->host->tensors_close(m->gpt_file);
@@ -68,6 +73,16 @@ static int lg_graphs_mode(const vspec_host *host, vspec_dev *dev, const char *pa
   return VSPEC_OK;
 }
 
+/* multi_graphs= (else VSPEC_MULTI_GRAPHS, else on): 1 on, 0 off. */
+static int lg_multi_graphs(const char *param, int *on, char *err, size_t errlen) {
+  const char *v = param ? param : getenv("VSPEC_MULTI_GRAPHS");
+  *on = !v || !*v || strcmp(v, "on") == 0 || strcmp(v, "auto") == 0;
+  if (*on || strcmp(v, "off") == 0) return VSPEC_OK;
+  snprintf(err, errlen, "llamagen: multi_graphs=%s%s: use on or off", v,
+           param ? "" : " (VSPEC_MULTI_GRAPHS)");
+  return VSPEC_EINVAL;
+}
+
 /* LG_MULTI_* from the parameter multi=, else VSPEC_MULTI, else auto. */
 static int lg_multi_mode(const char *param, int *mode, char *err, size_t errlen) {
   const char *v = param ? param : getenv("VSPEC_MULTI");
@@ -85,8 +100,8 @@ static int lg_multi_mode(const char *param, int *mode, char *err, size_t errlen)
 
 static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
                    const vspec_params *params, vspec_model **out, char *err, size_t errlen) {
-  static const char *const known[] = {"vq", "max_nodes", "weight_format", "graphs", "multi",
-                                      NULL};
+  static const char *const known[] = {"vq",    "max_nodes", "weight_format", "graphs",
+                                      "multi", "multi_graphs", NULL};
   int rc = host->param_check_known(params, known, err, errlen);
   if (rc) return rc;
   long max_nodes;
@@ -98,10 +113,12 @@ static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
     snprintf(err, errlen, "llamagen: weight_format=%s: use default or int8", weights);
     return VSPEC_EINVAL;
   }
-  int graphs, multi;
+  int graphs, multi, multi_graphs;
   if ((rc = lg_graphs_mode(host, dev, host->param_string(params, "graphs"), &graphs, err,
                            errlen)) ||
-      (rc = lg_multi_mode(host->param_string(params, "multi"), &multi, err, errlen)))
+      (rc = lg_multi_mode(host->param_string(params, "multi"), &multi, err, errlen)) ||
+      (rc = lg_multi_graphs(host->param_string(params, "multi_graphs"), &multi_graphs, err,
+                            errlen)))
     return rc;
   const char *vq_path = host->param_string(params, "vq");
   int want_gpt = path && *path && strcmp(path, "-") != 0;
@@ -119,6 +136,7 @@ static int lg_load(const vspec_host *host, vspec_dev *dev, const char *path,
   m->max_nodes = (int)max_nodes;
   m->graphs = graphs;
   m->multi = multi;
+  m->multi_graphs = multi_graphs;
   char inner[VSPEC_ERRLEN];
   if (want_gpt) {
     if ((rc = host->tensors_open(path, &m->gpt_file, err, errlen))) goto fail;
