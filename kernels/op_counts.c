@@ -65,9 +65,12 @@ static int c_graph_end(vspec_dev *dev, vspec_graph **graph) {
 }
 
 static int c_graph_launch(vspec_dev *dev, vspec_graph *graph) {
-  oc_op(dev);
-  vs_dev_count(&oc_head(dev)->counters.launches, 1);
-  return oc_own(dev)->graph_launch(dev, graph);
+  int rc = oc_own(dev)->graph_launch(dev, graph);
+  if (rc == VSPEC_OK) { /* a refused launch (none, stale, recording) ran nothing */
+    oc_op(dev);
+    vs_dev_count(&oc_head(dev)->counters.launches, 1);
+  }
+  return rc;
 }
 
 /* The counting copy of `own`: every op the device has, counted (kinds op, op_ret and graph of

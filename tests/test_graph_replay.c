@@ -7,7 +7,7 @@
  * shapes, appended batches, two interleaved sessions, 1 and 2 CFG rows and device draws;
  * here also whole engine jobs (AR, exact SD, LANTERN on models/fmnist) and the device
  * semantics themselves: recorded ops do not run, a launch runs them, an op that cannot be
- * recorded fails the recording. VSPEC_TEST_DEVICE=cuda runs the same on a GPU
+ * recorded fails the recording, a graph older than the device's scratch is refused. VSPEC_TEST_DEVICE=cuda runs the same on a GPU
  * (tests/gpu/test_cuda_graphs.c is the GPU suite's copy).
  */
 #include <stdarg.h>
@@ -59,6 +59,19 @@ static void test_device_semantics(void **state) {
   for (int k = 0; k < 2; k++) assert_int_equal(o->graph_launch(dev, g), 0);
   assert_int_equal(o->download(dev, back, dy, sizeof back), 0);
   for (int i = 0; i < 4; i++) assert_true(back[i] == 2 * x[i]);
+  /* the device's scratch reallocated since the recording (a CUDA graph's kernels hold its
+   * old address): the launch is refused as stale and runs nothing; recorded again, it runs */
+  assert_int_equal(o->reserve_scratch(dev, (size_t)96 << 20), 0);
+  assert_int_equal(o->graph_launch(dev, g), VSPEC_ENOENT);
+  o->graph_free(dev, g);
+  assert_int_equal(o->download(dev, back, dy, sizeof back), 0);
+  for (int i = 0; i < 4; i++) assert_true(back[i] == 2 * x[i]); /* untouched */
+  assert_int_equal(o->graph_begin(dev), 0);
+  o->linear_add(dev, dx, 2, 2, dw, 2, dy);
+  assert_int_equal(o->graph_end(dev, &g), 0);
+  assert_int_equal(o->graph_launch(dev, g), 0);
+  assert_int_equal(o->download(dev, back, dy, sizeof back), 0);
+  for (int i = 0; i < 4; i++) assert_true(back[i] == 3 * x[i]);
   o->graph_free(dev, g);
   /* a transfer inside a recording: refused, not run, and the recording fails */
   assert_int_equal(o->graph_begin(dev), 0);
@@ -67,7 +80,7 @@ static void test_device_semantics(void **state) {
   assert_int_equal(o->graph_end(dev, &g), VSPEC_ENOTSUP);
   assert_null(g);
   assert_int_equal(o->download(dev, back, dy, sizeof back), 0);
-  for (int i = 0; i < 4; i++) assert_true(back[i] == 2 * x[i]); /* untouched */
+  for (int i = 0; i < 4; i++) assert_true(back[i] == 3 * x[i]); /* untouched */
   assert_int_equal(o->graph_end(dev, &g), VSPEC_EINVAL); /* none open */
   o->free(dev, dx);
   o->free(dev, dw);

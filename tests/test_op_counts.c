@@ -19,7 +19,9 @@
  *   node and row plus 2, with no upload; nothing may raise it unnoticed.
  * - Under graphs (ABI 1.5, llamagen graphs=on): a step issues one upload, one graph launch
  *   (one op) and one download, however many layers; the first forward of a node-count bucket
- *   records the budget above (counted as recorded, not issued) and launches it.
+ *   records the budget above (counted as recorded, not issued) and launches it; after the
+ *   device's scratch was reallocated a step runs eagerly (its graph is stale) and the next
+ *   records again.
  * - With the verification walk on the device (ABI 1.6): one op more (the walk), one upload
  *   more (the tree) and the one download is the walk's result, not the logits.
  * - The timing of cross-job batches (costcurve --sessions) times one forward_multi of all the
@@ -266,6 +268,35 @@ static void test_budget_random(void **state) {
   }
 }
 
+/* The device's scratch reallocated after the graphs were recorded (a later op needed more;
+ * a CUDA graph holds the old address): the next step's launch is refused as stale, so it runs
+ * eagerly and drops the graph, the one after records it again, and the third replays. */
+static void check_stale_graph(world *w, const vs_backend_model *bm, vspec_session *s,
+                              float *logits, int layers) {
+  static size_t grow = (size_t)64 << 20; /* past any scratch so far, more each time */
+  char err[VSPEC_ERRLEN];
+  assert_int_equal(vs_dev_ops(w->dev)->reserve_scratch(w->dev, grow), VSPEC_OK);
+  grow += (size_t)16 << 20;
+  int32_t tok[1] = {3}, par[1] = {-1};
+  static const char *const step[3] = {"stale: eager", "recorded again", "replayed"};
+  for (int k = 0; k < 3; k++) {
+    vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = 1, .tokens = tok,
+                             .parents = par};
+    vspec_forward_out o = {.struct_size = sizeof o, .logits = logits};
+    vs_dev_counters c0, c;
+    vs_dev_counters_get(w->dev, &c0);
+    if (bm->vt->forward(s, &b, &o, err, sizeof err)) fail_msg("%s", err);
+    vs_dev_counters_get(w->dev, &c);
+    vs_dev_counters_sub(&c, &c0);
+    printf("  after the scratch grew, %s: %llu op(s), %llu launch(es), %llu recorded\n",
+           step[k], (unsigned long long)c.ops, (unsigned long long)c.launches,
+           (unsigned long long)c.recorded);
+    assert_int_equal(c.ops, k == 0 ? budget(layers) : 1);
+    assert_int_equal(c.launches, k == 0 ? 0 : 1);
+    assert_int_equal(c.recorded, k == 1 ? budget(layers) : 0);
+  }
+}
+
 /* One upload, one launch, one download a step under graphs (see the top of this file): the
  * micro model (2 layers) and a random GPT of 3, at 1, 2 and 16 nodes (each a bucket of its
  * own: no padding in the bytes) and 1 and 2 CFG rows, twice per session (the first
@@ -313,6 +344,7 @@ static void check_graph_steps(world *w, const char *path, int layers) {
         assert_int_equal(c.download_bytes, (uint64_t)nodes[i] * rows * V * sizeof(float));
         assert_int_equal(c.syncs, 0);
       }
+    check_stale_graph(w, &bm, s, logits, layers);
     bm.vt->session_close(s);
   }
   free(logits);

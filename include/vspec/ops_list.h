@@ -285,7 +285,9 @@
    * open (VSPEC_EINVAL). Either way dev is no longer recording. */                                \
   X(int, graph_end, (vspec_dev *dev, vspec_graph **graph), (dev, graph), 5, graph)                 \
   /* Runs a graph's ops on dev, asynchronously on a GPU like any op. VSPEC_ENOENT for a NULL       \
-   * graph (none recorded for this shape yet), VSPEC_EBUSY while recording. */                     \
+   * graph (none recorded for this shape yet) or a stale one, recorded before the device's         \
+   * scratch was reallocated (a later op needed more: free it and record again); VSPEC_EBUSY       \
+   * while recording. */                                                                           \
   X(int, graph_launch, (vspec_dev *dev, vspec_graph *graph), (dev, graph), 5, graph)               \
   /* Frees a graph (NULL: nothing); its launches may still be queued on a GPU. */                  \
   X(void, graph_free, (vspec_dev *dev, vspec_graph *graph), (dev, graph), 5, uncounted)       \

@@ -99,6 +99,7 @@ int vs_cpu_reserve_scratch(vspec_dev *dev, size_t bytes) {
   free(dev->scratch);
   dev->scratch = p;
   dev->scratch_bytes = rounded;
+  dev->scratch_gen++;
   return VSPEC_OK;
 }
 

@@ -37,6 +37,8 @@ struct vspec_dev {
   size_t fused_bytes;
   struct vs_cpu_graph *rec; /* the graph being recorded (ABI 1.5, cpu_graph.c), or NULL */
   int rec_status;           /* VSPEC_OK, or why the recording failed */
+  unsigned scratch_gen;     /* scratch reallocations so far: a graph recorded before the last
+                             * one is refused at launch, as on CUDA (cpu_graph.c) */
 };
 
 /* ---- the device's memory (cpu_dev.c: a leaf, the other files call it and it calls none) -- */

@@ -124,6 +124,7 @@ void vs_cpu_tree_attention(vspec_dev *dev, const float *qkv, const vspec_kv_cach
 void vs_cpu_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const float *norm_w,
                                 float eps, const float *wqkv, const int32_t *pos,
                                 const float *rope_table, const vspec_kv_batch *b, float *qkv) {
+  if (!b || !b->entries_dev) return; /* no sessions to read: nothing runs (CUDA refuses it) */
   for (int i = 0; i < b->count; i++) {
     const vspec_kv_batch_entry *e = &b->entries_dev[i];
     size_t r0 = (size_t)e->row0;
@@ -135,6 +136,7 @@ void vs_cpu_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const f
 
 void vs_cpu_tree_attention_batch(vspec_dev *dev, const float *qkv, const vspec_kv_batch *b,
                                  float *out) {
+  if (!b || !b->entries_dev) return;
   for (int i = 0; i < b->count; i++) {
     const vspec_kv_batch_entry *e = &b->entries_dev[i];
     size_t r0 = (size_t)e->row0;

@@ -52,6 +52,8 @@ typedef struct vs_rec {
 typedef struct vs_cpu_graph {
   vs_rec *ops;
   int n, cap;
+  unsigned scratch_gen; /* the device's at the recording: CUDA's graphs hold the scratch's
+                         * address, so a graph outlives a reallocation on no device */
 } vs_cpu_graph;
 
 /* ---- recording ------------------------------------------------------------------------- */
@@ -61,6 +63,7 @@ int vs_cpu_graph_begin(vspec_dev *dev) {
   if (dev->rec) return VSPEC_EBUSY;
   vs_cpu_graph *g = calloc(1, sizeof *g);
   if (!g) return VSPEC_ENOMEM;
+  g->scratch_gen = dev->scratch_gen;
   dev->rec = g;
   dev->rec_status = VSPEC_OK;
   return VSPEC_OK;
@@ -290,6 +293,7 @@ int vs_cpu_graph_launch(vspec_dev *dev, vspec_graph *graph) {
   if (!graph) return VSPEC_ENOENT;
   if (dev->rec) return VSPEC_EBUSY; /* no graphs inside graphs */
   const vs_cpu_graph *g = (const vs_cpu_graph *)(const void *)graph;
+  if (g->scratch_gen != dev->scratch_gen) return VSPEC_ENOENT; /* stale: record again */
   for (int k = 0; k < g->n; k++) rec_run(dev, &g->ops[k]);
   return VSPEC_OK;
 }

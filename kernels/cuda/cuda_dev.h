@@ -122,6 +122,8 @@ typedef struct vs_cuda_dev {
    * cannot make a graph (VSPEC_OK while none). While capturing, what would allocate, wait or
    * copy from the host is refused and a failure fails the capture, not the context: the
    * caller runs the same ops again eagerly, which reports a real fault for good. */
+  unsigned scratch_gen; /* scratch reallocations so far: a graph recorded before the last
+                        * one holds a freed address and is refused at launch (cuda_graph.cu) */
   int capturing;
   int capture_status;
   char capture_error[VSPEC_ERRLEN];
@@ -258,6 +260,9 @@ const uint16_t *vs_cuda_weight_bf16(vs_cuda_dev *d, const float *w, size_t count
  * (cuda_norm.cu). */
 int vs__cuda_rmsnorm_launch(vs_cuda_dev *d, const float *x, const int32_t *idx, int rows,
                             int dim, const float *w, float eps, float *y, uint16_t *yb);
+/* Threads of the RMSNorm kernel's block (cuda_norm.cu): the few-row product, which normalises
+ * its rows as that kernel does, bit for bit, must run as many (cuda_gemm.cu checks it). */
+#define VS_CUDA_NORM_THREADS 256
 /* Rows up to which bf16 linear layers run the few-row kernel (cuda_gemm.cu). */
 #define VS_CUDA_SKINNY_ROWS 8
 /* What the few-row kernel does with a column's sum s: y = s + bias, y += s, or (with the

@@ -72,6 +72,8 @@ __global__ void vs_k_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
  * takes a second weight w3 and writes silu(x W^T) * (x W3^T) (norm_swiglu). */
 #define VS_SKINNY_THREADS 256
 #define VS_SKINNY_WARPS (VS_SKINNY_THREADS / 32)
+/* the norm prologue's sums split over the threads as vs_k_rmsnorm's do: the same bits */
+static_assert(VS_SKINNY_THREADS == VS_CUDA_NORM_THREADS, "vs_skinny_norm_rows mirrors rmsnorm");
 
 /* Asks for the 128-byte line holding p in L2, without waiting for it. */
 __device__ static inline void vs_prefetch_l2(const void *p) {

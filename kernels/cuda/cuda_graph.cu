@@ -19,6 +19,7 @@
 
 typedef struct vs_cuda_graph {
   cudaGraphExec_t exec;
+  unsigned scratch_gen; /* the context's at the capture: its kernels hold that scratch */
 } vs_cuda_graph;
 
 int vs_cuda_graph_begin(vspec_dev *dev) {
@@ -62,6 +63,7 @@ int vs_cuda_graph_end(vspec_dev *dev, vspec_graph **graph) {
     return rc;
   }
   h->exec = exec;
+  h->scratch_gen = d->scratch_gen; /* a growth would have failed the capture (cm_grow) */
   *graph = (vspec_graph *)(void *)h;
   return VSPEC_OK;
 }
@@ -73,6 +75,9 @@ int vs_cuda_graph_launch(vspec_dev *dev, vspec_graph *graph) {
   if (d->failed) return d->fail_status;
   if (!vs_cuda_enter(d)) return d->fail_status;
   const vs_cuda_graph *h = (const vs_cuda_graph *)(const void *)graph;
+  /* The scratch it was captured with has been freed since (a larger op grew it): its kernels
+   * would read and write freed memory. The caller frees it and records again. */
+  if (h->scratch_gen != d->scratch_gen) return VSPEC_ENOENT;
   if (!vs_cuda_check_rt(d, cudaGraphLaunch(h->exec, d->stream), "cudaGraphLaunch"))
     return d->fail_status;
   return VSPEC_OK;

@@ -364,7 +364,10 @@ static int cm_grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
 }
 
 void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes) {
-  return cm_grow(d, &d->scratch, &d->scratch_bytes, bytes) ? d->scratch : nullptr;
+  void *old = d->scratch;
+  int ok = cm_grow(d, &d->scratch, &d->scratch_bytes, bytes);
+  if (d->scratch != old) d->scratch_gen++; /* graphs recorded before hold `old` */
+  return ok ? d->scratch : nullptr;
 }
 
 int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes) {

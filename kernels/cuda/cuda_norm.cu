@@ -8,7 +8,7 @@
 #include "kernels/common/vs_math.h"
 #include "kernels/cuda/cuda_dev.h"
 
-#define VS_NORM_THREADS 256
+#define VS_NORM_THREADS VS_CUDA_NORM_THREADS
 
 /* Sum of v over the block; every thread gets the result. */
 __device__ static double vs_block_sum(double v) {

@@ -5,7 +5,8 @@
  * buckets 1 to 16, tree shapes, appended batches, two interleaved sessions, 1 and 2 CFG rows
  * and device draws (tests/support/graph_replay.h, which tests/test_graph_replay.c runs on the
  * CPU's recording graphs), at fp32 and bf16. A step through a graph must make one upload,
- * one launch and one download; the graphs must have been launched, not fallen back from. */
+ * one launch and one download; the graphs must have been launched, not fallen back from. A
+ * graph captured before the context's scratch was reallocated is refused at launch. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +44,17 @@ static void check_semantics(vspec_dev *dev) {
   for (int k = 0; k < 2; k++) assert_int_equal(o->graph_launch(dev, g), 0);
   assert_int_equal(o->download(dev, back, dy, sizeof back), 0);
   for (int i = 0; i < 4; i++) assert_true(fabsf(back[i] - 2 * x[i]) < 1e-2f);
+  /* the scratch reallocated since the capture (its kernels hold the old address): the launch
+   * is refused as stale and runs nothing, the context stays good; captured again, it runs */
+  assert_int_equal(o->reserve_scratch(dev, (size_t)96 << 20), 0);
+  assert_int_equal(o->graph_launch(dev, g), VSPEC_ENOENT);
+  o->graph_free(dev, g);
+  assert_int_equal(o->graph_begin(dev), 0);
+  o->linear_add(dev, dx, 2, 2, dw, 2, dy);
+  assert_int_equal(o->graph_end(dev, &g), 0);
+  assert_int_equal(o->graph_launch(dev, g), 0);
+  assert_int_equal(o->download(dev, back, dy, sizeof back), 0);
+  for (int i = 0; i < 4; i++) assert_true(fabsf(back[i] - 3 * x[i]) < 1e-2f);
   o->graph_free(dev, g);
   /* an upload inside a capture fails the capture, not the context */
   assert_int_equal(o->graph_begin(dev), 0);

@@ -267,8 +267,12 @@ static int eg_forward_graph(vspec_session *s, const vspec_forward_batch *b, cons
   eg_idx idx = eg_stage(s, b, src, base, nodes, 1);
   if (head == EG_HEAD_DRAFT) idx.draw = eg_draw_upload(s, out->draw, n, nodes);
   vspec_graph *graph = s->graphs == EG_GRAPHS_ON ? eg_graph_get(s, k, head, &idx, nodes) : NULL;
-  if (!graph || s->ops->graph_launch(s->dev, graph) != VSPEC_OK)
-    eg_fused_ops(s, &idx, nodes, -1, head);
+  int rc = graph ? s->ops->graph_launch(s->dev, graph) : VSPEC_ENOENT;
+  if (graph && rc == VSPEC_ENOENT) { /* stale (ops.h): recorded again next time */
+    s->ops->graph_free(s->dev, graph);
+    s->graph[k][head] = NULL;
+  }
+  if (rc != VSPEC_OK) eg_fused_ops(s, &idx, nodes, -1, head);
   eg_results(s, out, n, head);
   return VSPEC_OK;
 }

@@ -417,8 +417,12 @@ static int lg__forward_graph(vspec_session *s, const lg_seg *real) {
   seg.n = seg.head_count = nodes;
   lg_idx idx = lg__upload(s, &seg, s->kv.parents, base + n, nodes - n, head, n);
   vspec_graph *graph = s->graphs == LG_GRAPHS_ON ? lg__graph_get(s, k, head, &seg, &idx) : NULL;
-  if (!graph || s->ops->graph_launch(s->dev, graph) != VSPEC_OK)
-    lg__fused_ops(s, &seg, &idx, 1, head);
+  int rc = graph ? s->ops->graph_launch(s->dev, graph) : VSPEC_ENOENT;
+  if (graph && rc == VSPEC_ENOENT) { /* stale (ops.h): recorded again next time */
+    s->ops->graph_free(s->dev, graph);
+    s->graph[k][head].graph = NULL;
+  }
+  if (rc != VSPEC_OK) lg__fused_ops(s, &seg, &idx, 1, head);
   lg__fused_results(s, &idx, real, head, n);
   return VSPEC_OK;
 }

@@ -45,11 +45,10 @@ static size_t lg__entry_words(const lg_gpt *g, int count) {
   return (size_t)g->n_layer * count * sizeof(vspec_kv_batch_entry) / sizeof(int32_t);
 }
 
-/* The upload's room for the batch ops' entries, in int32 words (an 8-byte alignment
- * included): lg_forward_multi sizes the workspace with it. */
+/* The upload's room for the batch ops' entries, in int32 words: lg_forward_multi sizes the
+ * workspace with it. */
 static size_t lg__batch_ints(const vspec_model *m, const vspec_ops *ops, int count) {
-  if (!lg__batch_ops(m, ops)) return 0;
-  return 2 + lg__entry_words(&m->gpt, count);
+  return lg__batch_ops(m, ops) ? lg__entry_words(&m->gpt, count) : 0;
 }
 
 /* Fills the entries at h + at (at 8-byte aligned), from the segments' integers ms. */
@@ -293,7 +292,12 @@ static int lg__multi_graph(const vspec_ops *ops, lg_lane *l, const lg_seg *seg, 
       return 0;
     }
   }
-  return ops->graph_launch(l->dev, e->graph) == VSPEC_OK;
+  int rc = ops->graph_launch(l->dev, e->graph);
+  if (rc == VSPEC_ENOENT) { /* stale (ops.h): the scratch it holds was freed; again next time */
+    ops->graph_free(l->dev, e->graph);
+    e->graph = NULL;
+  }
+  return rc == VSPEC_OK;
 }
 
 /* A batch on the fused ops: one upload, the tokens drawn on the device patched in, the trunk
@@ -361,7 +365,8 @@ int lg_forward_multi(vspec_dev *dev, vspec_session *const *ss, const vspec_forwa
       return VSPEC_ENOTSUP;
     }
   /* room for the fused path's integers too (lg__multi_upload: at most this many words) */
-  ints += 3 * rows + (fused ? lg__batch_ints(lead->m, ops, count) : 0);
+  /* tokens, positions and head rows, the word that aligns the entries, the entries */
+  ints += 3 * rows + 1 + (fused ? lg__batch_ints(lead->m, ops, count) : 0);
   lg_lane *lane = lg__lane(lead->m, dev);
   if (!lane) { /* the caller runs the sessions one by one (plugin.h, forward_multi) */
     snprintf(err, errlen, "forward_multi: batches of this model already run on %d devices",
