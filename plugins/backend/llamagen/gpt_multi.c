@@ -223,7 +223,11 @@ static float *lg__lane_room(const vspec_host *H, const lg_gpt *g, lg_lane *l, si
     size_t want_ints = ints > l->w.idx_ints ? ints : l->w.idx_ints;
     lg__lane_graphs_free(H, l);
     lg_work_free(H, ops, l->dev, &l->w);
-    if (lg_work_alloc(H, ops, l->dev, g, want, 0, want_ints, &l->w)) {
+    /* and the fused ops' temporaries for that many rows, as a session reserves its own
+     * (gpt.c): grown here, not inside a batch (a wait, and every graph made stale) */
+    if (lg_work_alloc(H, ops, l->dev, g, want, 0, want_ints, &l->w) ||
+        ops->reserve_scratch(l->dev, want * ((size_t)g->dim + g->ffn_hidden) * sizeof(float) +
+                                         64)) {
       lg_work_free(H, ops, l->dev, &l->w);
       return NULL;
     }
