@@ -55,7 +55,7 @@ void vs_cuda_conv2d(vspec_dev *dev, const float *x, int cin, int h, int w, const
   int band = (int)(VS_CUDA_CONV_TILE_BYTES / band_row_bytes);
   if (band < 1) band = 1;
   if (band > ho) band = ho;
-  float *col = (float *)vs_cuda_scratch(d, (size_t)band * band_row_bytes);
+  float *col = (float *)vs__cuda_op_scratch(d, (size_t)band * band_row_bytes, "conv2d");
   if (!col) return;
   for (int r0 = 0; r0 < ho; r0 += band) {
     int nr = ho - r0 < band ? ho - r0 : band;

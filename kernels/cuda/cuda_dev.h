@@ -222,6 +222,10 @@ static inline int vs_cuda_wait(vs_cuda_dev *d, const char *what) {
 
 /* Scratch of at least `bytes` (grows, waiting for the stream first); NULL on failure. */
 void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes);
+/* The same for an op that cannot run without it: out of memory is then recorded as the op's
+ * failure (vs_cuda_fail, VSPEC_ENOMEM), not skipped in silence; a growth refused while
+ * capturing is the capture's failure, already recorded there. */
+void *vs__cuda_op_scratch(vs_cuda_dev *d, size_t bytes, const char *op);
 /* Device copies of a host int32 / byte array, uploaded only when it changed. */
 const int32_t *vs_cuda_stage_pos(vs_cuda_dev *d, const int32_t *host, size_t n);
 const uint8_t *vs_cuda_stage_mask(vs_cuda_dev *d, const uint8_t *host, size_t n);

@@ -134,7 +134,7 @@ void vs_cuda_linear_add(vspec_dev *dev, const float *x, int m, int n_in, const f
   cf_acts a = {(float *)x, NULL, NULL, 0.0f};
   if (path == VS_PATH_TC) {
     size_t nx = (size_t)m * n_in;
-    if (!(a.hb = (uint16_t *)vs_cuda_scratch(d, nx * sizeof(uint16_t))) ||
+    if (!(a.hb = (uint16_t *)vs__cuda_op_scratch(d, nx * sizeof(uint16_t), "linear_add")) ||
         !vs__cuda_to_bf16(d, a.hb, x, nx))
       return;
   }
@@ -161,7 +161,7 @@ void vs_cuda_norm_swiglu(vspec_dev *dev, const float *x, int m, int dim, const f
   size_t hbytes = cf_acts_bytes(path, m, dim);
   /* the up projection needs its own rows unless the few-row kernel fuses SwiGLU */
   size_t upbytes = path == VS_PATH_SKINNY ? 0 : ny * sizeof(float);
-  char *s = (char *)vs_cuda_scratch(d, hbytes + upbytes);
+  char *s = (char *)vs__cuda_op_scratch(d, hbytes + upbytes, "norm_swiglu");
   cf_acts a;
   if (!s || !cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a)) return;
   if (path == VS_PATH_SKINNY) {
@@ -233,21 +233,11 @@ __global__ void vs_k_rope_store_batch(float *qkv, int m, int H, int Hkv, int hd,
 
 /* qkv[m, qkv_w] = rmsnorm(x[m, dim]) * norm_w times wqkv^T (norm_w NULL: x itself), on the
  * precision's path; 1 when launched, else 0 with the failure recorded. */
-/* The context's scratch of `bytes`, or NULL: out of memory is then recorded as the op's
- * failure (a growth refused while capturing is the capture's, already recorded there). */
-static void *cf_scratch(vs_cuda_dev *d, size_t bytes, const char *op) {
-  void *s = vs_cuda_scratch(d, bytes);
-  if (!s && !d->capturing && !d->failed)
-    vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: %s: no room for %zu bytes of scratch",
-                 d->head.index, op, bytes);
-  return s;
-}
-
 static int cf_norm_qkv(vs_cuda_dev *d, const float *x, int m, int dim, const float *norm_w,
                        float eps, const float *wqkv, int qkv_w, float *qkv) {
   const uint16_t *wb = vs__cuda_bf16_weight(d, wqkv, qkv_w, dim);
   int path = cf_path(m, wb);
-  void *s = cf_scratch(d, cf_acts_bytes(path, m, dim), "norm_qkv_rope");
+  void *s = vs__cuda_op_scratch(d, cf_acts_bytes(path, m, dim), "norm_qkv_rope");
   cf_acts a;
   return s && cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a) &&
          cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv);
@@ -267,7 +257,7 @@ static int cf_qkv_rope_fused(vs_cuda_dev *d, const float *x, int m, int dim,
   if (cf_path(m, wb) != VS_PATH_SKINNY) return 0;
   /* scratch only for rows normalised apart (the kernel's shared memory too small for them) */
   void *s = norm_w && !vs__cuda_skinny_norms(m, dim)
-                ? cf_scratch(d, cf_acts_bytes(VS_PATH_SKINNY, m, dim), "norm_qkv_rope")
+                ? vs__cuda_op_scratch(d, cf_acts_bytes(VS_PATH_SKINNY, m, dim), "norm_qkv_rope")
                 : (void *)x;
   cf_acts a;
   if (s && cf_norm_into(d, VS_PATH_SKINNY, x, m, dim, norm_w, eps, s, &a))

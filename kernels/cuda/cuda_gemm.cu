@@ -455,7 +455,7 @@ static int cg_linear_bf16(vs_cuda_dev *d, const float *x, int m, int n_in, const
     return 1;
   }
   size_t nx = (size_t)m * n_in;
-  uint16_t *xb = (uint16_t *)vs_cuda_scratch(d, nx * sizeof(uint16_t));
+  uint16_t *xb = (uint16_t *)vs__cuda_op_scratch(d, nx * sizeof(uint16_t), "linear (bf16)");
   if (!xb || !vs__cuda_to_bf16(d, xb, x, nx)) return 1; /* the failure is recorded */
   float beta = 0.0f;
   if (bias) {

@@ -87,8 +87,10 @@ void vs_cuda_graph_free(vspec_dev *dev, vspec_graph *graph) {
   vs_cuda_dev *d = vs_cuda(dev);
   vs_cuda_graph *h = (vs_cuda_graph *)(void *)graph;
   if (!h) return;
-  /* a launch still queued must not outlive its graph: wait (at session close, not a step) */
-  if (vs_cuda_enter(d)) (void)vs_cuda_wait(d, "graph free (wait)");
+  /* a launch still queued must not outlive its graph: wait (at session close, not a step);
+   * not for a stale one, whose launches all ran before the scratch grew (cm_grow waited) */
+  if (h->scratch_gen == d->scratch_gen && vs_cuda_enter(d))
+    (void)vs_cuda_wait(d, "graph free (wait)");
   if (cudaGraphExecDestroy(h->exec) != cudaSuccess) (void)cudaGetLastError();
   free(h);
 }

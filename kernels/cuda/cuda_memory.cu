@@ -285,8 +285,8 @@ int vs_cuda_copy(vspec_dev *dev, void *dst, const void *src, size_t bytes) {
   const char *s = (const char *)src;
   char *t = (char *)dst;
   if (t < s + bytes && s < t + bytes) {
-    void *tmp = vs_cuda_scratch(d, bytes);
-    if (!tmp) return d->fail_status;
+    void *tmp = vs__cuda_op_scratch(d, bytes, "copy (overlapping)");
+    if (!tmp) return d->fail_status ? d->fail_status : VSPEC_ENOMEM;
     if (!vs_cuda_check_rt(d, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice,
                                              d->stream), "copy (overlap, 1/2)"))
       return d->fail_status;
@@ -350,7 +350,7 @@ static int cm_grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
   if (bytes <= *cap) return 1;
   /* a capture records no allocation: scratch is reserved before (reserve_scratch) */
   if (vs_cuda_refuse_in_capture(d, VSPEC_EBUSY, "scratch grow")) return 0;
-  size_t want = bytes + bytes / 2;
+  size_t want = bytes + bytes / 2, old = *cap;
   /* The old buffer may still be read by queued work: wait before freeing it. */
   if (*buf) {
     vs_cuda_wait(d, "scratch grow (wait)");
@@ -360,7 +360,9 @@ static int cm_grow(vs_cuda_dev *d, void **buf, size_t *cap, size_t bytes) {
   }
   *buf = cm_alloc(d, want, 0);
   *cap = *buf ? want : 0;
-  return *buf != nullptr;
+  if (!*buf && old && (*buf = cm_alloc(d, old, 0))) /* too big: keep what was reserved */
+    *cap = old;
+  return *cap >= bytes;
 }
 
 void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes) {
@@ -368,6 +370,14 @@ void *vs_cuda_scratch(vs_cuda_dev *d, size_t bytes) {
   int ok = cm_grow(d, &d->scratch, &d->scratch_bytes, bytes);
   if (d->scratch != old) d->scratch_gen++; /* graphs recorded before hold `old` */
   return ok ? d->scratch : nullptr;
+}
+
+void *vs__cuda_op_scratch(vs_cuda_dev *d, size_t bytes, const char *op) {
+  void *s = vs_cuda_scratch(d, bytes);
+  if (!s && !d->capturing && !d->failed)
+    vs_cuda_fail(d, VSPEC_ENOMEM, "cuda:%d: %s: no room for %zu bytes of scratch",
+                 d->head.index, op, bytes);
+  return s;
 }
 
 int vs_cuda_reserve_scratch(vspec_dev *dev, size_t bytes) {

@@ -311,7 +311,7 @@ void vs_cuda_verify_walk(vspec_dev *dev, const float *logits, const vspec_walk_s
   if (!vs_cuda_enter(d)) return;
   int V = spec->sample.vocab, lg = 0;
   while (((int64_t)1 << lg) < V) lg++;
-  float *buf = (float *)vs_cuda_scratch(d, 4 * (size_t)V * sizeof(float));
+  float *buf = (float *)vs__cuda_op_scratch(d, 4 * (size_t)V * sizeof(float), "verify_walk");
   if (!buf) return; /* the failure is recorded */
   vs_walk_args a;
   a.logits = logits;

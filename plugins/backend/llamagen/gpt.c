@@ -276,6 +276,12 @@ void lg_gpt_unload(vspec_model *m) {
 
 /* ---- sessions ---------------------------------------------------------------------- */
 
+size_t lg_scratch_bytes(const lg_gpt *g, size_t rows) {
+  size_t fused = rows * ((size_t)g->dim + g->ffn_hidden) * sizeof(float) + 64;
+  size_t walk = 4 * (size_t)g->vocab * sizeof(float); /* the device walk's (ops.h, verify_walk) */
+  return fused > walk ? fused : walk;
+}
+
 void lg_session_close(vspec_session *s) {
   if (!s) return;
   lg_graphs_free(s);
@@ -378,7 +384,7 @@ static int lg__session_buffers(vspec_session *s, int max_nodes, char *err, size_
    * projection of norm_swiglu, the most any of them takes), reserved now: a device that grew
    * its scratch inside a forward would wait for its queue there and, on a GPU, free memory
    * while other workers' streams run. */
-  if (ops->reserve_scratch(dev, M * ((size_t)g->dim + g->ffn_hidden) * sizeof(float) + 64)) {
+  if (ops->reserve_scratch(dev, lg_scratch_bytes(g, M))) {
     snprintf(err, errlen, "out of memory for a session's scratch (%zu rows)", M);
     return VSPEC_ENOMEM;
   }

@@ -226,8 +226,7 @@ static float *lg__lane_room(const vspec_host *H, const lg_gpt *g, lg_lane *l, si
     /* and the fused ops' temporaries for that many rows, as a session reserves its own
      * (gpt.c): grown here, not inside a batch (a wait, and every graph made stale) */
     if (lg_work_alloc(H, ops, l->dev, g, want, 0, want_ints, &l->w) ||
-        ops->reserve_scratch(l->dev, want * ((size_t)g->dim + g->ffn_hidden) * sizeof(float) +
-                                         64)) {
+        ops->reserve_scratch(l->dev, lg_scratch_bytes(g, want))) {
       lg_work_free(H, ops, l->dev, &l->w);
       return NULL;
     }

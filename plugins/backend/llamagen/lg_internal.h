@@ -193,6 +193,9 @@ int lg_gpt_load(vspec_model *m, vspec_tensor_file *f, char *err, size_t errlen);
  * lg_gpt_unload withdraws the requests. */
 void lg_gpt_ask_int8(vspec_model *m);
 void lg_gpt_unload(vspec_model *m);
+/* The scratch a device needs for forwards of `rows` rows: the fused ops' largest temporaries
+ * (the normed rows and the up projection of norm_swiglu), at least the device walk's. */
+size_t lg_scratch_bytes(const lg_gpt *g, size_t rows);
 int lg_session_open(vspec_model *m, vspec_dev *dev, const vspec_session_config *cfg,
                     vspec_session **out, char *err, size_t errlen);
 void lg_session_close(vspec_session *s);
