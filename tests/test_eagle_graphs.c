@@ -16,6 +16,8 @@
  *    replays the recording step's value and fails here;
  *  - a replayed forward costs one upload, one graph launch (one op) and its downloads, no
  *    wait, with or without feature_src; pad launches nothing; the CPU's default is eager;
+ *    after the device's scratch was reallocated a forward runs eagerly (its graph is stale)
+ *    and the next records again;
  *  - a failed recording runs the forward eagerly; two the device cannot make turn graphs
  *    off, those that met an allocation or a wait (VSPEC_EBUSY) are tried again;
  *  - whole engine jobs (chain and static tree drafted by the head) give the same tokens with
@@ -244,6 +246,16 @@ static void test_replay_costs(void **state) {
     int32_t path = 0;
     assert_int_equal(on.vt->commit(s, &path, 1, err, sizeof err), 0);
     expect_replay(counted(&on, s, 4, 0, 1, 1), 2); /* another KV length: replayed */
+    /* the device's scratch reallocated: the bucket's graph is stale (ops.h, graph_launch),
+     * so the next forward runs eagerly and drops it, the one after records it again */
+    assert_int_equal(vs_dev_ops(dev)->reserve_scratch(dev, ((size_t)96 + 16 * rows) << 20), 0);
+    c = counted(&on, s, 3, 0, 1, 1);
+    assert_int_equal(c.launches + c.recorded, 0);
+    assert_true(c.ops > 1);
+    c = counted(&on, s, 3, 0, 1, 1);
+    assert_true(c.recorded > 0);
+    assert_int_equal(c.launches, 1);
+    expect_replay(counted(&on, s, 4, 0, 1, 1), 2);
     on.vt->session_close(s);
     /* pad: the same padded ops one by one; the default on the CPU: eager and unpadded (on a
      * GPU the default is graphs, tested as `on` above) */
