@@ -16,6 +16,12 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* The median of k > 0 samples in seconds, in ms (the samples sorted in place). */
+static double ft_median_ms(double *samples, int k) {
+  qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
+  return 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
+}
+
 /* A session of t after its prefill and, with `prefix`, a committed half-image prefix
  * (attention then sees a realistic cache), with a binary tree of n nodes in *b; logits
  * [64, rows, V] in *logits. */
@@ -107,10 +113,7 @@ int vs_time_forward_clock(vspec_dev *dev, const vs_backend_model *t, int rows, i
     rc = t->vt->forward(p.s, &p.b, &p.out, err, errlen);
     samples[k++] = clock() - t0;
   }
-  if (!rc) {
-    qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
-    *median_ms = 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
-  }
+  if (!rc) *median_ms = ft_median_ms(samples, k);
   ft_probe_close(t, &p);
   return rc;
 }
@@ -162,10 +165,7 @@ int vs_time_forward_multi(vspec_dev *dev, const vs_backend_model *t, int session
     rc = t->vt->forward_multi(dev, ss, bs, outs, sessions, err, errlen);
     samples[k++] = vs_now() - t0;
   }
-  if (!rc) {
-    qsort(samples, (size_t)k, sizeof samples[0], cmp_double);
-    *median_ms = 1e3 * (k % 2 ? samples[k / 2] : 0.5 * (samples[k / 2 - 1] + samples[k / 2]));
-  }
+  if (!rc) *median_ms = ft_median_ms(samples, k);
   for (int i = 0; i < opened; i++) ft_probe_close(t, &p[i]);
   return rc;
 }

@@ -232,37 +232,26 @@ __global__ void vs_k_rope_store_batch(float *qkv, int m, int H, int Hkv, int hd,
 }
 
 /* qkv[m, qkv_w] = rmsnorm(x[m, dim]) * norm_w times wqkv^T (norm_w NULL: x itself), on the
- * precision's path; 1 when launched, else 0 with the failure recorded. */
+ * precision's path. On the few-row bf16 path (an even head_dim) the product's epilogue also
+ * rotates q and k and stores k and v (vs__cuda_skinny_qkv_rope): the op in one launch, where
+ * the third profile (docs/BENCHMARKS.md, "On a GPU") had the separate store kernel at 2.9 us a
+ * layer, 8 % of a step. CF_QKV_DONE then, CF_QKV_PRODUCT when the caller launches
+ * vs_k_rope_store(_batch) after the product, CF_QKV_FAILED with the failure recorded. */
+enum { CF_QKV_FAILED, CF_QKV_PRODUCT, CF_QKV_DONE };
 static int cf_norm_qkv(vs_cuda_dev *d, const float *x, int m, int dim, const float *norm_w,
-                       float eps, const float *wqkv, int qkv_w, float *qkv) {
+                       float eps, const float *wqkv, const vs_skinny_rope *rope, float *qkv) {
+  int qkv_w = (rope->H + 2 * rope->Hkv) * rope->hd;
   const uint16_t *wb = vs__cuda_bf16_weight(d, wqkv, qkv_w, dim);
   int path = cf_path(m, wb);
   void *s = vs__cuda_op_scratch(d, cf_acts_bytes(path, m, dim), "norm_qkv_rope");
   cf_acts a;
-  return s && cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a) &&
-         cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv);
-}
-
-/* The whole op in one launch where it can be: the few-row bf16 product with RoPE and the
- * stores in its epilogue (an even head_dim). 1 when launched that way (or failed, recorded),
- * 0 when the caller runs the product and vs_k_rope_store. The third profile (docs/
- * BENCHMARKS.md, "On a GPU") had the separate store kernel at 2.9 us a layer, 8 % of a step. */
-static int cf_qkv_rope_fused(vs_cuda_dev *d, const float *x, int m, int dim,
-                             const float *norm_w, float eps, const float *wqkv,
-                             const vs_skinny_rope *rope, float *qkv) {
-  int qkv_w = (rope->H + 2 * rope->Hkv) * rope->hd;
-  const uint16_t *wb = d->rope_epilogue && rope->hd % 2 == 0
-                           ? vs__cuda_bf16_weight(d, wqkv, qkv_w, dim)
-                           : NULL;
-  if (cf_path(m, wb) != VS_PATH_SKINNY) return 0;
-  /* scratch only for rows normalised apart (the kernel's shared memory too small for them) */
-  void *s = norm_w && !vs__cuda_skinny_norms(m, dim)
-                ? vs__cuda_op_scratch(d, cf_acts_bytes(VS_PATH_SKINNY, m, dim), "norm_qkv_rope")
-                : (void *)x;
-  cf_acts a;
-  if (s && cf_norm_into(d, VS_PATH_SKINNY, x, m, dim, norm_w, eps, s, &a))
-    vs__cuda_skinny_qkv_rope(d, a.h, a.norm_w, a.eps, m, dim, wb, rope, qkv);
-  return 1;
+  if (!s || !cf_norm_into(d, path, x, m, dim, norm_w, eps, s, &a)) return CF_QKV_FAILED;
+  if (path == VS_PATH_SKINNY && d->rope_epilogue && rope->hd % 2 == 0)
+    return vs__cuda_skinny_qkv_rope(d, a.h, a.norm_w, a.eps, m, dim, wb, rope, qkv)
+               ? CF_QKV_DONE
+               : CF_QKV_FAILED;
+  return cf_product(d, path, &a, m, dim, wqkv, wb, qkv_w, 0, qkv) ? CF_QKV_PRODUCT
+                                                                  : CF_QKV_FAILED;
 }
 
 int vs__cuda_kv_ok(vs_cuda_dev *d, const vspec_kv_cache *kv, const char *op) {
@@ -286,10 +275,8 @@ void vs_cuda_norm_qkv_rope(vspec_dev *dev, const float *x, int n, int dim, const
     return;
   }
   int m = kv->rows * n, H = kv->n_heads, Hkv = kv->kv_heads, hd = kv->head_dim;
-  int qkv_w = (H + 2 * Hkv) * hd;
   vs_skinny_rope rope = {pos, rope_table, H, Hkv, hd, *kv, slots, n, NULL, 0};
-  if (cf_qkv_rope_fused(d, x, m, dim, norm_w, eps, wqkv, &rope, qkv)) return;
-  if (!cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, qkv_w, qkv)) return;
+  if (cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, &rope, qkv) != CF_QKV_PRODUCT) return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
   vs_cuda_launch(d, "norm_qkv_rope (rope and cache stores)", vs_k_rope_store,
                  vs_cuda_grid(total, 256), 256, 0, qkv, m, n, H, Hkv, hd, pos, rope_table, *kv,
@@ -331,10 +318,8 @@ void vs_cuda_norm_qkv_rope_batch(vspec_dev *dev, const float *x, int dim, const 
     return;
   }
   int m = b->m, H = k0->n_heads, Hkv = k0->kv_heads, hd = k0->head_dim;
-  int qkv_w = (H + 2 * Hkv) * hd;
   vs_skinny_rope rope = {pos, rope_table, H, Hkv, hd, *k0, NULL, 0, b->entries_dev, b->count};
-  if (cf_qkv_rope_fused(d, x, m, dim, norm_w, eps, wqkv, &rope, qkv)) return;
-  if (!cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, qkv_w, qkv)) return;
+  if (cf_norm_qkv(d, x, m, dim, norm_w, eps, wqkv, &rope, qkv) != CF_QKV_PRODUCT) return;
   size_t total = (size_t)m * (H + 2 * Hkv) * ((hd + 1) / 2);
   vs_cuda_launch(d, "norm_qkv_rope_batch (rope and cache stores)", vs_k_rope_store_batch,
                  vs_cuda_grid(total, 256), 256, 0, qkv, m, H, Hkv, hd, pos, rope_table,

@@ -138,32 +138,26 @@ else
   echo "== 8 concurrent GPT-B jobs: skipped ($(elapsed) s gone; run it alone, docs/BENCHMARKS.md)"
 fi
 
+# kernel_table TIMEOUT TITLE NODES [SESSIONS]: tools/gpu/kernels.sh, then the summary of its
+# table (kernel_table.py), kept as kernels-table-TAG.txt
+kernel_table() {
+  tag=random-gpt-b-bf16-$3${4:+-x$4}
+  echo "== kernels of $2"
+  SESSIONS=${4:-} KTIMEOUT=$1 tools/gpu/kernels.sh "$B" "$OUT" "$3"
+  python3 tools/gpu/kernel_table.py "$OUT/kernels-$tag.csv" --groups 1 \
+    >"$OUT/kernels-table-$tag.txt" 2>&1
+  grep -v '^| [0-9]' "$OUT/kernels-table-$tag.txt" | head -16
+}
+
 # Where a step's time goes: each kernel of a GPT-B one-token CFG step and its duration
-# (Nsight Compute, eager), the same for a 64-node verify, then the attention kernel in depth
-# (stall reasons by source line),
-# while the loan has time; docs/BENCHMARKS.md "On a GPU" has the last table.
+# (Nsight Compute, eager), the same for a 64-node verify (128 rows: the tensor-core path, the
+# goal furthest from its figure) and for a cross-job batch of 8 sessions (item 6's forward),
+# then the attention kernel in depth (stall reasons by source line), while the loan has time;
+# docs/BENCHMARKS.md "On a GPU" has the last table.
 if [ "$(elapsed)" -lt 420 ]; then
-  echo "== kernels of a GPT-B step (tools/gpu/kernels.sh)"
-  KTIMEOUT=90 tools/gpu/kernels.sh "$B" "$OUT" 1
-  python3 tools/gpu/kernel_table.py "$OUT"/kernels-random-gpt-b-bf16-1.csv --groups 1 \
-    >"$OUT/kernels-table.txt" 2>&1
-  grep -v '^| [0-9]' "$OUT/kernels-table.txt" | head -16
-  # the 64-node CFG verify (128 rows: the tensor-core path), the goal furthest from its figure
-  if [ "$(elapsed)" -lt 460 ]; then
-    echo "== kernels of a GPT-B 64-node verify"
-    KTIMEOUT=60 tools/gpu/kernels.sh "$B" "$OUT" 64
-    python3 tools/gpu/kernel_table.py "$OUT"/kernels-random-gpt-b-bf16-64.csv --groups 1 \
-      >"$OUT/kernels-table-64.txt" 2>&1
-    grep -v '^| [0-9]' "$OUT/kernels-table-64.txt" | head -16
-  fi
-  # a cross-job batch of 8 sessions (16 rows: the tensor-core path), item 6's forward
-  if [ "$(elapsed)" -lt 475 ]; then
-    echo "== kernels of a GPT-B batch of 8 one-token CFG steps"
-    SESSIONS=8 KTIMEOUT=60 tools/gpu/kernels.sh "$B" "$OUT" 1
-    python3 tools/gpu/kernel_table.py "$OUT"/kernels-random-gpt-b-bf16-1-x8.csv --groups 1 \
-      >"$OUT/kernels-table-x8.txt" 2>&1
-    grep -v '^| [0-9]' "$OUT/kernels-table-x8.txt" | head -16
-  fi
+  kernel_table 90 "a GPT-B step" 1
+  [ "$(elapsed)" -lt 460 ] && kernel_table 60 "a GPT-B 64-node verify" 64
+  [ "$(elapsed)" -lt 475 ] && kernel_table 60 "a GPT-B batch of 8 one-token CFG steps" 1 8
   if [ "$(elapsed)" -lt 490 ]; then
     KERNEL=tree_attention KTIMEOUT=60 tools/gpu/kernels.sh "$B" "$OUT" 1
   fi
