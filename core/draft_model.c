@@ -10,6 +10,7 @@
 
 #include "core/forward_gate.h"
 #include "core/sampling.h"
+#include "kernels/vs_kernels.h"
 
 struct vs_draft_model {
   vspec_draft_model abi;
@@ -52,8 +53,8 @@ static void dm_close(void *ctx, vspec_session *s) {
   if (s) m->bm->vt->session_close(s);
 }
 
-/* A forward of the drafter that draws its last node's token on the device (vs_draft_draw):
- * the plugin's batch and outputs with ABI 1.8's fields added. */
+/* A forward of the drafter that draws on the device (vs_draft_draw): the plugin's batch and
+ * outputs with ABI 1.8's fields added, then a tree's children (draw_children). */
 static int dm_forward_draw(vs_draft_model *m, vspec_session *s, const vspec_forward_batch *b,
                            vspec_forward_out *o, char *inner, size_t len) {
   const vs_draft_draw *d = &m->draw;
@@ -63,6 +64,7 @@ static int dm_forward_draw(vs_draft_model *m, vspec_session *s, const vspec_forw
              d->forwards);
     return VSPEC_ERANGE;
   }
+  int r0 = d->fwd ? d->fwd[k] : k, nr = d->fwd ? d->fwd[k + 1] - r0 : 1;
   vspec_forward_batch b2 = {0};
   vspec_forward_out o2 = {0};
   memcpy(&b2, b, b->struct_size < sizeof b2 ? b->struct_size : sizeof b2);
@@ -71,18 +73,26 @@ static int dm_forward_draw(vs_draft_model *m, vspec_session *s, const vspec_forw
   o2.struct_size = sizeof o2;
   b2.token_dev = d->tokens;
   vspec_sample_spec sp = d->spec;
-  sp.n = 1;
-  sp.u = d->u ? d->u + k : NULL;
-  sp.guided = d->guided + k;
+  sp.n = nr;
+  sp.u = d->u && !d->children ? d->u + r0 : NULL;
+  sp.guided = d->guided + r0;
   o2.logits = NULL;
   o2.draw = &sp;
-  o2.draw_probs = d->probs + (size_t)k * sp.vocab;
-  o2.draw_tokens = d->tokens + k;
+  o2.draw_probs = d->probs + (size_t)r0 * sp.vocab;
+  o2.draw_tokens = d->children ? d->row_tokens + r0 : d->tokens + r0;
   /* alone on the job's device: a batch of several cannot draw drafts on the device */
   int rc = m->bm->vt->forward(s, &b2, &o2, inner, len);
   if (!rc && !o2.drawn) {
     snprintf(inner, len, "the draft model's backend did not draw on the device");
     rc = VSPEC_EABI;
+  }
+  if (!rc && d->children) {
+    vspec_children_spec cs = *d->children;
+    cs.n = nr;
+    cs.counts += r0;
+    cs.first += r0;
+    cs.node += r0;
+    vs_dev_ops(m->dev)->draw_children(m->dev, o2.draw_probs, &cs, d->tokens);
   }
   m->draw_k += !rc;
   return rc;

@@ -26,17 +26,23 @@ const vspec_draft_model *vs_draft_model_abi(const vs_draft_model *m);
 void vs_draft_model_set_gate(vs_draft_model *m, struct vs_forward_gate *gate);
 
 /* Drafts drawn on the device (ABI 1.8): while set, forward k of the drafter (k = 0, 1, ..)
- * draws the token after its last node on the device, as spec says with u[k] (u NULL: the
- * distribution's first maximum) and guided[k], into tokens[k] and its distribution into row
- * k of probs; a node fed token -1 - j reads tokens[j]. Nothing comes to the host and the
- * plugin's distribution call does nothing. */
+ * draws the distributions of its last nodes on the device, as spec says with guided[] by
+ * row, into rows of probs: a chain's forward k its one node into row k, whose token it draws
+ * at u[k] (u NULL: the distribution's first maximum) into tokens[k]; a static tree's forward k
+ * its nodes into rows fwd[k] .. fwd[k + 1] - 1, whose children draw_children (ABI 1.10) then
+ * draws into tokens as `children` says. A node fed token -1 - j reads tokens[j]. Nothing comes
+ * to the host and the plugin's distribution call does nothing. */
 typedef struct vs_draft_draw {
   vspec_sample_spec spec; /* rows, vocab, top_k, cfg_scale, temperature (> 0), top_p */
-  const double *u;        /* host [forwards], or NULL */
-  const uint8_t *guided;  /* host [forwards] */
-  int32_t *tokens;        /* device [forwards] */
-  float *probs;           /* device [forwards, vocab] */
+  const double *u;        /* chains: host [forwards], or NULL */
+  const uint8_t *guided;  /* host [rows] */
+  int32_t *tokens;        /* device: the drafts */
+  float *probs;           /* device [rows, vocab] */
   int forwards;
+  /* static trees (NULL for a chain) */
+  const int32_t *fwd;                  /* host [forwards + 1] */
+  const vspec_children_spec *children; /* device counts, first and u, over all the rows */
+  int32_t *row_tokens;                 /* device [rows]: draw_probs' own tokens (unused) */
 } vs_draft_draw;
 /* Whether the model's backend can draw on the device (its info's device_tokens). */
 int vs_draft_model_draws(const vs_draft_model *m);

@@ -4,7 +4,8 @@
  *
  *   chain    a separate draft model samples L tokens one after the other
  *   static   EAGLE-1: a fixed shape; each expanded node's children are sampled without
- *            replacement (temperature > 0) and carry conditional probabilities
+ *            replacement (temperature > 0) and carry conditional probabilities; sampled
+ *            trees may be drawn on the device (core/draft_device.c), a level a forward
  *   dynamic  EAGLE-2: expand the top_k best nodes by cumulative log-probability for
  *            `depth` steps, keep the total_tokens best; drafts are deterministic, so the
  *            walk treats the draft distribution as one-hot (p := 1)
@@ -85,8 +86,34 @@ static void dt_sample_children(vs_rounds *c, int32_t node, int count) {
   }
 }
 
+/* A static tree drawn on the device (core/draft_device.c set its rows up): after forward k
+ * the children of its rows are there, tree node j + 1 draft j (token -1 - j); forward k + 1
+ * expands the next level's rows. */
+static int dt_static_device(vs_rounds *c, int32_t root_index, char *err, size_t errlen) {
+  vs_tree *t = &c->tree;
+  const vs_draw_children *dc = &c->draw_children;
+  t->deterministic = 0;
+  for (int k = 0; k < c->n_draw_fwd; k++) {
+    for (int r = c->draw_fwd[k]; r < c->draw_fwd[k + 1]; r++)
+      for (int j = 0; j < dc->counts[r]; j++) {
+        int32_t draft = dc->first[r] + j;
+        if (vs_tree_add(t, c->draw_node[r], -1 - draft, 1.0f, 0.0f) != draft + 1)
+          return vs_fail(err, errlen, VSPEC_ERANGE, "the static tree does not fit (%d nodes)",
+                         draft + 2);
+      }
+    if (k + 1 == c->n_draw_fwd) break;
+    int32_t expand[VS_SD_MAX_NODES];
+    int ne = 0;
+    for (int r = c->draw_fwd[k + 1]; r < c->draw_fwd[k + 2]; r++) expand[ne++] = c->draw_node[r];
+    int rc = vs_drafter_expand(c->drafter, t, expand, ne, root_index, err, errlen);
+    if (rc) return rc;
+  }
+  return VSPEC_OK;
+}
+
 int vs_draft_static(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
                             int32_t root_index, char *err, size_t errlen) {
+  if (c->round_dev) return dt_static_device(c, root_index, err, errlen);
   vs_tree *t = &c->tree;
   t->deterministic = c->greedy;
   int n = plan->n_static;

@@ -9,6 +9,7 @@
 #include "core/method_plugins.h"
 #include "core/params.h"
 #include "core/round_loop.h"
+#include "core/status.h"
 #include "kernels/common/vs_philox.h"
 #include "kernels/vs_kernels.h"
 
@@ -205,21 +206,23 @@ static int rl_draft(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
                               plan->depth < depth_limit ? plan->depth : depth_limit, root_index,
                               err, errlen);
   int chain = plan->depth < depth_limit ? plan->depth : depth_limit;
-  if (plan->shape == VSPEC_DRAFT_CHAIN) vs_draft_device_round(c, chain, root_index);
+  vs_draft_device_round(c, plan, plan->shape == VSPEC_DRAFT_CHAIN ? chain : depth_limit,
+                        root_index);
   int rc = vs_drafter_begin(c->drafter, &c->tree, root_index, err, errlen);
-  if (rc) return rc;
-  switch (plan->shape) {
-    case VSPEC_DRAFT_CHAIN:
-      rc = vs_draft_chain(c, chain, root_index, err, errlen);
-      vs_draft_device_done(c);
-      return rc;
-    case VSPEC_DRAFT_STATIC: return vs_draft_static(c, plan, depth_limit, root_index, err, errlen);
-    case VSPEC_DRAFT_DYNAMIC:
-      return vs_draft_dynamic(c, plan, depth_limit, root_index, err, errlen);
-    default:
-      snprintf(err, errlen, "scheduler planned unknown draft shape %u", plan->shape);
-      return VSPEC_EINVAL;
-  }
+  if (!rc) switch (plan->shape) {
+      case VSPEC_DRAFT_CHAIN: rc = vs_draft_chain(c, chain, root_index, err, errlen); break;
+      case VSPEC_DRAFT_STATIC:
+        rc = vs_draft_static(c, plan, depth_limit, root_index, err, errlen);
+        break;
+      case VSPEC_DRAFT_DYNAMIC:
+        rc = vs_draft_dynamic(c, plan, depth_limit, root_index, err, errlen);
+        break;
+      default:
+        rc = vs_fail(err, errlen, VSPEC_EINVAL, "scheduler planned unknown draft shape %u",
+                     plan->shape);
+    }
+  vs_draft_device_done(c);
+  return rc;
 }
 
 /* One target forward: the unverified tokens of skipped rounds first (post-verification:
@@ -237,7 +240,7 @@ static int rl_verify_forward(vs_rounds *c, vspec_forward_out *out, char *err, si
     bp[u + i] = i == 0 ? u - 1 : bp[u + i] + u;
   }
   vspec_forward_batch b = {.struct_size = sizeof b, .n_nodes = nb, .tokens = bt, .parents = bp,
-                           .token_dev = c->round_dev ? c->chain_tok_dev : NULL};
+                           .token_dev = c->round_dev ? c->draft_tok_dev : NULL};
   /* A feature head reads the target's features on the device (core/draft_device.c) after a
    * drafted round, on the host after one without drafts: the rows a drafter holds are then
    * those of the last drafted round's, never overwritten before its next forward reads them. */
@@ -472,6 +475,8 @@ static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_ind
     }
   } else if ((rc = vs_walk_device_take(c, out, path, n_path, next, err, errlen)) < 0) {
     return rc;
+  } else if (rc == 1) {
+    vs_draft_device_settle(c); /* the draft stream after a tree drawn on the device */
   } else if (rc == 0 && (rc = vs_verify_walk(c, root_index, path, n_path, next, err, errlen))) {
     return rc;
   }

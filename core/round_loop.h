@@ -26,6 +26,17 @@
 /* Largest candidate pool of a dynamic tree (1 + top_k + depth * top_k^2). */
 #define VS_SD_MAX_POOL 1024
 
+/* What a static tree's round draws on the device, as one upload (core/draft_device.c): row
+ * r's counts[r] children go to drafts first[r] ..; row r is the distribution of draft node[r]
+ * (-1: the root); the draws take u[cursor ..]; drawn[k] comes back 0 for an absent draft k
+ * (vspec_children_spec). */
+typedef struct vs_draw_children {
+  int32_t counts[VS_SD_MAX_NODES], first[VS_SD_MAX_NODES], node[VS_SD_MAX_NODES];
+  int32_t cursor, pad;
+  double u[VS_SD_MAX_NODES];
+  uint8_t drawn[VS_SD_MAX_NODES];
+} vs_draw_children;
+
 typedef struct vs_rounds {
   vs_models *models;
   const vs_backend_model *t;
@@ -78,17 +89,30 @@ typedef struct vs_rounds {
   vspec_walk_spec walk_spec;
   vspec_walk_result walk_res;
   /* drafts drawn on the device (core/draft_device.c) */
-  int draft_dev;             /* a chain round may draw its drafts on the device */
-  int round_dev;             /* this round's drafts are there: tree token -1 - j is draft j */
-  int32_t *chain_tok_dev;    /* device [VS_MAX_DEPTH + 1]: the chain's drafts */
-  float *chain_probs_dev;    /* device [VS_MAX_DEPTH + 1, V]: their distributions */
+  int draft_dev;             /* a chain or sampled static round may draw its drafts there */
+  int round_dev;             /* this round's drafts are there: tree node j + 1 is draft j,
+                                its token -1 - j until the walk's result */
+  int32_t *draft_tok_dev;    /* device [VS_SD_MAX_NODES]: the drafts */
+  float *draft_probs_dev;    /* device [draw_rows_cap, V]: the distributions drawn from */
+  int draw_rows_cap;
   int32_t *walk_tokens;      /* host [cap]: the tree's tokens, with the walk's result */
   float *tfeat_dev;          /* device [cap, rows, fdim]: the target's features, which a
                                 feature head then reads there (NULL: they come down) */
   int feats_on_dev;          /* this round's target features went to tfeat_dev */
   int32_t feat_rows[VS_MAX_DEPTH + 2]; /* the accepted path's rows in tfeat_dev */
-  double chain_u[VS_MAX_DEPTH + 1];
-  uint8_t chain_guided[VS_MAX_DEPTH + 1];
+  /* A round's draws by row: a drafter forward draws the distributions of its last nodes into
+   * rows (chains: forward k, row k, draft k), a static tree's rows their children. */
+  double draw_u[VS_SD_MAX_NODES];       /* chains: row k's uniform; trees: draft k's */
+  uint8_t draw_guided[VS_SD_MAX_NODES]; /* per row: its node's position is CFG-guided */
+  /* static trees: forward k draws rows draw_fwd[k] .. draw_fwd[k + 1] - 1 */
+  int32_t draw_fwd[VS_SD_MAX_NODES + 1], n_draw_fwd;
+  int32_t draw_node[VS_SD_MAX_NODES];   /* the tree node of each row */
+  vs_draw_children draw_children; /* the one upload of a static round's draws */
+  int draw_rows, draw_slots;      /* its rows and drafts */
+  vspec_rng rng_draft_at;         /* the draft stream before the round's draws */
+  void *children_dev;        /* device copy of draw_children */
+  int32_t *row_tok_dev;      /* device [VS_SD_MAX_NODES]: draw_probs' own tokens (unused) */
+  vspec_children_spec children_spec;
 } vs_rounds;
 
 /* Runs one job's rounds (ar or sd) into tokens[N]; mt accumulates the metrics. */
@@ -119,12 +143,18 @@ int vs_verify_walk(vs_rounds *c, int32_t root_index, int32_t *path, int *n_path,
 int vs__device_or_host(vspec_dev *dev, const char *var, const char *what, int *on, char *err,
                        size_t errlen);
 
-/* core/draft_device.c: chains drawn on the device. init decides for the job (after the walk's
- * init); round sets up a chain round of `depth` drafts (c->round_dev) before the drafter's
- * first forward, done ends its drawing; a round that is not such a chain resets round_dev. */
+/* core/draft_device.c: drafts drawn on the device. init decides for the job (after the walk's
+ * init); round sets up a round of `plan` (a chain of `depth` drafts, a static tree to
+ * `depth`) to draw there (c->round_dev) before the drafter's first forward, or resets
+ * round_dev when it cannot; done ends its drawing. */
 int vs_draft_device_init(vs_rounds *c, uint32_t drafter_kind, char *err, size_t errlen);
 void vs_draft_device_free(vs_rounds *c);
-void vs_draft_device_round(vs_rounds *c, int depth, int32_t root_index);
+void vs_draft_device_round(vs_rounds *c, const vspec_round_plan *plan, int depth,
+                           int32_t root_index);
+/* After the device walk's result filled in a static round's tokens (vs_walk_device_take): the
+ * draft stream moves on by the uniforms the device's draws took (as the host drafter's would
+ * have). */
+void vs_draft_device_settle(vs_rounds *c);
 void vs_draft_device_done(vs_rounds *c);
 
 int vs_walk_device_init(vs_rounds *c, int drafter_plugin, char *err, size_t errlen);

@@ -125,7 +125,7 @@ void vs_walk_device_ask(vs_rounds *c, int32_t root_index, vspec_forward_out *out
   out->walk_dists = sp->dists ? t->n_dists : 0;
   out->walk_result = &c->walk_res;
   if (c->round_dev) { /* drafts drawn on the device: their distributions are there */
-    out->walk_probs = t->deterministic ? NULL : c->chain_probs_dev;
+    out->walk_probs = t->deterministic ? NULL : c->draft_probs_dev;
     sp->dist = out->walk_probs ? dist : NULL;
     sp->dists = NULL;
     out->walk_dists = 0;

@@ -7,8 +7,11 @@
  * memory and draw_probs the host drafter's code, give the tokens and the metrics of the same
  * jobs drafted on the host (VSPEC_DRAFT_DRAW=host, the walk on the device both ways), for the
  * built-in rules, sampled (with CFG, top-k, top-p, a CFG interval) and greedy, with 1 and 2 CFG
- * rows; and a chain round then waits once: the walk's result is its one download.
- * Also: draw_probs against the engine's host sampler, row by row, on random logits.
+ * rows; and a chain round then waits once: the walk's result is its one download. The same for
+ * sampled static trees (ABI 1.10, draw_children: a level a forward); greedy ones stay on the
+ * host and wait a forward a round.
+ * Also: draw_probs against the engine's host sampler, row by row, on random logits, and
+ * draw_children against the host drafter's sampling without replacement.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,6 +51,12 @@ static const char *const methods[] = {
     "sd:coolsd:delta=2@standard:shape=chain,depth=3,drafter=head",
     /* rounds without drafts first (pre-filling): the head's features come to the host */
     "sd:lantern:k=8,delta=0.3@standard:shape=chain,depth=3,drafter=head,prefill=0.2",
+    /* static trees (ABI 1.10: draw_children), sampled; greedy ones stay on the host */
+    "sd:exact@standard:shape=static,drafter=head",
+    "sd:coolsd:delta=2@standard:shape=static,tree=0/1/0.0/0.1/0.2/1.0/0.0.0,drafter=model",
+    "sd:lanternpp:k=6@standard:shape=static,tree=0/1/2/0.0/0.1/1.0/2.0,drafter=head",
+    /* a tree cut at the image's end (depth_limit below the tree's depth) */
+    "sd:exact@standard:shape=static,tree=0/0.0/0.0.0/0.0.0.0/0.0.0.0.0/1,drafter=model",
 };
 #define N_METHODS (sizeof methods / sizeof methods[0])
 
@@ -129,16 +138,19 @@ static void test_jobs_match_host_drafts(void **state) {
         assert_int_equal(a->residual_fallbacks, b->residual_fallbacks);
         assert_memory_equal(a->reached, b->reached, sizeof a->reached);
         assert_memory_equal(a->accepted_at, b->accepted_at, sizeof a->accepted_at);
-        /* drafted on the device, a chain round waits once; on the host once per forward */
-        if (d->over) fail_msg("%s: %d rounds waited more than once; %s", methods[i], d->over,
-                              d->first_bad);
+        /* drafted on the device, a round waits once; on the host once per forward */
+        int on_dev = !(strstr(methods[i], "shape=static") && !(samplings[k].temperature > 0));
+        if (on_dev && d->over)
+          fail_msg("%s: %d rounds waited more than once; %s", methods[i], d->over,
+                   d->first_bad);
+        if (!on_dev) assert_int_equal(d->over, d->rounds);
         assert_true(d->rounds > 0 && h->over == h->rounds);
         rounds += d->rounds;
         accepted += a->accepted;
         free(h);
         free(d);
       }
-    printf("  %-72s %d rounds, each 1 wait; %lld accepted\n", methods[i], rounds,
+    printf("  %-72s %d rounds; %lld accepted\n", methods[i], rounds,
            (long long)accepted);
     assert_true(accepted > 0);
   }
@@ -293,6 +305,67 @@ static void test_draw_probs_op(void **state) {
   vs_sampler_free(&sp);
 }
 
+/* draw_children against the host drafter's sampling without replacement
+ * (core/draft_tree.c dt_sample_children: vs_draw over what is left, unnormalised, the
+ * uniforms in row order), with rows whose mass runs out before their children do (absent:
+ * the row's first child repeated) and rows below an absent child (all absent). */
+static void test_draw_children_op(void **state) {
+  (void)state;
+  enum { V = 53, N = 6, K = 48 };
+  const vspec_ops *ops = vs_dev_ops(dev);
+  float probs[N * V], left[V];
+  int32_t counts[N], first[N], node[N], tokens[K], cursor;
+  uint8_t drawn[K];
+  double u[K];
+  vspec_rng rng;
+  vs_rng_init(&rng, 11, 0);
+  int spent = 0, below = 0;
+  for (int trial = 0; trial < 60; trial++) {
+    int total = 0;
+    for (int i = 0; i < N; i++) {
+      int support = 1 + (int)(vs_rng_uniform(&rng) * (trial % 3 ? V : 6));
+      for (int y = 0; y < V; y++) probs[i * V + y] = 0.0f;
+      for (int j = 0; j < support; j++)
+        probs[i * V + (int)(vs_rng_uniform(&rng) * V)] = (float)vs_rng_uniform(&rng) + 1e-3f;
+      counts[i] = (int)(vs_rng_uniform(&rng) * 8);
+      first[i] = total;
+      /* row i is the distribution of an earlier row's child, or of the root */
+      node[i] = i == 0 || total == 0 ? -1 : (int)(vs_rng_uniform(&rng) * first[i]);
+      total += counts[i];
+    }
+    for (int k = 0; k < total; k++) u[k] = vs_rng_uniform(&rng);
+    cursor = 0;
+    vspec_children_spec spec = {.n = N, .vocab = V, .max_count = 7, .counts = counts,
+                                .first = first, .node = node, .u = u, .cursor = &cursor,
+                                .drawn = drawn};
+    memset(tokens, 0xff, sizeof tokens);
+    ops->draw_children(dev, probs, &spec, tokens);
+    int at = 0; /* the host drafter's stream */
+    uint8_t want[K];
+    for (int i = 0; i < N; i++) {
+      memcpy(left, probs + i * V, sizeof left);
+      int j = 0, live = node[i] < 0 || want[node[i]];
+      below += !live && counts[i] > 0;
+      for (; j < counts[i] && live; j++) { /* the host drafter's loop */
+        int32_t x = vs_draw(left, V, u[at]);
+        if (x < 0) break;
+        at++;
+        assert_int_equal(tokens[first[i] + j], x);
+        want[first[i] + j] = 1;
+        left[x] = 0.0f;
+      }
+      spent += live && j < counts[i];
+      for (int k = j; k < counts[i]; k++) {
+        want[first[i] + k] = 0;
+        assert_int_equal(tokens[first[i] + k], j > 0 ? tokens[first[i]] : 0);
+      }
+    }
+    assert_int_equal(cursor, at);
+    assert_memory_equal(drawn, want, (size_t)total);
+  }
+  assert_true(spent > 0 && below > 0); /* the trials reached both kinds of absent rows */
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024], cache[] = "/tmp/vspec-draft-device-XXXXXX";
   const char *b = getenv("VSPEC_BUILD");
@@ -307,6 +380,7 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_draw_probs_op),
+                                     cmocka_unit_test(test_draw_children_op),
                                      cmocka_unit_test(test_jobs_match_host_drafts),
                                      cmocka_unit_test(test_gate_jobs)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

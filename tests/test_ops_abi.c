@@ -102,7 +102,7 @@ SAME_MEMBER(struct_size);
 SAME_MEMBER(device);
 SAME_MEMBER(name);
 /* Every op of ABI 1.0 to 1.5 in the list (by its minor); the ops of a later minor are not in
- * the frozen copy (a minor past 9 adds its SAME_OP_n here). */
+ * the frozen copy (a minor past 10 adds its SAME_OP_n here). */
 #define SAME_OP_0 SAME_MEMBER
 #define SAME_OP_1 SAME_MEMBER
 #define SAME_OP_2 SAME_MEMBER
@@ -114,6 +114,7 @@ SAME_MEMBER(name);
 #define SAME_OP_7 NEWER
 #define SAME_OP_8 NEWER
 #define SAME_OP_9 NEWER
+#define SAME_OP_10 NEWER
 #define SAME_OP(ret, name, params, args, minor, kind) SAME_OP_##minor(name);
 VSPEC_OPS(SAME_OP)
 /* ... and nothing else up to graph_free: while ABI 1.5 is the newest, exactly as long as the
@@ -134,6 +135,7 @@ _Static_assert(offsetof(vspec_ops, verify_walk) == 16 + 42 * 8, "verify_walk (AB
 _Static_assert(offsetof(vspec_ops, draw_probs) == 16 + 43 * 8, "draw_probs (ABI 1.8)");
 _Static_assert(offsetof(vspec_ops, norm_qkv_rope_batch) == 16 + 44 * 8,
                "norm_qkv_rope_batch (ABI 1.9)");
+_Static_assert(offsetof(vspec_ops, draw_children) == 16 + 46 * 8, "draw_children (ABI 1.10)");
 #endif
 
 /* The list as data: each entry's name, offset and ABI minor, in list order. */

@@ -117,6 +117,22 @@ typedef struct vspec_sample_spec {
   const double *u;       /* [n]: each node's uniform in [0, 1) (not read when greedy) */
 } vspec_sample_spec;
 
+/* ABI 1.10: how draw_children draws a tree's children from draw_probs' rows. */
+typedef struct vspec_children_spec {
+  int32_t n;             /* rows of probs */
+  int32_t vocab;
+  int32_t max_count;     /* the largest counts[i] (at most VSPEC_CHILDREN_MAX) */
+  int32_t reserved;      /* 0 */
+  const int32_t *counts; /* device [n]: row i's children */
+  const int32_t *first;  /* device [n]: the index of row i's first child in tokens and drawn */
+  const int32_t *node;   /* device [n]: the child (an index in tokens) row i is the distribution
+                          * of, or -1 (the caller's root) */
+  const double *u;       /* device: the uniforms, in [0, 1), taken in order */
+  int32_t *cursor;       /* device [1]: the index in u of the next uniform; each draw adds 1 */
+  uint8_t *drawn;        /* device [children]: 1 where a child was drawn, 0 where it is absent */
+} vspec_children_spec;
+#define VSPEC_CHILDREN_MAX 64
+
 /* ABI 1.6: a built-in acceptance rule as the verify_walk op runs it. The rule's plugin fills it
  * (vspec_accept_vtable.walk_rule); the per-element maths is kernels/common/vs_walk_rules.h,
  * which the plugins themselves compute with (docs/SPECULATIVE.md has the rules). */

@@ -1,5 +1,5 @@
 /*
- * vspec/plugin.h - the vspec plugin ABI, version 1.9.
+ * vspec/plugin.h - the vspec plugin ABI, version 1.10.
  *
  * A plugin is a shared object that exports one symbol, `vspec_plugin_entry`, returning a
  * pointer to a const vspec_plugin_desc. The descriptor names the plugin and points at a
@@ -45,7 +45,7 @@ extern "C" {
 #define VSPEC_ABI_MAJOR 1
 #endif
 #ifndef VSPEC_ABI_MINOR
-#define VSPEC_ABI_MINOR 9
+#define VSPEC_ABI_MINOR 10
 #endif
 
 #define VSPEC_STR_(x) #x

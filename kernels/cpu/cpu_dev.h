@@ -84,7 +84,7 @@ static inline size_t vs_align_up(size_t n) { return (n + VS_CPU_ALIGN - 1) & ~(V
  *   cpu_rope.c       rope2d_table, rope_apply
  *   cpu_attention.c  attention
  *   cpu_sampling.c   softmax, log_softmax, logits_to_probs, sample, argmax, sample_tokens,
- *                    draw_probs
+ *                    draw_probs, draw_children
  *   cpu_conv.c       conv2d, upsample_nearest2x
  *   cpu_fused.c      the ABI 1.4 fused ops, each the sequence of the ops it replaces
  *                    (sample_tokens: cpu_sampling.c)

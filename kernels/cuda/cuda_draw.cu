@@ -1,6 +1,7 @@
 /*
  * kernels/cuda/cuda_draw.cu - sample_tokens (ABI 1.4, include/vspec/ops.h) on the device: a
- * token per node from its logits, as the engine's host sampler draws it
+ * token per node from its logits, as the engine's host sampler draws it; draw_probs (ABI 1.8),
+ * which keeps the distribution; draw_children (ABI 1.10), a tree's children from those rows
  * (kernels/cpu/cpu_sampling.c vs_cpu_sample_tokens: vs_host_cfg_combine,
  * vs_host_logits_to_probs, vs_host_sample; greedy: the first maximum). An AR step then
  * downloads n tokens instead of n x rows x vocab logits.
@@ -187,4 +188,63 @@ void vs_cuda_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_
   vs_draw_args a = cd_args(spec, logits, tokens);
   vs_k_draw_probs<<<(unsigned)spec->n, VS_DRAW_THREADS, 0, d->stream>>>(a, probs);
   VS_CUDA_LAUNCHED(d, "draw_probs");
+}
+
+/* draw_children (ABI 1.10): one block, the rows one after the other (each row's uniforms
+ * follow the rows before it), a row's children one after the other, each by vs_draw_pick over
+ * the row with the children drawn so far read as zero (kept in shared memory, at most
+ * VSPEC_CHILDREN_MAX): cpu_sampling.c's vs_cpu_draw_children, the host drafter's
+ * dt_sample_children. */
+__global__ void __launch_bounds__(VS_DRAW_THREADS)
+    vs_k_draw_children(const float *probs, int n, int V, const int32_t *counts,
+                       const int32_t *first, const int32_t *node, const double *u,
+                       int32_t *cursor, uint8_t *drawn, int32_t *tokens) {
+  __shared__ vs_draw_smem s;
+  __shared__ int taken[VSPEC_CHILDREN_MAX];
+  int at = *cursor; /* every thread keeps the same count */
+  for (int row = 0; row < n; row++) {
+    const float *p = probs + (size_t)row * V;
+    int k0 = first[row], got = 0;
+    int live = node[row] < 0 || drawn[node[row]];
+    for (int j = 0; j < counts[row]; j++) {
+      int x = -1;
+      if (live && j < VSPEC_CHILDREN_MAX)
+        x = vs_draw_pick(&s, V, u[at], [&](int y) {
+          for (int i = 0; i < got; i++)
+            if (taken[i] == y) return 0.0f;
+          return p[y];
+        });
+      live = x >= 0;
+      at += live;
+      if (threadIdx.x == 0) {
+        drawn[k0 + j] = (uint8_t)live;
+        tokens[k0 + j] = live ? x : got > 0 ? taken[0] : 0;
+      }
+      if (live) {
+        __syncthreads(); /* every thread is past the reads of taken[] in this draw */
+        if (threadIdx.x == 0) taken[got] = x;
+        __syncthreads();
+        got++;
+      }
+    }
+    __syncthreads(); /* thread 0's drawn[] writes before a later row reads its node's */
+  }
+  if (threadIdx.x == 0) *cursor = at;
+}
+
+void vs_cuda_draw_children(vspec_dev *dev, const float *probs, const vspec_children_spec *spec,
+                           int32_t *tokens) {
+  vs_cuda_dev *d = vs_cuda(dev);
+  if (!spec || spec->n <= 0 || spec->vocab <= 0 || d->failed) return;
+  if (!probs || !tokens || !spec->counts || !spec->first || !spec->node || !spec->u ||
+      !spec->cursor || !spec->drawn || spec->max_count < 0 ||
+      spec->max_count > VSPEC_CHILDREN_MAX) {
+    vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: draw_children: bad arguments", d->head.index);
+    return;
+  }
+  if (!vs_cuda_enter(d)) return;
+  vs_k_draw_children<<<1, VS_DRAW_THREADS, 0, d->stream>>>(
+      probs, spec->n, spec->vocab, spec->counts, spec->first, spec->node, spec->u, spec->cursor,
+      spec->drawn, tokens);
+  VS_CUDA_LAUNCHED(d, "draw_children");
 }

@@ -6,7 +6,10 @@
  * nodes, with u and with u NULL (the first maximum); half the cases with many ties. The rows
  * must agree to 2e-6 of their largest entry (the softmax sums add in another order); the
  * tokens exactly for u NULL and otherwise but for at most 0.5 % of draws (a uniform within
- * rounding of a boundary, as sample_tokens). No upload, download or wait in the call. */
+ * rounding of a boundary, as sample_tokens). No upload, download or wait in the call.
+ * Also draw_children (ABI 1.10: a static tree's children without replacement) against the
+ * CPU's on the same rows: the tokens, which were drawn, and the uniforms taken; a row may
+ * differ where a draw's uniform falls within rounding of a boundary (at most 1 % of rows). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,7 +91,77 @@ static void test_against_cpu(void **state) {
   assert_true(g_mismatches <= g_draws / 200);
 }
 
+/* draw_children on rows with full, small and empty supports, some rows below a child that
+ * ran out (all their children absent), up to 6 children a row. */
+static void test_children_against_cpu(void **state) {
+  enum { N = 12, K = 72 };
+  static const int vocabs[] = {16384, 1000, 7};
+  if (!GT_HAS_OP(g_gpu, draw_children)) skip();
+  const vspec_ops *cpu = vs_dev_ops(g_cpu), *gpu = vs_dev_ops(g_gpu);
+  vspec_rng rng;
+  vs_rng_init(&rng, 31, 0);
+  char err[VSPEC_ERRLEN] = "";
+  long rows_seen = 0, rows_differ = 0, absent = 0;
+  for (int trial = 0; trial < 30; trial++) {
+    int V = vocabs[trial % 3], total = 0;
+    float *probs = gt_host((size_t)N * V);
+    int32_t counts[N], first[N], node[N], want[K], got[K], wc = 0, gc = 0;
+    uint8_t wd[K], gd[K];
+    double u[K];
+    for (int i = 0; i < N; i++) {
+      int support = trial % 4 == 0 ? V : (int)(vs_rng_uniform(&rng) * 5); /* 0: an empty row */
+      for (int y = 0; y < V; y++) probs[(size_t)i * V + y] = 0.0f;
+      for (int j = 0; j < support; j++)
+        probs[(size_t)i * V + (int)(vs_rng_uniform(&rng) * V)] = (float)vs_rng_uniform(&rng);
+      counts[i] = (int)(vs_rng_uniform(&rng) * 7);
+      first[i] = total;
+      node[i] = i == 0 || total == 0 ? -1 : (int)(vs_rng_uniform(&rng) * total);
+      total += counts[i];
+    }
+    for (int k = 0; k < total; k++) u[k] = vs_rng_uniform(&rng);
+    vspec_children_spec cs = {.n = N, .vocab = V, .max_count = 6, .counts = counts,
+                              .first = first, .node = node, .u = u, .cursor = &wc, .drawn = wd};
+    cpu->draw_children(g_cpu, probs, &cs, want);
+    vspec_children_spec ds = cs;
+    ds.counts = (int32_t *)gt_up_bytes(g_gpu, counts, sizeof counts);
+    ds.first = (int32_t *)gt_up_bytes(g_gpu, first, sizeof first);
+    ds.node = (int32_t *)gt_up_bytes(g_gpu, node, sizeof node);
+    ds.u = (double *)gt_up_bytes(g_gpu, u, sizeof u);
+    ds.cursor = (int32_t *)gt_up_bytes(g_gpu, &gc, sizeof gc);
+    ds.drawn = (uint8_t *)gt_up_bytes(g_gpu, NULL, K);
+    float *dp = gt_up(g_gpu, probs, (size_t)N * V);
+    int32_t *dt = (int32_t *)gt_up_bytes(g_gpu, NULL, K * sizeof(int32_t));
+    vs_dev_counters before, now;
+    vs_dev_counters_get(g_gpu, &before);
+    gpu->draw_children(g_gpu, dp, &ds, dt);
+    vs_dev_counters_get(g_gpu, &now);
+    vs_dev_counters_sub(&now, &before);
+    if (now.uploads || now.downloads || now.syncs) fail_msg("draw_children transferred or waited");
+    if (gpu->download(g_gpu, got, dt, K * sizeof(int32_t)) ||
+        gpu->download(g_gpu, gd, ds.drawn, K) ||
+        gpu->download(g_gpu, &gc, ds.cursor, sizeof gc) || vs_dev_check(g_gpu, err, sizeof err))
+      fail_msg("draw_children failed on the GPU: %s", err);
+    int differ = 0;
+    for (int i = 0; i < N; i++) {
+      size_t a = (size_t)first[i], n = (size_t)counts[i];
+      rows_seen++;
+      int same = !memcmp(got + a, want + a, n * sizeof(int32_t)) && !memcmp(gd + a, wd + a, n);
+      rows_differ += !same;
+      differ |= !same;
+      for (size_t j = 0; j < n; j++) absent += !wd[a + j];
+    }
+    if (!differ) assert_int_equal(gc, wc);
+    const void *bufs[] = {ds.counts, ds.first, ds.node, ds.u, ds.cursor, ds.drawn, dp, dt};
+    for (size_t b = 0; b < sizeof bufs / sizeof bufs[0]; b++) gpu->free(g_gpu, (void *)bufs[b]);
+    free(probs);
+  }
+  print_message("  draw_children: %ld rows, %ld differ, %ld absent children\n", rows_seen,
+                rows_differ, absent);
+  assert_true(absent > 0 && rows_differ <= rows_seen / 100);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_against_cpu)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_against_cpu),
+                                     cmocka_unit_test(test_children_against_cpu)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -97,19 +97,21 @@ timeout 150 "$BENCH" eval --model models/fmnist --images "$IMAGES" --seed 0 --no
   --methods "ar;sd:exact;sd:coolsd:delta=2" >"$OUT/fmnist-sd.txt" 2>&1
 tail -12 "$OUT/fmnist-sd.txt"
 
-# Issue 29 item 5: chains drawn on the device (a round waits once) against drawn on the host
-# (a wait per draft forward), the same methods, fp32 so that the tokens are comparable.
-CHAINS="ar;sd:exact@standard:shape=chain,depth=4,drafter=model;sd:coolsd:delta=2@standard:shape=chain,depth=5,drafter=model;sd:exact@standard:shape=chain,depth=4,drafter=head"
+# Issue 29 item 5: chains and a static tree (ABI 1.10) drawn on the device (a round waits once)
+# against drawn on the host (a wait per draft forward), the same methods, fp32 so that the
+# tokens are comparable.
+STATIC="sd:coolsd:delta=2@standard:shape=static,tree=fmnist,drafter=head"
+CHAINS="ar;sd:exact@standard:shape=chain,depth=4,drafter=model;sd:coolsd:delta=2@standard:shape=chain,depth=5,drafter=model;sd:exact@standard:shape=chain,depth=4,drafter=head;$STATIC"
 for d in host device; do
   if [ "$(elapsed)" -ge 420 ]; then
     echo "== fmnist chains drawn on the $d: skipped ($(elapsed) s gone)"
     continue
   fi
   echo "== models/fmnist chains, drafts drawn on the $d (VSPEC_DRAFT_DRAW=$d), $IMAGES images"
-  VSPEC_DRAFT_DRAW=$d timeout 80 "$BENCH" eval --model models/fmnist --images "$IMAGES" \
+  VSPEC_DRAFT_DRAW=$d timeout 95 "$BENCH" eval --model models/fmnist --images "$IMAGES" \
     --seed 0 --no-quality --device "$DEVICE" $PLUG --json "$OUT/fmnist-draw-$d.json" \
     --methods "$CHAINS" >"$OUT/fmnist-draw-$d.txt" 2>&1
-  tail -6 "$OUT/fmnist-draw-$d.txt"
+  tail -7 "$OUT/fmnist-draw-$d.txt"
 done
 
 # Issue 29 item 6: 8 concurrent GPT-B jobs (random weights, VQ-16 decoder, AR) on one
@@ -193,11 +195,14 @@ printf '%-52s | %s\n' "ops of a one-token CFG step: 1 graph (eager 5 x 12 + 3)" 
 printf '%-52s | %s\n' "fmnist exact SD (size=auto) >= 2x AR" "$(speed sd:exact)"
 printf '%-52s | %s\n' "fmnist Cool-SD delta=2 (size=auto) >= 2.5x AR" "$(speed sd:coolsd:delta=2)"
 for d in host device; do
-  printf '%-52s | %s\n' "fmnist exact chain 4, draft GPT, drawn on the $d" \
-    "$(python3 -c 'import json, sys
+  for m in "sd:exact@standard:shape=chain,depth=4,drafter=model" "$STATIC"; do
+    case $m in *static*) what="Cool-SD static tree, head" ;; *) what="exact chain 4, draft GPT" ;; esac
+    printf '%-52s | %s\n' "fmnist $what, drawn on the $d" \
+      "$(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-hit = [m for m in d["methods"] if m["requested"].startswith("sd:exact@standard:shape=chain,depth=4,drafter=model")]
-print("%.2fx over AR" % hit[0]["speedup_vs_ar"] if hit else "-")' "$OUT/fmnist-draw-$d.json" 2>/dev/null || echo -)"
+hit = [m for m in d["methods"] if m["requested"].startswith(sys.argv[2])]
+print("%.2fx over AR" % hit[0]["speedup_vs_ar"] if hit else "-")' "$OUT/fmnist-draw-$d.json" "$m" 2>/dev/null || echo -)"
+  done
 done
 conc=$(sed -n 's/^| batched \/ one job | \([0-9.]*x\) .*/\1/p' "$OUT/concurrency-gpt-b.txt" 2>/dev/null)
 wconc=$(sed -n 's/^| workers \/ one job | \([0-9.]*x\) .*/\1/p' "$OUT/concurrency-gpt-b.txt" 2>/dev/null)
