@@ -11,7 +11,8 @@
  *
  * The same with a chain of the head drafted on the device (ABI 1.8: drafts, their
  * distributions and the target's features never cross to the host), whose rounds must also
- * wait once each.
+ * wait once each, as must a static tree's drawn there (ABI 1.10; on a GPU the static tree
+ * above is drawn there too, VSPEC_DRAFT_DRAW's default).
  *
  * VSPEC_TEST_DEVICE=cpu runs the same test on the CPU (how it was calibrated without a
  * GPU); make gpu-test runs it on cuda.
@@ -187,18 +188,23 @@ static void test_device_chain_matches_target(void **state) {
   exact_marginals(p1, p2);
   setenv("VSPEC_WALK", "device", 1);
   setenv("VSPEC_DRAFT_DRAW", "device", 1);
-  /* one job, its rounds' waits counted */
-  int32_t tokens[64];
-  char err[VSPEC_ERRLEN];
-  vs_metrics mt;
-  vs_job job = {.method = vs_method_of("sd:exact@standard:" CHAIN), .seed = 5,
-                .sampling = g_s, .on_round = count_waits};
-  vs_dev_counters_get(g_dev, &g_last);
-  if (vs_generate(g_models, g_dev, &job, tokens, &mt, err, sizeof err)) fail_msg("%s", err);
-  printf("  %lld chain rounds, %lld waited more than once\n", (long long)g_rounds,
-         (long long)g_over);
-  assert_true(g_rounds > 0);
-  assert_int_equal(g_over, 0);
+  /* one job of each shape, its rounds' waits counted (a static tree: ABI 1.10) */
+  static const char *const shapes[] = {"sd:exact@standard:" CHAIN,
+                                       "sd:exact@standard:" TREE ",drafter=head"};
+  for (int i = 0; i < 2; i++) {
+    int32_t tokens[64];
+    char err[VSPEC_ERRLEN];
+    vs_metrics mt;
+    vs_job job = {.method = vs_method_of(shapes[i]), .seed = 5, .sampling = g_s,
+                  .on_round = count_waits};
+    g_rounds = g_over = 0;
+    vs_dev_counters_get(g_dev, &g_last);
+    if (vs_generate(g_models, g_dev, &job, tokens, &mt, err, sizeof err)) fail_msg("%s", err);
+    printf("  %s: %lld rounds, %lld waited more than once\n", shapes[i], (long long)g_rounds,
+           (long long)g_over);
+    assert_true(g_rounds > 0);
+    assert_int_equal(g_over, 0);
+  }
   double a, b;
   /* half the samples: the suite's time on a GPU; the wrong rule's p-values stay far below */
   sample_n_pvalues("sd:exact@standard:" CHAIN, SAMPLES / 2, p1, p2, &a, &b);
