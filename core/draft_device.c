@@ -11,19 +11,27 @@
  * A static tree (EAGLE-1's, sampled) goes the same way a level a forward: the forward
  * writes its nodes' distributions (draw_probs) and draw_children (ABI 1.10) draws each node's
  * children from them without replacement, at uniforms uploaded once per round with the
- * shape (counts and where each row's children go). Its shape is the plan's, whole: where a
- * distribution runs out of tokens before its node's children do (the host stops adding
- * children there), the rest get token 0, which the walk skips (their draft mass is 0). A
- * greedy tree stays on the host: its drafts are one-hot, so the walk could not tell such a
- * child from a draft of token 0.
+ * shape (counts, where each row's children go, which draft each row belongs to). Its shape is
+ * the plan's, whole: where a distribution runs out of tokens before its node's children do
+ * (the host stops adding children there, and adds none below them), the rest are absent: no
+ * uniform, the token of their row's first child, which the walk skips (that token's draft
+ * mass is spent once the first child was rejected). The host learns which drafts were absent
+ * from those repeats in the walk's tokens (vs_draft_device_settle) and moves the draft stream
+ * on by the uniforms the draws took. A greedy tree stays on the host: its drafts are one-hot,
+ * so the walk could not skip an absent child.
  *
  * The host tree holds token -1 - j for draft j (tree node j + 1) until the walk's result
  * fills it in, and no draft probability (p_cond 1, logp 0: VVS, which ranks paths by them,
  * never runs so). Bits: the uniforms come from the draft stream in the host drafter's order
  * (a chain's one per draft, a tree's one per child, level by level, node by node) before the
  * round's first forward, and draw_probs and draw_children compute what the host drafter does,
- * so the tokens and metrics are the host path's (tests/test_draft_device.c), except after a
- * distribution ran out in a tree: the host drew no uniforms for the children it did not add.
+ * so the tokens and the metrics of the walk are the host path's (tests/test_draft_device.c).
+ * What differs: absent drafts are verified and expanded all the same (tree_nodes,
+ * draft_forwards and draft_nodes count that work; draft_tokens counts the drafts drawn), and a
+ * node whose draft distribution has no mass at all (no finite logit) keeps its children,
+ * absent, where the host makes it a leaf: its tokens [0, 0, ..] read as a first child of token
+ * 0 drawn, so the stream moves on one uniform further than the host's from then on (the
+ * output's distribution is the same; the bits are not).
  *
  * When: VSPEC_DRAFT_DRAW=device|host|auto (auto, the default: where the walk is on the
  * device and the device is not the CPU); and the walk on the device, a device with the fused
@@ -226,8 +234,8 @@ static void dd_static_round(vs_rounds *c, const vspec_round_plan *plan, int dept
   c->round_dev = 1;
 }
 
-void vs_draft_device_settle(vs_rounds *c) {
-  if (!c->round_dev || c->draw_rows == 0) return;
+int vs_draft_device_settle(vs_rounds *c) {
+  if (!c->round_dev || c->draw_rows == 0) return 0;
   /* The drafts the tree's tokens show were drawn: in each row, those before the first repeat
    * of its first child (an absent draft repeats it), none below an absent one. */
   const vs_draw_children *dc = &c->draw_children;
@@ -245,6 +253,7 @@ void vs_draft_device_settle(vs_rounds *c) {
   c->rng_draft = c->rng_draft_at;
   for (int k = 0; k < taken; k++) vs_rng_uniform(&c->rng_draft);
   c->draw_rows = 0;
+  return c->draw_slots - taken;
 }
 
 void vs_draft_device_round(vs_rounds *c, const vspec_round_plan *plan, int depth,

@@ -476,7 +476,8 @@ static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_ind
   } else if ((rc = vs_walk_device_take(c, out, path, n_path, next, err, errlen)) < 0) {
     return rc;
   } else if (rc == 1) {
-    vs_draft_device_settle(c); /* the draft stream after a tree drawn on the device */
+    /* the draft stream after a tree drawn on the device; its absent drafts were no drafts */
+    mt->draft_tokens -= vs_draft_device_settle(c);
   } else if (rc == 0 && (rc = vs_verify_walk(c, root_index, path, n_path, next, err, errlen))) {
     return rc;
   }

@@ -336,7 +336,7 @@
     (vspec_dev *dev, const float *qkv, const vspec_kv_batch *b, float *out),                      \
     (dev, qkv, b, out), 9, op)                                                                    \
                                                                                                    \
-  /* ==== ABI 1.10: a tree's drafts drawn on the device ===================================== */     \
+  /* ==== ABI 1.10: a tree's drafts drawn on the device =================================== */     \
   /* Children drawn without replacement from draw_probs' rows (EAGLE-1's static tree, arXiv        \
    * 2401.15077 §4), as the engine's host drafter draws them (core/draft_tree.c), row after row:   \
    * row i's spec->counts[i] children, child j at tokens[first[i] + j], each drawn by sample's     \
@@ -346,9 +346,9 @@
    * are all children of a row whose node (node[i] >= 0) is absent; an absent child's token is     \
    * its row's first child's (0 when that is absent too): a forward can be fed it and the walk     \
    * skips it (that token's draft mass is spent), and a host that sees the tokens knows it from    \
-   * the repeat. A row has at most VSPEC_CHILDREN_MAX children (spec->max_count, checked). All     \
-   * device memory but spec. A static tree's level then stays on the device: the next forward      \
-   * reads the children (vspec_forward_batch.token_dev), the walk their rows. */                   \
+   * the repeat. A row's children past VSPEC_CHILDREN_MAX are absent (CUDA refuses a max_count    \
+   * above it). All device memory but spec. A static tree's level then stays on the device: the    \
+   * next forward reads the children (vspec_forward_batch.token_dev), the walk their rows. */      \
   X(void, draw_children,                                                                           \
     (vspec_dev *dev, const float *probs, const vspec_children_spec *spec, int32_t *tokens),        \
     (dev, probs, spec, tokens), 10, op)
