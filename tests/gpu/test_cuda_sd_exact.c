@@ -14,6 +14,9 @@
  * wait once each, as must a static tree's drawn there (ABI 1.10; on a GPU the static tree
  * above is drawn there too, VSPEC_DRAFT_DRAW's default).
  *
+ * And in bf16 (marginals, head and target all in bf16) with a static tree drawn on the device
+ * (ABI 1.10: draw_children), exact and the wrong rule.
+ *
  * VSPEC_TEST_DEVICE=cpu runs the same test on the CPU (how it was calibrated without a
  * GPU); make gpu-test runs it on cuda.
  */
@@ -219,6 +222,48 @@ static void test_device_chain_matches_target(void **state) {
   free(p1), free(p2);
 }
 
+/* The same in bf16 (the GPU's default precision): the target's marginals computed in bf16
+ * on the device, a static tree of the head drawn there (ABI 1.10), the wrong rule caught. */
+static void test_bf16_device_tree_matches_target(void **state) {
+  const char *spec = getenv("VSPEC_TEST_DEVICE");
+  vspec_dev *dev = NULL, *dev32 = g_dev;
+  vs_models *models = NULL, *models32 = g_models;
+  char err[VSPEC_ERRLEN];
+  if (spec && strcmp(spec, "cpu") == 0) {
+    vs_device_options opt = {.threads = 1, .precision = VS_PRECISION_BF16};
+    if (vs_device_open("cpu", &opt, &dev, err, sizeof err)) fail_msg("%s", err);
+  } else {
+    dev = gt_gpu(VS_PRECISION_BF16);
+  }
+  if (vs_models_open(g_reg, &g_host, dev, g_dir, VS_ROLE_ALL, &models, err, sizeof err))
+    fail_msg("%s", err);
+  g_dev = dev;
+  g_models = models;
+  int V = g_models->target.info.vocab;
+  double *p1 = calloc((size_t)V, sizeof *p1), *p2 = calloc((size_t)V, sizeof *p2);
+  exact_marginals(p1, p2);
+  setenv("VSPEC_WALK", "device", 1);
+  setenv("VSPEC_DRAFT_DRAW", "device", 1);
+  double a, b;
+  sample_n_pvalues("sd:exact@standard:" TREE ",drafter=head", SAMPLES / 2, p1, p2, &a, &b);
+  int exact_ok = a > P_MIN && b > P_MIN;
+  double wa, wb;
+  sample_n_pvalues("sd:uniform_rsd:omega=3,resample=rule@standard:" TREE ",drafter=head",
+                   SAMPLES / 2, p1, p2, &wa, &wb);
+  unsetenv("VSPEC_WALK");
+  unsetenv("VSPEC_DRAFT_DRAW");
+  g_dev = dev32;
+  g_models = models32;
+  vs_models_close(models);
+  vs_dev_destroy(dev);
+  free(p1), free(p2);
+  if (!exact_ok)
+    fail_msg("bf16 exact SD, tree drawn on the device, failed the chi-square test (p %.3g, %.3g)",
+             a, b);
+  if (!(wa < P_MIN || wb < P_MIN))
+    fail_msg("the wrong rule passed the chi-square test in bf16 (p %.3g, %.3g)", wa, wb);
+}
+
 static int setup(void **state) {
   const char *spec = getenv("VSPEC_TEST_DEVICE");
   g_dev = spec && strcmp(spec, "cpu") == 0 ? gt_cpu() : gt_gpu(VS_PRECISION_FP32);
@@ -250,6 +295,7 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_exact_sd_matches_target),
-                                     cmocka_unit_test(test_device_chain_matches_target)};
+                                     cmocka_unit_test(test_device_chain_matches_target),
+                                     cmocka_unit_test(test_bf16_device_tree_matches_target)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
