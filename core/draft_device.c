@@ -8,7 +8,7 @@
  * chain's tokens to the host (walk_tokens) in its one download. A chain of L drafts then
  * waits once, not L + 1 times.
  *
- * A static tree (EAGLE-1's, sampled) goes the same way a level a forward: the forward
+ * A static tree (EAGLE-1's) goes the same way a level a forward: the forward
  * writes its nodes' distributions (draw_probs) and draw_children (ABI 1.10) draws each node's
  * children from them without replacement, at uniforms uploaded once per round with the
  * shape (counts, where each row's children go, which draft each row belongs to). Its shape is
@@ -17,8 +17,9 @@
  * uniform, the token of their row's first child, which the walk skips (that token's draft
  * mass is spent once the first child was rejected). The host learns which drafts were absent
  * from those repeats in the walk's tokens (vs_draft_device_settle) and moves the draft stream
- * on by the uniforms the draws took. A greedy tree stays on the host: its drafts are one-hot,
- * so the walk could not skip an absent child.
+ * on by the uniforms the draws took. In a greedy tree (each child the first maximum of what is
+ * left, no uniforms) the walk judges an absent child as it judged the first one, with the same
+ * outcome; the host takes those judgements out of siblings_tried.
  *
  * The host tree holds token -1 - j for draft j (tree node j + 1) until the walk's result
  * fills it in, and no draft probability (p_cond 1, logp 0: VVS, which ranks paths by them,
@@ -37,7 +38,7 @@
  * device and the device is not the CPU); and the walk on the device, a device with the fused
  * ops and draw_probs, a draft model whose backend and the target's draw on the device (model
  * info device_tokens), a scheduler that never skips verification, chain rounds, and static
- * rounds that sample (temperature > 0) on a device with draw_children. With cross-job
+ * rounds on a device with draw_children. With cross-job
  * batching the draft forwards go alone (core/draft_model.c) and the verifies are batched
  * where the backend's batch takes tokens and features on the device (llamagen's fused
  * batch; else the gate runs each alone).
@@ -198,17 +199,16 @@ static int dd_reserve_rows(vs_rounds *c, int rows) {
 
 static void dd_static_round(vs_rounds *c, const vspec_round_plan *plan, int depth_limit,
                             int32_t root_index) {
-  /* greedy trees are one-hot: they stay on the host (above) */
-  if (c->greedy || !c->children_dev || depth_limit < 1) return;
+  if (!c->children_dev || depth_limit < 1) return;
   vs_draw_children *dc = &c->draw_children;
   int rows = dd_static_rows(c, plan, depth_limit, root_index);
   if (rows < 1 || !dd_reserve_rows(c, rows)) return;
   int slots = dc->first[rows - 1] + dc->counts[rows - 1];
-  /* as many uniforms as the tree has drafts; the stream moves on by those the draws take,
-   * once the walk's result says which (vs_draft_device_settle) */
+  /* as many uniforms as the tree has drafts (greedy: none); the stream moves on by those the
+   * draws take, once the walk's result says which (vs_draft_device_settle) */
   c->rng_draft_at = c->rng_draft;
   vspec_rng r = c->rng_draft;
-  for (int k = 0; k < slots; k++) dc->u[k] = vs_rng_uniform(&r);
+  for (int k = 0; k < slots && !c->greedy; k++) dc->u[k] = vs_rng_uniform(&r);
   dc->cursor = 0;
   memset(dc->drawn, 0, sizeof dc->drawn);
   const vspec_ops *ops = vs_dev_ops(c->dev);
@@ -221,7 +221,7 @@ static void dd_static_round(vs_rounds *c, const vspec_round_plan *plan, int dept
   c->children_spec = (vspec_children_spec){
       .n = rows, .vocab = c->V, .max_count = max_count, .counts = DD_AT(const int32_t, counts),
       .first = DD_AT(const int32_t, first), .node = DD_AT(const int32_t, node),
-      .u = DD_AT(const double, u), .cursor = DD_AT(int32_t, cursor),
+      .u = c->greedy ? NULL : DD_AT(const double, u), .cursor = DD_AT(int32_t, cursor),
       .drawn = DD_AT(uint8_t, drawn)};
 #undef DD_AT
   vs_draft_draw d = dd_draw(c, c->n_draw_fwd);
@@ -234,24 +234,29 @@ static void dd_static_round(vs_rounds *c, const vspec_round_plan *plan, int dept
   c->round_dev = 1;
 }
 
-int vs_draft_device_settle(vs_rounds *c) {
+int vs_draft_device_settle(vs_rounds *c, int32_t last, int *absent_tried) {
+  *absent_tried = 0;
   if (!c->round_dev || c->draw_rows == 0) return 0;
   /* The drafts the tree's tokens show were drawn: in each row, those before the first repeat
    * of its first child (an absent draft repeats it), none below an absent one. */
-  const vs_draw_children *dc = &c->draw_children;
-  uint8_t drawn[VS_SD_MAX_NODES];
+  vs_draw_children *dc = &c->draw_children;
   int taken = 0;
   for (int r = 0; r < c->draw_rows; r++) {
-    int live = dc->node[r] < 0 || drawn[dc->node[r]];
+    int live = dc->node[r] < 0 || dc->drawn[dc->node[r]];
     const int32_t *tok = c->walk_tokens + 1 + dc->first[r];
+    int absent = 0;
     for (int j = 0; j < dc->counts[r]; j++) {
       live = live && (j == 0 || tok[j] != tok[0]);
-      drawn[dc->first[r] + j] = (uint8_t)live;
+      dc->drawn[dc->first[r] + j] = (uint8_t)live;
       taken += live;
+      absent += !live;
     }
+    /* A one-hot tree's walk judges an absent draft again, as it judged the first child; that
+     * happens below the path's last node, whose children were all rejected. */
+    if (c->greedy && c->draw_node[r] == last) *absent_tried = absent;
   }
   c->rng_draft = c->rng_draft_at;
-  for (int k = 0; k < taken; k++) vs_rng_uniform(&c->rng_draft);
+  for (int k = 0; k < taken && !c->greedy; k++) vs_rng_uniform(&c->rng_draft);
   c->draw_rows = 0;
   return c->draw_slots - taken;
 }

@@ -4,8 +4,8 @@
  *
  *   chain    a separate draft model samples L tokens one after the other
  *   static   EAGLE-1: a fixed shape; each expanded node's children are sampled without
- *            replacement (temperature > 0) and carry conditional probabilities; sampled
- *            trees may be drawn on the device (core/draft_device.c), a level a forward
+ *            replacement (temperature > 0) and carry conditional probabilities; they may be
+ *            drawn on the device (core/draft_device.c), a level a forward
  *   dynamic  EAGLE-2: expand the top_k best nodes by cumulative log-probability for
  *            `depth` steps, keep the total_tokens best; drafts are deterministic, so the
  *            walk treats the draft distribution as one-hot (p := 1)
@@ -92,7 +92,7 @@ static void dt_sample_children(vs_rounds *c, int32_t node, int count) {
 static int dt_static_device(vs_rounds *c, int32_t root_index, char *err, size_t errlen) {
   vs_tree *t = &c->tree;
   const vs_draw_children *dc = &c->draw_children;
-  t->deterministic = 0;
+  t->deterministic = c->greedy;
   for (int k = 0; k < c->n_draw_fwd; k++) {
     for (int r = c->draw_fwd[k]; r < c->draw_fwd[k + 1]; r++)
       for (int j = 0; j < dc->counts[r]; j++) {

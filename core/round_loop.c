@@ -477,7 +477,9 @@ static int rl_verify_step(vs_rounds *c, vspec_forward_out *out, int32_t root_ind
     return rc;
   } else if (rc == 1) {
     /* the draft stream after a tree drawn on the device; its absent drafts were no drafts */
-    mt->draft_tokens -= vs_draft_device_settle(c);
+    int tried;
+    mt->draft_tokens -= vs_draft_device_settle(c, path[*n_path - 1], &tried);
+    mt->siblings_tried -= tried;
   } else if (rc == 0 && (rc = vs_verify_walk(c, root_index, path, n_path, next, err, errlen))) {
     return rc;
   }

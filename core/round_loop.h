@@ -153,8 +153,10 @@ void vs_draft_device_round(vs_rounds *c, const vspec_round_plan *plan, int depth
                            int32_t root_index);
 /* After the device walk's result filled in a static round's tokens (vs_walk_device_take): the
  * draft stream moves on by the uniforms the device's draws took (as the host drafter's would
- * have). Returns how many of the round's drafts were absent (0 for any other round). */
-int vs_draft_device_settle(vs_rounds *c);
+ * have). Returns how many of the round's drafts were absent (0 for any other round), and in
+ * *absent_tried how many of them a one-hot tree's walk judged (those below `last`, the
+ * accepted path's last node). */
+int vs_draft_device_settle(vs_rounds *c, int32_t last, int *absent_tried);
 void vs_draft_device_done(vs_rounds *c);
 
 int vs_walk_device_init(vs_rounds *c, int drafter_plugin, char *err, size_t errlen);

@@ -127,7 +127,8 @@ typedef struct vspec_children_spec {
   const int32_t *first;  /* device [n]: the index of row i's first child in tokens and drawn */
   const int32_t *node;   /* device [n]: the child (an index in tokens) row i is the distribution
                           * of, or -1 (the caller's root) */
-  const double *u;       /* device: the uniforms, in [0, 1), taken in order */
+  const double *u;       /* device: the uniforms, in [0, 1), taken in order; NULL: greedy,
+                          * each child the first maximum of what is left (no cursor) */
   int32_t *cursor;       /* device [1]: the index in u of the next uniform; each draw adds 1 */
   uint8_t *drawn;        /* device [children]: 1 where a child was drawn, 0 where it is absent */
 } vspec_children_spec;

@@ -341,14 +341,16 @@
    * 2401.15077 §4), as the engine's host drafter draws them (core/draft_tree.c), row after row:   \
    * row i's spec->counts[i] children, child j at tokens[first[i] + j], each drawn by sample's     \
    * inverse CDF over probs [n, vocab] row i with the row's earlier children set to zero           \
-   * (unnormalised: the draw scales its uniform by what is left), at u[*cursor] (then cursor       \
-   * moves on). A child drawn after the row's mass is spent is absent (drawn 0, no uniform), as    \
-   * are all children of a row whose node (node[i] >= 0) is absent; an absent child's token is     \
-   * its row's first child's (0 when that is absent too): a forward can be fed it and the walk     \
-   * skips it (that token's draft mass is spent), and a host that sees the tokens knows it from    \
-   * the repeat. A row's children past VSPEC_CHILDREN_MAX are absent (CUDA refuses a max_count    \
-   * above it). All device memory but spec. A static tree's level then stays on the device: the    \
-   * next forward reads the children (vspec_forward_batch.token_dev), the walk their rows. */      \
+   * (unnormalised: the draw scales its uniform by what is left) at u[*cursor], then cursor moves  \
+   * on; with u NULL (greedy) each the first maximum of what is left. A child drawn after the      \
+   * row's mass is spent is absent (drawn 0, no uniform), as are all children of a row whose node  \
+   * (node[i] >= 0) is absent; an absent child's token is its row's first child's (0 when that is  \
+   * absent too): a forward can be fed it, the walk skips it (that token's draft mass is spent)    \
+   * or in a one-hot tree judges it as it judged that first child, and a host that sees the        \
+   * tokens knows it from the repeat. A row's children past VSPEC_CHILDREN_MAX are absent (CUDA    \
+   * refuses a max_count above it). All device memory but spec. A static tree's level then stays   \
+   * on the device: the next forward reads the children (vspec_forward_batch.token_dev), the walk  \
+   * their rows. */                                                                                \
   X(void, draw_children,                                                                           \
     (vspec_dev *dev, const float *probs, const vspec_children_spec *spec, int32_t *tokens),        \
     (dev, probs, spec, tokens), 10, op)

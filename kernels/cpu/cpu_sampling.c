@@ -102,8 +102,9 @@ void vs_cpu_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_s
 
 /* A tree's children drawn from draw_probs' rows without replacement (ABI 1.10): the engine's
  * host drafter step for step (core/draft_tree.c, dt_sample_children: vs_draw over the row with
- * the earlier children zeroed, unnormalised, a uniform a child while the row has mass), with
- * the children it does not add marked absent. */
+ * the earlier children zeroed, unnormalised, a uniform a child while the row has mass; greedy,
+ * u NULL: the first maximum of what is left), with the children it does not add marked
+ * absent. */
 void vs_cpu_draw_children(vspec_dev *dev, const float *probs, const vspec_children_spec *spec,
                           int32_t *tokens) {
   VS_CPU_UNRECORDED(dev, "draw_children");
@@ -116,9 +117,17 @@ void vs_cpu_draw_children(vspec_dev *dev, const float *probs, const vspec_childr
     int live = spec->node[i] < 0 || spec->drawn[spec->node[i]];
     memcpy(w, probs + (size_t)i * V, (size_t)V * sizeof(float));
     for (int j = 0; j < spec->counts[i]; j++) {
-      int x = live && j < VSPEC_CHILDREN_MAX ? vs_host_sample(w, V, spec->u[*spec->cursor]) : -1;
+      int x = -1;
+      if (live && j < VSPEC_CHILDREN_MAX && spec->u) {
+        x = vs_host_sample(w, V, spec->u[*spec->cursor]);
+      } else if (live && j < VSPEC_CHILDREN_MAX) { /* greedy: vs_argmax_first of what is left */
+        int best = 0;
+        for (int k = 1; k < V; k++)
+          if (w[k] > w[best]) best = k;
+        x = w[best] > 0.0f ? best : -1;
+      }
       live = x >= 0;
-      *spec->cursor += live;
+      if (spec->u) *spec->cursor += live;
       drawn[j] = (uint8_t)live;
       out[j] = live ? x : j > 0 && drawn[0] ? out[0] : 0;
       if (live) w[x] = 0.0f;

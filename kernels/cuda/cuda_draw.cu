@@ -193,29 +193,40 @@ void vs_cuda_draw_probs(vspec_dev *dev, const float *logits, const vspec_sample_
 /* draw_children (ABI 1.10): one block, the rows one after the other (each row's uniforms
  * follow the rows before it), a row's children one after the other, each by vs_draw_pick over
  * the row with the children drawn so far read as zero (kept in shared memory, at most
- * VSPEC_CHILDREN_MAX): cpu_sampling.c's vs_cpu_draw_children, the host drafter's
- * dt_sample_children. */
+ * VSPEC_CHILDREN_MAX), or with u NULL the first maximum of what is left: cpu_sampling.c's
+ * vs_cpu_draw_children, the host drafter's dt_sample_children. */
 __global__ void __launch_bounds__(VS_DRAW_THREADS)
     vs_k_draw_children(const float *probs, int n, int V, const int32_t *counts,
                        const int32_t *first, const int32_t *node, const double *u,
                        int32_t *cursor, uint8_t *drawn, int32_t *tokens) {
   __shared__ vs_draw_smem s;
   __shared__ int taken[VSPEC_CHILDREN_MAX];
-  int at = *cursor; /* every thread keeps the same count */
+  int at = u ? *cursor : 0; /* every thread keeps the same count */
   for (int row = 0; row < n; row++) {
     const float *p = probs + (size_t)row * V;
     int k0 = first[row], got = 0;
     int live = node[row] < 0 || drawn[node[row]];
     for (int j = 0; j < counts[row]; j++) {
       int x = -1;
-      if (live && j < VSPEC_CHILDREN_MAX)
-        x = vs_draw_pick(&s, V, u[at], [&](int y) {
-          for (int i = 0; i < got; i++)
-            if (taken[i] == y) return 0.0f;
-          return p[y];
-        });
+      auto left = [&](int y) { /* the row without the children drawn so far */
+        for (int i = 0; i < got; i++)
+          if (taken[i] == y) return 0.0f;
+        return p[y];
+      };
+      if (live && j < VSPEC_CHILDREN_MAX && u) {
+        x = vs_draw_pick(&s, V, u[at], left);
+      } else if (live && j < VSPEC_CHILDREN_MAX) { /* greedy: the first maximum left */
+        float bv = -1.0f;
+        int bi = VS_DRAW_NONE;
+        for (int y = threadIdx.x; y < V; y += blockDim.x) {
+          float v = left(y);
+          if (v > bv) bv = v, bi = y; /* ascending y: a thread keeps its first maximum */
+        }
+        bi = vs_draw_argmax(bv, bi, &s);
+        x = bi != VS_DRAW_NONE && left(bi) > 0.0f ? bi : -1;
+      }
       live = x >= 0;
-      at += live;
+      at += live && u;
       if (threadIdx.x == 0) {
         drawn[k0 + j] = (uint8_t)live;
         tokens[k0 + j] = live ? x : got > 0 ? taken[0] : 0;
@@ -229,15 +240,15 @@ __global__ void __launch_bounds__(VS_DRAW_THREADS)
     }
     __syncthreads(); /* thread 0's drawn[] writes before a later row reads its node's */
   }
-  if (threadIdx.x == 0) *cursor = at;
+  if (threadIdx.x == 0 && u) *cursor = at;
 }
 
 void vs_cuda_draw_children(vspec_dev *dev, const float *probs, const vspec_children_spec *spec,
                            int32_t *tokens) {
   vs_cuda_dev *d = vs_cuda(dev);
   if (!spec || spec->n <= 0 || spec->vocab <= 0 || d->failed) return;
-  if (!probs || !tokens || !spec->counts || !spec->first || !spec->node || !spec->u ||
-      !spec->cursor || !spec->drawn || spec->max_count < 0 ||
+  if (!probs || !tokens || !spec->counts || !spec->first || !spec->node ||
+      (spec->u && !spec->cursor) || !spec->drawn || spec->max_count < 0 ||
       spec->max_count > VSPEC_CHILDREN_MAX) {
     vs_cuda_fail(d, VSPEC_EINVAL, "cuda:%d: draw_children: bad arguments", d->head.index);
     return;
