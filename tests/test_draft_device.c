@@ -9,7 +9,7 @@
  * built-in rules, sampled (with CFG, top-k, top-p, a CFG interval) and greedy, with 1 and 2 CFG
  * rows; and a chain round then waits once: the walk's result is its one download. The same for
  * static trees (ABI 1.10, draw_children: a level a forward), sampled and greedy, also where
- * top-k 2 makes rows run out of tokens, sampled and greedy (absent drafts: the draft stream, draft_tokens and
+ * top-k 2 makes rows run out of tokens (absent drafts: the draft stream, draft_tokens and
  * siblings_tried as the host's).
  * Also: draw_probs against the engine's host sampler, row by row, on random logits, and
  * draw_children against the host drafter's sampling without replacement.
@@ -204,9 +204,9 @@ static void *gate_job_main(void *arg) {
   return NULL;
 }
 
-/* Chains drawn on the device, several jobs at once through a gate that batches their
- * verifies on the fused ops (VSPEC_MULTI=fused: the tokens drawn on the device and the head's
- * features kept there go into the batch), give the tokens and metrics each gets alone: the
+/* Chains and a static tree drawn on the device, several jobs at once through a gate that
+ * batches their verifies on the fused ops (VSPEC_MULTI=fused: the tokens drawn on the device
+ * and the head's features kept there go into the batch), give the tokens each gets alone: the
  * draft forwards go alone, the verifies are batched. Where the batched products round
  * otherwise than the lone ones, at most 2 % of the tokens may differ (a token fed wrong from
  * the device changes every round after it). */
@@ -220,7 +220,7 @@ static void test_gate_jobs(void **state) {
   static const char *const jm[NJ] = {
       "sd:exact@standard:shape=chain,depth=4,drafter=model",
       "sd:coolsd:delta=2@standard:shape=chain,depth=3,drafter=head",
-      "sd:lantern:k=8,delta=0.3@standard:shape=chain,depth=3,drafter=model"};
+      "sd:lantern:k=8,delta=0.3@standard:shape=static,tree=0/1/0.0/1.0/0.0.0,drafter=model"};
   char err[VSPEC_ERRLEN];
   vspec_dev *ldev, *gate_dev;
   vs_models *fm;
