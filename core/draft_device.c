@@ -19,7 +19,9 @@
  * from those repeats in the walk's tokens (vs_draft_device_settle) and moves the draft stream
  * on by the uniforms the draws took. In a greedy tree (each child the first maximum of what is
  * left, no uniforms) the walk judges an absent child as it judged the first one, with the same
- * outcome; the host takes those judgements out of siblings_tried.
+ * outcome; the host takes those judgements out of siblings_tried. The walk reads the rows in
+ * a greedy tree too, for one case: a node whose draft distribution has no mass at all (no
+ * finite logit) gets absent children of token 0, which it must skip, not judge.
  *
  * The host tree holds token -1 - j for draft j (tree node j + 1) until the walk's result
  * fills it in, and no draft probability (p_cond 1, logp 0: VVS, which ranks paths by them,
@@ -30,9 +32,10 @@
  * What differs: absent drafts are verified and expanded all the same (tree_nodes,
  * draft_forwards and draft_nodes count that work; draft_tokens counts the drafts drawn), and a
  * node whose draft distribution has no mass at all (no finite logit) keeps its children,
- * absent, where the host makes it a leaf: its tokens [0, 0, ..] read as a first child of token
- * 0 drawn, so the stream moves on one uniform further than the host's from then on (the
- * output's distribution is the same; the bits are not).
+ * absent, where the host makes it a leaf: the walk skips them, but its tokens [0, 0, ..] read as
+ * a first child of token 0 drawn, so the stream moves on one uniform further than the host's
+ * from then on (the output's distribution is the same; the bits are not) and that round's
+ * draft_tokens and siblings_tried are off by the children it has.
  *
  * When: VSPEC_DRAFT_DRAW=device|host|auto (auto, the default: where the walk is on the
  * device and the device is not the CPU); and the walk on the device, a device with the fused

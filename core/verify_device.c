@@ -125,7 +125,10 @@ void vs_walk_device_ask(vs_rounds *c, int32_t root_index, vspec_forward_out *out
   out->walk_dists = sp->dists ? t->n_dists : 0;
   out->walk_result = &c->walk_res;
   if (c->round_dev) { /* drafts drawn on the device: their distributions are there */
-    out->walk_probs = t->deterministic ? NULL : c->draft_probs_dev;
+    /* A static tree's, one-hot ones too: an absent draft of a node whose distribution has no
+     * mass has none there either, and the walk skips it (core/draft_device.c); a one-hot
+     * walk reads a draft's probability for nothing else. */
+    out->walk_probs = t->deterministic && !c->draw_rows ? NULL : c->draft_probs_dev;
     sp->dist = out->walk_probs ? dist : NULL;
     sp->dists = NULL;
     out->walk_dists = 0;

@@ -52,7 +52,7 @@ static const char *const methods[] = {
     "sd:coolsd:delta=2@standard:shape=chain,depth=3,drafter=head",
     /* rounds without drafts first (pre-filling): the head's features come to the host */
     "sd:lantern:k=8,delta=0.3@standard:shape=chain,depth=3,drafter=head,prefill=0.2",
-    /* static trees (ABI 1.10: draw_children), sampled; greedy ones stay on the host */
+    /* static trees (ABI 1.10: draw_children), sampled and greedy */
     "sd:exact@standard:shape=static,drafter=head",
     "sd:coolsd:delta=2@standard:shape=static,tree=0/1/0.0/0.1/0.2/1.0/0.0.0,drafter=model",
     "sd:lanternpp:k=6@standard:shape=static,tree=0/1/2/0.0/0.1/1.0/2.0,drafter=head",
