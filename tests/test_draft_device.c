@@ -375,6 +375,42 @@ static void test_draw_children_op(void **state) {
   assert_true(spent > 0 && below > 0); /* the trials reached both kinds of absent rows */
 }
 
+/* A greedy tree whose node has a draft distribution without mass: draw_children leaves its
+ * children absent (token 0), and the walk, given the tree's rows as the engine gives them
+ * (core/verify_device.c), skips them where judging them could accept token 0: the host makes
+ * the node a leaf and draws the target's argmax after it. */
+static void test_massless_row_skipped(void **state) {
+  (void)state;
+  enum { V = 8, N = 5 };
+  const vspec_ops *ops = vs_dev_ops(dev);
+  float probs[2 * V] = {0}, logits[N * V];
+  probs[3] = 1.0f; /* the root's row: all on token 3; node 1's row: no mass */
+  int32_t counts[2] = {1, 3}, first[2] = {0, 1}, node[2] = {-1, 0}, drafts[4], cursor = 0;
+  uint8_t drawn[4];
+  vspec_children_spec cs = {.n = 1, .vocab = V, .max_count = 3, .counts = counts,
+                            .first = first, .node = node, .cursor = &cursor, .drawn = drawn};
+  ops->draw_children(dev, probs, &cs, drafts); /* the root's level, then node 1's */
+  cs.counts++, cs.first++, cs.node++;
+  ops->draw_children(dev, probs + V, &cs, drafts);
+  assert_int_equal(drafts[0], 3);
+  for (int j = 1; j < 4; j++) assert_true(drafts[j] == 0 && !drawn[j]);
+  /* the target: argmax 3 after the root, 0 after node 1 */
+  for (int i = 0; i < N * V; i++) logits[i] = 0.0f;
+  logits[3] = 5.0f;
+  logits[V + 0] = 5.0f;
+  int32_t parents[N] = {-1, 0, 1, 1, 1}, toks[N] = {1, 3, 0, 0, 0}, dist[N] = {0, 1, -1, -1, -1};
+  vspec_walk_spec sp = {.sample = {.n = N, .rows = 1, .vocab = V, .temperature = 0.0f,
+                                   .top_p = 1.0f, .cfg_scale = 1.0f},
+                        .parents = parents, .tokens = toks, .dists = probs, .dist = dist,
+                        .rule = {.kind = VSPEC_WALK_EXACT}};
+  vspec_walk_result r;
+  ops->verify_walk(dev, logits, &sp, &r);
+  assert_int_equal(r.status, VSPEC_OK);
+  assert_int_equal(r.n_path, 2); /* root, node 1: its children skipped */
+  assert_int_equal(r.next, 0);
+  assert_int_equal(r.tried, 1);
+}
+
 int main(void) {
   char err[VSPEC_ERRLEN], dir[1024], cache[] = "/tmp/vspec-draft-device-XXXXXX";
   const char *b = getenv("VSPEC_BUILD");
@@ -390,6 +426,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_draw_probs_op),
                                      cmocka_unit_test(test_draw_children_op),
+                                     cmocka_unit_test(test_massless_row_skipped),
                                      cmocka_unit_test(test_jobs_match_host_drafts),
                                      cmocka_unit_test(test_gate_jobs)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
