@@ -44,8 +44,9 @@
 #include "core/method.h"
 #include "core/models.h"
 
-#define VS_AUTOTUNE_VERSION 3 /* the cache purpose and file format; bump to re-tune all (3: the
-                                * CPU kernels of issue 33 item 4 changed every cost curve) */
+#define VS_AUTOTUNE_VERSION 4 /* the cache purpose and file format; bump to re-tune all (3: the
+                                * CPU kernels of issue 33 item 4 changed every cost curve; 4:
+                                * the wide static trees and static trees drawn on a GPU) */
 #define VS_AUTOTUNE_MAX_CAND 48
 #define VS_AUTOTUNE_PARAM_LEN 64
 /* A speculative choice must be expected to beat AR by this factor for an exact rule to use

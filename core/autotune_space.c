@@ -21,7 +21,7 @@ static const struct {
   int nodes, depth;
 } at_static_trees[] = {
     {"chain1", 1, 1}, {"chain2", 2, 2}, {"chain3", 3, 3}, {"chain4", 4, 4},
-    {"fmnist", 15, 4}, {"mc_sim_7b_63", 25, 5},
+    {"fmnist", 15, 4}, {"mc_sim_7b_63", 25, 5}, {"wide1", 4, 1}, {"wide2", 8, 2},
 };
 static const char *const at_chain_depths[] = {"1", "2", "3", "4", "5", "6", "7", "8"};
 static const char *const at_dynamic_totals[] = {"2", "4", "8", "12", "16", "24", "32", "48", "58"};

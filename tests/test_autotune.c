@@ -242,6 +242,7 @@ static void test_space(void **state) {
   assert_int_equal(vs__autotune_valid(&sp, "drafter=head,shape=chain,depth=3"), 0);
   assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=static,tree=chain2"), 0);
   assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=static,tree=fmnist"), 1);
+  assert_int_equal(vs__autotune_valid(&sp, "drafter=model,shape=static,tree=wide2"), 1);
   assert_int_equal(vs__autotune_valid(&sp, "ar"), 1);
   spec_of(&m, &sp, param, spec, sizeof spec);
   assert_string_equal(spec, "sd:exact@standard:drafter=model,shape=chain,depth=3");

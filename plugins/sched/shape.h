@@ -51,6 +51,10 @@ static const char *const st_named[][2] __attribute__((unused)) = {
      "0/1/2/3/0.0/0.1/0.2/1.0/1.1/2.0/2.1/3.0/0.0.0/0.0.1/0.0.2/0.1.0/0.1.1/0.2.0/0.2.1/1.0.0/"
      "0.0.0.0/0.0.0.1/0.0.0.2/0.0.0.0.0/0.0.0.0.1"},
     {"fmnist", "0/1/2/3/0.0/0.1/0.2/1.0/1.1/2.0/0.0.0/0.0.1/0.1.0/1.0.0/0.0.0.0"},
+    /* wide and shallow: where a drafter forward costs what its kernels' launches do (a GPU)
+     * whatever its nodes, a level of siblings costs one forward */
+    {"wide1", "0/1/2/3"},
+    {"wide2", "0/1/2/3/0.0/0.1/1.0/2.0"},
 };
 
 /* Parses rank paths "0/1/0.0" into parent indices; paths may come in any order but every
