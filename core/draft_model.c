@@ -86,19 +86,15 @@ static int dm_forward_draw(vs_draft_model *m, vspec_session *s, const vspec_forw
     snprintf(inner, len, "the draft model's backend did not draw on the device");
     rc = VSPEC_EABI;
   }
-  const vspec_ops *ops = vs_dev_ops(m->dev);
-  if (!rc && d->children && !(VSPEC_HAS_FIELD(ops, vspec_ops, draw_children) &&
-                              ops->draw_children)) {
-    snprintf(inner, len, "the draft model's device cannot draw a tree's children");
-    rc = VSPEC_ENOTSUP;
-  }
+  /* children only where the job's device, which is this one, has draw_children
+   * (core/draft_device.c) */
   if (!rc && d->children) {
     vspec_children_spec cs = *d->children;
     cs.n = nr;
     cs.counts += r0;
     cs.first += r0;
     cs.node += r0;
-    ops->draw_children(m->dev, o2.draw_probs, &cs, d->tokens);
+    vs_dev_ops(m->dev)->draw_children(m->dev, o2.draw_probs, &cs, d->tokens);
   }
   m->draw_k += !rc;
   return rc;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/metrics.h" /* vs_now */
+#include "core/status.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -44,15 +45,11 @@ static int ft_probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, in
   memset(p, 0, sizeof *p);
   /* The timed forward feeds token ids and reads logits: a continuous-token target has
    * neither (costcurve and size=auto refuse such models first; this is the backstop). */
-  if (t->info.token_kind == VSPEC_TOKENS_CONTINUOUS || t->info.vocab <= 0) {
-    snprintf(err, errlen, "forward timing over a token tree is not supported for "
-             "continuous-token (MAR) models");
-    return VSPEC_ENOTSUP;
-  }
-  if (n < 1 || n > cap) {
-    snprintf(err, errlen, "forward timing: %d nodes (1..%d)", n, cap);
-    return VSPEC_EINVAL;
-  }
+  if (t->info.token_kind == VSPEC_TOKENS_CONTINUOUS || t->info.vocab <= 0)
+    return vs_fail(err, errlen, VSPEC_ENOTSUP, "forward timing over a token tree is not "
+                   "supported for continuous-token (MAR) models");
+  if (n < 1 || n > cap)
+    return vs_fail(err, errlen, VSPEC_EINVAL, "forward timing: %d nodes (1..%d)", n, cap);
   vspec_session_config cfg = {.struct_size = sizeof cfg, .class_label = 0, .rows = rows,
                               .max_nodes = cap};
   int rc = t->vt->session_open(t->model, dev, &cfg, &p->s, err, errlen);
@@ -61,8 +58,7 @@ static int ft_probe_open(vspec_dev *dev, const vs_backend_model *t, int rows, in
   p->logits = malloc((size_t)cap * rows * V * sizeof(float));
   if (!p->logits) {
     ft_probe_close(t, p);
-    snprintf(err, errlen, "out of memory");
-    return VSPEC_ENOMEM;
+    return vs_fail(err, errlen, VSPEC_ENOMEM, "out of memory");
   }
   int32_t path[64];
   p->out = (vspec_forward_out){.struct_size = sizeof p->out, .logits = p->logits};
@@ -136,13 +132,12 @@ int vs_count_forward(vspec_dev *dev, const vs_backend_model *t, int rows, int n,
 int vs_time_forward_multi(vspec_dev *dev, const vs_backend_model *t, int sessions, int rows,
                           double min_time, double *median_ms, char *err, size_t errlen) {
   if (!VSPEC_HAS_FIELD(t->vt, vspec_backend_vtable, forward_multi) || !t->vt->forward_multi) {
-    snprintf(err, errlen, "the model's backend has no batched forward (forward_multi)");
-    return VSPEC_ENOTSUP;
+    return vs_fail(err, errlen, VSPEC_ENOTSUP,
+                   "the model's backend has no batched forward (forward_multi)");
   }
   if (sessions < 1 || sessions > VS_TIME_MULTI_MAX) {
-    snprintf(err, errlen, "forward timing: %d sessions in a batch (1..%d)", sessions,
-             VS_TIME_MULTI_MAX);
-    return VSPEC_EINVAL;
+    return vs_fail(err, errlen, VSPEC_EINVAL, "forward timing: %d sessions in a batch (1..%d)",
+                   sessions, VS_TIME_MULTI_MAX);
   }
   vs__probe p[VS_TIME_MULTI_MAX];
   vspec_session *ss[VS_TIME_MULTI_MAX];
